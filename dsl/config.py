@@ -1,0 +1,42 @@
+"""Every environment knob opdsl reads, in one place.
+
+OPDSL_BACKEND       default backend for launches (numba)
+OPDSL_CACHE_DIR     on-disk compile cache (default ~/.cache/opdsl)
+OPDSL_LOG_LEVEL     lowest dsl.log level compiled in: debug|info|warn|error|off (default warn)
+OPDSL_OPENCL_DEVICE "platform-substring[:device-index]" choosing the OpenCL device
+OPDSL_NO_DISK_CACHE set to 1 to keep compiled code in memory only
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+LOG_LEVELS = ("debug", "info", "warn", "error", "off")
+
+
+def default_backend() -> str:
+    return os.environ.get("OPDSL_BACKEND", "numba")
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("OPDSL_CACHE_DIR") or Path.home() / ".cache" / "opdsl")
+
+
+def disk_cache_enabled() -> bool:
+    return os.environ.get("OPDSL_NO_DISK_CACHE", "") not in ("1", "true", "yes")
+
+
+def log_level() -> str:
+    level = os.environ.get("OPDSL_LOG_LEVEL", "warn").lower()
+    if level not in LOG_LEVELS:
+        raise ValueError(f"OPDSL_LOG_LEVEL={level!r}; accepted: {', '.join(LOG_LEVELS)}")
+    return level
+
+
+def level_passes(level: str, threshold: str) -> bool:
+    """Whether a message at ``level`` is kept when the kernel's threshold is ``threshold``."""
+    return LOG_LEVELS.index(level) >= LOG_LEVELS.index(threshold)
+
+
+def opencl_device() -> str:
+    return os.environ.get("OPDSL_OPENCL_DEVICE", "")

@@ -1,0 +1,71 @@
+"""Source locations and the user-facing compile error.
+
+Every frontend, type, uniformity and backend-build error is a ``CompileError``
+that points at the user's kernel source (file:line:col, the line, a caret) and
+is raised ``from None`` so no compiler frames reach the user.
+"""
+from __future__ import annotations
+
+import linecache
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class SourceLoc:
+    """A position in the user's source; ``line`` is absolute in ``file``, col 1-based."""
+
+    file: str
+    line: int
+    col: int = 1
+    text: Optional[str] = None  # the source line, kept for Jupyter cells and exec'd code
+
+    def source_line(self) -> str:
+        if self.text is not None:
+            return self.text
+        return linecache.getline(self.file, self.line).rstrip("\n")
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+UNKNOWN = SourceLoc("<unknown>", 0, 0, "")
+
+
+class CompileError(Exception):
+    """A kernel that cannot be compiled, with where and why.
+
+    ``str(err)`` reads::
+
+        kernel.py:12:9: error: writing to 'x', which is In[f32]: only Out/InOut tensors are writable
+            x[i] = 0.0
+            ^
+    """
+
+    def __init__(self, message: str, loc: Optional[SourceLoc] = None, note: Optional[str] = None):
+        self.message = message
+        self.loc = loc
+        self.note = note
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        if self.loc is None or self.loc is UNKNOWN:
+            text = f"error: {self.message}"
+        else:
+            text = f"{self.loc}: error: {self.message}"
+            line = self.loc.source_line()
+            if line:
+                stripped = line.lstrip()
+                indent = len(line) - len(stripped)
+                caret = " " * max(self.loc.col - 1 - indent, 0) + "^"
+                text += f"\n    {stripped}\n    {caret}"
+        if self.note:
+            text += f"\nnote: {self.note}"
+        return text
+
+    def __reduce__(self):  # picklable across processes
+        return (CompileError, (self.message, self.loc, self.note))
+
+
+class LaunchError(RuntimeError):
+    """A kernel failed while running (interpreter thread errors, deadlocks at sync())."""

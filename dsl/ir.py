@@ -1,0 +1,462 @@
+"""The typed kernel IR every backend consumes.
+
+Small frozen nodes.  The frontend builds them with ``type=None``; the checker
+(dsl/check.py) returns a new tree in which
+
+* every ``Expr.type`` is a concrete (non-weak) DType;
+* operands of ``Binary`` and ``Compare`` already have the same type (explicit
+  ``Cast`` nodes are inserted), ``Binary`` operands have the result type;
+* ``If``/``While``/``Select`` conditions and ``Logical`` operands are bool_;
+* tensor indices and ``For`` bounds are i64; ``Store`` values have the
+  tensor's compute type (f32 for f16/bf16 storage);
+* ``.ndim`` and scratch shapes are folded to ``Const``.
+
+Semantics are Python's: ``//`` and ``%`` floor, ``int()`` truncates, ``For``
+iterates ``range(start, stop, step)`` and the loop variable is assigned from a
+hidden counter (changing it in the body does not change the iteration).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Iterator, Optional, Tuple, Union
+
+from dsl.errors import UNKNOWN, SourceLoc
+from dsl.types import DType
+
+
+@dataclass(frozen=True)
+class Node:
+    pass
+
+
+# --------------------------------------------------------------------------- expressions
+
+@dataclass(frozen=True)
+class Expr(Node):
+    pass
+
+
+@dataclass(frozen=True)
+class Const(Expr):
+    value: Union[int, float, bool]
+    type: Optional[DType] = None
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+@dataclass(frozen=True)
+class Name(Expr):
+    """A local variable or a scalar parameter."""
+
+    name: str
+    type: Optional[DType] = None
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+@dataclass(frozen=True)
+class Load(Expr):
+    """``t[i, j]`` (one index per dim) or ``t.flat[i]`` (flat=True, one index)."""
+
+    tensor: str
+    index: Tuple[Expr, ...]
+    flat: bool = False
+    type: Optional[DType] = None
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+@dataclass(frozen=True)
+class Shape(Expr):
+    """``t.shape[axis]`` of a tensor parameter (i64, known at run time)."""
+
+    tensor: str
+    axis: int
+    type: Optional[DType] = None
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+@dataclass(frozen=True)
+class Size(Expr):
+    """``t.size`` of a tensor parameter (i64)."""
+
+    tensor: str
+    type: Optional[DType] = None
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+UNARY_OPS = ("neg", "not", "invert")
+BINARY_OPS = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow",
+              "bitand", "bitor", "bitxor", "lshift", "rshift")
+COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
+
+
+@dataclass(frozen=True)
+class Unary(Expr):
+    op: str  # one of UNARY_OPS
+    operand: Expr
+    type: Optional[DType] = None
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+@dataclass(frozen=True)
+class Binary(Expr):
+    op: str  # one of BINARY_OPS
+    left: Expr
+    right: Expr
+    type: Optional[DType] = None
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+@dataclass(frozen=True)
+class Compare(Expr):
+    op: str  # one of COMPARE_OPS
+    left: Expr
+    right: Expr
+    type: Optional[DType] = None
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+@dataclass(frozen=True)
+class Logical(Expr):
+    """Short-circuit ``and`` / ``or`` on bools."""
+
+    op: str  # 'and' | 'or'
+    left: Expr
+    right: Expr
+    type: Optional[DType] = None
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+@dataclass(frozen=True)
+class Select(Expr):
+    """``a if cond else b`` (evaluates one side) and ``dsl.where`` (both sides)."""
+
+    cond: Expr
+    if_true: Expr
+    if_false: Expr
+    type: Optional[DType] = None
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+@dataclass(frozen=True)
+class Call(Expr):
+    """A builtin (dsl/builtins.py): math functions and team queries.
+
+    Names after checking: exp log sqrt rsqrt tanh erf sin cos floor ceil abs
+    min max pow (float or int per the builtin's rule, args share ``type``),
+    thread_id num_threads tile_id num_tiles (i64, no args).
+    """
+
+    name: str
+    args: Tuple[Expr, ...]
+    type: Optional[DType] = None
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+@dataclass(frozen=True)
+class Cast(Expr):
+    """Convert ``value`` to ``type``; float→int truncates toward zero (Python int())."""
+
+    value: Expr
+    type: Optional[DType] = None
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+@dataclass(frozen=True)
+class FuncCall(Expr):
+    """A call to a ``@dsl.func`` device function, by its unique ``Function.name``."""
+
+    func: str
+    args: Tuple[Expr, ...]
+    type: Optional[DType] = None
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+# --------------------------------------------------------------------------- statements
+
+@dataclass(frozen=True)
+class Stmt(Node):
+    pass
+
+
+@dataclass(frozen=True)
+class Assign(Stmt):
+    name: str
+    value: Expr
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+@dataclass(frozen=True)
+class Store(Stmt):
+    tensor: str
+    index: Tuple[Expr, ...]
+    value: Expr
+    flat: bool = False
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+@dataclass(frozen=True)
+class AtomicAdd(Stmt):
+    """``dsl.atomic_add(t, idx, v)``: t[idx] += v, atomic across threads and tiles."""
+
+    tensor: str
+    index: Tuple[Expr, ...]
+    value: Expr
+    flat: bool = False
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+@dataclass(frozen=True)
+class If(Stmt):
+    cond: Expr
+    body: Tuple[Stmt, ...]
+    orelse: Tuple[Stmt, ...] = ()
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+@dataclass(frozen=True)
+class For(Stmt):
+    var: str
+    start: Expr
+    stop: Expr
+    step: Expr
+    body: Tuple[Stmt, ...]
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+@dataclass(frozen=True)
+class While(Stmt):
+    cond: Expr
+    body: Tuple[Stmt, ...]
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+@dataclass(frozen=True)
+class Break(Stmt):
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+@dataclass(frozen=True)
+class Continue(Stmt):
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+@dataclass(frozen=True)
+class Return(Stmt):
+    """In a kernel (value None) the thread ends; in a function it returns ``value``."""
+
+    value: Optional[Expr] = None
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+@dataclass(frozen=True)
+class Sync(Stmt):
+    """Team barrier. The checker guarantees it sits in team-uniform control flow."""
+
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+@dataclass(frozen=True)
+class ExprStmt(Stmt):
+    value: Expr
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+LOG_LEVELS = ("debug", "info", "warn", "error")
+
+
+@dataclass(frozen=True)
+class Log(Stmt):
+    """``dsl.log.info("x=%d", v)``: printf-style; below the kernel's level it is never emitted."""
+
+    level: str
+    fmt: str
+    args: Tuple[Expr, ...] = ()
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+# --------------------------------------------------------------------------- kernel level
+
+@dataclass(frozen=True)
+class TensorParam:
+    name: str
+    dtype: DType  # storage dtype
+    ndim: int
+    access: str  # 'in' | 'out' | 'inout'
+
+
+@dataclass(frozen=True)
+class ScalarParam:
+    name: str
+    dtype: DType
+    const_value: Optional[object] = None  # set for dsl.const params (specialized on)
+
+
+@dataclass(frozen=True)
+class VecParam:
+    """``dsl.Vec[i32, 4]``: passed as a 1-D array of ``length``; read with Load(flat=True)."""
+
+    name: str
+    dtype: DType
+    length: int
+
+
+Param = Union[TensorParam, ScalarParam, VecParam]
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """``dsl.scratch(shape, dtype)``: team-shared, read/written with Load/Store."""
+
+    name: str
+    dtype: DType
+    shape: Tuple[int, ...]
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+@dataclass(frozen=True)
+class Function:
+    """A ``@dsl.func`` specialized for argument types; params are scalars."""
+
+    name: str  # unique within the kernel
+    params: Tuple[ScalarParam, ...]
+    ret: Optional[DType]
+    body: Tuple[Stmt, ...]
+    locals: Tuple[Tuple[str, DType], ...] = ()  # (name, type) of locals other than params
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One specialization of a kernel: every type and constant known."""
+
+    name: str
+    params: Tuple[Param, ...]
+    scratch: Tuple[Scratch, ...]
+    body: Tuple[Stmt, ...]
+    locals: Tuple[Tuple[str, DType], ...]  # every local (not params), with its type
+    funcs: Tuple[Function, ...] = ()
+    threads: int = 4
+    varying: frozenset = frozenset()  # locals whose value may differ between team threads
+    filename: str = "<unknown>"
+    firstline: int = 1
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def buffer(self, name: str):
+        """The TensorParam, VecParam or Scratch named ``name``."""
+        for p in self.params:
+            if p.name == name:
+                return p
+        for s in self.scratch:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+
+# --------------------------------------------------------------------------- utilities
+
+def children(node: Node) -> Iterator[Node]:
+    """Direct child nodes, in field order."""
+    for f in fields(node):
+        v = getattr(node, f.name)
+        if isinstance(v, Node):
+            yield v
+        elif isinstance(v, tuple):
+            for item in v:
+                if isinstance(item, Node):
+                    yield item
+
+
+def walk(nodes) -> Iterator[Node]:
+    """Every node under ``nodes`` (a node or a sequence of them), pre-order."""
+    stack = list(reversed(nodes)) if isinstance(nodes, (tuple, list)) else [nodes]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(list(children(n))))
+
+
+def contains_sync(nodes) -> bool:
+    return any(isinstance(n, Sync) for n in walk(nodes))
+
+
+def dump(kernel: Kernel) -> str:
+    """A readable listing of the IR (``kernel.source("ir")``)."""
+    out = [f"kernel {kernel.name}(threads={kernel.threads})"]
+    for p in kernel.params:
+        out.append(f"  param {p}")
+    for s in kernel.scratch:
+        out.append(f"  scratch {s.name}: {s.dtype}{list(s.shape)}")
+    for name, t in kernel.locals:
+        out.append(f"  local {name}: {t}" + ("  (varying)" if name in kernel.varying else ""))
+    for f in kernel.funcs:
+        out.append(f"  func {f.name}({', '.join(f'{p.name}: {p.dtype}' for p in f.params)}) -> {f.ret}")
+        _dump_body(f.body, 2, out)
+    out.append("  body:")
+    _dump_body(kernel.body, 2, out)
+    return "\n".join(out)
+
+
+def _dump_body(stmts, depth: int, out: list) -> None:
+    pad = "  " * depth
+    for s in stmts:
+        if isinstance(s, If):
+            out.append(f"{pad}if {fmt(s.cond)}:")
+            _dump_body(s.body, depth + 1, out)
+            if s.orelse:
+                out.append(f"{pad}else:")
+                _dump_body(s.orelse, depth + 1, out)
+        elif isinstance(s, For):
+            out.append(f"{pad}for {s.var} in range({fmt(s.start)}, {fmt(s.stop)}, {fmt(s.step)}):")
+            _dump_body(s.body, depth + 1, out)
+        elif isinstance(s, While):
+            out.append(f"{pad}while {fmt(s.cond)}:")
+            _dump_body(s.body, depth + 1, out)
+        elif isinstance(s, Assign):
+            out.append(f"{pad}{s.name} = {fmt(s.value)}")
+        elif isinstance(s, (Store, AtomicAdd)):
+            sub = f"{s.tensor}.flat[{fmt(s.index[0])}]" if s.flat else f"{s.tensor}[{', '.join(map(fmt, s.index))}]"
+            op = "+=" if isinstance(s, AtomicAdd) else "="
+            out.append(f"{pad}{sub} {op} {fmt(s.value)}")
+        elif isinstance(s, Return):
+            out.append(f"{pad}return" + (f" {fmt(s.value)}" if s.value is not None else ""))
+        elif isinstance(s, Log):
+            out.append(f"{pad}log.{s.level}({s.fmt!r}{''.join(', ' + fmt(a) for a in s.args)})")
+        elif isinstance(s, ExprStmt):
+            out.append(f"{pad}{fmt(s.value)}")
+        else:
+            out.append(f"{pad}{type(s).__name__.lower()}")
+
+
+_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%",
+            "pow": "**", "bitand": "&", "bitor": "|", "bitxor": "^", "lshift": "<<", "rshift": ">>",
+            "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=",
+            "neg": "-", "not": "not ", "invert": "~", "and": "and", "or": "or"}
+
+
+def fmt(e: Expr) -> str:
+    """Python-like text of an expression, for listings and messages."""
+    if isinstance(e, Const):
+        return repr(e.value)
+    if isinstance(e, Name):
+        return e.name
+    if isinstance(e, Load):
+        return f"{e.tensor}.flat[{fmt(e.index[0])}]" if e.flat else f"{e.tensor}[{', '.join(map(fmt, e.index))}]"
+    if isinstance(e, Shape):
+        return f"{e.tensor}.shape[{e.axis}]"
+    if isinstance(e, Size):
+        return f"{e.tensor}.size"
+    if isinstance(e, Unary):
+        return f"({_SYMBOLS[e.op]}{fmt(e.operand)})"
+    if isinstance(e, (Binary, Compare, Logical)):
+        return f"({fmt(e.left)} {_SYMBOLS[e.op]} {fmt(e.right)})"
+    if isinstance(e, Select):
+        return f"({fmt(e.if_true)} if {fmt(e.cond)} else {fmt(e.if_false)})"
+    if isinstance(e, (Call, FuncCall)):
+        name = e.name if isinstance(e, Call) else e.func
+        return f"{name}({', '.join(map(fmt, e.args))})"
+    if isinstance(e, Cast):
+        return f"{e.type}({fmt(e.value)})"
+    return type(e).__name__
