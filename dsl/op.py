@@ -1,0 +1,587 @@
+"""Operators: a kernel plus the metadata a graph compiler needs (SPEC §4).
+
+Contract for op authors (ops/ is written against this)::
+
+    @dsl.op("HardSigmoid", domain="com.example", since=1)    # until=None: open-ended opset range
+    class HardSigmoid(dsl.Op):
+        alpha: float = 0.2        # a param: annotated class attribute; no default -> required
+        beta: float = 0.5
+        def infer(self, x):       # TensorSpec in -> TensorSpec or tuple of them out
+            return x.spec
+        def verify(self, x):      # optional; raise dsl.VerifyError("...")
+            ...
+        def select(self, x, backend):   # optional when there is one kernel
+            return "default"
+        kernels = {"default": hard_sigmoid_kernel}
+
+Constructing and applying.  Tensors are positional, params are keywords:
+
+* ``HardSigmoid(alpha=0.5)`` (no positional argument) is an op *instance*: a frozen
+  value, ``==`` and ``hash`` by (class, params).  Calling it applies it:
+  ``HardSigmoid(alpha=0.5)(x)``.
+* ``HardSigmoid(x, alpha=0.5)`` constructs *and* applies in one call (``Op.__new__``
+  returns the outputs instead of the instance).  So ``ops.Add(a, b)`` is the output
+  tensor.  An op with no tensor inputs is applied as ``Op(**params)()``.
+* Applying on numpy arrays runs now (*eager*): outputs are allocated from ``infer``
+  and returned (one array, or a tuple for several outputs).  Applying on graph
+  tensors (``dsl.Graph``) adds a node and returns graph tensor handles.  numpy arrays
+  mixed into a graph call become graph constants; Python scalars become 0-d arrays
+  of the first tensor input's dtype (weak, like NEP 50 literals).
+* ``backend=`` (keyword, reserved: no param may be called ``backend``) picks the
+  backend of an eager call; default ``OPDSL_BACKEND`` (numba).  ``None`` inputs stand
+  for absent optional inputs and reach infer/verify/select/run as ``None``.
+
+Params.  Annotations accepted: ``float int bool str dsl.DType tuple Tuple[int, ...]
+Tuple[float, ...] list np.ndarray Optional[X] Literal[...]`` (lists become tuples,
+ints widen to float, arrays are copied read-only); anything else is stored as given.
+A wrong type, a missing required param or an unknown keyword is a ``TypeError``
+naming the op and the param.  ``op.params`` is the ordered dict of values,
+``op.replace(**changes)`` a modified copy.
+
+Hooks, all called with one ``TensorSpec`` (or ``None``) per input:
+
+* ``infer(*inputs)`` -> output spec(s).  Required.  Logical shapes only (formats are
+  chosen by the compiler, see below).  Dimensions may be ``None`` (known at run time)
+  in graph mode: propagate them.  ``spec.value`` holds the numpy value of inputs
+  known at compile time (graph constants, and every input in eager mode): shape-like
+  inputs (Reshape's shape) read it; when it is ``None`` return ``None`` dims and the
+  model re-infers at run time with values.
+* ``verify(*inputs)`` raises ``dsl.VerifyError`` for unsupported combinations.  Must
+  tolerate ``None`` dims.  Called before ``infer``.
+* ``select(*inputs, backend)`` -> a key of ``kernels``.  Default: the only key, or
+  ``"default"``.  ``inputs[i].format`` tells which data format was chosen.
+* ``run(impl, inputs, outputs, backend)``: launches the implementation on arrays
+  (physical layout, outputs preallocated, written in place).  Default::
+
+      impl(*inputs, *outputs, **{p: v for op params p that impl declares}, backend=backend)
+
+  (``backend=`` is passed to ``dsl.kernel`` objects and to plain callables that accept
+  it).  Override it to launch several kernels, pass ``grid=``, map params differently
+  or handle optional inputs.  ``self.kernel_kwargs(impl)`` gives the default kwargs.
+
+Class attributes the compiler reads (all optional):
+
+* ``kernels``: dict name -> ``dsl.kernel`` object or any callable.
+* ``formats = ("plain",)``: data formats this op's kernels accept for 4-D tensors
+  (``"plain"``, ``"nchwc16"``; see dsl/formats.py).  ``select_format(*inputs)`` returns
+  ``(input_formats, output_formats)``; the default follows the producer's format when
+  every input is 4-D with the same shape and the op lists that format (elementwise
+  ops), else plain.  Override it (Conv) to request ``"nchwc16"``; reorders are
+  inserted by the compiler.  Eager calls always run plain.
+* ``inplace = {0: 0}``: output index -> input index whose buffer the output may share
+  (elementwise kernels that read element i before writing element i).
+* ``foldable = True``: ``False`` stops constant folding (random ops).
+
+Empty tensors: when every output has zero elements the implementation is not
+launched (after verify/infer), in eager and graph mode alike.  Kernels must still
+handle empty *inputs* with non-empty outputs (a Concat with an empty part).
+"""
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import difflib
+import inspect
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+import numpy as np
+
+from dsl import config
+from dsl.types import DType, as_dtype, from_numpy
+
+FORMATS = ("plain", "nchwc16")
+
+# Class attributes of Op subclasses that are never params even when annotated.
+_RESERVED = frozenset({
+    "kernels", "formats", "inplace", "foldable", "op_type", "domain", "since", "until",
+    "backend", "params", "graph",
+})
+
+
+class VerifyError(ValueError):
+    """An op rejects its inputs or params (raised by ``Op.verify``)."""
+
+
+# --------------------------------------------------------------------------- tensor specs
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """What the compiler knows about a tensor before it exists.
+
+    ``shape`` is logical (NCHW even when stored NCHWc16); a ``None`` dim is known at
+    run time.  ``value`` (excluded from ==) is the content when known at compile time.
+    ``quant`` is ``(scale, zero_point)`` for quantized i8/u8 tensors, else ``None``.
+    """
+
+    shape: Tuple[Optional[int], ...]
+    dtype: DType
+    format: str = "plain"
+    quant: Optional[Tuple[float, int]] = None
+    value: Optional[np.ndarray] = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self):
+        try:
+            shape = tuple(None if d is None else int(d) for d in self.shape)
+        except (TypeError, ValueError):
+            raise TypeError(f"TensorSpec shape must be a tuple of int or None, got {self.shape!r}") from None
+        if any(d is not None and d < 0 for d in shape):
+            raise ValueError(f"TensorSpec shape has a negative dim: {shape}")
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "dtype", as_dtype(self.dtype))
+        if self.format not in FORMATS:
+            raise ValueError(f"unknown tensor format {self.format!r}; known: {', '.join(FORMATS)}")
+
+    @property
+    def spec(self) -> "TensorSpec":
+        """Itself, so ``infer`` can say ``x.spec`` whether given a spec or a tensor handle."""
+        return self
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def known(self) -> bool:
+        """Every dim is known."""
+        return all(d is not None for d in self.shape)
+
+    @property
+    def size(self) -> Optional[int]:
+        """Number of elements, ``None`` when a dim is unknown (0 if any dim is 0)."""
+        if 0 in self.shape:
+            return 0
+        if not self.known:
+            return None
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def with_(self, **changes) -> "TensorSpec":
+        """A copy with fields changed: ``x.with_(dtype=dsl.u8)``.  Drops ``value``
+        unless given, since a changed spec no longer describes the same content."""
+        changes.setdefault("value", None)
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def of(cls, array: np.ndarray, with_value: bool = True) -> "TensorSpec":
+        """The plain spec of a numpy array (its value attached when ``with_value``)."""
+        return cls(array.shape, from_numpy(array.dtype), "plain", None, array if with_value else None)
+
+    def __str__(self) -> str:
+        dims = ",".join("?" if d is None else str(d) for d in self.shape)
+        fmt = "" if self.format == "plain" else f" {self.format}"
+        return f"{self.dtype}[{dims}]{fmt}"
+
+
+# --------------------------------------------------------------------------- params
+
+_NoDefault = object()
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    annotation: Any
+    default: Any = _NoDefault
+
+    @property
+    def required(self) -> bool:
+        return self.default is _NoDefault
+
+
+def _type_name(ann) -> str:
+    if isinstance(ann, type):
+        return "dsl.DType" if ann is DType else ann.__name__
+    return str(ann).replace("typing.", "")
+
+
+def coerce_param(owner: str, name: str, ann, value):
+    """``value`` converted to what annotation ``ann`` promises, or a TypeError naming it."""
+    def bad():
+        return TypeError(f"{owner} param '{name}' expects {_type_name(ann)}, "
+                         f"got {type(value).__name__} {value!r}")
+
+    origin = typing.get_origin(ann)
+    args = typing.get_args(ann)
+    if ann is Any or ann is None or ann is inspect.Parameter.empty:
+        return _freeze(value)
+    if origin is typing.Union:
+        if value is None and type(None) in args:
+            return None
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return coerce_param(owner, name, a, value)
+            except (TypeError, ValueError):
+                pass
+        raise bad()
+    if origin is typing.Literal:
+        if value in args:
+            return value
+        raise TypeError(f"{owner} param '{name}' must be one of {', '.join(map(repr, args))}, got {value!r}")
+    if ann is bool:
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+        raise bad()
+    if ann is int:
+        if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+            return int(value)
+        raise bad()
+    if ann is float:
+        if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_)):
+            return float(value)
+        raise bad()
+    if ann is str:
+        if isinstance(value, str):
+            return value
+        raise bad()
+    if ann is DType:
+        try:
+            return as_dtype(value)
+        except TypeError:
+            raise bad() from None
+    if ann is np.ndarray:
+        arr = np.array(value)
+        arr.setflags(write=False)
+        return arr
+    if ann in (tuple, list) or origin in (tuple, list, typing.Sequence) or (
+            origin is not None and getattr(origin, "__name__", "") == "Sequence"):
+        if isinstance(value, np.ndarray):
+            value = value.tolist()
+        if not isinstance(value, (tuple, list)):
+            raise bad()
+        if not args:
+            return tuple(_freeze(v) for v in value)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(coerce_param(owner, f"{name}[{i}]", args[0], v) for i, v in enumerate(value))
+        if origin is tuple:
+            if len(args) != len(value):
+                raise TypeError(f"{owner} param '{name}' expects {len(args)} items, got {len(value)}")
+            return tuple(coerce_param(owner, f"{name}[{i}]", a, v) for i, (a, v) in enumerate(zip(args, value)))
+        return tuple(coerce_param(owner, f"{name}[{i}]", args[0], v) for i, v in enumerate(value))
+    if isinstance(ann, type):
+        if isinstance(value, ann):
+            return _freeze(value)
+        raise bad()
+    return _freeze(value)
+
+
+def _freeze(value):
+    """Hashable, immutable form of a param value (lists -> tuples, arrays read-only)."""
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, np.ndarray):
+        value = value.copy()
+        value.setflags(write=False)
+    return value
+
+
+def _hashable(value):
+    if isinstance(value, np.ndarray):
+        return ("ndarray", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, tuple):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value
+
+
+def _collect_params(cls) -> Dict[str, Param]:
+    """Params of an Op class: annotated class attributes along the MRO, base first."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # unresolvable forward refs: fall back to raw annotations
+        hints = {}
+        for klass in reversed(cls.__mro__):
+            hints.update(klass.__dict__.get("__annotations__", {}))
+        builtins_map = {"float": float, "int": int, "bool": bool, "str": str, "tuple": tuple}
+        hints = {k: builtins_map.get(v, v) if isinstance(v, str) else v for k, v in hints.items()}
+    params: Dict[str, Param] = {}
+    for klass in reversed(cls.__mro__):
+        if not (isinstance(klass, type) and issubclass(klass, Op)) or klass is Op:
+            continue
+        for name in klass.__dict__.get("__annotations__", {}):
+            if name.startswith("_") or name in _RESERVED:
+                continue
+            ann = hints.get(name, Any)
+            if typing.get_origin(ann) is typing.ClassVar:
+                continue
+            default = getattr(cls, name, _NoDefault)
+            if default is not _NoDefault:
+                default = coerce_param(cls.__name__, name, ann, default)
+            params[name] = Param(name, ann, default)
+    return params
+
+
+# --------------------------------------------------------------------------- the Op base
+
+# Backend of the eager call in progress, so ops called inside a composed op or an
+# op's own run() follow the outer call's backend.
+_EAGER_BACKEND: contextvars.ContextVar = contextvars.ContextVar("opdsl_eager_backend", default=None)
+
+
+class Op:
+    """Base class of every operator; see the module docstring for the contract."""
+
+    op_type: str = ""
+    domain: str = ""
+    since: int = 1
+    until: Optional[int] = None
+    kernels: Dict[str, Any] = {}
+    formats: Tuple[str, ...] = ("plain",)
+    inplace: Dict[int, int] = {}
+    foldable: bool = True
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if "op_type" not in cls.__dict__:
+            cls.op_type = cls.__name__
+        cls._param_table = None  # resolved lazily: annotations may name later definitions
+
+    @classmethod
+    def param_table(cls) -> Dict[str, Param]:
+        """name -> Param (annotation, default) for this op class, in declaration order."""
+        if cls.__dict__.get("_param_table") is None:
+            cls._param_table = _collect_params(cls)
+        return cls._param_table
+
+    def __new__(cls, *inputs, backend: Optional[str] = None, **params):
+        if cls is Op:
+            raise TypeError("dsl.Op is a base class: subclass it (see help(dsl.op))")
+        self = object.__new__(cls)
+        self._init_params(params)
+        if inputs:
+            return self(*inputs, backend=backend)
+        if backend is not None:
+            raise TypeError(f"{cls.__name__}(backend=...) without inputs: pass backend= when applying it")
+        return self
+
+    def __init__(self, *inputs, **params):
+        """Everything happens in ``__new__`` (construct, maybe apply)."""
+
+    def _init_params(self, given: Dict[str, Any]) -> None:
+        table = type(self).param_table()
+        owner = type(self).__name__
+        unknown = [k for k in given if k not in table]
+        if unknown:
+            k = unknown[0]
+            close = difflib.get_close_matches(k, list(table), n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            accepted = ", ".join(table) or "none"
+            raise TypeError(f"{owner} has no param '{k}' (params: {accepted}){hint}")
+        values = {}
+        for name, p in table.items():
+            if name in given:
+                values[name] = coerce_param(owner, name, p.annotation, given[name])
+            elif p.required:
+                raise TypeError(f"{owner} param '{name}' is required ({_type_name(p.annotation)})")
+            else:
+                values[name] = p.default
+        object.__setattr__(self, "_params", values)
+        object.__setattr__(self, "_hash", None)
+        self.__dict__.update(values)
+
+    def __setattr__(self, name, value):
+        if name in type(self).param_table():
+            raise AttributeError(f"{type(self).__name__} params are frozen; use op.replace({name}=...)")
+        object.__setattr__(self, name, value)
+
+    # value semantics ---------------------------------------------------------------
+    @property
+    def params(self) -> Dict[str, Any]:
+        return dict(self._params)
+
+    def replace(self, **changes) -> "Op":
+        return type(self)(**{**self._params, **changes})
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(_hashable(self._params[k]) == _hashable(other._params[k]) for k in self._params)
+
+    def __hash__(self):
+        if self._hash is None:
+            h = hash((type(self), tuple((k, _hashable(v)) for k, v in self._params.items())))
+            object.__setattr__(self, "_hash", h)
+        return self._hash
+
+    def __reduce__(self):
+        return (_rebuild, (type(self), self._params))
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self._params.items())
+        return f"{type(self).__name__}({args})"
+
+    @classmethod
+    def qualified_name(cls) -> str:
+        """``domain::op_type`` (``::op_type`` for the ONNX default domain)."""
+        return f"{cls.domain}::{cls.op_type}"
+
+    # hooks ------------------------------------------------------------------------------
+    def infer(self, *inputs):
+        raise NotImplementedError(f"{type(self).__name__} must define infer(self, *inputs) -> TensorSpec(s)")
+
+    def verify(self, *inputs) -> None:
+        return None
+
+    def select(self, *inputs, backend: str) -> str:
+        names = list(self.kernels)
+        if len(names) == 1:
+            return names[0]
+        if "default" in self.kernels:
+            return "default"
+        raise NotImplementedError(
+            f"{type(self).__name__} has kernels {names}: define select(self, *inputs, backend) to pick one")
+
+    def select_format(self, *inputs):
+        """(input formats, output formats); see the module docstring."""
+        from dsl.formats import default_select_format
+        return default_select_format(self, inputs)
+
+    def run(self, impl, inputs: Sequence, outputs: Sequence, backend: str) -> None:
+        impl(*inputs, *outputs, **self.kernel_kwargs(impl, backend))
+
+    def kernel_kwargs(self, impl, backend: Optional[str] = None) -> Dict[str, Any]:
+        """The op params ``impl`` declares (plus ``backend=`` when it accepts one)."""
+        names, takes_backend = _accepted_names(impl)
+        kw = {k: v for k, v in self._params.items() if k in names}
+        if takes_backend and backend is not None:
+            kw["backend"] = backend
+        return kw
+
+    # applying -------------------------------------------------------------------------------
+    def __call__(self, *inputs, backend: Optional[str] = None, graph=None):
+        from dsl import graph as graph_mod
+        if graph is not None or any(isinstance(x, graph_mod.Tensor) for x in inputs):
+            if backend is not None:
+                raise TypeError(f"{type(self).__name__}: backend= is chosen by Graph.compile, not per node")
+            return graph_mod.apply_op(self, inputs, graph)
+        return self.apply_eager(inputs, backend)
+
+    def apply_eager(self, inputs: Sequence, backend: Optional[str] = None):
+        arrays = as_arrays(self, inputs)
+        backend = backend or _EAGER_BACKEND.get() or config.default_backend()
+        specs = [None if a is None else TensorSpec.of(a) for a in arrays]
+        out_specs = check_and_infer(self, specs, where="eager call")
+        for i, s in enumerate(out_specs):
+            if not s.known:
+                raise VerifyError(f"{describe(self)}: infer left output {i} shape {s} unknown on concrete inputs")
+        outputs = [np.empty(s.shape, s.dtype.np) for s in out_specs]
+        if not outputs or any(o.size for o in outputs):
+            impl = self.implementation(specs, backend)
+            token = _EAGER_BACKEND.set(backend)
+            try:
+                self.run(impl, arrays, outputs, backend)
+            finally:
+                _EAGER_BACKEND.reset(token)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def implementation(self, specs: Sequence, backend: str):
+        """The kernel ``select`` names for these input specs."""
+        name = self.select(*specs, backend=backend)
+        try:
+            return self.kernels[name]
+        except (KeyError, TypeError):
+            raise VerifyError(f"{describe(self)}: select() returned {name!r}, which is not in kernels "
+                              f"(known: {', '.join(map(repr, self.kernels)) or 'none'})") from None
+
+
+def _rebuild(cls, params):
+    return cls(**params)
+
+
+def describe(op: Op) -> str:
+    dom = f"{op.domain}::" if op.domain else ""
+    return f"{dom}{op.op_type}"
+
+
+def op(op_type: str, domain: str = "", since: int = 1, until: Optional[int] = None):
+    """Class decorator registering an Op subclass under (domain, op_type, [since, until]).
+
+    A later registration of the same (domain, op_type) over an overlapping opset range
+    overrides the earlier one (user ops override built-ins)."""
+    from dsl import registry
+
+    def deco(cls):
+        if not (isinstance(cls, type) and issubclass(cls, Op)):
+            raise TypeError(f"@dsl.op({op_type!r}) decorates a dsl.Op subclass, got {cls!r}")
+        cls.op_type, cls.domain, cls.since, cls.until = op_type, domain, since, until
+        registry.register(cls)
+        return cls
+    return deco
+
+
+# --------------------------------------------------------------------------- helpers
+
+_ACCEPTED_CACHE: Dict[int, Tuple[Any, frozenset, bool]] = {}
+
+
+def _accepted_names(impl) -> Tuple[frozenset, bool]:
+    """Keyword names ``impl`` accepts, and whether it takes ``backend=``."""
+    hit = _ACCEPTED_CACHE.get(id(impl))
+    if hit is not None and hit[0] is impl:
+        return hit[1], hit[2]
+    try:
+        from dsl.kernel import Kernel
+    except ImportError:  # pragma: no cover - before dsl.kernel exists
+        Kernel = ()
+    target = impl
+    for attr in ("pyfunc", "fn", "func", "__wrapped__"):
+        if isinstance(impl, Kernel) and hasattr(impl, attr):
+            target = getattr(impl, attr)
+            break
+    try:
+        sig = inspect.signature(target)
+        names = frozenset(sig.parameters)
+        var_kw = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+    except (TypeError, ValueError):
+        names, var_kw = frozenset(), True
+    takes_backend = isinstance(impl, Kernel) or "backend" in names or var_kw
+    _ACCEPTED_CACHE[id(impl)] = (impl, names, takes_backend)
+    return names, takes_backend
+
+
+def as_arrays(op: Op, inputs: Sequence) -> list:
+    """Eager inputs as C-contiguous arrays; Python scalars take the first array's dtype."""
+    first = next((x for x in inputs if isinstance(x, np.ndarray)), None)
+    out = []
+    for i, x in enumerate(inputs):
+        if x is None:
+            out.append(None)
+        elif isinstance(x, np.ndarray):
+            out.append(np.ascontiguousarray(x))
+        elif isinstance(x, (bool, int, float)) and first is not None:
+            out.append(np.asarray(x, dtype=first.dtype))
+        else:
+            try:
+                arr = np.ascontiguousarray(np.asarray(x))
+                from_numpy(arr.dtype)
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"{describe(op)} input {i}: expected a numpy array or graph tensor, "
+                                f"got {type(x).__name__} ({e})") from None
+            out.append(arr)
+    return out
+
+
+def check_and_infer(op: Op, specs: Sequence, where: str) -> Tuple[TensorSpec, ...]:
+    """verify + infer with errors that name the op and ``where`` (node name or 'eager call')."""
+    try:
+        op.verify(*specs)
+    except VerifyError as e:
+        raise VerifyError(f"{describe(op)} ({where}): {e}") from None
+    try:
+        result = op.infer(*specs)
+    except VerifyError as e:
+        raise VerifyError(f"{describe(op)} ({where}): {e}") from None
+    except NotImplementedError:
+        raise
+    except Exception as e:
+        shown = ", ".join("None" if s is None else str(s) for s in specs)
+        raise VerifyError(f"{describe(op)} ({where}): infer failed on inputs ({shown}): "
+                          f"{type(e).__name__}: {e}") from e
+    if isinstance(result, TensorSpec):
+        return (result,)
+    if isinstance(result, (tuple, list)) and all(isinstance(r, TensorSpec) for r in result):
+        return tuple(result)
+    raise TypeError(f"{describe(op)}.infer must return a TensorSpec or a tuple of them, got {result!r}")

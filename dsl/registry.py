@@ -1,0 +1,119 @@
+"""Op registry: (domain, op_type, opset range) -> Op class (PPL.NN's OptKernelCreatorManager).
+
+Filled by ``@dsl.op`` / ``@dsl.composed`` in modules imported explicitly (``import ops``
+registers the built-ins).  A later registration over an overlapping opset range of
+the same (domain, op_type) takes precedence, so a user op overrides a built-in one;
+``unregister`` undoes it.  The ONNX default domain is ``""`` (``"ai.onnx"`` is an alias).
+"""
+from __future__ import annotations
+
+import difflib
+from typing import Dict, List, Optional, Tuple
+
+_ONNX_ALIASES = ("ai.onnx",)
+
+# (domain, op_type) -> entries, most recent registration last
+_TABLE: Dict[Tuple[str, str], List[type]] = {}
+
+
+class UnknownOpError(LookupError):
+    """No registered op for a (domain, op_type, opset); the message lists the closest ones."""
+
+    def __init__(self, message: str, domain: str = "", op_type: str = "", opset: Optional[int] = None):
+        super().__init__(message)
+        self.domain, self.op_type, self.opset = domain, op_type, opset
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def normalize_domain(domain: Optional[str]) -> str:
+    domain = domain or ""
+    return "" if domain in _ONNX_ALIASES else domain
+
+
+def _range(cls) -> str:
+    return f"[{cls.since}, {'...' if cls.until is None else cls.until}]"
+
+
+def _covers(cls, opset: Optional[int]) -> bool:
+    if opset is None:
+        return True
+    return cls.since <= opset and (cls.until is None or opset <= cls.until)
+
+
+def register(cls) -> type:
+    """Register ``cls`` under ``(cls.domain, cls.op_type, [cls.since, cls.until])``."""
+    cls.domain = normalize_domain(cls.domain)
+    if not isinstance(cls.since, int) or (cls.until is not None and cls.until < cls.since):
+        raise ValueError(f"{cls.__name__}: opset range since={cls.since!r} until={cls.until!r} is empty")
+    entries = _TABLE.setdefault((cls.domain, cls.op_type), [])
+    # re-registering the same class (module reload) replaces it in place
+    entries[:] = [c for c in entries if not (c.__qualname__ == cls.__qualname__
+                                             and c.__module__ == cls.__module__)]
+    entries.append(cls)
+    return cls
+
+
+def unregister(cls) -> None:
+    entries = _TABLE.get((cls.domain, cls.op_type), [])
+    if cls in entries:
+        entries.remove(cls)
+    if not entries:
+        _TABLE.pop((cls.domain, cls.op_type), None)
+
+
+def lookup(domain: Optional[str], op_type: str, opset: Optional[int] = None) -> type:
+    """The op class for ``domain::op_type`` at ``opset`` (None: the newest registration).
+
+    Among registrations covering ``opset`` the most recent wins (overrides)."""
+    domain = normalize_domain(domain)
+    entries = _TABLE.get((domain, op_type), [])
+    for cls in reversed(entries):
+        if _covers(cls, opset):
+            return cls
+    if entries:
+        ranges = ", ".join(f"{c.__name__} {_range(c)}" for c in entries)
+        raise UnknownOpError(
+            f"op {op_type!r} in domain {domain or 'ai.onnx'!r} has no registration for opset {opset} "
+            f"(registered: {ranges})", domain, op_type, opset)
+    raise UnknownOpError(_unknown_message(domain, op_type, opset), domain, op_type, opset)
+
+
+def find(domain: Optional[str], op_type: str, opset: Optional[int] = None) -> Optional[type]:
+    """Like ``lookup`` but ``None`` when nothing matches."""
+    try:
+        return lookup(domain, op_type, opset)
+    except UnknownOpError:
+        return None
+
+
+def _unknown_message(domain: str, op_type: str, opset: Optional[int]) -> str:
+    shown_dom = domain or "ai.onnx"
+    at = f" (opset {opset})" if opset is not None else ""
+    same_domain = sorted(t for (d, t) in _TABLE if d == domain)
+    close = difflib.get_close_matches(op_type, same_domain, n=5, cutoff=0.5)
+    other = sorted(f"{d or 'ai.onnx'}::{t}" for (d, t) in _TABLE if t == op_type and d != domain)
+    if not close:  # case-insensitive and cross-domain near misses
+        every = {f"{d or 'ai.onnx'}::{t}": t for (d, t) in _TABLE}
+        close = difflib.get_close_matches(op_type.lower(), [t.lower() for t in every.values()], n=5, cutoff=0.6)
+        close = sorted(k for k, t in every.items() if t.lower() in close)
+    msg = f"no op registered for {op_type!r} in domain {shown_dom!r}{at}"
+    hints = []
+    if other:
+        hints.append(f"the same type exists in: {', '.join(other)}")
+    if close:
+        hints.append(f"closest known ops: {', '.join(close)}")
+    if not hints:
+        known = sorted({d or "ai.onnx" for (d, _) in _TABLE})
+        hints.append(f"known domains: {', '.join(known) or 'none (import ops to register the built-ins)'}")
+    return msg + "; " + "; ".join(hints)
+
+
+def all_ops() -> List[type]:
+    """Every registered op class, newest registration of each (domain, type) last."""
+    return [c for entries in _TABLE.values() for c in entries]
+
+
+def domains() -> List[str]:
+    return sorted({d for d, _ in _TABLE})
