@@ -1,0 +1,610 @@
+"""The interpreter backend: the executable specification of the kernel language.
+
+It runs the user's own Python function, once per team thread, on real Python
+threads with a real barrier, so ``print``, ``pdb`` and ``breakpoint()`` work on
+the user's lines.  Only the surroundings are changed so that plain Python
+behaves as the compiled backends do:
+
+* the function is rebuilt around the *same code object* with globals whose
+  builtins ``min max abs pow int float bool`` are the numpy-typed versions;
+* tensors are thin views that check every index (numpy would silently wrap a
+  negative one), refuse writes to ``In`` tensors, widen f16/bf16 loads to f32
+  and wrap stores to narrow ints like ``astype``;
+* ``dsl.sync()`` is a barrier that notices a deadlock (a thread that left the
+  kernel, or threads waiting at different ``sync()`` calls) and reports it as a
+  ``dsl.LaunchError`` instead of hanging.
+
+Tiles run one after the other; each worker thread ``t`` plays thread ``t`` of
+every tile in order, so a launch costs ``threads`` thread starts whatever the grid.
+"""
+from __future__ import annotations
+
+import builtins as _py_builtins
+import inspect
+import os
+import sys
+import threading
+import types
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from dsl import builtins as B
+from dsl import ir
+from dsl import types as T
+from dsl.errors import LaunchError
+from backends.base import Backend, CompileRequest, Launcher
+
+# --------------------------------------------------------------------------- Python builtins
+
+
+def _int(v=0, *base):
+    """``int(v)``: truncation toward zero to an i64, as the compiled backends cast."""
+    if base or isinstance(v, (str, bytes)):
+        return np.int64(_py_builtins.int(v, *base))
+    return np.int64(v)
+
+
+def _float(v=0.0):
+    """``float(v)``: an f64."""
+    return np.float64(v)
+
+
+def _bool(v=False):
+    """``bool(v)``: a numpy bool."""
+    return np.bool_(v)
+
+
+_KERNEL_BUILTINS = dict(vars(_py_builtins))
+_KERNEL_BUILTINS.update(min=B.min_, max=B.max_, abs=B.abs_, pow=B.pow_, int=_int, float=_float, bool=_bool)
+
+# Frames in these files are ours, not the user's: skipped when naming call sites
+# and trimmed from tracebacks shown to the user.
+_OWN_FILES = {os.path.abspath(__file__), os.path.abspath(B.__file__)}
+
+
+def _own(code) -> bool:
+    return os.path.abspath(code.co_filename) in _OWN_FILES
+
+
+# --------------------------------------------------------------------------- tensor views
+
+class Tensor:
+    """A kernel tensor argument: numpy indexing with bounds checks.
+
+    Loads give numpy scalars (f32 for f16/bf16 storage), ``.shape`` and
+    ``.size`` are i64 like the IR's ``Shape``/``Size``.  ``np.asarray(t)`` gives
+    the underlying array (read-only for ``In``).
+    """
+
+    __slots__ = ("array", "name", "access", "shape", "size", "ndim", "dtype", "flat",
+                 "_shape", "_wide", "_int", "_fast")
+
+    def __init__(self, array: np.ndarray, name: str, access: str, dtype: T.DType):
+        if access == "in":
+            array = array.view()
+            array.flags.writeable = False
+        self.array = array
+        self.name = name
+        self.access = access
+        self.dtype = array.dtype
+        self._shape = tuple(array.shape)
+        self.shape = tuple(np.int64(n) for n in array.shape)
+        self.size = np.int64(array.size)
+        self.ndim = array.ndim
+        self._wide = dtype.is_storage_only
+        self._int = dtype.is_int
+        self._fast = access != "in" and dtype.is_float and not self._wide  # plain numpy store is exact
+        self.flat = _Flat(self)
+
+    # -- indexing
+    def _index(self, idx):
+        """``idx`` when it names one element, else an IndexError naming tensor, index and shape."""
+        try:
+            if idx.__class__ is tuple:
+                if len(idx) == len(self._shape):
+                    for k, n in zip(idx, self._shape):
+                        if not 0 <= k < n:
+                            break
+                    else:
+                        return idx
+            elif len(self._shape) == 1 and 0 <= idx < self._shape[0]:
+                return idx
+        except TypeError:
+            pass
+        raise IndexError(_describe_bad_index(self, idx))
+
+    def __getitem__(self, idx):
+        v = self.array[self._index(idx)]
+        return np.float32(v) if self._wide else v
+
+    def __setitem__(self, idx, value) -> None:
+        if self._fast:
+            self.array[self._index(idx)] = value
+        else:
+            _store(self, self.array, self._index(idx), value)
+
+    # -- conveniences for pdb users and numpy
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError(f"len() of 0-d tensor {self.name!r}")
+        return self._shape[0]
+
+    def __array__(self, dtype=None, copy=None):
+        return self.array if dtype is None else self.array.astype(dtype)
+
+    def __repr__(self) -> str:
+        return (f"<{self.access} tensor {self.name!r} {self.dtype} shape {self._shape}>\n"
+                f"{np.array2string(self.array, threshold=64)}")
+
+
+class _Flat:
+    """``t.flat[i]``: the tensor as one row-major vector, bounds-checked."""
+
+    __slots__ = ("tensor", "_a", "_n", "_wide", "_fast")
+
+    def __init__(self, tensor: Tensor):
+        self.tensor = tensor
+        self._wide = tensor._wide
+        self._fast = tensor._fast
+        self._a = tensor.array.reshape(-1)  # a view: kernel tensors are C-contiguous
+        self._n = tensor.array.size
+
+    def _bad(self, i):
+        return IndexError(_describe_bad_index(self.tensor, i, flat=True))
+
+    # The hot path of most kernels: the check is inlined (0 <= tuple raises TypeError).
+    def __getitem__(self, i):
+        try:
+            ok = 0 <= i < self._n
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise self._bad(i)
+        v = self._a[i]
+        return np.float32(v) if self._wide else v
+
+    def __setitem__(self, i, value) -> None:
+        try:
+            ok = 0 <= i < self._n
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise self._bad(i)
+        if self._fast:
+            self._a[i] = value
+        else:
+            _store(self.tensor, self._a, i, value)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __repr__(self) -> str:
+        return f"<{self.tensor.name}.flat, {self._n} elements>"
+
+
+def _store(t: Tensor, array: np.ndarray, idx, value) -> None:
+    """``array[idx] = value`` with the IR's store cast: f16/bf16 through f32, ints wrap."""
+    if t.access == "in":
+        raise ValueError(f"tensor {t.name!r} is In[{T.from_numpy(t.dtype)}]: read-only inside the kernel; "
+                         "declare it Out[...] or InOut[...] to write to it")
+    if t._wide:
+        value = np.float32(value)
+    try:
+        array[idx] = value
+    except OverflowError:  # numpy refuses out-of-range ints; the compiled cast wraps
+        if not t._int:
+            raise
+        array[idx] = np.asarray(value).astype(t.dtype)
+
+
+def _describe_bad_index(t: Tensor, idx, flat: bool = False) -> str:
+    shown = tuple(_py_builtins.int(k) if isinstance(k, (int, np.integer)) else k for k in idx) \
+        if isinstance(idx, tuple) else (_py_builtins.int(idx) if isinstance(idx, (int, np.integer)) else idx)
+    if flat:
+        return (f"index {shown!r} out of bounds for {t.name}.flat: tensor {t.name!r} has shape "
+                f"{t._shape} ({t.array.size} elements); accepted: 0 <= i < {t.array.size}")
+    if isinstance(idx, tuple) and len(idx) != len(t._shape) or not isinstance(idx, tuple) and len(t._shape) != 1:
+        n = len(idx) if isinstance(idx, tuple) else 1
+        return (f"tensor {t.name!r} has {len(t._shape)} dimension(s) (shape {t._shape}) but was indexed "
+                f"with {n} index(es) {shown!r}; use one index per dimension, or {t.name}.flat[i]")
+    if isinstance(idx, tuple):
+        bad = next((d for d, k in enumerate(idx) if not _in_range(k, t._shape[d])), None)
+        where = f" (axis {bad}: {shown[bad]!r} not in 0..{t._shape[bad] - 1})" if bad is not None else ""
+    else:
+        where = ""
+    return f"index {shown!r} out of bounds for tensor {t.name!r} of shape {t._shape}{where}"
+
+
+def _in_range(k, n) -> bool:
+    try:
+        return 0 <= k < n
+    except TypeError:
+        return False
+
+
+# --------------------------------------------------------------------------- the team
+
+class _Abort(BaseException):
+    """Unwinds a thread whose launch already failed elsewhere (never reaches the user)."""
+
+
+def _user_frame():
+    """The innermost frame of user code calling into us (skips dsl.builtins and this file)."""
+    f = sys._getframe(2)
+    while f is not None and _own(f.f_code):
+        f = f.f_back
+    return f
+
+
+def _where(frame) -> str:
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "<unknown>"
+
+
+class _Team:
+    """One team (tile): its barrier, its scratch buffers and who has left."""
+
+    def __init__(self, launch: "_Launch", tile: int):
+        self.launch = launch
+        self.tile = tile
+        self.cond = launch.cond
+        self.waiting: Dict[int, tuple] = {}  # thread -> (call site, "file:line")
+        self.left: Dict[int, str] = {}       # thread -> how it left
+        self.generation = 0
+        self.scratch: Dict[tuple, Tensor] = {}
+
+    def sync(self, tid: int) -> None:
+        frame = _user_frame()
+        site = (frame.f_code, frame.f_lasti) if frame is not None else None
+        with self.cond:
+            self.launch.check_abort()
+            self.waiting[tid] = (site, _where(frame))
+            gen = self.generation
+            self._settle()
+            while gen == self.generation and not self.launch.failed:
+                self.cond.wait()
+            if gen == self.generation:
+                raise _Abort()
+
+    def leave(self, tid: int, how: str) -> None:
+        with self.cond:
+            self.left[tid] = how
+            self.waiting.pop(tid, None)
+            self._settle()
+            if len(self.left) == self.launch.threads:
+                self.scratch.clear()
+
+    def _settle(self) -> None:
+        """Release the barrier, or report a deadlock, once every live thread waits."""
+        if not self.waiting or len(self.waiting) + len(self.left) < self.launch.threads:
+            return
+        sites = {site for site, _ in self.waiting.values()}
+        if len(sites) == 1 and not self.left:
+            self.waiting.clear()
+            self.generation += 1
+            self.cond.notify_all()
+            return
+        self.launch.fail_deadlock(self._deadlock_message())
+
+    def _deadlock_message(self) -> str:
+        launch = self.launch
+        head = f"deadlock in kernel {launch.name!r}" + (f", tile {self.tile}" if launch.grid > 1 else "")
+        by_line: Dict[str, List[int]] = {}
+        for tid, (_, where) in sorted(self.waiting.items()):
+            by_line.setdefault(where, []).append(tid)
+        waits = "; ".join(f"{_threads(tids)} {'waits' if len(tids) == 1 else 'wait'} at dsl.sync() at {where}"
+                          for where, tids in by_line.items())
+        if self.left:
+            lefts = "; ".join(f"thread {tid} {how}" for tid, how in sorted(self.left.items()))
+            return (f"{head}: {lefts}, while {waits}.\n"
+                    "Every thread of a team must reach each dsl.sync(); do not return early before a sync().")
+        return (f"{head}: threads wait at different dsl.sync() calls: {waits}.\n"
+                "Every thread of a team must reach the same dsl.sync() calls in the same order.")
+
+    def get_scratch(self, shape, dtype: T.DType) -> Tensor:
+        frame = _user_frame()
+        key = (frame.f_code, frame.f_lasti) if frame is not None else None
+        with self.cond:
+            buf = self.scratch.get(key)
+            if buf is None:
+                buf = Tensor(_poisoned(shape, dtype), self.launch.scratch_name(frame), "inout", dtype)
+                self.scratch[key] = buf
+            return buf
+
+
+def _threads(tids: Sequence[int]) -> str:
+    return f"thread {tids[0]}" if len(tids) == 1 else "threads " + ", ".join(map(str, tids))
+
+
+def _poisoned(shape, dtype: T.DType) -> np.ndarray:
+    """A fresh scratch buffer: NaN / a byte pattern, so reading before writing shows up."""
+    shape = tuple(_py_builtins.int(n) for n in shape)
+    if dtype.is_float:
+        return np.full(shape, np.nan, dtype.np)
+    if dtype.is_bool:
+        return np.ones(shape, dtype.np)
+    return np.frombuffer(b"\xa5" * (np.dtype(dtype.np).itemsize * _py_builtins.int(np.prod(shape))),
+                         dtype.np).reshape(shape).copy()
+
+
+class _Context(B.TeamContext):
+    """What ``dsl.thread_id()``, ``dsl.sync()``... see in one interpreter thread."""
+
+    def __init__(self, team: _Team, tid: int):
+        launch = team.launch
+        self.team = team
+        self.thread_id = tid
+        self.num_threads = launch.threads
+        self.tile_id = team.tile
+        self.num_tiles = launch.grid
+        self.log_level = launch.log_level
+
+    def sync(self) -> None:
+        self.team.sync(self.thread_id)
+
+    def scratch(self, shape, dtype) -> Tensor:
+        return self.team.get_scratch(shape, dtype)
+
+    def log(self, level: str, text: str) -> None:
+        launch = self.team.launch
+        with launch.print_lock:
+            print(f"[{launch.name} t={self.thread_id} tile={self.tile_id}] {text}", flush=True)
+
+    def atomic_add(self, array, index, value) -> None:
+        if isinstance(array, Tensor) and not isinstance(index, tuple) and array.ndim != 1:
+            array = array.flat
+        with self.team.launch.atomic_lock:
+            array[index] = array[index] + value
+
+
+# --------------------------------------------------------------------------- one launch
+
+class _Launch:
+    """State shared by the worker threads of one launch."""
+
+    def __init__(self, launcher: "InterpreterLauncher", grid: int):
+        k = launcher.kernel
+        self.name = k.name
+        self.kernel = k
+        self.threads = k.threads
+        self.grid = grid
+        self.log_level = launcher.log_level
+        self.cond = threading.Condition()
+        self.print_lock = launcher.print_lock
+        self.atomic_lock = threading.Lock()
+        self.failed = False
+        self.error: Optional[BaseException] = None
+        self.teams: Dict[int, _Team] = {}
+
+    def team(self, tile: int) -> _Team:
+        with self.cond:
+            team = self.teams.get(tile)
+            if team is None:
+                team = self.teams[tile] = _Team(self, tile)
+            return team
+
+    def retire(self, tile: int) -> None:
+        with self.cond:
+            team = self.teams.get(tile)
+            if team is not None and len(team.left) == self.threads:
+                del self.teams[tile]
+
+    def check_abort(self) -> None:
+        if self.failed:
+            raise _Abort()
+
+    def _fail(self, error: BaseException) -> None:
+        with self.cond:
+            if not self.failed:
+                self.failed = True
+                self.error = error
+            self.cond.notify_all()
+
+    def fail_deadlock(self, message: str) -> None:
+        self._fail(LaunchError(message))
+
+    def fail_exception(self, exc: BaseException, tid: int, tile: int) -> None:
+        exc.__traceback__ = _trim(exc.__traceback__)
+        self._fail(_wrap_exception(self, exc, tid, tile))
+
+    def scratch_name(self, frame) -> str:
+        line = frame.f_lineno if frame is not None else 0
+        for s in self.kernel.scratch:
+            if s.loc.line == line:
+                return s.name
+        return f"scratch@line{line}"
+
+
+def _trim(tb):
+    """Drop our own frames from a traceback so it reads as the user's code."""
+    frames = []
+    while tb is not None:
+        if not _own(tb.tb_frame.f_code):
+            frames.append(tb)
+        tb = tb.tb_next
+    for a, b in zip(frames, frames[1:]):
+        a.tb_next = b
+    if frames:
+        frames[-1].tb_next = None
+        return frames[0]
+    return None
+
+
+def _wrap_exception(launch: _Launch, exc: BaseException, tid: int, tile: int) -> LaunchError:
+    """A LaunchError naming the thread, the tile and the user's line, caused by ``exc``."""
+    last = None
+    tb = exc.__traceback__
+    while tb is not None:
+        last = tb
+        tb = tb.tb_next
+    where = ""
+    if last is not None:
+        import linecache
+        f, line = last.tb_frame.f_code.co_filename, last.tb_lineno
+        text = linecache.getline(f, line).strip()
+        where = f" at {f}:{line}" + (f"\n    {text}" if text else "")
+    team = f"thread {tid}" + (f" of tile {tile}" if launch.grid > 1 else "")
+    err = LaunchError(f"kernel {launch.name!r} failed in {team}{where}\n{type(exc).__name__}: {exc}")
+    err.__cause__ = exc
+    err.thread_id = tid
+    err.tile_id = tile
+    return err
+
+
+# --------------------------------------------------------------------------- launcher and backend
+
+class InterpreterLauncher(Launcher):
+    def __init__(self, request: CompileRequest):
+        self.kernel = request.kernel
+        self.pyfunc = request.pyfunc
+        self.log_level = request.log_level
+        self.print_lock = threading.Lock()
+        self._params = tuple(request.kernel.params)
+
+    def _bind(self, args: Sequence) -> dict:
+        """Keyword arguments for the user's function: tensor views and numpy scalars."""
+        if len(args) != len(self._params):
+            raise TypeError(f"kernel {self.kernel.name!r} takes {len(self._params)} arguments "
+                            f"({', '.join(p.name for p in self._params)}), got {len(args)}")
+        out = {}
+        for p, a in zip(self._params, args):
+            if isinstance(p, ir.TensorParam):
+                out[p.name] = Tensor(a, p.name, p.access, p.dtype)
+            elif isinstance(p, ir.VecParam):
+                out[p.name] = Tensor(np.asarray(a, p.dtype.np).reshape(-1), p.name, "in", p.dtype)
+            else:
+                v = p.dtype.np.type(a if p.const_value is None else p.const_value)
+                out[p.name] = np.float32(v) if p.dtype.is_storage_only else v
+        return out
+
+    def function(self):
+        """The user's function over the same code object, with kernel builtins in its globals."""
+        return _Rebuilder().function(self.pyfunc)
+
+    def __call__(self, args: Sequence, grid: int = 1) -> None:
+        grid = _py_builtins.int(grid)
+        if grid < 1:
+            raise ValueError(f"grid must be >= 1, got {grid}")
+        kwargs = self._bind(args)
+        fn = self.function()
+        launch = _Launch(self, grid)
+        workers = [threading.Thread(target=_work, args=(launch, fn, kwargs, tid),
+                                    name=f"opdsl-{launch.name}-t{tid}", daemon=True)
+                   for tid in range(launch.threads)]
+        for w in workers:
+            w.start()
+        try:
+            for w in workers:
+                w.join()
+        except BaseException:  # Ctrl-C while waiting: stop the team, let it unwind
+            launch.fail_deadlock("launch interrupted")
+            raise
+        if launch.error is not None:
+            raise launch.error
+
+
+def _work(launch: _Launch, fn, kwargs: dict, tid: int) -> None:
+    """Thread ``tid`` of every tile, in order."""
+    try:
+        for tile in range(launch.grid):
+            if launch.failed:
+                return
+            team = launch.team(tile)
+            B.bind_context(_Context(team, tid))
+            how = "returned from the kernel"
+            try:
+                with np.errstate(all="ignore"):  # compiled backends give inf/nan/wrapped ints silently
+                    fn(**kwargs)
+            except _Abort:
+                how = "stopped"
+                return
+            except BaseException as exc:  # noqa: BLE001 - reported to the caller
+                how = f"raised {type(exc).__name__}"
+                launch.fail_exception(exc, tid, tile)
+                return
+            finally:
+                team.leave(tid, how)
+                launch.retire(tile)
+    finally:
+        B.bind_context(None)
+
+
+class _Rebuilder:
+    """Rebuilds a kernel function and the ``@dsl.func`` helpers it reaches.
+
+    Each module's globals are copied once (so helpers calling each other share
+    them) with ``__builtins__`` replaced by the kernel builtins; code objects
+    stay the same, so tracebacks, pdb and coverage see the user's lines.
+    """
+
+    def __init__(self):
+        self.func_type = _func_type()
+        self.globals: Dict[int, dict] = {}
+        self.funcs: Dict[int, types.FunctionType] = {}
+
+    def function(self, fn):
+        new = self.funcs.get(id(fn))
+        if new is not None:
+            return new
+        closure = fn.__closure__
+        if closure:
+            closure = tuple(self._cell(c) for c in closure)
+        new = types.FunctionType(fn.__code__, self._globals(fn.__globals__), fn.__name__,
+                                 fn.__defaults__, closure)
+        new.__kwdefaults__ = fn.__kwdefaults__
+        new.__dict__.update(getattr(fn, "__dict__", {}))
+        self.funcs[id(fn)] = new
+        return new
+
+    def _globals(self, module_globals: dict) -> dict:
+        glob = self.globals.get(id(module_globals))
+        if glob is None:
+            glob = self.globals[id(module_globals)] = {}
+            glob.update(module_globals)
+            glob["__builtins__"] = _KERNEL_BUILTINS
+            if self.func_type is not None:
+                for k, v in module_globals.items():
+                    if isinstance(v, self.func_type):
+                        glob[k] = self._adapt(v)
+        return glob
+
+    def _adapt(self, value):
+        py = getattr(value, "pyfunc", None)
+        return self.function(py) if isinstance(py, types.FunctionType) else value
+
+    def _cell(self, cell):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            return cell
+        if self.func_type is not None and isinstance(value, self.func_type):
+            return types.CellType(self._adapt(value))
+        return cell
+
+
+def _func_type():
+    """The class of ``@dsl.func`` objects (None while dsl.kernel is unavailable)."""
+    try:
+        from dsl.kernel import Func
+    except ImportError:
+        return None
+    return Func
+
+
+class InterpreterBackend(Backend):
+    name = "interpreter"
+
+    def compile(self, request: CompileRequest) -> Launcher:
+        return InterpreterLauncher(request)
+
+    def source(self, request: CompileRequest) -> str:
+        k = request.kernel
+        head = (f"# interpreter backend: this Python function runs as {k.threads} thread(s) per tile\n"
+                "# on Python threads; print(), pdb and breakpoint() work on its lines.\n")
+        try:
+            return head + inspect.getsource(request.pyfunc)
+        except (OSError, TypeError):
+            return head + ir.dump(k)
+
+
+BACKEND = InterpreterBackend()
