@@ -1,0 +1,448 @@
+"""Symbolic graphs: the same op calls that run eagerly on arrays build nodes here.
+
+Structure (documented for dsl/onnx_export.py and any other reader; treat as read-only
+outside dsl/graph.py and dsl/passes.py):
+
+``Graph``
+    ``name: str``
+    ``inputs: list[Tensor]``      graph inputs, in declaration order (``kind == "input"``)
+    ``outputs: list[Tensor]``     graph outputs, in ``output()`` order; ``t.name`` is the output name
+    ``constants: dict[str, np.ndarray]``  name -> value of every constant (initializer)
+    ``nodes: list[Node]``         topological order (every input is defined before use)
+    ``tensors: dict[str, Tensor]``  every tensor by its unique name
+    ``opset_imports: dict[str, int]``  domain -> opset the graph was written for ("" = ai.onnx);
+                                  empty unless set by the user or an ONNX loader
+``Tensor``
+    ``name``, ``spec: dsl.TensorSpec`` (``shape`` may hold ``None``; ``dtype``), ``kind``:
+    ``"input" | "constant" | "node"``, ``producer: Node | None``, ``index`` (output slot),
+    ``value`` (numpy array for constants, else None), ``graph``.
+``Node``
+    ``name``, ``op: dsl.Op`` instance (``op.op_type``, ``op.domain``, ``op.params``,
+    ``type(op).since``), ``inputs: list[Tensor | None]`` (``None`` = absent optional input),
+    ``outputs: list[Tensor]``, ``subgraph: Graph | None`` -- for composed ops
+    (``@dsl.composed``), the body instantiated for this node's input specs: its inputs
+    correspond to ``node.inputs`` and its outputs to ``node.outputs`` by position;
+    ``type(node.op).composed`` is True and ``node.op.function_graph()`` rebuilds the body
+    with fully unknown shapes (for FunctionProto export).
+
+Tensors from different graphs never mix.  Printing a graph (``print(g)``) lists inputs,
+constants, nodes with params and output specs; Jupyter shows an SVG diagram.
+"""
+from __future__ import annotations
+
+import html
+import itertools
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from dsl.op import Op, TensorSpec, VerifyError, check_and_infer, describe
+from dsl.types import as_dtype, from_numpy
+
+
+class Tensor:
+    """A value in a ``Graph``: an input, a constant or a node output."""
+
+    __slots__ = ("graph", "name", "spec", "kind", "producer", "index", "value")
+
+    def __init__(self, graph: "Graph", name: str, spec: TensorSpec, kind: str,
+                 producer: Optional["Node"] = None, index: int = 0, value=None):
+        self.graph, self.name, self.spec, self.kind = graph, name, spec, kind
+        self.producer, self.index, self.value = producer, index, value
+
+    @property
+    def shape(self):
+        return self.spec.shape
+
+    @property
+    def dtype(self):
+        return self.spec.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.spec.ndim
+
+    def __repr__(self) -> str:
+        return f"<dsl.Tensor {self.name!r} {self.spec} of graph {self.graph.name!r}>"
+
+    def __bool__(self):
+        raise TypeError(f"graph tensor {self.name!r} has no truth value: it is symbolic until the model runs")
+
+    def __array__(self, *a, **k):
+        raise TypeError(f"graph tensor {self.name!r} is symbolic: compile the graph and run it to get values")
+
+
+class Node:
+    """One op application in a graph."""
+
+    __slots__ = ("name", "op", "inputs", "outputs", "subgraph")
+
+    def __init__(self, name: str, op: Op, inputs: List[Optional[Tensor]],
+                 outputs: List[Tensor], subgraph: Optional["Graph"] = None):
+        self.name, self.op, self.inputs, self.outputs, self.subgraph = name, op, inputs, outputs, subgraph
+
+    @property
+    def op_type(self) -> str:
+        return self.op.op_type
+
+    @property
+    def domain(self) -> str:
+        return self.op.domain
+
+    def __repr__(self) -> str:
+        return f"<dsl.Node {self.name!r} {describe(self.op)}>"
+
+
+class Identity(Op):
+    """Copy: emitted when a graph input, constant or an existing output is output again
+    under a new name (graph outputs must be distinct tensors).  Not registered, so a
+    user's or the ops library's Identity stays the one ONNX import finds."""
+
+    op_type = "Identity"
+    inplace = {}
+
+    def infer(self, x):
+        return x.spec.with_()
+
+    kernels = {"default": lambda x, y: np.copyto(y, x)}
+
+
+class Graph:
+    """A symbolic dataflow graph of ops; ``compile`` turns it into a ``dsl.Model``."""
+
+    def __init__(self, name: str = "graph"):
+        self.name = name
+        self.inputs: List[Tensor] = []
+        self.outputs: List[Tensor] = []
+        self.constants: Dict[str, np.ndarray] = {}
+        self.nodes: List[Node] = []
+        self.tensors: Dict[str, Tensor] = {}
+        self.opset_imports: Dict[str, int] = {}
+        self._counter = itertools.count()
+        self._node_names: set = set()
+
+    # building -----------------------------------------------------------------------------
+    def unique_name(self, base: str, node: bool = False) -> str:
+        """``base`` or ``base_k``, unused among tensor names (or node names when ``node``)."""
+        used = self._node_names if node else self.tensors
+        if base not in used:
+            return base
+        for k in itertools.count(1):
+            if f"{base}_{k}" not in used:
+                return f"{base}_{k}"
+        raise AssertionError("unreachable")
+
+    def _claim(self, name: str, what: str) -> str:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"graph {self.name!r}: {what} name must be a non-empty str, got {name!r}")
+        if name in self.tensors:
+            raise ValueError(f"graph {self.name!r}: a tensor named {name!r} already exists "
+                             f"({self.tensors[name].kind}); {what} names must be unique")
+        return name
+
+    def input(self, name: str, shape: Sequence[Optional[int]], dtype) -> Tensor:
+        """A graph input; ``None`` in ``shape`` is a dimension known at run time."""
+        self._claim(name, "input")
+        try:
+            spec = TensorSpec(tuple(shape), as_dtype(dtype))
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"graph {self.name!r} input {name!r}: {e}") from None
+        t = Tensor(self, name, spec, "input")
+        self.inputs.append(t)
+        self.tensors[name] = t
+        return t
+
+    def constant(self, name: Optional[str], value) -> Tensor:
+        """A constant (ONNX initializer); the array is copied and frozen."""
+        name = self._claim(name, "constant") if name is not None else self.unique_name("const")
+        arr = np.array(value)
+        try:
+            dt = from_numpy(arr.dtype)
+        except TypeError as e:
+            raise TypeError(f"graph {self.name!r} constant {name!r}: {e}") from None
+        arr = np.ascontiguousarray(arr)
+        arr.setflags(write=False)
+        t = Tensor(self, name, TensorSpec(arr.shape, dt, value=arr), "constant", value=arr)
+        self.constants[name] = arr
+        self.tensors[name] = t
+        return t
+
+    def output(self, tensor: Tensor, name: Optional[str] = None) -> Tensor:
+        """Mark ``tensor`` as a graph output called ``name`` (default: its own name)."""
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"graph {self.name!r}: output() takes a graph tensor, got {type(tensor).__name__}")
+        if tensor.graph is not self:
+            raise ValueError(f"tensor {tensor.name!r} belongs to graph {tensor.graph.name!r}, "
+                             f"not {self.name!r}")
+        name = tensor.name if name is None else name
+        if any(o.name == name for o in self.outputs):
+            raise ValueError(f"graph {self.name!r} already has an output named {name!r}")
+        if name == tensor.name and tensor not in self.outputs:
+            self.outputs.append(tensor)
+            return tensor
+        if tensor.kind == "node" and tensor not in self.outputs and tensor not in self.inputs:
+            self._claim(name, "output")
+            del self.tensors[tensor.name]
+            tensor.name = name
+            self.tensors[name] = tensor
+            self.outputs.append(tensor)
+            return tensor
+        self._claim(name, "output")
+        copy = apply_op(Identity(), [tensor], self, out_names=[name])
+        self.outputs.append(copy)
+        return copy
+
+    def add_node(self, op: Op, inputs: Sequence[Optional[Tensor]], out_specs: Sequence[TensorSpec],
+                 name: Optional[str] = None, out_names: Optional[Sequence[str]] = None,
+                 subgraph: Optional["Graph"] = None) -> Node:
+        """Append a node (specs already inferred); used by apply_op and compile passes."""
+        name = name or self.unique_name(f"{op.op_type}_{next(self._counter)}", node=True)
+        node = Node(name, op, list(inputs), [], subgraph)
+        self._node_names.add(name)
+        for i, spec in enumerate(out_specs):
+            if out_names is not None:
+                tname = self._claim(out_names[i], "tensor")
+            else:
+                tname = self.unique_name(name if len(out_specs) == 1 else f"{name}:{i}")
+            t = Tensor(self, tname, spec, "node", node, i)
+            node.outputs.append(t)
+            self.tensors[tname] = t
+        self.nodes.append(node)
+        return node
+
+    # reading ------------------------------------------------------------------------------
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(f"graph {self.name!r} has no node {name!r}")
+
+    def consumers(self, tensor: Tensor) -> List[Node]:
+        return [n for n in self.nodes if any(t is tensor for t in n.inputs)]
+
+    def compile(self, backend: Optional[str] = None, formats: str = "auto", fold: bool = True):
+        """Inline composed ops, infer shapes/types, verify, fold constants, drop dead nodes,
+        select formats (inserting reorders) and kernels, plan memory -> ``dsl.Model``.
+
+        ``formats="plain"`` keeps every tensor plain (no NCHWc16)."""
+        from dsl.passes import compile_graph
+        return compile_graph(self, backend=backend, formats=formats, fold=fold)
+
+    def to_onnx(self):
+        """An ``onnx.ModelProto`` (custom domains kept, composed ops as FunctionProto)."""
+        from dsl import onnx_export
+        return onnx_export.export(self)
+
+    def copy(self) -> "Graph":
+        """A structural copy sharing ops and constant arrays (passes rewrite copies)."""
+        g = Graph(self.name)
+        g.opset_imports = dict(self.opset_imports)
+        m: Dict[int, Tensor] = {}
+        for t in self.inputs:
+            m[id(t)] = g.input(t.name, t.spec.shape, t.spec.dtype)
+            m[id(t)].spec = t.spec
+        for name, value in self.constants.items():
+            t = self.tensors[name]
+            c = Tensor(g, name, t.spec, "constant", value=value)
+            g.constants[name], g.tensors[name] = value, c
+            m[id(t)] = c
+        for n in self.nodes:
+            node = g.add_node(n.op, [None if t is None else m[id(t)] for t in n.inputs],
+                              [o.spec for o in n.outputs], name=n.name,
+                              out_names=[o.name for o in n.outputs], subgraph=n.subgraph)
+            for o, new in zip(n.outputs, node.outputs):
+                m[id(o)] = new
+        g.outputs = [m[id(t)] for t in self.outputs]
+        g._counter = itertools.count(len(self.nodes) + 1000)
+        return g
+
+    # display ------------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return (f"<dsl.Graph {self.name!r}: {len(self.inputs)} inputs, {len(self.nodes)} nodes, "
+                f"{len(self.outputs)} outputs>")
+
+    def __str__(self) -> str:
+        sig_in = ", ".join(f"{t.name}: {t.spec}" for t in self.inputs)
+        sig_out = ", ".join(f"{t.name}: {t.spec}" for t in self.outputs)
+        lines = [f"graph {self.name}({sig_in}) -> ({sig_out})"]
+        for name, value in self.constants.items():
+            lines.append(f"  const {name}: {self.tensors[name].spec}" + _preview(value))
+        for n in self.nodes:
+            lines.append("  " + _node_line(n))
+        return "\n".join(lines)
+
+    def _repr_svg_(self) -> str:
+        return render_svg(self)
+
+    def _repr_html_(self) -> str:
+        return (f"<div>{render_svg(self)}<details><summary>text</summary>"
+                f"<pre>{html.escape(str(self))}</pre></details></div>")
+
+
+def _preview(value: np.ndarray) -> str:
+    if value.size <= 6:
+        return f" = {np.array2string(value.reshape(-1), separator=', ')}" if value.ndim else f" = {value}"
+    return ""
+
+
+def _params_text(op: Op) -> str:
+    parts = []
+    for k, v in op.params.items():
+        if isinstance(v, np.ndarray):
+            v = f"array{list(v.shape)}"
+        parts.append(f"{k}={v}")
+    return f"[{', '.join(parts)}]" if parts else ""
+
+
+def _node_line(n: Node) -> str:
+    outs = ", ".join(o.name for o in n.outputs)
+    ins = ", ".join("_" if t is None else t.name for t in n.inputs)
+    specs = ", ".join(str(o.spec) for o in n.outputs)
+    extra = f"  (composed: {len(n.subgraph.nodes)} nodes)" if n.subgraph is not None else ""
+    return f"{outs} = {describe(n.op)}{_params_text(n.op)}({ins})  # {specs}{extra}"
+
+
+# --------------------------------------------------------------------------- applying ops
+
+def apply_op(op: Op, inputs: Sequence, graph: Optional[Graph] = None,
+             out_names: Optional[Sequence[str]] = None):
+    """Add ``op`` applied to ``inputs`` to the graph they belong to; return output handle(s)."""
+    graphs = {id(x.graph): x.graph for x in inputs if isinstance(x, Tensor)}
+    if graph is not None:
+        graphs.setdefault(id(graph), graph)
+    if len(graphs) != 1:
+        names = ", ".join(repr(g.name) for g in graphs.values())
+        raise ValueError(f"{describe(op)}: inputs come from different graphs ({names}); "
+                         "tensors of one graph cannot feed another")
+    g = next(iter(graphs.values()))
+    first = next((x for x in inputs if isinstance(x, Tensor)), None)
+    tensors: List[Optional[Tensor]] = []
+    for i, x in enumerate(inputs):
+        if x is None or isinstance(x, Tensor):
+            tensors.append(x)
+        elif isinstance(x, (bool, int, float)) and first is not None:
+            tensors.append(g.constant(None, np.asarray(x, dtype=first.dtype.np)))
+        else:
+            try:
+                tensors.append(g.constant(None, x))
+            except TypeError as e:
+                raise TypeError(f"{describe(op)} input {i}: expected a graph tensor or an array, "
+                                f"got {type(x).__name__}: {e}") from None
+    name = g.unique_name(f"{op.op_type}_{next(g._counter)}", node=True)
+    specs = [None if t is None else t.spec for t in tensors]
+    subgraph = None
+    if getattr(type(op), "composed", False):
+        subgraph = op.instantiate(specs, where=f"node {name!r}")
+        out_specs = tuple(t.spec.with_(value=None) for t in subgraph.outputs)
+    else:
+        out_specs = check_and_infer(op, specs, where=f"node {name!r}")
+    out_specs = tuple(s.with_(format="plain") for s in out_specs)
+    node = g.add_node(op, tensors, out_specs, name=name, out_names=out_names, subgraph=subgraph)
+    return node.outputs[0] if len(node.outputs) == 1 else tuple(node.outputs)
+
+
+# --------------------------------------------------------------------------- SVG diagram
+
+_ROW, _CHAR, _BOX_H, _GAP = 78, 7.2, 30, 26
+
+
+def _layers(g: Graph) -> Tuple[Dict[int, int], List[list]]:
+    """Row of every drawn item: inputs on row 0, a node one row below its lowest producer."""
+    row: Dict[int, int] = {}
+    rows: List[list] = []
+
+    def place(item, r):
+        row[id(item)] = r
+        while len(rows) <= r:
+            rows.append([])
+        rows[r].append(item)
+
+    for t in g.inputs:
+        place(t, 0)
+    for n in g.nodes:
+        r = 0
+        for t in n.inputs:
+            if t is None or t.kind == "constant":
+                continue
+            src = t if t.kind == "input" else t.producer
+            r = max(r, row.get(id(src), 0))
+        place(n, r + 1)
+    for t in g.outputs:
+        src = t if t.kind != "node" else t.producer
+        place(("out", t), row.get(id(src), 0) + 1)
+    return row, rows
+
+
+def render_svg(g: Graph) -> str:
+    """A plain SVG drawing of the graph (no graphviz): rows by dependency depth."""
+    _, rows = _layers(g)
+    pos: Dict[int, Tuple[float, float, float]] = {}  # id -> (x center, y top, width)
+    width = 0.0
+    labels = {}
+    for r, items in enumerate(rows):
+        x = 10.0
+        for it in items:
+            if isinstance(it, Node):
+                consts = [t.name for t in it.inputs if t is not None and t.kind == "constant"]
+                label = describe(it.op) + (f" ({', '.join(consts)})" if consts else "")
+            elif isinstance(it, tuple):
+                label = f"{it[1].name}: {it[1].spec}"
+            else:
+                label = f"{it.name}: {it.spec}"
+            w = max(60.0, len(label) * _CHAR + 16)
+            labels[id(it)] = label
+            pos[id(it)] = (x + w / 2, 10.0 + r * _ROW, w)
+            x += w + _GAP
+        width = max(width, x)
+    height = 10.0 + len(rows) * _ROW
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
+           f'font-family="monospace" font-size="12">',
+           '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
+           'markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#555"/></marker></defs>',
+           f'<text x="10" y="{height - 4:.0f}" fill="#888">graph {html.escape(g.name)}</text>']
+
+    def edge(src_id, dst_id, text):
+        x1, y1, _ = pos[src_id]
+        x2, y2, _ = pos[dst_id]
+        y1 += _BOX_H
+        out.append(f'<path d="M{x1:.1f},{y1:.1f} C{x1:.1f},{y1 + 24:.1f} {x2:.1f},{y2 - 24:.1f} '
+                   f'{x2:.1f},{y2:.1f}" fill="none" stroke="#555" marker-end="url(#arrow)"/>')
+        out.append(f'<text x="{(x1 + x2) / 2 + 4:.1f}" y="{(y1 + y2) / 2 + 4:.1f}" fill="#777" '
+                   f'font-size="10">{html.escape(text)}</text>')
+
+    for n in g.nodes:
+        for t in n.inputs:
+            if t is None or t.kind == "constant":
+                continue
+            src = t if t.kind == "input" else t.producer
+            edge(id(src), id(n), str(t.spec))
+    for r, items in enumerate(rows):
+        for it in items:
+            if isinstance(it, tuple):
+                t = it[1]
+                edge(id(t if t.kind != "node" else t.producer), id(it), "")
+    for items in rows:
+        for it in items:
+            cx, y, w = pos[id(it)]
+            label = html.escape(labels[id(it)])
+            if isinstance(it, Node):
+                fill = "#e8f0fe" if it.subgraph is None else "#fff4e0"
+                out.append(f'<rect x="{cx - w / 2:.1f}" y="{y:.1f}" width="{w:.1f}" height="{_BOX_H}" '
+                           f'rx="4" fill="{fill}" stroke="#3367d6"><title>{html.escape(_node_line(it))}'
+                           f'</title></rect>')
+            else:
+                out.append(f'<ellipse cx="{cx:.1f}" cy="{y + _BOX_H / 2:.1f}" rx="{w / 2:.1f}" '
+                           f'ry="{_BOX_H / 2}" fill="#f1f8e9" stroke="#689f38"/>')
+            out.append(f'<text x="{cx:.1f}" y="{y + _BOX_H / 2 + 4:.1f}" text-anchor="middle">{label}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def graph_of(inputs: Sequence) -> Optional[Graph]:
+    for x in inputs:
+        if isinstance(x, Tensor):
+            return x.graph
+    return None
+
+
+__all__ = ["Graph", "Tensor", "Node", "apply_op", "render_svg", "VerifyError"]
