@@ -153,7 +153,9 @@ class Call(Expr):
 
 @dataclass(frozen=True)
 class Cast(Expr):
-    """Convert ``value`` to ``type``; float→int truncates toward zero (Python int())."""
+    """Convert ``value`` to ``type``; float→int truncates toward zero (Python int()),
+    int→narrower int wraps (numpy astype).  A Cast to f16/bf16 appears only
+    directly inside a Cast to f32: it rounds the value to 16-bit precision."""
 
     value: Expr
     type: Optional[DType] = None
@@ -265,7 +267,8 @@ LOG_LEVELS = ("debug", "info", "warn", "error")
 
 @dataclass(frozen=True)
 class Log(Stmt):
-    """``dsl.log.info("x=%d", v)``: printf-style; below the kernel's level it is never emitted."""
+    """``dsl.log.info("x=%d", v)``: printf-style; below the kernel's level it is never emitted.
+    ``level == "print"`` comes from print(a, b): always emitted, args joined by spaces (%s)."""
 
     level: str
     fmt: str

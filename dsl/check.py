@@ -1,0 +1,562 @@
+"""Types and uniformity: untyped IR + a specialization -> typed ``ir.Kernel``.
+
+Three passes, in order (nothing is emitted before all of them succeed):
+
+1. local type inference — a fixpoint: a local's type is the NumPy-promotion
+   join of everything assigned to it (Python literals stay weak, NEP 50);
+2. lowering — every node gets its concrete type and explicit ``Cast`` nodes
+   are inserted, so backends never reason about promotion;
+3. uniformity — which values may differ between the threads of a team;
+   ``sync()`` under thread-dependent control flow is rejected, naming the line
+   whose condition depends on the thread.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from dsl import builtins as B
+from dsl import ir
+from dsl import types as T
+from dsl.errors import CompileError, SourceLoc
+from dsl.frontend import Parsed
+
+_ARITH = ("add", "sub", "mul", "floordiv", "mod", "pow")
+_BITWISE = ("bitand", "bitor", "bitxor")
+_SHIFT = ("lshift", "rshift")
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What one launch fixes: TypeVar dtypes, tensor ranks, dsl.const values."""
+
+    typevars: Tuple[Tuple[T.TypeVar, T.DType], ...] = ()
+    ndims: Tuple[Tuple[str, int], ...] = ()
+    consts: Tuple[Tuple[str, Any], ...] = ()
+
+    def dtype(self, d) -> T.DType:
+        if isinstance(d, T.TypeVar):
+            return dict(self.typevars)[d]
+        return d
+
+
+def check_kernel(parsed: Parsed, binding: Binding, threads: int, func_parser) -> ir.Kernel:
+    """Type-check one specialization. ``func_parser(Func) -> Parsed`` parses @dsl.func bodies."""
+    params: List[ir.Param] = []
+    ndims = dict(binding.ndims)
+    consts = dict(binding.consts)
+    for p in parsed.params:
+        if p.kind == "tensor":
+            params.append(ir.TensorParam(p.name, binding.dtype(p.annotation.dtype), ndims[p.name], p.annotation.access))
+        elif p.kind == "vec":
+            params.append(ir.VecParam(p.name, binding.dtype(p.annotation.dtype), p.annotation.length))
+        else:
+            ann = p.annotation.dtype if isinstance(p.annotation, T.ConstSpec) else p.annotation
+            params.append(ir.ScalarParam(p.name, binding.dtype(ann), consts.get(p.name)))
+    c = _Checker(parsed, params, func_parser, is_kernel=True)
+    for tensor, count, loc in parsed.shape_unpacks:
+        nd = ndims[tensor]
+        if nd != count:
+            raise CompileError(f"'{tensor}' has {nd} dimension(s) but its shape is unpacked into {count} names", loc)
+    scratch = tuple(c.scratch_decl(s, binding) for s in parsed.scratch)
+    c.buffers.update({s.name: s for s in scratch})
+    body, local_types = c.run(parsed.body)
+    varying = _Uniformity(c.buffers).run(body)
+    return ir.Kernel(parsed.name, tuple(params), scratch, body, local_types, tuple(c.funcs_done.values()),
+                     threads, frozenset(varying), parsed.filename, parsed.firstline)
+
+
+class _Checker:
+    def __init__(self, parsed: Parsed, params: List[ir.Param], func_parser, is_kernel: bool,
+                 funcs_done=None, func_stack=()):
+        self.parsed = parsed
+        self.params = {p.name: p for p in params}
+        self.buffers: Dict[str, Any] = {p.name: p for p in params if not isinstance(p, ir.ScalarParam)}
+        self.scalar_types: Dict[str, T.DType] = {p.name: p.dtype for p in params if isinstance(p, ir.ScalarParam)}
+        self.func_parser = func_parser
+        self.is_kernel = is_kernel
+        self.ltypes: Dict[str, Optional[T.DType]] = {}
+        self.funcs_done: Dict[str, ir.Function] = funcs_done if funcs_done is not None else {}
+        self.func_stack = func_stack
+        self.return_types: List[T.DType] = []
+        self.final = False
+
+    # ------------------------------------------------------------------ driver
+    def run(self, body) -> Tuple[Tuple[ir.Stmt, ...], Tuple[Tuple[str, T.DType], ...]]:
+        for name, dt in self.parsed.declared.items():
+            self.ltypes[name] = dt
+        for _ in range(50):  # the type lattice is finite; this converges in a few rounds
+            before = dict(self.ltypes)
+            self.return_types = []
+            self.stmts(body)
+            if self.ltypes == before:
+                break
+        self.final = True
+        self.return_types = []
+        typed = self.stmts(body)
+        local_types = tuple((n, t.strong) for n, t in self.ltypes.items() if t is not None)
+        return typed, local_types
+
+    # ------------------------------------------------------------------ helpers
+    def error(self, node, msg, note=None) -> CompileError:
+        return CompileError(msg, getattr(node, "loc", None), note)
+
+    def cast(self, e: ir.Expr, to: T.DType) -> ir.Expr:
+        to = to.strong
+        if e.type == to:
+            return e
+        if isinstance(e, ir.Const):
+            return ir.Const(_convert_const(e.value, to), to, loc=e.loc)
+        return ir.Cast(e, to, loc=e.loc)
+
+    def truth(self, e: ir.Expr, t: T.DType) -> ir.Expr:
+        if t.is_bool:
+            return self.cast(e, T.bool_)
+        zero = ir.Const(_convert_const(0, t.strong), t.strong, loc=e.loc)
+        return ir.Compare("ne", e, zero, T.bool_, loc=e.loc)
+
+    def local_type(self, name: str, node) -> Optional[T.DType]:
+        if name in self.scalar_types:
+            return self.scalar_types[name]
+        t = self.ltypes.get(name)
+        if t is None and self.final:
+            raise self.error(node, f"local '{name}' is used before it is assigned")
+        return t
+
+    def assign_type(self, name: str, t: Optional[T.DType], node) -> T.DType:
+        if name in self.scalar_types:
+            p = self.params[name]
+            if p.const_value is not None:
+                raise self.error(node, f"'{name}' is a dsl.const parameter and cannot be assigned")
+            return self.scalar_types[name]
+        if name in self.parsed.declared:
+            return self.parsed.declared[name]
+        if t is not None and not self.final:
+            self.ltypes[name] = T.join(self.ltypes.get(name), t)
+        elif name not in self.ltypes:
+            self.ltypes[name] = None
+        return self.ltypes.get(name)
+
+    def buffer(self, name: str, node):
+        b = self.buffers.get(name)
+        if b is None:
+            raise self.error(node, f"'{name}' is not a tensor")
+        return b
+
+    # ------------------------------------------------------------------ statements
+    def stmts(self, body) -> Tuple[ir.Stmt, ...]:
+        out = []
+        for s in body:
+            r = getattr(self, f"s_{type(s).__name__}")(s)
+            if r is not None:
+                out.append(r)
+        return tuple(out)
+
+    def s_Assign(self, s: ir.Assign):
+        value, t = self.expr(s.value)
+        lt = self.assign_type(s.name, t, s)
+        if not self.final:
+            return None
+        return ir.Assign(s.name, self.cast(value, lt), loc=s.loc)
+
+    def index(self, name: str, index, flat: bool, node) -> Tuple[ir.Expr, ...]:
+        b = self.buffer(name, node)
+        ndim = 1 if flat or isinstance(b, ir.VecParam) else (len(b.shape) if isinstance(b, ir.Scratch) else b.ndim)
+        if len(index) != ndim:
+            raise self.error(node, f"'{name}' has {ndim} dimension(s) but is indexed with {len(index)}; use one index "
+                                   f"per dimension or {name}.flat[i]")
+        out = []
+        for ix in index:
+            e, t = self.expr(ix)
+            if t is not None and not (t.is_int or t.is_bool):
+                raise self.error(ix, f"index of '{name}' must be an integer, got {t}; convert with int(...)")
+            out.append(self.cast(e, T.i64) if t is not None else e)
+        return tuple(out)
+
+    def s_Store(self, s: ir.Store):
+        b = self.buffer(s.tensor, s)
+        if isinstance(b, ir.VecParam) or (isinstance(b, ir.TensorParam) and b.access == "in"):
+            raise self.error(s, f"writing to '{s.tensor}', which is read-only: only Out and InOut tensors (and scratch) "
+                                "are writable")
+        index = self.index(s.tensor, s.index, s.flat, s)
+        value, t = self.expr(s.value)
+        if not self.final:
+            return None
+        return ir.Store(s.tensor, index, self.cast(value, b.dtype.compute), s.flat, loc=s.loc)
+
+    def s_AtomicAdd(self, s: ir.AtomicAdd):
+        b = self.buffer(s.tensor, s)
+        if b.dtype not in (T.i32, T.i64, T.u32, T.u64, T.f32, T.f64):
+            raise self.error(s, f"dsl.atomic_add on '{s.tensor}' of {b.dtype}: supported for i32, i64, u32, u64, "
+                                "f32 and f64 tensors")
+        index = self.index(s.tensor, s.index, s.flat, s)
+        value, t = self.expr(s.value)
+        if not self.final:
+            return None
+        return ir.AtomicAdd(s.tensor, index, self.cast(value, b.dtype), s.flat, loc=s.loc)
+
+    def s_If(self, s: ir.If):
+        cond, t = self.expr(s.cond)
+        body, orelse = self.stmts(s.body), self.stmts(s.orelse)
+        if not self.final:
+            return None
+        return ir.If(self.truth(cond, t), body, orelse, loc=s.loc)
+
+    def s_For(self, s: ir.For):
+        bounds = []
+        for b in (s.start, s.stop, s.step):
+            e, t = self.expr(b)
+            if t is not None and not (t.is_int or t.is_bool):
+                raise self.error(b, f"range() takes integers, got {t}; convert with int(...)")
+            bounds.append(self.cast(e, T.i64) if t is not None else e)
+        vt = self.assign_type(s.var, T.WEAK_INT, s)
+        if vt is not None and not vt.is_int:
+            raise self.error(s, f"loop variable '{s.var}' is also assigned a {vt} value; use another name")
+        body = self.stmts(s.body)
+        if not self.final:
+            return None
+        return ir.For(s.var, bounds[0], bounds[1], bounds[2], body, loc=s.loc)
+
+    def s_While(self, s: ir.While):
+        cond, t = self.expr(s.cond)
+        body = self.stmts(s.body)
+        if not self.final:
+            return None
+        return ir.While(self.truth(cond, t), body, loc=s.loc)
+
+    def s_Break(self, s):
+        return s
+
+    def s_Continue(self, s):
+        return s
+
+    def s_Sync(self, s):
+        return s
+
+    def s_Return(self, s: ir.Return):
+        if s.value is None:
+            return s
+        value, t = self.expr(s.value)
+        if t is not None:
+            self.return_types.append(t)
+        if not self.final:
+            return None
+        ret = self.func_return_type()
+        return ir.Return(self.cast(value, ret), loc=s.loc)
+
+    def func_return_type(self) -> T.DType:
+        t = None
+        for r in self.return_types:
+            t = T.join(t, r)
+        return t
+
+    def s_ExprStmt(self, s: ir.ExprStmt):
+        value, _ = self.expr(s.value)
+        return ir.ExprStmt(value, loc=s.loc) if self.final else None
+
+    def s_Log(self, s: ir.Log):
+        args = tuple(self.expr(a)[0] for a in s.args)
+        return dataclasses.replace(s, args=args) if self.final else None
+
+    # ------------------------------------------------------------------ expressions
+    def expr(self, e: ir.Expr) -> Tuple[ir.Expr, Optional[T.DType]]:
+        """(typed node, semantic type); the semantic type may be weak, node.type never is."""
+        return getattr(self, f"e_{type(e).__name__}")(e)
+
+    def e_Const(self, e: ir.Const):
+        v = e.value
+        t = T.WEAK_BOOL if isinstance(v, bool) else T.WEAK_INT if isinstance(v, int) else T.WEAK_FLOAT
+        if e.type is not None:
+            t = e.type
+        return ir.Const(v, t.strong, loc=e.loc), t
+
+    def e_Name(self, e: ir.Name):
+        p = self.params.get(e.name)
+        if isinstance(p, ir.ScalarParam) and p.const_value is not None:
+            return ir.Const(_convert_const(p.const_value, p.dtype), p.dtype, loc=e.loc), p.dtype
+        t = self.local_type(e.name, e)
+        return ir.Name(e.name, t.strong if t is not None else None, loc=e.loc), t
+
+    def e_Load(self, e: ir.Load):
+        b = self.buffer(e.tensor, e)
+        index = self.index(e.tensor, e.index, e.flat, e)
+        t = b.dtype.compute
+        return ir.Load(e.tensor, index, e.flat, t, loc=e.loc), t
+
+    def e_Shape(self, e: ir.Shape):
+        b = self.buffer(e.tensor, e)
+        shape = b.shape if isinstance(b, ir.Scratch) else (b.length,) if isinstance(b, ir.VecParam) else None
+        ndim = len(shape) if shape is not None else b.ndim
+        axis = e.axis + ndim if e.axis < 0 else e.axis
+        if not 0 <= axis < ndim:
+            raise self.error(e, f"'{e.tensor}' has {ndim} dimension(s); shape[{e.axis}] is out of range")
+        if shape is not None:
+            return ir.Const(shape[axis], T.i64, loc=e.loc), T.WEAK_INT
+        return ir.Shape(e.tensor, axis, T.i64, loc=e.loc), T.WEAK_INT
+
+    def e_Size(self, e: ir.Size):
+        b = self.buffer(e.tensor, e)
+        if isinstance(b, ir.Scratch):
+            n = 1
+            for d in b.shape:
+                n *= d
+            return ir.Const(n, T.i64, loc=e.loc), T.WEAK_INT
+        if isinstance(b, ir.VecParam):
+            return ir.Const(b.length, T.i64, loc=e.loc), T.WEAK_INT
+        return ir.Size(e.tensor, T.i64, loc=e.loc), T.WEAK_INT
+
+    def e_Unary(self, e: ir.Unary):
+        v, t = self.expr(e.operand)
+        if t is None:
+            return v, None
+        if e.op == "not":
+            return ir.Unary("not", self.truth(v, t), T.bool_, loc=e.loc), T.bool_
+        if e.op == "neg":
+            if t.is_bool:
+                raise self.error(e, "cannot negate a bool; use 'not'")
+            return ir.Unary("neg", v, t.strong, loc=e.loc), t
+        # invert
+        if t.is_float:
+            raise self.error(e, f"'~' needs an integer or bool, got {t}")
+        if t.is_bool:
+            return ir.Unary("not", self.cast(v, T.bool_), T.bool_, loc=e.loc), t
+        return ir.Unary("invert", v, t.strong, loc=e.loc), t
+
+    def e_Binary(self, e: ir.Binary):
+        l, lt = self.expr(e.left)
+        r, rt = self.expr(e.right)
+        if lt is None or rt is None:
+            return l, None
+        op = e.op
+        sym = ir._SYMBOLS[op]
+        if op in _ARITH or op == "truediv":
+            if lt.is_bool and rt.is_bool:
+                raise self.error(e, f"'{sym}' on two bools; convert one with int(...)")
+            t = T.promote(lt, rt)
+            if op == "truediv" and not t.is_float:
+                t = T.WEAK_FLOAT if t.weak else T.f64
+        elif op in _BITWISE:
+            if lt.is_float or rt.is_float:
+                raise self.error(e, f"'{sym}' needs integers or bools, got {lt} and {rt}")
+            t = T.promote(lt, rt)
+        else:  # shifts
+            if not (lt.is_int and rt.is_int):
+                raise self.error(e, f"'{sym}' needs integers, got {lt} and {rt}")
+            t = T.promote(lt, rt)
+        return ir.Binary(op, self.cast(l, t), self.cast(r, t), t.strong, loc=e.loc), t
+
+    def e_Compare(self, e: ir.Compare):
+        l, lt = self.expr(e.left)
+        r, rt = self.expr(e.right)
+        if lt is None or rt is None:
+            return l, T.bool_
+        t = T.promote(lt, rt)
+        rtype = T.WEAK_BOOL if lt.weak and rt.weak else T.bool_
+        return ir.Compare(e.op, self.cast(l, t), self.cast(r, t), T.bool_, loc=e.loc), rtype
+
+    def e_Logical(self, e: ir.Logical):
+        l, lt = self.expr(e.left)
+        r, rt = self.expr(e.right)
+        if lt is None or rt is None:
+            return l, T.bool_
+        return ir.Logical(e.op, self.truth(l, lt), self.truth(r, rt), T.bool_, loc=e.loc), T.bool_
+
+    def e_Select(self, e: ir.Select):
+        c, ct = self.expr(e.cond)
+        a, at = self.expr(e.if_true)
+        b, bt = self.expr(e.if_false)
+        if at is None or bt is None or ct is None:
+            return a if at is not None else b, at or bt
+        t = T.promote(at, bt)
+        return ir.Select(self.truth(c, ct), self.cast(a, t), self.cast(b, t), t.strong, loc=e.loc), t
+
+    def e_Cast(self, e: ir.Cast):
+        v, t = self.expr(e.value)
+        target = e.type
+        if t is None:
+            return v, target
+        if target.is_storage_only:  # f16(v) rounds through f16; values compute as f32
+            return ir.Cast(ir.Cast(v, target, loc=e.loc), T.f32, loc=e.loc), T.f32
+        return self.cast(v, target), target
+
+    def e_Call(self, e: ir.Call):
+        if e.name == "_ndim":
+            b = self.buffer(e.args[0].name, e)
+            nd = len(b.shape) if isinstance(b, ir.Scratch) else 1 if isinstance(b, ir.VecParam) else b.ndim
+            return ir.Const(nd, T.i64, loc=e.loc), T.WEAK_INT
+        spec = B.BUILTINS[e.name]
+        typed = [self.expr(a) for a in e.args]
+        if any(t is None for _, t in typed):
+            return ir.Const(0, None, loc=e.loc), None
+        try:
+            argt, rest = spec.rule([t for _, t in typed])
+        except B.BuiltinTypeError as err:
+            raise self.error(e, f"{e.name}(): {err}") from None
+        args = tuple(self.cast(a, argt) for a, _ in typed)
+        return ir.Call(e.name, args, rest.strong, loc=e.loc), rest
+
+    def e_FuncCall(self, e: ir.FuncCall):
+        typed = [self.expr(a) for a in e.args]
+        if any(t is None for _, t in typed):
+            return ir.Const(0, None, loc=e.loc), None
+        func = self.parsed.funcs[e.func]
+        fn_ir, ret = self.specialize(func, [t for _, t in typed], e)
+        args = tuple(self.cast(a, p.dtype) for (a, _), p in zip(typed, fn_ir.params))
+        return ir.FuncCall(fn_ir.name, args, fn_ir.ret, loc=e.loc), ret
+
+    # ------------------------------------------------------------------ @dsl.func
+    def specialize(self, func, arg_types: List[T.DType], node) -> Tuple[ir.Function, T.DType]:
+        if func in self.func_stack:
+            raise self.error(node, f"@dsl.func '{func.__name__}' calls itself (directly or indirectly); recursion is "
+                                   "not supported in kernels")
+        parsed = self.func_parser(func)
+        if len(arg_types) != len(parsed.params):
+            raise self.error(node, f"{func.__name__}() takes {len(parsed.params)} argument(s), got {len(arg_types)}")
+        ptypes = []
+        for p, t in zip(parsed.params, arg_types):
+            if p.kind != "scalar":
+                raise self.error(node, f"@dsl.func parameter '{p.name}' must be a scalar; functions take and return "
+                                       "scalars")
+            ann = p.annotation
+            ptypes.append(t if ann is None or isinstance(ann, T.TypeVar) else ann)
+        name = func.__name__ + "_" + "_".join(str(t).replace("_", "") for t in ptypes)
+        key = name
+        if key in self.funcs_done:
+            f = self.funcs_done[key]
+            return f, f.ret  # weak-ness of the result is dropped on reuse (still correct values)
+        params = [ir.ScalarParam(p.name, t.strong) for p, t in zip(parsed.params, ptypes)]
+        sub = _Checker(parsed, params, self.func_parser, is_kernel=False, funcs_done=self.funcs_done,
+                       func_stack=self.func_stack + (func,))
+        sub.scalar_types = {p.name: t for p, t in zip(parsed.params, ptypes)}  # keep weak args weak
+        body, local_types = sub.run(parsed.body)
+        ret = sub.func_return_type()
+        if ret is None:
+            raise self.error(node, f"@dsl.func '{func.__name__}' never returns a value")
+        f = ir.Function(name, tuple(params), ret.strong, body,
+                        tuple((n, t) for n, t in local_types if n not in sub.scalar_types))
+        self.funcs_done[key] = f
+        return f, ret
+
+    # ------------------------------------------------------------------ scratch
+    def scratch_decl(self, s, binding: Binding) -> ir.Scratch:
+        dims = []
+        for d in s.shape:
+            e, t = self.expr(d)
+            v = _fold(e)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise CompileError(f"scratch '{s.name}': every dimension must be a positive integer known at compile "
+                                   "time (a literal, a module-level constant or a dsl.const parameter)", d.loc)
+            dims.append(v)
+        return ir.Scratch(s.name, binding.dtype(s.dtype), tuple(dims), loc=s.loc)
+
+
+# ---------------------------------------------------------------------- uniformity
+
+class _Uniformity:
+    """Which locals may differ between the threads of a team; where sync() is legal."""
+
+    def __init__(self, buffers):
+        self.buffers = buffers
+        self.varying: set = set()
+
+    def run(self, body) -> set:
+        for _ in range(50):
+            before = set(self.varying)
+            self.returned = None
+            self.block(body, None, check=False)
+            if self.varying == before:
+                break
+        self.returned = None
+        self.block(body, None, check=True)
+        return self.varying
+
+    def is_varying(self, e: ir.Expr) -> bool:
+        for n in ir.walk(e):
+            if isinstance(n, ir.Call) and n.name == "thread_id":
+                return True
+            if isinstance(n, ir.Name) and n.name in self.varying:
+                return True
+            if isinstance(n, ir.Load):
+                b = self.buffers.get(n.tensor)
+                if isinstance(b, ir.Scratch) or (isinstance(b, ir.TensorParam) and b.access != "in"):
+                    return True  # other threads may write it
+        return False
+
+    def block(self, stmts, div: Optional[SourceLoc], check: bool) -> None:
+        for s in stmts:
+            d = div or self.returned
+            if isinstance(s, ir.Assign):
+                if d or self.is_varying(s.value):
+                    self.varying.add(s.name)
+            elif isinstance(s, ir.If):
+                inner = d or (s.loc if self.is_varying(s.cond) else None)
+                self.block(s.body, inner, check)
+                self.block(s.orelse, inner, check)
+            elif isinstance(s, (ir.For, ir.While)):
+                heads = (s.start, s.stop, s.step) if isinstance(s, ir.For) else (s.cond,)
+                inner = d or (s.loc if any(self.is_varying(h) for h in heads) else None) \
+                    or self.divergent_exit(s.body, None)
+                if isinstance(s, ir.For) and inner:
+                    self.varying.add(s.var)
+                self.block(s.body, inner, check)
+            elif isinstance(s, ir.Return):
+                if d and self.returned is None:
+                    self.returned = s.loc
+            elif isinstance(s, ir.Sync) and check and d:
+                why = "returns early" if d is self.returned and div is None else "depends on the thread"
+                line = d.source_line().strip()
+                raise CompileError(
+                    "dsl.sync() under thread-dependent control flow: every thread of the team must reach the same "
+                    "sync() calls", s.loc,
+                    f"line {d.line} ({line!r}) {why}; move sync() out of it or make the condition the same for "
+                    "every thread")
+
+    def divergent_exit(self, stmts, div) -> Optional[SourceLoc]:
+        """A break/continue under thread-dependent control (not inside a nested loop)."""
+        for s in stmts:
+            if isinstance(s, (ir.Break, ir.Continue)) and div:
+                return div
+            if isinstance(s, ir.If):
+                inner = div or (s.loc if self.is_varying(s.cond) else None)
+                r = self.divergent_exit(s.body, inner) or self.divergent_exit(s.orelse, inner)
+                if r:
+                    return r
+        return None
+
+
+# ---------------------------------------------------------------------- constants
+
+def _convert_const(value, t: T.DType):
+    if t.is_bool:
+        return bool(value)
+    if t.is_int:
+        v = int(value)
+        bits = t.bits
+        if t.kind == "u":
+            return v % (1 << bits)
+        v = v % (1 << bits)
+        return v - (1 << bits) if v >= 1 << (bits - 1) else v
+    return float(value)
+
+
+def _fold(e: ir.Expr):
+    """The Python value of a constant expression, or None."""
+    if isinstance(e, ir.Const):
+        return e.value
+    if isinstance(e, ir.Cast):
+        v = _fold(e.value)
+        return None if v is None else _convert_const(v, e.type)
+    if isinstance(e, ir.Binary):
+        a, b = _fold(e.left), _fold(e.right)
+        if a is None or b is None:
+            return None
+        ops = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
+               "floordiv": lambda: a // b if b else None, "mod": lambda: a % b if b else None,
+               "lshift": lambda: a << b, "rshift": lambda: a >> b, "pow": lambda: a ** b}
+        f = ops.get(e.op)
+        return f() if f else None
+    if isinstance(e, ir.Unary) and e.op == "neg":
+        v = _fold(e.operand)
+        return None if v is None else -v
+    return None

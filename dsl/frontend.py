@@ -1,0 +1,812 @@
+"""Python AST -> untyped IR.
+
+The supported Python subset is the table ``SUPPORTED`` below (it is also the
+documentation in docs/language.md); any other construct is a CompileError that
+names it.  Names are resolved against the function's globals and closure at
+parse time: dsl builtins, dtypes (casts), ``@dsl.func`` functions and numeric
+constants are accepted; everything the kernel reads from outside is recorded in
+``Parsed.captured`` so the compile cache key changes when it does.
+"""
+from __future__ import annotations
+
+import ast
+import builtins as py_builtins
+import inspect
+import linecache
+import textwrap
+import types as pytypes
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from dsl import builtins as B
+from dsl import ir
+from dsl import types as T
+from dsl.errors import CompileError, SourceLoc
+
+# Construct -> how kernels may use it.  Rendered into docs/language.md.
+SUPPORTED: Dict[str, str] = {
+    "def": "the kernel / @dsl.func itself; no nested functions, no *args/**kwargs",
+    "x = e, x: f32 = e": "locals; the type is inferred from every assignment (NumPy promotion), or declared",
+    "a, b = e1, e2": "tuple unpacking of scalars, x.shape and dsl.split(n)",
+    "x op= e": "augmented assignment to locals and tensor elements",
+    "t[i, j], t.flat[i]": "tensor element read/write; one index per dimension, or a flat index",
+    "t.shape[k], t.size, t.ndim, len(t)": "tensor metadata",
+    "if / elif / else": "any condition",
+    "for v in range(...)": "1-3 arguments, runtime bounds and step",
+    "while": "any condition",
+    "break, continue, return": "return ends this thread (a kernel) or returns a scalar (@dsl.func)",
+    "a if c else b": "evaluates one side",
+    "+ - * / // % ** & | ^ << >> ~": "Python semantics: / is true division, // and % floor",
+    "== != < <= > >= (chained)": "comparisons, result bool",
+    "and, or, not": "short-circuit, on truth values",
+    "f32(v), int(v), float(v), bool(v)": "casts; int() truncates toward zero",
+    "min max abs": "Python builtins, promoted like arithmetic",
+    "dsl.exp log sqrt rsqrt tanh erf sin cos floor ceil pow clamp where": "math builtins",
+    "dsl.thread_id num_threads tile_id num_tiles split sync scratch atomic_add": "team builtins",
+    "dsl.log.debug/info/warn/error(fmt, *args)": "printf-style logging, filtered at compile time",
+    "print(...)": "prints its arguments (always compiled in)",
+    "breakpoint()": "stops in pdb under the interpreter; ignored by compiled backends",
+    "module-level int/float/bool constants": "folded into the code (and into the cache key)",
+}
+
+_BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv", ast.FloorDiv: "floordiv",
+           ast.Mod: "mod", ast.Pow: "pow", ast.BitAnd: "bitand", ast.BitOr: "bitor", ast.BitXor: "bitxor",
+           ast.LShift: "lshift", ast.RShift: "rshift"}
+_CMPOPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
+_PY_BUILTINS = {py_builtins.min: "min", py_builtins.max: "max", py_builtins.abs: "abs",
+                py_builtins.range: "range", py_builtins.len: "len", py_builtins.int: "int",
+                py_builtins.float: "float", py_builtins.bool: "bool", py_builtins.print: "print",
+                py_builtins.breakpoint: "breakpoint"}
+_DSL_RUNTIME = {fn: name for name, fn in B.RUNTIME.items()}
+_DSL_RUNTIME.update({B.where: "where", B.split: "split", B.sync: "sync", B.scratch: "scratch",
+                     B.atomic_add: "atomic_add"})
+
+
+# --------------------------------------------------------------------------- parsed forms
+
+@dataclass(frozen=True)
+class ParamDecl:
+    """A kernel/func parameter as annotated: kind 'tensor' | 'scalar' | 'vec'."""
+
+    name: str
+    kind: str
+    annotation: Any  # TensorAnnotation | DType | TypeVar | VecSpec | ConstSpec
+    default: Any = inspect.Parameter.empty
+    loc: SourceLoc = None
+
+    @property
+    def is_const(self) -> bool:
+        return isinstance(self.annotation, T.ConstSpec)
+
+
+@dataclass(frozen=True)
+class ScratchDecl:
+    name: str
+    shape: Tuple[ir.Expr, ...]
+    dtype: Any  # DType | TypeVar
+    loc: SourceLoc
+
+
+@dataclass
+class Parsed:
+    """A kernel or @dsl.func after parsing, before types are known."""
+
+    name: str
+    params: List[ParamDecl]
+    body: Tuple[ir.Stmt, ...]
+    scratch: List[ScratchDecl]
+    funcs: Dict[str, Any]  # name used in the IR -> dsl Func object called
+    captured: Dict[str, Any]  # global/closure names read -> value (for the cache key)
+    declared: Dict[str, Any]  # local -> DType from `x: f32 = ...`
+    shape_unpacks: List[Tuple[str, int, SourceLoc]]  # `a, b = t.shape` sites: t must have that rank
+    filename: str
+    firstline: int
+    source: str
+    log_level: str
+    loc: SourceLoc = None
+
+
+# --------------------------------------------------------------------------- annotations
+
+def param_decls(fn, filename: str, firstline: int, lines: List[str], require: bool = True) -> List[ParamDecl]:
+    """Parameters from annotations; ``require=False`` (@dsl.func) lets scalars be generic."""
+    sig = inspect.signature(fn)
+    try:
+        ann = inspect.get_annotations(fn, eval_str=True)
+    except Exception as e:  # a name in an annotation that does not exist
+        raise CompileError(f"cannot evaluate the annotations of {fn.__name__}: {e}",
+                           SourceLoc(filename, firstline, 1, lines[0].rstrip() if lines else None)) from None
+    decls = []
+    for p in sig.parameters.values():
+        loc = _param_loc(p.name, filename, firstline, lines)
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise CompileError(f"*{p.name} / **{p.name} parameters are not supported in kernels", loc)
+        a = ann.get(p.name, inspect.Parameter.empty)
+        if a is inspect.Parameter.empty and not require:
+            decls.append(ParamDecl(p.name, "scalar", None, p.default, loc))
+            continue
+        if a is inspect.Parameter.empty:
+            raise CompileError(f"parameter '{p.name}' needs an annotation: In[f32], Out[f32, 2], InOut[T], "
+                               "a dtype like f32 or i32, dsl.Vec[i32, 4] or dsl.const[i32]", loc)
+        if isinstance(a, T._Binding):
+            a = a[T.ANY]
+        if a in (int, float, bool):
+            a = T.as_dtype(a)
+        if isinstance(a, T.TensorAnnotation):
+            kind = "tensor"
+        elif isinstance(a, (T.DType, T.TypeVar, T.ConstSpec)):
+            kind = "scalar"
+        elif isinstance(a, T.VecSpec):
+            kind = "vec"
+        else:
+            raise CompileError(f"parameter '{p.name}' has annotation {a!r}; accepted: In[dtype(, ndim)], "
+                               "Out[...], InOut[...], a dtype (f32, i32, ...), a dsl.TypeVar, dsl.Vec[dtype, n], "
+                               "dsl.const[dtype]", loc)
+        if kind == "tensor" and p.default is not inspect.Parameter.empty:
+            raise CompileError(f"tensor parameter '{p.name}' cannot have a default", loc)
+        decls.append(ParamDecl(p.name, kind, a, p.default, loc))
+    return decls
+
+
+def _param_loc(name: str, filename: str, firstline: int, lines: List[str]) -> SourceLoc:
+    for k, line in enumerate(lines):
+        col = line.find(name)
+        if col >= 0 and ("def " in line or k > 0):
+            return SourceLoc(filename, firstline + k, col + 1, line.rstrip("\n"))
+    return SourceLoc(filename, firstline, 1, lines[0].rstrip("\n") if lines else None)
+
+
+# --------------------------------------------------------------------------- entry point
+
+def source_of(fn) -> Tuple[str, List[str], int, str]:
+    """(dedented source, original lines, first line, filename) of ``fn``; works in Jupyter."""
+    filename = fn.__code__.co_filename
+    try:
+        lines, firstline = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        raise CompileError(f"cannot read the source of {fn.__name__}: kernels must be defined in a file, a "
+                           "Jupyter cell or code registered with linecache", SourceLoc(filename, fn.__code__.co_firstlineno)) from None
+    return textwrap.dedent("".join(lines)), lines, firstline, filename
+
+
+def parse(fn, *, is_kernel: bool, log_level: str) -> Parsed:
+    src, lines, firstline, filename = source_of(fn)
+    indent = len(lines[0]) - len(lines[0].lstrip())
+    tree = ast.parse(src)
+    fdef = tree.body[0]
+    if not isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        raise CompileError("@dsl.kernel / @dsl.func decorate a function", SourceLoc(filename, firstline))
+    # decorators sit before 'def'; locations are relative to the first decorator line
+    params = param_decls(fn, filename, firstline, lines, require=is_kernel)
+    v = _Visitor(fn, params, filename, firstline, indent, lines, is_kernel, log_level)
+    if isinstance(fdef, ast.AsyncFunctionDef):
+        raise v.error(fdef, "async functions are not supported in kernels")
+    body = v.visit_body(fdef.body, top=True)
+    return Parsed(fn.__name__, params, tuple(body), v.scratch, v.funcs, v.captured, v.declared, v.shape_unpacks, filename,
+                  firstline, src, log_level, v.loc(fdef))
+
+
+# --------------------------------------------------------------------------- the visitor
+
+class _Visitor:
+    """Turns one function's AST into IR statements; compiler state lives here, not on AST nodes."""
+
+    def __init__(self, fn, params, filename, firstline, indent, lines, is_kernel, log_level):
+        self.fn = fn
+        self.params = {p.name: p for p in params}
+        self.filename = filename
+        self.firstline = firstline
+        self.indent = indent
+        self.lines = lines
+        self.is_kernel = is_kernel
+        self.log_level = log_level
+        self.scratch: List[ScratchDecl] = []
+        self.funcs: Dict[str, Any] = {}
+        self.captured: Dict[str, Any] = {}
+        self.assigned = _assigned_names(fn)
+        self.tmp_count = 0
+        self.shape_unpacks: List[Tuple[str, int, SourceLoc]] = []  # (tensor, names, loc): needs ndim == names
+        self.declared: Dict[str, T.DType] = {}  # locals with an annotation keep exactly that type
+        self.closure = dict(zip(fn.__code__.co_freevars,
+                                (c.cell_contents for c in (fn.__closure__ or ()))))
+
+    # ---- helpers
+    def loc(self, node) -> SourceLoc:
+        k = getattr(node, "lineno", 1) - 1
+        line = self.lines[k].rstrip("\n") if 0 <= k < len(self.lines) else None
+        return SourceLoc(self.filename, self.firstline + k, getattr(node, "col_offset", 0) + 1 + self.indent, line)
+
+    def error(self, node, msg: str, note: Optional[str] = None) -> CompileError:
+        return CompileError(msg, self.loc(node), note)
+
+    def tmp(self) -> str:
+        self.tmp_count += 1
+        return f"_t{self.tmp_count}"
+
+    def is_tensor(self, name: str) -> bool:
+        p = self.params.get(name)
+        return (p is not None and p.kind in ("tensor", "vec")) or any(s.name == name for s in self.scratch)
+
+    def is_writable(self, name: str) -> bool:
+        p = self.params.get(name)
+        if p is None:
+            return True  # scratch
+        return p.kind == "tensor" and p.annotation.writable
+
+    # ---- statements
+    def visit_body(self, stmts, top: bool = False) -> List[ir.Stmt]:
+        out: List[ir.Stmt] = []
+        for k, s in enumerate(stmts):
+            if k == 0 and top and isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) \
+                    and isinstance(s.value.value, str):
+                continue  # docstring
+            method = getattr(self, f"stmt_{type(s).__name__}", None)
+            if method is None:
+                raise self.error(s, f"construct '{_construct_name(s)}' is not supported in kernels",
+                                 "see the supported Python subset in docs/language.md")
+            result = method(s, top) if method.__code__.co_argcount == 3 else method(s)
+            out.extend(result if isinstance(result, list) else [result] if result is not None else [])
+        return out
+
+    def stmt_Pass(self, s):
+        return None
+
+    def stmt_Expr(self, s):
+        v = s.value
+        if isinstance(v, ast.Constant) and isinstance(v.value, str):
+            return None  # a string statement is a comment
+        if not isinstance(v, ast.Call):
+            raise self.error(s, "an expression statement has no effect in a kernel; assign it or remove it")
+        return self.call_stmt(v)
+
+    def stmt_Assign(self, s, top):
+        if len(s.targets) > 1:  # a = b = e
+            name = self.tmp()
+            out = [ir.Assign(name, self.expr(s.value), loc=self.loc(s))]
+            for t in s.targets:
+                out.extend(self.assign_to(t, ir.Name(name, loc=self.loc(s)), s, top))
+            return out
+        target = s.targets[0]
+        if isinstance(target, ast.Tuple):
+            return self.unpack(target, s.value, s)
+        if isinstance(target, ast.Name) and _is_call_to(self, s.value, "scratch"):
+            return self.declare_scratch(target, s.value, s, top)
+        return self.assign_to(target, self.expr(s.value), s, top)
+
+    def stmt_AnnAssign(self, s, top):
+        if not isinstance(s.target, ast.Name) or s.value is None:
+            raise self.error(s, "annotated assignment needs a local name and a value: x: f32 = 0")
+        dt = self.resolve_value(s.annotation)
+        if not isinstance(dt, T.DType):
+            raise self.error(s.annotation, "a local's annotation must be a dtype such as f32 or i64")
+        if self.declared.get(s.target.id, dt) != dt:
+            raise self.error(s, f"'{s.target.id}' was declared {self.declared[s.target.id]} before")
+        self.declared[s.target.id] = dt
+        return self.assign_to(s.target, ir.Cast(self.expr(s.value), dt, loc=self.loc(s.value)), s, top)
+
+    def stmt_AugAssign(self, s):
+        op = _BINOPS.get(type(s.op))
+        if op is None:
+            raise self.error(s, f"operator {type(s.op).__name__} is not supported")
+        if isinstance(s.target, ast.Name):
+            cur = self.expr(s.target)
+            return self.assign_to(s.target, ir.Binary(op, cur, self.expr(s.value), loc=self.loc(s)), s, False)
+        if isinstance(s.target, ast.Subscript):
+            tensor, index, flat = self.subscript(s.target)
+            cur = ir.Load(tensor, index, flat, loc=self.loc(s.target))
+            self.check_writable(tensor, s.target)
+            return ir.Store(tensor, index, ir.Binary(op, cur, self.expr(s.value), loc=self.loc(s)), flat,
+                            loc=self.loc(s))
+        raise self.error(s.target, "augmented assignment needs a local or a tensor element")
+
+    def assign_to(self, target, value: ir.Expr, s, top) -> List[ir.Stmt]:
+        if isinstance(target, ast.Name):
+            name = target.id
+            if self.is_tensor(name):
+                raise self.error(target, f"'{name}' is a tensor and cannot be rebound; write its elements "
+                                         f"({name}[i] = ...)")
+            if name in self.closure or (name not in self.assigned and name not in self.params):
+                raise self.error(target, f"cannot assign to '{name}' here")
+            return [ir.Assign(name, value, loc=self.loc(s))]
+        if isinstance(target, ast.Subscript):
+            tensor, index, flat = self.subscript(target)
+            self.check_writable(tensor, target)
+            return [ir.Store(tensor, index, value, flat, loc=self.loc(s))]
+        if isinstance(target, ast.Attribute):
+            raise self.error(target, "attributes cannot be assigned in kernels")
+        raise self.error(target, f"cannot assign to {_construct_name(target)}")
+
+    def check_writable(self, tensor: str, node) -> None:
+        if not self.is_writable(tensor):
+            ann = self.params[tensor].annotation
+            raise self.error(node, f"writing to '{tensor}', which is {ann!r}: only Out and InOut tensors (and "
+                                   "scratch) are writable")
+
+    def unpack(self, target: ast.Tuple, value, s) -> List[ir.Stmt]:
+        names = target.elts
+        loc = self.loc(s)
+        if _is_call_to(self, value, "split"):
+            return self.lower_split(names, value, s)
+        if isinstance(value, ast.Attribute) and value.attr == "shape" and isinstance(value.value, ast.Name) \
+                and self.is_tensor(value.value.id):
+            exprs = [ir.Shape(value.value.id, k, loc=loc) for k in range(len(names))]
+            return self.bind_all(names, exprs, s, check_rank=(value.value.id, len(names)))
+        if not isinstance(value, ast.Tuple) or len(value.elts) != len(names):
+            raise self.error(s, "tuple unpacking needs a tuple of the same length on the right, x.shape or "
+                                "dsl.split(n)")
+        return self.bind_all(names, [self.expr(e) for e in value.elts], s)
+
+    def bind_all(self, names, exprs, s, check_rank=None) -> List[ir.Stmt]:
+        out: List[ir.Stmt] = []
+        temps = []
+        for e in exprs:  # evaluate every right-hand side first: a, b = b, a
+            t = self.tmp()
+            out.append(ir.Assign(t, e, loc=self.loc(s)))
+            temps.append(t)
+        for n, t in zip(names, temps):
+            out.extend(self.assign_to(n, ir.Name(t, loc=self.loc(s)), s, False))
+        if check_rank:
+            self.shape_unpacks.append((check_rank[0], check_rank[1], self.loc(s)))
+        return out
+
+    def lower_split(self, names, call: ast.Call, s) -> List[ir.Stmt]:
+        """lo, hi = dsl.split(n, align): chunk = ceil(ceil(n / T) / align) * align."""
+        if len(names) != 2:
+            raise self.error(s, "dsl.split(n) returns two values: lo, hi = dsl.split(n)")
+        args = self.call_args(call, ("n", "align"), required=1)
+        loc = self.loc(call)
+        n = self.tmp()
+        chunk = self.tmp()
+        lo = self.tmp()
+        nt = ir.Call("num_threads", (), loc=loc)
+        out = [ir.Assign(n, args["n"], loc=loc)]
+        ceil_div = lambda a, b: ir.Unary("neg", ir.Binary("floordiv", ir.Unary("neg", a, loc=loc), b, loc=loc), loc=loc)
+        c = ceil_div(ir.Name(n, loc=loc), nt)
+        if "align" in args:
+            c = ir.Binary("mul", ceil_div(c, args["align"]), args["align"], loc=loc)
+        out.append(ir.Assign(chunk, c, loc=loc))
+        out.append(ir.Assign(lo, ir.Call("min", (ir.Binary("mul", ir.Call("thread_id", (), loc=loc),
+                                                           ir.Name(chunk, loc=loc), loc=loc),
+                                                 ir.Name(n, loc=loc)), loc=loc), loc=loc))
+        hi = ir.Call("min", (ir.Binary("add", ir.Name(lo, loc=loc), ir.Name(chunk, loc=loc), loc=loc),
+                             ir.Name(n, loc=loc)), loc=loc)
+        out.extend(self.assign_to(names[0], ir.Name(lo, loc=loc), s, False))
+        out.extend(self.assign_to(names[1], hi, s, False))
+        return out
+
+    def declare_scratch(self, target: ast.Name, call: ast.Call, s, top) -> List[ir.Stmt]:
+        if not (top and self.is_kernel):
+            raise self.error(s, "dsl.scratch(...) must be declared at the top level of a kernel body")
+        name = target.id
+        if self.is_tensor(name) or name in self.params:
+            raise self.error(target, f"'{name}' is already a parameter or scratch buffer")
+        if list(_assigned_counts(self.fn)).count(name) > 1:
+            raise self.error(target, f"scratch buffer '{name}' is assigned more than once")
+        args = self.call_args(call, ("shape", "dtype"), required=2, raw=True)
+        shape_node = args["shape"]
+        elts = shape_node.elts if isinstance(shape_node, (ast.Tuple, ast.List)) else [shape_node]
+        shape = tuple(self.expr(e) for e in elts)
+        dtype = self.resolve_value(args["dtype"])
+        if not isinstance(dtype, (T.DType, T.TypeVar)):
+            raise self.error(args["dtype"], "dsl.scratch(shape, dtype): dtype must be a dtype like f32 or a TypeVar")
+        self.scratch.append(ScratchDecl(name, shape, dtype, self.loc(s)))
+        return []
+
+    def stmt_If(self, s):
+        return ir.If(self.expr(s.test), tuple(self.visit_body(s.body)), tuple(self.visit_body(s.orelse)),
+                     loc=self.loc(s))
+
+    def stmt_For(self, s):
+        if s.orelse:
+            raise self.error(s, "for ... else is not supported in kernels")
+        if not isinstance(s.target, ast.Name):
+            raise self.error(s.target, "a for loop needs one variable: for i in range(n)")
+        it = s.iter
+        if not (isinstance(it, ast.Call) and self.resolve_callee(it.func) == ("py", "range")):
+            raise self.error(it, "kernels loop over range(...) only: for i in range(start, stop, step)")
+        if it.keywords or not 1 <= len(it.args) <= 3:
+            raise self.error(it, "range takes 1 to 3 positional arguments")
+        a = [self.expr(x) for x in it.args]
+        loc = self.loc(s)
+        start, stop, step = ((ir.Const(0, loc=loc), a[0], ir.Const(1, loc=loc)) if len(a) == 1 else
+                             (a[0], a[1], ir.Const(1, loc=loc)) if len(a) == 2 else tuple(a))
+        if isinstance(step, ir.Const) and step.value == 0:
+            raise self.error(it, "range() step must not be zero")
+        if self.is_tensor(s.target.id):
+            raise self.error(s.target, f"'{s.target.id}' is a tensor and cannot be a loop variable")
+        return ir.For(s.target.id, start, stop, step, tuple(self.visit_body(s.body)), loc=loc)
+
+    def stmt_While(self, s):
+        if s.orelse:
+            raise self.error(s, "while ... else is not supported in kernels")
+        return ir.While(self.expr(s.test), tuple(self.visit_body(s.body)), loc=self.loc(s))
+
+    def stmt_Break(self, s):
+        return ir.Break(loc=self.loc(s))
+
+    def stmt_Continue(self, s):
+        return ir.Continue(loc=self.loc(s))
+
+    def stmt_Return(self, s):
+        if self.is_kernel and s.value is not None:
+            raise self.error(s, "a kernel returns nothing; write results into Out tensors")
+        if not self.is_kernel and s.value is None:
+            raise self.error(s, "a @dsl.func must return a value")
+        return ir.Return(self.expr(s.value) if s.value is not None else None, loc=self.loc(s))
+
+    # ---- calls used as statements
+    def call_stmt(self, call: ast.Call) -> Optional[ir.Stmt]:
+        callee = self.resolve_callee(call.func)
+        loc = self.loc(call)
+        kind, name = callee
+        if (kind, name) == ("dsl", "sync"):
+            self.call_args(call, (), required=0)
+            if not self.is_kernel:
+                raise self.error(call, "dsl.sync() is only allowed in a kernel body, not in a @dsl.func")
+            return ir.Sync(loc=loc)
+        if (kind, name) == ("dsl", "atomic_add"):
+            args = self.call_args(call, ("tensor", "index", "value"), required=3, raw=True)
+            t = args["tensor"]
+            flat = isinstance(t, ast.Attribute) and t.attr == "flat"
+            tname = t.value.id if flat and isinstance(t.value, ast.Name) else t.id if isinstance(t, ast.Name) else None
+            if tname is None or not self.is_tensor(tname):
+                raise self.error(t, "dsl.atomic_add(t, index, value): t must be a tensor (or t.flat)")
+            self.check_writable(tname, t)
+            idx = args["index"]
+            index = tuple(self.expr(e) for e in (idx.elts if isinstance(idx, ast.Tuple) else [idx]))
+            return ir.AtomicAdd(tname, index, self.expr(args["value"]), flat, loc=loc)
+        if kind == "log":
+            return self.log_stmt(call, name)
+        if (kind, name) == ("py", "print"):
+            if call.keywords:
+                raise self.error(call, "print() in kernels takes positional arguments only")
+            parts, args = [], []
+            for a in call.args:
+                if isinstance(a, ast.Constant) and isinstance(a.value, str):
+                    parts.append(a.value.replace("%", "%%"))
+                else:
+                    parts.append("%s")
+                    args.append(self.expr(a))
+            return ir.Log("print", " ".join(parts), tuple(args), loc=loc)
+        if (kind, name) == ("py", "breakpoint"):
+            return None
+        return ir.ExprStmt(self.expr(call), loc=loc)
+
+    def log_stmt(self, call: ast.Call, level: str) -> Optional[ir.Stmt]:
+        from dsl import config
+        if not call.args or not (isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)):
+            raise self.error(call, f"dsl.log.{level}(fmt, *args) needs a literal format string first")
+        if call.keywords:
+            raise self.error(call, f"dsl.log.{level} takes positional arguments only")
+        fmt = call.args[0].value
+        args = tuple(self.expr(a) for a in call.args[1:])
+        _check_format(self, call, fmt, len(args))
+        if not config.level_passes(level, self.log_level):
+            return None  # filtered at compile time: no code at all
+        return ir.Log(level, fmt, args, loc=self.loc(call))
+
+    # ---- expressions
+    def expr(self, e) -> ir.Expr:
+        method = getattr(self, f"expr_{type(e).__name__}", None)
+        if method is None:
+            raise self.error(e, f"expression '{_construct_name(e)}' is not supported in kernels",
+                             "see the supported Python subset in docs/language.md")
+        return method(e)
+
+    def expr_Constant(self, e):
+        v = e.value
+        if isinstance(v, bool) or isinstance(v, (int, float)):
+            return ir.Const(v, loc=self.loc(e))
+        raise self.error(e, f"constant {v!r} of type {type(v).__name__} is not supported in kernel expressions; "
+                            "numbers and booleans are")
+
+    def expr_Name(self, e):
+        name = e.id
+        if name in self.params:
+            p = self.params[name]
+            if p.kind != "scalar":
+                raise self.error(e, f"tensor '{name}' used as a value; read an element: {name}[i] or {name}.flat[i]")
+            return ir.Name(name, loc=self.loc(e))
+        if self.is_tensor(name):
+            raise self.error(e, f"scratch buffer '{name}' used as a value; read an element: {name}[i]")
+        if name in self.assigned:
+            return ir.Name(name, loc=self.loc(e))
+        value = self.resolve_global(e)
+        return self.constant_value(value, e)
+
+    def constant_value(self, value, e) -> ir.Expr:
+        if isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)):
+            if isinstance(value, np.generic):
+                return ir.Cast(ir.Const(value.item(), loc=self.loc(e)), T.from_numpy(value.dtype), loc=self.loc(e))
+            return ir.Const(value, loc=self.loc(e))
+        raise self.error(e, f"'{ast.unparse(e)}' is a {type(value).__name__}, which kernels cannot use as a value; "
+                            "kernels read numbers, booleans, parameters and locals")
+
+    def expr_BinOp(self, e):
+        op = _BINOPS.get(type(e.op))
+        if op is None:
+            raise self.error(e, f"operator {type(e.op).__name__} is not supported in kernels")
+        return ir.Binary(op, self.expr(e.left), self.expr(e.right), loc=self.loc(e))
+
+    def expr_UnaryOp(self, e):
+        operand = self.expr(e.operand)
+        if isinstance(e.op, ast.UAdd):
+            return operand
+        if isinstance(e.op, ast.USub) and isinstance(operand, ir.Const) and not isinstance(operand.value, bool):
+            return ir.Const(-operand.value, loc=self.loc(e))
+        op = {ast.USub: "neg", ast.Not: "not", ast.Invert: "invert"}[type(e.op)]
+        return ir.Unary(op, operand, loc=self.loc(e))
+
+    def expr_BoolOp(self, e):
+        op = "and" if isinstance(e.op, ast.And) else "or"
+        values = [self.expr(v) for v in e.values]
+        out = values[0]
+        for v in values[1:]:
+            out = ir.Logical(op, out, v, loc=self.loc(e))
+        return out
+
+    def expr_Compare(self, e):
+        parts = []
+        left = self.expr(e.left)
+        for op, comp in zip(e.ops, e.comparators):
+            name = _CMPOPS.get(type(op))
+            if name is None:
+                raise self.error(e, f"comparison '{type(op).__name__}' is not supported in kernels "
+                                    "(use == != < <= > >=)")
+            right = self.expr(comp)
+            parts.append(ir.Compare(name, left, right, loc=self.loc(e)))
+            left = right
+        out = parts[0]
+        for p in parts[1:]:
+            out = ir.Logical("and", out, p, loc=self.loc(e))
+        return out
+
+    def expr_IfExp(self, e):
+        return ir.Select(self.expr(e.test), self.expr(e.body), self.expr(e.orelse), loc=self.loc(e))
+
+    def expr_Subscript(self, e):
+        # x.shape[k]
+        if isinstance(e.value, ast.Attribute) and e.value.attr == "shape" and isinstance(e.value.value, ast.Name) \
+                and self.is_tensor(e.value.value.id):
+            k = e.slice
+            axis = k.value if isinstance(k, ast.Constant) else (-k.operand.value if isinstance(k, ast.UnaryOp) and
+                                                                 isinstance(k.op, ast.USub) and
+                                                                 isinstance(k.operand, ast.Constant) else None)
+            if not isinstance(axis, int) or isinstance(axis, bool):
+                raise self.error(k, "x.shape[k] needs a constant integer k")
+            return ir.Shape(e.value.value.id, axis, loc=self.loc(e))
+        tensor, index, flat = self.subscript(e)
+        return ir.Load(tensor, index, flat, loc=self.loc(e))
+
+    def subscript(self, e: ast.Subscript):
+        """(tensor name, index exprs, flat) of ``t[i, j]`` or ``t.flat[i]``."""
+        base = e.value
+        flat = False
+        if isinstance(base, ast.Attribute) and base.attr == "flat":
+            base, flat = base.value, True
+        if not (isinstance(base, ast.Name) and self.is_tensor(base.id)):
+            raise self.error(e, f"'{ast.unparse(e.value)}' cannot be indexed: only tensor parameters, their .flat "
+                                "and scratch buffers can")
+        idx = e.slice
+        if isinstance(idx, ast.Slice) or (isinstance(idx, ast.Tuple) and any(isinstance(x, ast.Slice) for x in idx.elts)):
+            raise self.error(idx, "slices are not supported in kernels; index one element at a time")
+        elts = idx.elts if isinstance(idx, ast.Tuple) else [idx]
+        if flat and len(elts) != 1:
+            raise self.error(idx, f"{base.id}.flat takes one index")
+        p = self.params.get(base.id)
+        if p is not None and p.kind == "vec":
+            flat = True
+            if len(elts) != 1:
+                raise self.error(idx, f"vector parameter '{base.id}' takes one index")
+        return base.id, tuple(self.expr(x) for x in elts), flat
+
+    def expr_Attribute(self, e):
+        if isinstance(e.value, ast.Name) and self.is_tensor(e.value.id):
+            name = e.value.id
+            loc = self.loc(e)
+            if e.attr == "size":
+                return ir.Size(name, loc=loc)
+            if e.attr == "ndim":
+                return ir.Call("_ndim", (ir.Name(name, loc=loc),), loc=loc)  # folded by the checker
+            if e.attr in ("shape", "flat"):
+                raise self.error(e, f"{name}.{e.attr} must be indexed: {name}.{e.attr}[k]")
+            raise self.error(e, f"tensors have .shape, .size, .ndim and .flat; not .{e.attr}")
+        value = self.resolve_value(e)
+        return self.constant_value(value, e)
+
+    def expr_Tuple(self, e):
+        raise self.error(e, "tuples are only supported on either side of an assignment (a, b = b, a)")
+
+    def expr_Call(self, e):
+        kind, name = self.resolve_callee(e.func)
+        loc = self.loc(e)
+        if kind == "dtype":
+            args = self.call_args(e, ("value",), required=1)
+            return ir.Cast(args["value"], name, loc=loc)
+        if kind == "py":
+            if name in ("int", "float", "bool"):
+                args = self.call_args(e, ("value",), required=1)
+                weak = {"int": T.WEAK_INT, "float": T.WEAK_FLOAT, "bool": T.WEAK_BOOL}[name]
+                return ir.Cast(args["value"], weak, loc=loc)
+            if name == "len":
+                arg = e.args[0] if len(e.args) == 1 and not e.keywords else None
+                if not (isinstance(arg, ast.Name) and self.is_tensor(arg.id)):
+                    raise self.error(e, "len(t) takes one tensor")
+                return ir.Shape(arg.id, 0, loc=loc)
+            if name in ("min", "max", "abs"):
+                if e.keywords:
+                    raise self.error(e, f"{name}() in kernels takes positional arguments only")
+                return self.builtin_call(e, name, [self.expr(a) for a in e.args])
+            raise self.error(e, f"{name}() cannot be used in an expression here")
+        if kind == "dsl":
+            if name == "where":
+                args = self.call_args(e, ("cond", "a", "b"), required=3)
+                return ir.Select(args["cond"], args["a"], args["b"], loc=loc)
+            if name in ("split", "sync", "scratch", "atomic_add"):
+                raise self.error(e, {"split": "dsl.split(n) returns two values: lo, hi = dsl.split(n)",
+                                     "scratch": "dsl.scratch(...) must be assigned to a name at the top of the kernel",
+                                     }.get(name, f"dsl.{name}(...) is a statement and returns nothing"))
+            return self.builtin_call(e, name, [self.expr(a) for a in e.args])
+        if kind == "func":
+            if e.keywords:
+                raise self.error(e, "calls to @dsl.func take positional arguments only")
+            self.funcs[name.__name__] = name
+            return ir.FuncCall(name.__name__, tuple(self.expr(a) for a in e.args), loc=loc)
+        if kind == "log":
+            raise self.error(e, "dsl.log calls are statements and return nothing")
+        raise self.error(e, f"cannot call '{ast.unparse(e.func)}' in a kernel")
+
+    def builtin_call(self, e, name, args) -> ir.Expr:
+        spec = B.BUILTINS[name]
+        if e.keywords:
+            raise self.error(e, f"dsl.{name}() takes positional arguments only")
+        if len(args) not in spec.arity:
+            raise self.error(e, f"{name}() takes {_arity_text(spec.arity)} argument(s), got {len(args)}")
+        return ir.Call(name, tuple(args), loc=self.loc(e))
+
+    def call_args(self, call: ast.Call, names, required: int, raw: bool = False) -> Dict[str, Any]:
+        fn = ast.unparse(call.func)
+        if len(call.args) > len(names):
+            raise self.error(call, f"{fn}() takes at most {len(names)} arguments, got {len(call.args)}")
+        got = dict(zip(names, call.args))
+        for kw in call.keywords:
+            if kw.arg not in names or kw.arg in got:
+                raise self.error(call, f"{fn}() got an unexpected or repeated keyword '{kw.arg}'; accepted: "
+                                       f"{', '.join(names) or 'none'}")
+            got[kw.arg] = kw.value
+        missing = [n for n in names[:required] if n not in got]
+        if missing:
+            raise self.error(call, f"{fn}() is missing argument(s): {', '.join(missing)}")
+        return got if raw else {k: self.expr(v) for k, v in got.items()}
+
+    # ---- name resolution
+    def resolve_global(self, e: ast.Name):
+        name = e.id
+        if name in self.closure:
+            value = self.closure[name]
+        elif name in self.fn.__globals__:
+            value = self.fn.__globals__[name]
+        elif hasattr(py_builtins, name):
+            return getattr(py_builtins, name)
+        else:
+            raise self.error(e, f"name '{name}' is not defined")
+        if not isinstance(value, pytypes.ModuleType):
+            self.captured[name] = value
+        return value
+
+    def resolve_value(self, e):
+        """The Python object an ast Name/Attribute chain refers to (globals only)."""
+        if isinstance(e, ast.Name):
+            if e.id in self.params or e.id in self.assigned:
+                raise self.error(e, f"'{e.id}' is a local, not a module-level object")
+            return self.resolve_global(e)
+        if isinstance(e, ast.Attribute):
+            base = self.resolve_value(e.value)
+            try:
+                value = getattr(base, e.attr)
+            except AttributeError:
+                raise self.error(e, f"'{ast.unparse(e.value)}' has no attribute '{e.attr}'") from None
+            if isinstance(base, pytypes.ModuleType) and not isinstance(value, pytypes.ModuleType):
+                self.captured[ast.unparse(e)] = value
+            return value
+        raise self.error(e, f"'{ast.unparse(e)}' is not a name the compiler can resolve")
+
+    def resolve_callee(self, func) -> Tuple[str, Any]:
+        """Classify a call target: ('py'|'dsl'|'dtype'|'func'|'log', name or object)."""
+        if isinstance(func, ast.Name) and (func.id in self.params or func.id in self.assigned):
+            raise self.error(func, f"'{func.id}' is a local value and cannot be called")
+        obj = self.resolve_value(func)
+        if isinstance(obj, T.DType):
+            return "dtype", obj
+        if obj in _PY_BUILTINS if _hashable(obj) else False:
+            return "py", _PY_BUILTINS[obj]
+        if _hashable(obj) and obj in _DSL_RUNTIME:
+            return "dsl", _DSL_RUNTIME[obj]
+        if getattr(obj, "__self__", None) is B.log and obj.__name__ in ir.LOG_LEVELS:
+            return "log", obj.__name__
+        from dsl.kernel import Func
+        if isinstance(obj, Func):
+            return "func", obj
+        if callable(obj) and getattr(obj, "__module__", "") in ("math", "numpy") or \
+                getattr(obj, "__module__", None) is None and isinstance(obj, np.ufunc):
+            raise self.error(func, f"'{ast.unparse(func)}' is a {obj.__module__ if hasattr(obj, '__module__') else 'numpy'} "
+                                   "function; kernels use the dsl builtins (dsl.exp, dsl.sqrt, ...) so every backend "
+                                   "computes the same thing")
+        raise self.error(func, f"cannot call '{ast.unparse(func)}' in a kernel: it is not a dsl builtin, a dtype "
+                               "cast, a @dsl.func or a supported Python builtin")
+
+
+def _hashable(obj) -> bool:
+    try:
+        hash(obj)
+        return True
+    except TypeError:
+        return False
+
+
+def _is_call_to(v: _Visitor, node, name: str) -> bool:
+    if not isinstance(node, ast.Call):
+        return False
+    try:
+        return v.resolve_callee(node.func) == ("dsl", name)
+    except CompileError:
+        return False
+
+
+def _arity_text(arity) -> str:
+    a = list(arity)
+    return str(a[0]) if len(a) == 1 else f"{a[0]} to {a[-1]}"
+
+
+def _construct_name(node) -> str:
+    names = {"With": "with", "Try": "try", "Raise": "raise", "Assert": "assert", "Lambda": "lambda",
+             "ListComp": "list comprehension", "DictComp": "dict comprehension", "SetComp": "set comprehension",
+             "GeneratorExp": "generator expression", "Global": "global", "Nonlocal": "nonlocal",
+             "Import": "import", "ImportFrom": "import", "ClassDef": "class", "FunctionDef": "nested def",
+             "Delete": "del", "Match": "match", "List": "list", "Dict": "dict", "Set": "set",
+             "JoinedStr": "f-string", "Await": "await", "Yield": "yield", "YieldFrom": "yield from",
+             "NamedExpr": "walrus :=", "Starred": "*unpacking", "AsyncFor": "async for", "AsyncWith": "async with",
+             "TryStar": "try"}
+    return names.get(type(node).__name__, type(node).__name__)
+
+
+def _assigned_names(fn) -> set:
+    """Local names of ``fn``: anything the function's code stores to."""
+    return set(fn.__code__.co_varnames)
+
+
+def _assigned_counts(fn) -> List[str]:
+    src, _, _, _ = source_of(fn)
+    out = []
+    for node in ast.walk(ast.parse(src)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AugAssign, ast.AnnAssign, ast.For)) else []
+        for t in targets:
+            for n in (t.elts if isinstance(t, ast.Tuple) else [t]):
+                if isinstance(n, ast.Name):
+                    out.append(n.id)
+    return out
+
+
+_FORMAT_CONVERSIONS = "diufFeEgGxXoscp"
+
+
+def _check_format(v: _Visitor, call, fmt: str, nargs: int) -> None:
+    """printf-style format: count conversions and reject the ones backends cannot print."""
+    count, k = 0, 0
+    while k < len(fmt):
+        if fmt[k] == "%":
+            k += 1
+            if k < len(fmt) and fmt[k] == "%":
+                k += 1
+                continue
+            while k < len(fmt) and fmt[k] in "-+ #0123456789.l":
+                k += 1
+            if k >= len(fmt) or fmt[k] not in _FORMAT_CONVERSIONS:
+                raise v.error(call, f"log format {fmt!r}: unsupported conversion; use %d %i %u %f %e %g %x %o %s")
+            count += 1
+        k += 1
+    if count != nargs:
+        raise v.error(call, f"log format {fmt!r} has {count} conversion(s) but {nargs} argument(s) were given")

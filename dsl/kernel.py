@@ -1,0 +1,387 @@
+"""``@dsl.kernel`` and ``@dsl.func``: binding launch arguments, specialization,
+the in-memory variant cache and the disk-cache key.
+
+A launch checks every argument before any code runs (the error names the
+parameter), turns the argument types into a specialization key, looks the
+compiled variant up (compiling it once, under a lock, if needed) and runs it.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import html
+import inspect
+import threading
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from dsl import check, config, frontend
+from dsl import types as T
+from dsl.errors import CompileError
+
+_EMPTY = inspect.Parameter.empty
+
+
+class Func:
+    """A ``@dsl.func`` device function: called from kernels; plain Python elsewhere."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+        self._parsed = None
+        self._lock = threading.Lock()
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+    def parsed(self, log_level: str) -> frontend.Parsed:
+        with self._lock:
+            if self._parsed is None or self._parsed.log_level != log_level:
+                self._parsed = frontend.parse(self.fn, is_kernel=False, log_level=log_level)
+            return self._parsed
+
+    def __repr__(self) -> str:
+        return f"<dsl.func {self.fn.__qualname__}>"
+
+
+def func(fn: Callable) -> Func:
+    """Mark a helper callable from kernels; it takes and returns scalars and is compiled per argument types."""
+    return Func(fn)
+
+
+class Kernel:
+    """A compiled-on-demand kernel. Call it like the Python function it decorates."""
+
+    def __init__(self, fn: Callable, threads: int = 4, grid: Any = 1, log_level: Optional[str] = None):
+        if not isinstance(threads, int) or not 1 <= threads <= 1024:
+            raise ValueError(f"@dsl.kernel(threads={threads!r}): threads must be an int from 1 to 1024")
+        if log_level is not None and log_level not in config.LOG_LEVELS:
+            raise ValueError(f"@dsl.kernel(log_level={log_level!r}): accepted {', '.join(config.LOG_LEVELS)}")
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+        self.threads = threads
+        self.grid = grid
+        self.log_level = log_level
+        src, lines, firstline, filename = frontend.source_of(fn)
+        self.params = frontend.param_decls(fn, filename, firstline, lines)
+        self._names = [p.name for p in self.params]
+        self._index = {p.name: k for k, p in enumerate(self.params)}
+        self._parsed: Dict[str, frontend.Parsed] = {}
+        self._variants: Dict[Tuple, Any] = {}
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ launching
+    def __getitem__(self, grid) -> Callable:
+        """``kernel[grid](args...)``: launch ``grid`` independent teams."""
+        return functools.partial(self.__call__, grid=grid)
+
+    def __call__(self, *args, backend: Optional[str] = None, grid: Any = None, **kwargs) -> None:
+        backend = backend or config.default_backend()
+        values, key = self.bind(args, kwargs)
+        launcher = self._variants.get((backend, key))
+        if launcher is None:
+            launcher = self._compile(backend, key, values)
+        g = self.grid if grid is None else grid
+        if callable(g):
+            g = g(dict(zip(self._names, values)))
+        if not isinstance(g, (int, np.integer)) or isinstance(g, bool) or g < 0:
+            raise ValueError(f"{self.__name__}: grid must be a non-negative int (or a callable returning one), got {g!r}")
+        if g:
+            launcher(values, int(g))
+
+    def bind(self, args: tuple, kwargs: dict) -> Tuple[List[Any], Tuple]:
+        """Validate and convert arguments -> (values in param order, specialization key)."""
+        params = self.params
+        if len(args) > len(params):
+            raise TypeError(f"{self.__name__}() takes {len(params)} argument(s) ({', '.join(self._names)}), "
+                            f"got {len(args)} positional")
+        raw: List[Any] = list(args) + [_EMPTY] * (len(params) - len(args))
+        for k, v in kwargs.items():
+            i = self._index.get(k)
+            if i is None:
+                raise TypeError(f"{self.__name__}() got an unexpected argument '{k}'; parameters: "
+                                f"{', '.join(self._names)}")
+            if raw[i] is not _EMPTY:
+                raise TypeError(f"{self.__name__}() got multiple values for argument '{k}'")
+            raw[i] = v
+        typevars: Dict[T.TypeVar, T.DType] = {}
+        key: List[Any] = []
+        # tensors first: they bind TypeVars that scalars may use
+        for p, v in zip(params, raw):
+            if p.kind != "tensor":
+                continue
+            if v is _EMPTY:
+                raise TypeError(f"{self.__name__}() missing argument '{p.name}' ({p.annotation!r})")
+            dt = _check_tensor(self.__name__, p, v, typevars)
+            key.append((dt, v.ndim))
+        values: List[Any] = []
+        for p, v in zip(params, raw):
+            if p.kind == "tensor":
+                values.append(v)
+                continue
+            if v is _EMPTY:
+                v = p.default
+                if v is _EMPTY:
+                    raise TypeError(f"{self.__name__}() missing argument '{p.name}' ({p.annotation!r})")
+            if p.kind == "vec":
+                values.append(_vec_value(self.__name__, p, v))
+                continue
+            ann = p.annotation.dtype if isinstance(p.annotation, T.ConstSpec) else p.annotation
+            if isinstance(ann, T.TypeVar):
+                if ann not in typevars:
+                    typevars[ann] = _infer_scalar_dtype(self.__name__, p, v)
+                ann = typevars[ann]
+            sv = _scalar_value(self.__name__, p.name, ann, v)
+            values.append(sv)
+            if isinstance(p.annotation, T.ConstSpec):
+                key.append(("const", p.name, sv.item() if isinstance(sv, np.generic) else sv))
+        for tv, dt in typevars.items():
+            if tv.allowed and dt not in tv.allowed:
+                raise TypeError(f"{self.__name__}(): {tv.name} = {dt} is not one of "
+                                f"{', '.join(map(str, tv.allowed))}")
+        key.append(tuple(sorted((tv.name, dt.name) for tv, dt in typevars.items())))
+        return values, tuple(key)
+
+    # ------------------------------------------------------------------ compiling
+    def _level(self) -> str:
+        return self.log_level or config.log_level()
+
+    def parsed(self) -> frontend.Parsed:
+        level = self._level()
+        p = self._parsed.get(level)
+        if p is None:
+            p = self._parsed[level] = frontend.parse(self.fn, is_kernel=True, log_level=level)
+        return p
+
+    def specialize(self, values: List[Any]):
+        """The typed IR for these (already bound) argument values."""
+        parsed = self.parsed()
+        typevars: Dict[T.TypeVar, T.DType] = {}
+        ndims, consts = [], []
+        for p, v in zip(self.params, values):
+            if p.kind == "tensor":
+                ndims.append((p.name, v.ndim))
+                a = p.annotation.dtype
+                if isinstance(a, T.TypeVar):
+                    typevars[a] = T.from_numpy(v.dtype)
+            elif p.kind == "scalar":
+                ann = p.annotation.dtype if isinstance(p.annotation, T.ConstSpec) else p.annotation
+                if isinstance(ann, T.TypeVar) and ann not in typevars:
+                    typevars[ann] = T.from_numpy(np.asarray(v).dtype)
+                if isinstance(p.annotation, T.ConstSpec):
+                    consts.append((p.name, v.item() if isinstance(v, np.generic) else v))
+        for s in parsed.scratch:  # a scratch dtype may name a TypeVar no argument binds
+            if isinstance(s.dtype, T.TypeVar) and s.dtype not in typevars:
+                raise CompileError(f"scratch '{s.name}' has dtype {s.dtype!r}, which no argument binds", s.loc)
+        binding = check.Binding(tuple(typevars.items()), tuple(ndims), tuple(consts))
+        level = self._level()
+        return check.check_kernel(parsed, binding, self.threads, lambda f: f.parsed(level))
+
+    def _compile(self, backend: str, key: Tuple, values: List[Any]):
+        from backends import base
+        with self._lock:
+            launcher = self._variants.get((backend, key))
+            if launcher is not None:
+                return launcher
+            request = self.request(backend, key, values)
+            launcher = base.get(backend).compile(request)
+            self._variants[(backend, key)] = launcher
+            return launcher
+
+    def request(self, backend: str, key: Tuple, values: List[Any]):
+        from backends import base
+        kernel_ir = self.specialize(values)
+        return base.CompileRequest(kernel_ir, self.fn, self.cache_key(backend, key), self._level())
+
+    def cache_key(self, backend: str, key: Tuple) -> str:
+        """Hex digest of everything the generated code depends on (SPEC §2)."""
+        parsed = self.parsed()
+        h = hashlib.sha256()
+        for part in (parsed.source, repr(key), self.threads, self._level(), backend, _environment_tag(),
+                     _captured_text(parsed)):
+            h.update(repr(part).encode())
+            h.update(b"\0")
+        return h.hexdigest()[:32]
+
+    # ------------------------------------------------------------------ introspection
+    def source(self, backend: str = "numba", *args, **kwargs) -> str:
+        """Generated code for ``backend`` ('numba', 'opencl', 'interpreter' or 'ir').
+
+        Pass example arguments to pick the specialization; without them TypeVars must be
+        unbound-free and unranked tensors are taken as 1-D."""
+        values, key = self.bind(args, kwargs) if (args or kwargs) else self._example()
+        if backend == "ir":
+            from dsl import ir
+            return ir.dump(self.specialize(values))
+        from backends import base
+        return base.get(backend).source(self.request(backend, key, values))
+
+    def _example(self):
+        args = {}
+        for p in self.params:
+            if p.kind != "tensor":
+                continue
+            a = p.annotation
+            if isinstance(a.dtype, T.TypeVar):
+                raise TypeError(f"{self.__name__}.source(): parameter '{p.name}' has dtype {a.dtype!r}; pass example "
+                                f"arguments, e.g. {self.__name__}.source('numba', {p.name}=np.zeros(4, np.float32), ...)")
+            args[p.name] = np.zeros((1,) * (a.ndim if a.ndim is not None else 1), a.dtype.np)
+        for p in self.params:
+            if p.kind != "tensor" and p.default is _EMPTY:
+                ann = p.annotation.dtype if isinstance(p.annotation, T.ConstSpec) else p.annotation
+                if p.kind == "vec":
+                    args[p.name] = [0] * p.annotation.length
+                elif isinstance(ann, T.DType):
+                    args[p.name] = ann.np.type(0) if not ann.is_bool else False
+                else:
+                    raise TypeError(f"{self.__name__}.source(): pass a value for '{p.name}' ({p.annotation!r})")
+        return self.bind((), args)
+
+    def signature(self) -> str:
+        parts = []
+        for p in self.params:
+            s = f"{p.name}: {p.annotation!r}"
+            if p.default is not _EMPTY:
+                s += f" = {p.default!r}"
+            parts.append(s)
+        return f"{self.__name__}({', '.join(parts)})"
+
+    def __repr__(self) -> str:
+        return f"<dsl.kernel {self.signature()} threads={self.threads}>"
+
+    def _repr_html_(self) -> str:
+        rows = "".join(f"<tr><td><code>{html.escape(p.name)}</code></td><td><code>{html.escape(repr(p.annotation))}"
+                       f"</code></td><td>{'' if p.default is _EMPTY else html.escape(repr(p.default))}</td></tr>"
+                       for p in self.params)
+        variants = "".join(f"<li>{html.escape(b)}: {html.escape(str(k))}</li>" for b, k in self._variants)
+        return (f"<div><b>dsl.kernel</b> <code>{html.escape(self.__name__)}</code> "
+                f"(threads={self.threads})<table><tr><th>param</th><th>type</th><th>default</th></tr>{rows}</table>"
+                f"<div>compiled variants:</div><ul>{variants or '<li>none yet</li>'}</ul>"
+                f"<div>see <code>.source('numba' | 'opencl' | 'ir')</code></div></div>")
+
+
+def kernel(fn: Optional[Callable] = None, *, threads: int = 4, grid: Any = 1, log_level: Optional[str] = None):
+    """``@dsl.kernel`` or ``@dsl.kernel(threads=4, grid=1, log_level=None)``."""
+    if fn is None:
+        return lambda f: Kernel(f, threads=threads, grid=grid, log_level=log_level)
+    return Kernel(fn, threads=threads, grid=grid, log_level=log_level)
+
+
+# ---------------------------------------------------------------------- argument checks
+
+def _check_tensor(kname: str, p, v, typevars: Dict) -> T.DType:
+    ann = p.annotation
+    if not isinstance(v, np.ndarray):
+        raise TypeError(f"{kname}(): argument '{p.name}' must be a numpy array ({ann!r}), got {type(v).__name__}")
+    try:
+        dt = T.from_numpy(v.dtype)
+    except TypeError as e:
+        raise TypeError(f"{kname}(): argument '{p.name}': {e}") from None
+    want = ann.dtype
+    if isinstance(want, T.TypeVar):
+        bound = typevars.get(want)
+        if bound is None:
+            if want.allowed and dt not in want.allowed:
+                raise TypeError(f"{kname}(): argument '{p.name}' has dtype {dt}; {want.name} accepts "
+                                f"{', '.join(map(str, want.allowed))}")
+            if want is not T.ANY:
+                typevars[want] = dt
+        elif bound != dt:
+            raise TypeError(f"{kname}(): argument '{p.name}' has dtype {dt} but {want.name} is {bound} from an "
+                            "earlier argument")
+    elif want != dt:
+        raise TypeError(f"{kname}(): argument '{p.name}' has dtype {dt} ({v.dtype}); expected {want} ({ann!r})")
+    if ann.ndim is not None and v.ndim != ann.ndim:
+        raise ValueError(f"{kname}(): argument '{p.name}' has {v.ndim} dimension(s); expected {ann.ndim} ({ann!r})")
+    if not v.flags.c_contiguous:
+        raise ValueError(f"{kname}(): argument '{p.name}' is not C-contiguous; pass np.ascontiguousarray({p.name})")
+    if ann.writable and not v.flags.writeable:
+        raise ValueError(f"{kname}(): argument '{p.name}' is {ann!r} but the array is read-only")
+    return dt
+
+
+def _scalar_value(kname: str, pname: str, dt: T.DType, v):
+    if isinstance(v, np.ndarray) and v.ndim == 0:
+        v = v[()]
+    if dt.is_bool:
+        if not isinstance(v, (bool, np.bool_)):
+            raise TypeError(f"{kname}(): argument '{pname}' is bool_; got {type(v).__name__} {v!r}")
+        return np.bool_(v)
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{kname}(): argument '{pname}' is {dt}; got {type(v).__name__} {v!r}")
+    if dt.is_int:
+        if isinstance(v, (float, np.floating)):
+            if not float(v).is_integer():
+                raise TypeError(f"{kname}(): argument '{pname}' is {dt}; got float {v!r}")
+            v = int(v)
+        info = np.iinfo(dt.np)
+        if not info.min <= int(v) <= info.max:
+            raise ValueError(f"{kname}(): argument '{pname}' = {v} does not fit {dt} ({info.min}..{info.max})")
+        return dt.np.type(v)
+    if dt.is_storage_only:
+        return np.float32(dt.np.type(v))
+    return dt.np.type(v)
+
+
+def _infer_scalar_dtype(kname: str, p, v) -> T.DType:
+    if isinstance(v, np.generic):
+        return T.from_numpy(v.dtype)
+    if isinstance(v, bool):
+        return T.bool_
+    if isinstance(v, int):
+        return T.i64
+    if isinstance(v, float):
+        return T.f64
+    raise TypeError(f"{kname}(): argument '{p.name}' ({p.annotation!r}) must be a number, got {type(v).__name__}")
+
+
+def _vec_value(kname: str, p, v) -> np.ndarray:
+    spec = p.annotation
+    try:
+        arr = np.asarray(v)
+    except Exception:
+        arr = None
+    if arr is None or arr.ndim != 1 or arr.shape[0] != spec.length:
+        raise ValueError(f"{kname}(): argument '{p.name}' must be a sequence of {spec.length} numbers ({spec!r}), "
+                         f"got {v!r}")
+    if spec.dtype.is_int and arr.dtype.kind == "f" and not np.all(np.mod(arr, 1) == 0):
+        raise TypeError(f"{kname}(): argument '{p.name}' is {spec!r}; got non-integer values {v!r}")
+    return np.ascontiguousarray(arr.astype(spec.dtype.np))
+
+
+# ---------------------------------------------------------------------- cache key parts
+
+@functools.lru_cache(maxsize=1)
+def _environment_tag() -> str:
+    """opdsl, numba, llvmlite, numpy versions and the CPU: compiled code depends on all of them."""
+    import platform
+
+    import dsl
+    parts = [dsl.__version__, np.__version__, platform.machine()]
+    try:
+        import llvmlite
+        import llvmlite.binding as llvm
+        import numba
+        parts += [numba.__version__, llvmlite.__version__, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()]
+    except Exception:  # pragma: no cover - numba is a hard dependency
+        pass
+    return "|".join(parts)
+
+
+def _captured_text(parsed: frontend.Parsed, seen=None) -> str:
+    """Values of globals the kernel reads and the sources of the functions it calls, recursively."""
+    seen = set() if seen is None else seen
+    out = []
+    for name, value in sorted(parsed.captured.items(), key=lambda kv: kv[0]):
+        if isinstance(value, Func):
+            if value in seen:
+                continue
+            seen.add(value)
+            sub = frontend.parse(value.fn, is_kernel=False, log_level=parsed.log_level)
+            out.append(f"{name}=func:{sub.source}:{_captured_text(sub, seen)}")
+        elif isinstance(value, (int, float, bool, np.generic, T.DType, T.TypeVar)):
+            out.append(f"{name}={value!r}")
+        else:
+            out.append(f"{name}:{type(value).__name__}")
+    return ";".join(out)
