@@ -1,0 +1,777 @@
+"""A C-family emitter for the typed IR: a table of types and spellings plus a few hooks.
+
+A target (OpenCL today) is a small subclass that sets attributes -- address-space
+prefixes, the work-item queries, the barrier, storage of 16-bit floats, atomics,
+printf -- the way tinygrad's renderers do.  Everything that is plain C (Python
+floor division and modulo, casts that wrap like numpy, ``range`` loops with a
+runtime step, short-circuit logic, device functions) lives here once.
+
+The output is meant to be read: one C statement per IR statement, stable names,
+``// py:LINE source`` before the code of each new Python line, and a line table
+(C line -> Python SourceLoc) so a C compiler error can point at the user's code.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from dsl import config, ir
+from dsl import types as T
+from dsl.errors import UNKNOWN, CompileError, SourceLoc
+
+# --------------------------------------------------------------------------- result
+
+
+@dataclass(frozen=True)
+class Arg:
+    """How one kernel parameter travels to the C function.
+
+    kind: 'tensor' (a buffer then ``ndim`` i64 shape values), 'scalar', 'vec'
+    (``length`` scalars), or 'const' (specialized: compiled in, passes nothing).
+    """
+
+    kind: str
+    name: str
+    dtype: T.DType
+    ndim: int = 0
+    access: str = "in"
+    length: int = 0
+
+
+@dataclass
+class Rendered:
+    source: str
+    name: str                           # C name of the kernel function
+    args: Tuple[Arg, ...]
+    line_locs: Dict[int, SourceLoc]     # 1-based C line -> the Python statement it came from
+    features: frozenset = frozenset()   # 'fp64', 'int64_atomics', 'printf', ...
+
+    def loc_of_line(self, line: int) -> Optional[SourceLoc]:
+        return self.line_locs.get(line)
+
+
+# --------------------------------------------------------------------------- names
+
+C_KEYWORDS = frozenset("""
+auto break case char const continue default do double else enum extern float for goto if inline int long
+register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while
+_Bool _Complex _Imaginary bool true false uchar ushort uint ulong half size_t ptrdiff_t intptr_t uintptr_t
+kernel global local constant private read_only write_only read_write image2d_t image3d_t sampler_t event_t
+main NULL printf barrier exp log sqrt rsqrt tanh erf sin cos floor ceil fabs abs min max fmin fmax clamp pow
+pown fmod copysign isnan isinf INFINITY NAN vload_half vstore_half vstore_half_rte atomic_add atom_add
+atomic_cmpxchg atom_cmpxchg as_float as_uint as_double as_ulong select mix sign
+get_local_id get_group_id get_global_id get_local_size get_num_groups get_global_size
+""".split())
+_VECTOR_TYPES = re.compile(r"^(char|uchar|short|ushort|int|uint|long|ulong|float|double|half)(2|3|4|8|16)$")
+
+
+class Names:
+    """Stable C identifiers: user names kept unless reserved; generated names never collide."""
+
+    def __init__(self, reserved=C_KEYWORDS, prefix: str = "opdsl_"):
+        self.reserved = set(reserved)
+        self.prefix = prefix
+        self.map: Dict[str, str] = {}
+        self.taken: set = set()
+
+    def _bad(self, name: str) -> bool:
+        return (name in self.reserved or name in self.taken or bool(_VECTOR_TYPES.match(name))
+                or name.startswith(self.prefix) or name.startswith("__") or name.startswith("get_"))
+
+    def user(self, name: str) -> str:
+        """The C spelling of user identifier ``name`` (same every time)."""
+        if name not in self.map:
+            c = name
+            while self._bad(c):
+                c = c + "_"
+            self.map[name] = c
+            self.taken.add(c)
+        return self.map[name]
+
+    def fresh(self, base: str) -> str:
+        """A new generated identifier based on ``base``."""
+        c = base
+        n = 1
+        while self._bad(c) or c in self.map:
+            n += 1
+            c = f"{base}{n}"
+        self.taken.add(c)
+        return c
+
+
+# --------------------------------------------------------------------------- the renderer
+
+
+def _float_text(value: float, single: bool) -> str:
+    """Shortest decimal that rounds back to the value in the target precision."""
+    v = np.float32(value) if single else np.float64(value)
+    if math.isnan(v):
+        return "NAN" if single else "(double)NAN"
+    if math.isinf(v):
+        s = "INFINITY" if single else "(double)INFINITY"
+        return s if v > 0 else f"(-{s})"
+    a = abs(float(v))
+    if a != 0 and (a < 1e-4 or a >= 1e16):
+        text = np.format_float_scientific(v, unique=True, trim="0")
+    else:
+        text = np.format_float_positional(v, unique=True, trim="0")
+    if text.endswith("."):
+        text += "0"
+    return text + ("f" if single else "")
+
+
+_BINARY_C = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "bitand": "&", "bitor": "|", "bitxor": "^",
+             "lshift": "<<", "rshift": ">>"}
+_COMPARE_C = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+_WRAPPING = ("add", "sub", "mul", "lshift", "neg", "invert")
+
+
+class CStyleRenderer:
+    """Typed ir.Kernel -> C-family source.  Subclasses fill in the table below."""
+
+    # ---- the table ------------------------------------------------------------
+    kernel_prefix = "void"
+    buffer_prefix = ""            # address space of tensor pointers
+    local_prefix = "static "      # address space of scratch arrays
+    func_prefix = "static "
+    barrier = "/* sync */"
+    size_type = "long"            # shape arguments, loop counters
+    type_map: Dict[str, str] = {
+        "bool_": "bool", "i8": "char", "u8": "uchar", "i16": "short", "u16": "ushort", "i32": "int",
+        "u32": "uint", "i64": "long", "u64": "ulong", "f16": "float", "bf16": "float", "f32": "float",
+        "f64": "double",
+    }
+    storage_map: Dict[str, str] = {**type_map, "bool_": "uchar", "f16": "half", "bf16": "ushort"}
+    code_for_team: Dict[str, str] = {"thread_id": "0", "num_threads": "1", "tile_id": "0", "num_tiles": "1"}
+    float_funcs = {"exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "tanh": "tanh", "erf": "erf",
+                   "sin": "sin", "cos": "cos", "floor": "floor", "ceil": "ceil"}
+    helper_prefix = "opdsl_"
+
+    def __init__(self, log_level: str = "warn"):
+        self.log_level = log_level
+
+    # ---- entry point ----------------------------------------------------------
+    def render(self, kernel: ir.Kernel) -> Rendered:
+        self.k = kernel
+        self.names = Names()
+        self.helpers: Dict[str, str] = {}      # name -> C definition, in first-use order
+        self.features: set = set()
+        self.out: List[Tuple[str, SourceLoc]] = []
+        self.depth = 0
+        self.cur_loc: SourceLoc = UNKNOWN
+        self.last_py: Optional[Tuple[str, int]] = None
+        self.func_ret: Optional[T.DType] = None
+        for p in kernel.params:                # reserve user names first: they keep their spelling
+            self.names.user(p.name)
+        for s in kernel.scratch:
+            self.names.user(s.name)
+        for name, _ in kernel.locals:
+            self.names.user(name)
+        self.fnames = {f.name: self.names.fresh(self._ident(f.name)) for f in kernel.funcs}
+        self.kname = self.names.fresh(self._ident(kernel.name))
+        self.shape_names = {}
+        self.args: List[Arg] = []
+        for p in kernel.params:
+            if isinstance(p, ir.TensorParam):
+                self.shape_names[p.name] = [self.names.fresh(f"{self.names.user(p.name)}_shape{d}")
+                                            for d in range(p.ndim)]
+        self.size_names = {p.name: self.names.fresh(f"{self.names.user(p.name)}_size")
+                           for p in kernel.params if isinstance(p, ir.TensorParam)}
+
+        funcs_text: List[Tuple[str, SourceLoc]] = []
+        for f in kernel.funcs:
+            self._function(f)
+            funcs_text += self.out
+            self.out = []
+            self.last_py = None
+        self._kernel_body()
+        body = self.out
+        head = [(line, UNKNOWN) for line in self.preamble()]
+        head += [(ln, UNKNOWN) for h in self.helpers.values() for ln in h.split("\n") + [""]]
+        if kernel.funcs:
+            for f in kernel.funcs:
+                head.append((self._func_signature(f) + ";", UNKNOWN))
+            head.append(("", UNKNOWN))
+        lines = head + funcs_text + body
+        text = "\n".join(ln for ln, _ in lines) + "\n"
+        locs = {i + 1: loc for i, (_, loc) in enumerate(lines) if loc is not UNKNOWN}
+        return Rendered(text, self.kname, tuple(self.args), locs, frozenset(self.features))
+
+    @staticmethod
+    def _ident(name: str) -> str:
+        return re.sub(r"\W", "_", name) or "kernel"
+
+    # ---- hooks a target overrides ----------------------------------------------
+    def preamble(self) -> List[str]:
+        return [f"// opdsl kernel {self.k.name} from {self.k.filename}:{self.k.firstline} "
+                f"(threads={self.k.threads})"]
+
+    def kernel_header(self) -> List[str]:
+        """Lines before the kernel's signature (attributes)."""
+        return []
+
+    def kernel_signature(self, params: Sequence[str]) -> List[str]:
+        first = f"{self.kernel_prefix} {self.kname}("
+        pad = " " * len(first)
+        if not params:
+            return [first + ")"]
+        return [(first if i == 0 else pad) + p + ("," if i < len(params) - 1 else ")")
+                for i, p in enumerate(params)]
+
+    def load_f16(self, ptr: str, off: str) -> str:
+        return f"{self.helper('load_f16')}({ptr}, {off})"
+
+    def store_f16(self, ptr: str, off: str, value: str) -> str:
+        return f"{ptr}[{off}] = {self.helper('f32_to_f16')}({value});"
+
+    def atomic_add(self, ptr: str, dtype: T.DType, value: str, space: str) -> str:
+        raise CompileError(f"atomic_add is not supported by the {type(self).__name__} target")
+
+    def log(self, s: ir.Log) -> str:
+        return f"/* log.{s.level}: {s.fmt} */"
+
+    # ---- helpers (emitted once, before their first user) ------------------------
+    def helper(self, kind: str, dtype: Optional[T.DType] = None, extra: str = "") -> str:
+        ctype = self.type_map[dtype.name] if dtype is not None else ""
+        name = self.helper_prefix + kind + (f"_{ctype}" if ctype else "") + (f"_{extra}" if extra else "")
+        if name not in self.helpers:
+            self.helpers[name] = getattr(self, "helper_" + kind)(name, ctype, dtype, extra)
+        return name
+
+    def helper_floordiv(self, name, t, dtype, extra):
+        if dtype.is_float:
+            return (f"{self.func_prefix}{t} {name}({t} a, {t} b) {{\n"
+                    f"  // Python a // b: numpy's divmod-based floor division\n"
+                    f"  if (b == 0) return a / b;\n"
+                    f"  {t} m = fmod(a, b);\n"
+                    f"  {t} d = (a - m) / b;\n"
+                    f"  if (m != 0 && ((b < 0) != (m < 0))) d -= 1;\n"
+                    f"  if (d == 0) return copysign(({t})0, a / b);\n"
+                    f"  {t} f = floor(d);\n"
+                    f"  return (d - f > ({t})0.5) ? f + 1 : f;\n}}")
+        return (f"{self.func_prefix}{t} {name}({t} a, {t} b) {{\n"
+                f"  // Python a // b (rounds toward -inf); 0 when b == 0 like numpy\n"
+                f"  if (b == 0) return 0;\n"
+                f"  {t} q = ({t})(a / b);\n"
+                f"  return (({t})(q * b) != a && ((a < 0) != (b < 0))) ? ({t})(q - 1) : q;\n}}")
+
+    def helper_mod(self, name, t, dtype, extra):
+        if dtype.is_float:
+            return (f"{self.func_prefix}{t} {name}({t} a, {t} b) {{\n"
+                    f"  // Python a % b: the result has the sign of b\n"
+                    f"  {t} r = fmod(a, b);\n"
+                    f"  if (r != 0) {{ if ((b < 0) != (r < 0)) r += b; }}\n"
+                    f"  else r = copysign(({t})0, b);\n"
+                    f"  return r;\n}}")
+        return (f"{self.func_prefix}{t} {name}({t} a, {t} b) {{\n"
+                f"  // Python a % b: the result has the sign of b; 0 when b == 0 like numpy\n"
+                f"  if (b == 0) return 0;\n"
+                f"  {t} r = ({t})(a % b);\n"
+                f"  return (r != 0 && ((r < 0) != (b < 0))) ? ({t})(r + b) : r;\n}}")
+
+    def helper_ipow(self, name, t, dtype, extra):
+        neg = ("  if (e < 0) return (b == 1) ? 1 : (b == -1) ? ((e & 1) ? -1 : 1) : 0;\n"
+               if dtype.kind == "i" else "")
+        return (f"{self.func_prefix}{t} {name}({t} b, {t} e) {{\n"
+                f"  // integer power by squaring, wrapping like numpy\n{neg}"
+                f"  {t} r = 1;\n"
+                f"  while (e > 0) {{\n"
+                f"    if (e & 1) r = ({t})(r * b);\n"
+                f"    b = ({t})(b * b);\n"
+                f"    e >>= 1;\n"
+                f"  }}\n"
+                f"  return r;\n}}")
+
+    def helper_min(self, name, t, dtype, extra):
+        return f"{self.func_prefix}{t} {name}({t} a, {t} b) {{ return (b < a) ? b : a; }}  // Python min()"
+
+    def helper_max(self, name, t, dtype, extra):
+        return f"{self.func_prefix}{t} {name}({t} a, {t} b) {{ return (b > a) ? b : a; }}  // Python max()"
+
+    def helper_bf16_to_f32(self, name, t, dtype, extra):
+        return f"{self.func_prefix}float {name}(ushort b) {{ return as_float(((uint)b) << 16); }}"
+
+    def helper_f32_to_bf16(self, name, t, dtype, extra):
+        return (f"{self.func_prefix}ushort {name}(float f) {{\n"
+                f"  // round to nearest even, NaN stays a quiet NaN (as ml_dtypes)\n"
+                f"  uint u = as_uint(f);\n"
+                f"  if (isnan(f)) return (ushort)((u >> 16) | 0x40);\n"
+                f"  u += 0x7fffu + ((u >> 16) & 1u);\n"
+                f"  return (ushort)(u >> 16);\n}}")
+
+    def helper_round_bf16(self, name, t, dtype, extra):
+        return (f"{self.func_prefix}float {name}(float f) {{ return {self.helper('bf16_to_f32')}"
+                f"({self.helper('f32_to_bf16')}(f)); }}")
+
+    # ---- kernel and functions -----------------------------------------------------
+    def ctype(self, dtype: T.DType) -> str:
+        return self.type_map[dtype.strong.name]
+
+    def stype(self, dtype: T.DType) -> str:
+        return self.storage_map[dtype.strong.name]
+
+    def _note_type(self, dtype: Optional[T.DType]) -> None:
+        if dtype is not None and dtype.strong.name == "f64":
+            self.features.add("fp64")
+
+    def _kernel_body(self) -> None:
+        k = self.k
+        params: List[str] = []
+        consts: List[str] = []
+        for p in k.params:
+            self._note_type(p.dtype)
+            cname = self.names.user(p.name)
+            if isinstance(p, ir.TensorParam):
+                const = "const " if p.access == "in" else ""
+                params.append(", ".join([f"{self.buffer_prefix}{const}{self.stype(p.dtype)}* {cname}"]
+                                        + [f"{self.size_type} {s}" for s in self.shape_names[p.name]]))
+                self.args.append(Arg("tensor", p.name, p.dtype, p.ndim, p.access))
+            elif isinstance(p, ir.VecParam):
+                elems = [self.names.fresh(f"{cname}_{i}") for i in range(p.length)]
+                params.append(", ".join(f"{self.arg_type(p.dtype)} {e}" for e in elems))
+                conv = ", ".join(self.scalar_arg_value(p.dtype, e) for e in elems)
+                consts.append(f"const {self.ctype(p.dtype.compute)} {cname}[{p.length}] = {{{conv}}};")
+                self.args.append(Arg("vec", p.name, p.dtype, length=p.length))
+            elif p.const_value is not None:
+                value = self.const(p.const_value, p.dtype.compute)
+                consts.append(f"const {self.ctype(p.dtype.compute)} {cname} = {value};  // dsl.const")
+                self.args.append(Arg("const", p.name, p.dtype))
+            else:
+                arg = cname if self.arg_type(p.dtype) == self.ctype(p.dtype.compute) else self.names.fresh(cname + "_arg")
+                params.append(f"{self.arg_type(p.dtype)} {arg}")
+                if arg != cname:
+                    consts.append(f"const {self.ctype(p.dtype.compute)} {cname} = {self.scalar_arg_value(p.dtype, arg)};")
+                self.args.append(Arg("scalar", p.name, p.dtype))
+        for line in self.kernel_header() + self.kernel_signature(params):
+            self.emit(line)
+        self.emit("{")
+        self.depth += 1
+        for s in k.scratch:
+            self._note_type(s.dtype)
+            n = int(np.prod(s.shape)) if s.shape else 1
+            self.emit(f"{self.local_prefix}{self.stype(s.dtype)} {self.names.user(s.name)}[{n}];"
+                      f"  // scratch {list(s.shape)} {s.dtype}")
+        for line in consts:
+            self.emit(line)
+        used_sizes = {n.tensor for n in ir.walk(list(k.body) + [b for f in k.funcs for b in f.body])
+                      if isinstance(n, ir.Size)}
+        for p in k.params:
+            if isinstance(p, ir.TensorParam) and p.name in used_sizes:
+                prod = " * ".join(self.shape_names[p.name]) or "1"
+                self.emit(f"const {self.size_type} {self.size_names[p.name]} = {prod};")
+        self._declare_locals(k.locals)
+        self.func_ret = None
+        self.block(k.body)
+        self.depth -= 1
+        self.emit("}")
+
+    def arg_type(self, dtype: T.DType) -> str:
+        """C type of a scalar argument (bool travels as uchar, f16/bf16 as float)."""
+        return self.stype(dtype) if dtype.is_bool else self.ctype(dtype.compute)
+
+    def scalar_arg_value(self, dtype: T.DType, arg: str) -> str:
+        return f"({arg} != 0)" if dtype.is_bool else arg
+
+    def _declare_locals(self, locals_) -> None:
+        for name, t in locals_:
+            self._note_type(t)
+            self.emit(f"{self.ctype(t.compute)} {self.names.user(name)} = {self.zero(t.compute)};")
+
+    def zero(self, t: T.DType) -> str:
+        return "false" if t.is_bool else self.const(0, t)
+
+    def _func_signature(self, f: ir.Function) -> str:
+        ret = self.ctype(f.ret.compute) if f.ret is not None else "void"
+        ps = ", ".join(f"{self.ctype(p.dtype.compute)} {self.names.user(p.name)}" for p in f.params) or "void"
+        return f"{self.func_prefix}{ret} {self.fnames[f.name]}({ps})"
+
+    def _function(self, f: ir.Function) -> None:
+        for p in f.params:
+            self.names.user(p.name)
+            self._note_type(p.dtype)
+        for name, _ in f.locals:
+            self.names.user(name)
+        self.emit(self._func_signature(f))
+        self.emit("{")
+        self.depth += 1
+        self._declare_locals(f.locals)
+        self.func_ret = f.ret
+        self.block(f.body)
+        self.depth -= 1
+        self.emit("}")
+        self.emit("")
+
+    # ---- statements ------------------------------------------------------------------
+    def emit(self, line: str) -> None:
+        self.out.append(("  " * self.depth + line if line else "", self.cur_loc))
+
+    def block(self, stmts: Sequence[ir.Stmt]) -> None:
+        for s in stmts:
+            self.stmt(s)
+
+    def stmt(self, s: ir.Stmt) -> None:
+        loc = s.loc
+        if loc is not UNKNOWN and loc.line > 0:
+            self.cur_loc = loc
+            if (loc.file, loc.line) != self.last_py:
+                self.last_py = (loc.file, loc.line)
+                text = loc.source_line().strip()
+                self.emit(f"// py:{loc.line} {text}" if text else f"// py:{loc.line}")
+        getattr(self, "stmt_" + type(s).__name__)(s)
+
+    def stmt_Assign(self, s: ir.Assign) -> None:
+        self.emit(f"{self.names.user(s.name)} = {self.expr(s.value)};")
+
+    def stmt_ExprStmt(self, s: ir.ExprStmt) -> None:
+        self.emit(f"{self.expr(s.value)};")
+
+    def stmt_Store(self, s: ir.Store) -> None:
+        buf = self.k.buffer(s.tensor)
+        ptr, off = self.names.user(s.tensor), self.offset(s.tensor, s.index, s.flat)
+        value = self.expr(s.value)
+        name = buf.dtype.name
+        if name == "f16":
+            self.emit(self.store_f16(ptr, off, value))
+        elif name == "bf16":
+            self.emit(f"{ptr}[{off}] = {self.helper('f32_to_bf16')}({value});")
+        elif name == "bool_":
+            self.emit(f"{ptr}[{off}] = (uchar)({value});")
+        else:
+            self.emit(f"{ptr}[{off}] = {value};")
+
+    def stmt_AtomicAdd(self, s: ir.AtomicAdd) -> None:
+        buf = self.k.buffer(s.tensor)
+        space = "local" if isinstance(buf, ir.Scratch) else "global"
+        ptr = f"&{self.names.user(s.tensor)}[{self.offset(s.tensor, s.index, s.flat)}]"
+        self.emit(self.atomic_add(ptr, buf.dtype, self.expr(s.value), space))
+
+    def stmt_If(self, s: ir.If) -> None:
+        self.emit(f"if ({self.bare(s.cond)}) {{")
+        self._nested(s.body)
+        orelse = s.orelse
+        while len(orelse) == 1 and isinstance(orelse[0], ir.If):  # elif chains stay flat
+            inner = orelse[0]
+            if inner.loc is not UNKNOWN and inner.loc.line > 0:
+                self.cur_loc = inner.loc
+            self.emit(f"}} else if ({self.bare(inner.cond)}) {{")
+            self._nested(inner.body)
+            orelse = inner.orelse
+        if orelse:
+            self.emit("} else {")
+            self._nested(orelse)
+        self.emit("}")
+
+    def _nested(self, stmts) -> None:
+        self.depth += 1
+        self.block(stmts)
+        self.depth -= 1
+
+    def stmt_While(self, s: ir.While) -> None:
+        self.emit(f"while ({self.bare(s.cond)}) {{")
+        self._nested(s.body)
+        self.emit("}")
+
+    def stmt_For(self, s: ir.For) -> None:
+        """range() semantics: bounds evaluated once, a hidden counter, runtime step sign."""
+        var = self.names.user(s.var)
+        it = self.names.fresh(f"{var}_it")
+        st = self.size_type
+        start = self.bare(s.start)
+        assigned = {n.name for n in ir.walk(list(s.body)) if isinstance(n, ir.Assign)} | \
+                   {n.var for n in ir.walk(list(s.body)) if isinstance(n, ir.For)} | {s.var}
+        step_c = s.step.value if isinstance(s.step, ir.Const) else None
+        inits = [f"{st} {it} = {start}"]
+        stop = self.bare(s.stop)
+        if not self._invariant(s.stop, assigned):
+            end = self.names.fresh(f"{var}_end")
+            inits.append(f"{end} = {stop}")
+            stop = end
+        if step_c is not None and step_c != 0:
+            cond = f"{it} < {stop}" if step_c > 0 else f"{it} > {stop}"
+            inc = f"{it}++" if step_c == 1 else f"{it}--" if step_c == -1 else f"{it} += {self.bare(s.step)}"
+        else:
+            step = self.bare(s.step)
+            if not self._invariant(s.step, assigned):
+                sv = self.names.fresh(f"{var}_step")
+                inits.append(f"{sv} = {step}")
+                step = sv
+            cond = f"({step} > 0 && {it} < {stop}) || ({step} < 0 && {it} > {stop})"
+            inc = f"{it} += {step}"
+        self.emit(f"for ({', '.join(inits)}; {cond}; {inc}) {{")
+        self.depth += 1
+        self.emit(f"{var} = {it};")
+        self.block(s.body)
+        self.depth -= 1
+        self.emit("}")
+
+    def _invariant(self, e: ir.Expr, assigned: set) -> bool:
+        for n in ir.walk(e):
+            if isinstance(n, (ir.Load, ir.FuncCall)):
+                return False
+            if isinstance(n, ir.Name) and n.name in assigned:
+                return False
+        return True
+
+    def stmt_Break(self, s) -> None:
+        self.emit("break;")
+
+    def stmt_Continue(self, s) -> None:
+        self.emit("continue;")
+
+    def stmt_Return(self, s: ir.Return) -> None:
+        if s.value is None:
+            self.emit("return;")
+        else:
+            self.emit(f"return {self.bare(s.value)};")
+
+    def stmt_Sync(self, s) -> None:
+        self.emit(self.barrier)
+
+    def stmt_Log(self, s: ir.Log) -> None:
+        if config.level_passes(s.level, self.log_level):
+            self.emit(self.log(s))
+
+    # ---- expressions -------------------------------------------------------------------
+    def bare(self, e: ir.Expr) -> str:
+        """An expression without its outer parentheses (for conditions and initializers)."""
+        text = self.expr(e)
+        if text.startswith("(") and text.endswith(")") and self._balanced(text[1:-1]):
+            return text[1:-1]
+        return text
+
+    @staticmethod
+    def _balanced(text: str) -> bool:
+        depth = 0
+        for ch in text:
+            depth += ch == "("
+            depth -= ch == ")"
+            if depth < 0:
+                return False
+        return depth == 0
+
+    def expr(self, e: ir.Expr) -> str:
+        self._note_type(e.type)
+        return getattr(self, "expr_" + type(e).__name__)(e)
+
+    def const(self, value, t: T.DType) -> str:
+        t = t.strong
+        if t.is_bool:
+            return "true" if value else "false"
+        if t.is_float:
+            return _float_text(float(value), single=t.bits < 64)
+        v = int(value)
+        ct = self.ctype(t)
+        if t.bits == 64:
+            if t.kind == "i" and v == -(1 << 63):
+                return "(-9223372036854775807L - 1L)"
+            return f"{v}{'UL' if t.kind == 'u' else 'L'}" if v >= 0 else f"({v}L)"
+        if t.bits == 32:
+            if t.kind == "u":
+                return f"{v}U"
+            return str(v) if v >= 0 else ("(-2147483647 - 1)" if v == -(1 << 31) else f"({v})")
+        return f"(({ct}){v})"
+
+    def expr_Const(self, e: ir.Const) -> str:
+        return self.const(e.value, e.type)
+
+    def expr_Name(self, e: ir.Name) -> str:
+        return self.names.user(e.name)
+
+    def offset(self, tensor: str, index: Sequence[ir.Expr], flat: bool) -> str:
+        if flat:
+            return self.bare(index[0])
+        if not index:
+            return "0"
+        buf = self.k.buffer(tensor)
+        if isinstance(buf, ir.Scratch):
+            strides = [int(np.prod(buf.shape[d + 1:])) for d in range(len(buf.shape))]
+            parts = [self.expr(i) if s == 1 else f"{self.expr(i)} * {s}" for i, s in zip(index, strides)]
+            return " + ".join(parts)
+        shapes = self.shape_names[tensor]
+        text = self.expr(index[0])
+        for d in range(1, len(index)):
+            text = f"({text}) * {shapes[d]} + {self.expr(index[d])}" if d > 1 else \
+                f"{text} * {shapes[d]} + {self.expr(index[d])}"
+        return text
+
+    def expr_Load(self, e: ir.Load) -> str:
+        buf = self.k.buffer(e.tensor)
+        ptr = self.names.user(e.tensor)
+        off = self.offset(e.tensor, e.index, e.flat)
+        name = buf.dtype.name
+        if name == "f16" and not isinstance(buf, ir.VecParam):
+            return self.load_f16(ptr, off)
+        if name == "bf16" and not isinstance(buf, ir.VecParam):
+            return f"{self.helper('bf16_to_f32')}({ptr}[{off}])"
+        if name == "bool_" and not isinstance(buf, ir.VecParam):
+            return f"({ptr}[{off}] != 0)"
+        return f"{ptr}[{off}]"
+
+    def expr_Shape(self, e: ir.Shape) -> str:
+        return self.shape_names[e.tensor][e.axis]
+
+    def expr_Size(self, e: ir.Size) -> str:
+        return self.size_names[e.tensor]
+
+    def _wrap(self, t: T.DType, text: str) -> str:
+        """Results of narrow integer arithmetic wrap like numpy (C computes them in int)."""
+        if t.is_bool or (t.is_int and t.bits < 32):
+            return f"(({self.ctype(t)}){text})"
+        return text
+
+    def expr_Unary(self, e: ir.Unary) -> str:
+        x = self.expr(e.operand)
+        t = e.type
+        if e.op == "not":
+            return f"(!{x})"
+        if e.op == "invert":
+            return f"(!{x})" if t.is_bool else self._wrap(t, f"(~{x})")
+        return self._wrap(t, f"(-{x})")
+
+    def expr_Binary(self, e: ir.Binary) -> str:
+        t = e.type
+        a, b = self.expr(e.left), self.expr(e.right)
+        if e.op == "floordiv":
+            if t.kind == "u" or t.is_bool:
+                return f"({a} / {b})"
+            return f"{self.helper('floordiv', t)}({self.bare(e.left)}, {self.bare(e.right)})"
+        if e.op == "mod":
+            if t.kind == "u" or t.is_bool:
+                return f"({a} % {b})"
+            return f"{self.helper('mod', t)}({self.bare(e.left)}, {self.bare(e.right)})"
+        if e.op == "pow":
+            return self._pow(t, e.left, e.right)
+        if e.op == "truediv" and not t.is_float:
+            raise CompileError(f"'/' on {t} operands reached the C emitter uncast", e.loc)
+        text = f"({a} {_BINARY_C[e.op]} {b})"
+        return self._wrap(t, text) if e.op in _WRAPPING else text
+
+    def _pow(self, t: T.DType, left: ir.Expr, right: ir.Expr) -> str:
+        a, b = self.bare(left), self.bare(right)
+        if t.is_float:
+            if isinstance(right, ir.Const) and float(right.value) == 2.0:
+                x = self.expr(left)
+                if isinstance(left, (ir.Name, ir.Const)):
+                    return f"({x} * {x})"
+            return f"pow({a}, {b})"
+        return f"{self.helper('ipow', t)}({a}, {b})"
+
+    def expr_Compare(self, e: ir.Compare) -> str:
+        return f"({self.expr(e.left)} {_COMPARE_C[e.op]} {self.expr(e.right)})"
+
+    def expr_Logical(self, e: ir.Logical) -> str:
+        return f"({self.expr(e.left)} {'&&' if e.op == 'and' else '||'} {self.expr(e.right)})"
+
+    def expr_Select(self, e: ir.Select) -> str:
+        return f"({self.expr(e.cond)} ? {self.expr(e.if_true)} : {self.expr(e.if_false)})"
+
+    def expr_FuncCall(self, e: ir.FuncCall) -> str:
+        return f"{self.fnames[e.func]}({', '.join(self.bare(a) for a in e.args)})"
+
+    def expr_Call(self, e: ir.Call) -> str:
+        if e.name in self.code_for_team:
+            return self.code_for_team[e.name]
+        t = e.type
+        args = [self.bare(a) for a in e.args]
+        if e.name in self.float_funcs:
+            return f"{self.float_funcs[e.name]}({args[0]})"
+        if e.name == "abs":
+            if t.is_float:
+                return f"fabs({args[0]})"
+            if t.kind == "u":
+                return args[0]
+            return f"(({self.ctype(t)})abs({args[0]}))"
+        if e.name in ("min", "max"):
+            fn = self.helper(e.name, t)
+            text = args[0]
+            for a in args[1:]:
+                text = f"{fn}({text}, {a})"
+            return text
+        if e.name == "clamp":
+            return f"{self.helper('min', t)}({self.helper('max', t)}({args[0]}, {args[1]}), {args[2]})"
+        if e.name == "pow":
+            return self._pow(t, e.args[0], e.args[1])
+        raise CompileError(f"builtin {e.name}() has no C-family spelling", e.loc)
+
+    def expr_Cast(self, e: ir.Cast) -> str:
+        return self.cast(e.value, e.type)
+
+    def cast(self, value: ir.Expr, dst: T.DType) -> str:
+        src = value.type.strong
+        dst = dst.strong
+        x = self.expr(value)
+        if dst.name == "f16":
+            return f"{self.helper('round_f16')}({self._as_f32(src, x)})"
+        if dst.name == "bf16":
+            return f"{self.helper('round_bf16')}({self._as_f32(src, x)})"
+        if src.compute == dst:
+            return x
+        if dst.is_bool:
+            return f"({x} != 0)"
+        if dst.is_int and src.is_float and dst.bits < 64:
+            return f"(({self.ctype(dst)})(long){x})"  # truncate, then wrap like numpy on x86
+        return f"(({self.ctype(dst)}){x})"
+
+    def _as_f32(self, src: T.DType, x: str) -> str:
+        return x if src.compute.name == "f32" else f"((float){x})"
+
+    def helper_round_f16(self, name, t, dtype, extra):
+        return f"{self.func_prefix}float {name}(float f) {{ return f; }}"
+
+
+def printf_args(fmt: str, args: Sequence[Tuple[str, T.DType]], *, fp64: bool) -> Tuple[str, List[str]]:
+    """Python %-format -> C printf: length modifiers and casts that print what Python prints."""
+    out: List[str] = []
+    cargs: List[str] = []
+    it = iter(args)
+    pos = 0
+    for m in re.finditer(r"%([-+ #0]*)(\d+|\*)?(?:\.(\d+))?([diouxXeEfFgGcrsa%])", fmt):
+        out.append(c_escape(fmt[pos:m.start()]))
+        pos = m.end()
+        flags, width, prec, conv = m.group(1), m.group(2) or "", m.group(3), m.group(4)
+        spec = "%" + flags + width + (f".{prec}" if prec is not None else "")
+        if conv == "%":
+            out.append("%%")
+            continue
+        try:
+            code, t = next(it)
+        except StopIteration:
+            raise ValueError(f"format {fmt!r} needs more arguments than given") from None
+        if conv in "diouxX":
+            c = "d" if conv in "diu" else conv
+            if t.is_bool:
+                out.append(spec + c)
+                cargs.append(f"(int)({code})")
+            elif t.kind == "u":
+                out.append(spec + "l" + ("u" if c == "d" else c))
+                cargs.append(f"(ulong)({code})")
+            else:  # signed ints, and floats truncated the way Python's %d does
+                out.append(spec + "l" + c)
+                cargs.append(f"(long)({code})")
+        elif conv in "eEfFgGa":
+            out.append(spec + conv)
+            cargs.append(f"({'double' if fp64 else 'float'})({code})")
+        elif conv == "c":
+            out.append(spec + "c")
+            cargs.append(f"(int)({code})")
+        else:  # %s / %r: Python's str() of the value
+            if t.is_bool:
+                out.append(spec + "s")
+                cargs.append(f"(({code}) ? \"True\" : \"False\")")
+            elif t.is_float:
+                out.append(spec + "g")
+                cargs.append(f"({'double' if fp64 else 'float'})({code})")
+            else:
+                out.append(spec + ("lu" if t.kind == "u" else "ld"))
+                cargs.append(f"({'ulong' if t.kind == 'u' else 'long'})({code})")
+    out.append(c_escape(fmt[pos:]))
+    return "".join(out), cargs
+
+
+def c_escape(text: str) -> str:
+    return (text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+            .replace("%", "%%"))

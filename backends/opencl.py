@@ -1,0 +1,208 @@
+"""The ``opencl`` backend: typed IR -> readable OpenCL C 1.2 -> pyopencl.
+
+The team is a work-group: ``get_local_id(0)`` is the thread, ``get_group_id(0)``
+the tile, local size = ``kernel.threads``, global size = threads * grid; sync is
+a work-group barrier and scratch is ``__local``.  The renderer is the shared
+C-family emitter (backends/cstyle.py) plus this small table.
+"""
+from __future__ import annotations
+
+from typing import List, Sequence
+
+import numpy as np
+
+from backends import opencl_runtime as rt
+from backends.base import Backend, CompileRequest, Launcher
+from backends.cstyle import CStyleRenderer, Rendered, c_escape, printf_args
+from dsl import ir
+from dsl import types as T
+from dsl.errors import UNKNOWN, CompileError, SourceLoc
+
+
+class Unsupported(Exception):
+    """A construct this target cannot express; the caller adds the source location."""
+
+
+class OpenCLRenderer(CStyleRenderer):
+    kernel_prefix = "void"
+    buffer_prefix = "__global "
+    local_prefix = "__local "
+    func_prefix = "static "
+    barrier = "barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);"
+    code_for_team = {"thread_id": "(long)get_local_id(0)", "num_threads": "(long)get_local_size(0)",
+                     "tile_id": "(long)get_group_id(0)", "num_tiles": "(long)get_num_groups(0)"}
+
+    def preamble(self) -> List[str]:
+        lines = super().preamble()
+        if "fp64" in self.features:
+            lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
+        if "int64_atomics" in self.features:
+            lines.append("#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable")
+        return lines + [""]
+
+    def kernel_header(self) -> List[str]:
+        return [f"__kernel __attribute__((reqd_work_group_size({self.k.threads}, 1, 1)))"]
+
+    def load_f16(self, ptr: str, off: str) -> str:
+        return f"vload_half({off}, {ptr})"
+
+    def store_f16(self, ptr: str, off: str, value: str) -> str:
+        return f"vstore_half_rte({value}, {off}, {ptr});"
+
+    def helper_round_f16(self, name, t, dtype, extra):
+        return (f"{self.func_prefix}float {name}(float f) {{\n"
+                f"  // round to half precision (nearest even) without cl_khr_fp16 arithmetic\n"
+                f"  ushort h;\n"
+                f"  vstore_half_rte(f, 0, (__private half*)&h);\n"
+                f"  return vload_half(0, (__private const half*)&h);\n}}")
+
+    def stmt_AtomicAdd(self, s: ir.AtomicAdd) -> None:
+        try:
+            super().stmt_AtomicAdd(s)
+        except Unsupported as e:
+            raise CompileError(str(e), s.loc) from None
+
+    def atomic_add(self, ptr: str, dtype: T.DType, value: str, space: str) -> str:
+        name = dtype.name
+        if name in ("i32", "u32"):
+            return f"atomic_add({ptr}, {value});"
+        if name in ("i64", "u64"):
+            self.features.add("int64_atomics")
+            return f"atom_add({ptr}, {value});"
+        if name in ("f32", "f64"):
+            if name == "f64":
+                self.features.add("int64_atomics")
+            return f"{self.helper('atomic_add', dtype, space)}({ptr}, {value});"
+        raise Unsupported(f"dsl.atomic_add on {dtype} is not supported by the opencl backend; "
+                          f"accepted: i32, u32, i64, u64, f32, f64")
+
+    def helper_atomic_add(self, name, t, dtype, space):
+        bits, cas = ("uint", "atomic_cmpxchg") if dtype.bits == 32 else ("ulong", "atom_cmpxchg")
+        as_bits, as_t = f"as_{bits}", f"as_{t}"
+        return (f"{self.func_prefix}void {name}(volatile __{space} {t}* p, {t} v) {{\n"
+                f"  // floating-point atomic add: compare-and-swap on the bits\n"
+                f"  {bits} seen = {as_bits}(*p), old;\n"
+                f"  do {{\n"
+                f"    old = seen;\n"
+                f"    seen = {cas}((volatile __{space} {bits}*)p, old, {as_bits}({as_t}(old) + v));\n"
+                f"  }} while (seen != old);\n}}")
+
+    def log(self, s: ir.Log) -> str:
+        """printf with the interpreter's "[kernel t=.. tile=..]" prefix."""
+        self.features.add("printf")
+        team = ["(int)get_local_id(0)", "(int)get_group_id(0)"]
+        if s.args:
+            try:
+                fmt, cargs = printf_args(s.fmt, [(self.bare(a), a.type) for a in s.args],
+                                         fp64="fp64" in self.features)
+            except ValueError as e:
+                raise CompileError(str(e), s.loc) from None
+        else:  # like Python, a message without arguments is printed as is
+            fmt, cargs = c_escape(s.fmt), []
+        return f'printf("[{self.k.name} t=%d tile=%d] {fmt}\\n", {", ".join(team + cargs)});'
+
+
+# --------------------------------------------------------------------------- device checks
+
+_NEEDS = {"fp64": ("cl_khr_fp64", "dtype f64"),
+          "int64_atomics": ("cl_khr_int64_base_atomics", "dsl.atomic_add on a 64-bit or f64 value")}
+
+
+def check_device(rendered: Rendered, kernel: ir.Kernel, dev: rt.Device) -> None:
+    """A CompileError naming the dtype/feature and the device when the device lacks it."""
+    for feature in sorted(rendered.features):
+        if feature not in _NEEDS:
+            continue
+        ext, what = _NEEDS[feature]
+        if not dev.has(ext):
+            raise CompileError(
+                f"{what} is not supported by OpenCL device {dev.description}: it lacks {ext}",
+                SourceLoc(kernel.filename, kernel.firstline),
+                note="use f32, or pick another device with OPDSL_OPENCL_DEVICE=platform[:index]")
+
+
+def render(request: CompileRequest) -> Rendered:
+    return OpenCLRenderer(request.log_level).render(request.kernel)
+
+
+def build_error(err: rt.BuildError, rendered: Rendered, kernel: ir.Kernel) -> CompileError:
+    """The compiler log mapped back to the generated line and the user's Python line."""
+    lines = rendered.source.splitlines()
+    first = rt.first_error(err.log)
+    loc = None
+    note = "OpenCL compiler log:\n" + err.log[:4000]
+    message = "the OpenCL compiler rejected the generated code"
+    if first is not None:
+        cline, _, msg = first
+        message += f": {msg}"
+        loc = rendered.loc_of_line(cline)
+        text = lines[cline - 1].strip() if 0 < cline <= len(lines) else "?"
+        note = f"generated OpenCL line {cline}: {text}\n" + note
+    if loc is None:
+        loc = SourceLoc(kernel.filename, kernel.firstline)
+    return CompileError(message, loc, note=note)
+
+
+# --------------------------------------------------------------------------- launcher
+
+_SCALAR_NP = {"bool_": np.uint8, "f16": np.float32, "bf16": np.float32}
+
+
+def _scalar_type(dtype: T.DType):
+    return _SCALAR_NP.get(dtype.name) or dtype.np.type
+
+
+class OpenCLLauncher(Launcher):
+    def __init__(self, program, rendered: Rendered, kernel: ir.Kernel):
+        import pyopencl as cl
+        self.kernel = cl.Kernel(program, rendered.name)
+        self.threads = kernel.threads
+        self.plan = rendered.args
+
+    def __call__(self, args: Sequence, grid: int) -> None:
+        if grid <= 0:
+            return
+        dev = rt.device()
+        bufs = rt.Buffers(dev)
+        cargs = []
+        try:
+            for spec, value in zip(self.plan, args):
+                if spec.kind == "tensor":
+                    arr = np.asarray(value)
+                    cargs.append(bufs.wrap(arr, writable=spec.access != "in", readable=spec.access != "out"))
+                    cargs += [np.int64(n) for n in arr.shape]
+                elif spec.kind == "scalar":
+                    cargs.append(_scalar_type(spec.dtype)(value))
+                elif spec.kind == "vec":
+                    conv = _scalar_type(spec.dtype)
+                    cargs += [conv(v) for v in np.asarray(value).reshape(-1)[:spec.length]]
+            rt.run(self.kernel, cargs, (self.threads * grid,), (self.threads,))
+        finally:
+            bufs.finish()
+
+
+class OpenCLBackend(Backend):
+    name = "opencl"
+
+    def source(self, request: CompileRequest) -> str:
+        return render(request).source
+
+    def compile(self, request: CompileRequest) -> Launcher:
+        rendered = render(request)
+        try:
+            dev = rt.device()
+        except rt.NoDevice as e:
+            raise CompileError(f"the opencl backend has no device: {e}",
+                               SourceLoc(request.kernel.filename, request.kernel.firstline)) from None
+        check_device(rendered, request.kernel, dev)
+        try:
+            program = rt.build(rendered.source, extra_key=request.key)
+        except rt.BuildError as e:
+            raise build_error(e, rendered, request.kernel) from None
+        return OpenCLLauncher(program, rendered, request.kernel)
+
+    def available(self) -> str:
+        return rt.unavailable_reason()
+
+
+BACKEND = OpenCLBackend()
