@@ -37,26 +37,13 @@ from backends.base import Backend, CompileRequest, Launcher
 
 # --------------------------------------------------------------------------- Python builtins
 
-
-def _int(v=0, *base):
-    """``int(v)``: truncation toward zero to an i64, as the compiled backends cast."""
-    if base or isinstance(v, (str, bytes)):
-        return np.int64(_py_builtins.int(v, *base))
-    return np.int64(v)
-
-
-def _float(v=0.0):
-    """``float(v)``: an f64."""
-    return np.float64(v)
-
-
-def _bool(v=False):
-    """``bool(v)``: a numpy bool."""
-    return np.bool_(v)
-
-
+# ``min max abs`` promote like the compiled builtins (NEP 50, one result type).
+# ``int() float() bool()`` stay Python's: the checker types them as *weak*
+# casts (a Python int/float/bool that takes the other operand's type), which is
+# exactly what the Python builtins return; ``range`` yields weak ints, and
+# ``.shape``/``.size`` are weak ints too.
 _KERNEL_BUILTINS = dict(vars(_py_builtins))
-_KERNEL_BUILTINS.update(min=B.min_, max=B.max_, abs=B.abs_, pow=B.pow_, int=_int, float=_float, bool=_bool)
+_KERNEL_BUILTINS.update(min=B.min_, max=B.max_, abs=B.abs_)
 
 # Frames in these files are ours, not the user's: skipped when naming call sites
 # and trimmed from tracebacks shown to the user.
@@ -72,9 +59,9 @@ def _own(code) -> bool:
 class Tensor:
     """A kernel tensor argument: numpy indexing with bounds checks.
 
-    Loads give numpy scalars (f32 for f16/bf16 storage), ``.shape`` and
-    ``.size`` are i64 like the IR's ``Shape``/``Size``.  ``np.asarray(t)`` gives
-    the underlying array (read-only for ``In``).
+    Loads give numpy scalars (f32 for f16/bf16 storage); ``.shape`` and
+    ``.size`` are Python ints (the checker types them weak).  ``np.asarray(t)``
+    gives the underlying array (read-only for ``In``).
     """
 
     __slots__ = ("array", "name", "access", "shape", "size", "ndim", "dtype", "flat",
@@ -88,9 +75,8 @@ class Tensor:
         self.name = name
         self.access = access
         self.dtype = array.dtype
-        self._shape = tuple(array.shape)
-        self.shape = tuple(np.int64(n) for n in array.shape)
-        self.size = np.int64(array.size)
+        self._shape = self.shape = tuple(array.shape)
+        self.size = array.size
         self.ndim = array.ndim
         self._wide = dtype.is_storage_only
         self._int = dtype.is_int
@@ -333,10 +319,11 @@ class _Context(B.TeamContext):
     def __init__(self, team: _Team, tid: int):
         launch = team.launch
         self.team = team
-        self.thread_id = tid
-        self.num_threads = launch.threads
-        self.tile_id = team.tile
-        self.num_tiles = launch.grid
+        # i64, not Python ints: the checker types the team builtins as strong i64
+        self.thread_id = np.int64(tid)
+        self.num_threads = np.int64(launch.threads)
+        self.tile_id = np.int64(team.tile)
+        self.num_tiles = np.int64(launch.grid)
         self.log_level = launch.log_level
 
     def sync(self) -> None:
@@ -351,8 +338,6 @@ class _Context(B.TeamContext):
             print(f"[{launch.name} t={self.thread_id} tile={self.tile_id}] {text}", flush=True)
 
     def atomic_add(self, array, index, value) -> None:
-        if isinstance(array, Tensor) and not isinstance(index, tuple) and array.ndim != 1:
-            array = array.flat
         with self.team.launch.atomic_lock:
             array[index] = array[index] + value
 
@@ -569,7 +554,7 @@ class _Rebuilder:
         return glob
 
     def _adapt(self, value):
-        py = getattr(value, "pyfunc", None)
+        py = getattr(value, "fn", None)
         return self.function(py) if isinstance(py, types.FunctionType) else value
 
     def _cell(self, cell):
