@@ -8,7 +8,7 @@ from dsl.builtins import (  # noqa: F401
     thread_id, num_threads, tile_id, num_tiles, sync, scratch, split, atomic_add, log,
     exp, sqrt, rsqrt, tanh, erf, sin, cos, floor, ceil, clamp, where,
 )
-from dsl.builtins import log_ as ln, min_ as min, max_ as max, abs_ as abs, pow_ as pow  # noqa: F401,A004
+from dsl.builtins import min_ as min, max_ as max, abs_ as abs, pow_ as pow  # noqa: F401,A004
 from dsl.kernel import kernel, func, Kernel  # noqa: F401
 
 __version__ = "0.1.0"

@@ -181,7 +181,11 @@ def pow_(x, y):
 # --------------------------------------------------------------------------- logging
 
 class _Log:
-    """``dsl.log.info("x=%d", x)``: printf-style messages, filtered at compile time."""
+    """``dsl.log(x)`` is the natural logarithm; ``dsl.log.info("x=%d", x)`` logs
+    printf-style messages, filtered at compile time."""
+
+    def __call__(self, x):
+        return log_(x)
 
     def _emit(self, level: str, fmt: str, *args) -> None:
         from dsl import config
@@ -264,7 +268,7 @@ def _add(name: str, arity, rule, runtime: Callable, doc: str) -> None:
 
 
 for _name, _fn, _doc in [
-    ("exp", exp, "e**x"), ("log", log_, "natural logarithm"), ("sqrt", sqrt, "square root"),
+    ("exp", exp, "e**x"), ("log", log, "natural logarithm"), ("sqrt", sqrt, "square root"),
     ("rsqrt", rsqrt, "1/sqrt(x)"), ("tanh", tanh, "hyperbolic tangent"), ("erf", erf, "error function"),
     ("sin", sin, "sine"), ("cos", cos, "cosine"), ("floor", floor, "largest integral value <= x (a float)"),
     ("ceil", ceil, "smallest integral value >= x (a float)"),

@@ -84,8 +84,6 @@ class _Checker:
 
     # ------------------------------------------------------------------ driver
     def run(self, body) -> Tuple[Tuple[ir.Stmt, ...], Tuple[Tuple[str, T.DType], ...]]:
-        for name, dt in self.parsed.declared.items():
-            self.ltypes[name] = dt
         for _ in range(50):  # the type lattice is finite; this converges in a few rounds
             before = dict(self.ltypes)
             self.return_types = []
@@ -130,8 +128,6 @@ class _Checker:
             if p.const_value is not None:
                 raise self.error(node, f"'{name}' is a dsl.const parameter and cannot be assigned")
             return self.scalar_types[name]
-        if name in self.parsed.declared:
-            return self.parsed.declared[name]
         if t is not None and not self.final:
             self.ltypes[name] = T.join(self.ltypes.get(name), t)
         elif name not in self.ltypes:

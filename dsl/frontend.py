@@ -28,7 +28,7 @@ from dsl.errors import CompileError, SourceLoc
 # Construct -> how kernels may use it.  Rendered into docs/language.md.
 SUPPORTED: Dict[str, str] = {
     "def": "the kernel / @dsl.func itself; no nested functions, no *args/**kwargs",
-    "x = e, x: f32 = e": "locals; the type is inferred from every assignment (NumPy promotion), or declared",
+    "x = e": "locals; the type is the NumPy-promotion join of every assignment (x = f32(0) fixes it)",
     "a, b = e1, e2": "tuple unpacking of scalars, x.shape and dsl.split(n)",
     "x op= e": "augmented assignment to locals and tensor elements",
     "t[i, j], t.flat[i]": "tensor element read/write; one index per dimension, or a flat index",
@@ -99,7 +99,6 @@ class Parsed:
     scratch: List[ScratchDecl]
     funcs: Dict[str, Any]  # name used in the IR -> dsl Func object called
     captured: Dict[str, Any]  # global/closure names read -> value (for the cache key)
-    declared: Dict[str, Any]  # local -> DType from `x: f32 = ...`
     shape_unpacks: List[Tuple[str, int, SourceLoc]]  # `a, b = t.shape` sites: t must have that rank
     filename: str
     firstline: int
@@ -184,7 +183,7 @@ def parse(fn, *, is_kernel: bool, log_level: str) -> Parsed:
     if isinstance(fdef, ast.AsyncFunctionDef):
         raise v.error(fdef, "async functions are not supported in kernels")
     body = v.visit_body(fdef.body, top=True)
-    return Parsed(fn.__name__, params, tuple(body), v.scratch, v.funcs, v.captured, v.declared, v.shape_unpacks, filename,
+    return Parsed(fn.__name__, params, tuple(body), v.scratch, v.funcs, v.captured, v.shape_unpacks, filename,
                   firstline, src, log_level, v.loc(fdef))
 
 
@@ -208,7 +207,6 @@ class _Visitor:
         self.assigned = _assigned_names(fn)
         self.tmp_count = 0
         self.shape_unpacks: List[Tuple[str, int, SourceLoc]] = []  # (tensor, names, loc): needs ndim == names
-        self.declared: Dict[str, T.DType] = {}  # locals with an annotation keep exactly that type
         self.closure = dict(zip(fn.__code__.co_freevars,
                                 (c.cell_contents for c in (fn.__closure__ or ()))))
 
@@ -274,17 +272,6 @@ class _Visitor:
         if isinstance(target, ast.Name) and _is_call_to(self, s.value, "scratch"):
             return self.declare_scratch(target, s.value, s, top)
         return self.assign_to(target, self.expr(s.value), s, top)
-
-    def stmt_AnnAssign(self, s, top):
-        if not isinstance(s.target, ast.Name) or s.value is None:
-            raise self.error(s, "annotated assignment needs a local name and a value: x: f32 = 0")
-        dt = self.resolve_value(s.annotation)
-        if not isinstance(dt, T.DType):
-            raise self.error(s.annotation, "a local's annotation must be a dtype such as f32 or i64")
-        if self.declared.get(s.target.id, dt) != dt:
-            raise self.error(s, f"'{s.target.id}' was declared {self.declared[s.target.id]} before")
-        self.declared[s.target.id] = dt
-        return self.assign_to(s.target, ir.Cast(self.expr(s.value), dt, loc=self.loc(s.value)), s, top)
 
     def stmt_AugAssign(self, s):
         op = _BINOPS.get(type(s.op))
@@ -768,7 +755,7 @@ def _construct_name(node) -> str:
              "Delete": "del", "Match": "match", "List": "list", "Dict": "dict", "Set": "set",
              "JoinedStr": "f-string", "Await": "await", "Yield": "yield", "YieldFrom": "yield from",
              "NamedExpr": "walrus :=", "Starred": "*unpacking", "AsyncFor": "async for", "AsyncWith": "async with",
-             "TryStar": "try"}
+             "TryStar": "try", "AnnAssign": "annotated assignment (write x = f32(v) instead of x: f32 = v)"}
     return names.get(type(node).__name__, type(node).__name__)
 
 

@@ -81,7 +81,10 @@ class Kernel:
         values, key = self.bind(args, kwargs)
         launcher = self._variants.get((backend, key))
         if launcher is None:
-            launcher = self._compile(backend, key, values)
+            try:
+                launcher = self._compile(backend, key, values)
+            except CompileError as e:  # the message points at user code; compiler frames are noise
+                raise e.with_traceback(None) from None
         g = self.grid if grid is None else grid
         if callable(g):
             g = g(dict(zip(self._names, values)))
@@ -211,11 +214,14 @@ class Kernel:
         Pass example arguments to pick the specialization; without them TypeVars must be
         unbound-free and unranked tensors are taken as 1-D."""
         values, key = self.bind(args, kwargs) if (args or kwargs) else self._example()
-        if backend == "ir":
-            from dsl import ir
-            return ir.dump(self.specialize(values))
         from backends import base
-        return base.get(backend).source(self.request(backend, key, values))
+        try:
+            if backend == "ir":
+                from dsl import ir
+                return ir.dump(self.specialize(values))
+            return base.get(backend).source(self.request(backend, key, values))
+        except CompileError as e:
+            raise e.with_traceback(None) from None
 
     def _example(self):
         args = {}
