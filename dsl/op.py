@@ -71,6 +71,9 @@ Class attributes the compiler reads (all optional):
 * ``inplace = {0: 0}``: output index -> input index whose buffer the output may share
   (elementwise kernels that read element i before writing element i).
 * ``foldable = True``: ``False`` stops constant folding (random ops).
+* ``keeps_padding = False``: ``True`` promises that nchwc16 outputs keep zeros in the
+  padding channels (ops mapping 0 to 0, or kernels that write them); otherwise the
+  compiler re-zeroes them after the node (dsl/formats.py).
 
 Empty tensors: when every output has zero elements the implementation is not
 launched (after verify/infer), in eager and graph mode alike.  Kernels must still
@@ -96,7 +99,7 @@ FORMATS = ("plain", "nchwc16")
 # Class attributes of Op subclasses that are never params even when annotated.
 _RESERVED = frozenset({
     "kernels", "formats", "inplace", "foldable", "op_type", "domain", "since", "until",
-    "backend", "params", "graph",
+    "backend", "params", "graph", "keeps_padding", "composed",
 })
 
 
@@ -332,6 +335,7 @@ class Op:
     formats: Tuple[str, ...] = ("plain",)
     inplace: Dict[int, int] = {}
     foldable: bool = True
+    keeps_padding: bool = False
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
