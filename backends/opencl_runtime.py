@@ -11,18 +11,17 @@ mapped after the launch: no copies (measured: 4M floats, 3 ms zero-copy vs
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import os
 import re
-import tempfile
 import threading
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from backends import cache
 from dsl import config
 
 try:
@@ -149,32 +148,7 @@ def reset() -> None:
 # --------------------------------------------------------------------------- programs
 
 
-def _disk_dir() -> Optional[Path]:
-    if not config.disk_cache_enabled():
-        return None
-    try:  # the shared compile cache, when present, owns the folder layout
-        from backends import cache as _cache
-        root = getattr(_cache, "backend_dir", None)
-        if callable(root):
-            return Path(root("opencl"))
-    except ImportError:
-        pass
-    return config.cache_dir() / "opencl"
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+_build_lock = threading.Lock()
 
 
 def program_key(source: str, options: str, dev: Device, extra: str = "") -> str:
@@ -188,40 +162,44 @@ def program_key(source: str, options: str, dev: Device, extra: str = "") -> str:
 def build(source: str, options: str = BUILD_OPTIONS, extra_key: str = "") -> "cl.Program":
     """A built program for ``source``: memory cache, then disk binary, then the compiler.
 
-    Raises BuildError carrying the compiler log when the source does not compile.
+    The disk entry (backends/cache.py, folder "opencl") is keyed by the source,
+    options and device identity, so a driver or emitter change never loads a
+    stale binary.  Raises BuildError carrying the compiler log.
     """
     dev = device()
     key = program_key(source, options, dev, extra_key)
     prg = _programs.get(key)
     if prg is not None:
         return prg
-    folder = _disk_dir()
-    path = folder / f"{key}.bin" if folder is not None else None
-    if path is not None and path.exists():
-        try:
-            binary = path.read_bytes()
-            prg = cl.Program(dev.context, [dev.device], [binary])
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                prg.build(options=options)
-        except Exception:  # a corrupt or foreign entry: rebuild from source
-            prg = None
-    if prg is None:
-        prg = cl.Program(dev.context, source)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                prg.build(options=options, cache_dir=False)
-        except cl.RuntimeError as e:
-            raise BuildError(_build_log(prg, dev, str(e))) from None
-        if path is not None:
+    with _build_lock, (cache.lock("opencl", key) if cache.enabled() else contextlib.nullcontext()):
+        prg = _programs.get(key)
+        if prg is not None:
+            return prg
+        binary = cache.load("opencl", key + ".bin") if cache.enabled() else None
+        if binary is not None:
             try:
-                binaries = prg.get_info(cl.program_info.BINARIES)
-                if binaries and binaries[0]:
-                    _write_atomic(path, bytes(binaries[0]))
-            except (OSError, cl.Error):
-                pass  # the cache is an optimisation; a read-only disk is fine
-    _programs[key] = prg
+                prg = cl.Program(dev.context, [dev.device], [binary])
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    prg.build(options=options)
+            except Exception:  # a binary this driver rejects: rebuild from source
+                prg = None
+        if prg is None:
+            prg = cl.Program(dev.context, source)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    prg.build(options=options, cache_dir=False)
+            except cl.RuntimeError as e:
+                raise BuildError(_build_log(prg, dev, str(e))) from None
+            if cache.enabled():
+                try:
+                    binaries = prg.get_info(cl.program_info.BINARIES)
+                    if binaries and binaries[0]:
+                        cache.store("opencl", key + ".bin", bytes(binaries[0]))
+                except (OSError, cl.Error):
+                    pass  # the cache is an optimisation; a read-only disk is fine
+        _programs[key] = prg
     return prg
 
 

@@ -1,0 +1,330 @@
+"""OpenCL backend specifics: team mapping, storage dtypes, atomics, logging, readable and
+stable source, build errors mapped to Python lines, device capability errors, caching."""
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dsl
+from dsl import In, InOut, Out, bf16, f16, f32, f64, i32, i64, u32
+
+pytestmark = pytest.mark.usefixtures("opencl")
+
+
+@pytest.fixture(scope="module")
+def opencl():
+    from backends import base
+    reason = base.get("opencl").available()
+    if reason:
+        pytest.skip(f"opencl: {reason}")
+
+
+# ---------------------------------------------------------------- team model
+
+@dsl.kernel(threads=4, grid=3)
+def team_sum(x: In[f32, 2], out: Out[f32]):
+    """One tile per row: each thread sums a strided share, then a tree reduction in scratch."""
+    buf = dsl.scratch((4,), f32)
+    t = dsl.thread_id()
+    row = dsl.tile_id()
+    acc = 0.0
+    for j in range(t, x.shape[1], dsl.num_threads()):
+        acc += x[row, j]
+    buf[t] = acc
+    dsl.sync()
+    step = dsl.num_threads() // 2
+    while step > 0:
+        if t < step:
+            buf[t] = buf[t] + buf[t + step]
+        dsl.sync()
+        step = step // 2
+    if t == 0:
+        out[row] = buf[0]
+
+
+def test_scratch_sync_and_grid():
+    x = np.random.default_rng(1).standard_normal((3, 37)).astype(np.float32)
+    out = np.zeros(3, np.float32)
+    team_sum(x, out, backend="opencl")
+    np.testing.assert_allclose(out, x.sum(axis=1), rtol=1e-5)
+
+
+@dsl.kernel(threads=4)
+def neighbours(out: Out[i64]):
+    """Thread t reads what thread t+1 wrote before the barrier."""
+    buf = dsl.scratch((4,), i64)
+    t = dsl.thread_id()
+    buf[t] = t * 10 + dsl.tile_id()
+    dsl.sync()
+    out[dsl.tile_id() * 4 + t] = buf[(t + 1) % dsl.num_threads()]
+
+
+def test_neighbour_reads_after_sync_across_tiles():
+    out = np.zeros(8, np.int64)
+    neighbours(out, backend="opencl", grid=2)
+    np.testing.assert_array_equal(out, [10, 20, 30, 0, 11, 21, 31, 1])
+
+
+@dsl.kernel(threads=4, grid=2)
+def atomics(x: In[f32], fsum: InOut[f32], isum: InOut[i32], usum: InOut[u32], lsum: InOut[i64],
+            dsum: InOut[f64]):
+    n = x.size
+    per = (n + dsl.num_tiles() - 1) // dsl.num_tiles()
+    for i in range(dsl.tile_id() * per + dsl.thread_id(), min((dsl.tile_id() + 1) * per, n), dsl.num_threads()):
+        v = x.flat[i]
+        dsl.atomic_add(fsum, 0, v)
+        dsl.atomic_add(isum, 0, i32(i))
+        dsl.atomic_add(usum, 0, u32(1))
+        dsl.atomic_add(lsum, 0, i)
+        dsl.atomic_add(dsum, 0, f64(v))
+
+
+def test_atomic_add_all_dtypes():
+    x = np.linspace(-1, 2, 101).astype(np.float32)
+    f, i, u, l, d = (np.zeros(1, t) for t in (np.float32, np.int32, np.uint32, np.int64, np.float64))
+    atomics(x, f, i, u, l, d, backend="opencl")
+    np.testing.assert_allclose(f[0], x.sum(), rtol=1e-5)
+    assert i[0] == l[0] == sum(range(101)) and u[0] == 101
+    np.testing.assert_allclose(d[0], x.astype(np.float64).sum(), rtol=1e-12)
+
+
+@dsl.kernel(threads=2)
+def atomic_i64(x: InOut[i64]):
+    dsl.atomic_add(x, 0, dsl.thread_id())
+
+
+def test_64_bit_atomics_need_the_device_extension(monkeypatch):
+    from backends import opencl_runtime as rt
+    dev = rt.device()
+    monkeypatch.setattr(dev, "extensions", dev.extensions - {"cl_khr_int64_base_atomics"})
+    with pytest.raises(dsl.CompileError) as e:
+        atomic_i64(np.zeros(1, np.int64), backend="opencl")
+    assert "cl_khr_int64_base_atomics" in str(e.value) and dev.device.name.strip() in str(e.value)
+    monkeypatch.undo()
+    x = np.zeros(1, np.int64)
+    atomic_i64(x, backend="opencl")
+    assert x[0] == 0 + 1
+
+
+# ---------------------------------------------------------------- storage dtypes
+
+@dsl.kernel
+def halves(a: In[f16], b: In[bf16], c: Out[f16], d: Out[bf16], e: Out[f32]):
+    lo, hi = dsl.split(a.size)
+    for i in range(lo, hi):
+        c.flat[i] = a.flat[i] * 3.0
+        d.flat[i] = b.flat[i] + 0.1
+        e.flat[i] = f16(a.flat[i] / 3.0) + dsl.bf16(b.flat[i] / 3.0)
+
+
+def test_f16_and_bf16_storage_round_like_numpy():
+    import ml_dtypes
+    rng = np.random.default_rng(2)
+    a = (rng.standard_normal(50) * 100).astype(np.float16)
+    b = (rng.standard_normal(50) * 100).astype(ml_dtypes.bfloat16)
+    c, d, e = np.zeros(50, np.float16), np.zeros(50, ml_dtypes.bfloat16), np.zeros(50, np.float32)
+    halves(a, b, c, d, e, backend="opencl")
+    af, bf = a.astype(np.float32), b.astype(np.float32)
+    np.testing.assert_array_equal(c, (af * np.float32(3)).astype(np.float16))
+    np.testing.assert_array_equal(d.view(np.uint16), (bf + np.float32(0.1)).astype(ml_dtypes.bfloat16).view(np.uint16))
+    ref = (af / np.float32(3)).astype(np.float16).astype(np.float32) + \
+        (bf / np.float32(3)).astype(ml_dtypes.bfloat16).astype(np.float32)
+    np.testing.assert_array_equal(e, ref)
+
+
+# ---------------------------------------------------------------- loops, functions, names
+
+@dsl.func
+def poly(x: f32, k: i32) -> f32:
+    acc = 0.0
+    for j in range(k):
+        acc = acc * x + 1.0
+    return acc
+
+
+@dsl.kernel(threads=1)
+def loops(n: i64, step: i64, out: Out[i64], fout: Out[f32]):
+    long = 0  # a C keyword as a Python name
+    for i in range(n, -n, step):  # runtime, possibly negative step
+        out[long] = i
+        long += 1
+        i = 100  # rebinding the loop variable does not change the iteration
+    out[out.size - 1] = long
+    fout[0] = poly(2.0, 3)
+
+
+def test_runtime_negative_step_hidden_counter_funcs_and_keywords():
+    out = np.zeros(12, np.int64)
+    fout = np.zeros(1, np.float32)
+    loops(5, -3, out, fout, backend="opencl")
+    assert list(out[:4]) == [5, 2, -1, -4] and out[-1] == 4
+    assert fout[0] == 7.0
+    out[:] = -7
+    loops(-2, 2, out, fout, backend="opencl")
+    assert list(out[:2]) == [-2, 0] and out[-1] == 2
+    loops(3, 0, out, fout, backend="opencl")  # an empty range whatever the step sign
+    assert out[-1] == 0
+    src = loops.source("opencl", 5, -3, out, fout)
+    assert "long long_ = " in src  # mangled, not a C syntax error
+
+
+# ---------------------------------------------------------------- logging
+
+@dsl.kernel(threads=2, log_level="info")
+def chatty(x: In[f32]):
+    dsl.log.info("t%d sees %.2f of %d", dsl.thread_id(), x.flat[dsl.thread_id()], x.size)
+    dsl.log.debug("never compiled in: %d", x.size)
+
+
+def test_log_is_printf_with_prefix_and_filtered_at_compile_time(capfd):
+    chatty(np.array([1.5, 2.25], np.float32), backend="opencl")
+    out = capfd.readouterr().out
+    assert "[chatty t=0 tile=0] t0 sees 1.50 of 2" in out
+    assert "[chatty t=1 tile=0] t1 sees 2.25 of 2" in out
+    src = chatty.source("opencl", np.zeros(2, np.float32))
+    assert "printf(" in src and "never compiled in" not in src
+
+
+# ---------------------------------------------------------------- readable, stable source
+
+@dsl.kernel
+def leaky(x: In[f32], y: Out[f32], alpha: f32 = 0.01):
+    lo, hi = dsl.split(x.size)
+    for i in range(lo, hi):
+        v = x.flat[i]
+        y.flat[i] = v if v > 0 else alpha * v
+
+
+def test_source_is_readable_and_stable():
+    x = np.zeros(4, np.float32)
+    src = leaky.source("opencl", x, x)
+    assert src == leaky.source("opencl", x, x)
+    assert "__kernel __attribute__((reqd_work_group_size(4, 1, 1)))" in src
+    assert "void leaky(__global const float* x, long x_shape0," in src
+    assert "__global float* y, long y_shape0," in src
+    assert "// py:" in src and "v = x.flat[i]" in src
+    assert "v = x[i];" in src and "y[i] = ((v > 0.0f) ? v : (alpha * v));" in src
+    lines = src.splitlines()
+    body = lines[lines.index("{") + 1:-1]
+    assert all(ln.startswith("  ") for ln in body if ln)
+
+
+def test_cli_style_source_for_2d_and_scratch():
+    src = team_sum.source("opencl", np.zeros((3, 5), np.float32), np.zeros(3, np.float32))
+    assert "__local float buf[4];" in src
+    assert "barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);" in src
+    assert "x[row * x_shape1 + j]" in src
+    assert "(long)get_group_id(0)" in src and "(long)get_local_id(0)" in src
+
+
+# ---------------------------------------------------------------- errors
+
+@dsl.kernel(threads=2)
+def with_sync(x: InOut[f32]):
+    x.flat[dsl.thread_id()] = 1.0
+    dsl.sync()  # the line the build error must point at
+    x.flat[0] = x.flat[1]
+
+
+def test_build_error_points_at_python_and_generated_line(monkeypatch):
+    from backends import opencl
+    monkeypatch.setattr(opencl.OpenCLRenderer, "barrier", "barrier_with_typo(CLK_LOCAL_MEM_FENCE);")
+    with pytest.raises(dsl.CompileError) as e:
+        with_sync(np.zeros(2, np.float32), backend="opencl")
+    text = str(e.value)
+    assert "OpenCL compiler rejected" in text
+    assert "dsl.sync()  # the line the build error must point at" in text
+    assert "test_opencl.py:" in text
+    assert "generated OpenCL line" in text and "barrier_with_typo" in text
+    assert e.value.loc.line == with_sync.fn.__code__.co_firstlineno + 3
+
+
+def test_missing_device_capability_names_dtype_and_device(monkeypatch):
+    from backends import opencl_runtime as rt
+
+    @dsl.kernel
+    def double_it(x: InOut[f64]):
+        lo, hi = dsl.split(x.size)
+        for i in range(lo, hi):
+            x.flat[i] = x.flat[i] * 2.0
+
+    dev = rt.device()
+    monkeypatch.setattr(dev, "extensions", dev.extensions - {"cl_khr_fp64"})
+    with pytest.raises(dsl.CompileError) as e:
+        double_it(np.ones(3), backend="opencl")
+    msg = str(e.value)
+    assert "f64" in msg and dev.device.name.strip() in msg and "cl_khr_fp64" in msg
+
+
+# ---------------------------------------------------------------- runtime
+
+def test_zero_size_and_concurrent_launches():
+    leaky(np.zeros(0, np.float32), np.zeros(0, np.float32), backend="opencl")
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal(1000 + k).astype(np.float32) for k in range(8)]
+    ys = [np.zeros_like(x) for x in xs]
+    errors = []
+
+    def work(k):
+        try:
+            for _ in range(5):
+                leaky(xs[k], ys[k], alpha=0.5, backend="opencl")
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for x, y in zip(xs, ys):
+        np.testing.assert_array_equal(y, np.where(x > 0, x, np.float32(0.5) * x))
+
+
+def test_scalar_param_passed_positionally():
+    y = np.zeros(8, np.float32)
+    x = np.arange(-4, 4, dtype=np.float32)
+    leaky(x, y, 2.0, backend="opencl")
+    np.testing.assert_array_equal(y, np.where(x > 0, x, 2 * x))
+
+
+def test_second_process_loads_the_binary_from_disk(tmp_path):
+    script = textwrap.dedent("""
+        import numpy as np, dsl
+        from dsl import In, Out, f32
+        from backends import opencl_runtime as rt
+        import pyopencl as cl
+        built = []
+        orig = cl.Program.build
+        def spy(self, *a, **k):
+            built.append("source" if k.get("cache_dir") is False else "binary")
+            return orig(self, *a, **k)
+        cl.Program.build = spy
+        @dsl.kernel
+        def scale(x: In[f32], y: Out[f32]):
+            lo, hi = dsl.split(x.size)
+            for i in range(lo, hi):
+                y.flat[i] = x.flat[i] * 2.0
+        x = np.arange(5, dtype=np.float32); y = np.zeros_like(x)
+        scale(x, y, backend="opencl")
+        assert (y == 2 * x).all()
+        print("from-" + "+".join(built))
+    """)
+    path = tmp_path / "k.py"
+    path.write_text(script)
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, OPDSL_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    runs = [subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, cwd=root)
+            for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    assert runs[0].stdout.strip() == "from-source"
+    assert runs[1].stdout.strip() == "from-binary"  # no C compilation in the second process
+    assert list((tmp_path / "cache" / "opencl").glob("*.bin"))
