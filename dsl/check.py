@@ -92,6 +92,7 @@ class _Checker:
                 break
         self.final = True
         self.return_types = []
+        self.seen: set = set()  # locals assigned earlier in program order (final pass)
         typed = self.stmts(body)
         local_types = tuple((n, t.strong) for n, t in self.ltypes.items() if t is not None)
         return typed, local_types
@@ -118,7 +119,7 @@ class _Checker:
         if name in self.scalar_types:
             return self.scalar_types[name]
         t = self.ltypes.get(name)
-        if t is None and self.final:
+        if self.final and (t is None or name not in self.seen):
             raise self.error(node, f"local '{name}' is used before it is assigned")
         return t
 
@@ -154,6 +155,7 @@ class _Checker:
         lt = self.assign_type(s.name, t, s)
         if not self.final:
             return None
+        self.seen.add(s.name)
         return ir.Assign(s.name, self.cast(value, lt), loc=s.loc)
 
     def index(self, name: str, index, flat: bool, node) -> Tuple[ir.Expr, ...]:
@@ -209,6 +211,8 @@ class _Checker:
         vt = self.assign_type(s.var, T.WEAK_INT, s)
         if vt is not None and not vt.is_int:
             raise self.error(s, f"loop variable '{s.var}' is also assigned a {vt} value; use another name")
+        if self.final:
+            self.seen.add(s.var)
         body = self.stmts(s.body)
         if not self.final:
             return None
