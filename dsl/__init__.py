@@ -14,3 +14,8 @@ from dsl.kernel import kernel, func, Kernel  # noqa: F401
 __version__ = "0.1.0"
 
 # --- op layer (dsl/op.py, dsl/graph.py, ...) registers its names below ---
+from dsl.op import Op, op, TensorSpec, VerifyError  # noqa: F401,E402  (dsl.op is the decorator)
+from dsl.registry import UnknownOpError  # noqa: F401,E402
+from dsl.graph import Graph, Tensor  # noqa: F401,E402
+from dsl.composed import composed  # noqa: F401,E402
+from dsl.model import Model  # noqa: F401,E402

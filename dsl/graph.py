@@ -194,8 +194,9 @@ class Graph:
 
     def add_node(self, op: Op, inputs: Sequence[Optional[Tensor]], out_specs: Sequence[TensorSpec],
                  name: Optional[str] = None, out_names: Optional[Sequence[str]] = None,
-                 subgraph: Optional["Graph"] = None) -> Node:
-        """Append a node (specs already inferred); used by apply_op and compile passes."""
+                 subgraph: Optional["Graph"] = None, append: bool = True) -> Node:
+        """A new node (specs already inferred), appended to ``nodes`` unless ``append``
+        is False (compile passes that rebuild the order); used by apply_op and passes."""
         name = name or self.unique_name(f"{op.op_type}_{next(self._counter)}", node=True)
         node = Node(name, op, list(inputs), [], subgraph)
         self._node_names.add(name)
@@ -207,7 +208,8 @@ class Graph:
             t = Tensor(self, tname, spec, "node", node, i)
             node.outputs.append(t)
             self.tensors[tname] = t
-        self.nodes.append(node)
+        if append:
+            self.nodes.append(node)
         return node
 
     # reading ------------------------------------------------------------------------------
@@ -216,6 +218,15 @@ class Graph:
             if n.name == name:
                 return n
         raise KeyError(f"graph {self.name!r} has no node {name!r}")
+
+    def rename(self, tensor: Tensor, name: str) -> None:
+        """Give ``tensor`` a new unique name (compile passes)."""
+        self._claim(name, "tensor")
+        del self.tensors[tensor.name]
+        if tensor.kind == "constant":
+            self.constants[name] = self.constants.pop(tensor.name)
+        tensor.name = name
+        self.tensors[name] = tensor
 
     def consumers(self, tensor: Tensor) -> List[Node]:
         return [n for n in self.nodes if any(t is tensor for t in n.inputs)]
