@@ -65,7 +65,7 @@ class Tensor:
     """
 
     __slots__ = ("array", "name", "access", "shape", "size", "ndim", "dtype", "flat",
-                 "_shape", "_wide", "_int", "_fast")
+                 "_shape", "_n0", "_n1", "_wide", "_int", "_fast")
 
     def __init__(self, array: np.ndarray, name: str, access: str, dtype: T.DType):
         if access == "in":
@@ -76,6 +76,8 @@ class Tensor:
         self.access = access
         self.dtype = array.dtype
         self._shape = self.shape = tuple(array.shape)
+        self._n0 = self._shape[0] if self._shape else 0
+        self._n1 = self._shape[1] if len(self._shape) > 1 else 0
         self.size = array.size
         self.ndim = array.ndim
         self._wide = dtype.is_storage_only
@@ -83,21 +85,22 @@ class Tensor:
         self._fast = access != "in" and dtype.is_float and not self._wide  # plain numpy store is exact
         self.flat = _Flat(self)
 
-    # -- indexing
+    # -- indexing: the hot path of every kernel, so the common ranks are spelled out
     def _index(self, idx):
         """``idx`` when it names one element, else an IndexError naming tensor, index and shape."""
         try:
-            if idx.__class__ is tuple:
-                if len(idx) == len(self._shape):
-                    for k, n in zip(idx, self._shape):
-                        if not 0 <= k < n:
-                            break
-                    else:
-                        return idx
-            elif len(self._shape) == 1 and 0 <= idx < self._shape[0]:
-                return idx
-        except TypeError:
-            pass
+            nd = self.ndim
+            if nd == 1:
+                ok = 0 <= idx < self._n0
+            elif nd == 2:
+                i, j = idx
+                ok = 0 <= i < self._n0 and 0 <= j < self._n1
+            else:
+                ok = idx.__class__ is tuple and len(idx) == nd and all(0 <= k < n for k, n in zip(idx, self._shape))
+        except (TypeError, ValueError):
+            ok = False
+        if ok:
+            return idx
         raise IndexError(_describe_bad_index(self, idx))
 
     def __getitem__(self, idx):
