@@ -483,16 +483,20 @@ class CStyleRenderer:
         start = self.bare(s.start)
         assigned = {n.name for n in ir.walk(list(s.body)) if isinstance(n, ir.Assign)} | \
                    {n.var for n in ir.walk(list(s.body)) if isinstance(n, ir.For)} | {s.var}
-        step_c = s.step.value if isinstance(s.step, ir.Const) else None
+        step_c = self._known_step(s.step)
         inits = [f"{st} {it} = {start}"]
         stop = self.bare(s.stop)
         if not self._invariant(s.stop, assigned):
             end = self.names.fresh(f"{var}_end")
             inits.append(f"{end} = {stop}")
             stop = end
-        if step_c is not None and step_c != 0:
+        if step_c is not None:
             cond = f"{it} < {stop}" if step_c > 0 else f"{it} > {stop}"
             inc = f"{it}++" if step_c == 1 else f"{it}--" if step_c == -1 else f"{it} += {self.bare(s.step)}"
+            if step_c not in (1, -1) and not self._invariant(s.step, assigned):
+                sv = self.names.fresh(f"{var}_step")
+                inits.append(f"{sv} = {self.bare(s.step)}")
+                inc = f"{it} += {sv}"
         else:
             step = self.bare(s.step)
             if not self._invariant(s.step, assigned):
@@ -507,6 +511,16 @@ class CStyleRenderer:
         self.block(s.body)
         self.depth -= 1
         self.emit("}")
+
+    def _known_step(self, e: ir.Expr):
+        """The step's value when known at compile time (its sign is what matters)."""
+        if isinstance(e, ir.Const) and e.value != 0:
+            return e.value
+        if isinstance(e, ir.Call) and e.name in ("num_threads", "num_tiles"):
+            return 2  # positive, not 1
+        if isinstance(e, ir.Cast):
+            return self._known_step(e.value)
+        return None
 
     def _invariant(self, e: ir.Expr, assigned: set) -> bool:
         for n in ir.walk(e):
@@ -635,6 +649,11 @@ class CStyleRenderer:
     def expr_Binary(self, e: ir.Binary) -> str:
         t = e.type
         a, b = self.expr(e.left), self.expr(e.right)
+        shift = self._pow2(e.right) if t.kind == "i" else None
+        if shift is not None and e.op == "floordiv":
+            return f"({a} >> {shift})"  # an arithmetic shift rounds toward -inf, like //
+        if shift is not None and e.op == "mod":
+            return f"({a} & {self.const((1 << shift) - 1, t)})"  # two's complement: Python's sign rule
         if e.op == "floordiv":
             if t.kind == "u" or t.is_bool:
                 return f"({a} / {b})"
@@ -649,6 +668,14 @@ class CStyleRenderer:
             raise CompileError(f"'/' on {t} operands reached the C emitter uncast", e.loc)
         text = f"({a} {_BINARY_C[e.op]} {b})"
         return self._wrap(t, text) if e.op in _WRAPPING else text
+
+    @staticmethod
+    def _pow2(e: ir.Expr):
+        """k when ``e`` is the constant 2**k (k >= 1)."""
+        if isinstance(e, ir.Const) and not isinstance(e.value, bool) and isinstance(e.value, int) \
+                and e.value > 1 and e.value & (e.value - 1) == 0:
+            return e.value.bit_length() - 1
+        return None
 
     def _pow(self, t: T.DType, left: ir.Expr, right: ir.Expr) -> str:
         a, b = self.bare(left), self.bare(right)

@@ -1,0 +1,233 @@
+"""Raw OpenCL operators: hand-written OpenCL C as an operator implementation (TIM-VX's custom OpenCL op).
+
+One source holds several ``__kernel`` functions (variants).  Hooks decide, per call:
+
+* ``select(in_dtypes, params) -> (function_name, build_options)``: the variant
+  and its ``-D`` options, from the input dtypes (e.g. F32 vs U8-quantized);
+* ``enqueue(inputs, outputs, params) -> (global_size, local_size)``: work sizes
+  (``local_size`` may be None to let the driver choose);
+* ``shape(inputs, params) -> [(shape, dtype), ...]``: the outputs, so a direct
+  call can allocate them and a call with outputs can check them;
+* ``args(inputs, outputs, params) -> [scalars]`` (optional): shape-derived
+  scalars passed after the declared params.
+
+Kernel arguments are, in order: one ``__global`` pointer per input, one per
+output, the declared scalar params in declared order, then ``args``' values.
+
+A ``RawOpenCL`` object is an operator implementation with the op layer's call
+signature ``impl(*inputs, *outputs, **params)`` (it writes the outputs), and a
+user-facing function ``impl(*inputs, **params)`` that allocates and returns
+the outputs.  It always runs on the OpenCL device, whatever ``backend=`` says.
+"""
+from __future__ import annotations
+
+import inspect
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from dsl import types as T
+from dsl.errors import CompileError, SourceLoc
+
+_NO_DEFAULT = object()
+
+
+@dataclass(frozen=True)
+class Param:
+    """A scalar param of a raw OpenCL op: passed to the kernel as ``dtype`` in declared order."""
+
+    name: str
+    dtype: T.DType
+    default: Any = _NO_DEFAULT
+
+    @property
+    def required(self) -> bool:
+        return self.default is _NO_DEFAULT
+
+
+_C_SCALARS = {"bool_": np.uint8, "f16": np.float32, "bf16": np.float32}
+
+
+def _as_param(p) -> Param:
+    if isinstance(p, Param):
+        return Param(p.name, T.as_dtype(p.dtype), p.default)
+    if isinstance(p, tuple) and len(p) in (2, 3):
+        return Param(p[0], T.as_dtype(p[1]), p[2] if len(p) == 3 else _NO_DEFAULT)
+    raise TypeError(f"a raw OpenCL param is Param(name, dtype[, default]) or (name, dtype[, default]), got {p!r}")
+
+
+class RawOpenCL:
+    """An operator implemented in hand-written OpenCL C; see the module docstring."""
+
+    def __init__(self, name: str, source: Union[str, Path], *, inputs: Sequence[str], outputs: Sequence[str],
+                 select: Callable, enqueue: Callable, shape: Optional[Callable] = None,
+                 params: Sequence = (), args: Optional[Callable] = None, build_options: str = ""):
+        self.name = name
+        if isinstance(source, Path):
+            self.filename = str(source)
+            source = source.read_text()
+        else:
+            self.filename = f"<raw opencl {name}>"
+        self.source_text = source
+        self.inputs = tuple(inputs)
+        self.outputs = tuple(outputs)
+        self.params = tuple(_as_param(p) for p in params)
+        names = [*self.inputs, *self.outputs, *(p.name for p in self.params)]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup or "backend" in names:
+            raise ValueError(f"raw OpenCL op {name}: names must be unique and not 'backend': {sorted(dup) or names}")
+        self._select, self._enqueue, self._shape, self._args = select, enqueue, shape, args
+        self.build_options = build_options
+        self._kernels: Dict[Tuple[int, str], Any] = {}
+        self._lock = threading.Lock()
+        # The op layer reads the keyword names an implementation accepts from its signature.
+        kw = [inspect.Parameter(p.name, inspect.Parameter.KEYWORD_ONLY,
+                                default=inspect.Parameter.empty if p.required else p.default) for p in self.params]
+        self.__signature__ = inspect.Signature(
+            [inspect.Parameter("arrays", inspect.Parameter.VAR_POSITIONAL), *kw,
+             inspect.Parameter("backend", inspect.Parameter.KEYWORD_ONLY, default=None)])
+
+    @classmethod
+    def from_file(cls, path: Union[str, Path], name: Optional[str] = None, **hooks) -> "RawOpenCL":
+        path = Path(path)
+        return cls(name or path.stem, path, **hooks)
+
+    # ---- hooks, overridable in subclasses -----------------------------------------------
+    def select(self, in_dtypes: Tuple[T.DType, ...], params: Dict[str, Any]) -> Tuple[str, str]:
+        return self._select(in_dtypes, params)
+
+    def enqueue(self, inputs, outputs, params):
+        return self._enqueue(inputs, outputs, params)
+
+    def shape(self, inputs, params) -> List[Tuple[tuple, Any]]:
+        if self._shape is None:
+            raise TypeError(f"raw OpenCL op {self.name} has no shape hook: pass the outputs too "
+                            f"({', '.join(self.outputs)})")
+        return list(self._shape(inputs, params))
+
+    def extra_args(self, inputs, outputs, params) -> list:
+        return list(self._args(inputs, outputs, params)) if self._args is not None else []
+
+    # ---- calling ---------------------------------------------------------------------------
+    def bind_params(self, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+        kwargs = dict(kwargs)
+        kwargs.pop("backend", None)
+        declared = {p.name for p in self.params}
+        extra = sorted(set(kwargs) - declared)
+        if extra:
+            raise TypeError(f"{self.name}() got unexpected param(s) {', '.join(map(repr, extra))}; "
+                            f"declared: {', '.join(p.name for p in self.params) or 'none'}")
+        out = {}
+        for p in self.params:
+            if p.name in kwargs:
+                out[p.name] = kwargs[p.name]
+            elif p.required:
+                raise TypeError(f"{self.name}() missing param {p.name!r} ({p.dtype})")
+            else:
+                out[p.name] = p.default
+        return out
+
+    def __call__(self, *arrays, **kwargs):
+        """``op(*inputs, **params)`` returns new outputs; ``op(*inputs, *outputs, **params)`` fills them."""
+        n_in, n_out = len(self.inputs), len(self.outputs)
+        if len(arrays) not in (n_in, n_in + n_out):
+            raise TypeError(f"{self.name}() takes {n_in} input(s) ({', '.join(self.inputs)}) optionally followed "
+                            f"by {n_out} output(s) ({', '.join(self.outputs)}); got {len(arrays)} array(s)")
+        params = self.bind_params(kwargs)
+        inputs = [self._array(a, n, writable=False) for a, n in zip(arrays[:n_in], self.inputs)]
+        given = len(arrays) > n_in
+        if given:
+            outputs = [self._array(a, n, writable=True) for a, n in zip(arrays[n_in:], self.outputs)]
+            if self._shape is not None:
+                self._check_outputs(outputs, self.shape(inputs, params))
+        else:
+            specs = self.shape(inputs, params)
+            outputs = [np.empty(tuple(s), T.as_dtype(d).np) for s, d in specs]
+        self.launch(inputs, outputs, params)
+        if given:
+            return None
+        return outputs[0] if n_out == 1 else tuple(outputs)
+
+    def _array(self, a, name: str, writable: bool) -> np.ndarray:
+        if not isinstance(a, np.ndarray):
+            if writable:
+                raise TypeError(f"{self.name}(): output {name!r} must be a numpy array, got {type(a).__name__}")
+            a = np.asarray(a)
+        if not a.flags.c_contiguous:
+            raise ValueError(f"{self.name}(): {name!r} is not C-contiguous; pass np.ascontiguousarray(...)")
+        if writable and not a.flags.writeable:
+            raise ValueError(f"{self.name}(): output {name!r} is read-only")
+        T.from_numpy(a.dtype)  # a clear error for dtypes opdsl has no name for
+        return a
+
+    def _check_outputs(self, outputs, specs) -> None:
+        for a, name, (shape, dtype) in zip(outputs, self.outputs, specs):
+            want = T.as_dtype(dtype).np
+            if tuple(a.shape) != tuple(shape) or a.dtype != want:
+                raise ValueError(f"{self.name}(): output {name!r} is {a.dtype}{list(a.shape)}, "
+                                 f"expected {want}{list(shape)}")
+
+    def kernel(self, in_dtypes: Tuple[T.DType, ...], params: Dict[str, Any]):
+        """The (function name, built cl.Kernel) the select hook picks for these input dtypes."""
+        from backends import opencl_runtime as rt
+        fname, options = self.select(in_dtypes, params)
+        options = " ".join(o for o in (rt.BUILD_OPTIONS, self.build_options, options or "") if o)
+        try:
+            program = rt.build(self.source_text, options)
+        except rt.BuildError as e:
+            first = rt.first_error(e.log)
+            loc = SourceLoc(self.filename, first[0], first[1]) if first else None
+            raise CompileError(f"raw OpenCL op {self.name}: the OpenCL compiler rejected the source"
+                               + (f": {first[2]}" if first else ""),
+                               loc, note=f"build options: {options}\ncompiler log:\n{e.log[:4000]}") from None
+        key = (id(program), fname)
+        with self._lock:
+            hit = self._kernels.get(key)
+            if hit is None:
+                import pyopencl as cl
+                try:
+                    k = cl.Kernel(program, fname)
+                except cl.Error:
+                    raise ValueError(f"raw OpenCL op {self.name}: select() chose {fname!r}, which the source "
+                                     f"does not define as a __kernel") from None
+                hit = self._kernels[key] = (program, k)  # the program stays alive with its kernel
+        return fname, hit[1]
+
+    def launch(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], params: Dict[str, Any]) -> None:
+        from backends import opencl_runtime as rt
+        in_dtypes = tuple(T.from_numpy(a.dtype) for a in inputs)
+        fname, k = self.kernel(in_dtypes, params)
+        gsize, lsize = self.enqueue(inputs, outputs, params)
+        gsize = tuple(int(g) for g in (gsize if isinstance(gsize, (tuple, list)) else (gsize,)))
+        if lsize is not None:
+            lsize = tuple(int(v) for v in (lsize if isinstance(lsize, (tuple, list)) else (lsize,)))
+        if any(g == 0 for g in gsize):
+            return
+        dev = rt.device()
+        bufs = rt.Buffers(dev)
+        try:
+            cargs: List[Any] = [bufs.wrap(a, writable=False) for a in inputs]
+            cargs += [bufs.wrap(a, writable=True, readable=False) for a in outputs]
+            for p in self.params:
+                conv = _C_SCALARS.get(p.dtype.name) or p.dtype.np.type
+                cargs.append(conv(params[p.name]))
+            for v in self.extra_args(inputs, outputs, params):
+                if not isinstance(v, np.generic):
+                    raise TypeError(f"raw OpenCL op {self.name}: args() must return numpy scalars "
+                                    f"(their dtype is the C type), got {v!r}")
+                cargs.append(v)
+            rt.run(k, cargs, gsize, lsize)
+        finally:
+            bufs.finish()
+
+    def __repr__(self) -> str:
+        ps = ", ".join(f"{p.name}: {p.dtype}" for p in self.params)
+        return f"<raw OpenCL op {self.name}({', '.join(self.inputs)} -> {', '.join(self.outputs)}; {ps})>"
+
+
+def raw_opencl(name: str, source: Union[str, Path], **hooks) -> RawOpenCL:
+    """``RawOpenCL(name, source, ...)``; a ``Path`` source is read from disk."""
+    return RawOpenCL(name, source, **hooks)
