@@ -1,0 +1,4 @@
+"""The built-in operator library, written in the DSL.  ``import ops`` registers every
+family (ONNX ops in the default domain with their opset ranges, opdsl's own ops
+such as FullyConnected and DataConvert in ``com.opdsl``)."""
+from ops.elementwise import Add, Sub, Mul, Relu, LeakyRelu, Sigmoid, Tanh  # noqa: F401

@@ -1,0 +1,268 @@
+"""Elementwise ops: Add, Sub, Mul (ONNX multidirectional broadcasting), Relu,
+LeakyRelu, Sigmoid, Tanh.
+
+Two kernels serve the whole family, specialized by dtype through TypeVars and by
+the operation through a ``dsl.const`` code (folded into the generated code):
+
+* ``binary_kernel`` works on 4-D views.  ``Op.run`` collapses the broadcast
+  pattern first (adjacent axes broadcast the same way merge), so almost every real
+  case fits in four axes; the rare rest loops over leading axes in Python.
+* ``unary_kernel`` is a flat loop.
+
+Both read element i before writing element i, so outputs may share an input's
+buffer (``inplace``), and both accept NCHWc16 tensors, which are flat arrays of
+identical layout when shapes match.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Optional, Sequence, Tuple
+
+import numpy as np
+
+import dsl
+from dsl import In, Out, f16, bf16, f32, f64, i32
+from dsl.op import TensorSpec, VerifyError
+
+T = dsl.TypeVar("T")
+F = dsl.TypeVar("F")
+
+# operation codes of binary_kernel / unary_kernel (module constants fold into kernels)
+ADD = 0
+SUB = 1
+MUL = 2
+RELU = 0
+LEAKY_RELU = 1
+SIGMOID = 2
+TANH = 3
+
+FLOATS = (f16, bf16, f32, f64)
+NUMERIC = tuple(t for t in (dsl.i8, dsl.u8, dsl.i16, dsl.u16, dsl.i32, dsl.u32, dsl.i64, dsl.u64) + FLOATS)
+MAX_RANK = 4  # axes binary_kernel handles after collapsing
+
+
+# --------------------------------------------------------------------------- kernels
+
+@dsl.kernel
+def binary_kernel(a: In[T, 4], b: In[T, 4], y: Out[T, 4], op: dsl.const[i32]):
+    """y = a (op) b; an axis of size 1 in a or b is broadcast along y."""
+    n1 = y.shape[1]
+    n2 = y.shape[2]
+    n3 = y.shape[3]
+    # element strides, 0 along broadcast axes
+    sa3 = 1 if a.shape[3] > 1 else 0
+    sa2 = a.shape[3] if a.shape[2] > 1 else 0
+    sa1 = a.shape[2] * a.shape[3] if a.shape[1] > 1 else 0
+    sa0 = a.shape[1] * a.shape[2] * a.shape[3] if a.shape[0] > 1 else 0
+    sb3 = 1 if b.shape[3] > 1 else 0
+    sb2 = b.shape[3] if b.shape[2] > 1 else 0
+    sb1 = b.shape[2] * b.shape[3] if b.shape[1] > 1 else 0
+    sb0 = b.shape[1] * b.shape[2] * b.shape[3] if b.shape[0] > 1 else 0
+    lo, hi = dsl.split(y.size)
+    i = lo
+    while i < hi:
+        # one run along the last axis: index math once per row, not per element
+        r = i // n3
+        j0 = i - r * n3
+        jn = min(n3, j0 + hi - i)
+        i2 = r % n2
+        r = r // n2
+        i1 = r % n1
+        i0 = r // n1
+        pa = i0 * sa0 + i1 * sa1 + i2 * sa2
+        pb = i0 * sb0 + i1 * sb1 + i2 * sb2
+        base = i - j0
+        for j in range(j0, jn):
+            va = a.flat[pa + j * sa3]
+            vb = b.flat[pb + j * sb3]
+            if op == ADD:
+                y.flat[base + j] = va + vb
+            elif op == SUB:
+                y.flat[base + j] = va - vb
+            else:
+                y.flat[base + j] = va * vb
+        i = base + jn
+
+
+@dsl.kernel
+def relu_kernel(x: In[T], y: Out[T]):
+    """max(x, 0) for every numeric dtype; NaN stays NaN."""
+    lo, hi = dsl.split(x.size)
+    for i in range(lo, hi):
+        v = x.flat[i]
+        y.flat[i] = v if v > 0 else v * 0
+
+
+@dsl.kernel
+def unary_kernel(x: In[F], y: Out[F], op: dsl.const[i32], alpha: f32):
+    """Float activations, computed in f32 (f64 for f64)."""
+    lo, hi = dsl.split(x.size)
+    for i in range(lo, hi):
+        v = x.flat[i]
+        if op == LEAKY_RELU:
+            y.flat[i] = v if v >= 0 else v * alpha
+        elif op == SIGMOID:
+            e = dsl.exp(-abs(v))  # in (0, 1]: no overflow for large |v|
+            s = 1 / (1 + e)
+            y.flat[i] = s if v >= 0 else e * s
+        else:
+            y.flat[i] = dsl.tanh(v)
+
+
+# --------------------------------------------------------------------------- shape helpers
+
+def broadcast_shape(*shapes: Sequence[Optional[int]], what: str = "inputs") -> Tuple[Optional[int], ...]:
+    """ONNX multidirectional (numpy) broadcasting with ``None`` (run-time) dims."""
+    rank = max((len(s) for s in shapes), default=0)
+    out = []
+    for axis in range(rank):
+        dims = [s[len(s) - rank + axis] for s in shapes if len(s) - rank + axis >= 0]
+        known = {d for d in dims if d is not None and d != 1}
+        if len(known) > 1:
+            shown = " and ".join(str(tuple("?" if d is None else d for d in s)) for s in shapes)
+            raise VerifyError(f"{what} shapes {shown} do not broadcast (axis {axis - rank}: "
+                              f"sizes {sorted(known)}); each axis must match or be 1")
+        if known:
+            out.append(known.pop())
+        elif any(d is None for d in dims):
+            out.append(None)
+        else:
+            out.append(1)
+    return tuple(out)
+
+
+def collapse_broadcast(out_shape: Sequence[int], *shapes: Sequence[int]):
+    """Merge adjacent axes broadcast the same way -> (out shape, one shape per input).
+
+    Axes of size 1 in the output are dropped; an input's collapsed dim is 1 where it
+    is broadcast, else the output's dim.  (2,3,4)+(4,) becomes (6,4)+(1,4)."""
+    rank = len(out_shape)
+    padded = [(1,) * (rank - len(s)) + tuple(s) for s in shapes]
+    groups = []  # [pattern, out dim]
+    for axis, d in enumerate(out_shape):
+        if d == 1:
+            continue
+        pattern = tuple(s[axis] == 1 for s in padded)
+        if groups and groups[-1][0] == pattern:
+            groups[-1][1] *= d
+        else:
+            groups.append([pattern, d])
+    out = tuple(g[1] for g in groups)
+    ins = [tuple(1 if g[0][k] else g[1] for g in groups) for k in range(len(shapes))]
+    return out, ins
+
+
+def launch_broadcast(kernel, arrays: Sequence[np.ndarray], y: np.ndarray, rank: int, **kwargs) -> None:
+    """Run ``kernel(*arrays, y, **kwargs)`` on ``rank``-D views of broadcast-compatible arrays.
+
+    Shapes are collapsed first; if more than ``rank`` axes remain, the leading ones
+    are looped over here (each launch gets contiguous sub-views)."""
+    out, ins = collapse_broadcast(y.shape, *(a.shape for a in arrays))
+    views = [a.reshape(s) for a, s in zip(arrays, ins)]
+    yv = y.reshape(out)
+    extra = max(0, len(out) - rank)
+    for lead in itertools.product(*(range(d) for d in out[:extra])):
+        subs = [v[tuple(i if v.shape[k] > 1 else 0 for k, i in enumerate(lead))] for v in views] if lead else views
+        ys = yv[lead] if lead else yv
+        pad = rank - ys.ndim
+        subs = [s.reshape((1,) * pad + s.shape) for s in subs]
+        kernel(*subs, ys.reshape((1,) * pad + ys.shape), **kwargs)
+
+
+def same_dtype(what: str, *specs: TensorSpec) -> None:
+    dts = {s.dtype for s in specs if s is not None}
+    if len(dts) > 1:
+        shown = ", ".join(f"{s.dtype}" for s in specs if s is not None)
+        raise VerifyError(f"{what} need one dtype for all inputs, got {shown}; "
+                          f"convert first (ops.DataConvert)")
+
+
+def require_dtype(what: str, spec: TensorSpec, allowed: Sequence, name: str = "input") -> None:
+    if spec.dtype not in allowed:
+        raise VerifyError(f"{what} {name} has dtype {spec.dtype}; accepted: {', '.join(map(str, allowed))}")
+
+
+# --------------------------------------------------------------------------- ops
+
+class _Binary(dsl.Op):
+    code = ADD
+    formats = ("plain", "nchwc16")
+    inplace = {0: 0}
+    keeps_padding = True  # 0 (op) 0 == 0
+    kernels = {"default": binary_kernel}
+
+    def verify(self, a, b):
+        same_dtype(self.op_type, a, b)
+        require_dtype(self.op_type, a, NUMERIC)
+        broadcast_shape(a.shape, b.shape, what=f"{self.op_type}")
+
+    def infer(self, a, b):
+        return TensorSpec(broadcast_shape(a.shape, b.shape), a.dtype)
+
+    def run(self, impl, inputs, outputs, backend):
+        launch_broadcast(impl, inputs, outputs[0], MAX_RANK, op=self.code, backend=backend)
+
+
+@dsl.op("Add", since=7)
+class Add(_Binary):
+    """a + b with numpy broadcasting (integers wrap)."""
+    code = ADD
+
+
+@dsl.op("Sub", since=7)
+class Sub(_Binary):
+    """a - b with numpy broadcasting."""
+    code = SUB
+
+
+@dsl.op("Mul", since=7)
+class Mul(_Binary):
+    """a * b with numpy broadcasting."""
+    code = MUL
+
+
+class _Unary(dsl.Op):
+    formats = ("plain", "nchwc16")
+    inplace = {0: 0}
+    keeps_padding = True
+    allowed = FLOATS
+    code = TANH
+    kernels = {"default": unary_kernel}
+
+    def verify(self, x):
+        require_dtype(self.op_type, x, self.allowed)
+
+    def infer(self, x):
+        return x.spec.with_()
+
+    def run(self, impl, inputs, outputs, backend):
+        impl(inputs[0], outputs[0], op=self.code, alpha=float(getattr(self, "alpha", 0.0)), backend=backend)
+
+
+@dsl.op("Relu", since=6)
+class Relu(_Unary):
+    """max(x, 0); integers too (ONNX opset 14)."""
+    allowed = NUMERIC
+    kernels = {"default": relu_kernel}
+
+    def run(self, impl, inputs, outputs, backend):
+        impl(inputs[0], outputs[0], backend=backend)
+
+
+@dsl.op("LeakyRelu", since=6)
+class LeakyRelu(_Unary):
+    """x if x >= 0 else alpha * x."""
+    alpha: float = 0.01
+    code = LEAKY_RELU
+
+
+@dsl.op("Sigmoid", since=6)
+class Sigmoid(_Unary):
+    """1 / (1 + exp(-x)), evaluated without overflow."""
+    code = SIGMOID
+    keeps_padding = False  # sigmoid(0) = 0.5
+
+
+@dsl.op("Tanh", since=6)
+class Tanh(_Unary):
+    code = TANH
