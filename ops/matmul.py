@@ -1,0 +1,232 @@
+"""Matrix products: MatMul (numpy batch broadcasting), Gemm (alpha, beta, transA,
+transB, broadcast C) and FullyConnected (x·wᵀ + b, w: units × inputs, com.opdsl).
+
+One kernel, ``gemm_kernel``, serves all three and every dtype: it reads A and B
+through strides, so transposes cost nothing, and a size-1 batch axis of A or B is
+broadcast.  Each work item computes four neighbouring outputs of one row with four
+accumulators (every A element loaded is used four times); items are split evenly
+across the team.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Optional
+
+import numpy as np
+
+import dsl
+from dsl import In, Out, f16, bf16, f32, f64, i32, i64, u32, u64
+from dsl.op import TensorSpec, VerifyError
+from ops.elementwise import broadcast_shape, collapse_broadcast, require_dtype, same_dtype
+
+T = dsl.TypeVar("T")
+
+MATMUL_TYPES = (f16, bf16, f32, f64, i32, i64, u32, u64)
+COLS = 4  # outputs per work item
+
+
+@dsl.kernel
+def gemm_kernel(a: In[T, 3], b: In[T, 3], c: In[T, 2], y: Out[T, 3],
+                trans_a: dsl.const[i32], trans_b: dsl.const[i32], scaled: dsl.const[i32],
+                alpha: f32, beta: f32):
+    """y[t] = A[t]·B[t] + C (scaled: alpha·A[t]·B[t] + beta·C); A = a[t] or a[t]ᵀ,
+    B likewise; a size-1 batch of a or b and size-1 axes of c are broadcast."""
+    m = y.shape[1]
+    n = y.shape[2]
+    kd = a.shape[1] if trans_a == 1 else a.shape[2]
+    # element strides of A(i, k) and B(k, j) inside one batch entry
+    sai = 1 if trans_a == 1 else a.shape[2]
+    sak = a.shape[2] if trans_a == 1 else 1
+    sbk = 1 if trans_b == 1 else b.shape[2]
+    sbj = b.shape[2] if trans_b == 1 else 1
+    sab = a.shape[1] * a.shape[2] if a.shape[0] > 1 else 0
+    sbb = b.shape[1] * b.shape[2] if b.shape[0] > 1 else 0
+    sci = c.shape[1] if c.shape[0] > 1 else 0
+    scj = 1 if c.shape[1] > 1 else 0
+    blocks = (n + COLS - 1) // COLS
+    lo, hi = dsl.split(y.shape[0] * m * blocks)
+    for item in range(lo, hi):
+        row = item // blocks
+        j0 = (item - row * blocks) * COLS
+        i = row % m
+        t = row // m
+        # columns past the end are clamped for loading and not stored
+        j1 = min(j0 + 1, n - 1)
+        j2 = min(j0 + 2, n - 1)
+        j3 = min(j0 + 3, n - 1)
+        pa = t * sab + i * sai
+        pb = t * sbb
+        acc0 = 0
+        acc1 = 0
+        acc2 = 0
+        acc3 = 0
+        for k in range(kd):
+            av = a.flat[pa + k * sak]
+            pk = pb + k * sbk
+            acc0 += av * b.flat[pk + j0 * sbj]
+            acc1 += av * b.flat[pk + j1 * sbj]
+            acc2 += av * b.flat[pk + j2 * sbj]
+            acc3 += av * b.flat[pk + j3 * sbj]
+        po = row * n + j0
+        pc = i * sci
+        if scaled == 1:
+            y.flat[po] = alpha * acc0 + beta * c.flat[pc + j0 * scj]
+            if j0 + 1 < n:
+                y.flat[po + 1] = alpha * acc1 + beta * c.flat[pc + j1 * scj]
+            if j0 + 2 < n:
+                y.flat[po + 2] = alpha * acc2 + beta * c.flat[pc + j2 * scj]
+            if j0 + 3 < n:
+                y.flat[po + 3] = alpha * acc3 + beta * c.flat[pc + j3 * scj]
+        else:
+            y.flat[po] = acc0 + c.flat[pc + j0 * scj]
+            if j0 + 1 < n:
+                y.flat[po + 1] = acc1 + c.flat[pc + j1 * scj]
+            if j0 + 2 < n:
+                y.flat[po + 2] = acc2 + c.flat[pc + j2 * scj]
+            if j0 + 3 < n:
+                y.flat[po + 3] = acc3 + c.flat[pc + j3 * scj]
+
+
+def _zero_bias(dtype) -> np.ndarray:
+    return np.zeros((1, 1), dtype)
+
+
+def _dim_eq(a: Optional[int], b: Optional[int]) -> bool:
+    return a is None or b is None or a == b
+
+
+# --------------------------------------------------------------------------- MatMul
+
+@dsl.op("MatMul", since=1)
+class MatMul(dsl.Op):
+    """numpy.matmul: 1-D operands are promoted (and the added axis removed), batch
+    axes broadcast."""
+
+    kernels = {"default": gemm_kernel}
+
+    def verify(self, a, b):
+        same_dtype("MatMul", a, b)
+        require_dtype("MatMul", a, MATMUL_TYPES)
+        if a.ndim == 0 or b.ndim == 0:
+            raise VerifyError(f"MatMul needs inputs of rank >= 1, got {a} and {b}")
+        ka = a.shape[-1]
+        kb = b.shape[0] if b.ndim == 1 else b.shape[-2]
+        if not _dim_eq(ka, kb):
+            raise VerifyError(f"MatMul inner dimensions differ: A {a} has K={ka}, B {b} has K={kb}")
+        broadcast_shape(a.shape[:-2], b.shape[:-2], what="MatMul batch")
+
+    def infer(self, a, b):
+        batch = broadcast_shape(a.shape[:-2], b.shape[:-2], what="MatMul batch")
+        rows = (a.shape[-2],) if a.ndim >= 2 else ()
+        cols = (b.shape[-1],) if b.ndim >= 2 else ()
+        return TensorSpec(batch + rows + cols, a.dtype)
+
+    def run(self, impl, inputs, outputs, backend):
+        a, b = inputs
+        y = outputs[0]
+        a2 = a.reshape(1, -1) if a.ndim == 1 else a
+        b2 = b.reshape(-1, 1) if b.ndim == 1 else b
+        m, k = a2.shape[-2:]
+        n = b2.shape[-1]
+        out_batch, (ab, bb) = collapse_broadcast(broadcast_shape(a2.shape[:-2], b2.shape[:-2]),
+                                                 a2.shape[:-2], b2.shape[:-2])
+        if not out_batch:
+            out_batch, ab, bb = (1,), (1,), (1,)
+        av = a2.reshape(ab + (m, k))
+        bv = b2.reshape(bb + (k, n))
+        yv = y.reshape(out_batch + (m, n))
+        bias = _zero_bias(y.dtype)
+        lead = out_batch[:-1]
+        for idx in itertools.product(*(range(d) for d in lead)):
+            sa = av[tuple(i if av.shape[d] > 1 else 0 for d, i in enumerate(idx))] if idx else av
+            sb = bv[tuple(i if bv.shape[d] > 1 else 0 for d, i in enumerate(idx))] if idx else bv
+            sy = yv[idx] if idx else yv
+            impl(sa, sb, bias, sy,
+                 trans_a=0, trans_b=0, scaled=0, alpha=1.0, beta=0.0, backend=backend)
+
+
+# --------------------------------------------------------------------------- Gemm
+
+@dsl.op("Gemm", since=7)
+class Gemm(dsl.Op):
+    """Y = alpha·A'·B' + beta·C, A' = Aᵀ if transA, B' = Bᵀ if transB; C broadcasts to (M, N)."""
+
+    alpha: float = 1.0
+    beta: float = 1.0
+    transA: int = 0
+    transB: int = 0
+    kernels = {"default": gemm_kernel}
+
+    def _mnk(self, a, b):
+        m, ka = (a.shape[1], a.shape[0]) if self.transA else a.shape
+        kb, n = (b.shape[1], b.shape[0]) if self.transB else b.shape
+        return m, n, ka, kb
+
+    def verify(self, a, b, c=None):
+        same_dtype("Gemm", a, b, c)
+        require_dtype("Gemm", a, MATMUL_TYPES)
+        if a.ndim != 2 or b.ndim != 2:
+            raise VerifyError(f"Gemm needs 2-D A and B, got {a} and {b}")
+        m, n, ka, kb = self._mnk(a, b)
+        if not _dim_eq(ka, kb):
+            raise VerifyError(f"Gemm inner dimensions differ: A' has K={ka}, B' has K={kb} "
+                              f"(transA={self.transA}, transB={self.transB})")
+        if c is not None:
+            if c.ndim > 2:
+                raise VerifyError(f"Gemm C must have rank <= 2, got {c}")
+            cs = (1,) * (2 - c.ndim) + c.shape
+            for got, want, axis in zip(cs, (m, n), "MN"):
+                if got not in (1, None) and want is not None and got != want:
+                    raise VerifyError(f"Gemm C {c} does not broadcast to (M, N) = ({m}, {n}) "
+                                      f"along {axis}; each axis must be 1 or {axis}")
+
+    def infer(self, a, b, c=None):
+        m, n, _, _ = self._mnk(a, b)
+        return TensorSpec((m, n), a.dtype)
+
+    def run(self, impl, inputs, outputs, backend):
+        a, b = inputs[0], inputs[1]
+        c = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
+        y = outputs[0]
+        beta = self.beta
+        if c is None:
+            c, beta = _zero_bias(y.dtype), 0.0
+        c2 = c.reshape((1,) * (2 - c.ndim) + c.shape)
+        plain = self.alpha == 1.0 and beta == 1.0
+        impl(a.reshape((1,) + a.shape), b.reshape((1,) + b.shape), c2, y.reshape((1,) + y.shape),
+             trans_a=int(bool(self.transA)), trans_b=int(bool(self.transB)), scaled=0 if plain else 1,
+             alpha=self.alpha, beta=beta, backend=backend)
+
+
+# --------------------------------------------------------------------------- FullyConnected
+
+@dsl.op("FullyConnected", domain="com.opdsl", since=1)
+class FullyConnected(dsl.Op):
+    """TIM-VX FullyConnected: y = x·wᵀ + b with w of shape (units, inputs); x is
+    (..., inputs), y is (..., units); b (units,) is optional."""
+
+    kernels = {"default": gemm_kernel}
+
+    def verify(self, x, w, b=None):
+        same_dtype("FullyConnected", x, w, b)
+        require_dtype("FullyConnected", x, MATMUL_TYPES)
+        if w.ndim != 2:
+            raise VerifyError(f"FullyConnected weights must be 2-D (units, inputs), got {w}")
+        if x.ndim < 1 or not _dim_eq(x.shape[-1], w.shape[1]):
+            raise VerifyError(f"FullyConnected input {x} must end with inputs={w.shape[1]} "
+                              f"(weights {w} are units × inputs)")
+        if b is not None and (b.ndim != 1 or not _dim_eq(b.shape[0], w.shape[0])):
+            raise VerifyError(f"FullyConnected bias must have shape (units,) = ({w.shape[0]},), got {b}")
+
+    def infer(self, x, w, b=None):
+        return TensorSpec(x.shape[:-1] + (w.shape[0],), x.dtype)
+
+    def run(self, impl, inputs, outputs, backend):
+        x, w = inputs[0], inputs[1]
+        b = inputs[2] if len(inputs) > 2 else None
+        y = outputs[0]
+        units, k = w.shape
+        bias = _zero_bias(y.dtype) if b is None else b.reshape(1, units)
+        rows = int(np.prod(x.shape[:-1], dtype=np.int64))
+        impl(x.reshape(1, rows, k), w.reshape(1, units, k), bias, y.reshape(1, rows, units),
+             trans_a=0, trans_b=1, scaled=0, alpha=1.0, beta=0.0, backend=backend)
