@@ -1,0 +1,181 @@
+"""Helpers the generated numba modules call: 16-bit float conversion, atomics, team bookkeeping.
+
+numba has no f16/bf16 arrays on the CPU, so those tensors travel as uint16 and
+are converted here bit by bit (round half to even, like numpy and ml_dtypes).
+Atomics are LLVM ``atomicrmw`` / ``cmpxchg`` on the element pointer, so they are
+real hardware atomics across the parallel threads.
+"""
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir as llir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+_JIT = dict(nogil=True, cache=False, error_model="numpy")
+
+
+# --------------------------------------------------------------------------- bit casts
+
+@intrinsic
+def f32_bits(typingctx, x):
+    """The IEEE bits of a float32 as uint32 (other floats are converted to f32 first)."""
+    if not isinstance(x, types.Float):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v = context.cast(builder, args[0], sig.args[0], types.float32)
+        return builder.bitcast(v, llir.IntType(32))
+    return types.uint32(x), codegen
+
+
+@intrinsic
+def bits_f32(typingctx, x):
+    """The float32 whose IEEE bits are the low 32 bits of the integer ``x``."""
+    if not isinstance(x, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v = context.cast(builder, args[0], sig.args[0], types.uint32)
+        return builder.bitcast(v, llir.FloatType())
+    return types.float32(x), codegen
+
+
+# --------------------------------------------------------------------------- f16 / bf16
+
+@njit(**_JIT)
+def f16_to_f32(h):
+    """IEEE half bits (uint16) -> float32, exact."""
+    h = np.uint32(h)
+    sign = (h & np.uint32(0x8000)) << np.uint32(16)
+    e = (h >> np.uint32(10)) & np.uint32(0x1F)
+    m = h & np.uint32(0x3FF)
+    if e == np.uint32(0):  # zero or subnormal: m * 2**-24, exact in f32
+        v = np.float32(m) * np.float32(5.9604644775390625e-08)
+        return -v if sign else v
+    if e == np.uint32(31):
+        return bits_f32(np.uint32(sign | np.uint32(0x7F800000) | (m << np.uint32(13))))
+    return bits_f32(np.uint32(sign | ((e + np.uint32(112)) << np.uint32(23)) | (m << np.uint32(13))))
+
+
+@njit(**_JIT)
+def f32_to_f16(f):
+    """float32 -> IEEE half bits (uint16), round half to even, overflow to inf, NaN kept."""
+    x = f32_bits(np.float32(f))
+    sign = np.uint16((x >> np.uint32(16)) & np.uint32(0x8000))
+    x = x & np.uint32(0x7FFFFFFF)
+    if x >= np.uint32(0x7F800000):  # inf or nan
+        return np.uint16(sign | np.uint16(0x7C00) | (np.uint16(0x200) if x > np.uint32(0x7F800000) else np.uint16(0)))
+    if x >= np.uint32(0x477FF000):  # >= 65520 rounds to inf
+        return np.uint16(sign | np.uint16(0x7C00))
+    if x < np.uint32(0x38800000):  # below the smallest normal half: count 2**-24 units
+        v = bits_f32(x) * np.float32(16777216.0)  # exact: a power-of-two scale
+        r = np.floor(v)
+        d = v - r
+        if d > np.float32(0.5) or (d == np.float32(0.5) and (np.int64(r) & 1) == 1):
+            r += np.float32(1.0)
+        return np.uint16(sign | np.uint16(np.int64(r)))
+    x = x - np.uint32(0x38000000)  # rebias exponent 127 -> 15
+    x = x + np.uint32(0xFFF) + ((x >> np.uint32(13)) & np.uint32(1))
+    return np.uint16(sign | np.uint16(x >> np.uint32(13)))
+
+
+@njit(**_JIT)
+def bf16_to_f32(h):
+    """bfloat16 bits (uint16) -> float32, exact."""
+    return bits_f32(np.uint32(h) << np.uint32(16))
+
+
+@njit(**_JIT)
+def f32_to_bf16(f):
+    """float32 -> bfloat16 bits, round half to even (ml_dtypes' rounding), NaN stays quiet NaN."""
+    x = f32_bits(np.float32(f))
+    if (x & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+        return np.uint16((x >> np.uint32(16)) | np.uint32(0x40))
+    x = x + np.uint32(0x7FFF) + ((x >> np.uint32(16)) & np.uint32(1))
+    return np.uint16(x >> np.uint32(16))
+
+
+@njit(**_JIT)
+def round_f16(f):
+    """``f16(v)`` in a kernel: the f32 value rounded through half precision."""
+    return f16_to_f32(f32_to_f16(f))
+
+
+@njit(**_JIT)
+def round_bf16(f):
+    """``bf16(v)`` in a kernel: the f32 value rounded through bfloat16."""
+    return bf16_to_f32(f32_to_bf16(f))
+
+
+# --------------------------------------------------------------------------- atomics
+
+@intrinsic
+def atomic_add(typingctx, arr, idx, val):
+    """``arr[idx] += val`` as one LLVM atomicrmw (integer ``add`` / float ``fadd``)."""
+    if not isinstance(arr, types.Array) or not isinstance(idx, types.Integer):
+        return None
+    if not isinstance(arr.dtype, (types.Integer, types.Float)):
+        return None
+    sig = types.void(arr, types.intp, arr.dtype)
+
+    def codegen(context, builder, sig, args):
+        aryty = sig.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
+        op = "fadd" if isinstance(aryty.dtype, types.Float) else "add"
+        builder.atomic_rmw(op, ptr, args[2], "monotonic")
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
+def cas_u16(typingctx, arr, idx, expected, new):
+    """Compare-and-swap on a uint16 element; returns the value found (== expected on success)."""
+    if not (isinstance(arr, types.Array) and arr.dtype == types.uint16):
+        return None
+    sig = types.uint16(arr, types.intp, types.uint16, types.uint16)
+
+    def codegen(context, builder, sig, args):
+        aryty = sig.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
+        pair = builder.cmpxchg(ptr, args[2], args[3], "monotonic", "monotonic")
+        return builder.extract_value(pair, 0)
+    return sig, codegen
+
+
+@njit(**_JIT)
+def atomic_add_f16(arr, idx, val):
+    """Atomic add on an f16 tensor stored as uint16 (compute in f32, CAS loop)."""
+    old = arr[idx]
+    while True:
+        new = f32_to_f16(f16_to_f32(old) + np.float32(val))
+        seen = cas_u16(arr, idx, old, new)
+        if seen == old:
+            return
+        old = seen
+
+
+@njit(**_JIT)
+def atomic_add_bf16(arr, idx, val):
+    """Atomic add on a bf16 tensor stored as uint16 (compute in f32, CAS loop)."""
+    old = arr[idx]
+    while True:
+        new = f32_to_bf16(bf16_to_f32(old) + np.float32(val))
+        seen = cas_u16(arr, idx, old, new)
+        if seen == old:
+            return
+        old = seen
+
+
+# --------------------------------------------------------------------------- team bookkeeping
+
+@njit(**_JIT)
+def first_live(done):
+    """Index of the first thread that has not returned, -1 when the whole team has."""
+    for t in range(done.shape[0]):
+        if not done[t]:
+            return t
+    return -1
