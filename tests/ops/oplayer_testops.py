@@ -320,9 +320,9 @@ class Reshape(dsl.Op):
         if shape.value is None:
             return dsl.TensorSpec((None,) * shape.shape[0], x.dtype)
         dims = [int(d) for d in shape.value]
-        if -1 in dims and x.known:
+        if -1 in dims:
             known = int(np.prod([d for d in dims if d != -1]))
-            dims[dims.index(-1)] = x.size // known if known else 0
+            dims[dims.index(-1)] = None if not x.known else (x.size // known if known else 0)
         return dsl.TensorSpec(tuple(dims), x.dtype)
 
     def run(self, impl, inputs, outputs, backend):

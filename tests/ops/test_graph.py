@@ -1,0 +1,198 @@
+"""dsl.Graph and dsl.Model: graph mode, passes, memory plan, feeds, display."""
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+
+import dsl
+import oplayer_testops as L
+
+RNG = np.random.default_rng(7)
+
+
+def chain_graph(depth=3):
+    """x -> (HardSigmoid -> Add(., prev)) * depth, plus a dead branch and a folded constant."""
+    g = dsl.Graph("chain")
+    x = g.input("x", (None, 6), dsl.f32)
+    bias = L.HardSigmoid(g.constant("c", np.full((1, 6), 2.0, np.float32)))  # folded at compile time
+    h = x
+    for _ in range(depth):
+        h = L.Add(L.HardSigmoid(h, alpha=0.3), h)
+    L.Tanh(h)  # dead: no output depends on it
+    g.output(h, "y")
+    g.output(bias, "bias")
+    return g
+
+
+def chain_ref(x, depth=3):
+    h = x
+    for _ in range(depth):
+        h = L.hard_sigmoid_ref(h, 0.3) + h
+    return h
+
+
+def test_eager_equals_graph(backend):
+    x = RNG.standard_normal((5, 6)).astype(np.float32)
+    eager = x
+    for _ in range(3):
+        eager = L.Add(L.HardSigmoid(eager, alpha=0.3, backend=backend), eager, backend=backend)
+    model = chain_graph().compile(backend=backend)
+    out = model.run({"x": x})
+    np.testing.assert_array_equal(out["y"], eager)
+    np.testing.assert_allclose(out["y"], chain_ref(x), rtol=1e-6)
+    np.testing.assert_allclose(out["bias"], L.hard_sigmoid_ref(np.full((1, 6), 2.0, np.float32)))
+    # a second batch size plans again; the first plan's results are not overwritten
+    x2 = RNG.standard_normal((2, 6)).astype(np.float32)
+    out2 = model.run({"x": x2})
+    np.testing.assert_allclose(out2["y"], chain_ref(x2), rtol=1e-6)
+    np.testing.assert_allclose(out["y"], chain_ref(x), rtol=1e-6)
+    # zero batch: every node's output is empty, nothing launches
+    assert model.run({"x": np.zeros((0, 6), np.float32)})["y"].shape == (0, 6)
+
+
+def test_passes_fold_remove_and_plan_memory():
+    model = chain_graph(depth=4).compile(backend="interpreter")
+    assert model.stats["folded"] == 1 and model.stats["removed"] == 1
+    assert all(n.op_type != "Tanh" for n in model.graph.nodes)
+    x = RNG.standard_normal((3, 6)).astype(np.float32)
+    first = model.run({"x": x})["y"]
+    kept = first.copy()
+    second = model.run({"x": x + 1})["y"]
+    assert first is not second
+    np.testing.assert_array_equal(first, kept)  # outputs are fresh arrays, never arena views
+    mem = model.memory_plan()
+    assert mem.arena_bytes < mem.naive_bytes
+    assert len(mem.sizes) <= 2 and mem.inplace  # Add writes into its dying HardSigmoid input
+    text = str(model)
+    assert "in-place" in text and "impl=default" in text and "folded=1" in text
+
+
+def test_static_shapes_plan_at_compile_time():
+    g = dsl.Graph("static")
+    x = g.input("x", (2, 3), dsl.f32)
+    g.output(L.HardSigmoid(L.HardSigmoid(x)), "y")
+    model = g.compile(backend="interpreter")
+    assert model.memory_plan() is not None  # planned before any run
+    np.testing.assert_allclose(model.run({"x": np.ones((2, 3), np.float32)})["y"],
+                               L.hard_sigmoid_ref(L.hard_sigmoid_ref(np.ones((2, 3), np.float32))))
+
+
+def test_unfoldable_ops_stay():
+    g = dsl.Graph("noise")
+    c = g.constant("c", np.zeros(3, np.float32))
+    g.output(L.Noise(c), "y")
+    model = g.compile(backend="interpreter")
+    assert model.stats["folded"] == 0
+    a, b = model.run({})["y"], model.run({})["y"]
+    assert not np.array_equal(a, b)
+
+
+def test_feed_errors_name_the_input():
+    model = chain_graph().compile(backend="interpreter")
+    good = np.zeros((2, 6), np.float32)
+    with pytest.raises(ValueError, match=r"missing input 'x' \(f32\[\?,6\]\)"):
+        model.run({})
+    with pytest.raises(ValueError, match="unknown input 'xx'.*did you mean 'x'"):
+        model.run({"x": good, "xx": good})
+    with pytest.raises(TypeError, match=r"input 'x' has dtype float64, expected f32"):
+        model.run({"x": good.astype(np.float64)})
+    with pytest.raises(ValueError, match=r"input 'x' has shape \(2, 5\), expected \(\?, 6\): dim 1 is 5"):
+        model.run({"x": np.zeros((2, 5), np.float32)})
+    with pytest.raises(ValueError, match="rank 1, expected rank 2"):
+        model.run({"x": np.zeros(6, np.float32)})
+    with pytest.raises(TypeError, match="dict of input name"):
+        model.run([good])
+    # non-contiguous feeds are accepted
+    np.testing.assert_allclose(model.run({"x": np.zeros((6, 2), np.float32).T})["y"], chain_ref(good))
+
+
+def test_graph_build_errors():
+    g = dsl.Graph("g")
+    x = g.input("x", (None, 3), dsl.f32)
+    with pytest.raises(ValueError, match="already exists"):
+        g.input("x", (3,), dsl.f32)
+    with pytest.raises(dsl.VerifyError, match=r"node 'HardSigmoid_\d+'\): HardSigmoid takes f32, got i32"):
+        L.HardSigmoid(g.input("k", (3,), dsl.i32))
+    other = dsl.Graph("other")
+    y = other.input("y", (None, 3), dsl.f32)
+    with pytest.raises(ValueError, match="different graphs"):
+        L.Add(x, y)
+    with pytest.raises(ValueError, match="belongs to graph 'other'"):
+        g.output(y)
+    with pytest.raises(ValueError, match="has no outputs"):
+        g.compile(backend="interpreter")
+    g.output(L.HardSigmoid(x), "out")
+    with pytest.raises(ValueError, match="already has an output named 'out'"):
+        g.output(x, "out")
+    with pytest.raises(ValueError, match="unknown backend 'cuda'"):
+        g.compile(backend="cuda")
+    with pytest.raises(TypeError, match="symbolic"):
+        np.asarray(x)
+    with pytest.raises(ValueError, match="'auto' or 'plain'"):
+        g.compile(backend="interpreter", formats="blocked")
+
+
+def test_outputs_that_are_inputs_or_repeated():
+    g = dsl.Graph("ids")
+    x = g.input("x", (2,), dsl.f32)
+    h = L.HardSigmoid(x)
+    g.output(h, "a")
+    g.output(h, "b")   # the same tensor twice: a copy
+    g.output(x, "x_again")  # an input as output: a copy
+    c = g.constant("k", np.arange(2, dtype=np.float32))
+    g.output(c, "k_out")
+    out = g.compile(backend="interpreter").run({"x": np.array([0.0, 5.0], np.float32)})
+    np.testing.assert_allclose(out["a"], [0.5, 1.0])
+    np.testing.assert_array_equal(out["a"], out["b"])
+    np.testing.assert_array_equal(out["x_again"], [0.0, 5.0])
+    np.testing.assert_array_equal(out["k_out"], [0.0, 1.0])
+    out["k_out"][0] = 9  # caller-owned copy, the constant is untouched
+    assert g.constants["k"][0] == 0
+
+
+def test_multi_output_node_and_unused_output(backend):
+    g = dsl.Graph("mm")
+    x = g.input("x", (None, 4), dsl.f32)
+    lo, hi = L.MinMax(x, alpha=3.0)
+    g.output(L.HardSigmoid(hi), "y")  # lo is never read, but the kernel still writes it
+    xv = RNG.standard_normal((3, 4)).astype(np.float32)
+    out = g.compile(backend=backend).run({"x": xv})
+    np.testing.assert_allclose(out["y"], L.hard_sigmoid_ref(np.maximum(3 * xv, 0)), rtol=1e-6)
+
+
+def test_value_dependent_shapes_run_node_by_node():
+    g = dsl.Graph("reshape")
+    x = g.input("x", (None, 6), dsl.f32)
+    s = g.input("s", (2,), dsl.i64)
+    g.output(L.HardSigmoid(L.Reshape(x, s)), "y")
+    g.output(L.Reshape(x, g.constant("minus1", np.array([-1], np.int64))), "flat")
+    model = g.compile(backend="interpreter")
+    assert model.outputs["y"].shape == (None, None)
+    xv = RNG.standard_normal((2, 6)).astype(np.float32)
+    for shape in ([3, 4], [6, 2]):
+        out = model.run({"x": xv, "s": np.array(shape, np.int64)})
+        np.testing.assert_allclose(out["y"], L.hard_sigmoid_ref(xv.reshape(shape)), rtol=1e-6)
+        np.testing.assert_array_equal(out["flat"], xv.reshape(-1))
+
+
+def test_printing_and_svg():
+    g = chain_graph(depth=2)
+    text = str(g)
+    assert text.startswith("graph chain(x: f32[?,6]) -> (y: f32[?,6], bias: f32[1,6])")
+    assert "const c: f32[1,6]" in text
+    assert "com.opdsl.test::HardSigmoid[alpha=0.3, beta=0.5](x)  # f32[?,6]" in text
+    svg = g._repr_svg_()
+    root = ET.fromstring(svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    assert len(root.findall(f".//{ns}rect")) == len(g.nodes)
+    labels = [t.text for t in root.findall(f".//{ns}text")]
+    assert "x: f32[?,6]" in labels and "y: f32[?,6]" in labels
+    assert "<svg" in g._repr_html_() and "graph chain" in g._repr_html_()
+    assert "3 inputs" not in repr(g) and "nodes" in repr(g)
+
+
+def test_user_graph_is_not_changed_by_compile():
+    g = chain_graph()
+    before = str(g)
+    g.compile(backend="interpreter")
+    assert str(g) == before
