@@ -1,0 +1,441 @@
+"""Kernel-language benchmarks (issue 2 §8): opdsl against numpy, hand-written numba,
+the memory-bandwidth floor and onnxruntime, in one run, printed as markdown tables.
+
+    python -m benchmarks.bench_kernels            # full run (a few minutes on 2 cores)
+    python -m benchmarks.bench_kernels --quick    # smoke run: small sizes, few samples
+    python -m benchmarks.bench_kernels --only leaky,launch --backend opencl
+
+Sections: ``leaky`` (leaky_relu over 2^24 f32), ``softmax`` (rows of 4096x1024 f32),
+``launch`` (16-element kernel vs a plain njit call), ``compute`` (compute-bound kernel,
+threads=1 vs 4), ``compile`` (cold compile and warm load in new processes).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from statistics import median
+from typing import Callable, Dict, List, Optional
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+from benchmarks.harness import Section, fmt_seconds, machine_info, measure  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SECTIONS = ("leaky", "softmax", "launch", "compute", "compile")
+
+
+class Config:
+    """Sizes and sample counts; ``--quick`` shrinks everything for a smoke run."""
+
+    def __init__(self, quick: bool, backend: str):
+        self.quick = quick
+        self.backend = backend
+        self.leaky_n = 1 << (20 if quick else 24)
+        self.softmax_shape = (256, 1024) if quick else (4096, 1024)
+        self.compute_n = 1 << (12 if quick else 16)
+        self.compute_iters = 64
+        self.repeat = 3 if quick else 15
+        self.compile_runs = 1 if quick else 3
+
+
+def _check(name: str, got: np.ndarray, want: np.ndarray, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """A benchmark of a wrong result is worthless: stop with the worst difference."""
+    if not np.allclose(got, want, rtol=rtol, atol=atol):
+        raise AssertionError(f"{name}: result differs from the numpy reference "
+                             f"(max abs diff {np.max(np.abs(got - want)):.3g})")
+
+
+def _progress(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- onnxruntime
+
+def ort_runner(node, shape, threads: int = 2, opset: int = 17):
+    """A one-node ORT session run through IO binding into a preallocated output, so
+    ORT is timed without allocating its 64 MB result each call (its best case)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([node], "bench", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8  # an IR version every onnxruntime of the last years reads
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+    def bind(x: np.ndarray, y: np.ndarray) -> Callable[[], None]:
+        b = sess.io_binding()
+        b.bind_cpu_input("x", x)
+        b.bind_output("y", "cpu", 0, np.float32, list(y.shape), y.ctypes.data)
+        return lambda: sess.run_with_iobinding(b)
+
+    def plain(x: np.ndarray) -> Callable[[], object]:
+        return lambda: sess.run(["y"], {"x": x})
+
+    return bind, plain
+
+
+# --------------------------------------------------------------------------- hand-written references
+
+def _numba_refs():
+    """Hand-written numba code of the kind a user would write without opdsl."""
+    from numba import njit, prange
+
+    @njit(parallel=True)
+    def leaky_prange(x, y, alpha):
+        for i in prange(x.size):
+            v = x[i]
+            y[i] = v if v > 0 else alpha * v
+
+    @njit(parallel=True)
+    def copy_prange(x, y):
+        for i in prange(x.size):
+            y[i] = x[i]
+
+    @njit
+    def leaky_serial(x, y, alpha):
+        for i in range(x.size):
+            v = x[i]
+            y[i] = v if v > 0 else alpha * v
+
+    @njit(parallel=True)
+    def softmax_prange(x, y):
+        rows, n = x.shape
+        for r in prange(rows):
+            m = x[r, 0]
+            for j in range(1, n):
+                m = max(m, x[r, j])
+            s = np.float32(0)
+            for j in range(n):
+                e = np.exp(x[r, j] - m)
+                y[r, j] = e
+                s += e
+            inv = np.float32(1) / s
+            for j in range(n):
+                y[r, j] *= inv
+
+    return dict(leaky_prange=leaky_prange, copy_prange=copy_prange, leaky_serial=leaky_serial,
+                softmax_prange=softmax_prange)
+
+
+def _with_numba_threads(n: int, fn: Callable[[], object]) -> Callable[[], object]:
+    import numba
+
+    def run():
+        old = numba.get_num_threads()
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+        try:
+            return fn()
+        finally:
+            numba.set_num_threads(old)
+    return run
+
+
+# --------------------------------------------------------------------------- sections
+
+def bench_leaky(cfg: Config) -> Section:
+    from benchmarks import kernels as K
+    from onnx import helper
+
+    n, alpha = cfg.leaky_n, 0.1
+    sec = Section(f"leaky_relu over {n} f32 (2^{n.bit_length() - 1}), alpha={alpha}")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(n, dtype=np.float32)
+    y = np.zeros_like(x)
+    want = np.where(x > 0, x, np.float32(alpha) * x)
+    refs = _numba_refs()
+    rep = cfg.repeat
+
+    _progress("leaky_relu: opdsl")
+    K.leaky_relu(x, y, alpha=alpha, backend=cfg.backend)
+    _check("opdsl leaky_relu", y, want)
+    ours = sec.add(f"opdsl {cfg.backend} (threads=4)",
+                   measure(lambda: K.leaky_relu(x, y, alpha=alpha, backend=cfg.backend), repeat=rep))
+
+    _progress("leaky_relu: bandwidth floor")
+    pool = ThreadPoolExecutor(2)
+    halves = [slice(0, n // 2), slice(n // 2, n)]
+    copy_threads = sec.add("copy floor: np.copyto over 2 Python threads",
+                           measure(lambda: list(pool.map(lambda s: np.copyto(y[s], x[s]), halves)), repeat=rep))
+    copy2 = _with_numba_threads(2, lambda: refs["copy_prange"](x, y))
+    copy_nb = sec.add("copy floor: numba prange copy, 2 threads", measure(copy2, repeat=rep))
+    sec.add("copy, 1 thread (np.copyto)", measure(lambda: np.copyto(y, x), repeat=rep))
+    pool.shutdown()
+    floor = min((copy_threads, copy_nb), key=lambda r: r.timing.best)
+    floor.note = "reference (fastest 2-thread copy)"
+
+    _progress("leaky_relu: numpy and numba")
+    ax = np.float32(alpha)
+    sec.add("numpy np.where(x > 0, x, alpha*x)", measure(lambda: np.where(x > 0, x, ax * x), repeat=rep))
+    tmp = np.empty_like(x)
+    sec.add("numpy np.maximum(x, alpha*x, out=y)",
+            measure(lambda: np.maximum(x, np.multiply(x, ax, out=tmp), out=y), repeat=rep))
+    y[:] = 0
+    prange_run = _with_numba_threads(2, lambda: refs["leaky_prange"](x, y, ax))
+    prange_run()
+    _check("numba prange leaky_relu", y, want)
+    sec.add("numba @njit(parallel=True) prange, 2 threads", measure(prange_run, repeat=rep))
+
+    _progress("leaky_relu: onnxruntime")
+    bind, plain = ort_runner(helper.make_node("LeakyRelu", ["x"], ["y"], alpha=alpha), x.shape)
+    y[:] = 0
+    ort_bound = bind(x, y)
+    ort_bound()
+    _check("onnxruntime LeakyRelu", y, want)
+    ort_row = sec.add("onnxruntime LeakyRelu, 2 intra-op threads (IO binding)", measure(ort_bound, repeat=rep))
+    sec.add("onnxruntime LeakyRelu, 2 intra-op threads (sess.run, allocates y)", measure(plain(x), repeat=rep))
+    del ort_bound, bind, plain
+
+    sec.ratios(floor)
+    sec.target("opdsl / 2-thread copy <= 1.10", ours.ratio, 1.10)
+    sec.target("opdsl / onnxruntime (IO binding) <= 1.00", ours.timing.best / ort_row.timing.best, 1.0)
+    gbs = 2 * x.nbytes / ours.timing.best / 1e9
+    sec.notes.append(f"opdsl moves {gbs:.1f} GB/s (read + write); the 2-thread copy "
+                     f"{2 * x.nbytes / floor.timing.best / 1e9:.1f} GB/s")
+    return sec
+
+
+def bench_softmax(cfg: Config) -> Section:
+    from benchmarks import kernels as K
+    from onnx import helper
+
+    rows, cols = cfg.softmax_shape
+    sec = Section(f"row softmax {rows}x{cols} f32")
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((rows, cols), dtype=np.float32)
+    y = np.zeros_like(x)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    want = e / e.sum(axis=1, keepdims=True)
+    rep = cfg.repeat
+
+    _progress("softmax: onnxruntime")
+    bind, plain = ort_runner(helper.make_node("Softmax", ["x"], ["y"], axis=-1), x.shape, opset=13)
+    ort_bound = bind(x, y)
+    ort_bound()
+    _check("onnxruntime Softmax", y, want)
+    ort_row = sec.add("onnxruntime Softmax(axis=-1), 2 intra-op threads (IO binding)", measure(ort_bound, repeat=rep))
+    ort_row.note = "reference"
+    sec.add("onnxruntime Softmax(axis=-1), 2 intra-op threads (sess.run)", measure(plain(x), repeat=rep))
+    del ort_bound, bind, plain
+
+    _progress("softmax: opdsl")
+    y[:] = 0
+    K.softmax_rows(x, y, backend=cfg.backend)
+    _check("opdsl softmax_rows", y, want)
+    ours = sec.add(f"opdsl {cfg.backend}: rows split over a team (threads=4)",
+                   measure(lambda: K.softmax_rows(x, y, backend=cfg.backend), repeat=rep))
+    y[:] = 0
+    K.softmax_row_tiles(x, y, backend=cfg.backend, grid=rows)
+    _check("opdsl softmax_row_tiles", y, want)
+    tiles = sec.add(f"opdsl {cfg.backend}: grid of {rows} one-thread teams, a row each",
+                    measure(lambda: K.softmax_row_tiles(x, y, backend=cfg.backend, grid=rows), repeat=rep))
+
+    _progress("softmax: numpy and numba")
+    refs = _numba_refs()
+    run = _with_numba_threads(2, lambda: refs["softmax_prange"](x, y))
+    y[:] = 0
+    run()
+    _check("numba prange softmax", y, want)
+    sec.add("numba @njit(parallel=True) prange over rows, 2 threads", measure(run, repeat=rep))
+
+    def np_softmax():
+        ex = np.exp(x - x.max(axis=1, keepdims=True))
+        return ex / ex.sum(axis=1, keepdims=True)
+    sec.add("numpy (1 thread)", measure(np_softmax, repeat=max(3, rep // 3)))
+
+    sec.ratios(ort_row)
+    best = min((ours, tiles), key=lambda r: r.timing.best)
+    sec.target(f"best opdsl ({'team' if best is ours else 'grid'}) / onnxruntime <= 1.25", best.ratio, 1.25)
+    return sec
+
+
+def bench_launch(cfg: Config) -> Section:
+    from benchmarks import kernels as K
+    refs = _numba_refs()
+    n = 16
+    sec = Section(f"launch overhead: leaky_relu on {n} f32 elements")
+    x = np.linspace(-1, 1, n, dtype=np.float32)
+    y = np.zeros_like(x)
+    want = np.where(x > 0, x, np.float32(0.1) * x)
+    ax = np.float32(0.1)
+    rep = max(cfg.repeat, 7)
+
+    serial = refs["leaky_serial"]
+    serial(x, y, ax)
+    _check("njit leaky_relu", y, want)
+    base = sec.add("plain @njit call, serial loop", measure(lambda: serial(x, y, ax), repeat=rep))
+    base.note = "reference"
+    rows = {}
+    for label, k in (("threads=4", K.leaky_relu), ("threads=1", K.leaky_relu_t1)):
+        y[:] = 0
+        k(x, y, alpha=0.1, backend=cfg.backend)
+        _check(f"opdsl leaky_relu {label}", y, want)
+        rows[label] = sec.add(f"opdsl {cfg.backend} kernel call, {label}",
+                              measure(lambda k=k: k(x, y, alpha=0.1, backend=cfg.backend), repeat=rep))
+        # where the time goes: argument checking vs the compiled launcher (internal handles)
+        values, key = k.bind((x, y), {"alpha": 0.1})
+        launcher = k._variants.get((cfg.backend, key))
+        sec.add(f"  of which: argument binding + checks ({label})",
+                measure(lambda k=k: k.bind((x, y), {"alpha": 0.1}), repeat=rep))
+        if launcher is not None:
+            sec.add(f"  of which: backend launcher alone ({label})",
+                    measure(lambda launcher=launcher, values=values: launcher(values, 1), repeat=rep))
+    par = refs["leaky_prange"]
+    par(x, y, ax)
+    sec.add("@njit(parallel=True) prange call (numba's own parallel launch)",
+            measure(lambda: par(x, y, ax), repeat=rep))
+    sec.ratios(base)
+    for label, row in rows.items():
+        extra = (row.timing.best - base.timing.best) * 1e6
+        sec.target(f"extra launch cost ({label}) <= 3 us", extra, 3.0, unit=" us")
+    return sec
+
+
+def bench_compute(cfg: Config) -> Section:
+    from benchmarks import kernels as K
+    n, iters = cfg.compute_n, cfg.compute_iters
+    sec = Section(f"compute-bound: {iters} x (sin + fma) per element, {n} f32")
+    rng = np.random.default_rng(2)
+    x = rng.uniform(-3, 3, n).astype(np.float32)
+    y = np.zeros_like(x)
+    want = x.copy()
+    for _ in range(iters):
+        want = np.sin(want) * np.float32(0.75) + np.float32(0.25)
+    rep = max(3, cfg.repeat // 2)
+    rows = {}
+    for t, k in ((1, K.sin_chain_t1), (2, K.sin_chain_t2), (4, K.sin_chain_t4)):
+        _progress(f"compute: threads={t}")
+        y[:] = 0
+        k(x, y, iters=iters, backend=cfg.backend)
+        _check(f"opdsl sin_chain threads={t}", y, want, rtol=1e-4, atol=1e-5)
+        rows[t] = sec.add(f"opdsl {cfg.backend} threads={t}",
+                          measure(lambda k=k: k(x, y, iters=iters, backend=cfg.backend), repeat=rep))
+    rows[1].note = "reference"
+    sec.ratios(rows[1])
+    speedup = rows[1].timing.best / rows[4].timing.best
+    sec.target("threads=4 speed-up over threads=1 >= 1.7x", speedup, 1.7, higher_is_better=True)
+    return sec
+
+
+def _probe(cache_dir: str, backend: str, profile: int = 0) -> Dict:
+    env = dict(os.environ, OPDSL_CACHE_DIR=cache_dir)
+    env.pop("OPDSL_NO_DISK_CACHE", None)
+    cmd = [sys.executable, "-m", "benchmarks.compile_probe", "--backend", backend]
+    if profile:
+        cmd += ["--profile", str(profile)]
+    t = time.perf_counter()
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    wall = time.perf_counter() - t
+    if done.returncode != 0:
+        raise RuntimeError(f"compile probe failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out["process_wall"] = wall
+    if not out["correct"]:
+        raise AssertionError("compile probe: leaky_relu gave a wrong result")
+    return out
+
+
+def bench_compile(cfg: Config) -> Section:
+    sec = Section(f"compile: leaky_relu cold (empty OPDSL_CACHE_DIR) and warm (new process, same dir), "
+                  f"{cfg.backend}, median of {cfg.compile_runs}")
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    bare = time.perf_counter() - t
+    cold: List[Dict] = []
+    warm: List[Dict] = []
+    for k in range(cfg.compile_runs):
+        with tempfile.TemporaryDirectory(prefix="opdsl-bench-cache-") as d:
+            _progress(f"compile: cold run {k + 1}")
+            cold.append(_probe(d, cfg.backend))
+            _progress(f"compile: warm run {k + 1}")
+            warm.append(_probe(d, cfg.backend))
+
+    def med(runs: List[Dict], f: Callable[[Dict], float]) -> float:
+        return median(f(r) for r in runs)
+
+    from benchmarks.harness import Timing
+
+    def row(name: str, runs: List[Dict], f: Callable[[Dict], float], note: str = ""):
+        vals = [f(r) for r in runs]
+        return sec.add(name, Timing(min(vals), median(vals), len(vals), 1), note)
+
+    sec.add("bare interpreter start (python -c pass)", Timing(bare, bare, 1, 1))
+    row("import numba", cold, lambda r: r["import_numba"])
+    row("import dsl + backend (after numba)", cold, lambda r: r["import_dsl"])
+    cold_compile = row("cold: first call (frontend + check + codegen + compile + launch)", cold,
+                       lambda r: r["first_call"])
+    cold_excl = row("cold: excluding import numba (import dsl + define + first call)", cold,
+                    lambda r: r["import_dsl"] + r["define"] + r["first_call"])
+    cold_total = row("cold: total from the probe's first line", cold, lambda r: r["since_start"])
+    row("cold: process wall time (with interpreter start)", cold, lambda r: r["process_wall"])
+    warm_first = row("warm: first call (disk-cache load + launch)", warm, lambda r: r["first_call"],
+                     "excludes interpreter start and imports")
+    row("warm: total from the probe's first line (imports included)", warm, lambda r: r["since_start"])
+    row("warm: process wall time (with interpreter start)", warm, lambda r: r["process_wall"])
+    row("second call in the same process (for scale)", warm, lambda r: r["second_call"])
+    sec.target("cold compile excluding import numba <= 2 s", cold_excl.timing.median, 2.0, unit=" s")
+    sec.target("cold total including import numba <= 2 s", cold_total.timing.median, 2.0, unit=" s")
+    sec.target("cold first call alone <= 2 s", cold_compile.timing.median, 2.0, unit=" s")
+    sec.target("warm load (first call in a new process, imports excluded) <= 0.2 s",
+               warm_first.timing.median, 0.2, unit=" s")
+    sec.notes.append(f"warm process wall time minus bare interpreter start: "
+                     f"{fmt_seconds(med(warm, lambda r: r['process_wall']) - bare)}")
+    return sec
+
+
+BENCHES = dict(leaky=bench_leaky, softmax=bench_softmax, launch=bench_launch, compute=bench_compute,
+               compile=bench_compile)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_kernels",
+                                 description="opdsl kernel-language benchmarks (issue 2 §8)")
+    ap.add_argument("--quick", action="store_true", help="small sizes and few samples: a smoke run")
+    ap.add_argument("--backend", default="numba", help="opdsl backend to time (default numba)")
+    ap.add_argument("--only", default=",".join(SECTIONS),
+                    help=f"comma-separated sections to run, from {','.join(SECTIONS)}")
+    ap.add_argument("--output", metavar="FILE", help="also write the markdown report to FILE")
+    args = ap.parse_args(argv)
+    wanted = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = [s for s in wanted if s not in BENCHES]
+    if unknown:
+        ap.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
+    from backends import base
+    reason = base.get(args.backend).available()
+    if reason:
+        ap.error(f"backend {args.backend!r} is not usable here: {reason}")
+
+    cfg = Config(args.quick, args.backend)
+    cmd = "python -m benchmarks.bench_kernels " + " ".join(argv if argv is not None else sys.argv[1:])
+    header = [f"Command: `{cmd.strip()}`", f"Date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}", ""]
+    header += [f"- {line}" for line in machine_info()]
+    report = ["\n".join(header)]
+    print(report[0], flush=True)
+    for name in wanted:
+        t = time.perf_counter()
+        sec = BENCHES[name](cfg)
+        sec.notes.append(f"section time {time.perf_counter() - t:.1f} s")
+        text = sec.markdown()
+        print("\n" + text, flush=True)
+        report.append(text)
+    if args.output:
+        Path(args.output).write_text("\n\n".join(report) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

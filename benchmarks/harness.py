@@ -1,0 +1,173 @@
+"""Timing, machine description and table printing shared by the benchmark scripts.
+
+Timings are wall-clock (``time.perf_counter``) after warm-up calls, reported as
+the best and the median of several samples: the best is what the code can do,
+the median shows how noisy the machine was.  Calls much shorter than a
+millisecond are batched (``inner`` calls per sample) so the timer's own cost
+and resolution do not dominate.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional
+
+
+@dataclass
+class Timing:
+    """Seconds per call: ``best`` and ``median`` over ``samples`` samples of ``inner`` calls each."""
+
+    best: float
+    median: float
+    samples: int
+    inner: int
+
+    def __str__(self) -> str:
+        return f"{fmt_seconds(self.best)} (median {fmt_seconds(self.median)}, {self.samples}x{self.inner})"
+
+
+def measure(fn: Callable[[], object], *, repeat: int = 15, warmup: int = 2,
+            min_sample_s: float = 0.002, max_inner: int = 100_000) -> Timing:
+    """Time ``fn()``: ``warmup`` untimed calls, then ``repeat`` samples.
+
+    ``inner`` (calls per sample) is chosen so a sample lasts at least
+    ``min_sample_s``; for large kernels it stays 1."""
+    for _ in range(max(warmup, 1)):
+        fn()
+    t0 = time.perf_counter()
+    fn()
+    once = time.perf_counter() - t0
+    inner = 1
+    if once < min_sample_s:
+        inner = min(max_inner, max(1, int(min_sample_s / max(once, 1e-9))))
+    per_call: List[float] = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        per_call.append((time.perf_counter() - t0) / inner)
+    return Timing(min(per_call), statistics.median(per_call), repeat, inner)
+
+
+def fmt_seconds(s: Optional[float]) -> str:
+    """A duration with a unit a reader can compare at a glance."""
+    if s is None:
+        return "n/a"
+    if s >= 1.0:
+        return f"{s:.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3f} ms"
+    return f"{s * 1e6:.2f} us"
+
+
+# --------------------------------------------------------------------------- machine
+
+def cpu_model() -> str:
+    """The CPU's marketing name from /proc/cpuinfo (Linux), else what platform knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def machine_info() -> List[str]:
+    """Lines describing where the numbers came from (CPU, cores, library versions)."""
+    lines = [f"CPU: {cpu_model()} ({platform.machine()}), {usable_cores()} usable cores "
+             f"(os.cpu_count()={os.cpu_count()})",
+             f"OS: {platform.platform()}",
+             f"Python {platform.python_version()} ({sys.executable})"]
+    versions = []
+    for mod in ("numpy", "numba", "llvmlite", "onnxruntime", "onnx", "pyopencl"):
+        try:
+            m = __import__(mod)
+            versions.append(f"{mod} {getattr(m, '__version__', '?')}")
+        except Exception:
+            versions.append(f"{mod} missing")
+    lines.append(", ".join(versions))
+    try:
+        import numba
+        lines.append(f"numba threads: {numba.config.NUMBA_NUM_THREADS}, threading layer requested: "
+                     f"{numba.config.THREADING_LAYER}, SVML: {numba.config.USING_SVML}")
+    except Exception:
+        pass
+    try:
+        import llvmlite.binding as llvm
+        lines.append(f"LLVM host CPU: {llvm.get_host_cpu_name()}")
+    except Exception:
+        pass
+    return lines
+
+
+# --------------------------------------------------------------------------- tables
+
+@dataclass
+class Row:
+    """One line of a result table; ``ratio`` is relative to the section's reference row."""
+
+    name: str
+    timing: Optional[Timing]
+    ratio: Optional[float] = None
+    note: str = ""
+
+
+@dataclass
+class Section:
+    title: str
+    rows: List[Row] = field(default_factory=list)
+    targets: List[str] = field(default_factory=list)   # "target: ... -> met / MISSED (value)"
+    notes: List[str] = field(default_factory=list)
+
+    def add(self, name: str, timing: Optional[Timing], note: str = "") -> Row:
+        row = Row(name, timing, note=note)
+        self.rows.append(row)
+        return row
+
+    def ratios(self, reference: Row) -> None:
+        """Fill every row's ratio as its best time over ``reference``'s best time."""
+        if reference.timing is None:
+            return
+        for r in self.rows:
+            if r.timing is not None:
+                r.ratio = r.timing.best / reference.timing.best
+
+    def target(self, text: str, value: Optional[float], limit: float, *, higher_is_better: bool = False,
+               unit: str = "x") -> bool:
+        """Record whether ``value`` meets ``limit``; returns True when met."""
+        if value is None:
+            self.targets.append(f"{text}: not measured")
+            return False
+        ok = value >= limit if higher_is_better else value <= limit
+        self.targets.append(f"{text}: {'met' if ok else 'MISSED'} ({value:.3g}{unit})")
+        return ok
+
+    def markdown(self) -> str:
+        out = [f"### {self.title}", "",
+               "| case | best | median | ratio | note |",
+               "|---|---:|---:|---:|---|"]
+        for r in self.rows:
+            t = r.timing
+            ratio = f"{r.ratio:.2f}x" if r.ratio is not None else ""
+            out.append(f"| {r.name} | {fmt_seconds(t.best if t else None)} | "
+                       f"{fmt_seconds(t.median if t else None)} | {ratio} | {r.note} |")
+        if self.targets:
+            out.append("")
+            out += [f"- {t}" for t in self.targets]
+        if self.notes:
+            out.append("")
+            out += [f"- {n}" for n in self.notes]
+        return "\n".join(out)

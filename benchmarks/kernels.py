@@ -1,0 +1,78 @@
+"""The DSL kernels the benchmarks time, written the way a user would write them.
+
+They live in a module of their own so the cold-compile probe (a fresh process)
+compiles exactly the same source, hence the same disk-cache key, as the
+in-process benchmarks.
+"""
+from __future__ import annotations
+
+import dsl
+from dsl import In, Out, f32, i32
+
+
+@dsl.kernel                      # threads=4, the default team
+def leaky_relu(x: In[f32], y: Out[f32], alpha: f32 = 0.01):
+    lo, hi = dsl.split(x.size)
+    for i in range(lo, hi):
+        v = x.flat[i]
+        y.flat[i] = v if v > 0 else alpha * v
+
+
+# the same function as a team of one: launch overhead without the parallel region
+leaky_relu_t1 = dsl.kernel(threads=1)(leaky_relu.fn)
+
+
+@dsl.kernel(threads=4)
+def softmax_rows(x: In[f32, 2], y: Out[f32, 2]):
+    """Row softmax; each thread owns a contiguous block of rows (no sync needed).
+
+    Three passes over a row that stays in L1 (1024 f32 = 4 KiB): max, exp and
+    sum (storing the exponentials), then one multiply by 1/sum."""
+    rows, n = x.shape
+    lo, hi = dsl.split(rows)
+    for r in range(lo, hi):
+        base = r * n
+        m = x.flat[base]
+        for j in range(1, n):
+            m = max(m, x.flat[base + j])
+        s = f32(0)
+        for j in range(n):
+            e = dsl.exp(x.flat[base + j] - m)
+            y.flat[base + j] = e
+            s += e
+        inv = 1.0 / s
+        for j in range(n):
+            y.flat[base + j] *= inv
+
+
+@dsl.kernel(threads=1)
+def softmax_row_tiles(x: In[f32, 2], y: Out[f32, 2]):
+    """Row softmax as a grid of one-thread teams, one row per team (launch with grid=rows)."""
+    n = x.shape[1]
+    base = dsl.tile_id() * n
+    m = x.flat[base]
+    for j in range(1, n):
+        m = max(m, x.flat[base + j])
+    s = f32(0)
+    for j in range(n):
+        e = dsl.exp(x.flat[base + j] - m)
+        y.flat[base + j] = e
+        s += e
+    inv = 1.0 / s
+    for j in range(n):
+        y.flat[base + j] *= inv
+
+
+def _sin_chain(x: In[f32], y: Out[f32], iters: i32 = 64):
+    """Compute-bound: ``iters`` dependent sin + FMA steps per element, almost no memory traffic."""
+    lo, hi = dsl.split(x.size)
+    for i in range(lo, hi):
+        v = x.flat[i]
+        for k in range(iters):
+            v = dsl.sin(v) * 0.75 + 0.25
+        y.flat[i] = v
+
+
+sin_chain_t1 = dsl.kernel(threads=1)(_sin_chain)
+sin_chain_t2 = dsl.kernel(threads=2)(_sin_chain)
+sin_chain_t4 = dsl.kernel(threads=4)(_sin_chain)
