@@ -366,7 +366,7 @@ class Op:
 
     def _init_params(self, given: Dict[str, Any]) -> None:
         table = type(self).param_table()
-        owner = type(self).__name__
+        owner = type(self).op_type or type(self).__name__
         unknown = [k for k in given if k not in table]
         if unknown:
             k = unknown[0]
@@ -414,7 +414,7 @@ class Op:
         return (_rebuild, (type(self), self._params))
 
     def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self._params.items())
+        args = ", ".join(f"{k}={v!r}" for k, v in getattr(self, "_params", {}).items())
         return f"{type(self).__name__}({args})"
 
     @classmethod
