@@ -4,3 +4,4 @@ such as FullyConnected and DataConvert in ``com.opdsl``)."""
 from ops.elementwise import Add, Sub, Mul, Relu, LeakyRelu, Sigmoid, Tanh  # noqa: F401
 from ops.matmul import MatMul, Gemm, FullyConnected  # noqa: F401
 from ops.shape import Reshape, Transpose  # noqa: F401
+from ops.quant import DataConvert, QuantizeLinear, DequantizeLinear  # noqa: F401

@@ -1,0 +1,293 @@
+"""Conversion and quantization: DataConvert (com.opdsl, TIM-VX), QuantizeLinear and
+DequantizeLinear (ONNX, per-tensor, per-axis and blocked).
+
+SPEC §7: quant(f) = clamp(round_half_even(f / scale) + zero_point, qmin, qmax) and
+dequant(q) = (q - zero_point) * scale, computed in f32 (f64 for f64 data) like the
+ONNX reference.  f16/bf16 are storage types: kernels load them as f32 and round
+back on store.
+
+Scales and zero points reach the kernels as 3-D views ``(outer, D, inner)`` that
+broadcast against the data viewed the same way, so one kernel covers a scalar
+scale, one scale per channel along ``axis`` and one per block of ``block_size``
+elements along ``axis``.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+import dsl
+from dsl import In, Out, DType, bf16, f16, f32, f64, i8, i16, i32, u8, u16
+from dsl.op import TensorSpec, VerifyError
+
+X = dsl.TypeVar("X")
+S = dsl.TypeVar("S")
+Q = dsl.TypeVar("Q")
+D = dsl.TypeVar("D")
+
+CAST = 0
+QUANTIZE = 1
+DEQUANTIZE = 2
+
+QUANT_TYPES = (u8, i8, u16, i16)
+FLOATS = (f16, bf16, f32, f64)
+# TensorProto.DataType codes of the dtypes an ONNX output_dtype attribute may name
+ONNX_DTYPES = {1: f32, 2: u8, 3: i8, 4: u16, 5: i16, 6: i32, 7: dsl.i64, 9: dsl.bool_, 10: f16,
+               11: f64, 12: dsl.u32, 13: dsl.u64, 16: bf16}
+
+
+def quant_range(dtype: DType):
+    info = np.iinfo(dtype.np)
+    return float(info.min), float(info.max)
+
+
+@dsl.func
+def round_half_even(v):
+    """Round to nearest, ties to even (numpy.rint), using floor only."""
+    r = dsl.floor(v)
+    d = v - r
+    if d > 0.5:
+        r = r + 1
+    elif d == 0.5:
+        if r - 2 * dsl.floor(r * 0.5) != 0:  # r is odd
+            r = r + 1
+    return r
+
+
+# --------------------------------------------------------------------------- kernels
+
+@dsl.kernel
+def convert_kernel(x: In[X], y: Out[D], mode: dsl.const[i32], scale: f32, zero_point: f32,
+                   qmin: f32, qmax: f32):
+    """Elementwise dtype conversion: a plain cast, a quantization or a dequantization."""
+    lo, hi = dsl.split(x.size)
+    for i in range(lo, hi):
+        v = x.flat[i]
+        if mode == QUANTIZE:
+            q = round_half_even(v / scale) + zero_point
+            y.flat[i] = min(max(q, qmin), qmax)
+        elif mode == DEQUANTIZE:
+            y.flat[i] = (f32(v) - zero_point) * scale
+        else:
+            y.flat[i] = v
+
+
+@dsl.kernel
+def quantize_kernel(x: In[X, 3], scale: In[S, 3], zp: In[Q, 3], y: Out[Q, 3], block: dsl.i64,
+                    qmin: f32, qmax: f32):
+    """y = clamp(rint(x / scale) + zp); scale/zp broadcast over (outer, D, inner),
+    one entry per ``block`` elements along D."""
+    nd = x.shape[1]
+    ni = x.shape[2]
+    so = scale.shape[1] * scale.shape[2] if scale.shape[0] > 1 else 0
+    sd = scale.shape[2] if scale.shape[1] > 1 else 0
+    si = 1 if scale.shape[2] > 1 else 0
+    lo, hi = dsl.split(x.size)
+    for i in range(lo, hi):
+        inner = i % ni
+        t = i // ni
+        a = t % nd
+        p = (t // nd) * so + (a // block) * sd + inner * si
+        q = round_half_even(x.flat[i] / scale.flat[p]) + zp.flat[p]
+        y.flat[i] = min(max(q, qmin), qmax)
+
+
+@dsl.kernel
+def dequantize_kernel(x: In[Q, 3], scale: In[S, 3], zp: In[Q, 3], y: Out[D, 3], block: dsl.i64):
+    """y = (x - zp) * scale in f32, scale/zp broadcast like quantize_kernel."""
+    nd = x.shape[1]
+    ni = x.shape[2]
+    so = scale.shape[1] * scale.shape[2] if scale.shape[0] > 1 else 0
+    sd = scale.shape[2] if scale.shape[1] > 1 else 0
+    si = 1 if scale.shape[2] > 1 else 0
+    lo, hi = dsl.split(x.size)
+    for i in range(lo, hi):
+        inner = i % ni
+        t = i // ni
+        a = t % nd
+        p = (t // nd) * so + (a // block) * sd + inner * si
+        y.flat[i] = (f32(x.flat[i]) - f32(zp.flat[p])) * scale.flat[p]
+
+
+# --------------------------------------------------------------------------- DataConvert
+
+@dsl.op("DataConvert", domain="com.opdsl", since=1)
+class DataConvert(dsl.Op):
+    """TIM-VX DataConvert: convert to ``dtype``.
+
+    float -> i8/u8/i16/u16: quantize with ``scale`` and ``zero_point`` (saturating);
+    i8/u8/i16/u16 -> float: dequantize with ``scale``/``zero_point``, or with the
+    input's own quantization when ``scale`` is None; anything else: a plain cast
+    (float -> int truncates, f32 <-> f16/bf16 rounds to nearest even).
+    """
+
+    dtype: DType = f32
+    scale: Optional[float] = None
+    zero_point: int = 0
+    formats = ("plain", "nchwc16")
+    kernels = {"default": convert_kernel}
+
+    def _mode(self, x: TensorSpec) -> int:
+        if x.dtype.is_float and self.dtype in QUANT_TYPES:
+            return QUANTIZE
+        if x.dtype in QUANT_TYPES and self.dtype.is_float and (self.scale is not None or x.quant):
+            return DEQUANTIZE
+        return CAST
+
+    def _quant(self, x: TensorSpec):
+        if self.scale is not None:
+            return float(self.scale), int(self.zero_point)
+        if x.quant:
+            return float(x.quant[0]), int(x.quant[1])
+        return 1.0, int(self.zero_point)
+
+    def verify(self, x):
+        if self.scale is not None and not (np.isfinite(self.scale) and self.scale > 0):
+            raise VerifyError(f"DataConvert scale must be a positive finite float, got {self.scale}")
+        if self._mode(x) == QUANTIZE:
+            lo, hi = quant_range(self.dtype)
+            if not lo <= self.zero_point <= hi:
+                raise VerifyError(f"DataConvert zero_point {self.zero_point} is outside the range of "
+                                  f"{self.dtype} [{lo:.0f}, {hi:.0f}]")
+
+    def infer(self, x):
+        quant = self._quant(x) if self._mode(x) == QUANTIZE else None
+        return TensorSpec(x.shape, self.dtype, quant=quant)
+
+    def run(self, impl, inputs, outputs, backend):
+        x, y = inputs[0], outputs[0]
+        spec = TensorSpec(x.shape, dsl.types.from_numpy(x.dtype))
+        mode = self._mode(spec)
+        scale, zp = self._quant(spec)
+        qmin, qmax = quant_range(self.dtype) if mode == QUANTIZE else (0.0, 0.0)
+        impl(x, y, mode=mode, scale=scale, zero_point=float(zp), qmin=qmin, qmax=qmax, backend=backend)
+
+
+# --------------------------------------------------------------------------- ONNX Q/DQ
+
+def _check_scale(op: str, x: TensorSpec, scale: TensorSpec, zp: Optional[TensorSpec], axis: int,
+                 block_size: int) -> None:
+    if not scale.dtype.is_float:
+        raise VerifyError(f"{op} scale must be a float tensor, got {scale}")
+    if zp is not None and zp.shape != scale.shape and not (zp.size == 1 and scale.size == 1):
+        raise VerifyError(f"{op} zero point {zp} must have the scale's shape {scale}")
+    if scale.size == 1 and not block_size:
+        return
+    if not -x.ndim <= axis < x.ndim:
+        raise VerifyError(f"{op} axis {axis} is out of range for input {x} (rank {x.ndim})")
+    ax = axis % x.ndim
+    if block_size:
+        if scale.ndim != x.ndim:
+            raise VerifyError(f"{op} blocked quantization needs a scale of rank {x.ndim}, got {scale}")
+        for d, (xs, ss) in enumerate(zip(x.shape, scale.shape)):
+            want = None if xs is None else (-(-xs // block_size) if d == ax else xs)
+            if want is not None and ss is not None and ss != want:
+                raise VerifyError(f"{op} blocked scale {scale} must have shape "
+                                  f"{tuple(x.shape[:ax])} + (ceil({xs}/{block_size}),) + ... along axis {ax}")
+        return
+    if scale.ndim != 1:
+        raise VerifyError(f"{op} scale must be a scalar or 1-D (per-axis), got {scale}; "
+                          f"use block_size for blocked quantization")
+    if x.shape[ax] is not None and scale.shape[0] is not None and scale.shape[0] != x.shape[ax]:
+        raise VerifyError(f"{op} per-axis scale {scale} needs {x.shape[ax]} entries (input {x} axis {ax})")
+
+
+def _views(x: np.ndarray, scale: np.ndarray, zp: np.ndarray, axis: int, block_size: int):
+    """(outer, D, inner) views of data, scale and zero point, plus the block length."""
+    if scale.size == 1 and not block_size:
+        return x.reshape(1, x.size, 1), scale.reshape(1, 1, 1), zp.reshape(1, 1, 1), 1
+    ax = axis % x.ndim
+    outer = int(np.prod(x.shape[:ax], dtype=np.int64))
+    inner = int(np.prod(x.shape[ax + 1:], dtype=np.int64))
+    xv = x.reshape(outer, x.shape[ax], inner)
+    if block_size:
+        sv = (outer, scale.shape[ax], inner)
+        return xv, scale.reshape(sv), zp.reshape(sv), block_size
+    return xv, scale.reshape(1, -1, 1), zp.reshape(1, -1, 1), 1
+
+
+@dsl.op("QuantizeLinear", since=10)
+class QuantizeLinear(dsl.Op):
+    """y = saturate(rint(x / y_scale) + y_zero_point); output dtype from the zero point,
+    else ``output_dtype``, else u8."""
+
+    axis: int = 1
+    saturate: int = 1
+    block_size: int = 0
+    output_dtype: int = 0
+    kernels = {"default": quantize_kernel}
+
+    def _out_dtype(self, zp: Optional[TensorSpec]) -> DType:
+        if zp is not None:
+            return zp.dtype
+        if self.output_dtype:
+            if self.output_dtype not in ONNX_DTYPES:
+                raise VerifyError(f"QuantizeLinear output_dtype {self.output_dtype} is not supported; "
+                                  f"accepted: {', '.join(str(t) for t in QUANT_TYPES)}")
+            return ONNX_DTYPES[self.output_dtype]
+        return u8
+
+    def verify(self, x, y_scale, y_zero_point=None):
+        out = self._out_dtype(y_zero_point)
+        if out not in QUANT_TYPES:
+            raise VerifyError(f"QuantizeLinear output type {out} is not supported; accepted: "
+                              f"{', '.join(str(t) for t in QUANT_TYPES)}")
+        if self.output_dtype and y_zero_point is not None and ONNX_DTYPES.get(self.output_dtype) != out:
+            raise VerifyError(f"QuantizeLinear output_dtype {self.output_dtype} disagrees with the zero "
+                              f"point's dtype {out}")
+        if not (x.dtype.is_float or x.dtype == i32):
+            raise VerifyError(f"QuantizeLinear input must be float or i32, got {x}")
+        if self.block_size < 0:
+            raise VerifyError(f"QuantizeLinear block_size must be >= 0, got {self.block_size}")
+        _check_scale("QuantizeLinear", x, y_scale, y_zero_point, self.axis, self.block_size)
+
+    def infer(self, x, y_scale, y_zero_point=None):
+        return TensorSpec(x.shape, self._out_dtype(y_zero_point))
+
+    def run(self, impl, inputs, outputs, backend):
+        x, scale = inputs[0], inputs[1]
+        y = outputs[0]
+        zp = inputs[2] if len(inputs) > 2 and inputs[2] is not None else np.zeros(scale.shape, y.dtype)
+        xv, sv, zv, block = _views(x, scale, zp, self.axis, self.block_size)
+        qmin, qmax = quant_range(dsl.types.from_numpy(y.dtype))
+        impl(xv, sv, zv, y.reshape(xv.shape), block, qmin, qmax, backend=backend)
+
+
+@dsl.op("DequantizeLinear", since=10)
+class DequantizeLinear(dsl.Op):
+    """y = (x - x_zero_point) * x_scale, in the scale's dtype (or ``output_dtype``)."""
+
+    axis: int = 1
+    block_size: int = 0
+    output_dtype: int = 0
+    kernels = {"default": dequantize_kernel}
+
+    def _out_dtype(self, scale: TensorSpec) -> DType:
+        if self.output_dtype:
+            out = ONNX_DTYPES.get(self.output_dtype)
+            if out is None or not out.is_float:
+                raise VerifyError(f"DequantizeLinear output_dtype {self.output_dtype} is not a float type")
+            return out
+        return scale.dtype
+
+    def verify(self, x, x_scale, x_zero_point=None):
+        if x.dtype not in QUANT_TYPES + (i32,):
+            raise VerifyError(f"DequantizeLinear input must be one of "
+                              f"{', '.join(str(t) for t in QUANT_TYPES + (i32,))}, got {x}")
+        if x_zero_point is not None and x_zero_point.dtype != x.dtype:
+            raise VerifyError(f"DequantizeLinear zero point {x_zero_point} must have the input's dtype {x.dtype}")
+        if self.block_size < 0:
+            raise VerifyError(f"DequantizeLinear block_size must be >= 0, got {self.block_size}")
+        self._out_dtype(x_scale)
+        _check_scale("DequantizeLinear", x, x_scale, x_zero_point, self.axis, self.block_size)
+
+    def infer(self, x, x_scale, x_zero_point=None):
+        return TensorSpec(x.shape, self._out_dtype(x_scale))
+
+    def run(self, impl, inputs, outputs, backend):
+        x, scale = inputs[0], inputs[1]
+        y = outputs[0]
+        zp = inputs[2] if len(inputs) > 2 and inputs[2] is not None else np.zeros(scale.shape, x.dtype)
+        xv, sv, zv, block = _views(x, scale, zp, self.axis, self.block_size)
+        impl(xv, sv, zv, y.reshape(xv.shape), block, backend=backend)
