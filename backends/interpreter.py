@@ -467,7 +467,7 @@ class InterpreterLauncher(Launcher):
 
     def function(self):
         """The user's function over the same code object, with kernel builtins in its globals."""
-        return _Rebuilder().function(self.pyfunc)
+        return _Rebuilder(self.kernel).function(self.pyfunc)
 
     def __call__(self, args: Sequence, grid: int = 1) -> None:
         grid = _py_builtins.int(grid)
@@ -525,10 +525,12 @@ class _Rebuilder:
     stay the same, so tracebacks, pdb and coverage see the user's lines.
     """
 
-    def __init__(self):
+    def __init__(self, kernel: ir.Kernel):
+        self.kernel = kernel
         self.func_type = _func_type()
         self.globals: Dict[int, dict] = {}
         self.funcs: Dict[int, types.FunctionType] = {}
+        self.helpers: Dict[int, object] = {}
 
     def function(self, fn):
         new = self.funcs.get(id(fn))
@@ -558,7 +560,14 @@ class _Rebuilder:
 
     def _adapt(self, value):
         py = getattr(value, "fn", None)
-        return self.function(py) if isinstance(py, types.FunctionType) else value
+        if not isinstance(py, types.FunctionType):
+            return value
+        helper = self.helpers.get(id(py))
+        if helper is None:
+            specs = _specializations(self.kernel, py)
+            rebuilt = self.function(py)
+            helper = self.helpers[id(py)] = _typed_helper(rebuilt, specs) if specs else rebuilt
+        return helper
 
     def _cell(self, cell):
         try:
@@ -568,6 +577,62 @@ class _Rebuilder:
         if self.func_type is not None and isinstance(value, self.func_type):
             return types.CellType(self._adapt(value))
         return cell
+
+
+_WEAK_NAMES = {bool: "bool", int: "int", float: "float"}
+_WEAK_STRONG = {bool: T.bool_, int: T.i64, float: T.f64}
+_TYPE_NAMES = {str(t).replace("_", "") for t in T.ALL_DTYPES} | set(_WEAK_NAMES.values())
+
+
+def _specializations(kernel: ir.Kernel, fn) -> Dict[tuple, ir.Function]:
+    """The checker's specializations of helper ``fn``, by their argument type names.
+
+    The checker names them ``<fn>_<type>_<type>...`` (dsl/check.py), a type
+    being an annotation or, unannotated, the argument's type (``int``/``float``
+    for Python numbers)."""
+    prefix, n = fn.__name__ + "_", fn.__code__.co_argcount
+    out = {}
+    for f in kernel.funcs:
+        parts = tuple(f.name[len(prefix):].split("_")) if f.name.startswith(prefix) else ()
+        if len(parts) == n == len(f.params) and all(p in _TYPE_NAMES for p in parts):
+            out[parts] = f
+    return out
+
+
+def _type_name(v) -> str:
+    if isinstance(v, np.generic):
+        return str(T.from_numpy(v.dtype)).replace("_", "")
+    return _WEAK_NAMES.get(type(v), "?")
+
+
+def _typed_helper(fn, specs: Dict[tuple, ir.Function]):
+    """``fn`` called as the compiled code calls it: arguments converted to annotated
+    parameter types, the result to the checker's joined return type."""
+    def call(*args):
+        names = tuple(_type_name(a) for a in args)
+        parts = names if names in specs else None
+        if parts is None:  # an annotated parameter renamed the specialization
+            fits = [k for k in specs if all(p == a or p not in _WEAK_NAMES.values() for p, a in zip(k, names))]
+            parts = fits[0] if len(fits) == 1 else None
+        if parts is None:
+            return fn(*args)
+        f = specs[parts]
+        out = fn(*(a if n == part else _convert(a, p.dtype) for a, n, part, p in zip(args, names, parts, f.params)))
+        ret = f.ret
+        if isinstance(out, np.generic):
+            return out if out.dtype == ret.compute.np else _convert(out, ret)
+        return out if _WEAK_STRONG.get(type(out)) == ret else _convert(out, ret)
+
+    call.__name__, call.__qualname__, call.__wrapped__ = fn.__name__, fn.__qualname__, fn
+    return call
+
+
+def _convert(v, dtype: T.DType):
+    """``dtype(v)`` with the compiled cast's wrap-around for out-of-range integers."""
+    try:
+        return dtype(v)
+    except OverflowError:
+        return np.asarray(v).astype(dtype.np)[()]
 
 
 def _func_type():

@@ -85,7 +85,10 @@ def cmd_compile(args) -> int:
         raise UserError(f"{args.file} defines no @dsl.kernel function")
     if args.backend != "ir":
         from backends import base
-        reason = base.get(args.backend).available()
+        try:
+            reason = base.get(args.backend).available()
+        except ImportError as e:
+            reason = f"it cannot be imported ({e})"
         if reason:
             raise UserError(f"backend {args.backend!r} is not available here: {reason}")
     failed = 0

@@ -305,3 +305,34 @@ def test_pdb_steps_through_the_users_lines(tmp_path):
 def test_source_is_the_python_function():
     src = stop_here.source("interpreter")
     assert "breakpoint()" in src and "def stop_here" in src
+
+
+# ---------------------------------------------------------------- @dsl.func helpers follow the checker's types
+
+@dsl.func
+def third(v: f32):
+    return v / 3.0  # v is converted to the annotated f32 even when called with an f64
+
+
+@dsl.func
+def positive(v):
+    if v > 0:
+        return v
+    return 0  # joined with v's type: an f32 zero, not a Python int
+
+
+@dsl.kernel(threads=2)
+def helpers(x: In[f64], y: Out[f64], z: Out[f64]):
+    lo, hi = dsl.split(x.size)
+    for i in range(lo, hi):
+        y[i] = third(x[i])
+        z[i] = positive(f32(x[i])) + 0.1
+
+
+def test_func_helpers_get_annotated_argument_and_joined_return_types():
+    x = np.array([1.0, -2.0, 5.0, 7.1])
+    y, z = np.zeros(4), np.zeros(4)
+    run(helpers, x, y, z)
+    x32 = x.astype(np.float32)
+    np.testing.assert_array_equal(y, (x32 / np.float32(3)).astype(np.float64))
+    np.testing.assert_array_equal(z, (np.maximum(x32, 0) + np.float32(0.1)).astype(np.float64))
