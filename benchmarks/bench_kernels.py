@@ -28,7 +28,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 import numpy as np  # noqa: E402
 
-from benchmarks.harness import Section, fmt_seconds, machine_info, measure  # noqa: E402
+from benchmarks.harness import Section, fmt_seconds, load_text, machine_info, measure, wait_until_idle  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("leaky", "softmax", "launch", "compute", "compile")
@@ -42,8 +42,8 @@ class Config:
         self.backend = backend
         self.leaky_n = 1 << (20 if quick else 24)
         self.softmax_shape = (256, 1024) if quick else (4096, 1024)
-        self.compute_n = 1 << (12 if quick else 16)
-        self.compute_iters = 64
+        self.compute_n = 1 << (15 if quick else 16)  # above the numba serial-launch threshold
+        self.compute_iters = 16 if quick else 64
         self.repeat = 3 if quick else 15
         self.compile_runs = 1 if quick else 3
 
@@ -409,6 +409,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--only", default=",".join(SECTIONS),
                     help=f"comma-separated sections to run, from {','.join(SECTIONS)}")
     ap.add_argument("--output", metavar="FILE", help="also write the markdown report to FILE")
+    ap.add_argument("--wait-idle", type=float, default=0.0, metavar="LOAD",
+                    help="before each section, wait (up to 10 min) until the 1-minute load average is below LOAD")
     args = ap.parse_args(argv)
     wanted = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in wanted if s not in BENCHES]
@@ -426,9 +428,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     report = ["\n".join(header)]
     print(report[0], flush=True)
     for name in wanted:
+        if args.wait_idle:
+            wait_until_idle(args.wait_idle, 600, _progress)
         t = time.perf_counter()
+        load0 = load_text()
         sec = BENCHES[name](cfg)
-        sec.notes.append(f"section time {time.perf_counter() - t:.1f} s")
+        sec.notes.append(f"section time {time.perf_counter() - t:.1f} s; load average before {load0}, "
+                         f"after {load_text()}")
         text = sec.markdown()
         print("\n" + text, flush=True)
         report.append(text)

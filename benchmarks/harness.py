@@ -110,7 +110,28 @@ def machine_info() -> List[str]:
         lines.append(f"LLVM host CPU: {llvm.get_host_cpu_name()}")
     except Exception:
         pass
+    lines.append(f"load average at start (1/5/15 min): {load_text()}")
     return lines
+
+
+def load_text() -> str:
+    """Other processes on the machine skew every number; the load average shows whether they ran."""
+    try:
+        return "/".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:  # pragma: no cover
+        return "unknown"
+
+
+def wait_until_idle(max_load: float, timeout_s: float, log: Callable[[str], None]) -> bool:
+    """Sleep until the 1-minute load average drops below ``max_load`` (or ``timeout_s`` passes)."""
+    t0 = time.monotonic()
+    while os.getloadavg()[0] >= max_load:
+        if time.monotonic() - t0 > timeout_s:
+            log(f"machine still busy after {timeout_s:.0f} s (load {load_text()}); measuring anyway")
+            return False
+        log(f"waiting for an idle machine (load {load_text()}, want < {max_load})")
+        time.sleep(15)
+    return True
 
 
 # --------------------------------------------------------------------------- tables
