@@ -5,3 +5,4 @@ from ops.elementwise import Add, Sub, Mul, Relu, LeakyRelu, Sigmoid, Tanh  # noq
 from ops.matmul import MatMul, Gemm, FullyConnected  # noqa: F401
 from ops.shape import Reshape, Transpose  # noqa: F401
 from ops.quant import DataConvert, QuantizeLinear, DequantizeLinear  # noqa: F401
+from ops.nn import Conv  # noqa: F401

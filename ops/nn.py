@@ -1,0 +1,231 @@
+"""Convolution (ONNX Conv, 1-D and 2-D): pads, strides, dilations, group, auto_pad.
+
+Two kernels, one per data format (PPL.NN): ``conv_nchw`` on plain tensors and
+``conv_nchwc16`` on channel-blocked ones (N, C/16, H, W, 16), chosen by the graph
+compiler through ``Conv.select_format``; weights and bias stay plain.  Each thread
+takes a contiguous share of output elements; the kernel-window bounds are clipped
+to the image once per output, so the inner loops carry no padding tests.  1-D
+convolutions run as 2-D ones with H = 1.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import numpy as np
+
+import dsl
+from dsl import In, Out, i64, f16, bf16, f32, f64
+from dsl.op import TensorSpec, VerifyError
+from ops.elementwise import require_dtype, same_dtype
+
+T = dsl.TypeVar("T")
+CONV_TYPES = (f16, bf16, f32, f64)
+BLOCK = 16
+
+
+@dsl.kernel
+def conv_nchw(x: In[T, 4], w: In[T, 4], bias: In[T, 1], y: Out[T, 4], group: i64,
+              stride_h: i64, stride_w: i64, dil_h: i64, dil_w: i64, pad_t: i64, pad_l: i64):
+    """y[n, m, oh, ow] = bias[m] + Σ x[n, g·C/G + c, oh·s - p + kh·d, ...] · w[m, c, kh, kw]."""
+    m_out = y.shape[1]
+    oh_n = y.shape[2]
+    ow_n = y.shape[3]
+    c_in = x.shape[1]
+    ih_n = x.shape[2]
+    iw_n = x.shape[3]
+    cg = w.shape[1]
+    kh_n = w.shape[2]
+    kw_n = w.shape[3]
+    mg = m_out // group
+    lo, hi = dsl.split(y.size)
+    for o in range(lo, hi):
+        ow = o % ow_n
+        r = o // ow_n
+        oh = r % oh_n
+        r = r // oh_n
+        m = r % m_out
+        nb = r // m_out
+        ih0 = oh * stride_h - pad_t
+        iw0 = ow * stride_w - pad_l
+        # window rows/cols that land inside the image
+        kh_lo = 0 if ih0 >= 0 else (dil_h - 1 - ih0) // dil_h
+        kh_hi = min(kh_n, (ih_n - ih0 + dil_h - 1) // dil_h)
+        kw_lo = 0 if iw0 >= 0 else (dil_w - 1 - iw0) // dil_w
+        kw_hi = min(kw_n, (iw_n - iw0 + dil_w - 1) // dil_w)
+        acc = bias.flat[m] * 0
+        xc = (nb * c_in + (m // mg) * cg) * ih_n
+        for c in range(cg):
+            for kh in range(kh_lo, kh_hi):
+                px = ((xc + c * ih_n) + ih0 + kh * dil_h) * iw_n + iw0
+                pw = ((m * cg + c) * kh_n + kh) * kw_n
+                for kw in range(kw_lo, kw_hi):
+                    acc += x.flat[px + kw * dil_w] * w.flat[pw + kw]
+        y.flat[o] = acc + bias.flat[m]
+
+
+@dsl.kernel
+def conv_nchwc16(x: In[T, 5], w: In[T, 4], bias: In[T, 1], y: Out[T, 5], group: i64,
+                 stride_h: i64, stride_w: i64, dil_h: i64, dil_w: i64, pad_t: i64, pad_l: i64):
+    """conv_nchw on channel-blocked tensors; padding output channels are written as 0."""
+    m_out = w.shape[0]
+    c_blocks = x.shape[1]
+    m_blocks = y.shape[1]
+    oh_n = y.shape[2]
+    ow_n = y.shape[3]
+    ih_n = x.shape[2]
+    iw_n = x.shape[3]
+    cg = w.shape[1]
+    kh_n = w.shape[2]
+    kw_n = w.shape[3]
+    mg = m_out // group
+    lo, hi = dsl.split(y.size)
+    for o in range(lo, hi):
+        lane = o % BLOCK
+        r = o // BLOCK
+        ow = r % ow_n
+        r = r // ow_n
+        oh = r % oh_n
+        r = r // oh_n
+        m = (r % m_blocks) * BLOCK + lane
+        nb = r // m_blocks
+        if m >= m_out:
+            y.flat[o] = 0
+        else:
+            ih0 = oh * stride_h - pad_t
+            iw0 = ow * stride_w - pad_l
+            kh_lo = 0 if ih0 >= 0 else (dil_h - 1 - ih0) // dil_h
+            kh_hi = min(kh_n, (ih_n - ih0 + dil_h - 1) // dil_h)
+            kw_lo = 0 if iw0 >= 0 else (dil_w - 1 - iw0) // dil_w
+            kw_hi = min(kw_n, (iw_n - iw0 + dil_w - 1) // dil_w)
+            acc = bias.flat[m] * 0
+            c0 = (m // mg) * cg
+            for c in range(cg):
+                ci = c0 + c
+                plane = (nb * c_blocks + ci // BLOCK) * ih_n
+                for kh in range(kh_lo, kh_hi):
+                    px = ((plane + ih0 + kh * dil_h) * iw_n + iw0) * BLOCK + ci % BLOCK
+                    pw = ((m * cg + c) * kh_n + kh) * kw_n
+                    for kw in range(kw_lo, kw_hi):
+                        acc += x.flat[px + kw * dil_w * BLOCK] * w.flat[pw + kw]
+            y.flat[o] = acc + bias.flat[m]
+
+
+# --------------------------------------------------------------------------- geometry
+
+def conv_geometry(in_hw, k_hw, strides, dilations, pads, auto_pad: str):
+    """(output dims, begin pads, end pads) per spatial axis, ONNX rules; None dims stay None."""
+    out, begin, end = [], [], []
+    rank = len(k_hw)
+    for a in range(rank):
+        i, k, s, d = in_hw[a], k_hw[a], strides[a], dilations[a]
+        span = (k - 1) * d + 1 if k is not None else None
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            if i is None or span is None:
+                out.append(None if i is None else -(-i // s))
+                begin.append(None)
+                end.append(None)
+                continue
+            o = -(-i // s)
+            total = max(0, (o - 1) * s + span - i)
+            b = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+            out.append(o)
+            begin.append(b)
+            end.append(total - b)
+        else:
+            pb, pe = (0, 0) if auto_pad == "VALID" else (pads[a], pads[a + rank])
+            begin.append(pb)
+            end.append(pe)
+            if i is None or span is None:
+                out.append(None)
+                continue
+            o = (i + pb + pe - span) // s + 1
+            if o < 0:
+                raise VerifyError(f"Conv window of span {span} (kernel {k}, dilation {d}) does not fit input "
+                                  f"size {i} with pads ({pb}, {pe}) along spatial axis {a}")
+            out.append(o)
+    return tuple(out), tuple(begin), tuple(end)
+
+
+@dsl.op("Conv", since=1)
+class Conv(dsl.Op):
+    """ONNX Conv over 1-D or 2-D images: X (N, C, [H,] W), W (M, C/group, [kH,] kW), B (M,)."""
+
+    auto_pad: str = "NOTSET"
+    dilations: Optional[Tuple[int, ...]] = None
+    group: int = 1
+    kernel_shape: Optional[Tuple[int, ...]] = None
+    pads: Optional[Tuple[int, ...]] = None
+    strides: Optional[Tuple[int, ...]] = None
+    formats = ("plain", "nchwc16")
+    keeps_padding = True  # conv_nchwc16 writes zeros into padding channels
+    kernels = {"plain": conv_nchw, "nchwc16": conv_nchwc16}
+
+    def _attrs(self, w: TensorSpec):
+        rank = w.ndim - 2
+        k = tuple(self.kernel_shape) if self.kernel_shape else tuple(w.shape[2:])
+        strides = tuple(self.strides) if self.strides else (1,) * rank
+        dil = tuple(self.dilations) if self.dilations else (1,) * rank
+        pads = tuple(self.pads) if self.pads else (0,) * (2 * rank)
+        return k, strides, dil, pads
+
+    def verify(self, x, w, b=None):
+        same_dtype("Conv", x, w, b)
+        require_dtype("Conv", x, CONV_TYPES)
+        if x.ndim not in (3, 4):
+            raise VerifyError(f"Conv supports 1-D and 2-D images: input must be (N, C, W) or (N, C, H, W), got {x}")
+        if w.ndim != x.ndim:
+            raise VerifyError(f"Conv weights {w} must have the input's rank {x.ndim} (M, C/group, kernel...)")
+        rank = x.ndim - 2
+        k, strides, dil, pads = self._attrs(w)
+        for name, v, n in (("kernel_shape", k, rank), ("strides", strides, rank),
+                           ("dilations", dil, rank), ("pads", pads, 2 * rank)):
+            if len(v) != n:
+                raise VerifyError(f"Conv {name} {list(v)} needs {n} values for a {rank}-D convolution")
+        if any(s is not None and s < 1 for s in strides + dil):
+            raise VerifyError(f"Conv strides {list(strides)} and dilations {list(dil)} must be >= 1")
+        if any(p < 0 for p in pads):
+            raise VerifyError(f"Conv pads {list(pads)} must be >= 0")
+        if self.auto_pad not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+            raise VerifyError(f"Conv auto_pad {self.auto_pad!r}; accepted: NOTSET, SAME_UPPER, SAME_LOWER, VALID")
+        if self.group < 1:
+            raise VerifyError(f"Conv group must be >= 1, got {self.group}")
+        if self.kernel_shape and any(a is not None and a != b for a, b in zip(w.shape[2:], k)):
+            raise VerifyError(f"Conv kernel_shape {list(k)} disagrees with weights {w}")
+        c, m, cg = x.shape[1], w.shape[0], w.shape[1]
+        if c is not None and cg is not None and c != cg * self.group:
+            raise VerifyError(f"Conv input has {c} channels but weights {w} with group={self.group} "
+                              f"expect {cg * self.group if cg is not None else '?'} (C/group = {cg})")
+        if m is not None and m % self.group:
+            raise VerifyError(f"Conv output channels {m} are not divisible by group={self.group}")
+        if b is not None and (b.ndim != 1 or (b.shape[0] is not None and m is not None and b.shape[0] != m)):
+            raise VerifyError(f"Conv bias must have shape (M,) = ({m},), got {b}")
+
+    def infer(self, x, w, b=None):
+        k, strides, dil, pads = self._attrs(w)
+        out, _, _ = conv_geometry(x.shape[2:], k, strides, dil, pads, self.auto_pad)
+        return TensorSpec((x.shape[0], w.shape[0]) + out, x.dtype)
+
+    def select_format(self, x, w, b=None):
+        # blocked pays off once there are enough channels to fill a block
+        blocked = x.ndim == 4 and x.shape[1] is not None and x.shape[1] >= BLOCK
+        fmt = "nchwc16" if blocked else "plain"
+        return (fmt, "plain", None if b is None else "plain"), fmt
+
+    def select(self, x, w, b=None, backend=None):
+        return "nchwc16" if x.format == "nchwc16" else "plain"
+
+    def run(self, impl, inputs, outputs, backend):
+        x, w = inputs[0], inputs[1]
+        b = inputs[2] if len(inputs) > 2 else None
+        y = outputs[0]
+        k, strides, dil, pads = self._attrs(TensorSpec(w.shape, dsl.types.from_numpy(w.dtype)))
+        rank = w.ndim - 2
+        _, begin, _ = conv_geometry(x.shape[2:2 + rank], k, strides, dil, pads, self.auto_pad)
+        if rank == 1:  # as 2-D with H = 1
+            x = x.reshape(x.shape[:2] + (1,) + x.shape[2:])
+            w = w.reshape(w.shape[:2] + (1,) + w.shape[2:])
+            y = y.reshape(y.shape[:2] + (1,) + y.shape[2:])
+            strides, dil, begin = (1,) + strides, (1,) + dil, (0,) + begin
+        bias = np.zeros(w.shape[0], y.dtype) if b is None else b
+        impl(x, w, bias, y, self.group, strides[0], strides[1], dil[0], dil[1], begin[0], begin[1],
+             backend=backend)
