@@ -376,22 +376,32 @@ def bench_compile(cfg: Config) -> Section:
     sec.add("bare interpreter start (python -c pass)", Timing(bare, bare, 1, 1))
     row("import numba", cold, lambda r: r["import_numba"])
     row("import dsl + backend (after numba)", cold, lambda r: r["import_dsl"])
-    cold_compile = row("cold: first call (frontend + check + codegen + compile + launch)", cold,
-                       lambda r: r["first_call"])
-    cold_excl = row("cold: excluding import numba (import dsl + define + first call)", cold,
-                    lambda r: r["import_dsl"] + r["define"] + r["first_call"])
+    row("numba target set-up (one-time per process; cold run)", cold, lambda r: r["numba_init"],
+        "registries + typing tables" + (", imports scipy (numba's BLAS check)"
+                                         if cold[0].get("scipy_imported_by_numba") else ""))
+    cold_first = row("cold: first call (frontend + check + codegen + numba compile + launch)", cold,
+                     lambda r: r["first_call"])
+    cold_compile = row("cold: compile = numba set-up + first call", cold,
+                       lambda r: r["numba_init"] + r["first_call"])
+    cold_excl = row("cold: excluding import numba (import dsl + define + set-up + first call)", cold,
+                    lambda r: r["since_start"] - r["import_numba"])
     cold_total = row("cold: total from the probe's first line", cold, lambda r: r["since_start"])
     row("cold: process wall time (with interpreter start)", cold, lambda r: r["process_wall"])
+    row("numba target set-up (warm run)", warm, lambda r: r["numba_init"])
     warm_first = row("warm: first call (disk-cache load + launch)", warm, lambda r: r["first_call"],
-                     "excludes interpreter start and imports")
+                     "after numba's set-up")
+    warm_load = row("warm: load = numba set-up + first call", warm, lambda r: r["numba_init"] + r["first_call"],
+                    "what a user waits for after the imports")
     row("warm: total from the probe's first line (imports included)", warm, lambda r: r["since_start"])
     row("warm: process wall time (with interpreter start)", warm, lambda r: r["process_wall"])
     row("second call in the same process (for scale)", warm, lambda r: r["second_call"])
     sec.target("cold compile excluding import numba <= 2 s", cold_excl.timing.median, 2.0, unit=" s")
     sec.target("cold total including import numba <= 2 s", cold_total.timing.median, 2.0, unit=" s")
-    sec.target("cold first call alone <= 2 s", cold_compile.timing.median, 2.0, unit=" s")
-    sec.target("warm load (first call in a new process, imports excluded) <= 0.2 s",
-               warm_first.timing.median, 0.2, unit=" s")
+    sec.target("cold compile (numba set-up + first call) <= 2 s", cold_compile.timing.median, 2.0, unit=" s")
+    sec.target("warm load (numba set-up + first call, imports excluded) <= 0.2 s",
+               warm_load.timing.median, 0.2, unit=" s")
+    sec.target("warm first call alone (opdsl's own load work) <= 0.2 s", warm_first.timing.median, 0.2, unit=" s")
+    del cold_first
     sec.notes.append(f"warm process wall time minus bare interpreter start: "
                      f"{fmt_seconds(med(warm, lambda r: r['process_wall']) - bare)}")
     return sec

@@ -3,7 +3,9 @@
 Prints one JSON line with the phases in seconds, measured from the first line
 of this module (the parent adds interpreter start-up from the outside):
 ``import_numba``, ``import_dsl`` (dsl + backend module), ``define`` (importing
-the kernel module), ``first_call`` (compile or disk-cache load, plus one launch
+the kernel module), ``numba_init`` (numba's one-time per-process target set-up,
+which its first compile or cache load would otherwise do: registries, typing
+tables, and through numba's BLAS check an import of scipy), ``first_call`` (compile or disk-cache load, plus one launch
 on 1024 elements), ``second_call`` (a plain launch, for scale) and whether the
 output was right.  ``OPDSL_CACHE_DIR`` chooses cold (empty folder) or warm.
 ``--profile N`` adds the N most expensive functions of the first call (cProfile).
@@ -40,6 +42,13 @@ def main() -> None:
     t = time.perf_counter()
     from benchmarks.kernels import leaky_relu
     out["define"] = time.perf_counter() - t
+    t = time.perf_counter()
+    if args.backend == "numba":
+        from numba.core.registry import cpu_target
+        cpu_target.typing_context.refresh()
+        cpu_target.target_context.refresh()
+    out["numba_init"] = time.perf_counter() - t
+    out["scipy_imported_by_numba"] = "scipy.linalg" in sys.modules
     x = np.linspace(-1, 1, 1024, dtype=np.float32)
     y = np.zeros_like(x)
     prof = None
