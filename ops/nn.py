@@ -205,11 +205,11 @@ class Conv(dsl.Op):
         out, _, _ = conv_geometry(x.shape[2:], k, strides, dil, pads, self.auto_pad)
         return TensorSpec((x.shape[0], w.shape[0]) + out, x.dtype)
 
-    def select_format(self, x, w, b=None):
+    def select_format(self, x, *rest):
         # blocked pays off once there are enough channels to fill a block
         blocked = x.ndim == 4 and x.shape[1] is not None and x.shape[1] >= BLOCK
         fmt = "nchwc16" if blocked else "plain"
-        return (fmt, "plain", None if b is None else "plain"), fmt
+        return (fmt,) + tuple(None if t is None else "plain" for t in rest), fmt
 
     def select(self, x, w, b=None, backend=None):
         return "nchwc16" if x.format == "nchwc16" else "plain"
