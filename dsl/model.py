@@ -1,17 +1,18 @@
 """``dsl.Model``: a compiled graph, run with ``model.run({name: array}) -> {name: array}``.
 
-Running is a flat list of step closures built once per set of input shapes (at
-compile time when every shape is known): each step holds its kernel's compiled
-launcher and the argument list already bound (arena views for intermediates), so a
-step is one launcher call plus the substitution of per-run arrays (graph inputs,
-fresh output arrays).  Graphs with ``None`` dims are re-inferred with the concrete
-shapes on the first run of each shape signature and the plan is cached; a graph
-whose shapes depend on tensor *values* computed at run time (not constants) runs
-node by node, inferring as it goes.
-
-Intermediates live in a shared arena (dsl/passes.py ``plan_memory``); outputs are
-fresh arrays owned by the caller.  ``run`` holds a lock, so one Model can be shared
-by threads (runs are serialized).
+Running is a flat list of ``(callable, args)`` built once per set of input shapes (at
+compile time when every shape is known).  Every buffer of the plan is allocated then:
+inputs are copied into staging buffers, intermediates live in a shared arena
+(dsl/passes.py ``plan_memory``), outputs are copied out into fresh caller-owned arrays.
+Because every array is fixed, each node's ``run`` is *captured* once: it is called
+with a recording stand-in for its kernel, and the launches it makes are bound
+(argument checks, specialization lookup) ahead of time, so a step is one compiled
+launcher call.  Nodes that cannot be captured (plain-callable kernels, run() doing
+numpy work on its outputs, ``replay = False``) call ``op.run`` on the fixed arrays.
+Graphs with ``None`` dims are planned on the first run of each shape signature; a graph
+whose shapes depend on tensor *values* computed at run time (not constants) runs node
+by node, inferring as it goes.  ``run`` holds a lock: one Model can be shared by
+threads (runs are serialized).
 """
 from __future__ import annotations
 
@@ -32,10 +33,13 @@ _MAX_PLANS = 32
 
 
 class _Plan:
-    __slots__ = ("env", "fresh", "steps", "memory", "specs")
+    """Everything one shape signature needs: fixed buffers and a flat step list."""
 
-    def __init__(self, env, fresh, steps, memory, specs):
-        self.env, self.fresh, self.steps, self.memory, self.specs = env, fresh, steps, memory, specs
+    __slots__ = ("inputs", "outputs", "steps", "memory", "specs", "captured")
+
+    def __init__(self, inputs, outputs, steps, memory, specs, captured):
+        self.inputs, self.outputs, self.steps = inputs, outputs, steps
+        self.memory, self.specs, self.captured = memory, specs, captured
 
 
 class Model:
@@ -48,12 +52,7 @@ class Model:
         self._impls = impls
         self.inputs: Dict[str, TensorSpec] = {t.name: t.spec for t in graph.inputs}
         self.outputs: Dict[str, TensorSpec] = {t.name: t.spec for t in graph.outputs}
-        names = list(graph.tensors)
-        self._slot = {name: i for i, name in enumerate(names)}
-        self._none_slot = len(names)  # env[-1] is None: absent optional inputs
-        self._in_slots = [self._slot[t.name] for t in graph.inputs]
         self._in_checks = [(t.name, t.spec.dtype.np, t.spec.shape, t.spec) for t in graph.inputs]
-        self._out = [(t.name, self._slot[t.name], t.kind != "node") for t in graph.outputs]
         self._plans: Dict[Tuple, Any] = {}
         self._lock = threading.Lock()
         if all(t.spec.known for t in graph.tensors.values()):
@@ -72,14 +71,11 @@ class Model:
         if plan is _DYNAMIC:
             return self._run_by_node(arrays)
         with self._lock:
-            env = plan.env.copy()
-            for slot, a in zip(self._in_slots, arrays):
-                env[slot] = a
-            for slot, shape, dt in plan.fresh:
-                env[slot] = np.empty(shape, dt)
-            for step in plan.steps:
-                step(env)
-        return {name: (env[slot].copy() if copy else env[slot]) for name, slot, copy in self._out}
+            for buf, a in zip(plan.inputs, arrays):
+                np.copyto(buf, a)
+            for fn, args in plan.steps:
+                fn(*args)
+            return {name: buf.copy() for name, buf in plan.outputs}
 
     __call__ = run
 
@@ -106,8 +102,6 @@ class Model:
             if a.ndim != len(shape) or any(d is not None and d != s for d, s in zip(shape, a.shape)):
                 raise ValueError(f"input {name!r} has shape {a.shape}, expected {_shape_text(shape)}"
                                  + _dim_hint(shape, a.shape))
-            if not a.flags.c_contiguous:
-                a = np.ascontiguousarray(a)
             arrays.append(a)
         return arrays
 
@@ -142,87 +136,41 @@ class Model:
         return specs
 
     def _build_plan(self, specs: Dict[str, TensorSpec]) -> _Plan:
+        """Allocate every buffer once and turn each node into launches with bound arguments."""
         g = self.graph
         layout = physical_layout(specs)
         memory = plan_memory(g.nodes, layout, g.outputs)
         arena = [np.empty(max(size, 1), np.uint8) for size in memory.sizes]
-        env: List[Any] = [None] * (self._none_slot + 1)
-        for name, value in g.constants.items():
-            env[self._slot[name]] = value
-        dynamic = set(self._in_slots)
-        fresh = []
-        for t in g.outputs:
-            if t.kind == "node":
-                shape, dt = layout[t.name]
-                fresh.append((self._slot[t.name], shape, dt))
-                dynamic.add(self._slot[t.name])
+        arrays: Dict[str, np.ndarray] = dict(g.constants)
+        for t in g.inputs:
+            arrays[t.name] = np.empty(*layout[t.name])
         for n in g.nodes:
             for t in n.outputs:
-                slot = self._slot[t.name]
-                if slot in dynamic:
-                    continue
                 shape, dt = layout[t.name]
                 if t.name in memory.assign:
                     nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-                    env[slot] = arena[memory.assign[t.name]][:nbytes].view(dt).reshape(shape)
-                else:
-                    env[slot] = np.empty(shape, dt)
-        examples = list(env)
-        for slot in dynamic:
-            name = self._name_of(slot)
-            shape, dt = layout[name]
-            examples[slot] = np.empty(shape, dt)
-        steps = []
+                    arrays[t.name] = arena[memory.assign[t.name]][:nbytes].view(dt).reshape(shape)
+                else:  # graph outputs (copied out after each run) and empty tensors
+                    arrays[t.name] = np.empty(shape, dt)
+        steps, captured = [], 0
         for n in g.nodes:
-            if n.outputs and all(int(np.prod(layout[t.name][0], dtype=np.int64)) == 0 for t in n.outputs):
+            if n.outputs and all(arrays[t.name].size == 0 for t in n.outputs):
                 continue  # every output is empty: nothing to compute (ONNX empty-tensor rule)
-            steps.append(self._step(n, examples, dynamic))
+            ins = [None if t is None else arrays[t.name] for t in n.inputs]
+            outs = [arrays[t.name] for t in n.outputs]
+            node_steps = _capture(n.op, self._impls[n.name], ins, outs, self.backend)
+            if node_steps is None:
+                node_steps = [(n.op.run, (self._impls[n.name], ins, outs, self.backend))]
+            else:
+                captured += 1
+            steps += node_steps
             if not type(n.op).keeps_padding:
                 for t in n.outputs:
                     if F.needs_padding_fix(specs[t.name]):
-                        steps.append(self._launch(F.zero_padding, [self._slot[t.name]],
-                                                  {"channels": specs[t.name].shape[1]}, examples, dynamic))
-        return _Plan(env, fresh, steps, memory, specs)
-
-    def _name_of(self, slot: int) -> str:
-        if not hasattr(self, "_names"):
-            self._names = {v: k for k, v in self._slot.items()}
-        return self._names[slot]
-
-    def _step(self, n: Node, examples, dynamic):
-        op, impl = n.op, self._impls[n.name]
-        ins = [self._none_slot if t is None else self._slot[t.name] for t in n.inputs]
-        outs = [self._slot[t.name] for t in n.outputs]
-        if type(op).run is not Op.run:
-            backend = self.backend
-
-            def step(env):
-                op.run(impl, [env[i] for i in ins], [env[o] for o in outs], backend)
-            return step
-        return self._launch(impl, ins + outs, op.kernel_kwargs(impl, self.backend), examples, dynamic)
-
-    def _launch(self, impl, slots, kw, examples, dynamic):
-        """A closure running ``impl`` on the arrays in ``slots``; dsl kernels get their
-        launcher resolved now so a run skips argument binding."""
-        fast = _prepared_kernel(impl, [examples[s] for s in slots], kw, self.backend)
-        dyn = [(p, s) for p, s in enumerate(slots) if s in dynamic]
-        if fast is not None:
-            launcher, values, grid = fast
-            if grid == 0:
-                return _noop
-            if not dyn:
-                return lambda env: launcher(values, grid)
-
-            def step(env):
-                v = values.copy()
-                for p, s in dyn:
-                    v[p] = env[s]
-                launcher(v, grid)
-            return step
-        if not dyn:
-            fixed = [examples[s] for s in slots]
-            return lambda env: impl(*fixed, **kw)
-        return lambda env: impl(*[env[s] for s in slots], **kw)
+                        steps.append(_prepare(F.zero_padding, (arrays[t.name],),
+                                              {"channels": specs[t.name].shape[1]}, self.backend))
+        return _Plan([arrays[t.name] for t in g.inputs], [(t.name, arrays[t.name]) for t in g.outputs],
+                     steps, memory, specs, captured)
 
     def _run_by_node(self, arrays) -> Dict[str, np.ndarray]:
         """Shapes depend on run-time values: infer, allocate and launch node by node."""
@@ -266,6 +214,10 @@ class Model:
                  f"({', '.join(f'{n}: {s}' for n, s in self.outputs.items())})",
                  "  passes: " + ", ".join(f"{k}={v}" for k, v in self.stats.items())]
         mem = self.memory_plan()
+        plan = next((p for p in self._plans.values() if p is not _DYNAMIC), None)
+        if plan is not None:
+            lines.append(f"  launches: {len(plan.steps)} steps, {plan.captured} of "
+                         f"{len(g.nodes)} nodes captured")
         shared = {} if mem is None else mem.assign
         for n in g.nodes:
             impl = self._impls[n.name]
@@ -281,28 +233,86 @@ class Model:
         return "\n".join(lines)
 
 
-def _noop(env):
-    return None
+class _Recorder:
+    """Stands in for a dsl.kernel during capture: records launches instead of running them."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.calls: List[Tuple[tuple, dict]] = []
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self(*args, grid=grid, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.kernel, name)
 
 
-def _prepared_kernel(impl, arrays, kw, backend):
-    """(launcher, bound values, grid) for a dsl.kernel, or None for other callables.
+def _writable(a):
+    """Undo the capture-time write protection of output views (constants stay read-only)."""
+    if isinstance(a, np.ndarray) and not a.flags.writeable:
+        v = a.view()
+        try:
+            v.flags.writeable = True
+            return v
+        except ValueError:
+            return a
+    return a
 
-    Uses ``Kernel.bind`` (public) and the kernel's variant cache; when that protocol is
-    missing, the step falls back to calling the kernel (argument checks every run)."""
+
+def _capture(op: Op, impl, ins, outs, backend):
+    """Run ``op.run`` once with a recording kernel; -> [(launcher, (values, grid)), ...] or None.
+
+    Outputs are passed write-protected, so a run() that computes with numpy, or launches
+    a kernel other than ``impl`` into an output, fails here and is called for real at run
+    time instead.  ``replay = False`` on an op class skips capture."""
     try:
         from dsl.kernel import Kernel
     except ImportError:  # pragma: no cover
         return None
-    if not isinstance(impl, Kernel) or not hasattr(impl, "_compile"):
+    if not isinstance(impl, Kernel) or not getattr(type(op), "replay", True):
         return None
-    kw = {k: v for k, v in kw.items() if k != "backend"}
-    values, key = impl.bind(tuple(arrays), kw)
-    launcher = impl._variants.get((backend, key)) or impl._compile(backend, key, values)
-    grid = impl.grid
-    if callable(grid):
-        grid = grid(dict(zip([p.name for p in impl.params], values)))
-    return launcher, values, int(grid)
+    protected = []
+    for o in outs:
+        v = o.view()
+        v.flags.writeable = False
+        protected.append(v)
+    rec = _Recorder(impl)
+    try:
+        op.run(rec, ins, protected, backend)
+        steps = []
+        for args, kwargs in rec.calls:
+            kwargs = dict(kwargs)
+            run_backend = kwargs.pop("backend", None) or backend
+            steps.append(_prepare(impl, tuple(_writable(a) for a in args),
+                                  {k: _writable(v) for k, v in kwargs.items()}, run_backend))
+        return steps
+    except Exception:
+        return None
+
+
+def _prepare(kernel, args, kwargs, backend):
+    """(launcher, (bound values, grid)) for one kernel launch, checked once now."""
+    kwargs = dict(kwargs)
+    grid = kwargs.pop("grid", None)
+    prepare = getattr(kernel, "prepare", None)
+    if prepare is not None:  # the public protocol, once dsl/kernel.py offers it
+        launcher, values, grid = prepare(args, kwargs, backend=backend, grid=grid)
+        return launcher, (values, grid)
+    values, key = kernel.bind(tuple(args), kwargs)
+    launcher = kernel._variants.get((backend, key)) or kernel._compile(backend, key, values)
+    g = kernel.grid if grid is None else grid
+    if callable(g):
+        g = g(dict(zip([p.name for p in kernel.params], values)))
+    if int(g) == 0:
+        return _noop, ()
+    return launcher, (values, int(g))
+
+
+def _noop():
+    return None
 
 
 def _shape_text(shape) -> str:
