@@ -19,3 +19,4 @@ from dsl.registry import UnknownOpError  # noqa: F401,E402
 from dsl.graph import Graph, Tensor  # noqa: F401,E402
 from dsl.composed import composed  # noqa: F401,E402
 from dsl.model import Model  # noqa: F401,E402
+from dsl.onnx import load_onnx, OnnxImportError  # noqa: F401,E402

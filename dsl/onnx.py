@@ -1,0 +1,322 @@
+"""ONNX import: ``dsl.load_onnx(path_or_proto, packages=[...], backend=...) -> dsl.Model``.
+
+A model becomes a ``dsl.Graph`` and is compiled like any other graph:
+
+* graph inputs -> ``Graph.input`` (symbolic dims -> ``None``); initializers and
+  ``Constant`` nodes -> ``Graph.constant``;
+* each node -> the op registered for (domain, op_type, the model's opset for that
+  domain), so built-ins answer ONNX-domain nodes and user ops (``@dsl.op`` or an op
+  package) answer custom-domain ones; attributes become params by name, with the op
+  class's defaults (ONNX's) for the rest;
+* a node of a model-local function (FunctionProto) that no registered op answers is
+  expanded from the function body;
+* anything that cannot be honoured -- an unknown op, an attribute the op does not
+  have, an unsupported dtype, a dangling input name, a malformed file -- is an
+  ``OnnxImportError`` naming the node (name, domain, type) and what would be accepted.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from dsl import registry
+from dsl.graph import Graph, Tensor, apply_op
+from dsl.op import Op, VerifyError, coerce_param
+from dsl.types import DType, as_dtype, from_numpy
+
+
+class OnnxImportError(ValueError):
+    """The ONNX model cannot be turned into a graph; the message says which part and why."""
+
+
+def load_onnx(model, packages: Sequence = (), backend: Optional[str] = None, formats: str = "auto"):
+    """Load an ONNX model (path, bytes or ``onnx.ModelProto``) and compile it -> ``dsl.Model``.
+
+    ``packages``: op packages (folders with ``opdsl-package.yaml``, see ``dsl.register_package``)
+    or already imported Python modules defining the custom ops the model uses."""
+    graph = to_graph(model, packages=packages)
+    return graph.compile(backend=backend, formats=formats)
+
+
+def to_graph(model, packages: Sequence = ()) -> Graph:
+    """The ``dsl.Graph`` of an ONNX model (not compiled); see the module docstring."""
+    proto = read_model(model)
+    _register_packages(packages)
+    _check_structure(proto)
+    opsets = {registry.normalize_domain(o.domain): int(o.version) for o in proto.opset_import}
+    functions = {(registry.normalize_domain(f.domain), f.name): f for f in proto.functions}
+    g = Graph(proto.graph.name or "onnx_model")
+    g.opset_imports = dict(opsets)
+    env: Dict[str, Optional[Tensor]] = {"": None}
+    for init in proto.graph.initializer:
+        env[init.name] = g.constant(init.name, _tensor_value(init, f"initializer {init.name!r}"))
+    for vi in proto.graph.input:
+        if vi.name in env:  # IR < 4 lists initializers as inputs too: the initializer wins
+            continue
+        shape, dtype = _value_info(vi, "graph input")
+        env[vi.name] = g.input(vi.name, shape, dtype)
+    _import_nodes(g, proto.graph.node, env, opsets, functions, prefix="")
+    for vi in proto.graph.output:
+        if vi.name not in env or env[vi.name] is None:
+            raise OnnxImportError(f"graph output {vi.name!r} is not produced by any node, input or initializer")
+        g.output(env[vi.name], vi.name)
+    return g
+
+
+# --------------------------------------------------------------------------- reading
+
+def read_model(model):
+    """``onnx.ModelProto`` from a path, bytes or a proto, with a clear error otherwise."""
+    import onnx
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (bytes, bytearray)):
+        try:
+            return onnx.load_model_from_string(bytes(model))
+        except Exception as e:
+            raise OnnxImportError(f"the bytes given are not an ONNX model: {type(e).__name__}: {e}") from None
+    if isinstance(model, (str, os.PathLike)):
+        path = os.fspath(model)
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"ONNX model {path!r} does not exist")
+        try:
+            return onnx.load(path)
+        except Exception as e:
+            raise OnnxImportError(f"{path!r} is not a readable ONNX model: {type(e).__name__}: {e}") from None
+    raise TypeError(f"load_onnx expects a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
+
+
+def _check_structure(proto) -> None:
+    """What the importer relies on; finer points are left to each op's verify()."""
+    if not proto.HasField("graph"):
+        raise OnnxImportError("malformed ONNX model: it has no graph")
+    if not proto.opset_import:
+        raise OnnxImportError("malformed ONNX model: no opset_import entries (which ONNX version is it?)")
+    seen = set()
+    for vi in list(proto.graph.input) + list(proto.graph.output):
+        if not vi.name:
+            raise OnnxImportError("malformed ONNX model: a graph input or output has no name")
+    for node in proto.graph.node:
+        for out in node.output:
+            if out and out in seen:
+                raise OnnxImportError(f"malformed ONNX model: tensor {out!r} is produced twice "
+                                      f"(again by node {_node_label(node)})")
+            seen.add(out)
+
+
+def _register_packages(packages: Sequence) -> None:
+    if isinstance(packages, (str, os.PathLike)):
+        packages = [packages]
+    for pkg in packages or ():
+        if isinstance(pkg, (str, os.PathLike)):
+            try:
+                from dsl.package import register_package
+            except ImportError as e:  # pragma: no cover - depends on dsl/package.py
+                raise OnnxImportError(f"op package {os.fspath(pkg)!r} cannot be registered: {e}") from None
+            register_package(pkg)
+        elif not hasattr(pkg, "__name__"):  # imported modules have registered their ops already
+            raise TypeError(f"packages: expected op package folders or imported modules, got {pkg!r}")
+
+
+# --------------------------------------------------------------------------- values and types
+
+def onnx_dtype(elem_type: int, where: str) -> DType:
+    """The DType of a TensorProto element type, or an error naming the accepted ones."""
+    import onnx
+    try:
+        np_dt = onnx.helper.tensor_dtype_to_np_dtype(elem_type)
+        return from_numpy(np_dt)
+    except (KeyError, TypeError, ValueError):
+        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in onnx.TensorProto.DataType.values() \
+            else str(elem_type)
+        raise OnnxImportError(f"{where}: element type {name} is not supported; accepted: bool, int8/16/32/64, "
+                              f"uint8/16/32/64, float16, bfloat16, float, double") from None
+
+
+def _value_info(vi, what: str) -> Tuple[Tuple[Optional[int], ...], DType]:
+    t = vi.type
+    if t.WhichOneof("value") != "tensor_type":
+        raise OnnxImportError(f"{what} {vi.name!r}: only tensor types are supported, got {t.WhichOneof('value')}")
+    dtype = onnx_dtype(t.tensor_type.elem_type, f"{what} {vi.name!r}")
+    if not t.tensor_type.HasField("shape"):
+        raise OnnxImportError(f"{what} {vi.name!r} has no shape (not even a rank); opdsl needs the rank")
+    dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.tensor_type.shape.dim)
+    return dims, dtype
+
+
+def _tensor_value(tensor, where: str) -> np.ndarray:
+    import onnx
+    onnx_dtype(tensor.data_type, where)
+    try:
+        arr = onnx.numpy_helper.to_array(tensor)
+    except Exception as e:
+        raise OnnxImportError(f"{where}: cannot read tensor data ({type(e).__name__}: {e})") from None
+    return np.ascontiguousarray(arr).reshape(tuple(tensor.dims))
+
+
+def _attribute_value(attr, where: str):
+    import onnx
+    A = onnx.AttributeProto
+    if attr.type == A.TENSOR:
+        return _tensor_value(attr.t, f"{where} attribute {attr.name!r}")
+    if attr.type in (A.GRAPH, A.GRAPHS, A.SPARSE_TENSOR, A.SPARSE_TENSORS, A.TYPE_PROTO, A.TYPE_PROTOS):
+        raise OnnxImportError(f"{where}: attribute {attr.name!r} of type {A.AttributeType.Name(attr.type)} "
+                              f"is not supported")
+    value = onnx.helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    if isinstance(value, list):
+        return [v.decode("utf-8") if isinstance(v, bytes) else v for v in value]
+    return value
+
+
+def _param_value(cls, pname: str, ann, value):
+    """Bridge ONNX attribute conventions to param annotations (ints as bools, dtype codes)."""
+    import typing
+    if ann is bool and isinstance(value, int):
+        return bool(value)
+    target = ann
+    if typing.get_origin(ann) is typing.Union:
+        args = [a for a in typing.get_args(ann) if a is not type(None)]
+        target = args[0] if len(args) == 1 else ann
+    if target is DType and isinstance(value, int):
+        return onnx_dtype(value, f"{cls.__name__} param {pname!r}")
+    if target is bool and isinstance(value, int):
+        return bool(value)
+    return value
+
+
+def _node_label(node) -> str:
+    dom = node.domain or "ai.onnx"
+    return f"{node.name or '<unnamed>'!r} ({dom}::{node.op_type})"
+
+
+# --------------------------------------------------------------------------- nodes
+
+def _make_op(node, opsets: Dict[str, int], attrs: Dict[str, Any]) -> Op:
+    domain = registry.normalize_domain(node.domain)
+    if domain not in opsets:
+        raise OnnxImportError(f"node {_node_label(node)}: domain {domain or 'ai.onnx'!r} has no opset_import "
+                              f"entry in the model (imported: {', '.join(d or 'ai.onnx' for d in opsets)})")
+    try:
+        cls = registry.lookup(domain, node.op_type, opsets[domain])
+    except registry.UnknownOpError as e:
+        known = sorted(c.op_type for c in registry.all_ops() if c.domain == domain)
+        listing = f"; ops known in {domain or 'ai.onnx'!r}: {', '.join(known)}" if known else ""
+        raise OnnxImportError(f"node {_node_label(node)}: {e}{listing}") from None
+    table = cls.param_table()
+    params = {}
+    for name, value in attrs.items():
+        if name not in table:
+            accepted = ", ".join(table) or "none"
+            raise OnnxImportError(f"node {_node_label(node)}: attribute {name!r} is not supported by "
+                                  f"{cls.__name__} (params: {accepted})")
+        params[name] = _param_value(cls, name, table[name].annotation, value)
+    try:
+        return cls(**params)
+    except (TypeError, ValueError) as e:
+        raise OnnxImportError(f"node {_node_label(node)}: {e}") from None
+
+
+def _constant_node(node, attrs: Dict[str, Any]) -> np.ndarray:
+    if len(attrs) != 1:
+        raise OnnxImportError(f"node {_node_label(node)}: a Constant needs exactly one value attribute, "
+                              f"got {sorted(attrs) or 'none'}")
+    (name, value), = attrs.items()
+    table = {"value": None, "value_float": np.float32, "value_floats": np.float32,
+             "value_int": np.int64, "value_ints": np.int64}
+    if name not in table:
+        raise OnnxImportError(f"node {_node_label(node)}: Constant attribute {name!r} is not supported; "
+                              f"accepted: {', '.join(table)}")
+    return np.asarray(value) if table[name] is None else np.asarray(value, table[name])
+
+
+def _import_nodes(g: Graph, nodes: Iterable, env: Dict[str, Optional[Tensor]], opsets: Dict[str, int],
+                  functions: Dict, prefix: str, depth: int = 0) -> None:
+    for node in nodes:
+        where = f"node {_node_label(node)}"
+        attrs = {a.name: _attribute_value(a, where) for a in node.attribute}
+        ins = []
+        for name in node.input:
+            if name not in env:
+                raise OnnxImportError(f"{where}: input {name!r} is not defined before this node (not a graph "
+                                      f"input, initializer or earlier node output)")
+            ins.append(env[name])
+        domain = registry.normalize_domain(node.domain)
+        if domain == "" and node.op_type == "Constant" and registry.find("", "Constant", opsets.get("")) is None:
+            env[node.output[0]] = g.constant(g.unique_name(node.output[0]), _constant_node(node, attrs))
+            continue
+        fn = functions.get((domain, node.op_type))
+        if fn is not None and registry.find(domain, node.op_type, opsets.get(domain)) is None:
+            _expand_function(g, node, fn, ins, env, opsets, functions, prefix, depth)
+            continue
+        op = _make_op(node, opsets, attrs)
+        while ins and ins[-1] is None:  # trailing absent optional inputs
+            ins.pop()
+        outs = [o for o in node.output]
+        names = [g.unique_name(prefix + (o or f"{node.name or node.op_type}_unused{i}"))
+                 for i, o in enumerate(outs)]
+        try:
+            result = apply_op(op, ins, g, out_names=names)
+        except (VerifyError, TypeError, ValueError) as e:
+            raise OnnxImportError(f"{where}: {e}") from None
+        result = result if isinstance(result, tuple) else (result,)
+        if len(result) < len([o for o in outs if o]):
+            raise OnnxImportError(f"{where}: the op produces {len(result)} output(s), the node names {len(outs)}")
+        for o, t in zip(outs, result):
+            if o:
+                env[o] = t
+        _name_node(g, result[0].producer, prefix + (node.name or ""))
+
+
+def _name_node(g: Graph, node, name: str) -> None:
+    """Give a graph node the ONNX node's name when it is free (errors and printing use it)."""
+    if not name or node is None or name == node.name or name in g._node_names:
+        return
+    g._node_names.discard(node.name)
+    node.name = name
+    g._node_names.add(name)
+
+
+def _expand_function(g: Graph, node, fn, ins: List, env, opsets, functions,
+                     prefix: str, depth: int) -> None:
+    """Inline a model-local FunctionProto for one calling node."""
+    import onnx
+    if depth > 32:
+        raise OnnxImportError(f"node {_node_label(node)}: functions nest deeper than 32 levels (recursion?)")
+    if len(ins) > len(fn.input):
+        raise OnnxImportError(f"node {_node_label(node)}: function {fn.name!r} takes {len(fn.input)} inputs, "
+                              f"got {len(ins)}")
+    local: Dict[str, Optional[Tensor]] = {"": None}
+    for i, name in enumerate(fn.input):
+        local[name] = ins[i] if i < len(ins) else None
+    fn_opsets = dict(opsets)
+    fn_opsets.update({registry.normalize_domain(o.domain): int(o.version) for o in fn.opset_import})
+    bound = {a.name: a for a in fn.attribute_proto}  # declared defaults, then the caller's values
+    bound.update({a.name: a for a in node.attribute})
+    body = []
+    for inner in fn.node:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(inner)
+        kept = []
+        for a in copy.attribute:
+            if a.ref_attr_name:
+                if a.ref_attr_name not in bound:
+                    continue  # unset optional attribute: the op's default applies
+                ref = onnx.AttributeProto()
+                ref.CopyFrom(bound[a.ref_attr_name])
+                ref.name = a.name
+                kept.append(ref)
+            else:
+                kept.append(a)
+        del copy.attribute[:]
+        copy.attribute.extend(kept)
+        body.append(copy)
+    _import_nodes(g, body, local, fn_opsets, functions, f"{prefix}{node.name or fn.name}/", depth + 1)
+    for i, name in enumerate(node.output):
+        if name:
+            if i >= len(fn.output) or fn.output[i] not in local:
+                raise OnnxImportError(f"node {_node_label(node)}: function {fn.name!r} does not define output {i}")
+            env[name] = local[fn.output[i]]
