@@ -33,7 +33,8 @@ class OpenCLRenderer(CStyleRenderer):
                      "tile_id": "(long)get_group_id(0)", "num_tiles": "(long)get_num_groups(0)"}
 
     def preamble(self) -> List[str]:
-        lines = super().preamble()
+        # Python rounds every operation: no fused multiply-add behind the user's back.
+        lines = super().preamble() + ["#pragma OPENCL FP_CONTRACT OFF"]
         if "fp64" in self.features:
             lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
         if "int64_atomics" in self.features:
