@@ -395,7 +395,7 @@ def render_svg(g: Graph) -> str:
         for it in items:
             if isinstance(it, Node):
                 consts = [t.name for t in it.inputs if t is not None and t.kind == "constant"]
-                label = describe(it.op) + (f" ({', '.join(consts)})" if consts else "")
+                label = it.op.op_type + (f" ({', '.join(consts)})" if consts else "")
             elif isinstance(it, tuple):
                 label = f"{it[1].name}: {it[1].spec}"
             else:

@@ -272,7 +272,7 @@ def _capture(op: Op, impl, ins, outs, backend):
         from dsl.kernel import Kernel
     except ImportError:  # pragma: no cover
         return None
-    if not isinstance(impl, Kernel) or not getattr(type(op), "replay", True):
+    if not isinstance(impl, Kernel) or not type(op).replay:
         return None
     protected = []
     for o in outs:

@@ -74,6 +74,11 @@ Class attributes the compiler reads (all optional):
 * ``keeps_padding = False``: ``True`` promises that nchwc16 outputs keep zeros in the
   padding channels (ops mapping 0 to 0, or kernels that write them); otherwise the
   compiler re-zeroes them after the node (dsl/formats.py).
+* ``replay = True``: a compiled model calls ``run`` once per shape signature with a
+  recording stand-in for ``impl`` and replays the launches it made (dsl/model.py).
+  ``run`` must therefore launch through ``impl`` and not branch on input *values*;
+  numpy work on outputs is detected and disables replay for the node.  ``False``
+  makes the model call ``run`` every time.
 
 Empty tensors: when every output has zero elements the implementation is not
 launched (after verify/infer), in eager and graph mode alike.  Kernels must still
@@ -99,7 +104,7 @@ FORMATS = ("plain", "nchwc16")
 # Class attributes of Op subclasses that are never params even when annotated.
 _RESERVED = frozenset({
     "kernels", "formats", "inplace", "foldable", "op_type", "domain", "since", "until",
-    "backend", "params", "graph", "keeps_padding", "composed",
+    "backend", "params", "graph", "keeps_padding", "composed", "replay",
 })
 
 
@@ -336,6 +341,7 @@ class Op:
     inplace: Dict[int, int] = {}
     foldable: bool = True
     keeps_padding: bool = False
+    replay: bool = True
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
