@@ -3,6 +3,6 @@ family (ONNX ops in the default domain with their opset ranges, opdsl's own ops
 such as FullyConnected and DataConvert in ``com.opdsl``)."""
 from ops.elementwise import Add, Sub, Mul, Relu, LeakyRelu, Sigmoid, Tanh  # noqa: F401
 from ops.matmul import MatMul, Gemm, FullyConnected  # noqa: F401
-from ops.shape import Reshape, Transpose  # noqa: F401
+from ops.shape import Identity, Reshape, Transpose  # noqa: F401
 from ops.quant import DataConvert, QuantizeLinear, DequantizeLinear  # noqa: F401
 from ops.nn import Conv  # noqa: F401

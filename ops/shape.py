@@ -130,6 +130,19 @@ class Reshape(dsl.Op):
         impl(inputs[0], outputs[0], backend=backend)
 
 
+@dsl.op("Identity", since=1)
+class Identity(dsl.Op):
+    """A copy of the input (graph outputs that repeat an input or constant export as Identity)."""
+
+    inplace = {0: 0}
+    formats = ("plain", "nchwc16")
+    keeps_padding = True
+    kernels = {"default": copy_kernel}
+
+    def infer(self, x):
+        return x.spec.with_()
+
+
 # --------------------------------------------------------------------------- Transpose
 
 def collapse_transpose(shape: Sequence[int], perm: Sequence[int]):

@@ -1,0 +1,176 @@
+"""ONNX export: ``Graph.to_onnx()`` -> ``onnx.ModelProto`` that passes ``onnx.checker``.
+
+* Inputs keep their names; ``None`` dims become symbolic dims (``<input>_d<axis>``).
+* Constants become initializers.
+* Every node keeps its op's (domain, op_type); params that differ from the op's
+  defaults become attributes (defaults are implied, which also keeps attributes
+  that newer opsets added out of older models).  DType params are written as
+  their names ("u8"), bools as ints, arrays as tensors.
+* Each custom domain used gets an ``opset_import`` entry (the version the graph was
+  loaded with, else the highest ``since`` of its ops).
+* Composed ops (``@dsl.composed``) are written as a node plus a FunctionProto
+  holding their body, so other runtimes can expand them and ``dsl.load_onnx``
+  maps them back to the registered composed op (or expands the body when the op
+  is not registered in that process).  The body bakes in the node's params; nodes of
+  one composed type with different params get distinct function names.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from dsl.graph import Graph, Node
+from dsl.op import Op
+from dsl.types import DType
+
+DEFAULT_OPSET = 21  # ai.onnx opset written when the graph does not say
+IR_VERSION = 10     # the IR that opset 21 needs; onnxruntime reads it
+
+
+def export(graph: Graph, check: bool = True):
+    """``graph`` as an ``onnx.ModelProto``; ``check`` runs ``onnx.checker.check_model``."""
+    import onnx
+    from onnx import helper
+
+    ctx = _Exporter(graph)
+    nodes, inits = ctx.body(graph)
+    inputs = [_value_info(t.name, t.spec, symbolic=True) for t in graph.inputs]
+    outputs = [_value_info(t.name, t.spec, symbolic=False) for t in graph.outputs]
+    g = helper.make_graph(nodes, graph.name, inputs, outputs, initializer=inits)
+    opsets = ctx.opsets(graph.opset_imports)
+    for fn in ctx.functions.values():  # functions use the model's version of every domain
+        domains = {""} | {n.domain for n in fn.node}
+        del fn.opset_import[:]
+        fn.opset_import.extend(helper.make_opsetid(d, opsets[d]) for d in sorted(domains))
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid(d, v) for d, v in sorted(opsets.items())],
+                              functions=list(ctx.functions.values()), producer_name="opdsl")
+    model.ir_version = IR_VERSION
+    if check:
+        try:
+            onnx.checker.check_model(model)
+        except onnx.checker.ValidationError as e:
+            raise ValueError(f"exported model of graph {graph.name!r} fails onnx.checker: {e}") from None
+    return model
+
+
+# --------------------------------------------------------------------------- pieces
+
+def _tensor_type(dtype: DType) -> int:
+    from onnx import helper
+    return helper.np_dtype_to_tensor_dtype(dtype.np)
+
+
+def _value_info(name: str, spec, symbolic: bool):
+    from onnx import helper
+    dims = [d if d is not None else (f"{name}_d{i}" if symbolic else None) for i, d in enumerate(spec.shape)]
+    return helper.make_tensor_value_info(name, _tensor_type(spec.dtype), dims)
+
+
+def _attribute(name: str, value):
+    """A param value as an AttributeProto (None when ONNX cannot hold it)."""
+    from onnx import helper, numpy_helper
+    if isinstance(value, DType):
+        return helper.make_attribute(name, value.name)
+    if isinstance(value, (bool, np.bool_)):
+        return helper.make_attribute(name, int(value))
+    if isinstance(value, np.ndarray):
+        return helper.make_attribute(name, numpy_helper.from_array(np.ascontiguousarray(value), name))
+    if isinstance(value, (tuple, list)):
+        items = [int(v) if isinstance(v, (bool, np.bool_)) else v for v in value]
+        if not items:
+            return helper.make_attribute(name, [], attr_type=7)  # empty INTS
+        return helper.make_attribute(name, items)
+    if isinstance(value, (int, float, str, np.integer, np.floating)):
+        return helper.make_attribute(name, value.item() if isinstance(value, np.generic) else value)
+    raise TypeError(f"param {name!r} = {value!r} ({type(value).__name__}) has no ONNX attribute form")
+
+
+def _same(a, b) -> bool:
+    try:
+        return bool(np.array_equal(np.asarray(a, dtype=object), np.asarray(b, dtype=object))) \
+            if isinstance(a, (tuple, list, np.ndarray)) or isinstance(b, (tuple, list, np.ndarray)) else a == b
+    except Exception:
+        return False
+
+
+def node_attributes(op: Op) -> List:
+    """Attributes for the params of ``op`` that differ from its class defaults."""
+    out = []
+    table = type(op).param_table()
+    for name, value in op.params.items():
+        p = table[name]
+        if value is None or (not p.required and _same(value, p.default)):
+            continue
+        out.append(_attribute(name, value))
+    return out
+
+
+class _Exporter:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.used: Dict[str, int] = {}          # domain -> highest since of its ops
+        self.functions: Dict[Tuple[str, str], object] = {}
+        self.function_keys: Dict[Tuple[str, str], List[Tuple[object, str]]] = {}
+
+    def note_domain(self, op: Op) -> None:
+        dom = op.domain
+        self.used[dom] = max(self.used.get(dom, 1), int(type(op).since or 1))
+
+    def opsets(self, declared: Dict[str, int]) -> Dict[str, int]:
+        out = {"": declared.get("", max(DEFAULT_OPSET, self.used.get("", 1)))}
+        for dom, since in self.used.items():
+            if dom:
+                out[dom] = declared.get(dom, since)
+        return out
+
+    def body(self, graph: Graph, as_function: bool = False):
+        """(nodes, initializers) of ``graph``; in a function constants become Constant nodes."""
+        from onnx import helper, numpy_helper
+        nodes, inits = [], []
+        for name, value in graph.constants.items():
+            tensor = numpy_helper.from_array(np.ascontiguousarray(value), name)
+            if as_function:
+                nodes.append(helper.make_node("Constant", [], [name], value=tensor, name=f"{name}_const"))
+            else:
+                inits.append(tensor)
+        for n in graph.nodes:
+            nodes.append(self.node(n))
+        return nodes, inits
+
+    def node(self, n: Node):
+        from onnx import helper
+        op = n.op
+        self.note_domain(op)
+        op_type = op.op_type
+        if n.subgraph is not None or getattr(type(op), "composed", False):
+            op_type = self.function_for(n)
+        proto = helper.make_node(op_type, ["" if t is None else t.name for t in n.inputs],
+                                 [t.name for t in n.outputs], name=n.name, domain=op.domain or None)
+        proto.attribute.extend(node_attributes(op))
+        return proto
+
+    def function_for(self, n: Node) -> str:
+        """The FunctionProto name holding this composed node's body (created once per params)."""
+        from onnx import helper
+        op = n.op
+        key = (op.domain, op.op_type)
+        variants = self.function_keys.setdefault(key, [])
+        for known_op, fname in variants:
+            if known_op == op:
+                return fname
+        fname = op.op_type if not variants else f"{op.op_type}__{len(variants)}"
+        variants.append((op, fname))
+        dtypes = [None if t is None else t.spec.dtype for t in n.inputs]
+        ranks = [0 if t is None else t.spec.ndim for t in n.inputs]
+        dtypes += [None] * (len(type(op).tensor_args) - len(dtypes))
+        ranks += [0] * (len(type(op).tensor_args) - len(ranks))
+        body = op.function_graph(dtypes, ranks)
+        nodes, _ = self.body(body, as_function=True)
+        fn_opsets = []  # filled by export() once every domain's version is known
+        inputs = list(type(op).tensor_args)
+        outputs = [t.name for t in body.outputs]
+        fn = helper.make_function(op.domain, fname, inputs, outputs, nodes, fn_opsets,
+                                  attributes=list(op.params))
+        self.functions[(op.domain, fname)] = fn
+        return fname
