@@ -1,8 +1,9 @@
 """Elementwise ops: Add, Sub, Mul (ONNX multidirectional broadcasting), Relu,
 LeakyRelu, Sigmoid, Tanh.
 
-Two kernels serve the whole family, specialized by dtype through TypeVars and by
-the operation through a ``dsl.const`` code (folded into the generated code):
+A few kernels serve the whole family, specialized by dtype through TypeVars; the
+operation is a run-time code (a loop-invariant branch the compilers hoist), so
+Add, Sub and Mul of one dtype share one compiled variant:
 
 * ``binary_kernel`` works on 4-D views.  ``Op.run`` collapses the broadcast
   pattern first (adjacent axes broadcast the same way merge), so almost every real
@@ -44,7 +45,7 @@ MAX_RANK = 4  # axes binary_kernel handles after collapsing
 # --------------------------------------------------------------------------- kernels
 
 @dsl.kernel
-def binary_kernel(a: In[T, 4], b: In[T, 4], y: Out[T, 4], op: dsl.const[i32]):
+def binary_kernel(a: In[T, 4], b: In[T, 4], y: Out[T, 4], op: i32):
     """y = a (op) b; an axis of size 1 in a or b is broadcast along y."""
     n1 = y.shape[1]
     n2 = y.shape[2]
@@ -94,7 +95,7 @@ def relu_kernel(x: In[T], y: Out[T]):
 
 
 @dsl.kernel
-def unary_kernel(x: In[F], y: Out[F], op: dsl.const[i32], alpha: f32):
+def unary_kernel(x: In[F], y: Out[F], op: i32, alpha: f32):
     """Float activations, computed in f32 (f64 for f64)."""
     lo, hi = dsl.split(x.size)
     for i in range(lo, hi):

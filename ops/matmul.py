@@ -27,7 +27,7 @@ COLS = 4  # outputs per work item
 
 @dsl.kernel
 def gemm_kernel(a: In[T, 3], b: In[T, 3], c: In[T, 2], y: Out[T, 3],
-                trans_a: dsl.const[i32], trans_b: dsl.const[i32], scaled: dsl.const[i32],
+                trans_a: i32, trans_b: i32, scaled: i32,
                 alpha: f32, beta: f32):
     """y[t] = A[t]·B[t] + C (scaled: alpha·A[t]·B[t] + beta·C); A = a[t] or a[t]ᵀ,
     B likewise; a size-1 batch of a or b and size-1 axes of c are broadcast."""

@@ -58,7 +58,7 @@ def round_half_even(v):
 # --------------------------------------------------------------------------- kernels
 
 @dsl.kernel
-def convert_kernel(x: In[X], y: Out[D], mode: dsl.const[i32], scale: f32, zero_point: f32,
+def convert_kernel(x: In[X], y: Out[D], mode: i32, scale: f32, zero_point: f32,
                    qmin: f32, qmax: f32):
     """Elementwise dtype conversion: a plain cast, a quantization or a dequantization."""
     lo, hi = dsl.split(x.size)
