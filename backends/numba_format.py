@@ -24,7 +24,7 @@ _JIT = dict(nogil=True, cache=False, error_model="numpy")
 
 # --------------------------------------------------------------------------- compile-time parsing
 
-_SPEC = re.compile(r"%(?P<flags>[-+ #0]*)(?P<width>\d+)?(?:\.(?P<prec>\d+))?(?P<conv>[diouxXeEfFgGs%])")
+_SPEC = re.compile(r"%(?P<flags>[-+ #0]*)(?P<width>\d+)?(?:\.(?P<prec>\d+))?[hlL]*(?P<conv>[diouxXeEfFgGscp%])")
 INT_CONVS = "diuoxX"
 FLOAT_CONVS = "eEfFgG"
 
@@ -58,7 +58,7 @@ def parse(fmt: str) -> List[Union[str, Spec]]:
         m = _SPEC.match(fmt, i)
         if m is None:
             raise ValueError(f"unsupported conversion {fmt[i:i + 3]!r} in log format {fmt!r}; "
-                             "accepted: %d %i %u %o %x %X %e %E %f %F %g %G %s %% with flags -+ #0, "
+                             "accepted: %d %i %u %o %x %X %e %E %f %F %g %G %s %c %% with flags -+ #0, "
                              "a width and a .precision")
         if m.group("conv") == "%":
             lit += "%"

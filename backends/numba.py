@@ -1,0 +1,306 @@
+"""The numba backend: typed IR → readable Python (backends/numba_regions.py) → ``numba.njit``.
+
+Each specialization becomes a module written to the disk cache
+(``<cache>/numba/<key>.py``) and imported by path; its functions use
+``njit(cache=True)``, so numba keeps the machine code beside the file and a
+second process loads it without compiling.  Two entry points are compiled:
+``launch_serial`` eagerly (cheap, used for small launches where starting
+worker threads costs more than it saves) and ``launch_parallel`` on the first
+large launch.  Parallel code runs on a thread-safe threading layer (OpenMP or
+TBB) so several Python threads may launch kernels at once.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import threading
+import types as pytypes
+from pathlib import Path
+from typing import Callable, Dict, List, Sequence, Tuple
+
+import numba
+import numpy as np
+from numba import types as nbt
+
+from dsl import ir
+from dsl import types as T
+from dsl.errors import CompileError
+from backends import cache
+from backends.base import Backend, CompileRequest, Launcher
+from backends.numba_regions import generate
+
+# A launch runs serially when its tensors hold fewer elements than this in total and the
+# team count is small: below it, waking the worker threads costs more than it saves
+# (measured on leaky_relu: benchmarks/RESULTS.md, "numba serial/parallel threshold").
+SERIAL_MAX_ELEMENTS = 1 << 15
+SERIAL_MAX_THREADS = 64
+
+_SAFE_LAYERS = ("threadsafe", "tbb", "omp", "safe")
+
+
+def _configure_threading() -> None:
+    """Pick a thread-safe layer before numba starts one (concurrent launches from Python threads)."""
+    from numba.np.ufunc import parallel as npp
+    if not getattr(npp, "_is_initialized", False) and numba.config.THREADING_LAYER not in _SAFE_LAYERS:
+        numba.config.THREADING_LAYER = "threadsafe"
+
+
+_configure_threading()
+
+
+def _codegen_version() -> str:
+    """Hash of the code generator and runtime: a change to them must not reuse cached modules."""
+    h = hashlib.sha256(numba.__version__.encode())
+    here = Path(__file__).resolve().parent
+    for name in ("numba_codegen.py", "numba_regions.py", "numba_runtime.py", "numba_format.py"):
+        h.update((here / name).read_bytes())
+    return h.hexdigest()[:10]
+
+
+CODEGEN_VERSION = _codegen_version()
+
+# --------------------------------------------------------------------------- types
+
+
+def _nb_scalar(t: T.DType):
+    t = T.f32 if t.is_storage_only else t
+    return nbt.boolean if t.is_bool else numba.from_dtype(t.np)
+
+
+def _nb_storage(t: T.DType):
+    return nbt.uint16 if t.is_storage_only else _nb_scalar(t)
+
+
+def signature(kernel: ir.Kernel) -> Tuple:
+    """numba argument types of the entry points, for the arrays/scalars the launcher passes."""
+    out: List = []
+    for p in kernel.params:
+        if isinstance(p, ir.TensorParam):
+            out.append(nbt.Array(_nb_storage(p.dtype), p.ndim, "C"))
+        elif isinstance(p, ir.VecParam):
+            out.append(nbt.Array(_nb_storage(p.dtype), 1, "C"))
+        else:
+            out.append(_nb_scalar(p.dtype))
+    out.append(nbt.int64)
+    return tuple(out)
+
+
+def _converters(kernel: ir.Kernel) -> List[Tuple[int, Callable]]:
+    """Per-argument adapters: 16-bit floats travel as uint16 bits, scalars as their exact numpy type."""
+    conv: List[Tuple[int, Callable]] = []
+    for i, p in enumerate(kernel.params):
+        if isinstance(p, (ir.TensorParam, ir.VecParam)):
+            if p.dtype.is_storage_only:
+                conv.append((i, _as_bits))
+        else:
+            t = np.float32 if p.dtype.is_storage_only else p.dtype.np.type
+            conv.append((i, _scalar_of(t)))
+    return conv
+
+
+def _as_bits(a: np.ndarray) -> np.ndarray:
+    return a.view(np.uint16)
+
+
+def _scalar_of(t) -> Callable:
+    def convert(v):
+        return v if type(v) is t else t(v)
+    return convert
+
+
+# --------------------------------------------------------------------------- modules
+
+_modules: Dict[str, pytypes.ModuleType] = {}
+_modules_lock = threading.Lock()
+_parallel_lock = threading.Lock()  # serializes parallel launches only if numba fell back to workqueue
+_serialize_parallel = False
+
+
+def _module_name(stem: str) -> str:
+    return "opdsl_numba_" + stem
+
+
+def _exec_file(path: Path, stem: str) -> pytypes.ModuleType:
+    """Import the generated file by path (registered in sys.modules: numba's cache looks it up by name)."""
+    name = _module_name(stem)
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return mod
+
+
+def _exec_source(source: str, stem: str) -> pytypes.ModuleType:
+    """A module from source only (OPDSL_NO_DISK_CACHE): numba compiles in memory."""
+    name = _module_name(stem) + "_mem"
+    mod = pytypes.ModuleType(name)
+    mod.__file__ = f"<opdsl numba {stem}>"
+    sys.modules[name] = mod
+    exec(compile(source.replace("\nCACHE = True", "\nCACHE = False", 1), mod.__file__, "exec"), mod.__dict__)
+    return mod
+
+
+def _purge_numba_cache(path: Path) -> None:
+    """Drop numba's index/data files (and Python's bytecode) for the module at ``path``."""
+    pyc = path.parent / "__pycache__"
+    if pyc.is_dir():
+        for f in pyc.glob(path.stem + ".*"):
+            cache.discard(f)
+
+
+def _compile_entry(dispatcher, sig, kernel: ir.Kernel, which: str) -> None:
+    try:
+        dispatcher.compile(sig)
+    except CompileError:
+        raise
+    except Exception as err:  # a numba failure on generated code is a bug: say where to look
+        msg = str(err).strip().splitlines()
+        raise CompileError(
+            f"numba could not compile the generated {which} for kernel '{kernel.name}': "
+            f"{msg[0] if msg else type(err).__name__}",
+            note="read the generated code with kernel.source('numba'); please report this") from err
+
+
+def load(request: CompileRequest, source: str):
+    """The module for this specialization with ``launch_serial`` compiled (or loaded from disk)."""
+    k = request.kernel
+    stem = f"{request.key}_{CODEGEN_VERSION}"
+    with _modules_lock:
+        hit = _modules.get(stem)
+    if hit is not None:
+        return hit
+    sig = signature(k)
+    if not cache.enabled():
+        mod = _exec_source(source, stem)
+        _compile_entry(mod.launch_serial, sig, k, "launch_serial")
+        with _modules_lock:
+            _modules[stem] = (mod, None)
+        return mod, None
+    path = cache.path("numba", stem + ".py")
+    with cache.lock("numba", stem):
+        for attempt in (0, 1):
+            try:
+                if not path.is_file() or path.read_text(encoding="utf-8", errors="replace") != source:
+                    _purge_numba_cache(path)  # a different or damaged file: its machine code is stale too
+                    cache.atomic_write(path, source)
+                mod = _exec_file(path, stem)
+                _compile_entry(mod.launch_serial, sig, k, "launch_serial")
+                break
+            except Exception:  # damaged file, numba index or bytecode: rebuild from scratch once
+                if attempt:
+                    raise
+                _purge_numba_cache(path)
+                cache.discard(path)
+    with _modules_lock:
+        _modules[stem] = (mod, path)
+    return mod, path
+
+
+# --------------------------------------------------------------------------- launching
+
+
+class NumbaLauncher(Launcher):
+    """Runs one specialization; the per-launch Python work is a few attribute reads."""
+
+    def __init__(self, mod, request: CompileRequest, path):
+        k = request.kernel
+        self.name = k.name
+        self._kernel = k
+        self._stem = f"{request.key}_{CODEGEN_VERSION}"
+        self._disk = path is not None
+        self._serial = mod.launch_serial
+        # grid > 1 (or no sync): tiles/threads in one prange; one team with sync: launch_team
+        self._entries = {"launch_parallel": mod.launch_parallel}
+        if hasattr(mod, "launch_team"):
+            self._entries["launch_team"] = mod.launch_team
+        self._ready: Dict[str, Callable] = {}
+        self._lock = threading.Lock()
+        self._conv = _converters(k)
+        self._tensors = [i for i, p in enumerate(k.params) if isinstance(p, ir.TensorParam)]
+        self._team = k.threads
+        self.source_path = path
+
+    def __call__(self, args: Sequence, grid: int) -> None:
+        if self._conv:
+            args = list(args)
+            for i, fn in self._conv:
+                args[i] = fn(args[i])
+        if grid * self._team <= SERIAL_MAX_THREADS:
+            n = 0
+            for i in self._tensors:
+                n += args[i].size
+            if n < SERIAL_MAX_ELEMENTS:
+                self._serial(*args, grid)
+                return
+        self.run_parallel(args, grid)
+
+    def run_serial(self, args: Sequence, grid: int) -> None:
+        """Force the serial variant (tests, benchmarks)."""
+        args = list(args)
+        for i, fn in self._conv:
+            args[i] = fn(args[i])
+        self._serial(*args, grid)
+
+    def run_parallel(self, args: Sequence, grid: int, converted: bool = True) -> None:
+        """Force the parallel variant (compiled on first use)."""
+        if not converted:
+            args = list(args)
+            for i, fn in self._conv:
+                args[i] = fn(args[i])
+        which = "launch_team" if grid == 1 and "launch_team" in self._entries else "launch_parallel"
+        fn = self._ready.get(which) or self._compile_parallel(which)
+        if _serialize_parallel:
+            with _parallel_lock:
+                fn(*args, grid)
+        else:
+            fn(*args, grid)
+
+    def _compile_parallel(self, which: str):
+        with self._lock:
+            if which not in self._ready:
+                fn = self._entries[which]
+                sig = signature(self._kernel)
+                if self._disk:
+                    with cache.lock("numba", self._stem):
+                        _compile_entry(fn, sig, self._kernel, which)
+                else:
+                    _compile_entry(fn, sig, self._kernel, which)
+                _check_threading_layer()
+                self._ready[which] = fn
+        return self._ready[which]
+
+
+def _check_threading_layer() -> None:
+    """If numba could only start the workqueue layer, parallel launches must not overlap."""
+    global _serialize_parallel
+    try:
+        from numba.np.ufunc import parallel as npp
+        npp._launch_threads()
+        _serialize_parallel = numba.threading_layer() == "workqueue"
+    except ValueError:  # no thread-safe layer here (no OpenMP/TBB): fall back, serialized
+        numba.config.THREADING_LAYER = "workqueue"
+        from numba.np.ufunc import parallel as npp
+        npp._launch_threads()
+        _serialize_parallel = True
+
+
+class NumbaBackend(Backend):
+    name = "numba"
+
+    def source(self, request: CompileRequest) -> str:
+        return generate(request.kernel, request.log_level, request.key)
+
+    def compile(self, request: CompileRequest) -> Launcher:
+        mod, path = load(request, self.source(request))
+        return NumbaLauncher(mod, request, path)
+
+    def available(self) -> str:
+        return ""
+
+
+BACKEND = NumbaBackend()

@@ -1,0 +1,492 @@
+"""Typed IR → the Python source of a numba module.
+
+The generated module is meant to be read (``kernel.source("numba")``): one
+``@njit`` function per ``@dsl.func``, one per thread body (or per region between
+``sync()`` calls, see backends/numba_regions.py), and two entry points:
+``launch_serial`` and ``launch_parallel`` (``parallel=True`` + ``prange``).
+
+Values keep their IR type exactly: numba widens small-int arithmetic to
+int64, so such results are wrapped back (``np.int32(a + b)``) to get numpy's
+wrap-around; f16/bf16 live in uint16 arrays and are converted on load/store.
+Tensors arrive as C-contiguous arrays and are flattened once per launch; the
+thread code indexes them with row-major offsets from their shape.
+"""
+from __future__ import annotations
+
+import keyword
+import math
+import re
+from typing import Callable, Dict, List, Optional, Sequence, Set
+
+from dsl import ir
+from dsl import types as T
+from dsl.errors import CompileError
+from backends import numba_format as F
+
+# Builtin math: name → template over the (already typed) argument code.
+_MATH = {"exp": "math.exp({0})", "log": "math.log({0})", "sqrt": "math.sqrt({0})",
+         "tanh": "math.tanh({0})", "erf": "math.erf({0})", "sin": "math.sin({0})",
+         "cos": "math.cos({0})", "floor": "np.floor({0})", "ceil": "np.ceil({0})"}
+_BINARY = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%",
+           "pow": "**", "bitand": "&", "bitor": "|", "bitxor": "^", "lshift": "<<", "rshift": ">>"}
+_COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+# Names the generated module defines or uses itself; user names equal to one are renamed.
+RESERVED = frozenset({
+    "np", "math", "njit", "prange", "rt", "fmt", "JIT", "CACHE", "thread", "launch_serial",
+    "launch_parallel", "team_serial", "team_parallel", "range", "min", "max", "abs", "print", "str",
+    "len", "True", "False", "None", "int", "float", "bool"})
+_INTERNAL = re.compile(r"^_|_(shape\d+|size|nd)$|^(region|func)_\d*")
+
+
+def ctype(t: T.DType) -> T.DType:
+    """The type values have in generated code (f16/bf16 compute in f32)."""
+    return T.f32 if t.is_storage_only else t
+
+
+def np_type(t: T.DType) -> str:
+    """numpy constructor of a compute type, e.g. ``np.float32``."""
+    t = ctype(t)
+    return "np.bool_" if t.is_bool else f"np.{t.np.name}"
+
+
+def storage_np(t: T.DType) -> str:
+    """numpy dtype of an array holding ``t`` (f16/bf16 as their uint16 bits)."""
+    return "np.uint16" if t.is_storage_only else np_type(t)
+
+
+def const(value, t: T.DType) -> str:
+    t = ctype(t)
+    if t.is_bool:
+        return "True" if value else "False"
+    if t.is_float:
+        v = float(value)
+        if math.isnan(v):
+            lit = "np.nan"
+        elif math.isinf(v):
+            lit = "np.inf" if v > 0 else "(-np.inf)"
+        else:
+            lit = repr(v) if v >= 0 else f"({v!r})"
+        return lit if t == T.f64 else f"np.float32({lit})"
+    v = int(value)
+    if t == T.i64:
+        return repr(v) if v >= 0 else f"({v})"
+    return f"{np_type(t)}({v})"
+
+
+def cast(code: str, src: T.DType, dst: T.DType) -> str:
+    """Convert generated ``code`` of type ``src`` to ``dst`` like numpy's astype (ints wrap)."""
+    if dst.name == "f16" or dst.name == "bf16":  # f16(v): round through 16 bits, stay f32
+        return f"rt.round_{'f16' if dst.name == 'f16' else 'bf16'}({cast(code, src, T.f32)})"
+    src, dst = ctype(src), ctype(dst)
+    if src == dst:
+        return code
+    if dst.is_bool:
+        return f"({code} != 0)"
+    if src.is_float and dst.is_int and dst.bits < 64:
+        return f"{np_type(dst)}(np.int64({code}))"  # truncate, then wrap like numpy
+    return f"{np_type(dst)}({code})"
+
+
+def _wraps(t: T.DType) -> bool:
+    """Whether numba's result of int arithmetic on ``t`` must be narrowed back to ``t``."""
+    return t.is_int and t.bits < 64
+
+
+class Names:
+    """User identifiers → names in the generated module, never clashing with internals."""
+
+    def __init__(self, user: Sequence[str]):
+        self.map: Dict[str, str] = {}
+        taken: Set[str] = set(user)
+        for n in user:
+            if n in self.map:
+                continue
+            if n in RESERVED or keyword.iskeyword(n) or _INTERNAL.search(n):
+                base = ("u" + n) if n.startswith("_") else n + "_u"
+                cand, k = base, 1
+                while cand in taken or cand in RESERVED or _INTERNAL.search(cand):
+                    k += 1
+                    cand = f"{base}{k}"
+                taken.add(cand)
+                self.map[n] = cand
+            else:
+                self.map[n] = n
+
+    def __getitem__(self, n: str) -> str:
+        return self.map.get(n, n)
+
+
+class Scope:
+    """How one generated function spells team queries and locals.
+
+    ``local(name)`` gives the code reading a local (a plain variable, or thread
+    ``lead``'s copy in a per-thread array at team level).
+    """
+
+    def __init__(self, names: Names, tid: str = "_tid", local: Optional[Callable[[str], str]] = None,
+                 opaque: bool = False):
+        self.names = names
+        self.tid = tid
+        self._local = local
+        self.opaque = opaque  # read arrays through rt.get (team level of a parallel function)
+
+    def local(self, name: str) -> str:
+        return self._local(name) if self._local else self.names[name]
+
+
+class Hooks:
+    """What Return/Break/Continue become in one kind of function (thread, region, func)."""
+
+    def ret(self, stmt: ir.Return, gen: "Gen", scope: Scope) -> List[str]:
+        return ["return"]
+
+    def escape(self, kind: str) -> List[str]:  # a break/continue leaving the function's own code
+        return [kind]
+
+
+class Gen:
+    """Emits expressions and statements of one kernel specialization."""
+
+    def __init__(self, kernel: ir.Kernel, log_level: str = "debug"):
+        self.k = kernel
+        self.log_level = log_level
+        self.types: Dict[str, T.DType] = {n: t for n, t in kernel.locals}
+        self.params = {p.name: p for p in kernel.params}
+        self.scratch = {s.name: s for s in kernel.scratch}
+        self.funcs = {f.name: f for f in kernel.funcs}
+        for p in kernel.params:
+            if isinstance(p, ir.ScalarParam):
+                self.types.setdefault(p.name, p.dtype)
+        user = [p.name for p in kernel.params] + [s.name for s in kernel.scratch] + [n for n, _ in kernel.locals]
+        self.names = Names(user)
+        # scalar params the body assigns to behave as locals initialized from the argument
+        self.assigned_params = {s.name for s in ir.walk(list(kernel.body))
+                                if isinstance(s, ir.Assign) and s.name in self.params}
+        self.local_names = {n for n, _ in kernel.locals} | self.assigned_params
+        self.func_names = {f.name: "func_" + re.sub(r"\W", "_", f.name) for f in kernel.funcs}
+
+    # ----------------------------------------------------------------- buffers
+
+    def shape_names(self, tensor: str) -> List[str]:
+        p = self.k.buffer(tensor)
+        if isinstance(p, ir.TensorParam):
+            return [f"{self.names[tensor]}_shape{d}" for d in range(p.ndim)]
+        if isinstance(p, ir.VecParam):
+            return [str(p.length)]
+        return [str(n) for n in p.shape]
+
+    def size_code(self, tensor: str) -> str:
+        p = self.k.buffer(tensor)
+        if isinstance(p, ir.TensorParam):
+            return f"{self.names[tensor]}_size"
+        if isinstance(p, ir.VecParam):
+            return str(p.length)
+        return str(math.prod(p.shape))
+
+    def offset(self, tensor: str, index: Sequence[ir.Expr], flat: bool, scope: Scope) -> str:
+        idx = [self.expr(i, scope) for i in index]
+        if flat:
+            return idx[0]
+        if not idx:
+            return "0"
+        shape = self.shape_names(tensor)
+        code = idx[0]
+        for d in range(1, len(idx)):
+            code = f"{code} * {shape[d]} + {idx[d]}"
+            if d < len(idx) - 1:
+                code = f"({code})"
+        return code
+
+    def storage(self, tensor: str) -> T.DType:
+        b = self.k.buffer(tensor)
+        return b.dtype
+
+    # ----------------------------------------------------------------- expressions
+
+    def expr(self, e: ir.Expr, scope: Scope) -> str:
+        fn = getattr(self, "_e_" + type(e).__name__, None)
+        if fn is None:
+            raise CompileError(f"the numba backend cannot compile {type(e).__name__} expressions",
+                               getattr(e, "loc", None))
+        return fn(e, scope)
+
+    def typed(self, e: ir.Expr, want: T.DType, scope: Scope) -> str:
+        """``e`` converted to ``want`` when the IR types differ."""
+        return cast(self.expr(e, scope), e.type, want)
+
+    def _e_Const(self, e, scope):
+        return const(e.value, e.type)
+
+    def _e_Name(self, e, scope):
+        return scope.local(e.name) if e.name in self.local_names else self.names[e.name]
+
+    def _e_Load(self, e, scope):
+        arr = self.names[e.tensor]
+        off = self.offset(e.tensor, e.index, e.flat, scope)
+        code = f"rt.get({arr}, {off})" if scope.opaque else f"{arr}[{off}]"
+        st = self.storage(e.tensor)
+        if st.is_storage_only:
+            code = f"rt.{st.name}_to_f32({code})"
+        return cast(code, st, e.type)
+
+    def _e_Shape(self, e, scope):
+        return self.shape_names(e.tensor)[e.axis]
+
+    def _e_Size(self, e, scope):
+        return self.size_code(e.tensor)
+
+    def _e_Unary(self, e, scope):
+        v = self.expr(e.operand, scope)
+        t = ctype(e.type)
+        if e.op == "not" or (e.op == "invert" and t.is_bool):
+            return f"(not {v})"
+        code = f"(-{v})" if e.op == "neg" else f"(~{v})"
+        return f"{np_type(t)}{code}" if _wraps(t) else code
+
+    def _e_Binary(self, e, scope):
+        t = ctype(e.type)
+        a, b = self.typed(e.left, t, scope), self.typed(e.right, t, scope)
+        code = f"({a} {_BINARY[e.op]} {b})"
+        return f"{np_type(t)}{code}" if _wraps(t) else code
+
+    def _e_Compare(self, e, scope):
+        lt, rt_ = ctype(e.left.type), ctype(e.right.type)
+        t = lt if lt == rt_ else T.promote(lt, rt_)
+        return f"({self.typed(e.left, t, scope)} {_COMPARE[e.op]} {self.typed(e.right, t, scope)})"
+
+    def _e_Logical(self, e, scope):
+        return f"({self.typed(e.left, T.bool_, scope)} {e.op} {self.typed(e.right, T.bool_, scope)})"
+
+    def _e_Select(self, e, scope):
+        t = ctype(e.type)
+        return (f"({self.typed(e.if_true, t, scope)} if {self.typed(e.cond, T.bool_, scope)} "
+                f"else {self.typed(e.if_false, t, scope)})")
+
+    def _e_Cast(self, e, scope):
+        return cast(self.expr(e.value, scope), e.value.type, e.type)
+
+    def _e_Call(self, e, scope):
+        name, t = e.name, ctype(e.type)
+        if name == "thread_id":
+            return scope.tid
+        if name == "num_threads":
+            return str(self.k.threads)
+        if name == "tile_id":
+            return "_tile"
+        if name == "num_tiles":
+            return "_ntiles"
+        args = [self.typed(a, t, scope) for a in e.args]
+        if name in _MATH:
+            return _MATH[name].format(*args)
+        if name == "rsqrt":
+            return f"({const(1.0, t)} / math.sqrt({args[0]}))"
+        if name in ("min", "max"):
+            code = f"{name}({', '.join(args)})"
+        elif name == "clamp":
+            code = f"min(max({args[0]}, {args[1]}), {args[2]})"
+        elif name == "abs":
+            code = f"abs({args[0]})"
+        elif name == "pow":
+            code = f"({args[0]} ** {args[1]})"
+        else:
+            raise CompileError(f"the numba backend has no builtin {name!r}", e.loc)
+        return f"{np_type(t)}({code})" if _wraps(t) else code
+
+    def _e_FuncCall(self, e, scope):
+        f = self.funcs[e.func]
+        args = [self.typed(a, p.dtype, scope) for a, p in zip(e.args, f.params)]
+        return f"{self.func_names[e.func]}({', '.join([scope.tid, '_tile', '_ntiles'] + args)})"
+
+    # ----------------------------------------------------------------- statements
+
+    def block(self, stmts: Sequence[ir.Stmt], scope: Scope, hooks: Hooks, depth: int,
+              loops: int = 0, out: Optional[List[str]] = None, line: Optional[list] = None) -> List[str]:
+        """Lines (indented ``depth`` levels) for ``stmts``; ``loops`` counts enclosing loops of this function."""
+        out = [] if out is None else out
+        line = [None] if line is None else line
+        pad = "    " * depth
+        start = len(out)
+        for s in stmts:
+            self._comment(s, pad, out, line)
+            fn = getattr(self, "_s_" + type(s).__name__, None)
+            if fn is None:
+                raise CompileError(f"the numba backend cannot compile {type(s).__name__} statements",
+                                   getattr(s, "loc", None))
+            fn(s, scope, hooks, depth, loops, out, line)
+        if len(out) == start or all(x.lstrip().startswith("#") for x in out[start:]):
+            out.append(pad + "pass")
+        return out
+
+    def _comment(self, s: ir.Stmt, pad: str, out: List[str], line: list) -> None:
+        loc = getattr(s, "loc", None)
+        if loc is None or loc.line <= 0 or loc.line == line[0]:
+            return
+        line[0] = loc.line
+        text = loc.source_line().strip()
+        out.append(f"{pad}# py:{loc.line}  {text}" if text else f"{pad}# py:{loc.line}")
+
+    def _lines(self, pad: str, lines: List[str], out: List[str]) -> None:
+        out.extend(pad + x for x in lines)
+
+    def _s_Assign(self, s, scope, hooks, depth, loops, out, line):
+        t = self.types.get(s.name, s.value.type)
+        out.append("    " * depth + f"{self.names[s.name]} = {self.typed(s.value, t, scope)}")
+
+    def store_code(self, tensor: str, index, flat: bool, value: ir.Expr, scope: Scope) -> str:
+        st = self.storage(tensor)
+        v = self.typed(value, ctype(st), scope)
+        if st.is_storage_only:
+            v = f"rt.f32_to_{st.name}({v})"
+        return f"{self.names[tensor]}[{self.offset(tensor, index, flat, scope)}] = {v}"
+
+    def _s_Store(self, s, scope, hooks, depth, loops, out, line):
+        out.append("    " * depth + self.store_code(s.tensor, s.index, s.flat, s.value, scope))
+
+    def _s_AtomicAdd(self, s, scope, hooks, depth, loops, out, line):
+        st = self.storage(s.tensor)
+        if st.is_bool:
+            raise CompileError(f"atomic_add on {s.tensor!r} of type bool_: accepted are integer and float "
+                               "tensors", s.loc)
+        fn = f"rt.atomic_add_{st.name}" if st.is_storage_only else "rt.atomic_add"
+        v = self.typed(s.value, ctype(st), scope)
+        out.append("    " * depth + f"{fn}({self.names[s.tensor]}, {self.offset(s.tensor, s.index, s.flat, scope)}, {v})")
+
+    def _s_If(self, s, scope, hooks, depth, loops, out, line):
+        pad = "    " * depth
+        out.append(f"{pad}if {self.typed(s.cond, T.bool_, scope)}:")
+        self.block(s.body, scope, hooks, depth + 1, loops, out, line)
+        if s.orelse:
+            out.append(f"{pad}else:")
+            self.block(s.orelse, scope, hooks, depth + 1, loops, out, line)
+
+    def _s_For(self, s, scope, hooks, depth, loops, out, line):
+        pad = "    " * depth
+        var = self.names[s.var]
+        args = ", ".join(self.typed(x, T.i64, scope) for x in (s.start, s.stop, s.step))
+        vt = self.types.get(s.var, T.i64)
+        if ctype(vt) == T.i64:
+            out.append(f"{pad}for {var} in range({args}):")
+        else:  # a loop variable typed narrower than the i64 counter
+            out.append(f"{pad}for _i{depth} in range({args}):")
+            out.append(f"{pad}    {var} = {cast(f'_i{depth}', T.i64, vt)}")
+        self.block(s.body, scope, hooks, depth + 1, loops + 1, out, line)
+
+    def _s_While(self, s, scope, hooks, depth, loops, out, line):
+        out.append("    " * depth + f"while {self.typed(s.cond, T.bool_, scope)}:")
+        self.block(s.body, scope, hooks, depth + 1, loops + 1, out, line)
+
+    def _s_Break(self, s, scope, hooks, depth, loops, out, line):
+        self._lines("    " * depth, ["break"] if loops else hooks.escape("break"), out)
+
+    def _s_Continue(self, s, scope, hooks, depth, loops, out, line):
+        self._lines("    " * depth, ["continue"] if loops else hooks.escape("continue"), out)
+
+    def _s_Return(self, s, scope, hooks, depth, loops, out, line):
+        self._lines("    " * depth, hooks.ret(s, self, scope), out)
+
+    def _s_Sync(self, s, scope, hooks, depth, loops, out, line):
+        raise CompileError("sync() inside code the numba backend runs per thread: the checker should "
+                           "only allow it in team-uniform control flow", s.loc)
+
+    def _s_ExprStmt(self, s, scope, hooks, depth, loops, out, line):
+        out.append("    " * depth + self.expr(s.value, scope))
+
+    def _s_Log(self, s, scope, hooks, depth, loops, out, line):
+        from dsl import config
+        if s.level in config.LOG_LEVELS and not config.level_passes(s.level, self.log_level):
+            return  # the frontend already drops these; a request may still ask for a higher level
+        out.append("    " * depth + f"print({self.log_message(s, scope)})")
+
+    # ----------------------------------------------------------------- logging
+
+    def log_message(self, s: ir.Log, scope: Scope) -> str:
+        """The string expression of one log line, prefixed like the interpreter's ``[name t=.. tile=..]``."""
+        try:
+            pieces = F.parse(s.fmt)
+        except ValueError as err:
+            raise CompileError(str(err), s.loc) from None
+        specs = [p for p in pieces if isinstance(p, F.Spec)]
+        if len(specs) != len(s.args):
+            raise CompileError(f"log format {s.fmt!r} has {len(specs)} conversions but {len(s.args)} "
+                               "arguments were given", s.loc)
+        parts = [] if s.level == "print" else [  # print() is the user's own line, logs carry the team prefix
+            repr(f"[{self.k.name} t="), f"str({scope.tid})", repr(" tile="), "str(_tile)", repr("] ")]
+        args = iter(s.args)
+        for p in pieces:
+            parts.append(repr(p) if isinstance(p, str) else self._format(p, next(args), scope, s.loc))
+        if not parts:
+            return "''"
+        merged: List[str] = []
+        for part in parts:  # join adjacent literals
+            if merged and part.startswith(("'", '"')) and merged[-1].startswith(("'", '"')):
+                merged[-1] = repr(eval(merged[-1]) + eval(part))  # noqa: S307 - our own literals
+            else:
+                merged.append(part)
+        return " + ".join(merged)
+
+    def _format(self, spec: F.Spec, arg: ir.Expr, scope: Scope, loc) -> str:
+        t = ctype(arg.type)
+        v = self.expr(arg, scope)
+        flags, conv = spec.flags, spec.conv
+        left = "-" in flags
+        if conv in F.INT_CONVS:
+            if t.is_float and conv in "oxX":
+                raise CompileError(f"log conversion %{conv} needs an integer, got {t} "
+                                   f"(Python raises TypeError here); use %d or %f", loc)
+            base = {"o": 8, "x": 16, "X": 16}.get(conv, 10)
+            iv = f"np.uint64({v})" if t == T.u64 else f"np.int64({v})"
+            return (f"fmt.fmt_int({iv}, {base}, {conv == 'X'}, {'+' in flags}, {' ' in flags}, {left}, "
+                    f"{'0' in flags}, {'#' in flags}, {spec.width}, {spec.prec})")
+        if conv in F.FLOAT_CONVS:
+            bare = "%" + flags.replace("0", "") + (f".{spec.prec}" if spec.prec >= 0 else "") + conv
+            zero_w = spec.width if ("0" in flags and not left) else 0
+            return f"fmt.c_float({spec.text!r}, {bare!r}, np.float64({v}), {zero_w})"
+        if conv == "p":  # C's pointer format: print the value in hex
+            return (f"fmt.fmt_int(np.int64({v}), 16, False, False, False, {left}, False, True, "
+                    f"{spec.width}, -1)")
+        # %s (and %c): str() of the value, then width / precision
+        if conv == "c":
+            s = f"chr(np.int64({v}))"
+        elif t.is_bool:
+            s = f"fmt.fmt_bool({v})"
+        elif t.is_float:
+            s = f"fmt.repr_float(np.float64({v}), {t == T.f32})"
+        else:
+            s = f"str({v})"
+        if spec.width or (spec.prec >= 0 and conv != "c"):
+            s = f"fmt.fmt_str({s}, {spec.width}, {left}, {spec.prec})"
+        return s
+
+
+# --------------------------------------------------------------------------- functions
+
+class FuncHooks(Hooks):
+    def __init__(self, f: ir.Function):
+        self.f = f
+
+    def ret(self, stmt, gen, scope):
+        if stmt.value is None or self.f.ret is None:
+            return ["return"]
+        return [f"return {gen.typed(stmt.value, self.f.ret, scope)}"]
+
+
+def emit_function(gen: Gen, f: ir.Function) -> List[str]:
+    """A ``@dsl.func`` as its own njit function (team queries passed in as hidden arguments)."""
+    names = Names([p.name for p in f.params] + [n for n, _ in f.locals])
+    sub = Gen.__new__(Gen)
+    sub.__dict__.update(gen.__dict__)
+    sub.names = names
+    sub.types = {p.name: p.dtype for p in f.params}
+    sub.types.update(dict(f.locals))
+    sub.local_names = set(sub.types)
+    sub.params = {}
+    scope = Scope(names)
+    params = ", ".join(["_tid", "_tile", "_ntiles"] + [names[p.name] for p in f.params])
+    out = ["@njit(**JIT)", f"def {gen.func_names[f.name]}({params}):"]
+    doc = f"    \"\"\"@dsl.func {f.name}({', '.join(f'{p.name}: {p.dtype}' for p in f.params)}) -> {f.ret}\"\"\""
+    out.append(doc)
+    sub.block(f.body, scope, FuncHooks(f), 1, out=out)
+    if f.ret is not None and not (f.body and isinstance(f.body[-1], ir.Return)):
+        out.append(f"    return {const(0, f.ret)}")
+    return out

@@ -1,0 +1,461 @@
+"""The team on the CPU: ``sync()`` by region splitting, and the generated module's layout.
+
+A kernel without ``sync()`` is one ``thread`` function; the entries run it for
+every (tile, thread), in a ``prange`` for the parallel variant.
+
+A kernel with ``sync()`` is cut at each barrier into regions, as PoCL does.
+Each region is an njit function run by every live thread of the team before
+the next region starts, so a barrier is just the end of a (parallel) loop:
+no thread ever waits on another, whatever the core count.  Control flow that
+contains a barrier (uniform by the checker's guarantee) runs once for the team,
+reading its condition and bounds from the first live thread's copy.  Locals
+that cross a region boundary (or are carried around a team loop) live in
+per-thread arrays ``_st_<name>[thread]``.  A region reports how each thread
+left it in ``_status``: a ``break``/``continue`` of a team loop, or a
+``return`` which marks the thread done for every later region.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Set, Union
+
+from dsl import ir
+from dsl import types as T
+from dsl.errors import CompileError
+from backends.numba_codegen import Gen, Hooks, Scope, cast, const, ctype, emit_function, storage_np
+
+FALL, BREAK, CONTINUE = 0, 1, 2
+
+# --------------------------------------------------------------------------- team structure
+
+
+@dataclass
+class Region:
+    index: int
+    stmts: tuple
+    in_loop: bool  # inside a team-level loop: run again each iteration
+
+
+@dataclass
+class TeamIf:
+    stmt: ir.If
+    body: list
+    orelse: list
+
+
+@dataclass
+class TeamLoop:
+    stmt: Union[ir.For, ir.While]
+    body: list
+
+
+TeamNode = Union[Region, TeamIf, TeamLoop]
+
+
+def split(stmts: Sequence[ir.Stmt], regions: List[Region], in_loop: bool = False) -> List[TeamNode]:
+    """Cut ``stmts`` at every Sync into regions; sync-containing If/For/While stay team-level."""
+    out: List[TeamNode] = []
+    cur: List[ir.Stmt] = []
+
+    def flush():
+        if cur:
+            r = Region(len(regions), tuple(cur), in_loop)
+            regions.append(r)
+            out.append(r)
+            cur.clear()
+
+    for s in stmts:
+        if isinstance(s, ir.Sync):
+            flush()
+        elif not ir.contains_sync([s]):
+            cur.append(s)
+        elif isinstance(s, ir.If):
+            flush()
+            out.append(TeamIf(s, split(s.body, regions, in_loop), split(s.orelse, regions, in_loop)))
+        elif isinstance(s, (ir.For, ir.While)):
+            flush()
+            out.append(TeamLoop(s, split(s.body, regions, True)))
+        else:
+            raise CompileError(f"sync() inside a {type(s).__name__} statement is not supported",
+                               getattr(s, "loc", None))
+    flush()
+    return out
+
+
+def _shallow(stmts: Sequence[ir.Stmt], loops: bool = False):
+    """Statements of a region outside any loop nested in it (where break/continue leave the region)."""
+    for s in stmts:
+        yield s
+        if isinstance(s, ir.If):
+            yield from _shallow(s.body)
+            yield from _shallow(s.orelse)
+
+
+def escapes(region: Region) -> Set[type]:
+    """Which of Break/Continue/Return can leave ``region`` (not counting loops inside it)."""
+    kinds = {type(s) for s in _shallow(region.stmts) if isinstance(s, (ir.Break, ir.Continue))}
+    if any(isinstance(n, ir.Return) for n in ir.walk(list(region.stmts))):
+        kinds.add(ir.Return)
+    return kinds
+
+
+# --------------------------------------------------------------------------- what code uses
+
+@dataclass
+class Uses:
+    names: Set[str] = field(default_factory=set)      # locals and scalar params read or written
+    assigned: Set[str] = field(default_factory=set)   # locals written
+    buffers: Set[str] = field(default_factory=set)    # tensors, vecs, scratch
+    shapes: Set[tuple] = field(default_factory=set)   # (tensor, axis)
+    sizes: Set[str] = field(default_factory=set)
+
+
+def uses_of(nodes, k: ir.Kernel) -> Uses:
+    u = Uses()
+    ndim = {p.name: p.ndim for p in k.params if isinstance(p, ir.TensorParam)}
+    for n in ir.walk(list(nodes)):
+        if isinstance(n, ir.Name):
+            u.names.add(n.name)
+        elif isinstance(n, ir.Assign):
+            u.names.add(n.name)
+            u.assigned.add(n.name)
+        elif isinstance(n, ir.For):
+            u.names.add(n.var)
+            u.assigned.add(n.var)
+        elif isinstance(n, (ir.Load, ir.Store, ir.AtomicAdd)):
+            u.buffers.add(n.tensor)
+            if not n.flat and n.tensor in ndim:
+                u.shapes.update((n.tensor, d) for d in range(1, ndim[n.tensor]))
+        elif isinstance(n, ir.Shape):
+            if n.tensor in ndim:
+                u.shapes.add((n.tensor, n.axis))
+        elif isinstance(n, ir.Size):
+            if n.tensor in ndim:
+                u.sizes.add(n.tensor)
+    return u
+
+
+def _team_exprs(nodes: List[TeamNode]) -> List[ir.Expr]:
+    out: List[ir.Expr] = []
+    for n in nodes:
+        if isinstance(n, TeamIf):
+            out.append(n.stmt.cond)
+            out += _team_exprs(n.body) + _team_exprs(n.orelse)
+        elif isinstance(n, TeamLoop):
+            s = n.stmt
+            out += [s.start, s.stop, s.step] if isinstance(s, ir.For) else [s.cond]
+            out += _team_exprs(n.body)
+    return out
+
+
+def _team_loop_vars(nodes: List[TeamNode]) -> Set[str]:
+    out: Set[str] = set()
+    for n in nodes:
+        if isinstance(n, TeamIf):
+            out |= _team_loop_vars(n.body) | _team_loop_vars(n.orelse)
+        elif isinstance(n, TeamLoop):
+            if isinstance(n.stmt, ir.For):
+                out.add(n.stmt.var)
+            out |= _team_loop_vars(n.body)
+    return out
+
+
+# --------------------------------------------------------------------------- the program
+
+class Program:
+    """Generates the whole module for one kernel specialization."""
+
+    def __init__(self, kernel: ir.Kernel, log_level: str = "debug", key: str = ""):
+        self.k = kernel
+        self.key = key
+        self.gen = Gen(kernel, log_level)
+        self.names = self.gen.names
+        self.threads = kernel.threads
+        self.has_sync = ir.contains_sync(list(kernel.body))
+        self.regions: List[Region] = []
+        self.team: List[TeamNode] = split(kernel.body, self.regions) if self.has_sync else []
+        self.states: List[str] = self._state_vars() if self.has_sync else []
+        self.has_return = any(ir.Return in escapes(r) for r in self.regions)
+
+    # ----------------------------------------------------------------- analysis
+
+    def _state_vars(self) -> List[str]:
+        """Locals needing a per-thread array: they cross a region boundary or a team loop iteration."""
+        locals_ = self.gen.local_names
+        seen: Dict[str, int] = {}
+        state: Set[str] = set()
+        for r in self.regions:
+            for n in uses_of(r.stmts, self.k).names & locals_:
+                seen[n] = seen.get(n, 0) + 1
+                if r.in_loop or seen[n] > 1:
+                    state.add(n)
+        for e in _team_exprs(self.team):
+            state |= uses_of([e], self.k).names & locals_
+        state |= _team_loop_vars(self.team)
+        order = [n for n, _ in self.k.locals] + sorted(self.gen.assigned_params)
+        return [n for n in dict.fromkeys(order) if n in state]
+
+    def local_type(self, name: str) -> T.DType:
+        return ctype(self.gen.types[name])
+
+    # ----------------------------------------------------------------- argument lists
+
+    def tensor_params(self) -> List[ir.TensorParam]:
+        return [p for p in self.k.params if isinstance(p, ir.TensorParam)]
+
+    def flat_args(self, u: Optional[Uses] = None, states: Sequence[str] = ()) -> List[str]:
+        """Arguments a thread/region/team function takes (all of them when ``u`` is None)."""
+        out: List[str] = []
+        for p in self.k.params:
+            nm = self.names[p.name]
+            if isinstance(p, ir.TensorParam):
+                if u is None or p.name in u.buffers:
+                    out.append(nm)
+                out += [f"{nm}_shape{d}" for d in range(p.ndim) if u is None or (p.name, d) in u.shapes]
+                if u is None or p.name in u.sizes:
+                    out.append(f"{nm}_size")
+            elif isinstance(p, ir.VecParam):
+                if u is None or p.name in u.buffers:
+                    out.append(nm)
+            elif u is None or (p.name in u.names and p.name not in states):
+                out.append(nm)
+        for s in self.k.scratch:
+            if u is None or s.name in u.buffers:
+                out.append(self.names[s.name])
+        return out
+
+    def prelude(self) -> List[str]:
+        """Entry-point lines flattening each tensor and naming its shape."""
+        lines = []
+        for p in self.tensor_params():
+            nm = self.names[p.name]
+            src = f"{nm}_nd"
+            lines.append(f"    {nm} = {src}" if p.ndim == 1 else f"    {nm} = {src}.reshape({src}.size)")
+            for d in range(p.ndim):
+                lines.append(f"    {nm}_shape{d} = {src}.shape[{d}]")
+            lines.append(f"    {nm}_size = {nm}.size")
+        return lines
+
+    def entry_params(self) -> str:
+        return ", ".join([f"{self.names[p.name]}_nd" if isinstance(p, ir.TensorParam) else self.names[p.name]
+                          for p in self.k.params] + ["_grid"])
+
+    def scratch_alloc(self, pad: str, per_tile: bool = False, helper: bool = False) -> List[str]:
+        lines = []
+        for s in self.k.scratch:
+            size = 1
+            for d in s.shape:
+                size *= d
+            shape = f"(_grid, {size})" if per_tile else str(size)
+            suffix = "_tiles" if per_tile else ""
+            alloc = "rt.empty" if helper else "np.empty"
+            lines.append(f"{pad}{self.names[s.name]}{suffix} = {alloc}({shape}, {storage_np(s.dtype)})"
+                         f"  # scratch {s.name}: {s.dtype}{list(s.shape)}")
+        return lines
+
+    # ----------------------------------------------------------------- module
+
+    def source(self) -> str:
+        k = self.k
+        out = [f'"""opdsl numba backend: kernel {k.name!r}, {k.threads} threads per team.',
+               "",
+               f"Generated from {k.filename}:{k.firstline} (specialization {self.key or '-'}).",
+               "Edit the kernel, not this file; `# py:N` comments point at its source lines.",
+               '"""',
+               "import math",
+               "",
+               "import numpy as np",
+               "from numba import njit, prange",
+               "",
+               "from backends import numba_format as fmt",
+               "from backends import numba_runtime as rt",
+               "",
+               "CACHE = True  # numba stores machine code beside this file (False without a disk cache)",
+               'JIT = dict(nogil=True, error_model="numpy", cache=CACHE)',
+               ""]
+        for f in k.funcs:
+            out += ["", *emit_function(self.gen, f), ""]
+        if self.has_sync:
+            for r in self.regions:
+                out += ["", *self.region_function(r), ""]
+            out += ["", *self.team_function(False), ""]
+        else:
+            out += ["", *self.thread_function(), ""]
+        out += ["", *self.entry(False), "", "", *self.entry(True)]
+        if self.has_sync:
+            out += ["", "", *self.team_function(True)]
+        return "\n".join(out).rstrip() + "\n"
+
+    # ----------------------------------------------------------------- no sync: one thread function
+
+    def thread_function(self) -> List[str]:
+        u = uses_of(self.k.body, self.k)
+        args = ["_tid", "_tile", "_ntiles"] + self.flat_args(u)
+        out = ["@njit(**JIT)", f"def thread({', '.join(args)}):",
+               f'    """The body of {self.k.name} for thread _tid of tile _tile."""']
+        return self.gen.block(self.k.body, Scope(self.names), Hooks(), 1, out=out)
+
+    # ----------------------------------------------------------------- sync: regions and the team
+
+    def region_args(self, r: Region):
+        u = uses_of(r.stmts, self.k)
+        states = [n for n in self.states if n in u.names]
+        esc = escapes(r)
+        extra = [f"_st_{self.names[n]}" for n in states]
+        if self.has_return:
+            extra.append("_done")
+        if esc & {ir.Break, ir.Continue}:
+            extra.append("_status")
+        return u, states, self.flat_args(u, states) + extra, esc
+
+    def region_function(self, r: Region) -> List[str]:
+        u, states, args, esc = self.region_args(r)
+        lines = [s.loc.line for s in ir.walk(list(r.stmts)) if getattr(s, "loc", None) and s.loc.line > 0]
+        where = f" (py:{min(lines)}-{max(lines)})" if lines else ""
+        out = ["@njit(**JIT)", f"def region_{r.index}({', '.join(['_tid', '_tile', '_ntiles'] + args)}):",
+               f'    """Region {r.index}{where}: run by every live thread between barriers."""']
+        if self.has_return:
+            out += ["    if _done[_tid]:  # this thread returned earlier", "        return"]
+        out += [f"    {self.names[n]} = _st_{self.names[n]}[_tid]" for n in states]
+        saves = [f"_st_{self.names[n]}[_tid] = {self.names[n]}" for n in states if n in u.assigned]
+        hooks = _RegionHooks(saves)
+        self.gen.block(r.stmts, Scope(self.names), hooks, 1, out=out)
+        tail = list(saves) + (["_status[_tid] = 0"] if esc & {ir.Break, ir.Continue} else [])
+        out += ["    " + x for x in tail]
+        return out
+
+    def team_function(self, parallel: bool) -> List[str]:
+        """One team: allocate scratch and per-thread copies, then run regions and team control flow.
+
+        The parallel variant touches its arrays only through rt helpers (see numba_runtime.get).
+        """
+        loop = "prange" if parallel else "range"
+        T_ = self.threads
+        zeros = "rt.zeros" if parallel else "np.zeros"
+        if parallel:  # an entry point: one team (grid == 1) whose regions each run in a prange
+            out = ["@njit(parallel=True, **JIT)", f"def launch_team({self.entry_params()}):",
+                   f'    """Run one team of {self.k.name}, each region\'s {T_} threads in a prange."""']
+            out += self.prelude() + ["    _tile = 0", "    _ntiles = 1"]
+        else:
+            out = ["@njit(**JIT)",
+                   f"def team_serial({', '.join(['_tile', '_ntiles'] + self.flat_args_without_scratch())}):",
+                   f'    """One team of {T_} threads, one after the other in each region."""']
+        out += self.scratch_alloc("    ", helper=parallel)
+        for n in self.states:
+            t = self.local_type(n)
+            nm = self.names[n]
+            if n in self.gen.assigned_params:
+                out.append(f"    _st_{nm} = {'rt.full' if parallel else 'np.full'}({T_}, {nm})"
+                           f"  # {n}: {t}, one copy per thread")
+            else:
+                out.append(f"    _st_{nm} = {zeros}({T_}, {np_ctor(t)})  # {n}: {t}, one copy per thread")
+        if self.has_return:
+            out.append(f"    _done = {zeros}({T_}, np.bool_)")
+        if any(escapes(r) & {ir.Break, ir.Continue} for r in self.regions):
+            out.append(f"    _status = {zeros}({T_}, np.int8)")
+        out.append("    _lead = 0  # the thread whose copies decide team-level control flow")
+        if parallel:
+            scope = Scope(self.names, tid="_lead", local=lambda n: f"rt.get(_st_{self.names[n]}, _lead)",
+                          opaque=True)
+        else:
+            scope = Scope(self.names, tid="_lead", local=lambda n: f"_st_{self.names[n]}[_lead]")
+        self._team_block(self.team, scope, loop, 1, 0, out)
+        return out
+
+    def _team_block(self, nodes, scope, loop, depth, loops, out) -> None:
+        pad = "    " * depth
+        start = len(out)
+        for n in nodes:
+            if isinstance(n, Region):
+                _u, _s, args, esc = self.region_args(n)
+                call = f"region_{n.index}({', '.join(['_t', '_tile', '_ntiles'] + args)})"
+                out += [f"{pad}for _t in {loop}({self.threads}):", f"{pad}    {call}"]
+                if ir.Return in esc:
+                    out += [f"{pad}_lead = rt.first_live(_done)", f"{pad}if _lead < 0:", f"{pad}    return"]
+                status = "rt.get(_status, _lead)" if scope.opaque else "_status[_lead]"
+                if ir.Break in esc:
+                    out += [f"{pad}if {status} == {BREAK}:", f"{pad}    break"]
+                if ir.Continue in esc:
+                    out += [f"{pad}if {status} == {CONTINUE}:", f"{pad}    continue"]
+            elif isinstance(n, TeamIf):
+                out.append(f"{pad}if {self.gen.typed(n.stmt.cond, T.bool_, scope)}:  # team-uniform")
+                self._team_block(n.body, scope, loop, depth + 1, loops, out)
+                if n.orelse:
+                    out.append(f"{pad}else:")
+                    self._team_block(n.orelse, scope, loop, depth + 1, loops, out)
+            else:
+                s = n.stmt
+                if isinstance(s, ir.For):
+                    c = f"_c{loops}"
+                    bounds = ", ".join(self.gen.typed(x, T.i64, scope) for x in (s.start, s.stop, s.step))
+                    out.append(f"{pad}for {c} in range({bounds}):  # team-uniform")
+                    value = cast(c, T.i64, self.gen.types.get(s.var, T.i64))
+                    st = f"_st_{self.names[s.var]}"
+                    out.append(f"{pad}    rt.fill({st}, {value})" if scope.opaque else f"{pad}    {st}[:] = {value}")
+                else:
+                    out.append(f"{pad}while {self.gen.typed(s.cond, T.bool_, scope)}:  # team-uniform")
+                self._team_block(n.body, scope, loop, depth + 1, loops + 1, out)
+        if len(out) == start:
+            out.append(pad + "pass")
+
+    # ----------------------------------------------------------------- entries
+
+    def entry(self, parallel: bool) -> List[str]:
+        T_ = self.threads
+        name = "launch_parallel" if parallel else "launch_serial"
+        doc = ("every (tile, thread) pair in a prange" if parallel and not self.has_sync else
+               "tiles in a prange (one team: launch_team)" if parallel else
+               "tiles and threads one after the other (small launches)")
+        out = [("@njit(parallel=True, **JIT)" if parallel else "@njit(**JIT)"),
+               f"def {name}({self.entry_params()}):",
+               f'    """Run _grid teams of {self.k.name}: {doc}."""']
+        out += self.prelude()
+        if self.has_sync:
+            args = ", ".join(self.flat_args_without_scratch())
+            if parallel:
+                out += ["    for _tile in prange(_grid):", f"        team_serial(_tile, _grid{_lead_comma(args)})"]
+            else:
+                out += ["    for _tile in range(_grid):", f"        team_serial(_tile, _grid{_lead_comma(args)})"]
+            return out
+        u = uses_of(self.k.body, self.k)
+        args = self.flat_args(u)
+        scratch = {self.names[s.name] for s in self.k.scratch}
+        if parallel:
+            out += self.scratch_alloc("    ", per_tile=True, helper=True)
+            call_args = [f"{a}_tiles[_tile]" if a in scratch else a for a in args]
+            out += [f"    for _g in prange(_grid * {T_}):", f"        _tile = _g // {T_}",
+                    f"        thread({', '.join([f'_g - _tile * {T_}', '_tile', '_grid'] + call_args)})"]
+        else:
+            out += self.scratch_alloc("    ")
+            out += ["    for _tile in range(_grid):", f"        for _tid in range({T_}):",
+                    f"            thread({', '.join(['_tid', '_tile', '_grid'] + args)})"]
+        return out
+
+    def flat_args_without_scratch(self) -> List[str]:
+        scratch = {self.names[s.name] for s in self.k.scratch}
+        return [a for a in self.flat_args() if a not in scratch]
+
+
+class _RegionHooks(Hooks):
+    def __init__(self, saves: List[str]):
+        self.saves = saves
+
+    def ret(self, stmt, gen, scope):
+        return ["_done[_tid] = True", "return"]
+
+    def escape(self, kind):
+        code = BREAK if kind == "break" else CONTINUE
+        return self.saves + [f"_status[_tid] = {code}", "return"]
+
+
+def np_ctor(t: T.DType) -> str:
+    return "np.bool_" if t.is_bool else f"np.{t.np.name}"
+
+
+def _lead_comma(args: str) -> str:
+    return f", {args}" if args else ""
+
+
+def generate(kernel: ir.Kernel, log_level: str = "debug", key: str = "") -> str:
+    """The Python source of the numba module for ``kernel``."""
+    return Program(kernel, log_level, key).source()
