@@ -263,11 +263,13 @@ def _writable(a):
 
 
 def _capture(op: Op, impl, ins, outs, backend):
-    """Run ``op.run`` once with a recording kernel; -> [(launcher, (values, grid)), ...] or None.
+    """Record ``op.run``'s launches once; -> [(launcher, (values, grid)), ...] or None.
 
     Outputs are passed write-protected, so a run() that computes with numpy, or launches
-    a kernel other than ``impl`` into an output, fails here and is called for real at run
-    time instead.  ``replay = False`` on an op class skips capture."""
+    a kernel other than ``impl`` into an output, fails here.  run() is recorded twice with
+    the inputs filled with different values; if the launches differ (a scalar taken from
+    an input's value, say) the node is not replayable either.  In both cases, and with
+    ``replay = False``, the model calls run() for real at every run."""
     try:
         from dsl.kernel import Kernel
     except ImportError:  # pragma: no cover
@@ -279,11 +281,19 @@ def _capture(op: Op, impl, ins, outs, backend):
         v = o.view()
         v.flags.writeable = False
         protected.append(v)
-    rec = _Recorder(impl)
     try:
-        op.run(rec, ins, protected, backend)
+        recordings = []
+        for fill in (1, 2):
+            for a in ins:
+                if a is not None and a.flags.writeable and a.size:
+                    a.fill(fill)
+            rec = _Recorder(impl)
+            op.run(rec, ins, protected, backend)
+            recordings.append(rec.calls)
+        if not _same_launches(impl, *recordings):
+            return None
         steps = []
-        for args, kwargs in rec.calls:
+        for args, kwargs in recordings[0]:
             kwargs = dict(kwargs)
             run_backend = kwargs.pop("backend", None) or backend
             steps.append(_prepare(impl, tuple(_writable(a) for a in args),
@@ -291,6 +301,54 @@ def _capture(op: Op, impl, ins, outs, backend):
         return steps
     except Exception:
         return None
+
+
+def _same_launches(kernel, first, second) -> bool:
+    """Whether two recordings launch the same things.  Arrays match when they are the
+    same memory, or have equal content; arrays a launch writes (Out params, and memory an
+    earlier launch of the node wrote) only need the same shape and dtype."""
+    if len(first) != len(second):
+        return False
+    written = set()
+    names = [p.name for p in kernel.params]
+    writable = {p.name for p in kernel.params
+                if p.kind == "tensor" and getattr(p.annotation, "writable", False)}
+    for (a_args, a_kw), (b_args, b_kw) in zip(first, second):
+        if len(a_args) != len(b_args) or set(a_kw) != set(b_kw):
+            return False
+        pairs = list(zip(names, a_args, b_args)) + [(k, a_kw[k], b_kw[k]) for k in a_kw]
+        for name, x, y in pairs:
+            if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
+                if x.shape != y.shape or x.dtype != y.dtype:
+                    return False
+                if name in writable or (_address(x) in written and _address(y) in written):
+                    continue
+                if _address(x) == _address(y) and x.strides == y.strides:
+                    continue
+                if not np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"):
+                    return False
+            elif isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+                return False
+            elif not _equal_scalars(x, y):
+                return False
+        for name, x, _ in pairs:
+            if name in writable and isinstance(x, np.ndarray):
+                written.add(_address(x))
+        for name, _, y in pairs:
+            if name in writable and isinstance(y, np.ndarray):
+                written.add(_address(y))
+    return True
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def _equal_scalars(x, y) -> bool:
+    try:
+        return bool(x == y) or (x != x and y != y)
+    except Exception:
+        return x is y
 
 
 def _prepare(kernel, args, kwargs, backend):

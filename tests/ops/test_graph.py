@@ -219,3 +219,26 @@ def test_runs_are_captured_once_or_called_each_time():
     for shift in (0.0, 1.0):
         xv = RNG.standard_normal((2, 3)).astype(np.float32) + shift
         np.testing.assert_allclose(model.run({"x": xv})["y"], 2 * L.hard_sigmoid_ref(xv), rtol=1e-6)
+
+
+def test_runs_reading_input_values_are_not_replayed():
+    class AddFirst(dsl.Op):
+        """Adds the first element of its second input, read in run(): value-dependent."""
+        kernels = {"default": L.hard_sigmoid_k}
+
+        def infer(self, x, k):
+            return x.spec
+
+        def run(self, impl, inputs, outputs, backend):
+            impl(inputs[0], outputs[0], alpha=1.0, beta=float(inputs[1].flat[0]), backend=backend)
+
+    g = dsl.Graph("values")
+    x = g.input("x", (3,), dsl.f32)
+    k = g.input("k", (1,), dsl.f32)
+    g.output(AddFirst(x, k), "y")
+    model = g.compile(backend="interpreter")
+    xv = np.array([-0.5, 0.0, 0.25], np.float32)
+    for kv in (0.1, 0.5):
+        np.testing.assert_allclose(model.run({"x": xv, "k": np.array([kv], np.float32)})["y"],
+                                   np.clip(xv + kv, 0, 1), rtol=1e-6)
+    assert "0 of 1 nodes captured" in str(model)
