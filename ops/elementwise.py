@@ -91,7 +91,7 @@ def relu_kernel(x: In[T], y: Out[T]):
     lo, hi = dsl.split(x.size)
     for i in range(lo, hi):
         v = x.flat[i]
-        y.flat[i] = v if v > 0 else v * 0
+        y.flat[i] = v if v > 0 or v != v else 0  # v != v: NaN passes through
 
 
 @dsl.kernel
