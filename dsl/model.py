@@ -204,6 +204,10 @@ class Model:
                 return plan.memory
         return None
 
+    def _repr_html_(self) -> str:
+        import html
+        return (f"<div>{self.graph._repr_svg_()}<pre>{html.escape(str(self))}</pre></div>")
+
     def __repr__(self) -> str:
         return (f"<dsl.Model {self.graph.name!r} backend={self.backend}: {len(self.graph.nodes)} nodes, "
                 f"inputs ({self._signature()})>")

@@ -41,7 +41,8 @@ naming the op and the param.  ``op.params`` is the ordered dict of values,
 Hooks, all called with one ``TensorSpec`` (or ``None``) per input:
 
 * ``infer(*inputs)`` -> output spec(s).  Required.  Logical shapes only (formats are
-  chosen by the compiler, see below).  Dimensions may be ``None`` (known at run time)
+  chosen by the compiler, see below).  An output spec may carry ``value`` when infer can
+  compute the content from shapes alone (Shape); such nodes fold to constants.  Dimensions may be ``None`` (known at run time)
   in graph mode: propagate them.  ``spec.value`` holds the numpy value of inputs
   known at compile time (graph constants, and every input in eager mode): shape-like
   inputs (Reshape's shape) read it; when it is ``None`` return ``None`` dims and the
@@ -143,8 +144,9 @@ class TensorSpec:
 
     @property
     def spec(self) -> "TensorSpec":
-        """Itself, so ``infer`` can say ``x.spec`` whether given a spec or a tensor handle."""
-        return self
+        """This spec without ``value`` (an output with the same shape and dtype does not
+        have the same content), so ``infer`` can ``return x.spec``."""
+        return self.with_() if self.value is not None else self
 
     @property
     def ndim(self) -> int:
@@ -591,7 +593,9 @@ def check_and_infer(op: Op, specs: Sequence, where: str) -> Tuple[TensorSpec, ..
         raise VerifyError(f"{describe(op)} ({where}): infer failed on inputs ({shown}): "
                           f"{type(e).__name__}: {e}") from e
     if isinstance(result, TensorSpec):
-        return (result,)
+        result = (result,)
     if isinstance(result, (tuple, list)) and all(isinstance(r, TensorSpec) for r in result):
-        return tuple(result)
+        # an input's spec passed through keeps its value: that is not the output's content
+        known = [id(s.value) for s in specs if s is not None and s.value is not None]
+        return tuple(r.with_() if r.value is not None and id(r.value) in known else r for r in result)
     raise TypeError(f"{describe(op)}.infer must return a TensorSpec or a tuple of them, got {result!r}")

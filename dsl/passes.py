@@ -97,10 +97,14 @@ def infer_and_fold(g: Graph, backend: str, fold: bool = True) -> int:
         for t, s in zip(n.outputs, outs):
             t.spec = s.with_(format="plain", value=s.value)
         consts = [t for t in n.inputs if t is not None]
-        if (fold and type(n.op).foldable and consts and all(t.kind == "constant" for t in consts)
-                and all(s.known for s in outs)):
-            values = n.op.apply_eager([None if t is None else t.value for t in n.inputs], backend)
-            values = values if isinstance(values, tuple) else (values,)
+        inferred = all(s.value is not None for s in outs)  # infer computed the values (Shape)
+        if fold and type(n.op).foldable and outs and (inferred or (
+                consts and all(t.kind == "constant" for t in consts) and all(s.known for s in outs))):
+            if inferred:
+                values = tuple(np.array(s.value, dtype=s.dtype.np).reshape(s.shape) for s in outs)
+            else:
+                values = n.op.apply_eager([None if t is None else t.value for t in n.inputs], backend)
+                values = values if isinstance(values, tuple) else (values,)
             for t, v in zip(n.outputs, values):
                 v = np.ascontiguousarray(v)
                 v.setflags(write=False)

@@ -242,3 +242,30 @@ def test_runs_reading_input_values_are_not_replayed():
         np.testing.assert_allclose(model.run({"x": xv, "k": np.array([kv], np.float32)})["y"],
                                    np.clip(xv + kv, 0, 1), rtol=1e-6)
     assert "0 of 1 nodes captured" in str(model)
+
+
+def test_values_computed_by_infer_fold_and_feed_shape_inference():
+    class ShapeOf(dsl.Op):
+        def infer(self, x):
+            value = np.array(x.shape, np.int64) if x.known else None
+            return dsl.TensorSpec((x.ndim,), dsl.i64, value=value)
+
+        def run(self, impl, inputs, outputs, backend):
+            outputs[0][...] = inputs[0].shape
+
+        kernels = {"default": None}
+
+    g = dsl.Graph("shapes")
+    x = g.input("x", (2, 6), dsl.f32)
+    y = L.Reshape(L.HardSigmoid(x), ShapeOf(g.constant("t", np.zeros((3, 4), np.float32))))
+    assert y.shape == (3, 4)  # known while building the graph
+    passthrough = L.HardSigmoid(g.constant("c", np.ones(2, np.float32)))
+    assert passthrough.spec.value is None  # x.spec does not carry the input's content
+    g.output(y, "y")
+    g.output(passthrough, "p")
+    model = g.compile(backend="interpreter")
+    assert model.stats["folded"] == 2 and model.memory_plan() is not None
+    xv = RNG.standard_normal((2, 6)).astype(np.float32)
+    out = model.run({"x": xv})
+    np.testing.assert_allclose(out["y"], L.hard_sigmoid_ref(xv).reshape(3, 4), rtol=1e-6)
+    np.testing.assert_allclose(out["p"], L.hard_sigmoid_ref(np.ones(2, np.float32)))
