@@ -6,7 +6,9 @@ the user's lines.  Only the surroundings are changed so that plain Python
 behaves as the compiled backends do:
 
 * the function is rebuilt around the *same code object* with globals whose
-  builtins ``min max abs pow int float bool`` are the numpy-typed versions;
+  builtins ``min max abs`` promote like the compiled ones, and ``@dsl.func``
+  helpers get the argument and return types the checker gave them;
+* team queries (``dsl.thread_id()``...) are i64, as the checker types them;
 * tensors are thin views that check every index (numpy would silently wrap a
   negative one), refuse writes to ``In`` tensors, widen f16/bf16 loads to f32
   and wrap stores to narrow ints like ``astype``;
