@@ -1,9 +1,10 @@
 """Op registry: (domain, op_type, opset range) -> Op class (PPL.NN's OptKernelCreatorManager).
 
 Filled by ``@dsl.op`` / ``@dsl.composed`` in modules imported explicitly (``import ops``
-registers the built-ins).  A later registration over an overlapping opset range of
-the same (domain, op_type) takes precedence, so a user op overrides a built-in one;
-``unregister`` undoes it.  The ONNX default domain is ``""`` (``"ai.onnx"`` is an alias).
+registers the built-ins).  Among registrations of one (domain, op_type) covering an
+opset, a user op (defined outside the ``ops`` and ``dsl`` packages) beats a built-in
+whatever the import order, and otherwise the later registration wins; ``unregister``
+undoes an override.  The ONNX default domain is ``""`` (``"ai.onnx"`` is an alias).
 """
 from __future__ import annotations
 
@@ -42,6 +43,12 @@ def _covers(cls, opset: Optional[int]) -> bool:
     return cls.since <= opset and (cls.until is None or opset <= cls.until)
 
 
+def is_builtin(cls) -> bool:
+    """Defined in the ops library (or opdsl itself): user registrations take precedence."""
+    module = getattr(cls, "__module__", "") or ""
+    return module.split(".")[0] in ("ops", "dsl")
+
+
 def register(cls) -> type:
     """Register ``cls`` under ``(cls.domain, cls.op_type, [cls.since, cls.until])``."""
     cls.domain = normalize_domain(cls.domain)
@@ -69,9 +76,10 @@ def lookup(domain: Optional[str], op_type: str, opset: Optional[int] = None) -> 
     Among registrations covering ``opset`` the most recent wins (overrides)."""
     domain = normalize_domain(domain)
     entries = _TABLE.get((domain, op_type), [])
-    for cls in reversed(entries):
-        if _covers(cls, opset):
-            return cls
+    for builtin_pass in (False, True):
+        for cls in reversed(entries):
+            if is_builtin(cls) == builtin_pass and _covers(cls, opset):
+                return cls
     if entries:
         ranges = ", ".join(f"{c.__name__} {_range(c)}" for c in entries)
         raise UnknownOpError(

@@ -218,7 +218,13 @@ def test_registry_lookup_opsets_and_overrides():
 
         assert registry.lookup("com.opdsl.test2", "Versioned", 13) is UserVersioned
         assert registry.lookup("com.opdsl.test2", "Versioned", 3) is V1
+        # a built-in registered after the user op (ops imported late) does not win
+        BuiltinLate = type("BuiltinLate", (V1,), {"__module__": "ops.late", "since": 7, "until": None})
+        registry.register(BuiltinLate)
+        assert registry.lookup("com.opdsl.test2", "Versioned", 13) is UserVersioned
         registry.unregister(UserVersioned)
+        assert registry.lookup("com.opdsl.test2", "Versioned", 13) is V7  # also a user op
+        registry.unregister(BuiltinLate)
         assert registry.lookup("com.opdsl.test2", "Versioned", 13) is V7
         with pytest.raises(dsl.UnknownOpError, match=r"no registration for opset 0 \(registered: V1 \[1, 6\]"):
             registry.lookup("com.opdsl.test2", "Versioned", 0)
