@@ -88,7 +88,13 @@ def reshape_dims(data_shape: Sequence[Optional[int]], target: Sequence[int], all
     if -1 in out:
         k = out.index(-1)
         rest = [d for i, d in enumerate(out) if i != k]
-        if total is None or any(d is None for d in rest):
+        copied = {a for a, d in enumerate(target) if d == 0 and not allowzero}
+        if total is None and all(a in copied for a, d in enumerate(data_shape) if d is None):
+            # unknown dims are copied through by 0s: they cancel out of the -1
+            known_in = int(np.prod([d for a, d in enumerate(data_shape) if a not in copied], dtype=np.int64))
+            known_out = int(np.prod([d for a, d in enumerate(out) if a not in copied and a != k], dtype=np.int64))
+            out[k] = known_in // known_out if known_out and known_in % known_out == 0 else None
+        elif total is None or any(d is None for d in rest):
             out[k] = None
         else:
             known = int(np.prod(rest, dtype=np.int64))
