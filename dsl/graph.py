@@ -245,7 +245,8 @@ class Graph:
         return onnx_export.export(self)
 
     def copy(self) -> "Graph":
-        """A structural copy sharing ops and constant arrays (passes rewrite copies)."""
+        """A structural copy sharing ops, subgraphs and constant arrays: add nodes to it
+        without changing this graph."""
         g = Graph(self.name)
         g.opset_imports = dict(self.opset_imports)
         m: Dict[int, Tensor] = {}
@@ -447,13 +448,6 @@ def render_svg(g: Graph) -> str:
             out.append(f'<text x="{cx:.1f}" y="{y + _BOX_H / 2 + 4:.1f}" text-anchor="middle">{label}</text>')
     out.append("</svg>")
     return "\n".join(out)
-
-
-def graph_of(inputs: Sequence) -> Optional[Graph]:
-    for x in inputs:
-        if isinstance(x, Tensor):
-            return x.graph
-    return None
 
 
 __all__ = ["Graph", "Tensor", "Node", "apply_op", "render_svg", "VerifyError"]

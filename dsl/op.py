@@ -21,7 +21,8 @@ Constructing and applying.  Tensors are positional, params are keywords:
   ``HardSigmoid(alpha=0.5)(x)``.
 * ``HardSigmoid(x, alpha=0.5)`` constructs *and* applies in one call (``Op.__new__``
   returns the outputs instead of the instance).  So ``ops.Add(a, b)`` is the output
-  tensor.  An op with no tensor inputs is applied as ``Op(**params)()``.
+  tensor.  An op with no tensor inputs is applied as ``Op(**params)()`` (eager) or
+  ``Op(**params)(graph=g)`` (adds a node to ``g``).
 * Applying on numpy arrays runs now (*eager*): outputs are allocated from ``infer``
   and returned (one array, or a tuple for several outputs).  Applying on graph
   tensors (``dsl.Graph``) adds a node and returns graph tensor handles.  numpy arrays

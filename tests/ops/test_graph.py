@@ -269,3 +269,29 @@ def test_values_computed_by_infer_fold_and_feed_shape_inference():
     out = model.run({"x": xv})
     np.testing.assert_allclose(out["y"], L.hard_sigmoid_ref(xv).reshape(3, 4), rtol=1e-6)
     np.testing.assert_allclose(out["p"], L.hard_sigmoid_ref(np.ones(2, np.float32)))
+
+
+def test_graph_copy_is_independent():
+    g = chain_graph(depth=1)
+    c = g.copy()
+    assert str(c) == str(g)
+    c.output(L.Tanh(c.tensors["y"]), "z")
+    assert "z" not in g.tensors and len(c.nodes) == len(g.nodes) + 1
+    xv = RNG.standard_normal((2, 6)).astype(np.float32)
+    out = c.compile(backend="interpreter").run({"x": xv})
+    np.testing.assert_allclose(out["z"], np.tanh(chain_ref(xv, 1)), rtol=1e-5)
+
+
+def test_zero_input_op_in_graph_mode():
+    class Iota(dsl.Op):
+        n: int = 3
+        kernels = {"default": lambda y: y.__setitem__(Ellipsis, np.arange(y.size))}
+
+        def infer(self):
+            return dsl.TensorSpec((self.n,), dsl.f32)
+
+    np.testing.assert_array_equal(Iota(n=4)(), [0, 1, 2, 3])
+    g = dsl.Graph("iota")
+    g.output(L.HardSigmoid(Iota(n=4)(graph=g)), "y")
+    out = g.compile(backend="interpreter", fold=False).run({})
+    np.testing.assert_allclose(out["y"], L.hard_sigmoid_ref(np.arange(4, dtype=np.float32)))
