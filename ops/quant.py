@@ -116,10 +116,10 @@ def dequantize_kernel(x: In[Q, 3], scale: In[S, 3], zp: In[Q, 3], y: Out[D, 3], 
 class DataConvert(dsl.Op):
     """TIM-VX DataConvert: convert to ``dtype``.
 
-    float -> i8/u8/i16/u16: quantize with ``scale`` and ``zero_point`` (saturating);
-    i8/u8/i16/u16 -> float: dequantize with ``scale``/``zero_point``, or with the
-    input's own quantization when ``scale`` is None; anything else: a plain cast
-    (float -> int truncates, f32 <-> f16/bf16 rounds to nearest even).
+    float -> i8/u8/i16/u16: quantize with ``scale`` (default 1) and ``zero_point``,
+    saturating; the output spec carries ``quant=(scale, zero_point)``.
+    i8/u8/i16/u16 -> float with ``scale`` given: dequantize.  Anything else: a plain
+    cast (float -> int truncates, f32 <-> f16/bf16 rounds to nearest even).
     """
 
     dtype: DType = f32
@@ -131,18 +131,18 @@ class DataConvert(dsl.Op):
     def _mode(self, x: TensorSpec) -> int:
         if x.dtype.is_float and self.dtype in QUANT_TYPES:
             return QUANTIZE
-        if x.dtype in QUANT_TYPES and self.dtype.is_float and (self.scale is not None or x.quant):
+        if x.dtype in QUANT_TYPES and self.dtype.is_float and self.scale is not None:
             return DEQUANTIZE
         return CAST
 
     def _quant(self, x: TensorSpec):
-        if self.scale is not None:
-            return float(self.scale), int(self.zero_point)
-        if x.quant:
-            return float(x.quant[0]), int(x.quant[1])
-        return 1.0, int(self.zero_point)
+        return (1.0 if self.scale is None else float(self.scale)), int(self.zero_point)
 
     def verify(self, x):
+        if x.quant and x.dtype in QUANT_TYPES and self.dtype.is_float and self.scale is None:
+            # Op.run sees arrays only, so the tensor's own quantization cannot reach the kernel
+            raise VerifyError(f"DataConvert of quantized {x} (scale {x.quant[0]}, zero point {x.quant[1]}) "
+                              f"to {self.dtype} needs scale= and zero_point= given explicitly")
         if self.scale is not None and not (np.isfinite(self.scale) and self.scale > 0):
             raise VerifyError(f"DataConvert scale must be a positive finite float, got {self.scale}")
         if self._mode(x) == QUANTIZE:
