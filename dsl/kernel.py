@@ -77,6 +77,14 @@ class Kernel:
         return functools.partial(self.__call__, grid=grid)
 
     def __call__(self, *args, backend: Optional[str] = None, grid: Any = None, **kwargs) -> None:
+        launcher, values, g = self.prepare(args, kwargs, backend=backend, grid=grid)
+        if g:
+            launcher(values, g)
+
+    def prepare(self, args: tuple, kwargs: dict, backend: Optional[str] = None, grid: Any = None):
+        """Check and bind a launch without running it -> (launcher, values, grid).
+
+        ``launcher(values, grid)`` then runs it; graphs record this once per node and replay it."""
         backend = backend or config.default_backend()
         values, key = self.bind(args, kwargs)
         launcher = self._variants.get((backend, key))
@@ -90,8 +98,7 @@ class Kernel:
             g = g(dict(zip(self._names, values)))
         if not isinstance(g, (int, np.integer)) or isinstance(g, bool) or g < 0:
             raise ValueError(f"{self.__name__}: grid must be a non-negative int (or a callable returning one), got {g!r}")
-        if g:
-            launcher(values, int(g))
+        return launcher, values, int(g)
 
     def bind(self, args: tuple, kwargs: dict) -> Tuple[List[Any], Tuple]:
         """Validate and convert arguments -> (values in param order, specialization key)."""

@@ -359,18 +359,10 @@ def _prepare(kernel, args, kwargs, backend):
     """(launcher, (bound values, grid)) for one kernel launch, checked once now."""
     kwargs = dict(kwargs)
     grid = kwargs.pop("grid", None)
-    prepare = getattr(kernel, "prepare", None)
-    if prepare is not None:  # the public protocol, once dsl/kernel.py offers it
-        launcher, values, grid = prepare(args, kwargs, backend=backend, grid=grid)
-        return launcher, (values, grid)
-    values, key = kernel.bind(tuple(args), kwargs)
-    launcher = kernel._variants.get((backend, key)) or kernel._compile(backend, key, values)
-    g = kernel.grid if grid is None else grid
-    if callable(g):
-        g = g(dict(zip([p.name for p in kernel.params], values)))
-    if int(g) == 0:
+    launcher, values, grid = kernel.prepare(args, kwargs, backend=backend, grid=grid)
+    if grid == 0:
         return _noop, ()
-    return launcher, (values, int(g))
+    return launcher, (values, grid)
 
 
 def _noop():
