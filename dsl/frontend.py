@@ -10,12 +10,9 @@ constants are accepted; everything the kernel reads from outside is recorded in
 from __future__ import annotations
 
 import ast
-import builtins as py_builtins
 import inspect
-import linecache
 import textwrap
-import types as pytypes
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -24,6 +21,7 @@ from dsl import builtins as B
 from dsl import ir
 from dsl import types as T
 from dsl.errors import CompileError, SourceLoc
+from dsl.resolve import Resolver
 
 # Construct -> how kernels may use it.  Rendered into docs/language.md.
 SUPPORTED: Dict[str, str] = {
@@ -55,13 +53,6 @@ _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "truediv", 
            ast.Mod: "mod", ast.Pow: "pow", ast.BitAnd: "bitand", ast.BitOr: "bitor", ast.BitXor: "bitxor",
            ast.LShift: "lshift", ast.RShift: "rshift"}
 _CMPOPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
-_PY_BUILTINS = {py_builtins.min: "min", py_builtins.max: "max", py_builtins.abs: "abs",
-                py_builtins.range: "range", py_builtins.len: "len", py_builtins.int: "int",
-                py_builtins.float: "float", py_builtins.bool: "bool", py_builtins.print: "print",
-                py_builtins.breakpoint: "breakpoint"}
-_DSL_RUNTIME = {fn: name for name, fn in B.RUNTIME.items()}
-_DSL_RUNTIME.update({B.where: "where", B.split: "split", B.sync: "sync", B.scratch: "scratch",
-                     B.atomic_add: "atomic_add"})
 
 
 # --------------------------------------------------------------------------- parsed forms
@@ -183,7 +174,7 @@ def parse(fn, *, is_kernel: bool, log_level: str) -> Parsed:
     if isinstance(fdef, ast.AsyncFunctionDef):
         raise v.error(fdef, "async functions are not supported in kernels")
     body = v.visit_body(fdef.body, top=True)
-    return Parsed(fn.__name__, params, tuple(body), v.scratch, v.funcs, v.captured, v.shape_unpacks, filename,
+    return Parsed(fn.__name__, params, tuple(body), v.scratch, v.funcs, v.resolve.captured, v.shape_unpacks, filename,
                   firstline, src, log_level, v.loc(fdef))
 
 
@@ -203,12 +194,10 @@ class _Visitor:
         self.log_level = log_level
         self.scratch: List[ScratchDecl] = []
         self.funcs: Dict[str, Any] = {}
-        self.captured: Dict[str, Any] = {}
         self.assigned = _assigned_names(fn)
         self.tmp_count = 0
         self.shape_unpacks: List[Tuple[str, int, SourceLoc]] = []  # (tensor, names, loc): needs ndim == names
-        self.closure = dict(zip(fn.__code__.co_freevars,
-                                (c.cell_contents for c in (fn.__closure__ or ()))))
+        self.resolve = Resolver(fn, lambda n: n in self.params or n in self.assigned, self.error)
 
     # ---- helpers
     def loc(self, node) -> SourceLoc:
@@ -294,7 +283,7 @@ class _Visitor:
             if self.is_tensor(name):
                 raise self.error(target, f"'{name}' is a tensor and cannot be rebound; write its elements "
                                          f"({name}[i] = ...)")
-            if name in self.closure or (name not in self.assigned and name not in self.params):
+            if name in self.resolve.closure or (name not in self.assigned and name not in self.params):
                 raise self.error(target, f"cannot assign to '{name}' here")
             return [ir.Assign(name, value, loc=self.loc(s))]
         if isinstance(target, ast.Subscript):
@@ -375,7 +364,7 @@ class _Visitor:
         shape_node = args["shape"]
         elts = shape_node.elts if isinstance(shape_node, (ast.Tuple, ast.List)) else [shape_node]
         shape = tuple(self.expr(e) for e in elts)
-        dtype = self.resolve_value(args["dtype"])
+        dtype = self.resolve.value(args["dtype"])
         if not isinstance(dtype, (T.DType, T.TypeVar)):
             raise self.error(args["dtype"], "dsl.scratch(shape, dtype): dtype must be a dtype like f32 or a TypeVar")
         self.scratch.append(ScratchDecl(name, shape, dtype, self.loc(s)))
@@ -391,7 +380,7 @@ class _Visitor:
         if not isinstance(s.target, ast.Name):
             raise self.error(s.target, "a for loop needs one variable: for i in range(n)")
         it = s.iter
-        if not (isinstance(it, ast.Call) and self.resolve_callee(it.func) == ("py", "range")):
+        if not (isinstance(it, ast.Call) and self.resolve.callee(it.func) == ("py", "range")):
             raise self.error(it, "kernels loop over range(...) only: for i in range(start, stop, step)")
         if it.keywords or not 1 <= len(it.args) <= 3:
             raise self.error(it, "range takes 1 to 3 positional arguments")
@@ -425,7 +414,7 @@ class _Visitor:
 
     # ---- calls used as statements
     def call_stmt(self, call: ast.Call) -> Optional[ir.Stmt]:
-        callee = self.resolve_callee(call.func)
+        callee = self.resolve.callee(call.func)
         loc = self.loc(call)
         kind, name = callee
         if (kind, name) == ("dsl", "sync"):
@@ -500,7 +489,7 @@ class _Visitor:
             raise self.error(e, f"scratch buffer '{name}' used as a value; read an element: {name}[i]")
         if name in self.assigned:
             return ir.Name(name, loc=self.loc(e))
-        value = self.resolve_global(e)
+        value = self.resolve.global_value(e)
         return self.constant_value(value, e)
 
     def constant_value(self, value, e) -> ir.Expr:
@@ -600,14 +589,14 @@ class _Visitor:
             if e.attr in ("shape", "flat"):
                 raise self.error(e, f"{name}.{e.attr} must be indexed: {name}.{e.attr}[k]")
             raise self.error(e, f"tensors have .shape, .size, .ndim and .flat; not .{e.attr}")
-        value = self.resolve_value(e)
+        value = self.resolve.value(e)
         return self.constant_value(value, e)
 
     def expr_Tuple(self, e):
         raise self.error(e, "tuples are only supported on either side of an assignment (a, b = b, a)")
 
     def expr_Call(self, e):
-        kind, name = self.resolve_callee(e.func)
+        kind, name = self.resolve.callee(e.func)
         loc = self.loc(e)
         if kind == "dtype":
             args = self.call_args(e, ("value",), required=1)
@@ -668,76 +657,11 @@ class _Visitor:
             raise self.error(call, f"{fn}() is missing argument(s): {', '.join(missing)}")
         return got if raw else {k: self.expr(v) for k, v in got.items()}
 
-    # ---- name resolution
-    def resolve_global(self, e: ast.Name):
-        name = e.id
-        if name in self.closure:
-            value = self.closure[name]
-        elif name in self.fn.__globals__:
-            value = self.fn.__globals__[name]
-        elif hasattr(py_builtins, name):
-            return getattr(py_builtins, name)
-        else:
-            raise self.error(e, f"name '{name}' is not defined")
-        if not isinstance(value, pytypes.ModuleType):
-            self.captured[name] = value
-        return value
-
-    def resolve_value(self, e):
-        """The Python object an ast Name/Attribute chain refers to (globals only)."""
-        if isinstance(e, ast.Name):
-            if e.id in self.params or e.id in self.assigned:
-                raise self.error(e, f"'{e.id}' is a local, not a module-level object")
-            return self.resolve_global(e)
-        if isinstance(e, ast.Attribute):
-            base = self.resolve_value(e.value)
-            try:
-                value = getattr(base, e.attr)
-            except AttributeError:
-                raise self.error(e, f"'{ast.unparse(e.value)}' has no attribute '{e.attr}'") from None
-            if isinstance(base, pytypes.ModuleType) and not isinstance(value, pytypes.ModuleType):
-                self.captured[ast.unparse(e)] = value
-            return value
-        raise self.error(e, f"'{ast.unparse(e)}' is not a name the compiler can resolve")
-
-    def resolve_callee(self, func) -> Tuple[str, Any]:
-        """Classify a call target: ('py'|'dsl'|'dtype'|'func'|'log', name or object)."""
-        if isinstance(func, ast.Name) and (func.id in self.params or func.id in self.assigned):
-            raise self.error(func, f"'{func.id}' is a local value and cannot be called")
-        obj = self.resolve_value(func)
-        if isinstance(obj, T.DType):
-            return "dtype", obj
-        if obj in _PY_BUILTINS if _hashable(obj) else False:
-            return "py", _PY_BUILTINS[obj]
-        if _hashable(obj) and obj in _DSL_RUNTIME:
-            return "dsl", _DSL_RUNTIME[obj]
-        if getattr(obj, "__self__", None) is B.log and obj.__name__ in ir.LOG_LEVELS:
-            return "log", obj.__name__
-        from dsl.kernel import Func
-        if isinstance(obj, Func):
-            return "func", obj
-        if callable(obj) and getattr(obj, "__module__", "") in ("math", "numpy") or \
-                getattr(obj, "__module__", None) is None and isinstance(obj, np.ufunc):
-            raise self.error(func, f"'{ast.unparse(func)}' is a {obj.__module__ if hasattr(obj, '__module__') else 'numpy'} "
-                                   "function; kernels use the dsl builtins (dsl.exp, dsl.sqrt, ...) so every backend "
-                                   "computes the same thing")
-        raise self.error(func, f"cannot call '{ast.unparse(func)}' in a kernel: it is not a dsl builtin, a dtype "
-                               "cast, a @dsl.func or a supported Python builtin")
-
-
-def _hashable(obj) -> bool:
-    try:
-        hash(obj)
-        return True
-    except TypeError:
-        return False
-
-
 def _is_call_to(v: _Visitor, node, name: str) -> bool:
     if not isinstance(node, ast.Call):
         return False
     try:
-        return v.resolve_callee(node.func) == ("dsl", name)
+        return v.resolve.callee(node.func) == ("dsl", name)
     except CompileError:
         return False
 
