@@ -121,7 +121,8 @@ def _float_text(value: float, single: bool) -> str:
         text = np.format_float_positional(v, unique=True, trim="0")
     if text.endswith("."):
         text += "0"
-    return text + ("f" if single else "")
+    text += "f" if single else ""
+    return f"({text})" if text.startswith("-") else text  # never '--' after a unary minus
 
 
 _BINARY_C = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "bitand": "&", "bitor": "|", "bitxor": "^",
@@ -644,7 +645,7 @@ class CStyleRenderer:
             return f"(!{x})"
         if e.op == "invert":
             return f"(!{x})" if t.is_bool else self._wrap(t, f"(~{x})")
-        return self._wrap(t, f"(-{x})")
+        return self._wrap(t, f"(-{x})" if not x.startswith("-") else f"(- {x})")
 
     def expr_Binary(self, e: ir.Binary) -> str:
         t = e.type

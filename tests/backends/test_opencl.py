@@ -328,3 +328,16 @@ def test_second_process_loads_the_binary_from_disk(tmp_path):
     assert runs[0].stdout.strip() == "from-source"
     assert runs[1].stdout.strip() == "from-binary"  # no C compilation in the second process
     assert list((tmp_path / "cache" / "opencl").glob("*.bin"))
+
+
+@dsl.kernel(threads=1)
+def negatives(out: Out[f32]):
+    a = -0.0
+    out[0] = -f32(-0.0) * 2.0 - (-a)
+    out[1] = -(-(-1.5))
+
+
+def test_negative_literals_never_form_a_decrement():
+    out = np.zeros(2, np.float32)
+    negatives(out, backend="opencl")
+    assert out[0] == 0.0 and not np.signbit(out[0]) and out[1] == -1.5
