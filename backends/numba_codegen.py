@@ -124,12 +124,10 @@ class Scope:
     ``lead``'s copy in a per-thread array at team level).
     """
 
-    def __init__(self, names: Names, tid: str = "_tid", local: Optional[Callable[[str], str]] = None,
-                 opaque: bool = False):
+    def __init__(self, names: Names, tid: str = "_tid", local: Optional[Callable[[str], str]] = None):
         self.names = names
         self.tid = tid
         self._local = local
-        self.opaque = opaque  # read arrays through rt.get (team level of a parallel function)
 
     def local(self, name: str) -> str:
         return self._local(name) if self._local else self.names[name]
@@ -224,7 +222,7 @@ class Gen:
     def _e_Load(self, e, scope):
         arr = self.names[e.tensor]
         off = self.offset(e.tensor, e.index, e.flat, scope)
-        code = f"rt.get({arr}, {off})" if scope.opaque else f"{arr}[{off}]"
+        code = f"{arr}[{off}]"
         st = self.storage(e.tensor)
         if st.is_storage_only:
             code = f"rt.{st.name}_to_f32({code})"
@@ -295,7 +293,12 @@ class Gen:
 
     def _e_FuncCall(self, e, scope):
         f = self.funcs[e.func]
-        args = [self.typed(a, p.dtype, scope) for a, p in zip(e.args, f.params)]
+        args = []
+        for a, p in zip(e.args, f.params):
+            code = self.typed(a, p.dtype, scope)
+            if isinstance(a, ir.Const) and ctype(p.dtype) in (T.i64, T.bool_):
+                code = f"{np_type(p.dtype)}({code})"  # a literal would make numba compile a copy per value
+            args.append(code)
         return f"{self.func_names[e.func]}({', '.join([scope.tid, '_tile', '_ntiles'] + args)})"
 
     # ----------------------------------------------------------------- statements
@@ -396,67 +399,77 @@ class Gen:
         from dsl import config
         if s.level in config.LOG_LEVELS and not config.level_passes(s.level, self.log_level):
             return  # the frontend already drops these; a request may still ask for a higher level
-        out.append("    " * depth + f"print({self.log_message(s, scope)})")
+        out.extend("    " * depth + x for x in self.log_lines(s, scope))
 
     # ----------------------------------------------------------------- logging
 
-    def log_message(self, s: ir.Log, scope: Scope) -> str:
-        """The string expression of one log line, prefixed like the interpreter's ``[name t=.. tile=..]``."""
+    def log_lines(self, s: ir.Log, scope: Scope) -> List[str]:
+        """Statements printing one log line, prefixed like the interpreter's ``[name t=.. tile=..]``.
+
+        The line is formatted into a byte buffer ``_b`` (end ``_p``) by numba_format helpers.
+        """
         try:
             pieces = F.parse(s.fmt)
         except ValueError as err:
             raise CompileError(str(err), s.loc) from None
-        specs = [p for p in pieces if isinstance(p, F.Spec)]
-        if len(specs) != len(s.args):
-            raise CompileError(f"log format {s.fmt!r} has {len(specs)} conversions but {len(s.args)} "
+        nspecs = sum(isinstance(p, F.Spec) for p in pieces)
+        if nspecs != len(s.args):
+            raise CompileError(f"log format {s.fmt!r} has {nspecs} conversions but {len(s.args)} "
                                "arguments were given", s.loc)
-        parts = [] if s.level == "print" else [  # print() is the user's own line, logs carry the team prefix
-            repr(f"[{self.k.name} t="), f"str({scope.tid})", repr(" tile="), "str(_tile)", repr("] ")]
-        args = iter(s.args)
-        for p in pieces:
-            parts.append(repr(p) if isinstance(p, str) else self._format(p, next(args), scope, s.loc))
-        if not parts:
-            return "''"
-        merged: List[str] = []
-        for part in parts:  # join adjacent literals
-            if merged and part.startswith(("'", '"')) and merged[-1].startswith(("'", '"')):
-                merged[-1] = repr(eval(merged[-1]) + eval(part))  # noqa: S307 - our own literals
-            else:
-                merged.append(part)
-        return " + ".join(merged)
+        values = [(self.expr(a, scope), ctype(a.type)) for a in s.args]
+        if s.level != "print":  # print() is the user's own line; logs carry the team prefix
+            d = F.Spec("", 0, -1, "d")
+            pieces = [f"[{self.k.name} t=", d, " tile=", d, "] "] + pieces
+            values = [(scope.tid, T.i64), ("_tile", T.i64)] + values
+        kinds = ["b" if t.is_bool else "f" if t.is_float else "u" if t == T.u64 else "i" for _, t in values]
+        specs = [p for p in pieces if isinstance(p, F.Spec)]
+        cap = 64 + sum(len(p.encode()) for p in pieces if isinstance(p, str)) + sum(
+            400 + p.width + max(p.prec, 0) for p in specs)
+        lines = [f"_b = np.empty({cap}, np.uint8)", "_p = 0"]
 
-    def _format(self, spec: F.Spec, arg: ir.Expr, scope: Scope, loc) -> str:
-        t = ctype(arg.type)
-        v = self.expr(arg, scope)
-        flags, conv = spec.flags, spec.conv
-        left = "-" in flags
-        if conv in F.INT_CONVS:
-            if t.is_float and conv in "oxX":
-                raise CompileError(f"log conversion %{conv} needs an integer, got {t} "
+        def num(kind, k):
+            code = values[k][0]
+            return f"np.float64({code})" if kind == "f" else (
+                f"np.uint64({code})" if kinds[k] == "u" else f"np.int64({code})")
+
+        for step in F.plan(pieces, kinds):
+            if step[0] == "c":
+                _, cfmt, cargs = step
+                vals = [num(kind, k) for kind, k in cargs]
+                tup = "()" if not vals else f"({vals[0]},)" if len(vals) == 1 else f"({', '.join(vals)})"
+                lines.append(f"_p = fmt.put_c(_b, _p, {cfmt!r}, {tup})")
+            else:
+                lines += self._log_spec(step[1], values[step[2]], s.loc)
+        lines.append("fmt.emit(_b, _p)")
+        return lines
+
+    def _log_spec(self, p: F.Spec, value, loc) -> List[str]:
+        """A conversion C's snprintf does not do Python's way."""
+        v, t = value
+        if p.conv in "oxXp":
+            if t.is_float:
+                raise CompileError(f"log conversion %{p.conv} needs an integer, got {t} "
                                    f"(Python raises TypeError here); use %d or %f", loc)
-            base = {"o": 8, "x": 16, "X": 16}.get(conv, 10)
-            iv = f"np.uint64({v})" if t == T.u64 else f"np.int64({v})"
-            return (f"fmt.fmt_int({iv}, {base}, {conv == 'X'}, {'+' in flags}, {' ' in flags}, {left}, "
-                    f"{'0' in flags}, {'#' in flags}, {spec.width}, {spec.prec})")
-        if conv in F.FLOAT_CONVS:
-            bare = "%" + flags.replace("0", "") + (f".{spec.prec}" if spec.prec >= 0 else "") + conv
-            zero_w = spec.width if ("0" in flags and not left) else 0
-            return f"fmt.c_float({spec.text!r}, {bare!r}, np.float64({v}), {zero_w})"
-        if conv == "p":  # C's pointer format: print the value in hex
-            return (f"fmt.fmt_int(np.int64({v}), 16, False, False, False, {left}, False, True, "
-                    f"{spec.width}, -1)")
-        # %s (and %c): str() of the value, then width / precision
-        if conv == "c":
-            s = f"chr(np.int64({v}))"
-        elif t.is_bool:
-            s = f"fmt.fmt_bool({v})"
+            spec = p if p.conv != "p" else F.Spec("#" + p.flags, p.width, p.prec, "x")
+            return [f"_p = fmt.put_radix(_b, _p, np.int64({v}), np.int64({F.radix_spec(spec)}))"
+                    f"  # {p.c(p.conv)}"]
+        if p.conv in F.FLOAT_CONVS:  # 0-flagged: inf/nan get zeros in Python, spaces in C
+            bare = F.Spec(p.flags.replace("0", ""), 0, p.prec, p.conv).c(p.conv)
+            x = f"np.float64({v})"
+            return [f"if np.isfinite({x}):", f"    _p = fmt.put_c(_b, _p, {p.c(p.conv)!r}, ({x},))", "else:",
+                    f"    _p = fmt.zero_pad(_b, _p, fmt.put_c(_b, _p, {bare!r}, ({x},)), np.int64({p.width}))"]
+        # %s: str() of the value, then width / precision
+        if t.is_bool:
+            put = f"fmt.put_bool(_b, _p, {v})"
         elif t.is_float:
-            s = f"fmt.repr_float(np.float64({v}), {t == T.f32})"
+            put = f"fmt.put_repr{'32' if t == T.f32 else '64'}(_b, _p, np.float64({v}))"
         else:
-            s = f"str({v})"
-        if spec.width or (spec.prec >= 0 and conv != "c"):
-            s = f"fmt.fmt_str({s}, {spec.width}, {left}, {spec.prec})"
-        return s
+            put = (f"fmt.put_c(_b, _p, '%llu', (np.uint64({v}),))" if t == T.u64
+                   else f"fmt.put_c(_b, _p, '%lld', (np.int64({v}),))")
+        if not (p.width or p.prec >= 0):
+            return [f"_p = {put}"]
+        return ["_q = _p", f"_p = {put}",
+                f"_p = fmt.pad(_b, _q, _p, np.int64({p.width}), np.int64({p.prec}), np.bool_({'-' in p.flags}))"]
 
 
 # --------------------------------------------------------------------------- functions

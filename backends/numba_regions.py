@@ -176,6 +176,7 @@ class Program:
         self.team: List[TeamNode] = split(kernel.body, self.regions) if self.has_sync else []
         self.states: List[str] = self._state_vars() if self.has_sync else []
         self.has_return = any(ir.Return in escapes(r) for r in self.regions)
+        self.has_escape = any(escapes(r) & {ir.Break, ir.Continue} for r in self.regions)
 
     # ----------------------------------------------------------------- analysis
 
@@ -240,7 +241,7 @@ class Program:
         return ", ".join([f"{self.names[p.name]}_nd" if isinstance(p, ir.TensorParam) else self.names[p.name]
                           for p in self.k.params] + ["_grid"])
 
-    def scratch_alloc(self, pad: str, per_tile: bool = False, helper: bool = False) -> List[str]:
+    def scratch_alloc(self, pad: str, per_tile: bool = False) -> List[str]:
         lines = []
         for s in self.k.scratch:
             size = 1
@@ -248,7 +249,7 @@ class Program:
                 size *= d
             shape = f"(_grid, {size})" if per_tile else str(size)
             suffix = "_tiles" if per_tile else ""
-            alloc = "rt.empty" if helper else "np.empty"
+            alloc = "rt.empty" if per_tile else "np.empty"  # per_tile: inside a parallel function
             lines.append(f"{pad}{self.names[s.name]}{suffix} = {alloc}({shape}, {storage_np(s.dtype)})"
                          f"  # scratch {s.name}: {s.dtype}{list(s.shape)}")
         return lines
@@ -279,6 +280,7 @@ class Program:
             for r in self.regions:
                 out += ["", *self.region_function(r), ""]
             out += ["", *self.team_function(False), ""]
+            out += ["", *self.dispatch_functions(), ""]
         else:
             out += ["", *self.thread_function(), ""]
         out += ["", *self.entry(False), "", "", *self.entry(True)]
@@ -324,65 +326,91 @@ class Program:
         out += ["    " + x for x in tail]
         return out
 
-    def team_function(self, parallel: bool) -> List[str]:
-        """One team: allocate scratch and per-thread copies, then run regions and team control flow.
+    def team_args(self) -> List[str]:
+        """What a region may need from its team: every argument, scratch, per-thread arrays, flags."""
+        out = self.flat_args() + [f"_st_{self.names[n]}" for n in self.states]
+        if self.has_return:
+            out.append("_done")
+        if self.has_escape:
+            out.append("_status")
+        return out
 
-        The parallel variant touches its arrays only through rt helpers (see numba_runtime.get).
+    def dispatch_functions(self) -> List[str]:
+        """``run_threads``: the one prange of a team, running region ``_which`` for every thread.
+
+        Keeping the team's control flow out of parallel functions keeps numba's parfor passes
+        (slow to compile, and prone to reordering array reads around loops) away from it.
         """
-        loop = "prange" if parallel else "range"
+        args = ", ".join(["_which", "_t", "_tile", "_ntiles"] + self.team_args())
+        out = ["@njit(**JIT)", f"def dispatch({args}):",
+               '    """Run region _which for thread _t."""']
+        for r in self.regions:
+            _u, _s, rargs, _e = self.region_args(r)
+            out += [f"    {'if' if r.index == 0 else 'elif'} _which == {r.index}:",
+                    f"        region_{r.index}({', '.join(['_t', '_tile', '_ntiles'] + rargs)})"]
+        pargs = ", ".join(["_which", "_tile", "_ntiles"] + self.team_args())
+        out += ["", "", "@njit(parallel=True, **JIT)", f"def run_threads({pargs}):",
+                f'    """Region _which for the {self.threads} threads of a team, in parallel (the barrier is the loop end)."""',
+                f"    for _t in prange({self.threads}):",
+                f"        dispatch({args.replace('_which, _t', '_which, np.int64(_t)', 1)})"]
+        return out
+
+    def team_function(self, parallel: bool) -> List[str]:
+        """One team: scratch and per-thread copies, then regions under the team's control flow.
+
+        ``team_serial`` runs each region's threads one after the other; ``launch_team`` (one
+        team, grid == 1) hands each region to ``run_threads``.
+        """
         T_ = self.threads
-        zeros = "rt.zeros" if parallel else "np.zeros"
-        if parallel:  # an entry point: one team (grid == 1) whose regions each run in a prange
-            out = ["@njit(parallel=True, **JIT)", f"def launch_team({self.entry_params()}):",
-                   f'    """Run one team of {self.k.name}, each region\'s {T_} threads in a prange."""']
-            out += self.prelude() + ["    _tile = 0", "    _ntiles = 1"]
+        if parallel:
+            out = ["@njit(**JIT)", f"def launch_team({self.entry_params()}):",
+                   f'    """Run one team of {self.k.name}, each region\'s {T_} threads in parallel."""']
+            # np.int64(): a plain 0 would make numba compile literal-typed copies of every callee
+            out += self.prelude() + ["    _tile = np.int64(0)", "    _ntiles = np.int64(1)"]
         else:
             out = ["@njit(**JIT)",
                    f"def team_serial({', '.join(['_tile', '_ntiles'] + self.flat_args_without_scratch())}):",
                    f'    """One team of {T_} threads, one after the other in each region."""']
-        out += self.scratch_alloc("    ", helper=parallel)
+        out += self.scratch_alloc("    ")
         for n in self.states:
             t = self.local_type(n)
             nm = self.names[n]
             if n in self.gen.assigned_params:
-                out.append(f"    _st_{nm} = {'rt.full' if parallel else 'np.full'}({T_}, {nm})"
-                           f"  # {n}: {t}, one copy per thread")
+                out.append(f"    _st_{nm} = np.full({T_}, {nm})  # {n}: {t}, one copy per thread")
             else:
-                out.append(f"    _st_{nm} = {zeros}({T_}, {np_ctor(t)})  # {n}: {t}, one copy per thread")
+                out.append(f"    _st_{nm} = np.zeros({T_}, {np_ctor(t)})  # {n}: {t}, one copy per thread")
         if self.has_return:
-            out.append(f"    _done = {zeros}({T_}, np.bool_)")
-        if any(escapes(r) & {ir.Break, ir.Continue} for r in self.regions):
-            out.append(f"    _status = {zeros}({T_}, np.int8)")
+            out.append(f"    _done = np.zeros({T_}, np.bool_)")
+        if self.has_escape:
+            out.append(f"    _status = np.zeros({T_}, np.int8)")
         out.append("    _lead = 0  # the thread whose copies decide team-level control flow")
-        if parallel:
-            scope = Scope(self.names, tid="_lead", local=lambda n: f"rt.get(_st_{self.names[n]}, _lead)",
-                          opaque=True)
-        else:
-            scope = Scope(self.names, tid="_lead", local=lambda n: f"_st_{self.names[n]}[_lead]")
-        self._team_block(self.team, scope, loop, 1, 0, out)
+        scope = Scope(self.names, tid="_lead", local=lambda n: f"_st_{self.names[n]}[_lead]")
+        self._team_block(self.team, scope, parallel, 1, 0, out)
         return out
 
-    def _team_block(self, nodes, scope, loop, depth, loops, out) -> None:
+    def _team_block(self, nodes, scope, parallel, depth, loops, out) -> None:
         pad = "    " * depth
         start = len(out)
         for n in nodes:
             if isinstance(n, Region):
                 _u, _s, args, esc = self.region_args(n)
-                call = f"region_{n.index}({', '.join(['_t', '_tile', '_ntiles'] + args)})"
-                out += [f"{pad}for _t in {loop}({self.threads}):", f"{pad}    {call}"]
+                if parallel:
+                    out.append(f"{pad}run_threads({', '.join([f'np.int64({n.index})', '_tile', '_ntiles'] + self.team_args())})")
+                else:
+                    out += [f"{pad}for _t in range({self.threads}):",
+                            f"{pad}    region_{n.index}({', '.join(['_t', '_tile', '_ntiles'] + args)})"]
                 if ir.Return in esc:
                     out += [f"{pad}_lead = rt.first_live(_done)", f"{pad}if _lead < 0:", f"{pad}    return"]
-                status = "rt.get(_status, _lead)" if scope.opaque else "_status[_lead]"
                 if ir.Break in esc:
-                    out += [f"{pad}if {status} == {BREAK}:", f"{pad}    break"]
+                    out += [f"{pad}if _status[_lead] == {BREAK}:", f"{pad}    break"]
                 if ir.Continue in esc:
-                    out += [f"{pad}if {status} == {CONTINUE}:", f"{pad}    continue"]
+                    out += [f"{pad}if _status[_lead] == {CONTINUE}:", f"{pad}    continue"]
             elif isinstance(n, TeamIf):
                 out.append(f"{pad}if {self.gen.typed(n.stmt.cond, T.bool_, scope)}:  # team-uniform")
-                self._team_block(n.body, scope, loop, depth + 1, loops, out)
+                self._team_block(n.body, scope, parallel, depth + 1, loops, out)
                 if n.orelse:
                     out.append(f"{pad}else:")
-                    self._team_block(n.orelse, scope, loop, depth + 1, loops, out)
+                    self._team_block(n.orelse, scope, parallel, depth + 1, loops, out)
             else:
                 s = n.stmt
                 if isinstance(s, ir.For):
@@ -390,11 +418,10 @@ class Program:
                     bounds = ", ".join(self.gen.typed(x, T.i64, scope) for x in (s.start, s.stop, s.step))
                     out.append(f"{pad}for {c} in range({bounds}):  # team-uniform")
                     value = cast(c, T.i64, self.gen.types.get(s.var, T.i64))
-                    st = f"_st_{self.names[s.var]}"
-                    out.append(f"{pad}    rt.fill({st}, {value})" if scope.opaque else f"{pad}    {st}[:] = {value}")
+                    out.append(f"{pad}    _st_{self.names[s.var]}[:] = {value}")
                 else:
                     out.append(f"{pad}while {self.gen.typed(s.cond, T.bool_, scope)}:  # team-uniform")
-                self._team_block(n.body, scope, loop, depth + 1, loops + 1, out)
+                self._team_block(n.body, scope, parallel, depth + 1, loops + 1, out)
         if len(out) == start:
             out.append(pad + "pass")
 
@@ -413,7 +440,7 @@ class Program:
         if self.has_sync:
             args = ", ".join(self.flat_args_without_scratch())
             if parallel:
-                out += ["    for _tile in prange(_grid):", f"        team_serial(_tile, _grid{_lead_comma(args)})"]
+                out += ["    for _tile in prange(_grid):", f"        team_serial(np.int64(_tile), _grid{_lead_comma(args)})"]
             else:
                 out += ["    for _tile in range(_grid):", f"        team_serial(_tile, _grid{_lead_comma(args)})"]
             return out
@@ -421,10 +448,10 @@ class Program:
         args = self.flat_args(u)
         scratch = {self.names[s.name] for s in self.k.scratch}
         if parallel:
-            out += self.scratch_alloc("    ", per_tile=True, helper=True)
+            out += self.scratch_alloc("    ", per_tile=True)
             call_args = [f"{a}_tiles[_tile]" if a in scratch else a for a in args]
-            out += [f"    for _g in prange(_grid * {T_}):", f"        _tile = _g // {T_}",
-                    f"        thread({', '.join([f'_g - _tile * {T_}', '_tile', '_grid'] + call_args)})"]
+            out += [f"    for _g in prange(_grid * {T_}):", f"        _tile = np.int64(_g) // {T_}",
+                    f"        thread({', '.join([f'np.int64(_g) - _tile * {T_}', '_tile', '_grid'] + call_args)})"]
         else:
             out += self.scratch_alloc("    ")
             out += ["    for _tile in range(_grid):", f"        for _tid in range({T_}):",

@@ -181,37 +181,11 @@ def first_live(done):
     return -1
 
 
-# numba's parfor pass treats an np.zeros array whose only writes happen inside called
-# functions as still all-zero after a prange (reads after the loop see 0): team-level
-# arrays are therefore allocated through these opaque helpers.
-
-@njit(**_JIT)
-def zeros(n, dtype):
-    """A zero-filled team array (per-thread copies, done flags, status codes)."""
-    return np.zeros(n, dtype)
-
-
-@njit(**_JIT)
-def full(n, value):
-    """Per-thread copies of a scalar parameter the kernel assigns to."""
-    return np.full(n, value)
-
+# numba's parfor pass treats an array allocated in a parallel function, whose only writes
+# happen inside called functions, as unchanged after a prange (seen with np.zeros): the
+# parallel entries allocate through this opaque helper.
 
 @njit(**_JIT)
 def empty(shape, dtype):
-    """Scratch memory: contents undefined at the start of a launch."""
+    """Scratch memory of every tile: contents undefined at the start of a launch."""
     return np.empty(shape, dtype)
-
-
-# Team-level code of a parallel team function reads and writes its arrays only through
-# these calls: numba's parfor pass may otherwise move a plain a[i] across the prange loops
-# whose called regions write ``a`` (e.g. a while condition evaluated before the first loop).
-
-@njit(**_JIT)
-def get(a, i):
-    return a[i]
-
-
-@njit(**_JIT)
-def fill(a, v):
-    a[:] = v
