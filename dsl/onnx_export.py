@@ -37,7 +37,11 @@ def export(graph: Graph, check: bool = True):
     nodes, inits = ctx.body(graph)
     inputs = [_value_info(t.name, t.spec, symbolic=True) for t in graph.inputs]
     outputs = [_value_info(t.name, t.spec, symbolic=False) for t in graph.outputs]
-    g = helper.make_graph(nodes, graph.name, inputs, outputs, initializer=inits)
+    # types of intermediates: custom-domain nodes have no ONNX type inference of their own
+    out_names = {t.name for t in graph.outputs}
+    value_info = [_value_info(t.name, t.spec, symbolic=False) for n in graph.nodes for t in n.outputs
+                  if t.name not in out_names]
+    g = helper.make_graph(nodes, graph.name, inputs, outputs, initializer=inits, value_info=value_info)
     opsets = ctx.opsets(graph.opset_imports)
     for fn in ctx.functions.values():  # functions use the model's version of every domain
         domains = {""} | {n.domain for n in fn.node}
