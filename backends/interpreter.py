@@ -298,7 +298,12 @@ class _Team:
         with self.cond:
             buf = self.scratch.get(key)
             if buf is None:
-                buf = Tensor(_poisoned(shape, dtype), self.launch.scratch_name(frame), "inout", dtype)
+                decl = self.launch.scratch_decl(frame)
+                if decl is not None:  # the checked declaration: TypeVars and dsl.const sizes resolved
+                    name, shape, dtype = decl.name, decl.shape, decl.dtype
+                else:
+                    name = f"scratch@line{frame.f_lineno if frame is not None else 0}"
+                buf = Tensor(_poisoned(shape, dtype), name, "inout", dtype)
                 self.scratch[key] = buf
             return buf
 
@@ -397,12 +402,13 @@ class _Launch:
         exc.__traceback__ = _trim(exc.__traceback__)
         self._fail(_wrap_exception(self, exc, tid, tile))
 
-    def scratch_name(self, frame) -> str:
-        line = frame.f_lineno if frame is not None else 0
-        for s in self.kernel.scratch:
-            if s.loc.line == line:
-                return s.name
-        return f"scratch@line{line}"
+    def scratch_decl(self, frame) -> Optional[ir.Scratch]:
+        """The kernel's ``ir.Scratch`` declared on the line ``frame`` is at."""
+        if frame is not None:
+            for s in self.kernel.scratch:
+                if s.loc.line == frame.f_lineno:
+                    return s
+        return None
 
 
 def _trim(tb):
