@@ -79,13 +79,16 @@ class Names:
         self.taken: set = set()
 
     def _bad(self, name: str) -> bool:
-        return (name in self.reserved or name in self.taken or bool(_VECTOR_TYPES.match(name))
-                or name.startswith(self.prefix) or name.startswith("__") or name.startswith("get_"))
+        return name in self.reserved or name in self.taken or bool(_VECTOR_TYPES.match(name))
+
+    def _prefixed(self, name: str) -> bool:
+        """Prefixes owned by the target or the emitter (OpenCL builtins, helpers, reserved __)."""
+        return name.startswith(self.prefix) or name.startswith("__") or name.startswith("get_")
 
     def user(self, name: str) -> str:
         """The C spelling of user identifier ``name`` (same every time)."""
         if name not in self.map:
-            c = name
+            c = "u" + name if self._prefixed(name) else name
             while self._bad(c):
                 c = c + "_"
             self.map[name] = c
@@ -94,6 +97,7 @@ class Names:
 
     def fresh(self, base: str) -> str:
         """A new generated identifier based on ``base``."""
+        base = "u" + base if self._prefixed(base) else base
         c = base
         n = 1
         while self._bad(c) or c in self.map:

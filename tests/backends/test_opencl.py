@@ -341,3 +341,20 @@ def test_negative_literals_never_form_a_decrement():
     out = np.zeros(2, np.float32)
     negatives(out, backend="opencl")
     assert out[0] == 0.0 and not np.signbit(out[0]) and out[1] == -1.5
+
+
+@dsl.kernel(threads=1)
+def odd_names(out: Out[f32]):
+    get_local_id = 1.0
+    __x = 2.0
+    opdsl_min_float = 3.0
+    float4 = 4.0
+    out[0] = get_local_id + __x + opdsl_min_float + float4 + min(out[0], 0.0)
+
+
+def test_names_clashing_with_opencl_builtins_and_helpers_are_renamed():
+    out = np.zeros(1, np.float32)
+    odd_names(out, backend="opencl")
+    assert out[0] == 10.0
+    src = odd_names.source("opencl", out)
+    assert "float4_ = " in src and "uget_local_id = " in src
