@@ -352,19 +352,26 @@ def chatty(x: In[f32], n: i64, big: f64):
     dsl.log.info("t=%d v=%f g=%g s=%s h=%x H=%#X o=%o", t, v, v, v, n + t, n, n)
     dsl.log.warn("[%8.3f|%-8.2e|%+g|%05d|%-5d|%5s|%.2s] %%", v, big, big, t - 1, t, t, v)
     dsl.log.debug("f64 %s %s %g %e i8 %s bool %s", big, big * 1e20, big * 1e-7, big, i8(t - 3), v > 0)
-    print("plain", v, t, n > 0)
 
 
-def test_log_formats_like_python_percent(capfd):
+@dsl.kernel(threads=1, grid=2)
+def printer(x: In[f32], n: i64):
+    v = x[dsl.tile_id()]
+    print("plain", v, dsl.tile_id(), n > 0, f64(v) / 3)
+
+
+def test_log_and_print_format_like_python(capfd):
     x = np.array([0.1, -2.75], np.float32)
-    args = (x, 255, 1234.5678)
-    chatty(*args, backend="interpreter")
-    expected = sorted(capfd.readouterr().out.splitlines())
-    chatty(*args, backend="numba")
-    got = sorted(capfd.readouterr().out.splitlines())
-    assert got == expected
-    assert len(got) == 16 and any("h=100 H=0XFF o=377" in line for line in got)
-    assert any(line.startswith("[chatty t=1 tile=1] ") for line in got)
+    for kernel, args in ((chatty, (x, 255, 1234.5678)), (printer, (x, 3))):
+        kernel(*args, backend="interpreter")
+        expected = sorted(capfd.readouterr().out.splitlines())
+        kernel(*args, backend="numba")
+        got = sorted(capfd.readouterr().out.splitlines())
+        assert got == expected
+    assert "plain -2.75 1 True -0.9166666666666666" in got
+    chatty(x, 255, 1234.5678, backend="numba")
+    lines = capfd.readouterr().out.splitlines()
+    assert len(lines) == 12 and "[chatty t=1 tile=1] t=1 v=-2.750000 g=-2.75 s=-2.75 h=100 H=0XFF o=377" in lines
 
 
 def test_float_str_is_numpys_shortest_repr():
