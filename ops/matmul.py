@@ -5,7 +5,7 @@ One kernel, ``gemm_kernel``, serves all three and every dtype: it reads A and B
 through strides, so transposes cost nothing, and a size-1 batch axis of A or B is
 broadcast.  Each work item computes four neighbouring outputs of one row with four
 accumulators (every A element loaded is used four times); items are split evenly
-across the team.
+across every thread of a grid of teams sized to the job (``grid_for``).
 """
 from __future__ import annotations
 
@@ -23,6 +23,13 @@ T = dsl.TypeVar("T")
 
 MATMUL_TYPES = (f16, bf16, f32, f64, i32, i64, u32, u64)
 COLS = 4  # outputs per work item
+MACS_PER_TEAM = 1 << 16  # multiply-adds that justify one more team in the grid
+
+
+def grid_for(macs: int, most: int = 64) -> int:
+    """Teams to launch for a job of ``macs`` multiply-adds: small jobs stay one team (no
+    launch overhead), big ones spread over many (OpenCL work-groups, numba prange)."""
+    return max(1, min(most, macs // MACS_PER_TEAM))
 
 
 @dsl.kernel
@@ -44,7 +51,12 @@ def gemm_kernel(a: In[T, 3], b: In[T, 3], c: In[T, 2], y: Out[T, 3],
     sci = c.shape[1] if c.shape[0] > 1 else 0
     scj = 1 if c.shape[1] > 1 else 0
     blocks = (n + COLS - 1) // COLS
-    lo, hi = dsl.split(y.shape[0] * m * blocks)
+    # work items are shared by every thread of every team of the grid
+    items = y.shape[0] * m * blocks
+    workers = dsl.num_tiles() * dsl.num_threads()
+    chunk = (items + workers - 1) // workers
+    lo = min((dsl.tile_id() * dsl.num_threads() + dsl.thread_id()) * chunk, items)
+    hi = min(lo + chunk, items)
     for item in range(lo, hi):
         row = item // blocks
         j0 = (item - row * blocks) * COLS
@@ -141,8 +153,8 @@ class MatMul(dsl.Op):
             sa = av[tuple(i if av.shape[d] > 1 else 0 for d, i in enumerate(idx))] if idx else av
             sb = bv[tuple(i if bv.shape[d] > 1 else 0 for d, i in enumerate(idx))] if idx else bv
             sy = yv[idx] if idx else yv
-            impl(sa, sb, bias, sy,
-                 trans_a=0, trans_b=0, scaled=0, alpha=1.0, beta=0.0, backend=backend)
+            impl(sa, sb, bias, sy, trans_a=0, trans_b=0, scaled=0, alpha=1.0, beta=0.0, backend=backend,
+                 grid=grid_for(sy.size * k))
 
 
 # --------------------------------------------------------------------------- Gemm
@@ -195,7 +207,8 @@ class Gemm(dsl.Op):
         plain = self.alpha == 1.0 and beta == 1.0
         impl(a.reshape((1,) + a.shape), b.reshape((1,) + b.shape), c2, y.reshape((1,) + y.shape),
              trans_a=int(bool(self.transA)), trans_b=int(bool(self.transB)), scaled=0 if plain else 1,
-             alpha=self.alpha, beta=beta, backend=backend)
+             alpha=self.alpha, beta=beta, backend=backend,
+             grid=grid_for(y.size * (a.shape[0] if self.transA else a.shape[1])))
 
 
 # --------------------------------------------------------------------------- FullyConnected
@@ -229,4 +242,5 @@ class FullyConnected(dsl.Op):
         bias = _zero_bias(y.dtype) if b is None else b.reshape(1, units)
         rows = int(np.prod(x.shape[:-1], dtype=np.int64))
         impl(x.reshape(1, rows, k), w.reshape(1, units, k), bias, y.reshape(1, rows, units),
-             trans_a=0, trans_b=1, scaled=0, alpha=1.0, beta=0.0, backend=backend)
+             trans_a=0, trans_b=1, scaled=0, alpha=1.0, beta=0.0, backend=backend,
+             grid=grid_for(y.size * k))

@@ -2,9 +2,11 @@
 
 Two kernels, one per data format (PPL.NN): ``conv_nchw`` on plain tensors and
 ``conv_nchwc16`` on channel-blocked ones (N, C/16, H, W, 16), chosen by the graph
-compiler through ``Conv.select_format``; weights and bias stay plain.  Each thread
-takes a contiguous share of output elements; the kernel-window bounds are clipped
-to the image once per output, so the inner loops carry no padding tests.  1-D
+compiler through ``Conv.select_format``; weights and bias stay plain.  Every thread
+of a grid of teams sized to the job takes a contiguous share of output rows and
+accumulates a row in its own line of a workspace (f32, or f64 for f64 data, so
+f16/bf16 sums are not rounded at every step).  Window bounds are clipped to the
+image once per row and weight, so the inner loops carry no padding tests.  1-D
 convolutions run as 2-D ones with H = 1.
 """
 from __future__ import annotations
@@ -14,19 +16,24 @@ from typing import Optional, Tuple
 import numpy as np
 
 import dsl
-from dsl import In, Out, i64, f16, bf16, f32, f64
+from dsl import In, InOut, Out, i64, f16, bf16, f32, f64
 from dsl.op import TensorSpec, VerifyError
 from ops.elementwise import require_dtype, same_dtype
+from ops.matmul import grid_for
 
 T = dsl.TypeVar("T")
+A = dsl.TypeVar("A")  # accumulator: f32 for f16/bf16/f32 data, f64 for f64
 CONV_TYPES = (f16, bf16, f32, f64)
 BLOCK = 16
 
 
 @dsl.kernel
-def conv_nchw(x: In[T, 4], w: In[T, 4], bias: In[T, 1], y: Out[T, 4], group: i64,
+def conv_nchw(x: In[T, 4], w: In[T, 4], bias: In[T, 1], y: Out[T, 4], acc: InOut[A, 2], group: i64,
               stride_h: i64, stride_w: i64, dil_h: i64, dil_w: i64, pad_t: i64, pad_l: i64):
-    """y[n, m, oh, ow] = bias[m] + Σ x[n, g·C/G + c, oh·s - p + kh·d, ...] · w[m, c, kh, kw]."""
+    """y[n, m, oh, ow] = bias[m] + Σ x[n, g·C/G + c, oh·s - p + kh·d, ...] · w[m, c, kh, kw].
+
+    One work item is an output row (n, m, oh): per weight, the inner loop runs along the
+    row (contiguous for stride 1), accumulating in this worker's row of ``acc``."""
     m_out = y.shape[1]
     oh_n = y.shape[2]
     ow_n = y.shape[3]
@@ -37,36 +44,45 @@ def conv_nchw(x: In[T, 4], w: In[T, 4], bias: In[T, 1], y: Out[T, 4], group: i64
     kh_n = w.shape[2]
     kw_n = w.shape[3]
     mg = m_out // group
-    lo, hi = dsl.split(y.size)
-    for o in range(lo, hi):
-        ow = o % ow_n
-        r = o // ow_n
-        oh = r % oh_n
-        r = r // oh_n
+    rows = y.shape[0] * m_out * oh_n
+    worker = dsl.tile_id() * dsl.num_threads() + dsl.thread_id()
+    chunk = (rows + acc.shape[0] - 1) // acc.shape[0]
+    lo = min(worker * chunk, rows)
+    hi = min(lo + chunk, rows)
+    pacc = worker * acc.shape[1]
+    for row in range(lo, hi):
+        oh = row % oh_n
+        r = row // oh_n
         m = r % m_out
         nb = r // m_out
+        for ow in range(ow_n):
+            acc.flat[pacc + ow] = 0
         ih0 = oh * stride_h - pad_t
-        iw0 = ow * stride_w - pad_l
-        # window rows/cols that land inside the image
-        kh_lo = 0 if ih0 >= 0 else (dil_h - 1 - ih0) // dil_h
+        kh_lo = 0 if ih0 >= 0 else (dil_h - 1 - ih0) // dil_h  # window rows inside the image
         kh_hi = min(kh_n, (ih_n - ih0 + dil_h - 1) // dil_h)
-        kw_lo = 0 if iw0 >= 0 else (dil_w - 1 - iw0) // dil_w
-        kw_hi = min(kw_n, (iw_n - iw0 + dil_w - 1) // dil_w)
-        acc = bias.flat[m] * 0
-        xc = (nb * c_in + (m // mg) * cg) * ih_n
+        xc = nb * c_in + (m // mg) * cg
         for c in range(cg):
             for kh in range(kh_lo, kh_hi):
-                px = ((xc + c * ih_n) + ih0 + kh * dil_h) * iw_n + iw0
+                px = ((xc + c) * ih_n + ih0 + kh * dil_h) * iw_n
                 pw = ((m * cg + c) * kh_n + kh) * kw_n
-                for kw in range(kw_lo, kw_hi):
-                    acc += x.flat[px + kw * dil_w] * w.flat[pw + kw]
-        y.flat[o] = acc + bias.flat[m]
+                for kw in range(kw_n):
+                    wv = w.flat[pw + kw]
+                    off = kw * dil_w - pad_l
+                    ow_lo = 0 if off >= 0 else (stride_w - 1 - off) // stride_w  # columns inside
+                    ow_hi = min(ow_n, (iw_n - off + stride_w - 1) // stride_w)
+                    for ow in range(ow_lo, ow_hi):
+                        acc.flat[pacc + ow] += wv * x.flat[px + ow * stride_w + off]
+        bv = bias.flat[m]
+        py = row * ow_n
+        for ow in range(ow_n):
+            y.flat[py + ow] = acc.flat[pacc + ow] + bv
 
 
 @dsl.kernel
-def conv_nchwc16(x: In[T, 5], w: In[T, 4], bias: In[T, 1], y: Out[T, 5], group: i64,
+def conv_nchwc16(x: In[T, 5], w: In[T, 4], bias: In[T, 1], y: Out[T, 5], acc: InOut[A, 2], group: i64,
                  stride_h: i64, stride_w: i64, dil_h: i64, dil_w: i64, pad_t: i64, pad_l: i64):
-    """conv_nchw on channel-blocked tensors; padding output channels are written as 0."""
+    """conv_nchw on channel-blocked tensors; a work item is a row of 16 channels
+    (n, m // 16, oh) and padding output channels are written as 0."""
     m_out = w.shape[0]
     c_blocks = x.shape[1]
     m_blocks = y.shape[1]
@@ -78,36 +94,45 @@ def conv_nchwc16(x: In[T, 5], w: In[T, 4], bias: In[T, 1], y: Out[T, 5], group: 
     kh_n = w.shape[2]
     kw_n = w.shape[3]
     mg = m_out // group
-    lo, hi = dsl.split(y.size)
-    for o in range(lo, hi):
-        lane = o % BLOCK
-        r = o // BLOCK
-        ow = r % ow_n
-        r = r // ow_n
-        oh = r % oh_n
-        r = r // oh_n
-        m = (r % m_blocks) * BLOCK + lane
+    rows = y.shape[0] * m_blocks * oh_n
+    worker = dsl.tile_id() * dsl.num_threads() + dsl.thread_id()
+    chunk = (rows + acc.shape[0] - 1) // acc.shape[0]
+    lo = min(worker * chunk, rows)
+    hi = min(lo + chunk, rows)
+    pacc = worker * acc.shape[1]
+    for row in range(lo, hi):
+        oh = row % oh_n
+        r = row // oh_n
+        mb = r % m_blocks
         nb = r // m_blocks
-        if m >= m_out:
-            y.flat[o] = 0
-        else:
-            ih0 = oh * stride_h - pad_t
-            iw0 = ow * stride_w - pad_l
-            kh_lo = 0 if ih0 >= 0 else (dil_h - 1 - ih0) // dil_h
-            kh_hi = min(kh_n, (ih_n - ih0 + dil_h - 1) // dil_h)
-            kw_lo = 0 if iw0 >= 0 else (dil_w - 1 - iw0) // dil_w
-            kw_hi = min(kw_n, (iw_n - iw0 + dil_w - 1) // dil_w)
-            acc = bias.flat[m] * 0
+        for j in range(ow_n * BLOCK):
+            acc.flat[pacc + j] = 0
+        ih0 = oh * stride_h - pad_t
+        kh_lo = 0 if ih0 >= 0 else (dil_h - 1 - ih0) // dil_h
+        kh_hi = min(kh_n, (ih_n - ih0 + dil_h - 1) // dil_h)
+        for lane in range(min(BLOCK, m_out - mb * BLOCK)):
+            m = mb * BLOCK + lane
             c0 = (m // mg) * cg
             for c in range(cg):
                 ci = c0 + c
                 plane = (nb * c_blocks + ci // BLOCK) * ih_n
                 for kh in range(kh_lo, kh_hi):
-                    px = ((plane + ih0 + kh * dil_h) * iw_n + iw0) * BLOCK + ci % BLOCK
+                    px = (plane + ih0 + kh * dil_h) * iw_n * BLOCK + ci % BLOCK
                     pw = ((m * cg + c) * kh_n + kh) * kw_n
-                    for kw in range(kw_lo, kw_hi):
-                        acc += x.flat[px + kw * dil_w * BLOCK] * w.flat[pw + kw]
-            y.flat[o] = acc + bias.flat[m]
+                    for kw in range(kw_n):
+                        wv = w.flat[pw + kw]
+                        off = kw * dil_w - pad_l
+                        ow_lo = 0 if off >= 0 else (stride_w - 1 - off) // stride_w
+                        ow_hi = min(ow_n, (iw_n - off + stride_w - 1) // stride_w)
+                        for ow in range(ow_lo, ow_hi):
+                            acc.flat[pacc + ow * BLOCK + lane] += wv * x.flat[px + (ow * stride_w + off) * BLOCK]
+        py = row * ow_n * BLOCK
+        for j in range(ow_n * BLOCK):
+            m = mb * BLOCK + j % BLOCK
+            if m < m_out:
+                y.flat[py + j] = acc.flat[pacc + j] + bias.flat[m]
+            else:
+                y.flat[py + j] = 0
 
 
 # --------------------------------------------------------------------------- geometry
@@ -227,5 +252,8 @@ class Conv(dsl.Op):
             y = y.reshape(y.shape[:2] + (1,) + y.shape[2:])
             strides, dil, begin = (1,) + strides, (1,) + dil, (0,) + begin
         bias = np.zeros(w.shape[0], y.dtype) if b is None else b
-        impl(x, w, bias, y, self.group, strides[0], strides[1], dil[0], dil[1], begin[0], begin[1],
-             backend=backend)
+        grid = grid_for(y.size * w.shape[1] * w.shape[2] * w.shape[3])
+        row = y.shape[3] * (BLOCK if y.ndim == 5 else 1)
+        acc = np.empty((grid * impl.threads, row), np.float64 if y.dtype == np.float64 else np.float32)
+        impl(x, w, bias, y, acc, self.group, strides[0], strides[1], dil[0], dil[1], begin[0], begin[1],
+             backend=backend, grid=grid)
