@@ -13,14 +13,11 @@ import numpy as np
 
 from backends import opencl_runtime as rt
 from backends.base import Backend, CompileRequest, Launcher
-from backends.cstyle import CStyleRenderer, Rendered, c_escape, printf_args
+from backends.cstyle import CStyleRenderer, Rendered
+from backends.cstyle_helpers import Unsupported, c_escape, printf_args
 from dsl import ir
 from dsl import types as T
-from dsl.errors import UNKNOWN, CompileError, SourceLoc
-
-
-class Unsupported(Exception):
-    """A construct this target cannot express; the caller adds the source location."""
+from dsl.errors import CompileError, SourceLoc
 
 
 class OpenCLRenderer(CStyleRenderer):
@@ -56,12 +53,6 @@ class OpenCLRenderer(CStyleRenderer):
                 f"  ushort h;\n"
                 f"  vstore_half_rte(f, 0, (__private half*)&h);\n"
                 f"  return vload_half(0, (__private const half*)&h);\n}}")
-
-    def stmt_AtomicAdd(self, s: ir.AtomicAdd) -> None:
-        try:
-            super().stmt_AtomicAdd(s)
-        except Unsupported as e:
-            raise CompileError(str(e), s.loc) from None
 
     def atomic_add(self, ptr: str, dtype: T.DType, value: str, space: str) -> str:
         name = dtype.name
@@ -197,7 +188,7 @@ class OpenCLBackend(Backend):
                                SourceLoc(request.kernel.filename, request.kernel.firstline)) from None
         check_device(rendered, request.kernel, dev)
         try:
-            program = rt.build(rendered.source, extra_key=request.key)
+            program = rt.build(rendered.source, rt.dsl_options(dev), extra_key=request.key)
         except rt.BuildError as e:
             raise build_error(e, rendered, request.kernel) from None
         return OpenCLLauncher(program, rendered, request.kernel)

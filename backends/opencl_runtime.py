@@ -151,6 +151,14 @@ def reset() -> None:
 _build_lock = threading.Lock()
 
 
+def dsl_options(dev: Device) -> str:
+    """Build options for generated kernels: Python's (IEEE, correctly rounded) float / and sqrt."""
+    opts = BUILD_OPTIONS
+    if dev.device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT:
+        opts += " -cl-fp32-correctly-rounded-divide-sqrt"
+    return opts
+
+
 def program_key(source: str, options: str, dev: Device, extra: str = "") -> str:
     h = hashlib.sha256()
     for part in (source, options, dev.identity, extra):

@@ -17,7 +17,6 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-import dsl  # noqa: E402
 from backends import base  # noqa: E402
 
 DTYPES = ("f32", "f64", "i32", "i64")

@@ -1,0 +1,149 @@
+"""C text the emitter adds on demand: Python-exact arithmetic, bf16 bits, printf formats.
+
+Kept apart from the emitter (backends/cstyle.py) because it is a small runtime
+library, not translation logic: each ``helper_<kind>`` returns one C function,
+emitted once per kernel before its first user, named ``opdsl_<kind>_<ctype>``.
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from dsl import types as T
+
+
+class Unsupported(Exception):
+    """A construct the target cannot express; the emitter adds the user's source location."""
+
+
+class CHelpers:
+    func_prefix = "static "
+    helper_prefix = "opdsl_"
+    type_map: Dict[str, str] = {}
+    helpers: Dict[str, str]
+
+    def helper(self, kind: str, dtype: Optional[T.DType] = None, extra: str = "") -> str:
+        ctype = self.type_map[dtype.name] if dtype is not None else ""
+        name = self.helper_prefix + kind + (f"_{ctype}" if ctype else "") + (f"_{extra}" if extra else "")
+        if name not in self.helpers:
+            self.helpers[name] = getattr(self, "helper_" + kind)(name, ctype, dtype, extra)
+        return name
+
+    def helper_floordiv(self, name, t, dtype, extra):
+        if dtype.is_float:
+            return (f"{self.func_prefix}{t} {name}({t} a, {t} b) {{\n"
+                    f"  // Python a // b: numpy's divmod-based floor division\n"
+                    f"  if (b == 0) return a / b;\n"
+                    f"  {t} m = fmod(a, b);\n"
+                    f"  {t} d = (a - m) / b;\n"
+                    f"  if (m != 0 && ((b < 0) != (m < 0))) d -= 1;\n"
+                    f"  if (d == 0) return copysign(({t})0, a / b);\n"
+                    f"  {t} f = floor(d);\n"
+                    f"  return (d - f > ({t})0.5) ? f + 1 : f;\n}}")
+        return (f"{self.func_prefix}{t} {name}({t} a, {t} b) {{\n"
+                f"  // Python a // b (rounds toward -inf); 0 when b == 0 like numpy\n"
+                f"  if (b == 0) return 0;\n"
+                f"  {t} q = ({t})(a / b);\n"
+                f"  return (({t})(q * b) != a && ((a < 0) != (b < 0))) ? ({t})(q - 1) : q;\n}}")
+
+    def helper_mod(self, name, t, dtype, extra):
+        if dtype.is_float:
+            return (f"{self.func_prefix}{t} {name}({t} a, {t} b) {{\n"
+                    f"  // Python a % b: the result has the sign of b\n"
+                    f"  {t} r = fmod(a, b);\n"
+                    f"  if (r != 0) {{ if ((b < 0) != (r < 0)) r += b; }}\n"
+                    f"  else r = copysign(({t})0, b);\n"
+                    f"  return r;\n}}")
+        return (f"{self.func_prefix}{t} {name}({t} a, {t} b) {{\n"
+                f"  // Python a % b: the result has the sign of b; 0 when b == 0 like numpy\n"
+                f"  if (b == 0) return 0;\n"
+                f"  {t} r = ({t})(a % b);\n"
+                f"  return (r != 0 && ((r < 0) != (b < 0))) ? ({t})(r + b) : r;\n}}")
+
+    def helper_ipow(self, name, t, dtype, extra):
+        neg = ("  if (e < 0) return (b == 1) ? 1 : (b == -1) ? ((e & 1) ? -1 : 1) : 0;\n"
+               if dtype.kind == "i" else "")
+        return (f"{self.func_prefix}{t} {name}({t} b, {t} e) {{\n"
+                f"  // integer power by squaring, wrapping like numpy\n{neg}"
+                f"  {t} r = 1;\n"
+                f"  while (e > 0) {{\n"
+                f"    if (e & 1) r = ({t})(r * b);\n"
+                f"    b = ({t})(b * b);\n"
+                f"    e >>= 1;\n"
+                f"  }}\n"
+                f"  return r;\n}}")
+
+    def helper_min(self, name, t, dtype, extra):
+        return f"{self.func_prefix}{t} {name}({t} a, {t} b) {{ return (b < a) ? b : a; }}  // Python min()"
+
+    def helper_max(self, name, t, dtype, extra):
+        return f"{self.func_prefix}{t} {name}({t} a, {t} b) {{ return (b > a) ? b : a; }}  // Python max()"
+
+    def helper_bf16_to_f32(self, name, t, dtype, extra):
+        return f"{self.func_prefix}float {name}(ushort b) {{ return as_float(((uint)b) << 16); }}"
+
+    def helper_f32_to_bf16(self, name, t, dtype, extra):
+        return (f"{self.func_prefix}ushort {name}(float f) {{\n"
+                f"  // round to nearest even, NaN stays a quiet NaN (as ml_dtypes)\n"
+                f"  uint u = as_uint(f);\n"
+                f"  if (isnan(f)) return (ushort)((u >> 16) | 0x40);\n"
+                f"  u += 0x7fffu + ((u >> 16) & 1u);\n"
+                f"  return (ushort)(u >> 16);\n}}")
+
+    def helper_round_bf16(self, name, t, dtype, extra):
+        return (f"{self.func_prefix}float {name}(float f) {{ return {self.helper('bf16_to_f32')}"
+                f"({self.helper('f32_to_bf16')}(f)); }}")
+
+
+def printf_args(fmt: str, args: Sequence[Tuple[str, T.DType]], *, fp64: bool) -> Tuple[str, List[str]]:
+    """Python %-format -> C printf: length modifiers and casts that print what Python prints."""
+    out: List[str] = []
+    cargs: List[str] = []
+    it = iter(args)
+    pos = 0
+    for m in re.finditer(r"%([-+ #0]*)(\d+|\*)?(?:\.(\d+))?([diouxXeEfFgGcrsa%])", fmt):
+        out.append(c_escape(fmt[pos:m.start()]))
+        pos = m.end()
+        flags, width, prec, conv = m.group(1), m.group(2) or "", m.group(3), m.group(4)
+        spec = "%" + flags + width + (f".{prec}" if prec is not None else "")
+        if conv == "%":
+            out.append("%%")
+            continue
+        try:
+            code, t = next(it)
+        except StopIteration:
+            raise ValueError(f"format {fmt!r} needs more arguments than given") from None
+        if conv in "diouxX":
+            c = "d" if conv in "diu" else conv
+            if t.is_bool:
+                out.append(spec + c)
+                cargs.append(f"(int)({code})")
+            elif t.kind == "u":
+                out.append(spec + "l" + ("u" if c == "d" else c))
+                cargs.append(f"(ulong)({code})")
+            else:  # signed ints, and floats truncated the way Python's %d does
+                out.append(spec + "l" + c)
+                cargs.append(f"(long)({code})")
+        elif conv in "eEfFgGa":
+            out.append(spec + conv)
+            cargs.append(f"({'double' if fp64 else 'float'})({code})")
+        elif conv == "c":
+            out.append(spec + "c")
+            cargs.append(f"(int)({code})")
+        else:  # %s / %r: Python's str() of the value
+            if t.is_bool:
+                out.append(spec + "s")
+                cargs.append(f"(({code}) ? \"True\" : \"False\")")
+            elif t.is_float:
+                out.append(spec + "g")
+                cargs.append(f"({'double' if fp64 else 'float'})({code})")
+            else:
+                out.append(spec + ("lu" if t.kind == "u" else "ld"))
+                cargs.append(f"({'ulong' if t.kind == 'u' else 'long'})({code})")
+    out.append(c_escape(fmt[pos:]))
+    return "".join(out), cargs
+
+
+def c_escape(text: str) -> str:
+    return (text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+            .replace("%", "%%"))
