@@ -152,6 +152,7 @@ class CStyleRenderer(CHelpers):
         "f64": "double",
     }
     storage_map: Dict[str, str] = {**type_map, "bool_": "uchar", "f16": "half", "bf16": "ushort"}
+    scratch_storage: Dict[str, str] = {}  # scratch dtypes declared as other bits (cast at each use)
     code_for_team: Dict[str, str] = {"thread_id": "0", "num_threads": "1", "tile_id": "0", "num_tiles": "1"}
     float_funcs = {"exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "tanh": "tanh", "erf": "erf",
                    "sin": "sin", "cos": "cos", "floor": "floor", "ceil": "ceil"}
@@ -287,9 +288,11 @@ class CStyleRenderer(CHelpers):
         self.emit("{")
         self.depth += 1
         for s in k.scratch:
+            self.cur_loc = s.loc
             self._note_type(s.dtype)
             n = int(np.prod(s.shape)) if s.shape else 1
-            self.emit(f"{self.local_prefix}{self.stype(s.dtype)} {self.names.user(s.name)}[{n}];"
+            self.emit(f"{self.local_prefix}{self.scratch_storage.get(s.dtype.name, self.stype(s.dtype))} "
+                      f"{self.names.user(s.name)}[{n}];"
                       f"  // scratch {list(s.shape)} {s.dtype}")
         for line in consts:
             self.emit(line)
@@ -370,7 +373,7 @@ class CStyleRenderer(CHelpers):
 
     def stmt_Store(self, s: ir.Store) -> None:
         buf = self.k.buffer(s.tensor)
-        ptr, off = self.names.user(s.tensor), self.offset(s.tensor, s.index, s.flat)
+        ptr, off = self.pointer(s.tensor), self.offset(s.tensor, s.index, s.flat)
         value = self.expr(s.value)
         name = buf.dtype.name
         if name == "f16":
@@ -551,9 +554,17 @@ class CStyleRenderer(CHelpers):
                 f"{text} * {shapes[d]} + {self.expr(index[d])}"
         return text
 
+    def pointer(self, name: str) -> str:
+        """The C expression addressing buffer ``name`` (scratch kept as raw bits is cast back)."""
+        buf = self.k.buffer(name)
+        cname = self.names.user(name)
+        if isinstance(buf, ir.Scratch) and buf.dtype.name in self.scratch_storage:
+            return f"(({self.local_prefix}{self.stype(buf.dtype)}*){cname})"
+        return cname
+
     def expr_Load(self, e: ir.Load) -> str:
         buf = self.k.buffer(e.tensor)
-        ptr = self.names.user(e.tensor)
+        ptr = self.pointer(e.tensor)
         off = self.offset(e.tensor, e.index, e.flat)
         name = buf.dtype.name
         if name == "f16" and not isinstance(buf, ir.VecParam):

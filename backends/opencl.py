@@ -26,6 +26,7 @@ class OpenCLRenderer(CStyleRenderer):
     local_prefix = "__local "
     func_prefix = "static "
     barrier = "barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);"
+    scratch_storage = {"f16": "ushort"}  # no half variables without cl_khr_fp16, half pointers are fine
     code_for_team = {"thread_id": "(long)get_local_id(0)", "num_threads": "(long)get_local_size(0)",
                      "tile_id": "(long)get_group_id(0)", "num_tiles": "(long)get_num_groups(0)"}
 

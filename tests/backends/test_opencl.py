@@ -358,3 +358,27 @@ def test_names_clashing_with_opencl_builtins_and_helpers_are_renamed():
     assert out[0] == 10.0
     src = odd_names.source("opencl", out)
     assert "float4_ = " in src and "uget_local_id = " in src
+
+
+@dsl.kernel(threads=2)
+def narrow_scratch(x: In[f32], o: Out[f32]):
+    h = dsl.scratch((2,), f16)
+    b = dsl.scratch((2,), bf16)
+    m = dsl.scratch((2,), dsl.bool_)
+    t = dsl.thread_id()
+    h[t] = x[t] / 3.0
+    b[t] = x[t] / 3.0
+    m[t] = x[t] > 1.0
+    dsl.sync()
+    o[t] = h[1 - t] + b[1 - t] + (1.0 if m[1 - t] else 0.0)
+
+
+def test_f16_bf16_bool_scratch():
+    import ml_dtypes
+    x = np.array([1.0, 2.0], np.float32)
+    o = np.zeros(2, np.float32)
+    narrow_scratch(x, o, backend="opencl")
+    third = x[::-1] / np.float32(3)
+    ref = third.astype(np.float16).astype(np.float32) + third.astype(ml_dtypes.bfloat16).astype(np.float32) \
+        + (x[::-1] > 1).astype(np.float32)
+    np.testing.assert_array_equal(o, ref)
