@@ -1,6 +1,6 @@
 """Every environment knob opdsl reads, in one place.
 
-OPDSL_BACKEND       default backend for launches (numba)
+OPDSL_BACKEND       default backend for launches (numba); read at import, see set_default_backend
 OPDSL_CACHE_DIR     on-disk compile cache (default ~/.cache/opdsl)
 OPDSL_LOG_LEVEL     lowest dsl.log level compiled in: debug|info|warn|error|off (default warn)
 OPDSL_OPENCL_DEVICE "platform-substring[:device-index]" choosing the OpenCL device
@@ -14,8 +14,18 @@ from pathlib import Path
 LOG_LEVELS = ("debug", "info", "warn", "error", "off")
 
 
+_default_backend = os.environ.get("OPDSL_BACKEND", "numba")
+
+
 def default_backend() -> str:
-    return os.environ.get("OPDSL_BACKEND", "numba")
+    """Read once at import (every launch asks, and os.environ lookups cost a microsecond)."""
+    return _default_backend
+
+
+def set_default_backend(name: str) -> None:
+    """Change the backend used by launches that do not pass ``backend=``."""
+    global _default_backend
+    _default_backend = name
 
 
 def cache_dir() -> Path:

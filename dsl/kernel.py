@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from dsl import check, config, frontend
+from dsl import check, config, fastpath, frontend
 from dsl import types as T
 from dsl.errors import CompileError
 
@@ -69,6 +69,8 @@ class Kernel:
         self._index = {p.name: k for k, p in enumerate(self.params)}
         self._parsed: Dict[str, frontend.Parsed] = {}
         self._variants: Dict[Tuple, Any] = {}
+        self._fast = fastpath.build(self.params)
+        self._fast_variants: Dict[Tuple, Any] = {}  # (backend, fast key) -> launcher, for checked arg types
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ launching
@@ -77,6 +79,17 @@ class Kernel:
         return functools.partial(self.__call__, grid=grid)
 
     def __call__(self, *args, backend: Optional[str] = None, grid: Any = None, **kwargs) -> None:
+        if self._fast is not None and grid is None and type(self.grid) is int:
+            try:
+                hit = self._fast(*args, **kwargs)
+            except Exception:  # any binding problem: the full check below explains it
+                hit = None
+            if hit is not None:
+                launcher = self._fast_variants.get((backend or config.default_backend(), hit[1]))
+                if launcher is not None:
+                    if self.grid:
+                        launcher(hit[0], self.grid)
+                    return
         launcher, values, g = self.prepare(args, kwargs, backend=backend, grid=grid)
         if g:
             launcher(values, g)
@@ -93,12 +106,23 @@ class Kernel:
                 launcher = self._compile(backend, key, values)
             except CompileError as e:  # the message points at user code; compiler frames are noise
                 raise e.with_traceback(None) from None
+            self._remember_fast(args, kwargs, backend, launcher)
         g = self.grid if grid is None else grid
         if callable(g):
             g = g(dict(zip(self._names, values)))
         if not isinstance(g, (int, np.integer)) or isinstance(g, bool) or g < 0:
             raise ValueError(f"{self.__name__}: grid must be a non-negative int (or a callable returning one), got {g!r}")
         return launcher, values, int(g)
+
+    def _remember_fast(self, args, kwargs, backend, launcher) -> None:
+        """After a full check, let the fast path launch these argument types directly."""
+        if self._fast is not None:
+            try:
+                hit = self._fast(*args, **kwargs)
+            except Exception:
+                hit = None
+            if hit is not None:
+                self._fast_variants[(backend, hit[1])] = launcher
 
     def bind(self, args: tuple, kwargs: dict) -> Tuple[List[Any], Tuple]:
         """Validate and convert arguments -> (values in param order, specialization key)."""

@@ -110,9 +110,20 @@ BY_NAME = {t.name: t for t in ALL_DTYPES}
 BY_NAME["bool"] = bool_
 
 
+_FROM_NUMPY: dict = {}
+
+
 def from_numpy(dt) -> DType:
     """The DType storing numpy dtype ``dt``; TypeError naming the accepted ones."""
-    dt = np.dtype(dt)
+    hit = _FROM_NUMPY.get(dt)
+    if hit is not None:
+        return hit
+    t = _from_numpy(np.dtype(dt))
+    _FROM_NUMPY[dt] = t
+    return t
+
+
+def _from_numpy(dt: np.dtype) -> DType:
     if _BF16_NP is not None and dt == _BF16_NP:
         return bf16
     for t in ALL_DTYPES:
