@@ -314,3 +314,32 @@ def same_type(a: In[T], b: Out[T]):
 def test_typevar_mismatch_names_both():
     with pytest.raises(TypeError, match="'b' has dtype f64 but T is f32"):
         same_type(np.zeros(1, np.float32), np.zeros(1, np.float64))
+
+
+@pytest.mark.parametrize("call,exc,words", [
+    (lambda x, y: axpy(x.astype(np.float64), y), TypeError, ("'x'", "expected f32")),
+    (lambda x, y: axpy(x[::2], y[::2]), ValueError, ("not C-contiguous",)),
+    (lambda x, y: axpy(x, y, n=2**40), ValueError, ("does not fit i32",)),
+    (lambda x, y: axpy(x, y, n=np.int64(2**40)), ValueError, ("does not fit i32",)),
+    (lambda x, y: axpy(x, y, a="2"), TypeError, ("'a' is f32",)),
+    (lambda x, y: axpy(x, y, n=True), TypeError, ("'n' is i32",)),
+    (lambda x, y: axpy(x, y, 1.0, 2, 3), TypeError, ("takes 4 argument(s)",)),
+])
+def test_checks_still_apply_after_a_successful_launch(call, exc, words, monkeypatch):
+    """The launch fast path must never skip a check the full binder makes."""
+    from dsl import config
+    monkeypatch.setattr(config, "_default_backend", "interpreter")
+    x = np.ones(8, np.float32)
+    y = np.zeros(8, np.float32)
+    axpy(x, y, 2.0, n=1)
+    axpy(x, y, 2.0, n=1)
+    assert axpy._fast_variants  # the second launch went through the fast path
+    np.testing.assert_array_equal(y, 4.0)
+    with pytest.raises(exc) as info:
+        call(x, y)
+    for w in words:
+        assert w in str(info.value)
+    y2 = np.zeros(8, np.float32)
+    y2.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        axpy(x, y2)
