@@ -1,7 +1,7 @@
 """Property test: random elementwise kernels agree on interpreter, numba and opencl.
 
 Hypothesis builds the Python source of a small kernel (an expression tree over two
-input elements, a scalar param and literals), execs it as a module registered in
+input elements, a scalar param and literals; f32 f64 i32 i64 and wrapping i8 u8), execs it as a module registered in
 linecache (so the frontend can read its source, like a file), and runs it on every
 available backend.  Operations that are exact in IEEE arithmetic must agree bit for
 bit; transcendental functions within a few ulps.  Discontinuous operations (floor,
@@ -20,7 +20,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from backends import base  # noqa: E402
 
-DTYPES = ("f32", "f64", "i32", "i64")
+DTYPES = ("f32", "f64", "i32", "i64", "i8", "u8")
 _counter = itertools.count()
 
 
@@ -43,7 +43,8 @@ def expressions(draw, dtype: str, depth: int = 3):
     if depth == 0 or draw(st.integers(0, 3)) == 0:
         leaf = draw(st.sampled_from(["a", "b", "s", "lit"]))
         if leaf == "lit":
-            v = draw(st.floats(-4, 4, allow_nan=False, width=32)) if is_float else draw(st.integers(-9, 9))
+            lo = 0 if dtype.startswith("u") else -9
+            v = draw(st.floats(-4, 4, allow_nan=False, width=32)) if is_float else draw(st.integers(lo, 9))
             return (f"{dtype}({v!r})", True)
         return (leaf, True)
     sub = expressions(dtype, depth - 1)
@@ -70,7 +71,7 @@ def expressions(draw, dtype: str, depth: int = 3):
             return (f"dsl.where(a {cmp} b, {x}, {y})", False)
         return (f"dsl.where({x} {cmp} {y}, {x}, {y})", True)
     if kind == "mulc":
-        return (f"({x} * {dtype}({draw(st.integers(-3, 3))}))", ex)
+        return (f"({x} * {dtype}({draw(st.integers(0 if dtype.startswith('u') else -3, 3))}))", ex)
     if kind == "neg":
         return (f"(-{x})", ex)
     if kind == "abs":
@@ -80,7 +81,7 @@ def expressions(draw, dtype: str, depth: int = 3):
             x = "a"
         if kind == "floor":
             return (f"dsl.floor({x})", True)
-        d = draw(st.sampled_from([-3, -2, 2, 3, 4, 7]))
+        d = draw(st.sampled_from([2, 3, 4, 7] if dtype.startswith("u") else [-3, -2, 2, 3, 4, 7]))
         op = "//" if kind == "floordivc" else "%"
         return (f"({x} {op} {dtype}({d}))", True)
     if kind == "exp":
@@ -110,17 +111,19 @@ def make_kernel(dtype: str, expr: str):
 
 def _inputs(dtype: str, seed: int):
     rng = np.random.default_rng(seed)
-    npt = np.dtype({"f32": "float32", "f64": "float64", "i32": "int32", "i64": "int64"}[dtype])
+    npt = np.dtype({"f32": "float32", "f64": "float64", "i32": "int32", "i64": "int64", "i8": "int8",
+                    "u8": "uint8"}[dtype])
     if npt.kind == "f":
         x = (rng.standard_normal(13) * 3).astype(npt)
         y = (rng.standard_normal(13) * 3).astype(npt)
         x[:3] = [0.0, -2.0, 3.5]
         y[:3] = [0.0, 2.0, 3.5]  # equal and opposite values exercise ==, //, %
         s = npt.type(rng.standard_normal() * 2)
-    else:
-        x = rng.integers(-50, 50, 13).astype(npt)
-        y = rng.integers(-50, 50, 13).astype(npt)
-        s = npt.type(rng.integers(-20, 20))
+    else:  # narrow types see their whole range: arithmetic must wrap like numpy
+        lo, hi = (np.iinfo(npt).min, np.iinfo(npt).max) if npt.itemsize == 1 else (-50, 50)
+        x = rng.integers(lo, hi, 13, endpoint=True).astype(npt)
+        y = rng.integers(lo, hi, 13, endpoint=True).astype(npt)
+        s = npt.type(rng.integers(lo // 4, hi // 4))
     return x, y, s
 
 
