@@ -61,7 +61,12 @@ def to_graph(model, packages: Sequence = ()) -> Graph:
     for vi in proto.graph.output:
         if vi.name not in env or env[vi.name] is None:
             raise OnnxImportError(f"graph output {vi.name!r} is not produced by any node, input or initializer")
-        g.output(env[vi.name], vi.name)
+        t = env[vi.name]
+        declared = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+        if declared and onnx_dtype(declared, f"graph output {vi.name!r}") != t.spec.dtype:
+            raise OnnxImportError(f"graph output {vi.name!r} is declared {onnx_dtype(declared, '')} but the "
+                                  f"ops compute {t.spec.dtype}; the model and the registered ops disagree")
+        g.output(t, vi.name)
     return g
 
 

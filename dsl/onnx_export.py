@@ -91,11 +91,13 @@ def _attribute(name: str, value):
 
 
 def _same(a, b) -> bool:
-    try:
-        return bool(np.array_equal(np.asarray(a, dtype=object), np.asarray(b, dtype=object))) \
-            if isinstance(a, (tuple, list, np.ndarray)) or isinstance(b, (tuple, list, np.ndarray)) else a == b
-    except Exception:
-        return False
+    """Param value equality that also holds for tuples and arrays."""
+    if isinstance(a, (tuple, list, np.ndarray)) or isinstance(b, (tuple, list, np.ndarray)):
+        try:
+            return bool(np.array_equal(np.asarray(a), np.asarray(b)))
+        except (TypeError, ValueError):
+            return False
+    return a == b
 
 
 def node_attributes(op: Op) -> List:

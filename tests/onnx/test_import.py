@@ -236,3 +236,9 @@ def test_malformed_models(tmp_path):
     del model.opset_import[:]
     with pytest.raises(dsl.OnnxImportError, match="no opset_import"):
         dsl.load_onnx(model)
+
+
+def test_declared_output_type_must_match():
+    model = make_model([H.make_node("Relu", ["x"], ["y"])], {"x": X34}, {"y": np.int32})
+    with pytest.raises(dsl.OnnxImportError, match="graph output 'y' is declared i32 but the ops compute f32"):
+        dsl.load_onnx(model)
