@@ -17,7 +17,8 @@ behaves as the compiled backends do:
   ``dsl.LaunchError`` instead of hanging.
 
 Tiles run one after the other; each worker thread ``t`` plays thread ``t`` of
-every tile in order, so a launch costs ``threads`` thread starts whatever the grid.
+every tile in order, so a launch costs ``threads`` thread starts whatever the grid
+(a one-thread team runs on the caller's thread).
 """
 from __future__ import annotations
 
@@ -484,6 +485,11 @@ class InterpreterLauncher(Launcher):
         kwargs = self._bind(args)
         fn = self.function()
         launch = _Launch(self, grid)
+        if launch.threads == 1:  # the caller's own thread: pdb and Ctrl-C behave as in plain Python
+            _work(launch, fn, kwargs, 0)
+            if launch.error is not None:
+                raise launch.error
+            return
         workers = [threading.Thread(target=_work, args=(launch, fn, kwargs, tid),
                                     name=f"opdsl-{launch.name}-t{tid}", daemon=True)
                    for tid in range(launch.threads)]
@@ -514,6 +520,10 @@ def _work(launch: _Launch, fn, kwargs: dict, tid: int) -> None:
             except _Abort:
                 how = "stopped"
                 return
+            except KeyboardInterrupt:  # only the caller's thread sees signals: stop, do not wrap
+                how = "interrupted"
+                launch.fail_deadlock("launch interrupted")
+                raise
             except BaseException as exc:  # noqa: BLE001 - reported to the caller
                 how = f"raised {type(exc).__name__}"
                 launch.fail_exception(exc, tid, tile)
