@@ -16,6 +16,7 @@ import importlib.util
 import sys
 import threading
 import types as pytypes
+import warnings
 from pathlib import Path
 from typing import Callable, Dict, List, Sequence, Tuple
 
@@ -31,9 +32,10 @@ from backends.base import Backend, CompileRequest, Launcher
 from backends.numba_regions import generate
 
 # A launch runs serially when its tensors hold fewer elements than this in total and the
-# team count is small: below it, waking the worker threads costs more than it saves
-# (measured on leaky_relu: benchmarks/RESULTS.md, "numba serial/parallel threshold").
-SERIAL_MAX_ELEMENTS = 1 << 15
+# team count is small: below it, waking the worker threads costs more than it saves.
+# Measured on leaky_relu, 2 cores, OpenMP layer: serial and parallel break even near
+# 8K elements per tensor (4.4 us each); at 16K the parallel entry is 1.3x faster.
+SERIAL_MAX_ELEMENTS = 1 << 14
 SERIAL_MAX_THREADS = 64
 
 _SAFE_LAYERS = ("threadsafe", "tbb", "omp", "safe")
@@ -75,7 +77,7 @@ def _nb_storage(t: T.DType):
 def signature(kernel: ir.Kernel) -> Tuple:
     """numba argument types of the entry points, for the arrays/scalars the launcher passes."""
     out: List = []
-    for p in kernel.params:
+    for p in kernel.params:  # writable types: a read-only input array makes numba compile once more
         if isinstance(p, ir.TensorParam):
             out.append(nbt.Array(_nb_storage(p.dtype), p.ndim, "C"))
         elif isinstance(p, ir.VecParam):
@@ -86,27 +88,16 @@ def signature(kernel: ir.Kernel) -> Tuple:
     return tuple(out)
 
 
-def _converters(kernel: ir.Kernel) -> List[Tuple[int, Callable]]:
-    """Per-argument adapters: 16-bit floats travel as uint16 bits, scalars as their exact numpy type."""
-    conv: List[Tuple[int, Callable]] = []
+def _arg_plan(kernel: ir.Kernel):
+    """(scalar index, numpy type) pairs and indexes of f16/bf16 arrays, which travel as uint16 bits."""
+    scalars, halves = [], []
     for i, p in enumerate(kernel.params):
         if isinstance(p, (ir.TensorParam, ir.VecParam)):
             if p.dtype.is_storage_only:
-                conv.append((i, _as_bits))
+                halves.append(i)
         else:
-            t = np.float32 if p.dtype.is_storage_only else p.dtype.np.type
-            conv.append((i, _scalar_of(t)))
-    return conv
-
-
-def _as_bits(a: np.ndarray) -> np.ndarray:
-    return a.view(np.uint16)
-
-
-def _scalar_of(t) -> Callable:
-    def convert(v):
-        return v if type(v) is t else t(v)
-    return convert
+            scalars.append((i, np.float32 if p.dtype.is_storage_only else p.dtype.np.type))
+    return tuple(scalars), tuple(halves)
 
 
 # --------------------------------------------------------------------------- modules
@@ -175,13 +166,24 @@ def load(request: CompileRequest, source: str):
     if hit is not None:
         return hit
     sig = signature(k)
-    if not cache.enabled():
+    mod, path = None, None
+    if cache.enabled():
+        try:
+            path = cache.path("numba", stem + ".py")
+            mod = _load_from_disk(path, stem, source, sig, k)
+        except OSError as err:  # e.g. a read-only cache folder: compile in memory instead
+            warnings.warn(f"opdsl: numba disk cache unusable ({err}); compiling in memory", stacklevel=2)
+            path = None
+    if mod is None:
         mod = _exec_source(source, stem)
         _compile_entry(mod.launch_serial, sig, k, "launch_serial")
-        with _modules_lock:
-            _modules[stem] = (mod, None)
-        return mod, None
-    path = cache.path("numba", stem + ".py")
+    with _modules_lock:
+        _modules[stem] = (mod, path)
+    return mod, path
+
+
+def _load_from_disk(path: Path, stem: str, source: str, sig, k: ir.Kernel):
+    """Write (if needed), import and compile-or-load under the key's lock; one rebuild if damaged."""
     with cache.lock("numba", stem):
         for attempt in (0, 1):
             try:
@@ -190,15 +192,15 @@ def load(request: CompileRequest, source: str):
                     cache.atomic_write(path, source)
                 mod = _exec_file(path, stem)
                 _compile_entry(mod.launch_serial, sig, k, "launch_serial")
-                break
+                return mod
+            except OSError:
+                raise
             except Exception:  # damaged file, numba index or bytecode: rebuild from scratch once
                 if attempt:
                     raise
                 _purge_numba_cache(path)
                 cache.discard(path)
-    with _modules_lock:
-        _modules[stem] = (mod, path)
-    return mod, path
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 # --------------------------------------------------------------------------- launching
@@ -220,16 +222,27 @@ class NumbaLauncher(Launcher):
             self._entries["launch_team"] = mod.launch_team
         self._ready: Dict[str, Callable] = {}
         self._lock = threading.Lock()
-        self._conv = _converters(k)
+        self._scalars, self._halves = _arg_plan(k)
         self._tensors = [i for i, p in enumerate(k.params) if isinstance(p, ir.TensorParam)]
         self._team = k.threads
         self.source_path = path
 
+    def _adapt(self, args: Sequence) -> Sequence:
+        """Scalars as their exact numpy type (numba would compile another variant), halves as bits."""
+        out = None
+        for i, t in self._scalars:
+            if type(args[i]) is not t:
+                if out is None:
+                    out = list(args)
+                out[i] = t(args[i])
+        if self._halves:
+            out = list(args) if out is None else out
+            for i in self._halves:
+                out[i] = out[i].view(np.uint16)
+        return args if out is None else out
+
     def __call__(self, args: Sequence, grid: int) -> None:
-        if self._conv:
-            args = list(args)
-            for i, fn in self._conv:
-                args[i] = fn(args[i])
+        args = self._adapt(args)
         if grid * self._team <= SERIAL_MAX_THREADS:
             n = 0
             for i in self._tensors:
@@ -237,21 +250,17 @@ class NumbaLauncher(Launcher):
             if n < SERIAL_MAX_ELEMENTS:
                 self._serial(*args, grid)
                 return
-        self.run_parallel(args, grid)
+        self._run_parallel(args, grid)
 
     def run_serial(self, args: Sequence, grid: int) -> None:
         """Force the serial variant (tests, benchmarks)."""
-        args = list(args)
-        for i, fn in self._conv:
-            args[i] = fn(args[i])
-        self._serial(*args, grid)
+        self._serial(*self._adapt(args), grid)
 
-    def run_parallel(self, args: Sequence, grid: int, converted: bool = True) -> None:
+    def run_parallel(self, args: Sequence, grid: int) -> None:
         """Force the parallel variant (compiled on first use)."""
-        if not converted:
-            args = list(args)
-            for i, fn in self._conv:
-                args[i] = fn(args[i])
+        self._run_parallel(self._adapt(args), grid)
+
+    def _run_parallel(self, args: Sequence, grid: int) -> None:
         which = "launch_team" if grid == 1 and "launch_team" in self._entries else "launch_parallel"
         fn = self._ready.get(which) or self._compile_parallel(which)
         if _serialize_parallel:
