@@ -84,7 +84,7 @@ def sync() -> None:
 def scratch(shape, dtype):
     """A team-shared buffer, shape known at compile time, contents undefined at start."""
     return current().scratch(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,),
-                             T.as_dtype(dtype))
+                             dtype if isinstance(dtype, T.TypeVar) else T.as_dtype(dtype))
 
 
 def split(n, align: int = 1):
@@ -93,7 +93,7 @@ def split(n, align: int = 1):
     chunk = -(-n // ctx.num_threads)
     chunk = -(-chunk // align) * align
     lo = min(ctx.thread_id * chunk, n)
-    return lo, min(lo + chunk, n)
+    return np.int64(lo), np.int64(min(lo + chunk, n))  # i64, as the checker types them
 
 
 def atomic_add(tensor, index, value) -> None:

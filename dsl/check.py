@@ -69,7 +69,7 @@ def check_kernel(parsed: Parsed, binding: Binding, threads: int, func_parser) ->
 
 class _Checker:
     def __init__(self, parsed: Parsed, params: List[ir.Param], func_parser, is_kernel: bool,
-                 funcs_done=None, func_stack=()):
+                 funcs_done=None, func_stack=(), func_results=None):
         self.parsed = parsed
         self.params = {p.name: p for p in params}
         self.buffers: Dict[str, Any] = {p.name: p for p in params if not isinstance(p, ir.ScalarParam)}
@@ -78,6 +78,7 @@ class _Checker:
         self.is_kernel = is_kernel
         self.ltypes: Dict[str, Optional[T.DType]] = {}
         self.funcs_done: Dict[str, ir.Function] = funcs_done if funcs_done is not None else {}
+        self.func_results: Dict[str, T.DType] = func_results if func_results is not None else {}  # semantic
         self.func_stack = func_stack
         self.return_types: List[T.DType] = []
         self.final = False
@@ -424,10 +425,10 @@ class _Checker:
         key = name
         if key in self.funcs_done:
             f = self.funcs_done[key]
-            return f, f.ret  # weak-ness of the result is dropped on reuse (still correct values)
+            return f, self.func_results[key]
         params = [ir.ScalarParam(p.name, t.strong) for p, t in zip(parsed.params, ptypes)]
         sub = _Checker(parsed, params, self.func_parser, is_kernel=False, funcs_done=self.funcs_done,
-                       func_stack=self.func_stack + (func,))
+                       func_stack=self.func_stack + (func,), func_results=self.func_results)
         sub.scalar_types = {p.name: t for p, t in zip(parsed.params, ptypes)}  # keep weak args weak
         body, local_types = sub.run(parsed.body)
         ret = sub.func_return_type()
@@ -436,6 +437,7 @@ class _Checker:
         f = ir.Function(name, tuple(params), ret.strong, body,
                         tuple((n, t) for n, t in local_types if n not in sub.scalar_types))
         self.funcs_done[key] = f
+        self.func_results[key] = ret
         return f, ret
 
     # ------------------------------------------------------------------ scratch

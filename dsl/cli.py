@@ -114,7 +114,7 @@ def _build(k, backend: str) -> None:
     if backend == "ir":
         return
     from backends import base
-    values, key = k._example()
+    values, key = k.example_args()
     base.get(backend).compile(k.request(backend, key, values))
 
 

@@ -244,7 +244,7 @@ class Kernel:
 
         Pass example arguments to pick the specialization; without them TypeVars must be
         unbound-free and unranked tensors are taken as 1-D."""
-        values, key = self.bind(args, kwargs) if (args or kwargs) else self._example()
+        values, key = self.bind(args, kwargs) if (args or kwargs) else self.example_args()
         from backends import base
         try:
             if backend == "ir":
@@ -254,7 +254,8 @@ class Kernel:
         except CompileError as e:
             raise e.with_traceback(None) from None
 
-    def _example(self):
+    def example_args(self):
+        """(values, key) of a specialization from the annotations alone (for source() and `opdsl compile`)."""
         args = {}
         for p in self.params:
             if p.kind != "tensor":
