@@ -1,7 +1,8 @@
 """Property test: random elementwise kernels agree on interpreter, numba and opencl.
 
 Hypothesis builds the Python source of a small kernel (an expression tree over two
-input elements, a scalar param and literals; f32 f64 i32 i64 and wrapping i8 u8), execs it as a module registered in
+input elements, a scalar param and literals; f32 f64 i32 i64 and wrapping i8 u8; sometimes
+a range() loop with a negative step and an if/elif), execs it as a module registered in
 linecache (so the frontend can read its source, like a file), and runs it on every
 available backend.  Operations that are exact in IEEE arithmetic must agree bit for
 bit; transcendental functions within a few ulps.  Discontinuous operations (floor,
@@ -91,7 +92,24 @@ def expressions(draw, dtype: str, depth: int = 3):
     return (f"dsl.{kind}({x})", False)
 
 
-def make_kernel(dtype: str, expr: str):
+@st.composite
+def bodies(draw, dtype: str):
+    """(statements computing ``r``, exact): an expression, maybe a range loop and an if."""
+    expr, exact = draw(expressions(dtype))
+    lines = [f"r = {dtype}({expr})"]
+    if draw(st.booleans()):  # range() with a possibly negative step: trip counts must agree
+        start, stop = draw(st.integers(-4, 4)), draw(st.integers(-4, 4))
+        step = draw(st.sampled_from([-2, -1, 1, 3]))
+        lines += [f"for k in range({start}, {stop}, {step}):",
+                  f"    r = {dtype}(r + {dtype}(k % 3))"]
+    if draw(st.booleans()):
+        other, ex2 = draw(expressions(dtype, depth=1))
+        lines += ["if a < b or s == b:", f"    r = {dtype}({other})", "elif a == b:", "    r = r - r"]
+        exact = exact and ex2
+    return lines, exact
+
+
+def make_kernel(dtype: str, body):
     name = f"gen_{next(_counter)}"
     src = (f"import dsl\n"
            f"from dsl import In, Out, {dtype}\n\n"
@@ -101,7 +119,8 @@ def make_kernel(dtype: str, expr: str):
            f"    for i in range(lo, hi):\n"
            f"        a = x.flat[i]\n"
            f"        b = y.flat[i]\n"
-           f"        out.flat[i] = {dtype}({expr})\n")
+           + "".join(f"        {line}\n" for line in body)
+           + "        out.flat[i] = r\n")
     filename = f"<opdsl-differential-{name}>"
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)
     ns = {"__name__": f"opdsl_differential_{name}", "__file__": filename}
@@ -135,8 +154,8 @@ def test_backends_agree_on_random_elementwise_kernels(data):
     if len(backends) < 2:
         pytest.skip(f"need two backends to compare, have {backends}")
     dtype = data.draw(st.sampled_from(DTYPES), label="dtype")
-    expr, exact = data.draw(expressions(dtype), label="expr")
-    kern, src = make_kernel(dtype, expr)
+    body, exact = data.draw(bodies(dtype), label="body")
+    kern, src = make_kernel(dtype, body)
     x, y, s = _inputs(dtype, data.draw(st.integers(0, 2**16), label="seed"))
     results = {}
     with np.errstate(all="ignore"):
