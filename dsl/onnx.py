@@ -23,8 +23,8 @@ import numpy as np
 
 from dsl import registry
 from dsl.graph import Graph, Tensor, apply_op
-from dsl.op import Op, VerifyError, coerce_param
-from dsl.types import DType, as_dtype, from_numpy
+from dsl.op import Op, VerifyError
+from dsl.types import DType, from_numpy
 
 
 class OnnxImportError(ValueError):
@@ -42,6 +42,7 @@ def load_onnx(model, packages: Sequence = (), backend: Optional[str] = None, for
 
 def to_graph(model, packages: Sequence = ()) -> Graph:
     """The ``dsl.Graph`` of an ONNX model (not compiled); see the module docstring."""
+    import ops  # noqa: F401  (registers the built-in library that ONNX-domain nodes map to)
     proto = read_model(model)
     _register_packages(packages)
     _check_structure(proto)
