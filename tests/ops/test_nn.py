@@ -86,11 +86,16 @@ def test_auto_pad_and_1d(backend, auto_pad):
     np.testing.assert_allclose(y1, ref1, rtol=1e-4, atol=1e-4)
 
 
-def test_conv_f64_and_no_bias(backend):
+def test_conv_f64_f16_and_no_bias(backend):
     x = RNG.standard_normal((1, 2, 4, 4))
     w = RNG.standard_normal((2, 2, 3, 3))
     np.testing.assert_allclose(ops.Conv(x, w, pads=[1, 1, 1, 1], backend=backend), conv_ref(x, w, pads=(1, 1, 1, 1)),
                                rtol=1e-12)
+    xh, wh = x.astype(np.float16), w.astype(np.float16)
+    yh = ops.Conv(xh, wh, pads=[1, 1, 1, 1], backend=backend)
+    assert yh.dtype == np.float16  # accumulated in f32, rounded once
+    ref = conv_ref(xh.astype(np.float32), wh.astype(np.float32), pads=(1, 1, 1, 1)).astype(np.float16)
+    np.testing.assert_allclose(yh.astype(np.float32), ref.astype(np.float32), rtol=1e-3, atol=1e-3)
 
 
 def test_graph_runs_conv_blocked_end_to_end(backend):
