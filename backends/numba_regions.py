@@ -273,6 +273,7 @@ class Program:
                "",
                "CACHE = True  # numba stores machine code beside this file (False without a disk cache)",
                'JIT = dict(nogil=True, error_model="numpy", cache=CACHE)',
+               "ix = np.uint64  # tensor offsets: unsigned, so numba skips negative-index wrap-around",
                ""]
         for f in k.funcs:
             out += ["", *emit_function(self.gen, f), ""]
