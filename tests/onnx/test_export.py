@@ -146,3 +146,16 @@ def test_export_errors_are_clear():
     g.output(Weird(g.input("x", (2,), dsl.f32), payload={1: 2}), "y")
     with pytest.raises(TypeError, match="param 'payload' .* has no ONNX attribute form"):
         g.to_onnx()
+
+
+def test_composed_function_runs_in_onnxruntime():
+    """A composed op of standard ops is a FunctionProto onnxruntime can expand itself."""
+    ort = pytest.importorskip("onnxruntime")
+    g = dsl.Graph("fn")
+    x = g.input("x", (None, 4), dsl.f32)
+    g.output(scaled_tanh(x, scale=3.0), "y")
+    model = g.to_onnx()
+    assert [f.name for f in model.functions] == ["ScaledTanh"]
+    xv = RNG.standard_normal((3, 4)).astype(np.float32)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(sess.run(None, {"x": xv})[0], np.tanh(xv * np.float32(3)), rtol=1e-6, atol=1e-6)
