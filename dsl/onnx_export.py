@@ -25,7 +25,7 @@ from dsl.op import Op
 from dsl.types import DType
 
 DEFAULT_OPSET = 21  # ai.onnx opset written when the graph does not say
-IR_VERSION = 10     # the IR that opset 21 needs; onnxruntime reads it
+IR_VERSION = 10     # at least (opset 21 needs it); newer opsets raise it to what they need
 
 
 def export(graph: Graph, check: bool = True):
@@ -49,7 +49,7 @@ def export(graph: Graph, check: bool = True):
         fn.opset_import.extend(helper.make_opsetid(d, opsets[d]) for d in sorted(domains))
     model = helper.make_model(g, opset_imports=[helper.make_opsetid(d, v) for d, v in sorted(opsets.items())],
                               functions=list(ctx.functions.values()), producer_name="opdsl")
-    model.ir_version = IR_VERSION
+    model.ir_version = max(IR_VERSION, helper.find_min_ir_version_for(list(model.opset_import), ignore_unknown=True))
     if check:
         try:
             onnx.checker.check_model(model)

@@ -159,3 +159,11 @@ def test_composed_function_runs_in_onnxruntime():
     xv = RNG.standard_normal((3, 4)).astype(np.float32)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_allclose(sess.run(None, {"x": xv})[0], np.tanh(xv * np.float32(3)), rtol=1e-6, atol=1e-6)
+
+
+def test_ir_version_follows_the_opset():
+    g = dsl.Graph("new")
+    g.opset_imports[""] = 23
+    g.output(ops.Relu(g.input("x", (2,), dsl.f32)), "y")
+    model = g.to_onnx()
+    assert model.ir_version >= 11 and model.opset_import[0].version == 23
