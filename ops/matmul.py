@@ -3,9 +3,10 @@ transB, broadcast C) and FullyConnected (x·wᵀ + b, w: units × inputs, com.op
 
 One kernel, ``gemm_kernel``, serves all three and every dtype: it reads A and B
 through strides, so transposes cost nothing, and a size-1 batch axis of A or B is
-broadcast.  Each work item computes four neighbouring outputs of one row with four
-accumulators (every A element loaded is used four times); items are split evenly
-across every thread of a grid of teams sized to the job (``grid_for``).
+broadcast.  Each work item computes a 4×4 block of outputs in sixteen accumulators
+(every element loaded feeds four multiply-adds); items are split evenly across every
+thread of a grid of teams sized to the job (``grid_for``).  ``alpha``/``beta`` have
+the data's dtype, so integer products stay exact (MatMul passes 1 and 1 with a zero C).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from ops.elementwise import broadcast_shape, collapse_broadcast, require_dtype, 
 T = dsl.TypeVar("T")
 
 MATMUL_TYPES = (f16, bf16, f32, f64, i32, i64, u32, u64)
-COLS = 4  # outputs per work item
+TILE = 4  # a work item is a TILE × TILE block of the output
 MACS_PER_TEAM = 1 << 16  # multiply-adds that justify one more team in the grid
 
 
@@ -34,10 +35,12 @@ def grid_for(macs: int, most: int = 64) -> int:
 
 @dsl.kernel
 def gemm_kernel(a: In[T, 3], b: In[T, 3], c: In[T, 2], y: Out[T, 3],
-                trans_a: i32, trans_b: i32, scaled: i32,
-                alpha: f32, beta: f32):
-    """y[t] = A[t]·B[t] + C (scaled: alpha·A[t]·B[t] + beta·C); A = a[t] or a[t]ᵀ,
-    B likewise; a size-1 batch of a or b and size-1 axes of c are broadcast."""
+                trans_a: i32, trans_b: i32, alpha: T, beta: T):
+    """y[t] = alpha·A[t]·B[t] + beta·C with A = a[t] or a[t]ᵀ, B likewise; a size-1
+    batch of a or b and size-1 axes of c are broadcast.
+
+    A work item is a 4×4 tile of y: per k, four loads of A and four of B feed sixteen
+    multiply-adds.  Rows and columns past the edge are clamped for loading and not stored."""
     m = y.shape[1]
     n = y.shape[2]
     kd = a.shape[1] if trans_a == 1 else a.shape[2]
@@ -50,53 +53,108 @@ def gemm_kernel(a: In[T, 3], b: In[T, 3], c: In[T, 2], y: Out[T, 3],
     sbb = b.shape[1] * b.shape[2] if b.shape[0] > 1 else 0
     sci = c.shape[1] if c.shape[0] > 1 else 0
     scj = 1 if c.shape[1] > 1 else 0
-    blocks = (n + COLS - 1) // COLS
+    row_blocks = (m + TILE - 1) // TILE
+    col_blocks = (n + TILE - 1) // TILE
     # work items are shared by every thread of every team of the grid
-    items = y.shape[0] * m * blocks
+    items = y.shape[0] * row_blocks * col_blocks
     workers = dsl.num_tiles() * dsl.num_threads()
     chunk = (items + workers - 1) // workers
     lo = min((dsl.tile_id() * dsl.num_threads() + dsl.thread_id()) * chunk, items)
     hi = min(lo + chunk, items)
     for item in range(lo, hi):
-        row = item // blocks
-        j0 = (item - row * blocks) * COLS
-        i = row % m
-        t = row // m
-        # columns past the end are clamped for loading and not stored
-        j1 = min(j0 + 1, n - 1)
-        j2 = min(j0 + 2, n - 1)
-        j3 = min(j0 + 3, n - 1)
-        pa = t * sab + i * sai
-        pb = t * sbb
-        acc0 = 0
-        acc1 = 0
-        acc2 = 0
-        acc3 = 0
+        j0 = (item % col_blocks) * TILE
+        r = item // col_blocks
+        i0 = (r % row_blocks) * TILE
+        t = r // row_blocks
+        pa0 = t * sab + i0 * sai
+        pa1 = t * sab + min(i0 + 1, m - 1) * sai
+        pa2 = t * sab + min(i0 + 2, m - 1) * sai
+        pa3 = t * sab + min(i0 + 3, m - 1) * sai
+        pb0 = t * sbb + j0 * sbj
+        pb1 = t * sbb + min(j0 + 1, n - 1) * sbj
+        pb2 = t * sbb + min(j0 + 2, n - 1) * sbj
+        pb3 = t * sbb + min(j0 + 3, n - 1) * sbj
+        c00 = 0
+        c01 = 0
+        c02 = 0
+        c03 = 0
+        c10 = 0
+        c11 = 0
+        c12 = 0
+        c13 = 0
+        c20 = 0
+        c21 = 0
+        c22 = 0
+        c23 = 0
+        c30 = 0
+        c31 = 0
+        c32 = 0
+        c33 = 0
         for k in range(kd):
-            av = a.flat[pa + k * sak]
-            pk = pb + k * sbk
-            acc0 += av * b.flat[pk + j0 * sbj]
-            acc1 += av * b.flat[pk + j1 * sbj]
-            acc2 += av * b.flat[pk + j2 * sbj]
-            acc3 += av * b.flat[pk + j3 * sbj]
-        po = row * n + j0
-        pc = i * sci
-        if scaled == 1:
-            y.flat[po] = alpha * acc0 + beta * c.flat[pc + j0 * scj]
-            if j0 + 1 < n:
-                y.flat[po + 1] = alpha * acc1 + beta * c.flat[pc + j1 * scj]
-            if j0 + 2 < n:
-                y.flat[po + 2] = alpha * acc2 + beta * c.flat[pc + j2 * scj]
-            if j0 + 3 < n:
-                y.flat[po + 3] = alpha * acc3 + beta * c.flat[pc + j3 * scj]
-        else:
-            y.flat[po] = acc0 + c.flat[pc + j0 * scj]
-            if j0 + 1 < n:
-                y.flat[po + 1] = acc1 + c.flat[pc + j1 * scj]
-            if j0 + 2 < n:
-                y.flat[po + 2] = acc2 + c.flat[pc + j2 * scj]
-            if j0 + 3 < n:
-                y.flat[po + 3] = acc3 + c.flat[pc + j3 * scj]
+            a0 = a.flat[pa0 + k * sak]
+            a1 = a.flat[pa1 + k * sak]
+            a2 = a.flat[pa2 + k * sak]
+            a3 = a.flat[pa3 + k * sak]
+            b0 = b.flat[pb0 + k * sbk]
+            b1 = b.flat[pb1 + k * sbk]
+            b2 = b.flat[pb2 + k * sbk]
+            b3 = b.flat[pb3 + k * sbk]
+            c00 += a0 * b0
+            c01 += a0 * b1
+            c02 += a0 * b2
+            c03 += a0 * b3
+            c10 += a1 * b0
+            c11 += a1 * b1
+            c12 += a1 * b2
+            c13 += a1 * b3
+            c20 += a2 * b0
+            c21 += a2 * b1
+            c22 += a2 * b2
+            c23 += a2 * b3
+            c30 += a3 * b0
+            c31 += a3 * b1
+            c32 += a3 * b2
+            c33 += a3 * b3
+        cols = min(TILE, n - j0)
+        po = (t * m + i0) * n + j0
+        pc = i0 * sci + j0 * scj
+        y.flat[po] = alpha * c00 + beta * c.flat[pc]
+        if cols > 1:
+            y.flat[po + 1] = alpha * c01 + beta * c.flat[pc + scj]
+        if cols > 2:
+            y.flat[po + 2] = alpha * c02 + beta * c.flat[pc + 2 * scj]
+        if cols > 3:
+            y.flat[po + 3] = alpha * c03 + beta * c.flat[pc + 3 * scj]
+        if i0 + 1 < m:
+            po += n
+            pc += sci
+            y.flat[po] = alpha * c10 + beta * c.flat[pc]
+            if cols > 1:
+                y.flat[po + 1] = alpha * c11 + beta * c.flat[pc + scj]
+            if cols > 2:
+                y.flat[po + 2] = alpha * c12 + beta * c.flat[pc + 2 * scj]
+            if cols > 3:
+                y.flat[po + 3] = alpha * c13 + beta * c.flat[pc + 3 * scj]
+        if i0 + 2 < m:
+            po += n
+            pc += sci
+            y.flat[po] = alpha * c20 + beta * c.flat[pc]
+            if cols > 1:
+                y.flat[po + 1] = alpha * c21 + beta * c.flat[pc + scj]
+            if cols > 2:
+                y.flat[po + 2] = alpha * c22 + beta * c.flat[pc + 2 * scj]
+            if cols > 3:
+                y.flat[po + 3] = alpha * c23 + beta * c.flat[pc + 3 * scj]
+        if i0 + 3 < m:
+            po += n
+            pc += sci
+            y.flat[po] = alpha * c30 + beta * c.flat[pc]
+            if cols > 1:
+                y.flat[po + 1] = alpha * c31 + beta * c.flat[pc + scj]
+            if cols > 2:
+                y.flat[po + 2] = alpha * c32 + beta * c.flat[pc + 2 * scj]
+            if cols > 3:
+                y.flat[po + 3] = alpha * c33 + beta * c.flat[pc + 3 * scj]
 
 
 def _zero_bias(dtype) -> np.ndarray:
@@ -153,7 +211,7 @@ class MatMul(dsl.Op):
             sa = av[tuple(i if av.shape[d] > 1 else 0 for d, i in enumerate(idx))] if idx else av
             sb = bv[tuple(i if bv.shape[d] > 1 else 0 for d, i in enumerate(idx))] if idx else bv
             sy = yv[idx] if idx else yv
-            impl(sa, sb, bias, sy, trans_a=0, trans_b=0, scaled=0, alpha=1.0, beta=0.0, backend=backend,
+            impl(sa, sb, bias, sy, trans_a=0, trans_b=0, alpha=1, beta=1, backend=backend,
                  grid=grid_for(sy.size * k))
 
 
@@ -179,6 +237,9 @@ class Gemm(dsl.Op):
         require_dtype("Gemm", a, MATMUL_TYPES)
         if a.ndim != 2 or b.ndim != 2:
             raise VerifyError(f"Gemm needs 2-D A and B, got {a} and {b}")
+        if a.dtype.is_int and not (float(self.alpha).is_integer() and float(self.beta).is_integer()):
+            raise VerifyError(f"Gemm on {a.dtype} needs whole-number alpha and beta, got "
+                              f"alpha={self.alpha}, beta={self.beta}")
         m, n, ka, kb = self._mnk(a, b)
         if not _dim_eq(ka, kb):
             raise VerifyError(f"Gemm inner dimensions differ: A' has K={ka}, B' has K={kb} "
@@ -204,10 +265,12 @@ class Gemm(dsl.Op):
         if c is None:
             c, beta = _zero_bias(y.dtype), 0.0
         c2 = c.reshape((1,) * (2 - c.ndim) + c.shape)
-        plain = self.alpha == 1.0 and beta == 1.0
+        alpha = self.alpha
+        if y.dtype.kind in "iu":  # verify() made sure they are whole numbers
+            alpha, beta = int(alpha), int(beta)
         impl(a.reshape((1,) + a.shape), b.reshape((1,) + b.shape), c2, y.reshape((1,) + y.shape),
-             trans_a=int(bool(self.transA)), trans_b=int(bool(self.transB)), scaled=0 if plain else 1,
-             alpha=self.alpha, beta=beta, backend=backend,
+             trans_a=int(bool(self.transA)), trans_b=int(bool(self.transB)),
+             alpha=alpha, beta=beta, backend=backend,
              grid=grid_for(y.size * (a.shape[0] if self.transA else a.shape[1])))
 
 
@@ -242,5 +305,5 @@ class FullyConnected(dsl.Op):
         bias = _zero_bias(y.dtype) if b is None else b.reshape(1, units)
         rows = int(np.prod(x.shape[:-1], dtype=np.int64))
         impl(x.reshape(1, rows, k), w.reshape(1, units, k), bias, y.reshape(1, rows, units),
-             trans_a=0, trans_b=1, scaled=0, alpha=1.0, beta=0.0, backend=backend,
+             trans_a=0, trans_b=1, alpha=1, beta=1, backend=backend,
              grid=grid_for(y.size * k))

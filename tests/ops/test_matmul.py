@@ -37,6 +37,8 @@ def test_matmul_ints_and_f16(backend):
     a = RNG.integers(-50, 50, (4, 9)).astype(np.int32)
     b = RNG.integers(-50, 50, (9, 5)).astype(np.int32)
     np.testing.assert_array_equal(ops.MatMul(a, b, backend=backend), a @ b)
+    c = RNG.integers(-50, 50, (5,)).astype(np.int32)
+    np.testing.assert_array_equal(ops.Gemm(a, b, c, alpha=2.0, beta=3.0, backend=backend), 2 * (a @ b) + 3 * c)
     h = ops.MatMul(a.astype(np.float16) / 8, b.astype(np.float16) / 8, backend=backend)
     assert h.dtype == np.float16
     ref = (a.astype(np.float32) / 8) @ (b.astype(np.float32) / 8)
@@ -100,6 +102,8 @@ def test_errors_name_the_problem():
         ops.Gemm(rand(2, 3, 4), rand(4, 2))
     with pytest.raises(dsl.VerifyError, match="Gemm C .* does not broadcast to \\(M, N\\) = \\(3, 6\\) along N"):
         ops.Gemm(rand(3, 5), rand(5, 6), rand(4))
+    with pytest.raises(dsl.VerifyError, match="Gemm on i32 needs whole-number alpha and beta, got alpha=0.5"):
+        ops.Gemm(np.ones((2, 2), np.int32), np.ones((2, 2), np.int32), alpha=0.5)
     with pytest.raises(dsl.VerifyError, match="transA=1"):
         ops.Gemm(rand(3, 5), rand(5, 6), transA=1)
     with pytest.raises(dsl.VerifyError, match="FullyConnected input f32\\[2,5\\] must end with inputs=3"):
