@@ -134,6 +134,8 @@ _BINARY_C = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "bitand": "&", 
              "lshift": "<<", "rshift": ">>"}
 _COMPARE_C = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _WRAPPING = ("add", "sub", "mul", "lshift", "neg", "invert")
+_PREC = {"mul": 10, "truediv": 10, "add": 9, "sub": 9, "lt": 7, "le": 7, "gt": 7, "ge": 7, "eq": 6, "ne": 6,
+         "and": 2, "or": 1}  # C precedence of the operators printed without redundant parentheses
 
 
 class CStyleRenderer(CHelpers):
@@ -366,7 +368,7 @@ class CStyleRenderer(CHelpers):
             raise CompileError(str(e), s.loc) from None
 
     def stmt_Assign(self, s: ir.Assign) -> None:
-        self.emit(f"{self.names.user(s.name)} = {self.expr(s.value)};")
+        self.emit(f"{self.names.user(s.name)} = {self.bare(s.value)};")
 
     def stmt_ExprStmt(self, s: ir.ExprStmt) -> None:
         self.emit(f"{self.expr(s.value)};")
@@ -374,7 +376,7 @@ class CStyleRenderer(CHelpers):
     def stmt_Store(self, s: ir.Store) -> None:
         buf = self.k.buffer(s.tensor)
         ptr, off = self.pointer(s.tensor), self.offset(s.tensor, s.index, s.flat)
-        value = self.expr(s.value)
+        value = self.bare(s.value)
         name = buf.dtype.name
         if name == "f16":
             self.emit(self.store_f16(ptr, off, value))
@@ -389,7 +391,7 @@ class CStyleRenderer(CHelpers):
         buf = self.k.buffer(s.tensor)
         space = "local" if isinstance(buf, ir.Scratch) else "global"
         ptr = f"&{self.names.user(s.tensor)}[{self.offset(s.tensor, s.index, s.flat)}]"
-        self.emit(self.atomic_add(ptr, buf.dtype, self.expr(s.value), space))
+        self.emit(self.atomic_add(ptr, buf.dtype, self.bare(s.value), space))
 
     def stmt_If(self, s: ir.If) -> None:
         self.emit(f"if ({self.bare(s.cond)}) {{")
@@ -427,10 +429,10 @@ class CStyleRenderer(CHelpers):
                    {n.var for n in ir.walk(list(s.body)) if isinstance(n, ir.For)} | {s.var}
         step_c = self._known_step(s.step)
         inits = [f"{st} {it} = {start}"]
-        stop = self.bare(s.stop)
+        stop = self.operand_text(s.stop, _PREC["lt"])
         if not self._invariant(s.stop, assigned):
             end = self.names.fresh(f"{var}_end")
-            inits.append(f"{end} = {stop}")
+            inits.append(f"{end} = {self.bare(s.stop)}")
             stop = end
         if step_c is not None:
             cond = f"{it} < {stop}" if step_c > 0 else f"{it} > {stop}"
@@ -440,10 +442,10 @@ class CStyleRenderer(CHelpers):
                 inits.append(f"{sv} = {self.bare(s.step)}")
                 inc = f"{it} += {sv}"
         else:
-            step = self.bare(s.step)
+            step = self.operand_text(s.step, _PREC["lt"])
             if not self._invariant(s.step, assigned):
                 sv = self.names.fresh(f"{var}_step")
-                inits.append(f"{sv} = {step}")
+                inits.append(f"{sv} = {self.bare(s.step)}")
                 step = sv
             cond = f"({step} > 0 && {it} < {stop}) || ({step} < 0 && {it} > {stop})"
             inc = f"{it} += {step}"
@@ -583,7 +585,7 @@ class CStyleRenderer(CHelpers):
 
     def _wrap(self, t: T.DType, text: str) -> str:
         """Results of narrow integer arithmetic wrap like numpy (C computes them in int)."""
-        if t.is_bool or (t.is_int and t.bits < 32):
+        if self._narrow(t):
             return f"(({self.ctype(t)}){text})"
         return text
 
@@ -598,26 +600,64 @@ class CStyleRenderer(CHelpers):
 
     def expr_Binary(self, e: ir.Binary) -> str:
         t = e.type
-        a, b = self.expr(e.left), self.expr(e.right)
+        infix = self._infix(e)
+        if infix is not None:
+            return f"({infix[0]})"
         shift = self._pow2(e.right) if t.kind == "i" else None
         if shift is not None and e.op == "floordiv":
-            return f"({a} >> {shift})"  # an arithmetic shift rounds toward -inf, like //
-        if shift is not None and e.op == "mod":
-            return f"({a} & {self.const((1 << shift) - 1, t)})"  # two's complement: Python's sign rule
-        if e.op == "floordiv":
+            return f"({self.expr(e.left)} >> {shift})"  # an arithmetic shift rounds toward -inf, like //
+        if shift is not None and e.op == "mod":  # two's complement masking keeps Python's sign rule
+            return f"({self.expr(e.left)} & {self.const((1 << shift) - 1, t)})"
+        if e.op in ("floordiv", "mod"):
             if t.kind == "u" or t.is_bool:
-                return f"({a} / {b})"
-            return f"{self.helper('floordiv', t)}({self.bare(e.left)}, {self.bare(e.right)})"
-        if e.op == "mod":
-            if t.kind == "u" or t.is_bool:
-                return f"({a} % {b})"
-            return f"{self.helper('mod', t)}({self.bare(e.left)}, {self.bare(e.right)})"
+                return f"({self.expr(e.left)} {'/' if e.op == 'floordiv' else '%'} {self.expr(e.right)})"
+            return f"{self.helper(e.op, t)}({self.bare(e.left)}, {self.bare(e.right)})"
         if e.op == "pow":
             return self._pow(t, e.left, e.right)
         if e.op == "truediv" and not t.is_float:
             raise CompileError(f"'/' on {t} operands reached the C emitter uncast", e.loc)
-        text = f"({a} {_BINARY_C[e.op]} {b})"
+        text = f"({self.expr(e.left)} {_BINARY_C[e.op]} {self.expr(e.right)})"
         return self._wrap(t, text) if e.op in _WRAPPING else text
+
+    def _infix(self, e: ir.Expr):
+        """(text without outer parentheses, C precedence) for arithmetic, comparisons and logic.
+
+        Parentheses are kept only where C would group differently from the IR, so
+        ``((a + b) * c + d)`` reads ``(a + b) * c + d``; evaluation order is unchanged.
+        """
+        if isinstance(e, ir.Binary) and e.op in _PREC and not self._narrow(e.type) \
+                and (e.op != "truediv" or e.type.is_float):
+            sym = _BINARY_C[e.op]
+        elif isinstance(e, ir.Compare):
+            sym = _COMPARE_C[e.op]
+        elif isinstance(e, ir.Logical):
+            sym = "&&" if e.op == "and" else "||"
+        else:
+            return None
+        self._note_type(e.type)
+        prec = _PREC[e.op]
+        return f"{self._operand(e.left, e, prec, False)} {sym} {self._operand(e.right, e, prec, True)}", prec
+
+    def _operand(self, child: ir.Expr, parent: ir.Expr, prec: int, right: bool) -> str:
+        inner = self._infix(child)
+        if inner is None:
+            return self.expr(child)
+        text, cprec = inner
+        if isinstance(parent, ir.Logical) and isinstance(child, ir.Logical) and child.op != parent.op:
+            return f"({text})"  # 'a && b || c' is legal C, but nobody should have to remember why
+        if cprec > prec or (cprec == prec and not right):
+            return text
+        return f"({text})"
+
+    def operand_text(self, e: ir.Expr, prec: int) -> str:
+        """``e`` as the right operand of an operator of C precedence ``prec``."""
+        inner = self._infix(e)
+        if inner is None:
+            return self.expr(e)
+        return inner[0] if inner[1] > prec else f"({inner[0]})"
+
+    def _narrow(self, t: T.DType) -> bool:
+        return t.is_bool or (t.is_int and t.bits < 32)
 
     @staticmethod
     def _pow2(e: ir.Expr):
@@ -638,13 +678,14 @@ class CStyleRenderer(CHelpers):
         return f"{self.helper('ipow', t)}({a}, {b})"
 
     def expr_Compare(self, e: ir.Compare) -> str:
-        return f"({self.expr(e.left)} {_COMPARE_C[e.op]} {self.expr(e.right)})"
+        return f"({self._infix(e)[0]})"
 
     def expr_Logical(self, e: ir.Logical) -> str:
-        return f"({self.expr(e.left)} {'&&' if e.op == 'and' else '||'} {self.expr(e.right)})"
+        return f"({self._infix(e)[0]})"
 
     def expr_Select(self, e: ir.Select) -> str:
-        return f"({self.expr(e.cond)} ? {self.expr(e.if_true)} : {self.expr(e.if_false)})"
+        parts = [self._operand(x, e, 0, False) for x in (e.cond, e.if_true, e.if_false)]
+        return f"({parts[0]} ? {parts[1]} : {parts[2]})"
 
     def expr_FuncCall(self, e: ir.FuncCall) -> str:
         return f"{self.fnames[e.func]}({', '.join(self.bare(a) for a in e.args)})"

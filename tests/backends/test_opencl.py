@@ -208,7 +208,7 @@ def test_source_is_readable_and_stable():
     assert "void leaky(__global const float* x, long x_shape0," in src
     assert "__global float* y, long y_shape0," in src
     assert "// py:" in src and "v = x.flat[i]" in src
-    assert "v = x[i];" in src and "y[i] = ((v > 0.0f) ? v : (alpha * v));" in src
+    assert "v = x[i];" in src and "y[i] = v > 0.0f ? v : alpha * v;" in src
     lines = src.splitlines()
     body = lines[lines.index("{") + 1:-1]
     assert all(ln.startswith("  ") for ln in body if ln)
@@ -382,3 +382,22 @@ def test_f16_bf16_bool_scratch():
     ref = third.astype(np.float16).astype(np.float32) + third.astype(ml_dtypes.bfloat16).astype(np.float32) \
         + (x[::-1] > 1).astype(np.float32)
     np.testing.assert_array_equal(o, ref)
+
+
+@dsl.kernel(threads=1)
+def tricky_bounds(n: i64, flag: dsl.bool_, out: Out[i64]):
+    c = 0
+    for i in range(0, n if flag else 2, 1 if n > 0 else -1):
+        c += 1
+    for j in range(n - 1 if flag else 0, -1, -1 if flag else 1):
+        c += 10
+    out[0] = c
+
+
+def test_loop_bounds_that_are_conditional_expressions():
+    out = np.zeros(1, np.int64)
+    for n, flag in [(5, True), (5, False), (-3, True)]:
+        tricky_bounds(n, flag, out, backend="opencl")
+        c = len(range(0, n if flag else 2, 1 if n > 0 else -1)) + \
+            10 * len(range(n - 1 if flag else 0, -1, -1 if flag else 1))
+        assert out[0] == c, (n, flag)
