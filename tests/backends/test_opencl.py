@@ -401,3 +401,24 @@ def test_loop_bounds_that_are_conditional_expressions():
         c = len(range(0, n if flag else 2, 1 if n > 0 else -1)) + \
             10 * len(range(n - 1 if flag else 0, -1, -1 if flag else 1))
         assert out[0] == c, (n, flag)
+
+
+def test_device_choice_by_environment():
+    from backends import opencl_runtime as rt
+    dev = rt.device()
+    platform = dev.device.platform.name
+    assert rt._choose(platform[:6].lower()).platform.name == platform  # a case-insensitive substring
+    with pytest.raises(rt.NoDevice, match="no platform name contains 'no-such-platform'; platforms: "):
+        rt._choose("no-such-platform")
+    with pytest.raises(rt.NoDevice, match="device index 99 out of range"):
+        rt._choose(f"{platform[:6]}:99")
+
+
+def test_unavailable_reason_names_the_bad_setting(tmp_path):
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, OPDSL_OPENCL_DEVICE="no-such-platform",
+               PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    code = "from backends import base; print(base.get('opencl').available())"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root)
+    assert r.returncode == 0, r.stderr
+    assert "OPDSL_OPENCL_DEVICE='no-such-platform'" in r.stdout and "platforms:" in r.stdout
