@@ -23,7 +23,7 @@ import numpy as np
 
 from dsl import registry
 from dsl.graph import Graph, Tensor, apply_op
-from dsl.op import Op, VerifyError
+from dsl.op import Op, VerifyError, check_and_infer
 from dsl.types import DType, from_numpy
 
 
@@ -261,16 +261,21 @@ def _import_nodes(g: Graph, nodes: Iterable, env: Dict[str, Optional[Tensor]], o
         op = _make_op(node, opsets, attrs)
         while ins and ins[-1] is None:  # trailing absent optional inputs
             ins.pop()
-        outs = [o for o in node.output]
-        names = [g.unique_name(prefix + (o or f"{node.name or node.op_type}_unused{i}"))
-                 for i, o in enumerate(outs)]
+        outs = list(node.output)
         try:
+            specs = [None if t is None else t.spec for t in ins]
+            n_out = len(check_and_infer(op, specs, where="ONNX import"))
+            if any(outs[n_out:]):
+                raise OnnxImportError(f"{where}: the op produces {n_out} output(s), the node names {len(outs)}")
+            outs += [""] * (n_out - len(outs))  # trailing optional outputs the node leaves out
+            names = [g.unique_name(prefix + (o or f"{node.name or node.op_type}_unused{i}"))
+                     for i, o in enumerate(outs[:n_out])]
             result = apply_op(op, ins, g, out_names=names)
         except (VerifyError, TypeError, ValueError) as e:
+            if isinstance(e, OnnxImportError):
+                raise
             raise OnnxImportError(f"{where}: {e}") from None
         result = result if isinstance(result, tuple) else (result,)
-        if len(result) < len([o for o in outs if o]):
-            raise OnnxImportError(f"{where}: the op produces {len(result)} output(s), the node names {len(outs)}")
         for o, t in zip(outs, result):
             if o:
                 env[o] = t

@@ -242,3 +242,18 @@ def test_declared_output_type_must_match():
     model = make_model([H.make_node("Relu", ["x"], ["y"])], {"x": X34}, {"y": np.int32})
     with pytest.raises(dsl.OnnxImportError, match="graph output 'y' is declared i32 but the ops compute f32"):
         dsl.load_onnx(model)
+
+
+@dsl.composed("TwoOut", domain="com.example.test")
+def two_out(x):
+    return ops.Relu(x), ops.Tanh(x)
+
+
+def test_trailing_outputs_may_be_left_out_but_not_added():
+    model = make_model([H.make_node("TwoOut", ["x"], ["y"], domain="com.example.test")], {"x": X34},
+                       {"y": np.float32}, domains=("com.example.test",))
+    np.testing.assert_array_equal(dsl.load_onnx(model, backend="interpreter").run({"x": X34})["y"], np.maximum(X34, 0))
+    model = make_model([H.make_node("TwoOut", ["x"], ["y", "", "z"], domain="com.example.test", name="t3")],
+                       {"x": X34}, {"y": np.float32}, domains=("com.example.test",))
+    with pytest.raises(dsl.OnnxImportError, match=r"'t3' .*the op produces 2 output\(s\), the node names 3"):
+        dsl.load_onnx(model)
