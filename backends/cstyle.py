@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -50,9 +50,21 @@ class Rendered:
     args: Tuple[Arg, ...]
     line_locs: Dict[int, SourceLoc]     # 1-based C line -> the Python statement it came from
     features: frozenset = frozenset()   # 'fp64', 'int64_atomics', 'printf', ...
+    feature_locs: Dict[str, SourceLoc] = field(default_factory=dict)  # where each feature is first used
 
     def loc_of_line(self, line: int) -> Optional[SourceLoc]:
         return self.line_locs.get(line)
+
+
+class _Features(dict):
+    """feature -> SourceLoc of its first use; ``add`` keeps set-like call sites."""
+
+    def __init__(self, where):
+        super().__init__()
+        self._where = where
+
+    def add(self, name: str) -> None:
+        self.setdefault(name, self._where())
 
 
 # --------------------------------------------------------------------------- names
@@ -168,7 +180,7 @@ class CStyleRenderer(CHelpers):
         self.k = kernel
         self.names = Names()
         self.helpers: Dict[str, str] = {}      # name -> C definition, in first-use order
-        self.features: set = set()
+        self.features = _Features(lambda: self.cur_loc)
         self.out: List[Tuple[str, SourceLoc]] = []
         self.depth = 0
         self.cur_loc: SourceLoc = UNKNOWN
@@ -208,7 +220,7 @@ class CStyleRenderer(CHelpers):
         lines = head + funcs_text + body
         text = "\n".join(ln for ln, _ in lines) + "\n"
         locs = {i + 1: loc for i, (_, loc) in enumerate(lines) if loc is not UNKNOWN}
-        return Rendered(text, self.kname, tuple(self.args), locs, frozenset(self.features))
+        return Rendered(text, self.kname, tuple(self.args), locs, frozenset(self.features), dict(self.features))
 
     @staticmethod
     def _ident(name: str) -> str:

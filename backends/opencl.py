@@ -108,9 +108,11 @@ def check_device(rendered: Rendered, kernel: ir.Kernel, dev: rt.Device) -> None:
             continue
         ext, what = _NEEDS[feature]
         if not dev.has(ext):
+            loc = rendered.feature_locs.get(feature)
+            if loc is None or loc.line <= 0:
+                loc = SourceLoc(kernel.filename, kernel.firstline)
             raise CompileError(
-                f"{what} is not supported by OpenCL device {dev.description}: it lacks {ext}",
-                SourceLoc(kernel.filename, kernel.firstline),
+                f"{what} is not supported by OpenCL device {dev.description}: it lacks {ext}", loc,
                 note="use f32, or pick another device with OPDSL_OPENCL_DEVICE=platform[:index]")
 
 

@@ -248,17 +248,18 @@ def test_missing_device_capability_names_dtype_and_device(monkeypatch):
     from backends import opencl_runtime as rt
 
     @dsl.kernel
-    def double_it(x: InOut[f64]):
+    def double_it(x: InOut[f32]):
         lo, hi = dsl.split(x.size)
         for i in range(lo, hi):
-            x.flat[i] = x.flat[i] * 2.0
+            x.flat[i] = f32(f64(x.flat[i]) * 2.0)
 
     dev = rt.device()
     monkeypatch.setattr(dev, "extensions", dev.extensions - {"cl_khr_fp64"})
     with pytest.raises(dsl.CompileError) as e:
-        double_it(np.ones(3), backend="opencl")
+        double_it(np.ones(3, np.float32), backend="opencl")
     msg = str(e.value)
     assert "f64" in msg and dev.device.name.strip() in msg and "cl_khr_fp64" in msg
+    assert "x.flat[i] = f32(f64(x.flat[i]) * 2.0)" in msg  # the first line computing in f64
 
 
 # ---------------------------------------------------------------- runtime
