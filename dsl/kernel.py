@@ -79,6 +79,7 @@ class Kernel:
         return functools.partial(self.__call__, grid=grid)
 
     def __call__(self, *args, backend: Optional[str] = None, grid: Any = None, **kwargs) -> None:
+        __tracebackhide__ = True  # pytest and IPython hide this frame: errors point at user code
         if self._fast is not None and grid is None and type(self.grid) is int:
             try:
                 hit = self._fast(*args, **kwargs)
@@ -98,6 +99,7 @@ class Kernel:
         """Check and bind a launch without running it -> (launcher, values, grid).
 
         ``launcher(values, grid)`` then runs it; graphs record this once per node and replay it."""
+        __tracebackhide__ = True
         backend = backend or config.default_backend()
         values, key = self.bind(args, kwargs)
         launcher = self._variants.get((backend, key))
@@ -244,6 +246,7 @@ class Kernel:
 
         Pass example arguments to pick the specialization; without them TypeVars must be
         unbound-free and unranked tensors are taken as 1-D."""
+        __tracebackhide__ = True
         values, key = self.bind(args, kwargs) if (args or kwargs) else self.example_args()
         from backends import base
         try:
@@ -285,6 +288,13 @@ class Kernel:
             parts.append(s)
         return f"{self.__name__}({', '.join(parts)})"
 
+    def _describe(self, key: Tuple) -> str:
+        """'x: f32 1-D, y: f32 1-D, k=3' for a specialization key."""
+        tensors = [p.name for p in self.params if p.kind == "tensor"]
+        parts = [f"{n}: {dt} {nd}-D" for n, (dt, nd) in zip(tensors, key)]
+        parts += [f"{item[1]}={item[2]!r}" for item in key[len(tensors):] if item and item[0] == "const"]
+        return ", ".join(parts)
+
     def __repr__(self) -> str:
         return f"<dsl.kernel {self.signature()} threads={self.threads}>"
 
@@ -292,7 +302,7 @@ class Kernel:
         rows = "".join(f"<tr><td><code>{html.escape(p.name)}</code></td><td><code>{html.escape(repr(p.annotation))}"
                        f"</code></td><td>{'' if p.default is _EMPTY else html.escape(repr(p.default))}</td></tr>"
                        for p in self.params)
-        variants = "".join(f"<li>{html.escape(b)}: {html.escape(str(k))}</li>" for b, k in self._variants)
+        variants = "".join(f"<li>{html.escape(b)}: {html.escape(self._describe(k))}</li>" for b, k in self._variants)
         return (f"<div><b>dsl.kernel</b> <code>{html.escape(self.__name__)}</code> "
                 f"(threads={self.threads})<table><tr><th>param</th><th>type</th><th>default</th></tr>{rows}</table>"
                 f"<div>compiled variants:</div><ul>{variants or '<li>none yet</li>'}</ul>"
