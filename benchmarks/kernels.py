@@ -45,6 +45,50 @@ def softmax_rows(x: In[f32, 2], y: Out[f32, 2]):
             y.flat[base + j] *= inv
 
 
+@dsl.kernel(threads=4)
+def softmax_rows_unrolled(x: In[f32, 2], y: Out[f32, 2]):
+    """``softmax_rows`` with the max pass split over 8 independent running maxima.
+
+    A single running max is a serial dependency chain the compiler may not vectorize
+    (it would have to reorder a floating-point reduction); eight independent ones let
+    the CPU overlap them.  The result is the same max."""
+    rows, n = x.shape
+    lo, hi = dsl.split(rows)
+    for r in range(lo, hi):
+        base = r * n
+        m0 = x.flat[base]
+        m1 = m0
+        m2 = m0
+        m3 = m0
+        m4 = m0
+        m5 = m0
+        m6 = m0
+        m7 = m0
+        j = 0
+        while j + 8 <= n:
+            m0 = max(m0, x.flat[base + j])
+            m1 = max(m1, x.flat[base + j + 1])
+            m2 = max(m2, x.flat[base + j + 2])
+            m3 = max(m3, x.flat[base + j + 3])
+            m4 = max(m4, x.flat[base + j + 4])
+            m5 = max(m5, x.flat[base + j + 5])
+            m6 = max(m6, x.flat[base + j + 6])
+            m7 = max(m7, x.flat[base + j + 7])
+            j += 8
+        m = max(max(max(m0, m1), max(m2, m3)), max(max(m4, m5), max(m6, m7)))
+        while j < n:
+            m = max(m, x.flat[base + j])
+            j += 1
+        s = f32(0)
+        for j in range(n):
+            e = dsl.exp(x.flat[base + j] - m)
+            y.flat[base + j] = e
+            s += e
+        inv = 1.0 / s
+        for j in range(n):
+            y.flat[base + j] *= inv
+
+
 @dsl.kernel(threads=1)
 def softmax_row_tiles(x: In[f32, 2], y: Out[f32, 2]):
     """Row softmax as a grid of one-thread teams, one row per team (launch with grid=rows)."""
