@@ -28,8 +28,8 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 import numpy as np  # noqa: E402
 
-from benchmarks.harness import (Section, Timing, apply_boost, fmt_seconds, load_text, machine_info, measure,  # noqa: E402
-                                run_boosted, wait_until_idle)
+from benchmarks.harness import (Section, Timing, apply_boost, fmt_seconds, load_text, machine_info,  # noqa: E402
+                                measure, measure_interleaved, run_boosted, wait_until_idle)
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("leaky", "softmax", "launch", "compute", "compile")
@@ -76,6 +76,9 @@ def ort_runner(node, shape, threads: int = 2, opset: int = 17):
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    # no busy-waiting after a run: spinning ORT threads would steal the cores from whatever
+    # is timed next (the cases are interleaved); a run here lasts milliseconds, so waking is free
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
     def bind(x: np.ndarray, y: np.ndarray) -> Callable[[], None]:
@@ -161,46 +164,41 @@ def bench_leaky(cfg: Config) -> Section:
     refs = _numba_refs()
     rep = cfg.repeat
 
-    _progress("leaky_relu: opdsl")
-    K.leaky_relu(x, y, alpha=alpha, backend=cfg.backend)
-    _check("opdsl leaky_relu", y, want)
-    ours = sec.add(f"opdsl {cfg.backend} (threads=4)",
-                   measure(lambda: K.leaky_relu(x, y, alpha=alpha, backend=cfg.backend), repeat=rep))
-
-    _progress("leaky_relu: bandwidth floor")
+    ax = np.float32(alpha)
+    _progress("leaky_relu: checking every implementation")
     pool = ThreadPoolExecutor(2)
     halves = [slice(0, n // 2), slice(n // 2, n)]
-    copy_threads = sec.add("copy floor: np.copyto over 2 Python threads",
-                           measure(lambda: list(pool.map(lambda s: np.copyto(y[s], x[s]), halves)), repeat=rep))
-    copy2 = _with_numba_threads(2, lambda: refs["copy_prange"](x, y))
-    copy_nb = sec.add("copy floor: numba prange copy, 2 threads", measure(copy2, repeat=rep))
-    sec.add("copy, 1 thread (np.copyto)", measure(lambda: np.copyto(y, x), repeat=rep))
+    bind, plain = ort_runner(helper.make_node("LeakyRelu", ["x"], ["y"], alpha=alpha), x.shape)
+    cases = {
+        f"opdsl {cfg.backend} (threads=4)": lambda: K.leaky_relu(x, y, alpha=alpha, backend=cfg.backend),
+        "numba @njit(parallel=True) prange, 2 threads": _with_numba_threads(2, lambda: refs["leaky_prange"](x, y, ax)),
+        "onnxruntime LeakyRelu, 2 intra-op threads (IO binding)": bind(x, y),
+    }
+    for name, fn in cases.items():
+        y[:] = 0
+        fn()
+        _check(name, y, want)
+    cases["onnxruntime LeakyRelu, 2 intra-op threads (sess.run, allocates y)"] = plain(x)
+    cases["copy floor: np.copyto over 2 Python threads"] = lambda: list(pool.map(lambda s: np.copyto(y[s], x[s]),
+                                                                                 halves))
+    cases["copy floor: numba prange copy, 2 threads"] = _with_numba_threads(2, lambda: refs["copy_prange"](x, y))
+    cases["copy, 1 thread (np.copyto)"] = lambda: np.copyto(y, x)
+    _progress("leaky_relu: timing opdsl, numba, onnxruntime and copies, interleaved")
+    timings = measure_interleaved(cases, repeat=rep)
+    rows = {name: sec.add(name, t) for name, t in timings.items()}
     pool.shutdown()
-    floor = min((copy_threads, copy_nb), key=lambda r: r.timing.best)
+    del bind, plain, cases
+    ours = rows[f"opdsl {cfg.backend} (threads=4)"]
+    ort_row = min((r for name, r in rows.items() if name.startswith("onnxruntime")), key=lambda r: r.timing.best)
+    floor = min((r for name, r in rows.items() if name.startswith("copy floor")), key=lambda r: r.timing.best)
     floor.note = "reference (fastest 2-thread copy)"
 
-    _progress("leaky_relu: numpy and numba")
-    ax = np.float32(alpha)
-    sec.add("numpy np.where(x > 0, x, alpha*x)", measure(lambda: np.where(x > 0, x, ax * x), repeat=rep))
+    _progress("leaky_relu: numpy")
+    sec.add("numpy np.where(x > 0, x, alpha*x)", measure(lambda: np.where(x > 0, x, ax * x), repeat=max(3, rep // 3)),
+            "allocates its result")
     tmp = np.empty_like(x)
     sec.add("numpy np.maximum(x, alpha*x, out=y)",
-            measure(lambda: np.maximum(x, np.multiply(x, ax, out=tmp), out=y), repeat=rep))
-    y[:] = 0
-    prange_run = _with_numba_threads(2, lambda: refs["leaky_prange"](x, y, ax))
-    prange_run()
-    _check("numba prange leaky_relu", y, want)
-    sec.add("numba @njit(parallel=True) prange, 2 threads", measure(prange_run, repeat=rep))
-
-    _progress("leaky_relu: onnxruntime")
-    bind, plain = ort_runner(helper.make_node("LeakyRelu", ["x"], ["y"], alpha=alpha), x.shape)
-    y[:] = 0
-    ort_bound = bind(x, y)
-    ort_bound()
-    _check("onnxruntime LeakyRelu", y, want)
-    ort_rows = (sec.add("onnxruntime LeakyRelu, 2 intra-op threads (IO binding)", measure(ort_bound, repeat=rep)),
-                sec.add("onnxruntime LeakyRelu, 2 intra-op threads (sess.run, allocates y)", measure(plain(x), repeat=rep)))
-    ort_row = min(ort_rows, key=lambda r: r.timing.best)
-    del ort_bound, bind, plain
+            measure(lambda: np.maximum(x, np.multiply(x, ax, out=tmp), out=y), repeat=max(3, rep // 3)))
 
     sec.ratios(floor)
     sec.target("opdsl / 2-thread copy <= 1.10", ours.ratio, 1.10)
@@ -224,42 +222,32 @@ def bench_softmax(cfg: Config) -> Section:
     want = e / e.sum(axis=1, keepdims=True)
     rep = cfg.repeat
 
-    _progress("softmax: onnxruntime")
-    bind, plain = ort_runner(helper.make_node("Softmax", ["x"], ["y"], axis=-1), x.shape, opset=13)
-    ort_bound = bind(x, y)
-    ort_bound()
-    _check("onnxruntime Softmax", y, want)
-    ort_bound_row = sec.add("onnxruntime Softmax(axis=-1), 2 intra-op threads (IO binding)",
-                            measure(ort_bound, repeat=rep))
-    ort_run_row = sec.add("onnxruntime Softmax(axis=-1), 2 intra-op threads (sess.run)", measure(plain(x), repeat=rep))
-    ort_row = min((ort_bound_row, ort_run_row), key=lambda r: r.timing.best)
-    ort_row.note = "reference (faster onnxruntime row)"
-    del ort_bound, bind, plain
-
-    _progress("softmax: opdsl")
-    y[:] = 0
-    K.softmax_rows(x, y, backend=cfg.backend)
-    _check("opdsl softmax_rows", y, want)
-    ours = sec.add(f"opdsl {cfg.backend}: rows split over a team (threads=4)",
-                   measure(lambda: K.softmax_rows(x, y, backend=cfg.backend), repeat=rep))
-    y[:] = 0
-    K.softmax_rows_unrolled(x, y, backend=cfg.backend)
-    _check("opdsl softmax_rows_unrolled", y, want)
-    unrolled = sec.add(f"opdsl {cfg.backend}: rows split over a team, max pass with 8 running maxima",
-                       measure(lambda: K.softmax_rows_unrolled(x, y, backend=cfg.backend), repeat=rep))
-    y[:] = 0
-    K.softmax_row_tiles(x, y, backend=cfg.backend, grid=rows)
-    _check("opdsl softmax_row_tiles", y, want)
-    tiles = sec.add(f"opdsl {cfg.backend}: grid of {rows} one-thread teams, a row each",
-                    measure(lambda: K.softmax_row_tiles(x, y, backend=cfg.backend, grid=rows), repeat=rep))
-
-    _progress("softmax: numpy and numba")
     refs = _numba_refs()
-    run = _with_numba_threads(2, lambda: refs["softmax_prange"](x, y))
-    y[:] = 0
-    run()
-    _check("numba prange softmax", y, want)
-    sec.add("numba @njit(parallel=True) prange over rows, 2 threads", measure(run, repeat=rep))
+    bind, plain = ort_runner(helper.make_node("Softmax", ["x"], ["y"], axis=-1), x.shape, opset=13)
+    b = cfg.backend
+    ours_name = f"opdsl {b}: rows split over a team (threads=4)"
+    unrolled_name = f"opdsl {b}: rows split over a team, max pass with 8 running maxima"
+    tiles_name = f"opdsl {b}: grid of {rows} one-thread teams, a row each"
+    cases = {
+        "onnxruntime Softmax(axis=-1), 2 intra-op threads (IO binding)": bind(x, y),
+        ours_name: lambda: K.softmax_rows(x, y, backend=b),
+        unrolled_name: lambda: K.softmax_rows_unrolled(x, y, backend=b),
+        tiles_name: lambda: K.softmax_row_tiles(x, y, backend=b, grid=rows),
+        "numba @njit(parallel=True) prange over rows, 2 threads": _with_numba_threads(
+            2, lambda: refs["softmax_prange"](x, y)),
+    }
+    _progress("softmax: checking every implementation")
+    for name, fn in cases.items():
+        y[:] = 0
+        fn()
+        _check(name, y, want)
+    cases["onnxruntime Softmax(axis=-1), 2 intra-op threads (sess.run)"] = plain(x)
+    _progress("softmax: timing opdsl, numba and onnxruntime, interleaved")
+    found = {name: sec.add(name, t) for name, t in measure_interleaved(cases, repeat=rep).items()}
+    del bind, plain, cases
+    ort_row = min((r for name, r in found.items() if name.startswith("onnxruntime")), key=lambda r: r.timing.best)
+    ort_row.note = "reference (faster onnxruntime row)"
+    ours, unrolled, tiles = found[ours_name], found[unrolled_name], found[tiles_name]
 
     def np_softmax():
         ex = np.exp(x - x.max(axis=1, keepdims=True))

@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional
 
 
 @dataclass
@@ -62,6 +62,24 @@ def measure(fn: Callable[[], object], *, repeat: int = 15, warmup: int = 2,
             fn()
         per_call.append((time.perf_counter() - t0) / inner)
     return Timing(min(per_call), statistics.median(per_call), repeat, inner)
+
+
+def measure_interleaved(fns: Dict[str, Callable[[], object]], *, repeat: int = 15,
+                        warmup: int = 2) -> Dict[str, Timing]:
+    """Time several long-running calls round-robin, one call each per round.
+
+    On a shared machine the background load drifts; interleaving exposes every case
+    to the same drift, so ratios between them stay meaningful (one call per sample)."""
+    for fn in fns.values():
+        for _ in range(max(warmup, 1)):
+            fn()
+    samples: Dict[str, List[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - t0)
+    return {name: Timing(min(v), statistics.median(v), repeat, 1) for name, v in samples.items()}
 
 
 def fmt_seconds(s: Optional[float]) -> str:
