@@ -76,9 +76,6 @@ def ort_runner(node, shape, threads: int = 2, opset: int = 17):
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    # no busy-waiting after a run: spinning ORT threads would steal the cores from whatever
-    # is timed next (the cases are interleaved); a run here lasts milliseconds, so waking is free
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
     def bind(x: np.ndarray, y: np.ndarray) -> Callable[[], None]:

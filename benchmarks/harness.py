@@ -64,22 +64,25 @@ def measure(fn: Callable[[], object], *, repeat: int = 15, warmup: int = 2,
     return Timing(min(per_call), statistics.median(per_call), repeat, inner)
 
 
-def measure_interleaved(fns: Dict[str, Callable[[], object]], *, repeat: int = 15,
+def measure_interleaved(fns: Dict[str, Callable[[], object]], *, repeat: int = 15, block: int = 5,
                         warmup: int = 2) -> Dict[str, Timing]:
-    """Time several long-running calls round-robin, one call each per round.
+    """Time several long-running calls in rounds: each round runs every case for ``warmup``
+    untimed and ``block`` timed calls (one call per sample), ``repeat`` samples in all.
 
-    On a shared machine the background load drifts; interleaving exposes every case
-    to the same drift, so ratios between them stay meaningful (one call per sample)."""
-    for fn in fns.values():
-        for _ in range(max(warmup, 1)):
-            fn()
+    On a shared machine the background load drifts; rounds expose every case to the same
+    drift, so ratios stay meaningful.  Blocks (rather than alternating single calls) let
+    each case's thread pool settle: pools that busy-wait after a call (onnxruntime,
+    OpenMP) would otherwise steal the cores from the next case."""
     samples: Dict[str, List[float]] = {name: [] for name in fns}
-    for _ in range(repeat):
+    while len(next(iter(samples.values()))) < repeat:
         for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            samples[name].append(time.perf_counter() - t0)
-    return {name: Timing(min(v), statistics.median(v), repeat, 1) for name, v in samples.items()}
+            for _ in range(warmup):
+                fn()
+            for _ in range(min(block, repeat - len(samples[name]))):
+                t0 = time.perf_counter()
+                fn()
+                samples[name].append(time.perf_counter() - t0)
+    return {name: Timing(min(v), statistics.median(v), len(v), 1) for name, v in samples.items()}
 
 
 def fmt_seconds(s: Optional[float]) -> str:
