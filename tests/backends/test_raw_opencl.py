@@ -153,6 +153,14 @@ def test_raw_op_as_an_operator_implementation():
 
         kernels = {"default": hswish}
 
+    from dsl import registry
+    try:
+        _check_hswish_op(HSwishCL)
+    finally:
+        registry.unregister(HSwishCL)  # other tests list the registered ops
+
+
+def _check_hswish_op(HSwishCL):
     x = np.linspace(-4, 4, 33).astype(np.float32)
     np.testing.assert_allclose(HSwishCL(x), _hswish_ref(x), rtol=1e-6, atol=1e-7)
     q = np.arange(0, 256, dtype=np.uint8)
