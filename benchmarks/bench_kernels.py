@@ -107,6 +107,11 @@ def _numba_refs():
         for i in prange(x.size):
             y[i] = x[i]
 
+    @njit(parallel=True)
+    def negate_prange(x, y):  # a copy's traffic without memcpy's streaming stores
+        for i in prange(x.size):
+            y[i] = -x[i]
+
     @njit
     def leaky_serial(x, y, alpha):
         for i in range(x.size):
@@ -129,7 +134,8 @@ def _numba_refs():
             for j in range(n):
                 y[r, j] *= inv
 
-    return dict(leaky_prange=leaky_prange, copy_prange=copy_prange, leaky_serial=leaky_serial,
+    return dict(leaky_prange=leaky_prange, copy_prange=copy_prange, negate_prange=negate_prange,
+                leaky_serial=leaky_serial,
                 softmax_prange=softmax_prange)
 
 
@@ -180,6 +186,8 @@ def bench_leaky(cfg: Config) -> Section:
                                                                                  halves))
     cases["copy floor: numba prange copy, 2 threads"] = _with_numba_threads(2, lambda: refs["copy_prange"](x, y))
     cases["copy, 1 thread (np.copyto)"] = lambda: np.copyto(y, x)
+    cases["y = -x, numba prange, 2 threads (plain stores)"] = _with_numba_threads(
+        2, lambda: refs["negate_prange"](x, y))
     _progress("leaky_relu: timing opdsl, numba, onnxruntime and copies, interleaved")
     timings = measure_interleaved(cases, repeat=rep)
     rows = {name: sec.add(name, t) for name, t in timings.items()}
@@ -203,6 +211,10 @@ def bench_leaky(cfg: Config) -> Section:
     gbs = 2 * x.nbytes / ours.timing.best / 1e9
     sec.notes.append(f"opdsl moves {gbs:.1f} GB/s (read + write); the 2-thread copy "
                      f"{2 * x.nbytes / floor.timing.best / 1e9:.1f} GB/s")
+    plain_floor = rows["y = -x, numba prange, 2 threads (plain stores)"]
+    sec.notes.append(f"opdsl / plain-store copy (y = -x): {ours.timing.best / plain_floor.timing.best:.2f}x. "
+                     "The copy rows compile to memcpy, whose streaming stores skip reading y into the cache "
+                     "first; a kernel with ordinary stores moves ~1.5x the bytes")
     return sec
 
 
