@@ -36,8 +36,8 @@ _COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="
 # Names the generated module defines or uses itself; user names equal to one are renamed.
 RESERVED = frozenset({
     "np", "math", "njit", "prange", "rt", "fmt", "ix", "JIT", "CACHE", "thread", "launch_serial",
-    "launch_parallel", "team_serial", "team_parallel", "range", "min", "max", "abs", "print", "str",
-    "len", "True", "False", "None", "int", "float", "bool"})
+    "launch_parallel", "launch_team", "team_serial", "dispatch", "run_threads", "range", "min", "max",
+    "abs", "print", "str", "chr", "len", "True", "False", "None", "int", "float", "bool"})
 _INTERNAL = re.compile(r"^_|_(shape\d+|size|nd)$|^(region|func)_\d*")
 
 

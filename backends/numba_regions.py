@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Sequence, Set, Union
 from dsl import ir
 from dsl import types as T
 from dsl.errors import CompileError
-from backends.numba_codegen import Gen, Hooks, Scope, cast, const, ctype, emit_function, storage_np
+from backends.numba_codegen import Gen, Hooks, Scope, cast, ctype, emit_function, storage_np
 
 FALL, BREAK, CONTINUE = 0, 1, 2
 

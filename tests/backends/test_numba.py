@@ -286,6 +286,22 @@ def test_half_conversions_are_exact_for_every_bit_pattern():
     np.testing.assert_array_equal(fb, bits.view(ml_dtypes.bfloat16).astype(np.float32))
 
 
+def test_half_atomic_add_is_a_real_compare_and_swap_loop():
+    from numba import njit, prange
+    from backends import numba_runtime as rt
+
+    @njit(parallel=True)
+    def hammer(h, b, n):
+        for k in prange(n):
+            rt.atomic_add_f16(h, k % 2, np.float32(1.0))
+            rt.atomic_add_bf16(b, k % 2, np.float32(1.0))
+
+    h, b = np.zeros(2, np.float16), np.zeros(2, ml_dtypes.bfloat16)
+    hammer(h.view(np.uint16), b.view(np.uint16), 512)
+    np.testing.assert_array_equal(h, [256, 256])   # exact in both formats: no lost update
+    np.testing.assert_array_equal(b.astype(np.float32), [256, 256])
+
+
 @dsl.kernel
 def halves(a: In[f16], b: InOut[bf16], y: Out[f32], r: Out[f16], s: f16):
     lo, hi = dsl.split(a.size)
