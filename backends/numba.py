@@ -287,14 +287,15 @@ class NumbaLauncher(Launcher):
 def _check_threading_layer() -> None:
     """If numba could only start the workqueue layer, parallel launches must not overlap."""
     global _serialize_parallel
+    from numba.np.ufunc import parallel as npp
     try:
-        from numba.np.ufunc import parallel as npp
         npp._launch_threads()
-        _serialize_parallel = numba.threading_layer() == "workqueue"
     except ValueError:  # no thread-safe layer here (no OpenMP/TBB): fall back, serialized
         numba.config.THREADING_LAYER = "workqueue"
-        from numba.np.ufunc import parallel as npp
         npp._launch_threads()
+    try:
+        _serialize_parallel = numba.threading_layer() == "workqueue"
+    except ValueError:  # pragma: no cover - layer not reported: stay on the safe side
         _serialize_parallel = True
 
 

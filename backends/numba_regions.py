@@ -82,7 +82,7 @@ def split(stmts: Sequence[ir.Stmt], regions: List[Region], in_loop: bool = False
     return out
 
 
-def _shallow(stmts: Sequence[ir.Stmt], loops: bool = False):
+def _shallow(stmts: Sequence[ir.Stmt]):
     """Statements of a region outside any loop nested in it (where break/continue leave the region)."""
     for s in stmts:
         yield s
