@@ -423,3 +423,15 @@ def test_unavailable_reason_names_the_bad_setting(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root)
     assert r.returncode == 0, r.stderr
     assert "OPDSL_OPENCL_DEVICE='no-such-platform'" in r.stdout and "platforms:" in r.stdout
+
+
+def test_unaligned_views_are_read_and_written_in_place():
+    big = np.arange(1001, dtype=np.float32)
+    out = np.zeros(1001, np.float32)
+    x, y = big[1:], out[1:]  # 4 bytes past an allocation: not device-aligned
+    leaky(x, y, 0.5, backend="opencl")
+    np.testing.assert_array_equal(y, x)  # all positive
+    assert out[0] == 0.0
+    x[:] = -2.0
+    leaky(x, y, 0.5, backend="opencl")
+    assert np.all(y == -1.0)
