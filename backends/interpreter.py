@@ -45,8 +45,21 @@ from backends.base import Backend, CompileRequest, Launcher
 # casts (a Python int/float/bool that takes the other operand's type), which is
 # exactly what the Python builtins return; ``range`` yields weak ints, and
 # ``.shape``/``.size`` are weak ints too.
+_PRINT_LOCK = threading.Lock()
+
+
+def _kernel_print(*args, sep=" ", end="\n", file=None, flush=False):
+    """print() that writes each call as one piece, so team threads never interleave words."""
+    out = file if file is not None else sys.stdout
+    text = sep.join(map(str, args)) + end
+    with _PRINT_LOCK:
+        out.write(text)
+        if flush:
+            out.flush()
+
+
 _KERNEL_BUILTINS = dict(vars(_py_builtins))
-_KERNEL_BUILTINS.update(min=B.min_, max=B.max_, abs=B.abs_)
+_KERNEL_BUILTINS.update(min=B.min_, max=B.max_, abs=B.abs_, print=_kernel_print)
 
 # Frames in these files are ours, not the user's: skipped when naming call sites
 # and trimmed from tracebacks shown to the user.
