@@ -20,6 +20,7 @@ class CompileRequest:
     pyfunc: Callable         # the user's Python function (the interpreter runs it)
     key: str                 # hex digest naming this specialization for on-disk caches
     log_level: str = "warn"  # dsl.log calls below this level were removed by the frontend
+    fastmath: bool = False   # @dsl.kernel(fastmath=True): reassociation and approximate math allowed
 
 
 class Launcher(ABC):

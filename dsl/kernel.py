@@ -53,7 +53,8 @@ def func(fn: Callable) -> Func:
 class Kernel:
     """A compiled-on-demand kernel. Call it like the Python function it decorates."""
 
-    def __init__(self, fn: Callable, threads: int = 4, grid: Any = 1, log_level: Optional[str] = None):
+    def __init__(self, fn: Callable, threads: int = 4, grid: Any = 1, log_level: Optional[str] = None,
+                 fastmath: bool = False):
         if not isinstance(threads, int) or not 1 <= threads <= 1024:
             raise ValueError(f"@dsl.kernel(threads={threads!r}): threads must be an int from 1 to 1024")
         if log_level is not None and log_level not in config.LOG_LEVELS:
@@ -63,6 +64,7 @@ class Kernel:
         self.threads = threads
         self.grid = grid
         self.log_level = log_level
+        self.fastmath = bool(fastmath)
         src, lines, firstline, filename = frontend.source_of(fn)
         self.params = frontend.param_decls(fn, filename, firstline, lines)
         self._names = [p.name for p in self.params]
@@ -228,13 +230,13 @@ class Kernel:
     def request(self, backend: str, key: Tuple, values: List[Any]):
         from backends import base
         kernel_ir = self.specialize(values)
-        return base.CompileRequest(kernel_ir, self.fn, self.cache_key(backend, key), self._level())
+        return base.CompileRequest(kernel_ir, self.fn, self.cache_key(backend, key), self._level(), self.fastmath)
 
     def cache_key(self, backend: str, key: Tuple) -> str:
         """Hex digest of everything the generated code depends on (SPEC §2)."""
         parsed = self.parsed()
         h = hashlib.sha256()
-        for part in (parsed.source, repr(key), self.threads, self._level(), backend, _environment_tag(),
+        for part in (parsed.source, repr(key), self.threads, self._level(), self.fastmath, backend, _environment_tag(),
                      _captured_text(parsed)):
             h.update(repr(part).encode())
             h.update(b"\0")
@@ -309,11 +311,16 @@ class Kernel:
                 f"<div>see <code>.source('numba' | 'opencl' | 'ir')</code></div></div>")
 
 
-def kernel(fn: Optional[Callable] = None, *, threads: int = 4, grid: Any = 1, log_level: Optional[str] = None):
-    """``@dsl.kernel`` or ``@dsl.kernel(threads=4, grid=1, log_level=None)``."""
+def kernel(fn: Optional[Callable] = None, *, threads: int = 4, grid: Any = 1, log_level: Optional[str] = None,
+           fastmath: bool = False):
+    """``@dsl.kernel`` or ``@dsl.kernel(threads=4, grid=1, log_level=None, fastmath=False)``.
+
+    ``fastmath=True`` lets compiled backends reassociate float arithmetic (vectorized
+    reductions) and use approximate math functions: faster, not bit-identical."""
+    options = dict(threads=threads, grid=grid, log_level=log_level, fastmath=fastmath)
     if fn is None:
-        return lambda f: Kernel(f, threads=threads, grid=grid, log_level=log_level)
-    return Kernel(fn, threads=threads, grid=grid, log_level=log_level)
+        return lambda f: Kernel(f, **options)
+    return Kernel(fn, **options)
 
 
 # ---------------------------------------------------------------------- argument checks
