@@ -81,9 +81,9 @@ class OpenCLRenderer(CStyleRenderer):
                 f"  }} while (seen != old);\n}}")
 
     def log(self, s: ir.Log) -> str:
-        """printf with the interpreter's "[kernel t=.. tile=..]" prefix."""
+        """printf; dsl.log lines carry the interpreter's "[kernel t=.. tile=..]" prefix, print() lines do not."""
         self.features.add("printf")
-        team = ["(int)get_local_id(0)", "(int)get_group_id(0)"]
+        team = ["(int)get_local_id(0)", "(int)get_group_id(0)"] if s.level != "print" else []
         if s.args:
             try:
                 fmt, cargs = printf_args(s.fmt, [(self.bare(a), a.type) for a in s.args],
@@ -92,7 +92,9 @@ class OpenCLRenderer(CStyleRenderer):
                 raise CompileError(str(e), s.loc) from None
         else:  # like Python, a message without arguments is printed as is
             fmt, cargs = c_escape(s.fmt), []
-        return f'printf("[{self.k.name} t=%d tile=%d] {fmt}\\n", {", ".join(team + cargs)});'
+        prefix = f"[{self.k.name} t=%d tile=%d] " if team else ""
+        args = "".join(", " + a for a in team + cargs)
+        return f'printf("{prefix}{fmt}\\n"{args});'
 
 
 # --------------------------------------------------------------------------- device checks

@@ -44,7 +44,10 @@ def log_level() -> str:
 
 
 def level_passes(level: str, threshold: str) -> bool:
-    """Whether a message at ``level`` is kept when the kernel's threshold is ``threshold``."""
+    """Whether a message at ``level`` is kept when the kernel's threshold is ``threshold``.
+    ``print()`` in a kernel has level "print" and is always kept."""
+    if level == "print":
+        return True
     return LOG_LEVELS.index(level) >= LOG_LEVELS.index(threshold)
 
 

@@ -285,3 +285,15 @@ def test_log_is_filtered_at_compile_time(backend, capfd):
     assert "never compiled in" not in out
     body = chatty.source("ir").split("body:")[1]
     assert "log.info" in body and "log.debug" not in body
+
+
+@dsl.kernel(threads=2)
+def printer(x: In[f32], n: i32):
+    if dsl.thread_id() == 1:
+        print("x0", x[0], "n", n)
+
+
+def test_print_is_plain_print_on_every_backend(backend, capfd):
+    printer(np.array([0.5], np.float32), 7, backend=backend)
+    lines = capfd.readouterr().out.splitlines()
+    assert "x0 0.5 n 7" in lines
