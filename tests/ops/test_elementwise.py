@@ -133,3 +133,33 @@ def test_registered_with_onnx_opsets():
         assert cls.since == since and cls is getattr(ops, name)
     with pytest.raises(registry.UnknownOpError):
         registry.lookup("", "Add", 6)  # legacy broadcast attribute semantics: not provided
+
+
+def _broadcast_pairs():
+    from hypothesis import strategies as st
+
+    @st.composite
+    def pair(draw):
+        out = draw(st.lists(st.integers(1, 4), min_size=1, max_size=6))
+
+        def side(least):
+            keep = draw(st.integers(least, len(out)))
+            return tuple(1 if draw(st.booleans()) else d for d in out[len(out) - keep:])
+        return side(1), side(0)  # (0-d eager arrays become 1-d in dsl.op.as_arrays)
+    return pair()
+
+
+def test_binary_broadcasting_property():
+    """Random broadcast patterns (collapsing, leading loops) agree with numpy on numba."""
+    hypothesis = pytest.importorskip("hypothesis")
+
+    @hypothesis.settings(max_examples=40, deadline=None, derandomize=True)
+    @hypothesis.given(_broadcast_pairs())
+    def check(shapes):
+        a = RNG.standard_normal(shapes[0]).astype(np.float32)
+        b = RNG.standard_normal(shapes[1]).astype(np.float32)
+        for op, ref in BINARY:
+            y = op(a, b, backend="numba")
+            assert y.shape == ref(a, b).shape
+            np.testing.assert_array_equal(y, ref(a, b))
+    check()

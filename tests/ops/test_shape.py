@@ -91,3 +91,18 @@ def test_errors_name_the_problem():
         ops.Transpose(x, perm=[0, 0, 1])
     with pytest.raises(dsl.VerifyError, match=r"perm \[1, 0\] is not a permutation"):
         ops.Transpose(x, perm=[1, 0])
+
+
+def test_transpose_property():
+    """Random shapes and permutations (merging, dropping size-1 axes) agree with numpy on numba."""
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+
+    @hypothesis.settings(max_examples=40, deadline=None, derandomize=True)
+    @hypothesis.given(st.lists(st.integers(1, 3), min_size=1, max_size=8).flatmap(
+        lambda s: st.tuples(st.just(tuple(s)), st.permutations(range(len(s))))))
+    def check(case):
+        in_shape, perm = case
+        x = RNG.standard_normal(in_shape).astype(np.float32)
+        np.testing.assert_array_equal(ops.Transpose(x, perm=perm, backend="numba"), np.transpose(x, perm))
+    check()
