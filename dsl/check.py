@@ -107,14 +107,14 @@ class _Checker:
         if e.type == to:
             return e
         if isinstance(e, ir.Const):
-            return ir.Const(_convert_const(e.value, to), to, loc=e.loc)
-        return ir.Cast(e, to, loc=e.loc)
+            return ir.Const(_convert_const(e.value, to), type=to, loc=e.loc)
+        return ir.Cast(e, type=to, loc=e.loc)
 
     def truth(self, e: ir.Expr, t: T.DType) -> ir.Expr:
         if t.is_bool:
             return self.cast(e, T.bool_)
-        zero = ir.Const(_convert_const(0, t.strong), t.strong, loc=e.loc)
-        return ir.Compare("ne", e, zero, T.bool_, loc=e.loc)
+        zero = ir.Const(_convert_const(0, t.strong), type=t.strong, loc=e.loc)
+        return ir.Compare("ne", e, zero, type=T.bool_, loc=e.loc)
 
     def local_type(self, name: str, node) -> Optional[T.DType]:
         if name in self.scalar_types:
@@ -270,20 +270,20 @@ class _Checker:
         t = T.WEAK_BOOL if isinstance(v, bool) else T.WEAK_INT if isinstance(v, int) else T.WEAK_FLOAT
         if e.type is not None:
             t = e.type
-        return ir.Const(v, t.strong, loc=e.loc), t
+        return ir.Const(v, type=t.strong, loc=e.loc), t
 
     def e_Name(self, e: ir.Name):
         p = self.params.get(e.name)
         if isinstance(p, ir.ScalarParam) and p.const_value is not None:
-            return ir.Const(_convert_const(p.const_value, p.dtype), p.dtype, loc=e.loc), p.dtype
+            return ir.Const(_convert_const(p.const_value, p.dtype), type=p.dtype, loc=e.loc), p.dtype
         t = self.local_type(e.name, e)
-        return ir.Name(e.name, t.strong if t is not None else None, loc=e.loc), t
+        return ir.Name(e.name, type=t.strong if t is not None else None, loc=e.loc), t
 
     def e_Load(self, e: ir.Load):
         b = self.buffer(e.tensor, e)
         index = self.index(e.tensor, e.index, e.flat, e)
         t = b.dtype.compute
-        return ir.Load(e.tensor, index, e.flat, t, loc=e.loc), t
+        return ir.Load(e.tensor, index, e.flat, type=t, loc=e.loc), t
 
     def e_Shape(self, e: ir.Shape):
         b = self.buffer(e.tensor, e)
@@ -293,8 +293,8 @@ class _Checker:
         if not 0 <= axis < ndim:
             raise self.error(e, f"'{e.tensor}' has {ndim} dimension(s); shape[{e.axis}] is out of range")
         if shape is not None:
-            return ir.Const(shape[axis], T.i64, loc=e.loc), T.WEAK_INT
-        return ir.Shape(e.tensor, axis, T.i64, loc=e.loc), T.WEAK_INT
+            return ir.Const(shape[axis], type=T.i64, loc=e.loc), T.WEAK_INT
+        return ir.Shape(e.tensor, axis, type=T.i64, loc=e.loc), T.WEAK_INT
 
     def e_Size(self, e: ir.Size):
         b = self.buffer(e.tensor, e)
@@ -302,27 +302,27 @@ class _Checker:
             n = 1
             for d in b.shape:
                 n *= d
-            return ir.Const(n, T.i64, loc=e.loc), T.WEAK_INT
+            return ir.Const(n, type=T.i64, loc=e.loc), T.WEAK_INT
         if isinstance(b, ir.VecParam):
-            return ir.Const(b.length, T.i64, loc=e.loc), T.WEAK_INT
-        return ir.Size(e.tensor, T.i64, loc=e.loc), T.WEAK_INT
+            return ir.Const(b.length, type=T.i64, loc=e.loc), T.WEAK_INT
+        return ir.Size(e.tensor, type=T.i64, loc=e.loc), T.WEAK_INT
 
     def e_Unary(self, e: ir.Unary):
         v, t = self.expr(e.operand)
         if t is None:
             return v, None
         if e.op == "not":
-            return ir.Unary("not", self.truth(v, t), T.bool_, loc=e.loc), T.bool_
+            return ir.Unary("not", self.truth(v, t), type=T.bool_, loc=e.loc), T.bool_
         if e.op == "neg":
             if t.is_bool:
                 raise self.error(e, "cannot negate a bool; use 'not'")
-            return ir.Unary("neg", v, t.strong, loc=e.loc), t
+            return ir.Unary("neg", v, type=t.strong, loc=e.loc), t
         # invert
         if t.is_float:
             raise self.error(e, f"'~' needs an integer or bool, got {t}")
         if t.is_bool:
-            return ir.Unary("not", self.cast(v, T.bool_), T.bool_, loc=e.loc), t
-        return ir.Unary("invert", v, t.strong, loc=e.loc), t
+            return ir.Unary("not", self.cast(v, T.bool_), type=T.bool_, loc=e.loc), t
+        return ir.Unary("invert", v, type=t.strong, loc=e.loc), t
 
     def e_Binary(self, e: ir.Binary):
         l, lt = self.expr(e.left)
@@ -345,7 +345,7 @@ class _Checker:
             if not (lt.is_int and rt.is_int):
                 raise self.error(e, f"'{sym}' needs integers, got {lt} and {rt}")
             t = T.promote(lt, rt)
-        return ir.Binary(op, self.cast(l, t), self.cast(r, t), t.strong, loc=e.loc), t
+        return ir.Binary(op, self.cast(l, t), self.cast(r, t), type=t.strong, loc=e.loc), t
 
     def e_Compare(self, e: ir.Compare):
         l, lt = self.expr(e.left)
@@ -354,14 +354,14 @@ class _Checker:
             return l, T.bool_
         t = T.promote(lt, rt)
         rtype = T.WEAK_BOOL if lt.weak and rt.weak else T.bool_
-        return ir.Compare(e.op, self.cast(l, t), self.cast(r, t), T.bool_, loc=e.loc), rtype
+        return ir.Compare(e.op, self.cast(l, t), self.cast(r, t), type=T.bool_, loc=e.loc), rtype
 
     def e_Logical(self, e: ir.Logical):
         l, lt = self.expr(e.left)
         r, rt = self.expr(e.right)
         if lt is None or rt is None:
             return l, T.bool_
-        return ir.Logical(e.op, self.truth(l, lt), self.truth(r, rt), T.bool_, loc=e.loc), T.bool_
+        return ir.Logical(e.op, self.truth(l, lt), self.truth(r, rt), type=T.bool_, loc=e.loc), T.bool_
 
     def e_Select(self, e: ir.Select):
         c, ct = self.expr(e.cond)
@@ -370,7 +370,7 @@ class _Checker:
         if at is None or bt is None or ct is None:
             return a if at is not None else b, at or bt
         t = T.promote(at, bt)
-        return ir.Select(self.truth(c, ct), self.cast(a, t), self.cast(b, t), t.strong, loc=e.loc), t
+        return ir.Select(self.truth(c, ct), self.cast(a, t), self.cast(b, t), type=t.strong, loc=e.loc), t
 
     def e_Cast(self, e: ir.Cast):
         v, t = self.expr(e.value)
@@ -378,33 +378,33 @@ class _Checker:
         if t is None:
             return v, target
         if target.is_storage_only:  # f16(v) rounds through f16; values compute as f32
-            return ir.Cast(ir.Cast(v, target, loc=e.loc), T.f32, loc=e.loc), T.f32
+            return ir.Cast(ir.Cast(v, type=target, loc=e.loc), type=T.f32, loc=e.loc), T.f32
         return self.cast(v, target), target
 
     def e_Call(self, e: ir.Call):
         if e.name == "_ndim":
             b = self.buffer(e.args[0].name, e)
             nd = len(b.shape) if isinstance(b, ir.Scratch) else 1 if isinstance(b, ir.VecParam) else b.ndim
-            return ir.Const(nd, T.i64, loc=e.loc), T.WEAK_INT
+            return ir.Const(nd, type=T.i64, loc=e.loc), T.WEAK_INT
         spec = B.BUILTINS[e.name]
         typed = [self.expr(a) for a in e.args]
         if any(t is None for _, t in typed):
-            return ir.Const(0, None, loc=e.loc), None
+            return ir.Const(0, type=None, loc=e.loc), None
         try:
             argt, rest = spec.rule([t for _, t in typed])
         except B.BuiltinTypeError as err:
             raise self.error(e, f"{e.name}(): {err}") from None
         args = tuple(self.cast(a, argt) for a, _ in typed)
-        return ir.Call(e.name, args, rest.strong, loc=e.loc), rest
+        return ir.Call(e.name, args, type=rest.strong, loc=e.loc), rest
 
     def e_FuncCall(self, e: ir.FuncCall):
         typed = [self.expr(a) for a in e.args]
         if any(t is None for _, t in typed):
-            return ir.Const(0, None, loc=e.loc), None
+            return ir.Const(0, type=None, loc=e.loc), None
         func = self.parsed.funcs[e.func]
         fn_ir, ret = self.specialize(func, [t for _, t in typed], e)
         args = tuple(self.cast(a, p.dtype) for (a, _), p in zip(typed, fn_ir.params))
-        return ir.FuncCall(fn_ir.name, args, fn_ir.ret, loc=e.loc), ret
+        return ir.FuncCall(fn_ir.name, args, type=fn_ir.ret, loc=e.loc), ret
 
     # ------------------------------------------------------------------ @dsl.func
     def specialize(self, func, arg_types: List[T.DType], node) -> Tuple[ir.Function, T.DType]:

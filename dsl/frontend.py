@@ -495,7 +495,7 @@ class _Visitor:
     def constant_value(self, value, e) -> ir.Expr:
         if isinstance(value, (bool, int, float, np.bool_, np.integer, np.floating)):
             if isinstance(value, np.generic):
-                return ir.Cast(ir.Const(value.item(), loc=self.loc(e)), T.from_numpy(value.dtype), loc=self.loc(e))
+                return ir.Cast(ir.Const(value.item(), loc=self.loc(e)), type=T.from_numpy(value.dtype), loc=self.loc(e))
             return ir.Const(value, loc=self.loc(e))
         raise self.error(e, f"'{ast.unparse(e)}' is a {type(value).__name__}, which kernels cannot use as a value; "
                             "kernels read numbers, booleans, parameters and locals")
@@ -600,12 +600,12 @@ class _Visitor:
         loc = self.loc(e)
         if kind == "dtype":
             args = self.call_args(e, ("value",), required=1)
-            return ir.Cast(args["value"], name, loc=loc)
+            return ir.Cast(args["value"], type=name, loc=loc)
         if kind == "py":
             if name in ("int", "float", "bool"):
                 args = self.call_args(e, ("value",), required=1)
                 weak = {"int": T.WEAK_INT, "float": T.WEAK_FLOAT, "bool": T.WEAK_BOOL}[name]
-                return ir.Cast(args["value"], weak, loc=loc)
+                return ir.Cast(args["value"], type=weak, loc=loc)
             if name == "len":
                 arg = e.args[0] if len(e.args) == 1 and not e.keywords else None
                 if not (isinstance(arg, ast.Name) and self.is_tensor(arg.id)):

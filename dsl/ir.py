@@ -31,16 +31,16 @@ class Node:
 
 # --------------------------------------------------------------------------- expressions
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Expr(Node):
-    pass
+    """Every expression has a type (None until checked) and a source location."""
 
+    type: Optional[DType] = None
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 @dataclass(frozen=True)
 class Const(Expr):
     value: Union[int, float, bool]
-    type: Optional[DType] = None
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,6 @@ class Name(Expr):
     """A local variable or a scalar parameter."""
 
     name: str
-    type: Optional[DType] = None
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 @dataclass(frozen=True)
@@ -59,8 +57,6 @@ class Load(Expr):
     tensor: str
     index: Tuple[Expr, ...]
     flat: bool = False
-    type: Optional[DType] = None
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 @dataclass(frozen=True)
@@ -69,8 +65,6 @@ class Shape(Expr):
 
     tensor: str
     axis: int
-    type: Optional[DType] = None
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 @dataclass(frozen=True)
@@ -78,8 +72,6 @@ class Size(Expr):
     """``t.size`` of a tensor parameter (i64)."""
 
     tensor: str
-    type: Optional[DType] = None
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 UNARY_OPS = ("neg", "not", "invert")
@@ -92,8 +84,6 @@ COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
 class Unary(Expr):
     op: str  # one of UNARY_OPS
     operand: Expr
-    type: Optional[DType] = None
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 @dataclass(frozen=True)
@@ -101,8 +91,6 @@ class Binary(Expr):
     op: str  # one of BINARY_OPS
     left: Expr
     right: Expr
-    type: Optional[DType] = None
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 @dataclass(frozen=True)
@@ -110,8 +98,6 @@ class Compare(Expr):
     op: str  # one of COMPARE_OPS
     left: Expr
     right: Expr
-    type: Optional[DType] = None
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 @dataclass(frozen=True)
@@ -121,8 +107,6 @@ class Logical(Expr):
     op: str  # 'and' | 'or'
     left: Expr
     right: Expr
-    type: Optional[DType] = None
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 @dataclass(frozen=True)
@@ -132,8 +116,6 @@ class Select(Expr):
     cond: Expr
     if_true: Expr
     if_false: Expr
-    type: Optional[DType] = None
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 @dataclass(frozen=True)
@@ -147,8 +129,6 @@ class Call(Expr):
 
     name: str
     args: Tuple[Expr, ...]
-    type: Optional[DType] = None
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 @dataclass(frozen=True)
@@ -158,8 +138,6 @@ class Cast(Expr):
     directly inside a Cast to f32: it rounds the value to 16-bit precision."""
 
     value: Expr
-    type: Optional[DType] = None
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 @dataclass(frozen=True)
@@ -168,22 +146,19 @@ class FuncCall(Expr):
 
     func: str
     args: Tuple[Expr, ...]
-    type: Optional[DType] = None
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 # --------------------------------------------------------------------------- statements
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Stmt(Node):
-    pass
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 @dataclass(frozen=True)
 class Assign(Stmt):
     name: str
     value: Expr
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 @dataclass(frozen=True)
@@ -192,7 +167,6 @@ class Store(Stmt):
     index: Tuple[Expr, ...]
     value: Expr
     flat: bool = False
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 @dataclass(frozen=True)
@@ -203,7 +177,6 @@ class AtomicAdd(Stmt):
     index: Tuple[Expr, ...]
     value: Expr
     flat: bool = False
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 @dataclass(frozen=True)
@@ -211,7 +184,6 @@ class If(Stmt):
     cond: Expr
     body: Tuple[Stmt, ...]
     orelse: Tuple[Stmt, ...] = ()
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 @dataclass(frozen=True)
@@ -221,24 +193,22 @@ class For(Stmt):
     stop: Expr
     step: Expr
     body: Tuple[Stmt, ...]
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 @dataclass(frozen=True)
 class While(Stmt):
     cond: Expr
     body: Tuple[Stmt, ...]
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 @dataclass(frozen=True)
 class Break(Stmt):
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+    pass
 
 
 @dataclass(frozen=True)
 class Continue(Stmt):
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+    pass
 
 
 @dataclass(frozen=True)
@@ -246,20 +216,17 @@ class Return(Stmt):
     """In a kernel (value None) the thread ends; in a function it returns ``value``."""
 
     value: Optional[Expr] = None
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 @dataclass(frozen=True)
 class Sync(Stmt):
     """Team barrier. The checker guarantees it sits in team-uniform control flow."""
 
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 @dataclass(frozen=True)
 class ExprStmt(Stmt):
     value: Expr
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 LOG_LEVELS = ("debug", "info", "warn", "error")
@@ -273,7 +240,6 @@ class Log(Stmt):
     level: str
     fmt: str
     args: Tuple[Expr, ...] = ()
-    loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
 # --------------------------------------------------------------------------- kernel level
