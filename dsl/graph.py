@@ -192,6 +192,15 @@ class Graph:
         self.outputs.append(copy)
         return copy
 
+    def rename_node(self, node: Node, name: str) -> bool:
+        """Give ``node`` a new name if no other node has it (importers keep their names)."""
+        if not name or name == node.name or name in self._node_names:
+            return False
+        self._node_names.discard(node.name)
+        node.name = name
+        self._node_names.add(name)
+        return True
+
     def add_node(self, op: Op, inputs: Sequence[Optional[Tensor]], out_specs: Sequence[TensorSpec],
                  name: Optional[str] = None, out_names: Optional[Sequence[str]] = None,
                  subgraph: Optional["Graph"] = None, append: bool = True) -> Node:

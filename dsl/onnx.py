@@ -284,11 +284,8 @@ def _import_nodes(g: Graph, nodes: Iterable, env: Dict[str, Optional[Tensor]], o
 
 def _name_node(g: Graph, node, name: str) -> None:
     """Give a graph node the ONNX node's name when it is free (errors and printing use it)."""
-    if not name or node is None or name == node.name or name in g._node_names:
-        return
-    g._node_names.discard(node.name)
-    node.name = name
-    g._node_names.add(name)
+    if node is not None:
+        g.rename_node(node, name)
 
 
 def _expand_function(g: Graph, node, fn, ins: List, env, opsets, functions,

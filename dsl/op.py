@@ -562,8 +562,8 @@ def as_arrays(op: Op, inputs: Sequence) -> list:
     for i, x in enumerate(inputs):
         if x is None:
             out.append(None)
-        elif isinstance(x, np.ndarray):
-            out.append(np.ascontiguousarray(x))
+        elif isinstance(x, np.ndarray):  # (ascontiguousarray would turn 0-d into 1-d)
+            out.append(x if x.flags.c_contiguous else np.ascontiguousarray(x))
         elif isinstance(x, (bool, int, float)) and first is not None:
             out.append(np.asarray(x, dtype=first.dtype))
         else:

@@ -163,3 +163,10 @@ def test_binary_broadcasting_property():
             assert y.shape == ref(a, b).shape
             np.testing.assert_array_equal(y, ref(a, b))
     check()
+
+
+def test_eager_ops_keep_zero_dim_shapes(backend):
+    a = np.array(1.5, np.float32)
+    r = ops.Add(a, np.array(2.0, np.float32), backend=backend)
+    assert r.shape == () and r == np.float32(3.5)
+    assert ops.Relu(np.array(-1.0, np.float32), backend=backend).shape == ()
