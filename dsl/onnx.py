@@ -171,11 +171,18 @@ def _attribute_value(attr, where: str):
         raise OnnxImportError(f"{where}: attribute {attr.name!r} of type {A.AttributeType.Name(attr.type)} "
                               f"is not supported")
     value = onnx.helper.get_attribute_value(attr)
+    if attr.type in (A.FLOAT, A.FLOATS):  # stored as float32: read back the shortest decimal (0.0036, not 0.00359999)
+        return _short_float(value) if attr.type == A.FLOAT else [_short_float(v) for v in value]
     if isinstance(value, bytes):
         return value.decode("utf-8")
     if isinstance(value, list):
         return [v.decode("utf-8") if isinstance(v, bytes) else v for v in value]
     return value
+
+
+def _short_float(v: float) -> float:
+    import numpy as np
+    return float(str(np.float32(v)))
 
 
 def _param_value(cls, pname: str, ann, value):
