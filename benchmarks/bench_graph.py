@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     timings = {name: harness.measure(fn, repeat=args.repeat) for name, fn in cases.items()}
     ort_t = timings["onnxruntime (1 thread), same ONNX model"].best
 
-    print(f"## Graph per-node overhead (issue 4)\n")
+    print("## Graph per-node overhead (issue 4)\n")
     print(f"Command: `python -m benchmarks.bench_graph --nodes {args.nodes} --size {args.size} "
           f"--backend {args.backend}{' --boost' if args.boost else ''}`\n")
     for line in harness.machine_info():

@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import difflib
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
 from dsl import formats as F
-from dsl.graph import Graph, Node
-from dsl.op import Op, TensorSpec, VerifyError, check_and_infer
+from dsl.graph import Graph
+from dsl.op import Op, TensorSpec, check_and_infer
 from dsl.passes import MemoryPlan, physical_layout, plan_memory
-from dsl.types import from_numpy
 
 _DYNAMIC = object()      # plan marker: shapes depend on run-time values
 _MAX_PLANS = 32

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import dsl
-from dsl import In, InOut, Out, f16, f32, f64, i8, i32, i64, u8, bf16
+from dsl import In, InOut, Out, f32, f64, i8, i32, i64, u8
 
 T = dsl.TypeVar("T")
 
