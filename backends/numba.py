@@ -55,7 +55,7 @@ def _codegen_version() -> str:
     """Hash of the code generator and runtime: a change to them must not reuse cached modules."""
     h = hashlib.sha256(numba.__version__.encode())
     here = Path(__file__).resolve().parent
-    for name in ("numba_codegen.py", "numba_regions.py", "numba_runtime.py", "numba_format.py"):
+    for name in ("numba_codegen.py", "numba_regions.py", "numba_runtime.py", "numba_format.py", "numba_math.py"):
         h.update((here / name).read_bytes())
     return h.hexdigest()[:10]
 
@@ -303,7 +303,7 @@ class NumbaBackend(Backend):
     name = "numba"
 
     def source(self, request: CompileRequest) -> str:
-        return generate(request.kernel, request.log_level, request.key)
+        return generate(request.kernel, request.log_level, request.key, request.fastmath)
 
     def compile(self, request: CompileRequest) -> Launcher:
         mod, path = load(request, self.source(request))

@@ -12,6 +12,13 @@ Tensors arrive as C-contiguous arrays and are flattened once per launch; the
 thread code indexes them with row-major offsets from their shape, as unsigned
 ``ix(offset)``: no negative-index wrap-around check, so inner loops vectorize
 (3x on a 2-D elementwise loop).  Out-of-range indexes are undefined, as in C.
+
+Math: f32 ``exp`` (and under ``fastmath=True`` f32 ``log``/``tanh``) calls the inlined
+polynomials of backends/numba_math.py, which vectorize, instead of libm.  With
+``fastmath=True`` every function also gets numba's ``fastmath`` flags FASTMATH
+(reassociation, so float sums vectorize; no ``nnan``/``ninf``: NaN and inf keep their
+meaning) and float ``min``/``max``/``clamp`` become NaN-propagating llvm.minimum /
+llvm.maximum, so a running maximum vectorizes too.
 """
 from __future__ import annotations
 
@@ -25,6 +32,10 @@ from dsl import types as T
 from dsl.errors import CompileError
 from backends import numba_format as F
 
+# numba's fastmath flags for fastmath=True kernels: all of LLVM's "fast" but nnan and ninf,
+# which would let LLVM assume no NaN/inf ever appears (and fold isnan-style checks away).
+FASTMATH = ("afn", "arcp", "contract", "nsz", "reassoc")
+
 # Builtin math: name → template over the (already typed) argument code.
 _MATH = {"exp": "math.exp({0})", "log": "math.log({0})", "sqrt": "math.sqrt({0})",
          "tanh": "math.tanh({0})", "erf": "math.erf({0})", "sin": "math.sin({0})",
@@ -33,9 +44,13 @@ _BINARY = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//",
            "pow": "**", "bitand": "&", "bitor": "|", "bitxor": "^", "lshift": "<<", "rshift": ">>"}
 _COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
+# f32 builtins computed by backends/numba_math.py: always, or only under fastmath=True.
+_F32_MATH = {"exp": "nm.exp_f32({0})"}
+_F32_FAST_MATH = {"log": "nm.log_f32({0})", "tanh": "nm.tanh_f32({0})"}
+
 # Names the generated module defines or uses itself; user names equal to one are renamed.
 RESERVED = frozenset({
-    "np", "math", "njit", "prange", "rt", "fmt", "ix", "JIT", "CACHE", "thread", "launch_serial",
+    "np", "math", "nm", "njit", "prange", "rt", "fmt", "ix", "JIT", "CACHE", "thread", "launch_serial",
     "launch_parallel", "launch_team", "team_serial", "dispatch", "run_threads", "range", "min", "max",
     "abs", "print", "str", "chr", "len", "True", "False", "None", "int", "float", "bool"})
 _INTERNAL = re.compile(r"^_|_(shape\d+|size|nd)$|^(region|func)_\d*")
@@ -88,6 +103,25 @@ def cast(code: str, src: T.DType, dst: T.DType) -> str:
     if src.is_float and dst.is_int and dst.bits < 64:
         return f"{np_type(dst)}(np.int64({code}))"  # truncate, then wrap like numpy
     return f"{np_type(dst)}({code})"
+
+
+def wide_vectors(stmts: Sequence[ir.Stmt]) -> List[str]:
+    """The first line of a generated function with loops: allow 512-bit vectors (see
+    numba_math.prefer_wide_vectors; LLVM's default on AVX-512 CPUs is 256-bit)."""
+    if any(isinstance(n, (ir.For, ir.While)) for n in ir.walk(list(stmts))):
+        return ["    nm.prefer_wide_vectors()  # LLVM may vectorize this function's loops 512 bits wide"]
+    return []
+
+
+def _nan_propagating(name: str, args: List[str]) -> str:
+    """fastmath float min/max/clamp as nm.minimum/nm.maximum calls (vectorizable reductions)."""
+    if name == "clamp":
+        return f"nm.minimum(nm.maximum({args[0]}, {args[1]}), {args[2]})"
+    fn = "nm.maximum" if name == "max" else "nm.minimum"
+    code = args[0]
+    for a in args[1:]:
+        code = f"{fn}({code}, {a})"
+    return code
 
 
 def _wraps(t: T.DType) -> bool:
@@ -148,9 +182,10 @@ class Hooks:
 class Gen:
     """Emits expressions and statements of one kernel specialization."""
 
-    def __init__(self, kernel: ir.Kernel, log_level: str = "debug"):
+    def __init__(self, kernel: ir.Kernel, log_level: str = "debug", fastmath: bool = False):
         self.k = kernel
         self.log_level = log_level
+        self.fastmath = fastmath
         self.types: Dict[str, T.DType] = {n: t for n, t in kernel.locals}
         self.params = {p.name: p for p in kernel.params}
         self.scratch = {s.name: s for s in kernel.scratch}
@@ -277,10 +312,14 @@ class Gen:
         if name == "num_tiles":
             return "_ntiles"
         args = [self.typed(a, t, scope) for a in e.args]
+        if t == T.f32 and (name in _F32_MATH or (self.fastmath and name in _F32_FAST_MATH)):
+            return (_F32_MATH.get(name) or _F32_FAST_MATH[name]).format(*args)
         if name in _MATH:
             return _MATH[name].format(*args)
         if name == "rsqrt":
             return f"({const(1.0, t)} / math.sqrt({args[0]}))"
+        if self.fastmath and t.is_float and name in ("min", "max", "clamp"):
+            return _nan_propagating(name, args)
         if name in ("min", "max"):
             code = f"{name}({', '.join(args)})"
         elif name == "clamp":
@@ -501,6 +540,7 @@ def emit_function(gen: Gen, f: ir.Function) -> List[str]:
     out = ["@njit(**JIT)", f"def {gen.func_names[f.name]}({params}):"]
     doc = f"    \"\"\"@dsl.func {f.name}({', '.join(f'{p.name}: {p.dtype}' for p in f.params)}) -> {f.ret}\"\"\""
     out.append(doc)
+    out += wide_vectors(f.body)
     sub.block(f.body, scope, FuncHooks(f), 1, out=out)
     if f.ret is not None and not (f.body and isinstance(f.body[-1], ir.Return)):
         out.append(f"    return {const(0, f.ret)}")

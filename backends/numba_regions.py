@@ -22,7 +22,8 @@ from typing import Dict, List, Optional, Sequence, Set, Union
 from dsl import ir
 from dsl import types as T
 from dsl.errors import CompileError
-from backends.numba_codegen import Gen, Hooks, Scope, cast, ctype, emit_function, storage_np
+from backends.numba_codegen import (FASTMATH, Gen, Hooks, Scope, cast, ctype, emit_function, storage_np,
+                                    wide_vectors)
 
 FALL, BREAK, CONTINUE = 0, 1, 2
 
@@ -165,10 +166,11 @@ def _team_loop_vars(nodes: List[TeamNode]) -> Set[str]:
 class Program:
     """Generates the whole module for one kernel specialization."""
 
-    def __init__(self, kernel: ir.Kernel, log_level: str = "debug", key: str = ""):
+    def __init__(self, kernel: ir.Kernel, log_level: str = "debug", key: str = "", fastmath: bool = False):
         self.k = kernel
         self.key = key
-        self.gen = Gen(kernel, log_level)
+        self.fastmath = fastmath
+        self.gen = Gen(kernel, log_level, fastmath)
         self.names = self.gen.names
         self.threads = kernel.threads
         self.has_sync = ir.contains_sync(list(kernel.body))
@@ -269,10 +271,11 @@ class Program:
                "from numba import njit, prange",
                "",
                "from backends import numba_format as fmt",
+               "from backends import numba_math as nm",
                "from backends import numba_runtime as rt",
                "",
                "CACHE = True  # numba stores machine code beside this file (False without a disk cache)",
-               'JIT = dict(nogil=True, error_model="numpy", cache=CACHE)',
+               *self.jit_options(),
                "ix = np.uint64  # tensor offsets: unsigned, so numba skips negative-index wrap-around",
                ""]
         for f in k.funcs:
@@ -289,6 +292,14 @@ class Program:
             out += ["", "", *self.team_function(True)]
         return "\n".join(out).rstrip() + "\n"
 
+    def jit_options(self) -> List[str]:
+        if not self.fastmath:
+            return ['JIT = dict(nogil=True, error_model="numpy", cache=CACHE)']
+        flags = ", ".join(f'"{f}"' for f in FASTMATH)
+        return ["# fastmath=True: float arithmetic may be reassociated (vectorized sums); NaN and inf keep",
+                "# their meaning (no nnan/ninf flags)",
+                f'JIT = dict(nogil=True, error_model="numpy", cache=CACHE, fastmath={{{flags}}})']
+
     # ----------------------------------------------------------------- no sync: one thread function
 
     def thread_function(self) -> List[str]:
@@ -296,6 +307,7 @@ class Program:
         args = ["_tid", "_tile", "_ntiles"] + self.flat_args(u)
         out = ["@njit(**JIT)", f"def thread({', '.join(args)}):",
                f'    """The body of {self.k.name} for thread _tid of tile _tile."""']
+        out += wide_vectors(self.k.body)
         return self.gen.block(self.k.body, Scope(self.names), Hooks(), 1, out=out)
 
     # ----------------------------------------------------------------- sync: regions and the team
@@ -317,6 +329,7 @@ class Program:
         where = f" (py:{min(lines)}-{max(lines)})" if lines else ""
         out = ["@njit(**JIT)", f"def region_{r.index}({', '.join(['_tid', '_tile', '_ntiles'] + args)}):",
                f'    """Region {r.index}{where}: run by every live thread between barriers."""']
+        out += wide_vectors(r.stmts)
         if self.has_return:
             out += ["    if _done[_tid]:  # this thread returned earlier", "        return"]
         out += [f"    {self.names[n]} = _st_{self.names[n]}[_tid]" for n in states]
@@ -484,6 +497,6 @@ def _lead_comma(args: str) -> str:
     return f", {args}" if args else ""
 
 
-def generate(kernel: ir.Kernel, log_level: str = "debug", key: str = "") -> str:
+def generate(kernel: ir.Kernel, log_level: str = "debug", key: str = "", fastmath: bool = False) -> str:
     """The Python source of the numba module for ``kernel``."""
-    return Program(kernel, log_level, key).source()
+    return Program(kernel, log_level, key, fastmath).source()
