@@ -43,12 +43,18 @@ from dsl.types import as_dtype, from_numpy
 class Tensor:
     """A value in a ``Graph``: an input, a constant or a node output."""
 
-    __slots__ = ("graph", "name", "spec", "kind", "producer", "index", "value")
+    __slots__ = ("graph", "name", "spec", "kind", "producer", "index", "value", "dim_names")
 
     def __init__(self, graph: "Graph", name: str, spec: TensorSpec, kind: str,
                  producer: Optional["Node"] = None, index: int = 0, value=None):
         self.graph, self.name, self.spec, self.kind = graph, name, spec, kind
         self.producer, self.index, self.value = producer, index, value
+        self.dim_names: Tuple[Optional[str], ...] = (None,) * len(spec.shape)  # inputs: symbolic dims
+
+    @property
+    def dims(self) -> tuple:
+        """The shape with named run-time dimensions as their names ("batch"), as given to input()."""
+        return tuple(n if n is not None else d for d, n in zip(self.spec.shape, self.dim_names))
 
     @property
     def shape(self):
@@ -140,14 +146,18 @@ class Graph:
                              f"({self.tensors[name].kind}); {what} names must be unique")
         return name
 
-    def input(self, name: str, shape: Sequence[Optional[int]], dtype) -> Tensor:
-        """A graph input; ``None`` in ``shape`` is a dimension known at run time."""
+    def input(self, name: str, shape: Sequence, dtype) -> Tensor:
+        """A graph input; ``None`` or a name ("batch") in ``shape`` is a dimension known at run
+        time.  Inputs sharing a dimension name must agree on its size when the model runs."""
         self._claim(name, "input")
+        shape = tuple(shape)
+        names = tuple(d if isinstance(d, str) and d else None for d in shape)
         try:
-            spec = TensorSpec(tuple(shape), as_dtype(dtype))
+            spec = TensorSpec(tuple(None if isinstance(d, str) else d for d in shape), as_dtype(dtype))
         except (TypeError, ValueError) as e:
             raise type(e)(f"graph {self.name!r} input {name!r}: {e}") from None
         t = Tensor(self, name, spec, "input")
+        t.dim_names = names
         self.inputs.append(t)
         self.tensors[name] = t
         return t
@@ -260,7 +270,7 @@ class Graph:
         g.opset_imports = dict(self.opset_imports)
         m: Dict[int, Tensor] = {}
         for t in self.inputs:
-            m[id(t)] = g.input(t.name, t.spec.shape, t.spec.dtype)
+            m[id(t)] = g.input(t.name, t.dims, t.spec.dtype)
             m[id(t)].spec = t.spec
         for name, value in self.constants.items():
             t = self.tensors[name]

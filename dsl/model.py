@@ -52,6 +52,8 @@ class Model:
         self.inputs: Dict[str, TensorSpec] = {t.name: t.spec for t in graph.inputs}
         self.outputs: Dict[str, TensorSpec] = {t.name: t.spec for t in graph.outputs}
         self._in_checks = [(t.name, t.spec.dtype.np, t.spec.shape, t.spec) for t in graph.inputs]
+        self._named_dims = [(k, axis, dim) for k, t in enumerate(graph.inputs)
+                            for axis, dim in enumerate(t.dim_names) if dim is not None]
         self._plans: Dict[Tuple, Any] = {}
         self._lock = threading.Lock()
         if all(t.spec.known for t in graph.tensors.values()):
@@ -102,6 +104,13 @@ class Model:
                 raise ValueError(f"input {name!r} has shape {a.shape}, expected {_shape_text(shape)}"
                                  + _dim_hint(shape, a.shape))
             arrays.append(a)
+        seen: Dict[str, Tuple[str, int]] = {}
+        for k, axis, dim in self._named_dims:
+            size = arrays[k].shape[axis]
+            first = seen.setdefault(dim, (self._in_checks[k][0], size))
+            if first[1] != size:
+                raise ValueError(f"inputs {first[0]!r} and {self._in_checks[k][0]!r} disagree on dimension "
+                                 f"{dim!r}: {first[1]} vs {size}")
         return arrays
 
     def _signature(self) -> str:

@@ -148,7 +148,7 @@ def _value_info(vi, what: str) -> Tuple[Tuple[Optional[int], ...], DType]:
     dtype = onnx_dtype(t.tensor_type.elem_type, f"{what} {vi.name!r}")
     if not t.tensor_type.HasField("shape"):
         raise OnnxImportError(f"{what} {vi.name!r} has no shape (not even a rank); opdsl needs the rank")
-    dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.tensor_type.shape.dim)
+    dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.tensor_type.shape.dim)
     return dims, dtype
 
 

@@ -35,7 +35,7 @@ def export(graph: Graph, check: bool = True):
 
     ctx = _Exporter(graph)
     nodes, inits = ctx.body(graph)
-    inputs = [_value_info(t.name, t.spec, symbolic=True) for t in graph.inputs]
+    inputs = [_value_info(t.name, t.spec, symbolic=True, names=t.dim_names) for t in graph.inputs]
     outputs = [_value_info(t.name, t.spec, symbolic=False) for t in graph.outputs]
     # types of intermediates: custom-domain nodes have no ONNX type inference of their own
     out_names = {t.name for t in graph.outputs}
@@ -65,9 +65,12 @@ def _tensor_type(dtype: DType) -> int:
     return helper.np_dtype_to_tensor_dtype(dtype.np)
 
 
-def _value_info(name: str, spec, symbolic: bool):
+def _value_info(name: str, spec, symbolic: bool, names=()):
+    """Run-time dims of inputs become dim_params: the input's own names ("batch"), else <name>_d<i>."""
     from onnx import helper
-    dims = [d if d is not None else (f"{name}_d{i}" if symbolic else None) for i, d in enumerate(spec.shape)]
+    names = tuple(names) or (None,) * len(spec.shape)
+    dims = [d if d is not None else ((names[i] or f"{name}_d{i}") if symbolic else None)
+            for i, d in enumerate(spec.shape)]
     return helper.make_tensor_value_info(name, _tensor_type(spec.dtype), dims)
 
 

@@ -50,7 +50,7 @@ def inline(src: Graph) -> Graph:
     g.opset_imports = dict(src.opset_imports)
     m: Dict[int, Tensor] = {}
     for t in src.inputs:
-        m[id(t)] = g.input(t.name, t.spec.shape, t.spec.dtype)
+        m[id(t)] = g.input(t.name, t.dims, t.spec.dtype)
     for name, value in src.constants.items():
         m[id(src.tensors[name])] = g.constant(name, value)
     _emit(g, src, "", m)

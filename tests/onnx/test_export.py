@@ -167,3 +167,15 @@ def test_ir_version_follows_the_opset():
     g.output(ops.Relu(g.input("x", (2,), dsl.f32)), "y")
     model = g.to_onnx()
     assert model.ir_version >= 11 and model.opset_import[0].version == 23
+
+
+def test_symbolic_dimension_names_survive_export_and_import():
+    g = dsl.Graph("named")
+    x = g.input("x", ("batch", 4), dsl.f32)
+    g.output(ops.Relu(x), "y")
+    proto = g.to_onnx()
+    dims = proto.graph.input[0].type.tensor_type.shape.dim
+    assert dims[0].dim_param == "batch" and dims[1].dim_value == 4
+    back = dsl.onnx.to_graph(proto)
+    assert back.inputs[0].dim_names == ("batch", None)
+    assert back.to_onnx().graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import dsl
+import ops
 import oplayer_testops as L
 
 RNG = np.random.default_rng(7)
@@ -295,3 +296,15 @@ def test_zero_input_op_in_graph_mode():
     g.output(L.HardSigmoid(Iota(n=4)(graph=g)), "y")
     out = g.compile(backend="interpreter", fold=False).run({})
     np.testing.assert_allclose(out["y"], L.hard_sigmoid_ref(np.arange(4, dtype=np.float32)))
+
+
+def test_named_run_time_dimensions_must_agree():
+    g = dsl.Graph("named")
+    x = g.input("x", ("batch", 3), dsl.f32)
+    h = g.input("h", ("batch", 3), dsl.f32)
+    g.output(ops.Add(x, h), "y")
+    model = g.compile(backend="interpreter")
+    ones = np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(model.run({"x": ones, "h": ones})["y"], 2 * ones)
+    with pytest.raises(ValueError, match="inputs 'x' and 'h' disagree on dimension 'batch': 2 vs 4"):
+        model.run({"x": ones, "h": np.ones((4, 3), np.float32)})
