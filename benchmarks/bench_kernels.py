@@ -38,9 +38,10 @@ SECTIONS = ("leaky", "softmax", "launch", "compute", "compile")
 class Config:
     """Sizes and sample counts; ``--quick`` shrinks everything for a smoke run."""
 
-    def __init__(self, quick: bool, backend: str):
+    def __init__(self, quick: bool, backend: str, probe_python: str = ""):
         self.quick = quick
         self.backend = backend
+        self.probe_python = probe_python  # a second interpreter (e.g. a clean venv) for the compile probes
         self.leaky_n = 1 << (20 if quick else 24)
         self.softmax_shape = (256, 1024) if quick else (4096, 1024)
         self.compute_n = 1 << (15 if quick else 16)  # above the numba serial-launch threshold
@@ -237,11 +238,15 @@ def bench_softmax(cfg: Config) -> Section:
     ours_name = f"opdsl {b}: rows split over a team (threads=4)"
     unrolled_name = f"opdsl {b}: rows split over a team, max pass with 8 running maxima"
     tiles_name = f"opdsl {b}: grid of {rows} one-thread teams, a row each"
+    fast_name = f"opdsl {b}: rows split over a team, fastmath=True"
+    piped_name = f"opdsl {b}: fastmath=True, next row's max inside this row's exp pass"
     cases = {
         "onnxruntime Softmax(axis=-1), 2 intra-op threads (IO binding)": bind(x, y),
         ours_name: lambda: K.softmax_rows(x, y, backend=b),
         unrolled_name: lambda: K.softmax_rows_unrolled(x, y, backend=b),
         tiles_name: lambda: K.softmax_row_tiles(x, y, backend=b, grid=rows),
+        fast_name: lambda: K.softmax_rows_fast(x, y, backend=b),
+        piped_name: lambda: K.softmax_rows_pipelined(x, y, backend=b),
         "numba @njit(parallel=True) prange over rows, 2 threads": _with_numba_threads(
             2, lambda: refs["softmax_prange"](x, y)),
     }
@@ -257,6 +262,9 @@ def bench_softmax(cfg: Config) -> Section:
     ort_row = min((r for name, r in found.items() if name.startswith("onnxruntime")), key=lambda r: r.timing.best)
     ort_row.note = "reference (faster onnxruntime row)"
     ours, unrolled, tiles = found[ours_name], found[unrolled_name], found[tiles_name]
+    fast, piped = found[fast_name], found[piped_name]
+    fast.note = "benchmarks/kernels.py softmax_rows_fast"
+    piped.note = "softmax_rows_pipelined"
 
     def np_softmax():
         ex = np.exp(x - x.max(axis=1, keepdims=True))
@@ -264,8 +272,9 @@ def bench_softmax(cfg: Config) -> Section:
     sec.add("numpy (1 thread)", measure(np_softmax, repeat=max(3, rep // 3)))
 
     sec.ratios(ort_row)
-    best = min((ours, unrolled, tiles), key=lambda r: r.timing.best)
+    best = min((ours, unrolled, tiles, fast, piped), key=lambda r: r.timing.best)
     sec.target("best opdsl kernel / onnxruntime <= 1.25", best.ratio, 1.25)
+    sec.target("fastmath kernel as first written (three plain passes) / onnxruntime <= 1.25", fast.ratio, 1.25)
     return sec
 
 
@@ -351,14 +360,19 @@ def bench_compute(cfg: Config) -> Section:
     return sec
 
 
-def _probe(cache_dir: str, backend: str, profile: int = 0) -> Dict:
+def _probe(cache_dir: str, backend: str, profile: int = 0, python: str = "", cwd: Optional[Path] = None) -> Dict:
+    """One compile-probe process.  ``python`` (another interpreter with opdsl installed, e.g. a
+    clean venv) runs it in ``cwd``, a copy made by ``_probe_copy``, so that it imports its own
+    installed opdsl rather than this checkout."""
     env = dict(os.environ, OPDSL_CACHE_DIR=cache_dir)
     env.pop("OPDSL_NO_DISK_CACHE", None)
-    cmd = [sys.executable, "-m", "benchmarks.compile_probe", "--backend", backend]
+    if python:
+        env.pop("PYTHONPATH", None)  # the boosted run points it at this checkout
+    cmd = [python or sys.executable, "-m", "benchmarks.compile_probe", "--backend", backend]
     if profile:
         cmd += ["--profile", str(profile)]
     t = time.perf_counter()
-    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(cmd, cwd=cwd or ROOT, env=env, capture_output=True, text=True, timeout=600)
     wall = time.perf_counter() - t
     if done.returncode != 0:
         raise RuntimeError(f"compile probe failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -367,6 +381,16 @@ def _probe(cache_dir: str, backend: str, profile: int = 0) -> Dict:
     if not out["correct"]:
         raise AssertionError("compile probe: leaky_relu gave a wrong result")
     return out
+
+
+def _probe_copy(where: str) -> Path:
+    """The probe and the kernel module copied into ``where``/benchmarks (same path for the cold
+    and the warm run: the kernel's file is part of its cache key)."""
+    import shutil
+    (Path(where) / "benchmarks").mkdir()
+    for name in ("compile_probe.py", "kernels.py"):
+        shutil.copy(ROOT / "benchmarks" / name, Path(where) / "benchmarks" / name)
+    return Path(where)
 
 
 def bench_compile(cfg: Config) -> Section:
@@ -391,6 +415,16 @@ def bench_compile(cfg: Config) -> Section:
         vals = [f(r) for r in runs]
         return sec.add(name, Timing(min(vals), median(vals), len(vals), 1), note)
 
+    other: List[Dict] = []
+    if cfg.probe_python:
+        for k in range(cfg.compile_runs):
+            with tempfile.TemporaryDirectory(prefix="opdsl-bench-cache-") as d, \
+                    tempfile.TemporaryDirectory(prefix="opdsl-probe-") as copy:
+                _progress(f"compile: {cfg.probe_python}, cold then warm run {k + 1}")
+                cwd = _probe_copy(copy)
+                _probe(d, cfg.backend, python=cfg.probe_python, cwd=cwd)
+                other.append(_probe(d, cfg.backend, python=cfg.probe_python, cwd=cwd))
+
     sec.add("bare interpreter start (python -c pass)", Timing(bare, bare, 1, 1))
     row("import numba", cold, lambda r: r["import_numba"])
     row("import dsl + backend (after numba)", cold, lambda r: r["import_dsl"])
@@ -413,12 +447,24 @@ def bench_compile(cfg: Config) -> Section:
     row("warm: total from the probe's first line (imports included)", warm, lambda r: r["since_start"])
     row("warm: process wall time (with interpreter start)", warm, lambda r: r["process_wall"])
     row("second call in the same process (for scale)", warm, lambda r: r["second_call"])
+    other_load = None
+    if other:
+        scipy = "with scipy" if other[0].get("scipy_imported_by_numba") else "no scipy"
+        where = f"{cfg.probe_python} ({scipy})"
+        row(f"{where}: import numba", other, lambda r: r["import_numba"])
+        row(f"{where}: numba target set-up (warm run)", other, lambda r: r["numba_init"])
+        row(f"{where}: warm first call", other, lambda r: r["first_call"])
+        other_load = row(f"{where}: warm load = set-up + first call", other,
+                         lambda r: r["numba_init"] + r["first_call"], "imports excluded")
     sec.target("cold compile excluding import numba <= 2 s", cold_excl.timing.median, 2.0, unit=" s")
     sec.target("cold total including import numba <= 2 s", cold_total.timing.median, 2.0, unit=" s")
     sec.target("cold compile (numba set-up + first call) <= 2 s", cold_compile.timing.median, 2.0, unit=" s")
     sec.target("warm load (numba set-up + first call, imports excluded) <= 0.2 s",
                warm_load.timing.median, 0.2, unit=" s")
     sec.target("warm first call alone (opdsl's own load work) <= 0.2 s", warm_first.timing.median, 0.2, unit=" s")
+    if other_load is not None:
+        sec.target(f"warm load with {cfg.probe_python} (imports excluded) <= 0.2 s", other_load.timing.median, 0.2,
+                   unit=" s")
     del cold_first
     sec.notes.append(f"warm process wall time minus bare interpreter start: "
                      f"{fmt_seconds(med(warm, lambda r: r['process_wall']) - bare)}")
@@ -439,6 +485,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--output", metavar="FILE", help="also write the markdown report to FILE")
     ap.add_argument("--wait-idle", type=float, default=0.0, metavar="LOAD",
                     help="before each section, wait (up to 10 min) until the 1-minute load average is below LOAD")
+    ap.add_argument("--probe-python", default="", metavar="PYTHON",
+                    help="also run the compile probes with this interpreter (e.g. a clean venv where "
+                         "`pip install .` installed opdsl), from a copy of the probe so it uses its own opdsl")
     ap.add_argument("--boost", action="store_true",
                     help="run in a new session at nice -20 (Linux, root): on a shared machine this is the only "
                          "way a parallel kernel gets every core")
@@ -458,7 +507,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if reason:
         ap.error(f"backend {args.backend!r} is not usable here: {reason}")
 
-    cfg = Config(args.quick, args.backend)
+    cfg = Config(args.quick, args.backend, args.probe_python)
     cmd = "python -m benchmarks.bench_kernels " + " ".join(argv)
     header = [f"Command: `{cmd.strip()}`", f"Date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}", ""]
     if boosted:
