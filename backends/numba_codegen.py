@@ -105,12 +105,7 @@ def cast(code: str, src: T.DType, dst: T.DType) -> str:
     return f"{np_type(dst)}({code})"
 
 
-def wide_vectors(stmts: Sequence[ir.Stmt]) -> List[str]:
-    """The first line of a generated function with loops: allow 512-bit vectors (see
-    numba_math.prefer_wide_vectors; LLVM's default on AVX-512 CPUs is 256-bit)."""
-    if any(isinstance(n, (ir.For, ir.While)) for n in ir.walk(list(stmts))):
-        return ["    nm.prefer_wide_vectors()  # LLVM may vectorize this function's loops 512 bits wide"]
-    return []
+WIDE_VECTORS = "    nm.prefer_wide_vectors()  # compute-bound loops: LLVM may use 512-bit vectors here"
 
 
 def _nan_propagating(name: str, args: List[str]) -> str:
@@ -200,6 +195,30 @@ class Gen:
                                 if isinstance(s, ir.Assign) and s.name in self.params}
         self.local_names = {n for n, _ in kernel.locals} | self.assigned_params
         self.func_names = {f.name: "func_" + re.sub(r"\W", "_", f.name) for f in kernel.funcs}
+
+    def inlined_math(self, e: ir.Call) -> Optional[str]:
+        """The numba_math template computing builtin call ``e``, if it has one here."""
+        if ctype(e.type) != T.f32:
+            return None
+        return _F32_MATH.get(e.name) or (_F32_FAST_MATH.get(e.name) if self.fastmath else None)
+
+    def wide_vectors(self, stmts: Sequence[ir.Stmt], seen: Optional[Set[str]] = None) -> List[str]:
+        """The first line of a generated function whose code calls the inlined polynomial math
+        (directly or through a @dsl.func): allow 512-bit vectors there.
+
+        LLVM defaults to 256-bit on AVX-512 CPUs.  Measured on 2 cores: 512-bit makes an
+        exp-bound loop (softmax) ~1.25x faster, but a streaming loop such as leaky_relu 1.2x
+        slower, because numpy's arrays start 16 bytes past a cache line, so every 64-byte
+        access straddles two lines.  Hence only where the arithmetic dominates."""
+        seen = set() if seen is None else seen
+        for n in ir.walk(list(stmts)):
+            if isinstance(n, ir.Call) and self.inlined_math(n):
+                return [WIDE_VECTORS]
+            if isinstance(n, ir.FuncCall) and n.func not in seen:
+                seen.add(n.func)
+                if self.wide_vectors(self.funcs[n.func].body, seen):
+                    return [WIDE_VECTORS]
+        return []
 
     # ----------------------------------------------------------------- buffers
 
@@ -312,8 +331,8 @@ class Gen:
         if name == "num_tiles":
             return "_ntiles"
         args = [self.typed(a, t, scope) for a in e.args]
-        if t == T.f32 and (name in _F32_MATH or (self.fastmath and name in _F32_FAST_MATH)):
-            return (_F32_MATH.get(name) or _F32_FAST_MATH[name]).format(*args)
+        if self.inlined_math(e):
+            return self.inlined_math(e).format(*args)
         if name in _MATH:
             return _MATH[name].format(*args)
         if name == "rsqrt":
@@ -540,7 +559,7 @@ def emit_function(gen: Gen, f: ir.Function) -> List[str]:
     out = ["@njit(**JIT)", f"def {gen.func_names[f.name]}({params}):"]
     doc = f"    \"\"\"@dsl.func {f.name}({', '.join(f'{p.name}: {p.dtype}' for p in f.params)}) -> {f.ret}\"\"\""
     out.append(doc)
-    out += wide_vectors(f.body)
+    out += gen.wide_vectors(f.body)
     sub.block(f.body, scope, FuncHooks(f), 1, out=out)
     if f.ret is not None and not (f.body and isinstance(f.body[-1], ir.Return)):
         out.append(f"    return {const(0, f.ret)}")

@@ -228,7 +228,9 @@ def prefer_wide_vectors(typingctx):
 
     On AVX-512 CPUs LLVM defaults to 256-bit vectors (``prefer-vector-width=256``: older
     Xeons lowered their clock for 512-bit code); a compute-bound loop such as softmax's
-    exp pass runs ~1.3x faster with 512-bit ones.  Elsewhere the attribute changes nothing."""
+    exp pass runs ~1.25x faster with 512-bit ones, a memory-bound one can run slower (the
+    code generator decides where, numba_codegen.Gen.wide_vectors).  On CPUs without
+    AVX-512 the attribute changes nothing."""
     def codegen(context, builder, sig, args):
         # llvmlite only accepts enum attributes by name; a string attribute is written as is
         set.add(builder.function.attributes, '"prefer-vector-width"="512"')

@@ -22,8 +22,7 @@ from typing import Dict, List, Optional, Sequence, Set, Union
 from dsl import ir
 from dsl import types as T
 from dsl.errors import CompileError
-from backends.numba_codegen import (FASTMATH, Gen, Hooks, Scope, cast, ctype, emit_function, storage_np,
-                                    wide_vectors)
+from backends.numba_codegen import FASTMATH, Gen, Hooks, Scope, cast, ctype, emit_function, storage_np
 
 FALL, BREAK, CONTINUE = 0, 1, 2
 
@@ -307,7 +306,7 @@ class Program:
         args = ["_tid", "_tile", "_ntiles"] + self.flat_args(u)
         out = ["@njit(**JIT)", f"def thread({', '.join(args)}):",
                f'    """The body of {self.k.name} for thread _tid of tile _tile."""']
-        out += wide_vectors(self.k.body)
+        out += self.gen.wide_vectors(self.k.body)
         return self.gen.block(self.k.body, Scope(self.names), Hooks(), 1, out=out)
 
     # ----------------------------------------------------------------- sync: regions and the team
@@ -329,7 +328,7 @@ class Program:
         where = f" (py:{min(lines)}-{max(lines)})" if lines else ""
         out = ["@njit(**JIT)", f"def region_{r.index}({', '.join(['_tid', '_tile', '_ntiles'] + args)}):",
                f'    """Region {r.index}{where}: run by every live thread between barriers."""']
-        out += wide_vectors(r.stmts)
+        out += self.gen.wide_vectors(r.stmts)
         if self.has_return:
             out += ["    if _done[_tid]:  # this thread returned earlier", "        return"]
         out += [f"    {self.names[n]} = _st_{self.names[n]}[_tid]" for n in states]

@@ -134,6 +134,19 @@ def _plain(x: In[f32], y: Out[f32]):
         y.flat[i] = dsl.exp(x.flat[i]) + dsl.log(x.flat[i]) + max(x.flat[i], 0.5)
 
 
+@dsl.kernel(threads=2)
+def _stream(x: In[f32], y: Out[f32]):
+    lo, hi = dsl.split(x.size)
+    for i in range(lo, hi):
+        y.flat[i] = max(x.flat[i], 0.0) * 2.0
+
+
+def test_wide_vectors_only_where_the_polynomials_run():
+    x = np.zeros(64, np.float32)
+    assert "nm.prefer_wide_vectors()" in _plain.source("numba", x, x.copy())
+    assert "prefer_wide_vectors" not in _stream.source("numba", x, x.copy())   # memory-bound: 256-bit
+
+
 def test_generated_source_uses_the_inlined_math():
     x = np.linspace(0.1, 2.0, 64, dtype=np.float32)
     fast = _fast.source("numba", x, np.empty_like(x), np.empty(2, np.float32))
