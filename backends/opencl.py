@@ -193,7 +193,8 @@ class OpenCLBackend(Backend):
                                SourceLoc(request.kernel.filename, request.kernel.firstline)) from None
         check_device(rendered, request.kernel, dev)
         try:
-            program = rt.build(rendered.source, rt.dsl_options(dev), extra_key=request.key)
+            options = rt.dsl_options(dev) + (" -cl-fast-relaxed-math" if request.fastmath else "")
+            program = rt.build(rendered.source, options, extra_key=request.key)
         except rt.BuildError as e:
             raise build_error(e, rendered, request.kernel) from None
         return OpenCLLauncher(program, rendered, request.kernel)
