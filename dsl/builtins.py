@@ -87,12 +87,17 @@ def scratch(shape, dtype):
                              dtype if isinstance(dtype, T.TypeVar) else T.as_dtype(dtype))
 
 
-def split(n, align: int = 1):
-    """(lo, hi): this thread's contiguous share of range(n); shares are multiples of ``align``."""
+def split(n, align: int = 1, grid: bool = False):
+    """(lo, hi): this thread's contiguous share of range(n); shares are multiples of ``align``.
+
+    The team's threads share range(n); with ``grid=True`` every thread of every team does."""
     ctx = current()
-    chunk = -(-n // ctx.num_threads)
+    parts, index = ctx.num_threads, ctx.thread_id
+    if grid:
+        parts, index = ctx.num_tiles * parts, ctx.tile_id * ctx.num_threads + index
+    chunk = -(-n // parts)
     chunk = -(-chunk // align) * align
-    lo = min(ctx.thread_id * chunk, n)
+    lo = min(index * chunk, n)
     return np.int64(lo), np.int64(min(lo + chunk, n))  # i64, as the checker types them
 
 

@@ -328,24 +328,38 @@ class _Visitor:
         return out
 
     def lower_split(self, names, call: ast.Call, s) -> List[ir.Stmt]:
-        """lo, hi = dsl.split(n, align): chunk = ceil(ceil(n / T) / align) * align."""
+        """lo, hi = dsl.split(n, align, grid): chunk = ceil(ceil(n / parts) / align) * align,
+        where parts are the team's threads, or every thread of every team with grid=True."""
         if len(names) != 2:
             raise self.error(s, "dsl.split(n) returns two values: lo, hi = dsl.split(n)")
-        args = self.call_args(call, ("n", "align"), required=1)
+        raw = self.call_args(call, ("n", "align", "grid"), required=1, raw=True)
+        grid = raw.pop("grid", None)
+        if grid is not None and not (isinstance(grid, ast.Constant) and isinstance(grid.value, bool)):
+            raise self.error(grid, "dsl.split(..., grid=) takes the literal True or False")
+        args = {k: self.expr(v) for k, v in raw.items()}
         loc = self.loc(call)
-        n = self.tmp()
-        chunk = self.tmp()
-        lo = self.tmp()
-        nt = ir.Call("num_threads", (), loc=loc)
+
+        def call_(name):
+            return ir.Call(name, (), loc=loc)
+
+        def mul(a, b):
+            return ir.Binary("mul", a, b, loc=loc)
+
+        def ceil_div(a, b):
+            return ir.Unary("neg", ir.Binary("floordiv", ir.Unary("neg", a, loc=loc), b, loc=loc), loc=loc)
+
+        parts, index = call_("num_threads"), call_("thread_id")
+        if grid is not None and grid.value:
+            parts = mul(call_("num_tiles"), parts)
+            index = ir.Binary("add", mul(call_("tile_id"), call_("num_threads")), index, loc=loc)
+        n, chunk, lo = self.tmp(), self.tmp(), self.tmp()
         out = [ir.Assign(n, args["n"], loc=loc)]
-        ceil_div = lambda a, b: ir.Unary("neg", ir.Binary("floordiv", ir.Unary("neg", a, loc=loc), b, loc=loc), loc=loc)
-        c = ceil_div(ir.Name(n, loc=loc), nt)
+        c = ceil_div(ir.Name(n, loc=loc), parts)
         if "align" in args:
-            c = ir.Binary("mul", ceil_div(c, args["align"]), args["align"], loc=loc)
+            c = mul(ceil_div(c, args["align"]), args["align"])
         out.append(ir.Assign(chunk, c, loc=loc))
-        out.append(ir.Assign(lo, ir.Call("min", (ir.Binary("mul", ir.Call("thread_id", (), loc=loc),
-                                                           ir.Name(chunk, loc=loc), loc=loc),
-                                                 ir.Name(n, loc=loc)), loc=loc), loc=loc))
+        out.append(ir.Assign(lo, ir.Call("min", (mul(index, ir.Name(chunk, loc=loc)), ir.Name(n, loc=loc)),
+                                         loc=loc), loc=loc))
         hi = ir.Call("min", (ir.Binary("add", ir.Name(lo, loc=loc), ir.Name(chunk, loc=loc), loc=loc),
                              ir.Name(n, loc=loc)), loc=loc)
         out.extend(self.assign_to(names[0], ir.Name(lo, loc=loc), s, False))

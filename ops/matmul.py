@@ -57,10 +57,7 @@ def gemm_kernel(a: In[T, 3], b: In[T, 3], c: In[T, 2], y: Out[T, 3],
     col_blocks = (n + TILE - 1) // TILE
     # work items are shared by every thread of every team of the grid
     items = y.shape[0] * row_blocks * col_blocks
-    workers = dsl.num_tiles() * dsl.num_threads()
-    chunk = (items + workers - 1) // workers
-    lo = min((dsl.tile_id() * dsl.num_threads() + dsl.thread_id()) * chunk, items)
-    hi = min(lo + chunk, items)
+    lo, hi = dsl.split(items, grid=True)
     for item in range(lo, hi):
         j0 = (item % col_blocks) * TILE
         r = item // col_blocks

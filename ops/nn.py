@@ -45,10 +45,8 @@ def conv_nchw(x: In[T, 4], w: In[T, 4], bias: In[T, 1], y: Out[T, 4], acc: InOut
     kw_n = w.shape[3]
     mg = m_out // group
     rows = y.shape[0] * m_out * oh_n
-    worker = dsl.tile_id() * dsl.num_threads() + dsl.thread_id()
-    chunk = (rows + acc.shape[0] - 1) // acc.shape[0]
-    lo = min(worker * chunk, rows)
-    hi = min(lo + chunk, rows)
+    worker = dsl.tile_id() * dsl.num_threads() + dsl.thread_id()  # acc has a row per worker
+    lo, hi = dsl.split(rows, grid=True)
     pacc = worker * acc.shape[1]
     for row in range(lo, hi):
         oh = row % oh_n
@@ -95,10 +93,8 @@ def conv_nchwc16(x: In[T, 5], w: In[T, 4], bias: In[T, 1], y: Out[T, 5], acc: In
     kw_n = w.shape[3]
     mg = m_out // group
     rows = y.shape[0] * m_blocks * oh_n
-    worker = dsl.tile_id() * dsl.num_threads() + dsl.thread_id()
-    chunk = (rows + acc.shape[0] - 1) // acc.shape[0]
-    lo = min(worker * chunk, rows)
-    hi = min(lo + chunk, rows)
+    worker = dsl.tile_id() * dsl.num_threads() + dsl.thread_id()  # acc has a row per worker
+    lo, hi = dsl.split(rows, grid=True)
     pacc = worker * acc.shape[1]
     for row in range(lo, hi):
         oh = row % oh_n

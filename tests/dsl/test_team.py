@@ -197,3 +197,18 @@ def test_zero_grid_runs_nothing(backend):
     out = np.full((1, 3), -1, np.int32)
     ids[0](out, backend=backend)
     assert (out == -1).all()
+
+
+@dsl.kernel(threads=3, grid=2)
+def grid_shares(out: Out[i64, 3], n: i64):
+    lo, hi = dsl.split(n, grid=True)
+    out[dsl.tile_id(), dsl.thread_id(), 0] = lo
+    out[dsl.tile_id(), dsl.thread_id(), 1] = hi
+
+
+@pytest.mark.parametrize("n", [0, 5, 6, 100])
+def test_split_across_the_grid(backend, n):
+    out = np.zeros((2, 3, 2), np.int64)
+    grid_shares(out, n, backend=backend)
+    covered = [i for lo, hi in out.reshape(6, 2) for i in range(lo, hi)]
+    assert covered == list(range(n))  # in worker order tile * threads + thread
