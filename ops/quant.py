@@ -73,6 +73,14 @@ def convert_kernel(x: In[X], y: Out[D], mode: i32, scale: f32, zero_point: f32,
             y.flat[i] = v
 
 
+@dsl.func
+def param_index(i, ni, nd, block, so, sd, si):
+    """Where flat element ``i`` of an (outer, D, inner) tensor finds its scale/zero point:
+    one entry per ``block`` elements along D; so/sd/si are the broadcast strides."""
+    t = i // ni
+    return (t // nd) * so + ((t % nd) // block) * sd + (i % ni) * si
+
+
 @dsl.kernel
 def quantize_kernel(x: In[X, 3], scale: In[S, 3], zp: In[Q, 3], y: Out[Q, 3], block: dsl.i64,
                     qmin: f32, qmax: f32):
@@ -85,10 +93,7 @@ def quantize_kernel(x: In[X, 3], scale: In[S, 3], zp: In[Q, 3], y: Out[Q, 3], bl
     si = 1 if scale.shape[2] > 1 else 0
     lo, hi = dsl.split(x.size)
     for i in range(lo, hi):
-        inner = i % ni
-        t = i // ni
-        a = t % nd
-        p = (t // nd) * so + (a // block) * sd + inner * si
+        p = param_index(i, ni, nd, block, so, sd, si)
         q = round_half_even(x.flat[i] / scale.flat[p]) + zp.flat[p]
         y.flat[i] = min(max(q, qmin), qmax)
 
@@ -103,10 +108,7 @@ def dequantize_kernel(x: In[Q, 3], scale: In[S, 3], zp: In[Q, 3], y: Out[D, 3], 
     si = 1 if scale.shape[2] > 1 else 0
     lo, hi = dsl.split(x.size)
     for i in range(lo, hi):
-        inner = i % ni
-        t = i // ni
-        a = t % nd
-        p = (t // nd) * so + (a // block) * sd + inner * si
+        p = param_index(i, ni, nd, block, so, sd, si)
         y.flat[i] = (f32(x.flat[i]) - f32(zp.flat[p])) * scale.flat[p]
 
 
