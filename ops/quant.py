@@ -209,6 +209,14 @@ def _views(x: np.ndarray, scale: np.ndarray, zp: np.ndarray, axis: int, block_si
     return xv, scale.reshape(1, -1, 1), zp.reshape(1, -1, 1), 1
 
 
+def _linear_views(op, inputs, zp_dtype):
+    """Quantize/DequantizeLinear inputs as (outer, D, inner) views plus the block length;
+    an absent zero point is 0."""
+    x, scale = inputs[0], inputs[1]
+    zp = inputs[2] if len(inputs) > 2 and inputs[2] is not None else np.zeros(scale.shape, zp_dtype)
+    return _views(x, scale, zp, op.axis, op.block_size)
+
+
 @dsl.op("QuantizeLinear", since=10)
 class QuantizeLinear(dsl.Op):
     """y = saturate(rint(x / y_scale) + y_zero_point); output dtype from the zero point,
@@ -248,10 +256,8 @@ class QuantizeLinear(dsl.Op):
         return TensorSpec(x.shape, self._out_dtype(y_zero_point))
 
     def run(self, impl, inputs, outputs, backend):
-        x, scale = inputs[0], inputs[1]
         y = outputs[0]
-        zp = inputs[2] if len(inputs) > 2 and inputs[2] is not None else np.zeros(scale.shape, y.dtype)
-        xv, sv, zv, block = _views(x, scale, zp, self.axis, self.block_size)
+        xv, sv, zv, block = _linear_views(self, inputs, y.dtype)
         qmin, qmax = quant_range(dsl.types.from_numpy(y.dtype))
         impl(xv, sv, zv, y.reshape(xv.shape), block, qmin, qmax, backend=backend)
 
@@ -288,8 +294,6 @@ class DequantizeLinear(dsl.Op):
         return TensorSpec(x.shape, self._out_dtype(x_scale))
 
     def run(self, impl, inputs, outputs, backend):
-        x, scale = inputs[0], inputs[1]
         y = outputs[0]
-        zp = inputs[2] if len(inputs) > 2 and inputs[2] is not None else np.zeros(scale.shape, x.dtype)
-        xv, sv, zv, block = _views(x, scale, zp, self.axis, self.block_size)
+        xv, sv, zv, block = _linear_views(self, inputs, inputs[0].dtype)
         impl(xv, sv, zv, y.reshape(xv.shape), block, backend=backend)
