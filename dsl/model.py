@@ -11,8 +11,14 @@ launcher call.  Nodes that cannot be captured (plain-callable kernels, run() doi
 numpy work on its outputs, ``replay = False``) call ``op.run`` on the fixed arrays.
 Graphs with ``None`` dims are planned on the first run of each shape signature; a graph
 whose shapes depend on tensor *values* computed at run time (not constants) runs node
-by node, inferring as it goes.  ``run`` holds a lock: one Model can be shared by
-threads (runs are serialized).
+by node, inferring as it goes.
+
+Threads: one Model may be run from many threads at once, and runs really overlap.  A
+plan's buffers are the state of one run, so each shape signature keeps a pool of plan
+instances: a run checks one out (building another when every instance is busy) and
+returns it afterwards.  The pool therefore grows to the peak number of concurrent runs
+of that signature, each instance with its own arena.  ``_run_by_node`` allocates per
+run and shares nothing.
 """
 from __future__ import annotations
 
@@ -41,6 +47,27 @@ class _Plan:
         self.memory, self.specs, self.captured = memory, specs, captured
 
 
+class _PlanPool:
+    """Plan instances of one shape signature; each is used by one run at a time."""
+
+    __slots__ = ("build", "free", "lock", "first")
+
+    def __init__(self, build, first: _Plan):
+        self.build, self.first = build, first  # first: for introspection (memory_plan, str)
+        self.free: List[_Plan] = [first]
+        self.lock = threading.Lock()
+
+    def checkout(self) -> _Plan:
+        with self.lock:
+            if self.free:
+                return self.free.pop()
+        return self.build()  # every instance is busy: another thread is running this signature
+
+    def checkin(self, plan: _Plan) -> None:
+        with self.lock:
+            self.free.append(plan)
+
+
 class Model:
     """A compiled graph.  ``inputs``/``outputs``: name -> TensorSpec (None dims allowed)."""
 
@@ -54,29 +81,32 @@ class Model:
         self._in_checks = [(t.name, t.spec.dtype.np, t.spec.shape, t.spec) for t in graph.inputs]
         self._named_dims = [(k, axis, dim) for k, t in enumerate(graph.inputs)
                             for axis, dim in enumerate(t.dim_names) if dim is not None]
-        self._plans: Dict[Tuple, Any] = {}
-        self._lock = threading.Lock()
+        self._plans: Dict[Tuple, Any] = {}  # input shapes -> _PlanPool or _DYNAMIC
+        self._lock = threading.Lock()       # guards _plans only; runs do not take it
         if all(t.spec.known for t in graph.tensors.values()):
             specs = {name: t.spec for name, t in graph.tensors.items()}
             key = tuple(t.spec.shape for t in graph.inputs)
-            self._plans[key] = self._build_plan(specs)
+            self._plans[key] = self._pool(specs)
 
     # ------------------------------------------------------------------ running
     def run(self, feeds: Mapping[str, Any]) -> Dict[str, np.ndarray]:
         """Run the graph on ``feeds`` (input name -> array); returns output name -> array."""
         arrays = self._check_feeds(feeds)
         key = tuple(a.shape for a in arrays)
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self._plan_for(arrays, key)
-        if plan is _DYNAMIC:
+        pool = self._plans.get(key)
+        if pool is None:
+            pool = self._plan_for(arrays, key)
+        if pool is _DYNAMIC:
             return self._run_by_node(arrays)
-        with self._lock:
+        plan = pool.checkout()
+        try:
             for buf, a in zip(plan.inputs, arrays):
                 np.copyto(buf, a)
             for fn, args in plan.steps:
                 fn(*args)
             return {name: buf.copy() for name, buf in plan.outputs}
+        finally:
+            pool.checkin(plan)
 
     __call__ = run
 
@@ -119,12 +149,17 @@ class Model:
     # ------------------------------------------------------------------ planning
     def _plan_for(self, arrays, key):
         specs = self._concrete_specs(arrays)
-        plan = _DYNAMIC if specs is None else self._build_plan(specs)
+        pool = _DYNAMIC if specs is None else self._pool(specs)
         with self._lock:
+            if key in self._plans:  # another thread planned this signature meanwhile: share its pool
+                return self._plans[key]
             if len(self._plans) >= _MAX_PLANS:
                 self._plans.pop(next(iter(self._plans)))
-            self._plans[key] = plan
-        return plan
+            self._plans[key] = pool
+        return pool
+
+    def _pool(self, specs: Dict[str, TensorSpec]) -> _PlanPool:
+        return _PlanPool(lambda: self._build_plan(specs), self._build_plan(specs))
 
     def _concrete_specs(self, arrays) -> Optional[Dict[str, TensorSpec]]:
         """Every tensor's spec for these input shapes; None when a shape needs run-time values."""
@@ -207,9 +242,9 @@ class Model:
     # ------------------------------------------------------------------ introspection
     def memory_plan(self, **shapes) -> Optional[MemoryPlan]:
         """The memory plan for the static shapes (or the first planned shape signature)."""
-        for plan in self._plans.values():
-            if plan is not _DYNAMIC:
-                return plan.memory
+        for pool in list(self._plans.values()):
+            if pool is not _DYNAMIC:
+                return pool.first.memory
         return None
 
     def _repr_html_(self) -> str:
@@ -226,7 +261,7 @@ class Model:
                  f"({', '.join(f'{n}: {s}' for n, s in self.outputs.items())})",
                  "  passes: " + ", ".join(f"{k}={v}" for k, v in self.stats.items())]
         mem = self.memory_plan()
-        plan = next((p for p in self._plans.values() if p is not _DYNAMIC), None)
+        plan = next((p.first for p in list(self._plans.values()) if p is not _DYNAMIC), None)
         if plan is not None:
             lines.append(f"  launches: {len(plan.steps)} steps, {plan.captured} of "
                          f"{len(g.nodes)} nodes captured")
