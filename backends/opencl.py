@@ -104,7 +104,7 @@ _NEEDS = {"fp64": ("cl_khr_fp64", "dtype f64"),
 
 
 def check_device(rendered: Rendered, kernel: ir.Kernel, dev: rt.Device) -> None:
-    """A CompileError naming the dtype/feature and the device when the device lacks it."""
+    """A CompileError naming the dtype/feature or scratch buffer and the device when the device lacks it."""
     for feature in sorted(rendered.features):
         if feature not in _NEEDS:
             continue
@@ -116,19 +116,37 @@ def check_device(rendered: Rendered, kernel: ir.Kernel, dev: rt.Device) -> None:
             raise CompileError(
                 f"{what} is not supported by OpenCL device {dev.description}: it lacks {ext}", loc,
                 note="use f32, or pick another device with OPDSL_OPENCL_DEVICE=platform[:index]")
+    check_scratch(kernel, dev)
+
+
+def check_scratch(kernel: ir.Kernel, dev: rt.Device) -> None:
+    """Scratch is __local memory: a CompileError naming the buffer that does not fit in the device's."""
+    total = 0
+    for s in kernel.scratch:
+        size = int(np.prod(s.shape, dtype=np.int64)) * np.dtype(s.dtype.np).itemsize
+        total += size
+        if total > dev.local_mem_size:
+            loc = s.loc if s.loc.line > 0 else SourceLoc(kernel.filename, kernel.firstline)
+            shape = "x".join(map(str, s.shape))
+            whole = f"; all scratch of the kernel up to it takes {total} bytes" if total != size else ""
+            raise CompileError(
+                f"scratch '{s.name}' ({s.dtype}[{shape}], {size} bytes{whole}) does not fit in the "
+                f"{dev.local_mem_size} bytes of local memory of OpenCL device {dev.description}", loc,
+                note="use a smaller scratch (give each thread a share through more tiles), "
+                     "or pick a device with more local memory with OPDSL_OPENCL_DEVICE")
 
 
 def render(request: CompileRequest) -> Rendered:
     return OpenCLRenderer(request.log_level).render(request.kernel)
 
 
-def build_error(err: rt.BuildError, rendered: Rendered, kernel: ir.Kernel) -> CompileError:
+def build_error(err: rt.BuildError, rendered: Rendered, kernel: ir.Kernel, dev: rt.Device) -> CompileError:
     """The compiler log mapped back to the generated line and the user's Python line."""
     lines = rendered.source.splitlines()
     first = rt.first_error(err.log)
     loc = None
     note = "OpenCL compiler log:\n" + err.log[:4000]
-    message = "the OpenCL compiler rejected the generated code"
+    message = f"the OpenCL compiler rejected the generated code on {dev.description}"
     if first is not None:
         cline, _, msg = first
         message += f": {msg}"
@@ -152,17 +170,16 @@ def _scalar_type(dtype: T.DType):
 class OpenCLLauncher(Launcher):
     def __init__(self, program, rendered: Rendered, kernel: ir.Kernel):
         import pyopencl as cl
-        self.kernel = cl.Kernel(program, rendered.name)
+        with rt.device_lock:
+            self.kernel = cl.Kernel(program, rendered.name)
         self.threads = kernel.threads
         self.plan = rendered.args
 
     def __call__(self, args: Sequence, grid: int) -> None:
         if grid <= 0:
             return
-        dev = rt.device()
-        bufs = rt.Buffers(dev)
         cargs = []
-        try:
+        with rt.launch() as bufs:
             for spec, value in zip(self.plan, args):
                 if spec.kind == "tensor":
                     arr = np.asarray(value)
@@ -174,8 +191,6 @@ class OpenCLLauncher(Launcher):
                     conv = _scalar_type(spec.dtype)
                     cargs += [conv(v) for v in np.asarray(value).reshape(-1)[:spec.length]]
             rt.run(self.kernel, cargs, (self.threads * grid,), (self.threads,))
-        finally:
-            bufs.finish()
 
 
 class OpenCLBackend(Backend):
@@ -186,21 +201,30 @@ class OpenCLBackend(Backend):
 
     def compile(self, request: CompileRequest) -> Launcher:
         rendered = render(request)
-        try:
-            dev = rt.device()
-        except rt.NoDevice as e:
-            raise CompileError(f"the opencl backend has no device: {e}",
-                               SourceLoc(request.kernel.filename, request.kernel.firstline)) from None
+        dev = rt.device()  # NoDevice (no usable device, each one's reason) is not the kernel's fault
         check_device(rendered, request.kernel, dev)
         try:
             options = rt.dsl_options(dev) + (" -cl-fast-relaxed-math" if request.fastmath else "")
             program = rt.build(rendered.source, options, extra_key=request.key)
-        except rt.BuildError as e:
-            raise build_error(e, rendered, request.kernel) from None
+        except rt.BuildError as e:  # rt.DriverError (the driver, not the code, failed) passes through
+            raise build_error(e, rendered, request.kernel, dev) from None
         return OpenCLLauncher(program, rendered, request.kernel)
 
     def available(self) -> str:
+        """'' when a device is usable, else why not, device by device."""
         return rt.unavailable_reason()
+
+    def device(self) -> str:
+        """The device kernels run on, e.g. "'Oclgrind Simulator' on 'Oclgrind' (simulator)"; '' if none."""
+        try:
+            dev = rt.device()
+        except rt.NoDevice:
+            return ""
+        return f"{dev.description} ({dev.report.kind})"
+
+    def devices(self) -> list:
+        """Every OpenCL device with its kind, whether it is usable and why not, the chosen one marked."""
+        return rt.reports()
 
 
 BACKEND = OpenCLBackend()

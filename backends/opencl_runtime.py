@@ -1,13 +1,17 @@
 """The process-wide OpenCL device: context, queue, program cache, zero-copy buffers.
 
-One device is chosen lazily (``OPDSL_OPENCL_DEVICE="platform-substring[:index]"``,
-else the first GPU, else the first device -- PoCL's CPU device from
-pocl-binary-distribution on machines without a GPU).  Programs are cached in
-memory and, as device binaries, on disk; a second process loads the binary
-instead of compiling the C again.  On devices that share host memory (CPU
-devices such as PoCL) numpy arrays are wrapped with ``USE_HOST_PTR`` and
-mapped after the launch: no copies (measured: 4M floats, 3 ms zero-copy vs
-10-70 ms copying).
+The device comes from backends/opencl_devices.py (probed, ranked, or forced with
+``OPDSL_OPENCL_DEVICE``).  Programs are cached in memory and, as device
+binaries, on disk; a second process loads the binary instead of compiling the C
+again, and an unusable disk cache only means building in memory.  On devices
+that share host memory (CPU devices such as PoCL) numpy arrays are wrapped with
+``USE_HOST_PTR`` and mapped after the launch: no copies (measured: 4M floats,
+3 ms zero-copy vs 10-70 ms copying).
+
+Every call into the driver for a launch -- buffer creation, argument setting,
+enqueue, wait, map, release -- happens under ``device_lock``: a cl.Kernel's
+arguments are shared state, and drivers such as Oclgrind crash when buffers are
+created and released from several threads at once.
 """
 from __future__ import annotations
 
@@ -22,6 +26,8 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from backends import cache
+from backends import opencl_devices as devices
+from backends.opencl_devices import DriverError, NoDevice  # noqa: F401  (re-exported)
 from dsl import config
 
 try:
@@ -32,10 +38,6 @@ except ImportError as e:  # pragma: no cover - the opencl extra is not installed
     _IMPORT_ERROR = f"pyopencl is not installed ({e}); pip install 'opdsl[opencl]'"
 
 BUILD_OPTIONS = "-cl-std=CL1.2"
-
-
-class NoDevice(RuntimeError):
-    """No OpenCL device can be used here; the message says why."""
 
 
 class BuildError(RuntimeError):
@@ -54,6 +56,8 @@ class Device:
     extensions: frozenset
     host_unified: bool
     identity: str          # platform, device, versions: part of every on-disk cache key
+    report: devices.DeviceReport
+    local_mem_size: int
 
     @property
     def description(self) -> str:
@@ -66,42 +70,15 @@ class Device:
 _lock = threading.Lock()
 _device: Optional[Device] = None
 _failure: Optional[str] = None
+_reports: List[devices.DeviceReport] = []
 _programs: Dict[str, "cl.Program"] = {}
-launch_lock = threading.Lock()  # enqueue + wait of every launch (kernels' args are shared state)
-
-
-def _choose(spec: str):
-    platforms = cl.get_platforms()
-    if not platforms:
-        raise NoDevice("no OpenCL platform found (install pocl-binary-distribution for a CPU device)")
-    if spec:
-        want, _, idx = spec.partition(":")
-        matches = [p for p in platforms if want.lower() in p.name.lower()]
-        if not matches:
-            raise NoDevice(f"OPDSL_OPENCL_DEVICE={spec!r}: no platform name contains {want!r}; platforms: "
-                           + ", ".join(repr(p.name) for p in platforms))
-        devices = [d for p in matches for d in p.get_devices()]
-        i = int(idx) if idx.strip() else 0
-        if not 0 <= i < len(devices):
-            raise NoDevice(f"OPDSL_OPENCL_DEVICE={spec!r}: device index {i} out of range; devices: "
-                           + ", ".join(repr(d.name) for d in devices))
-        return devices[i]
-    devices = []
-    for p in platforms:
-        try:
-            devices += p.get_devices()
-        except cl.Error:
-            continue
-    if not devices:
-        raise NoDevice("OpenCL platforms exist but none has a device: "
-                       + ", ".join(repr(p.name) for p in platforms))
-    gpus = [d for d in devices if d.type & cl.device_type.GPU]
-    return (gpus or devices)[0]
+device_lock = threading.RLock()  # every driver call of a launch; see the module docstring
+launch_lock = device_lock        # the old name, kept for callers outside opdsl
 
 
 def device() -> Device:
     """The process-wide device, created on first use; NoDevice says why there is none."""
-    global _device, _failure
+    global _device, _failure, _reports
     if _device is not None:
         return _device
     with _lock:
@@ -112,14 +89,12 @@ def device() -> Device:
         try:
             if cl is None:
                 raise NoDevice(_IMPORT_ERROR)
-            dev = _choose(config.opencl_device())
+            dev, report, _reports = devices.choose(config.opencl_device())
             ctx = cl.Context([dev])
             queue = cl.CommandQueue(ctx)
             ext = frozenset(dev.extensions.split())
             unified = bool(dev.host_unified_memory) or bool(dev.type & cl.device_type.CPU)
-            ident = "|".join([dev.platform.name, dev.platform.version, dev.name, dev.version, dev.driver_version,
-                              cl.VERSION_TEXT])
-            _device = Device(ctx, queue, dev, ext, unified, ident)
+            _device = Device(ctx, queue, dev, ext, unified, report.identity, report, int(dev.local_mem_size))
         except NoDevice as e:
             _failure = str(e)
             raise
@@ -137,18 +112,32 @@ def unavailable_reason() -> str:
     return ""
 
 
+def reports() -> List[devices.DeviceReport]:
+    """Every device with its probe result, the chosen one marked (see opencl_devices.DeviceReport)."""
+    if cl is None:
+        return []
+    try:
+        device()
+    except NoDevice:
+        pass
+    if _reports:
+        return list(_reports)
+    try:
+        return devices.survey()
+    except NoDevice:
+        return []
+
+
 def reset() -> None:
-    """Forget the chosen device (tests that change OPDSL_OPENCL_DEVICE)."""
-    global _device, _failure
+    """Forget the chosen device and the probe results held in memory (tests that change the setting)."""
+    global _device, _failure, _reports
     with _lock:
-        _device, _failure = None, None
+        _device, _failure, _reports = None, None, []
         _programs.clear()
+        devices.forget()
 
 
 # --------------------------------------------------------------------------- programs
-
-
-_build_lock = threading.Lock()
 
 
 def dsl_options(dev: Device) -> str:
@@ -172,26 +161,20 @@ def build(source: str, options: str = BUILD_OPTIONS, extra_key: str = "") -> "cl
 
     The disk entry (backends/cache.py, folder "opencl") is keyed by the source,
     options and device identity, so a driver or emitter change never loads a
-    stale binary.  Raises BuildError carrying the compiler log.
+    stale binary; a disk cache that cannot be used is skipped, never an error.
+    Raises BuildError carrying the compiler log, or DriverError when the driver
+    (not the program) is what failed.
     """
     dev = device()
     key = program_key(source, options, dev, extra_key)
     prg = _programs.get(key)
     if prg is not None:
         return prg
-    with _build_lock, (cache.lock("opencl", key) if cache.enabled() else contextlib.nullcontext()):
+    with device_lock, _disk_lock(key):
         prg = _programs.get(key)
         if prg is not None:
             return prg
-        binary = cache.load("opencl", key + ".bin") if cache.enabled() else None
-        if binary is not None:
-            try:
-                prg = cl.Program(dev.context, [dev.device], [binary])
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    prg.build(options=options)
-            except Exception:  # a binary this driver rejects: rebuild from source
-                prg = None
+        prg = _from_binary(dev, _disk_load(key + ".bin"), options)
         if prg is None:
             prg = cl.Program(dev.context, source)
             try:
@@ -199,21 +182,80 @@ def build(source: str, options: str = BUILD_OPTIONS, extra_key: str = "") -> "cl
                     warnings.simplefilter("ignore")
                     prg.build(options=options, cache_dir=False)
             except cl.RuntimeError as e:
-                raise BuildError(_build_log(prg, dev, str(e))) from None
-            if cache.enabled():
-                try:
-                    binaries = prg.get_info(cl.program_info.BINARIES)
-                    if binaries and binaries[0]:
-                        cache.store("opencl", key + ".bin", bytes(binaries[0]))
-                except (OSError, cl.Error):
-                    pass  # the cache is an optimisation; a read-only disk is fine
+                log = _build_log(prg, dev, str(e))
+                why = devices.driver_failure(log, dev.device)
+                if why:
+                    raise DriverError(f"OpenCL device {dev.description} cannot build programs: {why}") from None
+                raise BuildError(log) from None
+            _disk_store(key + ".bin", prg)
         _programs[key] = prg
     return prg
 
 
+def _from_binary(dev: Device, binary: Optional[bytes], options: str):
+    if binary is None:
+        return None
+    try:
+        prg = cl.Program(dev.context, [dev.device], [binary])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            prg.build(options=options)
+        return prg
+    except Exception:  # a binary this driver rejects: rebuild from source
+        return None
+
+
+def _disk_lock(key: str):
+    """The cross-process build lock, or none when the disk cache is unusable."""
+    return _Guarded(cache.lock("opencl", key)) if cache.enabled() else contextlib.nullcontext()
+
+
+class _Guarded:
+    """Enter a cache lock; if the file system refuses, go on without it (the lock only saves work)."""
+
+    def __init__(self, cm):
+        self.cm, self.entered = cm, False
+
+    def __enter__(self):
+        try:
+            self.cm.__enter__()
+            self.entered = True
+        except (OSError, ValueError):
+            pass
+        return self
+
+    def __exit__(self, *exc):
+        if self.entered:
+            with contextlib.suppress(OSError, ValueError):
+                self.cm.__exit__(*exc)
+        return False
+
+
+def _disk_load(name: str) -> Optional[bytes]:
+    if not cache.enabled():
+        return None
+    try:
+        return cache.load("opencl", name)
+    except (OSError, ValueError):
+        return None
+
+
+def _disk_store(name: str, prg) -> None:
+    if not cache.enabled():
+        return
+    try:
+        binaries = prg.get_info(cl.program_info.BINARIES)
+        if binaries and binaries[0]:
+            cache.store("opencl", name, bytes(binaries[0]))
+    except (OSError, ValueError, cl.Error):
+        pass  # the cache is an optimisation; a read-only or full disk is fine
+
+
 def _build_log(prg, dev: Device, fallback: str) -> str:
     try:
-        log = prg.get_build_info(dev.device, cl.program_build_info.LOG)
+        with warnings.catch_warnings():  # pyopencl: "attribute access defeats compiler caching"
+            warnings.simplefilter("ignore")
+            log = prg.get_build_info(dev.device, cl.program_build_info.LOG)
     except Exception:
         log = ""
     return (log or fallback).strip()
@@ -233,11 +275,16 @@ def first_error(log: str):
     return None
 
 
-# --------------------------------------------------------------------------- buffers
+# --------------------------------------------------------------------------- launches
 
 
 class Buffers:
-    """Device buffers for one launch: zero-copy where memory is shared, copies otherwise."""
+    """Device buffers for one launch: zero-copy where memory is shared, copies otherwise.
+
+    Use it inside ``launch()`` (or while holding ``device_lock``): creating,
+    mapping and releasing buffers are driver calls that must not interleave
+    with another thread's launch.
+    """
 
     def __init__(self, dev: Device):
         self.dev = dev
@@ -247,46 +294,68 @@ class Buffers:
     def wrap(self, array: np.ndarray, writable: bool, readable: bool = True):
         mf = cl.mem_flags
         ctx = self.dev.context
-        if array.size == 0:
-            buf = cl.Buffer(ctx, mf.READ_WRITE, size=max(array.itemsize, 1))
-        elif self.dev.host_unified:
-            access = mf.READ_WRITE if writable else mf.READ_ONLY
-            buf = cl.Buffer(ctx, access | mf.USE_HOST_PTR, hostbuf=array)
-            if writable:
-                self.readback.append((buf, array))
-        else:
-            access = mf.READ_WRITE if writable else mf.READ_ONLY
-            if readable:
-                buf = cl.Buffer(ctx, access | mf.COPY_HOST_PTR, hostbuf=array)
+        with device_lock:
+            if array.size == 0:
+                buf = cl.Buffer(ctx, mf.READ_WRITE, size=max(array.itemsize, 1))
+            elif self.dev.host_unified:
+                access = mf.READ_WRITE if writable else mf.READ_ONLY
+                buf = cl.Buffer(ctx, access | mf.USE_HOST_PTR, hostbuf=array)
+                if writable:
+                    self.readback.append((buf, array))
             else:
-                buf = cl.Buffer(ctx, access, size=array.nbytes)
-            if writable:
-                self.readback.append((buf, array))
-        self.bufs.append(buf)
+                access = mf.READ_WRITE if writable else mf.READ_ONLY
+                if readable:
+                    buf = cl.Buffer(ctx, access | mf.COPY_HOST_PTR, hostbuf=array)
+                else:
+                    buf = cl.Buffer(ctx, access, size=array.nbytes)
+                if writable:
+                    self.readback.append((buf, array))
+            self.bufs.append(buf)
         return buf
 
     def finish(self) -> None:
         """Make results visible in the numpy arrays, then release device memory."""
         q = self.dev.queue
-        for buf, array in self.readback:
-            if self.dev.host_unified:
-                mapped, _ = cl.enqueue_map_buffer(q, buf, cl.map_flags.READ, 0, array.shape, array.dtype,
-                                                  is_blocking=True)
-                if mapped.__array_interface__["data"][0] != array.__array_interface__["data"][0]:
-                    array[...] = mapped  # the driver kept a private copy after all
-                mapped.base.release(q)
-            else:
-                cl.enqueue_copy(q, array, buf, is_blocking=True)
-        for buf in self.bufs:
-            buf.release()
-        self.bufs.clear()
-        self.readback.clear()
+        with device_lock:
+            try:
+                for buf, array in self.readback:
+                    if self.dev.host_unified:
+                        mapped, _ = cl.enqueue_map_buffer(q, buf, cl.map_flags.READ, 0, array.shape, array.dtype,
+                                                          is_blocking=True)
+                        if mapped.__array_interface__["data"][0] != array.__array_interface__["data"][0]:
+                            array[...] = mapped  # the driver kept a private copy after all
+                        mapped.base.release(q)
+                    else:
+                        cl.enqueue_copy(q, array, buf, is_blocking=True)
+            finally:
+                for buf in self.bufs:
+                    buf.release()
+                self.bufs.clear()
+                self.readback.clear()
+
+
+@contextlib.contextmanager
+def launch():
+    """``with launch() as bufs: ... run(...)``: wrap, run and read back as one step under ``device_lock``.
+
+    Results are read back only when the body succeeds; buffers are released either way.
+    """
+    dev = device()
+    with device_lock:
+        bufs = Buffers(dev)
+        try:
+            yield bufs
+        except BaseException:
+            bufs.readback.clear()
+            bufs.finish()
+            raise
+        bufs.finish()
 
 
 def run(kernel: "cl.Kernel", args: Sequence, global_size, local_size) -> None:
-    """set_args + enqueue + wait under one lock: a cl.Kernel's arguments are shared state."""
+    """set_args + enqueue + wait under the device lock: a cl.Kernel's arguments are shared state."""
     dev = device()
-    with launch_lock:
+    with device_lock:
         kernel.set_args(*args)
         event = cl.enqueue_nd_range_kernel(dev.queue, kernel, global_size, local_size)
         event.wait()

@@ -4,6 +4,7 @@ OPDSL_BACKEND       default backend for launches (numba); read at import, see se
 OPDSL_CACHE_DIR     on-disk compile cache (default ~/.cache/opdsl)
 OPDSL_LOG_LEVEL     lowest dsl.log level compiled in: debug|info|warn|error|off (default warn)
 OPDSL_OPENCL_DEVICE "platform-substring[:device-index]" choosing the OpenCL device
+OPDSL_OPENCL_PROBE  how OpenCL devices are probed: subprocess (default; a crashing driver is a reason) | inprocess
 OPDSL_NO_DISK_CACHE set to 1 to keep compiled code in memory only
 """
 from __future__ import annotations
@@ -53,3 +54,13 @@ def level_passes(level: str, threshold: str) -> bool:
 
 def opencl_device() -> str:
     return os.environ.get("OPDSL_OPENCL_DEVICE", "")
+
+
+OPENCL_PROBES = ("subprocess", "inprocess")
+
+
+def opencl_probe() -> str:
+    how = os.environ.get("OPDSL_OPENCL_PROBE", "subprocess").strip().lower() or "subprocess"
+    if how not in OPENCL_PROBES:
+        raise ValueError(f"OPDSL_OPENCL_PROBE={how!r}; accepted: {', '.join(OPENCL_PROBES)}")
+    return how

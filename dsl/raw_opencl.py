@@ -177,11 +177,11 @@ class RawOpenCL:
         options = " ".join(o for o in (rt.BUILD_OPTIONS, self.build_options, options or "") if o)
         try:
             program = rt.build(self.source_text, options)
-        except rt.BuildError as e:
+        except rt.BuildError as e:  # rt.DriverError (the driver, not this source, failed) passes through
             first = rt.first_error(e.log)
             loc = SourceLoc(self.filename, first[0], first[1]) if first else None
-            raise CompileError(f"raw OpenCL op {self.name}: the OpenCL compiler rejected the source"
-                               + (f": {first[2]}" if first else ""),
+            raise CompileError(f"raw OpenCL op {self.name}: the OpenCL compiler rejected the source on "
+                               f"{rt.device().description}" + (f": {first[2]}" if first else ""),
                                loc, note=f"build options: {options}\ncompiler log:\n{e.log[:4000]}") from None
         key = (id(program), fname)
         with self._lock:
@@ -189,7 +189,8 @@ class RawOpenCL:
             if hit is None:
                 import pyopencl as cl
                 try:
-                    k = cl.Kernel(program, fname)
+                    with rt.device_lock:
+                        k = cl.Kernel(program, fname)
                 except cl.Error:
                     raise ValueError(f"raw OpenCL op {self.name}: select() chose {fname!r}, which the source "
                                      f"does not define as a __kernel") from None
@@ -206,9 +207,7 @@ class RawOpenCL:
             lsize = tuple(int(v) for v in (lsize if isinstance(lsize, (tuple, list)) else (lsize,)))
         if any(g == 0 for g in gsize):
             return
-        dev = rt.device()
-        bufs = rt.Buffers(dev)
-        try:
+        with rt.launch() as bufs:
             cargs: List[Any] = [bufs.wrap(a, writable=False) for a in inputs]
             cargs += [bufs.wrap(a, writable=True, readable=False) for a in outputs]
             for p in self.params:
@@ -220,8 +219,6 @@ class RawOpenCL:
                                     f"(their dtype is the C type), got {v!r}")
                 cargs.append(v)
             rt.run(k, cargs, gsize, lsize)
-        finally:
-            bufs.finish()
 
     def __repr__(self) -> str:
         ps = ", ".join(f"{p.name}: {p.dtype}" for p in self.params)

@@ -237,7 +237,7 @@ def test_build_error_points_at_python_and_generated_line(monkeypatch):
     with pytest.raises(dsl.CompileError) as e:
         with_sync(np.zeros(2, np.float32), backend="opencl")
     text = str(e.value)
-    assert "OpenCL compiler rejected" in text
+    assert "OpenCL compiler rejected the generated code on" in text
     assert "dsl.sync()  # the line the build error must point at" in text
     assert "test_opencl.py:" in text
     assert "generated OpenCL line" in text and "barrier_with_typo" in text
@@ -405,14 +405,18 @@ def test_loop_bounds_that_are_conditional_expressions():
 
 
 def test_device_choice_by_environment():
-    from backends import opencl_runtime as rt
+    from backends import opencl_devices, opencl_runtime as rt
     dev = rt.device()
     platform = dev.device.platform.name
-    assert rt._choose(platform[:6].lower()).platform.name == platform  # a case-insensitive substring
+    found, _ = opencl_devices.discover()
+    report, chosen = opencl_devices._forced(platform[:6].lower(), found)  # a case-insensitive substring
+    assert chosen.platform.name == platform and report.platform == platform.strip()
     with pytest.raises(rt.NoDevice, match="no platform name contains 'no-such-platform'; platforms: "):
-        rt._choose("no-such-platform")
+        opencl_devices._forced("no-such-platform", found)
     with pytest.raises(rt.NoDevice, match="device index 99 out of range"):
-        rt._choose(f"{platform[:6]}:99")
+        opencl_devices._forced(f"{platform[:6]}:99", found)
+    with pytest.raises(rt.NoDevice, match="is not an integer"):
+        opencl_devices._forced(f"{platform[:6]}:x", found)
 
 
 def test_unavailable_reason_names_the_bad_setting(tmp_path):
