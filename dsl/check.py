@@ -16,6 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
+from dsl import assigned
 from dsl import builtins as B
 from dsl import ir
 from dsl import types as T
@@ -62,7 +63,8 @@ def check_kernel(parsed: Parsed, binding: Binding, threads: int, func_parser) ->
     scratch = tuple(c.scratch_decl(s, binding) for s in parsed.scratch)
     c.buffers.update({s.name: s for s in scratch})
     body, local_types = c.run(parsed.body)
-    varying = _Uniformity(c.buffers).run(body)
+    funcs = tuple(c.funcs_done.values())
+    varying = _Uniformity(c.buffers, funcs).run(body)
     return ir.Kernel(parsed.name, tuple(params), scratch, body, local_types, tuple(c.funcs_done.values()),
                      threads, frozenset(varying), parsed.filename, parsed.firstline)
 
@@ -95,6 +97,8 @@ class _Checker:
         self.return_types = []
         self.seen: set = set()  # locals assigned earlier in program order (final pass)
         typed = self.stmts(body)
+        assigned.check(typed, set(self.ltypes) - set(self.scalar_types), is_func=not self.is_kernel,
+                       loc=self.parsed.loc)
         local_types = tuple((n, t.strong) for n, t in self.ltypes.items() if t is not None)
         return typed, local_types
 
@@ -456,11 +460,16 @@ class _Checker:
 # ---------------------------------------------------------------------- uniformity
 
 class _Uniformity:
-    """Which locals may differ between the threads of a team; where sync() is legal."""
+    """Which locals may differ between the threads of a team; where sync() is legal.
 
-    def __init__(self, buffers):
+    A ``@dsl.func`` call is thread-dependent when an argument is, or when the function
+    (or one it calls) reads ``dsl.thread_id()``: functions take scalars only, so those are
+    the only ways a result can differ between threads."""
+
+    def __init__(self, buffers, funcs=()):
         self.buffers = buffers
         self.varying: set = set()
+        self.thread_funcs = _thread_dependent_funcs(funcs)
 
     def run(self, body) -> set:
         for _ in range(50):
@@ -476,6 +485,8 @@ class _Uniformity:
     def is_varying(self, e: ir.Expr) -> bool:
         for n in ir.walk(e):
             if isinstance(n, ir.Call) and n.name == "thread_id":
+                return True
+            if isinstance(n, ir.FuncCall) and n.func in self.thread_funcs:
                 return True
             if isinstance(n, ir.Name) and n.name in self.varying:
                 return True
@@ -525,6 +536,21 @@ class _Uniformity:
                 if r:
                     return r
         return None
+
+
+def _thread_dependent_funcs(funcs) -> set:
+    """Names of the functions whose result may read ``thread_id()``, directly or through a callee."""
+    calls = {f.name: {n.func for n in ir.walk(list(f.body)) if isinstance(n, ir.FuncCall)} for f in funcs}
+    out = {f.name for f in funcs
+           if any(isinstance(n, ir.Call) and n.name == "thread_id" for n in ir.walk(list(f.body)))}
+    changed = True
+    while changed:
+        changed = False
+        for name, callees in calls.items():
+            if name not in out and callees & out:
+                out.add(name)
+                changed = True
+    return out
 
 
 # ---------------------------------------------------------------------- constants
