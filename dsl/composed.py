@@ -19,7 +19,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Dict, Optional, Sequence
 
-from dsl.op import _EAGER_BACKEND, Op, TensorSpec, VerifyError, as_arrays, describe
+from dsl.op import _EAGER_BACKEND, Op, TensorSpec, VerifyError, as_arrays, check_arity, describe
 
 
 class ComposedOp(Op):
@@ -30,14 +30,11 @@ class ComposedOp(Op):
     tensor_args = ()
     optional_args = frozenset()
 
-    def _check_arity(self, inputs: Sequence) -> None:
-        n, req = len(self.tensor_args), len(self.tensor_args) - len(self.optional_args)
-        if not req <= len(inputs) <= n:
-            raise TypeError(f"{describe(self)} takes tensor inputs ({', '.join(self.tensor_args)}), "
-                            f"got {len(inputs)}")
+    def _check_arity(self, inputs: Sequence, where: str = "call") -> None:
+        check_arity(self, len(inputs), where)
 
     def apply_eager(self, inputs: Sequence, backend: Optional[str] = None):
-        self._check_arity(inputs)
+        self._check_arity(inputs, "eager call")
         arrays = as_arrays(self, inputs)
         token = _EAGER_BACKEND.set(backend or _EAGER_BACKEND.get())
         try:
@@ -49,7 +46,7 @@ class ComposedOp(Op):
     def instantiate(self, specs: Sequence[Optional[TensorSpec]], where: str = ""):
         """The body as a ``dsl.Graph`` whose inputs have ``specs`` (``None``: absent)."""
         from dsl.graph import Graph, Tensor
-        self._check_arity(specs)
+        self._check_arity(specs, where or "body")
         sub = Graph(self.op_type)
         args = []
         for name, spec in zip(self.tensor_args, specs):

@@ -1,7 +1,8 @@
 """The launch fast path: a small argument checker generated per kernel.
 
 A launch whose argument dtypes and ranks were seen (and fully checked) before
-only needs identity checks, so each kernel gets a generated function with the
+only needs identity checks (and a memory-overlap test of its Out arguments, which
+types cannot tell), so each kernel gets a generated function with the
 kernel's own signature: Python binds the arguments natively and the body does
 type/contiguity tests and scalar conversions inline.  Anything unusual makes it
 return None and ``Kernel.bind`` runs, so every error message comes from one
@@ -53,9 +54,14 @@ def build(params) -> Optional[Callable]:
     flags = " and ".join(f"{p.name}.flags.c_contiguous" + (f" and {p.name}.flags.writeable" if p.annotation.writable
                                                            else "") for p in tensors)
     key = [f"{p.name}.dtype, {p.name}.ndim" for p in tensors] + key
+    # aliasing is a property of these very arrays, not of their types: test it on every launch
+    env["shares"] = np.may_share_memory
+    pairs = [f"shares({p.name}, {q.name})" for i, p in enumerate(tensors) for q in tensors[i + 1:]
+             if p.annotation.writable or q.annotation.writable]
     src = "\n".join([f"def fast({', '.join(sig)}):",
                      f"    if {checks}: return None",
                      f"    if not ({flags}): return None",
+                     *([f"    if {' or '.join(pairs)}: return None"] if pairs else []),
                      *body,
                      f"    return [{', '.join(values)}], ({', '.join(key)},)"])
     exec(compile(src, "<opdsl fast launch>", "exec"), env)

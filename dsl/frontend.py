@@ -19,6 +19,7 @@ import numpy as np
 
 from dsl import builtins as B
 from dsl import ir
+from dsl import nesting
 from dsl import types as T
 from dsl.errors import CompileError, SourceLoc
 from dsl.resolve import Resolver
@@ -164,7 +165,7 @@ def source_of(fn) -> Tuple[str, List[str], int, str]:
 def parse(fn, *, is_kernel: bool, log_level: str) -> Parsed:
     src, lines, firstline, filename = source_of(fn)
     indent = len(lines[0]) - len(lines[0].lstrip())
-    tree = ast.parse(src)
+    tree = nesting.parse_source(src, filename, firstline)
     fdef = tree.body[0]
     if not isinstance(fdef, (ast.FunctionDef, ast.AsyncFunctionDef)):
         raise CompileError("@dsl.kernel / @dsl.func decorate a function", SourceLoc(filename, firstline))
@@ -173,6 +174,7 @@ def parse(fn, *, is_kernel: bool, log_level: str) -> Parsed:
     v = _Visitor(fn, params, filename, firstline, indent, lines, is_kernel, log_level)
     if isinstance(fdef, ast.AsyncFunctionDef):
         raise v.error(fdef, "async functions are not supported in kernels")
+    nesting.check_depth(fdef, v.error)  # before anything recurses over the tree
     body = v.visit_body(fdef.body, top=True)
     return Parsed(fn.__name__, params, tuple(body), v.scratch, v.funcs, v.resolve.captured, v.shape_unpacks, filename,
                   firstline, src, log_level, v.loc(fdef))

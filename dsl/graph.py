@@ -36,7 +36,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from dsl.op import Op, TensorSpec, VerifyError, check_and_infer, describe
+from dsl.op import Op, TensorSpec, VerifyError, check_and_infer, check_arity, describe
 from dsl.types import as_dtype, from_numpy
 
 
@@ -338,6 +338,7 @@ def _node_line(n: Node) -> str:
 def apply_op(op: Op, inputs: Sequence, graph: Optional[Graph] = None,
              out_names: Optional[Sequence[str]] = None):
     """Add ``op`` applied to ``inputs`` to the graph they belong to; return output handle(s)."""
+    check_arity(op, len(inputs), "graph call")  # before any constant is added for a stray input
     graphs = {id(x.graph): x.graph for x in inputs if isinstance(x, Tensor)}
     if graph is not None:
         graphs.setdefault(id(graph), graph)

@@ -7,11 +7,14 @@ compiled variant up (compiling it once, under a lock, if needed) and runs it.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import hashlib
 import html
 import inspect
 import threading
+import types
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -23,10 +26,31 @@ from dsl.errors import CompileError
 _EMPTY = inspect.Parameter.empty
 
 
+def _require_function(fn, decorator: str) -> None:
+    """Kernels and funcs are compiled from a ``def``'s source: reject anything else at decoration."""
+    if isinstance(fn, (Kernel, Func)):
+        raise TypeError(f"{decorator} got {fn!r}, which is already a {decorator}; decorate the plain function once")
+    if isinstance(fn, types.FunctionType):
+        if fn.__name__ == "<lambda>":
+            raise TypeError(f"{decorator} cannot compile a lambda: write it as a def function")
+        if inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+            raise TypeError(f"{decorator} decorates a plain def function; {fn.__qualname__} is a generator or "
+                            "async function")
+        return
+    what = ("a class" if isinstance(fn, type) else
+            "a builtin function (implemented in C, it has no Python source)" if isinstance(fn, types.BuiltinFunctionType)
+            else "a method" if isinstance(fn, types.MethodType)
+            else f"an object of type {type(fn).__name__}")
+    hint = ("; to set options write @dsl.kernel(threads=...) with keywords"
+            if decorator == "@dsl.kernel" and isinstance(fn, (int, tuple)) else "")
+    raise TypeError(f"{decorator} decorates a Python function defined with def; got {what}: {fn!r}{hint}")
+
+
 class Func:
     """A ``@dsl.func`` device function: called from kernels; plain Python elsewhere."""
 
     def __init__(self, fn: Callable):
+        _require_function(fn, "@dsl.func")
         self.fn = fn
         functools.update_wrapper(self, fn)
         self._parsed = None
@@ -55,6 +79,7 @@ class Kernel:
 
     def __init__(self, fn: Callable, threads: int = 4, grid: Any = 1, log_level: Optional[str] = None,
                  fastmath: bool = False):
+        _require_function(fn, "@dsl.kernel")
         if not isinstance(threads, int) or not 1 <= threads <= 1024:
             raise ValueError(f"@dsl.kernel(threads={threads!r}): threads must be an int from 1 to 1024")
         if log_level is not None and log_level not in config.LOG_LEVELS:
@@ -116,7 +141,14 @@ class Kernel:
             g = g(dict(zip(self._names, values)))
         if not isinstance(g, (int, np.integer)) or isinstance(g, bool) or g < 0:
             raise ValueError(f"{self.__name__}: grid must be a non-negative int (or a callable returning one), got {g!r}")
-        return launcher, values, int(g)
+        g = int(g)
+        limit = getattr(launcher, "max_logical_threads", MAX_LOGICAL_THREADS)
+        if g * self.threads > limit:
+            raise ValueError(f"{self.__name__}: grid={g} x threads={self.threads} = {g * self.threads} logical threads "
+                             f"exceeds the {backend} backend's limit of {limit} (thread indexes are "
+                             f"{'64-bit signed' if limit == MAX_LOGICAL_THREADS else 'limited by the device'})")
+        _check_overlap(self.__name__, self.params, values)
+        return launcher, values, g
 
     def _remember_fast(self, args, kwargs, backend, launcher) -> None:
         """After a full check, let the fast path launch these argument types directly."""
@@ -329,6 +361,9 @@ def _check_tensor(kname: str, p, v, typevars: Dict) -> T.DType:
     ann = p.annotation
     if not isinstance(v, np.ndarray):
         raise TypeError(f"{kname}(): argument '{p.name}' must be a numpy array ({ann!r}), got {type(v).__name__}")
+    if isinstance(v, np.ma.MaskedArray):
+        raise TypeError(f"{kname}(): argument '{p.name}' is a masked array; kernels ignore masks, so pass "
+                        f"{p.name}.filled(value) (masked elements replaced) or {p.name}.data (the raw values)")
     try:
         dt = T.from_numpy(v.dtype)
     except TypeError as e:
@@ -354,6 +389,42 @@ def _check_tensor(kname: str, p, v, typevars: Dict) -> T.DType:
     if ann.writable and not v.flags.writeable:
         raise ValueError(f"{kname}(): argument '{p.name}' is {ann!r} but the array is read-only")
     return dt
+
+
+# Thread indexes (tile * threads + thread) are i64 on every backend: a larger launch would wrap
+# around (numba's prange over grid * threads ran zero iterations for grid=2**62).
+MAX_LOGICAL_THREADS = 2 ** 63 - 1
+
+# Set by dsl.Model around launches whose output the memory plan put in place of an input
+# (the op's ``inplace`` promise): exactly coinciding In and Out memory is then allowed.
+_INPLACE_OK: contextvars.ContextVar = contextvars.ContextVar("opdsl_inplace_ok", default=False)
+
+
+@contextlib.contextmanager
+def inplace_launches():
+    """Within this block an In and an Out may be the very same memory (not a partial overlap)."""
+    token = _INPLACE_OK.set(True)
+    try:
+        yield
+    finally:
+        _INPLACE_OK.reset(token)
+
+
+def _check_overlap(kname: str, params, values) -> None:
+    """An Out/InOut must not share memory with any other tensor argument: the kernel's threads
+    would read data another thread is writing.  Arguments are C-contiguous, so the byte-range
+    test of ``np.may_share_memory`` is exact here."""
+    tensors = [(p, v) for p, v in zip(params, values) if p.kind == "tensor"]
+    for i, (p, a) in enumerate(tensors):
+        for q, b in tensors[i + 1:]:
+            if not (p.annotation.writable or q.annotation.writable) or not np.may_share_memory(a, b):
+                continue
+            if (_INPLACE_OK.get() and a.nbytes == b.nbytes
+                    and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]):
+                continue
+            raise ValueError(f"{kname}(): arguments '{p.name}' ({p.annotation!r}) and '{q.name}' ({q.annotation!r}) "
+                             "overlap in memory; pass distinct arrays, or take the data once as an InOut parameter to read and "
+                             "write it in place")
 
 
 def _scalar_value(kname: str, pname: str, dt: T.DType, v):

@@ -22,6 +22,7 @@ run and shares nothing.
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
 import threading
 from typing import Any, Dict, List, Mapping, Optional, Tuple
@@ -196,14 +197,17 @@ class Model:
                 else:  # graph outputs (copied out after each run) and empty tensors
                     arrays[t.name] = np.empty(shape, dt)
         steps, captured = [], 0
+        inplace_outputs = {out for out, _ in memory.inplace}
         for n in g.nodes:
             if n.outputs and all(arrays[t.name].size == 0 for t in n.outputs):
                 continue  # every output is empty: nothing to compute (ONNX empty-tensor rule)
             ins = [None if t is None else arrays[t.name] for t in n.inputs]
             outs = [arrays[t.name] for t in n.outputs]
-            node_steps = _capture(n.op, self._impls[n.name], ins, outs, self.backend)
+            inplace = any(t.name in inplace_outputs for t in n.outputs)  # launches may bind In == Out
+            node_steps = _capture(n.op, self._impls[n.name], ins, outs, self.backend, inplace)
             if node_steps is None:
-                node_steps = [(n.op.run, (self._impls[n.name], ins, outs, self.backend))]
+                run = _run_inplace if inplace else _run
+                node_steps = [(run, (n.op, self._impls[n.name], ins, outs, self.backend))]
             else:
                 captured += 1
             steps += node_steps
@@ -315,7 +319,18 @@ def _writable(a):
     return a
 
 
-def _capture(op: Op, impl, ins, outs, backend):
+def _run(op: Op, impl, ins, outs, backend) -> None:
+    op.run(impl, ins, outs, backend)
+
+
+def _run_inplace(op: Op, impl, ins, outs, backend) -> None:
+    """A node the memory plan runs in place: its launches may bind one buffer as In and Out."""
+    from dsl.kernel import inplace_launches
+    with inplace_launches():
+        op.run(impl, ins, outs, backend)
+
+
+def _capture(op: Op, impl, ins, outs, backend, inplace: bool = False):
     """Record ``op.run``'s launches once; -> [(launcher, (values, grid)), ...] or None.
 
     Outputs are passed write-protected, so a run() that computes with numpy, or launches
@@ -324,7 +339,7 @@ def _capture(op: Op, impl, ins, outs, backend):
     an input's value, say) the node is not replayable either.  In both cases, and with
     ``replay = False``, the model calls run() for real at every run."""
     try:
-        from dsl.kernel import Kernel
+        from dsl.kernel import Kernel, inplace_launches
     except ImportError:  # pragma: no cover
         return None
     if not isinstance(impl, Kernel) or not type(op).replay:
@@ -346,11 +361,12 @@ def _capture(op: Op, impl, ins, outs, backend):
         if not _same_launches(impl, *recordings):
             return None
         steps = []
-        for args, kwargs in recordings[0]:
-            kwargs = dict(kwargs)
-            run_backend = kwargs.pop("backend", None) or backend
-            steps.append(_prepare(impl, tuple(_writable(a) for a in args),
-                                  {k: _writable(v) for k, v in kwargs.items()}, run_backend))
+        with inplace_launches() if inplace else contextlib.nullcontext():
+            for args, kwargs in recordings[0]:
+                kwargs = dict(kwargs)
+                run_backend = kwargs.pop("backend", None) or backend
+                steps.append(_prepare(impl, tuple(_writable(a) for a in args),
+                                      {k: _writable(v) for k, v in kwargs.items()}, run_backend))
         return steps
     except Exception:
         return None

@@ -473,6 +473,7 @@ class Op:
         return self.apply_eager(inputs, backend)
 
     def apply_eager(self, inputs: Sequence, backend: Optional[str] = None):
+        check_arity(self, len(inputs), "eager call")
         arrays = as_arrays(self, inputs)
         backend = backend or _EAGER_BACKEND.get() or config.default_backend()
         specs = [None if a is None else TensorSpec.of(a) for a in arrays]
@@ -577,8 +578,57 @@ def as_arrays(op: Op, inputs: Sequence) -> list:
     return out
 
 
+_ARITY: Dict[type, Tuple[Tuple[str, ...], int, Optional[int]]] = {}
+
+
+def arity(cls) -> Tuple[Tuple[str, ...], int, Optional[int]]:
+    """(input names, how many are required, how many at most or None) of an op class, read
+    from its ``infer`` signature (a composed op: its body's tensor arguments)."""
+    hit = _ARITY.get(cls)
+    if hit is not None:
+        return hit
+    if getattr(cls, "composed", False):
+        names = tuple(f"{n}=None" if n in cls.optional_args else n for n in cls.tensor_args)
+        hit = (names, len(names) - len(cls.optional_args), len(names))
+    else:
+        try:
+            params = list(inspect.signature(cls.infer).parameters.values())[1:]  # drop self
+        except (TypeError, ValueError):
+            params = []
+        names, required, most = [], 0, 0
+        for p in params:
+            if p.kind is p.VAR_POSITIONAL:
+                names.append(f"*{p.name}")
+                most = None
+            elif p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                names.append(p.name if p.default is p.empty else f"{p.name}=None")
+                required += p.default is p.empty
+                most = None if most is None else most + 1
+        hit = (tuple(names), required, most)
+        if cls.infer is Op.infer:
+            hit = ((), 0, None)  # no infer: check_and_infer reports that instead
+    _ARITY[cls] = hit
+    return hit
+
+
+def check_arity(op: Op, count: int, where: str) -> None:
+    """A TypeError naming the op, the inputs it takes and how many it got, before any hook runs."""
+    names, required, most = arity(type(op))
+    if count >= required and (most is None or count <= most):
+        return
+    if most is None:
+        how = f"at least {required}"
+    elif most == required:
+        how = str(required)
+    else:
+        how = f"{required} to {most}"
+    raise TypeError(f"{describe(op)} ({where}) takes {how} input{'' if how == '1' else 's'} "
+                    f"({', '.join(names)}), got {count}")
+
+
 def check_and_infer(op: Op, specs: Sequence, where: str) -> Tuple[TensorSpec, ...]:
     """verify + infer with errors that name the op and ``where`` (node name or 'eager call')."""
+    check_arity(op, len(specs), where)
     try:
         op.verify(*specs)
     except VerifyError as e:

@@ -141,7 +141,7 @@ def test_params_nesting_and_optional_inputs(backend):
 def test_composed_errors():
     with pytest.raises(TypeError, match="Gate has no param 'alhpa'.*did you mean alpha"):
         gate(np.zeros(2, np.float32), alhpa=1.0)
-    with pytest.raises(TypeError, match="takes tensor inputs \\(x, bias\\), got 3"):
+    with pytest.raises(TypeError, match="takes 1 to 2 inputs \\(x, bias=None\\), got 3"):
         gate(np.zeros(2, np.float32), np.zeros(2, np.float32), np.zeros(2, np.float32))
 
     @dsl.composed("Bad", domain=DOMAIN)
