@@ -1,9 +1,9 @@
 """The numba backend: typed IR → readable Python (backends/numba_regions.py) → ``numba.njit``.
 
-Each specialization becomes a module written to the disk cache
-(``<cache>/numba/<key>.py``) and imported by path; its functions use
-``njit(cache=True)``, so numba keeps the machine code beside the file and a
-second process loads it without compiling.  Two entry points are compiled:
+Each specialization becomes a module executed from the generated source in
+memory; with a usable disk cache (backends/cache.py) a copy is saved as
+``<cache>/numba/<key>.py`` for reading, and numba's machine code is kept beside
+it (backends/numba_cache.py), so a second process loads it without compiling.  Two entry points are compiled:
 ``launch_serial`` eagerly (cheap, used for small launches where starting
 worker threads costs more than it saves) and ``launch_parallel`` on the first
 large launch.  Parallel code runs on a thread-safe threading layer (OpenMP or
@@ -12,14 +12,13 @@ TBB) so several Python threads may launch kernels at once.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
+import linecache
 import os
 import sys
 import threading
 import types as pytypes
-import warnings
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numba
 import numpy as np
@@ -28,7 +27,7 @@ from numba import types as nbt
 from dsl import ir
 from dsl import types as T
 from dsl.errors import CompileError
-from backends import cache
+from backends import cache, numba_cache
 from backends.base import Backend, CompileRequest, Launcher
 from backends.numba_regions import generate
 
@@ -128,36 +127,24 @@ def _module_name(stem: str) -> str:
     return "opdsl_numba_" + stem
 
 
-def _exec_file(path: Path, stem: str) -> pytypes.ModuleType:
-    """Import the generated file by path (registered in sys.modules: numba's cache looks it up by name)."""
+def _exec_source(source: str, stem: str, file: Optional[Path] = None) -> pytypes.ModuleType:
+    """A module from the generated source held in memory, never from a file someone could swap.
+
+    It runs with ``CACHE = False`` so numba never picks a cache folder by itself (see
+    backends/numba_cache.py); tracebacks read the lines from ``linecache``, not from disk.
+    """
     name = _module_name(stem)
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
+    filename = str(file) if file is not None else f"<opdsl numba {stem}>"
+    mod = pytypes.ModuleType(name)
+    mod.__file__ = filename
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    sys.modules[name] = mod  # numba rebuilds cached functions' environments from the module by name
     try:
-        spec.loader.exec_module(mod)
+        exec(compile(source.replace("\nCACHE = True", "\nCACHE = False", 1), filename, "exec"), mod.__dict__)
     except BaseException:
         sys.modules.pop(name, None)
         raise
     return mod
-
-
-def _exec_source(source: str, stem: str) -> pytypes.ModuleType:
-    """A module from source only (OPDSL_NO_DISK_CACHE): numba compiles in memory."""
-    name = _module_name(stem) + "_mem"
-    mod = pytypes.ModuleType(name)
-    mod.__file__ = f"<opdsl numba {stem}>"
-    sys.modules[name] = mod
-    exec(compile(source.replace("\nCACHE = True", "\nCACHE = False", 1), mod.__file__, "exec"), mod.__dict__)
-    return mod
-
-
-def _purge_numba_cache(path: Path) -> None:
-    """Drop numba's index/data files (and Python's bytecode) for the module at ``path``."""
-    pyc = path.parent / "__pycache__"
-    if pyc.is_dir():
-        for f in pyc.glob(path.stem + ".*"):
-            cache.discard(f)
 
 
 def _compile_entry(dispatcher, sig, kernel: ir.Kernel, which: str) -> None:
@@ -174,7 +161,12 @@ def _compile_entry(dispatcher, sig, kernel: ir.Kernel, which: str) -> None:
 
 
 def load(request: CompileRequest, source: str):
-    """The module for this specialization with ``launch_serial`` compiled (or loaded from disk)."""
+    """(module, path of the readable copy or None) for this specialization, ``launch_serial`` compiled.
+
+    With a usable disk cache, numba's machine code is loaded from (or saved to) opdsl's private
+    numba folder under the key's lock, and the source is saved beside it for reading; without
+    one (or if the disk fails midway) everything stays in memory.
+    """
     k = request.kernel
     stem = f"{request.key}_{CODEGEN_VERSION}"
     with _modules_lock:
@@ -182,41 +174,29 @@ def load(request: CompileRequest, source: str):
     if hit is not None:
         return hit
     sig = signature(k)
-    mod, path = None, None
-    if cache.enabled():
-        try:
-            path = cache.path("numba", stem + ".py")
-            mod = _load_from_disk(path, stem, source, sig, k)
-        except OSError as err:  # e.g. a read-only cache folder: compile in memory instead
-            warnings.warn(f"opdsl: numba disk cache unusable ({err}); compiling in memory", stacklevel=2)
-            path = None
-    if mod is None:
-        mod = _exec_source(source, stem)
+    with cache.lock("numba", stem):
+        path = _save_source(stem, source)
+        mod = _exec_source(source, stem, path)
+        if path is not None:
+            numba_cache.attach(mod, path.parent, numba_cache.source_stamp(source), stem)
         _compile_entry(mod.launch_serial, sig, k, "launch_serial")
     with _modules_lock:
         _modules[stem] = (mod, path)
     return mod, path
 
 
-def _load_from_disk(path: Path, stem: str, source: str, sig, k: ir.Kernel):
-    """Write (if needed), import and compile-or-load under the key's lock; one rebuild if damaged."""
-    with cache.lock("numba", stem):
-        for attempt in (0, 1):
-            try:
-                if not path.is_file() or path.read_text(encoding="utf-8", errors="replace") != source:
-                    _purge_numba_cache(path)  # a different or damaged file: its machine code is stale too
-                    cache.atomic_write(path, source)
-                mod = _exec_file(path, stem)
-                _compile_entry(mod.launch_serial, sig, k, "launch_serial")
-                return mod
-            except OSError:
-                raise
-            except Exception:  # damaged file, numba index or bytecode: rebuild from scratch once
-                if attempt:
-                    raise
-                _purge_numba_cache(path)
-                cache.discard(path)
-    raise AssertionError("unreachable")  # pragma: no cover
+def _save_source(stem: str, source: str) -> Optional[Path]:
+    """``<cache>/numba/<stem>.py`` holding ``source`` (for people and tracebacks), or None without a disk cache."""
+    if not cache.enabled():
+        return None
+    try:
+        path = cache.path("numba", stem + ".py")
+        if cache.read_private(path) != source.encode("utf-8"):
+            cache.atomic_write(path, source)
+        return path
+    except OSError as e:
+        cache.write_failed(e, f"numba/{stem}.py")
+        return None
 
 
 # --------------------------------------------------------------------------- launching

@@ -2,7 +2,7 @@
 
     opdsl demo [--backend NAME ...]          run the built-in kernels everywhere, check them
     opdsl compile FILE.py --backend B --emit build (and print) every @dsl.kernel in FILE.py
-    opdsl cache info | clear [--backend B]   the on-disk compile cache
+    opdsl cache info | clear [--backend B]   the on-disk compile cache (clear: only opdsl's own folders)
 
 Only implemented commands exist.  User mistakes (a kernel that does not
 compile, a missing file) print the message alone and exit 1: a traceback there
@@ -120,6 +120,14 @@ def _build(k, backend: str) -> None:
 
 # --------------------------------------------------------------------------- cache
 
+def _cache_backends() -> List[str]:
+    try:
+        from backends import cache
+    except ImportError:
+        return []
+    return list(cache.FOLDERS)
+
+
 def cmd_cache(args) -> int:
     try:
         from backends import cache
@@ -127,10 +135,15 @@ def cmd_cache(args) -> int:
         raise UserError(f"the compile cache is not available in this install ({e})") from None
     if args.action == "info":
         print(cache.format_info(cache.info()))
-    else:
+        return 0
+    try:
         removed = cache.clear(args.backend)
-        print(f"removed {removed['files']} file(s), {removed['bytes']} bytes from {cache.cache_root()}"
-              + (f" ({args.backend})" if args.backend else ""))
+    except cache.NotACache as e:
+        raise UserError(str(e)) from None
+    print(f"removed {removed['files']} file(s), {removed['bytes']} bytes from {cache.cache_root()}"
+          + (f" ({args.backend})" if args.backend else ""))
+    for folder in removed["skipped"]:
+        print(f"left alone: {folder} (a symlink or not yours)", file=sys.stderr)
     return 0
 
 
@@ -157,7 +170,7 @@ def parser() -> argparse.ArgumentParser:
 
     k = sub.add_parser("cache", help="inspect or clear the on-disk compile cache")
     k.add_argument("action", choices=("info", "clear"))
-    k.add_argument("--backend", help="clear only this backend's entries")
+    k.add_argument("--backend", choices=_cache_backends(), help="clear only this backend's entries")
     k.set_defaults(run=cmd_cache)
     return p
 

@@ -1,7 +1,8 @@
 """Every environment knob opdsl reads, in one place.
 
 OPDSL_BACKEND       default backend for launches (numba); read at import, see set_default_backend
-OPDSL_CACHE_DIR     on-disk compile cache (default ~/.cache/opdsl)
+OPDSL_CACHE_DIR     on-disk compile cache (default ~/.cache/opdsl); a relative path is made absolute
+                    once, at first use (a later os.chdir does not move it); see docs/cache.md
 OPDSL_LOG_LEVEL     lowest dsl.log level compiled in: debug|info|warn|error|off (default warn)
 OPDSL_OPENCL_DEVICE "platform-substring[:device-index]" choosing the OpenCL device
 OPDSL_OPENCL_PROBE  how OpenCL devices are probed: subprocess (default; a crashing driver is a reason) | inprocess
@@ -29,8 +30,27 @@ def set_default_backend(name: str) -> None:
     _default_backend = name
 
 
+_cache_dirs: dict = {}  # OPDSL_CACHE_DIR as written -> the absolute path it meant at first use
+
+
+def default_cache_dir() -> Path:
+    return Path(os.path.abspath(Path.home() / ".cache" / "opdsl"))
+
+
 def cache_dir() -> Path:
-    return Path(os.environ.get("OPDSL_CACHE_DIR") or Path.home() / ".cache" / "opdsl")
+    """The compile cache folder, absolute; a relative OPDSL_CACHE_DIR is resolved against the
+    working directory of its first use and kept, so a later chdir does not move the cache."""
+    raw = os.environ.get("OPDSL_CACHE_DIR", "")
+    found = _cache_dirs.get(raw)
+    if found is None:
+        found = _cache_dirs[raw] = (Path(os.path.abspath(os.path.expanduser(raw))) if raw
+                                    else default_cache_dir())
+    return found
+
+
+def reset_cache_dir() -> None:
+    """Forget resolved cache paths (tests; see backends.cache.reset)."""
+    _cache_dirs.clear()
 
 
 def disk_cache_enabled() -> bool:

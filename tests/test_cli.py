@@ -124,6 +124,10 @@ def test_cache_info_and_clear(tmp_path):
     r = opdsl("cache", "info", cache=tmp_path)
     assert r.returncode == 0, r.stderr
     assert str(tmp_path) in r.stdout and "numba" in r.stdout
+    r = opdsl("cache", "clear", cache=tmp_path)  # no marker: opdsl did not create this folder
+    assert r.returncode == 1 and ".opdsl-cache" in r.stderr and "Nothing was deleted" in r.stderr
+    assert entry.exists()
+    (tmp_path / ".opdsl-cache").write_text("made by opdsl")
     r = opdsl("cache", "clear", cache=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "removed 1 file(s), 600 bytes" in r.stdout

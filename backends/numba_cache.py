@@ -1,0 +1,137 @@
+"""Numba's machine-code cache, pinned to opdsl's private cache folder.
+
+``njit(cache=True)`` lets numba choose where its pickles go: ``NUMBA_CACHE_DIR``,
+a ``__pycache__`` beside the source, or a per-user folder when that is not
+writable, and it unpickles whatever it finds there.  Generated modules are
+therefore executed with ``CACHE = False`` and each of their dispatchers gets a
+``PrivateFunctionCache``: index and data files live only in
+``cache.backend_dir("numba")``, are written 0600 through ``cache.atomic_write``
+and read through ``cache.read_private`` (no symlinks, owner checked), and the
+index is stamped with the hash of the source opdsl generated, not with a file
+on disk.  A damaged or unreadable entry reads as missing (numba recompiles); a
+failed write turns the disk cache off with one warning instead of failing the
+compile.  Depends on numba.core.caching internals (checked by tests/backends/test_cache.py).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import pickle
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+from numba.core import caching
+from numba.core.dispatcher import Dispatcher
+
+from backends import cache
+
+
+def source_stamp(source: str) -> bytes:
+    """What numba's index records as the source version: the generated text's hash."""
+    return hashlib.sha256(source.encode("utf-8")).digest()
+
+
+class _PinnedLocator(caching._CacheLocator):
+    """Always opdsl's numba folder; the folder is checked (not created elsewhere) before a write."""
+
+    def __init__(self, py_func, folder: Path, stamp: bytes):
+        self._py_file = py_func.__code__.co_filename
+        self._lineno = py_func.__code__.co_firstlineno
+        self._folder = str(folder)
+        self._stamp = stamp
+
+    def ensure_cache_path(self):
+        cache.backend_dir("numba")  # raises CacheUnusable (an OSError) when the cache went off
+
+    def get_cache_path(self):
+        return self._folder
+
+    def get_source_stamp(self):
+        return self._stamp
+
+    def get_disambiguator(self):
+        return str(self._lineno)
+
+    @classmethod
+    def from_function(cls, py_func, py_file):  # pragma: no cover - built directly, never searched
+        return None
+
+
+class _PrivateIndex(caching.IndexDataCacheFile):
+    """numba's index/data files, read only when private and written atomically with mode 0600."""
+
+    def load(self, key):
+        try:
+            return super().load(key)
+        except Exception:  # a damaged index or data pickle: as if absent, numba recompiles
+            return None
+
+    def _load_index(self):
+        raw = cache.read_private(self._index_path)
+        if raw is None:
+            return {}
+        try:
+            stream = io.BytesIO(raw)
+            if pickle.load(stream) != self._version:
+                return {}
+            stamp, overloads = pickle.loads(stream.read())
+        except Exception:  # a damaged index: as if absent (saving then writes a fresh one)
+            return {}
+        return overloads if stamp == self._source_stamp and isinstance(overloads, dict) else {}
+
+    def _load_data(self, name):
+        raw = cache.read_private(self._data_path(name))
+        if raw is None:
+            raise FileNotFoundError(self._data_path(name))
+        return pickle.loads(raw)
+
+    @contextmanager
+    def _open_for_write(self, filepath):
+        buffer = io.BytesIO()
+        yield buffer
+        cache.atomic_write(filepath, buffer.getvalue())
+
+
+class PrivateFunctionCache(caching.FunctionCache):
+    """A dispatcher's cache in opdsl's folder (set as ``dispatcher._cache``)."""
+
+    def __init__(self, py_func, folder: Path, stamp: bytes, module_stem: str):
+        self._name = repr(py_func)
+        self._py_func = py_func
+        impl = caching.CompileResultCacheImpl.__new__(caching.CompileResultCacheImpl)
+        impl._lineno = py_func.__code__.co_firstlineno
+        impl._locator = _PinnedLocator(py_func, folder, stamp)
+        impl._filename_base = impl.get_filename_base(f"{module_stem}.{py_func.__qualname__}",
+                                                     getattr(sys, "abiflags", ""))
+        self._impl = impl
+        self._cache_path = str(folder)
+        self._cache_file = _PrivateIndex(cache_path=str(folder), filename_base=impl.filename_base,
+                                         source_stamp=stamp)
+        self.enable()
+
+    def load_overload(self, sig, target_context):
+        if not cache.enabled():
+            return None
+        try:
+            return super().load_overload(sig, target_context)
+        except Exception:  # data that unpickled but does not rebuild: recompile
+            return None
+
+    def save_overload(self, sig, data):
+        if not cache.enabled():
+            return
+        try:
+            super().save_overload(sig, data)
+        except OSError as e:  # a full disk: warn once, keep the compiled code in memory
+            cache.write_failed(e, f"numba machine code for {self._py_func.__qualname__}")
+
+
+def attach(module, folder: Path, stamp: bytes, module_stem: str) -> int:
+    """Give every numba dispatcher defined by ``module`` a private cache; returns how many."""
+    n = 0
+    for value in vars(module).values():
+        if isinstance(value, Dispatcher) and getattr(value.py_func, "__module__", None) == module.__name__:
+            value._cache = PrivateFunctionCache(value.py_func, folder, stamp, module_stem)
+            n += 1
+    return n
