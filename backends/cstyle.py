@@ -620,10 +620,14 @@ class CStyleRenderer(CHelpers):
             return f"({self.expr(e.left)} >> {shift})"  # an arithmetic shift rounds toward -inf, like //
         if shift is not None and e.op == "mod":  # two's complement masking keeps Python's sign rule
             return f"({self.expr(e.left)} & {self.const((1 << shift) - 1, t)})"
+        k = e.right.value if isinstance(e.right, ir.Const) and t.is_int else None
         if e.op in ("floordiv", "mod"):
-            if t.kind == "u" or t.is_bool:
+            if t.is_bool or (t.kind == "u" and k not in (None, 0)):
                 return f"({self.expr(e.left)} {'/' if e.op == 'floordiv' else '%'} {self.expr(e.right)})"
             return f"{self.helper(e.op, t)}({self.bare(e.left)}, {self.bare(e.right)})"
+        if e.op in ("lshift", "rshift") and not (k is not None and 0 <= k < t.bits):
+            fn = self.helper("shl" if e.op == "lshift" else "shr", t)  # count may leave [0, bits)
+            return f"{fn}({self.bare(e.left)}, {self.bare(e.right)})"
         if e.op == "pow":
             return self._pow(t, e.left, e.right)
         if e.op == "truediv" and not t.is_float:
@@ -742,9 +746,15 @@ class CStyleRenderer(CHelpers):
             return x
         if dst.is_bool:
             return f"({x} != 0)"
-        if dst.is_int and src.is_float and dst.bits < 64:
-            return f"(({self.ctype(dst)})(long){x})"  # truncate, then wrap like numpy on x86
+        if dst.is_int and src.is_float:  # truncate, saturate, NaN -> 0
+            return f"{self.helper('f2i', dst, self.ctype(src))}({self.bare(value)})"
         return f"(({self.ctype(dst)}){x})"
+
+    def float_literal(self, value: float, single: bool) -> str:
+        return _float_text(value, single)
+
+    def int_literal(self, value: int, t: T.DType) -> str:
+        return self.const(value, t)
 
     def _as_f32(self, src: T.DType, x: str) -> str:
         return x if src.compute.name == "f32" else f"((float){x})"

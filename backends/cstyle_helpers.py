@@ -40,9 +40,14 @@ class CHelpers:
                     f"  if (d == 0) return copysign(({t})0, a / b);\n"
                     f"  {t} f = floor(d);\n"
                     f"  return (d - f > ({t})0.5) ? f + 1 : f;\n}}")
+        if dtype.kind == "u":
+            return (f"{self.func_prefix}{t} {name}({t} a, {t} b) {{\n"
+                    f"  // a // b; 0 when b == 0 like numpy\n"
+                    f"  return (b == 0) ? 0 : ({t})(a / b);\n}}")
         return (f"{self.func_prefix}{t} {name}({t} a, {t} b) {{\n"
-                f"  // Python a // b (rounds toward -inf); 0 when b == 0 like numpy\n"
+                f"  // Python a // b (rounds toward -inf); 0 when b == 0 and INT_MIN // -1 == INT_MIN like numpy\n"
                 f"  if (b == 0) return 0;\n"
+                f"  if (b == -1) return ({t})(0 - (u{t})a);\n"
                 f"  {t} q = ({t})(a / b);\n"
                 f"  return (({t})(q * b) != a && ((a < 0) != (b < 0))) ? ({t})(q - 1) : q;\n}}")
 
@@ -54,24 +59,57 @@ class CHelpers:
                     f"  if (r != 0) {{ if ((b < 0) != (r < 0)) r += b; }}\n"
                     f"  else r = copysign(({t})0, b);\n"
                     f"  return r;\n}}")
+        if dtype.kind == "u":
+            return (f"{self.func_prefix}{t} {name}({t} a, {t} b) {{\n"
+                    f"  // a % b; 0 when b == 0 like numpy\n"
+                    f"  return (b == 0) ? 0 : ({t})(a % b);\n}}")
         return (f"{self.func_prefix}{t} {name}({t} a, {t} b) {{\n"
-                f"  // Python a % b: the result has the sign of b; 0 when b == 0 like numpy\n"
-                f"  if (b == 0) return 0;\n"
+                f"  // Python a % b: the result has the sign of b; 0 when b == 0 or b == -1 like numpy\n"
+                f"  if (b == 0 || b == -1) return 0;\n"
                 f"  {t} r = ({t})(a % b);\n"
                 f"  return (r != 0 && ((r < 0) != (b < 0))) ? ({t})(r + b) : r;\n}}")
 
     def helper_ipow(self, name, t, dtype, extra):
+        ut = t if dtype.kind == "u" else "u" + t
         neg = ("  if (e < 0) return (b == 1) ? 1 : (b == -1) ? ((e & 1) ? -1 : 1) : 0;\n"
                if dtype.kind == "i" else "")
         return (f"{self.func_prefix}{t} {name}({t} b, {t} e) {{\n"
-                f"  // integer power by squaring, wrapping like numpy\n{neg}"
-                f"  {t} r = 1;\n"
+                f"  // integer power by squaring, wrapping like numpy; b ** -k truncates toward zero\n{neg}"
+                f"  {ut} r = 1, x = ({ut})b;\n"
                 f"  while (e > 0) {{\n"
-                f"    if (e & 1) r = ({t})(r * b);\n"
-                f"    b = ({t})(b * b);\n"
+                f"    if (e & 1) r = ({ut})(r * x);\n"
+                f"    x = ({ut})(x * x);\n"
                 f"    e >>= 1;\n"
                 f"  }}\n"
-                f"  return r;\n}}")
+                f"  return ({t})r;\n}}")
+
+    def helper_shl(self, name, t, dtype, extra):
+        ut = t if dtype.kind == "u" else "u" + t
+        return (f"{self.func_prefix}{t} {name}({t} a, {t} b) {{\n"
+                f"  // a << b; 0 when b is outside [0, {dtype.bits}) like numpy (C leaves it undefined)\n"
+                f"  return ((ulong)b < {dtype.bits}) ? ({t})(({ut})a << b) : 0;\n}}")
+
+    def helper_shr(self, name, t, dtype, extra):
+        if dtype.kind == "u":
+            return (f"{self.func_prefix}{t} {name}({t} a, {t} b) {{\n"
+                    f"  // a >> b; 0 when b >= {dtype.bits} like numpy (C leaves it undefined)\n"
+                    f"  return ((ulong)b < {dtype.bits}) ? ({t})(a >> b) : 0;\n}}")
+        return (f"{self.func_prefix}{t} {name}({t} a, {t} b) {{\n"
+                f"  // a >> b; a count outside [0, {dtype.bits}) fills with the sign bit like numpy\n"
+                f"  return ({t})(a >> (((ulong)b < {dtype.bits}) ? b : {dtype.bits - 1}));\n}}")
+
+    def helper_f2i(self, name, t, dtype, extra):
+        """float ``extra`` -> int ``t``: truncate, saturate at the type's range, NaN -> 0."""
+        lo, hi = (0, (1 << dtype.bits) - 1) if dtype.kind == "u" else \
+            (-(1 << dtype.bits - 1), (1 << dtype.bits - 1) - 1)
+        single = extra == "float"
+        lo_f, hi_f = self.float_literal(float(lo), single), self.float_literal(float(hi + 1), single)
+        return (f"{self.func_prefix}{t} {name}({extra} x) {{\n"
+                f"  // int(x): truncate toward zero, saturate at the type's range, NaN -> 0 (C leaves them undefined)\n"
+                f"  if (isnan(x)) return 0;\n"
+                f"  if (x >= {hi_f}) return {self.int_literal(hi, dtype)};\n"
+                f"  if (x < {lo_f}) return {self.int_literal(lo, dtype)};\n"
+                f"  return ({t})x;\n}}")
 
     def helper_min(self, name, t, dtype, extra):
         return f"{self.func_prefix}{t} {name}({t} a, {t} b) {{ return (b < a) ? b : a; }}  // Python min()"

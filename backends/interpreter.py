@@ -59,7 +59,8 @@ def _kernel_print(*args, sep=" ", end="\n", file=None, flush=False):
 
 
 _KERNEL_BUILTINS = dict(vars(_py_builtins))
-_KERNEL_BUILTINS.update(min=B.min_, max=B.max_, abs=B.abs_, print=_kernel_print)
+_KERNEL_BUILTINS.update(min=B.min_, max=B.max_, abs=B.abs_, int=B.int_, print=_kernel_print,
+                        __opdsl_pow__=B.pow_)
 
 # Frames in these files are ours, not the user's: skipped when naming call sites
 # and trimmed from tracebacks shown to the user.
@@ -195,6 +196,8 @@ def _store(t: Tensor, array: np.ndarray, idx, value) -> None:
                          "declare it Out[...] or InOut[...] to write to it")
     if t._wide:
         value = np.float32(value)
+    elif t._int and isinstance(value, (float, np.floating)):  # saturate, NaN -> 0, like compiled casts
+        value = T.from_numpy(t.dtype)(value)
     try:
         array[idx] = value
     except OverflowError:  # numpy refuses out-of-range ints; the compiled cast wraps
@@ -570,8 +573,9 @@ class _Rebuilder:
         closure = fn.__closure__
         if closure:
             closure = tuple(self._cell(c) for c in closure)
-        new = types.FunctionType(fn.__code__, self._globals(fn.__globals__), fn.__name__,
-                                 fn.__defaults__, closure)
+        glob = self._globals(fn.__globals__)
+        new = _with_defined_pow(fn, glob, closure) or types.FunctionType(fn.__code__, glob, fn.__name__,
+                                                                         fn.__defaults__, closure)
         new.__kwdefaults__ = fn.__kwdefaults__
         new.__dict__.update(getattr(fn, "__dict__", {}))
         self.funcs[id(fn)] = new
@@ -608,6 +612,71 @@ class _Rebuilder:
         if self.func_type is not None and isinstance(value, self.func_type):
             return types.CellType(self._adapt(value))
         return cell
+
+
+def _with_defined_pow(fn, glob: dict, closure):
+    """``fn`` recompiled from its source with ``a ** b`` calling ``dsl.builtins.pow_``, or None
+    when it has no ``**``.
+
+    numpy raises on an integer ``** negative`` and Python gives a float, while the language
+    defines an integer (docs/language.md, Semantics).  Only ``**`` changes: the file name
+    and line numbers stay the user's, so tracebacks, pdb and ``breakpoint()`` still work."""
+    import ast
+
+    from dsl.frontend import source_of
+    try:
+        src, _, firstline, filename = source_of(fn)
+    except Exception:  # noqa: BLE001 - no source: run the original code
+        return None
+    if "**" not in src:
+        return None
+    tree = ast.parse(src)
+    fdef = tree.body[0]
+    if not isinstance(fdef, ast.FunctionDef) or not _PowToCall().has_pow(fdef):
+        return None
+    fdef.decorator_list = []
+    fdef = _PowToCall().visit(fdef)
+    free = fn.__code__.co_freevars
+    outer = ast.FunctionDef(name="__opdsl_outer__", args=ast.arguments(
+        posonlyargs=[], args=[ast.arg(arg=n) for n in free], kwonlyargs=[], kw_defaults=[], defaults=[]),
+        body=[fdef, ast.Return(ast.Name(fdef.name, ast.Load()))], decorator_list=[])
+    module = ast.Module(body=[outer], type_ignores=[])
+    ast.fix_missing_locations(module)
+    ast.increment_lineno(module, firstline - 1)
+    scope: dict = {}
+    exec(compile(module, filename, "exec"), glob, scope)  # noqa: S102 - the user's own kernel source
+    values = [c.cell_contents for c in closure or ()]
+    new = scope["__opdsl_outer__"](*values)
+    new.__defaults__ = fn.__defaults__
+    return new
+
+
+class _PowToCall:
+    """``a ** b`` and ``x **= b`` -> ``__opdsl_pow__(a, b)`` (the interpreter's kernel builtin)."""
+
+    def has_pow(self, node) -> bool:
+        import ast
+        return any(isinstance(n, (ast.BinOp, ast.AugAssign)) and isinstance(n.op, ast.Pow) for n in ast.walk(node))
+
+    def visit(self, node):
+        import ast
+
+        class T(ast.NodeTransformer):
+            def visit_BinOp(self, n):
+                self.generic_visit(n)
+                if not isinstance(n.op, ast.Pow):
+                    return n
+                return ast.copy_location(ast.Call(ast.Name("__opdsl_pow__", ast.Load()), [n.left, n.right], []), n)
+
+            def visit_AugAssign(self, n):
+                self.generic_visit(n)
+                if not isinstance(n.op, ast.Pow):
+                    return n
+                target = ast.copy_location(type(n.target)(**{**vars(n.target), "ctx": ast.Load()}), n.target)
+                call = ast.copy_location(ast.Call(ast.Name("__opdsl_pow__", ast.Load()), [target, n.value], []), n)
+                return ast.copy_location(ast.Assign([n.target], call), n)
+
+        return T().visit(node)
 
 
 _WEAK_NAMES = {bool: "bool", int: "int", float: "float"}

@@ -50,7 +50,7 @@ _F32_FAST_MATH = {"log": "nm.log_f32({0})", "tanh": "nm.tanh_f32({0})"}
 
 # Names the generated module defines or uses itself; user names equal to one are renamed.
 RESERVED = frozenset({
-    "np", "math", "nm", "njit", "prange", "rt", "fmt", "ix", "JIT", "CACHE", "thread", "launch_serial",
+    "np", "math", "nm", "ar", "njit", "prange", "rt", "fmt", "ix", "JIT", "CACHE", "thread", "launch_serial",
     "launch_parallel", "launch_team", "team_serial", "dispatch", "run_threads", "range", "min", "max",
     "abs", "print", "str", "chr", "len", "True", "False", "None", "int", "float", "bool"})
 _INTERNAL = re.compile(r"^_|_(shape\d+|size|nd)$|^(region|func)_\d*")
@@ -100,8 +100,12 @@ def cast(code: str, src: T.DType, dst: T.DType) -> str:
         return code
     if dst.is_bool:
         return f"({code} != 0)"
-    if src.is_float and dst.is_int and dst.bits < 64:
-        return f"{np_type(dst)}(np.int64({code}))"  # truncate, then wrap like numpy
+    if src.is_float and dst.is_int:  # truncate, saturate, NaN -> 0 (numba_arith.f2i)
+        if dst == T.u64:
+            return f"ar.f2u64({code}, {const(2.0 ** 64, src)})"
+        lo, hi = (0, (1 << dst.bits) - 1) if dst.kind == "u" else (-(1 << dst.bits - 1), (1 << dst.bits - 1) - 1)
+        code = f"ar.f2i({code}, {lo}, {hi}, {const(float(lo), src)}, {const(float(hi + 1), src)})"
+        return code if dst == T.i64 else f"{np_type(dst)}({code})"
     return f"{np_type(dst)}({code})"
 
 
@@ -301,8 +305,25 @@ class Gen:
     def _e_Binary(self, e, scope):
         t = ctype(e.type)
         a, b = self.typed(e.left, t, scope), self.typed(e.right, t, scope)
-        code = f"({a} {_BINARY[e.op]} {b})"
+        code = self.int_edge(e.op, t, a, b, e.right) or f"({a} {_BINARY[e.op]} {b})"
         return f"{np_type(t)}{code}" if _wraps(t) else code
+
+    @staticmethod
+    def int_edge(op: str, t: T.DType, a: str, b: str, right: ir.Expr) -> Optional[str]:
+        """A numba_arith call for integer ``a op b`` when ``right`` may reach an edge whose plain
+        numba result differs from the documented one (INT_MIN // -1, shift counts outside
+        [0, bits), negative exponents); None when the plain operator is exact."""
+        if not t.is_int:
+            return None
+        k = right.value if isinstance(right, ir.Const) else None
+        if op in ("floordiv", "mod") and t == T.i64 and k in (None, 0, -1):
+            return f"ar.{op}_i64({a}, {b})"
+        if op in ("lshift", "rshift") and not (k is not None and 0 <= k < t.bits):
+            fn = "shl" if op == "lshift" else "shr_signed" if t.kind == "i" else "shr_unsigned"
+            return f"ar.{fn}({a}, {b}, {t.bits})"
+        if op == "pow" and not (k is not None and k >= 0):
+            return f"ar.ipow({a}, {b}, {const(1, t)})"
+        return None
 
     def _e_Compare(self, e, scope):
         lt, rt_ = ctype(e.left.type), ctype(e.right.type)
@@ -346,7 +367,7 @@ class Gen:
         elif name == "abs":
             code = f"abs({args[0]})"
         elif name == "pow":
-            code = f"({args[0]} ** {args[1]})"
+            code = self.int_edge("pow", t, args[0], args[1], e.args[1]) or f"({args[0]} ** {args[1]})"
         else:
             raise CompileError(f"the numba backend has no builtin {name!r}", e.loc)
         return f"{np_type(t)}({code})" if _wraps(t) else code

@@ -269,6 +269,7 @@ class Program:
                "import numpy as np",
                "from numba import njit, prange",
                "",
+               "from backends import numba_arith as ar",
                "from backends import numba_format as fmt",
                "from backends import numba_math as nm",
                "from backends import numba_runtime as rt",

@@ -180,7 +180,28 @@ ceil = _floor_or_ceil(math.ceil)
 
 
 def pow_(x, y):
-    return _promoted(x, y)(x ** y)
+    return int_pow(x, y) if _is_integer(x) and _is_integer(y) else _promoted(x, y)(x ** y)
+
+
+def _is_integer(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def int_pow(x, y):
+    """``x ** y`` as compiled code computes it (docs/language.md, Semantics): integers stay
+    integers, and a negative exponent gives the exact power truncated toward zero (1 for
+    x == 1, +-1 for x == -1, else 0) where numpy raises and Python gives a float."""
+    if not (_is_integer(x) and _is_integer(y)) or y >= 0:
+        return x ** y
+    r = 1 if x == 1 else (-1 if y & 1 else 1) if x == -1 else 0
+    return x * 0 + y * 0 + r  # the promoted integer type of x and y
+
+
+def int_(v=0):
+    """``int(v)`` in kernels: a float truncates toward zero, saturates at the i64 range, NaN -> 0."""
+    if isinstance(v, (float, np.floating)):
+        return T.saturated_int(float(v), T.i64)
+    return int(v)
 
 
 # --------------------------------------------------------------------------- logging

@@ -108,6 +108,8 @@ class _Checker:
 
     def cast(self, e: ir.Expr, to: T.DType) -> ir.Expr:
         to = to.strong
+        if isinstance(e, ir.Const):
+            _check_literal(e, to)
         if e.type == to:
             return e
         if isinstance(e, ir.Const):
@@ -349,6 +351,8 @@ class _Checker:
             if not (lt.is_int and rt.is_int):
                 raise self.error(e, f"'{sym}' needs integers, got {lt} and {rt}")
             t = T.promote(lt, rt)
+        if op == "pow":
+            _check_exponent(t, r, e)
         return ir.Binary(op, self.cast(l, t), self.cast(r, t), type=t.strong, loc=e.loc), t
 
     def e_Compare(self, e: ir.Compare):
@@ -399,6 +403,8 @@ class _Checker:
         except B.BuiltinTypeError as err:
             raise self.error(e, f"{e.name}(): {err}") from None
         args = tuple(self.cast(a, argt) for a, _ in typed)
+        if e.name == "pow":
+            _check_exponent(argt, args[1], e)
         return ir.Call(e.name, args, type=rest.strong, loc=e.loc), rest
 
     def e_FuncCall(self, e: ir.FuncCall):
@@ -555,9 +561,35 @@ def _thread_dependent_funcs(funcs) -> set:
 
 # ---------------------------------------------------------------------- constants
 
+def _check_literal(e: ir.Const, to: T.DType) -> None:
+    """An integer literal must fit the type it takes (numpy 2 raises OverflowError there too)."""
+    v = e.value
+    if not isinstance(v, int) or isinstance(v, bool) or to.is_bool:
+        return
+    if to.is_int:
+        lo, hi = (0, (1 << to.bits) - 1) if to.kind == "u" else (-(1 << to.bits - 1), (1 << to.bits - 1) - 1)
+        if not lo <= v <= hi:
+            raise CompileError(f"integer literal {v} does not fit {to}: accepted {lo}..{hi}", e.loc,
+                               "write a value in range, or compute in a wider type (i64(...), u64(...))")
+    elif abs(v) >= 1 << 1024:
+        raise CompileError(f"integer literal {v} is too large for {to}", e.loc)
+
+
+def _check_exponent(t: T.DType, exponent: ir.Expr, node) -> None:
+    """``int ** negative constant`` is a compile error: the exact result is not an integer."""
+    k = _fold(exponent)
+    if t.is_int and isinstance(k, int) and k < 0:
+        raise CompileError(f"integer ** {k}: a negative exponent of an integer is not an integer "
+                           "(numpy raises here)", node.loc,
+                           "use a float base (2.0 ** -1) or float(x) ** -1; at run time a negative integer "
+                           "exponent gives the power truncated toward zero")
+
+
 def _convert_const(value, t: T.DType):
     if t.is_bool:
         return bool(value)
+    if t.is_int and isinstance(value, float):
+        return T.saturated_int(value, t)
     if t.is_int:
         v = int(value)
         bits = t.bits

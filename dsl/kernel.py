@@ -471,9 +471,9 @@ def _vec_value(kname: str, p, v) -> np.ndarray:
     if arr is None or arr.ndim != 1 or arr.shape[0] != spec.length:
         raise ValueError(f"{kname}(): argument '{p.name}' must be a sequence of {spec.length} numbers ({spec!r}), "
                          f"got {v!r}")
-    if spec.dtype.is_int and arr.dtype.kind == "f" and not np.all(np.mod(arr, 1) == 0):
-        raise TypeError(f"{kname}(): argument '{p.name}' is {spec!r}; got non-integer values {v!r}")
-    return np.ascontiguousarray(arr.astype(spec.dtype.np))
+    # each element is checked like a scalar argument: out of range is an error, never a wrap-around
+    values = [_scalar_value(kname, f"{p.name}[{k}]", spec.dtype, x) for k, x in enumerate(arr)]
+    return np.array(values, dtype=spec.dtype.np)
 
 
 # ---------------------------------------------------------------------- cache key parts

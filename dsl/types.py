@@ -72,6 +72,8 @@ class DType:
         """``f32(v)``: a cast in kernels; outside kernels a numpy scalar."""
         if self.is_storage_only:
             return np.float32(self.np.type(value))
+        if self.is_int and isinstance(value, (float, np.floating)):
+            return self.np.type(saturated_int(float(value), self))
         return self.np.type(value)
 
     def __repr__(self) -> str:
@@ -275,3 +277,16 @@ class _ConstFactory:
 
 
 const = _ConstFactory()
+
+
+def saturated_int(x: float, t: "DType") -> int:
+    """float -> int as every backend converts: truncate toward zero, saturate at ``t``'s range,
+    NaN -> 0 (docs/language.md, Semantics; C and numpy leave these undefined)."""
+    if x != x:
+        return 0
+    lo, hi = (0, (1 << t.bits) - 1) if t.kind == "u" else (-(1 << t.bits - 1), (1 << t.bits - 1) - 1)
+    if x >= hi + 1:
+        return hi
+    if x < lo:
+        return lo
+    return int(x)

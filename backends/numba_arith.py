@@ -1,0 +1,102 @@
+"""Integer and conversion semantics for numba code, where LLVM's would differ (docs/language.md,
+"Semantics").
+
+Each helper is the defined result of an operation whose plain numba spelling is
+undefined or different at the edges: ``INT_MIN // -1`` (LLVM's ``sdiv`` overflows),
+shift counts outside ``[0, bits)`` (``shl`` gives poison), a negative integer exponent,
+and float -> int conversion of NaN, inf or an out-of-range value (``fptosi`` is poison).
+They are tiny, so LLVM inlines them; the code generator calls them only where the
+operands can reach those edges (a constant in-range shift count is a plain ``<<``).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+_JIT = dict(nogil=True, cache=False, error_model="numpy")
+
+
+@njit(**_JIT)
+def floordiv_i64(a, b):
+    """Python ``a // b`` on i64: 0 when b == 0, and INT_MIN // -1 wraps to INT_MIN (numpy)."""
+    if b == -1:
+        return np.int64(0) - a  # wraps at INT_MIN
+    if b == 0:
+        return np.int64(0)
+    return a // b
+
+
+@njit(**_JIT)
+def mod_i64(a, b):
+    """Python ``a % b`` on i64: 0 when b == 0 or b == -1 (INT_MIN % -1 is 0)."""
+    if b == -1 or b == 0:
+        return np.int64(0)
+    return a % b
+
+
+@njit(**_JIT)
+def shl(a, b, bits):
+    """``a << b``: 0 when the count is outside [0, bits), as numpy."""
+    if b < 0 or b >= bits:
+        return a - a
+    return a << b
+
+
+@njit(**_JIT)
+def shr_signed(a, b, bits):
+    """``a >> b`` of a signed value: a count outside [0, bits) fills with the sign bit, as numpy."""
+    if b < 0 or b >= bits:
+        return a >> (bits - 1)
+    return a >> b
+
+
+@njit(**_JIT)
+def shr_unsigned(a, b, bits):
+    """``a >> b`` of an unsigned value: 0 when the count is >= bits, as numpy."""
+    if b >= bits:
+        return a - a
+    return a >> b
+
+
+@njit(**_JIT)
+def ipow(b, e, one):
+    """Integer ``b ** e`` by squaring, wrapping like numpy (``one`` is 1 of the operands' type).
+    A negative exponent gives the exact power truncated toward zero: 1 for b == 1, +-1 for
+    b == -1, otherwise 0."""
+    if e < 0:
+        if b == one:
+            return one
+        if b == -one:
+            return -one if e & one else one
+        return one - one
+    r = one
+    while e > 0:
+        if e & one:
+            r = r * b
+        b = b * b
+        e = e >> one
+    return r
+
+
+@njit(**_JIT)
+def f2i(x, lo, hi, lo_f, hi_f):
+    """float -> signed or narrow unsigned int (as int64): truncate toward zero, saturate at
+    [lo, hi], NaN -> 0.  ``lo_f`` is lo and ``hi_f`` is hi + 1 as floats of x's type (exact
+    powers of two, or 0), so the comparisons are exact whatever the float width."""
+    if x != x:
+        return lo - lo
+    if x >= hi_f:
+        return hi
+    if x < lo_f:
+        return lo
+    return np.int64(x)
+
+
+@njit(**_JIT)
+def f2u64(x, hi_f):
+    """float -> u64: truncate toward zero, saturate at [0, 2**64 - 1], NaN -> 0."""
+    if x != x or x < 0:
+        return np.uint64(0)
+    if x >= hi_f:
+        return np.uint64(0xFFFFFFFFFFFFFFFF)
+    return np.uint64(x)
