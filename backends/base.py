@@ -21,6 +21,8 @@ class CompileRequest:
     key: str                 # hex digest naming this specialization for on-disk caches
     log_level: str = "warn"  # dsl.log calls below this level were removed by the frontend
     fastmath: bool = False   # @dsl.kernel(fastmath=True): reassociation and approximate math allowed
+    debug: bool = False      # @dsl.kernel(debug=True) / OPDSL_DEBUG=1: bounds-check every access
+    interrupt: bool = True   # poll the Ctrl-C flag at loop back-edges (backends/interrupt.py)
 
 
 class Launcher(ABC):

@@ -189,3 +189,94 @@ def first_live(done):
 def empty(shape, dtype):
     """Scratch memory of every tile: contents undefined at the start of a launch."""
     return np.empty(shape, dtype)
+
+
+# --------------------------------------------------------------------------- Ctrl-C polling
+
+@intrinsic
+def interrupted(typingctx, flag, start):
+    """Whether the SIGINT counter ``flag[0]`` moved since the launch began (it read ``start``).
+
+    An atomic (monotonic) load: LLVM may not hoist it out of the loop that polls it, as it
+    would a plain load of memory the loop never writes (backends/interrupt.py sets it)."""
+    if not (isinstance(flag, types.Array) and flag.dtype == types.int64 and isinstance(start, types.Integer)):
+        return None
+    sig = types.boolean(flag, types.int64)
+
+    def codegen(context, builder, sig, args):
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        now = builder.load_atomic(ary.data, "monotonic", 8)
+        return builder.icmp_signed("!=", now, args[1])
+    return sig, codegen
+
+
+@njit(**_JIT)
+def trip_count(start, stop, step):
+    """len(range(start, stop, step)) without overflow (the strip-mined loops count iterations)."""
+    if step == 0:
+        raise ValueError("range() arg 3 must not be zero")
+    if step > 0:
+        return (stop - start + step - 1) // step if stop > start else 0
+    return (start - stop - step - 1) // (-step) if start > stop else 0
+
+
+# --------------------------------------------------------------------------- debug-mode bounds checks
+# The record layout is backends/bounds.py's: [claimed, site, axis, tid, tile, index...].
+
+@intrinsic
+def cas_i64(typingctx, arr, idx, expected, new):
+    """Compare-and-swap on an int64 element; returns the value found (== expected on success)."""
+    if not (isinstance(arr, types.Array) and arr.dtype == types.int64):
+        return None
+    sig = types.int64(arr, types.intp, types.int64, types.int64)
+
+    def codegen(context, builder, sig, args):
+        aryty = sig.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
+        pair = builder.cmpxchg(ptr, args[2], args[3], "monotonic", "monotonic")
+        return builder.extract_value(pair, 0)
+    return sig, codegen
+
+
+@njit(**_JIT)
+def record_oob(err, site, axis, tid, tile, idx):
+    """Keep the first failing access of the launch (later ones lose the CAS and are dropped)."""
+    if cas_i64(err, 0, 0, 1) == 0:
+        err[1] = site
+        err[2] = axis
+        err[3] = tid
+        err[4] = tile
+        for d in range(min(len(idx), 8)):
+            err[5 + d] = idx[d]
+
+
+@njit(**_JIT)
+def checked_offset(idx, shape, err, site, tid, tile):
+    """Row-major offset of ``idx`` in ``shape``; -1 after recording the first axis out of range."""
+    off = np.int64(0)
+    for d in range(len(idx)):
+        i = idx[d]
+        n = shape[d]
+        if i < 0 or i >= n:
+            record_oob(err, site, d, tid, tile, idx)
+            return np.int64(-1)
+        off = off * n + i
+    return off
+
+
+@njit(**_JIT)
+def load_checked(arr, idx, shape, zero, err, site, tid, tile):
+    """``arr[offset(idx)]``, or ``zero`` (and a record) when an index is out of range."""
+    off = checked_offset(idx, shape, err, site, tid, tile)
+    if off < 0:
+        return zero
+    return arr[off]
+
+
+@njit(**_JIT)
+def store_checked(arr, idx, shape, value, err, site, tid, tile):
+    """``arr[offset(idx)] = value`` unless an index is out of range (then only the record)."""
+    off = checked_offset(idx, shape, err, site, tid, tile)
+    if off >= 0:
+        arr[off] = value
