@@ -132,11 +132,11 @@ def disable(reason: str) -> None:
         if _state.root == root and _state.reason:
             return  # already off: warned once
         _state.root, _state.reason = root, reason
-    _warn(root, reason)
+    _warn(root, reason, "from now on ")
 
 
-def _warn(root: Path, reason: str) -> None:
-    warnings.warn(f"opdsl: the compile cache {root} is not used: {reason}; compiled code stays in memory "
+def _warn(root: Path, reason: str, when: str = "") -> None:
+    warnings.warn(f"opdsl: the compile cache {root} is not used {when}({reason}); compiled code stays in memory "
                   f"for this process (set OPDSL_CACHE_DIR to a folder only you can write, see docs/cache.md)",
                   CacheWarning, stacklevel=4)
 
@@ -200,7 +200,10 @@ def _decide(root: Path) -> str:
         problem = _private_problem(st, "it") or _ancestors_problem(root)
         if problem:
             return problem
-        _probe_writable(root)
+        try:
+            _probe_writable(root)
+        except OSError as e:
+            return f"it cannot be written ({e.strerror or e})"
         if created or _adoptable(root):
             _write_marker(root)
     except OSError as e:
