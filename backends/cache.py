@@ -80,8 +80,9 @@ class _State:
 
     def __init__(self):
         self.lock = threading.RLock()
-        self.root: Optional[Path] = None  # the root the decision below is about
-        self.reason: Optional[str] = None  # None: undecided, "": usable, text: why not
+        # (root, reason): reason "" means usable; one tuple, so a reader without the lock never
+        # pairs one root with another root's reason
+        self.decision: Optional[Tuple[Path, str]] = None
 
 
 _state = _State()
@@ -90,7 +91,7 @@ _state = _State()
 def reset() -> None:
     """Forget this process's decision and the resolved path (tests that change OPDSL_CACHE_DIR)."""
     with _state.lock:
-        _state.root, _state.reason = None, None
+        _state.decision = None
     config.reset_cache_dir()
 
 
@@ -114,24 +115,25 @@ def unusable_reason() -> str:
 
 def _unusable_reason() -> str:
     root = cache_root()
-    if _state.root == root and _state.reason is not None:  # the per-call fast path
-        return _state.reason
+    decision = _state.decision
+    if decision is not None and decision[0] == root:  # the per-call fast path
+        return decision[1]
     with _state.lock:
-        if _state.root != root or _state.reason is None:
-            reason = _decide(root)
-            _state.root, _state.reason = root, reason
-            if reason:
-                _warn(root, reason)
-        return _state.reason
+        decision = _state.decision
+        if decision is None or decision[0] != root:
+            decision = _state.decision = (root, _decide(root))
+            if decision[1]:
+                _warn(root, decision[1])
+        return decision[1]
 
 
 def disable(reason: str) -> None:
     """Stop using the disk for the rest of the process (a write failed), with one warning."""
     root = cache_root()
     with _state.lock:
-        if _state.root == root and _state.reason:
+        if _state.decision is not None and _state.decision[0] == root and _state.decision[1]:
             return  # already off: warned once
-        _state.root, _state.reason = root, reason
+        _state.decision = (root, reason)
     _warn(root, reason, "from now on ")
 
 
