@@ -700,6 +700,9 @@ class CStyleRenderer(CHelpers):
         return f"({self._infix(e)[0]})"
 
     def expr_Select(self, e: ir.Select) -> str:
+        if e.both:  # dsl.where: a call evaluates every argument
+            fn = self.helper("where", e.type)
+            return f"{fn}({', '.join(self.bare(x) for x in (e.cond, e.if_true, e.if_false))})"
         parts = [self._operand(x, e, 0, False) for x in (e.cond, e.if_true, e.if_false)]
         return f"({parts[0]} ? {parts[1]} : {parts[2]})"
 

@@ -6,7 +6,6 @@ emitted once per kernel before its first user, named ``opdsl_<kind>_<ctype>``.
 """
 from __future__ import annotations
 
-import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from dsl import types as T
@@ -111,6 +110,10 @@ class CHelpers:
                 f"  if (x < {lo_f}) return {self.int_literal(lo, dtype)};\n"
                 f"  return ({t})x;\n}}")
 
+    def helper_where(self, name, t, dtype, extra):
+        return (f"{self.func_prefix}{t} {name}(bool c, {t} a, {t} b) {{ return c ? a : b; }}"
+                "  // dsl.where: both sides evaluated")
+
     def helper_min(self, name, t, dtype, extra):
         return f"{self.func_prefix}{t} {name}({t} a, {t} b) {{ return (b < a) ? b : a; }}  // Python min()"
 
@@ -133,52 +136,48 @@ class CHelpers:
                 f"({self.helper('f32_to_bf16')}(f)); }}")
 
 
-def printf_args(fmt: str, args: Sequence[Tuple[str, T.DType]], *, fp64: bool) -> Tuple[str, List[str]]:
-    """Python %-format -> C printf: length modifiers and casts that print what Python prints."""
+def printf_args(pieces, args: Sequence[Tuple[str, T.DType]], *, fp64: bool) -> Tuple[str, List[str]]:
+    """A parsed log format (``ir.Log.pieces``, dsl/log_format.py) -> C printf text and arguments,
+    with the length modifiers and casts that print what Python prints."""
     out: List[str] = []
     cargs: List[str] = []
     it = iter(args)
-    pos = 0
-    for m in re.finditer(r"%([-+ #0]*)(\d+|\*)?(?:\.(\d+))?([diouxXeEfFgGcrsa%])", fmt):
-        out.append(c_escape(fmt[pos:m.start()]))
-        pos = m.end()
-        flags, width, prec, conv = m.group(1), m.group(2) or "", m.group(3), m.group(4)
-        spec = "%" + flags + width + (f".{prec}" if prec is not None else "")
-        if conv == "%":
-            out.append("%%")
+    for p in pieces:
+        if isinstance(p, str):
+            out.append(c_escape(p))
             continue
-        try:
-            code, t = next(it)
-        except StopIteration:
-            raise ValueError(f"format {fmt!r} needs more arguments than given") from None
+        code, t = next(it)
+        conv = p.conv
+        if conv == "o" and "#" in p.flags:  # Python's alternate octal is 0o52, C's 052
+            out.append("0o")
+            p = type(p)(p.flags.replace("#", ""), max(p.width - 2, 0), p.prec, conv)
         if conv in "diouxX":
             c = "d" if conv in "diu" else conv
             if t.is_bool:
-                out.append(spec + c)
+                out.append(p.c(c))
                 cargs.append(f"(int)({code})")
             elif t.kind == "u":
-                out.append(spec + "l" + ("u" if c == "d" else c))
+                out.append(p.c("l" + ("u" if c == "d" else c)))
                 cargs.append(f"(ulong)({code})")
             else:  # signed ints, and floats truncated the way Python's %d does
-                out.append(spec + "l" + c)
+                out.append(p.c("l" + c))
                 cargs.append(f"(long)({code})")
-        elif conv in "eEfFgGa":
-            out.append(spec + conv)
+        elif conv in "eEfFgG":
+            out.append(p.c(conv))
             cargs.append(f"({'double' if fp64 else 'float'})({code})")
         elif conv == "c":
-            out.append(spec + "c")
+            out.append(p.c("c"))
             cargs.append(f"(int)({code})")
-        else:  # %s / %r: Python's str() of the value
+        else:  # %s: Python's str() of the value
             if t.is_bool:
-                out.append(spec + "s")
+                out.append(p.c("s"))
                 cargs.append(f"(({code}) ? \"True\" : \"False\")")
             elif t.is_float:
-                out.append(spec + "g")
+                out.append(p.c("g"))
                 cargs.append(f"({'double' if fp64 else 'float'})({code})")
             else:
-                out.append(spec + ("lu" if t.kind == "u" else "ld"))
+                out.append(p.c("lu" if t.kind == "u" else "ld"))
                 cargs.append(f"({'ulong' if t.kind == 'u' else 'long'})({code})")
-    out.append(c_escape(fmt[pos:]))
     return "".join(out), cargs
 
 

@@ -17,6 +17,12 @@ _JIT = dict(nogil=True, cache=False, error_model="numpy")
 
 
 @njit(**_JIT)
+def where(c, a, b):
+    """``dsl.where(c, a, b)``: a call, so a and b are both evaluated (``a if c else b`` is not)."""
+    return a if c else b
+
+
+@njit(**_JIT)
 def floordiv_i64(a, b):
     """Python ``a // b`` on i64: 0 when b == 0, and INT_MIN // -1 wraps to INT_MIN (numpy)."""
     if b == -1:

@@ -31,6 +31,7 @@ from dsl import ir
 from dsl import types as T
 from dsl.errors import CompileError
 from backends import numba_format as F
+from dsl import log_format as LF
 
 # numba's fastmath flags for fastmath=True kernels: all of LLVM's "fast" but nnan and ninf,
 # which would let LLVM assume no NaN/inf ever appears (and fold isnan-style checks away).
@@ -317,12 +318,12 @@ class Gen:
             return None
         k = right.value if isinstance(right, ir.Const) else None
         if op in ("floordiv", "mod") and t == T.i64 and k in (None, 0, -1):
-            return f"ar.{op}_i64({a}, {b})"
+            return f"(ar.{op}_i64({a}, {b}))"
         if op in ("lshift", "rshift") and not (k is not None and 0 <= k < t.bits):
             fn = "shl" if op == "lshift" else "shr_signed" if t.kind == "i" else "shr_unsigned"
-            return f"ar.{fn}({a}, {b}, {t.bits})"
+            return f"(ar.{fn}({a}, {b}, {t.bits}))"
         if op == "pow" and not (k is not None and k >= 0):
-            return f"ar.ipow({a}, {b}, {const(1, t)})"
+            return f"(ar.ipow({a}, {b}, {const(1, t)}))"
         return None
 
     def _e_Compare(self, e, scope):
@@ -335,6 +336,9 @@ class Gen:
 
     def _e_Select(self, e, scope):
         t = ctype(e.type)
+        if e.both:  # dsl.where: a call evaluates every argument, left to right
+            return (f"ar.where({self.typed(e.cond, T.bool_, scope)}, {self.typed(e.if_true, t, scope)}, "
+                    f"{self.typed(e.if_false, t, scope)})")
         return (f"({self.typed(e.if_true, t, scope)} if {self.typed(e.cond, T.bool_, scope)} "
                 f"else {self.typed(e.if_false, t, scope)})")
 
@@ -489,21 +493,14 @@ class Gen:
 
         The line is formatted into a byte buffer ``_b`` (end ``_p``) by numba_format helpers.
         """
-        try:
-            pieces = F.parse(s.fmt)
-        except ValueError as err:
-            raise CompileError(str(err), s.loc) from None
-        nspecs = sum(isinstance(p, F.Spec) for p in pieces)
-        if nspecs != len(s.args):
-            raise CompileError(f"log format {s.fmt!r} has {nspecs} conversions but {len(s.args)} "
-                               "arguments were given", s.loc)
+        pieces = list(s.pieces)  # parsed and counted by the frontend (dsl/log_format.py)
         values = [(self.expr(a, scope), ctype(a.type)) for a in s.args]
         if s.level != "print":  # print() is the user's own line; logs carry the team prefix
-            d = F.Spec("", 0, -1, "d")
+            d = LF.Spec("", 0, -1, "d")
             pieces = [f"[{self.k.name} t=", d, " tile=", d, "] "] + pieces
             values = [(scope.tid, T.i64), ("_tile", T.i64)] + values
         kinds = ["b" if t.is_bool else "f" if t.is_float else "u" if t == T.u64 else "i" for _, t in values]
-        specs = [p for p in pieces if isinstance(p, F.Spec)]
+        specs = [p for p in pieces if isinstance(p, LF.Spec)]
         cap = 64 + sum(len(p.encode()) for p in pieces if isinstance(p, str)) + sum(
             400 + p.width + max(p.prec, 0) for p in specs)
         lines = [f"_b = np.empty({cap}, np.uint8)", "_p = 0"]
@@ -524,18 +521,15 @@ class Gen:
         lines.append("fmt.emit(_b, _p)")
         return lines
 
-    def _log_spec(self, p: F.Spec, value, loc) -> List[str]:
+    def _log_spec(self, p: LF.Spec, value, loc) -> List[str]:
         """A conversion C's snprintf does not do Python's way."""
         v, t = value
-        if p.conv in "oxXp":
-            if t.is_float:
-                raise CompileError(f"log conversion %{p.conv} needs an integer, got {t} "
-                                   f"(Python raises TypeError here); use %d or %f", loc)
-            spec = p if p.conv != "p" else F.Spec("#" + p.flags, p.width, p.prec, "x")
+        if p.conv in "oxX":  # the checker rejected float arguments, as Python does
+            spec = p
             return [f"_p = fmt.put_radix(_b, _p, np.int64({v}), np.int64({F.radix_spec(spec)}))"
                     f"  # {p.c(p.conv)}"]
         if p.conv in F.FLOAT_CONVS:  # 0-flagged: inf/nan get zeros in Python, spaces in C
-            bare = F.Spec(p.flags.replace("0", ""), 0, p.prec, p.conv).c(p.conv)
+            bare = LF.Spec(p.flags.replace("0", ""), 0, p.prec, p.conv).c(p.conv)
             x = f"np.float64({v})"
             return [f"if np.isfinite({x}):", f"    _p = fmt.put_c(_b, _p, {p.c(p.conv)!r}, ({x},))", "else:",
                     f"    _p = fmt.zero_pad(_b, _p, fmt.put_c(_b, _p, {bare!r}, ({x},)), np.int64({p.width}))"]

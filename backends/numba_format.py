@@ -4,7 +4,8 @@ numba's ``print`` cannot format, and its unicode strings are slow to compile, so
 log line is built in a byte buffer by the C library and written with
 ``PySys_FormatStdout`` (to ``sys.stdout``, like the interpreter's ``print``):
 
-* ``plan()`` (compile time) turns the format into C ``snprintf`` pieces: ``%d %i %u``
+* ``plan()`` (compile time) turns the parsed format (``ir.Log.pieces``, dsl/log_format.py)
+  into C ``snprintf`` pieces: ``%d %i %u``
   and the float conversions mean the same in C and Python (glibc rounds exactly, as
   Python does), so most lines are a single ``put_c`` call;
 * the rest gets small helpers: ``%x %X %o`` (Python's ``-ff`` and ``0o`` prefixes),
@@ -13,9 +14,7 @@ log line is built in a byte buffer by the C library and written with
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from typing import List, Tuple, Union
+from typing import List, Tuple
 
 import numpy as np
 from llvmlite import ir as llir
@@ -23,58 +22,16 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from dsl import log_format as LF
+from dsl.log_format import Spec
+
 _JIT = dict(nogil=True, cache=False, error_model="numpy")
 
 # --------------------------------------------------------------------------- compile time
 
-_SPEC = re.compile(r"%(?P<flags>[-+ #0]*)(?P<width>\d+)?(?:\.(?P<prec>\d+))?[hlL]*(?P<conv>[diouxXeEfFgGscp%])")
-INT_CONVS = "diuoxX"
-FLOAT_CONVS = "eEfFgG"
-
-
-@dataclass(frozen=True)
-class Spec:
-    """One ``%`` conversion: flags, width, precision (-1 when absent) and the letter."""
-
-    flags: str
-    width: int
-    prec: int
-    conv: str
-
-    def c(self, conv: str, drop: str = "") -> str:
-        """This conversion as C text with letter ``conv``, without the flags in ``drop``."""
-        flags = "".join(f for f in self.flags if f not in drop)
-        return ("%" + flags + (str(self.width) if self.width else "")
-                + (f".{self.prec}" if self.prec >= 0 else "") + conv)
-
-
-def parse(fmt: str) -> List[Union[str, Spec]]:
-    """Split a format into literal text and ``Spec`` items; ValueError names what is unsupported."""
-    out: List[Union[str, Spec]] = []
-    pos, lit = 0, ""
-    while pos < len(fmt):
-        i = fmt.find("%", pos)
-        if i < 0:
-            lit += fmt[pos:]
-            break
-        lit += fmt[pos:i]
-        m = _SPEC.match(fmt, i)
-        if m is None:
-            raise ValueError(f"unsupported conversion {fmt[i:i + 3]!r} in log format {fmt!r}; "
-                             "accepted: %d %i %u %o %x %X %e %E %f %F %g %G %s %c %% with flags -+ #0, "
-                             "a width and a .precision")
-        if m.group("conv") == "%":
-            lit += "%"
-        else:
-            if lit:
-                out.append(lit)
-                lit = ""
-            out.append(Spec(m.group("flags") or "", int(m.group("width") or 0),
-                            int(m.group("prec")) if m.group("prec") is not None else -1, m.group("conv")))
-        pos = m.end()
-    if lit:
-        out.append(lit)
-    return out
+# The format grammar is dsl/log_format.py's; the frontend parsed it into ``ir.Log.pieces``.
+INT_CONVS = LF.INT_CONVS
+FLOAT_CONVS = LF.FLOAT_CONVS
 
 
 # A step of a log line: ("c", c_format, [(kind, code)]) or ("call", template) where kind is

@@ -84,14 +84,8 @@ class OpenCLRenderer(CStyleRenderer):
         """printf; dsl.log lines carry the interpreter's "[kernel t=.. tile=..]" prefix, print() lines do not."""
         self.features.add("printf")
         team = ["(int)get_local_id(0)", "(int)get_group_id(0)"] if s.level != "print" else []
-        if s.args:
-            try:
-                fmt, cargs = printf_args(s.fmt, [(self.bare(a), a.type) for a in s.args],
-                                         fp64="fp64" in self.features)
-            except ValueError as e:
-                raise CompileError(str(e), s.loc) from None
-        else:  # like Python, a message without arguments is printed as is
-            fmt, cargs = c_escape(s.fmt), []
+        fmt, cargs = printf_args(s.pieces, [(self.bare(a), a.type) for a in s.args],
+                                 fp64="fp64" in self.features)  # pieces: dsl/log_format.py
         prefix = f"[{self.k.name} t=%d tile=%d] " if team else ""
         args = "".join(", " + a for a in team + cargs)
         return f'printf("{prefix}{fmt}\\n"{args});'

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from dsl import assigned
 from dsl import builtins as B
 from dsl import ir
+from dsl import log_format as LF
 from dsl import types as T
 from dsl.errors import CompileError, SourceLoc
 from dsl.frontend import Parsed
@@ -263,8 +264,12 @@ class _Checker:
         return ir.ExprStmt(value, loc=s.loc) if self.final else None
 
     def s_Log(self, s: ir.Log):
-        args = tuple(self.expr(a)[0] for a in s.args)
-        return dataclasses.replace(s, args=args) if self.final else None
+        typed = [self.expr(a) for a in s.args]
+        for spec, (a, t) in zip(LF.specs(s.pieces), typed):
+            if t is not None and spec.conv in LF.NEEDS_INTEGER and t.is_float:
+                raise self.error(a, f"log conversion %{spec.conv} needs an integer, got {t} (Python raises "
+                                    f"TypeError here); use %d, %f or %s, or convert with int(...)")
+        return dataclasses.replace(s, args=tuple(a for a, _ in typed)) if self.final else None
 
     # ------------------------------------------------------------------ expressions
     def expr(self, e: ir.Expr) -> Tuple[ir.Expr, Optional[T.DType]]:
@@ -378,7 +383,7 @@ class _Checker:
         if at is None or bt is None or ct is None:
             return a if at is not None else b, at or bt
         t = T.promote(at, bt)
-        return ir.Select(self.truth(c, ct), self.cast(a, t), self.cast(b, t), type=t.strong, loc=e.loc), t
+        return ir.Select(self.truth(c, ct), self.cast(a, t), self.cast(b, t), e.both, type=t.strong, loc=e.loc), t
 
     def e_Cast(self, e: ir.Cast):
         v, t = self.expr(e.value)

@@ -19,6 +19,7 @@ import numpy as np
 
 from dsl import builtins as B
 from dsl import ir
+from dsl import log_format as LF
 from dsl import nesting
 from dsl import types as T
 from dsl.errors import CompileError, SourceLoc
@@ -461,7 +462,8 @@ class _Visitor:
                 else:
                     parts.append("%s")
                     args.append(self.expr(a))
-            return ir.Log("print", " ".join(parts), tuple(args), loc=loc)
+            fmt = " ".join(parts)
+            return ir.Log("print", fmt, tuple(args), LF.parse(fmt), loc=loc)
         if (kind, name) == ("py", "breakpoint"):
             return None
         return ir.ExprStmt(self.expr(call), loc=loc)
@@ -474,10 +476,17 @@ class _Visitor:
             raise self.error(call, f"dsl.log.{level} takes positional arguments only")
         fmt = call.args[0].value
         args = tuple(self.expr(a) for a in call.args[1:])
-        _check_format(self, call, fmt, len(args))
+        try:
+            pieces = LF.parse(fmt)
+        except LF.FormatError as err:
+            raise self.error(call.args[0], str(err)) from None
+        count = len(LF.specs(pieces))
+        if count != len(args):
+            raise self.error(call.args[0], f"log format {fmt!r} has {count} conversion(s) but {len(args)} "
+                                           "argument(s) were given")
         if not config.level_passes(level, self.log_level):
             return None  # filtered at compile time: no code at all
-        return ir.Log(level, fmt, args, loc=self.loc(call))
+        return ir.Log(level, fmt, args, pieces, loc=self.loc(call))
 
     # ---- expressions
     def expr(self, e) -> ir.Expr:
@@ -635,7 +644,7 @@ class _Visitor:
         if kind == "dsl":
             if name == "where":
                 args = self.call_args(e, ("cond", "a", "b"), required=3)
-                return ir.Select(args["cond"], args["a"], args["b"], loc=loc)
+                return ir.Select(args["cond"], args["a"], args["b"], both=True, loc=loc)
             if name in ("split", "sync", "scratch", "atomic_add"):
                 raise self.error(e, {"split": "dsl.split(n) returns two values: lo, hi = dsl.split(n)",
                                      "scratch": "dsl.scratch(...) must be assigned to a name at the top of the kernel",
@@ -715,25 +724,3 @@ def _assigned_counts(fn) -> List[str]:
                 if isinstance(n, ast.Name):
                     out.append(n.id)
     return out
-
-
-_FORMAT_CONVERSIONS = "diufFeEgGxXoscp"
-
-
-def _check_format(v: _Visitor, call, fmt: str, nargs: int) -> None:
-    """printf-style format: count conversions and reject the ones backends cannot print."""
-    count, k = 0, 0
-    while k < len(fmt):
-        if fmt[k] == "%":
-            k += 1
-            if k < len(fmt) and fmt[k] == "%":
-                k += 1
-                continue
-            while k < len(fmt) and fmt[k] in "-+ #0123456789.l":
-                k += 1
-            if k >= len(fmt) or fmt[k] not in _FORMAT_CONVERSIONS:
-                raise v.error(call, f"log format {fmt!r}: unsupported conversion; use %d %i %u %f %e %g %x %o %s")
-            count += 1
-        k += 1
-    if count != nargs:
-        raise v.error(call, f"log format {fmt!r} has {count} conversion(s) but {nargs} argument(s) were given")

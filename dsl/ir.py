@@ -111,11 +111,13 @@ class Logical(Expr):
 
 @dataclass(frozen=True)
 class Select(Expr):
-    """``a if cond else b`` (evaluates one side) and ``dsl.where`` (both sides)."""
+    """``a if cond else b`` evaluates only the taken side; ``dsl.where(cond, a, b)``
+    (``both=True``) evaluates cond, a and b, like a call, then picks one."""
 
     cond: Expr
     if_true: Expr
     if_false: Expr
+    both: bool = False
 
 
 @dataclass(frozen=True)
@@ -240,6 +242,7 @@ class Log(Stmt):
     level: str
     fmt: str
     args: Tuple[Expr, ...] = ()
+    pieces: Tuple = ()  # fmt parsed by dsl/log_format.py: literal text and Spec items
 
 
 # --------------------------------------------------------------------------- kernel level

@@ -109,7 +109,7 @@ def annotated_local(x: Out[f32]):
     (iterates_tensor, "E-for-iter", "x:", ("range(",)),
     (slices, "E-slice", "1:3", ("slices are not supported",)),
     (returns_value, "E-return-value", "return", ("returns nothing",)),
-    (bad_log, "E-log-format", "dsl.log", ("2 conversion(s) but 1 argument",)),
+    (bad_log, "E-log-format", '"%d and %d"', ("2 conversion(s) but 1 argument",)),  # at the format string
     (annotated_local, "E-annassign", "v: f32", ("annotated assignment",)),
 ])
 def test_frontend_errors_point_at_the_construct(kernel, marker, col_text, words):
