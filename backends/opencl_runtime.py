@@ -27,6 +27,7 @@ import numpy as np
 
 from backends import cache
 from backends import opencl_devices as devices
+from backends.opencl_sanitizer import OclgrindLog, SanitizerError  # noqa: F401  (re-exported)
 from backends.opencl_devices import DriverError, NoDevice  # noqa: F401  (re-exported)
 from dsl import config
 
@@ -58,6 +59,7 @@ class Device:
     identity: str          # platform, device, versions: part of every on-disk cache key
     report: devices.DeviceReport
     local_mem_size: int
+    checker: Optional[OclgrindLog] = None  # Oclgrind's reports, read after every launch
 
     @property
     def description(self) -> str:
@@ -90,11 +92,16 @@ def device() -> Device:
             if cl is None:
                 raise NoDevice(_IMPORT_ERROR)
             dev, report, _reports = devices.choose(config.opencl_device())
-            ctx = cl.Context([dev])
+            checker = OclgrindLog() if report.kind == "simulator" and "oclgrind" in report.platform.lower() else None
+            with checker.attached() if checker else contextlib.nullcontext():
+                ctx = cl.Context([dev])
             queue = cl.CommandQueue(ctx)
             ext = frozenset(dev.extensions.split())
-            unified = bool(dev.host_unified_memory) or bool(dev.type & cl.device_type.CPU)
-            _device = Device(ctx, queue, dev, ext, unified, report.identity, report, int(dev.local_mem_size))
+            # Zero-copy on CPU devices; Oclgrind sets every type bit but simulates its own memory, and
+            # USE_HOST_PTR buffers read as uninitialized there (OCLGRIND_UNINITIALIZED): copy.
+            unified = bool(dev.host_unified_memory) or report.kind == "cpu"
+            _device = Device(ctx, queue, dev, ext, unified, report.identity, report, int(dev.local_mem_size),
+                             checker)
         except NoDevice as e:
             _failure = str(e)
             raise
@@ -206,29 +213,8 @@ def _from_binary(dev: Device, binary: Optional[bytes], options: str):
 
 
 def _disk_lock(key: str):
-    """The cross-process build lock, or none when the disk cache is unusable."""
-    return _Guarded(cache.lock("opencl", key)) if cache.enabled() else contextlib.nullcontext()
-
-
-class _Guarded:
-    """Enter a cache lock; if the file system refuses, go on without it (the lock only saves work)."""
-
-    def __init__(self, cm):
-        self.cm, self.entered = cm, False
-
-    def __enter__(self):
-        try:
-            self.cm.__enter__()
-            self.entered = True
-        except (OSError, ValueError):
-            pass
-        return self
-
-    def __exit__(self, *exc):
-        if self.entered:
-            with contextlib.suppress(OSError, ValueError):
-                self.cm.__exit__(*exc)
-        return False
+    """The cross-process build lock (cache.lock degrades to a thread lock when the disk refuses)."""
+    return cache.lock("opencl", key) if cache.enabled() else contextlib.nullcontext()
 
 
 def _disk_load(name: str) -> Optional[bytes]:
@@ -320,11 +306,12 @@ class Buffers:
             try:
                 for buf, array in self.readback:
                     if self.dev.host_unified:
-                        mapped, _ = cl.enqueue_map_buffer(q, buf, cl.map_flags.READ, 0, array.shape, array.dtype,
-                                                          is_blocking=True)
+                        mapped, event = cl.enqueue_map_buffer(q, buf, cl.map_flags.READ, 0, array.shape,
+                                                              array.dtype, is_blocking=True)
                         if mapped.__array_interface__["data"][0] != array.__array_interface__["data"][0]:
                             array[...] = mapped  # the driver kept a private copy after all
                         mapped.base.release(q)
+                        del mapped, event  # freed (clRelease*) here, under the lock
                     else:
                         cl.enqueue_copy(q, array, buf, is_blocking=True)
             finally:
@@ -353,9 +340,15 @@ def launch():
 
 
 def run(kernel: "cl.Kernel", args: Sequence, global_size, local_size) -> None:
-    """set_args + enqueue + wait under the device lock: a cl.Kernel's arguments are shared state."""
+    """set_args + enqueue + wait under the device lock: a cl.Kernel's arguments are shared state.
+
+    On Oclgrind, what the simulator reported during the launch is a SanitizerError.
+    """
     dev = device()
     with device_lock:
         kernel.set_args(*args)
         event = cl.enqueue_nd_range_kernel(dev.queue, kernel, global_size, local_size)
         event.wait()
+        del event  # released under the lock: drivers are not safe against a concurrent clRelease*
+        if dev.checker is not None:
+            dev.checker.check()

@@ -119,6 +119,14 @@ def _unavailable(name: str) -> str:
         return f"cannot be imported ({e})"
 
 
+def _where(name: str) -> str:
+    """What a backend runs on, for the table: the OpenCL device by name."""
+    if name != "opencl":
+        return ""
+    from backends import base
+    return base.get("opencl").device()
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:9.2f} ms"
 
@@ -138,15 +146,19 @@ def run(backends: Optional[Sequence[str]] = None, repeat: int = 3, out: Optional
     for name in backends:
         reason = _unavailable(name)
         if reason:
-            print(f"{'-':<14}{name:<13}skipped: {reason}", file=out)
+            print(f"{'-':<14}{name:<13}skipped: " + reason.replace("\n", "\n" + " " * 27), file=out)
             continue
+        where = _where(name)
+        if where:
+            print(f"{'':<14}{name:<13}runs on {where}", file=out)
         for case in cases():
             t0 = time.perf_counter()
             try:
                 got = case.run(name)
             except Exception as e:  # report and go on: the demo is a health check
                 failures += 1
-                print(f"{case.name:<14}{name:<13}FAILED: {type(e).__name__}: {e}", file=out)
+                on = f" (on {where})" if where else ""
+                print(f"{case.name:<14}{name:<13}FAILED{on}: {type(e).__name__}: {e}", file=out)
                 continue
             first = time.perf_counter() - t0
             best = float("inf")

@@ -13,6 +13,7 @@ import functools
 import hashlib
 import html
 import inspect
+import sys
 import threading
 import types
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -337,9 +338,15 @@ class Kernel:
                        f"</code></td><td>{'' if p.default is _EMPTY else html.escape(repr(p.default))}</td></tr>"
                        for p in self.params)
         variants = "".join(f"<li>{html.escape(b)}: {html.escape(self._describe(k))}</li>" for b, k in self._variants)
+        opencl = ""
+        if "backends.opencl_runtime" in sys.modules:  # OpenCL was used: name its device, or why there is none
+            from backends import base
+            device = base.get("opencl").device()
+            opencl = (f"<div>opencl runs on {html.escape(device)}</div>" if device else
+                      f"<div>opencl is unavailable:<pre>{html.escape(base.get('opencl').available())}</pre></div>")
         return (f"<div><b>dsl.kernel</b> <code>{html.escape(self.__name__)}</code> "
                 f"(threads={self.threads})<table><tr><th>param</th><th>type</th><th>default</th></tr>{rows}</table>"
-                f"<div>compiled variants:</div><ul>{variants or '<li>none yet</li>'}</ul>"
+                f"<div>compiled variants:</div><ul>{variants or '<li>none yet</li>'}</ul>{opencl}"
                 f"<div>see <code>.source('numba' | 'opencl' | 'ir')</code></div></div>")
 
 

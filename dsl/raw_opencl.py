@@ -218,7 +218,10 @@ class RawOpenCL:
                     raise TypeError(f"raw OpenCL op {self.name}: args() must return numpy scalars "
                                     f"(their dtype is the C type), got {v!r}")
                 cargs.append(v)
-            rt.run(k, cargs, gsize, lsize)
+            try:
+                rt.run(k, cargs, gsize, lsize)
+            except rt.SanitizerError as e:  # Oclgrind's findings, at lines of the .cl source
+                raise e.located(lambda line: SourceLoc(self.filename, line, 1)) from None
 
     def __repr__(self) -> str:
         ps = ", ".join(f"{p.name}: {p.dtype}" for p in self.params)
