@@ -17,6 +17,7 @@ ACCEPTED = "d i u x X o e E f F g G c s"
 INT_CONVS = "diuoxX"
 FLOAT_CONVS = "eEfFgG"
 NEEDS_INTEGER = "oxXc"  # Python raises TypeError for a float here
+MAX_WIDTH = 1000  # width and precision: a log line is built in a fixed buffer
 
 _SPEC = re.compile(r"%(?P<flags>[-+ #0]*)(?P<width>\d+)?(?:\.(?P<prec>\d+))?(?P<conv>[diouxXeEfFgGcs%])")
 
@@ -60,6 +61,9 @@ def parse(fmt: str) -> Tuple[Piece, ...]:
             raise FormatError(f"log format {fmt!r}: unsupported conversion {bad!r}; accepted: "
                               f"{' '.join('%' + c for c in ACCEPTED.split())} with flags -+ #0, a width and a "
                               ".precision, and %% for a literal %")
+        for part in ("width", "prec"):
+            if m.group(part) is not None and int(m.group(part)) > MAX_WIDTH:
+                raise FormatError(f"log format {fmt!r}: {part} {m.group(part)} is larger than {MAX_WIDTH}")
         if m.group("conv") == "%":
             lit += "%"
         else:
