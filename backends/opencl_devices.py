@@ -238,7 +238,8 @@ def probe_in_child(reports: Sequence[DeviceReport]) -> Dict[Tuple[int, int], str
         pending = [r for r in pending if r.index not in results]
         if not pending:
             break
-        culprit = started if started is not None else pending[0].index
+        waiting = {r.index for r in pending}
+        culprit = started if started in waiting else pending[0].index  # every round settles one device
         if code is None:
             why = f"the probe did not finish within {PROBE_TIMEOUT:.0f} s"
         elif code < 0:
@@ -277,8 +278,10 @@ def _load_remembered(identity: str) -> Optional[str]:
         if raw is None:
             return None
         data = json.loads(raw.decode())
-        return data["reason"] if data.get("identity") == identity else None
-    except (OSError, ValueError, KeyError, TypeError):
+        if isinstance(data, dict) and data.get("identity") == identity and isinstance(data.get("reason"), str):
+            return data["reason"]
+        return None  # another identity's entry or not ours: probe again
+    except (OSError, ValueError):
         return None
 
 
