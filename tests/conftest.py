@@ -16,9 +16,19 @@ def _unavailable(name: str) -> str:
         return f"{name} backend cannot be imported: {e}"
 
 
+def pytest_report_header(config):
+    """Name the OpenCL device the run uses (or why there is none) above the results."""
+    reason = _unavailable("opencl")
+    if reason:
+        return ["opencl: no usable device; OpenCL tests skip:", *("  " + ln for ln in reason.splitlines())]
+    from backends import base
+    return [f"opencl: {base.get('opencl').device()}"]
+
+
 @pytest.fixture(params=ALL_BACKENDS)
 def backend(request):
-    """The backend name; a test using it runs once per backend (differential testing)."""
+    """The backend name; a test using it runs once per backend (differential testing).
+    OpenCL runs on the best usable device and skips, with every device's reason, when there is none."""
     reason = _unavailable(request.param)
     if reason:
         pytest.skip(f"{request.param}: {reason}")
