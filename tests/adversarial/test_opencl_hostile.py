@@ -119,7 +119,7 @@ for name in stored:
 
 
 @needs_device
-@pytest.mark.parametrize("kind", ["a-file", "read-only", "too-long"])
+@pytest.mark.parametrize("kind", ["a-file", "read-only", "too-long", "world-writable"])
 def test_an_unusable_cache_means_building_in_memory(tmp_path, kind):
     if kind == "a-file":
         where = tmp_path / "file"
@@ -130,10 +130,16 @@ def test_an_unusable_cache_means_building_in_memory(tmp_path, kind):
         where = tmp_path / "ro"
         where.mkdir()
         where.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    elif kind == "world-writable":  # fails the cache's ownership checks (docs/cache.md)
+        where = tmp_path / "shared"
+        where.mkdir()
+        where.chmod(0o777)
     else:
-        where = tmp_path / ("d" * 200) / ("e" * 200) / ("f" * 200) / ("g" * 200) / ("h" * 200)
+        where = tmp_path.joinpath(*[c * 250 for c in "defghijklmnopqrstu"])  # over PATH_MAX (4096)
     out = run(_script(tmp_path, LEAKY + "check_leaky()\ncheck_leaky()\n"), env={"OPDSL_CACHE_DIR": str(where)})
     assert out.stdout.count("LEAKY-OK") == 2
+    if kind != "too-long":
+        assert not (where / "opencl").exists()  # nothing written into it
 
 
 @needs_device
