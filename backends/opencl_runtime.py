@@ -97,9 +97,9 @@ def device() -> Device:
                 ctx = cl.Context([dev])
             queue = cl.CommandQueue(ctx)
             ext = frozenset(dev.extensions.split())
-            # Zero-copy on CPU devices; Oclgrind sets every type bit but simulates its own memory, and
-            # USE_HOST_PTR buffers read as uninitialized there (OCLGRIND_UNINITIALIZED): copy.
-            unified = bool(dev.host_unified_memory) or report.kind == "cpu"
+            # Zero-copy on CPU devices, Oclgrind included (it sets the CPU bit): the device then sees
+            # host memory live, which the Ctrl-C flag relies on (backends/interrupt.py).
+            unified = bool(dev.host_unified_memory) or bool(dev.type & cl.device_type.CPU)
             _device = Device(ctx, queue, dev, ext, unified, report.identity, report, int(dev.local_mem_size),
                              checker)
         except NoDevice as e:
