@@ -73,8 +73,8 @@ class OpenCLRenderer(CStyleRenderer):
         bits, cas = ("uint", "atomic_cmpxchg") if dtype.bits == 32 else ("ulong", "atom_cmpxchg")
         as_bits, as_t = f"as_{bits}", f"as_{t}"
         return (f"{self.func_prefix}void {name}(volatile __{space} {t}* p, {t} v) {{\n"
-                f"  // floating-point atomic add: compare-and-swap on the bits\n"
-                f"  {bits} seen = {as_bits}(*p), old;\n"
+                f"  // floating-point atomic add: compare-and-swap on the bits (every access atomic: no data race)\n"
+                f"  {bits} seen = {cas}((volatile __{space} {bits}*)p, ({bits})0, ({bits})0), old;\n"
                 f"  do {{\n"
                 f"    old = seen;\n"
                 f"    seen = {cas}((volatile __{space} {bits}*)p, old, {as_bits}({as_t}(old) + v));\n"
@@ -168,6 +168,7 @@ class OpenCLLauncher(Launcher):
             self.kernel = cl.Kernel(program, rendered.name)
         self.threads = kernel.threads
         self.plan = rendered.args
+        self.rendered = rendered
 
     def __call__(self, args: Sequence, grid: int) -> None:
         if grid <= 0:
@@ -184,7 +185,10 @@ class OpenCLLauncher(Launcher):
                 elif spec.kind == "vec":
                     conv = _scalar_type(spec.dtype)
                     cargs += [conv(v) for v in np.asarray(value).reshape(-1)[:spec.length]]
-            rt.run(self.kernel, cargs, (self.threads * grid,), (self.threads,))
+            try:
+                rt.run(self.kernel, cargs, (self.threads * grid,), (self.threads,))
+            except rt.SanitizerError as e:  # Oclgrind's findings, at the user's Python lines
+                raise e.located(self.rendered.loc_of_line) from None
 
 
 class OpenCLBackend(Backend):
