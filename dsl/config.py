@@ -7,6 +7,8 @@ OPDSL_LOG_LEVEL     lowest dsl.log level compiled in: debug|info|warn|error|off 
 OPDSL_OPENCL_DEVICE "platform-substring[:device-index]" choosing the OpenCL device
 OPDSL_OPENCL_PROBE  how OpenCL devices are probed: subprocess (default; a crashing driver is a reason) | inprocess
 OPDSL_NO_DISK_CACHE set to 1 to keep compiled code in memory only
+OPDSL_MAX_TENSOR_BYTES  largest tensor a graph or ONNX model may make opdsl allocate (folded
+                    constants, initializers, planned buffers); default 4 GiB; suffixes K M G T (x1024)
 """
 from __future__ import annotations
 
@@ -84,3 +86,19 @@ def opencl_probe() -> str:
     if how not in OPENCL_PROBES:
         raise ValueError(f"OPDSL_OPENCL_PROBE={how!r}; accepted: {', '.join(OPENCL_PROBES)}")
     return how
+
+
+DEFAULT_MAX_TENSOR_BYTES = 4 << 30
+
+
+def max_tensor_bytes() -> int:
+    """OPDSL_MAX_TENSOR_BYTES: the size cap that keeps a hostile model from asking for terabytes."""
+    raw = os.environ.get("OPDSL_MAX_TENSOR_BYTES", "").strip()
+    if not raw:
+        return DEFAULT_MAX_TENSOR_BYTES
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(raw[-1].upper(), 1)
+    digits = raw[:-1] if scale > 1 else raw
+    if not digits.isdigit() or int(digits) <= 0:
+        raise ValueError(f"OPDSL_MAX_TENSOR_BYTES={raw!r}; accepted: a positive number of bytes, optionally "
+                         "with a K, M, G or T suffix (e.g. 512M)")
+    return int(digits) * scale

@@ -31,8 +31,8 @@ import numpy as np
 
 from dsl import formats as F
 from dsl.graph import Graph
-from dsl.op import Op, TensorSpec, check_and_infer
-from dsl.passes import MemoryPlan, physical_layout, plan_memory
+from dsl.op import Op, TensorSpec, check_and_infer, describe
+from dsl.passes import MemoryPlan, check_tensor_bytes, physical_layout, plan_memory, tensor_limit
 
 _DYNAMIC = object()      # plan marker: shapes depend on run-time values
 _MAX_PLANS = 32
@@ -72,8 +72,10 @@ class _PlanPool:
 class Model:
     """A compiled graph.  ``inputs``/``outputs``: name -> TensorSpec (None dims allowed)."""
 
-    def __init__(self, graph: Graph, backend: str, impls: Dict[str, Any], stats: Dict[str, int]):
+    def __init__(self, graph: Graph, backend: str, impls: Dict[str, Any], stats: Dict[str, int],
+                 max_tensor_bytes: Optional[int] = None):
         self.graph = graph
+        self.max_tensor_bytes = tensor_limit(max_tensor_bytes)  # no buffer of a run may be larger
         self.backend = backend
         self.stats = dict(stats)
         self._impls = impls
@@ -183,6 +185,12 @@ class Model:
         """Allocate every buffer once and turn each node into launches with bound arguments."""
         g = self.graph
         layout = physical_layout(specs)
+        for t in g.inputs:
+            check_tensor_bytes(*layout[t.name], f"graph {g.name!r} input {t.name!r}", self.max_tensor_bytes)
+        for n in g.nodes:
+            for t in n.outputs:
+                check_tensor_bytes(*layout[t.name], f"node {n.name!r} ({describe(n.op)}) output {t.name!r}",
+                                   self.max_tensor_bytes)
         memory = plan_memory(g.nodes, layout, g.outputs)
         arena = [np.empty(max(size, 1), np.uint8) for size in memory.sizes]
         arrays: Dict[str, np.ndarray] = dict(g.constants)
@@ -232,6 +240,9 @@ class Model:
                 value=vals[t.name] if specs[t.name].format == "plain" else None) for t in n.inputs]
             outs = check_and_infer(n.op, in_specs, where=f"node {n.name!r}")
             outs = [s.with_(format=t.spec.format) for s, t in zip(outs, n.outputs)]
+            for s, t in zip(outs, n.outputs):
+                check_tensor_bytes(F.physical_shape(s.shape, s.format), s.dtype.np,
+                                   f"node {n.name!r} ({describe(n.op)}) output {t.name!r}", self.max_tensor_bytes)
             arrs = [np.empty(F.physical_shape(s.shape, s.format), s.dtype.np) for s in outs]
             if not arrs or any(a.size for a in arrs):
                 n.op.run(self._impls[n.name], ins, arrs, self.backend)

@@ -13,10 +13,16 @@ A model becomes a ``dsl.Graph`` and is compiled like any other graph:
 * anything that cannot be honoured -- an unknown op, an attribute the op does not
   have, an unsupported dtype, a dangling input name, a malformed file -- is an
   ``OnnxImportError`` naming the node (name, domain, type) and what would be accepted.
+
+Untrusted models (docs/onnx.md): external tensor data is read only from files inside
+the model's folder (a model given as bytes or a proto reads none unless ``base_dir`` is
+passed), and no tensor larger than ``max_tensor_bytes`` is read, folded or planned.
 """
 from __future__ import annotations
 
+import functools
 import os
+import stat
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -31,34 +37,54 @@ class OnnxImportError(ValueError):
     """The ONNX model cannot be turned into a graph; the message says which part and why."""
 
 
-def load_onnx(model, packages: Sequence = (), backend: Optional[str] = None, formats: str = "auto"):
+def load_onnx(model, packages: Sequence = (), backend: Optional[str] = None, formats: str = "auto",
+              base_dir: Optional[str] = None, max_tensor_bytes: Optional[int] = None):
     """Load an ONNX model (path, bytes or ``onnx.ModelProto``) and compile it -> ``dsl.Model``.
 
     ``packages``: op packages (folders with ``opdsl-package.yaml``, see ``dsl.register_package``)
-    or already imported Python modules defining the custom ops the model uses."""
-    graph = to_graph(model, packages=packages)
-    return graph.compile(backend=backend, formats=formats)
+    or already imported Python modules defining the custom ops the model uses.
+    ``base_dir``: the folder external tensor data is read from (default: the model file's
+    folder; none for bytes or a proto).  ``max_tensor_bytes``: the largest tensor the model
+    may make opdsl read, fold or allocate (default OPDSL_MAX_TENSOR_BYTES, 4 GiB)."""
+    graph = to_graph(model, packages=packages, base_dir=base_dir, max_tensor_bytes=max_tensor_bytes)
+    return graph.compile(backend=backend, formats=formats, max_tensor_bytes=max_tensor_bytes)
 
 
-def to_graph(model, packages: Sequence = ()) -> Graph:
+class _Reader:
+    """Where tensor data may come from, and how much of it: one per import."""
+
+    def __init__(self, base_dir: Optional[str], limit: int):
+        self.base_dir, self.limit = base_dir, limit
+
+
+def to_graph(model, packages: Sequence = (), base_dir: Optional[str] = None,
+             max_tensor_bytes: Optional[int] = None) -> Graph:
     """The ``dsl.Graph`` of an ONNX model (not compiled); see the module docstring."""
     import ops  # noqa: F401  (registers the built-in library that ONNX-domain nodes map to)
-    proto = read_model(model)
+    from dsl.passes import tensor_limit
+    proto, model_dir = read_model(model)
+    reader = _Reader(base_dir if base_dir is not None else model_dir, tensor_limit(max_tensor_bytes))
     _register_packages(packages)
     _check_structure(proto)
-    opsets = {registry.normalize_domain(o.domain): int(o.version) for o in proto.opset_import}
+    opsets = _opsets(proto.opset_import, "opset_import")
     functions = {(registry.normalize_domain(f.domain), f.name): f for f in proto.functions}
     g = Graph(proto.graph.name or "onnx_model")
     g.opset_imports = dict(opsets)
     env: Dict[str, Optional[Tensor]] = {"": None}
     for init in proto.graph.initializer:
-        env[init.name] = g.constant(init.name, _tensor_value(init, f"initializer {init.name!r}"))
+        if init.name in env:
+            raise OnnxImportError(f"malformed ONNX model: graph.initializer name {init.name!r} is used twice")
+        env[init.name] = g.constant(init.name, _tensor_value(init, f"initializer {init.name!r}", reader))
+    seen_inputs = set()
     for vi in proto.graph.input:
+        if vi.name in seen_inputs:
+            raise OnnxImportError(f"malformed ONNX model: graph.input name {vi.name!r} is declared twice")
+        seen_inputs.add(vi.name)
         if vi.name in env:  # IR < 4 lists initializers as inputs too: the initializer wins
             continue
         shape, dtype = _value_info(vi, "graph input")
         env[vi.name] = g.input(vi.name, shape, dtype)
-    _import_nodes(g, proto.graph.node, env, opsets, functions, prefix="")
+    _import_nodes(g, proto.graph.node, env, opsets, functions, prefix="", reader=reader)
     for vi in proto.graph.output:
         if vi.name not in env or env[vi.name] is None:
             raise OnnxImportError(f"graph output {vi.name!r} is not produced by any node, input or initializer")
@@ -73,14 +99,15 @@ def to_graph(model, packages: Sequence = ()) -> Graph:
 
 # --------------------------------------------------------------------------- reading
 
-def read_model(model):
-    """``onnx.ModelProto`` from a path, bytes or a proto, with a clear error otherwise."""
+def read_model(model) -> Tuple[Any, Optional[str]]:
+    """(``onnx.ModelProto``, the folder its external data may come from) for a path, bytes or
+    a proto.  External data is never loaded here: ``_tensor_value`` reads it under checks."""
     import onnx
     if isinstance(model, onnx.ModelProto):
-        return model
+        return model, None
     if isinstance(model, (bytes, bytearray)):
         try:
-            return onnx.load_model_from_string(bytes(model))
+            return onnx.load_model_from_string(bytes(model)), None
         except Exception as e:
             raise OnnxImportError(f"the bytes given are not an ONNX model: {type(e).__name__}: {e}") from None
     if isinstance(model, (str, os.PathLike)):
@@ -88,10 +115,44 @@ def read_model(model):
         if not os.path.exists(path):
             raise FileNotFoundError(f"ONNX model {path!r} does not exist")
         try:
-            return onnx.load(path)
+            proto = onnx.load(path, load_external_data=False)
         except Exception as e:
             raise OnnxImportError(f"{path!r} is not a readable ONNX model: {type(e).__name__}: {e}") from None
+        return proto, os.path.dirname(os.path.realpath(path))
     raise TypeError(f"load_onnx expects a path, bytes or an onnx.ModelProto, got {type(model).__name__}")
+
+
+# Opset versions are small integers; a domain's version past what onnx defines is a hostile or broken file.
+_MAX_CUSTOM_OPSET = 1 << 16
+
+
+@functools.lru_cache(maxsize=1)
+def _known_opsets() -> Dict[str, int]:
+    """The newest opset of each domain the installed onnx package defines."""
+    import onnx.defs
+    known: Dict[str, int] = {}
+    for schema in onnx.defs.get_all_schemas_with_history():
+        domain = registry.normalize_domain(schema.domain)
+        known[domain] = max(known.get(domain, 1), schema.since_version)
+    known[""] = max(known.get("", 1), onnx.defs.onnx_opset_version())
+    return known
+
+
+def _opsets(entries, field: str) -> Dict[str, int]:
+    """domain -> version of an opset_import list, each entry checked."""
+    known = _known_opsets()
+    out: Dict[str, int] = {}
+    for o in entries:
+        domain = registry.normalize_domain(o.domain)
+        label = domain or "ai.onnx"
+        if domain in out:
+            raise OnnxImportError(f"malformed ONNX model: {field} lists domain {label!r} twice")
+        most = known.get(domain, _MAX_CUSTOM_OPSET)
+        if not 1 <= o.version <= most:
+            raise OnnxImportError(f"malformed ONNX model: {field} version {o.version} for domain {label!r} is not "
+                                  f"a known opset; accepted: 1..{most}")
+        out[domain] = int(o.version)
+    return out
 
 
 def _check_structure(proto) -> None:
@@ -148,13 +209,28 @@ def _value_info(vi, what: str) -> Tuple[Tuple[Optional[int], ...], DType]:
     dtype = onnx_dtype(t.tensor_type.elem_type, f"{what} {vi.name!r}")
     if not t.tensor_type.HasField("shape"):
         raise OnnxImportError(f"{what} {vi.name!r} has no shape (not even a rank); opdsl needs the rank")
-    dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.tensor_type.shape.dim)
-    return dims, dtype
+    dims = []
+    for axis, d in enumerate(t.tensor_type.shape.dim):
+        if d.HasField("dim_value") and d.dim_value < 0:
+            raise OnnxImportError(f"{what} {vi.name!r}: shape.dim[{axis}].dim_value is {d.dim_value}; dimensions "
+                                  "are >= 0 (or a dim_param name for a size known at run time)")
+        dims.append(d.dim_value if d.HasField("dim_value") else (d.dim_param or None))
+    return tuple(dims), dtype
 
 
-def _tensor_value(tensor, where: str) -> np.ndarray:
+def _tensor_value(tensor, where: str, reader: _Reader) -> np.ndarray:
     import onnx
-    onnx_dtype(tensor.data_type, where)
+    from dsl.passes import TensorSizeError, check_tensor_bytes
+    dtype = onnx_dtype(tensor.data_type, where)
+    for axis, d in enumerate(tensor.dims):
+        if d < 0:
+            raise OnnxImportError(f"{where}: dims[{axis}] is {d}; tensor dimensions are >= 0")
+    try:  # before anything is read or decoded: the dims say how large the value would be
+        check_tensor_bytes(tensor.dims, dtype.np, where, reader.limit)
+    except TensorSizeError as e:
+        raise OnnxImportError(str(e)) from None
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        tensor = _with_external_data(tensor, where, reader)
     try:
         arr = onnx.numpy_helper.to_array(tensor)
     except Exception as e:
@@ -162,11 +238,64 @@ def _tensor_value(tensor, where: str) -> np.ndarray:
     return np.ascontiguousarray(arr).reshape(tuple(tensor.dims))
 
 
-def _attribute_value(attr, where: str):
+def _with_external_data(tensor, where: str, reader: _Reader):
+    """A copy of ``tensor`` with its external bytes inline, read only from a regular file
+    inside ``reader.base_dir`` (no absolute path, no '..', no symlink leading out)."""
+    import onnx
+    info = {e.key: e.value for e in tensor.external_data}
+    location = info.get("location", "")
+    if reader.base_dir is None:
+        raise OnnxImportError(f"{where}: the tensor's data is in an external file ({location!r}), and a model "
+                              "given as bytes or a proto has no folder to read it from; load the model from its "
+                              "path, or pass base_dir= naming the folder that holds its data files")
+    if not location or os.path.isabs(location) or ".." in location.replace("\\", "/").split("/"):
+        raise OnnxImportError(f"{where}: external_data location {location!r} must be a relative path inside the "
+                              f"model's folder ({reader.base_dir})")
+    base = os.path.realpath(reader.base_dir)
+    path = os.path.realpath(os.path.join(base, location))
+    if os.path.commonpath([base, path]) != base:
+        raise OnnxImportError(f"{where}: external_data location {location!r} leads outside the model's folder "
+                              f"({base}) through a symbolic link")
+    try:
+        offset = int(info.get("offset", "0") or 0)
+        length = int(info["length"]) if info.get("length") else None
+    except ValueError:
+        raise OnnxImportError(f"{where}: external_data offset/length must be integers, got "
+                              f"{info.get('offset')!r}/{info.get('length')!r}") from None
+    if offset < 0 or (length is not None and length < 0):
+        raise OnnxImportError(f"{where}: external_data offset/length must be >= 0, got {offset}/{length}")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as e:
+        raise OnnxImportError(f"{where}: cannot open external data file {location!r}: {e.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise OnnxImportError(f"{where}: external data {location!r} is not a regular file")
+    with os.fdopen(fd, "rb") as f:
+        size = st.st_size
+        length = size - offset if length is None else length
+        if offset + length > size:
+            raise OnnxImportError(f"{where}: external data {location!r} has {size} bytes; the tensor asks for "
+                                  f"{length} bytes at offset {offset}")
+        if length > reader.limit:
+            raise OnnxImportError(f"{where}: external data of {length} bytes is over the limit of {reader.limit} "
+                                  "bytes (max_tensor_bytes / OPDSL_MAX_TENSOR_BYTES)")
+        f.seek(offset)
+        data = f.read(length)
+    inline = onnx.TensorProto()
+    inline.CopyFrom(tensor)
+    del inline.external_data[:]
+    inline.data_location = onnx.TensorProto.DEFAULT
+    inline.raw_data = data
+    return inline
+
+
+def _attribute_value(attr, where: str, reader: _Reader):
     import onnx
     A = onnx.AttributeProto
     if attr.type == A.TENSOR:
-        return _tensor_value(attr.t, f"{where} attribute {attr.name!r}")
+        return _tensor_value(attr.t, f"{where} attribute {attr.name!r}", reader)
     if attr.type in (A.GRAPH, A.GRAPHS, A.SPARSE_TENSOR, A.SPARSE_TENSORS, A.TYPE_PROTO, A.TYPE_PROTOS):
         raise OnnxImportError(f"{where}: attribute {attr.name!r} of type {A.AttributeType.Name(attr.type)} "
                               f"is not supported")
@@ -247,10 +376,10 @@ def _constant_node(node, attrs: Dict[str, Any]) -> np.ndarray:
 
 
 def _import_nodes(g: Graph, nodes: Iterable, env: Dict[str, Optional[Tensor]], opsets: Dict[str, int],
-                  functions: Dict, prefix: str, depth: int = 0) -> None:
+                  functions: Dict, prefix: str, depth: int = 0, reader: Optional[_Reader] = None) -> None:
     for node in nodes:
         where = f"node {_node_label(node)}"
-        attrs = {a.name: _attribute_value(a, where) for a in node.attribute}
+        attrs = {a.name: _attribute_value(a, where, reader) for a in node.attribute}
         ins = []
         for name in node.input:
             if name not in env:
@@ -263,7 +392,7 @@ def _import_nodes(g: Graph, nodes: Iterable, env: Dict[str, Optional[Tensor]], o
             continue
         fn = functions.get((domain, node.op_type))
         if fn is not None and registry.find(domain, node.op_type, opsets.get(domain)) is None:
-            _expand_function(g, node, fn, ins, env, opsets, functions, prefix, depth)
+            _expand_function(g, node, fn, ins, env, opsets, functions, prefix, depth, reader)
             continue
         op = _make_op(node, opsets, attrs)
         while ins and ins[-1] is None:  # trailing absent optional inputs
@@ -296,7 +425,7 @@ def _name_node(g: Graph, node, name: str) -> None:
 
 
 def _expand_function(g: Graph, node, fn, ins: List, env, opsets, functions,
-                     prefix: str, depth: int) -> None:
+                     prefix: str, depth: int, reader: _Reader) -> None:
     """Inline a model-local FunctionProto for one calling node."""
     import onnx
     if depth > 32:
@@ -308,7 +437,7 @@ def _expand_function(g: Graph, node, fn, ins: List, env, opsets, functions,
     for i, name in enumerate(fn.input):
         local[name] = ins[i] if i < len(ins) else None
     fn_opsets = dict(opsets)
-    fn_opsets.update({registry.normalize_domain(o.domain): int(o.version) for o in fn.opset_import})
+    fn_opsets.update(_opsets(fn.opset_import, f"function {fn.name!r} opset_import"))
     bound = {a.name: a for a in fn.attribute_proto}  # declared defaults, then the caller's values
     bound.update({a.name: a for a in node.attribute})
     body = []
@@ -329,7 +458,7 @@ def _expand_function(g: Graph, node, fn, ins: List, env, opsets, functions,
         del copy.attribute[:]
         copy.attribute.extend(kept)
         body.append(copy)
-    _import_nodes(g, body, local, fn_opsets, functions, f"{prefix}{node.name or fn.name}/", depth + 1)
+    _import_nodes(g, body, local, fn_opsets, functions, f"{prefix}{node.name or fn.name}/", depth + 1, reader)
     for i, name in enumerate(node.output):
         if name:
             if i >= len(fn.output) or fn.output[i] not in local:

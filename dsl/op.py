@@ -92,6 +92,7 @@ import contextvars
 import dataclasses
 import difflib
 import inspect
+import operator
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Sequence, Tuple
@@ -132,9 +133,11 @@ class TensorSpec:
     value: Optional[np.ndarray] = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
-        try:
-            shape = tuple(None if d is None else int(d) for d in self.shape)
-        except (TypeError, ValueError):
+        try:  # operator.index: 2.5 (or 2.0) is refused rather than truncated to 2
+            shape = tuple(None if d is None else operator.index(d) for d in self.shape)
+            if any(isinstance(d, (bool, np.bool_)) for d in self.shape):
+                raise TypeError
+        except TypeError:
             raise TypeError(f"TensorSpec shape must be a tuple of int or None, got {self.shape!r}") from None
         if any(d is not None and d < 0 for d in shape):
             raise ValueError(f"TensorSpec shape has a negative dim: {shape}")

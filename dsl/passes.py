@@ -15,6 +15,7 @@
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -26,8 +27,10 @@ from dsl.graph import Graph, Node, Tensor
 from dsl.op import TensorSpec, VerifyError, check_and_infer, describe
 
 
-def compile_graph(graph: Graph, backend: Optional[str] = None, formats: str = "auto", fold: bool = True):
+def compile_graph(graph: Graph, backend: Optional[str] = None, formats: str = "auto", fold: bool = True,
+                  max_tensor_bytes: Optional[int] = None):
     from dsl.model import Model
+    limit = tensor_limit(max_tensor_bytes)
     if formats not in ("auto", "plain"):
         raise ValueError(f"Graph.compile(formats={formats!r}): accepted 'auto' or 'plain'")
     if not graph.outputs:
@@ -36,10 +39,44 @@ def compile_graph(graph: Graph, backend: Optional[str] = None, formats: str = "a
     from backends import base
     base.get(backend)  # unknown backend names fail here, before any work
     g = inline(graph)
-    stats = {"folded": infer_and_fold(g, backend, fold), "removed": remove_dead(g)}
+    stats = {"folded": infer_and_fold(g, backend, fold, limit), "removed": remove_dead(g)}
     stats["reorders"] = assign_formats(g) if formats == "auto" else 0
     impls = select_kernels(g, backend)
-    return Model(g, backend, impls, stats)
+    return Model(g, backend, impls, stats, max_tensor_bytes=limit)
+
+
+# --------------------------------------------------------------------------- size cap
+
+class TensorSizeError(ValueError):
+    """A tensor the graph would make opdsl allocate is larger than the configured cap."""
+
+
+def tensor_limit(max_tensor_bytes: Optional[int]) -> int:
+    """The cap in bytes: the argument when given, else OPDSL_MAX_TENSOR_BYTES (default 4 GiB)."""
+    if max_tensor_bytes is None:
+        return config.max_tensor_bytes()
+    if isinstance(max_tensor_bytes, bool) or not isinstance(max_tensor_bytes, (int, np.integer)) \
+            or max_tensor_bytes <= 0:
+        raise ValueError(f"max_tensor_bytes must be a positive int, got {max_tensor_bytes!r}")
+    return int(max_tensor_bytes)
+
+
+def check_tensor_bytes(shape: Sequence, dtype, what: str, limit: int) -> None:
+    """Raise TensorSizeError naming ``what`` before a tensor of ``shape`` x ``dtype`` is allocated.
+    Exact Python-int arithmetic: a product of huge dims cannot wrap around to a small number."""
+    nbytes = math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize
+    if nbytes > limit:
+        raise TensorSizeError(f"{what}: shape {tuple(int(d) for d in shape)} of {np.dtype(dtype)} needs {nbytes} bytes "
+                              f"({_human_bytes(nbytes)}), over the limit of {limit} bytes ({_human_bytes(limit)}); "
+                              "raise it with max_tensor_bytes= or OPDSL_MAX_TENSOR_BYTES if this is intended")
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
 
 
 # --------------------------------------------------------------------------- 1. inlining
@@ -83,9 +120,10 @@ def _emit(g: Graph, body: Graph, prefix: str, m: Dict[int, Tensor]) -> None:
 
 # --------------------------------------------------------------------------- 2. inference, folding
 
-def infer_and_fold(g: Graph, backend: str, fold: bool = True) -> int:
+def infer_and_fold(g: Graph, backend: str, fold: bool = True, limit: Optional[int] = None) -> int:
     """Re-infer every node's outputs in order (inputs may have changed); fold constant
-    nodes.  Returns the number of folded nodes."""
+    nodes (none larger than ``limit`` bytes).  Returns the number of folded nodes."""
+    limit = tensor_limit(limit)
     kept: List[Node] = []
     folded = 0
     for n in g.nodes:
@@ -100,6 +138,9 @@ def infer_and_fold(g: Graph, backend: str, fold: bool = True) -> int:
         inferred = all(s.value is not None for s in outs)  # infer computed the values (Shape)
         if fold and type(n.op).foldable and outs and (inferred or (
                 consts and all(t.kind == "constant" for t in consts) and all(s.known for s in outs))):
+            for t, s in zip(n.outputs, outs):
+                check_tensor_bytes(s.shape, s.dtype.np, f"constant folding of node {n.name!r} "
+                                   f"({describe(n.op)}), output {t.name!r}", limit)
             if inferred:
                 values = tuple(np.array(s.value, dtype=s.dtype.np).reshape(s.shape) for s in outs)
             else:
