@@ -39,8 +39,8 @@ def _require_function(fn, decorator: str) -> None:
                             "async function")
         return
     what = ("a class" if isinstance(fn, type) else
-            "a builtin function (implemented in C, it has no Python source)" if isinstance(fn, types.BuiltinFunctionType)
-            else "a method" if isinstance(fn, types.MethodType)
+            "a builtin function (implemented in C, it has no Python source)"
+            if isinstance(fn, types.BuiltinFunctionType) else "a method" if isinstance(fn, types.MethodType)
             else f"an object of type {type(fn).__name__}")
     hint = ("; to set options write @dsl.kernel(threads=...) with keywords"
             if decorator == "@dsl.kernel" and isinstance(fn, (int, tuple)) else "")
@@ -430,8 +430,8 @@ def _check_overlap(kname: str, params, values) -> None:
                     and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]):
                 continue
             raise ValueError(f"{kname}(): arguments '{p.name}' ({p.annotation!r}) and '{q.name}' ({q.annotation!r}) "
-                             "overlap in memory; pass distinct arrays, or take the data once as an InOut parameter to read and "
-                             "write it in place")
+                             "overlap in memory; pass distinct arrays, or take the data once as an InOut parameter "
+                             "to read and write it in place")
 
 
 def _scalar_value(kname: str, pname: str, dt: T.DType, v):
