@@ -21,6 +21,7 @@ import numpy as np
 
 from dsl import config, ir
 from dsl import types as T
+from backends.bounds import MAX_RANK, Sites
 from backends.cstyle_helpers import CHelpers, Unsupported
 from dsl.errors import UNKNOWN, CompileError, SourceLoc
 
@@ -51,6 +52,8 @@ class Rendered:
     line_locs: Dict[int, SourceLoc]     # 1-based C line -> the Python statement it came from
     features: frozenset = frozenset()   # 'fp64', 'int64_atomics', 'printf', ...
     feature_locs: Dict[str, SourceLoc] = field(default_factory=dict)  # where each feature is first used
+    hidden: Tuple[str, ...] = ()        # trailing arguments after the params: 'interrupt' (counter, start), 'errors'
+    sites: tuple = ()                   # debug mode: what each bounds check reports (backends/bounds.py)
 
     def loc_of_line(self, line: int) -> Optional[SourceLoc]:
         return self.line_locs.get(line)
@@ -172,8 +175,10 @@ class CStyleRenderer(CHelpers):
                    "sin": "sin", "cos": "cos", "floor": "floor", "ceil": "ceil"}
     helper_prefix = "opdsl_"
 
-    def __init__(self, log_level: str = "warn"):
+    def __init__(self, log_level: str = "warn", debug: bool = False, interrupt: bool = False):
         self.log_level = log_level
+        self.debug = debug          # bounds-check every access into the error record (hidden argument)
+        self.interrupt = interrupt  # poll the Ctrl-C counter (hidden arguments) at loop back-edges
 
     # ---- entry point ----------------------------------------------------------
     def render(self, kernel: ir.Kernel) -> Rendered:
@@ -186,6 +191,8 @@ class CStyleRenderer(CHelpers):
         self.cur_loc: SourceLoc = UNKNOWN
         self.last_py: Optional[Tuple[str, int]] = None
         self.func_ret: Optional[T.DType] = None
+        self.sites = Sites()
+        self.in_func = False
         for p in kernel.params:                # reserve user names first: they keep their spelling
             self.names.user(p.name)
         for s in kernel.scratch:
@@ -220,7 +227,9 @@ class CStyleRenderer(CHelpers):
         lines = head + funcs_text + body
         text = "\n".join(ln for ln, _ in lines) + "\n"
         locs = {i + 1: loc for i, (_, loc) in enumerate(lines) if loc is not UNKNOWN}
-        return Rendered(text, self.kname, tuple(self.args), locs, frozenset(self.features), dict(self.features))
+        hidden = (("interrupt",) if self.interrupt else ()) + (("errors",) if self.debug else ())
+        return Rendered(text, self.kname, tuple(self.args), locs, frozenset(self.features), dict(self.features),
+                        hidden, tuple(self.sites.table))
 
     @staticmethod
     def _ident(name: str) -> str:
@@ -242,6 +251,103 @@ class CStyleRenderer(CHelpers):
             return [first + ")"]
         return [(first if i == 0 else pad) + p + ("," if i < len(params) - 1 else ")")
                 for i, p in enumerate(params)]
+
+    intr_name, intr0_name, err_name = "opdsl_intr", "opdsl_intr0", "opdsl_err"
+
+    def hidden_params(self) -> List[str]:
+        """The hidden trailing parameters: the Ctrl-C counter and its value at launch, the error record."""
+        out = []
+        if self.interrupt:
+            out += [f"{self.buffer_prefix}volatile const long* {self.intr_name}", f"long {self.intr0_name}"]
+        if self.debug:
+            out.append(f"{self.buffer_prefix}long* {self.err_name}")
+        return out
+
+    def stop_condition(self) -> str:
+        """C true when a loop should stop: Ctrl-C, or (debug) a failed bounds check."""
+        conds = [f"*{self.intr_name} != {self.intr0_name}"] if self.interrupt and not self.in_func else []
+        if self.debug and not self.in_func:
+            conds.append(f"{self.read_claim(self.err_name)} != 0")
+        return " || ".join(conds)
+
+    def poll(self, loop_body) -> None:
+        """``break`` out of the loop when stop_condition holds.
+
+        ``break``, not ``return``: a work-item that left the kernel while the others wait at a
+        later barrier is undefined behaviour; every loop it is still in polls and breaks too.
+        A loop with sync() inside is left by the whole team at once: thread 0 reads the flag
+        into __local memory, a barrier, then everyone reads the same slot.  Two slots used in
+        turn keep this free of races without a second barrier (a slot is written again only
+        after the next poll's barrier, which every reader of it has passed)."""
+        cond = self.stop_condition()
+        if not cond:
+            return
+        why = "Ctrl-C" + (" or a failed bounds check" if self.debug else "")
+        if not ir.contains_sync(list(loop_body)):
+            self.emit(f"if ({cond}) break;  // {why}")
+            return
+        self.emit(f"if ({self.code_for_team['thread_id']} == 0) opdsl_stop[opdsl_turn] = ({cond});  // {why}, "
+                  "decided for the whole team")
+        self.emit(self.barrier)
+        self.emit("if (opdsl_stop[opdsl_turn]) break;")
+        self.emit("opdsl_turn ^= 1;")
+
+    def team_poll_state(self) -> List[str]:
+        """Declarations the team-wide polls of loops with sync() need (kernel scope)."""
+        if not self.stop_condition() or not any(isinstance(n, (ir.For, ir.While)) and ir.contains_sync(list(n.body))
+                                                for n in ir.walk(list(self.k.body))):
+            return []
+        return [f"{self.local_prefix}int opdsl_stop[2];  // team-wide Ctrl-C decisions, used in turn",
+                "int opdsl_turn = 0;"]
+
+    def checked_offset(self, node, kind: str) -> str:
+        """Debug mode: the offset of ``node``'s index, or -1 after recording a failure (helper at_<rank>)."""
+        buf = self.k.buffer(node.tensor)
+        if node.flat:
+            dims = [self.size_name(node.tensor)]
+        elif isinstance(buf, ir.TensorParam):
+            dims = self.shape_names[node.tensor]
+        elif isinstance(buf, ir.VecParam):
+            dims = [str(buf.length)]
+        else:
+            dims = [f"{n}L" for n in buf.shape]
+        loc = node.loc if node.loc is not UNKNOWN and node.loc.line > 0 else self.cur_loc
+        site = self.sites.add(node.tensor, kind, node.flat, len(node.index), loc)
+        pairs = ", ".join(f"(long)({self.bare(i)}), {n}" for i, n in zip(node.index, dims))
+        return f"{self.helper('at', None, str(len(node.index)))}({self.err_name}, {site}L, {pairs})"
+
+    def size_name(self, tensor: str) -> str:
+        buf = self.k.buffer(tensor)
+        if isinstance(buf, ir.TensorParam):
+            return f"({' * '.join(self.shape_names[tensor]) or '1L'})"
+        if isinstance(buf, ir.VecParam):
+            return f"{buf.length}L"
+        return f"{int(np.prod(buf.shape)) if buf.shape else 1}L"
+
+    def helper_at(self, name, t, dtype, extra):
+        rank = int(extra)
+        params = ", ".join(f"long i{d}, long n{d}" for d in range(rank))
+        off = "i0"
+        for d in range(1, rank):
+            off = f"({off}) * n{d} + i{d}" if d > 1 else f"{off} * n{d} + i{d}"
+        checks = "".join(f"  if (i{d} < 0 || i{d} >= n{d}) axis = {d};\n" for d in reversed(range(rank)))
+        keep = "".join(f" err[{5 + d}] = i{d};" for d in range(min(rank, MAX_RANK)))
+        return (f"{self.func_prefix}long {name}({self.buffer_prefix}long* err, long site, {params}) {{\n"
+                f"  // debug mode: the row-major offset, or -1 after the launch's first failure is recorded\n"
+                f"  long axis = -1;\n{checks}"
+                f"  if (axis < 0) return {off};\n"
+                f"  if ({self.claim('err')} == 0) {{\n"
+                f"    err[1] = site; err[2] = axis; err[3] = {self.code_for_team['thread_id']}; "
+                f"err[4] = {self.code_for_team['tile_id']};{keep}\n"
+                f"  }}\n  return -1;\n}}")
+
+    def claim(self, record: str) -> str:
+        """C returning 0 for the first caller only (a compare-and-swap on the record's first slot)."""
+        return f"{record}[0]++"
+
+    def read_claim(self, record: str) -> str:
+        """C reading the slot ``claim`` writes (atomically where claim is atomic: no data race)."""
+        return f"{record}[0]"
 
     def load_f16(self, ptr: str, off: str) -> str:
         raise Unsupported(f"f16 storage is not supported by the {type(self).__name__} target")
@@ -297,6 +403,7 @@ class CStyleRenderer(CHelpers):
                 if arg != cname:
                     consts.append(f"const {self.ctype(p.dtype.compute)} {cname} = {self.scalar_arg_value(p.dtype, arg)};")
                 self.args.append(Arg("scalar", p.name, p.dtype))
+        params += self.hidden_params()
         for line in self.kernel_header() + self.kernel_signature(params):
             self.emit(line)
         self.emit("{")
@@ -308,7 +415,7 @@ class CStyleRenderer(CHelpers):
             self.emit(f"{self.local_prefix}{self.scratch_storage.get(s.dtype.name, self.stype(s.dtype))} "
                       f"{self.names.user(s.name)}[{n}];"
                       f"  // scratch {list(s.shape)} {s.dtype}")
-        for line in consts:
+        for line in consts + self.team_poll_state():
             self.emit(line)
         used_sizes = {n.tensor for n in ir.walk(list(k.body) + [b for f in k.funcs for b in f.body])
                       if isinstance(n, ir.Size)}
@@ -353,7 +460,9 @@ class CStyleRenderer(CHelpers):
         self.depth += 1
         self._declare_locals(f.locals)
         self.func_ret = f.ret
+        self.in_func = True  # no hidden arguments here: loops in device functions are not polled
         self.block(f.body)
+        self.in_func = False
         self.depth -= 1
         self.emit("}")
         self.emit("")
@@ -385,9 +494,25 @@ class CStyleRenderer(CHelpers):
     def stmt_ExprStmt(self, s: ir.ExprStmt) -> None:
         self.emit(f"{self.expr(s.value)};")
 
+    def _checked(self, node, kind: str, emit_with) -> None:
+        """Debug mode: run ``emit_with(offset)`` only when the index is in range."""
+        if not self.debug:
+            emit_with(self.offset(node.tensor, node.index, node.flat))
+            return
+        self.emit(f"{{ const long opdsl_o = {self.checked_offset(node, kind)};")
+        self.depth += 1
+        self.emit("if (opdsl_o >= 0)")
+        self.depth += 1
+        emit_with("opdsl_o")
+        self.depth -= 2
+        self.emit("}")
+
     def stmt_Store(self, s: ir.Store) -> None:
+        self._checked(s, "store", lambda off: self._store(s, off))
+
+    def _store(self, s: ir.Store, off: str) -> None:
         buf = self.k.buffer(s.tensor)
-        ptr, off = self.pointer(s.tensor), self.offset(s.tensor, s.index, s.flat)
+        ptr = self.pointer(s.tensor)
         value = self.bare(s.value)
         name = buf.dtype.name
         if name == "f16":
@@ -402,8 +527,8 @@ class CStyleRenderer(CHelpers):
     def stmt_AtomicAdd(self, s: ir.AtomicAdd) -> None:
         buf = self.k.buffer(s.tensor)
         space = "local" if isinstance(buf, ir.Scratch) else "global"
-        ptr = f"&{self.names.user(s.tensor)}[{self.offset(s.tensor, s.index, s.flat)}]"
-        self.emit(self.atomic_add(ptr, buf.dtype, self.bare(s.value), space))
+        self._checked(s, "atomic_add", lambda off: self.emit(
+            self.atomic_add(f"&{self.names.user(s.tensor)}[{off}]", buf.dtype, self.bare(s.value), space)))
 
     def stmt_If(self, s: ir.If) -> None:
         self.emit(f"if ({self.bare(s.cond)}) {{")
@@ -428,6 +553,9 @@ class CStyleRenderer(CHelpers):
 
     def stmt_While(self, s: ir.While) -> None:
         self.emit(f"while ({self.bare(s.cond)}) {{")
+        self.depth += 1
+        self.poll(s.body)
+        self.depth -= 1
         self._nested(s.body)
         self.emit("}")
 
@@ -463,6 +591,7 @@ class CStyleRenderer(CHelpers):
             inc = f"{it} += {step}"
         self.emit(f"for ({', '.join(inits)}; {cond}; {inc}) {{")
         self.depth += 1
+        self.poll(s.body)
         self.emit(f"{var} = {it};")
         self.block(s.body)
         self.depth -= 1
@@ -579,7 +708,8 @@ class CStyleRenderer(CHelpers):
     def expr_Load(self, e: ir.Load) -> str:
         buf = self.k.buffer(e.tensor)
         ptr = self.pointer(e.tensor)
-        off = self.offset(e.tensor, e.index, e.flat)
+        # debug: a failed check reads element 0 (every buffer has one) and the launch raises
+        off = f"max({self.checked_offset(e, 'load')}, 0L)" if self.debug else self.offset(e.tensor, e.index, e.flat)
         name = buf.dtype.name
         if name == "f16" and not isinstance(buf, ir.VecParam):
             return self.load_f16(ptr, off)

@@ -29,7 +29,8 @@ from dsl import types as T
 from dsl.errors import CompileError
 from backends import cache, numba_cache
 from backends.base import Backend, CompileRequest, Launcher
-from backends.numba_regions import generate
+from backends import bounds, interrupt
+from backends.numba_regions import Program
 
 # A launch runs serially when its tensors hold fewer elements than this in total and the
 # team count is small: below it, waking the worker threads costs more than it saves.
@@ -89,8 +90,9 @@ def _nb_storage(t: T.DType):
     return nbt.uint16 if t.is_storage_only else _nb_scalar(t)
 
 
-def signature(kernel: ir.Kernel) -> Tuple:
-    """numba argument types of the entry points, for the arrays/scalars the launcher passes."""
+def signature(kernel: ir.Kernel, debug: bool = False) -> Tuple:
+    """numba argument types of the entry points, for the arrays/scalars the launcher passes
+    (then the grid and the hidden arguments: Ctrl-C counter and its start value, error record)."""
     out: List = []
     for p in kernel.params:  # writable types: a read-only input array makes numba compile once more
         if isinstance(p, ir.TensorParam):
@@ -99,7 +101,9 @@ def signature(kernel: ir.Kernel) -> Tuple:
             out.append(nbt.Array(_nb_storage(p.dtype), 1, "C"))
         else:
             out.append(_nb_scalar(p.dtype))
-    out.append(nbt.int64)
+    out += [nbt.int64, nbt.Array(nbt.int64, 1, "C"), nbt.int64]
+    if debug:
+        out.append(nbt.Array(nbt.int64, 1, "C"))
     return tuple(out)
 
 
@@ -173,7 +177,7 @@ def load(request: CompileRequest, source: str):
         hit = _modules.get(stem)
     if hit is not None:
         return hit
-    sig = signature(k)
+    sig = signature(k, request.debug)
     with cache.lock("numba", stem):
         path = _save_source(stem, source)
         mod = _exec_source(source, stem, path)
@@ -205,8 +209,9 @@ def _save_source(stem: str, source: str) -> Optional[Path]:
 class NumbaLauncher(Launcher):
     """Runs one specialization; the per-launch Python work is a few attribute reads."""
 
-    def __init__(self, mod, request: CompileRequest, path):
+    def __init__(self, mod, request: CompileRequest, path, sites=None):
         k = request.kernel
+        self._sites = sites  # debug mode: what each bounds check reports (backends/bounds.py)
         self.name = k.name
         self._kernel = k
         self._stem = f"{request.key}_{CODEGEN_VERSION}"
@@ -244,13 +249,13 @@ class NumbaLauncher(Launcher):
             for i in self._tensors:
                 n += args[i].size
             if n < SERIAL_MAX_ELEMENTS:
-                self._serial(*args, grid)
+                self._run(self._serial, args, grid)
                 return
         self._run_parallel(args, grid)
 
     def run_serial(self, args: Sequence, grid: int) -> None:
         """Force the serial variant (tests, benchmarks)."""
-        self._serial(*self._adapt(args), grid)
+        self._run(self._serial, self._adapt(args), grid)
 
     def run_parallel(self, args: Sequence, grid: int) -> None:
         """Force the parallel variant (compiled on first use)."""
@@ -261,15 +266,29 @@ class NumbaLauncher(Launcher):
         fn = self._ready.get(which) or self._compile_parallel(which)
         if _serialize_parallel:
             with _parallel_lock:
-                fn(*args, grid)
+                self._run(fn, args, grid)
         else:
-            fn(*args, grid)
+            self._run(fn, args, grid)
+
+    def _run(self, fn, args: Sequence, grid: int) -> None:
+        """One launch with its hidden arguments; KeyboardInterrupt if SIGINT stopped it, IndexError
+        (debug mode) if an access was out of range."""
+        start = interrupt.arm()
+        if self._sites is None:
+            fn(*args, grid, interrupt.COUNTER, start)
+        else:
+            record = bounds.new_record()
+            fn(*args, grid, interrupt.COUNTER, start, record)
+            if record[bounds.STATE]:
+                interrupt.check(start)  # an interrupt first: the record may be one of its casualties
+                raise bounds.error(record, self._sites, self._kernel, args).with_traceback(None)
+        interrupt.check(start)
 
     def _compile_parallel(self, which: str):
         with self._lock:
             if which not in self._ready:
                 fn = self._entries[which]
-                sig = signature(self._kernel)
+                sig = signature(self._kernel, self._sites is not None)
                 if self._disk:
                     with cache.lock("numba", self._stem):
                         _compile_entry(fn, sig, self._kernel, which)
@@ -299,11 +318,17 @@ class NumbaBackend(Backend):
     name = "numba"
 
     def source(self, request: CompileRequest) -> str:
-        return generate(request.kernel, request.log_level, request.key, request.fastmath)
+        return self.program(request).source()
+
+    @staticmethod
+    def program(request: CompileRequest) -> Program:
+        return Program(request.kernel, request.log_level, request.key, request.fastmath, request.debug,
+                       request.interrupt)
 
     def compile(self, request: CompileRequest) -> Launcher:
-        mod, path = load(request, self.source(request))
-        return NumbaLauncher(mod, request, path)
+        program = self.program(request)
+        mod, path = load(request, program.source())
+        return NumbaLauncher(mod, request, path, program.gen.sites.table if request.debug else None)
 
     def available(self) -> str:
         return ""

@@ -32,10 +32,15 @@ from dsl import types as T
 from dsl.errors import CompileError
 from backends import numba_format as F
 from dsl import log_format as LF
+from backends.bounds import Sites
 
 # numba's fastmath flags for fastmath=True kernels: all of LLVM's "fast" but nnan and ninf,
 # which would let LLVM assume no NaN/inf ever appears (and fold isnan-style checks away).
 FASTMATH = ("afn", "arcp", "contract", "nsz", "reassoc")
+
+# Innermost loops poll Ctrl-C once per this many iterations (see Gen.strip_mined): ~10 us of
+# streaming work on one core, so a stop takes far less than a millisecond.
+POLL_CHUNK = 16384
 
 # Builtin math: name → template over the (already typed) argument code.
 _MATH = {"exp": "math.exp({0})", "log": "math.log({0})", "sqrt": "math.sqrt({0})",
@@ -172,6 +177,12 @@ class Scope:
 class Hooks:
     """What Return/Break/Continue become in one kind of function (thread, region, func)."""
 
+    in_func = False  # a @dsl.func: no tensors, so no error record to poll
+
+    def stop(self, gen: "Gen") -> List[str]:
+        """Leaving the function after Ctrl-C or a failed bounds check (the team checks again)."""
+        return ["return"]
+
     def ret(self, stmt: ir.Return, gen: "Gen", scope: Scope) -> List[str]:
         return ["return"]
 
@@ -182,10 +193,15 @@ class Hooks:
 class Gen:
     """Emits expressions and statements of one kernel specialization."""
 
-    def __init__(self, kernel: ir.Kernel, log_level: str = "debug", fastmath: bool = False):
+    def __init__(self, kernel: ir.Kernel, log_level: str = "debug", fastmath: bool = False, debug: bool = False,
+                 interrupt: bool = True):
         self.k = kernel
         self.log_level = log_level
         self.fastmath = fastmath
+        self.debug = debug          # bounds-check every access into the error record _err
+        self.interrupt = interrupt  # poll the Ctrl-C counter _intr at loop back-edges
+        self.sites = Sites()        # what each check reports (backends/bounds.py)
+        self.stmt_loc = None        # the statement being emitted: where a failed check points
         self.types: Dict[str, T.DType] = {n: t for n, t in kernel.locals}
         self.params = {p.name: p for p in kernel.params}
         self.scratch = {s.name: s for s in kernel.scratch}
@@ -257,6 +273,31 @@ class Gen:
                 code = f"({code})"
         return code
 
+    def checked_args(self, node, kind: str, scope: Scope, middle: str = "") -> str:
+        """Arguments of a numba_runtime *_checked call: index and shape tuples, [middle,] record, site, team."""
+        idx = [f"np.int64({self.expr(i, scope)})" for i in node.index]
+        shape = [self.size_code(node.tensor)] if node.flat else self.shape_names(node.tensor)
+        loc = node.loc if getattr(node, "loc", None) is not None and node.loc.line > 0 else self.stmt_loc
+        site = self.sites.add(node.tensor, kind, node.flat, len(idx), loc)
+        tup = lambda xs: f"({xs[0]},)" if len(xs) == 1 else f"({', '.join(xs)})"  # noqa: E731
+        mid = f", {middle}" if middle else ""
+        return f"{tup(idx)}, {tup(shape)}{mid}, _err, {site}, {scope.tid}, _tile"
+
+    def stop_condition(self, hooks: "Hooks") -> str:
+        """Code true when this function should stop: Ctrl-C, or (debug) a failed bounds check."""
+        conds = ["rt.interrupted(_intr, _intr0)"] if self.interrupt else []
+        if self.debug and not hooks.in_func:
+            conds.append("_err[0] != 0")
+        return " or ".join(conds)
+
+    def poll(self, hooks: "Hooks", pad: str, out: List[str], guard: str = "") -> None:
+        """A back-edge poll: leave the function if stop_condition holds (and ``guard``, if given)."""
+        cond = self.stop_condition(hooks)
+        if cond:
+            cond = f"{guard} and ({cond})" if guard else cond
+            out.append(f"{pad}if {cond}:  # Ctrl-C{' or a failed bounds check' if self.debug else ''}: stop")
+            out.extend(f"{pad}    {x}" for x in hooks.stop(self))
+
     def storage(self, tensor: str) -> T.DType:
         b = self.k.buffer(tensor)
         return b.dtype
@@ -282,9 +323,12 @@ class Gen:
 
     def _e_Load(self, e, scope):
         arr = self.names[e.tensor]
-        off = self.offset(e.tensor, e.index, e.flat, scope)
-        code = f"{arr}[ix({off})]"
         st = self.storage(e.tensor)
+        if self.debug:
+            zero = f"{storage_np(st)}(0)"
+            code = f"rt.load_checked({arr}, {self.checked_args(e, 'load', scope, zero)})"
+        else:
+            code = f"{arr}[ix({self.offset(e.tensor, e.index, e.flat, scope)})]"
         if st.is_storage_only:
             code = f"rt.{st.name}_to_f32({code})"
         return cast(code, st, e.type)
@@ -384,7 +428,7 @@ class Gen:
             if isinstance(a, ir.Const) and ctype(p.dtype) in (T.i64, T.bool_):
                 code = f"{np_type(p.dtype)}({code})"  # a literal would make numba compile a copy per value
             args.append(code)
-        return f"{self.func_names[e.func]}({', '.join([scope.tid, '_tile', '_ntiles'] + args)})"
+        return f"{self.func_names[e.func]}({', '.join([scope.tid, '_tile', '_ntiles', '_intr', '_intr0'] + args)})"
 
     # ----------------------------------------------------------------- statements
 
@@ -397,6 +441,8 @@ class Gen:
         start = len(out)
         for s in stmts:
             self._comment(s, pad, out, line)
+            if getattr(s, "loc", None) is not None and s.loc.line > 0:
+                self.stmt_loc = s.loc
             fn = getattr(self, "_s_" + type(s).__name__, None)
             if fn is None:
                 raise CompileError(f"the numba backend cannot compile {type(s).__name__} statements",
@@ -429,6 +475,15 @@ class Gen:
         return f"{self.names[tensor]}[ix({self.offset(tensor, index, flat, scope)})] = {v}"
 
     def _s_Store(self, s, scope, hooks, depth, loops, out, line):
+        if self.debug:
+            st = self.storage(s.tensor)
+            v = self.typed(s.value, ctype(st), scope)
+            if st.is_storage_only:
+                v = f"rt.f32_to_{st.name}({v})"
+            elif st.is_bool:
+                v = f"np.bool_({v})"
+            out.append("    " * depth + f"rt.store_checked({self.names[s.tensor]}, {self.checked_args(s, 'store', scope, v)})")
+            return
         out.append("    " * depth + self.store_code(s.tensor, s.index, s.flat, s.value, scope))
 
     def _s_AtomicAdd(self, s, scope, hooks, depth, loops, out, line):
@@ -438,6 +493,11 @@ class Gen:
                                "tensors", s.loc)
         fn = f"rt.atomic_add_{st.name}" if st.is_storage_only else "rt.atomic_add"
         v = self.typed(s.value, ctype(st), scope)
+        if self.debug:
+            pad = "    " * depth
+            out += [f"{pad}_off = rt.checked_offset({self.checked_args(s, 'atomic_add', scope)})",
+                    f"{pad}if _off >= 0:", f"{pad}    {fn}({self.names[s.tensor]}, _off, {v})"]
+            return
         out.append("    " * depth + f"{fn}({self.names[s.tensor]}, {self.offset(s.tensor, s.index, s.flat, scope)}, {v})")
 
     def _s_If(self, s, scope, hooks, depth, loops, out, line):
@@ -451,17 +511,54 @@ class Gen:
     def _s_For(self, s, scope, hooks, depth, loops, out, line):
         pad = "    " * depth
         var = self.names[s.var]
-        args = ", ".join(self.typed(x, T.i64, scope) for x in (s.start, s.stop, s.step))
         vt = self.types.get(s.var, T.i64)
+        if self.strip_mined(s):
+            self._strip_mined_for(s, scope, hooks, depth, loops, out, line)
+            return
+        args = ", ".join(self.typed(x, T.i64, scope) for x in (s.start, s.stop, s.step))
         if ctype(vt) == T.i64:
             out.append(f"{pad}for {var} in range({args}):")
         else:  # a loop variable typed narrower than the i64 counter
             out.append(f"{pad}for _i{depth} in range({args}):")
             out.append(f"{pad}    {var} = {cast(f'_i{depth}', T.i64, vt)}")
+        self.poll(hooks, pad + "    ", out)
         self.block(s.body, scope, hooks, depth + 1, loops + 1, out, line)
+
+    def strip_mined(self, s: ir.For) -> bool:
+        """Whether ``s`` polls once per POLL_CHUNK iterations instead of at every back-edge.
+
+        An exit branch in an innermost loop stops LLVM vectorizing it, so such a loop runs in
+        chunks: the chunk loop polls, the loop inside it does not.  Loops with a ``break``
+        (never vectorized) and debug builds (a failed check must stop the loop soon) poll
+        every iteration; loops that contain loops poll at each iteration, which costs nothing
+        next to their inner loop."""
+        if not self.interrupt or self.debug:
+            return False
+        return not any(isinstance(n, (ir.For, ir.While, ir.Break)) for n in ir.walk(list(s.body)))
+
+    def _strip_mined_for(self, s, scope, hooks, depth, loops, out, line):
+        pad = "    " * depth
+        var = self.names[s.var]
+        vt = self.types.get(s.var, T.i64)
+        start, stop, step = (self.typed(x, T.i64, scope) for x in (s.start, s.stop, s.step))
+        a, n, o, k = f"_a{depth}", f"_n{depth}", f"_o{depth}", f"_k{depth}"
+        literal_step = isinstance(s.step, ir.Const)
+        st = step if literal_step else f"_s{depth}"
+        out.append(f"{pad}{a} = {start}  # range({start}, {stop}, {step}) in chunks of {POLL_CHUNK}: "
+                   "Ctrl-C is polled between chunks")
+        if not literal_step:
+            out.append(f"{pad}{st} = {step}")
+        out.append(f"{pad}{n} = rt.trip_count({a}, {stop}, {st})")
+        out.append(f"{pad}for {o} in range(0, {n}, {POLL_CHUNK}):")
+        self.poll(hooks, pad + "    ", out, guard=f"{o} != 0")  # the first chunk: the enclosing loop just polled
+        out.append(f"{pad}    for {k} in range({o}, {o} + min({POLL_CHUNK}, {n} - {o})):")
+        value = f"{a} + {k}" if st in ("1", "np.int64(1)") else f"{a} + {k} * {st}"
+        out.append(f"{pad}        {var} = {cast(value, T.i64, vt) if ctype(vt) != T.i64 else value}")
+        self.block(s.body, scope, hooks, depth + 2, loops + 1, out, line)
 
     def _s_While(self, s, scope, hooks, depth, loops, out, line):
         out.append("    " * depth + f"while {self.typed(s.cond, T.bool_, scope)}:")
+        self.poll(hooks, "    " * (depth + 1), out)
         self.block(s.body, scope, hooks, depth + 1, loops + 1, out, line)
 
     def _s_Break(self, s, scope, hooks, depth, loops, out, line):
@@ -550,8 +647,13 @@ class Gen:
 # --------------------------------------------------------------------------- functions
 
 class FuncHooks(Hooks):
+    in_func = True
+
     def __init__(self, f: ir.Function):
         self.f = f
+
+    def stop(self, gen):
+        return ["return"] if self.f.ret is None else [f"return {const(0, self.f.ret)}"]
 
     def ret(self, stmt, gen, scope):
         if stmt.value is None or self.f.ret is None:
@@ -570,7 +672,7 @@ def emit_function(gen: Gen, f: ir.Function) -> List[str]:
     sub.local_names = set(sub.types)
     sub.params = {}
     scope = Scope(names)
-    params = ", ".join(["_tid", "_tile", "_ntiles"] + [names[p.name] for p in f.params])
+    params = ", ".join(["_tid", "_tile", "_ntiles", "_intr", "_intr0"] + [names[p.name] for p in f.params])
     out = ["@njit(**JIT)", f"def {gen.func_names[f.name]}({params}):"]
     doc = f"    \"\"\"@dsl.func {f.name}({', '.join(f'{p.name}: {p.dtype}' for p in f.params)}) -> {f.ret}\"\"\""
     out.append(doc)

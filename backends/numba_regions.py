@@ -110,7 +110,8 @@ class Uses:
     sizes: Set[str] = field(default_factory=set)
 
 
-def uses_of(nodes, k: ir.Kernel) -> Uses:
+def uses_of(nodes, k: ir.Kernel, checked: bool = False) -> Uses:
+    """What ``nodes`` read and write; ``checked`` (debug mode): every shape/size a bounds check needs."""
     u = Uses()
     ndim = {p.name: p.ndim for p in k.params if isinstance(p, ir.TensorParam)}
     for n in ir.walk(list(nodes)):
@@ -125,7 +126,9 @@ def uses_of(nodes, k: ir.Kernel) -> Uses:
         elif isinstance(n, (ir.Load, ir.Store, ir.AtomicAdd)):
             u.buffers.add(n.tensor)
             if not n.flat and n.tensor in ndim:
-                u.shapes.update((n.tensor, d) for d in range(1, ndim[n.tensor]))
+                u.shapes.update((n.tensor, d) for d in range(0 if checked else 1, ndim[n.tensor]))
+            elif checked and n.tensor in ndim:
+                u.sizes.add(n.tensor)
         elif isinstance(n, ir.Shape):
             if n.tensor in ndim:
                 u.shapes.add((n.tensor, n.axis))
@@ -165,11 +168,15 @@ def _team_loop_vars(nodes: List[TeamNode]) -> Set[str]:
 class Program:
     """Generates the whole module for one kernel specialization."""
 
-    def __init__(self, kernel: ir.Kernel, log_level: str = "debug", key: str = "", fastmath: bool = False):
+    def __init__(self, kernel: ir.Kernel, log_level: str = "debug", key: str = "", fastmath: bool = False,
+                 debug: bool = False, interrupt: bool = True):
         self.k = kernel
         self.key = key
         self.fastmath = fastmath
-        self.gen = Gen(kernel, log_level, fastmath)
+        self.debug = debug
+        self.gen = Gen(kernel, log_level, fastmath, debug, interrupt)
+        # hidden arguments of every function: the Ctrl-C counter and its value at launch, the error record
+        self.hidden = ["_intr", "_intr0"] + (["_err"] if debug else [])
         self.names = self.gen.names
         self.threads = kernel.threads
         self.has_sync = ir.contains_sync(list(kernel.body))
@@ -187,15 +194,22 @@ class Program:
         seen: Dict[str, int] = {}
         state: Set[str] = set()
         for r in self.regions:
-            for n in uses_of(r.stmts, self.k).names & locals_:
+            for n in self.uses(r.stmts).names & locals_:
                 seen[n] = seen.get(n, 0) + 1
                 if r.in_loop or seen[n] > 1:
                     state.add(n)
         for e in _team_exprs(self.team):
-            state |= uses_of([e], self.k).names & locals_
+            state |= self.uses([e]).names & locals_
         state |= _team_loop_vars(self.team)
         order = [n for n, _ in self.k.locals] + sorted(self.gen.assigned_params)
         return [n for n in dict.fromkeys(order) if n in state]
+
+    def uses(self, nodes) -> Uses:
+        return uses_of(nodes, self.k, self.debug)
+
+    def stop_condition(self) -> str:
+        """Team-level code true when the launch must stop (Ctrl-C, or a failed check in debug mode)."""
+        return self.gen.stop_condition(Hooks())
 
     def local_type(self, name: str) -> T.DType:
         return ctype(self.gen.types[name])
@@ -240,7 +254,7 @@ class Program:
 
     def entry_params(self) -> str:
         return ", ".join([f"{self.names[p.name]}_nd" if isinstance(p, ir.TensorParam) else self.names[p.name]
-                          for p in self.k.params] + ["_grid"])
+                          for p in self.k.params] + ["_grid"] + self.hidden)
 
     def scratch_alloc(self, pad: str, per_tile: bool = False) -> List[str]:
         lines = []
@@ -303,8 +317,8 @@ class Program:
     # ----------------------------------------------------------------- no sync: one thread function
 
     def thread_function(self) -> List[str]:
-        u = uses_of(self.k.body, self.k)
-        args = ["_tid", "_tile", "_ntiles"] + self.flat_args(u)
+        u = self.uses(self.k.body)
+        args = ["_tid", "_tile", "_ntiles"] + self.flat_args(u) + self.hidden
         out = ["@njit(**JIT)", f"def thread({', '.join(args)}):",
                f'    """The body of {self.k.name} for thread _tid of tile _tile."""']
         out += self.gen.wide_vectors(self.k.body)
@@ -313,7 +327,7 @@ class Program:
     # ----------------------------------------------------------------- sync: regions and the team
 
     def region_args(self, r: Region):
-        u = uses_of(r.stmts, self.k)
+        u = self.uses(r.stmts)
         states = [n for n in self.states if n in u.names]
         esc = escapes(r)
         extra = [f"_st_{self.names[n]}" for n in states]
@@ -321,7 +335,7 @@ class Program:
             extra.append("_done")
         if esc & {ir.Break, ir.Continue}:
             extra.append("_status")
-        return u, states, self.flat_args(u, states) + extra, esc
+        return u, states, self.flat_args(u, states) + extra + self.hidden, esc
 
     def region_function(self, r: Region) -> List[str]:
         u, states, args, esc = self.region_args(r)
@@ -347,7 +361,7 @@ class Program:
             out.append("_done")
         if self.has_escape:
             out.append("_status")
-        return out
+        return out + self.hidden
 
     def dispatch_functions(self) -> List[str]:
         """``run_threads``: the one prange of a team, running region ``_which`` for every thread.
@@ -383,7 +397,7 @@ class Program:
             out += self.prelude() + ["    _tile = np.int64(0)", "    _ntiles = np.int64(1)"]
         else:
             out = ["@njit(**JIT)",
-                   f"def team_serial({', '.join(['_tile', '_ntiles'] + self.flat_args_without_scratch())}):",
+                   f"def team_serial({', '.join(['_tile', '_ntiles'] + self.flat_args_without_scratch() + self.hidden)}):",
                    f'    """One team of {T_} threads, one after the other in each region."""']
         out += self.scratch_alloc("    ")
         for n in self.states:
@@ -413,6 +427,8 @@ class Program:
                 else:
                     out += [f"{pad}for _t in range({self.threads}):",
                             f"{pad}    region_{n.index}({', '.join(['_t', '_tile', '_ntiles'] + args)})"]
+                if self.stop_condition():  # every thread takes the same exit: later regions never run
+                    out += [f"{pad}if {self.stop_condition()}:", f"{pad}    return"]
                 if ir.Return in esc:
                     out += [f"{pad}_lead = rt.first_live(_done)", f"{pad}if _lead < 0:", f"{pad}    return"]
                 if ir.Break in esc:
@@ -435,6 +451,8 @@ class Program:
                     out.append(f"{pad}    _st_{self.names[s.var]}[:] = {value}")
                 else:
                     out.append(f"{pad}while {self.gen.typed(s.cond, T.bool_, scope)}:  # team-uniform")
+                if self.stop_condition():
+                    out += [f"{pad}    if {self.stop_condition()}:", f"{pad}        return"]
                 self._team_block(n.body, scope, parallel, depth + 1, loops + 1, out)
         if len(out) == start:
             out.append(pad + "pass")
@@ -451,25 +469,32 @@ class Program:
                f"def {name}({self.entry_params()}):",
                f'    """Run _grid teams of {self.k.name}: {doc}."""']
         out += self.prelude()
+        stop = self.stop_condition()
         if self.has_sync:
-            args = ", ".join(self.flat_args_without_scratch())
+            args = ", ".join(self.flat_args_without_scratch() + self.hidden)
             if parallel:
-                out += ["    for _tile in prange(_grid):", f"        team_serial(np.int64(_tile), _grid{_lead_comma(args)})"]
+                out += ["    for _tile in prange(_grid):"]
+                call = f"team_serial(np.int64(_tile), _grid{_lead_comma(args)})"
+                out += [f"        if not ({stop}):", f"            {call}"] if stop else [f"        {call}"]
             else:
-                out += ["    for _tile in range(_grid):", f"        team_serial(_tile, _grid{_lead_comma(args)})"]
+                out += ["    for _tile in range(_grid):"]
+                out += [f"        if {stop}:", "            return"] if stop else []
+                out += [f"        team_serial(_tile, _grid{_lead_comma(args)})"]
             return out
-        u = uses_of(self.k.body, self.k)
-        args = self.flat_args(u)
+        u = self.uses(self.k.body)
+        args = self.flat_args(u) + self.hidden
         scratch = {self.names[s.name] for s in self.k.scratch}
         if parallel:
             out += self.scratch_alloc("    ", per_tile=True)
             call_args = [f"{a}_tiles[_tile]" if a in scratch else a for a in args]
-            out += [f"    for _g in prange(_grid * {T_}):", f"        _tile = np.int64(_g) // {T_}",
-                    f"        thread({', '.join([f'np.int64(_g) - _tile * {T_}', '_tile', '_grid'] + call_args)})"]
+            call = f"thread({', '.join([f'np.int64(_g) - _tile * {T_}', '_tile', '_grid'] + call_args)})"
+            out += [f"    for _g in prange(_grid * {T_}):", f"        _tile = np.int64(_g) // {T_}"]
+            out += [f"        if not ({stop}):", f"            {call}"] if stop else [f"        {call}"]
         else:
             out += self.scratch_alloc("    ")
-            out += ["    for _tile in range(_grid):", f"        for _tid in range({T_}):",
-                    f"            thread({', '.join(['_tid', '_tile', '_grid'] + args)})"]
+            out += ["    for _tile in range(_grid):"]
+            out += [f"        if {stop}:", "            return"] if stop else []
+            out += [f"        for _tid in range({T_}):", f"            thread({', '.join(['_tid', '_tile', '_grid'] + args)})"]
         return out
 
     def flat_args_without_scratch(self) -> List[str]:
@@ -497,6 +522,7 @@ def _lead_comma(args: str) -> str:
     return f", {args}" if args else ""
 
 
-def generate(kernel: ir.Kernel, log_level: str = "debug", key: str = "", fastmath: bool = False) -> str:
+def generate(kernel: ir.Kernel, log_level: str = "debug", key: str = "", fastmath: bool = False,
+             debug: bool = False, interrupt: bool = True) -> str:
     """The Python source of the numba module for ``kernel``."""
-    return Program(kernel, log_level, key, fastmath).source()
+    return Program(kernel, log_level, key, fastmath, debug, interrupt).source()

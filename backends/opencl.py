@@ -11,6 +11,7 @@ from typing import List, Sequence
 
 import numpy as np
 
+from backends import bounds, interrupt
 from backends import opencl_runtime as rt
 from backends.base import Backend, CompileRequest, Launcher
 from backends.cstyle import CStyleRenderer, Rendered
@@ -41,6 +42,12 @@ class OpenCLRenderer(CStyleRenderer):
 
     def kernel_header(self) -> List[str]:
         return [f"__kernel __attribute__((reqd_work_group_size({self.k.threads}, 1, 1)))"]
+
+    def claim(self, record: str) -> str:
+        return f"atomic_cmpxchg((volatile __global int*){record}, 0, 1)"  # the low half of slot 0
+
+    def read_claim(self, record: str) -> str:
+        return f"atomic_or((volatile __global int*){record}, 0)"  # an atomic read of what claim wrote
 
     def load_f16(self, ptr: str, off: str) -> str:
         return f"vload_half({off}, {ptr})"
@@ -131,7 +138,7 @@ def check_scratch(kernel: ir.Kernel, dev: rt.Device) -> None:
 
 
 def render(request: CompileRequest) -> Rendered:
-    return OpenCLRenderer(request.log_level).render(request.kernel)
+    return OpenCLRenderer(request.log_level, request.debug, request.interrupt).render(request.kernel)
 
 
 def build_error(err: rt.BuildError, rendered: Rendered, kernel: ir.Kernel, dev: rt.Device) -> CompileError:
@@ -169,6 +176,7 @@ class OpenCLLauncher(Launcher):
         self.threads = kernel.threads
         self.plan = rendered.args
         self.rendered = rendered
+        self.kernel_ir = kernel
 
     def __call__(self, args: Sequence, grid: int) -> None:
         if grid <= 0:
@@ -185,10 +193,20 @@ class OpenCLLauncher(Launcher):
                 elif spec.kind == "vec":
                     conv = _scalar_type(spec.dtype)
                     cargs += [conv(v) for v in np.asarray(value).reshape(-1)[:spec.length]]
+            start = interrupt.arm()
+            record = None
+            if "interrupt" in self.rendered.hidden:  # host-shared where the device allows (it sees a SIGINT)
+                cargs += [bufs.wrap(interrupt.COUNTER, writable=False), np.int64(start)]
+            if "errors" in self.rendered.hidden:
+                record = bounds.new_record()
+                cargs.append(bufs.wrap(record, writable=True))
             try:
                 rt.run(self.kernel, cargs, (self.threads * grid,), (self.threads,))
             except rt.SanitizerError as e:  # Oclgrind's findings, at the user's Python lines
                 raise e.located(self.rendered.loc_of_line) from None
+        interrupt.check(start)
+        if record is not None and record[bounds.STATE]:
+            raise bounds.error(record, self.rendered.sites, self.kernel_ir, args).with_traceback(None)
 
 
 class OpenCLBackend(Backend):

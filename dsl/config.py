@@ -9,6 +9,8 @@ OPDSL_OPENCL_PROBE  how OpenCL devices are probed: subprocess (default; a crashi
 OPDSL_NO_DISK_CACHE set to 1 to keep compiled code in memory only
 OPDSL_MAX_TENSOR_BYTES  largest tensor a graph or ONNX model may make opdsl allocate (folded
                     constants, initializers, planned buffers); default 4 GiB; suffixes K M G T (x1024)
+OPDSL_DEBUG         set to 1 to bounds-check every compiled kernel, as @dsl.kernel(debug=True) does
+OPDSL_NO_INTERRUPT  set to 1 to compile launches without Ctrl-C polling (measuring its cost)
 """
 from __future__ import annotations
 
@@ -86,6 +88,20 @@ def opencl_probe() -> str:
     if how not in OPENCL_PROBES:
         raise ValueError(f"OPDSL_OPENCL_PROBE={how!r}; accepted: {', '.join(OPENCL_PROBES)}")
     return how
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def debug() -> bool:
+    """OPDSL_DEBUG=1: kernels without an explicit ``debug=`` are compiled bounds-checked."""
+    return _flag("OPDSL_DEBUG")
+
+
+def interrupt_polling() -> bool:
+    """Whether compiled code polls the Ctrl-C flag (OPDSL_NO_INTERRUPT=1 turns it off)."""
+    return not _flag("OPDSL_NO_INTERRUPT")
 
 
 DEFAULT_MAX_TENSOR_BYTES = 4 << 30

@@ -79,7 +79,7 @@ class Kernel:
     """A compiled-on-demand kernel. Call it like the Python function it decorates."""
 
     def __init__(self, fn: Callable, threads: int = 4, grid: Any = 1, log_level: Optional[str] = None,
-                 fastmath: bool = False):
+                 fastmath: bool = False, debug: Optional[bool] = None):
         _require_function(fn, "@dsl.kernel")
         if not isinstance(threads, int) or not 1 <= threads <= 1024:
             raise ValueError(f"@dsl.kernel(threads={threads!r}): threads must be an int from 1 to 1024")
@@ -91,6 +91,7 @@ class Kernel:
         self.grid = grid
         self.log_level = log_level
         self.fastmath = bool(fastmath)
+        self.debug = debug  # None: OPDSL_DEBUG decides at compile time
         src, lines, firstline, filename = frontend.source_of(fn)
         self.params = frontend.param_decls(fn, filename, firstline, lines)
         self._names = [p.name for p in self.params]
@@ -263,13 +264,18 @@ class Kernel:
     def request(self, backend: str, key: Tuple, values: List[Any]):
         from backends import base
         kernel_ir = self.specialize(values)
-        return base.CompileRequest(kernel_ir, self.fn, self.cache_key(backend, key), self._level(), self.fastmath)
+        return base.CompileRequest(kernel_ir, self.fn, self.cache_key(backend, key), self._level(), self.fastmath,
+                                   self._debug(), config.interrupt_polling())
+
+    def _debug(self) -> bool:
+        return config.debug() if self.debug is None else bool(self.debug)
 
     def cache_key(self, backend: str, key: Tuple) -> str:
         """Hex digest of everything the generated code depends on (SPEC §2)."""
         parsed = self.parsed()
         h = hashlib.sha256()
         for part in (parsed.source, repr(key), self.threads, self._level(), self.fastmath, backend, _environment_tag(),
+                     self._debug(), config.interrupt_polling(),
                      _captured_text(parsed)):
             h.update(repr(part).encode())
             h.update(b"\0")
@@ -351,12 +357,14 @@ class Kernel:
 
 
 def kernel(fn: Optional[Callable] = None, *, threads: int = 4, grid: Any = 1, log_level: Optional[str] = None,
-           fastmath: bool = False):
-    """``@dsl.kernel`` or ``@dsl.kernel(threads=4, grid=1, log_level=None, fastmath=False)``.
+           fastmath: bool = False, debug: Optional[bool] = None):
+    """``@dsl.kernel`` or ``@dsl.kernel(threads=4, grid=1, log_level=None, fastmath=False, debug=None)``.
 
     ``fastmath=True`` lets compiled backends reassociate float arithmetic (vectorized
-    reductions) and use approximate math functions: faster, not bit-identical."""
-    options = dict(threads=threads, grid=grid, log_level=log_level, fastmath=fastmath)
+    reductions) and use approximate math functions: faster, not bit-identical.
+    ``debug=True`` (default: ``OPDSL_DEBUG``) bounds-checks every access in compiled code: an
+    out-of-range index raises IndexError naming the tensor, index, shape and line."""
+    options = dict(threads=threads, grid=grid, log_level=log_level, fastmath=fastmath, debug=debug)
     if fn is None:
         return lambda f: Kernel(f, **options)
     return Kernel(fn, **options)

@@ -475,7 +475,7 @@ def test_generated_source_is_readable_python():
     x = np.zeros(4, np.float32)
     src = leaky_relu.source("numba", x, x)
     compile(src, "<numba source>", "exec")
-    assert "def thread(_tid, _tile, _ntiles, x, x_size, y, alpha):" in src
+    assert "def thread(_tid, _tile, _ntiles, x, x_size, y, alpha, _intr, _intr0):" in src  # + Ctrl-C counter
     assert "# py:" in src and "y.flat[i] = v if v > 0 else alpha * v" in src
     assert "prange(" in src and "parallel=True" in src
     team = rounds.source("numba", np.zeros((4, 3), np.int64), np.zeros((1, 4), np.int64), 1, 1, 1)

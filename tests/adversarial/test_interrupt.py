@@ -1,0 +1,153 @@
+"""Ctrl-C stops a running launch: a child runs a kernel that would take minutes, the test sends
+SIGINT a second after the child says "started", and the child must end with KeyboardInterrupt
+within a few seconds (backends/interrupt.py).  Every case is its own process."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tests.adversarial.isolated import ROOT
+
+KERNELS = '''
+import sys, time
+import numpy as np
+import dsl
+from dsl import In, InOut, Out, f32, i64
+
+@dsl.kernel
+def spin(x: In[f32], y: InOut[f32], n: i64):
+    lo, hi = dsl.split(x.size)
+    for r in range(n):
+        for i in range(lo, hi):
+            y.flat[i] = y.flat[i] * 0.5 + x.flat[i]
+
+@dsl.kernel
+def spin_while(x: In[f32], y: InOut[f32], n: i64):
+    k = n
+    while k > 0:
+        y[dsl.thread_id()] = y[dsl.thread_id()] * 0.5 + x[0]
+        k -= 1
+
+@dsl.kernel(threads=4)
+def spin_sync(x: In[f32], y: InOut[f32], n: i64):
+    buf = dsl.scratch((4,), f32)
+    t = dsl.thread_id()
+    for r in range(n):
+        buf[t] = y[t] * 0.5 + x[t]
+        dsl.sync()
+        y[t] = buf[(t + 1) % 4]
+        dsl.sync()
+
+KERNEL = {"spin": spin, "spin_while": spin_while, "spin_sync": spin_sync}[sys.argv[1]]
+backend, entry = sys.argv[2], sys.argv[3]
+x = np.ones(64, np.float32)
+y = np.zeros(64, np.float32)
+KERNEL(x, y, 1, backend=backend)              # compile first: "started" means the long launch
+launcher, values, grid = KERNEL.prepare((x, y, 10 ** 12), {}, backend=backend)
+run = {"serial": getattr(launcher, "run_serial", launcher), "parallel": getattr(launcher, "run_parallel", launcher),
+       "auto": launcher}[entry]
+print("started", flush=True)
+t0 = time.monotonic()
+try:
+    run(values, grid)
+except KeyboardInterrupt:
+    print(f"KeyboardInterrupt after {time.monotonic() - t0:.2f} s", flush=True)
+    sys.exit(0)
+print("finished without an interrupt", flush=True)
+sys.exit(1)
+'''
+
+
+def _interrupt(kernel: str, backend: str, entry: str, tmp_path) -> str:
+    script = tmp_path / "child.py"
+    script.write_text(KERNELS)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if backend == "opencl":
+        env.setdefault("OPDSL_OPENCL_DEVICE", "Oclgrind")
+    p = subprocess.Popen([sys.executable, "-X", "faulthandler", str(script), kernel, backend, entry],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 240
+        line = p.stdout.readline()
+        if "started" not in line:
+            p.kill()
+            out, err = p.communicate()
+            if backend == "opencl" and "no usable" in (line + out + err).lower():
+                pytest.skip("no OpenCL device")
+            raise AssertionError(f"child did not start: {line}{out}\n{err}")
+        assert time.monotonic() < deadline
+        time.sleep(1.0)
+        sent = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        try:
+            out, err = p.communicate(timeout=4)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            raise AssertionError(f"the launch ran on after SIGINT\n{out}\n{err}") from None
+        took = time.monotonic() - sent
+        assert p.returncode == 0, f"exit status {p.returncode}\n{out}\n{err}"
+        assert "KeyboardInterrupt" in out
+        assert took < 3, f"took {took:.2f} s to stop"
+        return out
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+@pytest.mark.parametrize("entry", ["serial", "parallel"])
+@pytest.mark.parametrize("kernel", ["spin", "spin_while", "spin_sync"])
+def test_numba_launch_stops_on_sigint(kernel, entry, tmp_path):
+    _interrupt(kernel, "numba", entry, tmp_path)
+
+
+@pytest.mark.parametrize("kernel", ["spin", "spin_sync"])
+def test_opencl_launch_stops_on_sigint(kernel, tmp_path):
+    _interrupt(kernel, "opencl", "auto", tmp_path)
+
+
+def test_interpreter_launch_stops_on_sigint(tmp_path):
+    _interrupt("spin_sync", "interpreter", "auto", tmp_path)
+
+
+def test_user_handler_still_runs_and_later_launches_work(tmp_path):
+    """A user's own SIGINT handler is chained, not replaced, and a handled interrupt does not
+    leak into the next launch."""
+    script = tmp_path / "child.py"
+    script.write_text(KERNELS.split("KERNEL = ")[0] + textwrap.dedent('''
+        import signal
+        seen = []
+        def handler(sig, frame):
+            seen.append(sig)
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGINT, handler)
+        x = np.ones(64, np.float32); y = np.zeros(64, np.float32)
+        spin(x, y, 1)
+        print("started", flush=True)
+        try:
+            spin(x, y, 10 ** 12)
+        except KeyboardInterrupt:
+            pass
+        y[:] = 0
+        spin(x, y, 3)                       # runs to the end: the earlier SIGINT is not pending
+        assert np.allclose(y, 1.75), y[:4]
+        print("handler calls:", len(seen), flush=True)
+    '''))
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=tmp_path)
+    try:
+        assert "started" in p.stdout.readline()
+        time.sleep(1.0)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    assert "handler calls: 1" in out
