@@ -131,11 +131,11 @@ def atomic_add(typingctx, arr, idx, val):
 
 
 @intrinsic
-def cas_u16(typingctx, arr, idx, expected, new):
-    """Compare-and-swap on a uint16 element; returns the value found (== expected on success)."""
-    if not (isinstance(arr, types.Array) and arr.dtype == types.uint16):
+def cas(typingctx, arr, idx, expected, new):
+    """Compare-and-swap on an integer array element; returns the value found (== expected on success)."""
+    if not (isinstance(arr, types.Array) and isinstance(arr.dtype, types.Integer)):
         return None
-    sig = types.uint16(arr, types.intp, types.uint16, types.uint16)
+    sig = arr.dtype(arr, types.intp, arr.dtype, arr.dtype)
 
     def codegen(context, builder, sig, args):
         aryty = sig.args[0]
@@ -152,7 +152,7 @@ def atomic_add_f16(arr, idx, val):
     old = arr[idx]
     while True:
         new = f32_to_f16(f16_to_f32(old) + np.float32(val))
-        seen = cas_u16(arr, idx, old, new)
+        seen = cas(arr, idx, old, new)
         if seen == old:
             return
         old = seen
@@ -164,7 +164,7 @@ def atomic_add_bf16(arr, idx, val):
     old = arr[idx]
     while True:
         new = f32_to_bf16(bf16_to_f32(old) + np.float32(val))
-        seen = cas_u16(arr, idx, old, new)
+        seen = cas(arr, idx, old, new)
         if seen == old:
             return
         old = seen
@@ -223,26 +223,10 @@ def trip_count(start, stop, step):
 # --------------------------------------------------------------------------- debug-mode bounds checks
 # The record layout is backends/bounds.py's: [claimed, site, axis, tid, tile, index...].
 
-@intrinsic
-def cas_i64(typingctx, arr, idx, expected, new):
-    """Compare-and-swap on an int64 element; returns the value found (== expected on success)."""
-    if not (isinstance(arr, types.Array) and arr.dtype == types.int64):
-        return None
-    sig = types.int64(arr, types.intp, types.int64, types.int64)
-
-    def codegen(context, builder, sig, args):
-        aryty = sig.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
-        pair = builder.cmpxchg(ptr, args[2], args[3], "monotonic", "monotonic")
-        return builder.extract_value(pair, 0)
-    return sig, codegen
-
-
 @njit(**_JIT)
 def record_oob(err, site, axis, tid, tile, idx):
     """Keep the first failing access of the launch (later ones lose the CAS and are dropped)."""
-    if cas_i64(err, 0, 0, 1) == 0:
+    if cas(err, 0, np.int64(0), np.int64(1)) == 0:
         err[1] = site
         err[2] = axis
         err[3] = tid
