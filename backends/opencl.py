@@ -15,7 +15,7 @@ from backends import bounds, interrupt
 from backends import opencl_runtime as rt
 from backends.base import Backend, CompileRequest, Launcher
 from backends.cstyle import CStyleRenderer, Rendered
-from backends.cstyle_helpers import Unsupported, c_escape, printf_args
+from backends.cstyle_helpers import Unsupported, printf_args
 from dsl import ir
 from dsl import types as T
 from dsl.errors import CompileError, SourceLoc
