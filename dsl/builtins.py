@@ -311,4 +311,3 @@ for _name, _fn, _doc in [("thread_id", thread_id, thread_id.__doc__), ("num_thre
 
 # Builtins the frontend lowers itself (not ir.Call): where → Select, split → arithmetic,
 # sync → Sync, scratch → Scratch, atomic_add → AtomicAdd, casts → Cast, log.* → Log.
-SPECIAL = ("where", "split", "sync", "scratch", "atomic_add", "log")

@@ -227,7 +227,3 @@ class RawOpenCL:
         ps = ", ".join(f"{p.name}: {p.dtype}" for p in self.params)
         return f"<raw OpenCL op {self.name}({', '.join(self.inputs)} -> {', '.join(self.outputs)}; {ps})>"
 
-
-def raw_opencl(name: str, source: Union[str, Path], **hooks) -> RawOpenCL:
-    """``RawOpenCL(name, source, ...)``; a ``Path`` source is read from disk."""
-    return RawOpenCL(name, source, **hooks)
