@@ -92,8 +92,6 @@ def composed(op_type: str, domain: str = "", since: int = 1, until: Optional[int
                 raise TypeError(f"@dsl.composed({op_type!r}): *args/**kwargs are not supported ({p})")
             is_param = p.kind is p.KEYWORD_ONLY or (p.default is not p.empty and p.default is not None)
             if not is_param:
-                if p.kind is p.KEYWORD_ONLY:
-                    raise TypeError(f"@dsl.composed({op_type!r}): tensor input {p.name!r} must be positional")
                 tensor_args.append(p.name)
                 if p.default is None:
                     optional.add(p.name)
