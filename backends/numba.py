@@ -121,7 +121,7 @@ def _arg_plan(kernel: ir.Kernel):
 
 # --------------------------------------------------------------------------- modules
 
-_modules: Dict[str, pytypes.ModuleType] = {}
+_modules: Dict[str, Tuple[pytypes.ModuleType, Optional[Path]]] = {}  # stem -> what load() returns
 _modules_lock = threading.Lock()
 _parallel_lock = threading.Lock()  # serializes parallel launches only if numba fell back to workqueue
 _serialize_parallel = False
@@ -164,7 +164,7 @@ def _compile_entry(dispatcher, sig, kernel: ir.Kernel, which: str) -> None:
             note="read the generated code with kernel.source('numba'); please report this") from err
 
 
-def load(request: CompileRequest, source: str):
+def load(request: CompileRequest, source: str) -> Tuple[pytypes.ModuleType, Optional[Path]]:
     """(module, path of the readable copy or None) for this specialization, ``launch_serial`` compiled.
 
     With a usable disk cache, numba's machine code is loaded from (or saved to) opdsl's private
