@@ -271,7 +271,7 @@ class Kernel:
         return config.debug() if self.debug is None else bool(self.debug)
 
     def cache_key(self, backend: str, key: Tuple) -> str:
-        """Hex digest of everything the generated code depends on (SPEC §2)."""
+        """Hex digest of everything the generated code depends on: the compile cache's ``<key>`` (docs/cache.md)."""
         parsed = self.parsed()
         h = hashlib.sha256()
         for part in (parsed.source, repr(key), self.threads, self._level(), self.fastmath, backend, _environment_tag(),

@@ -1,4 +1,4 @@
-"""Operators: a kernel plus the metadata a graph compiler needs (SPEC §4).
+"""Operators: a kernel plus the metadata a graph compiler needs (user guide: docs/ops.md).
 
 Contract for op authors (ops/ is written against this)::
 

@@ -1,7 +1,7 @@
 """Conversion and quantization: DataConvert (com.opdsl, TIM-VX), QuantizeLinear and
 DequantizeLinear (ONNX, per-tensor, per-axis and blocked).
 
-SPEC §7: quant(f) = clamp(round_half_even(f / scale) + zero_point, qmin, qmax) and
+Quantization is quant(f) = clamp(round_half_even(f / scale) + zero_point, qmin, qmax) and
 dequant(q) = (q - zero_point) * scale, computed in f32 (f64 for f64 data) like the
 ONNX reference.  f16/bf16 are storage types: kernels load them as f32 and round
 back on store.

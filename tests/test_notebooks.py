@@ -1,4 +1,4 @@
-"""The worked examples in notebooks/ (SPEC §8) run top to bottom in a fresh Jupyter kernel.
+"""The worked examples in notebooks/ run top to bottom in a fresh Jupyter kernel.
 
 Each notebook checks its own results against numpy with asserts, so executing it is the
 test. A cell tagged ``raises-exception`` shows an error on purpose (a CompileError with its
@@ -69,7 +69,8 @@ def test_train_then_deploy_without_torch(tmp_path):
 
 
 def test_notebooks_are_clean_and_complete():
-    """Every SPEC §8 topic has its notebook; files are valid, python3, and small."""
+    """Every required topic (first kernel, team sync/scratch, custom op in ONNX, composed op,
+    train then deploy) has its notebook; files are valid, python3, and small."""
     stems = {p.stem for p in NOTEBOOKS}
     assert {"01_first_kernel", "02_team_sync_scratch", "03_custom_op_in_onnx", "04_composed_op",
             TORCH} <= stems, stems

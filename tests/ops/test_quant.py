@@ -1,4 +1,4 @@
-"""DataConvert, QuantizeLinear and DequantizeLinear on every backend against numpy (SPEC §7)."""
+"""DataConvert, QuantizeLinear and DequantizeLinear on every backend against numpy (formulas: ops/quant.py)."""
 import ml_dtypes
 import numpy as np
 import pytest
