@@ -100,12 +100,15 @@ class Node:
 
 
 class Identity(Op):
-    """Copy: emitted when a graph input, constant or an existing output is output again
-    under a new name (graph outputs must be distinct tensors).  Not registered, so a
-    user's or the ops library's Identity stays the one ONNX import finds."""
+    """A copy of the input.  ``Graph.output`` emits it when a graph input, constant or an
+    existing output is output again under a new name (graph outputs must be distinct
+    tensors).  The one Identity class: ``ops`` registers it as ONNX Identity (ops.Identity),
+    so a user's own registration of Identity still takes precedence on import."""
 
     op_type = "Identity"
-    inplace = {}
+    inplace = {0: 0}
+    formats = ("plain", "nchwc16")
+    keeps_padding = True
 
     def infer(self, x):
         return x.spec.with_()

@@ -15,6 +15,7 @@ import numpy as np
 
 import dsl
 from dsl import In, Out, i64
+from dsl.graph import Identity
 from dsl.op import TensorSpec, VerifyError
 
 T = dsl.TypeVar("T")
@@ -136,17 +137,9 @@ class Reshape(dsl.Op):
         impl(inputs[0], outputs[0], backend=backend)
 
 
-@dsl.op("Identity", since=1)
-class Identity(dsl.Op):
-    """A copy of the input (graph outputs that repeat an input or constant export as Identity)."""
-
-    inplace = {0: 0}
-    formats = ("plain", "nchwc16")
-    keeps_padding = True
-    kernels = {"default": copy_kernel}
-
-    def infer(self, x):
-        return x.spec.with_()
+# The one Identity op lives beside dsl.Graph, which emits it for repeated outputs; registering
+# it here makes it the ONNX Identity (ops.Identity).
+Identity = dsl.op("Identity", since=1)(Identity)
 
 
 # --------------------------------------------------------------------------- Transpose
