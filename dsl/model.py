@@ -348,7 +348,8 @@ def _capture(op: Op, impl, ins, outs, backend, inplace: bool = False):
     a kernel other than ``impl`` into an output, fails here.  run() is recorded twice with
     the inputs filled with different values; if the launches differ (a scalar taken from
     an input's value, say) the node is not replayable either.  In both cases, and with
-    ``replay = False``, the model calls run() for real at every run."""
+    ``replay = False``, the model calls run() for real at every run.  Any other exception
+    (a bug in run() or in a launch) propagates."""
     try:
         from dsl.kernel import Kernel, inplace_launches
     except ImportError:  # pragma: no cover
@@ -379,8 +380,17 @@ def _capture(op: Op, impl, ins, outs, backend, inplace: bool = False):
                 steps.append(_prepare(impl, tuple(_writable(a) for a in args),
                                       {k: _writable(v) for k, v in kwargs.items()}, run_backend))
         return steps
-    except Exception:
-        return None
+    except ValueError as e:  # run() wrote an output itself (numpy, or a kernel other than impl)
+        if _writes_protected_output(e):
+            return None
+        raise
+
+
+def _writes_protected_output(err: ValueError) -> bool:
+    """Whether ``err`` is a write into a capture-protected output: numpy's "assignment
+    destination is read-only" / "output array is read-only", or a kernel launch's "the array
+    is read-only".  Any other error in run() or in a launch is a bug and propagates."""
+    return "read-only" in str(err)
 
 
 def _same_launches(kernel, first, second) -> bool:

@@ -222,6 +222,24 @@ def test_runs_are_captured_once_or_called_each_time():
         np.testing.assert_allclose(model.run({"x": xv})["y"], 2 * L.hard_sigmoid_ref(xv), rtol=1e-6)
 
 
+def test_a_bug_in_a_launch_during_capture_is_raised_not_hidden(monkeypatch):
+    from dsl.kernel import Kernel
+    real_prepare, calls = Kernel.prepare, []
+
+    def prepare_failing_once(self, *args, **kwargs):  # a bug only the capture's launch hits
+        calls.append(self)
+        if len(calls) == 1:
+            raise RuntimeError("bug in a launch")
+        return real_prepare(self, *args, **kwargs)
+
+    monkeypatch.setattr(Kernel, "prepare", prepare_failing_once)
+    g = dsl.Graph("bug")
+    g.output(L.HardSigmoid(g.input("x", (2, 3), dsl.f32)), "y")
+    with pytest.raises(RuntimeError, match="bug in a launch"):  # captured when the shapes are known
+        g.compile(backend="interpreter").run({"x": np.zeros((2, 3), np.float32)})
+    assert len(calls) == 1  # raised by the capture's launch, not a fallback to the slow path
+
+
 def test_runs_reading_input_values_are_not_replayed():
     class AddFirst(dsl.Op):
         """Adds the first element of its second input, read in run(): value-dependent."""
