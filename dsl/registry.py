@@ -2,14 +2,16 @@
 
 Filled by ``@dsl.op`` / ``@dsl.composed`` in modules imported explicitly (``import ops``
 registers the built-ins).  Among registrations of one (domain, op_type) covering an
-opset, a user op (defined outside the ``ops`` and ``dsl`` packages) beats a built-in
-whatever the import order, and otherwise the later registration wins; ``unregister``
+opset, a user op beats a built-in (one registered while ``ops`` imports, inside
+``builtin_library()``) whatever the import order, and otherwise the later registration wins; ``unregister``
 undoes an override.  The ONNX default domain is ``""`` (``"ai.onnx"`` is an alias).
 """
 from __future__ import annotations
 
+import contextlib
 import difflib
-from typing import Dict, List, Optional, Tuple
+import threading
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 _ONNX_ALIASES = ("ai.onnx",)
 
@@ -43,10 +45,24 @@ def _covers(cls, opset: Optional[int]) -> bool:
     return cls.since <= opset and (cls.until is None or opset <= cls.until)
 
 
+# classes registered inside builtin_library() (the ops package's imports)
+_BUILTIN: Set[type] = set()
+_state = threading.local()
+
+
+@contextlib.contextmanager
+def builtin_library() -> Iterator[None]:
+    """Registrations made inside are built-ins (``ops/__init__.py`` wraps its imports in it)."""
+    _state.depth = getattr(_state, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _state.depth -= 1
+
+
 def is_builtin(cls) -> bool:
-    """Defined in the ops library (or opdsl itself): user registrations take precedence."""
-    module = getattr(cls, "__module__", "") or ""
-    return module.split(".")[0] in ("ops", "dsl")
+    """Registered by the ops library: user registrations take precedence over it."""
+    return cls in _BUILTIN
 
 
 def register(cls) -> type:
@@ -55,10 +71,13 @@ def register(cls) -> type:
     if not isinstance(cls.since, int) or (cls.until is not None and cls.until < cls.since):
         raise ValueError(f"{cls.__name__}: opset range since={cls.since!r} until={cls.until!r} is empty")
     entries = _TABLE.setdefault((cls.domain, cls.op_type), [])
-    # re-registering the same class (module reload) replaces it in place
-    entries[:] = [c for c in entries if not (c.__qualname__ == cls.__qualname__
-                                             and c.__module__ == cls.__module__)]
+    # re-registering the same class (module reload) replaces it in place, built-in or not
+    same = [c for c in entries if c.__qualname__ == cls.__qualname__ and c.__module__ == cls.__module__]
+    entries[:] = [c for c in entries if c not in same]
     entries.append(cls)
+    if getattr(_state, "depth", 0) > 0 or any(c in _BUILTIN for c in same):
+        _BUILTIN.add(cls)
+    _BUILTIN.difference_update(c for c in same if c is not cls)
     return cls
 
 
@@ -66,6 +85,7 @@ def unregister(cls) -> None:
     entries = _TABLE.get((cls.domain, cls.op_type), [])
     if cls in entries:
         entries.remove(cls)
+        _BUILTIN.discard(cls)
     if not entries:
         _TABLE.pop((cls.domain, cls.op_type), None)
 

@@ -1,8 +1,11 @@
 """The built-in operator library, written in the DSL.  ``import ops`` registers every
 family (ONNX ops in the default domain with their opset ranges, opdsl's own ops
 such as FullyConnected and DataConvert in ``com.opdsl``)."""
-from ops.elementwise import Add, Sub, Mul, Relu, LeakyRelu, Sigmoid, Tanh  # noqa: F401
-from ops.matmul import MatMul, Gemm, FullyConnected  # noqa: F401
-from ops.shape import Identity, Reshape, Transpose  # noqa: F401
-from ops.quant import DataConvert, QuantizeLinear, DequantizeLinear  # noqa: F401
-from ops.nn import Conv  # noqa: F401
+from dsl.registry import builtin_library as _builtin_library
+
+with _builtin_library():  # what registers here is built-in: user ops take precedence
+    from ops.elementwise import Add, Sub, Mul, Relu, LeakyRelu, Sigmoid, Tanh  # noqa: F401
+    from ops.matmul import MatMul, Gemm, FullyConnected  # noqa: F401
+    from ops.shape import Identity, Reshape, Transpose  # noqa: F401
+    from ops.quant import DataConvert, QuantizeLinear, DequantizeLinear  # noqa: F401
+    from ops.nn import Conv  # noqa: F401

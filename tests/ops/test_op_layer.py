@@ -220,7 +220,8 @@ def test_registry_lookup_opsets_and_overrides():
         assert registry.lookup("com.opdsl.test2", "Versioned", 3) is V1
         # a built-in registered after the user op (ops imported late) does not win
         BuiltinLate = type("BuiltinLate", (V1,), {"__module__": "ops.late", "since": 7, "until": None})
-        registry.register(BuiltinLate)
+        with registry.builtin_library():
+            registry.register(BuiltinLate)
         assert registry.lookup("com.opdsl.test2", "Versioned", 13) is UserVersioned
         registry.unregister(UserVersioned)
         assert registry.lookup("com.opdsl.test2", "Versioned", 13) is V7  # also a user op
@@ -231,6 +232,21 @@ def test_registry_lookup_opsets_and_overrides():
     finally:
         for cls in (V1, V7):
             registry.unregister(cls)
+
+
+def test_builtin_is_what_the_ops_package_registers_not_a_module_name():
+    import ops
+    assert registry.is_builtin(ops.Add) and registry.is_builtin(ops.Identity)
+    assert registry.is_builtin(registry.lookup("", "Relu"))
+    # a user op in a module whose name starts with "ops" is a user op, and beats the built-in
+    Custom = type("Relu", (ops.Relu,), {"__module__": "ops_custom"})
+    dsl.op("Relu", since=6)(Custom)
+    try:
+        assert not registry.is_builtin(Custom)
+        assert registry.lookup("", "Relu", 14) is Custom
+    finally:
+        registry.unregister(Custom)
+    assert registry.lookup("", "Relu", 14) is ops.Relu
 
 
 def test_unknown_op_error_names_op_domain_and_closest():
