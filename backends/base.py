@@ -51,22 +51,49 @@ class Backend(ABC):
         return ""
 
 
-_MODULES: Dict[str, str] = {
-    "interpreter": "backends.interpreter",
-    "numba": "backends.numba",
-    "opencl": "backends.opencl",
+ENTRY_POINT_GROUP = "opdsl.backends"
+# The built-in backends, also declared as entry points in pyproject.toml: this table keeps them
+# working from a source checkout without installed metadata.  Modules import on first use only.
+_BUILTIN: Dict[str, str] = {
+    "interpreter": "backends.interpreter:BACKEND",
+    "numba": "backends.numba:BACKEND",
+    "opencl": "backends.opencl:BACKEND",
 }
 _LOADED: Dict[str, Backend] = {}
 
 
+def _entry_points() -> Dict[str, Callable[[], Backend]]:
+    """name -> loader of each backend installed under the ``opdsl.backends`` entry-point group."""
+    from importlib.metadata import entry_points
+    return {ep.name: ep.load for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _load_builtin(target: str) -> Backend:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _known() -> Dict[str, Callable[[], Backend]]:
+    """Every backend name -> its loader: the built-ins, then installed entry points."""
+    known: Dict[str, Callable[[], Backend]] = {
+        name: (lambda target=target: _load_builtin(target)) for name, target in _BUILTIN.items()}
+    for name, load in _entry_points().items():
+        if name not in _BUILTIN:  # opdsl's own entry points name the same objects as the table
+            known[name] = load
+    return known
+
+
 def get(name: str) -> Backend:
-    """The backend called ``name``; each module exposes ``BACKEND``."""
+    """The backend called ``name``: a built-in or one installed as an ``opdsl.backends`` entry
+    point (``name = "package.module:BACKEND"``), imported on first use."""
     if name not in _LOADED:
-        if name not in _MODULES:
-            raise ValueError(f"unknown backend {name!r}; known: {', '.join(sorted(_MODULES))}")
-        _LOADED[name] = importlib.import_module(_MODULES[name]).BACKEND
+        known = _known()
+        if name not in known:
+            raise ValueError(f"unknown backend {name!r}; known: {', '.join(sorted(known))}")
+        _LOADED[name] = known[name]()
     return _LOADED[name]
 
 
 def names() -> list:
-    return list(_MODULES)
+    """The built-in backends, then installed third-party ones."""
+    return list(_known())
