@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Callable, Dict, Sequence
 
-from dsl import ir
+from dsl.lang import ir
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from typing import List, Sequence
 
 import numpy as np
 
-from dsl import ir
-from dsl.errors import UNKNOWN, LaunchError, SourceLoc
+from dsl.lang import ir
+from dsl.lang.errors import UNKNOWN, LaunchError, SourceLoc
 
 # record layout (int64 slots)
 STATE, SITE, AXIS, TID, TILE, INDEX = 0, 1, 2, 3, 4, 5

@@ -19,12 +19,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from dsl import config, ir
-from dsl import types as T
+from dsl import config
+from dsl.lang import ir
+from dsl.lang import types as T
 from backends.bounds import Sites
 from backends.cstyle_instrument import CInstrumentation
 from backends.cstyle_helpers import CHelpers, Unsupported
-from dsl.errors import UNKNOWN, CompileError, SourceLoc
+from dsl.lang.errors import UNKNOWN, CompileError, SourceLoc
 
 # --------------------------------------------------------------------------- result
 

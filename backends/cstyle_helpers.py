@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from dsl import types as T
+from dsl.lang import types as T
 
 
 class Unsupported(Exception):

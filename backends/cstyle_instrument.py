@@ -11,8 +11,8 @@ from typing import List
 
 import numpy as np
 
-from dsl import ir
-from dsl.errors import UNKNOWN
+from dsl.lang import ir
+from dsl.lang.errors import UNKNOWN
 from backends.bounds import MAX_RANK
 
 

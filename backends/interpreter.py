@@ -32,10 +32,11 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from dsl import builtins as B
-from dsl import ir
-from dsl import types as T
-from dsl.errors import LaunchError
+from dsl.lang import builtins as B
+from dsl.lang import ir
+from dsl.lang import types as T
+from dsl.lang.errors import LaunchError
+from dsl.lang.func import Func
 from backends.base import Backend, CompileRequest, Launcher
 
 # --------------------------------------------------------------------------- Python builtins
@@ -561,7 +562,6 @@ class _Rebuilder:
 
     def __init__(self, kernel: ir.Kernel):
         self.kernel = kernel
-        self.func_type = _func_type()
         self.globals: Dict[int, dict] = {}
         self.funcs: Dict[int, types.FunctionType] = {}
         self.helpers: Dict[int, object] = {}
@@ -587,10 +587,9 @@ class _Rebuilder:
             glob = self.globals[id(module_globals)] = {}
             glob.update(module_globals)
             glob["__builtins__"] = _KERNEL_BUILTINS
-            if self.func_type is not None:
-                for k, v in module_globals.items():
-                    if isinstance(v, self.func_type):
-                        glob[k] = self._adapt(v)
+            for k, v in module_globals.items():
+                if isinstance(v, Func):
+                    glob[k] = self._adapt(v)
         return glob
 
     def _adapt(self, value):
@@ -609,13 +608,13 @@ class _Rebuilder:
             value = cell.cell_contents
         except ValueError:  # an empty cell
             return cell
-        if self.func_type is not None and isinstance(value, self.func_type):
+        if isinstance(value, Func):
             return types.CellType(self._adapt(value))
         return cell
 
 
 def _with_defined_pow(fn, glob: dict, closure):
-    """``fn`` recompiled from its source with ``a ** b`` calling ``dsl.builtins.pow_``, or None
+    """``fn`` recompiled from its source with ``a ** b`` calling ``dsl.lang.builtins.pow_``, or None
     when it has no ``**``.
 
     numpy raises on an integer ``** negative`` and Python gives a float, while the language
@@ -623,7 +622,7 @@ def _with_defined_pow(fn, glob: dict, closure):
     and line numbers stay the user's, so tracebacks, pdb and ``breakpoint()`` still work."""
     import ast
 
-    from dsl.frontend import source_of
+    from dsl.lang.frontend import source_of
     try:
         src, _, firstline, filename = source_of(fn)
     except Exception:  # noqa: BLE001 - no source: run the original code
@@ -733,15 +732,6 @@ def _convert(v, dtype: T.DType):
         return dtype(v)
     except OverflowError:
         return np.asarray(v).astype(dtype.np)[()]
-
-
-def _func_type():
-    """The class of ``@dsl.func`` objects (None while dsl.kernel is unavailable)."""
-    try:
-        from dsl.kernel import Func
-    except ImportError:
-        return None
-    return Func
 
 
 class InterpreterBackend(Backend):

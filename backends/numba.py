@@ -24,9 +24,9 @@ import numba
 import numpy as np
 from numba import types as nbt
 
-from dsl import ir
-from dsl import types as T
-from dsl.errors import CompileError
+from dsl.lang import ir
+from dsl.lang import types as T
+from dsl.lang.errors import CompileError
 from backends import cache, numba_cache
 from backends.base import Backend, CompileRequest, Launcher
 from backends import bounds, interrupt

@@ -27,11 +27,11 @@ import math
 import re
 from typing import Callable, Dict, List, Optional, Sequence, Set
 
-from dsl import ir
-from dsl import types as T
-from dsl.errors import CompileError
+from dsl.lang import ir
+from dsl.lang import types as T
+from dsl.lang.errors import CompileError
 from backends import numba_format as F
-from dsl import log_format as LF
+from dsl.lang import log_format as LF
 from backends.bounds import Sites
 
 # numba's fastmath flags for fastmath=True kernels: all of LLVM's "fast" but nnan and ninf,

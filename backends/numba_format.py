@@ -22,8 +22,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from dsl import log_format as LF
-from dsl.log_format import Spec
+from dsl.lang import log_format as LF
+from dsl.lang.log_format import Spec
 
 _JIT = dict(nogil=True, cache=False, error_model="numpy")
 

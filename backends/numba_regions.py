@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Union
 
-from dsl import ir
-from dsl import types as T
-from dsl.errors import CompileError
+from dsl.lang import ir
+from dsl.lang import types as T
+from dsl.lang.errors import CompileError
 from backends.numba_codegen import FASTMATH, Gen, Hooks, Scope, cast, ctype, emit_function, storage_np
 
 FALL, BREAK, CONTINUE = 0, 1, 2

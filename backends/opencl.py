@@ -16,9 +16,9 @@ from backends import opencl_runtime as rt
 from backends.base import Backend, CompileRequest, Launcher
 from backends.cstyle import CStyleRenderer, Rendered
 from backends.cstyle_helpers import Unsupported, printf_args
-from dsl import ir
-from dsl import types as T
-from dsl.errors import CompileError, SourceLoc
+from dsl.lang import ir
+from dsl.lang import types as T
+from dsl.lang.errors import CompileError, SourceLoc
 
 
 class OpenCLRenderer(CStyleRenderer):

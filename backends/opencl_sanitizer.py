@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Callable, Iterator, List, Optional
 
-from dsl.errors import LaunchError, SourceLoc
+from dsl.lang.errors import LaunchError, SourceLoc
 
 _AT_LINE = re.compile(r"At line (\d+) \(column (\d+)\)")
 _KERNEL = re.compile(r"^\s*Kernel:\s*(\S+)", re.M)

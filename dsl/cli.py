@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import List, Optional, Sequence
 
 import dsl
-from dsl.errors import CompileError, LaunchError
+from dsl.lang.errors import CompileError, LaunchError
 
 
 class UserError(Exception):

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from dsl import types as T
+from dsl.lang import types as T
 
 _INT_TYPES = (int, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
 _FLOAT_TYPES = _INT_TYPES + (float, np.float16, np.float32, np.float64)

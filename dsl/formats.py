@@ -22,7 +22,7 @@ import numpy as np
 
 import dsl
 from dsl.op import FORMATS, Op, TensorSpec
-from dsl.types import In, InOut, Out, TypeVar, i64
+from dsl.lang.types import In, InOut, Out, TypeVar, i64
 
 BLOCK = 16
 T = TypeVar("T")

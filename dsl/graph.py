@@ -37,7 +37,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from dsl.op import Op, TensorSpec, VerifyError, check_and_infer, check_arity, describe
-from dsl.types import as_dtype, from_numpy
+from dsl.lang.types import as_dtype, from_numpy
 
 
 class Tensor:

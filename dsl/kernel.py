@@ -15,59 +15,23 @@ import html
 import inspect
 import sys
 import threading
-import types
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from dsl import check, config, fastpath, frontend
-from dsl import types as T
-from dsl.errors import CompileError
+from dsl import config, fastpath
+from dsl.lang import check, frontend
+from dsl.lang import types as T
+from dsl.lang.errors import CompileError
+from dsl.lang.func import Func, require_function
 
 _EMPTY = inspect.Parameter.empty
 
 
 def _require_function(fn, decorator: str) -> None:
-    """Kernels and funcs are compiled from a ``def``'s source: reject anything else at decoration."""
-    if isinstance(fn, (Kernel, Func)):
-        raise TypeError(f"{decorator} got {fn!r}, which is already a {decorator}; decorate the plain function once")
-    if isinstance(fn, types.FunctionType):
-        if fn.__name__ == "<lambda>":
-            raise TypeError(f"{decorator} cannot compile a lambda: write it as a def function")
-        if inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
-            raise TypeError(f"{decorator} decorates a plain def function; {fn.__qualname__} is a generator or "
-                            "async function")
-        return
-    what = ("a class" if isinstance(fn, type) else
-            "a builtin function (implemented in C, it has no Python source)"
-            if isinstance(fn, types.BuiltinFunctionType) else "a method" if isinstance(fn, types.MethodType)
-            else f"an object of type {type(fn).__name__}")
-    hint = ("; to set options write @dsl.kernel(threads=...) with keywords"
-            if decorator == "@dsl.kernel" and isinstance(fn, (int, tuple)) else "")
-    raise TypeError(f"{decorator} decorates a Python function defined with def; got {what}: {fn!r}{hint}")
-
-
-class Func:
-    """A ``@dsl.func`` device function: called from kernels; plain Python elsewhere."""
-
-    def __init__(self, fn: Callable):
-        _require_function(fn, "@dsl.func")
-        self.fn = fn
-        functools.update_wrapper(self, fn)
-        self._parsed = None
-        self._lock = threading.Lock()
-
-    def __call__(self, *args):
-        return self.fn(*args)
-
-    def parsed(self, log_level: str) -> frontend.Parsed:
-        with self._lock:
-            if self._parsed is None or self._parsed.log_level != log_level:
-                self._parsed = frontend.parse(self.fn, is_kernel=False, log_level=log_level)
-            return self._parsed
-
-    def __repr__(self) -> str:
-        return f"<dsl.func {self.fn.__qualname__}>"
+    if isinstance(fn, Kernel):
+        raise TypeError(f"{decorator} got {fn!r}, which is already a @dsl.kernel; decorate the plain function once")
+    require_function(fn, decorator)
 
 
 def func(fn: Callable) -> Func:
@@ -248,7 +212,7 @@ class Kernel:
                 raise CompileError(f"scratch '{s.name}' has dtype {s.dtype!r}, which no argument binds", s.loc)
         binding = check.Binding(tuple(typevars.items()), tuple(ndims), tuple(consts))
         level = self._level()
-        return check.check_kernel(parsed, binding, self.threads, lambda f: f.parsed(level))
+        return check.check_kernel(parsed, binding, self.threads, lambda f: frontend.parse_func(f, level))
 
     def _compile(self, backend: str, key: Tuple, values: List[Any]):
         from backends import base
@@ -292,7 +256,7 @@ class Kernel:
         from backends import base
         try:
             if backend == "ir":
-                from dsl import ir
+                from dsl.lang import ir
                 return ir.dump(self.specialize(values))
             return base.get(backend).source(self.request(backend, key, values))
         except CompileError as e:

@@ -30,7 +30,7 @@ import numpy as np
 from dsl import registry
 from dsl.graph import Graph, Tensor, apply_op
 from dsl.op import Op, VerifyError, check_and_infer
-from dsl.types import DType, from_numpy
+from dsl.lang.types import DType, from_numpy
 
 
 class OnnxImportError(ValueError):

@@ -22,7 +22,7 @@ import numpy as np
 
 from dsl.graph import Graph, Node
 from dsl.op import Op
-from dsl.types import DType
+from dsl.lang.types import DType
 
 DEFAULT_OPSET = 21  # ai.onnx opset written when the graph does not say
 IR_VERSION = 10     # at least (opset 21 needs it); newer opsets raise it to what they need

@@ -100,7 +100,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 import numpy as np
 
 from dsl import config
-from dsl.types import DType, as_dtype, from_numpy
+from dsl.lang.types import DType, as_dtype, from_numpy
 
 FORMATS = ("plain", "nchwc16")
 

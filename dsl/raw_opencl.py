@@ -29,8 +29,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from dsl import types as T
-from dsl.errors import CompileError, SourceLoc
+from dsl.lang import types as T
+from dsl.lang.errors import CompileError, SourceLoc
 
 _NO_DEFAULT = object()
 

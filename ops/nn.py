@@ -239,7 +239,7 @@ class Conv(dsl.Op):
         x, w = inputs[0], inputs[1]
         b = inputs[2] if len(inputs) > 2 else None
         y = outputs[0]
-        k, strides, dil, pads = self._attrs(TensorSpec(w.shape, dsl.types.from_numpy(w.dtype)))
+        k, strides, dil, pads = self._attrs(TensorSpec(w.shape, dsl.lang.types.from_numpy(w.dtype)))
         rank = w.ndim - 2
         _, begin, _ = conv_geometry(x.shape[2:2 + rank], k, strides, dil, pads, self.auto_pad)
         if rank == 1:  # as 2-D with H = 1

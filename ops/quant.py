@@ -159,7 +159,7 @@ class DataConvert(dsl.Op):
 
     def run(self, impl, inputs, outputs, backend):
         x, y = inputs[0], outputs[0]
-        spec = TensorSpec(x.shape, dsl.types.from_numpy(x.dtype))
+        spec = TensorSpec(x.shape, dsl.lang.types.from_numpy(x.dtype))
         mode = self._mode(spec)
         scale, zp = self._quant(spec)
         qmin, qmax = quant_range(self.dtype) if mode == QUANTIZE else (0.0, 0.0)
@@ -258,7 +258,7 @@ class QuantizeLinear(dsl.Op):
     def run(self, impl, inputs, outputs, backend):
         y = outputs[0]
         xv, sv, zv, block = _linear_views(self, inputs, y.dtype)
-        qmin, qmax = quant_range(dsl.types.from_numpy(y.dtype))
+        qmin, qmax = quant_range(dsl.lang.types.from_numpy(y.dtype))
         impl(xv, sv, zv, y.reshape(xv.shape), block, qmin, qmax, backend=backend)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dsl import types as T
+from dsl.lang import types as T
 from dsl.raw_opencl import Param, RawOpenCL
 
 HERE = Path(__file__).resolve().parent

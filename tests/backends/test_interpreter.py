@@ -13,7 +13,8 @@ import pytest
 import dsl
 from backends import interpreter
 from backends.base import CompileRequest
-from dsl import In, InOut, Out, bf16, f16, f32, f64, i8, i32, ir
+from dsl import In, InOut, Out, bf16, f16, f32, f64, i8, i32
+from dsl.lang import ir
 
 HERE = os.path.abspath(__file__)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
@@ -270,7 +271,7 @@ def test_the_kernels_own_code_object_runs(monkeypatch):
     assert [code for code, _, _ in seen] == [stop_here.fn.__code__] * 2
     assert [loc["v"] for _, loc, _ in seen] == [2.0, 8.0]
     glob = seen[0][2]
-    assert glob["np"] is np and glob["__builtins__"]["min"] is dsl.builtins.min_  # user globals, kernel builtins
+    assert glob["np"] is np and glob["__builtins__"]["min"] is dsl.lang.builtins.min_  # user globals, kernel builtins
 
 
 @pytest.mark.timeout(120)

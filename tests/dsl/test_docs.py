@@ -2,7 +2,7 @@
 import re
 from pathlib import Path
 
-from dsl.frontend import SUPPORTED
+from dsl.lang.frontend import SUPPORTED
 
 DOC = (Path(__file__).parents[2] / "docs" / "language.md").read_text()
 

@@ -22,7 +22,7 @@ SHAPES = [
 def graph_run(op_fn, arrays, backend, **params):
     """The same op call in a compiled graph (every array a graph input)."""
     g = dsl.Graph("t")
-    ins = [g.input(f"in{i}", a.shape, dsl.types.from_numpy(a.dtype)) for i, a in enumerate(arrays)]
+    ins = [g.input(f"in{i}", a.shape, dsl.lang.types.from_numpy(a.dtype)) for i, a in enumerate(arrays)]
     g.output(op_fn(*ins, **params), "y")
     return g.compile(backend=backend).run({f"in{i}": a for i, a in enumerate(arrays)})["y"]
 

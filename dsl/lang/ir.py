@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Iterator, Optional, Tuple, Union
 
-from dsl.errors import UNKNOWN, SourceLoc
-from dsl.types import DType
+from dsl.lang.errors import UNKNOWN, SourceLoc
+from dsl.lang.types import DType
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import FrozenSet, Iterable, List, Optional, Sequence
 
-from dsl import ir
-from dsl.errors import CompileError, SourceLoc
+from dsl.lang import ir
+from dsl.lang.errors import CompileError, SourceLoc
 
 State = Optional[FrozenSet[str]]  # names assigned on every path; None: unreachable
 

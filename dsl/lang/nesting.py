@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 
-from dsl.errors import CompileError, SourceLoc
+from dsl.lang.errors import CompileError, SourceLoc
 
 # Nesting levels of statements and expressions together.  Well under Python's recursion limit (1000) even with
 # the several frames each level costs in the compiler passes and in the generated code.

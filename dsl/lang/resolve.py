@@ -13,10 +13,11 @@ from typing import Any, Callable, Dict, Tuple
 
 import numpy as np
 
-from dsl import builtins as B
-from dsl import ir
-from dsl import types as T
-from dsl.errors import CompileError
+from dsl.lang import builtins as B
+from dsl.lang.func import Func
+from dsl.lang import ir
+from dsl.lang import types as T
+from dsl.lang.errors import CompileError
 
 PY_BUILTINS = {py_builtins.min: "min", py_builtins.max: "max", py_builtins.abs: "abs",
                py_builtins.range: "range", py_builtins.len: "len", py_builtins.int: "int",
@@ -81,7 +82,6 @@ class Resolver:
             return "dsl", DSL_RUNTIME[obj]
         if getattr(obj, "__self__", None) is B.log and obj.__name__ in ir.LOG_LEVELS:
             return "log", obj.__name__
-        from dsl.kernel import Func
         if isinstance(obj, Func):
             return "func", obj
         module = getattr(obj, "__module__", None)

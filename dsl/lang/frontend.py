@@ -17,13 +17,13 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from dsl import builtins as B
-from dsl import ir
-from dsl import log_format as LF
-from dsl import nesting
-from dsl import types as T
-from dsl.errors import CompileError, SourceLoc
-from dsl.resolve import Resolver
+from dsl.lang import builtins as B
+from dsl.lang import ir
+from dsl.lang import log_format as LF
+from dsl.lang import nesting
+from dsl.lang import types as T
+from dsl.lang.errors import CompileError, SourceLoc
+from dsl.lang.resolve import Resolver
 
 # Construct -> how kernels may use it.  Rendered into docs/language.md.
 SUPPORTED: Dict[str, str] = {
@@ -161,6 +161,15 @@ def source_of(fn) -> Tuple[str, List[str], int, str]:
         raise CompileError(f"cannot read the source of {fn.__name__}: kernels must be defined in a file, a "
                            "Jupyter cell or code registered with linecache", SourceLoc(filename, fn.__code__.co_firstlineno)) from None
     return textwrap.dedent("".join(lines)), lines, firstline, filename
+
+
+def parse_func(f, log_level: str) -> "Parsed":
+    """The parsed body of ``@dsl.func`` ``f`` (a dsl.lang.func.Func) at ``log_level``, parsed once."""
+    with f.lock:
+        parsed = f.parsed_bodies.get(log_level)
+        if parsed is None:
+            parsed = f.parsed_bodies[log_level] = parse(f.fn, is_kernel=False, log_level=log_level)
+        return parsed
 
 
 def parse(fn, *, is_kernel: bool, log_level: str) -> Parsed:

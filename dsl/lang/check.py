@@ -16,13 +16,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
-from dsl import assigned
-from dsl import builtins as B
-from dsl import ir
-from dsl import log_format as LF
-from dsl import types as T
-from dsl.errors import CompileError, SourceLoc
-from dsl.frontend import Parsed
+from dsl.lang import assigned
+from dsl.lang import builtins as B
+from dsl.lang import ir
+from dsl.lang import log_format as LF
+from dsl.lang import types as T
+from dsl.lang.errors import CompileError, SourceLoc
+from dsl.lang.frontend import Parsed
 
 _ARITH = ("add", "sub", "mul", "floordiv", "mod", "pow")
 _BITWISE = ("bitand", "bitor", "bitxor")

@@ -13,7 +13,7 @@ from typing import Callable, Dict, Optional, Sequence
 
 import numpy as np
 
-from dsl import types as T
+from dsl.lang import types as T
 
 # --------------------------------------------------------------------------- team context
 
