@@ -1,5 +1,8 @@
-"""Kernel builtins: each has a user face (a real function the interpreter runs)
-and a compiler face (a type rule the checker applies).  One table, one place.
+"""Kernel builtins: registered once, in ``BUILTINS`` (``register``), with everything every layer
+needs: the user face (a real function the interpreter runs and resolution recognises), the
+compiler face (arity and a type rule the checker applies) and a spelling per target (what
+the numba and C-family emitters write).  Adding a builtin is one ``register(...)`` call here
+plus its row in docs/language.md.
 
 Inside a kernel the runtime faces read the current team context, which the
 interpreter backend binds per Python thread (``bind_context``).
@@ -8,8 +11,8 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -235,18 +238,68 @@ class _Log:
 log = _Log()
 
 
-# --------------------------------------------------------------------------- compiler faces
+# --------------------------------------------------------------------------- the registry
 
 class BuiltinTypeError(Exception):
     """Raised by a type rule; the checker adds the source location."""
 
 
 @dataclass(frozen=True)
+class Helper:
+    """A spelling the target's emitter provides as code: the emitter's ``builtin_<name>``
+    method builds the text (for things a format string cannot say: a type-dependent helper
+    function, a variadic fold, a thread-index variable of the generated code's structure)."""
+
+    name: str
+
+
+Spelling = Union[str, Helper]
+"""A format string over the argument code, ``{0}``, ``{1}``, ... (each already converted to
+the argument type the rule chose, and each used once, so an argument is evaluated once), and
+``{T}``, the target's spelling of the result type (numba ``np.float32``, C ``float``); or a
+``Helper``."""
+
+TARGETS = ("numba", "c")
+"""The built-in targets every ``kind="call"``/``"team"`` builtin must spell.  A backend looks its
+spelling up under a chain of target names, most specific first: OpenCL uses ``("opencl", "c")``."""
+
+KINDS = {
+    "call": "an ir.Call, typed by its rule and spelled per target",
+    "team": "an ir.Call without arguments whose spelling is the generated code's thread structure "
+            "(Helper spellings)",
+    "lowered": "the frontend builds other IR for it (a statement, a Select, arithmetic); no spelling",
+}
+
+
+@dataclass(frozen=True)
 class Builtin:
-    name: str            # name in the IR (ir.Call.name)
-    arity: Sequence[int]  # accepted argument counts
-    rule: Callable[[Sequence[T.DType]], "tuple[T.DType, T.DType]"]  # -> (arg type, result type)
+    """One builtin, registered once: everything every layer needs to know about it.
+
+    * ``runtime`` is the Python function kernels call: the interpreter runs it, resolution
+      recognises it (``dsl.exp`` is ``BUILTINS["exp"].runtime``), and its docstring documents it;
+    * ``arity`` and ``rule`` type a call: ``rule(arg types) -> (argument type, result type)``
+      (``RULES`` names the shared ones);
+    * ``spelling`` maps target names (``TARGETS``, or a more specific one such as ``"opencl"``)
+      to a ``Spelling``;
+    * ``kind`` is one of ``KINDS``; a ``"lowered"`` builtin gives the ``reason`` instead of
+      spellings.
+    """
+
+    name: str            # name in the IR (ir.Call.name) and in docs/language.md
+    runtime: Callable
     doc: str
+    kind: str = "call"
+    arity: Tuple[int, ...] = ()  # accepted argument counts
+    rule: Optional[Callable[[Sequence[T.DType]], "tuple[T.DType, T.DType]"]] = None
+    spelling: Mapping[str, Spelling] = field(default_factory=dict)
+    reason: str = ""     # why a "lowered" builtin has no spelling
+    varying: bool = False  # its value may differ between the threads of a team (the sync() check)
+
+    def spelled(self, targets: Sequence[str]) -> Optional[Spelling]:
+        for t in targets:
+            if t in self.spelling:
+                return self.spelling[t]
+        return None
 
 
 def _numeric(ts):
@@ -274,40 +327,92 @@ def _same_rule(ts):
     return t, t
 
 
-def _pow_rule(ts):
-    _numeric(ts)
-    t = T.promote(ts[0], ts[1])
-    return t, t
-
-
 def _team_rule(ts):
     return T.i64, T.i64
 
 
+RULES: Dict[str, Callable] = {
+    "unary_float": _float_rule,  # one argument, ints -> f64, result has the argument's float type
+    "same": _same_rule,          # arguments promoted together (NEP 50), result the promoted type
+    "team": _team_rule,          # no arguments, i64
+}
+
 BUILTINS: Dict[str, Builtin] = {}
-RUNTIME: Dict[str, Callable] = {}
+_BY_RUNTIME: Dict[int, str] = {}  # id(runtime function) -> name, for resolution
 
 
-def _add(name: str, arity, rule, runtime: Callable, doc: str) -> None:
-    BUILTINS[name] = Builtin(name, tuple(arity), rule, doc)
-    RUNTIME[name] = runtime
+def register(b: Builtin) -> Builtin:
+    """Add ``b`` to the table (replacing a builtin of the same name).  This is the only step:
+    resolution, the frontend, the checker, the interpreter and every backend read the table."""
+    if b.kind not in KINDS:
+        raise ValueError(f"builtin {b.name}: kind must be one of {sorted(KINDS)}, got {b.kind!r}")
+    if b.kind == "lowered" and not b.reason:
+        raise ValueError(f"builtin {b.name}: a lowered builtin says why it has no spelling (reason=)")
+    if b.kind != "lowered" and b.rule is None:
+        raise ValueError(f"builtin {b.name}: a {b.kind} builtin needs a typing rule")
+    unregister(b.name)
+    BUILTINS[b.name] = b
+    _BY_RUNTIME[id(b.runtime)] = b.name
+    return b
 
 
-for _name, _fn, _doc in [
-    ("exp", exp, "e**x"), ("log", log, "natural logarithm"), ("sqrt", sqrt, "square root"),
-    ("rsqrt", rsqrt, "1/sqrt(x)"), ("tanh", tanh, "hyperbolic tangent"), ("erf", erf, "error function"),
-    ("sin", sin, "sine"), ("cos", cos, "cosine"), ("floor", floor, "largest integral value <= x (a float)"),
-    ("ceil", ceil, "smallest integral value >= x (a float)"),
+def unregister(name: str) -> None:
+    old = BUILTINS.pop(name, None)
+    if old is not None:
+        _BY_RUNTIME.pop(id(old.runtime), None)
+
+
+def by_runtime(obj) -> Optional[str]:
+    """The builtin whose runtime function ``obj`` is, or None."""
+    name = _BY_RUNTIME.get(id(obj))
+    return name if name is not None and BUILTINS[name].runtime is obj else None
+
+
+def spelling(name: str, targets: Sequence[str], loc=None) -> Spelling:
+    """How target ``targets[0]`` (falling back along ``targets``) writes builtin ``name``; a
+    CompileError naming the builtin, the target and the call's location if it has none."""
+    from dsl.lang.errors import CompileError
+    b = BUILTINS.get(name)
+    s = b.spelled(targets) if b is not None else None
+    if s is None:
+        raise CompileError(f"builtin {name}() has no spelling for the {targets[0]} target",
+                           loc, f"add one to its entry in dsl/lang/builtins.py (spelling={{{targets[0]!r}: ...}})")
+    return s
+
+
+def _float_math(name, runtime, doc, numba, c):
+    register(Builtin(name, runtime, doc, arity=(1,), rule=_float_rule, spelling={"numba": numba, "c": c}))
+
+
+_float_math("exp", exp, "e**x", "math.exp({0})", "exp({0})")
+_float_math("log", log, "natural logarithm", "math.log({0})", "log({0})")
+_float_math("sqrt", sqrt, "square root", "math.sqrt({0})", "sqrt({0})")
+_float_math("rsqrt", rsqrt, "1/sqrt(x)", "({T}(1.0) / math.sqrt({0}))", "rsqrt({0})")
+_float_math("tanh", tanh, "hyperbolic tangent", "math.tanh({0})", "tanh({0})")
+_float_math("erf", erf, "error function", "math.erf({0})", "erf({0})")
+_float_math("sin", sin, "sine", "math.sin({0})", "sin({0})")
+_float_math("cos", cos, "cosine", "math.cos({0})", "cos({0})")
+_float_math("floor", floor, "largest integral value <= x (a float)", "np.floor({0})", "floor({0})")
+_float_math("ceil", ceil, "smallest integral value >= x (a float)", "np.ceil({0})", "ceil({0})")
+register(Builtin("abs", abs_, "absolute value, same type", arity=(1,), rule=_same_rule,
+                 spelling={"numba": "abs({0})", "c": Helper("abs")}))
+register(Builtin("min", min_, "smallest argument, promoted type", arity=tuple(range(2, 9)), rule=_same_rule,
+                 spelling={"numba": Helper("min"), "c": Helper("min")}))
+register(Builtin("max", max_, "largest argument, promoted type", arity=tuple(range(2, 9)), rule=_same_rule,
+                 spelling={"numba": Helper("max"), "c": Helper("max")}))
+register(Builtin("clamp", clamp, "min(max(x, lo), hi), promoted type", arity=(3,), rule=_same_rule,
+                 spelling={"numba": Helper("clamp"), "c": Helper("clamp")}))
+register(Builtin("pow", pow_, "x ** y, promoted type (integer edge cases as for **)", arity=(2,), rule=_same_rule,
+                 spelling={"numba": Helper("pow"), "c": Helper("pow")}))
+for _fn in (thread_id, num_threads, tile_id, num_tiles):
+    register(Builtin(_fn.__name__, _fn, _fn.__doc__, kind="team", arity=(0,), rule=_team_rule,
+                     spelling={"numba": Helper(_fn.__name__), "c": Helper(_fn.__name__)},
+                     varying=_fn is thread_id))
+for _fn, _reason in [
+    (where, "becomes ir.Select: both operands evaluated, then one picked"),
+    (split, "lowered to arithmetic on the team builtins (lo, hi = dsl.split(n))"),
+    (sync, "a statement: ir.Sync"),
+    (scratch, "a declaration: ir.Scratch in Kernel.scratch"),
+    (atomic_add, "a statement: ir.AtomicAdd"),
 ]:
-    _add(_name, (1,), _float_rule, _fn, _doc)
-_add("abs", (1,), _same_rule, abs_, "absolute value, same type")
-_add("min", range(2, 9), _same_rule, min_, "smallest argument, promoted type")
-_add("max", range(2, 9), _same_rule, max_, "largest argument, promoted type")
-_add("clamp", (3,), _same_rule, clamp, "min(max(x, lo), hi)")
-_add("pow", (2,), _pow_rule, pow_, "x ** y, promoted type")
-for _name, _fn, _doc in [("thread_id", thread_id, thread_id.__doc__), ("num_threads", num_threads, num_threads.__doc__),
-                         ("tile_id", tile_id, tile_id.__doc__), ("num_tiles", num_tiles, num_tiles.__doc__)]:
-    _add(_name, (0,), _team_rule, _fn, _doc)
-
-# Builtins the frontend lowers itself (not ir.Call): where → Select, split → arithmetic,
-# sync → Sync, scratch → Scratch, atomic_add → AtomicAdd, casts → Cast, log.* → Log.
+    register(Builtin(_fn.__name__, _fn, (_fn.__doc__ or "").strip().splitlines()[0], kind="lowered", reason=_reason))

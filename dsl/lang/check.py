@@ -23,6 +23,7 @@ from dsl.lang import log_format as LF
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError, SourceLoc
 from dsl.lang.frontend import Parsed
+from dsl.lang.visitor import Visitor
 
 _ARITH = ("add", "sub", "mul", "floordiv", "mod", "pow")
 _BITWISE = ("bitand", "bitor", "bitxor")
@@ -70,7 +71,11 @@ def check_kernel(parsed: Parsed, binding: Binding, threads: int, func_parser) ->
                      threads, frozenset(varying), parsed.filename, parsed.firstline)
 
 
-class _Checker:
+class _Checker(Visitor):
+    """Types one kernel or @dsl.func body: ``visit_<ir class>`` per node; a statement returns
+    its typed node (None before the final pass), an expression ``(typed node, semantic type)``
+    where the semantic type may be weak and ``node.type`` never is."""
+
     def __init__(self, parsed: Parsed, params: List[ir.Param], func_parser, is_kernel: bool,
                  funcs_done=None, func_stack=(), func_results=None):
         self.parsed = parsed
@@ -153,12 +158,12 @@ class _Checker:
     def stmts(self, body) -> Tuple[ir.Stmt, ...]:
         out = []
         for s in body:
-            r = getattr(self, f"s_{type(s).__name__}")(s)
+            r = self.visit(s)
             if r is not None:
                 out.append(r)
         return tuple(out)
 
-    def s_Assign(self, s: ir.Assign):
+    def visit_Assign(self, s: ir.Assign):
         value, t = self.expr(s.value)
         lt = self.assign_type(s.name, t, s)
         if not self.final:
@@ -180,7 +185,7 @@ class _Checker:
             out.append(self.cast(e, T.i64) if t is not None else e)
         return tuple(out)
 
-    def s_Store(self, s: ir.Store):
+    def visit_Store(self, s: ir.Store):
         b = self.buffer(s.tensor, s)
         if isinstance(b, ir.VecParam) or (isinstance(b, ir.TensorParam) and b.access == "in"):
             raise self.error(s, f"writing to '{s.tensor}', which is read-only: only Out and InOut tensors (and scratch) "
@@ -191,7 +196,7 @@ class _Checker:
             return None
         return ir.Store(s.tensor, index, self.cast(value, b.dtype.compute), s.flat, loc=s.loc)
 
-    def s_AtomicAdd(self, s: ir.AtomicAdd):
+    def visit_AtomicAdd(self, s: ir.AtomicAdd):
         b = self.buffer(s.tensor, s)
         if b.dtype not in (T.i32, T.i64, T.u32, T.u64, T.f32, T.f64):
             raise self.error(s, f"dsl.atomic_add on '{s.tensor}' of {b.dtype}: supported for i32, i64, u32, u64, "
@@ -202,14 +207,14 @@ class _Checker:
             return None
         return ir.AtomicAdd(s.tensor, index, self.cast(value, b.dtype), s.flat, loc=s.loc)
 
-    def s_If(self, s: ir.If):
+    def visit_If(self, s: ir.If):
         cond, t = self.expr(s.cond)
         body, orelse = self.stmts(s.body), self.stmts(s.orelse)
         if not self.final:
             return None
         return ir.If(self.truth(cond, t), body, orelse, loc=s.loc)
 
-    def s_For(self, s: ir.For):
+    def visit_For(self, s: ir.For):
         bounds = []
         for b in (s.start, s.stop, s.step):
             e, t = self.expr(b)
@@ -226,23 +231,23 @@ class _Checker:
             return None
         return ir.For(s.var, bounds[0], bounds[1], bounds[2], body, loc=s.loc)
 
-    def s_While(self, s: ir.While):
+    def visit_While(self, s: ir.While):
         cond, t = self.expr(s.cond)
         body = self.stmts(s.body)
         if not self.final:
             return None
         return ir.While(self.truth(cond, t), body, loc=s.loc)
 
-    def s_Break(self, s):
+    def visit_Break(self, s):
         return s
 
-    def s_Continue(self, s):
+    def visit_Continue(self, s):
         return s
 
-    def s_Sync(self, s):
+    def visit_Sync(self, s):
         return s
 
-    def s_Return(self, s: ir.Return):
+    def visit_Return(self, s: ir.Return):
         if s.value is None:
             return s
         value, t = self.expr(s.value)
@@ -259,11 +264,11 @@ class _Checker:
             t = T.join(t, r)
         return t
 
-    def s_ExprStmt(self, s: ir.ExprStmt):
+    def visit_ExprStmt(self, s: ir.ExprStmt):
         value, _ = self.expr(s.value)
         return ir.ExprStmt(value, loc=s.loc) if self.final else None
 
-    def s_Log(self, s: ir.Log):
+    def visit_Log(self, s: ir.Log):
         typed = [self.expr(a) for a in s.args]
         for spec, (a, t) in zip(LF.specs(s.pieces), typed):
             if t is not None and spec.conv in LF.NEEDS_INTEGER and t.is_float:
@@ -274,29 +279,33 @@ class _Checker:
     # ------------------------------------------------------------------ expressions
     def expr(self, e: ir.Expr) -> Tuple[ir.Expr, Optional[T.DType]]:
         """(typed node, semantic type); the semantic type may be weak, node.type never is."""
-        return getattr(self, f"e_{type(e).__name__}")(e)
+        return self.visit(e)
 
-    def e_Const(self, e: ir.Const):
+    def unsupported(self, node):
+        raise CompileError(f"the type checker has no rule for {type(node).__name__} nodes (a compiler bug)",
+                           getattr(node, "loc", None))
+
+    def visit_Const(self, e: ir.Const):
         v = e.value
         t = T.WEAK_BOOL if isinstance(v, bool) else T.WEAK_INT if isinstance(v, int) else T.WEAK_FLOAT
         if e.type is not None:
             t = e.type
         return ir.Const(v, type=t.strong, loc=e.loc), t
 
-    def e_Name(self, e: ir.Name):
+    def visit_Name(self, e: ir.Name):
         p = self.params.get(e.name)
         if isinstance(p, ir.ScalarParam) and p.const_value is not None:
             return ir.Const(_convert_const(p.const_value, p.dtype), type=p.dtype, loc=e.loc), p.dtype
         t = self.local_type(e.name, e)
         return ir.Name(e.name, type=t.strong if t is not None else None, loc=e.loc), t
 
-    def e_Load(self, e: ir.Load):
+    def visit_Load(self, e: ir.Load):
         b = self.buffer(e.tensor, e)
         index = self.index(e.tensor, e.index, e.flat, e)
         t = b.dtype.compute
         return ir.Load(e.tensor, index, e.flat, type=t, loc=e.loc), t
 
-    def e_Shape(self, e: ir.Shape):
+    def visit_Shape(self, e: ir.Shape):
         b = self.buffer(e.tensor, e)
         shape = b.shape if isinstance(b, ir.Scratch) else (b.length,) if isinstance(b, ir.VecParam) else None
         ndim = len(shape) if shape is not None else b.ndim
@@ -307,7 +316,7 @@ class _Checker:
             return ir.Const(shape[axis], type=T.i64, loc=e.loc), T.WEAK_INT
         return ir.Shape(e.tensor, axis, type=T.i64, loc=e.loc), T.WEAK_INT
 
-    def e_Size(self, e: ir.Size):
+    def visit_Size(self, e: ir.Size):
         b = self.buffer(e.tensor, e)
         if isinstance(b, ir.Scratch):
             n = 1
@@ -318,7 +327,7 @@ class _Checker:
             return ir.Const(b.length, type=T.i64, loc=e.loc), T.WEAK_INT
         return ir.Size(e.tensor, type=T.i64, loc=e.loc), T.WEAK_INT
 
-    def e_Unary(self, e: ir.Unary):
+    def visit_Unary(self, e: ir.Unary):
         v, t = self.expr(e.operand)
         if t is None:
             return v, None
@@ -335,7 +344,7 @@ class _Checker:
             return ir.Unary("not", self.cast(v, T.bool_), type=T.bool_, loc=e.loc), t
         return ir.Unary("invert", v, type=t.strong, loc=e.loc), t
 
-    def e_Binary(self, e: ir.Binary):
+    def visit_Binary(self, e: ir.Binary):
         l, lt = self.expr(e.left)
         r, rt = self.expr(e.right)
         if lt is None or rt is None:
@@ -360,7 +369,7 @@ class _Checker:
             _check_exponent(t, r, e)
         return ir.Binary(op, self.cast(l, t), self.cast(r, t), type=t.strong, loc=e.loc), t
 
-    def e_Compare(self, e: ir.Compare):
+    def visit_Compare(self, e: ir.Compare):
         l, lt = self.expr(e.left)
         r, rt = self.expr(e.right)
         if lt is None or rt is None:
@@ -369,14 +378,14 @@ class _Checker:
         rtype = T.WEAK_BOOL if lt.weak and rt.weak else T.bool_
         return ir.Compare(e.op, self.cast(l, t), self.cast(r, t), type=T.bool_, loc=e.loc), rtype
 
-    def e_Logical(self, e: ir.Logical):
+    def visit_Logical(self, e: ir.Logical):
         l, lt = self.expr(e.left)
         r, rt = self.expr(e.right)
         if lt is None or rt is None:
             return l, T.bool_
         return ir.Logical(e.op, self.truth(l, lt), self.truth(r, rt), type=T.bool_, loc=e.loc), T.bool_
 
-    def e_Select(self, e: ir.Select):
+    def visit_Select(self, e: ir.Select):
         c, ct = self.expr(e.cond)
         a, at = self.expr(e.if_true)
         b, bt = self.expr(e.if_false)
@@ -385,7 +394,7 @@ class _Checker:
         t = T.promote(at, bt)
         return ir.Select(self.truth(c, ct), self.cast(a, t), self.cast(b, t), e.both, type=t.strong, loc=e.loc), t
 
-    def e_Cast(self, e: ir.Cast):
+    def visit_Cast(self, e: ir.Cast):
         v, t = self.expr(e.value)
         target = e.type
         if t is None:
@@ -394,12 +403,15 @@ class _Checker:
             return ir.Cast(ir.Cast(v, type=target, loc=e.loc), type=T.f32, loc=e.loc), T.f32
         return self.cast(v, target), target
 
-    def e_Call(self, e: ir.Call):
-        if e.name == "_ndim":
-            b = self.buffer(e.args[0].name, e)
-            nd = len(b.shape) if isinstance(b, ir.Scratch) else 1 if isinstance(b, ir.VecParam) else b.ndim
-            return ir.Const(nd, type=T.i64, loc=e.loc), T.WEAK_INT
-        spec = B.BUILTINS[e.name]
+    def visit_NDim(self, e: ir.NDim):
+        b = self.buffer(e.tensor, e)
+        nd = len(b.shape) if isinstance(b, ir.Scratch) else 1 if isinstance(b, ir.VecParam) else b.ndim
+        return ir.Const(nd, type=T.i64, loc=e.loc), T.WEAK_INT
+
+    def visit_Call(self, e: ir.Call):
+        spec = B.BUILTINS.get(e.name)
+        if spec is None or spec.kind == "lowered":
+            raise self.error(e, f"{e.name}() is not a builtin that can be called here")
         typed = [self.expr(a) for a in e.args]
         if any(t is None for _, t in typed):
             return ir.Const(0, type=None, loc=e.loc), None
@@ -412,7 +424,7 @@ class _Checker:
             _check_exponent(argt, args[1], e)
         return ir.Call(e.name, args, type=rest.strong, loc=e.loc), rest
 
-    def e_FuncCall(self, e: ir.FuncCall):
+    def visit_FuncCall(self, e: ir.FuncCall):
         typed = [self.expr(a) for a in e.args]
         if any(t is None for _, t in typed):
             return ir.Const(0, type=None, loc=e.loc), None
@@ -436,8 +448,7 @@ class _Checker:
                                        "scalars")
             ann = p.annotation
             ptypes.append(t if ann is None or isinstance(ann, T.TypeVar) else ann)
-        name = func.__name__ + "_" + "_".join(str(t).replace("_", "") for t in ptypes)
-        key = name
+        key = (ir.FuncOrigin.of(func.fn), tuple(ptypes))  # the specialization's identity
         if key in self.funcs_done:
             f = self.funcs_done[key]
             return f, self.func_results[key]
@@ -449,11 +460,23 @@ class _Checker:
         ret = sub.func_return_type()
         if ret is None:
             raise self.error(node, f"@dsl.func '{func.__name__}' never returns a value")
-        f = ir.Function(name, tuple(params), ret.strong, body,
-                        tuple((n, t) for n, t in local_types if n not in sub.scalar_types))
+        f = ir.Function(self.func_name(func, ptypes), tuple(params), ret.strong, body,
+                        tuple((n, t) for n, t in local_types if n not in sub.scalar_types),
+                        origin=key[0], arg_types=key[1])
         self.funcs_done[key] = f
         self.func_results[key] = ret
         return f, ret
+
+    def func_name(self, func, ptypes) -> str:
+        """A valid identifier, unique among this kernel's specializations: the function's name
+        and argument types (``smooth_f32_float``), numbered when two functions share them."""
+        base = func.__name__ + "".join("_" + str(t).replace("_", "") for t in ptypes)
+        taken = {f.name for f in self.funcs_done.values()}
+        name, n = base, 1
+        while name in taken:
+            n += 1
+            name = f"{base}_{n}"
+        return name
 
     # ------------------------------------------------------------------ scratch
     def scratch_decl(self, s, binding: Binding) -> ir.Scratch:
@@ -465,22 +488,28 @@ class _Checker:
                 raise CompileError(f"scratch '{s.name}': every dimension must be a positive integer known at compile "
                                    "time (a literal, a module-level constant or a dsl.const parameter)", d.loc)
             dims.append(v)
-        return ir.Scratch(s.name, binding.dtype(s.dtype), tuple(dims), loc=s.loc)
+        return ir.Scratch(s.name, binding.dtype(s.dtype), tuple(dims), loc=s.loc, index=s.index)
 
 
 # ---------------------------------------------------------------------- uniformity
 
-class _Uniformity:
+class _Uniformity(Visitor):
     """Which locals may differ between the threads of a team; where sync() is legal.
 
     A ``@dsl.func`` call is thread-dependent when an argument is, or when the function
-    (or one it calls) reads ``dsl.thread_id()``: functions take scalars only, so those are
-    the only ways a result can differ between threads."""
+    (or one it calls) reads a thread-dependent builtin (``Builtin.varying``: ``dsl.thread_id()``):
+    functions take scalars only, so those are the only ways a result can differ between threads.
+
+    ``visit_<stmt class>`` per statement; ``self.div`` is the location of the innermost
+    enclosing thread-dependent condition (None in uniform code), ``self.check`` whether this
+    is the final pass that reports a sync() under it."""
 
     def __init__(self, buffers, funcs=()):
         self.buffers = buffers
         self.varying: set = set()
         self.thread_funcs = _thread_dependent_funcs(funcs)
+        self.div: Optional[SourceLoc] = None
+        self.check = False
 
     def run(self, body) -> set:
         for _ in range(50):
@@ -495,7 +524,7 @@ class _Uniformity:
 
     def is_varying(self, e: ir.Expr) -> bool:
         for n in ir.walk(e):
-            if isinstance(n, ir.Call) and n.name == "thread_id":
+            if isinstance(n, ir.Call) and _varying_builtin(n.name):
                 return True
             if isinstance(n, ir.FuncCall) and n.func in self.thread_funcs:
                 return True
@@ -508,33 +537,55 @@ class _Uniformity:
         return False
 
     def block(self, stmts, div: Optional[SourceLoc], check: bool) -> None:
-        for s in stmts:
-            d = div or self.returned
-            if isinstance(s, ir.Assign):
-                if d or self.is_varying(s.value):
-                    self.varying.add(s.name)
-            elif isinstance(s, ir.If):
-                inner = d or (s.loc if self.is_varying(s.cond) else None)
-                self.block(s.body, inner, check)
-                self.block(s.orelse, inner, check)
-            elif isinstance(s, (ir.For, ir.While)):
-                heads = (s.start, s.stop, s.step) if isinstance(s, ir.For) else (s.cond,)
-                inner = d or (s.loc if any(self.is_varying(h) for h in heads) else None) \
-                    or self.divergent_exit(s.body, None)
-                if isinstance(s, ir.For) and inner:
-                    self.varying.add(s.var)
-                self.block(s.body, inner, check)
-            elif isinstance(s, ir.Return):
-                if d and self.returned is None:
-                    self.returned = s.loc
-            elif isinstance(s, ir.Sync) and check and d:
-                why = "returns early" if d is self.returned and div is None else "depends on the thread"
-                line = d.source_line().strip()
-                raise CompileError(
-                    "dsl.sync() under thread-dependent control flow: every thread of the team must reach the same "
-                    "sync() calls", s.loc,
-                    f"line {d.line} ({line!r}) {why}; move sync() out of it or make the condition the same for "
-                    "every thread")
+        outer = self.div, self.check
+        self.check = check
+        try:
+            for s in stmts:
+                self.div = div
+                self.visit(s)
+        finally:
+            self.div, self.check = outer
+
+    def unsupported(self, s) -> None:
+        pass  # statements that neither assign, branch nor synchronize
+
+    def visit_Assign(self, s: ir.Assign) -> None:
+        if self.div or self.returned or self.is_varying(s.value):
+            self.varying.add(s.name)
+
+    def visit_If(self, s: ir.If) -> None:
+        inner = self.div or self.returned or (s.loc if self.is_varying(s.cond) else None)
+        self.block(s.body, inner, self.check)
+        self.block(s.orelse, inner, self.check)
+
+    def _loop(self, s, heads) -> None:
+        inner = self.div or self.returned or (s.loc if any(self.is_varying(h) for h in heads) else None) \
+            or self.divergent_exit(s.body, None)
+        if isinstance(s, ir.For) and inner:
+            self.varying.add(s.var)
+        self.block(s.body, inner, self.check)
+
+    def visit_For(self, s: ir.For) -> None:
+        self._loop(s, (s.start, s.stop, s.step))
+
+    def visit_While(self, s: ir.While) -> None:
+        self._loop(s, (s.cond,))
+
+    def visit_Return(self, s: ir.Return) -> None:
+        d = self.div or self.returned
+        if d and self.returned is None:
+            self.returned = s.loc
+
+    def visit_Sync(self, s: ir.Sync) -> None:
+        d = self.div or self.returned
+        if self.check and d:
+            why = "returns early" if d is self.returned and self.div is None else "depends on the thread"
+            line = d.source_line().strip()
+            raise CompileError(
+                "dsl.sync() under thread-dependent control flow: every thread of the team must reach the same "
+                "sync() calls", s.loc,
+                f"line {d.line} ({line!r}) {why}; move sync() out of it or make the condition the same for "
+                "every thread")
 
     def divergent_exit(self, stmts, div) -> Optional[SourceLoc]:
         """A break/continue under thread-dependent control (not inside a nested loop)."""
@@ -549,11 +600,16 @@ class _Uniformity:
         return None
 
 
+def _varying_builtin(name: str) -> bool:
+    b = B.BUILTINS.get(name)
+    return b is not None and b.varying
+
+
 def _thread_dependent_funcs(funcs) -> set:
     """Names of the functions whose result may read ``thread_id()``, directly or through a callee."""
     calls = {f.name: {n.func for n in ir.walk(list(f.body)) if isinstance(n, ir.FuncCall)} for f in funcs}
     out = {f.name for f in funcs
-           if any(isinstance(n, ir.Call) and n.name == "thread_id" for n in ir.walk(list(f.body)))}
+           if any(isinstance(n, ir.Call) and _varying_builtin(n.name) for n in ir.walk(list(f.body)))}
     changed = True
     while changed:
         changed = False

@@ -24,6 +24,7 @@ from dsl.lang import nesting
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError, SourceLoc
 from dsl.lang.resolve import Resolver
+from dsl.lang.visitor import Visitor
 
 # Construct -> how kernels may use it.  Rendered into docs/language.md.
 SUPPORTED: Dict[str, str] = {
@@ -76,10 +77,14 @@ class ParamDecl:
 
 @dataclass(frozen=True)
 class ScratchDecl:
+    """One ``dsl.scratch(...)`` declaration; ``index`` (declaration order) is its identity and
+    ``loc`` the position of the call (so two declarations on one line differ by column)."""
+
     name: str
     shape: Tuple[ir.Expr, ...]
     dtype: Any  # DType | TypeVar
     loc: SourceLoc
+    index: int = 0
 
 
 @dataclass
@@ -90,7 +95,7 @@ class Parsed:
     params: List[ParamDecl]
     body: Tuple[ir.Stmt, ...]
     scratch: List[ScratchDecl]
-    funcs: Dict[str, Any]  # name used in the IR -> dsl Func object called
+    funcs: Dict[str, Any]  # key in the untyped ir.FuncCall.func -> dsl Func object called
     captured: Dict[str, Any]  # global/closure names read -> value (for the cache key)
     shape_unpacks: List[Tuple[str, int, SourceLoc]]  # `a, b = t.shape` sites: t must have that rank
     filename: str
@@ -185,15 +190,18 @@ def parse(fn, *, is_kernel: bool, log_level: str) -> Parsed:
     if isinstance(fdef, ast.AsyncFunctionDef):
         raise v.error(fdef, "async functions are not supported in kernels")
     nesting.check_depth(fdef, v.error)  # before anything recurses over the tree
-    body = v.visit_body(fdef.body, top=True)
+    body = v.block(fdef.body, top=True)
     return Parsed(fn.__name__, params, tuple(body), v.scratch, v.funcs, v.resolve.captured, v.shape_unpacks, filename,
                   firstline, src, log_level, v.loc(fdef))
 
 
 # --------------------------------------------------------------------------- the visitor
 
-class _Visitor:
-    """Turns one function's AST into IR statements; compiler state lives here, not on AST nodes."""
+class _Visitor(Visitor):
+    """Turns one function's AST into IR: ``visit_<ast class>`` for each supported statement
+    (returning a statement, a list of them or None) and expression (returning an ir.Expr).
+    Compiler state lives here, not on AST nodes; ``self.top`` says whether the statement being
+    visited is at the top level of the function body (where scratch may be declared)."""
 
     def __init__(self, fn, params, filename, firstline, indent, lines, is_kernel, log_level):
         self.fn = fn
@@ -206,6 +214,7 @@ class _Visitor:
         self.log_level = log_level
         self.scratch: List[ScratchDecl] = []
         self.funcs: Dict[str, Any] = {}
+        self.top = False
         self.assigned = _assigned_names(fn)
         self.tmp_count = 0
         self.shape_unpacks: List[Tuple[str, int, SourceLoc]] = []  # (tensor, names, loc): needs ndim == names
@@ -234,25 +243,33 @@ class _Visitor:
             return True  # scratch
         return p.kind == "tensor" and p.annotation.writable
 
+    def unsupported(self, node):
+        if isinstance(node, ast.stmt):
+            raise self.error(node, f"construct '{_construct_name(node)}' is not supported in kernels",
+                             "see the supported Python subset in docs/language.md")
+        raise self.error(node, f"expression '{_construct_name(node)}' is not supported in kernels",
+                         "see the supported Python subset in docs/language.md")
+
     # ---- statements
-    def visit_body(self, stmts, top: bool = False) -> List[ir.Stmt]:
+    def block(self, stmts, top: bool = False) -> List[ir.Stmt]:
         out: List[ir.Stmt] = []
-        for k, s in enumerate(stmts):
-            if k == 0 and top and isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) \
-                    and isinstance(s.value.value, str):
-                continue  # docstring
-            method = getattr(self, f"stmt_{type(s).__name__}", None)
-            if method is None:
-                raise self.error(s, f"construct '{_construct_name(s)}' is not supported in kernels",
-                                 "see the supported Python subset in docs/language.md")
-            result = method(s, top) if method.__code__.co_argcount == 3 else method(s)
-            out.extend(result if isinstance(result, list) else [result] if result is not None else [])
+        outer = self.top
+        try:
+            for k, s in enumerate(stmts):
+                if k == 0 and top and isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) \
+                        and isinstance(s.value.value, str):
+                    continue  # docstring
+                self.top = top
+                result = self.visit(s)
+                out.extend(result if isinstance(result, list) else [result] if result is not None else [])
+        finally:
+            self.top = outer
         return out
 
-    def stmt_Pass(self, s):
+    def visit_Pass(self, s):
         return None
 
-    def stmt_Expr(self, s):
+    def visit_Expr(self, s):
         v = s.value
         if isinstance(v, ast.Constant) and isinstance(v.value, str):
             return None  # a string statement is a comment
@@ -260,27 +277,27 @@ class _Visitor:
             raise self.error(s, "an expression statement has no effect in a kernel; assign it or remove it")
         return self.call_stmt(v)
 
-    def stmt_Assign(self, s, top):
+    def visit_Assign(self, s):
         if len(s.targets) > 1:  # a = b = e
             name = self.tmp()
             out = [ir.Assign(name, self.expr(s.value), loc=self.loc(s))]
             for t in s.targets:
-                out.extend(self.assign_to(t, ir.Name(name, loc=self.loc(s)), s, top))
+                out.extend(self.assign_to(t, ir.Name(name, loc=self.loc(s)), s))
             return out
         target = s.targets[0]
         if isinstance(target, ast.Tuple):
             return self.unpack(target, s.value, s)
         if isinstance(target, ast.Name) and _is_call_to(self, s.value, "scratch"):
-            return self.declare_scratch(target, s.value, s, top)
-        return self.assign_to(target, self.expr(s.value), s, top)
+            return self.declare_scratch(target, s.value, s)
+        return self.assign_to(target, self.expr(s.value), s)
 
-    def stmt_AugAssign(self, s):
+    def visit_AugAssign(self, s):
         op = _BINOPS.get(type(s.op))
         if op is None:
             raise self.error(s, f"operator {type(s.op).__name__} is not supported")
         if isinstance(s.target, ast.Name):
             cur = self.expr(s.target)
-            return self.assign_to(s.target, ir.Binary(op, cur, self.expr(s.value), loc=self.loc(s)), s, False)
+            return self.assign_to(s.target, ir.Binary(op, cur, self.expr(s.value), loc=self.loc(s)), s)
         if isinstance(s.target, ast.Subscript):
             tensor, index, flat = self.subscript(s.target)
             cur = ir.Load(tensor, index, flat, loc=self.loc(s.target))
@@ -289,7 +306,7 @@ class _Visitor:
                             loc=self.loc(s))
         raise self.error(s.target, "augmented assignment needs a local or a tensor element")
 
-    def assign_to(self, target, value: ir.Expr, s, top) -> List[ir.Stmt]:
+    def assign_to(self, target, value: ir.Expr, s) -> List[ir.Stmt]:
         if isinstance(target, ast.Name):
             name = target.id
             if self.is_tensor(name):
@@ -317,6 +334,12 @@ class _Visitor:
         loc = self.loc(s)
         if _is_call_to(self, value, "split"):
             return self.lower_split(names, value, s)
+        if isinstance(value, ast.Tuple) and any(_is_call_to(self, e, "scratch") for e in value.elts):
+            if len(value.elts) != len(names) or not all(
+                    isinstance(n, ast.Name) and _is_call_to(self, e, "scratch") for n, e in zip(names, value.elts)):
+                raise self.error(s, "a, b = dsl.scratch(...), dsl.scratch(...) declares one scratch buffer per name; "
+                                    "do not mix scratch with other values")
+            return [d for n, e in zip(names, value.elts) for d in self.declare_scratch(n, e, s)]
         if isinstance(value, ast.Attribute) and value.attr == "shape" and isinstance(value.value, ast.Name) \
                 and self.is_tensor(value.value.id):
             exprs = [ir.Shape(value.value.id, k, loc=loc) for k in range(len(names))]
@@ -334,7 +357,7 @@ class _Visitor:
             out.append(ir.Assign(t, e, loc=self.loc(s)))
             temps.append(t)
         for n, t in zip(names, temps):
-            out.extend(self.assign_to(n, ir.Name(t, loc=self.loc(s)), s, False))
+            out.extend(self.assign_to(n, ir.Name(t, loc=self.loc(s)), s))
         if check_rank:
             self.shape_unpacks.append((check_rank[0], check_rank[1], self.loc(s)))
         return out
@@ -374,12 +397,12 @@ class _Visitor:
                                          loc=loc), loc=loc))
         hi = ir.Call("min", (ir.Binary("add", ir.Name(lo, loc=loc), ir.Name(chunk, loc=loc), loc=loc),
                              ir.Name(n, loc=loc)), loc=loc)
-        out.extend(self.assign_to(names[0], ir.Name(lo, loc=loc), s, False))
-        out.extend(self.assign_to(names[1], hi, s, False))
+        out.extend(self.assign_to(names[0], ir.Name(lo, loc=loc), s))
+        out.extend(self.assign_to(names[1], hi, s))
         return out
 
-    def declare_scratch(self, target: ast.Name, call: ast.Call, s, top) -> List[ir.Stmt]:
-        if not (top and self.is_kernel):
+    def declare_scratch(self, target: ast.Name, call: ast.Call, s) -> List[ir.Stmt]:
+        if not (self.top and self.is_kernel):
             raise self.error(s, "dsl.scratch(...) must be declared at the top level of a kernel body")
         name = target.id
         if self.is_tensor(name) or name in self.params:
@@ -393,14 +416,14 @@ class _Visitor:
         dtype = self.resolve.value(args["dtype"])
         if not isinstance(dtype, (T.DType, T.TypeVar)):
             raise self.error(args["dtype"], "dsl.scratch(shape, dtype): dtype must be a dtype like f32 or a TypeVar")
-        self.scratch.append(ScratchDecl(name, shape, dtype, self.loc(s)))
+        self.scratch.append(ScratchDecl(name, shape, dtype, self.loc(call), len(self.scratch)))
         return []
 
-    def stmt_If(self, s):
-        return ir.If(self.expr(s.test), tuple(self.visit_body(s.body)), tuple(self.visit_body(s.orelse)),
+    def visit_If(self, s):
+        return ir.If(self.expr(s.test), tuple(self.block(s.body)), tuple(self.block(s.orelse)),
                      loc=self.loc(s))
 
-    def stmt_For(self, s):
+    def visit_For(self, s):
         if s.orelse:
             raise self.error(s, "for ... else is not supported in kernels")
         if not isinstance(s.target, ast.Name):
@@ -418,20 +441,20 @@ class _Visitor:
             raise self.error(it, "range() step must not be zero")
         if self.is_tensor(s.target.id):
             raise self.error(s.target, f"'{s.target.id}' is a tensor and cannot be a loop variable")
-        return ir.For(s.target.id, start, stop, step, tuple(self.visit_body(s.body)), loc=loc)
+        return ir.For(s.target.id, start, stop, step, tuple(self.block(s.body)), loc=loc)
 
-    def stmt_While(self, s):
+    def visit_While(self, s):
         if s.orelse:
             raise self.error(s, "while ... else is not supported in kernels")
-        return ir.While(self.expr(s.test), tuple(self.visit_body(s.body)), loc=self.loc(s))
+        return ir.While(self.expr(s.test), tuple(self.block(s.body)), loc=self.loc(s))
 
-    def stmt_Break(self, s):
+    def visit_Break(self, s):
         return ir.Break(loc=self.loc(s))
 
-    def stmt_Continue(self, s):
+    def visit_Continue(self, s):
         return ir.Continue(loc=self.loc(s))
 
-    def stmt_Return(self, s):
+    def visit_Return(self, s):
         if self.is_kernel and s.value is not None:
             raise self.error(s, "a kernel returns nothing; write results into Out tensors")
         if not self.is_kernel and s.value is None:
@@ -499,20 +522,18 @@ class _Visitor:
 
     # ---- expressions
     def expr(self, e) -> ir.Expr:
-        method = getattr(self, f"expr_{type(e).__name__}", None)
-        if method is None:
-            raise self.error(e, f"expression '{_construct_name(e)}' is not supported in kernels",
-                             "see the supported Python subset in docs/language.md")
-        return method(e)
+        if not isinstance(e, ast.expr):  # a statement class in expression position cannot parse
+            self.unsupported(e)
+        return self.visit(e)
 
-    def expr_Constant(self, e):
+    def visit_Constant(self, e):
         v = e.value
         if isinstance(v, bool) or isinstance(v, (int, float)):
             return ir.Const(v, loc=self.loc(e))
         raise self.error(e, f"constant {v!r} of type {type(v).__name__} is not supported in kernel expressions; "
                             "numbers and booleans are")
 
-    def expr_Name(self, e):
+    def visit_Name(self, e):
         name = e.id
         if name in self.params:
             p = self.params[name]
@@ -534,13 +555,13 @@ class _Visitor:
         raise self.error(e, f"'{ast.unparse(e)}' is a {type(value).__name__}, which kernels cannot use as a value; "
                             "kernels read numbers, booleans, parameters and locals")
 
-    def expr_BinOp(self, e):
+    def visit_BinOp(self, e):
         op = _BINOPS.get(type(e.op))
         if op is None:
             raise self.error(e, f"operator {type(e.op).__name__} is not supported in kernels")
         return ir.Binary(op, self.expr(e.left), self.expr(e.right), loc=self.loc(e))
 
-    def expr_UnaryOp(self, e):
+    def visit_UnaryOp(self, e):
         operand = self.expr(e.operand)
         if isinstance(e.op, ast.UAdd):
             return operand
@@ -549,7 +570,7 @@ class _Visitor:
         op = {ast.USub: "neg", ast.Not: "not", ast.Invert: "invert"}[type(e.op)]
         return ir.Unary(op, operand, loc=self.loc(e))
 
-    def expr_BoolOp(self, e):
+    def visit_BoolOp(self, e):
         op = "and" if isinstance(e.op, ast.And) else "or"
         values = [self.expr(v) for v in e.values]
         out = values[0]
@@ -557,7 +578,7 @@ class _Visitor:
             out = ir.Logical(op, out, v, loc=self.loc(e))
         return out
 
-    def expr_Compare(self, e):
+    def visit_Compare(self, e):
         parts = []
         left = self.expr(e.left)
         for op, comp in zip(e.ops, e.comparators):
@@ -573,10 +594,10 @@ class _Visitor:
             out = ir.Logical("and", out, p, loc=self.loc(e))
         return out
 
-    def expr_IfExp(self, e):
-        return ir.Select(self.expr(e.test), self.expr(e.body), self.expr(e.orelse), loc=self.loc(e))
+    def visit_IfExp(self, e):
+        return ir.Select(self.expr(e.test), self.expr(e.body), self.expr(e.orelse), both=False, loc=self.loc(e))
 
-    def expr_Subscript(self, e):
+    def visit_Subscript(self, e):
         # x.shape[k]
         if isinstance(e.value, ast.Attribute) and e.value.attr == "shape" and isinstance(e.value.value, ast.Name) \
                 and self.is_tensor(e.value.value.id):
@@ -612,24 +633,24 @@ class _Visitor:
                 raise self.error(idx, f"vector parameter '{base.id}' takes one index")
         return base.id, tuple(self.expr(x) for x in elts), flat
 
-    def expr_Attribute(self, e):
+    def visit_Attribute(self, e):
         if isinstance(e.value, ast.Name) and self.is_tensor(e.value.id):
             name = e.value.id
             loc = self.loc(e)
             if e.attr == "size":
                 return ir.Size(name, loc=loc)
             if e.attr == "ndim":
-                return ir.Call("_ndim", (ir.Name(name, loc=loc),), loc=loc)  # folded by the checker
+                return ir.NDim(name, loc=loc)  # folded by the checker
             if e.attr in ("shape", "flat"):
                 raise self.error(e, f"{name}.{e.attr} must be indexed: {name}.{e.attr}[k]")
             raise self.error(e, f"tensors have .shape, .size, .ndim and .flat; not .{e.attr}")
         value = self.resolve.value(e)
         return self.constant_value(value, e)
 
-    def expr_Tuple(self, e):
+    def visit_Tuple(self, e):
         raise self.error(e, "tuples are only supported on either side of an assignment (a, b = b, a)")
 
-    def expr_Call(self, e):
+    def visit_Call(self, e):
         kind, name = self.resolve.callee(e.func)
         loc = self.loc(e)
         if kind == "dtype":
@@ -654,7 +675,7 @@ class _Visitor:
             if name == "where":
                 args = self.call_args(e, ("cond", "a", "b"), required=3)
                 return ir.Select(args["cond"], args["a"], args["b"], both=True, loc=loc)
-            if name in ("split", "sync", "scratch", "atomic_add"):
+            if B.BUILTINS[name].kind == "lowered":
                 raise self.error(e, {"split": "dsl.split(n) returns two values: lo, hi = dsl.split(n)",
                                      "scratch": "dsl.scratch(...) must be assigned to a name at the top of the kernel",
                                      }.get(name, f"dsl.{name}(...) is a statement and returns nothing"))
@@ -662,11 +683,20 @@ class _Visitor:
         if kind == "func":
             if e.keywords:
                 raise self.error(e, "calls to @dsl.func take positional arguments only")
-            self.funcs[name.__name__] = name
-            return ir.FuncCall(name.__name__, tuple(self.expr(a) for a in e.args), loc=loc)
+            return ir.FuncCall(self.func_key(name), tuple(self.expr(a) for a in e.args), loc=loc)
         if kind == "log":
             raise self.error(e, "dsl.log calls are statements and return nothing")
         raise self.error(e, f"cannot call '{ast.unparse(e.func)}' in a kernel")
+
+    def func_key(self, func) -> str:
+        """The key naming ``func`` in this function's untyped FuncCalls (``Parsed.funcs``): its
+        qualified name, made unique when two different functions share one."""
+        key, n = func.__qualname__, 1
+        while self.funcs.get(key, func) is not func:
+            n += 1
+            key = f"{func.__qualname__}#{n}"
+        self.funcs[key] = func
+        return key
 
     def builtin_call(self, e, name, args) -> ir.Expr:
         spec = B.BUILTINS[name]

@@ -6,10 +6,14 @@ Small frozen nodes.  The frontend builds them with ``type=None``; the checker
 * every ``Expr.type`` is a concrete (non-weak) DType;
 * operands of ``Binary`` and ``Compare`` already have the same type (explicit
   ``Cast`` nodes are inserted), ``Binary`` operands have the result type;
-* ``If``/``While``/``Select`` conditions and ``Logical`` operands are bool_;
+* ``If``/``While``/``Select``/``Conditional`` conditions and ``Logical`` operands are bool_;
 * tensor indices and ``For`` bounds are i64; ``Store`` values have the
   tensor's compute type (f32 for f16/bf16 storage);
-* ``.ndim`` and scratch shapes are folded to ``Const``.
+* ``NDim`` and scratch shapes are folded to ``Const``.
+
+Evaluation order is decided here, once, by the node class, never by a flag a backend
+re-reads: ``Select`` (``dsl.where``) evaluates all three operands like a call;
+``Conditional`` (``a if c else b``) and ``Logical`` (``and``/``or``) short-circuit.
 
 Semantics are Python's: ``//`` and ``%`` floor, ``int()`` truncates, ``For``
 iterates ``range(start, stop, step)`` and the loop variable is assigned from a
@@ -111,26 +115,40 @@ class Logical(Expr):
 
 @dataclass(frozen=True)
 class Select(Expr):
-    """``a if cond else b`` evaluates only the taken side; ``dsl.where(cond, a, b)``
-    (``both=True``) evaluates cond, a and b, like a call, then picks one."""
+    """``dsl.where(cond, a, b)``: evaluates cond, a and b (left to right, like a call),
+    then picks one.  Never short-circuits."""
 
     cond: Expr
     if_true: Expr
     if_false: Expr
-    both: bool = False
+    both: bool = True  # COMPAT (phase 1): the checker still emits Select(both=False) for `a if c else b`
+
+
+@dataclass(frozen=True)
+class Conditional(Expr):
+    """``a if cond else b``: evaluates cond, then only the taken side."""
+
+    cond: Expr
+    if_true: Expr
+    if_false: Expr
 
 
 @dataclass(frozen=True)
 class Call(Expr):
-    """A builtin (dsl/builtins.py): math functions and team queries.
-
-    Names after checking: exp log sqrt rsqrt tanh erf sin cos floor ceil abs
-    min max pow (float or int per the builtin's rule, args share ``type``),
-    thread_id num_threads tile_id num_tiles (i64, no args).
-    """
+    """A call to a builtin registered in dsl/lang/builtins.py (``BUILTINS[name]``, kind
+    ``"call"`` or ``"team"``): the registry gives its typing rule and, per target, its
+    spelling.  After checking, the arguments have the types the builtin's rule chose."""
 
     name: str
     args: Tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class NDim(Expr):
+    """``t.ndim``: the rank of a tensor, vector or scratch buffer.  The checker folds it to
+    a ``Const`` (ranks are known per specialization), so backends never see it."""
+
+    tensor: str
 
 
 @dataclass(frozen=True)
@@ -144,7 +162,11 @@ class Cast(Expr):
 
 @dataclass(frozen=True)
 class FuncCall(Expr):
-    """A call to a ``@dsl.func`` device function, by its unique ``Function.name``."""
+    """A call to a ``@dsl.func`` device function.
+
+    Before checking ``func`` is the frontend's key for the called ``Func`` (``Parsed.funcs``);
+    after checking it is the ``Function.name`` of the specialization called, a key into
+    ``Kernel.funcs`` (``Kernel.function(name)``).  It is an opaque key: nobody parses it."""
 
     func: str
     args: Tuple[Expr, ...]
@@ -276,23 +298,51 @@ Param = Union[TensorParam, ScalarParam, VecParam]
 
 @dataclass(frozen=True)
 class Scratch:
-    """``dsl.scratch(shape, dtype)``: team-shared, read/written with Load/Store."""
+    """``dsl.scratch(shape, dtype)``: team-shared, read/written with Load/Store.
+
+    Its identity is ``index``, its position in ``Kernel.scratch``, given by the frontend in
+    declaration order; ``loc`` is the position of the ``dsl.scratch(...)`` call itself (line
+    and column), so two declarations on one line are told apart (``Kernel.scratch_at``)."""
 
     name: str
     dtype: DType
     shape: Tuple[int, ...]
     loc: SourceLoc = field(default=UNKNOWN, compare=False)
+    index: int = 0
+
+
+@dataclass(frozen=True)
+class FuncOrigin:
+    """Which Python function a ``@dsl.func`` specialization comes from: its qualified name,
+    file and first line (``co_firstlineno``, the first decorator line)."""
+
+    qualname: str
+    filename: str
+    firstline: int
+
+    @staticmethod
+    def of(fn) -> "FuncOrigin":
+        code = fn.__code__
+        return FuncOrigin(fn.__qualname__, code.co_filename, code.co_firstlineno)
 
 
 @dataclass(frozen=True)
 class Function:
-    """A ``@dsl.func`` specialized for argument types; params are scalars."""
+    """A ``@dsl.func`` specialized for argument types; params are scalars.
 
-    name: str  # unique within the kernel
+    ``(origin, arg_types)`` is the specialization's identity: ``arg_types`` are the types
+    it was specialized for, Python-literal arguments keeping their weak type (``T.WEAK_INT``
+    for ``f(1)``), while ``params`` have the concrete types the code uses.  ``name`` is a
+    valid identifier, unique within the kernel, which ``FuncCall.func`` refers to; backends
+    may emit it or derive their own, but never parse it."""
+
+    name: str
     params: Tuple[ScalarParam, ...]
     ret: Optional[DType]
     body: Tuple[Stmt, ...]
     locals: Tuple[Tuple[str, DType], ...] = ()  # (name, type) of locals other than params
+    origin: Optional[FuncOrigin] = None
+    arg_types: Tuple[DType, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -315,6 +365,20 @@ class Kernel:
             if p.name == name:
                 return p
         raise KeyError(name)
+
+    def function(self, name: str) -> Function:
+        """The specialization a checked ``FuncCall.func`` refers to."""
+        for f in self.funcs:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def scratch_at(self, line: int, col: int) -> Optional[Scratch]:
+        """The scratch declared by the ``dsl.scratch(...)`` call at ``line``:``col`` (1-based)."""
+        for s in self.scratch:
+            if s.loc.line == line and s.loc.col == col:
+                return s
+        return None
 
     def buffer(self, name: str):
         """The TensorParam, VecParam or Scratch named ``name``."""
@@ -424,8 +488,12 @@ def fmt(e: Expr) -> str:
         return f"({_SYMBOLS[e.op]}{fmt(e.operand)})"
     if isinstance(e, (Binary, Compare, Logical)):
         return f"({fmt(e.left)} {_SYMBOLS[e.op]} {fmt(e.right)})"
-    if isinstance(e, Select):
+    if isinstance(e, Conditional):
         return f"({fmt(e.if_true)} if {fmt(e.cond)} else {fmt(e.if_false)})"
+    if isinstance(e, Select):
+        return f"where({fmt(e.cond)}, {fmt(e.if_true)}, {fmt(e.if_false)})"
+    if isinstance(e, NDim):
+        return f"{e.tensor}.ndim"
     if isinstance(e, (Call, FuncCall)):
         name = e.name if isinstance(e, Call) else e.func
         return f"{name}({', '.join(map(fmt, e.args))})"

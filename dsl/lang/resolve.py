@@ -23,9 +23,6 @@ PY_BUILTINS = {py_builtins.min: "min", py_builtins.max: "max", py_builtins.abs: 
                py_builtins.range: "range", py_builtins.len: "len", py_builtins.int: "int",
                py_builtins.float: "float", py_builtins.bool: "bool", py_builtins.print: "print",
                py_builtins.breakpoint: "breakpoint"}
-DSL_RUNTIME = {fn: name for name, fn in B.RUNTIME.items()}
-DSL_RUNTIME.update({B.where: "where", B.split: "split", B.sync: "sync", B.scratch: "scratch",
-                    B.atomic_add: "atomic_add"})
 
 
 class Resolver:
@@ -78,8 +75,9 @@ class Resolver:
             return "dtype", obj
         if _hashable(obj) and obj in PY_BUILTINS:
             return "py", PY_BUILTINS[obj]
-        if _hashable(obj) and obj in DSL_RUNTIME:
-            return "dsl", DSL_RUNTIME[obj]
+        builtin = B.by_runtime(obj)  # the registry (dsl/lang/builtins.py), read at each call
+        if builtin is not None:
+            return "dsl", builtin
         if getattr(obj, "__self__", None) is B.log and obj.__name__ in ir.LOG_LEVELS:
             return "log", obj.__name__
         if isinstance(obj, Func):
