@@ -1,4 +1,11 @@
-"""opdsl: a JIT-compiled operator DSL.  ``import dsl`` gives the whole public API."""
+"""opdsl: a JIT-compiled operator DSL.  ``import dsl`` gives the whole public API.
+
+The kernel language and kernel objects load now; the op/graph compiler, ONNX I/O and raw
+OpenCL load on first use of one of their names (``_LAZY``), so ``import dsl`` stays fast and
+this package never imports the layers above the kernel runtime (docs/architecture.md).
+"""
+import importlib
+
 from dsl.lang.types import (  # noqa: F401
     DType, TypeVar, In, Out, InOut, Vec, const,
     bool_, i8, u8, i16, u16, i32, u32, i64, u64, f16, bf16, f32, f64,
@@ -9,14 +16,39 @@ from dsl.lang.builtins import (  # noqa: F401
     exp, sqrt, rsqrt, tanh, erf, sin, cos, floor, ceil, clamp, where,
 )
 from dsl.lang.builtins import min_ as min, max_ as max, abs_ as abs, pow_ as pow  # noqa: F401,A004
-from dsl.kernel import kernel, func, Kernel  # noqa: F401
+from dsl.runtime.kernel import kernel, func, Kernel  # noqa: F401
+from dsl.version import __version__  # noqa: F401
 
-__version__ = "0.1.0"
+# public name -> the module that defines it
+_LAZY = {
+    "Op": "dsl.opgraph.op",
+    "op": "dsl.opgraph.op",
+    "TensorSpec": "dsl.opgraph.spec",
+    "VerifyError": "dsl.opgraph.spec",
+    "UnknownOpError": "dsl.opgraph.registry",
+    "Graph": "dsl.opgraph.graph",
+    "Tensor": "dsl.opgraph.graph",
+    "composed": "dsl.opgraph.composed",
+    "Model": "dsl.opgraph.model",
+    "load_onnx": "dsl.onnx.load",
+    "OnnxImportError": "dsl.onnx.load",
+    "RawOpenCL": "backends.opencl.raw",
+}
 
-# --- op layer (dsl/op.py, dsl/graph.py, ...) registers its names below ---
-from dsl.op import Op, op, TensorSpec, VerifyError  # noqa: F401,E402  (dsl.op is the decorator)
-from dsl.registry import UnknownOpError  # noqa: F401,E402
-from dsl.graph import Graph, Tensor  # noqa: F401,E402
-from dsl.composed import composed  # noqa: F401,E402
-from dsl.model import Model  # noqa: F401,E402
-from dsl.onnx import load_onnx, OnnxImportError  # noqa: F401,E402
+
+_LAZY_MODULES = {"onnx": "dsl.onnx"}  # dsl.onnx.to_graph without importing dsl.onnx first
+
+
+def __getattr__(name):
+    if name in _LAZY_MODULES:
+        return importlib.import_module(_LAZY_MODULES[name])
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dsl' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | set(_LAZY_MODULES))

@@ -1,7 +1,7 @@
 """The built-in operator library, written in the DSL.  ``import ops`` registers every
 family (ONNX ops in the default domain with their opset ranges, opdsl's own ops
 such as FullyConnected and DataConvert in ``com.opdsl``)."""
-from dsl.registry import builtin_library as _builtin_library
+from dsl.opgraph.registry import builtin_library as _builtin_library
 
 with _builtin_library():  # what registers here is built-in: user ops take precedence
     from ops.elementwise import Add, Sub, Mul, Relu, LeakyRelu, Sigmoid, Tanh  # noqa: F401

@@ -23,7 +23,7 @@ import numpy as np
 
 import dsl
 from dsl import In, Out, f16, bf16, f32, f64, i32
-from dsl.op import TensorSpec, VerifyError
+from dsl.opgraph.spec import TensorSpec, VerifyError
 
 T = dsl.TypeVar("T")
 F = dsl.TypeVar("F")

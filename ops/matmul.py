@@ -17,7 +17,7 @@ import numpy as np
 
 import dsl
 from dsl import In, Out, f16, bf16, f32, f64, i32, i64, u32, u64
-from dsl.op import TensorSpec, VerifyError
+from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.elementwise import broadcast_shape, collapse_broadcast, require_dtype, same_dtype
 
 T = dsl.TypeVar("T")

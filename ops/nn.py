@@ -17,7 +17,7 @@ import numpy as np
 
 import dsl
 from dsl import In, InOut, Out, i64, f16, bf16, f32, f64
-from dsl.op import TensorSpec, VerifyError
+from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.elementwise import require_dtype, same_dtype
 from ops.matmul import grid_for
 

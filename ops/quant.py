@@ -19,7 +19,7 @@ import numpy as np
 
 import dsl
 from dsl import In, Out, DType, bf16, f16, f32, f64, i8, i16, i32, u8, u16
-from dsl.op import TensorSpec, VerifyError
+from dsl.opgraph.spec import TensorSpec, VerifyError
 
 X = dsl.TypeVar("X")
 S = dsl.TypeVar("S")

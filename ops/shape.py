@@ -15,8 +15,8 @@ import numpy as np
 
 import dsl
 from dsl import In, Out, i64
-from dsl.graph import Identity
-from dsl.op import TensorSpec, VerifyError
+from dsl.opgraph.graph import Identity
+from dsl.opgraph.spec import TensorSpec, VerifyError
 
 T = dsl.TypeVar("T")
 KERNEL_RANK = 6

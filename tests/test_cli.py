@@ -108,7 +108,7 @@ def test_only_implemented_commands_exist(capsys):
     assert r.returncode == 0
     assert all(c in r.stdout for c in ("demo", "compile", "cache"))
     assert "new-package" not in r.stdout and "bench" not in r.stdout
-    from dsl import cli
+    from dsl.cli import main as cli
     for missing in ("run", "new-package", "bench"):  # in-process: argparse exits before any work
         with pytest.raises(SystemExit) as e:
             cli.main([missing])

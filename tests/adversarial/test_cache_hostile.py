@@ -113,7 +113,7 @@ def test_cache_clear_on_a_home_folder_deletes_nothing(tmp_path):
     for rel, text in files.items():
         (home / rel).parent.mkdir(parents=True, exist_ok=True)
         (home / rel).write_text(text)
-    out = run("import sys\nfrom dsl import cli\nsys.exit(cli.main(['cache', 'clear']))",
+    out = run("import sys\nfrom dsl.cli import main as cli\nsys.exit(cli.main(['cache', 'clear']))",
               env={"OPDSL_CACHE_DIR": str(home)}, expect_ok=False)
     assert out.returncode == 1, out.describe()
     assert str(home) in out.stderr and ".opdsl-cache" in out.stderr and "Nothing was deleted" in out.stderr
@@ -127,7 +127,7 @@ def test_cache_clear_leaves_symlinked_folders_and_foreign_files_alone(tmp_path):
     (victim / "important").write_text("keep")
     (cache / "opencl-probe").symlink_to(victim)
     (cache / "my-notes.txt").write_text("keep")
-    out = run("import sys\nfrom dsl import cli\nsys.exit(cli.main(['cache', 'clear']))",
+    out = run("import sys\nfrom dsl.cli import main as cli\nsys.exit(cli.main(['cache', 'clear']))",
               env={"OPDSL_CACHE_DIR": str(cache)})
     assert "left alone" in out.stderr and str(cache / "opencl-probe") in out.stderr
     assert (victim / "important").read_text() == "keep" and (cache / "my-notes.txt").read_text() == "keep"

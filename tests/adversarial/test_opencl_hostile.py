@@ -174,7 +174,7 @@ def test_no_platform_at_all_is_a_reason_and_the_demo_skips(tmp_path):
         reason = base.get("opencl").available()
         assert "no OpenCL platform found" in reason, reason
         assert base.get("opencl").devices() == []
-        from dsl import demo
+        from dsl.cli import demo
         demo.run(["opencl"])
     """, env={"OPDSL_CACHE_DIR": str(tmp_path / "cache")})
     assert "skipped: no OpenCL platform found" in out.stdout

@@ -260,7 +260,7 @@ def test_scratch_larger_than_local_memory_is_a_compile_error_naming_it(opencl, m
 
 
 def test_demo_and_html_repr_name_the_device(opencl):
-    from dsl import demo
+    from dsl.cli import demo
     out = io.StringIO()
     assert demo.run(["opencl"], repeat=1, out=out) == 0
     where = rt.device().description
@@ -271,6 +271,6 @@ def test_demo_and_html_repr_name_the_device(opencl):
 
 
 def test_demo_names_each_reason_when_no_device_is_usable():
-    out = isolated("from dsl import demo; demo.run(['opencl'])",
+    out = isolated("from dsl.cli import demo; demo.run(['opencl'])",
                    env={"OPDSL_OPENCL_DEVICE": "no-such-platform"}, expect_ok=False)
     assert "opencl" in out.stdout and "skipped: OPDSL_OPENCL_DEVICE='no-such-platform'" in out.stdout

@@ -138,11 +138,10 @@ def test_raw_op_select_naming_a_missing_function():
 
 
 def test_raw_op_as_an_operator_implementation():
-    op_mod = pytest.importorskip("dsl.op")
     from ops.opencl import hswish
 
     @dsl.op("HSwishCL", domain="com.opdsl.test")
-    class HSwishCL(op_mod.Op):
+    class HSwishCL(dsl.Op):
         in_scale: float = 1.0
         in_zero_point: int = 0
         out_scale: float = 1.0
@@ -153,7 +152,7 @@ def test_raw_op_as_an_operator_implementation():
 
         kernels = {"default": hswish}
 
-    from dsl import registry
+    from dsl.opgraph import registry
     try:
         _check_hswish_op(HSwishCL)
     finally:

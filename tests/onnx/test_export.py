@@ -9,7 +9,7 @@ from onnx import helper as H  # noqa: E402
 
 import dsl  # noqa: E402
 import ops  # noqa: E402
-from dsl import registry  # noqa: E402
+from dsl.opgraph import registry  # noqa: E402
 
 RNG = np.random.default_rng(33)
 

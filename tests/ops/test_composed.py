@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import dsl
-from dsl import registry
+from dsl.opgraph import registry
 import oplayer_testops as L
 
 DOMAIN = "com.example.composed"

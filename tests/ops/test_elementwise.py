@@ -127,7 +127,7 @@ def test_errors_name_the_problem():
 
 
 def test_registered_with_onnx_opsets():
-    from dsl import registry
+    from dsl.opgraph import registry
     for name, since in [("Add", 7), ("Mul", 7), ("Relu", 6), ("LeakyRelu", 6), ("Sigmoid", 6), ("Tanh", 6)]:
         cls = registry.lookup("", name, 13)
         assert cls.since == since and cls is getattr(ops, name)
@@ -145,7 +145,7 @@ def _broadcast_pairs():
         def side(least):
             keep = draw(st.integers(least, len(out)))
             return tuple(1 if draw(st.booleans()) else d for d in out[len(out) - keep:])
-        return side(1), side(0)  # (0-d eager arrays become 1-d in dsl.op.as_arrays)
+        return side(1), side(0)  # (0-d eager arrays become 1-d in dsl.opgraph.op.as_arrays)
     return pair()
 
 

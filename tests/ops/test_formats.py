@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import dsl
-from dsl import formats as F
+from dsl.opgraph import formats as F, reorder
 import oplayer_testops as L
 
 RNG = np.random.default_rng(11)
@@ -25,13 +25,13 @@ def test_physical_shape_and_references():
 def test_reorder_kernels(backend, channels):
     x = RNG.standard_normal((2, channels, 3, 4)).astype(np.float32)
     y = np.full(F.physical_shape(x.shape, "nchwc16"), 7.0, np.float32)
-    F.plain_to_nchwc16(x, y, backend=backend)
+    reorder.plain_to_nchwc16(x, y, backend=backend)
     np.testing.assert_array_equal(y, F.to_nchwc16_ref(x))
     back = np.empty_like(x)
-    F.nchwc16_to_plain(y, back, backend=backend)
+    reorder.nchwc16_to_plain(y, back, backend=backend)
     np.testing.assert_array_equal(back, x)
     y[...] = 5.0
-    F.fix_padding(y, channels, backend)
+    reorder.fix_padding(y, channels, backend)
     np.testing.assert_array_equal(y, F.to_nchwc16_ref(np.full_like(x, 5.0)))
 
 

@@ -223,7 +223,7 @@ def test_runs_are_captured_once_or_called_each_time():
 
 
 def test_a_bug_in_a_launch_during_capture_is_raised_not_hidden(monkeypatch):
-    from dsl.kernel import Kernel
+    from dsl.runtime.kernel import Kernel
     real_prepare, calls = Kernel.prepare, []
 
     def prepare_failing_once(self, *args, **kwargs):  # a bug only the capture's launch hits

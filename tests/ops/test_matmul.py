@@ -117,6 +117,6 @@ def test_errors_name_the_problem():
 
 
 def test_registration():
-    from dsl import registry
+    from dsl.opgraph import registry
     assert registry.lookup("com.opdsl", "FullyConnected") is ops.FullyConnected
     assert registry.lookup("", "Gemm", 13) is ops.Gemm and registry.lookup("", "MatMul", 1) is ops.MatMul

@@ -4,7 +4,7 @@ import pytest
 
 import dsl
 import ops
-from dsl import formats as F
+from dsl.opgraph import formats as F
 
 RNG = np.random.default_rng(5)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import dsl
-from dsl import registry
+from dsl.opgraph import registry
 import oplayer_testops as L
 
 

@@ -1,5 +1,8 @@
 """ONNX export: ``Graph.to_onnx()`` -> ``onnx.ModelProto`` that passes ``onnx.checker``.
 
+It reads graphs through their documented structure (dsl/opgraph/graph.py) without importing
+graph.py, which calls it.
+
 * Inputs keep their names; ``None`` dims become symbolic dims (``<input>_d<axis>``).
 * Constants become initializers.
 * Every node keeps its op's (domain, op_type); params that differ from the op's
@@ -20,15 +23,14 @@ from typing import Dict, List, Tuple
 
 import numpy as np
 
-from dsl.graph import Graph, Node
-from dsl.op import Op
 from dsl.lang.types import DType
+from dsl.opgraph.op import Op
 
 DEFAULT_OPSET = 21  # ai.onnx opset written when the graph does not say
 IR_VERSION = 10     # at least (opset 21 needs it); newer opsets raise it to what they need
 
 
-def export(graph: Graph, check: bool = True):
+def export(graph, check: bool = True):
     """``graph`` as an ``onnx.ModelProto``; ``check`` runs ``onnx.checker.check_model``."""
     import onnx
     from onnx import helper
@@ -116,7 +118,7 @@ def node_attributes(op: Op) -> List:
 
 
 class _Exporter:
-    def __init__(self, graph: Graph):
+    def __init__(self, graph):
         self.graph = graph
         self.used: Dict[str, int] = {}          # domain -> highest since of its ops
         self.functions: Dict[Tuple[str, str], object] = {}
@@ -133,7 +135,7 @@ class _Exporter:
                 out[dom] = declared.get(dom, since)
         return out
 
-    def body(self, graph: Graph, as_function: bool = False):
+    def body(self, graph, as_function: bool = False):
         """(nodes, initializers) of ``graph``; in a function constants become Constant nodes."""
         from onnx import helper, numpy_helper
         nodes, inits = [], []
@@ -147,7 +149,7 @@ class _Exporter:
             nodes.append(self.node(n))
         return nodes, inits
 
-    def node(self, n: Node):
+    def node(self, n):
         from onnx import helper
         op = n.op
         self.note_domain(op)
@@ -159,7 +161,7 @@ class _Exporter:
         proto.attribute.extend(node_attributes(op))
         return proto
 
-    def function_for(self, n: Node) -> str:
+    def function_for(self, n) -> str:
         """The FunctionProto name holding this composed node's body (created once per params)."""
         from onnx import helper
         op = n.op

@@ -27,10 +27,13 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from dsl import registry
-from dsl.graph import Graph, Tensor, apply_op
-from dsl.op import Op, VerifyError, check_and_infer
+import ops  # noqa: F401 (registers the built-in library that ONNX-domain nodes map to)
 from dsl.lang.types import DType, from_numpy
+from dsl.opgraph import registry
+from dsl.opgraph.graph import Graph, Tensor, apply_op
+from dsl.opgraph.limits import TensorSizeError, check_tensor_bytes, tensor_limit
+from dsl.opgraph.op import Op, check_and_infer
+from dsl.opgraph.spec import VerifyError
 
 
 class OnnxImportError(ValueError):
@@ -41,8 +44,7 @@ def load_onnx(model, packages: Sequence = (), backend: Optional[str] = None, for
               base_dir: Optional[str] = None, max_tensor_bytes: Optional[int] = None):
     """Load an ONNX model (path, bytes or ``onnx.ModelProto``) and compile it -> ``dsl.Model``.
 
-    ``packages``: op packages (folders with ``opdsl-package.yaml``, see ``dsl.register_package``)
-    or already imported Python modules defining the custom ops the model uses.
+    ``packages``: already imported Python modules defining the custom ops the model uses.
     ``base_dir``: the folder external tensor data is read from (default: the model file's
     folder; none for bytes or a proto).  ``max_tensor_bytes``: the largest tensor the model
     may make opdsl read, fold or allocate (default OPDSL_MAX_TENSOR_BYTES, 4 GiB)."""
@@ -60,8 +62,6 @@ class _Reader:
 def to_graph(model, packages: Sequence = (), base_dir: Optional[str] = None,
              max_tensor_bytes: Optional[int] = None) -> Graph:
     """The ``dsl.Graph`` of an ONNX model (not compiled); see the module docstring."""
-    import ops  # noqa: F401  (registers the built-in library that ONNX-domain nodes map to)
-    from dsl.passes import tensor_limit
     proto, model_dir = read_model(model)
     reader = _Reader(base_dir if base_dir is not None else model_dir, tensor_limit(max_tensor_bytes))
     _register_packages(packages)
@@ -178,11 +178,9 @@ def _register_packages(packages: Sequence) -> None:
         packages = [packages]
     for pkg in packages or ():
         if isinstance(pkg, (str, os.PathLike)):
-            try:
-                from dsl.package import register_package
-            except ImportError as e:  # pragma: no cover - depends on dsl/package.py
-                raise OnnxImportError(f"op package {os.fspath(pkg)!r} cannot be registered: {e}") from None
-            register_package(pkg)
+            raise OnnxImportError(f"packages: {os.fspath(pkg)!r} is a path; this version takes imported "
+                                  "Python modules that define the model's custom ops (import them and pass "
+                                  "the modules, or just import them before loading)")
         elif not hasattr(pkg, "__name__"):  # imported modules have registered their ops already
             raise TypeError(f"packages: expected op package folders or imported modules, got {pkg!r}")
 
@@ -220,7 +218,6 @@ def _value_info(vi, what: str) -> Tuple[Tuple[Optional[int], ...], DType]:
 
 def _tensor_value(tensor, where: str, reader: _Reader) -> np.ndarray:
     import onnx
-    from dsl.passes import TensorSizeError, check_tensor_bytes
     dtype = onnx_dtype(tensor.data_type, where)
     for axis, d in enumerate(tensor.dims):
         if d < 0:

@@ -1,190 +1,33 @@
-"""Operators: a kernel plus the metadata a graph compiler needs (user guide: docs/ops.md).
+"""``dsl.Op``: a kernel plus what a graph compiler needs to know about it -- params, shape and
+type inference, verification, implementation and format selection, and how to run it.
 
-Contract for op authors (ops/ is written against this)::
-
-    @dsl.op("HardSigmoid", domain="com.example", since=1)    # until=None: open-ended opset range
-    class HardSigmoid(dsl.Op):
-        alpha: float = 0.2        # a param: annotated class attribute; no default -> required
-        beta: float = 0.5
-        def infer(self, x):       # TensorSpec in -> TensorSpec or tuple of them out
-            return x.spec
-        def verify(self, x):      # optional; raise dsl.VerifyError("...")
-            ...
-        def select(self, x, backend):   # optional when there is one kernel
-            return "default"
-        kernels = {"default": hard_sigmoid_kernel}
-
-Constructing and applying.  Tensors are positional, params are keywords:
-
-* ``HardSigmoid(alpha=0.5)`` (no positional argument) is an op *instance*: a frozen
-  value, ``==`` and ``hash`` by (class, params).  Calling it applies it:
-  ``HardSigmoid(alpha=0.5)(x)``.
-* ``HardSigmoid(x, alpha=0.5)`` constructs *and* applies in one call (``Op.__new__``
-  returns the outputs instead of the instance).  So ``ops.Add(a, b)`` is the output
-  tensor.  An op with no tensor inputs is applied as ``Op(**params)()`` (eager) or
-  ``Op(**params)(graph=g)`` (adds a node to ``g``).
-* Applying on numpy arrays runs now (*eager*): outputs are allocated from ``infer``
-  and returned (one array, or a tuple for several outputs).  Applying on graph
-  tensors (``dsl.Graph``) adds a node and returns graph tensor handles.  numpy arrays
-  mixed into a graph call become graph constants; Python scalars become 0-d arrays
-  of the first tensor input's dtype (weak, like NEP 50 literals).
-* ``backend=`` (keyword, reserved: no param may be called ``backend``) picks the
-  backend of an eager call; default ``OPDSL_BACKEND`` (numba).  ``None`` inputs stand
-  for absent optional inputs and reach infer/verify/select/run as ``None``.
-
-Params.  Annotations accepted: ``float int bool str dsl.DType tuple Tuple[int, ...]
-Tuple[float, ...] list np.ndarray Optional[X] Literal[...]`` (lists become tuples,
-ints widen to float, arrays are copied read-only); anything else is stored as given.
-A wrong type, a missing required param or an unknown keyword is a ``TypeError``
-naming the op and the param.  ``op.params`` is the ordered dict of values,
-``op.replace(**changes)`` a modified copy.
-
-Hooks, all called with one ``TensorSpec`` (or ``None``) per input:
-
-* ``infer(*inputs)`` -> output spec(s).  Required.  Logical shapes only (formats are
-  chosen by the compiler, see below).  An output spec may carry ``value`` when infer can
-  compute the content from shapes alone (Shape); such nodes fold to constants.  Dimensions may be ``None`` (known at run time)
-  in graph mode: propagate them.  ``spec.value`` holds the numpy value of inputs
-  known at compile time (graph constants, and every input in eager mode): shape-like
-  inputs (Reshape's shape) read it; when it is ``None`` return ``None`` dims and the
-  model re-infers at run time with values.
-* ``verify(*inputs)`` raises ``dsl.VerifyError`` for unsupported combinations.  Must
-  tolerate ``None`` dims.  Called before ``infer``.
-* ``select(*inputs, backend)`` -> a key of ``kernels``.  Default: the only key, or
-  ``"default"``.  ``inputs[i].format`` tells which data format was chosen.
-* ``run(impl, inputs, outputs, backend)``: launches the implementation on arrays
-  (physical layout, outputs preallocated, written in place).  Default::
-
-      impl(*inputs, *outputs, **{p: v for op params p that impl declares}, backend=backend)
-
-  (``backend=`` is passed to ``dsl.kernel`` objects and to plain callables that accept
-  it).  Override it to launch several kernels, pass ``grid=``, map params differently
-  or handle optional inputs.  ``self.kernel_kwargs(impl)`` gives the default kwargs.
-
-Class attributes the compiler reads (all optional):
-
-* ``kernels``: dict name -> ``dsl.kernel`` object or any callable.
-* ``formats = ("plain",)``: data formats this op's kernels accept for 4-D tensors
-  (``"plain"``, ``"nchwc16"``; see dsl/formats.py).  ``select_format(*inputs)`` returns
-  ``(input_formats, output_formats)``; the default follows the producer's format when
-  every input is 4-D with the same shape and the op lists that format (elementwise
-  ops), else plain.  Override it (Conv) to request ``"nchwc16"``; reorders are
-  inserted by the compiler.  Eager calls always run plain.
-* ``inplace = {0: 0}``: output index -> input index whose buffer the output may share
-  (elementwise kernels that read element i before writing element i).
-* ``foldable = True``: ``False`` stops constant folding (random ops).
-* ``keeps_padding = False``: ``True`` promises that nchwc16 outputs keep zeros in the
-  padding channels (ops mapping 0 to 0, or kernels that write them); otherwise the
-  compiler re-zeroes them after the node (dsl/formats.py).
-* ``replay = True``: a compiled model calls ``run`` once per shape signature with a
-  recording stand-in for ``impl`` and replays the launches it made (dsl/model.py).
-  ``run`` must therefore launch through ``impl`` and not branch on input *values*;
-  numpy work on outputs is detected and disables replay for the node.  ``False``
-  makes the model call ``run`` every time.
-
-Empty tensors: when every output has zero elements the implementation is not
-launched (after verify/infer), in eager and graph mode alike.  Kernels must still
-handle empty *inputs* with non-empty outputs (a Concat with an empty part).
+The contract for op authors (hooks, class attributes, eager vs graph application, params) is
+docs/ops.md.  Applying an op to numpy arrays runs it now; applying it to a graph's tensors
+(``spec.Symbolic``) hands it to that graph, which this module never imports.
 """
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 import difflib
 import inspect
-import operator
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
 from dsl import config
 from dsl.lang.types import DType, as_dtype, from_numpy
-
-FORMATS = ("plain", "nchwc16")
+from dsl.opgraph import registry
+from dsl.opgraph.formats import default_select_format
+from dsl.opgraph.spec import Symbolic, TensorSpec, VerifyError, describe
+from dsl.runtime.kernel import Kernel
 
 # Class attributes of Op subclasses that are never params even when annotated.
 _RESERVED = frozenset({
     "kernels", "formats", "inplace", "foldable", "op_type", "domain", "since", "until",
     "backend", "params", "graph", "keeps_padding", "composed", "replay",
 })
-
-
-class VerifyError(ValueError):
-    """An op rejects its inputs or params (raised by ``Op.verify``)."""
-
-
-# --------------------------------------------------------------------------- tensor specs
-
-@dataclass(frozen=True)
-class TensorSpec:
-    """What the compiler knows about a tensor before it exists.
-
-    ``shape`` is logical (NCHW even when stored NCHWc16); a ``None`` dim is known at
-    run time.  ``value`` (excluded from ==) is the content when known at compile time.
-    ``quant`` is ``(scale, zero_point)`` for quantized i8/u8 tensors, else ``None``.
-    """
-
-    shape: Tuple[Optional[int], ...]
-    dtype: DType
-    format: str = "plain"
-    quant: Optional[Tuple[float, int]] = None
-    value: Optional[np.ndarray] = field(default=None, compare=False, repr=False)
-
-    def __post_init__(self):
-        try:  # operator.index: 2.5 (or 2.0) is refused rather than truncated to 2
-            shape = tuple(None if d is None else operator.index(d) for d in self.shape)
-            if any(isinstance(d, (bool, np.bool_)) for d in self.shape):
-                raise TypeError
-        except TypeError:
-            raise TypeError(f"TensorSpec shape must be a tuple of int or None, got {self.shape!r}") from None
-        if any(d is not None and d < 0 for d in shape):
-            raise ValueError(f"TensorSpec shape has a negative dim: {shape}")
-        object.__setattr__(self, "shape", shape)
-        object.__setattr__(self, "dtype", as_dtype(self.dtype))
-        if self.format not in FORMATS:
-            raise ValueError(f"unknown tensor format {self.format!r}; known: {', '.join(FORMATS)}")
-
-    @property
-    def spec(self) -> "TensorSpec":
-        """This spec without ``value`` (an output with the same shape and dtype does not
-        have the same content), so ``infer`` can ``return x.spec``."""
-        return self.with_() if self.value is not None else self
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def known(self) -> bool:
-        """Every dim is known."""
-        return all(d is not None for d in self.shape)
-
-    @property
-    def size(self) -> Optional[int]:
-        """Number of elements, ``None`` when a dim is unknown (0 if any dim is 0)."""
-        if 0 in self.shape:
-            return 0
-        if not self.known:
-            return None
-        return int(np.prod(self.shape, dtype=np.int64))
-
-    def with_(self, **changes) -> "TensorSpec":
-        """A copy with fields changed: ``x.with_(dtype=dsl.u8)``.  Drops ``value``
-        unless given, since a changed spec no longer describes the same content."""
-        changes.setdefault("value", None)
-        return dataclasses.replace(self, **changes)
-
-    @classmethod
-    def of(cls, array: np.ndarray, with_value: bool = True) -> "TensorSpec":
-        """The plain spec of a numpy array (its value attached when ``with_value``)."""
-        return cls(array.shape, from_numpy(array.dtype), "plain", None, array if with_value else None)
-
-    def __str__(self) -> str:
-        dims = ",".join("?" if d is None else str(d) for d in self.shape)
-        fmt = "" if self.format == "plain" else f" {self.format}"
-        return f"{self.dtype}[{dims}]{fmt}"
 
 
 # --------------------------------------------------------------------------- params
@@ -451,8 +294,7 @@ class Op:
             f"{type(self).__name__} has kernels {names}: define select(self, *inputs, backend) to pick one")
 
     def select_format(self, *inputs):
-        """(input formats, output formats); see the module docstring."""
-        from dsl.formats import default_select_format
+        """(input formats, output formats); docs/ops.md "Formats"."""
         return default_select_format(self, inputs)
 
     def run(self, impl, inputs: Sequence, outputs: Sequence, backend: str) -> None:
@@ -468,11 +310,12 @@ class Op:
 
     # applying -------------------------------------------------------------------------------
     def __call__(self, *inputs, backend: Optional[str] = None, graph=None):
-        from dsl import graph as graph_mod
-        if graph is not None or any(isinstance(x, graph_mod.Tensor) for x in inputs):
+        if graph is None:
+            graph = next((x.graph for x in inputs if isinstance(x, Symbolic)), None)
+        if graph is not None:
             if backend is not None:
                 raise TypeError(f"{type(self).__name__}: backend= is chosen by Graph.compile, not per node")
-            return graph_mod.apply_op(self, inputs, graph)
+            return graph.apply(self, inputs)
         return self.apply_eager(inputs, backend)
 
     def apply_eager(self, inputs: Sequence, backend: Optional[str] = None):
@@ -508,17 +351,11 @@ def _rebuild(cls, params):
     return cls(**params)
 
 
-def describe(op: Op) -> str:
-    dom = f"{op.domain}::" if op.domain else ""
-    return f"{dom}{op.op_type}"
-
-
 def op(op_type: str, domain: str = "", since: int = 1, until: Optional[int] = None):
     """Class decorator registering an Op subclass under (domain, op_type, [since, until]).
 
     A later registration of the same (domain, op_type) over an overlapping opset range
     overrides the earlier one (user ops override built-ins)."""
-    from dsl import registry
 
     def deco(cls):
         if not (isinstance(cls, type) and issubclass(cls, Op)):
@@ -539,10 +376,6 @@ def _accepted_names(impl) -> Tuple[frozenset, bool]:
     hit = _ACCEPTED_CACHE.get(id(impl))
     if hit is not None and hit[0] is impl:
         return hit[1], hit[2]
-    try:
-        from dsl.kernel import Kernel
-    except ImportError:  # pragma: no cover - before dsl.kernel exists
-        Kernel = ()
     target = impl
     for attr in ("pyfunc", "fn", "func", "__wrapped__"):
         if isinstance(impl, Kernel) and hasattr(impl, attr):

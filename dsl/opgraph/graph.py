@@ -1,7 +1,7 @@
 """Symbolic graphs: the same op calls that run eagerly on arrays build nodes here.
 
-Structure (documented for dsl/onnx_export.py and any other reader; treat as read-only
-outside dsl/graph.py and dsl/passes.py):
+Structure (documented for the compile passes, the model and the ONNX exporter, which take
+graphs without importing this module; treat as read-only outside graph.py and passes.py):
 
 ``Graph``
     ``name: str``
@@ -36,11 +36,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from dsl.op import Op, TensorSpec, VerifyError, check_and_infer, check_arity, describe
 from dsl.lang.types import as_dtype, from_numpy
+from dsl.onnx.export import export as export_onnx
+from dsl.opgraph.compiler import compile_graph
+from dsl.opgraph.op import Op, check_and_infer, check_arity
+from dsl.opgraph.spec import Symbolic, TensorSpec, VerifyError, describe
 
 
-class Tensor:
+class Tensor(Symbolic):
     """A value in a ``Graph``: an input, a constant or a node output."""
 
     __slots__ = ("graph", "name", "spec", "kind", "producer", "index", "value", "dim_names")
@@ -260,13 +263,16 @@ class Graph:
 
         ``formats="plain"`` keeps every tensor plain (no NCHWc16).  No folded constant or
         planned buffer may exceed ``max_tensor_bytes`` (default OPDSL_MAX_TENSOR_BYTES, 4 GiB)."""
-        from dsl.passes import compile_graph
         return compile_graph(self, backend=backend, formats=formats, fold=fold, max_tensor_bytes=max_tensor_bytes)
 
     def to_onnx(self):
         """An ``onnx.ModelProto`` (custom domains kept, composed ops as FunctionProto)."""
-        from dsl import onnx_export
-        return onnx_export.export(self)
+        return export_onnx(self)
+
+    def apply(self, op: Op, inputs: Sequence):
+        """Add ``op`` applied to ``inputs`` (this graph's tensors, arrays, scalars) as a node;
+        -> its output tensor(s).  ``op(x)`` on a tensor of this graph ends here."""
+        return apply_op(op, inputs, self)
 
     def copy(self) -> "Graph":
         """A structural copy sharing ops, subgraphs and constant arrays: add nodes to it

@@ -34,7 +34,7 @@ def _backend_names() -> List[str]:
 # --------------------------------------------------------------------------- demo
 
 def cmd_demo(args) -> int:
-    from dsl import demo
+    from dsl.cli import demo
     return 1 if demo.run(args.backend or None) else 0
 
 

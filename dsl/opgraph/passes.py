@@ -1,4 +1,4 @@
-"""Graph compile passes, in order (``compile_graph`` is the pipeline):
+"""Graph compile passes, in order (compiler.py's ``compile_graph`` is the pipeline):
 
 1. ``inline``        composed ops are replaced by their bodies (recursively), on a copy
 2. ``infer_and_fold`` shape/type inference with ``None`` dims and verify, node by node;
@@ -9,83 +9,30 @@
                      reorder that would undo the one producing a tensor is cancelled;
                      constants are reordered at compile time); outputs end plain
 5. ``select_kernels`` the implementation of every node for the backend
-6. ``plan_memory``   (per set of concrete shapes, called by dsl.Model) buffers shared
-                     between tensors whose lifetimes do not overlap; in-place where the
-                     op allows it and the input dies at that node
+6. memory.py's ``plan_memory``, per set of concrete shapes, called by dsl.Model
+
+Passes take graphs (graph.py's structure) without importing graph.py, which sits above them.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from dsl import config
-from dsl.formats import Reorder, normalize_choice, physical_shape, to_nchwc16_ref
-from dsl.graph import Graph, Node, Tensor
-from dsl.op import TensorSpec, VerifyError, check_and_infer, describe
-
-
-def compile_graph(graph: Graph, backend: Optional[str] = None, formats: str = "auto", fold: bool = True,
-                  max_tensor_bytes: Optional[int] = None):
-    from dsl.model import Model
-    limit = tensor_limit(max_tensor_bytes)
-    if formats not in ("auto", "plain"):
-        raise ValueError(f"Graph.compile(formats={formats!r}): accepted 'auto' or 'plain'")
-    if not graph.outputs:
-        raise ValueError(f"graph {graph.name!r} has no outputs: call graph.output(tensor, name) first")
-    backend = backend or config.default_backend()
-    from backends import base
-    base.get(backend)  # unknown backend names fail here, before any work
-    g = inline(graph)
-    stats = {"folded": infer_and_fold(g, backend, fold, limit), "removed": remove_dead(g)}
-    stats["reorders"] = assign_formats(g) if formats == "auto" else 0
-    impls = select_kernels(g, backend)
-    return Model(g, backend, impls, stats, max_tensor_bytes=limit)
-
-
-# --------------------------------------------------------------------------- size cap
-
-class TensorSizeError(ValueError):
-    """A tensor the graph would make opdsl allocate is larger than the configured cap."""
-
-
-def tensor_limit(max_tensor_bytes: Optional[int]) -> int:
-    """The cap in bytes: the argument when given, else OPDSL_MAX_TENSOR_BYTES (default 4 GiB)."""
-    if max_tensor_bytes is None:
-        return config.max_tensor_bytes()
-    if isinstance(max_tensor_bytes, bool) or not isinstance(max_tensor_bytes, (int, np.integer)) \
-            or max_tensor_bytes <= 0:
-        raise ValueError(f"max_tensor_bytes must be a positive int, got {max_tensor_bytes!r}")
-    return int(max_tensor_bytes)
-
-
-def check_tensor_bytes(shape: Sequence, dtype, what: str, limit: int) -> None:
-    """Raise TensorSizeError naming ``what`` before a tensor of ``shape`` x ``dtype`` is allocated.
-    Exact Python-int arithmetic: a product of huge dims cannot wrap around to a small number."""
-    nbytes = math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize
-    if nbytes > limit:
-        raise TensorSizeError(f"{what}: shape {tuple(int(d) for d in shape)} of {np.dtype(dtype)} needs {nbytes} bytes "
-                              f"({_human_bytes(nbytes)}), over the limit of {limit} bytes ({_human_bytes(limit)}); "
-                              "raise it with max_tensor_bytes= or OPDSL_MAX_TENSOR_BYTES if this is intended")
-
-
-def _human_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if n < 1024 or unit == "PiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+from dsl.opgraph.formats import normalize_choice, to_nchwc16_ref
+from dsl.opgraph.limits import check_tensor_bytes, tensor_limit
+from dsl.opgraph.op import check_and_infer
+from dsl.opgraph.reorder import Reorder
+from dsl.opgraph.spec import VerifyError, describe
 
 
 # --------------------------------------------------------------------------- 1. inlining
 
-def inline(src: Graph) -> Graph:
+def inline(src):
     """A copy of ``src`` with every composed node replaced by its body."""
-    g = Graph(src.name)
+    g = type(src)(src.name)
     g.opset_imports = dict(src.opset_imports)
-    m: Dict[int, Tensor] = {}
+    m: Dict[int, object] = {}
     for t in src.inputs:
         m[id(t)] = g.input(t.name, t.dims, t.spec.dtype)
     for name, value in src.constants.items():
@@ -96,12 +43,12 @@ def inline(src: Graph) -> Graph:
     return g
 
 
-def _emit(g: Graph, body: Graph, prefix: str, m: Dict[int, Tensor]) -> None:
+def _emit(g, body, prefix: str, m: Dict[int, object]) -> None:
     for n in body.nodes:
         ins = [None if t is None else m[id(t)] for t in n.inputs]
         if n.subgraph is not None:
             sub = n.subgraph
-            sm: Dict[int, Tensor] = {}
+            sm: Dict[int, object] = {}
             for arg, x in zip(type(n.op).tensor_args, ins):
                 if x is not None:
                     sm[id(sub.tensors[arg])] = x
@@ -120,11 +67,11 @@ def _emit(g: Graph, body: Graph, prefix: str, m: Dict[int, Tensor]) -> None:
 
 # --------------------------------------------------------------------------- 2. inference, folding
 
-def infer_and_fold(g: Graph, backend: str, fold: bool = True, limit: Optional[int] = None) -> int:
+def infer_and_fold(g, backend: str, fold: bool = True, limit: Optional[int] = None) -> int:
     """Re-infer every node's outputs in order (inputs may have changed); fold constant
     nodes (none larger than ``limit`` bytes).  Returns the number of folded nodes."""
     limit = tensor_limit(limit)
-    kept: List[Node] = []
+    kept: list = []
     folded = 0
     for n in g.nodes:
         specs = [None if t is None else t.spec for t in n.inputs]
@@ -161,10 +108,10 @@ def infer_and_fold(g: Graph, backend: str, fold: bool = True, limit: Optional[in
 
 # --------------------------------------------------------------------------- 3. dead nodes
 
-def remove_dead(g: Graph) -> int:
+def remove_dead(g) -> int:
     """Drop nodes (and constants) no output depends on.  Returns how many nodes went."""
     live = {id(t) for t in g.outputs}
-    kept: List[Node] = []
+    kept: list = []
     for n in reversed(g.nodes):
         if any(id(o) in live for o in n.outputs):
             kept.append(n)
@@ -179,13 +126,13 @@ def remove_dead(g: Graph) -> int:
 
 # --------------------------------------------------------------------------- 4. formats
 
-def assign_formats(g: Graph) -> int:
+def assign_formats(g) -> int:
     """Choose every node's formats and insert reorders; returns the number inserted."""
-    order: List[Node] = []
-    cache: Dict[Tuple[int, str], Tensor] = {}
+    order: list = []
+    cache: Dict[Tuple[int, str], object] = {}
     inserted = 0
 
-    def convert(t: Tensor, fmt: str) -> Tensor:
+    def convert(t, fmt: str):
         nonlocal inserted
         if t.spec.format == fmt:
             return t
@@ -236,7 +183,7 @@ def assign_formats(g: Graph) -> int:
 
 # --------------------------------------------------------------------------- 5. kernels
 
-def select_kernels(g: Graph, backend: str) -> Dict[str, object]:
+def select_kernels(g, backend: str) -> Dict[str, object]:
     impls = {}
     for n in g.nodes:
         specs = [None if t is None else t.spec for t in n.inputs]
@@ -245,83 +192,3 @@ def select_kernels(g: Graph, backend: str) -> Dict[str, object]:
         except VerifyError as e:
             raise VerifyError(f"node {n.name!r}: {e}") from None
     return impls
-
-
-# --------------------------------------------------------------------------- 6. memory
-
-@dataclass
-class MemoryPlan:
-    """Which arena buffer holds each intermediate tensor (graph outputs are fresh
-    arrays per run; inputs and constants are never written)."""
-
-    sizes: List[int] = field(default_factory=list)      # bytes per buffer
-    assign: Dict[str, int] = field(default_factory=dict)  # tensor name -> buffer index
-    inplace: List[Tuple[str, str]] = field(default_factory=list)  # (output, input) sharing
-    naive_bytes: int = 0                                   # one buffer per tensor
-
-    @property
-    def arena_bytes(self) -> int:
-        return sum(self.sizes)
-
-
-def plan_memory(nodes: Sequence[Node], layout: Dict[str, Tuple[tuple, np.dtype]],
-                outputs: Sequence[Tensor]) -> MemoryPlan:
-    """Greedy best-fit over node order.  ``layout``: tensor name -> (physical shape, dtype)."""
-    plan = MemoryPlan()
-    out_ids = {id(t) for t in outputs}
-    last: Dict[int, int] = {}
-    for k, n in enumerate(nodes):
-        for t in n.inputs:
-            if t is not None:
-                last[id(t)] = k
-    users: Dict[int, int] = {}         # buffer -> live tensors in it
-    owner: Dict[int, int] = {}         # id(tensor) -> buffer
-    free: List[int] = []
-
-    def nbytes(t):
-        shape, dt = layout[t.name]
-        return int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-
-    for k, n in enumerate(nodes):
-        for oi, t in enumerate(n.outputs):
-            size = nbytes(t)
-            if id(t) in out_ids or size == 0:
-                continue
-            plan.naive_bytes += size
-            src_i = type(n.op).inplace.get(oi)
-            src = n.inputs[src_i] if src_i is not None and src_i < len(n.inputs) else None
-            if (src is not None and id(src) in owner and last.get(id(src)) == k
-                    and users[owner[id(src)]] == 1 and nbytes(src) == size
-                    and layout[src.name][1] == layout[t.name][1]):
-                b = owner[id(src)]
-                plan.inplace.append((t.name, src.name))
-            else:
-                fits = [b for b in free if plan.sizes[b] >= size]
-                if fits:
-                    b = min(fits, key=lambda b: plan.sizes[b])
-                elif free:
-                    b = max(free, key=lambda b: plan.sizes[b])
-                    plan.sizes[b] = size
-                else:
-                    b = len(plan.sizes)
-                    plan.sizes.append(size)
-                    users[b] = 0
-                if b in free:
-                    free.remove(b)
-            owner[id(t)] = b
-            users[b] += 1
-            plan.assign[t.name] = b
-        dying = {id(t): t for t in n.inputs if t is not None and last.get(id(t)) == k}
-        dying.update({id(t): t for t in n.outputs if id(t) not in last})  # never read
-        for t in dying.values():
-            b = owner.pop(id(t), None)
-            if b is None:
-                continue
-            users[b] -= 1
-            if users[b] == 0:
-                free.append(b)
-    return plan
-
-
-def physical_layout(specs: Dict[str, TensorSpec]) -> Dict[str, Tuple[tuple, np.dtype]]:
-    return {name: (physical_shape(s.shape, s.format), s.dtype.np) for name, s in specs.items()}

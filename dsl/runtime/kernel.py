@@ -19,7 +19,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from dsl import config, fastpath
+from dsl import config
+from dsl.runtime import fastpath
 from dsl.lang import check, frontend
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError
@@ -462,8 +463,8 @@ def _environment_tag() -> str:
     """opdsl, numba, llvmlite, numpy versions and the CPU: compiled code depends on all of them."""
     import platform
 
-    import dsl
-    parts = [dsl.__version__, np.__version__, platform.machine()]
+    from dsl.version import __version__
+    parts = [__version__, np.__version__, platform.machine()]
     try:
         import llvmlite
         import llvmlite.binding as llvm

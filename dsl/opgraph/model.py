@@ -3,7 +3,7 @@
 Running is a flat list of ``(callable, args)`` built once per set of input shapes (at
 compile time when every shape is known).  Every buffer of the plan is allocated then:
 inputs are copied into staging buffers, intermediates live in a shared arena
-(dsl/passes.py ``plan_memory``), outputs are copied out into fresh caller-owned arrays.
+(memory.py ``plan_memory``), outputs are copied out into fresh caller-owned arrays.
 Because every array is fixed, each node's ``run`` is *captured* once: it is called
 with a recording stand-in for its kernel, and the launches it makes are bound
 (argument checks, specialization lookup) ahead of time, so a step is one compiled
@@ -29,10 +29,13 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from dsl import formats as F
-from dsl.graph import Graph
-from dsl.op import Op, TensorSpec, check_and_infer, describe
-from dsl.passes import MemoryPlan, check_tensor_bytes, physical_layout, plan_memory, tensor_limit
+from dsl.opgraph import formats as F
+from dsl.opgraph import reorder
+from dsl.opgraph.limits import check_tensor_bytes, tensor_limit
+from dsl.opgraph.memory import MemoryPlan, physical_layout, plan_memory
+from dsl.opgraph.op import Op, check_and_infer
+from dsl.opgraph.spec import TensorSpec, describe
+from dsl.runtime.kernel import Kernel, inplace_launches
 
 _DYNAMIC = object()      # plan marker: shapes depend on run-time values
 _MAX_PLANS = 32
@@ -72,7 +75,7 @@ class _PlanPool:
 class Model:
     """A compiled graph.  ``inputs``/``outputs``: name -> TensorSpec (None dims allowed)."""
 
-    def __init__(self, graph: Graph, backend: str, impls: Dict[str, Any], stats: Dict[str, int],
+    def __init__(self, graph, backend: str, impls: Dict[str, Any], stats: Dict[str, int],
                  max_tensor_bytes: Optional[int] = None):
         self.graph = graph
         self.max_tensor_bytes = tensor_limit(max_tensor_bytes)  # no buffer of a run may be larger
@@ -222,7 +225,7 @@ class Model:
             if not type(n.op).keeps_padding:
                 for t in n.outputs:
                     if F.needs_padding_fix(specs[t.name]):
-                        steps.append(_prepare(F.zero_padding, (arrays[t.name],),
+                        steps.append(_prepare(reorder.zero_padding, (arrays[t.name],),
                                               {"channels": specs[t.name].shape[1]}, self.backend))
         return _Plan([arrays[t.name] for t in g.inputs], [(t.name, arrays[t.name]) for t in g.outputs],
                      steps, memory, specs, captured)
@@ -249,7 +252,7 @@ class Model:
                 if not type(n.op).keeps_padding:
                     for s, a in zip(outs, arrs):
                         if F.needs_padding_fix(s):
-                            F.fix_padding(a, s.shape[1], self.backend)
+                            reorder.fix_padding(a, s.shape[1], self.backend)
             for t, s, a in zip(n.outputs, outs, arrs):
                 vals[t.name], specs[t.name] = a, s
         return {t.name: (vals[t.name].copy() if t.kind != "node" else vals[t.name]) for t in g.outputs}
@@ -336,7 +339,6 @@ def _run(op: Op, impl, ins, outs, backend) -> None:
 
 def _run_inplace(op: Op, impl, ins, outs, backend) -> None:
     """A node the memory plan runs in place: its launches may bind one buffer as In and Out."""
-    from dsl.kernel import inplace_launches
     with inplace_launches():
         op.run(impl, ins, outs, backend)
 
@@ -350,10 +352,6 @@ def _capture(op: Op, impl, ins, outs, backend, inplace: bool = False):
     an input's value, say) the node is not replayable either.  In both cases, and with
     ``replay = False``, the model calls run() for real at every run.  Any other exception
     (a bug in run() or in a launch) propagates."""
-    try:
-        from dsl.kernel import Kernel, inplace_launches
-    except ImportError:  # pragma: no cover
-        return None
     if not isinstance(impl, Kernel) or not type(op).replay:
         return None
     protected = []

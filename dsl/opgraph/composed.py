@@ -19,7 +19,10 @@ from __future__ import annotations
 import inspect
 from typing import Any, Dict, Optional, Sequence
 
-from dsl.op import _EAGER_BACKEND, Op, TensorSpec, VerifyError, as_arrays, check_arity, describe
+from dsl.opgraph import registry
+from dsl.opgraph.graph import Graph, Tensor
+from dsl.opgraph.op import _EAGER_BACKEND, Op, as_arrays, check_arity
+from dsl.opgraph.spec import TensorSpec, VerifyError, describe
 
 
 class ComposedOp(Op):
@@ -45,7 +48,6 @@ class ComposedOp(Op):
 
     def instantiate(self, specs: Sequence[Optional[TensorSpec]], where: str = ""):
         """The body as a ``dsl.Graph`` whose inputs have ``specs`` (``None``: absent)."""
-        from dsl.graph import Graph, Tensor
         self._check_arity(specs, where or "body")
         sub = Graph(self.op_type)
         args = []
@@ -82,7 +84,6 @@ class ComposedOp(Op):
 
 def composed(op_type: str, domain: str = "", since: int = 1, until: Optional[int] = None):
     """Decorator: make ``fn`` (a function of ops) a registered composed op class."""
-    from dsl import registry
 
     def deco(fn):
         sig = inspect.signature(fn)

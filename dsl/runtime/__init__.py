@@ -1,0 +1,4 @@
+"""Kernel objects and launch: ``@dsl.kernel`` / ``@dsl.func`` (kernel.py) compile a Python
+function through the language layer and a backend; fastpath.py generates the per-kernel
+launch path for argument types already seen.
+"""
