@@ -38,7 +38,7 @@ from llvmlite import ir as llir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from backends.numba_runtime import bits_f32, f32_bits
+from backends.numba.runtime import bits_f32, f32_bits
 
 _JIT = dict(nogil=True, cache=False, error_model="numpy")
 
@@ -229,7 +229,7 @@ def prefer_wide_vectors(typingctx):
     On AVX-512 CPUs LLVM defaults to 256-bit vectors (``prefer-vector-width=256``: older
     Xeons lowered their clock for 512-bit code); a compute-bound loop such as softmax's
     exp pass runs ~1.25x faster with 512-bit ones, a memory-bound one can run slower (the
-    code generator decides where, numba_codegen.Gen.wide_vectors).  On CPUs without
+    code generator decides where, codegen.Gen.wide_vectors).  On CPUs without
     AVX-512 the attribute changes nothing."""
     def codegen(context, builder, sig, args):
         # llvmlite only accepts enum attributes by name; a string attribute is written as is

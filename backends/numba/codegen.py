@@ -2,7 +2,7 @@
 
 The generated module is meant to be read (``kernel.source("numba")``): one
 ``@njit`` function per ``@dsl.func``, one per thread body (or per region between
-``sync()`` calls, see backends/numba_regions.py), and two entry points:
+``sync()`` calls, see backends/numba/regions.py), and two entry points:
 ``launch_serial`` and ``launch_parallel`` (``parallel=True`` + ``prange``).
 
 Values keep their IR type exactly: numba widens small-int arithmetic to
@@ -14,7 +14,7 @@ thread code indexes them with row-major offsets from their shape, as unsigned
 (3x on a 2-D elementwise loop).  Out-of-range indexes are undefined, as in C.
 
 Math: f32 ``exp`` (and under ``fastmath=True`` f32 ``log``/``tanh``) calls the inlined
-polynomials of backends/numba_math.py, which vectorize, instead of libm.  With
+polynomials of backends/numba/math.py, which vectorize, instead of libm.  With
 ``fastmath=True`` every function also gets numba's ``fastmath`` flags FASTMATH
 (reassociation, so float sums vectorize; no ``nnan``/``ninf``: NaN and inf keep their
 meaning) and float ``min``/``max``/``clamp`` become NaN-propagating llvm.minimum /
@@ -30,7 +30,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Set
 from dsl.lang import ir
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError
-from backends import numba_format as F
+from backends.numba import format as F
 from dsl.lang import log_format as LF
 from backends.bounds import Sites
 
@@ -50,7 +50,7 @@ _BINARY = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//",
            "pow": "**", "bitand": "&", "bitor": "|", "bitxor": "^", "lshift": "<<", "rshift": ">>"}
 _COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
-# f32 builtins computed by backends/numba_math.py: always, or only under fastmath=True.
+# f32 builtins computed by backends/numba/math.py: always, or only under fastmath=True.
 _F32_MATH = {"exp": "nm.exp_f32({0})"}
 _F32_FAST_MATH = {"log": "nm.log_f32({0})", "tanh": "nm.tanh_f32({0})"}
 
@@ -106,7 +106,7 @@ def cast(code: str, src: T.DType, dst: T.DType) -> str:
         return code
     if dst.is_bool:
         return f"({code} != 0)"
-    if src.is_float and dst.is_int:  # truncate, saturate, NaN -> 0 (numba_arith.f2i)
+    if src.is_float and dst.is_int:  # truncate, saturate, NaN -> 0 (arith.f2i)
         if dst == T.u64:
             return f"ar.f2u64({code}, {const(2.0 ** 64, src)})"
         lo, hi = (0, (1 << dst.bits) - 1) if dst.kind == "u" else (-(1 << dst.bits - 1), (1 << dst.bits - 1) - 1)
@@ -218,7 +218,7 @@ class Gen:
         self.func_names = {f.name: "func_" + re.sub(r"\W", "_", f.name) for f in kernel.funcs}
 
     def inlined_math(self, e: ir.Call) -> Optional[str]:
-        """The numba_math template computing builtin call ``e``, if it has one here."""
+        """The backends.numba.math template computing builtin call ``e``, if it has one here."""
         if ctype(e.type) != T.f32:
             return None
         return _F32_MATH.get(e.name) or (_F32_FAST_MATH.get(e.name) if self.fastmath else None)
@@ -274,7 +274,7 @@ class Gen:
         return code
 
     def checked_args(self, node, kind: str, scope: Scope, middle: str = "") -> str:
-        """Arguments of a numba_runtime *_checked call: index and shape tuples, [middle,] record, site, team."""
+        """Arguments of a backends.numba.runtime *_checked call: index and shape tuples, [middle,] record, site, team."""
         idx = [f"np.int64({self.expr(i, scope)})" for i in node.index]
         shape = [self.size_code(node.tensor)] if node.flat else self.shape_names(node.tensor)
         loc = node.loc if getattr(node, "loc", None) is not None and node.loc.line > 0 else self.stmt_loc
@@ -355,7 +355,7 @@ class Gen:
 
     @staticmethod
     def int_edge(op: str, t: T.DType, a: str, b: str, right: ir.Expr) -> Optional[str]:
-        """A numba_arith call for integer ``a op b`` when ``right`` may reach an edge whose plain
+        """A backends.numba.arith call for integer ``a op b`` when ``right`` may reach an edge whose plain
         numba result differs from the documented one (INT_MIN // -1, shift counts outside
         [0, bits), negative exponents); None when the plain operator is exact."""
         if not t.is_int:
@@ -588,7 +588,7 @@ class Gen:
     def log_lines(self, s: ir.Log, scope: Scope) -> List[str]:
         """Statements printing one log line, prefixed like the interpreter's ``[name t=.. tile=..]``.
 
-        The line is formatted into a byte buffer ``_b`` (end ``_p``) by numba_format helpers.
+        The line is formatted into a byte buffer ``_b`` (end ``_p``) by backends.numba.format helpers.
         """
         pieces = list(s.pieces)  # parsed and counted by the frontend (dsl/log_format.py)
         values = [(self.expr(a, scope), ctype(a.type)) for a in s.args]

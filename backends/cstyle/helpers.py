@@ -1,6 +1,6 @@
 """C text the emitter adds on demand: Python-exact arithmetic, bf16 bits, printf formats.
 
-Kept apart from the emitter (backends/cstyle.py) because it is a small runtime
+Kept apart from the emitter (backends/cstyle/emitter.py) because it is a small runtime
 library, not translation logic: each ``helper_<kind>`` returns one C function,
 emitted once per kernel before its first user, named ``opdsl_<kind>_<ctype>``.
 """

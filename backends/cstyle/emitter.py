@@ -23,8 +23,8 @@ from dsl import config
 from dsl.lang import ir
 from dsl.lang import types as T
 from backends.bounds import Sites
-from backends.cstyle_instrument import CInstrumentation
-from backends.cstyle_helpers import CHelpers, Unsupported
+from backends.cstyle.instrument import CInstrumentation
+from backends.cstyle.helpers import CHelpers, Unsupported
 from dsl.lang.errors import UNKNOWN, CompileError, SourceLoc
 
 # --------------------------------------------------------------------------- result
