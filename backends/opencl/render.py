@@ -12,6 +12,7 @@ from typing import List
 from backends.base import CompileRequest
 from backends.cstyle.emitter import CStyleRenderer, Rendered
 from backends.cstyle.helpers import Unsupported, printf_args
+from backends.naming import C_RESERVED, OPENCL_RESERVED, OPENCL_VECTOR_TYPES
 from dsl.lang import ir
 from dsl.lang import types as T
 
@@ -21,10 +22,23 @@ class OpenCLRenderer(CStyleRenderer):
     buffer_prefix = "__global "
     local_prefix = "__local "
     func_prefix = "static "
+    reserved = C_RESERVED | OPENCL_RESERVED
+    owned_prefixes = ("opdsl_", "__", "get_")  # OpenCL's work-item queries are get_*
+    reserved_pattern = OPENCL_VECTOR_TYPES
+    float_funcs = {**CStyleRenderer.float_funcs, "rsqrt": "rsqrt"}
     barrier = "barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);"
     scratch_storage = {"f16": "ushort"}  # no half variables without cl_khr_fp16, half pointers are fine
     code_for_team = {"thread_id": "(long)get_local_id(0)", "num_threads": "(long)get_local_size(0)",
                      "tile_id": "(long)get_group_id(0)", "num_tiles": "(long)get_num_groups(0)"}
+
+    def sync(self) -> str:
+        return self.barrier
+
+    def bits_to_float(self, bits: str) -> str:
+        return f"as_float({bits})"
+
+    def float_to_bits(self, value: str) -> str:
+        return f"as_uint({value})"
 
     def preamble(self) -> List[str]:
         # Python rounds every operation: no fused multiply-add behind the user's back.
@@ -58,6 +72,7 @@ class OpenCLRenderer(CStyleRenderer):
                 f"  return vload_half(0, (__private const half*)&h);\n}}")
 
     def atomic_add(self, ptr: str, dtype: T.DType, value: str, space: str) -> str:
+        space = {"tensor": "global", "scratch": "local"}[space]  # OpenCL's address spaces
         name = dtype.name
         if name in ("i32", "u32"):
             return f"atomic_add({ptr}, {value});"
