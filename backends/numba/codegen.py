@@ -10,8 +10,8 @@ int64, so such results are wrapped back (``np.int32(a + b)``) to get numpy's
 wrap-around; f16/bf16 live in uint16 arrays and are converted on load/store.
 Tensors arrive as C-contiguous arrays and are flattened once per launch; the
 thread code indexes them with row-major offsets from their shape, as unsigned
-``ix(offset)``: no negative-index wrap-around check, so inner loops vectorize
-(3x on a 2-D elementwise loop).  Out-of-range indexes are undefined, as in C.
+``ix(offset)``: no negative-index wrap-around check, so inner loops vectorize.
+Out-of-range indexes are undefined, as in C.
 
 Math: f32 ``exp`` (and under ``fastmath=True`` f32 ``log``/``tanh``) calls the inlined
 polynomials of backends/numba/math.py, which vectorize, instead of libm.  With
@@ -199,10 +199,9 @@ class Gen(Visitor):
         """The first line of a generated function whose code calls the inlined polynomial math
         (directly or through a @dsl.func): allow 512-bit vectors there.
 
-        LLVM defaults to 256-bit on AVX-512 CPUs.  Measured on 2 cores: 512-bit makes an
-        exp-bound loop (softmax) ~1.25x faster, but a streaming loop such as leaky_relu 1.2x
-        slower, because numpy's arrays start 16 bytes past a cache line, so every 64-byte
-        access straddles two lines.  Hence only where the arithmetic dominates."""
+        LLVM defaults to 256-bit on AVX-512 CPUs.  Wider vectors help where arithmetic
+        dominates but slow streaming loops, because numpy's arrays start 16 bytes past a
+        cache line, so every 64-byte access straddles two lines (benchmarks/RESULTS.md)."""
         seen = set() if seen is None else seen
         for n in ir.walk(list(stmts)):
             if isinstance(n, ir.Call) and self.inlined_math(n):

@@ -1,8 +1,7 @@
 """f32 math the numba backend inlines instead of calling libm, and the fastmath min/max.
 
 Why: llvmlite here has no SVML, so ``math.exp`` on a float32 is a scalar libm call
-per element and any loop containing it stays scalar (row softmax ran 8x slower than
-onnxruntime).  The functions below are straight-line float/integer arithmetic that
+per element and any loop containing it stays scalar.  The functions below are straight-line float/integer arithmetic that
 LLVM inlines and vectorizes (256- or 512-bit), with the same special values as libm.
 
 Accuracy, checked against float64 numpy on every float32 in the range that matters
