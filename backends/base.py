@@ -37,6 +37,11 @@ class Launcher(ABC):
 
 class Backend(ABC):
     name: str = ""
+    # The folder of the on-disk compile cache (backends/cache.py) under which this backend keeps its
+    # compiled code, each entry named from ``CompileRequest.key`` plus whatever version of its own
+    # code generator the backend adds; "" for a backend that keeps nothing on disk.  ``opdsl cache
+    # clear`` deletes only folders listed in ``cache.FOLDERS``, so a new tag is added there too.
+    cache_tag: str = ""
 
     @abstractmethod
     def compile(self, request: CompileRequest) -> Launcher:

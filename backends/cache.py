@@ -37,8 +37,10 @@ except ImportError:  # pragma: no cover - not on Linux
     _fcntl = None
     import msvcrt as _msvcrt
 
-# Every folder opdsl keeps in the cache root, by backend.  ``clear`` deletes these and nothing else;
-# a new folder name must be added here first (``backend_dir`` refuses names not listed).
+# Every folder opdsl keeps in the cache root: a backend's ``cache_tag`` (backends/base.py) and any
+# further folders of that backend.  ``clear`` deletes these and nothing else, so this stays a
+# table that needs no backend imported; a new folder name must be added here first
+# (``backend_dir`` refuses names not listed).
 FOLDERS: Dict[str, Tuple[str, ...]] = {
     "numba": ("numba",),
     "opencl": ("opencl", "opencl-probe"),

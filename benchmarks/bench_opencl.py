@@ -119,7 +119,7 @@ class Hand:
 
     def __init__(self):
         import pyopencl as cl
-        from backends import opencl_runtime as rt
+        from backends.opencl import runtime as rt
         self.cl, self.rt = cl, rt
         self.prg = rt.build(HAND)
         self.k_leaky = cl.Kernel(self.prg, "leaky_relu")

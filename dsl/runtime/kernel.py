@@ -310,7 +310,7 @@ class Kernel:
                        for p in self.params)
         variants = "".join(f"<li>{html.escape(b)}: {html.escape(self._describe(k))}</li>" for b, k in self._variants)
         opencl = ""
-        if "backends.opencl_runtime" in sys.modules:  # OpenCL was used: name its device, or why there is none
+        if "backends.opencl.runtime" in sys.modules:  # OpenCL was used: name its device, or why there is none
             from backends import base
             device = base.get("opencl").device()
             opencl = (f"<div>opencl runs on {html.escape(device)}</div>" if device else

@@ -105,7 +105,7 @@ def test_a_corrupt_probe_cache_means_probing_again(tmp_path, garbage):
         e.write_bytes(garbage)
     out = run(_script(tmp_path, LEAKY + """
 from backends import cache
-from backends import opencl_devices as d
+from backends.opencl import devices as d
 stored = [d._entry_name(r.identity) for r in d.survey()]
 check_leaky()
 """ + ("" if not garbage.startswith(b"{") else """
@@ -151,7 +151,7 @@ def test_a_probe_child_that_crashes_is_that_devices_reason(tmp_path):
     fake.chmod(0o755)
     out = run(f"""
         import sys
-        from backends import opencl_devices as d
+        from backends.opencl import devices as d
         found, _ = d.discover()
         reports = [r for r, _ in found]
         sys.executable = {str(fake)!r}
@@ -187,7 +187,7 @@ def test_a_launch_after_a_sanitizer_report_still_works(tmp_path):
 def overread(x: In[f32], y: Out[f32]):
     y.flat[dsl.thread_id()] = x.flat[dsl.thread_id() + 5]
 
-from backends import opencl_runtime as rt
+from backends.opencl import runtime as rt
 try:
     overread(np.ones(2, np.float32), np.zeros(2, np.float32), backend="opencl")
     print("NO-REPORT", rt.device().report.kind)

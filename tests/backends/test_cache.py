@@ -389,7 +389,7 @@ RUN = '''
 import json, sys, warnings
 sys.path.insert(0, {root!r}); sys.path.insert(0, {here!r})
 import numpy as np
-import backends.numba as nb
+import backends.numba.backend as nb
 import kernels_for_cache as K
 
 out = {{}}

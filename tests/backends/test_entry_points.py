@@ -65,3 +65,11 @@ def test_importing_backends_does_not_import_numba_or_pyopencl():
             "print(sorted(m for m in ('numba', 'pyopencl') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_each_backend_names_its_cache_folder():
+    """Backend.cache_tag is the backend's own; ``opdsl cache clear`` must know the folder."""
+    from backends import cache
+    tags = {name: base.get(name).cache_tag for name in ("interpreter", "numba", "opencl")}
+    assert tags == {"interpreter": "", "numba": "numba", "opencl": "opencl"}
+    assert all(tag in cache.FOLDERS for tag in tags.values() if tag)

@@ -14,7 +14,7 @@ import pytest
 import dsl
 from dsl import In, InOut, Out, bf16, f16, f32, f64, i8, i16, i32, i64, u8, u32
 
-nb = pytest.importorskip("backends.numba")
+nb = pytest.importorskip("backends.numba.backend")
 
 
 @pytest.fixture(params=["serial", "parallel"])
@@ -258,7 +258,7 @@ def test_atomic_add_every_dtype_across_threads_and_tiles(variant):
 
 def test_half_conversions_are_exact_for_every_bit_pattern():
     from numba import njit
-    from backends import numba_runtime as rt
+    from backends.numba import runtime as rt
 
     @njit
     def roundtrip(bits, values, h_out, b_out, fh, fb):
@@ -288,7 +288,7 @@ def test_half_conversions_are_exact_for_every_bit_pattern():
 
 def test_half_atomic_add_is_a_real_compare_and_swap_loop():
     from numba import njit, prange
-    from backends import numba_runtime as rt
+    from backends.numba import runtime as rt
 
     @njit(parallel=True)
     def hammer(h, b, n):
@@ -392,7 +392,7 @@ def test_log_and_print_format_like_python(capfd):
 
 def test_float_str_is_numpys_shortest_repr():
     from numba import njit
-    from backends import numba_format as F
+    from backends.numba import format as F
 
     @njit
     def reprs(vals, single, buf, ends):

@@ -1,4 +1,4 @@
-"""backends/numba_math.py: the inlined f32 exp/log/tanh against float64 numpy, their special
+"""backends/numba/math.py: the inlined f32 exp/log/tanh against float64 numpy, their special
 values, the NaN-propagating fastmath min/max, and that generated loops really vectorize.
 
 The accuracy tests sample ~1M float32 bit patterns spread over each function's whole
@@ -12,7 +12,7 @@ import pytest
 import dsl
 from dsl import In, Out, f32
 
-nm = pytest.importorskip("backends.numba_math")
+nm = pytest.importorskip("backends.numba.math")
 from numba import njit  # noqa: E402
 
 
@@ -171,7 +171,7 @@ def test_fastmath_kernel_matches_numpy_and_vectorizes():
     if "+avx2" not in get_host_cpu_features().split(","):
         pytest.skip("vector check written for x86 with AVX2")
     # compile the generated module once more in memory (a disk-cache load keeps no assembly)
-    import backends.numba as nb
+    import backends.numba.backend as nb
     mod = nb._exec_source(_fast.source("numba", x, y, out), "test_numba_math_vectorizes")
     from backends import interrupt
     mod.launch_serial(x, y, out, 1, interrupt.COUNTER, interrupt.arm())  # grid, then the Ctrl-C counter

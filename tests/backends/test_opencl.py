@@ -99,7 +99,7 @@ def atomic_i64(x: InOut[i64]):
 
 
 def test_64_bit_atomics_need_the_device_extension(monkeypatch):
-    from backends import opencl_runtime as rt
+    from backends.opencl import runtime as rt
     dev = rt.device()
     monkeypatch.setattr(dev, "extensions", dev.extensions - {"cl_khr_int64_base_atomics"})
     with pytest.raises(dsl.CompileError) as e:
@@ -232,7 +232,7 @@ def with_sync(x: InOut[f32]):
 
 
 def test_build_error_points_at_python_and_generated_line(monkeypatch):
-    from backends import opencl
+    from backends.opencl import render as opencl
     monkeypatch.setattr(opencl.OpenCLRenderer, "barrier", "barrier_with_typo(CLK_LOCAL_MEM_FENCE);")
     with pytest.raises(dsl.CompileError) as e:
         with_sync(np.zeros(2, np.float32), backend="opencl")
@@ -245,7 +245,7 @@ def test_build_error_points_at_python_and_generated_line(monkeypatch):
 
 
 def test_missing_device_capability_names_dtype_and_device(monkeypatch):
-    from backends import opencl_runtime as rt
+    from backends.opencl import runtime as rt
 
     @dsl.kernel
     def double_it(x: InOut[f32]):
@@ -299,7 +299,7 @@ def test_second_process_loads_the_binary_from_disk(tmp_path):
     script = textwrap.dedent("""
         import numpy as np, dsl
         from dsl import In, Out, f32
-        from backends import opencl_runtime as rt
+        from backends.opencl import runtime as rt
         import pyopencl as cl
         built = []
         orig = cl.Program.build
@@ -405,7 +405,7 @@ def test_loop_bounds_that_are_conditional_expressions():
 
 
 def test_device_choice_by_environment():
-    from backends import opencl_devices, opencl_runtime as rt
+    from backends.opencl import devices as opencl_devices, runtime as rt
     dev = rt.device()
     platform = dev.device.platform.name
     found, _ = opencl_devices.discover()

@@ -12,8 +12,8 @@ from dsl import In, Out, f32
 
 pyopencl = pytest.importorskip("pyopencl")
 
-from backends import opencl_devices as devices  # noqa: E402
-from backends import opencl_runtime as rt  # noqa: E402
+from backends.opencl import devices as devices  # noqa: E402
+from backends.opencl import runtime as rt  # noqa: E402
 from tests.adversarial.isolated import run as isolated  # noqa: E402
 
 
@@ -132,7 +132,8 @@ def test_probe_in_a_child_survives_a_failing_child_and_goes_on():
 def test_probe_results_are_remembered_on_disk(tmp_path):
     code = """
         import json, subprocess
-        from backends import base, cache, opencl_devices as d
+        from backends import base, cache
+        from backends.opencl import devices as d
         calls = []
         real = subprocess.run
         def spy(*a, **k):
@@ -192,7 +193,7 @@ def typo_kernel(x: Out[f32]):
 
 
 def test_a_driver_failure_is_a_driver_error_not_a_compile_error(opencl, monkeypatch):
-    from backends import opencl
+    from backends.opencl import render as opencl
     monkeypatch.setattr(opencl.OpenCLRenderer, "barrier", "barrier_typo(CLK_LOCAL_MEM_FENCE);")
     monkeypatch.setattr(rt, "_build_log", lambda prg, dev, fallback: "error: unknown target CPU 'generic'")
     with pytest.raises(rt.DriverError) as e:
@@ -202,7 +203,7 @@ def test_a_driver_failure_is_a_driver_error_not_a_compile_error(opencl, monkeypa
 
 
 def test_a_kernel_build_error_names_the_device(opencl, monkeypatch):
-    from backends import opencl
+    from backends.opencl import render as opencl
     monkeypatch.setattr(opencl.OpenCLRenderer, "barrier", "barrier_typo(CLK_LOCAL_MEM_FENCE);")
     with pytest.raises(dsl.CompileError) as e:
         typo_kernel(np.zeros(1, np.float32), backend="opencl")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import dsl
-from dsl.raw_opencl import Param, RawOpenCL
+from backends.opencl.raw import Param, RawOpenCL
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -14,7 +14,7 @@ import pytest
 
 pyopencl = pytest.importorskip("pyopencl")
 
-from backends.opencl_sanitizer import parse  # noqa: E402
+from backends.opencl.sanitizer import parse  # noqa: E402
 from tests.adversarial.isolated import run as isolated  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +69,7 @@ def test_bad_kernels_raise_sanitizer_errors_at_the_right_line(tmp_path):
     out = isolated(_script(tmp_path, """
         import numpy as np, dsl
         from dsl import In, Out, f32
-        from dsl.raw_opencl import RawOpenCL
+        from backends.opencl.raw import RawOpenCL
 
         @dsl.kernel(threads=4)
         def overshoot(x: In[f32], y: Out[f32]):
@@ -125,7 +125,7 @@ def sweep(args, timeout: float) -> subprocess.CompletedProcess:
     env = dict(os.environ, **CHECKS)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
-                           "-W", "ignore::backends.opencl_devices.SimulatorWarning", *args],
+                           "-W", "ignore::backends.opencl.devices.SimulatorWarning", *args],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout)
 
 

@@ -37,6 +37,7 @@ from dsl.lang import ir
 from dsl.lang import types as T
 from dsl.lang.errors import LaunchError
 from dsl.lang.func import Func
+from dsl.lang.visitor import Visitor
 from backends.base import Backend, CompileRequest, Launcher
 
 # --------------------------------------------------------------------------- Python builtins
@@ -650,32 +651,41 @@ def _with_defined_pow(fn, glob: dict, closure):
     return new
 
 
-class _PowToCall:
-    """``a ** b`` and ``x **= b`` -> ``__opdsl_pow__(a, b)`` (the interpreter's kernel builtin)."""
+class _PowToCall(Visitor):
+    """``a ** b`` and ``x **= b`` -> ``__opdsl_pow__(a, b)`` (the interpreter's kernel builtin).
+
+    A pass over a Python AST on the compiler's visitor convention: ``visit_BinOp`` and
+    ``visit_AugAssign`` rewrite, every other node (``unsupported``) just has its children
+    visited and replaced."""
 
     def has_pow(self, node) -> bool:
         import ast
         return any(isinstance(n, (ast.BinOp, ast.AugAssign)) and isinstance(n.op, ast.Pow) for n in ast.walk(node))
 
-    def visit(self, node):
+    def unsupported(self, node, *context):
         import ast
+        for field, old in ast.iter_fields(node):
+            if isinstance(old, list):
+                old[:] = [self.visit(x) if isinstance(x, ast.AST) else x for x in old]
+            elif isinstance(old, ast.AST):
+                setattr(node, field, self.visit(old))
+        return node
 
-        class T(ast.NodeTransformer):
-            def visit_BinOp(self, n):
-                self.generic_visit(n)
-                if not isinstance(n.op, ast.Pow):
-                    return n
-                return ast.copy_location(ast.Call(ast.Name("__opdsl_pow__", ast.Load()), [n.left, n.right], []), n)
+    def visit_BinOp(self, n):
+        import ast
+        self.unsupported(n)
+        if not isinstance(n.op, ast.Pow):
+            return n
+        return ast.copy_location(ast.Call(ast.Name("__opdsl_pow__", ast.Load()), [n.left, n.right], []), n)
 
-            def visit_AugAssign(self, n):
-                self.generic_visit(n)
-                if not isinstance(n.op, ast.Pow):
-                    return n
-                target = ast.copy_location(type(n.target)(**{**vars(n.target), "ctx": ast.Load()}), n.target)
-                call = ast.copy_location(ast.Call(ast.Name("__opdsl_pow__", ast.Load()), [target, n.value], []), n)
-                return ast.copy_location(ast.Assign([n.target], call), n)
-
-        return T().visit(node)
+    def visit_AugAssign(self, n):
+        import ast
+        self.unsupported(n)
+        if not isinstance(n.op, ast.Pow):
+            return n
+        target = ast.copy_location(type(n.target)(**{**vars(n.target), "ctx": ast.Load()}), n.target)
+        call = ast.copy_location(ast.Call(ast.Name("__opdsl_pow__", ast.Load()), [target, n.value], []), n)
+        return ast.copy_location(ast.Assign([n.target], call), n)
 
 
 _WEAK_NAMES = {bool: "bool", int: "int", float: "float"}

@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Sequence, Set, Union
 from dsl.lang import ir
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError
-from backends.numba_codegen import FASTMATH, Gen, Hooks, Scope, cast, ctype, emit_function, storage_np
+from backends.numba.codegen import FASTMATH, Gen, Hooks, Scope, cast, ctype, emit_function, storage_np
 
 FALL, BREAK, CONTINUE = 0, 1, 2
 
@@ -283,10 +283,10 @@ class Program:
                "import numpy as np",
                "from numba import njit, prange",
                "",
-               "from backends import numba_arith as ar",
-               "from backends import numba_format as fmt",
-               "from backends import numba_math as nm",
-               "from backends import numba_runtime as rt",
+               "from backends.numba import arith as ar",
+               "from backends.numba import format as fmt",
+               "from backends.numba import math as nm",
+               "from backends.numba import runtime as rt",
                "",
                "CACHE = True  # numba stores machine code beside this file (False without a disk cache)",
                *self.jit_options(),

@@ -1,8 +1,7 @@
 """f32 math the numba backend inlines instead of calling libm, and the fastmath min/max.
 
 Why: llvmlite here has no SVML, so ``math.exp`` on a float32 is a scalar libm call
-per element and any loop containing it stays scalar (row softmax ran 8x slower than
-onnxruntime).  The functions below are straight-line float/integer arithmetic that
+per element and any loop containing it stays scalar.  The functions below are straight-line float/integer arithmetic that
 LLVM inlines and vectorizes (256- or 512-bit), with the same special values as libm.
 
 Accuracy, checked against float64 numpy on every float32 in the range that matters
@@ -38,7 +37,7 @@ from llvmlite import ir as llir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from backends.numba_runtime import bits_f32, f32_bits
+from backends.numba.runtime import bits_f32, f32_bits
 
 _JIT = dict(nogil=True, cache=False, error_model="numpy")
 
@@ -229,7 +228,7 @@ def prefer_wide_vectors(typingctx):
     On AVX-512 CPUs LLVM defaults to 256-bit vectors (``prefer-vector-width=256``: older
     Xeons lowered their clock for 512-bit code); a compute-bound loop such as softmax's
     exp pass runs ~1.25x faster with 512-bit ones, a memory-bound one can run slower (the
-    code generator decides where, numba_codegen.Gen.wide_vectors).  On CPUs without
+    code generator decides where, codegen.Gen.wide_vectors).  On CPUs without
     AVX-512 the attribute changes nothing."""
     def codegen(context, builder, sig, args):
         # llvmlite only accepts enum attributes by name; a string attribute is written as is

@@ -1,101 +1,22 @@
-"""The ``opencl`` backend: typed IR -> readable OpenCL C 1.2 -> pyopencl.
+"""The ``opencl`` backend object: render (backends/opencl/render.py), check the device can run
+the kernel, build through the runtime's program cache, and launch with the hidden arguments.
 
-The team is a work-group: ``get_local_id(0)`` is the thread, ``get_group_id(0)``
-the tile, local size = ``kernel.threads``, global size = threads * grid; sync is
-a work-group barrier and scratch is ``__local``.  The renderer is the shared
-C-family emitter (backends/cstyle.py) plus this small table.
+A team is a work-group: local size = ``kernel.threads``, global size = threads * grid.
 """
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import Sequence
 
 import numpy as np
 
 from backends import bounds, interrupt
-from backends import opencl_runtime as rt
+from backends.opencl import runtime as rt
 from backends.base import Backend, CompileRequest, Launcher
-from backends.cstyle import CStyleRenderer, Rendered
-from backends.cstyle_helpers import Unsupported, printf_args
+from backends.cstyle.emitter import Rendered
+from backends.opencl.render import render
 from dsl.lang import ir
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError, SourceLoc
-
-
-class OpenCLRenderer(CStyleRenderer):
-    kernel_prefix = "void"
-    buffer_prefix = "__global "
-    local_prefix = "__local "
-    func_prefix = "static "
-    barrier = "barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);"
-    scratch_storage = {"f16": "ushort"}  # no half variables without cl_khr_fp16, half pointers are fine
-    code_for_team = {"thread_id": "(long)get_local_id(0)", "num_threads": "(long)get_local_size(0)",
-                     "tile_id": "(long)get_group_id(0)", "num_tiles": "(long)get_num_groups(0)"}
-
-    def preamble(self) -> List[str]:
-        # Python rounds every operation: no fused multiply-add behind the user's back.
-        lines = super().preamble() + ["#pragma OPENCL FP_CONTRACT OFF"]
-        if "fp64" in self.features:
-            lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
-        if "int64_atomics" in self.features:
-            lines.append("#pragma OPENCL EXTENSION cl_khr_int64_base_atomics : enable")
-        return lines + [""]
-
-    def kernel_header(self) -> List[str]:
-        return [f"__kernel __attribute__((reqd_work_group_size({self.k.threads}, 1, 1)))"]
-
-    def claim(self, record: str) -> str:
-        return f"atomic_cmpxchg((volatile __global int*){record}, 0, 1)"  # the low half of slot 0
-
-    def read_claim(self, record: str) -> str:
-        return f"atomic_or((volatile __global int*){record}, 0)"  # an atomic read of what claim wrote
-
-    def load_f16(self, ptr: str, off: str) -> str:
-        return f"vload_half({off}, {ptr})"
-
-    def store_f16(self, ptr: str, off: str, value: str) -> str:
-        return f"vstore_half_rte({value}, {off}, {ptr});"
-
-    def helper_round_f16(self, name, t, dtype, extra):
-        return (f"{self.func_prefix}float {name}(float f) {{\n"
-                f"  // round to half precision (nearest even) without cl_khr_fp16 arithmetic\n"
-                f"  ushort h;\n"
-                f"  vstore_half_rte(f, 0, (__private half*)&h);\n"
-                f"  return vload_half(0, (__private const half*)&h);\n}}")
-
-    def atomic_add(self, ptr: str, dtype: T.DType, value: str, space: str) -> str:
-        name = dtype.name
-        if name in ("i32", "u32"):
-            return f"atomic_add({ptr}, {value});"
-        if name in ("i64", "u64"):
-            self.features.add("int64_atomics")
-            return f"atom_add({ptr}, {value});"
-        if name in ("f32", "f64"):
-            if name == "f64":
-                self.features.add("int64_atomics")
-            return f"{self.helper('atomic_add', dtype, space)}({ptr}, {value});"
-        raise Unsupported(f"dsl.atomic_add on {dtype} is not supported by the opencl backend; "
-                          f"accepted: i32, u32, i64, u64, f32, f64")
-
-    def helper_atomic_add(self, name, t, dtype, space):
-        bits, cas = ("uint", "atomic_cmpxchg") if dtype.bits == 32 else ("ulong", "atom_cmpxchg")
-        as_bits, as_t = f"as_{bits}", f"as_{t}"
-        return (f"{self.func_prefix}void {name}(volatile __{space} {t}* p, {t} v) {{\n"
-                f"  // floating-point atomic add: compare-and-swap on the bits (every access atomic: no data race)\n"
-                f"  {bits} seen = {cas}((volatile __{space} {bits}*)p, ({bits})0, ({bits})0), old;\n"
-                f"  do {{\n"
-                f"    old = seen;\n"
-                f"    seen = {cas}((volatile __{space} {bits}*)p, old, {as_bits}({as_t}(old) + v));\n"
-                f"  }} while (seen != old);\n}}")
-
-    def log(self, s: ir.Log) -> str:
-        """printf; dsl.log lines carry the interpreter's "[kernel t=.. tile=..]" prefix, print() lines do not."""
-        self.features.add("printf")
-        team = ["(int)get_local_id(0)", "(int)get_group_id(0)"] if s.level != "print" else []
-        fmt, cargs = printf_args(s.pieces, [(self.bare(a), a.type) for a in s.args],
-                                 fp64="fp64" in self.features)  # pieces: dsl/log_format.py
-        prefix = f"[{self.k.name} t=%d tile=%d] " if team else ""
-        args = "".join(", " + a for a in team + cargs)
-        return f'printf("{prefix}{fmt}\\n"{args});'
 
 
 # --------------------------------------------------------------------------- device checks
@@ -135,10 +56,6 @@ def check_scratch(kernel: ir.Kernel, dev: rt.Device) -> None:
                 f"{dev.local_mem_size} bytes of local memory of OpenCL device {dev.description}", loc,
                 note="use a smaller scratch (give each thread a share through more tiles), "
                      "or pick a device with more local memory with OPDSL_OPENCL_DEVICE")
-
-
-def render(request: CompileRequest) -> Rendered:
-    return OpenCLRenderer(request.log_level, request.debug, request.interrupt).render(request.kernel)
 
 
 def build_error(err: rt.BuildError, rendered: Rendered, kernel: ir.Kernel, dev: rt.Device) -> CompileError:
@@ -211,6 +128,7 @@ class OpenCLLauncher(Launcher):
 
 class OpenCLBackend(Backend):
     name = "opencl"
+    cache_tag = rt.CACHE_TAG
 
     def source(self, request: CompileRequest) -> str:
         return render(request).source

@@ -2,7 +2,7 @@
 
 The generated module is meant to be read (``kernel.source("numba")``): one
 ``@njit`` function per ``@dsl.func``, one per thread body (or per region between
-``sync()`` calls, see backends/numba_regions.py), and two entry points:
+``sync()`` calls, see backends/numba/regions.py), and two entry points:
 ``launch_serial`` and ``launch_parallel`` (``parallel=True`` + ``prange``).
 
 Values keep their IR type exactly: numba widens small-int arithmetic to
@@ -10,11 +10,11 @@ int64, so such results are wrapped back (``np.int32(a + b)``) to get numpy's
 wrap-around; f16/bf16 live in uint16 arrays and are converted on load/store.
 Tensors arrive as C-contiguous arrays and are flattened once per launch; the
 thread code indexes them with row-major offsets from their shape, as unsigned
-``ix(offset)``: no negative-index wrap-around check, so inner loops vectorize
-(3x on a 2-D elementwise loop).  Out-of-range indexes are undefined, as in C.
+``ix(offset)``: no negative-index wrap-around check, so inner loops vectorize.
+Out-of-range indexes are undefined, as in C.
 
 Math: f32 ``exp`` (and under ``fastmath=True`` f32 ``log``/``tanh``) calls the inlined
-polynomials of backends/numba_math.py, which vectorize, instead of libm.  With
+polynomials of backends/numba/math.py, which vectorize, instead of libm.  With
 ``fastmath=True`` every function also gets numba's ``fastmath`` flags FASTMATH
 (reassociation, so float sums vectorize; no ``nnan``/``ninf``: NaN and inf keep their
 meaning) and float ``min``/``max``/``clamp`` become NaN-propagating llvm.minimum /
@@ -22,17 +22,18 @@ llvm.maximum, so a running maximum vectorizes too.
 """
 from __future__ import annotations
 
-import keyword
 import math
-import re
 from typing import Callable, Dict, List, Optional, Sequence, Set
 
 from dsl.lang import ir
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError
-from backends import numba_format as F
+from backends.numba import format as F
 from dsl.lang import log_format as LF
+from dsl.lang.visitor import Visitor
 from backends.bounds import Sites
+from backends.naming import PyNames as Names, ident
+from backends.spelling import int_range, row_major, special_float
 
 # numba's fastmath flags for fastmath=True kernels: all of LLVM's "fast" but nnan and ninf,
 # which would let LLVM assume no NaN/inf ever appears (and fold isnan-style checks away).
@@ -50,17 +51,9 @@ _BINARY = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//",
            "pow": "**", "bitand": "&", "bitor": "|", "bitxor": "^", "lshift": "<<", "rshift": ">>"}
 _COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
-# f32 builtins computed by backends/numba_math.py: always, or only under fastmath=True.
+# f32 builtins computed by backends/numba/math.py: always, or only under fastmath=True.
 _F32_MATH = {"exp": "nm.exp_f32({0})"}
 _F32_FAST_MATH = {"log": "nm.log_f32({0})", "tanh": "nm.tanh_f32({0})"}
-
-# Names the generated module defines or uses itself; user names equal to one are renamed.
-RESERVED = frozenset({
-    "np", "math", "nm", "ar", "njit", "prange", "rt", "fmt", "ix", "JIT", "CACHE", "thread", "launch_serial",
-    "launch_parallel", "launch_team", "team_serial", "dispatch", "run_threads", "range", "min", "max",
-    "abs", "print", "str", "chr", "len", "True", "False", "None", "int", "float", "bool"})
-_INTERNAL = re.compile(r"^_|_(shape\d+|size|nd)$|^(region|func)_\d*")
-
 
 def ctype(t: T.DType) -> T.DType:
     """The type values have in generated code (f16/bf16 compute in f32)."""
@@ -84,10 +77,9 @@ def const(value, t: T.DType) -> str:
         return "True" if value else "False"
     if t.is_float:
         v = float(value)
-        if math.isnan(v):
-            lit = "np.nan"
-        elif math.isinf(v):
-            lit = "np.inf" if v > 0 else "(-np.inf)"
+        special = special_float(v)
+        if special is not None:
+            lit = {"nan": "np.nan", "inf": "np.inf", "-inf": "(-np.inf)"}[special]
         else:
             lit = repr(v) if v >= 0 else f"({v!r})"
         return lit if t == T.f64 else f"np.float32({lit})"
@@ -106,10 +98,10 @@ def cast(code: str, src: T.DType, dst: T.DType) -> str:
         return code
     if dst.is_bool:
         return f"({code} != 0)"
-    if src.is_float and dst.is_int:  # truncate, saturate, NaN -> 0 (numba_arith.f2i)
+    if src.is_float and dst.is_int:  # truncate, saturate, NaN -> 0 (arith.f2i)
         if dst == T.u64:
             return f"ar.f2u64({code}, {const(2.0 ** 64, src)})"
-        lo, hi = (0, (1 << dst.bits) - 1) if dst.kind == "u" else (-(1 << dst.bits - 1), (1 << dst.bits - 1) - 1)
+        lo, hi = int_range(dst)
         code = f"ar.f2i({code}, {lo}, {hi}, {const(float(lo), src)}, {const(float(hi + 1), src)})"
         return code if dst == T.i64 else f"{np_type(dst)}({code})"
     return f"{np_type(dst)}({code})"
@@ -132,30 +124,6 @@ def _nan_propagating(name: str, args: List[str]) -> str:
 def _wraps(t: T.DType) -> bool:
     """Whether numba's result of int arithmetic on ``t`` must be narrowed back to ``t``."""
     return t.is_int and t.bits < 64
-
-
-class Names:
-    """User identifiers → names in the generated module, never clashing with internals."""
-
-    def __init__(self, user: Sequence[str]):
-        self.map: Dict[str, str] = {}
-        taken: Set[str] = set(user)
-        for n in user:
-            if n in self.map:
-                continue
-            if n in RESERVED or keyword.iskeyword(n) or _INTERNAL.search(n):
-                base = ("u" + n) if n.startswith("_") else n + "_u"
-                cand, k = base, 1
-                while cand in taken or cand in RESERVED or _INTERNAL.search(cand):
-                    k += 1
-                    cand = f"{base}{k}"
-                taken.add(cand)
-                self.map[n] = cand
-            else:
-                self.map[n] = n
-
-    def __getitem__(self, n: str) -> str:
-        return self.map.get(n, n)
 
 
 class Scope:
@@ -190,8 +158,9 @@ class Hooks:
         return [kind]
 
 
-class Gen:
-    """Emits expressions and statements of one kernel specialization."""
+class Gen(Visitor):
+    """Emits expressions (``visit`` returns their code) and statements (``visit`` appends lines) of
+    one kernel specialization."""
 
     def __init__(self, kernel: ir.Kernel, log_level: str = "debug", fastmath: bool = False, debug: bool = False,
                  interrupt: bool = True):
@@ -215,10 +184,13 @@ class Gen:
         self.assigned_params = {s.name for s in ir.walk(list(kernel.body))
                                 if isinstance(s, ir.Assign) and s.name in self.params}
         self.local_names = {n for n, _ in kernel.locals} | self.assigned_params
-        self.func_names = {f.name: "func_" + re.sub(r"\W", "_", f.name) for f in kernel.funcs}
+        self.func_names = {f.name: "func_" + ident(f.name, "") for f in kernel.funcs}
+        # the context of a statement walk (see ``block``)
+        self.out: List[str] = []
+        self.depth, self.loops, self.hooks, self.line = 0, 0, Hooks(), [None]
 
     def inlined_math(self, e: ir.Call) -> Optional[str]:
-        """The numba_math template computing builtin call ``e``, if it has one here."""
+        """The backends.numba.math template computing builtin call ``e``, if it has one here."""
         if ctype(e.type) != T.f32:
             return None
         return _F32_MATH.get(e.name) or (_F32_FAST_MATH.get(e.name) if self.fastmath else None)
@@ -227,10 +199,9 @@ class Gen:
         """The first line of a generated function whose code calls the inlined polynomial math
         (directly or through a @dsl.func): allow 512-bit vectors there.
 
-        LLVM defaults to 256-bit on AVX-512 CPUs.  Measured on 2 cores: 512-bit makes an
-        exp-bound loop (softmax) ~1.25x faster, but a streaming loop such as leaky_relu 1.2x
-        slower, because numpy's arrays start 16 bytes past a cache line, so every 64-byte
-        access straddles two lines.  Hence only where the arithmetic dominates."""
+        LLVM defaults to 256-bit on AVX-512 CPUs.  Wider vectors help where arithmetic
+        dominates but slow streaming loops, because numpy's arrays start 16 bytes past a
+        cache line, so every 64-byte access straddles two lines (benchmarks/RESULTS.md)."""
         seen = set() if seen is None else seen
         for n in ir.walk(list(stmts)):
             if isinstance(n, ir.Call) and self.inlined_math(n):
@@ -260,22 +231,14 @@ class Gen:
         return str(math.prod(p.shape))
 
     def offset(self, tensor: str, index: Sequence[ir.Expr], flat: bool, scope: Scope) -> str:
-        idx = [self.expr(i, scope) for i in index]
+        idx = [self.visit(i, scope) for i in index]
         if flat:
             return idx[0]
-        if not idx:
-            return "0"
-        shape = self.shape_names(tensor)
-        code = idx[0]
-        for d in range(1, len(idx)):
-            code = f"{code} * {shape[d]} + {idx[d]}"
-            if d < len(idx) - 1:
-                code = f"({code})"
-        return code
+        return row_major(idx, self.shape_names(tensor))
 
     def checked_args(self, node, kind: str, scope: Scope, middle: str = "") -> str:
-        """Arguments of a numba_runtime *_checked call: index and shape tuples, [middle,] record, site, team."""
-        idx = [f"np.int64({self.expr(i, scope)})" for i in node.index]
+        """Arguments of a backends.numba.runtime *_checked call: index and shape tuples, [middle,] record, site, team."""
+        idx = [f"np.int64({self.visit(i, scope)})" for i in node.index]
         shape = [self.size_code(node.tensor)] if node.flat else self.shape_names(node.tensor)
         loc = node.loc if getattr(node, "loc", None) is not None and node.loc.line > 0 else self.stmt_loc
         site = self.sites.add(node.tensor, kind, node.flat, len(idx), loc)
@@ -304,24 +267,17 @@ class Gen:
 
     # ----------------------------------------------------------------- expressions
 
-    def expr(self, e: ir.Expr, scope: Scope) -> str:
-        fn = getattr(self, "_e_" + type(e).__name__, None)
-        if fn is None:
-            raise CompileError(f"the numba backend cannot compile {type(e).__name__} expressions",
-                               getattr(e, "loc", None))
-        return fn(e, scope)
-
     def typed(self, e: ir.Expr, want: T.DType, scope: Scope) -> str:
         """``e`` converted to ``want`` when the IR types differ."""
-        return cast(self.expr(e, scope), e.type, want)
+        return cast(self.visit(e, scope), e.type, want)
 
-    def _e_Const(self, e, scope):
+    def visit_Const(self, e, scope):
         return const(e.value, e.type)
 
-    def _e_Name(self, e, scope):
+    def visit_Name(self, e, scope):
         return scope.local(e.name) if e.name in self.local_names else self.names[e.name]
 
-    def _e_Load(self, e, scope):
+    def visit_Load(self, e, scope):
         arr = self.names[e.tensor]
         st = self.storage(e.tensor)
         if self.debug:
@@ -333,21 +289,21 @@ class Gen:
             code = f"rt.{st.name}_to_f32({code})"
         return cast(code, st, e.type)
 
-    def _e_Shape(self, e, scope):
+    def visit_Shape(self, e, scope):
         return self.shape_names(e.tensor)[e.axis]
 
-    def _e_Size(self, e, scope):
+    def visit_Size(self, e, scope):
         return self.size_code(e.tensor)
 
-    def _e_Unary(self, e, scope):
-        v = self.expr(e.operand, scope)
+    def visit_Unary(self, e, scope):
+        v = self.visit(e.operand, scope)
         t = ctype(e.type)
         if e.op == "not" or (e.op == "invert" and t.is_bool):
             return f"(not {v})"
         code = f"(-{v})" if e.op == "neg" else f"(~{v})"
         return f"{np_type(t)}{code}" if _wraps(t) else code
 
-    def _e_Binary(self, e, scope):
+    def visit_Binary(self, e, scope):
         t = ctype(e.type)
         a, b = self.typed(e.left, t, scope), self.typed(e.right, t, scope)
         code = self.int_edge(e.op, t, a, b, e.right) or f"({a} {_BINARY[e.op]} {b})"
@@ -355,7 +311,7 @@ class Gen:
 
     @staticmethod
     def int_edge(op: str, t: T.DType, a: str, b: str, right: ir.Expr) -> Optional[str]:
-        """A numba_arith call for integer ``a op b`` when ``right`` may reach an edge whose plain
+        """A backends.numba.arith call for integer ``a op b`` when ``right`` may reach an edge whose plain
         numba result differs from the documented one (INT_MIN // -1, shift counts outside
         [0, bits), negative exponents); None when the plain operator is exact."""
         if not t.is_int:
@@ -370,15 +326,15 @@ class Gen:
             return f"(ar.ipow({a}, {b}, {const(1, t)}))"
         return None
 
-    def _e_Compare(self, e, scope):
+    def visit_Compare(self, e, scope):
         lt, rt_ = ctype(e.left.type), ctype(e.right.type)
         t = lt if lt == rt_ else T.promote(lt, rt_)
         return f"({self.typed(e.left, t, scope)} {_COMPARE[e.op]} {self.typed(e.right, t, scope)})"
 
-    def _e_Logical(self, e, scope):
+    def visit_Logical(self, e, scope):
         return f"({self.typed(e.left, T.bool_, scope)} {e.op} {self.typed(e.right, T.bool_, scope)})"
 
-    def _e_Select(self, e, scope):
+    def visit_Select(self, e, scope):
         t = ctype(e.type)
         if e.both:  # dsl.where: a call evaluates every argument, left to right
             return (f"ar.where({self.typed(e.cond, T.bool_, scope)}, {self.typed(e.if_true, t, scope)}, "
@@ -386,10 +342,10 @@ class Gen:
         return (f"({self.typed(e.if_true, t, scope)} if {self.typed(e.cond, T.bool_, scope)} "
                 f"else {self.typed(e.if_false, t, scope)})")
 
-    def _e_Cast(self, e, scope):
-        return cast(self.expr(e.value, scope), e.value.type, e.type)
+    def visit_Cast(self, e, scope):
+        return cast(self.visit(e.value, scope), e.value.type, e.type)
 
-    def _e_Call(self, e, scope):
+    def visit_Call(self, e, scope):
         name, t = e.name, ctype(e.type)
         if name == "thread_id":
             return scope.tid
@@ -420,7 +376,7 @@ class Gen:
             raise CompileError(f"the numba backend has no builtin {name!r}", e.loc)
         return f"{np_type(t)}({code})" if _wraps(t) else code
 
-    def _e_FuncCall(self, e, scope):
+    def visit_FuncCall(self, e, scope):
         f = self.funcs[e.func]
         args = []
         for a, p in zip(e.args, f.params):
@@ -431,26 +387,58 @@ class Gen:
         return f"{self.func_names[e.func]}({', '.join([scope.tid, '_tile', '_ntiles', '_intr', '_intr0'] + args)})"
 
     # ----------------------------------------------------------------- statements
+    #
+    # A walk over statements keeps its context on the generator: ``out`` (the lines so far),
+    # ``depth`` (indentation levels), ``loops`` (enclosing loops of this function: a break at 0
+    # leaves the function's own code), ``hooks`` (what return/break/continue become) and ``line``
+    # (the Python line last commented).  ``nested`` saves and restores them around a body.
 
     def block(self, stmts: Sequence[ir.Stmt], scope: Scope, hooks: Hooks, depth: int,
               loops: int = 0, out: Optional[List[str]] = None, line: Optional[list] = None) -> List[str]:
         """Lines (indented ``depth`` levels) for ``stmts``; ``loops`` counts enclosing loops of this function."""
-        out = [] if out is None else out
-        line = [None] if line is None else line
-        pad = "    " * depth
+        saved = self.out, self.depth, self.loops, self.hooks, self.line
+        self.out = [] if out is None else out
+        self.depth, self.loops, self.hooks = depth, loops, hooks
+        self.line = [None] if line is None else line
+        try:
+            self._body(stmts, scope)
+            return self.out
+        finally:
+            self.out, self.depth, self.loops, self.hooks, self.line = saved
+
+    def nested(self, stmts: Sequence[ir.Stmt], scope: Scope, indent: int = 1, loop: bool = False) -> None:
+        """The body of a compound statement, ``indent`` levels deeper (inside one more loop if ``loop``)."""
+        saved = self.depth, self.loops
+        self.depth += indent
+        self.loops += loop
+        try:
+            self._body(stmts, scope)
+        finally:
+            self.depth, self.loops = saved
+
+    def _body(self, stmts: Sequence[ir.Stmt], scope: Scope) -> None:
+        out, pad = self.out, self.pad
         start = len(out)
         for s in stmts:
-            self._comment(s, pad, out, line)
+            self._comment(s, pad, out, self.line)
             if getattr(s, "loc", None) is not None and s.loc.line > 0:
                 self.stmt_loc = s.loc
-            fn = getattr(self, "_s_" + type(s).__name__, None)
-            if fn is None:
-                raise CompileError(f"the numba backend cannot compile {type(s).__name__} statements",
-                                   getattr(s, "loc", None))
-            fn(s, scope, hooks, depth, loops, out, line)
+            self.visit(s, scope)
         if len(out) == start or all(x.lstrip().startswith("#") for x in out[start:]):
             out.append(pad + "pass")
-        return out
+
+    @property
+    def pad(self) -> str:
+        return "    " * self.depth
+
+    def emit(self, *lines: str) -> None:
+        """Lines at the current indentation."""
+        self.out.extend(self.pad + x for x in lines)
+
+    def unsupported(self, node, *context):
+        what = "statements" if isinstance(node, ir.Stmt) else "expressions"
+        raise CompileError(f"the numba backend cannot compile {type(node).__name__} {what}",
+                           getattr(node, "loc", None))
 
     def _comment(self, s: ir.Stmt, pad: str, out: List[str], line: list) -> None:
         loc = getattr(s, "loc", None)
@@ -460,12 +448,9 @@ class Gen:
         text = loc.source_line().strip()
         out.append(f"{pad}# py:{loc.line}  {text}" if text else f"{pad}# py:{loc.line}")
 
-    def _lines(self, pad: str, lines: List[str], out: List[str]) -> None:
-        out.extend(pad + x for x in lines)
-
-    def _s_Assign(self, s, scope, hooks, depth, loops, out, line):
+    def visit_Assign(self, s, scope):
         t = self.types.get(s.name, s.value.type)
-        out.append("    " * depth + f"{self.names[s.name]} = {self.typed(s.value, t, scope)}")
+        self.emit(f"{self.names[s.name]} = {self.typed(s.value, t, scope)}")
 
     def store_code(self, tensor: str, index, flat: bool, value: ir.Expr, scope: Scope) -> str:
         st = self.storage(tensor)
@@ -474,7 +459,7 @@ class Gen:
             v = f"rt.f32_to_{st.name}({v})"
         return f"{self.names[tensor]}[ix({self.offset(tensor, index, flat, scope)})] = {v}"
 
-    def _s_Store(self, s, scope, hooks, depth, loops, out, line):
+    def visit_Store(self, s, scope):
         if self.debug:
             st = self.storage(s.tensor)
             v = self.typed(s.value, ctype(st), scope)
@@ -482,11 +467,11 @@ class Gen:
                 v = f"rt.f32_to_{st.name}({v})"
             elif st.is_bool:
                 v = f"np.bool_({v})"
-            out.append("    " * depth + f"rt.store_checked({self.names[s.tensor]}, {self.checked_args(s, 'store', scope, v)})")
+            self.emit(f"rt.store_checked({self.names[s.tensor]}, {self.checked_args(s, 'store', scope, v)})")
             return
-        out.append("    " * depth + self.store_code(s.tensor, s.index, s.flat, s.value, scope))
+        self.emit(self.store_code(s.tensor, s.index, s.flat, s.value, scope))
 
-    def _s_AtomicAdd(self, s, scope, hooks, depth, loops, out, line):
+    def visit_AtomicAdd(self, s, scope):
         st = self.storage(s.tensor)
         if st.is_bool:
             raise CompileError(f"atomic_add on {s.tensor!r} of type bool_: accepted are integer and float "
@@ -494,35 +479,32 @@ class Gen:
         fn = f"rt.atomic_add_{st.name}" if st.is_storage_only else "rt.atomic_add"
         v = self.typed(s.value, ctype(st), scope)
         if self.debug:
-            pad = "    " * depth
-            out += [f"{pad}_off = rt.checked_offset({self.checked_args(s, 'atomic_add', scope)})",
-                    f"{pad}if _off >= 0:", f"{pad}    {fn}({self.names[s.tensor]}, _off, {v})"]
+            self.emit(f"_off = rt.checked_offset({self.checked_args(s, 'atomic_add', scope)})",
+                      "if _off >= 0:", f"    {fn}({self.names[s.tensor]}, _off, {v})")
             return
-        out.append("    " * depth + f"{fn}({self.names[s.tensor]}, {self.offset(s.tensor, s.index, s.flat, scope)}, {v})")
+        self.emit(f"{fn}({self.names[s.tensor]}, {self.offset(s.tensor, s.index, s.flat, scope)}, {v})")
 
-    def _s_If(self, s, scope, hooks, depth, loops, out, line):
-        pad = "    " * depth
-        out.append(f"{pad}if {self.typed(s.cond, T.bool_, scope)}:")
-        self.block(s.body, scope, hooks, depth + 1, loops, out, line)
+    def visit_If(self, s, scope):
+        self.emit(f"if {self.typed(s.cond, T.bool_, scope)}:")
+        self.nested(s.body, scope)
         if s.orelse:
-            out.append(f"{pad}else:")
-            self.block(s.orelse, scope, hooks, depth + 1, loops, out, line)
+            self.emit("else:")
+            self.nested(s.orelse, scope)
 
-    def _s_For(self, s, scope, hooks, depth, loops, out, line):
-        pad = "    " * depth
+    def visit_For(self, s, scope):
+        if self.strip_mined(s):
+            self._strip_mined_for(s, scope)
+            return
+        pad, depth = self.pad, self.depth
         var = self.names[s.var]
         vt = self.types.get(s.var, T.i64)
-        if self.strip_mined(s):
-            self._strip_mined_for(s, scope, hooks, depth, loops, out, line)
-            return
         args = ", ".join(self.typed(x, T.i64, scope) for x in (s.start, s.stop, s.step))
         if ctype(vt) == T.i64:
-            out.append(f"{pad}for {var} in range({args}):")
+            self.emit(f"for {var} in range({args}):")
         else:  # a loop variable typed narrower than the i64 counter
-            out.append(f"{pad}for _i{depth} in range({args}):")
-            out.append(f"{pad}    {var} = {cast(f'_i{depth}', T.i64, vt)}")
-        self.poll(hooks, pad + "    ", out)
-        self.block(s.body, scope, hooks, depth + 1, loops + 1, out, line)
+            self.emit(f"for _i{depth} in range({args}):", f"    {var} = {cast(f'_i{depth}', T.i64, vt)}")
+        self.poll(self.hooks, pad + "    ", self.out)
+        self.nested(s.body, scope, loop=True)
 
     def strip_mined(self, s: ir.For) -> bool:
         """Whether ``s`` polls once per POLL_CHUNK iterations instead of at every back-edge.
@@ -536,62 +518,58 @@ class Gen:
             return False
         return not any(isinstance(n, (ir.For, ir.While, ir.Break)) for n in ir.walk(list(s.body)))
 
-    def _strip_mined_for(self, s, scope, hooks, depth, loops, out, line):
-        pad = "    " * depth
+    def _strip_mined_for(self, s, scope):
+        pad, depth = self.pad, self.depth
         var = self.names[s.var]
         vt = self.types.get(s.var, T.i64)
         start, stop, step = (self.typed(x, T.i64, scope) for x in (s.start, s.stop, s.step))
         a, n, o, k = f"_a{depth}", f"_n{depth}", f"_o{depth}", f"_k{depth}"
         literal_step = isinstance(s.step, ir.Const)
         st = step if literal_step else f"_s{depth}"
-        out.append(f"{pad}{a} = {start}  # range({start}, {stop}, {step}) in chunks of {POLL_CHUNK}: "
-                   "Ctrl-C is polled between chunks")
+        self.emit(f"{a} = {start}  # range({start}, {stop}, {step}) in chunks of {POLL_CHUNK}: "
+                  "Ctrl-C is polled between chunks")
         if not literal_step:
-            out.append(f"{pad}{st} = {step}")
-        out.append(f"{pad}{n} = rt.trip_count({a}, {stop}, {st})")
-        out.append(f"{pad}for {o} in range(0, {n}, {POLL_CHUNK}):")
-        self.poll(hooks, pad + "    ", out, guard=f"{o} != 0")  # the first chunk: the enclosing loop just polled
-        out.append(f"{pad}    for {k} in range({o}, {o} + min({POLL_CHUNK}, {n} - {o})):")
+            self.emit(f"{st} = {step}")
+        self.emit(f"{n} = rt.trip_count({a}, {stop}, {st})", f"for {o} in range(0, {n}, {POLL_CHUNK}):")
+        self.poll(self.hooks, pad + "    ", self.out, guard=f"{o} != 0")  # the first chunk: the enclosing loop just polled
         value = f"{a} + {k}" if st in ("1", "np.int64(1)") else f"{a} + {k} * {st}"
-        out.append(f"{pad}        {var} = {cast(value, T.i64, vt) if ctype(vt) != T.i64 else value}")
-        self.block(s.body, scope, hooks, depth + 2, loops + 1, out, line)
+        self.emit(f"    for {k} in range({o}, {o} + min({POLL_CHUNK}, {n} - {o})):",
+                  f"        {var} = {cast(value, T.i64, vt) if ctype(vt) != T.i64 else value}")
+        self.nested(s.body, scope, indent=2, loop=True)
 
-    def _s_While(self, s, scope, hooks, depth, loops, out, line):
-        out.append("    " * depth + f"while {self.typed(s.cond, T.bool_, scope)}:")
-        self.poll(hooks, "    " * (depth + 1), out)
-        self.block(s.body, scope, hooks, depth + 1, loops + 1, out, line)
+    def visit_While(self, s, scope):
+        self.emit(f"while {self.typed(s.cond, T.bool_, scope)}:")
+        self.poll(self.hooks, self.pad + "    ", self.out)
+        self.nested(s.body, scope, loop=True)
 
-    def _s_Break(self, s, scope, hooks, depth, loops, out, line):
-        self._lines("    " * depth, ["break"] if loops else hooks.escape("break"), out)
+    def visit_Break(self, s, scope):
+        self.emit(*(["break"] if self.loops else self.hooks.escape("break")))
 
-    def _s_Continue(self, s, scope, hooks, depth, loops, out, line):
-        self._lines("    " * depth, ["continue"] if loops else hooks.escape("continue"), out)
+    def visit_Continue(self, s, scope):
+        self.emit(*(["continue"] if self.loops else self.hooks.escape("continue")))
 
-    def _s_Return(self, s, scope, hooks, depth, loops, out, line):
-        self._lines("    " * depth, hooks.ret(s, self, scope), out)
+    def visit_Return(self, s, scope):
+        self.emit(*self.hooks.ret(s, self, scope))
 
-    def _s_Sync(self, s, scope, hooks, depth, loops, out, line):
+    def visit_Sync(self, s, scope):
         raise CompileError("sync() inside code the numba backend runs per thread: the checker should "
                            "only allow it in team-uniform control flow", s.loc)
 
-    def _s_ExprStmt(self, s, scope, hooks, depth, loops, out, line):
-        out.append("    " * depth + self.expr(s.value, scope))
+    def visit_ExprStmt(self, s, scope):
+        self.emit(self.visit(s.value, scope))
 
-    def _s_Log(self, s, scope, hooks, depth, loops, out, line):
-        from dsl import config
-        if s.level in config.LOG_LEVELS and not config.level_passes(s.level, self.log_level):
-            return  # the frontend already drops these; a request may still ask for a higher level
-        out.extend("    " * depth + x for x in self.log_lines(s, scope))
+    def visit_Log(self, s, scope):  # the frontend already dropped calls below the requested level
+        self.emit(*self.log_lines(s, scope))
 
     # ----------------------------------------------------------------- logging
 
     def log_lines(self, s: ir.Log, scope: Scope) -> List[str]:
         """Statements printing one log line, prefixed like the interpreter's ``[name t=.. tile=..]``.
 
-        The line is formatted into a byte buffer ``_b`` (end ``_p``) by numba_format helpers.
+        The line is formatted into a byte buffer ``_b`` (end ``_p``) by backends.numba.format helpers.
         """
         pieces = list(s.pieces)  # parsed and counted by the frontend (dsl/log_format.py)
-        values = [(self.expr(a, scope), ctype(a.type)) for a in s.args]
+        values = [(self.visit(a, scope), ctype(a.type)) for a in s.args]
         if s.level != "print":  # print() is the user's own line; logs carry the team prefix
             d = LF.Spec("", 0, -1, "d")
             pieces = [f"[{self.k.name} t=", d, " tile=", d, "] "] + pieces

@@ -1,9 +1,9 @@
-"""The numba backend: typed IR → readable Python (backends/numba_regions.py) → ``numba.njit``.
+"""The numba backend: typed IR → readable Python (backends/numba/regions.py) → ``numba.njit``.
 
 Each specialization becomes a module executed from the generated source in
 memory; with a usable disk cache (backends/cache.py) a copy is saved as
 ``<cache>/numba/<key>.py`` for reading, and numba's machine code is kept beside
-it (backends/numba_cache.py), so a second process loads it without compiling.  Two entry points are compiled:
+it (backends/numba/cache.py), so a second process loads it without compiling.  Two entry points are compiled:
 ``launch_serial`` eagerly (cheap, used for small launches where starting
 worker threads costs more than it saves) and ``launch_parallel`` on the first
 large launch.  Parallel code runs on a thread-safe threading layer (OpenMP or
@@ -27,10 +27,11 @@ from numba import types as nbt
 from dsl.lang import ir
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError
-from backends import cache, numba_cache
+from backends import cache
+from backends.numba import cache as machine_cache
 from backends.base import Backend, CompileRequest, Launcher
 from backends import bounds, interrupt
-from backends.numba_regions import Program
+from backends.numba.regions import Program
 
 # A launch runs serially when its tensors hold fewer elements than this in total and the
 # team count is small: below it, waking the worker threads costs more than it saves.
@@ -71,12 +72,14 @@ def _codegen_version() -> str:
     """Hash of the code generator and runtime: a change to them must not reuse cached modules."""
     h = hashlib.sha256(numba.__version__.encode())
     here = Path(__file__).resolve().parent
-    for name in ("numba_codegen.py", "numba_regions.py", "numba_runtime.py", "numba_format.py", "numba_math.py"):
+    for name in ("codegen.py", "regions.py", "runtime.py", "format.py", "math.py", "arith.py",
+                 "../naming.py", "../spelling.py"):
         h.update((here / name).read_bytes())
     return h.hexdigest()[:10]
 
 
 CODEGEN_VERSION = _codegen_version()
+CACHE_TAG = machine_cache.CACHE_TAG  # the disk-cache folder of this backend (Backend.cache_tag)
 
 # --------------------------------------------------------------------------- types
 
@@ -135,7 +138,7 @@ def _exec_source(source: str, stem: str, file: Optional[Path] = None) -> pytypes
     """A module from the generated source held in memory, never from a file someone could swap.
 
     It runs with ``CACHE = False`` so numba never picks a cache folder by itself (see
-    backends/numba_cache.py); tracebacks read the lines from ``linecache``, not from disk.
+    backends/numba/cache.py); tracebacks read the lines from ``linecache``, not from disk.
     """
     name = _module_name(stem)
     filename = str(file) if file is not None else f"<opdsl numba {stem}>"
@@ -178,11 +181,11 @@ def load(request: CompileRequest, source: str) -> Tuple[pytypes.ModuleType, Opti
     if hit is not None:
         return hit
     sig = signature(k, request.debug)
-    with cache.lock("numba", stem):
+    with cache.lock(CACHE_TAG, stem):
         path = _save_source(stem, source)
         mod = _exec_source(source, stem, path)
         if path is not None:
-            numba_cache.attach(mod, path.parent, numba_cache.source_stamp(source), stem)
+            machine_cache.attach(mod, path.parent, machine_cache.source_stamp(source), stem)
         _compile_entry(mod.launch_serial, sig, k, "launch_serial")
     with _modules_lock:
         _modules[stem] = (mod, path)
@@ -194,7 +197,7 @@ def _save_source(stem: str, source: str) -> Optional[Path]:
     if not cache.enabled():
         return None
     try:
-        path = cache.path("numba", stem + ".py")
+        path = cache.path(CACHE_TAG, stem + ".py")
         if cache.read_private(path) != source.encode("utf-8"):
             cache.atomic_write(path, source)
         return path
@@ -290,7 +293,7 @@ class NumbaLauncher(Launcher):
                 fn = self._entries[which]
                 sig = signature(self._kernel, self._sites is not None)
                 if self._disk:
-                    with cache.lock("numba", self._stem):
+                    with cache.lock(CACHE_TAG, self._stem):
                         _compile_entry(fn, sig, self._kernel, which)
                 else:
                     _compile_entry(fn, sig, self._kernel, which)
@@ -316,6 +319,7 @@ def _check_threading_layer() -> None:
 
 class NumbaBackend(Backend):
     name = "numba"
+    cache_tag = CACHE_TAG
 
     def source(self, request: CompileRequest) -> str:
         return self.program(request).source()

@@ -1,31 +1,39 @@
-"""A C-family emitter for the typed IR: a table of types and spellings plus a few hooks.
+"""A C-family emitter for the typed IR: everything plain C about a kernel, once.
 
-A target (OpenCL today) is a small subclass that sets attributes -- address-space
-prefixes, the work-item queries, the barrier, storage of 16-bit floats, atomics,
-printf -- the way tinygrad's renderers do.  Everything that is plain C (Python
-floor division and modulo, casts that wrap like numpy, ``range`` loops with a
-runtime step, short-circuit logic, device functions) lives here once.
+Python floor division and modulo, casts that wrap like numpy, ``range`` loops with a runtime
+step, short-circuit logic, device functions, debug bounds checks and Ctrl-C polls live here;
+a target (OpenCL today, plain C or CUDA tomorrow) is a thin subclass that supplies:
 
-The output is meant to be read: one C statement per IR statement, stable names,
-``// py:LINE source`` before the code of each new Python line, and a line table
-(C line -> Python SourceLoc) so a C compiler error can point at the user's code.
+* table attributes: ``kernel_prefix``, ``buffer_prefix`` (address space of tensor pointers),
+  ``local_prefix`` (of scratch arrays), ``func_prefix``, ``type_map``/``storage_map``,
+  ``scratch_storage``, ``code_for_team`` (thread_id, num_threads, tile_id, num_tiles),
+  ``float_funcs``, ``reserved``/``owned_prefixes``/``reserved_pattern`` (backends/naming.py);
+* hooks: ``preamble()``, ``kernel_header()``, ``kernel_signature(params)``, ``sync()``,
+  ``load_f16``/``store_f16``, ``helper_round_f16``, ``atomic_add(ptr, dtype, value, space)``,
+  ``log(stmt)``, ``claim``/``read_claim`` (the debug error record, backends/cstyle/instrument.py)
+  and ``bits_to_float``/``float_to_bits`` (backends/cstyle/helpers.py).
+
+A hook the target leaves alone raises ``Unsupported`` (reported at the user's line) or emits a
+comment.  The output is meant to be read: one C statement per IR statement, stable names,
+``// py:LINE source`` before the code of each new Python line, and a line table (C line ->
+Python SourceLoc) so a C compiler error can point at the user's code.
 """
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from dsl import config
 from dsl.lang import ir
 from dsl.lang import types as T
-from backends.bounds import Sites
-from backends.cstyle_instrument import CInstrumentation
-from backends.cstyle_helpers import CHelpers, Unsupported
 from dsl.lang.errors import UNKNOWN, CompileError, SourceLoc
+from dsl.lang.visitor import Visitor
+from backends.bounds import Sites
+from backends.cstyle.helpers import CHelpers, Unsupported
+from backends.cstyle.instrument import CInstrumentation
+from backends.naming import C_RESERVED, CNames, ident
+from backends.spelling import row_major, row_major_static, special_float
 
 # --------------------------------------------------------------------------- result
 
@@ -52,7 +60,7 @@ class Rendered:
     name: str                           # C name of the kernel function
     args: Tuple[Arg, ...]
     line_locs: Dict[int, SourceLoc]     # 1-based C line -> the Python statement it came from
-    features: frozenset = frozenset()   # 'fp64', 'int64_atomics', 'printf', ...
+    features: frozenset = frozenset()   # what the code needs of the device, e.g. 'fp64' (named by the target)
     feature_locs: Dict[str, SourceLoc] = field(default_factory=dict)  # where each feature is first used
     hidden: Tuple[str, ...] = ()        # trailing arguments after the params: 'interrupt' (counter, start), 'errors'
     sites: tuple = ()                   # debug mode: what each bounds check reports (backends/bounds.py)
@@ -72,70 +80,18 @@ class _Features(dict):
         self.setdefault(name, self._where())
 
 
-# --------------------------------------------------------------------------- names
-
-C_KEYWORDS = frozenset("""
-auto break case char const continue default do double else enum extern float for goto if inline int long
-register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while
-_Bool _Complex _Imaginary bool true false uchar ushort uint ulong half size_t ptrdiff_t intptr_t uintptr_t
-kernel global local constant private read_only write_only read_write image2d_t image3d_t sampler_t event_t
-main NULL printf barrier exp log sqrt rsqrt tanh erf sin cos floor ceil fabs abs min max fmin fmax clamp pow
-pown fmod copysign isnan isinf INFINITY NAN vload_half vstore_half vstore_half_rte atomic_add atom_add
-atomic_cmpxchg atom_cmpxchg as_float as_uint as_double as_ulong select mix sign
-get_local_id get_group_id get_global_id get_local_size get_num_groups get_global_size
-""".split())
-_VECTOR_TYPES = re.compile(r"^(char|uchar|short|ushort|int|uint|long|ulong|float|double|half)(2|3|4|8|16)$")
-
-
-class Names:
-    """Stable C identifiers: user names kept unless reserved; generated names never collide."""
-
-    def __init__(self, reserved=C_KEYWORDS, prefix: str = "opdsl_"):
-        self.reserved = set(reserved)
-        self.prefix = prefix
-        self.map: Dict[str, str] = {}
-        self.taken: set = set()
-
-    def _bad(self, name: str) -> bool:
-        return name in self.reserved or name in self.taken or bool(_VECTOR_TYPES.match(name))
-
-    def _prefixed(self, name: str) -> bool:
-        """Prefixes owned by the target or the emitter (OpenCL builtins, helpers, reserved __)."""
-        return name.startswith(self.prefix) or name.startswith("__") or name.startswith("get_")
-
-    def user(self, name: str) -> str:
-        """The C spelling of user identifier ``name`` (same every time)."""
-        if name not in self.map:
-            c = "u" + name if self._prefixed(name) else name
-            while self._bad(c):
-                c = c + "_"
-            self.map[name] = c
-            self.taken.add(c)
-        return self.map[name]
-
-    def fresh(self, base: str) -> str:
-        """A new generated identifier based on ``base``."""
-        base = "u" + base if self._prefixed(base) else base
-        c = base
-        n = 1
-        while self._bad(c) or c in self.map:
-            n += 1
-            c = f"{base}{n}"
-        self.taken.add(c)
-        return c
-
-
 # --------------------------------------------------------------------------- the renderer
 
 
 def _float_text(value: float, single: bool) -> str:
     """Shortest decimal that rounds back to the value in the target precision."""
     v = np.float32(value) if single else np.float64(value)
-    if math.isnan(v):
+    special = special_float(float(v))
+    if special == "nan":
         return "NAN" if single else "(double)NAN"
-    if math.isinf(v):
+    if special is not None:
         s = "INFINITY" if single else "(double)INFINITY"
-        return s if v > 0 else f"(-{s})"
+        return s if special == "inf" else f"(-{s})"
     a = abs(float(v))
     if a != 0 and (a < 1e-4 or a >= 1e16):
         text = np.format_float_scientific(v, unique=True, trim="0")
@@ -155,7 +111,7 @@ _PREC = {"mul": 10, "truediv": 10, "add": 9, "sub": 9, "lt": 7, "le": 7, "gt": 7
          "and": 2, "or": 1}  # C precedence of the operators printed without redundant parentheses
 
 
-class CStyleRenderer(CInstrumentation, CHelpers):
+class CStyleRenderer(Visitor, CInstrumentation, CHelpers):
     """Typed ir.Kernel -> C-family source.  Subclasses fill in the table below."""
 
     # ---- the table ------------------------------------------------------------
@@ -163,7 +119,9 @@ class CStyleRenderer(CInstrumentation, CHelpers):
     buffer_prefix = ""            # address space of tensor pointers
     local_prefix = "static "      # address space of scratch arrays
     func_prefix = "static "
-    barrier = "/* sync */"
+    reserved = C_RESERVED         # names user identifiers must not take (backends/naming.py)
+    owned_prefixes = ("opdsl_", "__")  # prefixes of names the emitter or target generates
+    reserved_pattern = None       # a regex of further reserved names (e.g. vector types)
     size_type = "long"            # shape arguments, loop counters
     type_map: Dict[str, str] = {
         "bool_": "bool", "i8": "char", "u8": "uchar", "i16": "short", "u16": "ushort", "i32": "int",
@@ -173,7 +131,7 @@ class CStyleRenderer(CInstrumentation, CHelpers):
     storage_map: Dict[str, str] = {**type_map, "bool_": "uchar", "f16": "half", "bf16": "ushort"}
     scratch_storage: Dict[str, str] = {}  # scratch dtypes declared as other bits (cast at each use)
     code_for_team: Dict[str, str] = {"thread_id": "0", "num_threads": "1", "tile_id": "0", "num_tiles": "1"}
-    float_funcs = {"exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "tanh": "tanh", "erf": "erf",
+    float_funcs = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf",
                    "sin": "sin", "cos": "cos", "floor": "floor", "ceil": "ceil"}
     helper_prefix = "opdsl_"
 
@@ -185,7 +143,7 @@ class CStyleRenderer(CInstrumentation, CHelpers):
     # ---- entry point ----------------------------------------------------------
     def render(self, kernel: ir.Kernel) -> Rendered:
         self.k = kernel
-        self.names = Names()
+        self.names = CNames(self.reserved, self.owned_prefixes, self.reserved_pattern)
         self.helpers: Dict[str, str] = {}      # name -> C definition, in first-use order
         self.features = _Features(lambda: self.cur_loc)
         self.out: List[Tuple[str, SourceLoc]] = []
@@ -201,8 +159,8 @@ class CStyleRenderer(CInstrumentation, CHelpers):
             self.names.user(s.name)
         for name, _ in kernel.locals:
             self.names.user(name)
-        self.fnames = {f.name: self.names.fresh(self._ident(f.name)) for f in kernel.funcs}
-        self.kname = self.names.fresh(self._ident(kernel.name))
+        self.fnames = {f.name: self.names.fresh(ident(f.name)) for f in kernel.funcs}
+        self.kname = self.names.fresh(ident(kernel.name))
         self.shape_names = {}
         self.args: List[Arg] = []
         for p in kernel.params:
@@ -233,10 +191,6 @@ class CStyleRenderer(CInstrumentation, CHelpers):
         return Rendered(text, self.kname, tuple(self.args), locs, frozenset(self.features), dict(self.features),
                         hidden, tuple(self.sites.table))
 
-    @staticmethod
-    def _ident(name: str) -> str:
-        return re.sub(r"\W", "_", name) or "kernel"
-
     # ---- hooks a target overrides ----------------------------------------------
     def preamble(self) -> List[str]:
         return [f"// opdsl kernel {self.k.name} from {self.k.filename}:{self.k.firstline} "
@@ -264,9 +218,15 @@ class CStyleRenderer(CInstrumentation, CHelpers):
         raise Unsupported(f"f16 casts are not supported by the {type(self).__name__} target")
 
     def atomic_add(self, ptr: str, dtype: T.DType, value: str, space: str) -> str:
+        """A statement adding ``value`` to ``*ptr`` atomically; ``space`` is 'tensor' or 'scratch'."""
         raise Unsupported(f"dsl.atomic_add is not supported by the {type(self).__name__} target")
 
+    def sync(self) -> str:
+        """The statement every thread of the team waits at (``dsl.sync()``)."""
+        return "/* sync */"
+
     def log(self, s: ir.Log) -> str:
+        """The statement printing one ``dsl.log``/``print`` line."""
         return f"/* log.{s.level}: {s.fmt} */"
 
     # ---- kernel and functions -----------------------------------------------------
@@ -389,14 +349,14 @@ class CStyleRenderer(CInstrumentation, CHelpers):
                 text = loc.source_line().strip()
                 self.emit(f"// py:{loc.line} {text}" if text else f"// py:{loc.line}")
         try:
-            getattr(self, "stmt_" + type(s).__name__)(s)
+            self.visit(s)
         except Unsupported as e:  # the target cannot express it: point at the user's line
             raise CompileError(str(e), s.loc) from None
 
-    def stmt_Assign(self, s: ir.Assign) -> None:
+    def visit_Assign(self, s: ir.Assign) -> None:
         self.emit(f"{self.names.user(s.name)} = {self.bare(s.value)};")
 
-    def stmt_ExprStmt(self, s: ir.ExprStmt) -> None:
+    def visit_ExprStmt(self, s: ir.ExprStmt) -> None:
         self.emit(f"{self.expr(s.value)};")
 
     def _checked(self, node, kind: str, emit_with) -> None:
@@ -412,7 +372,7 @@ class CStyleRenderer(CInstrumentation, CHelpers):
         self.depth -= 2
         self.emit("}")
 
-    def stmt_Store(self, s: ir.Store) -> None:
+    def visit_Store(self, s: ir.Store) -> None:
         self._checked(s, "store", lambda off: self._store(s, off))
 
     def _store(self, s: ir.Store, off: str) -> None:
@@ -429,13 +389,13 @@ class CStyleRenderer(CInstrumentation, CHelpers):
         else:
             self.emit(f"{ptr}[{off}] = {value};")
 
-    def stmt_AtomicAdd(self, s: ir.AtomicAdd) -> None:
+    def visit_AtomicAdd(self, s: ir.AtomicAdd) -> None:
         buf = self.k.buffer(s.tensor)
-        space = "local" if isinstance(buf, ir.Scratch) else "global"
+        space = "scratch" if isinstance(buf, ir.Scratch) else "tensor"
         self._checked(s, "atomic_add", lambda off: self.emit(
             self.atomic_add(f"&{self.names.user(s.tensor)}[{off}]", buf.dtype, self.bare(s.value), space)))
 
-    def stmt_If(self, s: ir.If) -> None:
+    def visit_If(self, s: ir.If) -> None:
         self.emit(f"if ({self.bare(s.cond)}) {{")
         self._nested(s.body)
         orelse = s.orelse
@@ -456,7 +416,7 @@ class CStyleRenderer(CInstrumentation, CHelpers):
         self.block(stmts)
         self.depth -= 1
 
-    def stmt_While(self, s: ir.While) -> None:
+    def visit_While(self, s: ir.While) -> None:
         self.emit(f"while ({self.bare(s.cond)}) {{")
         self.depth += 1
         self.poll(s.body)
@@ -464,7 +424,7 @@ class CStyleRenderer(CInstrumentation, CHelpers):
         self._nested(s.body)
         self.emit("}")
 
-    def stmt_For(self, s: ir.For) -> None:
+    def visit_For(self, s: ir.For) -> None:
         """range() semantics: bounds evaluated once, a hidden counter, runtime step sign."""
         var = self.names.user(s.var)
         it = self.names.fresh(f"{var}_it")
@@ -520,24 +480,23 @@ class CStyleRenderer(CInstrumentation, CHelpers):
                 return False
         return True
 
-    def stmt_Break(self, s) -> None:
+    def visit_Break(self, s) -> None:
         self.emit("break;")
 
-    def stmt_Continue(self, s) -> None:
+    def visit_Continue(self, s) -> None:
         self.emit("continue;")
 
-    def stmt_Return(self, s: ir.Return) -> None:
+    def visit_Return(self, s: ir.Return) -> None:
         if s.value is None:
             self.emit("return;")
         else:
             self.emit(f"return {self.bare(s.value)};")
 
-    def stmt_Sync(self, s) -> None:
-        self.emit(self.barrier)
+    def visit_Sync(self, s) -> None:
+        self.emit(self.sync())
 
-    def stmt_Log(self, s: ir.Log) -> None:
-        if config.level_passes(s.level, self.log_level):
-            self.emit(self.log(s))
+    def visit_Log(self, s: ir.Log) -> None:  # the frontend already dropped calls below the requested level
+        self.emit(self.log(s))
 
     # ---- expressions -------------------------------------------------------------------
     def bare(self, e: ir.Expr) -> str:
@@ -559,7 +518,11 @@ class CStyleRenderer(CInstrumentation, CHelpers):
 
     def expr(self, e: ir.Expr) -> str:
         self._note_type(e.type)
-        return getattr(self, "expr_" + type(e).__name__)(e)
+        return self.visit(e)
+
+    def unsupported(self, node, *context):
+        raise CompileError(f"the {type(self).__name__} emitter cannot translate {type(node).__name__}",
+                           getattr(node, "loc", None))
 
     def const(self, value, t: T.DType) -> str:
         t = t.strong
@@ -579,28 +542,19 @@ class CStyleRenderer(CInstrumentation, CHelpers):
             return str(v) if v >= 0 else ("(-2147483647 - 1)" if v == -(1 << 31) else f"({v})")
         return f"(({ct}){v})"
 
-    def expr_Const(self, e: ir.Const) -> str:
+    def visit_Const(self, e: ir.Const) -> str:
         return self.const(e.value, e.type)
 
-    def expr_Name(self, e: ir.Name) -> str:
+    def visit_Name(self, e: ir.Name) -> str:
         return self.names.user(e.name)
 
     def offset(self, tensor: str, index: Sequence[ir.Expr], flat: bool) -> str:
         if flat:
             return self.bare(index[0])
-        if not index:
-            return "0"
         buf = self.k.buffer(tensor)
         if isinstance(buf, ir.Scratch):
-            strides = [int(np.prod(buf.shape[d + 1:])) for d in range(len(buf.shape))]
-            parts = [self.expr(i) if s == 1 else f"{self.expr(i)} * {s}" for i, s in zip(index, strides)]
-            return " + ".join(parts)
-        shapes = self.shape_names[tensor]
-        text = self.expr(index[0])
-        for d in range(1, len(index)):
-            text = f"({text}) * {shapes[d]} + {self.expr(index[d])}" if d > 1 else \
-                f"{text} * {shapes[d]} + {self.expr(index[d])}"
-        return text
+            return row_major_static([self.expr(i) for i in index], buf.shape)
+        return row_major([self.expr(i) for i in index], self.shape_names[tensor])
 
     def pointer(self, name: str) -> str:
         """The C expression addressing buffer ``name`` (scratch kept as raw bits is cast back)."""
@@ -610,7 +564,7 @@ class CStyleRenderer(CInstrumentation, CHelpers):
             return f"(({self.local_prefix}{self.stype(buf.dtype)}*){cname})"
         return cname
 
-    def expr_Load(self, e: ir.Load) -> str:
+    def visit_Load(self, e: ir.Load) -> str:
         buf = self.k.buffer(e.tensor)
         ptr = self.pointer(e.tensor)
         # debug: a failed check reads element 0 (every buffer has one) and the launch raises
@@ -624,10 +578,10 @@ class CStyleRenderer(CInstrumentation, CHelpers):
             return f"({ptr}[{off}] != 0)"
         return f"{ptr}[{off}]"
 
-    def expr_Shape(self, e: ir.Shape) -> str:
+    def visit_Shape(self, e: ir.Shape) -> str:
         return self.shape_names[e.tensor][e.axis]
 
-    def expr_Size(self, e: ir.Size) -> str:
+    def visit_Size(self, e: ir.Size) -> str:
         return self.size_names[e.tensor]
 
     def _wrap(self, t: T.DType, text: str) -> str:
@@ -636,7 +590,7 @@ class CStyleRenderer(CInstrumentation, CHelpers):
             return f"(({self.ctype(t)}){text})"
         return text
 
-    def expr_Unary(self, e: ir.Unary) -> str:
+    def visit_Unary(self, e: ir.Unary) -> str:
         x = self.expr(e.operand)
         t = e.type
         if e.op == "not":
@@ -645,7 +599,7 @@ class CStyleRenderer(CInstrumentation, CHelpers):
             return f"(!{x})" if t.is_bool else self._wrap(t, f"(~{x})")
         return self._wrap(t, f"(-{x})" if not x.startswith("-") else f"(- {x})")
 
-    def expr_Binary(self, e: ir.Binary) -> str:
+    def visit_Binary(self, e: ir.Binary) -> str:
         t = e.type
         infix = self._infix(e)
         if infix is not None:
@@ -728,23 +682,23 @@ class CStyleRenderer(CInstrumentation, CHelpers):
             return f"pow({a}, {b})"
         return f"{self.helper('ipow', t)}({a}, {b})"
 
-    def expr_Compare(self, e: ir.Compare) -> str:
+    def visit_Compare(self, e: ir.Compare) -> str:
         return f"({self._infix(e)[0]})"
 
-    def expr_Logical(self, e: ir.Logical) -> str:
+    def visit_Logical(self, e: ir.Logical) -> str:
         return f"({self._infix(e)[0]})"
 
-    def expr_Select(self, e: ir.Select) -> str:
+    def visit_Select(self, e: ir.Select) -> str:
         if e.both:  # dsl.where: a call evaluates every argument
             fn = self.helper("where", e.type)
             return f"{fn}({', '.join(self.bare(x) for x in (e.cond, e.if_true, e.if_false))})"
         parts = [self._operand(x, e, 0, False) for x in (e.cond, e.if_true, e.if_false)]
         return f"({parts[0]} ? {parts[1]} : {parts[2]})"
 
-    def expr_FuncCall(self, e: ir.FuncCall) -> str:
+    def visit_FuncCall(self, e: ir.FuncCall) -> str:
         return f"{self.fnames[e.func]}({', '.join(self.bare(a) for a in e.args)})"
 
-    def expr_Call(self, e: ir.Call) -> str:
+    def visit_Call(self, e: ir.Call) -> str:
         if e.name in self.code_for_team:
             return self.code_for_team[e.name]
         t = e.type
@@ -769,7 +723,7 @@ class CStyleRenderer(CInstrumentation, CHelpers):
             return self._pow(t, e.args[0], e.args[1])
         raise CompileError(f"builtin {e.name}() has no C-family spelling", e.loc)
 
-    def expr_Cast(self, e: ir.Cast) -> str:
+    def visit_Cast(self, e: ir.Cast) -> str:
         return self.cast(e.value, e.type)
 
     def cast(self, value: ir.Expr, dst: T.DType) -> str:

@@ -1,6 +1,6 @@
 """The process-wide OpenCL device: context, queue, program cache, zero-copy buffers.
 
-The device comes from backends/opencl_devices.py (probed, ranked, or forced with
+The device comes from backends/opencl/devices.py (probed, ranked, or forced with
 ``OPDSL_OPENCL_DEVICE``).  Programs are cached in memory and, as device
 binaries, on disk; a second process loads the binary instead of compiling the C
 again, and an unusable disk cache only means building in memory.  On devices
@@ -26,10 +26,12 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from backends import cache
-from backends import opencl_devices as devices
-from backends.opencl_sanitizer import OclgrindLog, SanitizerError  # noqa: F401  (re-exported)
-from backends.opencl_devices import DriverError, NoDevice  # noqa: F401  (re-exported)
+from backends.opencl import devices as devices
+from backends.opencl.sanitizer import OclgrindLog, SanitizerError  # noqa: F401  (re-exported)
+from backends.opencl.devices import DriverError, NoDevice  # noqa: F401  (re-exported)
 from dsl import config
+
+CACHE_TAG = "opencl"  # the disk-cache folder of built programs (OpenCLBackend.cache_tag)
 
 try:
     import pyopencl as cl
@@ -214,14 +216,14 @@ def _from_binary(dev: Device, binary: Optional[bytes], options: str):
 
 def _disk_lock(key: str):
     """The cross-process build lock (cache.lock degrades to a thread lock when the disk refuses)."""
-    return cache.lock("opencl", key) if cache.enabled() else contextlib.nullcontext()
+    return cache.lock(CACHE_TAG, key) if cache.enabled() else contextlib.nullcontext()
 
 
 def _disk_load(name: str) -> Optional[bytes]:
     if not cache.enabled():
         return None
     try:
-        return cache.load("opencl", name)
+        return cache.load(CACHE_TAG, name)
     except (OSError, ValueError):
         return None
 
@@ -232,7 +234,7 @@ def _disk_store(name: str, prg) -> None:
     try:
         binaries = prg.get_info(cl.program_info.BINARIES)
         if binaries and binaries[0]:
-            cache.store("opencl", name, bytes(binaries[0]))
+            cache.store(CACHE_TAG, name, bytes(binaries[0]))
     except (OSError, ValueError, cl.Error):
         pass  # the cache is an optimisation; a read-only or full disk is fine
 

@@ -392,7 +392,7 @@ def choose(spec: str = ""):
 
 def _outside_opdsl() -> int:
     """The stacklevel of the first caller outside opdsl's packages, so a warning names the user's line."""
-    ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ours = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     frame, level = sys._getframe(1), 1
     while frame is not None:
         path = os.path.abspath(frame.f_code.co_filename)

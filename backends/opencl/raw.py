@@ -172,7 +172,7 @@ class RawOpenCL:
 
     def kernel(self, in_dtypes: Tuple[T.DType, ...], params: Dict[str, Any]):
         """The (function name, built cl.Kernel) the select hook picks for these input dtypes."""
-        from backends import opencl_runtime as rt
+        from backends.opencl import runtime as rt
         fname, options = self.select(in_dtypes, params)
         options = " ".join(o for o in (rt.BUILD_OPTIONS, self.build_options, options or "") if o)
         try:
@@ -198,7 +198,7 @@ class RawOpenCL:
         return fname, hit[1]
 
     def launch(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], params: Dict[str, Any]) -> None:
-        from backends import opencl_runtime as rt
+        from backends.opencl import runtime as rt
         in_dtypes = tuple(T.from_numpy(a.dtype) for a in inputs)
         fname, k = self.kernel(in_dtypes, params)
         gsize, lsize = self.enqueue(inputs, outputs, params)

@@ -1,6 +1,6 @@
 """C text the emitter adds on demand: Python-exact arithmetic, bf16 bits, printf formats.
 
-Kept apart from the emitter (backends/cstyle.py) because it is a small runtime
+Kept apart from the emitter (backends/cstyle/emitter.py) because it is a small runtime
 library, not translation logic: each ``helper_<kind>`` returns one C function,
 emitted once per kernel before its first user, named ``opdsl_<kind>_<ctype>``.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from dsl.lang import types as T
+from backends.spelling import int_range
 
 
 class Unsupported(Exception):
@@ -20,6 +21,14 @@ class CHelpers:
     helper_prefix = "opdsl_"
     type_map: Dict[str, str] = {}
     helpers: Dict[str, str]
+
+    def bits_to_float(self, bits: str) -> str:
+        """C reinterpreting the uint ``bits`` as a float (a target hook)."""
+        raise Unsupported(f"bf16 is not supported by the {type(self).__name__} target")
+
+    def float_to_bits(self, value: str) -> str:
+        """C reinterpreting the float ``value`` as a uint (a target hook)."""
+        raise Unsupported(f"bf16 is not supported by the {type(self).__name__} target")
 
     def helper(self, kind: str, dtype: Optional[T.DType] = None, extra: str = "") -> str:
         ctype = self.type_map[dtype.name] if dtype is not None else ""
@@ -99,8 +108,7 @@ class CHelpers:
 
     def helper_f2i(self, name, t, dtype, extra):
         """float ``extra`` -> int ``t``: truncate, saturate at the type's range, NaN -> 0."""
-        lo, hi = (0, (1 << dtype.bits) - 1) if dtype.kind == "u" else \
-            (-(1 << dtype.bits - 1), (1 << dtype.bits - 1) - 1)
+        lo, hi = int_range(dtype)
         single = extra == "float"
         lo_f, hi_f = self.float_literal(float(lo), single), self.float_literal(float(hi + 1), single)
         return (f"{self.func_prefix}{t} {name}({extra} x) {{\n"
@@ -121,12 +129,12 @@ class CHelpers:
         return f"{self.func_prefix}{t} {name}({t} a, {t} b) {{ return (b > a) ? b : a; }}  // Python max()"
 
     def helper_bf16_to_f32(self, name, t, dtype, extra):
-        return f"{self.func_prefix}float {name}(ushort b) {{ return as_float(((uint)b) << 16); }}"
+        return f"{self.func_prefix}float {name}(ushort b) {{ return {self.bits_to_float('((uint)b) << 16')}; }}"
 
     def helper_f32_to_bf16(self, name, t, dtype, extra):
         return (f"{self.func_prefix}ushort {name}(float f) {{\n"
                 f"  // round to nearest even, NaN stays a quiet NaN (as ml_dtypes)\n"
-                f"  uint u = as_uint(f);\n"
+                f"  uint u = {self.float_to_bits('f')};\n"
                 f"  if (isnan(f)) return (ushort)((u >> 16) | 0x40);\n"
                 f"  u += 0x7fffu + ((u >> 16) & 1u);\n"
                 f"  return (ushort)(u >> 16);\n}}")

@@ -3,7 +3,8 @@
 Both reach the kernel as hidden trailing arguments (the SIGINT counter and its value at
 launch, backends/interrupt.py; the per-launch error record, backends/bounds.py), so with
 both off the generated code is exactly what it was.  Mixed into CStyleRenderer, whose
-state (``k``, ``debug``, ``interrupt``, ``in_func``, ``sites``, ``emit``) it uses.
+state (``k``, ``debug``, ``interrupt``, ``in_func``, ``sites``, ``emit``) and hooks
+(``sync``, ``claim``, ``read_claim``) it uses.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import numpy as np
 from dsl.lang import ir
 from dsl.lang.errors import UNKNOWN
 from backends.bounds import MAX_RANK
+from backends.spelling import row_major
 
 
 class CInstrumentation:
@@ -39,11 +41,11 @@ class CInstrumentation:
         """``break`` out of the loop when stop_condition holds.
 
         ``break``, not ``return``: a work-item that left the kernel while the others wait at a
-        later barrier is undefined behaviour; every loop it is still in polls and breaks too.
+        later sync is undefined behaviour; every loop it is still in polls and breaks too.
         A loop with sync() inside is left by the whole team at once: thread 0 reads the flag
-        into __local memory, a barrier, then everyone reads the same slot.  Two slots used in
+        into scratch memory, a sync, then everyone reads the same slot.  Two slots used in
         turn keep this free of races without a second barrier (a slot is written again only
-        after the next poll's barrier, which every reader of it has passed)."""
+        after the next poll's sync, which every reader of it has passed)."""
         cond = self.stop_condition()
         if not cond:
             return
@@ -53,7 +55,7 @@ class CInstrumentation:
             return
         self.emit(f"if ({self.code_for_team['thread_id']} == 0) opdsl_stop[opdsl_turn] = ({cond});  // {why}, "
                   "decided for the whole team")
-        self.emit(self.barrier)
+        self.emit(self.sync())
         self.emit("if (opdsl_stop[opdsl_turn]) break;")
         self.emit("opdsl_turn ^= 1;")
 
@@ -92,9 +94,7 @@ class CInstrumentation:
     def helper_at(self, name, t, dtype, extra):
         rank = int(extra)
         params = ", ".join(f"long i{d}, long n{d}" for d in range(rank))
-        off = "i0"
-        for d in range(1, rank):
-            off = f"({off}) * n{d} + i{d}" if d > 1 else f"{off} * n{d} + i{d}"
+        off = row_major([f"i{d}" for d in range(rank)], [f"n{d}" for d in range(rank)])
         checks = "".join(f"  if (i{d} < 0 || i{d} >= n{d}) axis = {d};\n" for d in reversed(range(rank)))
         keep = "".join(f" err[{5 + d}] = i{d};" for d in range(min(rank, MAX_RANK)))
         return (f"{self.func_prefix}long {name}({self.buffer_prefix}long* err, long site, {params}) {{\n"

@@ -26,6 +26,8 @@ from numba.core.dispatcher import Dispatcher
 
 from backends import cache
 
+CACHE_TAG = "numba"  # the folder of the numba backend in the disk cache (Backend.cache_tag)
+
 
 def source_stamp(source: str) -> bytes:
     """What numba's index records as the source version: the generated text's hash."""
@@ -42,7 +44,7 @@ class _PinnedLocator(caching._CacheLocator):
         self._stamp = stamp
 
     def ensure_cache_path(self):
-        cache.backend_dir("numba")  # raises CacheUnusable (an OSError) when the cache went off
+        cache.backend_dir(CACHE_TAG)  # raises CacheUnusable (an OSError) when the cache went off
 
     def get_cache_path(self):
         return self._folder

@@ -1,0 +1,122 @@
+"""Identifiers in generated code, for every emitter: the reserved words of each target language
+and the one way user names are kept or renamed.
+
+A user's name is kept when it cannot clash (so generated code reads like the kernel) and renamed
+the same way every time when it can: a target keyword or library name, a name the emitter owns
+(a prefix or pattern it generates itself), or a name already taken.  Generated names come from
+``fresh`` and never collide with user names.
+"""
+from __future__ import annotations
+
+import keyword
+import re
+from typing import Callable, Dict, Iterable, Optional, Pattern, Sequence, Set
+
+# C keywords, the usual typedef names, and the C library math the C-family emitter calls.
+C_RESERVED = frozenset("""
+auto break case char const continue default do double else enum extern float for goto if inline int long
+register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while
+_Bool _Complex _Imaginary bool true false uchar ushort uint ulong half size_t ptrdiff_t intptr_t uintptr_t
+main NULL exp log sqrt tanh erf sin cos floor ceil fabs abs min max fmin fmax pow fmod copysign isnan isinf
+INFINITY NAN
+""".split())
+
+# OpenCL C's address spaces, image types and the builtins its backend emits.
+OPENCL_RESERVED = frozenset("""
+kernel global local constant private read_only write_only read_write image2d_t image3d_t sampler_t event_t
+printf barrier rsqrt clamp pown vload_half vstore_half vstore_half_rte atomic_add atom_add
+atomic_cmpxchg atom_cmpxchg as_float as_uint as_double as_ulong select mix sign
+get_local_id get_group_id get_global_id get_local_size get_num_groups get_global_size
+""".split())
+OPENCL_VECTOR_TYPES = re.compile(r"^(char|uchar|short|ushort|int|uint|long|ulong|float|double|half)(2|3|4|8|16)$")
+
+# Names a generated numba module defines or uses itself (imports, helpers, entry points) and the
+# Python builtins it calls; Python keywords are reserved too (``keyword.iskeyword``).
+PYTHON_RESERVED = frozenset({
+    "np", "math", "nm", "ar", "njit", "prange", "rt", "fmt", "ix", "JIT", "CACHE", "thread", "launch_serial",
+    "launch_parallel", "launch_team", "team_serial", "dispatch", "run_threads", "range", "min", "max",
+    "abs", "print", "str", "chr", "len", "True", "False", "None", "int", "float", "bool"})
+
+
+def ident(name: str, empty: str = "kernel") -> str:
+    """``name`` with every character that cannot be in an identifier replaced by ``_``."""
+    return re.sub(r"\W", "_", name) or empty
+
+
+class CNames:
+    """Stable C identifiers: user names kept unless reserved; generated names never collide.
+
+    ``owned_prefixes`` are prefixes the target or emitter generates (its helpers, builtins);
+    a user name starting with one gets a ``u`` in front.  A clash then appends ``_``."""
+
+    def __init__(self, reserved: Iterable[str] = C_RESERVED, owned_prefixes: Sequence[str] = ("opdsl_", "__"),
+                 pattern: Optional[Pattern] = None):
+        self.reserved = set(reserved)
+        self.owned_prefixes = tuple(owned_prefixes)
+        self.pattern = pattern
+        self.map: Dict[str, str] = {}
+        self.taken: Set[str] = set()
+
+    def _bad(self, name: str) -> bool:
+        return (name in self.reserved or name in self.taken
+                or bool(self.pattern is not None and self.pattern.match(name)))
+
+    def _owned(self, name: str) -> bool:
+        return name.startswith(self.owned_prefixes)
+
+    def user(self, name: str) -> str:
+        """The C spelling of user identifier ``name`` (same every time)."""
+        if name not in self.map:
+            c = "u" + name if self._owned(name) else name
+            while self._bad(c):
+                c = c + "_"
+            self.map[name] = c
+            self.taken.add(c)
+        return self.map[name]
+
+    def fresh(self, base: str) -> str:
+        """A new generated identifier based on ``base``."""
+        base = "u" + base if self._owned(base) else base
+        c = base
+        n = 1
+        while self._bad(c) or c in self.map:
+            n += 1
+            c = f"{base}{n}"
+        self.taken.add(c)
+        return c
+
+
+# Spellings the numba code generator uses for its own variables: a leading underscore, shape and
+# size companions of a tensor, region and function names.
+PYTHON_INTERNAL = re.compile(r"^_|_(shape\d+|size|nd)$|^(region|func)_\d*")
+
+
+def python_reserved(name: str) -> bool:
+    return name in PYTHON_RESERVED or keyword.iskeyword(name)
+
+
+class PyNames:
+    """User identifiers -> names in a generated Python module, never clashing with internals.
+
+    A clashing name gets ``_u`` appended (``u`` prepended when it starts with ``_``), then a
+    counter until free."""
+
+    def __init__(self, user: Sequence[str], internal: Callable[[str], bool] = PYTHON_INTERNAL.search):
+        self.map: Dict[str, str] = {}
+        taken: Set[str] = set(user)
+        for n in user:
+            if n in self.map:
+                continue
+            if python_reserved(n) or internal(n):
+                base = ("u" + n) if n.startswith("_") else n + "_u"
+                cand, k = base, 1
+                while cand in taken or cand in PYTHON_RESERVED or internal(cand):
+                    k += 1
+                    cand = f"{base}{k}"
+                taken.add(cand)
+                self.map[n] = cand
+            else:
+                self.map[n] = n
+
+    def __getitem__(self, n: str) -> str:
+        return self.map.get(n, n)
