@@ -7,7 +7,7 @@ a target (OpenCL today, plain C or CUDA tomorrow) is a thin subclass that suppli
 * table attributes: ``kernel_prefix``, ``buffer_prefix`` (address space of tensor pointers),
   ``local_prefix`` (of scratch arrays), ``func_prefix``, ``type_map``/``storage_map``,
   ``scratch_storage``, ``code_for_team`` (thread_id, num_threads, tile_id, num_tiles),
-  ``float_funcs``, ``reserved``/``owned_prefixes``/``reserved_pattern`` (backends/naming.py);
+  ``targets`` (the names its builtin spellings are looked up under, dsl/lang/builtins.py), ``reserved``/``owned_prefixes``/``reserved_pattern`` (backends/naming.py);
 * hooks: ``preamble()``, ``kernel_header()``, ``kernel_signature(params)``, ``sync()``,
   ``load_f16``/``store_f16``, ``helper_round_f16``, ``atomic_add(ptr, dtype, value, space)``,
   ``log(stmt)``, ``claim``/``read_claim`` (the debug error record, backends/cstyle/instrument.py)
@@ -25,6 +25,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from dsl.lang import builtins as B
 from dsl.lang import ir
 from dsl.lang import types as T
 from dsl.lang.errors import UNKNOWN, CompileError, SourceLoc
@@ -131,8 +132,7 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers):
     storage_map: Dict[str, str] = {**type_map, "bool_": "uchar", "f16": "half", "bf16": "ushort"}
     scratch_storage: Dict[str, str] = {}  # scratch dtypes declared as other bits (cast at each use)
     code_for_team: Dict[str, str] = {"thread_id": "0", "num_threads": "1", "tile_id": "0", "num_tiles": "1"}
-    float_funcs = {"exp": "exp", "log": "log", "sqrt": "sqrt", "tanh": "tanh", "erf": "erf",
-                   "sin": "sin", "cos": "cos", "floor": "floor", "ceil": "ceil"}
+    targets: Tuple[str, ...] = ("c",)  # builtin spellings: the registry's entries for these, first wins
     helper_prefix = "opdsl_"
 
     def __init__(self, log_level: str = "warn", debug: bool = False, interrupt: bool = False):
@@ -689,9 +689,12 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers):
         return f"({self._infix(e)[0]})"
 
     def visit_Select(self, e: ir.Select) -> str:
-        if e.both:  # dsl.where: a call evaluates every argument
-            fn = self.helper("where", e.type)
-            return f"{fn}({', '.join(self.bare(x) for x in (e.cond, e.if_true, e.if_false))})"
+        """dsl.where: a call, so every operand is evaluated."""
+        fn = self.helper("where", e.type)
+        return f"{fn}({', '.join(self.bare(x) for x in (e.cond, e.if_true, e.if_false))})"
+
+    def visit_Conditional(self, e: ir.Conditional) -> str:
+        """a if c else b: only the taken side is evaluated."""
         parts = [self._operand(x, e, 0, False) for x in (e.cond, e.if_true, e.if_false)]
         return f"({parts[0]} ? {parts[1]} : {parts[2]})"
 
@@ -699,29 +702,53 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers):
         return f"{self.fnames[e.func]}({', '.join(self.bare(a) for a in e.args)})"
 
     def visit_Call(self, e: ir.Call) -> str:
-        if e.name in self.code_for_team:
-            return self.code_for_team[e.name]
-        t = e.type
+        """A registered builtin, spelled from its registry entry under ``targets``: a format
+        string over the argument code, or a ``builtin_<name>`` method (``B.Helper``)."""
+        spelled = B.spelling(e.name, self.targets, e.loc)
         args = [self.bare(a) for a in e.args]
-        if e.name in self.float_funcs:
-            return f"{self.float_funcs[e.name]}({args[0]})"
-        if e.name == "abs":
-            if t.is_float:
-                return f"fabs({args[0]})"
-            if t.kind == "u":
-                return args[0]
-            return f"(({self.ctype(t)})abs({args[0]}))"
-        if e.name in ("min", "max"):
-            fn = self.helper(e.name, t)
-            text = args[0]
-            for a in args[1:]:
-                text = f"{fn}({text}, {a})"
-            return text
-        if e.name == "clamp":
-            return f"{self.helper('min', t)}({self.helper('max', t)}({args[0]}, {args[1]}), {args[2]})"
-        if e.name == "pow":
-            return self._pow(t, e.args[0], e.args[1])
-        raise CompileError(f"builtin {e.name}() has no C-family spelling", e.loc)
+        if isinstance(spelled, B.Helper):
+            return getattr(self, "builtin_" + spelled.name)(e, args)
+        return spelled.format(*args, T=self.ctype(e.type))
+
+    # Helper spellings (B.Helper): (call, argument code) -> code
+    def builtin_thread_id(self, e: ir.Call, args: List[str]) -> str:
+        return self.code_for_team["thread_id"]
+
+    def builtin_num_threads(self, e: ir.Call, args: List[str]) -> str:
+        return self.code_for_team["num_threads"]
+
+    def builtin_tile_id(self, e: ir.Call, args: List[str]) -> str:
+        return self.code_for_team["tile_id"]
+
+    def builtin_num_tiles(self, e: ir.Call, args: List[str]) -> str:
+        return self.code_for_team["num_tiles"]
+
+    def builtin_abs(self, e: ir.Call, args: List[str]) -> str:
+        t = e.type
+        if t.is_float:
+            return f"fabs({args[0]})"
+        if t.kind == "u":
+            return args[0]
+        return f"(({self.ctype(t)})abs({args[0]}))"
+
+    def _fold(self, fn: str, args: List[str]) -> str:
+        text = args[0]
+        for a in args[1:]:
+            text = f"{fn}({text}, {a})"
+        return text
+
+    def builtin_min(self, e: ir.Call, args: List[str]) -> str:
+        return self._fold(self.helper("min", e.type), args)
+
+    def builtin_max(self, e: ir.Call, args: List[str]) -> str:
+        return self._fold(self.helper("max", e.type), args)
+
+    def builtin_clamp(self, e: ir.Call, args: List[str]) -> str:
+        t = e.type
+        return f"{self.helper('min', t)}({self.helper('max', t)}({args[0]}, {args[1]}), {args[2]})"
+
+    def builtin_pow(self, e: ir.Call, args: List[str]) -> str:
+        return self._pow(e.type, e.args[0], e.args[1])
 
     def visit_Cast(self, e: ir.Cast) -> str:
         return self.cast(e.value, e.type)

@@ -422,12 +422,18 @@ class _Launch:
         self._fail(_wrap_exception(self, exc, tid, tile))
 
     def scratch_decl(self, frame) -> Optional[ir.Scratch]:
-        """The kernel's ``ir.Scratch`` declared on the line ``frame`` is at."""
-        if frame is not None:
-            for s in self.kernel.scratch:
-                if s.loc.line == frame.f_lineno:
-                    return s
-        return None
+        """The kernel's ``ir.Scratch`` whose ``dsl.scratch(...)`` call ``frame`` is executing: the
+        frontend gave each declaration the line and column of its call (``Kernel.scratch_at``),
+        and the call instruction's position says which one this is."""
+        if frame is None:
+            return None
+        try:
+            line, _, col, _ = list(frame.f_code.co_positions())[frame.f_lasti // 2]
+        except (IndexError, ValueError):
+            return None
+        if line is None or col is None:
+            return None
+        return self.kernel.scratch_at(line, col + 1)
 
 
 def _trim(tb):
@@ -625,12 +631,18 @@ def _with_defined_pow(fn, glob: dict, closure):
 
     from dsl.lang.frontend import source_of
     try:
-        src, _, firstline, filename = source_of(fn)
+        src, lines, firstline, filename = source_of(fn)
     except Exception:  # noqa: BLE001 - no source: run the original code
         return None
     if "**" not in src:
         return None
     tree = ast.parse(src)
+    indent = len(lines[0]) - len(lines[0].lstrip())
+    for node in ast.walk(tree):  # columns of the user's file, not of the dedented source
+        if indent and getattr(node, "col_offset", None) is not None:
+            node.col_offset += indent
+            if getattr(node, "end_col_offset", None) is not None:
+                node.end_col_offset += indent
     fdef = tree.body[0]
     if not isinstance(fdef, ast.FunctionDef) or not _PowToCall().has_pow(fdef):
         return None
@@ -688,45 +700,37 @@ class _PowToCall(Visitor):
         return ast.copy_location(ast.Assign([n.target], call), n)
 
 
-_WEAK_NAMES = {bool: "bool", int: "int", float: "float"}
+_WEAK_TYPES = {bool: T.WEAK_BOOL, int: T.WEAK_INT, float: T.WEAK_FLOAT}
 _WEAK_STRONG = {bool: T.bool_, int: T.i64, float: T.f64}
-_TYPE_NAMES = {str(t).replace("_", "") for t in T.ALL_DTYPES} | set(_WEAK_NAMES.values())
 
 
 def _specializations(kernel: ir.Kernel, fn) -> Dict[tuple, ir.Function]:
-    """The checker's specializations of helper ``fn``, by their argument type names.
-
-    The checker names them ``<fn>_<type>_<type>...`` (dsl/check.py), a type
-    being an annotation or, unannotated, the argument's type (``int``/``float``
-    for Python numbers)."""
-    prefix, n = fn.__name__ + "_", fn.__code__.co_argcount
-    out = {}
-    for f in kernel.funcs:
-        parts = tuple(f.name[len(prefix):].split("_")) if f.name.startswith(prefix) else ()
-        if len(parts) == n == len(f.params) and all(p in _TYPE_NAMES for p in parts):
-            out[parts] = f
-    return out
+    """The checker's specializations of helper ``fn`` (same ``FuncOrigin``), by the argument
+    types they were specialized for (``Function.arg_types``; weak for Python numbers)."""
+    origin = ir.FuncOrigin.of(fn)
+    return {f.arg_types: f for f in kernel.funcs if f.origin == origin}
 
 
-def _type_name(v) -> str:
+def _type_of(v) -> Optional[T.DType]:
+    """The type the checker gives argument value ``v``: numpy scalars their dtype, Python numbers weak."""
     if isinstance(v, np.generic):
-        return str(T.from_numpy(v.dtype)).replace("_", "")
-    return _WEAK_NAMES.get(type(v), "?")
+        return T.from_numpy(v.dtype)
+    return _WEAK_TYPES.get(type(v))
 
 
 def _typed_helper(fn, specs: Dict[tuple, ir.Function]):
     """``fn`` called as the compiled code calls it: arguments converted to annotated
     parameter types, the result to the checker's joined return type."""
     def call(*args):
-        names = tuple(_type_name(a) for a in args)
-        parts = names if names in specs else None
-        if parts is None:  # an annotated parameter renamed the specialization
-            fits = [k for k in specs if all(p == a or p not in _WEAK_NAMES.values() for p, a in zip(k, names))]
-            parts = fits[0] if len(fits) == 1 else None
-        if parts is None:
+        types_ = tuple(_type_of(a) for a in args)
+        key = types_ if types_ in specs else None
+        if key is None:  # an annotated parameter fixed the specialization's type
+            fits = [k for k in specs if all(p == a or not p.weak for p, a in zip(k, types_))]
+            key = fits[0] if len(fits) == 1 else None
+        if key is None:
             return fn(*args)
-        f = specs[parts]
-        out = fn(*(a if n == part else _convert(a, p.dtype) for a, n, part, p in zip(args, names, parts, f.params)))
+        f = specs[key]
+        out = fn(*(a if t == k else _convert(a, p.dtype) for a, t, k, p in zip(args, types_, key, f.params)))
         ret = f.ret
         if isinstance(out, np.generic):
             return out if out.dtype == ret.compute.np else _convert(out, ret)

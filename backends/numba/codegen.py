@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Dict, List, Optional, Sequence, Set
 
+from dsl.lang import builtins as B
 from dsl.lang import ir
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError
@@ -43,15 +44,13 @@ FASTMATH = ("afn", "arcp", "contract", "nsz", "reassoc")
 # streaming work on one core, so a stop takes far less than a millisecond.
 POLL_CHUNK = 16384
 
-# Builtin math: name → template over the (already typed) argument code.
-_MATH = {"exp": "math.exp({0})", "log": "math.log({0})", "sqrt": "math.sqrt({0})",
-         "tanh": "math.tanh({0})", "erf": "math.erf({0})", "sin": "math.sin({0})",
-         "cos": "math.cos({0})", "floor": "np.floor({0})", "ceil": "np.ceil({0})"}
 _BINARY = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%",
            "pow": "**", "bitand": "&", "bitor": "|", "bitxor": "^", "lshift": "<<", "rshift": ">>"}
 _COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
-# f32 builtins computed by backends/numba/math.py: always, or only under fastmath=True.
+# f32 builtins computed by backends/numba/math.py: always, or only under fastmath=True.  A faster
+# implementation of a registered builtin (within an ulp of it), not a spelling: every builtin is
+# spelled from its entry in dsl/lang/builtins.py (target "numba").
 _F32_MATH = {"exp": "nm.exp_f32({0})"}
 _F32_FAST_MATH = {"log": "nm.log_f32({0})", "tanh": "nm.tanh_f32({0})"}
 
@@ -335,46 +334,66 @@ class Gen(Visitor):
         return f"({self.typed(e.left, T.bool_, scope)} {e.op} {self.typed(e.right, T.bool_, scope)})"
 
     def visit_Select(self, e, scope):
+        """dsl.where: a call, so every operand is evaluated, left to right."""
         t = ctype(e.type)
-        if e.both:  # dsl.where: a call evaluates every argument, left to right
-            return (f"ar.where({self.typed(e.cond, T.bool_, scope)}, {self.typed(e.if_true, t, scope)}, "
-                    f"{self.typed(e.if_false, t, scope)})")
+        return (f"ar.where({self.typed(e.cond, T.bool_, scope)}, {self.typed(e.if_true, t, scope)}, "
+                f"{self.typed(e.if_false, t, scope)})")
+
+    def visit_Conditional(self, e, scope):
+        """a if c else b: only the taken side is evaluated."""
+        t = ctype(e.type)
         return (f"({self.typed(e.if_true, t, scope)} if {self.typed(e.cond, T.bool_, scope)} "
                 f"else {self.typed(e.if_false, t, scope)})")
 
     def visit_Cast(self, e, scope):
         return cast(self.visit(e.value, scope), e.value.type, e.type)
 
+    TARGETS = ("numba",)  # where this backend looks up builtin spellings (dsl/lang/builtins.py)
+
     def visit_Call(self, e, scope):
-        name, t = e.name, ctype(e.type)
-        if name == "thread_id":
-            return scope.tid
-        if name == "num_threads":
-            return str(self.k.threads)
-        if name == "tile_id":
-            return "_tile"
-        if name == "num_tiles":
-            return "_ntiles"
-        args = [self.typed(a, t, scope) for a in e.args]
-        if self.inlined_math(e):
-            return self.inlined_math(e).format(*args)
-        if name in _MATH:
-            return _MATH[name].format(*args)
-        if name == "rsqrt":
-            return f"({const(1.0, t)} / math.sqrt({args[0]}))"
-        if self.fastmath and t.is_float and name in ("min", "max", "clamp"):
-            return _nan_propagating(name, args)
-        if name in ("min", "max"):
-            code = f"{name}({', '.join(args)})"
-        elif name == "clamp":
-            code = f"min(max({args[0]}, {args[1]}), {args[2]})"
-        elif name == "abs":
-            code = f"abs({args[0]})"
-        elif name == "pow":
-            code = self.int_edge("pow", t, args[0], args[1], e.args[1]) or f"({args[0]} ** {args[1]})"
+        """A registered builtin, spelled from its registry entry: a format string over the
+        argument code, or a ``builtin_<name>`` method of this generator (``B.Helper``)."""
+        t = ctype(e.type)
+        spelled = B.spelling(e.name, self.TARGETS, e.loc)
+        args = [self.typed(a, ctype(a.type), scope) for a in e.args]
+        if isinstance(spelled, B.Helper):
+            code = getattr(self, "builtin_" + spelled.name)(e, args, scope)
+        elif self.inlined_math(e):
+            code = self.inlined_math(e).format(*args)
         else:
-            raise CompileError(f"the numba backend has no builtin {name!r}", e.loc)
+            code = spelled.format(*args, T=np_type(t))
         return f"{np_type(t)}({code})" if _wraps(t) else code
+
+    # Helper spellings (B.Helper): (call, argument code, scope) -> code
+    def builtin_thread_id(self, e, args, scope):
+        return scope.tid
+
+    def builtin_num_threads(self, e, args, scope):
+        return str(self.k.threads)
+
+    def builtin_tile_id(self, e, args, scope):
+        return "_tile"
+
+    def builtin_num_tiles(self, e, args, scope):
+        return "_ntiles"
+
+    def builtin_min(self, e, args, scope):
+        if self.fastmath and ctype(e.type).is_float:
+            return _nan_propagating("min", args)
+        return f"min({', '.join(args)})"
+
+    def builtin_max(self, e, args, scope):
+        if self.fastmath and ctype(e.type).is_float:
+            return _nan_propagating("max", args)
+        return f"max({', '.join(args)})"
+
+    def builtin_clamp(self, e, args, scope):
+        if self.fastmath and ctype(e.type).is_float:
+            return _nan_propagating("clamp", args)
+        return f"min(max({args[0]}, {args[1]}), {args[2]})"
+
+    def builtin_pow(self, e, args, scope):
+        return self.int_edge("pow", ctype(e.type), args[0], args[1], e.args[1]) or f"({args[0]} ** {args[1]})"
 
     def visit_FuncCall(self, e, scope):
         f = self.funcs[e.func]

@@ -25,7 +25,7 @@ class OpenCLRenderer(CStyleRenderer):
     reserved = C_RESERVED | OPENCL_RESERVED
     owned_prefixes = ("opdsl_", "__", "get_")  # OpenCL's work-item queries are get_*
     reserved_pattern = OPENCL_VECTOR_TYPES
-    float_funcs = {**CStyleRenderer.float_funcs, "rsqrt": "rsqrt"}
+    targets = ("opencl", "c")  # builtin spellings (dsl/lang/builtins.py): OpenCL's own, else C's
     barrier = "barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);"
     scratch_storage = {"f16": "ushort"}  # no half variables without cl_khr_fp16, half pointers are fine
     code_for_team = {"thread_id": "(long)get_local_id(0)", "num_threads": "(long)get_local_size(0)",

@@ -220,7 +220,7 @@ class _Log:
         from dsl import config
         ctx = current()
         if config.level_passes(level, ctx.log_level):
-            ctx.log(level, fmt % args)  # the checker accepted fmt: dsl/log_format.py
+            ctx.log(level, fmt % args)  # the checker accepted fmt: dsl/lang/log_format.py
 
     def debug(self, fmt: str, *args) -> None:
         self._emit("debug", fmt, *args)
@@ -387,7 +387,8 @@ def _float_math(name, runtime, doc, numba, c):
 _float_math("exp", exp, "e**x", "math.exp({0})", "exp({0})")
 _float_math("log", log, "natural logarithm", "math.log({0})", "log({0})")
 _float_math("sqrt", sqrt, "square root", "math.sqrt({0})", "sqrt({0})")
-_float_math("rsqrt", rsqrt, "1/sqrt(x)", "({T}(1.0) / math.sqrt({0}))", "rsqrt({0})")
+register(Builtin("rsqrt", rsqrt, "1/sqrt(x)", arity=(1,), rule=_float_rule,
+                 spelling={"numba": "({T}(1.0) / math.sqrt({0}))", "opencl": "rsqrt({0})", "c": "(({T})1 / sqrt({0}))"}))
 _float_math("tanh", tanh, "hyperbolic tangent", "math.tanh({0})", "tanh({0})")
 _float_math("erf", erf, "error function", "math.erf({0})", "erf({0})")
 _float_math("sin", sin, "sine", "math.sin({0})", "sin({0})")

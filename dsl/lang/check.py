@@ -385,14 +385,21 @@ class _Checker(Visitor):
             return l, T.bool_
         return ir.Logical(e.op, self.truth(l, lt), self.truth(r, rt), type=T.bool_, loc=e.loc), T.bool_
 
-    def visit_Select(self, e: ir.Select):
+    def _choice(self, e):
+        """The operands of a Select or Conditional: a bool condition, both sides of the promoted type."""
         c, ct = self.expr(e.cond)
         a, at = self.expr(e.if_true)
         b, bt = self.expr(e.if_false)
         if at is None or bt is None or ct is None:
             return a if at is not None else b, at or bt
         t = T.promote(at, bt)
-        return ir.Select(self.truth(c, ct), self.cast(a, t), self.cast(b, t), e.both, type=t.strong, loc=e.loc), t
+        return type(e)(self.truth(c, ct), self.cast(a, t), self.cast(b, t), type=t.strong, loc=e.loc), t
+
+    def visit_Select(self, e: ir.Select):
+        return self._choice(e)
+
+    def visit_Conditional(self, e: ir.Conditional):
+        return self._choice(e)
 
     def visit_Cast(self, e: ir.Cast):
         v, t = self.expr(e.value)

@@ -595,7 +595,7 @@ class _Visitor(Visitor):
         return out
 
     def visit_IfExp(self, e):
-        return ir.Select(self.expr(e.test), self.expr(e.body), self.expr(e.orelse), both=False, loc=self.loc(e))
+        return ir.Conditional(self.expr(e.test), self.expr(e.body), self.expr(e.orelse), loc=self.loc(e))
 
     def visit_Subscript(self, e):
         # x.shape[k]
@@ -674,7 +674,7 @@ class _Visitor(Visitor):
         if kind == "dsl":
             if name == "where":
                 args = self.call_args(e, ("cond", "a", "b"), required=3)
-                return ir.Select(args["cond"], args["a"], args["b"], both=True, loc=loc)
+                return ir.Select(args["cond"], args["a"], args["b"], loc=loc)
             if B.BUILTINS[name].kind == "lowered":
                 raise self.error(e, {"split": "dsl.split(n) returns two values: lo, hi = dsl.split(n)",
                                      "scratch": "dsl.scratch(...) must be assigned to a name at the top of the kernel",

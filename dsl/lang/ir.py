@@ -1,7 +1,7 @@
 """The typed kernel IR every backend consumes.
 
 Small frozen nodes.  The frontend builds them with ``type=None``; the checker
-(dsl/check.py) returns a new tree in which
+(dsl/lang/check.py) returns a new tree in which
 
 * every ``Expr.type`` is a concrete (non-weak) DType;
 * operands of ``Binary`` and ``Compare`` already have the same type (explicit
@@ -121,7 +121,6 @@ class Select(Expr):
     cond: Expr
     if_true: Expr
     if_false: Expr
-    both: bool = True  # COMPAT (phase 1): the checker still emits Select(both=False) for `a if c else b`
 
 
 @dataclass(frozen=True)
@@ -264,7 +263,7 @@ class Log(Stmt):
     level: str
     fmt: str
     args: Tuple[Expr, ...] = ()
-    pieces: Tuple = ()  # fmt parsed by dsl/log_format.py: literal text and Spec items
+    pieces: Tuple = ()  # fmt parsed by dsl/lang/log_format.py: literal text and Spec items
 
 
 # --------------------------------------------------------------------------- kernel level
