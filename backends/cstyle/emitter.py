@@ -466,7 +466,7 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers):
         """The step's value when known at compile time (its sign is what matters)."""
         if isinstance(e, ir.Const) and e.value != 0:
             return e.value
-        if isinstance(e, ir.Call) and e.name in ("num_threads", "num_tiles"):
+        if isinstance(e, ir.Call) and e.name in B.BUILTINS and B.BUILTINS[e.name].positive:
             return 2  # positive, not 1
         if isinstance(e, ir.Cast):
             return self._known_step(e.value)

@@ -61,8 +61,9 @@ def _kernel_print(*args, sep=" ", end="\n", file=None, flush=False):
 
 
 _KERNEL_BUILTINS = dict(vars(_py_builtins))
-_KERNEL_BUILTINS.update(min=B.min_, max=B.max_, abs=B.abs_, int=B.int_, print=_kernel_print,
-                        __opdsl_pow__=B.pow_)
+# Python's min/max/abs and ** in a kernel are the registered builtins (dsl/lang/builtins.py)
+_KERNEL_BUILTINS.update({name: B.BUILTINS[name].runtime for name in ("min", "max", "abs")})
+_KERNEL_BUILTINS.update(int=B.int_, print=_kernel_print, __opdsl_pow__=B.BUILTINS["pow"].runtime)
 
 # Frames in these files are ours, not the user's: skipped when naming call sites
 # and trimmed from tracebacks shown to the user.

@@ -294,6 +294,7 @@ class Builtin:
     spelling: Mapping[str, Spelling] = field(default_factory=dict)
     reason: str = ""     # why a "lowered" builtin has no spelling
     varying: bool = False  # its value may differ between the threads of a team (the sync() check)
+    positive: bool = False  # its value is always >= 1 (a loop stepping by it counts up)
 
     def spelled(self, targets: Sequence[str]) -> Optional[Spelling]:
         for t in targets:
@@ -408,7 +409,7 @@ register(Builtin("pow", pow_, "x ** y, promoted type (integer edge cases as for 
 for _fn in (thread_id, num_threads, tile_id, num_tiles):
     register(Builtin(_fn.__name__, _fn, _fn.__doc__, kind="team", arity=(0,), rule=_team_rule,
                      spelling={"numba": Helper(_fn.__name__), "c": Helper(_fn.__name__)},
-                     varying=_fn is thread_id))
+                     varying=_fn is thread_id, positive=_fn in (num_threads, num_tiles)))
 for _fn, _reason in [
     (where, "becomes ir.Select: both operands evaluated, then one picked"),
     (split, "lowered to arithmetic on the team builtins (lo, hi = dsl.split(n))"),
