@@ -85,8 +85,9 @@ class _Checker(Visitor):
         self.func_parser = func_parser
         self.is_kernel = is_kernel
         self.ltypes: Dict[str, Optional[T.DType]] = {}
-        self.funcs_done: Dict[str, ir.Function] = funcs_done if funcs_done is not None else {}
-        self.func_results: Dict[str, T.DType] = func_results if func_results is not None else {}  # semantic
+        # (Func, argument types) -> its specialization, and its semantic (possibly weak) result type
+        self.funcs_done: Dict[tuple, ir.Function] = funcs_done if funcs_done is not None else {}
+        self.func_results: Dict[tuple, T.DType] = func_results if func_results is not None else {}
         self.func_stack = func_stack
         self.return_types: List[T.DType] = []
         self.final = False
@@ -455,7 +456,9 @@ class _Checker(Visitor):
                                        "scalars")
             ann = p.annotation
             ptypes.append(t if ann is None or isinstance(ann, T.TypeVar) else ann)
-        key = (ir.FuncOrigin.of(func.fn), tuple(ptypes))  # the specialization's identity
+        # one specialization per Func object (two closures of one def fold different captured
+        # constants, so they differ though their FuncOrigin is the same) and argument types
+        key = (func, tuple(ptypes))
         if key in self.funcs_done:
             f = self.funcs_done[key]
             return f, self.func_results[key]
@@ -469,7 +472,7 @@ class _Checker(Visitor):
             raise self.error(node, f"@dsl.func '{func.__name__}' never returns a value")
         f = ir.Function(self.func_name(func, ptypes), tuple(params), ret.strong, body,
                         tuple((n, t) for n, t in local_types if n not in sub.scalar_types),
-                        origin=key[0], arg_types=key[1])
+                        origin=ir.FuncOrigin.of(func.fn), arg_types=tuple(ptypes))
         self.funcs_done[key] = f
         self.func_results[key] = ret
         return f, ret

@@ -115,8 +115,9 @@ class Logical(Expr):
 
 @dataclass(frozen=True)
 class Select(Expr):
-    """``dsl.where(cond, a, b)``: evaluates cond, a and b (left to right, like a call),
-    then picks one.  Never short-circuits."""
+    """``dsl.where(cond, a, b)``: evaluates cond, a and b like the arguments of a call, then
+    picks one.  Never short-circuits.  (The order of a and b is a call's: left to right on the
+    interpreter and numba, unspecified in C; docs/language.md, Semantics.)"""
 
     cond: Expr
     if_true: Expr

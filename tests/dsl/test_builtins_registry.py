@@ -111,6 +111,7 @@ def _make(scale):
 
 
 helper_a = _make(2.0)
+helper_c = _make(3)  # the same def (one FuncOrigin), another captured constant
 
 
 @dsl.func
@@ -119,17 +120,18 @@ def helper(v):  # same __name__ as helper_a
 
 
 @dsl.kernel(threads=1)
-def same_named_funcs(x: In[f32], y: Out[f32, 2]):
+def same_named_funcs(x: In[f32], y: Out[f32, 2]):  # three different functions named helper
     for i in range(x.size):
         y[0, i] = helper_a(x[i])
-        y[1, i] = helper(x[i]) + helper(1)
+        y[1, i] = helper(x[i]) + helper(1) + helper_c(x[i]) - helper_c(x[i])
+        y[2, i] = helper_c(x[i])
 
 
 def test_func_specializations_have_structured_origins(backend):
     x = np.array([1, 2], np.float32)
-    k = _ir(same_named_funcs, x, np.zeros((2, 2), np.float32))
+    k = _ir(same_named_funcs, x, np.zeros((3, 2), np.float32))
     names = [f.name for f in k.funcs]
-    assert len(set(names)) == len(names) == 3 and all(n.isidentifier() for n in names)
+    assert len(set(names)) == len(names) == 4 and all(n.isidentifier() for n in names)
     origins = {f.origin.qualname for f in k.funcs}
     assert origins == {"_make.<locals>.helper", "helper"}
     by_types = {(f.origin.qualname, f.arg_types) for f in k.funcs}
@@ -137,9 +139,9 @@ def test_func_specializations_have_structured_origins(backend):
     for n in ir.walk(list(k.body)):
         if isinstance(n, ir.FuncCall):
             assert k.function(n.func).name == n.func
-    y = np.zeros((2, 2), np.float32)
+    y = np.zeros((3, 2), np.float32)
     same_named_funcs(x, y, backend=backend)
-    np.testing.assert_array_equal(y, [[2, 4], [202, 203]])
+    np.testing.assert_array_equal(y, [[2, 4], [202, 203], [3, 6]])
 
 
 # ---------------------------------------------------------------- evaluation rules in the IR
