@@ -11,11 +11,11 @@ from dsl.lang.types import (  # noqa: F401
     bool_, i8, u8, i16, u16, i32, u32, i64, u64, f16, bf16, f32, f64,
 )
 from dsl.lang.errors import CompileError, LaunchError, SourceLoc  # noqa: F401
-from dsl.lang.builtins import (  # noqa: F401
-    thread_id, num_threads, tile_id, num_tiles, sync, scratch, split, atomic_add, log,
-    exp, sqrt, rsqrt, tanh, erf, sin, cos, floor, ceil, clamp, where,
-)
-from dsl.lang.builtins import min_ as min, max_ as max, abs_ as abs, pow_ as pow  # noqa: F401,A004
+from dsl.lang.builtins import BUILTINS as _BUILTINS
+
+# Every builtin of the registry under its dsl name (dsl.exp, dsl.min, dsl.thread_id, dsl.log, ...):
+# registering one in dsl/lang/builtins.py is all it takes to export it.
+globals().update({_name: _b.runtime for _name, _b in _BUILTINS.items()})
 from dsl.runtime.kernel import kernel, func, Kernel  # noqa: F401
 from dsl.version import __version__  # noqa: F401
 

@@ -145,7 +145,7 @@ class CHelpers:
 
 
 def printf_args(pieces, args: Sequence[Tuple[str, T.DType]], *, fp64: bool) -> Tuple[str, List[str]]:
-    """A parsed log format (``ir.Log.pieces``, dsl/log_format.py) -> C printf text and arguments,
+    """A parsed log format (``ir.Log.pieces``, dsl/lang/log_format.py) -> C printf text and arguments,
     with the length modifiers and casts that print what Python prints."""
     out: List[str] = []
     cargs: List[str] = []

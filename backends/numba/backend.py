@@ -48,13 +48,9 @@ def _configure_threading() -> None:
     and let its OpenMP workers sleep between launches.
 
     libgomp's default wait policy spins for milliseconds after each parallel launch, holding
-    cores that threads with real work need.  Measured (2 cores, leaky_relu on 2^20 f32,
-    medians): with one other busy process on the machine, 7.6 ms per launch by default,
-    0.37 ms with ``OMP_WAIT_POLICY=PASSIVE`` (0.5 ms with a short spin, GOMP_SPINCOUNT=5000);
-    after an onnxruntime call in the same process, 5-11 ms by default even on an idle
-    machine, 0.3-0.4 ms passive.  The price on an idle machine: workers woken for each
-    launch, 0.27 ms instead of 0.21 ms (small launches run serially anyway, see
-    SERIAL_MAX_ELEMENTS).  ``setdefault``: a user's own ``OMP_WAIT_POLICY`` (ACTIVE on a
+    cores that threads with real work need; passive workers cost a little wake-up time per
+    launch instead (benchmarks/RESULTS.md, "OpenMP wait policy", has the numbers).
+    ``setdefault``: a user's own ``OMP_WAIT_POLICY`` (ACTIVE on a
     dedicated machine) wins.  libgomp reads it when it is loaded, so it has no effect if
     OpenMP was loaded before (numba parallel code or torch ran first), and it also applies
     to OpenMP libraries loaded later in this process.

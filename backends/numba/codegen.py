@@ -587,7 +587,7 @@ class Gen(Visitor):
 
         The line is formatted into a byte buffer ``_b`` (end ``_p``) by backends.numba.format helpers.
         """
-        pieces = list(s.pieces)  # parsed and counted by the frontend (dsl/log_format.py)
+        pieces = list(s.pieces)  # parsed and counted by the frontend (dsl/lang/log_format.py)
         values = [(self.visit(a, scope), ctype(a.type)) for a in s.args]
         if s.level != "print":  # print() is the user's own line; logs carry the team prefix
             d = LF.Spec("", 0, -1, "d")

@@ -4,7 +4,7 @@ numba's ``print`` cannot format, and its unicode strings are slow to compile, so
 log line is built in a byte buffer by the C library and written with
 ``PySys_FormatStdout`` (to ``sys.stdout``, like the interpreter's ``print``):
 
-* ``plan()`` (compile time) turns the parsed format (``ir.Log.pieces``, dsl/log_format.py)
+* ``plan()`` (compile time) turns the parsed format (``ir.Log.pieces``, dsl/lang/log_format.py)
   into C ``snprintf`` pieces: ``%d %i %u``
   and the float conversions mean the same in C and Python (glibc rounds exactly, as
   Python does), so most lines are a single ``put_c`` call;
@@ -29,7 +29,7 @@ _JIT = dict(nogil=True, cache=False, error_model="numpy")
 
 # --------------------------------------------------------------------------- compile time
 
-# The format grammar is dsl/log_format.py's; the frontend parsed it into ``ir.Log.pieces``.
+# The format grammar is dsl/lang/log_format.py's; the frontend parsed it into ``ir.Log.pieces``.
 INT_CONVS = LF.INT_CONVS
 FLOAT_CONVS = LF.FLOAT_CONVS
 

@@ -102,7 +102,7 @@ class OpenCLRenderer(CStyleRenderer):
         self.features.add("printf")
         team = ["(int)get_local_id(0)", "(int)get_group_id(0)"] if s.level != "print" else []
         fmt, cargs = printf_args(s.pieces, [(self.bare(a), a.type) for a in s.args],
-                                 fp64="fp64" in self.features)  # pieces: dsl/log_format.py
+                                 fp64="fp64" in self.features)  # pieces: dsl/lang/log_format.py
         prefix = f"[{self.k.name} t=%d tile=%d] " if team else ""
         args = "".join(", " + a for a in team + cargs)
         return f'printf("{prefix}{fmt}\\n"{args});'
