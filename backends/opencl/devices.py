@@ -221,7 +221,7 @@ def probe_in_child(reports: Sequence[DeviceReport]) -> Dict[Tuple[int, int], str
         except subprocess.TimeoutExpired as e:
             out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
             err, code = "", None
-        except OSError as e:  # no way to start a child here: probe in this process instead
+        except OSError:  # no way to start a child here: probe in this process instead
             return {r.index: probe_here_by_index(r.index) for r in pending}
         started = None
         for line in out.splitlines():
