@@ -109,6 +109,16 @@ def atomic_add(tensor, index, value) -> None:
     current().atomic_add(tensor, index, value)
 
 
+def static_range(*args):
+    """range(...) unrolled at compile time: every bound must be a compile-time constant.
+
+    Compiled code never calls this (the checker unrolls the loop and rejects bounds it cannot
+    fold); the interpreter runs the kernel's Python, where this is ``range`` with its checks."""
+    if not 1 <= len(args) <= 3:
+        raise TypeError(f"dsl.static_range takes 1 to 3 arguments, got {len(args)}")
+    return range(*args)
+
+
 def _float_of(x):
     """Result of a float builtin on ``x``: f32 stays f32, ints become f64, literals stay Python."""
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
@@ -416,5 +426,6 @@ for _fn, _reason in [
     (sync, "a statement: ir.Sync"),
     (scratch, "a declaration: ir.Scratch in Kernel.scratch"),
     (atomic_add, "a statement: ir.AtomicAdd"),
+    (static_range, "a for loop the checker unrolls (ir.StaticFor, never seen by a backend)"),
 ]:
     register(Builtin(_fn.__name__, _fn, (_fn.__doc__ or "").strip().splitlines()[0], kind="lowered", reason=_reason))

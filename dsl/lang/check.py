@@ -25,6 +25,11 @@ from dsl.lang.errors import CompileError, SourceLoc
 from dsl.lang.frontend import Parsed
 from dsl.lang.visitor import Visitor
 
+MAX_UNROLL = 4096
+"""Most iterations one ``dsl.static_range`` loop may unroll to (a typo must not hang the compiler)."""
+MAX_UNROLL_TOTAL = 16384
+"""Most unrolled body copies in one kernel or @dsl.func, nested loops counted per copy."""
+
 _ARITH = ("add", "sub", "mul", "floordiv", "mod", "pow")
 _BITWISE = ("bitand", "bitor", "bitxor")
 _SHIFT = ("lshift", "rshift")
@@ -91,17 +96,21 @@ class _Checker(Visitor):
         self.func_stack = func_stack
         self.return_types: List[T.DType] = []
         self.final = False
+        self.unrolled = 0  # body copies made by dsl.static_range in this pass
+        self.static_vars = {n.var: n.loc for n in ir.walk(list(parsed.body)) if isinstance(n, ir.StaticFor)}
 
     # ------------------------------------------------------------------ driver
     def run(self, body) -> Tuple[Tuple[ir.Stmt, ...], Tuple[Tuple[str, T.DType], ...]]:
         for _ in range(50):  # the type lattice is finite; this converges in a few rounds
             before = dict(self.ltypes)
             self.return_types = []
+            self.unrolled = 0
             self.stmts(body)
             if self.ltypes == before:
                 break
         self.final = True
         self.return_types = []
+        self.unrolled = 0
         self.seen: set = set()  # locals assigned earlier in program order (final pass)
         typed = self.stmts(body)
         assigned.check(typed, set(self.ltypes) - set(self.scalar_types), is_func=not self.is_kernel,
@@ -133,6 +142,11 @@ class _Checker(Visitor):
         if name in self.scalar_types:
             return self.scalar_types[name]
         t = self.ltypes.get(name)
+        if self.final and name in self.static_vars and name not in self.ltypes:
+            loop = self.static_vars[name]
+            raise self.error(node, f"'{name}' is the variable of the dsl.static_range loop at line {loop.line}; it "
+                                   "has a value only inside the loop body",
+                             "the loop is unrolled at compile time; save what you need in another local")
         if self.final and (t is None or name not in self.seen):
             raise self.error(node, f"local '{name}' is used before it is assigned")
         return t
@@ -160,7 +174,9 @@ class _Checker(Visitor):
         out = []
         for s in body:
             r = self.visit(s)
-            if r is not None:
+            if isinstance(r, list):  # an unrolled dsl.static_range loop
+                out.extend(r)
+            elif r is not None:
                 out.append(r)
         return tuple(out)
 
@@ -231,6 +247,38 @@ class _Checker(Visitor):
         if not self.final:
             return None
         return ir.For(s.var, bounds[0], bounds[1], bounds[2], body, loc=s.loc)
+
+    def visit_StaticFor(self, s: ir.StaticFor):
+        """Unroll: one copy of the body per iteration, the variable replaced by an int literal
+        (weakly typed, like a Python int in a kernel), each copy checked like straight-line code."""
+        bounds = []
+        for label, b in (("start", s.start), ("stop", s.stop), ("step", s.step)):
+            e, t = self.expr(b)
+            v = _fold(e)
+            if t is not None and not (t.is_int or t.is_bool) or isinstance(v, float):
+                raise self.error(b, f"dsl.static_range {label} must be an integer, got {t}")
+            if v is None:
+                raise self.error(b, f"dsl.static_range {label} is not known at compile time",
+                                 "accepted: integer literals, dsl.const parameters, module-level int constants, "
+                                 "variables of an enclosing dsl.static_range and arithmetic of these; use range(...) "
+                                 "for a loop with run-time bounds")
+            bounds.append(int(v))
+        if bounds[2] == 0:
+            raise self.error(s.step, "dsl.static_range() step must not be zero")
+        iterations = range(*bounds)
+        if len(iterations) > MAX_UNROLL:
+            raise self.error(s, f"dsl.static_range{tuple(bounds)} unrolls to {len(iterations)} iterations; the limit "
+                                f"is {MAX_UNROLL} per loop (MAX_UNROLL in dsl/lang/check.py)",
+                             "use range(...) for long loops")
+        self.unrolled += len(iterations)
+        if self.unrolled > MAX_UNROLL_TOTAL:
+            raise self.error(s, f"dsl.static_range loops unroll to more than {MAX_UNROLL_TOTAL} body copies in this "
+                                "function (MAX_UNROLL_TOTAL in dsl/lang/check.py; nested loops count once per copy)",
+                             "use range(...) for some of them")
+        out: List[ir.Stmt] = []
+        for v in iterations:
+            out.extend(self.stmts(_substitute(s.body, s.var, v)))
+        return out if self.final else None
 
     def visit_While(self, s: ir.While):
         cond, t = self.expr(s.cond)
@@ -669,6 +717,25 @@ def _convert_const(value, t: T.DType):
         v = v % (1 << bits)
         return v - (1 << bits) if v >= 1 << (bits - 1) else v
     return float(value)
+
+
+def _substitute(node, var: str, value: int):
+    """``node`` (a node or a tuple) with every read of ``var`` replaced by the literal ``value``."""
+    if isinstance(node, tuple):
+        items = tuple(_substitute(x, var, value) for x in node)
+        return node if all(a is b for a, b in zip(items, node)) else items
+    if not isinstance(node, ir.Node):
+        return node
+    if isinstance(node, ir.Name) and node.name == var:
+        return ir.Const(value, loc=node.loc)
+    changes = {}
+    for f in dataclasses.fields(node):
+        old = getattr(node, f.name)
+        if isinstance(old, (ir.Node, tuple)):
+            new = _substitute(old, var, value)
+            if new is not old:
+                changes[f.name] = new
+    return dataclasses.replace(node, **changes) if changes else node
 
 
 def _fold(e: ir.Expr):

@@ -36,6 +36,7 @@ SUPPORTED: Dict[str, str] = {
     "t.shape[k], t.size, t.ndim, len(t)": "tensor metadata",
     "if / elif / else": "any condition",
     "for v in range(...)": "1-3 arguments, runtime bounds and step",
+    "for v in dsl.static_range(...)": "unrolled at compile time: bounds known at compile time (see Unrolled loops)",
     "while": "any condition",
     "break, continue, return": "return ends this thread (a kernel) or returns a scalar (@dsl.func)",
     "a if c else b": "evaluates one side",
@@ -187,6 +188,7 @@ def parse(fn, *, is_kernel: bool, log_level: str) -> Parsed:
     # decorators sit before 'def'; locations are relative to the first decorator line
     params = param_decls(fn, filename, firstline, lines, require=is_kernel)
     v = _Visitor(fn, params, filename, firstline, indent, lines, is_kernel, log_level)
+    v.fdef = fdef
     if isinstance(fdef, ast.AsyncFunctionDef):
         raise v.error(fdef, "async functions are not supported in kernels")
     nesting.check_depth(fdef, v.error)  # before anything recurses over the tree
@@ -215,6 +217,7 @@ class _Visitor(Visitor):
         self.scratch: List[ScratchDecl] = []
         self.funcs: Dict[str, Any] = {}
         self.top = False
+        self.fdef = None  # the function's ast.FunctionDef (set by parse)
         self.assigned = _assigned_names(fn)
         self.tmp_count = 0
         self.shape_unpacks: List[Tuple[str, int, SourceLoc]] = []  # (tensor, names, loc): needs ndim == names
@@ -429,19 +432,45 @@ class _Visitor(Visitor):
         if not isinstance(s.target, ast.Name):
             raise self.error(s.target, "a for loop needs one variable: for i in range(n)")
         it = s.iter
-        if not (isinstance(it, ast.Call) and self.resolve.callee(it.func) == ("py", "range")):
-            raise self.error(it, "kernels loop over range(...) only: for i in range(start, stop, step)")
+        callee = self.resolve.callee(it.func) if isinstance(it, ast.Call) else None
+        if callee not in (("py", "range"), ("dsl", "static_range")):
+            raise self.error(it, "kernels loop over range(...) or dsl.static_range(...) only: "
+                                 "for i in range(start, stop, step)")
+        static = callee == ("dsl", "static_range")
+        fname = "dsl.static_range" if static else "range"
         if it.keywords or not 1 <= len(it.args) <= 3:
-            raise self.error(it, "range takes 1 to 3 positional arguments")
+            raise self.error(it, f"{fname} takes 1 to 3 positional arguments")
         a = [self.expr(x) for x in it.args]
         loc = self.loc(s)
         start, stop, step = ((ir.Const(0, loc=loc), a[0], ir.Const(1, loc=loc)) if len(a) == 1 else
                              (a[0], a[1], ir.Const(1, loc=loc)) if len(a) == 2 else tuple(a))
         if isinstance(step, ir.Const) and step.value == 0:
-            raise self.error(it, "range() step must not be zero")
+            raise self.error(it, f"{fname}() step must not be zero")
         if self.is_tensor(s.target.id):
             raise self.error(s.target, f"'{s.target.id}' is a tensor and cannot be a loop variable")
+        if static:
+            return self.static_for(s, start, stop, step)
         return ir.For(s.target.id, start, stop, step, tuple(self.block(s.body)), loc=loc)
+
+    def static_for(self, s, start, stop, step) -> ir.StaticFor:
+        """``for j in dsl.static_range(...)``: an ir.StaticFor the checker unrolls.  Its variable
+        is a constant in each copy, so nothing else may bind that name (it would have a value
+        after the loop that compiled code does not have), and the body may not break or continue
+        the unrolled loop (there is no loop left to leave)."""
+        var = s.target.id
+        if var in self.params:
+            raise self.error(s.target, f"'{var}' is a parameter and cannot be a dsl.static_range variable")
+        other = _bound_elsewhere(self, var)
+        if other is not None:
+            raise self.error(s.target, f"'{var}' is the variable of a dsl.static_range loop and is also assigned at "
+                                       f"line {self.loc(other).line}; it is a compile-time constant in each unrolled "
+                                       "copy, so give the other variable another name")
+        for node in _loop_exits(s.body):
+            word = "break" if isinstance(node, ast.Break) else "continue"
+            raise self.error(node, f"'{word}' inside a dsl.static_range loop: the loop is unrolled at compile time, "
+                                   "so there is no loop to leave", "use range(...) for a loop that exits early, or "
+                                   "guard the rest of the body with an if")
+        return ir.StaticFor(var, start, stop, step, tuple(self.block(s.body)), loc=self.loc(s))
 
     def visit_While(self, s):
         if s.orelse:
@@ -678,6 +707,8 @@ class _Visitor(Visitor):
             if B.BUILTINS[name].kind == "lowered":
                 raise self.error(e, {"split": "dsl.split(n) returns two values: lo, hi = dsl.split(n)",
                                      "scratch": "dsl.scratch(...) must be assigned to a name at the top of the kernel",
+                                     "static_range": "dsl.static_range(...) is only a for loop's iterable: "
+                                                     "for j in dsl.static_range(4)",
                                      }.get(name, f"dsl.{name}(...) is a statement and returns nothing"))
             return self.builtin_call(e, name, [self.expr(a) for a in e.args])
         if kind == "func":
@@ -728,6 +759,36 @@ def _is_call_to(v: _Visitor, node, name: str) -> bool:
         return v.resolve.callee(node.func) == ("dsl", name)
     except CompileError:
         return False
+
+
+def _loop_exits(stmts):
+    """``break``/``continue`` statements in ``stmts`` that belong to the enclosing loop."""
+    for node in stmts:
+        if isinstance(node, (ast.Break, ast.Continue)):
+            yield node
+        elif isinstance(node, ast.If):
+            yield from _loop_exits(node.body)
+            yield from _loop_exits(node.orelse)
+        # nested for/while bodies belong to the nested loop; other compound statements are rejected anyway
+
+
+def _bound_elsewhere(v: _Visitor, name: str):
+    """An AST node that binds ``name`` other than as a dsl.static_range loop variable, or None."""
+    for node in ast.walk(v.fdef):
+        if isinstance(node, ast.For) and _is_call_to(v, node.iter, "static_range"):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.NamedExpr)) else []
+        stack = list(targets)
+        while stack:  # names bound by a target: a Name, or one inside tuple/list/* unpacking
+            t = stack.pop()
+            if isinstance(t, (ast.Tuple, ast.List)):
+                stack.extend(t.elts)
+            elif isinstance(t, ast.Starred):
+                stack.append(t.value)
+            elif isinstance(t, ast.Name) and t.id == name:
+                return t
+    return None
 
 
 def _arity_text(arity) -> str:

@@ -220,6 +220,21 @@ class For(Stmt):
 
 
 @dataclass(frozen=True)
+class StaticFor(Stmt):
+    """``for var in dsl.static_range(start, stop, step)``, as the frontend parses it.
+
+    It exists only in the untyped IR: the checker evaluates the bounds at compile time and
+    replaces the loop by one copy of ``body`` per iteration, ``var`` replaced by an int
+    literal, so no backend ever sees it (``Kernel.body`` never contains one)."""
+
+    var: str
+    start: Expr
+    stop: Expr
+    step: Expr
+    body: Tuple[Stmt, ...]
+
+
+@dataclass(frozen=True)
 class While(Stmt):
     cond: Expr
     body: Tuple[Stmt, ...]
