@@ -261,10 +261,30 @@ def test_the_variable_is_only_visible_inside_the_loop():
 
 @dsl.kernel(threads=1)
 def as_value(out: Out[f32]):
-    r = dsl.static_range(4)  # E-value
-    out[0] = 1
+    out[0] = dsl.static_range(4)  # E-value
 
 
 def test_static_range_outside_a_for_loop():
     assert_error_at(as_value, (np.zeros(1, np.float32),), "E-value", "dsl.static_range",
                     "only a for loop's iterable")
+
+
+@dsl.func
+def horner3(x):
+    s = 0.0
+    for k in dsl.static_range(3):  # unrolled in a @dsl.func too
+        s = s * x + (k + 1)
+    return s
+
+
+@dsl.kernel(threads=1)
+def uses_horner(x: In[f32], y: Out[f32]):
+    for i in range(x.size):
+        y[i] = horner3(x[i])
+
+
+def test_static_range_in_a_device_function(backend):
+    x = np.arange(4, dtype=np.float32)
+    y = np.zeros(4, np.float32)
+    uses_horner(x, y, backend=backend)
+    np.testing.assert_allclose(y, x * x + 2 * x + 3)
