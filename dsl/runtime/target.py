@@ -77,7 +77,7 @@ def target(backend: Optional[str] = None) -> Target:
         return made[1]
     result = Target(backend=name, device=info.device, features=frozenset(info.features),
                     vector_bits=int(info.vector_bits), compute_units=int(info.compute_units),
-                    local_mem_bytes=int(info.local_mem_bytes), cache_bytes=int(info.cache_bytes),
-                    cpu=info.cpu)
+                    local_mem_bytes=int(getattr(info, "local_mem_bytes", 0)),
+                    cache_bytes=int(getattr(info, "cache_bytes", 0)), cpu=str(getattr(info, "cpu", "")))
     _made[name] = (info, result)
     return result
