@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Sequence
 
 from dsl.lang import ir
+from backends import host
+from backends.host import TargetInfo  # noqa: F401  (re-exported: what target() returns)
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,14 @@ class Backend(ABC):
     def available(self) -> str:
         """'' when usable here, else the reason (e.g. no OpenCL device)."""
         return ""
+
+    def target(self) -> TargetInfo:
+        """What the hardware kernels run on can do (``dsl.target(name)`` makes it public).
+
+        The default is the host CPU (``backends.host``), right for any backend that runs there; a
+        device backend answers for the device it uses, and raises its usual unavailability error
+        (the reason) when there is none."""
+        return host.host()
 
 
 ENTRY_POINT_GROUP = "opdsl.backends"

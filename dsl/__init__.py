@@ -33,6 +33,7 @@ _LAZY = {
     "load_onnx": "dsl.onnx.load",
     "OnnxImportError": "dsl.onnx.load",
     "RawOpenCL": "backends.opencl.raw",
+    "target": "dsl.runtime.target", "Target": "dsl.runtime.target",
 }
 
 

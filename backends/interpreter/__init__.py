@@ -38,7 +38,8 @@ from dsl.lang import types as T
 from dsl.lang.errors import LaunchError
 from dsl.lang.func import Func
 from dsl.lang.visitor import Visitor
-from backends.base import Backend, CompileRequest, Launcher
+from backends.base import Backend, CompileRequest, Launcher, TargetInfo
+from backends import host
 
 # --------------------------------------------------------------------------- Python builtins
 
@@ -763,6 +764,11 @@ class InterpreterBackend(Backend):
             return head + inspect.getsource(request.pyfunc)
         except (OSError, TypeError):
             return head + ir.dump(k)
+
+    def target(self) -> TargetInfo:
+        """The host CPU: the interpreter runs there (numpy does its arithmetic), so an op's select
+        hook picks the same kernel here as on numba, which the interpreter checks."""
+        return host.host()
 
 
 BACKEND = InterpreterBackend()

@@ -29,7 +29,8 @@ from dsl.lang import types as T
 from dsl.lang.errors import CompileError
 from backends import cache
 from backends.numba import cache as machine_cache
-from backends.base import Backend, CompileRequest, Launcher
+from backends.base import Backend, CompileRequest, Launcher, TargetInfo
+from backends import host
 from backends import bounds, interrupt
 from backends.numba.regions import Program
 
@@ -332,6 +333,10 @@ class NumbaBackend(Backend):
 
     def available(self) -> str:
         return ""
+
+    def target(self) -> TargetInfo:
+        """The host CPU as LLVM sees it: numba compiles for exactly these features."""
+        return host.host()
 
 
 BACKEND = NumbaBackend()

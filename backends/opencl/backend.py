@@ -11,7 +11,7 @@ import numpy as np
 
 from backends import bounds, interrupt
 from backends.opencl import runtime as rt
-from backends.base import Backend, CompileRequest, Launcher
+from backends.base import Backend, CompileRequest, Launcher, TargetInfo
 from backends.cstyle.emitter import Rendered
 from backends.opencl.render import render
 from dsl.lang import ir
@@ -126,6 +126,36 @@ class OpenCLLauncher(Launcher):
             raise bounds.error(record, self.rendered.sites, self.kernel_ir, args).with_traceback(None)
 
 
+# --------------------------------------------------------------------------- target facts
+
+# Short, vendor-neutral names for what an op may ask about, -> the extensions that give it.  The
+# extension names themselves are listed too, in full (``cl_khr_fp64``, ``cl_intel_subgroups``):
+# dropping the prefix would merge vendors' different extensions into one name.
+FEATURE_EXTENSIONS = {
+    "fp64": ("cl_khr_fp64",),
+    "f16": ("cl_khr_fp16",),
+    "int64_atomics": ("cl_khr_int64_base_atomics",),
+    "subgroups": ("cl_khr_subgroups", "cl_intel_subgroups"),
+}
+_targets: dict = {}  # id of the rt.Device -> (that device, its TargetInfo): pyopencl queries cost
+
+
+def target_of(dev: rt.Device) -> TargetInfo:
+    """What ``dev`` can do: its extensions (lower case, in full) and ``FEATURE_EXTENSIONS`` names,
+    the preferred float vector width in bits, compute units and local memory."""
+    known = _targets.get(id(dev))
+    if known is not None and known[0] is dev:
+        return known[1]
+    ext = frozenset(e.lower() for e in dev.extensions)
+    short = {name for name, needs in FEATURE_EXTENSIONS.items() if ext & set(needs)}
+    cl_dev = dev.device
+    info = TargetInfo(device=dev.description, features=ext | short,
+                      vector_bits=max(1, int(cl_dev.preferred_vector_width_float)) * 32,
+                      compute_units=int(cl_dev.max_compute_units), local_mem_bytes=int(dev.local_mem_size))
+    _targets[id(dev)] = (dev, info)
+    return info
+
+
 class OpenCLBackend(Backend):
     name = "opencl"
     cache_tag = rt.CACHE_TAG
@@ -155,6 +185,10 @@ class OpenCLBackend(Backend):
         except rt.NoDevice:
             return ""
         return f"{dev.description} ({dev.report.kind})"
+
+    def target(self) -> TargetInfo:
+        """The chosen device's facts (``target_of``); NoDevice, with each device's reason, if none."""
+        return target_of(rt.device())
 
     def devices(self) -> list:
         """Every OpenCL device with its kind, whether it is usable and why not, the chosen one marked."""

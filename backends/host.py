@@ -1,0 +1,145 @@
+"""What the host CPU can do, asked once per process: the facts ``Backend.target()`` gives for
+backends that run on the host (numba, the interpreter) and the default for any other backend.
+
+The features are LLVM's view of the host (``llvmlite.binding.get_host_cpu_features``), not the
+operating system's flag list: numba compiles with LLVM for exactly that CPU, so an op that picks a
+kernel because ``"avx512f"`` is listed picks what the compiler will really use.  The CPU does not
+change during a process, so the answer is cached.
+
+Derived names, so an op can ask the same question on every backend:
+
+* ``fp64``: double precision arithmetic (every CPU opdsl runs on);
+* ``f16`` / ``bf16``: the hardware *converts* between the narrow float and f32 (x86 ``f16c`` or
+  ``avx512fp16``; ``avx512bf16`` or ``avxneconvert``; on Arm the base FP unit converts f16, ``bf16``
+  is its own feature).  The language computes f16/bf16 in f32, so conversion is what a kernel uses;
+* ``f16_arith`` / ``bf16_arith``: native narrow arithmetic too (``avx512fp16``; Arm ``fullfp16``;
+  ``avx512bf16``/Arm ``bf16`` give bf16 dot products, counted as arithmetic).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import platform
+from dataclasses import dataclass
+from typing import FrozenSet, Optional
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    """What one backend's target can do; ``dsl.target()`` adds the backend name and makes it public.
+
+    ``features`` are lower-case names; ``vector_bits`` is the width of the widest SIMD register
+    (CPU) or of the preferred float vector (OpenCL); ``compute_units`` counts the cores (logical
+    CPUs this process may run on) or OpenCL compute units; ``local_mem_bytes`` is the OpenCL
+    device's local memory (0 on a CPU); ``cache_bytes`` the largest CPU cache level's size (0 when
+    unknown or not a CPU); ``cpu`` is LLVM's name of the CPU ('' for a device that is not the host).
+    """
+
+    device: str
+    features: FrozenSet[str]
+    vector_bits: int
+    compute_units: int
+    local_mem_bytes: int = 0
+    cache_bytes: int = 0
+    cpu: str = ""
+
+
+def normalize(flags) -> FrozenSet[str]:
+    """The enabled names of an LLVM feature string ('+avx2,-avx512f,...') or mapping, lower case."""
+    if isinstance(flags, str):
+        items = [f.strip() for f in flags.split(",") if f.strip()]
+        return frozenset(f[1:].lower() for f in items if f.startswith("+"))
+    return frozenset(str(k).lower() for k, on in dict(flags).items() if on)
+
+
+def derived(isa: FrozenSet[str]) -> FrozenSet[str]:
+    """The language-level names (module docstring) that the ISA features ``isa`` imply."""
+    out = {"fp64"}
+    arm = bool(isa & {"neon", "fp-armv8", "fullfp16"})
+    if isa & {"f16c", "avx512fp16"} or arm:
+        out.add("f16")
+    if isa & {"avx512fp16", "fullfp16"}:
+        out.add("f16_arith")
+    if isa & {"avx512bf16", "avxneconvert", "bf16"}:
+        out.add("bf16")
+    if isa & {"avx512bf16", "bf16"}:
+        out.add("bf16_arith")
+    return frozenset(out)
+
+
+def vector_bits(isa: FrozenSet[str]) -> int:
+    """The widest SIMD register: 512 with AVX-512, 256 with AVX/AVX2, else 128 (SSE, NEON).
+
+    A register width, not a promise: LLVM may still prefer 256-bit vectors on some AVX-512 CPUs."""
+    if "avx512f" in isa:
+        return 512
+    if isa & {"avx", "avx2"}:
+        return 256
+    return 128
+
+
+def _cpu_model() -> str:
+    """The CPU's marketing name where the OS tells it cheaply, else platform's guess."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model", "cpu model") and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def _cores() -> int:
+    """The logical CPUs this process may run on (its affinity mask where the OS has one)."""
+    count = getattr(os, "process_cpu_count", None)
+    if count is not None:
+        return count() or 1
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _largest_cache() -> int:
+    """Bytes of the largest cache level cpu0 reports through Linux sysfs; 0 elsewhere."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    best = 0
+    try:
+        entries = os.listdir(base)
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            with open(os.path.join(base, entry, "size"), encoding="ascii") as f:
+                text = f.read().strip().upper()
+        except OSError:
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            best = max(best, int(digits) * scale)
+    return best
+
+
+def llvm_features() -> Optional[FrozenSet[str]]:
+    """LLVM's enabled host features, or None when llvmlite cannot say."""
+    try:
+        from llvmlite import binding
+        return normalize(binding.get_host_cpu_features().flatten())
+    except Exception:  # llvmlite missing, or a host LLVM cannot describe
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def host() -> TargetInfo:
+    """The host CPU's facts (cached: they do not change in a process)."""
+    isa = llvm_features() or frozenset()
+    try:
+        from llvmlite import binding
+        cpu = binding.get_host_cpu_name()
+    except Exception:
+        cpu = ""
+    return TargetInfo(device=_cpu_model(), features=isa | derived(isa), vector_bits=vector_bits(isa),
+                      compute_units=_cores(), cache_bytes=_largest_cache(), cpu=cpu)
