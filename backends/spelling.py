@@ -1,6 +1,7 @@
 """Arithmetic every emitter spells the same way, whatever the target language: row-major
-offsets of an index into a buffer, the saturation range of a float-to-int conversion, and the
-classification of float constants that have no decimal literal (NaN, infinities).
+offsets of an index into a buffer, and the classification of float constants that have no
+decimal literal (NaN, infinities).  (Saturation ranges of float-to-int conversions are a
+language fact: ``dsl.lang.types.int_range``.)
 
 Emitters pass already-spelled operands (strings) and get strings back, so the offsets in
 numba's Python and in C read alike: ``(i * n1 + j) * n2 + k``.
@@ -8,9 +9,7 @@ numba's Python and in C read alike: ``(i * n1 + j) * n2 + k``.
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Sequence, Tuple
-
-from dsl.lang import types as T
+from typing import List, Optional, Sequence
 
 
 def row_major(index: Sequence[str], dims: Sequence[str]) -> str:
@@ -34,13 +33,6 @@ def row_major_static(index: Sequence[str], shape: Sequence[int]) -> str:
     if not index:
         return "0"
     return " + ".join(i if s == 1 else f"{i} * {s}" for i, s in zip(index, strides(shape)))
-
-
-def int_range(t: T.DType) -> Tuple[int, int]:
-    """(lowest, highest) value of integer type ``t``: where a float-to-int conversion saturates."""
-    if t.kind == "u":
-        return 0, (1 << t.bits) - 1
-    return -(1 << t.bits - 1), (1 << t.bits - 1) - 1
 
 
 def special_float(value: float) -> Optional[str]:

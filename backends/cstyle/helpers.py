@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from dsl.lang import types as T
-from backends.spelling import int_range
 
 
 class Unsupported(Exception):
@@ -108,7 +107,7 @@ class CHelpers:
 
     def helper_f2i(self, name, t, dtype, extra):
         """float ``extra`` -> int ``t``: truncate, saturate at the type's range, NaN -> 0."""
-        lo, hi = int_range(dtype)
+        lo, hi = T.int_range(dtype)
         single = extra == "float"
         lo_f, hi_f = self.float_literal(float(lo), single), self.float_literal(float(hi + 1), single)
         return (f"{self.func_prefix}{t} {name}({extra} x) {{\n"

@@ -34,7 +34,7 @@ from dsl.lang import log_format as LF
 from dsl.lang.visitor import Visitor
 from backends.bounds import Sites
 from backends.naming import PyNames as Names, ident
-from backends.spelling import int_range, row_major, special_float
+from backends.spelling import row_major, special_float
 
 # numba's fastmath flags for fastmath=True kernels: all of LLVM's "fast" but nnan and ninf,
 # which would let LLVM assume no NaN/inf ever appears (and fold isnan-style checks away).
@@ -100,7 +100,7 @@ def cast(code: str, src: T.DType, dst: T.DType) -> str:
     if src.is_float and dst.is_int:  # truncate, saturate, NaN -> 0 (arith.f2i)
         if dst == T.u64:
             return f"ar.f2u64({code}, {const(2.0 ** 64, src)})"
-        lo, hi = int_range(dst)
+        lo, hi = T.int_range(dst)
         code = f"ar.f2i({code}, {lo}, {hi}, {const(float(lo), src)}, {const(float(hi + 1), src)})"
         return code if dst == T.i64 else f"{np_type(dst)}({code})"
     return f"{np_type(dst)}({code})"

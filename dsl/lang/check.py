@@ -72,7 +72,7 @@ def check_kernel(parsed: Parsed, binding: Binding, threads: int, func_parser) ->
     body, local_types = c.run(parsed.body)
     funcs = tuple(c.funcs_done.values())
     varying = _Uniformity(c.buffers, funcs).run(body)
-    return ir.Kernel(parsed.name, tuple(params), scratch, body, local_types, tuple(c.funcs_done.values()),
+    return ir.Kernel(parsed.name, tuple(params), scratch, body, local_types, funcs,
                      threads, frozenset(varying), parsed.filename, parsed.firstline)
 
 

@@ -24,6 +24,7 @@ from dsl.lang import nesting
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError, SourceLoc
 from dsl.lang.resolve import Resolver
+from dsl.lang.signature import ParamDecl, param_decls
 from dsl.lang.visitor import Visitor
 
 # Construct -> how kernels may use it.  Rendered into docs/language.md.
@@ -62,21 +63,6 @@ _CMPOPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq
 # --------------------------------------------------------------------------- parsed forms
 
 @dataclass(frozen=True)
-class ParamDecl:
-    """A kernel/func parameter as annotated: kind 'tensor' | 'scalar' | 'vec'."""
-
-    name: str
-    kind: str
-    annotation: Any  # TensorAnnotation | DType | TypeVar | VecSpec | ConstSpec
-    default: Any = inspect.Parameter.empty
-    loc: SourceLoc = None
-
-    @property
-    def is_const(self) -> bool:
-        return isinstance(self.annotation, T.ConstSpec)
-
-
-@dataclass(frozen=True)
 class ScratchDecl:
     """One ``dsl.scratch(...)`` declaration; ``index`` (declaration order) is its identity and
     ``loc`` the position of the call (so two declarations on one line differ by column)."""
@@ -104,56 +90,6 @@ class Parsed:
     source: str
     log_level: str
     loc: SourceLoc = None
-
-
-# --------------------------------------------------------------------------- annotations
-
-def param_decls(fn, filename: str, firstline: int, lines: List[str], require: bool = True) -> List[ParamDecl]:
-    """Parameters from annotations; ``require=False`` (@dsl.func) lets scalars be generic."""
-    sig = inspect.signature(fn)
-    try:
-        ann = inspect.get_annotations(fn, eval_str=True)
-    except Exception as e:  # a name in an annotation that does not exist
-        raise CompileError(f"cannot evaluate the annotations of {fn.__name__}: {e}",
-                           SourceLoc(filename, firstline, 1, lines[0].rstrip() if lines else None)) from None
-    decls = []
-    for p in sig.parameters.values():
-        loc = _param_loc(p.name, filename, firstline, lines)
-        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            raise CompileError(f"*{p.name} / **{p.name} parameters are not supported in kernels", loc)
-        a = ann.get(p.name, inspect.Parameter.empty)
-        if a is inspect.Parameter.empty and not require:
-            decls.append(ParamDecl(p.name, "scalar", None, p.default, loc))
-            continue
-        if a is inspect.Parameter.empty:
-            raise CompileError(f"parameter '{p.name}' needs an annotation: In[f32], Out[f32, 2], InOut[T], "
-                               "a dtype like f32 or i32, dsl.Vec[i32, 4] or dsl.const[i32]", loc)
-        if isinstance(a, T._Binding):
-            a = a[T.ANY]
-        if a in (int, float, bool):
-            a = T.as_dtype(a)
-        if isinstance(a, T.TensorAnnotation):
-            kind = "tensor"
-        elif isinstance(a, (T.DType, T.TypeVar, T.ConstSpec)):
-            kind = "scalar"
-        elif isinstance(a, T.VecSpec):
-            kind = "vec"
-        else:
-            raise CompileError(f"parameter '{p.name}' has annotation {a!r}; accepted: In[dtype(, ndim)], "
-                               "Out[...], InOut[...], a dtype (f32, i32, ...), a dsl.TypeVar, dsl.Vec[dtype, n], "
-                               "dsl.const[dtype]", loc)
-        if kind == "tensor" and p.default is not inspect.Parameter.empty:
-            raise CompileError(f"tensor parameter '{p.name}' cannot have a default", loc)
-        decls.append(ParamDecl(p.name, kind, a, p.default, loc))
-    return decls
-
-
-def _param_loc(name: str, filename: str, firstline: int, lines: List[str]) -> SourceLoc:
-    for k, line in enumerate(lines):
-        col = line.find(name)
-        if col >= 0 and ("def " in line or k > 0):
-            return SourceLoc(filename, firstline + k, col + 1, line.rstrip("\n"))
-    return SourceLoc(filename, firstline, 1, lines[0].rstrip("\n") if lines else None)
 
 
 # --------------------------------------------------------------------------- entry point

@@ -279,12 +279,19 @@ class _ConstFactory:
 const = _ConstFactory()
 
 
+def int_range(t: "DType") -> "tuple[int, int]":
+    """(lowest, highest) value of integer type ``t``: where a float-to-int conversion saturates."""
+    if t.kind == "u":
+        return 0, (1 << t.bits) - 1
+    return -(1 << t.bits - 1), (1 << t.bits - 1) - 1
+
+
 def saturated_int(x: float, t: "DType") -> int:
     """float -> int as every backend converts: truncate toward zero, saturate at ``t``'s range,
     NaN -> 0 (docs/language.md, Semantics; C and numpy leave these undefined)."""
     if x != x:
         return 0
-    lo, hi = (0, (1 << t.bits) - 1) if t.kind == "u" else (-(1 << t.bits - 1), (1 << t.bits - 1) - 1)
+    lo, hi = int_range(t)
     if x >= hi + 1:
         return hi
     if x < lo:

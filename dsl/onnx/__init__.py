@@ -6,8 +6,7 @@ the op/graph layer.  So this package imports neither until one of its names is u
 """
 import importlib
 
-_LAZY = {"to_graph": "dsl.onnx.load", "load_onnx": "dsl.onnx.load", "OnnxImportError": "dsl.onnx.load",
-         "export": "dsl.onnx.export"}
+_LAZY = {"to_graph": "dsl.onnx.load", "load_onnx": "dsl.onnx.load", "OnnxImportError": "dsl.onnx.load"}
 
 
 def __getattr__(name):

@@ -22,6 +22,7 @@ import numpy as np
 from dsl import config
 from dsl.runtime import fastpath
 from dsl.lang import check, frontend
+from dsl.lang.signature import param_decls
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError
 from dsl.lang.func import Func, require_function
@@ -58,7 +59,7 @@ class Kernel:
         self.fastmath = bool(fastmath)
         self.debug = debug  # None: OPDSL_DEBUG decides at compile time
         src, lines, firstline, filename = frontend.source_of(fn)
-        self.params = frontend.param_decls(fn, filename, firstline, lines)
+        self.params = param_decls(fn, filename, firstline, lines)
         self._names = [p.name for p in self.params]
         self._index = {p.name: k for k, p in enumerate(self.params)}
         self._parsed: Dict[str, frontend.Parsed] = {}
