@@ -119,6 +119,56 @@ def static_range(*args):
     return range(*args)
 
 
+def splat(value, lanes: int, dtype=None):
+    """A SIMD value with every one of ``lanes`` lanes ``value`` (converted to ``dtype`` if given)."""
+    if dtype is not None:
+        value = T.as_dtype(dtype)(value)
+    return np.full(T.simd(np.asarray(value).dtype, lanes).lanes, value)
+
+
+def local(shape, dtype):
+    """A per-thread array of compile-time ``shape``, every element zero; ``dtype`` may be a
+    ``dsl.simd`` type (an array of SIMD values)."""
+    return current().local(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,), dtype)
+
+
+def _reduction(fold):
+    def run(v):
+        v = np.asarray(v)
+        return v.dtype.type(fold(v))
+    return run
+
+
+def reduce_add(v):
+    """Sum of the lanes of a SIMD value (element type; lanes added in any order)."""
+    return _reduction(np.sum)(v)
+
+
+def reduce_max(v):
+    """Largest lane of a SIMD value."""
+    return _reduction(np.max)(v)
+
+
+def reduce_min(v):
+    """Smallest lane of a SIMD value."""
+    return _reduction(np.min)(v)
+
+
+def fma(a, b, c):
+    """a * b + c, rounded once where the target has a fused multiply-add (floats), promoted type."""
+    if any(isinstance(x, np.ndarray) for x in (a, b, c)):
+        t = np.result_type(a, b, c)
+    else:
+        t = _promoted(a, b, c)
+        if t in (int, float, bool):
+            return t(a * b + c)
+        t = np.dtype(t)
+    # the f64 product of two f32 is exact, so f32 results are rounded (almost always) once
+    wide = np.float64 if t.kind == "f" and t.itemsize < 8 else t
+    out = np.asarray(a, wide) * np.asarray(b, wide) + np.asarray(c, wide)
+    return out.astype(t) if out.ndim else t.type(out)
+
+
 def _float_of(x):
     """Result of a float builtin on ``x``: f32 stays f32, ints become f64, literals stay Python."""
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
@@ -414,6 +464,8 @@ register(Builtin("max", max_, "largest argument, promoted type", arity=tuple(ran
                  spelling={"numba": Helper("max"), "c": Helper("max")}))
 register(Builtin("clamp", clamp, "min(max(x, lo), hi), promoted type", arity=(3,), rule=_same_rule,
                  spelling={"numba": Helper("clamp"), "c": Helper("clamp")}))
+register(Builtin("fma", fma, "a * b + c rounded once (floats; a fused multiply-add), promoted type", arity=(3,),
+                 rule=_same_rule, spelling={"numba": Helper("fma"), "c": Helper("fma")}))
 register(Builtin("pow", pow_, "x ** y, promoted type (integer edge cases as for **)", arity=(2,), rule=_same_rule,
                  spelling={"numba": Helper("pow"), "c": Helper("pow")}))
 for _fn in (thread_id, num_threads, tile_id, num_tiles):
@@ -427,5 +479,9 @@ for _fn, _reason in [
     (scratch, "a declaration: ir.Scratch in Kernel.scratch"),
     (atomic_add, "a statement: ir.AtomicAdd"),
     (static_range, "a for loop the checker unrolls (ir.StaticFor, never seen by a backend)"),
+    (splat, "becomes ir.Splat (lane count known at compile time)"),
+    (local, "a declaration: ir.LocalInit, elements become locals or Kernel.arrays"),
+    (reduce_add, "becomes ir.VReduce"), (reduce_max, "becomes ir.VReduce"), (reduce_min, "becomes ir.VReduce"),
+    (T.simd, "a type: dsl.simd(f32, 16) names the type of a SIMD value"),
 ]:
     register(Builtin(_fn.__name__, _fn, (_fn.__doc__ or "").strip().splitlines()[0], kind="lowered", reason=_reason))

@@ -22,6 +22,7 @@ from dsl.lang import ir
 from dsl.lang import log_format as LF
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError, SourceLoc
+from dsl.lang.check_simd import SimdRules
 from dsl.lang.frontend import Parsed
 from dsl.lang.visitor import Visitor
 
@@ -69,14 +70,16 @@ def check_kernel(parsed: Parsed, binding: Binding, threads: int, func_parser) ->
             raise CompileError(f"'{tensor}' has {nd} dimension(s) but its shape is unpacked into {count} names", loc)
     scratch = tuple(c.scratch_decl(s, binding) for s in parsed.scratch)
     c.buffers.update({s.name: s for s in scratch})
+    c.buffers.update({a.name: c.array_decl(a, binding) for a in parsed.arrays})
     body, local_types = c.run(parsed.body)
     funcs = tuple(c.funcs_done.values())
     varying = _Uniformity(c.buffers, funcs).run(body)
+    arrays = tuple(b for b in c.buffers.values() if isinstance(b, ir.LocalArray) and b.name in c.dynamic)
     return ir.Kernel(parsed.name, tuple(params), scratch, body, local_types, funcs,
-                     threads, frozenset(varying), parsed.filename, parsed.firstline)
+                     threads, frozenset(varying), parsed.filename, parsed.firstline, arrays)
 
 
-class _Checker(Visitor):
+class _Checker(SimdRules, Visitor):
     """Types one kernel or @dsl.func body: ``visit_<ir class>`` per node; a statement returns
     its typed node (None before the final pass), an expression ``(typed node, semantic type)``
     where the semantic type may be weak and ``node.type`` never is."""
@@ -98,6 +101,7 @@ class _Checker(Visitor):
         self.final = False
         self.unrolled = 0  # body copies made by dsl.static_range in this pass
         self.static_vars = {n.var: n.loc for n in ir.walk(list(parsed.body)) if isinstance(n, ir.StaticFor)}
+        self.dynamic: set = set()  # dsl.local arrays indexed at run time somewhere (the others become locals)
 
     # ------------------------------------------------------------------ driver
     def run(self, body) -> Tuple[Tuple[ir.Stmt, ...], Tuple[Tuple[str, T.DType], ...]]:
@@ -123,6 +127,9 @@ class _Checker(Visitor):
         return CompileError(msg, getattr(node, "loc", None), note)
 
     def cast(self, e: ir.Expr, to: T.DType) -> ir.Expr:
+        if isinstance(to, T.SimdType):
+            return self.to_vector(e, to)
+        self.no_vector(e, e.type, f"a {to} value")
         to = to.strong
         if isinstance(e, ir.Const):
             _check_literal(e, to)
@@ -133,6 +140,10 @@ class _Checker(Visitor):
         return ir.Cast(e, type=to, loc=e.loc)
 
     def truth(self, e: ir.Expr, t: T.DType) -> ir.Expr:
+        if isinstance(t, T.SimdType):
+            raise self.error(e, f"a SIMD value ({t}) has no single truth value",
+                             "test one lane (v[k]), reduce (dsl.reduce_max(dsl.i32(mask))) or pick lanes with "
+                             "dsl.where(mask, a, b)")
         if t.is_bool:
             return self.cast(e, T.bool_)
         zero = ir.Const(_convert_const(0, t.strong), type=t.strong, loc=e.loc)
@@ -158,7 +169,9 @@ class _Checker(Visitor):
                 raise self.error(node, f"'{name}' is a dsl.const parameter and cannot be assigned")
             return self.scalar_types[name]
         if t is not None and not self.final:
-            self.ltypes[name] = T.join(self.ltypes.get(name), t)
+            old = self.ltypes.get(name)
+            simd = isinstance(t, T.SimdType) or isinstance(old, T.SimdType)
+            self.ltypes[name] = self.join_simd(name, old, t, node) if simd else T.join(old, t)
         elif name not in self.ltypes:
             self.ltypes[name] = None
         return self.ltypes.get(name)
@@ -190,14 +203,14 @@ class _Checker(Visitor):
 
     def index(self, name: str, index, flat: bool, node) -> Tuple[ir.Expr, ...]:
         b = self.buffer(name, node)
-        ndim = 1 if flat or isinstance(b, ir.VecParam) else (len(b.shape) if isinstance(b, ir.Scratch) else b.ndim)
+        ndim = 1 if flat or isinstance(b, ir.VecParam) else (len(b.shape) if isinstance(b, _SHAPED) else b.ndim)
         if len(index) != ndim:
             raise self.error(node, f"'{name}' has {ndim} dimension(s) but is indexed with {len(index)}; use one index "
                                    f"per dimension or {name}.flat[i]")
         out = []
         for ix in index:
             e, t = self.expr(ix)
-            if t is not None and not (t.is_int or t.is_bool):
+            if t is not None and (isinstance(t, T.SimdType) or not (t.is_int or t.is_bool)):
                 raise self.error(ix, f"index of '{name}' must be an integer, got {t}; convert with int(...)")
             out.append(self.cast(e, T.i64) if t is not None else e)
         return tuple(out)
@@ -209,12 +222,19 @@ class _Checker(Visitor):
                                 "are writable")
         index = self.index(s.tensor, s.index, s.flat, s)
         value, t = self.expr(s.value)
+        element = self.array_element(b, index, s)
         if not self.final:
             return None
+        if element is not None:
+            self.seen.add(element)
+            return ir.Assign(element, self.cast(value, b.dtype.compute), loc=s.loc)
         return ir.Store(s.tensor, index, self.cast(value, b.dtype.compute), s.flat, loc=s.loc)
 
     def visit_AtomicAdd(self, s: ir.AtomicAdd):
         b = self.buffer(s.tensor, s)
+        if isinstance(b, ir.LocalArray):
+            raise self.error(s, f"dsl.atomic_add on '{s.tensor}', a dsl.local array: it belongs to one thread; "
+                                f"write {s.tensor}[i] += v")
         if b.dtype not in (T.i32, T.i64, T.u32, T.u64, T.f32, T.f64):
             raise self.error(s, f"dsl.atomic_add on '{s.tensor}' of {b.dtype}: supported for i32, i64, u32, u64, "
                                 "f32 and f64 tensors")
@@ -300,6 +320,7 @@ class _Checker(Visitor):
         if s.value is None:
             return s
         value, t = self.expr(s.value)
+        self.no_vector(s.value, t, "a @dsl.func result")
         if t is not None:
             self.return_types.append(t)
         if not self.final:
@@ -319,6 +340,8 @@ class _Checker(Visitor):
 
     def visit_Log(self, s: ir.Log):
         typed = [self.expr(a) for a in s.args]
+        for a, t in typed:
+            self.no_vector(a, t, "a logged value")
         for spec, (a, t) in zip(LF.specs(s.pieces), typed):
             if t is not None and spec.conv in LF.NEEDS_INTEGER and t.is_float:
                 raise self.error(a, f"log conversion %{spec.conv} needs an integer, got {t} (Python raises "
@@ -352,11 +375,14 @@ class _Checker(Visitor):
         b = self.buffer(e.tensor, e)
         index = self.index(e.tensor, e.index, e.flat, e)
         t = b.dtype.compute
+        element = self.array_element(b, index, e)
+        if element is not None and self.final:
+            return ir.Name(element, type=t, loc=e.loc), t
         return ir.Load(e.tensor, index, e.flat, type=t, loc=e.loc), t
 
     def visit_Shape(self, e: ir.Shape):
         b = self.buffer(e.tensor, e)
-        shape = b.shape if isinstance(b, ir.Scratch) else (b.length,) if isinstance(b, ir.VecParam) else None
+        shape = b.shape if isinstance(b, _SHAPED) else (b.length,) if isinstance(b, ir.VecParam) else None
         ndim = len(shape) if shape is not None else b.ndim
         axis = e.axis + ndim if e.axis < 0 else e.axis
         if not 0 <= axis < ndim:
@@ -367,7 +393,7 @@ class _Checker(Visitor):
 
     def visit_Size(self, e: ir.Size):
         b = self.buffer(e.tensor, e)
-        if isinstance(b, ir.Scratch):
+        if isinstance(b, _SHAPED):
             n = 1
             for d in b.shape:
                 n *= d
@@ -380,6 +406,8 @@ class _Checker(Visitor):
         v, t = self.expr(e.operand)
         if t is None:
             return v, None
+        if isinstance(t, T.SimdType):
+            return self.vector_unary(e, v, t)
         if e.op == "not":
             return ir.Unary("not", self.truth(v, t), type=T.bool_, loc=e.loc), T.bool_
         if e.op == "neg":
@@ -398,6 +426,8 @@ class _Checker(Visitor):
         r, rt = self.expr(e.right)
         if lt is None or rt is None:
             return l, None
+        if isinstance(lt, T.SimdType) or isinstance(rt, T.SimdType):
+            return self.vector_binary(e, l, lt, r, rt)
         op = e.op
         sym = ir._SYMBOLS[op]
         if op in _ARITH or op == "truediv":
@@ -423,6 +453,8 @@ class _Checker(Visitor):
         r, rt = self.expr(e.right)
         if lt is None or rt is None:
             return l, T.bool_
+        if isinstance(lt, T.SimdType) or isinstance(rt, T.SimdType):
+            return self.vector_compare(e, l, lt, r, rt)
         t = T.promote(lt, rt)
         rtype = T.WEAK_BOOL if lt.weak and rt.weak else T.bool_
         return ir.Compare(e.op, self.cast(l, t), self.cast(r, t), type=T.bool_, loc=e.loc), rtype
@@ -441,6 +473,10 @@ class _Checker(Visitor):
         b, bt = self.expr(e.if_false)
         if at is None or bt is None or ct is None:
             return a if at is not None else b, at or bt
+        if any(isinstance(x, T.SimdType) for x in (ct, at, bt)):
+            if isinstance(e, ir.Conditional):
+                raise self.error(e, "'a if c else b' on SIMD values: use dsl.where(mask, a, b), which picks per lane")
+            return self.vector_select(e, c, ct, a, at, b, bt)
         t = T.promote(at, bt)
         return type(e)(self.truth(c, ct), self.cast(a, t), self.cast(b, t), type=t.strong, loc=e.loc), t
 
@@ -455,13 +491,15 @@ class _Checker(Visitor):
         target = e.type
         if t is None:
             return v, target
+        if isinstance(t, T.SimdType):
+            return self.vector_cast(e, v, t)
         if target.is_storage_only:  # f16(v) rounds through f16; values compute as f32
             return ir.Cast(ir.Cast(v, type=target, loc=e.loc), type=T.f32, loc=e.loc), T.f32
         return self.cast(v, target), target
 
     def visit_NDim(self, e: ir.NDim):
         b = self.buffer(e.tensor, e)
-        nd = len(b.shape) if isinstance(b, ir.Scratch) else 1 if isinstance(b, ir.VecParam) else b.ndim
+        nd = len(b.shape) if isinstance(b, _SHAPED) else 1 if isinstance(b, ir.VecParam) else b.ndim
         return ir.Const(nd, type=T.i64, loc=e.loc), T.WEAK_INT
 
     def visit_Call(self, e: ir.Call):
@@ -471,6 +509,10 @@ class _Checker(Visitor):
         typed = [self.expr(a) for a in e.args]
         if any(t is None for _, t in typed):
             return ir.Const(0, type=None, loc=e.loc), None
+        if any(isinstance(t, T.SimdType) for _, t in typed):
+            if spec.kind != "call":
+                raise self.error(e, f"{e.name}() takes no SIMD values")
+            return self.vector_call(e, spec, typed)
         try:
             argt, rest = spec.rule([t for _, t in typed])
         except B.BuiltinTypeError as err:
@@ -484,6 +526,8 @@ class _Checker(Visitor):
         typed = [self.expr(a) for a in e.args]
         if any(t is None for _, t in typed):
             return ir.Const(0, type=None, loc=e.loc), None
+        for a, t in typed:
+            self.no_vector(a, t, "a @dsl.func argument")
         func = self.parsed.funcs[e.func]
         fn_ir, ret = self.specialize(func, [t for _, t in typed], e)
         args = tuple(self.cast(a, p.dtype) for (a, _), p in zip(typed, fn_ir.params))
@@ -535,6 +579,62 @@ class _Checker(Visitor):
             n += 1
             name = f"{base}_{n}"
         return name
+
+    # ------------------------------------------------------------------ dsl.local arrays
+    def array_decl(self, a, binding: Binding) -> ir.LocalArray:
+        dims = []
+        for d in a.shape:
+            e, t = self.expr(d)
+            v = _fold(e)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise CompileError(f"dsl.local array '{a.name}': every dimension must be a positive integer known "
+                                   "at compile time (a literal, a module-level constant or a dsl.const parameter)",
+                                   d.loc)
+            dims.append(v)
+        dtype = a.dtype if isinstance(a.dtype, T.SimdType) else binding.dtype(a.dtype)
+        if not isinstance(dtype, T.SimdType) and dtype.is_storage_only:
+            dtype = T.f32  # values compute in f32 anyway; a private array need not round them
+        return ir.LocalArray(a.name, dtype, tuple(dims), loc=a.loc)
+
+    def array_element(self, b, index, node) -> Optional[str]:
+        """The local standing for element ``index`` of dsl.local array ``b`` when the index is known at
+        compile time (None for other buffers); a run-time index keeps the whole array in memory."""
+        if not isinstance(b, ir.LocalArray):
+            return None
+        consts = [_fold(i) for i in index]
+        if any(not isinstance(k, int) or isinstance(k, bool) for k in consts):
+            if isinstance(b.dtype, T.SimdType):
+                raise self.error(node, f"'{b.name}' is an array of SIMD values: index it with values known at "
+                                       "compile time (literals, dsl.static_range variables, dsl.const parameters)")
+            self.dynamic.add(b.name)
+            return None
+        flat = 0
+        size = 1
+        shape = b.shape if len(consts) == len(b.shape) else (size_of(b.shape),)
+        for k, n in zip(consts, shape):
+            if not 0 <= k < n:
+                raise self.error(node, f"index {k} is out of range for dimension of size {n} of dsl.local array "
+                                       f"'{b.name}' {list(b.shape)}")
+            flat = flat * n + k
+            size *= n
+        return f"{b.name}__{flat}"
+
+    def visit_LocalInit(self, s: ir.LocalInit):
+        if not self.final:
+            return None
+        b = self.buffers[s.name]
+        if b.name in self.dynamic:
+            return s
+        zero = ir.Const(_convert_const(0, elem_of(b.dtype)), type=elem_of(b.dtype), loc=s.loc)
+        if isinstance(b.dtype, T.SimdType):
+            zero = ir.Splat(zero, type=b.dtype, loc=s.loc)
+        out = []
+        for k in range(size_of(b.shape)):
+            name = f"{b.name}__{k}"
+            self.ltypes[name] = b.dtype
+            self.seen.add(name)
+            out.append(ir.Assign(name, zero, loc=s.loc))
+        return out
 
     # ------------------------------------------------------------------ scratch
     def scratch_decl(self, s, binding: Binding) -> ir.Scratch:
@@ -590,8 +690,8 @@ class _Uniformity(Visitor):
                 return True
             if isinstance(n, ir.Load):
                 b = self.buffers.get(n.tensor)
-                if isinstance(b, ir.Scratch) or (isinstance(b, ir.TensorParam) and b.access != "in"):
-                    return True  # other threads may write it
+                if isinstance(b, _SHAPED) or (isinstance(b, ir.TensorParam) and b.access != "in"):
+                    return True  # other threads may write it (local arrays: conservatively)
         return False
 
     def block(self, stmts, div: Optional[SourceLoc], check: bool) -> None:
@@ -679,6 +779,20 @@ def _thread_dependent_funcs(funcs) -> set:
 
 
 # ---------------------------------------------------------------------- constants
+
+_SHAPED = (ir.Scratch, ir.LocalArray)  # buffers whose shape is known at compile time
+
+
+def size_of(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def elem_of(t):
+    return t.elem if isinstance(t, T.SimdType) else t
+
 
 def _check_literal(e: ir.Const, to: T.DType) -> None:
     """An integer literal must fit the type it takes (numpy 2 raises OverflowError there too)."""

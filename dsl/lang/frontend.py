@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import inspect
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -74,6 +74,17 @@ class ScratchDecl:
     index: int = 0
 
 
+@dataclass(frozen=True)
+class LocalDecl:
+    """One ``a = dsl.local(shape, dtype)`` declaration: a per-thread array (dtype a DType,
+    TypeVar or SimdType)."""
+
+    name: str
+    shape: Tuple[ir.Expr, ...]
+    dtype: Any
+    loc: SourceLoc
+
+
 @dataclass
 class Parsed:
     """A kernel or @dsl.func after parsing, before types are known."""
@@ -90,6 +101,7 @@ class Parsed:
     source: str
     log_level: str
     loc: SourceLoc = None
+    arrays: List[LocalDecl] = field(default_factory=list)  # dsl.local declarations
 
 
 # --------------------------------------------------------------------------- entry point
@@ -130,7 +142,7 @@ def parse(fn, *, is_kernel: bool, log_level: str) -> Parsed:
     nesting.check_depth(fdef, v.error)  # before anything recurses over the tree
     body = v.block(fdef.body, top=True)
     return Parsed(fn.__name__, params, tuple(body), v.scratch, v.funcs, v.resolve.captured, v.shape_unpacks, filename,
-                  firstline, src, log_level, v.loc(fdef))
+                  firstline, src, log_level, v.loc(fdef), v.arrays)
 
 
 # --------------------------------------------------------------------------- the visitor
@@ -151,6 +163,7 @@ class _Visitor(Visitor):
         self.is_kernel = is_kernel
         self.log_level = log_level
         self.scratch: List[ScratchDecl] = []
+        self.arrays: List[LocalDecl] = []
         self.funcs: Dict[str, Any] = {}
         self.top = False
         self.fdef = None  # the function's ast.FunctionDef (set by parse)
@@ -174,7 +187,8 @@ class _Visitor(Visitor):
 
     def is_tensor(self, name: str) -> bool:
         p = self.params.get(name)
-        return (p is not None and p.kind in ("tensor", "vec")) or any(s.name == name for s in self.scratch)
+        return (p is not None and p.kind in ("tensor", "vec")) or any(s.name == name for s in self.scratch) \
+            or any(a.name == name for a in self.arrays)
 
     def is_writable(self, name: str) -> bool:
         p = self.params.get(name)
@@ -228,6 +242,8 @@ class _Visitor(Visitor):
             return self.unpack(target, s.value, s)
         if isinstance(target, ast.Name) and _is_call_to(self, s.value, "scratch"):
             return self.declare_scratch(target, s.value, s)
+        if isinstance(target, ast.Name) and _is_call_to(self, s.value, "local"):
+            return self.declare_local(target, s.value, s)
         return self.assign_to(target, self.expr(s.value), s)
 
     def visit_AugAssign(self, s):
@@ -358,6 +374,40 @@ class _Visitor(Visitor):
         self.scratch.append(ScratchDecl(name, shape, dtype, self.loc(call), len(self.scratch)))
         return []
 
+    def declare_local(self, target: ast.Name, call: ast.Call, s) -> List[ir.Stmt]:
+        """``a = dsl.local(shape, dtype)``: a per-thread array, zeroed where the statement runs."""
+        if not self.is_kernel:
+            raise self.error(s, "dsl.local(...) arrays are declared in kernels, not in a @dsl.func")
+        name = target.id
+        if name in self.params or any(x.name == name for x in self.scratch):
+            raise self.error(target, f"'{name}' is already a parameter or scratch buffer")
+        if list(_assigned_counts(self.fn)).count(name) > 1:
+            raise self.error(target, f"local array '{name}' is assigned more than once; declare each dsl.local "
+                                     "array once (the statement re-zeroes it each time it runs)")
+        args = self.call_args(call, ("shape", "dtype"), required=2, raw=True)
+        shape_node = args["shape"]
+        elts = shape_node.elts if isinstance(shape_node, (ast.Tuple, ast.List)) else [shape_node]
+        shape = tuple(self.expr(e) for e in elts)
+        dtype = self.type_value(args["dtype"])
+        if not any(x.name == name for x in self.arrays):
+            self.arrays.append(LocalDecl(name, shape, dtype, self.loc(call)))
+        return [ir.LocalInit(name, loc=self.loc(s))]
+
+    def type_value(self, node):
+        """A dtype, TypeVar or ``dsl.simd(dtype, lanes)`` named in kernel code."""
+        if isinstance(node, ast.Call) and _is_call_to(self, node, "simd"):
+            args = self.call_args(node, ("dtype", "lanes"), required=2, raw=True)
+            lanes = args["lanes"]
+            n = lanes.value if isinstance(lanes, ast.Constant) else self.resolve.value(lanes)
+            try:
+                return T.simd(self.resolve.value(args["dtype"]), n)
+            except TypeError as err:
+                raise self.error(node, str(err)) from None
+        value = self.resolve.value(node)
+        if not isinstance(value, (T.DType, T.TypeVar, T.SimdType)):
+            raise self.error(node, "expected a dtype like f32, a TypeVar or dsl.simd(f32, 16)")
+        return value
+
     def visit_If(self, s):
         return ir.If(self.expr(s.test), tuple(self.block(s.body)), tuple(self.block(s.orelse)),
                      loc=self.loc(s))
@@ -428,7 +478,7 @@ class _Visitor(Visitor):
 
     # ---- calls used as statements
     def call_stmt(self, call: ast.Call) -> Optional[ir.Stmt]:
-        callee = self.resolve.callee(call.func)
+        callee = self.callee(call)
         loc = self.loc(call)
         kind, name = callee
         if (kind, name) == ("dsl", "sync"):
@@ -449,6 +499,11 @@ class _Visitor(Visitor):
             return ir.AtomicAdd(tname, index, self.expr(args["value"]), flat, loc=loc)
         if kind == "log":
             return self.log_stmt(call, name)
+        if kind == "method" and name == "vstore":
+            tensor = call.func.value.id
+            self.check_writable(tensor, call)
+            args = self.call_args(call, ("index", "value"), required=2)
+            return ir.VStore(tensor, args["index"], args["value"], loc=loc)
         if (kind, name) == ("py", "print"):
             if call.keywords:
                 raise self.error(call, "print() in kernels takes positional arguments only")
@@ -573,6 +628,11 @@ class _Visitor(Visitor):
             if not isinstance(axis, int) or isinstance(axis, bool):
                 raise self.error(k, "x.shape[k] needs a constant integer k")
             return ir.Shape(e.value.value.id, axis, loc=self.loc(e))
+        base = e.value.value if isinstance(e.value, ast.Attribute) and e.value.attr == "flat" else e.value
+        if not (isinstance(base, ast.Name) and self.is_tensor(base.id)):
+            if isinstance(e.slice, (ast.Slice, ast.Tuple)):
+                raise self.error(e.slice, "a SIMD value takes one lane index: v[k]")
+            return ir.Lane(self.expr(e.value), self.expr(e.slice), loc=self.loc(e))
         tensor, index, flat = self.subscript(e)
         return ir.Load(tensor, index, flat, loc=self.loc(e))
 
@@ -615,9 +675,24 @@ class _Visitor(Visitor):
     def visit_Tuple(self, e):
         raise self.error(e, "tuples are only supported on either side of an assignment (a, b = b, a)")
 
+    def callee(self, call: ast.Call):
+        """(kind, name) of what ``call`` calls; ``("method", m)`` for ``t.vload``/``t.vstore`` of a tensor."""
+        f = call.func
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and self.is_tensor(f.value.id):
+            if f.attr not in ("vload", "vstore"):
+                raise self.error(call, f"tensors have the methods vload(i, lanes) and vstore(i, value); not "
+                                       f".{f.attr}()")
+            return "method", f.attr
+        return self.resolve.callee(f)
+
     def visit_Call(self, e):
-        kind, name = self.resolve.callee(e.func)
+        kind, name = self.callee(e)
         loc = self.loc(e)
+        if kind == "method":
+            if name == "vstore":
+                raise self.error(e, "t.vstore(i, v) is a statement and returns nothing")
+            args = self.call_args(e, ("index", "lanes"), required=2)
+            return ir.VLoad(e.func.value.id, args["index"], args["lanes"], loc=loc)
         if kind == "dtype":
             args = self.call_args(e, ("value",), required=1)
             return ir.Cast(args["value"], type=name, loc=loc)
@@ -640,6 +715,15 @@ class _Visitor(Visitor):
             if name == "where":
                 args = self.call_args(e, ("cond", "a", "b"), required=3)
                 return ir.Select(args["cond"], args["a"], args["b"], loc=loc)
+            if name == "splat":
+                args = self.call_args(e, ("value", "lanes", "dtype"), required=2, raw=True)
+                value = self.expr(args["value"])
+                if "dtype" in args:
+                    value = ir.Cast(value, type=self.type_value(args["dtype"]), loc=loc)
+                return ir.Splat(value, self.expr(args["lanes"]), loc=loc)
+            if name in ("reduce_add", "reduce_max", "reduce_min"):
+                args = self.call_args(e, ("v",), required=1)
+                return ir.VReduce(name[len("reduce_"):], args["v"], loc=loc)
             if B.BUILTINS[name].kind == "lowered":
                 raise self.error(e, {"split": "dsl.split(n) returns two values: lo, hi = dsl.split(n)",
                                      "scratch": "dsl.scratch(...) must be assigned to a name at the top of the kernel",

@@ -172,6 +172,65 @@ class FuncCall(Expr):
     args: Tuple[Expr, ...]
 
 
+# --------------------------------------------------------------------------- SIMD values
+#
+# A SIMD value has a ``types.SimdType`` type.  The checker lowers every vector operation to
+# these nodes, so a backend implements exactly them: scalar operands of a vector operation
+# arrive already broadcast (``Splat``), vector operands already converted to the result's
+# element type (``VecOp("cast")``).
+
+@dataclass(frozen=True)
+class VLoad(Expr):
+    """``t.vload(i, n)``: ``n`` consecutive elements of ``t.flat`` from ``i`` (f16/bf16 widen to
+    f32).  ``lanes`` is the unchecked lane expression; after checking it is None and the lane
+    count is ``type.lanes``."""
+
+    tensor: str
+    index: Expr
+    lanes: Optional[Expr] = None
+
+
+@dataclass(frozen=True)
+class Splat(Expr):
+    """``dsl.splat(s, n)``: every lane ``s`` (lanes as for VLoad)."""
+
+    value: Expr
+    lanes: Optional[Expr] = None
+
+
+@dataclass(frozen=True)
+class Lane(Expr):
+    """``v[k]``: one lane of a SIMD value; after checking ``lane`` is a Const in range."""
+
+    value: Expr
+    lane: Expr
+
+
+VEC_BINARY = ("add", "sub", "mul", "truediv", "bitand", "bitor", "bitxor", "min", "max")
+VEC_COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
+
+
+@dataclass(frozen=True)
+class VecOp(Expr):
+    """An element-wise operation on SIMD values of one lane count, result ``type``.
+
+    ``op`` is a binary arithmetic or comparison name (VEC_BINARY, VEC_COMPARE; comparisons give
+    bool lanes), ``neg``/``invert``/``not``, ``where`` (mask, a, b), ``cast`` (to ``type``'s
+    element type, with scalar Cast semantics per lane), or the name of a registered builtin of
+    kind "call" (``fma``, ``exp``...) applied lane by lane with its scalar semantics."""
+
+    op: str
+    args: Tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class VReduce(Expr):
+    """``dsl.reduce_add/max/min(v)``: a scalar of ``v``'s element type."""
+
+    op: str  # 'add' | 'max' | 'min'
+    value: Expr
+
+
 # --------------------------------------------------------------------------- statements
 
 @dataclass(frozen=True, kw_only=True)
@@ -268,6 +327,24 @@ class ExprStmt(Stmt):
     value: Expr
 
 
+@dataclass(frozen=True)
+class VStore(Stmt):
+    """``t.vstore(i, v)``: the lanes of ``v`` into ``t.flat[i:i + lanes]`` (f16/bf16 narrow)."""
+
+    tensor: str
+    index: Expr
+    value: Expr
+
+
+@dataclass(frozen=True)
+class LocalInit(Stmt):
+    """``a = dsl.local(shape, dtype)``: (re)start per-thread array ``a``, every element zero.
+    Arrays indexed only by compile-time constants never reach a backend: the checker turns
+    their elements into locals; the others are ``Kernel.arrays``."""
+
+    name: str
+
+
 LOG_LEVELS = ("debug", "info", "warn", "error")
 
 
@@ -327,6 +404,17 @@ class Scratch:
 
 
 @dataclass(frozen=True)
+class LocalArray:
+    """``dsl.local(shape, dtype)`` indexed at run time: a per-thread array (a stack or private
+    array), read and written with Load/Store like a scratch buffer."""
+
+    name: str
+    dtype: DType
+    shape: Tuple[int, ...]
+    loc: SourceLoc = field(default=UNKNOWN, compare=False)
+
+
+@dataclass(frozen=True)
 class FuncOrigin:
     """Which Python function a ``@dsl.func`` specialization comes from: its qualified name,
     file and first line (``co_firstlineno``, the first decorator line)."""
@@ -374,6 +462,7 @@ class Kernel:
     varying: frozenset = frozenset()  # locals whose value may differ between team threads
     filename: str = "<unknown>"
     firstline: int = 1
+    arrays: Tuple[LocalArray, ...] = ()  # run-time indexed dsl.local arrays
 
     def param(self, name: str) -> Param:
         for p in self.params:
@@ -396,13 +485,10 @@ class Kernel:
         return None
 
     def buffer(self, name: str):
-        """The TensorParam, VecParam or Scratch named ``name``."""
-        for p in self.params:
+        """The TensorParam, VecParam, Scratch or LocalArray named ``name``."""
+        for p in self.params + self.scratch + self.arrays:
             if p.name == name:
                 return p
-        for s in self.scratch:
-            if s.name == name:
-                return s
         raise KeyError(name)
 
 
@@ -440,6 +526,8 @@ def dump(kernel: Kernel) -> str:
         out.append(f"  param {p}")
     for s in kernel.scratch:
         out.append(f"  scratch {s.name}: {s.dtype}{list(s.shape)}")
+    for a in kernel.arrays:
+        out.append(f"  array {a.name}: {a.dtype}{list(a.shape)}")
     for name, t in kernel.locals:
         out.append(f"  local {name}: {t}" + ("  (varying)" if name in kernel.varying else ""))
     for f in kernel.funcs:
@@ -471,6 +559,10 @@ def _dump_body(stmts, depth: int, out: list) -> None:
             sub = f"{s.tensor}.flat[{fmt(s.index[0])}]" if s.flat else f"{s.tensor}[{', '.join(map(fmt, s.index))}]"
             op = "+=" if isinstance(s, AtomicAdd) else "="
             out.append(f"{pad}{sub} {op} {fmt(s.value)}")
+        elif isinstance(s, VStore):
+            out.append(f"{pad}{s.tensor}.vstore({fmt(s.index)}, {fmt(s.value)})")
+        elif isinstance(s, LocalInit):
+            out.append(f"{pad}{s.name} = local(zeros)")
         elif isinstance(s, Return):
             out.append(f"{pad}return" + (f" {fmt(s.value)}" if s.value is not None else ""))
         elif isinstance(s, Log):
@@ -514,4 +606,16 @@ def fmt(e: Expr) -> str:
         return f"{name}({', '.join(map(fmt, e.args))})"
     if isinstance(e, Cast):
         return f"{e.type}({fmt(e.value)})"
+    if isinstance(e, VLoad):
+        return f"{e.tensor}.vload({fmt(e.index)}, {e.type.lanes if e.type is not None else fmt(e.lanes)})"
+    if isinstance(e, Splat):
+        return f"splat({fmt(e.value)}, {e.type.lanes if e.type is not None else fmt(e.lanes)})"
+    if isinstance(e, Lane):
+        return f"{fmt(e.value)}[{fmt(e.lane)}]"
+    if isinstance(e, VecOp):
+        if e.op in _SYMBOLS and len(e.args) == 2:
+            return f"({fmt(e.args[0])} {_SYMBOLS[e.op]} {fmt(e.args[1])})"
+        return f"{e.op if e.op != 'cast' else e.type}({', '.join(map(fmt, e.args))})"
+    if isinstance(e, VReduce):
+        return f"reduce_{e.op}({fmt(e.value)})"
     return type(e).__name__

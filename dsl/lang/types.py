@@ -297,3 +297,83 @@ def saturated_int(x: float, t: "DType") -> int:
     if x < lo:
         return lo
     return int(x)
+
+
+# ---------------------------------------------------------------------------
+# SIMD values
+# ---------------------------------------------------------------------------
+
+SIMD_LANES = (2, 4, 8, 16)
+"""Lane counts every backend supports: OpenCL C has float2..float16, LLVM any power of two."""
+
+
+@dataclass(frozen=True)
+class SimdType:
+    """``dsl.simd(f32, 16)``: a value of ``lanes`` elements of a compute type, held in a vector
+    register (an LLVM vector on numba, ``float16`` on OpenCL, a numpy array in the interpreter).
+
+    It answers the scalar questions (``is_float``, ``strong``...) for its element type, so the
+    checker's generic paths work; every place where vector-ness matters tests for it."""
+
+    elem: DType
+    lanes: int
+    weak = False
+    is_storage_only = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.elem.name.rstrip('_')}x{self.lanes}"
+
+    @property
+    def kind(self) -> str:
+        return self.elem.kind
+
+    @property
+    def bits(self) -> int:
+        return self.elem.bits
+
+    @property
+    def is_float(self) -> bool:
+        return self.elem.is_float
+
+    @property
+    def is_int(self) -> bool:
+        return self.elem.is_int
+
+    @property
+    def is_bool(self) -> bool:
+        return self.elem.is_bool
+
+    @property
+    def strong(self) -> "SimdType":
+        return self
+
+    @property
+    def compute(self) -> "SimdType":
+        return self
+
+    @property
+    def np(self) -> np.dtype:
+        return self.elem.np
+
+    def __repr__(self) -> str:
+        return f"dsl.simd({self.elem!r}, {self.lanes})"
+
+    def __str__(self) -> str:
+        return f"simd({self.elem}, {self.lanes})"
+
+
+def simd(dtype, lanes: int) -> SimdType:
+    """``dsl.simd(f32, 16)``: the type of a SIMD value (for ``dsl.local`` arrays of vectors)."""
+    elem = as_dtype(dtype)
+    if elem.is_storage_only:
+        raise TypeError(f"dsl.simd({elem.name}, {lanes}): f16/bf16 are storage types; their lanes load as f32, "
+                        "so use dsl.simd(f32, n)")
+    if isinstance(lanes, bool) or not isinstance(lanes, (int, np.integer)) or int(lanes) not in SIMD_LANES:
+        raise TypeError(f"dsl.simd(dtype, lanes): lanes must be one of {', '.join(map(str, SIMD_LANES))}, "
+                        f"got {lanes!r}")
+    return SimdType(elem, int(lanes))
+
+
+def is_simd(t) -> bool:
+    return isinstance(t, SimdType)
