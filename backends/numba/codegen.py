@@ -30,6 +30,7 @@ from dsl.lang import ir
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError
 from backends.numba import format as F
+from backends.numba.simd_codegen import WIDE_REGISTERS, SimdGen, uses_simd
 from dsl.lang import log_format as LF
 from dsl.lang.visitor import Visitor
 from backends.bounds import Sites
@@ -157,7 +158,7 @@ class Hooks:
         return [kind]
 
 
-class Gen(Visitor):
+class Gen(SimdGen, Visitor):
     """Emits expressions (``visit`` returns their code) and statements (``visit`` appends lines) of
     one kernel specialization."""
 
@@ -177,7 +178,8 @@ class Gen(Visitor):
         for p in kernel.params:
             if isinstance(p, ir.ScalarParam):
                 self.types.setdefault(p.name, p.dtype)
-        user = [p.name for p in kernel.params] + [s.name for s in kernel.scratch] + [n for n, _ in kernel.locals]
+        user = [p.name for p in kernel.params] + [s.name for s in kernel.scratch] + [a.name for a in kernel.arrays] \
+            + [n for n, _ in kernel.locals]
         self.names = Names(user)
         # scalar params the body assigns to behave as locals initialized from the argument
         self.assigned_params = {s.name for s in ir.walk(list(kernel.body))
@@ -187,6 +189,7 @@ class Gen(Visitor):
         # the context of a statement walk (see ``block``)
         self.out: List[str] = []
         self.depth, self.loops, self.hooks, self.line = 0, 0, Hooks(), [None]
+        self.simd_helpers: Dict[str, List[str]] = {}  # generated lane-by-lane functions (SimdGen)
 
     def inlined_math(self, e: ir.Call) -> Optional[str]:
         """The backends.numba.math template computing builtin call ``e``, if it has one here."""
@@ -202,6 +205,8 @@ class Gen(Visitor):
         dominates but slow streaming loops, because numpy's arrays start 16 bytes past a
         cache line, so every 64-byte access straddles two lines (benchmarks/RESULTS.md)."""
         seen = set() if seen is None else seen
+        if uses_simd(stmts):
+            return [WIDE_REGISTERS]
         for n in ir.walk(list(stmts)):
             if isinstance(n, ir.Call) and self.inlined_math(n):
                 return [WIDE_VECTORS]
@@ -391,6 +396,11 @@ class Gen(Visitor):
         if self.fastmath and ctype(e.type).is_float:
             return _nan_propagating("clamp", args)
         return f"min(max({args[0]}, {args[1]}), {args[2]})"
+
+    def builtin_fma(self, e, args, scope):
+        if ctype(e.type).is_float:
+            return f"sm.fma({', '.join(args)})"
+        return f"({args[0]} * {args[1]} + {args[2]})"
 
     def builtin_pow(self, e, args, scope):
         return self.int_edge("pow", ctype(e.type), args[0], args[1], e.args[1]) or f"({args[0]} ** {args[1]})"

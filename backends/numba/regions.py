@@ -22,6 +22,7 @@ from typing import Dict, List, Optional, Sequence, Set, Union
 from dsl.lang import ir
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError
+from backends.numba.simd_codegen import check_regions
 from backends.numba.codegen import FASTMATH, Gen, Hooks, Scope, cast, ctype, emit_function, storage_np
 
 FALL, BREAK, CONTINUE = 0, 1, 2
@@ -129,6 +130,10 @@ def uses_of(nodes, k: ir.Kernel, checked: bool = False) -> Uses:
                 u.shapes.update((n.tensor, d) for d in range(0 if checked else 1, ndim[n.tensor]))
             elif checked and n.tensor in ndim:
                 u.sizes.add(n.tensor)
+        elif isinstance(n, (ir.VLoad, ir.VStore)):  # flat; checked per lane in debug mode
+            u.buffers.add(n.tensor)
+            if checked and n.tensor in ndim:
+                u.sizes.add(n.tensor)
         elif isinstance(n, ir.Shape):
             if n.tensor in ndim:
                 u.shapes.add((n.tensor, n.axis))
@@ -182,6 +187,7 @@ class Program:
         self.has_sync = ir.contains_sync(list(kernel.body))
         self.regions: List[Region] = []
         self.team: List[TeamNode] = split(kernel.body, self.regions) if self.has_sync else []
+        check_regions(kernel, [r.stmts for r in self.regions])
         self.states: List[str] = self._state_vars() if self.has_sync else []
         self.has_return = any(ir.Return in escapes(r) for r in self.regions)
         self.has_escape = any(escapes(r) & {ir.Break, ir.Continue} for r in self.regions)
@@ -287,11 +293,13 @@ class Program:
                "from backends.numba import format as fmt",
                "from backends.numba import math as nm",
                "from backends.numba import runtime as rt",
+               "from backends.numba import simd as sm",
                "",
                "CACHE = True  # numba stores machine code beside this file (False without a disk cache)",
                *self.jit_options(),
                "ix = np.uint64  # tensor offsets: unsigned, so numba skips negative-index wrap-around",
                ""]
+        helpers_at = len(out)
         for f in k.funcs:
             out += ["", *emit_function(self.gen, f), ""]
         if self.has_sync:
@@ -304,6 +312,8 @@ class Program:
         out += ["", *self.entry(False), "", "", *self.entry(True)]
         if self.has_sync:
             out += ["", "", *self.team_function(True)]
+        helpers = [line for h in self.gen.simd_helpers.values() for line in ["", *h, ""]]
+        out[helpers_at:helpers_at] = helpers  # defined before the functions calling them
         return "\n".join(out).rstrip() + "\n"
 
     def jit_options(self) -> List[str]:
