@@ -194,14 +194,18 @@ def test_no_disk_cache_means_memory_only(timed, fresh_cache, monkeypatch):
     assert not records(fresh_cache)
 
 
-def test_autotune_off_uses_the_first_config_without_timing(no_timing, fresh_cache, monkeypatch):
-    monkeypatch.setenv("OPDSL_AUTOTUNE", "0")
+def test_autotune_off_uses_the_first_config_without_timing(timed, fresh_cache, monkeypatch):
     tuned = tuned_scale()
     x, y = data()
+    tuned(x, y, alpha=3.0, backend="numba")  # a winner (TILE=4) found before it is turned off
+    os.remove(records(fresh_cache)[0])
+    timed.clear()
+    monkeypatch.setenv("OPDSL_AUTOTUNE", "0")
+    assert tuned.best_config(x, y, alpha=3.0, backend="numba") == CONFIGS[0]
     tuned(x, y, alpha=2.0, backend="numba")
     np.testing.assert_array_equal(y, 2.0 * x)
     assert tuned.best_config(x, y, alpha=2.0, backend="numba") == CONFIGS[0]
-    assert not records(fresh_cache)
+    assert not records(fresh_cache) and not timed
 
 
 @pytest.mark.parametrize("damage", [b"{not json", b"", b"\xff\xfe", b'{"best": 1}', b"[1, 2]"])
