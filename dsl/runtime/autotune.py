@@ -59,7 +59,7 @@ class Autotuner:
         self.kernel = kernel
         functools.update_wrapper(self, kernel.fn)
         self.configs: List[Dict[str, Any]] = _checked_configs(kernel, configs)
-        self.key: List[str] = list(_checked_key_shape(key))
+        self.key: List[str] = list(_checked_key(key))
         self.reps = reps
         self._tuned_names = sorted({n for c in self.configs for n in c if n not in LAUNCH_OPTIONS})
         self._grid_tuned = any("grid" in c for c in self.configs)
@@ -146,7 +146,8 @@ class Autotuner:
     def _tune(self, backend: str, values: Tuple, args: tuple, kwargs: dict, grid: Any) -> int:
         if len(self.configs) == 1:
             return 0
-        rec = tuning_cache.record(_cache_folder(backend), self._identity(backend, values), len(self.configs))
+        folder = _cache_folder(backend)
+        rec = tuning_cache.record(folder, self._identity(backend, values), len(self.configs)) if folder else None
         best = tuning_cache.load(rec)
         if best is not None:
             log.debug("%s on %s, key %s: config %s from %s", self.__name__, backend, values, self.configs[best],
@@ -200,7 +201,7 @@ def autotune(configs: Sequence[Dict[str, Any]], key: Sequence[str] = (), reps: i
     makes a new tuning necessary: a scalar parameter, or ``x.shape``, ``x.shape[i]``, ``x.size``,
     ``x.dtype``, ``x.ndim`` of a tensor parameter ``x``.  ``reps`` timed runs follow one warm-up."""
     checked = _checked_config_list(configs)
-    keys = _checked_key_shape(key)
+    keys = _checked_key(key)
     return lambda kernel: Autotuner(kernel, checked, keys, reps)
 
 
@@ -216,7 +217,7 @@ def _checked_config_list(configs) -> List[Dict[str, Any]]:
     return [dict(c) for c in configs]
 
 
-def _checked_key_shape(key) -> Tuple[str, ...]:
+def _checked_key(key) -> Tuple[str, ...]:
     if isinstance(key, str) or not isinstance(key, (list, tuple)) or not all(isinstance(k, str) for k in key):
         raise TypeError(f"@dsl.autotune(key={key!r}): key must be a list of strings, e.g. ['x.size', 'n']")
     return tuple(key)

@@ -106,6 +106,9 @@ def test_each_config_is_timed_once_then_the_winner_is_remembered(timed):
     y2 = np.zeros_like(y)
     tuned(x.copy(), y2, alpha=2.0, backend="numba")  # same key values: no timing
     np.testing.assert_array_equal(y2, 2.0 * x)
+    y3 = np.zeros_like(y)
+    tuned[3](x, y3, alpha=2.0, backend="numba")      # a grid per launch, as for the kernel
+    np.testing.assert_array_equal(y3, 2.0 * x)
     assert timed == [2, 4, 8]
 
 
