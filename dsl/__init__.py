@@ -34,6 +34,7 @@ _LAZY = {
     "OnnxImportError": "dsl.onnx.load",
     "RawOpenCL": "backends.opencl.raw",
     "target": "dsl.runtime.target", "Target": "dsl.runtime.target",
+    "autotune": "dsl.runtime.autotune",
 }
 
 

@@ -11,6 +11,7 @@ OPDSL_MAX_TENSOR_BYTES  largest tensor a graph or ONNX model may make opdsl allo
                     constants, initializers, planned buffers); default 4 GiB; suffixes K M G T (x1024)
 OPDSL_DEBUG         set to 1 to bounds-check every compiled kernel, as @dsl.kernel(debug=True) does
 OPDSL_NO_INTERRUPT  set to 1 to compile launches without Ctrl-C polling (measuring its cost)
+OPDSL_AUTOTUNE      set to 0 to make @dsl.autotune use its first config without timing any (read per call)
 """
 from __future__ import annotations
 
@@ -102,6 +103,11 @@ def debug() -> bool:
 def interrupt_polling() -> bool:
     """Whether compiled code polls the Ctrl-C flag (OPDSL_NO_INTERRUPT=1 turns it off)."""
     return not _flag("OPDSL_NO_INTERRUPT")
+
+
+def autotune() -> bool:
+    """Whether @dsl.autotune times its configs (OPDSL_AUTOTUNE=0 makes it use the first one)."""
+    return os.environ.get("OPDSL_AUTOTUNE", "").strip().lower() not in ("0", "false", "no", "off")
 
 
 DEFAULT_MAX_TENSOR_BYTES = 4 << 30
