@@ -100,6 +100,36 @@ def escapes(region: Region) -> Set[type]:
     return kinds
 
 
+def exposed_reads(stmts: Sequence[ir.Stmt], assigned: Set[str]) -> Set[str]:
+    """Names ``stmts`` may read before assigning them (``assigned``: definitely assigned before;
+    updated in place with what ``stmts`` definitely assign).  A local none of whose regions
+    reads it this way needs no per-thread home across barriers: each region sets it first
+    (a SIMD accumulator in a team loop, say)."""
+    out: Set[str] = set()
+
+    def reads(*nodes):
+        out.update(n.name for n in ir.walk(list(nodes)) if isinstance(n, ir.Name) and n.name not in assigned)
+    for s in stmts:
+        if isinstance(s, ir.Assign):
+            reads(s.value)
+            assigned.add(s.name)
+        elif isinstance(s, ir.For):
+            reads(s.start, s.stop, s.step)
+            out.update(exposed_reads(s.body, assigned | {s.var}))
+        elif isinstance(s, ir.While):
+            reads(s.cond)
+            out.update(exposed_reads(s.body, set(assigned)))
+        elif isinstance(s, ir.If):
+            reads(s.cond)
+            then, other = set(assigned), set(assigned)
+            out.update(exposed_reads(s.body, then))
+            out.update(exposed_reads(s.orelse, other))
+            assigned.update(then & other)
+        else:
+            reads(s)
+    return out
+
+
 # --------------------------------------------------------------------------- what code uses
 
 @dataclass
@@ -198,12 +228,15 @@ class Program:
         """Locals needing a per-thread array: they cross a region boundary or a team loop iteration."""
         locals_ = self.gen.local_names
         seen: Dict[str, int] = {}
-        state: Set[str] = set()
+        exposed: Set[str] = set()
+        carried: Set[str] = set()
         for r in self.regions:
+            exposed |= exposed_reads(r.stmts, set())
             for n in self.uses(r.stmts).names & locals_:
                 seen[n] = seen.get(n, 0) + 1
                 if r.in_loop or seen[n] > 1:
-                    state.add(n)
+                    carried.add(n)
+        state = carried & exposed
         for e in _team_exprs(self.team):
             state |= self.uses([e]).names & locals_
         state |= _team_loop_vars(self.team)
