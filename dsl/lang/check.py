@@ -591,7 +591,14 @@ class _Checker(SimdRules, Visitor):
                                    "at compile time (a literal, a module-level constant or a dsl.const parameter)",
                                    d.loc)
             dims.append(v)
-        dtype = a.dtype if isinstance(a.dtype, T.SimdType) else binding.dtype(a.dtype)
+        if isinstance(a.dtype, T.DType) or isinstance(a.dtype, T.TypeVar):
+            dtype = binding.dtype(a.dtype)
+        else:  # frontend.SimdDecl
+            lanes = _fold(self.expr(a.dtype.lanes)[0])
+            try:
+                dtype = T.simd(a.dtype.elem, lanes)
+            except TypeError as err:
+                raise CompileError(str(err), a.dtype.loc) from None
         if not isinstance(dtype, T.SimdType) and dtype.is_storage_only:
             dtype = T.f32  # values compute in f32 anyway; a private array need not round them
         return ir.LocalArray(a.name, dtype, tuple(dims), loc=a.loc)

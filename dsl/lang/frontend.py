@@ -75,6 +75,15 @@ class ScratchDecl:
 
 
 @dataclass(frozen=True)
+class SimdDecl:
+    """``dsl.simd(dtype, lanes)`` in a declaration; ``lanes`` may be a dsl.const parameter."""
+
+    elem: Any
+    lanes: ir.Expr
+    loc: SourceLoc
+
+
+@dataclass(frozen=True)
 class LocalDecl:
     """One ``a = dsl.local(shape, dtype)`` declaration: a per-thread array (dtype a DType,
     TypeVar or SimdType)."""
@@ -397,14 +406,12 @@ class _Visitor(Visitor):
         """A dtype, TypeVar or ``dsl.simd(dtype, lanes)`` named in kernel code."""
         if isinstance(node, ast.Call) and _is_call_to(self, node, "simd"):
             args = self.call_args(node, ("dtype", "lanes"), required=2, raw=True)
-            lanes = args["lanes"]
-            n = lanes.value if isinstance(lanes, ast.Constant) else self.resolve.value(lanes)
-            try:
-                return T.simd(self.resolve.value(args["dtype"]), n)
-            except TypeError as err:
-                raise self.error(node, str(err)) from None
+            elem = self.resolve.value(args["dtype"])
+            if not isinstance(elem, T.DType):
+                raise self.error(args["dtype"], "dsl.simd(dtype, lanes): dtype must be a dtype like f32")
+            return SimdDecl(elem, self.expr(args["lanes"]), self.loc(node))  # lanes folded by the checker
         value = self.resolve.value(node)
-        if not isinstance(value, (T.DType, T.TypeVar, T.SimdType)):
+        if not isinstance(value, (T.DType, T.TypeVar)):
             raise self.error(node, "expected a dtype like f32, a TypeVar or dsl.simd(f32, 16)")
         return value
 

@@ -1,0 +1,177 @@
+"""The fast GEMM: packed panels and a register-tiled SIMD micro-kernel, in the DSL (BLIS's loops).
+
+``gemm_packed`` computes y[t] = alpha·A[t]·B[t] + beta·C for f32, f16 and bf16 data (f32
+arithmetic).  One team works on one batch entry at a time, in BLIS's loop order:
+
+* ``jc`` over blocks of NC columns, ``pc`` over blocks of KC of the inner dimension: the
+  team packs B[pc:pc+KC, jc:jc+NC] into column panels of NR = 2·V floats (``bp``), so the
+  micro-kernel reads B contiguously and from cache;
+* ``ic`` over blocks of MC rows: the team packs A[ic:ic+MC, pc:pc+KC] into row panels of MR
+  (``ap``), then shares the MR × NR tiles of the block among its threads;
+* the micro-kernel keeps an MR × NR tile of y in 2·MR SIMD registers (``dsl.local`` of
+  ``dsl.simd(f32, V)``): per k it loads two vectors of B and broadcasts MR values of A,
+  2·MR fused multiply-adds for 2 + MR loads.
+
+Packing reads A and B through strides, so transposes cost nothing but the pack, and
+zero-pads the ragged panels, so the micro-kernel has no edge cases; only the store of an
+edge tile goes lane by lane.  K blocks after the first add into y; alpha and beta are
+applied by a final pass only when they are not 1 and 0.  Tile sizes come from the target
+(``tile_config``): V = 16 lanes and MR = 6 on AVX-512 (12 of 32 vector registers hold the
+tile), V = 8 and MR = 6 on AVX2 (12 of 16).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+import dsl
+from dsl import In, InOut, Out, f32, i32
+
+T = dsl.TypeVar("T")
+THREADS = 4
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """Register tile (MR rows × 2·V lanes) and cache blocks (KC, MC, NC) of one target."""
+
+    V: int
+    MR: int
+    KC: int
+    MC: int
+    NC: int
+
+    @property
+    def NR(self) -> int:
+        return 2 * self.V
+
+
+def tile_config(backend: str = "numba") -> TileConfig:
+    """The tile for ``backend``'s target: 512-bit vectors where AVX-512 is, else 256-bit."""
+    feats = dsl.target(backend).features
+    if "avx512f" in feats:
+        return TileConfig(V=16, MR=6, KC=256, MC=96, NC=2048)
+    return TileConfig(V=8, MR=6, KC=256, MC=72, NC=1024)
+
+
+@dsl.kernel(threads=THREADS)
+def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], y: Out[T, 3], ap: InOut[f32, 2], bp: InOut[f32, 2],
+                trans_a: i32, trans_b: i32, alpha: f32, beta: f32,
+                V: dsl.const[i32], MR: dsl.const[i32], KC: dsl.const[i32], MC: dsl.const[i32],
+                NC: dsl.const[i32]):
+    """y[t] = alpha·A[t]·B[t] + beta·C; ``ap``/``bp`` are per-team packing buffers (MC·KC, KC·NC)."""
+    m = y.shape[1]
+    n = y.shape[2]
+    kd = a.shape[1] if trans_a == 1 else a.shape[2]
+    sai = 1 if trans_a == 1 else a.shape[2]
+    sak = a.shape[2] if trans_a == 1 else 1
+    sbk = 1 if trans_b == 1 else b.shape[2]
+    sbj = b.shape[2] if trans_b == 1 else 1
+    sab = a.shape[1] * a.shape[2] if a.shape[0] > 1 else 0
+    sbb = b.shape[1] * b.shape[2] if b.shape[0] > 1 else 0
+    NR = 2 * V
+    team = dsl.tile_id()
+    ab = team * ap.shape[1]  # this team's packing buffers
+    bb = team * bp.shape[1]
+    for t in range(team, y.shape[0], dsl.num_tiles()):
+        for jc in range(0, n, NC):
+            nc = min(NC, n - jc)
+            npan = (nc + NR - 1) // NR
+            for pc in range(0, kd, KC):
+                kc = min(KC, kd - pc)
+                # pack B[pc:pc+kc, jc:jc+nc] into npan panels of kc rows × NR
+                lo, hi = dsl.split(npan)
+                for jp in range(lo, hi):
+                    j0 = jc + jp * NR
+                    dst = bb + jp * kc * NR
+                    src = t * sbb + pc * sbk + j0 * sbj
+                    if sbj == 1 and j0 + NR <= n:
+                        for k in range(kc):
+                            bp.vstore(dst + k * NR, b.vload(src + k * sbk, V))
+                            bp.vstore(dst + k * NR + V, b.vload(src + k * sbk + V, V))
+                    else:
+                        for k in range(kc):
+                            for col in range(NR):
+                                v = f32(0)
+                                if j0 + col < n:
+                                    v = b.flat[src + k * sbk + col * sbj]
+                                bp.flat[dst + k * NR + col] = v
+                dsl.sync()
+                for ic in range(0, m, MC):
+                    mc = min(MC, m - ic)
+                    mpan = (mc + MR - 1) // MR
+                    # pack A[ic:ic+mc, pc:pc+kc] into mpan panels of kc columns × MR
+                    lo, hi = dsl.split(mpan)
+                    for ip in range(lo, hi):
+                        i0 = ic + ip * MR
+                        dst = ab + ip * kc * MR
+                        src = t * sab + i0 * sai + pc * sak
+                        for r in dsl.static_range(MR):
+                            if i0 + r < m:
+                                for k in range(kc):
+                                    ap.flat[dst + k * MR + r] = a.flat[src + r * sai + k * sak]
+                            else:
+                                for k in range(kc):
+                                    ap.flat[dst + k * MR + r] = f32(0)
+                    dsl.sync()
+                    # the MR × NR tiles of this block, B panel outermost (it stays in L1)
+                    lo, hi = dsl.split(mpan * npan)
+                    for tile in range(lo, hi):
+                        jp = tile // mpan
+                        ip = tile % mpan
+                        acc = dsl.local((MR, 2), dsl.simd(f32, V))
+                        pa = ab + ip * kc * MR
+                        pb = bb + jp * kc * NR
+                        for k in range(kc):
+                            b0 = bp.vload(pb + k * NR, V)
+                            b1 = bp.vload(pb + k * NR + V, V)
+                            for r in dsl.static_range(MR):
+                                av = dsl.splat(ap.flat[pa + k * MR + r], V)
+                                acc[r, 0] = dsl.fma(av, b0, acc[r, 0])
+                                acc[r, 1] = dsl.fma(av, b1, acc[r, 1])
+                        i0 = ic + ip * MR
+                        j0 = jc + jp * NR
+                        for r in dsl.static_range(MR):
+                            if i0 + r < m:
+                                row = (t * m + i0 + r) * n + j0
+                                for h in dsl.static_range(2):
+                                    at = row + h * V
+                                    if j0 + h * V + V <= n:
+                                        if pc == 0:
+                                            y.vstore(at, acc[r, h])
+                                        else:
+                                            y.vstore(at, y.vload(at, V) + acc[r, h])
+                                    else:
+                                        for lane in dsl.static_range(V):
+                                            if j0 + h * V + lane < n:
+                                                if pc == 0:
+                                                    y.flat[at + lane] = acc[r, h][lane]
+                                                else:
+                                                    y.flat[at + lane] = y.flat[at + lane] + acc[r, h][lane]
+                    dsl.sync()
+        if alpha != 1 or beta != 0:  # y = alpha·y + beta·C, C broadcast
+            sci = c.shape[1] if c.shape[0] > 1 else 0
+            scj = 1 if c.shape[1] > 1 else 0
+            lo, hi = dsl.split(m)
+            for i in range(lo, hi):
+                for j in range(n):
+                    y[t, i, j] = alpha * y[t, i, j] + beta * c.flat[i * sci + j * scj]
+
+
+def workspace(teams: int, cfg: TileConfig, k: int, m: int, n: int):
+    """Per-team packing buffers sized for this problem (no bigger than one cache block each)."""
+    kc = min(cfg.KC, k)
+    mc = min(cfg.MC, -(-m // cfg.MR) * cfg.MR)
+    nc = min(cfg.NC, -(-n // cfg.NR) * cfg.NR)
+    return np.empty((teams, mc * kc), np.float32), np.empty((teams, kc * nc), np.float32)
+
+
+def packed_gemm(a, b, c, y, trans_a: int = 0, trans_b: int = 0, alpha=1.0, beta=1.0, backend=None, grid=None):
+    """``gemm_kernel``'s interface on the packed kernel: 3-D a, b (size-1 batch broadcast), 2-D c."""
+    cfg = tile_config(backend or "numba")
+    k = a.shape[1] if trans_a else a.shape[2]
+    teams = max(1, min(y.shape[0], 8))
+    ap, bp = workspace(teams, cfg, k, y.shape[1], y.shape[2])
+    gemm_packed(a, b, c, y, ap, bp, trans_a=trans_a, trans_b=trans_b, alpha=float(alpha), beta=float(beta),
+                V=cfg.V, MR=cfg.MR, KC=cfg.KC, MC=cfg.MC, NC=cfg.NC, backend=backend, grid=teams)
