@@ -55,7 +55,6 @@ CONV_GEOMEAN_TARGET = 1.2
 # |opdsl - reference| <= TOL * max|reference| (+ TOL relative): storage rounding of the output
 # (f16: 2^-11, bf16: 2^-8) plus a different summation order
 TOLERANCE = {"float32": 1e-4, "float16": 2e-3, "bfloat16": 1e-2}
-CONV_TOLERANCE = 1e-4
 
 
 def _progress(msg: str) -> None:
@@ -264,12 +263,14 @@ def half_dtypes() -> Dict[str, np.dtype]:
     return found
 
 
-def bench_half(sizes: Sequence[int] = HALF_SIZES, repeat: int = DEFAULT_REPEAT, backend: str = "numba") -> Table:
-    """f16/bf16-storage MatMul against opdsl's own f32 at the same size (timed interleaved)."""
-    kinds = half_dtypes()
+def bench_half(sizes: Sequence[int] = HALF_SIZES, repeat: int = DEFAULT_REPEAT, backend: str = "numba",
+               only: Sequence[str] = ("f16", "bf16")) -> Table:
+    """f16/bf16-storage MatMul against opdsl's own f32 at the same size (timed interleaved);
+    ``only`` narrows the 16-bit types (each is a compile of its own)."""
+    kinds = {k: v for k, v in half_dtypes().items() if k in only}
     table = Table("16-bit storage MatMul, M = N = K, opdsl (load_onnx), GFLOP/s: best (median)",
                   ["size", "f32"] + [f"{k}" for k in kinds] + [f"{k} / f32" for k in kinds] + ["target"])
-    for missing in sorted({"f16", "bf16"} - set(kinds)):
+    for missing in sorted(set(only) - set(kinds)):
         table.notes.append(f"{missing}: not in ops.matmul.MATMUL_TYPES (or no numpy dtype for it), not measured")
     for n in sizes:
         _progress(f"half {n}^3: compiling and checking f32, {', '.join(kinds)}")
@@ -305,7 +306,8 @@ def conv_flops(c_in: int, hw: int, c_out: int, k: int, stride: int) -> float:
 
 def bench_conv(shapes=RESNET50_CONVS, repeat: int = DEFAULT_REPEAT, backend: str = "numba") -> Table:
     """Batch-1 f32 Conv layers: opdsl (load_onnx) vs onnxruntime on every core, same weights."""
-    table = Table(f"Conv f32, batch 1, ResNet-50 layer shapes, vs onnxruntime ({os.cpu_count()} intra-op threads)",
+    which = "ResNet-50 layer shapes" if tuple(shapes) == RESNET50_CONVS else "shapes given"
+    table = Table(f"Conv f32, batch 1, {which}, vs onnxruntime ({os.cpu_count()} intra-op threads)",
                   ["C_in, H=W -> C_out, k, stride", "GFLOP", "opdsl best (median)", "onnxruntime best (median)",
                    "opdsl / ORT", "target", "max |diff| vs ORT"])
     ratios = []
@@ -320,15 +322,9 @@ def bench_conv(shapes=RESNET50_CONVS, repeat: int = DEFAULT_REPEAT, backend: str
         model = op_models.conv_model(c_in, hw, c_out, k, stride, weight, bias)
         ort = op_models.ort_runner(model, {"x": x})
         ours = op_models.opdsl_runner(model, {"x": x}, backend)
-        want = ort()
-        got = ours()
-        tol = CONV_TOLERANCE * max(1.0, float(np.max(np.abs(want))))
-        err = float(np.max(np.abs(got - want))) if got.shape == want.shape else math.inf
-        cases = {"onnxruntime": ort}
-        if np.allclose(got, want, rtol=1e-3, atol=tol):
-            cases["opdsl"] = ours
-        else:
-            table.mismatch(f"opdsl Conv {name} (shape {got.shape} vs {want.shape})", err, tol)
+        want = np.asarray(ort(), np.float64)
+        _, err, _ = compare(ours(), want)
+        cases = {"onnxruntime": ort, **checked_cases(table, {"opdsl": ours}, want, name)}
         _progress(f"conv {name}: timing, interleaved")
         timed: Dict[str, Optional[Timing]] = dict(measure_interleaved(cases, repeat=repeat, warmup=1))
         t_ours, t_ort = timed.get("opdsl"), timed["onnxruntime"]
@@ -336,7 +332,7 @@ def bench_conv(shapes=RESNET50_CONVS, repeat: int = DEFAULT_REPEAT, backend: str
         if ratio is not None:
             ratios.append(ratio)
         verdict = table.target(f"opdsl <= {CONV_TARGET}x ORT on {name}", ratio, CONV_TARGET, higher_is_better=False)
-        table.rows.append([name, f"{conv_flops(c_in, hw, c_out, k, stride) / 1e9:.3f}",
+        table.rows.append([name, f"{conv_flops(c_in, hw, c_out, k, stride) / 1e9:.3g}",
                            f"{fmt_seconds(t_ours.best)} ({fmt_seconds(t_ours.median)})" if t_ours else "MISMATCH",
                            f"{fmt_seconds(t_ort.best)} ({fmt_seconds(t_ort.median)})",
                            f"{ratio:.2f}x" if ratio is not None else "n/a", f"≤ {CONV_TARGET}x: {verdict}",
@@ -348,7 +344,8 @@ def bench_conv(shapes=RESNET50_CONVS, repeat: int = DEFAULT_REPEAT, backend: str
                  geomean, CONV_GEOMEAN_TARGET, higher_is_better=False)
     table.values["geomean"] = {"ratio": geomean}
     table.notes.append("both run the same one-node ONNX model (weights as initializers, pads k//2); "
-                       "opdsl's check is allclose(rtol=1e-3, atol=1e-4 * max|ORT|)")
+                       f"opdsl's result is held to ORT's: allclose(rtol={TOLERANCE['float32']:g}, "
+                       f"atol={TOLERANCE['float32']:g} * max|ORT|)")
     return table
 
 
