@@ -50,3 +50,12 @@ def test_a_wrong_result_is_reported_not_timed():
                                            "wrong": lambda: np.zeros((4, 4), np.float32)}, want, "4x4")
     assert list(good) == ["right"]
     assert len(table.mismatches) == 1 and "wrong" in table.mismatches[0]
+
+
+def test_numpy_child_runs_without_the_openblas_overrides(monkeypatch):
+    from benchmarks.blas_child import SLOW_BLAS_VARS, numpy_matmul_times
+    for name in SLOW_BLAS_VARS:
+        monkeypatch.setenv(name, "Haswell" if name.endswith("CORETYPE") else "262144")
+    got = numpy_matmul_times([{"name": "8", "a": [8, 8], "b": [8, 8]}], repeat=1)
+    assert got["env"] == {name: None for name in SLOW_BLAS_VARS}
+    assert got["results"]["8"]["best"] > 0
