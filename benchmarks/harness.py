@@ -110,6 +110,32 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def lscpu_model_name() -> str:
+    """``lscpu``'s "Model name" (what a reader looks the CPU up by), else /proc/cpuinfo's."""
+    import subprocess
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    for line in out.splitlines():
+        if line.strip().startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
+    return cpu_model()
+
+
+def avx512_flags() -> List[str]:
+    """The avx512* feature flags /proc/cpuinfo reports for this machine, read now (a VM may
+    hide what the host CPU has; an empty list means no AVX-512 or not Linux)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return sorted(flag for flag in line.split(":", 1)[1].split() if flag.startswith("avx512"))
+    except OSError:
+        pass
+    return []
+
+
 def usable_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
