@@ -23,6 +23,7 @@ every tile in order, so a launch costs ``threads`` thread starts whatever the gr
 from __future__ import annotations
 
 import builtins as _py_builtins
+import dis
 import inspect
 import os
 import sys
@@ -40,7 +41,7 @@ from dsl.lang.func import Func
 from dsl.lang.visitor import Visitor
 from backends.base import Backend, CompileRequest, Launcher, TargetInfo
 from backends import host
-from backends.interpreter.views import Tensor
+from backends.interpreter.views import Tensor, local_array
 
 # --------------------------------------------------------------------------- Python builtins
 
@@ -65,7 +66,8 @@ def _kernel_print(*args, sep=" ", end="\n", file=None, flush=False):
 _KERNEL_BUILTINS = dict(vars(_py_builtins))
 # Python's min/max/abs and ** in a kernel are the registered builtins (dsl/lang/builtins.py)
 _KERNEL_BUILTINS.update({name: B.BUILTINS[name].runtime for name in ("min", "max", "abs")})
-_KERNEL_BUILTINS.update(int=B.int_, print=_kernel_print, __opdsl_pow__=B.BUILTINS["pow"].runtime)
+_KERNEL_BUILTINS.update(int=B.int_, float=B.float_, bool=B.bool_, print=_kernel_print,
+                        __opdsl_pow__=B.BUILTINS["pow"].runtime)
 
 # Frames in these files are ours, not the user's: skipped when naming call sites
 # and trimmed from tracebacks shown to the user.
@@ -205,6 +207,11 @@ class _Context(B.TeamContext):
     def scratch(self, shape, dtype) -> Tensor:
         return self.team.get_scratch(shape, dtype)
 
+    def local(self, shape, dtype) -> Tensor:
+        """A fresh zeroed ``dsl.local`` array of this thread (each run of the statement re-zeroes it)."""
+        name, dtype = self.team.launch.local_decl(_user_frame(), dtype)
+        return local_array(name, shape, dtype)
+
     def log(self, level: str, text: str) -> None:
         launch = self.team.launch
         with launch.print_lock:
@@ -233,6 +240,7 @@ class _Launch:
         self.failed = False
         self.error: Optional[BaseException] = None
         self.teams: Dict[int, _Team] = {}
+        self.local_decls = launcher.local_decls
 
     def team(self, tile: int) -> _Team:
         with self.cond:
@@ -265,6 +273,22 @@ class _Launch:
         exc.__traceback__ = _trim(exc.__traceback__)
         self._fail(_wrap_exception(self, exc, tid, tile))
 
+    def local_decl(self, frame, dtype):
+        """(name, element type) of the ``dsl.local(...)`` array whose call ``frame`` is executing.
+
+        The frontend allows only ``name = dsl.local(...)``, so the call's result goes to the next
+        store instruction's name; the checker's type for that array (a dsl.const or TypeVar
+        resolved, f16/bf16 as f32) is that of its element locals or of ``Kernel.arrays``."""
+        key = (frame.f_code, frame.f_lasti) if frame is not None else None
+        hit = self.local_decls.get(key)
+        if hit is None:
+            name = _assigned_name(frame) if frame is not None else None
+            checked = {a.name: a.dtype for a in self.kernel.arrays}.get(name) or \
+                dict(self.kernel.locals).get(f"{name}__0")
+            hit = self.local_decls[key] = (name or "local", checked)
+        name, checked = hit
+        return name, checked if checked is not None else dtype
+
     def scratch_decl(self, frame) -> Optional[ir.Scratch]:
         """The kernel's ``ir.Scratch`` whose ``dsl.scratch(...)`` call ``frame`` is executing: the
         frontend gave each declaration the line and column of its call (``Kernel.scratch_at``),
@@ -278,6 +302,15 @@ class _Launch:
         if line is None or col is None:
             return None
         return self.kernel.scratch_at(line, col + 1)
+
+
+def _assigned_name(frame) -> Optional[str]:
+    """The name the call ``frame`` is executing assigns its result to (``a = dsl.local(...)``)."""
+    for ins in dis.get_instructions(frame.f_code):
+        if ins.offset > frame.f_lasti and ins.opname in ("STORE_FAST", "STORE_NAME", "STORE_DEREF",
+                                                         "STORE_GLOBAL"):
+            return ins.argval
+    return None
 
 
 def _trim(tb):
@@ -325,6 +358,7 @@ class InterpreterLauncher(Launcher):
         self.log_level = request.log_level
         self.print_lock = threading.Lock()
         self._params = tuple(request.kernel.params)
+        self.local_decls: Dict[tuple, tuple] = {}  # dsl.local call site -> (name, checked type)
 
     def _bind(self, args: Sequence) -> dict:
         """Keyword arguments for the user's function: tensor views and numpy scalars."""
