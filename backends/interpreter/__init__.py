@@ -11,7 +11,10 @@ behaves as the compiled backends do:
 * team queries (``dsl.thread_id()``...) are i64, as the checker types them;
 * tensors are thin views that check every index (numpy would silently wrap a
   negative one), refuse writes to ``In`` tensors, widen f16/bf16 loads to f32
-  and wrap stores to narrow ints like ``astype``;
+  and wrap stores to narrow ints like ``astype`` (views.py; ``dsl.local`` arrays
+  are such views too, one per thread);
+* SIMD values are numpy arrays of their lanes (``dsl.lang.builtins.Lanes``), on
+  which augmented assignment makes a new value instead of writing in place;
 * ``dsl.sync()`` is a barrier that notices a deadlock (a thread that left the
   kernel, or threads waiting at different ``sync()`` calls) and reports it as a
   ``dsl.LaunchError`` instead of hanging.

@@ -8,6 +8,7 @@ stores as the compiled code does, so the interpreter can serve as the language's
 from __future__ import annotations
 
 import builtins as _py_builtins
+import operator
 
 import numpy as np
 
@@ -92,13 +93,15 @@ class Tensor:
             _store(self, self.flat._a, slice(i, i + lanes), value)
 
     def _lane_range(self, i, lanes, what):
-        """``i`` when lanes ``i .. i + lanes - 1`` are all inside the tensor, else an IndexError."""
+        """``i`` (a Python int, so ``i + lanes`` cannot wrap) when lanes ``i .. i + lanes - 1`` are all
+        inside the tensor, else an IndexError."""
         try:
-            ok = 0 <= i and i + lanes <= self.size
-        except (TypeError, ValueError):
+            j = operator.index(i)
+            ok = 0 <= j and j + lanes <= self.size
+        except TypeError:
             ok = False
         if ok:
-            return i
+            return j
         raise IndexError(_describe_bad_lanes(self, i, lanes, what))
 
     # -- conveniences for pdb users and numpy

@@ -191,7 +191,8 @@ def _unary_float(fn: Callable) -> Callable:
 
 def _np_unary(fn: Callable) -> Callable:
     """A float builtin from a numpy ufunc; integer arguments compute in f64 as the checker types
-    them (numpy would give f16 for an i8)."""
+    them (numpy would give f16 for an i8).  (numpy's floor/ceil, unlike ``math``'s, keep inf
+    and NaN, and f32 stays f32, exactly.)"""
     def run(x):
         conv = _float_of(x)
         if conv is float:
@@ -253,18 +254,6 @@ def rsqrt(x):
     return conv(1.0 / math.sqrt(float(x))) if float(x) > 0 else conv(math.inf if float(x) == 0 else math.nan)
 
 
-def _floor_or_ceil(fn):
-    """``math.floor`` cannot take inf or NaN; numpy's keeps them, and f32 stays f32 (exact)."""
-    def run(x):
-        conv = _float_of(x)
-        if conv is float:
-            return float(fn(x))
-        if isinstance(x, np.ndarray):
-            return fn(x.astype(conv, copy=False)).view(Lanes)
-        return fn(conv(x))
-    return run
-
-
 exp = _np_unary(np.exp)
 log_ = _np_unary(np.log)
 sqrt = _np_unary(np.sqrt)
@@ -272,8 +261,8 @@ tanh = _np_unary(np.tanh)
 sin = _np_unary(np.sin)
 cos = _np_unary(np.cos)
 erf = _unary_float(math.erf)
-floor = _floor_or_ceil(np.floor)
-ceil = _floor_or_ceil(np.ceil)
+floor = _np_unary(np.floor)
+ceil = _np_unary(np.ceil)
 
 
 def pow_(x, y):

@@ -250,6 +250,8 @@ def test_float_builtins_on_int_lanes_are_f64():
             r = fn(v)
             assert isinstance(r, B.Lanes) and r.dtype == np.float64, (fn, r.dtype)
     assert B.exp(np.int8(1)).dtype == np.float64  # the scalar face agrees (numpy alone gives f16)
+    assert B.floor(np.float32(np.inf)) == np.inf and np.isnan(B.ceil(np.nan))  # math.floor would raise
+    assert type(B.floor(2.5)) is float and type(B.ceil(np.int32(2))) is np.float64
 
 
 def test_int_lanes_saturate():
@@ -356,6 +358,8 @@ def test_vstore_refuses_in_tensors():
     np.testing.assert_array_equal(t.vload(4, 4), np.zeros(4, np.float32))
     with pytest.raises(IndexError, match=r"x\.vload\(6, 4\): .*accepted: 0 <= i <= 4"):
         t.vload(6, 4)
+    with pytest.raises(IndexError, match=r"x\.vload\(9223372036854775807, 4\): elements 9223372036854775807\.\."):
+        t.vload(np.int64(2**63 - 1), 4)  # i + lanes would wrap in i64
     short = interpreter.Tensor(np.zeros(2, np.float32), "s", "out", T.f32)
     with pytest.raises(IndexError, match=r"accepted: none: it has fewer than 4 elements"):
         short.vstore(0, B.splat(1.0, 4, f32))
