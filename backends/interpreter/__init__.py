@@ -11,7 +11,10 @@ behaves as the compiled backends do:
 * team queries (``dsl.thread_id()``...) are i64, as the checker types them;
 * tensors are thin views that check every index (numpy would silently wrap a
   negative one), refuse writes to ``In`` tensors, widen f16/bf16 loads to f32
-  and wrap stores to narrow ints like ``astype``;
+  and wrap stores to narrow ints like ``astype`` (views.py; ``dsl.local`` arrays
+  are such views too, one per thread);
+* SIMD values are numpy arrays of their lanes (``dsl.lang.builtins.Lanes``), on
+  which augmented assignment makes a new value instead of writing in place;
 * ``dsl.sync()`` is a barrier that notices a deadlock (a thread that left the
   kernel, or threads waiting at different ``sync()`` calls) and reports it as a
   ``dsl.LaunchError`` instead of hanging.
@@ -23,6 +26,7 @@ every tile in order, so a launch costs ``threads`` thread starts whatever the gr
 from __future__ import annotations
 
 import builtins as _py_builtins
+import dis
 import inspect
 import os
 import sys
@@ -40,6 +44,7 @@ from dsl.lang.func import Func
 from dsl.lang.visitor import Visitor
 from backends.base import Backend, CompileRequest, Launcher, TargetInfo
 from backends import host
+from backends.interpreter.views import Tensor, local_array
 
 # --------------------------------------------------------------------------- Python builtins
 
@@ -64,175 +69,17 @@ def _kernel_print(*args, sep=" ", end="\n", file=None, flush=False):
 _KERNEL_BUILTINS = dict(vars(_py_builtins))
 # Python's min/max/abs and ** in a kernel are the registered builtins (dsl/lang/builtins.py)
 _KERNEL_BUILTINS.update({name: B.BUILTINS[name].runtime for name in ("min", "max", "abs")})
-_KERNEL_BUILTINS.update(int=B.int_, print=_kernel_print, __opdsl_pow__=B.BUILTINS["pow"].runtime)
+_KERNEL_BUILTINS.update(int=B.int_, float=B.float_, bool=B.bool_, print=_kernel_print,
+                        __opdsl_pow__=B.BUILTINS["pow"].runtime)
 
 # Frames in these files are ours, not the user's: skipped when naming call sites
 # and trimmed from tracebacks shown to the user.
-_OWN_FILES = {os.path.abspath(__file__), os.path.abspath(B.__file__)}
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_OWN_FILES = {os.path.join(_HERE, f) for f in os.listdir(_HERE) if f.endswith(".py")} | {os.path.abspath(B.__file__)}
 
 
 def _own(code) -> bool:
     return os.path.abspath(code.co_filename) in _OWN_FILES
-
-
-# --------------------------------------------------------------------------- tensor views
-
-class Tensor:
-    """A kernel tensor argument: numpy indexing with bounds checks.
-
-    Loads give numpy scalars (f32 for f16/bf16 storage); ``.shape`` and
-    ``.size`` are Python ints (the checker types them weak).  ``np.asarray(t)``
-    gives the underlying array (read-only for ``In``).
-    """
-
-    __slots__ = ("array", "name", "access", "shape", "size", "ndim", "dtype", "flat",
-                 "_shape", "_n0", "_n1", "_wide", "_int", "_fast")
-
-    def __init__(self, array: np.ndarray, name: str, access: str, dtype: T.DType):
-        if access == "in":
-            array = array.view()
-            array.flags.writeable = False
-        self.array = array
-        self.name = name
-        self.access = access
-        self.dtype = array.dtype
-        self._shape = self.shape = tuple(array.shape)
-        self._n0 = self._shape[0] if self._shape else 0
-        self._n1 = self._shape[1] if len(self._shape) > 1 else 0
-        self.size = array.size
-        self.ndim = array.ndim
-        self._wide = dtype.is_storage_only
-        self._int = dtype.is_int
-        self._fast = access != "in" and dtype.is_float and not self._wide  # plain numpy store is exact
-        self.flat = _Flat(self)
-
-    # -- indexing: the hot path of every kernel, so the common ranks are spelled out
-    def _index(self, idx):
-        """``idx`` when it names one element, else an IndexError naming tensor, index and shape."""
-        try:
-            nd = self.ndim
-            if nd == 1:
-                ok = 0 <= idx < self._n0
-            elif nd == 2:
-                i, j = idx
-                ok = 0 <= i < self._n0 and 0 <= j < self._n1
-            else:
-                ok = idx.__class__ is tuple and len(idx) == nd and all(0 <= k < n for k, n in zip(idx, self._shape))
-        except (TypeError, ValueError):
-            ok = False
-        if ok:
-            return idx
-        raise IndexError(_describe_bad_index(self, idx))
-
-    def __getitem__(self, idx):
-        v = self.array[self._index(idx)]
-        return np.float32(v) if self._wide else v
-
-    def __setitem__(self, idx, value) -> None:
-        if self._fast:
-            self.array[self._index(idx)] = value
-        else:
-            _store(self, self.array, self._index(idx), value)
-
-    # -- conveniences for pdb users and numpy
-    def __len__(self) -> int:
-        if not self._shape:
-            raise TypeError(f"len() of 0-d tensor {self.name!r}")
-        return self._shape[0]
-
-    def __array__(self, dtype=None, copy=None):
-        return self.array if dtype is None else self.array.astype(dtype)
-
-    def __repr__(self) -> str:
-        return (f"<{self.access} tensor {self.name!r} {self.dtype} shape {self._shape}>\n"
-                f"{np.array2string(self.array, threshold=64)}")
-
-
-class _Flat:
-    """``t.flat[i]``: the tensor as one row-major vector, bounds-checked."""
-
-    __slots__ = ("tensor", "_a", "_n", "_wide", "_fast")
-
-    def __init__(self, tensor: Tensor):
-        self.tensor = tensor
-        self._wide = tensor._wide
-        self._fast = tensor._fast
-        self._a = tensor.array.reshape(-1)  # a view: kernel tensors are C-contiguous
-        self._n = tensor.array.size
-
-    def _bad(self, i):
-        return IndexError(_describe_bad_index(self.tensor, i, flat=True))
-
-    # The hot path of most kernels: the check is inlined (0 <= tuple raises TypeError).
-    def __getitem__(self, i):
-        try:
-            ok = 0 <= i < self._n
-        except (TypeError, ValueError):
-            ok = False
-        if not ok:
-            raise self._bad(i)
-        v = self._a[i]
-        return np.float32(v) if self._wide else v
-
-    def __setitem__(self, i, value) -> None:
-        try:
-            ok = 0 <= i < self._n
-        except (TypeError, ValueError):
-            ok = False
-        if not ok:
-            raise self._bad(i)
-        if self._fast:
-            self._a[i] = value
-        else:
-            _store(self.tensor, self._a, i, value)
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __repr__(self) -> str:
-        return f"<{self.tensor.name}.flat, {self._n} elements>"
-
-
-def _store(t: Tensor, array: np.ndarray, idx, value) -> None:
-    """``array[idx] = value`` with the IR's store cast: f16/bf16 through f32, ints wrap."""
-    if t.access == "in":
-        raise ValueError(f"tensor {t.name!r} is In[{T.from_numpy(t.dtype)}]: read-only inside the kernel; "
-                         "declare it Out[...] or InOut[...] to write to it")
-    if t._wide:
-        value = np.float32(value)
-    elif t._int and isinstance(value, (float, np.floating)):  # saturate, NaN -> 0, like compiled casts
-        value = T.from_numpy(t.dtype)(value)
-    try:
-        array[idx] = value
-    except OverflowError:  # numpy refuses out-of-range ints; the compiled cast wraps
-        if not t._int:
-            raise
-        array[idx] = np.asarray(value).astype(t.dtype)
-
-
-def _describe_bad_index(t: Tensor, idx, flat: bool = False) -> str:
-    shown = tuple(_py_builtins.int(k) if isinstance(k, (int, np.integer)) else k for k in idx) \
-        if isinstance(idx, tuple) else (_py_builtins.int(idx) if isinstance(idx, (int, np.integer)) else idx)
-    if flat:
-        return (f"index {shown!r} out of bounds for {t.name}.flat: tensor {t.name!r} has shape "
-                f"{t._shape} ({t.array.size} elements); accepted: 0 <= i < {t.array.size}")
-    if isinstance(idx, tuple) and len(idx) != len(t._shape) or not isinstance(idx, tuple) and len(t._shape) != 1:
-        n = len(idx) if isinstance(idx, tuple) else 1
-        return (f"tensor {t.name!r} has {len(t._shape)} dimension(s) (shape {t._shape}) but was indexed "
-                f"with {n} index(es) {shown!r}; use one index per dimension, or {t.name}.flat[i]")
-    if isinstance(idx, tuple):
-        bad = next((d for d, k in enumerate(idx) if not _in_range(k, t._shape[d])), None)
-        where = f" (axis {bad}: {shown[bad]!r} not in 0..{t._shape[bad] - 1})" if bad is not None else ""
-    else:
-        where = ""
-    return f"index {shown!r} out of bounds for tensor {t.name!r} of shape {t._shape}{where}"
-
-
-def _in_range(k, n) -> bool:
-    try:
-        return 0 <= k < n
-    except TypeError:
-        return False
 
 
 # --------------------------------------------------------------------------- the team
@@ -363,6 +210,11 @@ class _Context(B.TeamContext):
     def scratch(self, shape, dtype) -> Tensor:
         return self.team.get_scratch(shape, dtype)
 
+    def local(self, shape, dtype) -> Tensor:
+        """A fresh zeroed ``dsl.local`` array of this thread (each run of the statement re-zeroes it)."""
+        name, dtype = self.team.launch.local_decl(_user_frame(), dtype)
+        return local_array(name, shape, dtype)
+
     def log(self, level: str, text: str) -> None:
         launch = self.team.launch
         with launch.print_lock:
@@ -391,6 +243,7 @@ class _Launch:
         self.failed = False
         self.error: Optional[BaseException] = None
         self.teams: Dict[int, _Team] = {}
+        self.local_decls = launcher.local_decls
 
     def team(self, tile: int) -> _Team:
         with self.cond:
@@ -423,6 +276,22 @@ class _Launch:
         exc.__traceback__ = _trim(exc.__traceback__)
         self._fail(_wrap_exception(self, exc, tid, tile))
 
+    def local_decl(self, frame, dtype):
+        """(name, element type) of the ``dsl.local(...)`` array whose call ``frame`` is executing.
+
+        The frontend allows only ``name = dsl.local(...)``, so the call's result goes to the next
+        store instruction's name; the checker's type for that array (a dsl.const or TypeVar
+        resolved, f16/bf16 as f32) is that of its element locals or of ``Kernel.arrays``."""
+        key = (frame.f_code, frame.f_lasti) if frame is not None else None
+        hit = self.local_decls.get(key)
+        if hit is None:
+            name = _assigned_name(frame) if frame is not None else None
+            checked = {a.name: a.dtype for a in self.kernel.arrays}.get(name) or \
+                dict(self.kernel.locals).get(f"{name}__0")
+            hit = self.local_decls[key] = (name or "local", checked)
+        name, checked = hit
+        return name, checked if checked is not None else dtype
+
     def scratch_decl(self, frame) -> Optional[ir.Scratch]:
         """The kernel's ``ir.Scratch`` whose ``dsl.scratch(...)`` call ``frame`` is executing: the
         frontend gave each declaration the line and column of its call (``Kernel.scratch_at``),
@@ -436,6 +305,15 @@ class _Launch:
         if line is None or col is None:
             return None
         return self.kernel.scratch_at(line, col + 1)
+
+
+def _assigned_name(frame) -> Optional[str]:
+    """The name the call ``frame`` is executing assigns its result to (``a = dsl.local(...)``)."""
+    for ins in dis.get_instructions(frame.f_code):
+        if ins.offset > frame.f_lasti and ins.opname in ("STORE_FAST", "STORE_NAME", "STORE_DEREF",
+                                                         "STORE_GLOBAL"):
+            return ins.argval
+    return None
 
 
 def _trim(tb):
@@ -483,6 +361,7 @@ class InterpreterLauncher(Launcher):
         self.log_level = request.log_level
         self.print_lock = threading.Lock()
         self._params = tuple(request.kernel.params)
+        self.local_decls: Dict[tuple, tuple] = {}  # dsl.local call site -> (name, checked type)
 
     def _bind(self, args: Sequence) -> dict:
         """Keyword arguments for the user's function: tensor views and numpy scalars."""

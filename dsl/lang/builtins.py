@@ -10,6 +10,7 @@ interpreter backend binds per Python thread (``bind_context``).
 from __future__ import annotations
 
 import math
+import operator
 import threading
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
@@ -123,7 +124,8 @@ def splat(value, lanes: int, dtype=None):
     """A SIMD value with every one of ``lanes`` lanes ``value`` (converted to ``dtype`` if given)."""
     if dtype is not None:
         value = T.as_dtype(dtype)(value)
-    return np.full(T.simd(np.asarray(value).dtype, lanes).lanes, value)
+    elem = np.asarray(value).dtype
+    return np.full(T.simd(elem, lanes).lanes, value, elem).view(Lanes)
 
 
 def local(shape, dtype):
@@ -156,7 +158,8 @@ def reduce_min(v):
 
 def fma(a, b, c):
     """a * b + c, rounded once where the target has a fused multiply-add (floats), promoted type."""
-    if any(isinstance(x, np.ndarray) for x in (a, b, c)):
+    lanes = _has_lanes((a, b, c))
+    if lanes:
         t = np.result_type(a, b, c)
     else:
         t = _promoted(a, b, c)
@@ -166,7 +169,7 @@ def fma(a, b, c):
     # the f64 product of two f32 is exact, so f32 results are rounded (almost always) once
     wide = np.float64 if t.kind == "f" and t.itemsize < 8 else t
     out = np.asarray(a, wide) * np.asarray(b, wide) + np.asarray(c, wide)
-    return out.astype(t) if out.ndim else t.type(out)
+    return out.astype(t).view(Lanes) if lanes else t.type(out)
 
 
 def _float_of(x):
@@ -178,15 +181,25 @@ def _float_of(x):
 
 
 def _unary_float(fn: Callable) -> Callable:
+    """A float builtin from a ``math`` function: computed in f64, rounded to the result type."""
     def run(x):
+        if isinstance(x, np.ndarray):
+            return np.array([fn(v) for v in x.tolist()], _float_of(x)).view(Lanes)
         return _float_of(x)(fn(float(x)))
     return run
 
 
 def _np_unary(fn: Callable) -> Callable:
+    """A float builtin from a numpy ufunc; integer arguments compute in f64 as the checker types
+    them (numpy would give f16 for an i8).  (numpy's floor/ceil, unlike ``math``'s, keep inf
+    and NaN, and f32 stays f32, exactly.)"""
     def run(x):
-        out = fn(x)
-        return float(out) if _float_of(x) is float else out
+        conv = _float_of(x)
+        if conv is float:
+            return float(fn(x))
+        if isinstance(x, np.ndarray):
+            return fn(x.astype(conv, copy=False)).view(Lanes)
+        return fn(conv(x))
     return run
 
 
@@ -199,10 +212,14 @@ def _promoted(*xs):
 
 
 def min_(*xs):
+    if _has_lanes(xs):
+        return _fold_lanes(xs, np.less)
     return _promoted(*xs)(min(xs))
 
 
 def max_(*xs):
+    if _has_lanes(xs):
+        return _fold_lanes(xs, np.greater)
     return _promoted(*xs)(max(xs))
 
 
@@ -212,23 +229,29 @@ def abs_(x):
 
 def clamp(x, lo, hi):
     """min(max(x, lo), hi), promoted like arithmetic."""
+    if _has_lanes((x, lo, hi)):
+        _, (x, lo, hi) = _lane_operands((x, lo, hi))
+        m = np.where(lo > x, lo, x)
+        return np.where(hi < m, hi, m).view(Lanes)
     return _promoted(x, lo, hi)(min(max(x, lo), hi))
 
 
 def where(cond, a, b):
     """Elementwise select of two already-computed values (both sides evaluated)."""
+    if _has_lanes((cond, a, b)):
+        t = np.result_type(a, b)
+        return np.where(cond, np.asarray(a, t), np.asarray(b, t)).view(Lanes)
     return _promoted(a, b)(a if cond else b)
 
 
 def rsqrt(x):
     conv = _float_of(x)
+    if isinstance(x, np.ndarray):  # per lane as below: f64, then rounded once
+        w = x.astype(np.float64)
+        pos = w > 0
+        out = np.where(pos, 1.0 / np.sqrt(np.where(pos, w, 1.0)), np.where(w == 0, np.inf, np.nan))
+        return out.astype(conv).view(Lanes)
     return conv(1.0 / math.sqrt(float(x))) if float(x) > 0 else conv(math.inf if float(x) == 0 else math.nan)
-
-
-def _floor_or_ceil(fn):
-    def run(x):
-        return _float_of(x)(fn(float(x)))
-    return run
 
 
 exp = _np_unary(np.exp)
@@ -238,8 +261,8 @@ tanh = _np_unary(np.tanh)
 sin = _np_unary(np.sin)
 cos = _np_unary(np.cos)
 erf = _unary_float(math.erf)
-floor = _floor_or_ceil(math.floor)
-ceil = _floor_or_ceil(math.ceil)
+floor = _np_unary(np.floor)
+ceil = _np_unary(np.ceil)
 
 
 def pow_(x, y):
@@ -261,10 +284,85 @@ def int_pow(x, y):
 
 
 def int_(v=0):
-    """``int(v)`` in kernels: a float truncates toward zero, saturates at the i64 range, NaN -> 0."""
+    """``int(v)`` in kernels: a float truncates toward zero, saturates at the i64 range, NaN -> 0.
+    On a SIMD value, i64 lanes converted the same way."""
+    if isinstance(v, np.ndarray):
+        return saturated_lanes(v, T.i64) if v.dtype.kind == "f" else v.astype(np.int64).view(Lanes)
     if isinstance(v, (float, np.floating)):
         return T.saturated_int(float(v), T.i64)
     return int(v)
+
+
+def float_(v=0.0):
+    """``float(v)`` in kernels: Python's; on a SIMD value, f64 lanes (the checker's cast)."""
+    if isinstance(v, np.ndarray):
+        return v.astype(np.float64).view(Lanes)
+    return float(v)
+
+
+def bool_(v=False):
+    """``bool(v)`` in kernels: Python's; on a SIMD value, bool lanes (``v != 0``, the checker's cast)."""
+    if isinstance(v, np.ndarray):
+        return v.astype(np.bool_).view(Lanes)
+    return bool(v)
+
+
+# --------------------------------------------------------------------------- SIMD values
+
+class Lanes(np.ndarray):
+    """A SIMD value in the interpreter: a 1-d numpy array of its lanes, element type as checked.
+
+    A SIMD value is a value, as a scalar is: after ``w = v; w += 1`` the local ``v`` is
+    unchanged, and ``acc += f64_lanes`` makes ``acc`` f64 lanes as the checker types the local.
+    numpy's in-place operators would write into ``v`` and keep its dtype (or raise for an int
+    ``acc``), so augmented assignment here computes a new value and rebinds."""
+
+    def __repr__(self) -> str:
+        return f"<simd {self.dtype} x{self.size}: {np.array2string(self.view(np.ndarray), separator=', ')}>"
+
+
+for _name, _op in [("add", operator.add), ("sub", operator.sub), ("mul", operator.mul),
+                   ("truediv", operator.truediv), ("floordiv", operator.floordiv), ("mod", operator.mod),
+                   ("pow", operator.pow), ("lshift", operator.lshift), ("rshift", operator.rshift),
+                   ("and", operator.and_), ("or", operator.or_), ("xor", operator.xor),
+                   ("matmul", operator.matmul)]:
+    setattr(Lanes, f"__i{_name}__", lambda self, other, _op=_op: _op(self, other))
+
+
+def _has_lanes(xs) -> bool:
+    for x in xs:
+        if isinstance(x, np.ndarray):
+            return True
+    return False
+
+
+def _lane_operands(xs):
+    """(promoted dtype, ``xs`` converted to it): the checker converts every operand of a lane-wise
+    builtin to one element type (NEP 50, Python numbers weak) before applying it."""
+    t = np.result_type(*xs)
+    return t, [np.asarray(x, t) for x in xs]
+
+
+def _fold_lanes(xs, replaces):
+    """Python's ``min``/``max`` per lane: the running result is replaced by a later argument only
+    where ``replaces(arg, result)`` (``arg < result`` for min), so NaN handling matches scalars."""
+    _, vals = _lane_operands(xs)
+    out = vals[0]
+    for x in vals[1:]:
+        out = np.where(replaces(x, out), x, out)
+    return out.view(Lanes)
+
+
+def saturated_lanes(v, t: T.DType):
+    """Float lanes converted to integer type ``t`` as ``T.saturated_int`` converts one value:
+    truncated toward zero, saturated at the range, NaN -> 0 (numpy's astype leaves these undefined)."""
+    x = np.asarray(v, np.float64)
+    lo, hi = T.int_range(t)
+    top = float(hi + 1)
+    out = np.where((x >= lo) & (x < top), x, 0).astype(t.np)
+    out[x >= top] = hi
+    out[x < lo] = lo
+    return out.view(Lanes)
 
 
 # --------------------------------------------------------------------------- logging
