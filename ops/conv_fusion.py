@@ -59,9 +59,11 @@ class FusedConv(Conv):
     def select(self, x, w, b=None, z=None, backend=None):
         return super().select(x, w, b, backend=backend)
 
-    def select_format(self, x, w, b=None, z=None):
-        ins, out = super().select_format(x, w, b)
-        return ins + ((None if z is None else out),), out
+    def select_format(self, x, *rest):
+        ins, out = super().select_format(x, *rest[:2])
+        if len(rest) > 2:  # Z is stored like the output
+            ins += (None if rest[2] is None else out,)
+        return ins, out
 
     def run(self, impl, inputs, outputs, backend):
         x, w, b, z = (list(inputs) + [None, None])[:4]
