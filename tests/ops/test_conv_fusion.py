@@ -9,6 +9,7 @@ from onnx import numpy_helper as nh
 
 import dsl
 import ops
+from dsl.opgraph import fusion
 from ops.conv_fusion import FusedConv
 
 ort = pytest.importorskip("onnxruntime")
@@ -187,6 +188,20 @@ def test_fusion_switches(monkeypatch):
     monkeypatch.setenv("OPDSL_NO_FUSION", "1")
     assert g.compile(backend="interpreter").stats["fused"] == 0
     assert g.compile(backend="interpreter", fuse=True).stats["fused"] == 1
+
+
+def test_rules_match_exact_op_classes():
+    """A Relu subclass (a user's own op) is not the built-in Relu: nothing is fused into it,
+    and rules take only op classes."""
+    class MyRelu(ops.Relu):
+        pass
+
+    g = dsl.Graph("g")
+    x = g.input("x", (1, C, HW, HW), dsl.f32)
+    g.output(MyRelu(ops.Conv(x, RNG.standard_normal((C, C, 3, 3)).astype(np.float32))), "y")
+    assert [n.op_type for n in g.compile(backend="interpreter").graph.nodes] == ["Conv", "MyRelu"]
+    with pytest.raises(TypeError, match="fusion_rule takes dsl.Op subclasses"):
+        fusion.fusion_rule(ops.Conv, "Relu")
 
 
 def test_fused_conv_op_eagerly(backend):
