@@ -12,6 +12,8 @@ OPDSL_MAX_TENSOR_BYTES  largest tensor a graph or ONNX model may make opdsl allo
 OPDSL_DEBUG         set to 1 to bounds-check every compiled kernel, as @dsl.kernel(debug=True) does
 OPDSL_NO_INTERRUPT  set to 1 to compile launches without Ctrl-C polling (measuring its cost)
 OPDSL_AUTOTUNE      set to 0 to make @dsl.autotune use its first config without timing any (read per call)
+OPDSL_NO_FUSION     set to 1 to compile graphs without graph rewrites (Conv+BatchNormalization folding,
+                    activation and residual epilogues) unless compile(fuse=True) asks for them
 """
 from __future__ import annotations
 
@@ -60,6 +62,11 @@ def reset_cache_dir() -> None:
 
 def disk_cache_enabled() -> bool:
     return os.environ.get("OPDSL_NO_DISK_CACHE", "") not in ("1", "true", "yes")
+
+
+def fusion_enabled() -> bool:
+    """Whether ``Graph.compile(fuse=None)`` and ``dsl.load_onnx`` run the graph rewrites."""
+    return os.environ.get("OPDSL_NO_FUSION", "") not in ("1", "true", "yes")
 
 
 def log_level() -> str:

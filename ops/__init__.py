@@ -4,8 +4,10 @@ such as FullyConnected and DataConvert in ``com.opdsl``)."""
 from dsl.opgraph.registry import builtin_library as _builtin_library
 
 with _builtin_library():  # what registers here is built-in: user ops take precedence
-    from ops.elementwise import Add, Sub, Mul, Relu, LeakyRelu, Sigmoid, Tanh  # noqa: F401
+    from ops.elementwise import Add, Sub, Mul, Relu, LeakyRelu, Sigmoid, Tanh, Clip, ClipV6  # noqa: F401
     from ops.matmul import MatMul, Gemm, FullyConnected  # noqa: F401
     from ops.shape import Identity, Reshape, Transpose  # noqa: F401
     from ops.quant import DataConvert, QuantizeLinear, DequantizeLinear  # noqa: F401
     from ops.nn import Conv  # noqa: F401
+    from ops.norm import BatchNormalization  # noqa: F401
+    from ops.conv_fusion import FusedConv  # noqa: F401

@@ -1,5 +1,5 @@
 """Elementwise ops: Add, Sub, Mul (ONNX multidirectional broadcasting), Relu,
-LeakyRelu, Sigmoid, Tanh.
+LeakyRelu, Sigmoid, Tanh, Clip.
 
 A few kernels serve the whole family, specialized by dtype through TypeVars; the
 operation is a run-time code (a loop-invariant branch the compilers hoist), so
@@ -108,6 +108,19 @@ def unary_kernel(x: In[F], y: Out[F], op: i32, alpha: f32):
             y.flat[i] = s if v >= 0 else e * s
         else:
             y.flat[i] = dsl.tanh(v)
+
+
+@dsl.kernel
+def clip_kernel(x: In[T], lo: In[T], hi: In[T], y: Out[T]):
+    """min(max(x, lo), hi) with the bounds read from one-element tensors (inputs in ONNX
+    opset 11+, so they may change between runs); NaN stays NaN, lo > hi gives hi."""
+    a = lo.flat[0]
+    b = hi.flat[0]
+    lo_i, hi_i = dsl.split(x.size)
+    for i in range(lo_i, hi_i):
+        v = x.flat[i]
+        c = a if v < a else v
+        y.flat[i] = b if c > b else c
 
 
 # --------------------------------------------------------------------------- shape helpers
@@ -267,3 +280,59 @@ class Sigmoid(_Unary):
 @dsl.op("Tanh", since=6)
 class Tanh(_Unary):
     code = TANH
+
+
+class _Clip(dsl.Op):
+    op_type = "Clip"
+    formats = ("plain", "nchwc16")
+    inplace = {0: 0}
+    kernels = {"default": clip_kernel}  # keeps_padding False: Clip(0) may not be 0
+
+    def bounds(self, dtype: np.dtype):
+        """The (lo, hi) one-element arrays when no bound is given: the dtype's whole range."""
+        if np.issubdtype(dtype, np.floating) or dtype.kind == "V":  # V: ml_dtypes' bfloat16
+            return np.full((1,), -np.inf, dtype), np.full((1,), np.inf, dtype)
+        info = np.iinfo(dtype)
+        return np.full((1,), info.min, dtype), np.full((1,), info.max, dtype)
+
+
+@dsl.op("Clip", since=6, until=10)
+class ClipV6(_Clip):
+    """Clip with ``min``/``max`` attributes (opsets 6-10)."""
+    min: float = -3.4028234663852886e38
+    max: float = 3.4028234663852886e38
+
+    def verify(self, x):
+        require_dtype("Clip", x, FLOATS)
+
+    def infer(self, x):
+        return x.spec.with_()
+
+    def run(self, impl, inputs, outputs, backend):
+        dt = outputs[0].dtype
+        lo, hi = np.full((1,), self.min, dt), np.full((1,), self.max, dt)
+        impl(inputs[0], lo, hi, outputs[0], backend=backend)
+
+
+@dsl.op("Clip", since=11)
+class Clip(_Clip):
+    """Clip with optional scalar ``min``/``max`` inputs (opset 11+); absent: unbounded."""
+
+    def verify(self, x, min=None, max=None):
+        require_dtype("Clip", x, NUMERIC)
+        for name, bound in (("min", min), ("max", max)):
+            if bound is None:
+                continue
+            same_dtype("Clip", x, bound)
+            if any(d is not None and d != 1 for d in bound.shape) or bound.ndim > 1:
+                raise VerifyError(f"Clip {name} must be a scalar (one element), got {bound}")
+
+    def infer(self, x, min=None, max=None):
+        return x.spec.with_()
+
+    def run(self, impl, inputs, outputs, backend):
+        lo, hi = self.bounds(outputs[0].dtype)
+        given = list(inputs[1:]) + [None, None]
+        lo = lo if given[0] is None else given[0].reshape(1)
+        hi = hi if given[1] is None else given[1].reshape(1)
+        impl(inputs[0], lo, hi, outputs[0], backend=backend)

@@ -8,6 +8,11 @@ accumulates a row in its own line of a workspace (f32, or f64 for f64 data, so
 f16/bf16 sums are not rounded at every step).  Window bounds are clipped to the
 image once per row and weight, so the inner loops carry no padding tests.  1-D
 convolutions run as 2-D ones with H = 1.
+
+Both kernels end in an *epilogue* applied while storing: an optional residual tensor
+added (``add_res``) and an activation (``conv_epilogue``: none, Relu, Clip, LeakyRelu).
+A plain Conv passes "none"; the graph rewrites of ops/conv_fusion.py make a FusedConv
+that uses it, so a following Add and Relu cost no extra pass over memory.
 """
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 import dsl
-from dsl import In, InOut, Out, i64, f16, bf16, f32, f64
+from dsl import In, InOut, Out, bool_, i32, i64, f16, bf16, f32, f64
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.elementwise import require_dtype, same_dtype
 from ops.matmul import grid_for
@@ -26,11 +31,32 @@ A = dsl.TypeVar("A")  # accumulator: f32 for f16/bf16/f32 data, f64 for f64
 CONV_TYPES = (f16, bf16, f32, f64)
 BLOCK = 16
 
+# conv_epilogue activations (the kernels' ``act``)
+ACT_NONE = 0
+ACT_RELU = 1
+ACT_CLIP = 2         # lo, hi: the bounds
+ACT_LEAKY_RELU = 3   # lo: alpha
+
+
+@dsl.func
+def conv_epilogue(v, act, lo, hi):
+    """The activation a fused Conv applies to a value it stores; NaN stays NaN."""
+    if act == ACT_RELU:
+        return 0.0 if v <= 0 else v
+    if act == ACT_CLIP:
+        c = lo if v < lo else v
+        return hi if c > hi else c  # lo > hi gives hi, as ONNX Clip
+    if act == ACT_LEAKY_RELU:
+        return v if v >= 0 else v * lo
+    return v
+
 
 @dsl.kernel
-def conv_nchw(x: In[T, 4], w: In[T, 4], bias: In[T, 1], y: Out[T, 4], acc: InOut[A, 2], group: i64,
-              stride_h: i64, stride_w: i64, dil_h: i64, dil_w: i64, pad_t: i64, pad_l: i64):
-    """y[n, m, oh, ow] = bias[m] + Σ x[n, g·C/G + c, oh·s - p + kh·d, ...] · w[m, c, kh, kw].
+def conv_nchw(x: In[T, 4], w: In[T, 4], bias: In[T, 1], res: In[T, 4], y: Out[T, 4], acc: InOut[A, 2],
+              group: i64, stride_h: i64, stride_w: i64, dil_h: i64, dil_w: i64, pad_t: i64, pad_l: i64,
+              add_res: bool_, act: i32, act_lo: A, act_hi: A):
+    """y[n, m, oh, ow] = bias[m] + Σ x[n, g·C/G + c, oh·s - p + kh·d, ...] · w[m, c, kh, kw],
+    then + res[n, m, oh, ow] when ``add_res``, then ``conv_epilogue(act, act_lo, act_hi)``.
 
     One work item is an output row (n, m, oh): per weight, the inner loop runs along the
     row (contiguous for stride 1), accumulating in this worker's row of ``acc``."""
@@ -73,14 +99,18 @@ def conv_nchw(x: In[T, 4], w: In[T, 4], bias: In[T, 1], y: Out[T, 4], acc: InOut
         bv = bias.flat[m]
         py = row * ow_n
         for ow in range(ow_n):
-            y.flat[py + ow] = acc.flat[pacc + ow] + bv
+            v = acc.flat[pacc + ow] + bv
+            if add_res:
+                v += res.flat[py + ow]
+            y.flat[py + ow] = conv_epilogue(v, act, act_lo, act_hi)
 
 
 @dsl.kernel
-def conv_nchwc16(x: In[T, 5], w: In[T, 4], bias: In[T, 1], y: Out[T, 5], acc: InOut[A, 2], group: i64,
-                 stride_h: i64, stride_w: i64, dil_h: i64, dil_w: i64, pad_t: i64, pad_l: i64):
-    """conv_nchw on channel-blocked tensors; a work item is a row of 16 channels
-    (n, m // 16, oh) and padding output channels are written as 0."""
+def conv_nchwc16(x: In[T, 5], w: In[T, 4], bias: In[T, 1], res: In[T, 5], y: Out[T, 5], acc: InOut[A, 2],
+                 group: i64, stride_h: i64, stride_w: i64, dil_h: i64, dil_w: i64, pad_t: i64, pad_l: i64,
+                 add_res: bool_, act: i32, act_lo: A, act_hi: A):
+    """conv_nchw on channel-blocked tensors (``res`` blocked too); a work item is a row of
+    16 channels (n, m // 16, oh) and padding output channels are written as 0."""
     m_out = w.shape[0]
     c_blocks = x.shape[1]
     m_blocks = y.shape[1]
@@ -126,7 +156,10 @@ def conv_nchwc16(x: In[T, 5], w: In[T, 4], bias: In[T, 1], y: Out[T, 5], acc: In
         for j in range(ow_n * BLOCK):
             m = mb * BLOCK + j % BLOCK
             if m < m_out:
-                y.flat[py + j] = acc.flat[pacc + j] + bias.flat[m]
+                v = acc.flat[pacc + j] + bias.flat[m]
+                if add_res:
+                    v += res.flat[py + j]
+                y.flat[py + j] = conv_epilogue(v, act, act_lo, act_hi)
             else:
                 y.flat[py + j] = 0
 
@@ -236,20 +269,29 @@ class Conv(dsl.Op):
         return "nchwc16" if x.format == "nchwc16" else "plain"
 
     def run(self, impl, inputs, outputs, backend):
-        x, w = inputs[0], inputs[1]
         b = inputs[2] if len(inputs) > 2 else None
-        y = outputs[0]
-        k, strides, dil, pads = self._attrs(TensorSpec(w.shape, dsl.lang.types.from_numpy(w.dtype)))
-        rank = w.ndim - 2
-        _, begin, _ = conv_geometry(x.shape[2:2 + rank], k, strides, dil, pads, self.auto_pad)
-        if rank == 1:  # as 2-D with H = 1
-            x = x.reshape(x.shape[:2] + (1,) + x.shape[2:])
-            w = w.reshape(w.shape[:2] + (1,) + w.shape[2:])
-            y = y.reshape(y.shape[:2] + (1,) + y.shape[2:])
-            strides, dil, begin = (1,) + strides, (1,) + dil, (0,) + begin
-        bias = np.zeros(w.shape[0], y.dtype) if b is None else b
-        grid = grid_for(y.size * w.shape[1] * w.shape[2] * w.shape[3])
-        row = y.shape[3] * (BLOCK if y.ndim == 5 else 1)
-        acc = np.empty((grid * impl.threads, row), np.float64 if y.dtype == np.float64 else np.float32)
-        impl(x, w, bias, y, acc, self.group, strides[0], strides[1], dil[0], dil[1], begin[0], begin[1],
-             backend=backend, grid=grid)
+        launch_conv(self, impl, inputs[0], inputs[1], b, outputs[0], backend)
+
+
+def launch_conv(conv: Conv, impl, x, w, b, y, backend, res=None, act: int = ACT_NONE,
+                lo: float = 0.0, hi: float = 0.0) -> None:
+    """Run a conv kernel with ``conv``'s params and an epilogue: ``res`` (y's shape and
+    format) added, then activation ``act`` (ACT_*) with bounds ``lo``, ``hi``."""
+    k, strides, dil, pads = conv._attrs(TensorSpec(w.shape, dsl.lang.types.from_numpy(w.dtype)))
+    rank = w.ndim - 2
+    _, begin, _ = conv_geometry(x.shape[2:2 + rank], k, strides, dil, pads, conv.auto_pad)
+    if rank == 1:  # as 2-D with H = 1
+        x = x.reshape(x.shape[:2] + (1,) + x.shape[2:])
+        w = w.reshape(w.shape[:2] + (1,) + w.shape[2:])
+        y = y.reshape(y.shape[:2] + (1,) + y.shape[2:])
+        res = None if res is None else res.reshape(y.shape)
+        strides, dil, begin = (1,) + strides, (1,) + dil, (0,) + begin
+    bias = np.zeros(w.shape[0], y.dtype) if b is None else b
+    grid = grid_for(y.size * w.shape[1] * w.shape[2] * w.shape[3])
+    row = y.shape[3] * (BLOCK if y.ndim == 5 else 1)
+    acc = np.empty((grid * impl.threads, row), np.float64 if y.dtype == np.float64 else np.float32)
+    add_res = res is not None
+    if res is None:  # never read (add_res is False): any array of y's rank and dtype
+        res = np.zeros((1,) * y.ndim, y.dtype)
+    impl(x, w, bias, res, y, acc, conv.group, strides[0], strides[1], dil[0], dil[1], begin[0], begin[1],
+         add_res, act, lo, hi, backend=backend, grid=grid)

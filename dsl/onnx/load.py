@@ -41,15 +41,17 @@ class OnnxImportError(ValueError):
 
 
 def load_onnx(model, packages: Sequence = (), backend: Optional[str] = None, formats: str = "auto",
-              base_dir: Optional[str] = None, max_tensor_bytes: Optional[int] = None):
+              base_dir: Optional[str] = None, max_tensor_bytes: Optional[int] = None, fuse: Optional[bool] = None):
     """Load an ONNX model (path, bytes or ``onnx.ModelProto``) and compile it -> ``dsl.Model``.
 
     ``packages``: already imported Python modules defining the custom ops the model uses.
     ``base_dir``: the folder external tensor data is read from (default: the model file's
     folder; none for bytes or a proto).  ``max_tensor_bytes``: the largest tensor the model
-    may make opdsl read, fold or allocate (default OPDSL_MAX_TENSOR_BYTES, 4 GiB)."""
+    may make opdsl read, fold or allocate (default OPDSL_MAX_TENSOR_BYTES, 4 GiB).  ``fuse``:
+    apply the graph rewrites, e.g. Conv + BatchNormalization + Relu into one node (default:
+    on unless OPDSL_NO_FUSION=1; see docs/ops.md, "Graph rewrites")."""
     graph = to_graph(model, packages=packages, base_dir=base_dir, max_tensor_bytes=max_tensor_bytes)
-    return graph.compile(backend=backend, formats=formats, max_tensor_bytes=max_tensor_bytes)
+    return graph.compile(backend=backend, formats=formats, max_tensor_bytes=max_tensor_bytes, fuse=fuse)
 
 
 class _Reader:

@@ -1,5 +1,6 @@
 """``Graph.compile``: the pipeline from a user's graph to a runnable ``dsl.Model`` -- the
-passes of passes.py in order, then the model, which plans memory per set of shapes.
+passes of passes.py in order (with fusion.py's rewrites after folding), then the model,
+which plans memory per set of shapes.
 """
 from __future__ import annotations
 
@@ -7,13 +8,13 @@ from typing import Optional
 
 from backends import base
 from dsl import config
-from dsl.opgraph import passes
+from dsl.opgraph import fusion, passes
 from dsl.opgraph.limits import tensor_limit
 from dsl.opgraph.model import Model
 
 
 def compile_graph(graph, backend: Optional[str] = None, formats: str = "auto", fold: bool = True,
-                  max_tensor_bytes: Optional[int] = None):
+                  max_tensor_bytes: Optional[int] = None, fuse: Optional[bool] = None):
     limit = tensor_limit(max_tensor_bytes)
     if formats not in ("auto", "plain"):
         raise ValueError(f"Graph.compile(formats={formats!r}): accepted 'auto' or 'plain'")
@@ -22,7 +23,9 @@ def compile_graph(graph, backend: Optional[str] = None, formats: str = "auto", f
     backend = backend or config.default_backend()
     base.get(backend)  # unknown backend names fail here, before any work
     g = passes.inline(graph)
-    stats = {"folded": passes.infer_and_fold(g, backend, fold, limit), "removed": passes.remove_dead(g)}
+    stats = {"folded": passes.infer_and_fold(g, backend, fold, limit)}
+    stats["fused"] = fusion.fuse(g) if (config.fusion_enabled() if fuse is None else fuse) else 0
+    stats["removed"] = passes.remove_dead(g)
     stats["reorders"] = passes.assign_formats(g) if formats == "auto" else 0
     impls = passes.select_kernels(g, backend)
     return Model(g, backend, impls, stats, max_tensor_bytes=limit)

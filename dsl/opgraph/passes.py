@@ -3,6 +3,8 @@
 1. ``inline``        composed ops are replaced by their bodies (recursively), on a copy
 2. ``infer_and_fold`` shape/type inference with ``None`` dims and verify, node by node;
                      nodes whose inputs are all constants run now and become constants
+   (fusion.py's ``fuse``: the graph rewrites ops declare, e.g. Conv + BatchNormalization + Relu
+                     into one node; compiler.py runs it here unless ``fuse=False``)
 3. ``remove_dead``   nodes and constants no graph output depends on are dropped
 4. ``assign_formats`` each op picks its formats; Reorder nodes are inserted where a
                      producer and a consumer disagree (one per tensor and format; a

@@ -25,13 +25,14 @@ BACKEND = "numba"
 
 # onnx.backend.test.case.node modules holding the tests of our ops
 MODULES = ("add", "sub", "mul", "relu", "leakyrelu", "sigmoid", "tanh", "gemm", "matmul", "reshape",
-           "transpose", "conv", "quantizelinear", "dequantizelinear", "identity")
+           "transpose", "conv", "quantizelinear", "dequantizelinear", "identity", "batch_normalization", "clip")
 INCLUDE = [r"^test_(add|sub|mul|relu|leakyrelu|sigmoid|tanh|gemm|matmul|reshape|transpose|conv|"
-           r"quantizelinear|dequantizelinear|identity)(_|$)"]
+           r"quantizelinear|dequantizelinear|identity|batchnorm|clip)(_|$)"]
 EXCLUDE = {
     r"_expanded": "function-expanded variants use ops outside this library (Where, Less, ...)",
     r"e4m3|e5m2|float4|int4|uint4|int2|uint2": "float8/float4/4-bit/2-bit types are not opdsl dtypes",
     r"^test_identity_(sequence|opt)": "sequence and optional types are not supported",
+    r"^test_batchnorm_.*training_mode": "BatchNormalization runs inference only (training_mode=1 is an error)",
 }
 
 

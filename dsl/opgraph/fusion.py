@@ -1,0 +1,99 @@
+"""Graph rewrites that merge a node into the one feeding it (compile step 2b, after folding).
+
+Ops declare the rewrites: ``@fusion_rule(Conv, Relu)`` registers a function
+``rule(graph, producer, consumer) -> (op, inputs) | None`` for a producer node of exactly
+class ``Conv`` whose output feeds a consumer of exactly class ``Relu``.  The built-in
+rules live with the ops they concern (ops/conv_fusion.py), because this layer knows no op.
+
+``fuse(graph)`` tries the rules on every (producer, consumer) pair where the producer has
+one output, read once (by the consumer) and not a graph output.  A rule returns the op
+and inputs of one node computing the consumer's outputs, or None when it does not
+apply.  The pass verifies that node (a ``VerifyError`` leaves the graph as it was),
+puts it at the consumer's place (every input is defined by then) and drops the producer
+and the tensor between them.  Chains fuse step by step: Conv -> BN -> Add -> Relu
+becomes one node.  Classes are matched exactly, so a user's own Relu or a Conv subclass
+never inherits a rewrite written for the built-in one.
+
+Passes take graphs (graph.py's structure) without importing graph.py, which sits above them.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from dsl.opgraph.op import Op, check_and_infer
+from dsl.opgraph.spec import VerifyError
+
+Rule = Callable[[object, object, object], Optional[Tuple[Op, Sequence]]]
+_RULES: Dict[Tuple[type, type], List[Rule]] = {}
+
+
+def fusion_rule(producer: type, consumer: type):
+    """Register the decorated function as a rewrite of ``producer`` -> ``consumer`` nodes."""
+    for cls in (producer, consumer):
+        if not (isinstance(cls, type) and issubclass(cls, Op)):
+            raise TypeError(f"fusion_rule takes dsl.Op subclasses, got {cls!r}")
+
+    def register(rule: Rule) -> Rule:
+        _RULES.setdefault((producer, consumer), []).append(rule)
+        return rule
+    return register
+
+
+def rules_for(producer: type, consumer: type) -> List[Rule]:
+    """The registered rewrites of a (producer class, consumer class) pair, in order."""
+    return list(_RULES.get((producer, consumer), ()))
+
+
+def fuse(g) -> int:
+    """Apply the registered rewrites until none applies; returns how many nodes were merged."""
+    merged = 0
+    i = 0
+    while i < len(g.nodes):
+        if _fuse_into(g, g.nodes[i]):
+            merged += 1  # the producer left the list: index i now holds the next node
+        else:
+            i += 1
+    return merged
+
+
+def _fuse_into(g, consumer) -> bool:
+    for t in consumer.inputs:
+        if t is None or t.kind != "node":
+            continue
+        producer = t.producer
+        rules = _RULES.get((type(producer.op), type(consumer.op)))
+        if not rules or len(producer.outputs) != 1 or not _read_only_by(g, t, consumer):
+            continue
+        for rule in rules:
+            found = rule(g, producer, consumer)
+            if found is not None and _replace(g, producer, consumer, *found):
+                return True
+    return False
+
+
+def _read_only_by(g, t, consumer) -> bool:
+    """``t`` is read once, by ``consumer``, and is not a graph output."""
+    if any(o is t for o in g.outputs):
+        return False
+    uses = sum(1 for n in g.nodes for x in n.inputs if x is t)
+    return uses == 1
+
+
+def _replace(g, producer, consumer, op: Op, inputs: Sequence) -> bool:
+    """``producer`` becomes ``op(*inputs)`` computing ``consumer``'s outputs, at its place."""
+    inputs = list(inputs)
+    specs = [None if x is None else x.spec for x in inputs]
+    try:
+        outs = check_and_infer(op, specs, where=f"fusing node {producer.name!r} into {consumer.name!r}")
+    except VerifyError:
+        return False
+    if len(outs) != len(consumer.outputs) or any(
+            s.shape != o.spec.shape or s.dtype != o.spec.dtype for s, o in zip(outs, consumer.outputs)):
+        return False
+    between = producer.outputs[0]
+    producer.op, producer.inputs, producer.outputs = op, inputs, list(consumer.outputs)
+    for k, o in enumerate(producer.outputs):
+        o.producer, o.index = producer, k
+    del g.tensors[between.name]
+    g.nodes = [producer if n is consumer else n for n in g.nodes if n is not producer]
+    return True

@@ -1,0 +1,165 @@
+"""Convolution graph rewrites (as ONNX Runtime's and oneDNN's): what follows a Conv is
+done by the Conv itself, so it costs no extra pass over memory.
+
+* Conv -> BatchNormalization: the BN is folded into new constant weights and bias,
+  w' = w·s, b' = (b - mean)·s + B with s = scale / sqrt(var + ε) per output channel,
+  when the weights, bias and BN params are constants.
+* Conv -> Add(same-shape tensor z): a FusedConv adding z while storing (resnet's residual).
+* Conv -> Relu / LeakyRelu / Clip (constant bounds): a FusedConv applying the activation
+  while storing, after z when both are fused (Conv -> BN -> Add -> Relu is one node).
+
+The graph compiler applies the rules (dsl/opgraph/fusion.py) only where the Conv's output
+has no other reader and is not a graph output.  ``FusedConv`` is also an op of its own
+(com.opdsl domain, after ONNX Runtime's com.microsoft FusedConv): X, W, [B], [Z] with an
+``activation`` and its ``activation_params``.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import numpy as np
+
+import dsl
+from dsl.opgraph.fusion import fusion_rule
+from dsl.opgraph.spec import VerifyError
+from ops.elementwise import Add, Clip, ClipV6, LeakyRelu, Relu
+from ops.nn import ACT_CLIP, ACT_LEAKY_RELU, ACT_NONE, ACT_RELU, Conv, launch_conv
+from ops.norm import BatchNormalization
+
+# activation name -> (kernel code, number of activation_params)
+ACTIVATIONS = {"": (ACT_NONE, 0), "Relu": (ACT_RELU, 0), "Clip": (ACT_CLIP, 2), "LeakyRelu": (ACT_LEAKY_RELU, 1)}
+
+
+@dsl.op("FusedConv", domain="com.opdsl", since=1)
+class FusedConv(Conv):
+    """y = activation(Conv(X, W, B) + Z): Conv's params plus ``activation`` ("" for none,
+    Relu, Clip with params (min, max), LeakyRelu with params (alpha,)); Z is optional."""
+
+    activation: str = ""
+    activation_params: Tuple[float, ...] = ()
+
+    def verify(self, x, w, b=None, z=None):
+        super().verify(x, w, b)
+        if self.activation not in ACTIVATIONS:
+            raise VerifyError(f"FusedConv activation {self.activation!r}; accepted: "
+                              f"{', '.join(repr(a) for a in ACTIVATIONS)}")
+        wanted = ACTIVATIONS[self.activation][1]
+        if len(self.activation_params) != wanted:
+            raise VerifyError(f"FusedConv activation {self.activation!r} takes {wanted} activation_params, "
+                              f"got {list(self.activation_params)}")
+        if z is not None:
+            y = super().infer(x, w, b)
+            if z.dtype != y.dtype or z.ndim != y.ndim or any(
+                    a is not None and c is not None and a != c for a, c in zip(z.shape, y.shape)):
+                raise VerifyError(f"FusedConv Z {z} must have the output's shape and dtype {y}")
+
+    def infer(self, x, w, b=None, z=None):
+        return super().infer(x, w, b)
+
+    def select(self, x, w, b=None, z=None, backend=None):
+        return super().select(x, w, b, backend=backend)
+
+    def select_format(self, x, *rest):
+        ins, out = super().select_format(x, *rest[:2])
+        if len(rest) > 2:  # Z is stored like the output
+            ins += (None if rest[2] is None else out,)
+        return ins, out
+
+    def run(self, impl, inputs, outputs, backend):
+        x, w, b, z = (list(inputs) + [None, None])[:4]
+        act, _ = ACTIVATIONS[self.activation]
+        lo, hi = (tuple(self.activation_params) + (0.0, 0.0))[:2]
+        launch_conv(self, impl, x, w, b, outputs[0], backend, res=z, act=act, lo=lo, hi=hi)
+
+
+# --------------------------------------------------------------------------- rules
+
+def _constant(t) -> bool:
+    return t is not None and t.kind == "constant"
+
+
+def _conv_inputs(node):
+    """(x, w, b or None) of a Conv or FusedConv node."""
+    x, w, b = (list(node.inputs) + [None, None])[:3]
+    return x, w, b
+
+
+@fusion_rule(Conv, BatchNormalization)
+def fold_batch_norm(g, conv, bn):
+    """Conv -> BN with constant weights, bias and BN params -> Conv with new constants."""
+    x, w, b = _conv_inputs(conv)
+    if bn.inputs[0] is not conv.outputs[0] or not _constant(w) or (b is not None and not _constant(b)):
+        return None
+    params = bn.inputs[1:5]
+    if len(params) != 4 or not all(_constant(p) for p in params) or bn.op.training_mode:
+        return None
+    scale, beta, mean, var = (p.value.astype(np.float64) for p in params)
+    m = w.value.shape[0]
+    if any(v.shape != (m,) for v in (scale, beta, mean, var)):
+        return None
+    s = scale / np.sqrt(var + np.float32(bn.op.epsilon))
+    w2 = w.value.astype(np.float64) * s.reshape((m,) + (1,) * (w.value.ndim - 1))
+    b0 = np.zeros(m) if b is None else b.value.astype(np.float64)
+    b2 = (b0 - mean) * s + beta
+    dt = w.value.dtype
+    wc = g.constant(g.unique_name(f"{w.name}.bn_folded"), w2.astype(dt))
+    bc = g.constant(g.unique_name(f"{bn.outputs[0].name}.bias"), b2.astype(dt))
+    return conv.op, [x, wc, bc]
+
+
+def _activation(node) -> Optional[Tuple[str, Tuple[float, ...]]]:
+    """(activation name, params) of a Relu / LeakyRelu / Clip node, None if not fusable."""
+    op = node.op
+    if isinstance(op, Relu):
+        return "Relu", ()
+    if isinstance(op, LeakyRelu):
+        return "LeakyRelu", (op.alpha,)
+    if isinstance(op, ClipV6):
+        return "Clip", (op.min, op.max)
+    if isinstance(op, Clip):
+        bounds = (list(node.inputs[1:]) + [None, None])[:2]
+        if not all(t is None or _constant(t) for t in bounds):
+            return None  # bounds computed at run time
+        lo = -np.inf if bounds[0] is None else float(bounds[0].value.reshape(-1)[0])
+        hi = np.inf if bounds[1] is None else float(bounds[1].value.reshape(-1)[0])
+        return "Clip", (lo, hi)
+    return None
+
+
+def fuse_activation(g, conv, act):
+    """Conv or FusedConv (without an activation) -> Relu / LeakyRelu / Clip -> FusedConv."""
+    found = _activation(act)
+    if found is None or act.inputs[0] is not conv.outputs[0]:
+        return None
+    name, params = found
+    if isinstance(conv.op, FusedConv):
+        if conv.op.activation:
+            return None
+        return conv.op.replace(activation=name, activation_params=params), list(conv.inputs)
+    return FusedConv(**conv.op.params, activation=name, activation_params=params), list(conv.inputs)
+
+
+def fuse_residual(g, conv, add):
+    """Conv or FusedConv (no Z, no activation) -> Add(z of the same shape) -> FusedConv adding z."""
+    out = conv.outputs[0]
+    a, b_ = add.inputs
+    z = b_ if a is out else a
+    if z.spec.shape != out.spec.shape or z.spec.dtype != out.spec.dtype:
+        return None  # a broadcast Add stays an Add
+    x, w, b = _conv_inputs(conv)
+    if isinstance(conv.op, FusedConv):
+        if conv.op.activation or (len(conv.inputs) > 3 and conv.inputs[3] is not None):
+            return None
+        op = conv.op
+    else:
+        op = FusedConv(**conv.op.params)
+    if b is None:
+        b = g.constant(g.unique_name(f"{conv.name}.bias"), np.zeros(w.spec.shape[0], w.spec.dtype.np))
+    return op, [x, w, b, z]
+
+
+for _act in (Relu, LeakyRelu, Clip, ClipV6):
+    fusion_rule(Conv, _act)(fuse_activation)
+    fusion_rule(FusedConv, _act)(fuse_activation)
+fusion_rule(Conv, Add)(fuse_residual)
+fusion_rule(FusedConv, Add)(fuse_residual)
