@@ -14,9 +14,9 @@ arithmetic).  One team works on one batch entry at a time, in BLIS's loop order:
 
 Packing reads A and B through strides, so transposes cost nothing but the pack, and
 zero-pads the ragged panels, so the micro-kernel has no edge cases; only the store of an
-edge tile goes lane by lane.  K blocks after the first add into y; alpha and beta are
+edge tile goes through a scratch row.  K blocks after the first add into y; alpha and beta are
 applied by a final pass only when they are not 1 and 0.  Tile sizes come from the target
-(``tile_config``): V = 16 lanes and MR = 6 on AVX-512 (12 of 32 vector registers hold the
+(``tile_config``): V = 16 lanes and MR = 8 on AVX-512 (16 of 32 vector registers hold the
 tile), V = 8 and MR = 6 on AVX2 (12 of 16).
 """
 from __future__ import annotations
@@ -26,10 +26,21 @@ from dataclasses import dataclass
 import numpy as np
 
 import dsl
-from dsl import In, InOut, Out, f32, i32
+from dsl import In, InOut, Out, f32, i32, i64
 
 T = dsl.TypeVar("T")
+PACKED_TYPES = (dsl.f32, dsl.f16, dsl.bf16)
+MIN_MACS = 1 << 18  # below this many multiply-adds packing costs more than it saves
 THREADS = 4
+NR_MAX = 32  # widest register tile row (2 × 16 lanes)
+
+
+def worth_packing(m, n, k) -> bool:
+    """Whether an (m × k)·(k × n) product is big enough for the packed kernel; an unknown
+    dimension (a dynamic batch) counts as 1, so big weights pick it whatever the batch."""
+    known = [d for d in (m, n) if d is not None]
+    macs = (m or 1) * (n or 1) * (k or 1)
+    return macs >= MIN_MACS and all(d >= 8 for d in known)
 
 
 @dataclass(frozen=True)
@@ -51,15 +62,15 @@ def tile_config(backend: str = "numba") -> TileConfig:
     """The tile for ``backend``'s target: 512-bit vectors where AVX-512 is, else 256-bit."""
     feats = dsl.target(backend).features
     if "avx512f" in feats:
-        return TileConfig(V=16, MR=6, KC=256, MC=96, NC=2048)
+        return TileConfig(V=16, MR=8, KC=256, MC=192, NC=2048)
     return TileConfig(V=8, MR=6, KC=256, MC=72, NC=1024)
 
 
 @dsl.kernel(threads=THREADS)
 def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], y: Out[T, 3], ap: InOut[f32, 2], bp: InOut[f32, 2],
                 trans_a: i32, trans_b: i32, alpha: f32, beta: f32,
-                V: dsl.const[i32], MR: dsl.const[i32], KC: dsl.const[i32], MC: dsl.const[i32],
-                NC: dsl.const[i32]):
+                V: dsl.const[i64], MR: dsl.const[i64], KC: dsl.const[i64], MC: dsl.const[i64],
+                NC: dsl.const[i64]):
     """y[t] = alpha·A[t]·B[t] + beta·C; ``ap``/``bp`` are per-team packing buffers (MC·KC, KC·NC)."""
     m = y.shape[1]
     n = y.shape[2]
@@ -71,6 +82,8 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], y: Out[T, 3], ap: InOut[f
     sab = a.shape[1] * a.shape[2] if a.shape[0] > 1 else 0
     sbb = b.shape[1] * b.shape[2] if b.shape[0] > 1 else 0
     NR = 2 * V
+    edge = dsl.scratch((THREADS, NR_MAX), f32)
+    tid = dsl.thread_id()
     team = dsl.tile_id()
     ab = team * ap.shape[1]  # this team's packing buffers
     bb = team * bp.shape[1]
@@ -132,23 +145,25 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], y: Out[T, 3], ap: InOut[f
                                 acc[r, 1] = dsl.fma(av, b1, acc[r, 1])
                         i0 = ic + ip * MR
                         j0 = jc + jp * NR
+                        full = j0 + NR <= n
                         for r in dsl.static_range(MR):
                             if i0 + r < m:
                                 row = (t * m + i0 + r) * n + j0
-                                for h in dsl.static_range(2):
-                                    at = row + h * V
-                                    if j0 + h * V + V <= n:
+                                if full:
+                                    for h in dsl.static_range(2):
+                                        at = row + h * V
                                         if pc == 0:
                                             y.vstore(at, acc[r, h])
                                         else:
                                             y.vstore(at, y.vload(at, V) + acc[r, h])
-                                    else:
-                                        for lane in dsl.static_range(V):
-                                            if j0 + h * V + lane < n:
-                                                if pc == 0:
-                                                    y.flat[at + lane] = acc[r, h][lane]
-                                                else:
-                                                    y.flat[at + lane] = y.flat[at + lane] + acc[r, h][lane]
+                                else:  # an edge tile: through this thread's row of ``edge``
+                                    for h in dsl.static_range(2):
+                                        edge.vstore(tid * NR_MAX + h * V, acc[r, h])
+                                    for col in range(n - j0):
+                                        v = edge[tid, col]
+                                        if pc != 0:
+                                            v += y.flat[row + col]
+                                        y.flat[row + col] = v
                     dsl.sync()
         if alpha != 1 or beta != 0:  # y = alpha·y + beta·C, C broadcast
             sci = c.shape[1] if c.shape[0] > 1 else 0
@@ -167,11 +182,14 @@ def workspace(teams: int, cfg: TileConfig, k: int, m: int, n: int):
     return np.empty((teams, mc * kc), np.float32), np.empty((teams, kc * nc), np.float32)
 
 
-def packed_gemm(a, b, c, y, trans_a: int = 0, trans_b: int = 0, alpha=1.0, beta=1.0, backend=None, grid=None):
-    """``gemm_kernel``'s interface on the packed kernel: 3-D a, b (size-1 batch broadcast), 2-D c."""
-    cfg = tile_config(backend or "numba")
+def packed_gemm(a, b, c, y, trans_a: int = 0, trans_b: int = 0, alpha=1.0, beta=1.0, backend=None,
+                kernel=gemm_packed, config=None):
+    """``gemm_kernel``'s interface on the packed kernel: 3-D a, b (size-1 batch broadcast), 2-D c.
+    ``kernel`` is what to launch (a graph's recorder stands in for it while a model is built);
+    ``config`` overrides the target's TileConfig (tests use tiny blocks to reach every loop)."""
+    cfg = config or tile_config(backend or "numba")
     k = a.shape[1] if trans_a else a.shape[2]
     teams = max(1, min(y.shape[0], 8))
     ap, bp = workspace(teams, cfg, k, y.shape[1], y.shape[2])
-    gemm_packed(a, b, c, y, ap, bp, trans_a=trans_a, trans_b=trans_b, alpha=float(alpha), beta=float(beta),
+    kernel(a, b, c, y, ap, bp, trans_a=trans_a, trans_b=trans_b, alpha=float(alpha), beta=float(beta),
                 V=cfg.V, MR=cfg.MR, KC=cfg.KC, MC=cfg.MC, NC=cfg.NC, backend=backend, grid=teams)

@@ -19,6 +19,7 @@ import dsl
 from dsl import In, Out, f16, bf16, f32, f64, i32, i64, u32, u64
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.elementwise import broadcast_shape, collapse_broadcast, require_dtype, same_dtype
+from ops.gemm_packed import PACKED_TYPES, gemm_packed, packed_gemm, worth_packing
 
 T = dsl.TypeVar("T")
 
@@ -154,6 +155,24 @@ def gemm_kernel(a: In[T, 3], b: In[T, 3], c: In[T, 2], y: Out[T, 3],
                 y.flat[po + 3] = alpha * c33 + beta * c.flat[pc + 3 * scj]
 
 
+def _gemm(impl, a, b, c, y, trans_a, trans_b, alpha, beta, backend) -> None:
+    """One launch of the selected GEMM kernel: the packed one (with its workspace) or the tiled one."""
+    k = a.shape[1] if trans_a else a.shape[2]
+    if impl == gemm_packed:
+        packed_gemm(a, b, c, y, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta, backend=backend,
+                    kernel=impl)
+    else:
+        impl(a, b, c, y, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta, backend=backend,
+             grid=grid_for(y.size * k))
+
+
+def _select(dtype, m, n, k, backend) -> str:
+    """The packed SIMD kernel on numba for float data big enough to pay for packing."""
+    if backend == "numba" and dtype in PACKED_TYPES and worth_packing(m, n, k):
+        return "packed"
+    return "default"
+
+
 def _zero_bias(dtype) -> np.ndarray:
     return np.zeros((1, 1), dtype)
 
@@ -169,7 +188,12 @@ class MatMul(dsl.Op):
     """numpy.matmul: 1-D operands are promoted (and the added axis removed), batch
     axes broadcast."""
 
-    kernels = {"default": gemm_kernel}
+    kernels = {"default": gemm_kernel, "packed": gemm_packed}
+
+    def select(self, a, b, backend=None):
+        m = a.shape[-2] if a.ndim >= 2 else 1
+        n = b.shape[-1] if b.ndim >= 2 else 1
+        return _select(a.dtype, m, n, a.shape[-1], backend)
 
     def verify(self, a, b):
         same_dtype("MatMul", a, b)
@@ -208,8 +232,7 @@ class MatMul(dsl.Op):
             sa = av[tuple(i if av.shape[d] > 1 else 0 for d, i in enumerate(idx))] if idx else av
             sb = bv[tuple(i if bv.shape[d] > 1 else 0 for d, i in enumerate(idx))] if idx else bv
             sy = yv[idx] if idx else yv
-            impl(sa, sb, bias, sy, trans_a=0, trans_b=0, alpha=1, beta=1, backend=backend,
-                 grid=grid_for(sy.size * k))
+            _gemm(impl, sa, sb, bias, sy, 0, 0, 1, 1, backend)
 
 
 # --------------------------------------------------------------------------- Gemm
@@ -222,7 +245,11 @@ class Gemm(dsl.Op):
     beta: float = 1.0
     transA: int = 0
     transB: int = 0
-    kernels = {"default": gemm_kernel}
+    kernels = {"default": gemm_kernel, "packed": gemm_packed}
+
+    def select(self, a, b, c=None, backend=None):
+        m, n, k, _ = self._mnk(a, b)
+        return _select(a.dtype, m, n, k, backend)
 
     def _mnk(self, a, b):
         m, ka = (a.shape[1], a.shape[0]) if self.transA else a.shape
@@ -265,10 +292,8 @@ class Gemm(dsl.Op):
         alpha = self.alpha
         if y.dtype.kind in "iu":  # verify() made sure they are whole numbers
             alpha, beta = int(alpha), int(beta)
-        impl(a.reshape((1,) + a.shape), b.reshape((1,) + b.shape), c2, y.reshape((1,) + y.shape),
-             trans_a=int(bool(self.transA)), trans_b=int(bool(self.transB)),
-             alpha=alpha, beta=beta, backend=backend,
-             grid=grid_for(y.size * (a.shape[0] if self.transA else a.shape[1])))
+        _gemm(impl, a.reshape((1,) + a.shape), b.reshape((1,) + b.shape), c2, y.reshape((1,) + y.shape),
+              int(bool(self.transA)), int(bool(self.transB)), alpha, beta, backend)
 
 
 # --------------------------------------------------------------------------- FullyConnected
@@ -278,7 +303,13 @@ class FullyConnected(dsl.Op):
     """TIM-VX FullyConnected: y = x·wᵀ + b with w of shape (units, inputs); x is
     (..., inputs), y is (..., units); b (units,) is optional."""
 
-    kernels = {"default": gemm_kernel}
+    kernels = {"default": gemm_kernel, "packed": gemm_packed}
+
+    def select(self, x, w, b=None, backend=None):
+        rows = 1
+        for d in x.shape[:-1]:
+            rows = rows * d if d is not None and rows is not None else None
+        return _select(x.dtype, rows, w.shape[0], w.shape[1], backend)
 
     def verify(self, x, w, b=None):
         same_dtype("FullyConnected", x, w, b)
@@ -301,6 +332,5 @@ class FullyConnected(dsl.Op):
         units, k = w.shape
         bias = _zero_bias(y.dtype) if b is None else b.reshape(1, units)
         rows = int(np.prod(x.shape[:-1], dtype=np.int64))
-        impl(x.reshape(1, rows, k), w.reshape(1, units, k), bias, y.reshape(1, rows, units),
-             trans_a=0, trans_b=1, alpha=1, beta=1, backend=backend,
-             grid=grid_for(y.size * k))
+        _gemm(impl, x.reshape(1, rows, k), w.reshape(1, units, k), bias, y.reshape(1, rows, units), 0, 1, 1, 1,
+              backend)

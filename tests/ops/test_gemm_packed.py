@@ -1,0 +1,87 @@
+"""The packed SIMD GEMM (ops/gemm_packed.py) against numpy, on every backend.
+
+Tiny tile and cache blocks (V=4, MR=3, KC=4, MC=6, NC=16) make small problems run every loop
+of the kernel: several column, K and row blocks, ragged panels and edge tiles; the numba
+cases then run the target's own tile at sizes past one K block, and the ops that select it."""
+import numpy as np
+import pytest
+
+import dsl
+import ops
+from ops.gemm_packed import TileConfig, packed_gemm, tile_config
+
+RNG = np.random.default_rng(5)
+TINY = TileConfig(V=4, MR=3, KC=4, MC=6, NC=16)
+
+
+def rand(*shape, dtype=np.float32):
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+def reference(a, b, c, trans_a, trans_b, alpha, beta):
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    if trans_a:
+        a64 = a64.transpose(0, 2, 1)
+    if trans_b:
+        b64 = b64.transpose(0, 2, 1)
+    return alpha * np.matmul(a64, b64) + beta * c.astype(np.float64)
+
+
+CASES = [  # (batch a, batch b, m, k, n, trans_a, trans_b, alpha, beta, c shape)
+    (1, 1, 7, 9, 21, 0, 0, 1.0, 0.0, (1, 1)),
+    (2, 1, 8, 5, 17, 0, 1, 1.0, 0.0, (1, 1)),      # b broadcast over the batch, B transposed
+    (1, 3, 13, 11, 8, 1, 0, 2.0, 0.5, (1, 8)),     # a broadcast, A transposed, alpha/beta, row C
+    (1, 1, 6, 12, 16, 1, 1, 1.0, 1.0, (6, 1)),     # both transposed, column C, exact panels
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:5])) + f"-t{c[5]}{c[6]}")
+def test_packed_gemm_every_loop(backend, case):
+    ba, bb, m, k, n, ta, tb, alpha, beta, cshape = case
+    a = rand(ba, k, m) if ta else rand(ba, m, k)
+    b = rand(bb, n, k) if tb else rand(bb, k, n)
+    c = rand(*cshape)
+    y = np.full((max(ba, bb), m, n), np.nan, np.float32)
+    packed_gemm(a, b, c, y, trans_a=ta, trans_b=tb, alpha=alpha, beta=beta, backend=backend, config=TINY)
+    np.testing.assert_allclose(y, reference(a, b, c, ta, tb, alpha, beta), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_packed_gemm_half_storage(backend, dtype):
+    """f16/bf16 data is packed as f32 and accumulated in f32; y rounds once per K block."""
+    npt = dsl.f16.np if dtype == "f16" else dsl.bf16.np
+    a, b = rand(1, 9, 7).astype(npt), rand(1, 7, 10).astype(npt)
+    y = np.zeros((1, 9, 10), npt)
+    packed_gemm(a, b, np.zeros((1, 1), npt), y, backend=backend, config=TINY)
+    ref = reference(a.astype(np.float32), b.astype(np.float32), np.zeros((1, 1)), 0, 0, 1.0, 0.0)
+    tol = 1e-2 if dtype == "f16" else 5e-2
+    np.testing.assert_allclose(y.astype(np.float32), ref, rtol=tol, atol=tol)
+
+
+def test_target_tile_past_one_k_block():
+    """The numba target's own tile (16 or 8 lanes) with K over one KC block and ragged edges."""
+    cfg = tile_config("numba")
+    m, k, n = 3 * cfg.MR + 1, cfg.KC + 37, 2 * cfg.NR + 5
+    a, b = rand(1, m, k), rand(1, k, n)
+    y = np.empty((1, m, n), np.float32)
+    packed_gemm(a, b, np.zeros((1, 1), np.float32), y, backend="numba")
+    np.testing.assert_allclose(y, reference(a, b, np.zeros((1, 1)), 0, 0, 1.0, 0.0), rtol=1e-4, atol=1e-3)
+
+
+def test_ops_select_the_packed_kernel_on_numba():
+    """MatMul, Gemm and FullyConnected pick it for big float products, eager and in a graph."""
+    a, w = rand(2, 70, 96), rand(96, 64)
+    spec = dsl.TensorSpec((2, 70, 96), dsl.f32), dsl.TensorSpec((96, 64), dsl.f32)
+    assert ops.MatMul().select(*spec, backend="numba") == "packed"
+    assert ops.MatMul().select(*spec, backend="interpreter") == "default"
+    assert ops.MatMul().select(dsl.TensorSpec((4, 3), dsl.f32), dsl.TensorSpec((3, 4), dsl.f32),
+                               backend="numba") == "default"
+    np.testing.assert_allclose(ops.MatMul(a, w, backend="numba"), a @ w, rtol=1e-4, atol=1e-3)
+    c = rand(64)
+    np.testing.assert_allclose(ops.Gemm(a[0], w, c, alpha=0.5, beta=2.0, backend="numba"), 0.5 * a[0] @ w + 2.0 * c,
+                               rtol=1e-4, atol=1e-3)
+    g = dsl.Graph("fc")
+    x = g.input("x", (None, 96), dsl.f32)
+    g.output(ops.FullyConnected(x, g.constant("w", w.T.copy()), g.constant("b", w[0].copy())), "y")
+    out = g.compile(backend="numba").run({"x": a[0]})["y"]
+    np.testing.assert_allclose(out, a[0] @ w + w[0], rtol=1e-4, atol=1e-3)
