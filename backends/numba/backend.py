@@ -25,6 +25,7 @@ import numpy as np
 from numba import types as nbt
 
 from dsl.lang import ir
+from dsl.lang.grid import Grid, shape as grid_shape, size as grid_size
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError
 from backends import cache
@@ -92,7 +93,8 @@ def _nb_storage(t: T.DType):
 
 def signature(kernel: ir.Kernel, debug: bool = False) -> Tuple:
     """numba argument types of the entry points, for the arrays/scalars the launcher passes
-    (then the grid and the hidden arguments: Ctrl-C counter and its start value, error record)."""
+    (then the grid shape gx, gy, gz and the hidden arguments: Ctrl-C counter and its start value, error
+    record)."""
     out: List = []
     for p in kernel.params:  # writable types: a read-only input array makes numba compile once more
         if isinstance(p, ir.TensorParam):
@@ -101,7 +103,7 @@ def signature(kernel: ir.Kernel, debug: bool = False) -> Tuple:
             out.append(nbt.Array(_nb_storage(p.dtype), 1, "C"))
         else:
             out.append(_nb_scalar(p.dtype))
-    out += [nbt.int64, nbt.Array(nbt.int64, 1, "C"), nbt.int64]
+    out += [nbt.int64, nbt.int64, nbt.int64, nbt.Array(nbt.int64, 1, "C"), nbt.int64]  # gx, gy, gz, Ctrl-C
     if debug:
         out.append(nbt.Array(nbt.int64, 1, "C"))
     return tuple(out)
@@ -242,43 +244,45 @@ class NumbaLauncher(Launcher):
                 out[i] = out[i].view(np.uint16)
         return args if out is None else out
 
-    def __call__(self, args: Sequence, grid: int) -> None:
+    def __call__(self, args: Sequence, grid: Grid) -> None:
         args = self._adapt(args)
-        if grid * self._team <= SERIAL_MAX_THREADS:
+        shape = grid_shape(grid)
+        if grid_size(grid) * self._team <= SERIAL_MAX_THREADS:
             n = 0
             for i in self._tensors:
                 n += args[i].size
             if n < SERIAL_MAX_ELEMENTS:
-                self._run(self._serial, args, grid)
+                self._run(self._serial, args, shape)
                 return
-        self._run_parallel(args, grid)
+        self._run_parallel(args, shape)
 
-    def run_serial(self, args: Sequence, grid: int) -> None:
+    def run_serial(self, args: Sequence, grid: Grid) -> None:
         """Force the serial variant (tests, benchmarks)."""
-        self._run(self._serial, self._adapt(args), grid)
+        self._run(self._serial, self._adapt(args), grid_shape(grid))
 
-    def run_parallel(self, args: Sequence, grid: int) -> None:
+    def run_parallel(self, args: Sequence, grid: Grid) -> None:
         """Force the parallel variant (compiled on first use)."""
-        self._run_parallel(self._adapt(args), grid)
+        self._run_parallel(self._adapt(args), grid_shape(grid))
 
-    def _run_parallel(self, args: Sequence, grid: int) -> None:
-        which = "launch_team" if grid == 1 and "launch_team" in self._entries else "launch_parallel"
+    def _run_parallel(self, args: Sequence, shape: Tuple[int, int, int]) -> None:
+        which = "launch_team" if shape == (1, 1, 1) and "launch_team" in self._entries else "launch_parallel"
         fn = self._ready.get(which) or self._compile_parallel(which)
         if _serialize_parallel:
             with _parallel_lock:
-                self._run(fn, args, grid)
+                self._run(fn, args, shape)
         else:
-            self._run(fn, args, grid)
+            self._run(fn, args, shape)
 
-    def _run(self, fn, args: Sequence, grid: int) -> None:
-        """One launch with its hidden arguments; KeyboardInterrupt if SIGINT stopped it, IndexError
-        (debug mode) if an access was out of range."""
+    def _run(self, fn, args: Sequence, shape: Tuple[int, int, int]) -> None:
+        """One launch with its grid shape and hidden arguments; KeyboardInterrupt if SIGINT stopped
+        it, IndexError (debug mode) if an access was out of range."""
         start = interrupt.arm()
+        gx, gy, gz = shape
         if self._sites is None:
-            fn(*args, grid, interrupt.COUNTER, start)
+            fn(*args, gx, gy, gz, interrupt.COUNTER, start)
         else:
             record = bounds.new_record()
-            fn(*args, grid, interrupt.COUNTER, start, record)
+            fn(*args, gx, gy, gz, interrupt.COUNTER, start, record)
             if record[bounds.STATE]:
                 interrupt.check(start)  # an interrupt first: the record may be one of its casualties
                 raise bounds.error(record, self._sites, self._kernel, args).with_traceback(None)

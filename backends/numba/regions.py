@@ -254,7 +254,12 @@ class Program:
 
     def entry_params(self) -> str:
         return ", ".join([f"{self.names[p.name]}_nd" if isinstance(p, ir.TensorParam) else self.names[p.name]
-                          for p in self.k.params] + ["_grid"] + self.hidden)
+                          for p in self.k.params] + ["_gx", "_gy", "_gz"] + self.hidden)
+
+    def grid_prelude(self) -> List[str]:
+        """Entry-point lines naming the flat team count and the grid shape the team functions get."""
+        return ["    _grid = _gx * _gy * _gz  # teams in the flattened grid, axis 0 fastest",
+                "    _ntiles = (_gx, _gy, _gz)  # the grid shape: dsl.num_tiles(axis)"]
 
     def scratch_alloc(self, pad: str, per_tile: bool = False) -> List[str]:
         lines = []
@@ -394,7 +399,7 @@ class Program:
             out = ["@njit(**JIT)", f"def launch_team({self.entry_params()}):",
                    f'    """Run one team of {self.k.name}, each region\'s {T_} threads in parallel."""']
             # np.int64(): a plain 0 would make numba compile literal-typed copies of every callee
-            out += self.prelude() + ["    _tile = np.int64(0)", "    _ntiles = np.int64(1)"]
+            out += self.prelude() + self.grid_prelude() + ["    _tile = np.int64(0)"]
         else:
             out = ["@njit(**JIT)",
                    f"def team_serial({', '.join(['_tile', '_ntiles'] + self.flat_args_without_scratch() + self.hidden)}):",
@@ -468,18 +473,18 @@ class Program:
         out = [("@njit(parallel=True, **JIT)" if parallel else "@njit(**JIT)"),
                f"def {name}({self.entry_params()}):",
                f'    """Run _grid teams of {self.k.name}: {doc}."""']
-        out += self.prelude()
+        out += self.prelude() + self.grid_prelude()
         stop = self.stop_condition()
         if self.has_sync:
             args = ", ".join(self.flat_args_without_scratch() + self.hidden)
             if parallel:
                 out += ["    for _tile in prange(_grid):"]
-                call = f"team_serial(np.int64(_tile), _grid{_lead_comma(args)})"
+                call = f"team_serial(np.int64(_tile), _ntiles{_lead_comma(args)})"
                 out += [f"        if not ({stop}):", f"            {call}"] if stop else [f"        {call}"]
             else:
                 out += ["    for _tile in range(_grid):"]
                 out += [f"        if {stop}:", "            return"] if stop else []
-                out += [f"        team_serial(_tile, _grid{_lead_comma(args)})"]
+                out += [f"        team_serial(_tile, _ntiles{_lead_comma(args)})"]
             return out
         u = self.uses(self.k.body)
         args = self.flat_args(u) + self.hidden
@@ -487,14 +492,14 @@ class Program:
         if parallel:
             out += self.scratch_alloc("    ", per_tile=True)
             call_args = [f"{a}_tiles[_tile]" if a in scratch else a for a in args]
-            call = f"thread({', '.join([f'np.int64(_g) - _tile * {T_}', '_tile', '_grid'] + call_args)})"
+            call = f"thread({', '.join([f'np.int64(_g) - _tile * {T_}', '_tile', '_ntiles'] + call_args)})"
             out += [f"    for _g in prange(_grid * {T_}):", f"        _tile = np.int64(_g) // {T_}"]
             out += [f"        if not ({stop}):", f"            {call}"] if stop else [f"        {call}"]
         else:
             out += self.scratch_alloc("    ")
             out += ["    for _tile in range(_grid):"]
             out += [f"        if {stop}:", "            return"] if stop else []
-            out += [f"        for _tid in range({T_}):", f"            thread({', '.join(['_tid', '_tile', '_grid'] + args)})"]
+            out += [f"        for _tid in range({T_}):", f"            thread({', '.join(['_tid', '_tile', '_ntiles'] + args)})"]
         return out
 
     def flat_args_without_scratch(self) -> List[str]:
