@@ -715,7 +715,7 @@ def _literal_arg(spec: B.Builtin, arg: ir.Expr, t: T.DType) -> Tuple[ir.Expr, ..
     if t.is_int and isinstance(v, int) and v in choices:
         return () if v == choices[0] else (ir.Const(v, type=T.i64, loc=arg.loc),)
     accepted = ", ".join(map(str, choices[:-1])) + f" or {choices[-1]}"
-    got = repr(v) if v is not None else f"a {t.strong} value known only at run time"
+    got = repr(v) if v is not None else f"a value known only at run time ({t.strong})"
     raise CompileError(f"dsl.{spec.name}() takes an integer literal {accepted} (a grid axis), got {got}", arg.loc,
                        "the axis must be known at compile time: a literal, a dsl.const parameter, a module-level "
                        "int constant or a dsl.static_range variable")

@@ -327,6 +327,9 @@ def kernel(fn: Optional[Callable] = None, *, threads: int = 4, grid: Any = 1, lo
            fastmath: bool = False, debug: Optional[bool] = None):
     """``@dsl.kernel`` or ``@dsl.kernel(threads=4, grid=1, log_level=None, fastmath=False, debug=None)``.
 
+    ``grid`` is the teams a call launches when it does not say: an int, ``(gx, gy)`` or
+    ``(gx, gy, gz)`` (``dsl.tile_id(axis)``), or a callable of the arguments by name returning one.
+
     ``fastmath=True`` lets compiled backends reassociate float arithmetic (vectorized
     reductions) and use approximate math functions: faster, not bit-identical.
     ``debug=True`` (default: ``OPDSL_DEBUG``) bounds-checks every access in compiled code: an
