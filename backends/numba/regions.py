@@ -252,14 +252,21 @@ class Program:
             lines.append(f"    {nm}_size = {nm}.size")
         return lines
 
-    def entry_params(self) -> str:
+    def entry_params(self, nd: bool = False) -> str:
+        """The arguments of an entry point: a 1-d one takes the team count ``_grid``, an n-d one
+        (``_nd``, compiled on first use) the grid shape."""
+        grid = ["_gx", "_gy", "_gz"] if nd else ["_grid"]
         return ", ".join([f"{self.names[p.name]}_nd" if isinstance(p, ir.TensorParam) else self.names[p.name]
-                          for p in self.k.params] + ["_gx", "_gy", "_gz"] + self.hidden)
+                          for p in self.k.params] + grid + self.hidden)
 
-    def grid_prelude(self) -> List[str]:
-        """Entry-point lines naming the flat team count and the grid shape the team functions get."""
-        return ["    _grid = _gx * _gy * _gz  # teams in the flattened grid, axis 0 fastest",
-                "    _ntiles = (_gx, _gy, _gz)  # the grid shape: dsl.num_tiles(axis)"]
+    @staticmethod
+    def grid_prelude(nd: bool = False) -> List[str]:
+        """Entry-point lines naming the flat team count ``_grid`` and the grid shape ``_ntiles``
+        (gx, gy, gz) that team functions get (dsl.tile_id(axis), dsl.num_tiles(axis))."""
+        if nd:
+            return ["    _grid = _gx * _gy * _gz  # teams in the flattened grid, axis 0 fastest",
+                    "    _ntiles = (_gx, _gy, _gz)"]
+        return ["    _ntiles = (_grid, np.int64(1), np.int64(1))  # a 1-d grid"]
 
     def scratch_alloc(self, pad: str, per_tile: bool = False) -> List[str]:
         lines = []
@@ -307,6 +314,7 @@ class Program:
         else:
             out += ["", *self.thread_function(), ""]
         out += ["", *self.entry(False), "", "", *self.entry(True)]
+        out += ["", "", *self.entry(False, nd=True), "", "", *self.entry(True, nd=True)]
         if self.has_sync:
             out += ["", "", *self.team_function(True)]
         return "\n".join(out).rstrip() + "\n"
@@ -464,16 +472,16 @@ class Program:
 
     # ----------------------------------------------------------------- entries
 
-    def entry(self, parallel: bool) -> List[str]:
+    def entry(self, parallel: bool, nd: bool = False) -> List[str]:
         T_ = self.threads
-        name = "launch_parallel" if parallel else "launch_serial"
+        name = ("launch_parallel" if parallel else "launch_serial") + ("_nd" if nd else "")
         doc = ("every (tile, thread) pair in a prange" if parallel and not self.has_sync else
-               "tiles in a prange (one team: launch_team)" if parallel else
+               "tiles in a prange" + ("" if nd else " (one team: launch_team)") if parallel else
                "tiles and threads one after the other (small launches)")
         out = [("@njit(parallel=True, **JIT)" if parallel else "@njit(**JIT)"),
-               f"def {name}({self.entry_params()}):",
-               f'    """Run _grid teams of {self.k.name}: {doc}."""']
-        out += self.prelude() + self.grid_prelude()
+               f"def {name}({self.entry_params(nd)}):",
+               f'    """Run _grid teams of {self.k.name}{" (an n-d grid)" if nd else ""}: {doc}."""']
+        out += self.prelude() + self.grid_prelude(nd)
         stop = self.stop_condition()
         if self.has_sync:
             args = ", ".join(self.flat_args_without_scratch() + self.hidden)

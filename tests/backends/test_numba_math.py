@@ -174,7 +174,7 @@ def test_fastmath_kernel_matches_numpy_and_vectorizes():
     import backends.numba.backend as nb
     mod = nb._exec_source(_fast.source("numba", x, y, out), "test_numba_math_vectorizes")
     from backends import interrupt
-    mod.launch_serial(x, y, out, 1, 1, 1, interrupt.COUNTER, interrupt.arm())  # grid (gx, gy, gz), then Ctrl-C
+    mod.launch_serial(x, y, out, 1, interrupt.COUNTER, interrupt.arm())  # grid, then the Ctrl-C counter
     asm = next(iter(mod.thread.inspect_asm().values()))
     # packed FMAs and maxima on ymm/zmm registers: the exp loop (with the sum and the max) vectorized
     assert re.search(r"vfmadd\w*ps\s+.*%[yz]mm", asm), "the fastmath loop did not vectorize"

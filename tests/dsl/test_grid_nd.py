@@ -260,3 +260,16 @@ def test_thread_cap_uses_the_product_of_the_axes(backend):
     with pytest.raises(ValueError, match=r"grid_facts: grid=\(4294967296, 4294967296, 1\) = 18446744073709551616 "
                                          r"teams x threads=2 .* exceeds"):
         grid_facts(out, grid=(2 ** 32, 2 ** 32), backend=backend)
+
+
+@dsl.kernel(threads=2, debug=True)
+def store_by_worker(y: Out[i64]):
+    y[flat_tile() * dsl.num_threads() + dsl.thread_id()] = dsl.tile_id(1)
+
+
+def test_debug_errors_name_the_flat_tile(backend):
+    y = np.zeros(7, np.int64)  # grid (2, 2) of 2 threads: worker 7, thread 1 of team 3, is out of range
+    with pytest.raises(dsl.LaunchError) as info:
+        store_by_worker(y, grid=(2, 2), backend=backend)
+    assert (info.value.tile_id, info.value.thread_id) == (3, 1)
+    np.testing.assert_array_equal(y, [0, 0, 0, 0, 1, 1, 1])
