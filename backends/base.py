@@ -33,9 +33,10 @@ class Launcher(ABC):
 
     @abstractmethod
     def __call__(self, args: Sequence, grid: Grid) -> None:
-        """Run ``grid`` teams: an int, or ``(gx, gy, gz)`` for an n-d grid (dsl/lang/grid.py).  ``args`` follow ``kernel.params``:
-        C-contiguous numpy arrays of the param dtype for tensors, 1-D arrays for Vec params, numpy
-        scalars of the param dtype for scalars.  Outputs are written in place."""
+        """Run ``grid`` teams: an int, or ``(gx, gy, gz)`` for an n-d grid (dsl/lang/grid.py).
+        ``args`` follow ``kernel.params``: C-contiguous numpy arrays of the param dtype for
+        tensors, 1-D arrays for Vec params, numpy scalars of the param dtype for scalars.
+        Outputs are written in place."""
 
 
 class Backend(ABC):

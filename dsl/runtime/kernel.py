@@ -113,8 +113,8 @@ class Kernel:
         limit = getattr(launcher, "max_logical_threads", MAX_LOGICAL_THREADS)
         total = launch_grid.size(g) * self.threads
         if total > limit:
-            raise ValueError(f"{self.__name__}: grid={launch_grid.describe(g)} x threads={self.threads} = {total} logical threads "
-                             f"exceeds the {backend} backend's limit of {limit} (thread indexes are "
+            raise ValueError(f"{self.__name__}: grid={launch_grid.describe(g)} x threads={self.threads} = {total} "
+                             f"logical threads exceeds the {backend} backend's limit of {limit} (thread indexes are "
                              f"{'64-bit signed' if limit == MAX_LOGICAL_THREADS else 'limited by the device'})")
         _check_overlap(self.__name__, self.params, values)
         return launcher, values, g
