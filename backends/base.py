@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, Sequence
 
 from dsl.lang import ir
+from dsl.lang.grid import Grid
 from backends import host
 from backends.host import TargetInfo  # noqa: F401  (re-exported: what target() returns)
 
@@ -31,10 +32,11 @@ class Launcher(ABC):
     """A compiled specialization, ready to run."""
 
     @abstractmethod
-    def __call__(self, args: Sequence, grid: int) -> None:
-        """Run ``grid`` teams.  ``args`` follow ``kernel.params``: C-contiguous numpy
-        arrays of the param dtype for tensors, 1-D arrays for Vec params, numpy
-        scalars of the param dtype for scalars.  Outputs are written in place."""
+    def __call__(self, args: Sequence, grid: Grid) -> None:
+        """Run ``grid`` teams: an int, or ``(gx, gy, gz)`` for an n-d grid (dsl/lang/grid.py).
+        ``args`` follow ``kernel.params``: C-contiguous numpy arrays of the param dtype for
+        tensors, 1-D arrays for Vec params, numpy scalars of the param dtype for scalars.
+        Outputs are written in place."""
 
 
 class Backend(ABC):

@@ -6,7 +6,8 @@ a target (OpenCL today, plain C or CUDA tomorrow) is a thin subclass that suppli
 
 * table attributes: ``kernel_prefix``, ``buffer_prefix`` (address space of tensor pointers),
   ``local_prefix`` (of scratch arrays), ``func_prefix``, ``type_map``/``storage_map``,
-  ``scratch_storage``, ``code_for_team`` (thread_id, num_threads, tile_id, num_tiles),
+  ``scratch_storage``, ``code_for_team`` (thread_id, num_threads, tile_id and num_tiles with an
+  ``{axis}`` field, flat_tile_id: the team's index in the flattened grid),
   ``targets`` (the names its builtin spellings are looked up under, dsl/lang/builtins.py), ``reserved``/``owned_prefixes``/``reserved_pattern`` (backends/naming.py);
 * hooks: ``preamble()``, ``kernel_header()``, ``kernel_signature(params)``, ``sync()``,
   ``load_f16``/``store_f16``, ``helper_round_f16``, ``atomic_add(ptr, dtype, value, space)``,
@@ -131,7 +132,8 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers):
     }
     storage_map: Dict[str, str] = {**type_map, "bool_": "uchar", "f16": "half", "bf16": "ushort"}
     scratch_storage: Dict[str, str] = {}  # scratch dtypes declared as other bits (cast at each use)
-    code_for_team: Dict[str, str] = {"thread_id": "0", "num_threads": "1", "tile_id": "0", "num_tiles": "1"}
+    code_for_team: Dict[str, str] = {"thread_id": "0", "num_threads": "1", "tile_id": "0", "num_tiles": "1",
+                                     "flat_tile_id": "0"}  # tile_id/num_tiles: format strings over {axis}
     targets: Tuple[str, ...] = ("c",)  # builtin spellings: the registry's entries for these, first wins
     helper_prefix = "opdsl_"
 
@@ -718,10 +720,10 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers):
         return self.code_for_team["num_threads"]
 
     def builtin_tile_id(self, e: ir.Call, args: List[str]) -> str:
-        return self.code_for_team["tile_id"]
+        return self.code_for_team["tile_id"].format(axis=B.grid_axis(e))
 
     def builtin_num_tiles(self, e: ir.Call, args: List[str]) -> str:
-        return self.code_for_team["num_tiles"]
+        return self.code_for_team["num_tiles"].format(axis=B.grid_axis(e))
 
     def builtin_abs(self, e: ir.Call, args: List[str]) -> str:
         t = e.type

@@ -103,7 +103,7 @@ class CInstrumentation:
                 f"  if (axis < 0) return {off};\n"
                 f"  if ({self.claim('err')} == 0) {{\n"
                 f"    err[1] = site; err[2] = axis; err[3] = {self.code_for_team['thread_id']}; "
-                f"err[4] = {self.code_for_team['tile_id']};{keep}\n"
+                f"err[4] = {self.code_for_team['flat_tile_id']};{keep}\n"
                 f"  }}\n  return -1;\n}}")
 
     def claim(self, record: str) -> str:

@@ -38,6 +38,7 @@ import numpy as np
 
 from dsl.lang import builtins as B
 from dsl.lang import ir
+from dsl.lang.grid import Grid, shape as grid_shape, size as grid_size
 from dsl.lang import types as T
 from dsl.lang.errors import LaunchError
 from dsl.lang.func import Func
@@ -200,8 +201,9 @@ class _Context(B.TeamContext):
         # i64, not Python ints: the checker types the team builtins as strong i64
         self.thread_id = np.int64(tid)
         self.num_threads = np.int64(launch.threads)
-        self.tile_id = np.int64(team.tile)
-        self.num_tiles = np.int64(launch.grid)
+        self.flat_tile_id = np.int64(team.tile)
+        self.flat_num_tiles = np.int64(launch.grid)
+        self.grid_shape = launch.grid_shape
         self.log_level = launch.log_level
 
     def sync(self) -> None:
@@ -218,7 +220,7 @@ class _Context(B.TeamContext):
     def log(self, level: str, text: str) -> None:
         launch = self.team.launch
         with launch.print_lock:
-            print(f"[{launch.name} t={self.thread_id} tile={self.tile_id}] {text}", flush=True)
+            print(f"[{launch.name} t={self.thread_id} tile={self.flat_tile_id}] {text}", flush=True)
 
     def atomic_add(self, array, index, value) -> None:
         with self.team.launch.atomic_lock:
@@ -230,12 +232,13 @@ class _Context(B.TeamContext):
 class _Launch:
     """State shared by the worker threads of one launch."""
 
-    def __init__(self, launcher: "InterpreterLauncher", grid: int):
+    def __init__(self, launcher: "InterpreterLauncher", grid: Grid):
         k = launcher.kernel
         self.name = k.name
         self.kernel = k
         self.threads = k.threads
-        self.grid = grid
+        self.grid = grid_size(grid)  # tiles run in flat order, axis 0 fastest
+        self.grid_shape = grid_shape(grid)
         self.log_level = launcher.log_level
         self.cond = threading.Condition()
         self.print_lock = launcher.print_lock
@@ -383,10 +386,10 @@ class InterpreterLauncher(Launcher):
         """The user's function over the same code object, with kernel builtins in its globals."""
         return _Rebuilder(self.kernel).function(self.pyfunc)
 
-    def __call__(self, args: Sequence, grid: int = 1) -> None:
-        grid = _py_builtins.int(grid)
-        if grid < 1:
-            raise ValueError(f"grid must be >= 1, got {grid}")
+    def __call__(self, args: Sequence, grid: Grid = 1) -> None:
+        grid = tuple(map(_py_builtins.int, grid)) if isinstance(grid, tuple) else _py_builtins.int(grid)
+        if min(grid_shape(grid)) < 1:
+            raise ValueError(f"grid must be >= 1 along every axis, got {grid}")
         kwargs = self._bind(args)
         fn = self.function()
         launch = _Launch(self, grid)

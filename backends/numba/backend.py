@@ -25,6 +25,7 @@ import numpy as np
 from numba import types as nbt
 
 from dsl.lang import ir
+from dsl.lang.grid import Grid
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError
 from backends import cache
@@ -90,9 +91,10 @@ def _nb_storage(t: T.DType):
     return nbt.uint16 if t.is_storage_only else _nb_scalar(t)
 
 
-def signature(kernel: ir.Kernel, debug: bool = False) -> Tuple:
+def signature(kernel: ir.Kernel, debug: bool = False, nd: bool = False) -> Tuple:
     """numba argument types of the entry points, for the arrays/scalars the launcher passes
-    (then the grid and the hidden arguments: Ctrl-C counter and its start value, error record)."""
+    (then the grid: the team count, or gx, gy, gz for the ``_nd`` entries; then the hidden
+    arguments: Ctrl-C counter and its start value, error record)."""
     out: List = []
     for p in kernel.params:  # writable types: a read-only input array makes numba compile once more
         if isinstance(p, ir.TensorParam):
@@ -101,7 +103,7 @@ def signature(kernel: ir.Kernel, debug: bool = False) -> Tuple:
             out.append(nbt.Array(_nb_storage(p.dtype), 1, "C"))
         else:
             out.append(_nb_scalar(p.dtype))
-    out += [nbt.int64, nbt.Array(nbt.int64, 1, "C"), nbt.int64]
+    out += [nbt.int64] * (3 if nd else 1) + [nbt.Array(nbt.int64, 1, "C"), nbt.int64]
     if debug:
         out.append(nbt.Array(nbt.int64, 1, "C"))
     return tuple(out)
@@ -217,8 +219,10 @@ class NumbaLauncher(Launcher):
         self._stem = f"{request.key}_{CODEGEN_VERSION}"
         self._disk = path is not None
         self._serial = mod.launch_serial
-        # grid > 1 (or no sync): tiles/threads in one prange; one team with sync: launch_team
-        self._entries = {"launch_parallel": mod.launch_parallel}
+        # grid > 1 (or no sync): tiles/threads in one prange; one team with sync: launch_team;
+        # an n-d grid (gx, gy, gz): the _nd entries, compiled on first use like the parallel ones
+        self._entries = {"launch_parallel": mod.launch_parallel, "launch_serial_nd": mod.launch_serial_nd,
+                         "launch_parallel_nd": mod.launch_parallel_nd}
         if hasattr(mod, "launch_team"):
             self._entries["launch_team"] = mod.launch_team
         self._ready: Dict[str, Callable] = {}
@@ -242,8 +246,11 @@ class NumbaLauncher(Launcher):
                 out[i] = out[i].view(np.uint16)
         return args if out is None else out
 
-    def __call__(self, args: Sequence, grid: int) -> None:
+    def __call__(self, args: Sequence, grid: Grid) -> None:
         args = self._adapt(args)
+        if type(grid) is tuple:  # n-d; an int grid (the common launch) pays nothing more for it
+            self._run_nd(args, grid, grid[0] * grid[1] * grid[2] * self._team <= SERIAL_MAX_THREADS)
+            return
         if grid * self._team <= SERIAL_MAX_THREADS:
             n = 0
             for i in self._tensors:
@@ -253,26 +260,47 @@ class NumbaLauncher(Launcher):
                 return
         self._run_parallel(args, grid)
 
-    def run_serial(self, args: Sequence, grid: int) -> None:
+    def run_serial(self, args: Sequence, grid: Grid) -> None:
         """Force the serial variant (tests, benchmarks)."""
-        self._run(self._serial, self._adapt(args), grid)
+        if type(grid) is tuple:
+            self._run_nd(self._adapt(args), grid, True)
+        else:
+            self._run(self._serial, self._adapt(args), grid)
 
-    def run_parallel(self, args: Sequence, grid: int) -> None:
+    def run_parallel(self, args: Sequence, grid: Grid) -> None:
         """Force the parallel variant (compiled on first use)."""
-        self._run_parallel(self._adapt(args), grid)
+        if type(grid) is tuple:
+            self._run_nd(self._adapt(args), grid, False)
+        else:
+            self._run_parallel(self._adapt(args), grid)
 
     def _run_parallel(self, args: Sequence, grid: int) -> None:
         which = "launch_team" if grid == 1 and "launch_team" in self._entries else "launch_parallel"
-        fn = self._ready.get(which) or self._compile_parallel(which)
+        fn = self._ready.get(which) or self._compile_lazily(which)
         if _serialize_parallel:
             with _parallel_lock:
                 self._run(fn, args, grid)
         else:
             self._run(fn, args, grid)
 
-    def _run(self, fn, args: Sequence, grid: int) -> None:
-        """One launch with its hidden arguments; KeyboardInterrupt if SIGINT stopped it, IndexError
-        (debug mode) if an access was out of range."""
+    def _run_nd(self, args: Sequence, shape: Tuple[int, int, int], few_threads: bool) -> None:
+        """An n-d grid (gx, gy, gz): the ``_nd`` entries take the shape where the others take the
+        team count; small launches run serially, as for an int grid."""
+        serial = few_threads and sum(args[i].size for i in self._tensors) < SERIAL_MAX_ELEMENTS
+        which = "launch_serial_nd" if serial else "launch_parallel_nd"
+        fn = self._ready.get(which) or self._compile_lazily(which)
+        gx, gy, gz = shape
+        nd_args = (*args, gx, gy)  # the _nd entries take gx, gy, gz where the others take the team count
+        if _serialize_parallel and not serial:
+            with _parallel_lock:
+                self._run(fn, nd_args, gz, args)
+        else:
+            self._run(fn, nd_args, gz, args)
+
+    def _run(self, fn, args: Sequence, grid: int, kernel_args: Sequence = None) -> None:
+        """One launch with its grid and hidden arguments; KeyboardInterrupt if SIGINT stopped it,
+        IndexError (debug mode) if an access was out of range (``kernel_args``: the kernel's own
+        arguments, when ``args`` carries more)."""
         start = interrupt.arm()
         if self._sites is None:
             fn(*args, grid, interrupt.COUNTER, start)
@@ -281,14 +309,15 @@ class NumbaLauncher(Launcher):
             fn(*args, grid, interrupt.COUNTER, start, record)
             if record[bounds.STATE]:
                 interrupt.check(start)  # an interrupt first: the record may be one of its casualties
-                raise bounds.error(record, self._sites, self._kernel, args).with_traceback(None)
+                raise bounds.error(record, self._sites, self._kernel,
+                                   args if kernel_args is None else kernel_args).with_traceback(None)
         interrupt.check(start)
 
-    def _compile_parallel(self, which: str):
+    def _compile_lazily(self, which: str):
         with self._lock:
             if which not in self._ready:
                 fn = self._entries[which]
-                sig = signature(self._kernel, self._sites is not None)
+                sig = signature(self._kernel, self._sites is not None, nd=which.endswith("_nd"))
                 if self._disk:
                     with cache.lock(CACHE_TAG, self._stem):
                         _compile_entry(fn, sig, self._kernel, which)

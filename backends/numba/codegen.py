@@ -377,10 +377,12 @@ class Gen(SimdGen, Visitor):
         return str(self.k.threads)
 
     def builtin_tile_id(self, e, args, scope):
-        return "_tile"
+        # _tile is the flat team index, _ntiles the grid shape (gx, gy, gz); axis 0 varies fastest
+        return ("(_tile % _ntiles[0])", "(_tile // _ntiles[0] % _ntiles[1])",
+                "(_tile // (_ntiles[0] * _ntiles[1]))")[B.grid_axis(e)]
 
     def builtin_num_tiles(self, e, args, scope):
-        return "_ntiles"
+        return f"_ntiles[{B.grid_axis(e)}]"
 
     def builtin_min(self, e, args, scope):
         if self.fastmath and ctype(e.type).is_float:

@@ -291,9 +291,21 @@ class Program:
             lines.append(f"    {nm}_size = {nm}.size")
         return lines
 
-    def entry_params(self) -> str:
+    def entry_params(self, nd: bool = False) -> str:
+        """The arguments of an entry point: a 1-d one takes the team count ``_grid``, an n-d one
+        (``_nd``, compiled on first use) the grid shape."""
+        grid = ["_gx", "_gy", "_gz"] if nd else ["_grid"]
         return ", ".join([f"{self.names[p.name]}_nd" if isinstance(p, ir.TensorParam) else self.names[p.name]
-                          for p in self.k.params] + ["_grid"] + self.hidden)
+                          for p in self.k.params] + grid + self.hidden)
+
+    @staticmethod
+    def grid_prelude(nd: bool = False) -> List[str]:
+        """Entry-point lines naming the flat team count ``_grid`` and the grid shape ``_ntiles``
+        (gx, gy, gz) that team functions get (dsl.tile_id(axis), dsl.num_tiles(axis))."""
+        if nd:
+            return ["    _grid = _gx * _gy * _gz  # teams in the flattened grid, axis 0 fastest",
+                    "    _ntiles = (_gx, _gy, _gz)"]
+        return ["    _ntiles = (_grid, np.int64(1), np.int64(1))  # a 1-d grid"]
 
     def scratch_alloc(self, pad: str, per_tile: bool = False) -> List[str]:
         lines = []
@@ -343,6 +355,7 @@ class Program:
         else:
             out += ["", *self.thread_function(), ""]
         out += ["", *self.entry(False), "", "", *self.entry(True)]
+        out += ["", "", *self.entry(False, nd=True), "", "", *self.entry(True, nd=True)]
         if self.has_sync:
             out += ["", "", *self.team_function(True)]
         helpers = [line for h in self.gen.simd_helpers.values() for line in ["", *h, ""]]
@@ -437,7 +450,7 @@ class Program:
             out = ["@njit(**JIT)", f"def launch_team({self.entry_params()}):",
                    f'    """Run one team of {self.k.name}, each region\'s {T_} threads in parallel."""']
             # np.int64(): a plain 0 would make numba compile literal-typed copies of every callee
-            out += self.prelude() + ["    _tile = np.int64(0)", "    _ntiles = np.int64(1)"]
+            out += self.prelude() + self.grid_prelude() + ["    _tile = np.int64(0)"]
         else:
             out = ["@njit(**JIT)",
                    f"def team_serial({', '.join(['_tile', '_ntiles'] + self.flat_args_without_scratch() + self.hidden)}):",
@@ -502,27 +515,27 @@ class Program:
 
     # ----------------------------------------------------------------- entries
 
-    def entry(self, parallel: bool) -> List[str]:
+    def entry(self, parallel: bool, nd: bool = False) -> List[str]:
         T_ = self.threads
-        name = "launch_parallel" if parallel else "launch_serial"
+        name = ("launch_parallel" if parallel else "launch_serial") + ("_nd" if nd else "")
         doc = ("every (tile, thread) pair in a prange" if parallel and not self.has_sync else
-               "tiles in a prange (one team: launch_team)" if parallel else
+               "tiles in a prange" + ("" if nd else " (one team: launch_team)") if parallel else
                "tiles and threads one after the other (small launches)")
         out = [("@njit(parallel=True, **JIT)" if parallel else "@njit(**JIT)"),
-               f"def {name}({self.entry_params()}):",
-               f'    """Run _grid teams of {self.k.name}: {doc}."""']
-        out += self.prelude()
+               f"def {name}({self.entry_params(nd)}):",
+               f'    """Run _grid teams of {self.k.name}{" (an n-d grid)" if nd else ""}: {doc}."""']
+        out += self.prelude() + self.grid_prelude(nd)
         stop = self.stop_condition()
         if self.has_sync:
             args = ", ".join(self.flat_args_without_scratch() + self.hidden)
             if parallel:
                 out += ["    for _tile in prange(_grid):"]
-                call = f"team_serial(np.int64(_tile), _grid{_lead_comma(args)})"
+                call = f"team_serial(np.int64(_tile), _ntiles{_lead_comma(args)})"
                 out += [f"        if not ({stop}):", f"            {call}"] if stop else [f"        {call}"]
             else:
                 out += ["    for _tile in range(_grid):"]
                 out += [f"        if {stop}:", "            return"] if stop else []
-                out += [f"        team_serial(_tile, _grid{_lead_comma(args)})"]
+                out += [f"        team_serial(_tile, _ntiles{_lead_comma(args)})"]
             return out
         u = self.uses(self.k.body)
         args = self.flat_args(u) + self.hidden
@@ -530,14 +543,14 @@ class Program:
         if parallel:
             out += self.scratch_alloc("    ", per_tile=True)
             call_args = [f"{a}_tiles[_tile]" if a in scratch else a for a in args]
-            call = f"thread({', '.join([f'np.int64(_g) - _tile * {T_}', '_tile', '_grid'] + call_args)})"
+            call = f"thread({', '.join([f'np.int64(_g) - _tile * {T_}', '_tile', '_ntiles'] + call_args)})"
             out += [f"    for _g in prange(_grid * {T_}):", f"        _tile = np.int64(_g) // {T_}"]
             out += [f"        if not ({stop}):", f"            {call}"] if stop else [f"        {call}"]
         else:
             out += self.scratch_alloc("    ")
             out += ["    for _tile in range(_grid):"]
             out += [f"        if {stop}:", "            return"] if stop else []
-            out += [f"        for _tid in range({T_}):", f"            thread({', '.join(['_tid', '_tile', '_grid'] + args)})"]
+            out += [f"        for _tid in range({T_}):", f"            thread({', '.join(['_tid', '_tile', '_ntiles'] + args)})"]
         return out
 
     def flat_args_without_scratch(self) -> List[str]:

@@ -1,7 +1,8 @@
 """The ``opencl`` backend object: render (backends/opencl/render.py), check the device can run
 the kernel, build through the runtime's program cache, and launch with the hidden arguments.
 
-A team is a work-group: local size = ``kernel.threads``, global size = threads * grid.
+A team is a work-group: local size = ``kernel.threads``, global size = threads * grid; an n-d
+grid ``(gx, gy, gz)`` is a 3-d NDRange ``(threads * gx, gy, gz)`` of ``(threads, 1, 1)`` groups.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from backends.base import Backend, CompileRequest, Launcher, TargetInfo
 from backends.cstyle.emitter import Rendered
 from backends.opencl.render import render
 from dsl.lang import ir
+from dsl.lang.grid import Grid
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError, SourceLoc
 
@@ -95,8 +97,13 @@ class OpenCLLauncher(Launcher):
         self.rendered = rendered
         self.kernel_ir = kernel
 
-    def __call__(self, args: Sequence, grid: int) -> None:
-        if grid <= 0:
+    def __call__(self, args: Sequence, grid: Grid) -> None:
+        if isinstance(grid, tuple):  # n-d: get_group_id(axis) / get_num_groups(axis) are the tile
+            gx, gy, gz = grid
+            global_size, local_size = (self.threads * gx, gy, gz), (self.threads, 1, 1)
+        else:  # 1-d: get_group_id(1), get_group_id(2) are 0 and get_num_groups(1), (2) are 1
+            global_size, local_size = (self.threads * grid,), (self.threads,)
+        if min(global_size) <= 0:
             return
         cargs = []
         with rt.launch() as bufs:
@@ -118,7 +125,7 @@ class OpenCLLauncher(Launcher):
                 record = bounds.new_record()
                 cargs.append(bufs.wrap(record, writable=True))
             try:
-                rt.run(self.kernel, cargs, (self.threads * grid,), (self.threads,))
+                rt.run(self.kernel, cargs, global_size, local_size)
             except rt.SanitizerError as e:  # Oclgrind's findings, at the user's Python lines
                 raise e.located(self.rendered.loc_of_line) from None
         interrupt.check(start)

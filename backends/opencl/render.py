@@ -1,6 +1,7 @@
 """OpenCL C 1.2 spellings of the C-family emitter (backends/cstyle/emitter.py).
 
-The team is a work-group: ``get_local_id(0)`` is the thread, ``get_group_id(0)`` the tile;
+The team is a work-group: ``get_local_id(0)`` is the thread, ``get_group_id(axis)`` the tile (an n-d
+grid is an n-d NDRange of work-groups ``threads x 1 x 1``);
 sync is a work-group barrier, scratch is ``__local``, tensors are ``__global``.  Everything
 OpenCL-specific about the generated text lives here: address spaces, work-item queries, the
 barrier, half loads and stores, atomics, printf, extension pragmas and OpenCL's reserved names.
@@ -29,7 +30,9 @@ class OpenCLRenderer(CStyleRenderer):
     barrier = "barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);"
     scratch_storage = {"f16": "ushort"}  # no half variables without cl_khr_fp16, half pointers are fine
     code_for_team = {"thread_id": "(long)get_local_id(0)", "num_threads": "(long)get_local_size(0)",
-                     "tile_id": "(long)get_group_id(0)", "num_tiles": "(long)get_num_groups(0)"}
+                     "tile_id": "(long)get_group_id({axis})", "num_tiles": "(long)get_num_groups({axis})",
+                     "flat_tile_id": "(long)(get_group_id(0) + get_num_groups(0) * (get_group_id(1) + "
+                                     "get_num_groups(1) * get_group_id(2)))"}
 
     def sync(self) -> str:
         return self.barrier
@@ -100,7 +103,7 @@ class OpenCLRenderer(CStyleRenderer):
     def log(self, s: ir.Log) -> str:
         """printf; dsl.log lines carry the interpreter's "[kernel t=.. tile=..]" prefix, print() lines do not."""
         self.features.add("printf")
-        team = ["(int)get_local_id(0)", "(int)get_group_id(0)"] if s.level != "print" else []
+        team = ["(int)get_local_id(0)", f"(int){self.code_for_team['flat_tile_id']}"] if s.level != "print" else []
         fmt, cargs = printf_args(s.pieces, [(self.bare(a), a.type) for a in s.args],
                                  fp64="fp64" in self.features)  # pieces: dsl/lang/log_format.py
         prefix = f"[{self.k.name} t=%d tile=%d] " if team else ""

@@ -18,6 +18,7 @@ from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from dsl.lang import types as T
+from dsl.lang.grid import AXES, tile_coords
 
 # --------------------------------------------------------------------------- team context
 
@@ -29,8 +30,9 @@ class TeamContext:
 
     thread_id: int = 0
     num_threads: int = 1
-    tile_id: int = 0
-    num_tiles: int = 1
+    flat_tile_id: int = 0    # this team's index in the flattened grid (axis 0 fastest)
+    flat_num_tiles: int = 1  # gx * gy * gz
+    grid_shape: Tuple[int, int, int] = (1, 1, 1)  # (gx, gy, gz); a 1-d grid is (grid, 1, 1)
     log_level: str = "warn"  # the kernel's compile-time log threshold
 
     def sync(self) -> None:
@@ -70,14 +72,33 @@ def num_threads() -> int:
     return current().num_threads
 
 
-def tile_id() -> int:
-    """Index of this team in the launch grid."""
-    return current().tile_id
+def tile_id(axis: int = 0) -> int:
+    """Index of this team along grid axis ``axis`` (0, 1 or 2, a compile-time constant; default 0).
+
+    Axis 0 varies fastest: in a ``grid=(gx, gy)`` launch the flat team index is
+    ``tile_id(0) + gx * tile_id(1)``.  Axes beyond the grid's rank give 0."""
+    ctx = current()
+    return np.int64(tile_coords(ctx.flat_tile_id, ctx.grid_shape)[grid_axis_value(axis, "tile_id")])
 
 
-def num_tiles() -> int:
-    """Number of teams in the launch grid."""
-    return current().num_tiles
+def num_tiles(axis: int = 0) -> int:
+    """Number of teams along grid axis ``axis`` (0, 1 or 2, a compile-time constant; default 0).
+
+    A 1-d ``grid=n`` launch has ``num_tiles() == n`` and ``num_tiles(1) == num_tiles(2) == 1``."""
+    return np.int64(current().grid_shape[grid_axis_value(axis, "num_tiles")])
+
+
+def grid_axis_value(axis, name: str) -> int:
+    """``axis`` checked as the interpreter sees it (compiled code was checked at compile time)."""
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)) or axis not in AXES:
+        raise ValueError(f"dsl.{name}(axis): axis must be 0, 1 or 2, got {axis!r}")
+    return int(axis)
+
+
+def grid_axis(call) -> int:
+    """The grid axis of a checked ``tile_id``/``num_tiles`` ir.Call (the checker leaves axis 0 without
+    an argument and any other axis as one integer ir.Const)."""
+    return call.args[0].value if call.args else 0
 
 
 def sync() -> None:
@@ -97,8 +118,8 @@ def split(n, align: int = 1, grid: bool = False):
     The team's threads share range(n); with ``grid=True`` every thread of every team does."""
     ctx = current()
     parts, index = ctx.num_threads, ctx.thread_id
-    if grid:
-        parts, index = ctx.num_tiles * parts, ctx.tile_id * ctx.num_threads + index
+    if grid:  # the flattened grid: every thread of every team, whatever the grid's shape
+        parts, index = ctx.flat_num_tiles * parts, ctx.flat_tile_id * ctx.num_threads + index
     chunk = -(-n // parts)
     chunk = -(-chunk // align) * align
     lo = min(index * chunk, n)
@@ -453,6 +474,7 @@ class Builtin:
     reason: str = ""     # why a "lowered" builtin has no spelling
     varying: bool = False  # its value may differ between the threads of a team (the sync() check)
     positive: bool = False  # its value is always >= 1 (a loop stepping by it counts up)
+    literal_arg: Tuple[int, ...] = ()  # its optional argument must fold to one of these at compile time
 
     def spelled(self, targets: Sequence[str]) -> Optional[Spelling]:
         for t in targets:
@@ -493,7 +515,7 @@ def _team_rule(ts):
 RULES: Dict[str, Callable] = {
     "unary_float": _float_rule,  # one argument, ints -> f64, result has the argument's float type
     "same": _same_rule,          # arguments promoted together (NEP 50), result the promoted type
-    "team": _team_rule,          # no arguments, i64
+    "team": _team_rule,          # no arguments (tile_id/num_tiles: a grid axis), i64
 }
 
 BUILTINS: Dict[str, Builtin] = {}
@@ -567,9 +589,11 @@ register(Builtin("fma", fma, "a * b + c rounded once (floats; a fused multiply-a
 register(Builtin("pow", pow_, "x ** y, promoted type (integer edge cases as for **)", arity=(2,), rule=_same_rule,
                  spelling={"numba": Helper("pow"), "c": Helper("pow")}))
 for _fn in (thread_id, num_threads, tile_id, num_tiles):
-    register(Builtin(_fn.__name__, _fn, _fn.__doc__, kind="team", arity=(0,), rule=_team_rule,
-                     spelling={"numba": Helper(_fn.__name__), "c": Helper(_fn.__name__)},
-                     varying=_fn is thread_id, positive=_fn in (num_threads, num_tiles)))
+    _per_axis = _fn in (tile_id, num_tiles)  # tile_id(axis), num_tiles(axis): axis a literal 0, 1 or 2
+    register(Builtin(_fn.__name__, _fn, _fn.__doc__, kind="team", arity=(0, 1) if _per_axis else (0,),
+                     rule=_team_rule, spelling={"numba": Helper(_fn.__name__), "c": Helper(_fn.__name__)},
+                     varying=_fn is thread_id, positive=_fn in (num_threads, num_tiles),
+                     literal_arg=AXES if _per_axis else ()))
 for _fn, _reason in [
     (where, "becomes ir.Select: both operands evaluated, then one picked"),
     (split, "lowered to arithmetic on the team builtins (lo, hi = dsl.split(n))"),

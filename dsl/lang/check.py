@@ -520,6 +520,8 @@ class _Checker(SimdRules, Visitor):
         args = tuple(self.cast(a, argt) for a, _ in typed)
         if e.name == "pow":
             _check_exponent(argt, args[1], e)
+        if spec.literal_arg and args:
+            args = _literal_arg(spec, *typed[0])
         return ir.Call(e.name, args, type=rest.strong, loc=e.loc), rest
 
     def visit_FuncCall(self, e: ir.FuncCall):
@@ -823,6 +825,21 @@ def _check_exponent(t: T.DType, exponent: ir.Expr, node) -> None:
                            "(numpy raises here)", node.loc,
                            "use a float base (2.0 ** -1) or float(x) ** -1; at run time a negative integer "
                            "exponent gives the power truncated toward zero")
+
+
+def _literal_arg(spec: B.Builtin, arg: ir.Expr, t: T.DType) -> Tuple[ir.Expr, ...]:
+    """The argument of a builtin whose one optional argument is a compile-time choice
+    (``dsl.tile_id(axis)``): () for the first choice (the default), else the folded value as an
+    i64 literal, so backends read it from the call."""
+    v = _fold(arg)
+    choices = spec.literal_arg
+    if t.is_int and isinstance(v, int) and v in choices:
+        return () if v == choices[0] else (ir.Const(v, type=T.i64, loc=arg.loc),)
+    accepted = ", ".join(map(str, choices[:-1])) + f" or {choices[-1]}"
+    got = repr(v) if v is not None else f"a value known only at run time ({t.strong})"
+    raise CompileError(f"dsl.{spec.name}() takes an integer literal {accepted} (a grid axis), got {got}", arg.loc,
+                       "the axis must be known at compile time: a literal, a dsl.const parameter, a module-level "
+                       "int constant or a dsl.static_range variable")
 
 
 def _convert_const(value, t: T.DType):

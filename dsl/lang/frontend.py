@@ -338,8 +338,8 @@ class _Visitor(Visitor):
         args = {k: self.expr(v) for k, v in raw.items()}
         loc = self.loc(call)
 
-        def call_(name):
-            return ir.Call(name, (), loc=loc)
+        def call_(name, axis=0):
+            return ir.Call(name, (ir.Const(axis, loc=loc),) if axis else (), loc=loc)
 
         def mul(a, b):
             return ir.Binary("mul", a, b, loc=loc)
@@ -348,9 +348,12 @@ class _Visitor(Visitor):
             return ir.Unary("neg", ir.Binary("floordiv", ir.Unary("neg", a, loc=loc), b, loc=loc), loc=loc)
 
         parts, index = call_("num_threads"), call_("thread_id")
-        if grid is not None and grid.value:
-            parts = mul(call_("num_tiles"), parts)
-            index = ir.Binary("add", mul(call_("tile_id"), call_("num_threads")), index, loc=loc)
+        if grid is not None and grid.value:  # the flattened grid, axis 0 fastest
+            tiles = mul(mul(call_("num_tiles"), call_("num_tiles", 1)), call_("num_tiles", 2))
+            tile = ir.Binary("add", call_("tile_id"), mul(call_("num_tiles"), ir.Binary(
+                "add", call_("tile_id", 1), mul(call_("num_tiles", 1), call_("tile_id", 2)), loc=loc)), loc=loc)
+            parts = mul(tiles, parts)
+            index = ir.Binary("add", mul(tile, call_("num_threads")), index, loc=loc)
         n, chunk, lo = self.tmp(), self.tmp(), self.tmp()
         out = [ir.Assign(n, args["n"], loc=loc)]
         c = ceil_div(ir.Name(n, loc=loc), parts)

@@ -21,6 +21,7 @@ import numpy as np
 
 from dsl import config
 from dsl.runtime import fastpath
+from dsl.runtime import grid as launch_grid
 from dsl.lang import check, frontend
 from dsl.lang.signature import param_decls
 from dsl.lang import types as T
@@ -70,7 +71,7 @@ class Kernel:
 
     # ------------------------------------------------------------------ launching
     def __getitem__(self, grid) -> Callable:
-        """``kernel[grid](args...)``: launch ``grid`` independent teams."""
+        """``kernel[grid](args...)``: launch ``grid`` independent teams (``kernel[8]``, ``kernel[(gx, gy)]``)."""
         return functools.partial(self.__call__, grid=grid)
 
     def __call__(self, *args, backend: Optional[str] = None, grid: Any = None, **kwargs) -> None:
@@ -93,7 +94,8 @@ class Kernel:
     def prepare(self, args: tuple, kwargs: dict, backend: Optional[str] = None, grid: Any = None):
         """Check and bind a launch without running it -> (launcher, values, grid).
 
-        ``launcher(values, grid)`` then runs it; graphs record this once per node and replay it."""
+        ``launcher(values, grid)`` then runs it; graphs record this once per node and replay it.  The
+        grid is an int (1-d, 0 when no team runs) or ``(gx, gy, gz)`` (dsl/runtime/grid.py)."""
         __tracebackhide__ = True
         backend = backend or config.default_backend()
         values, key = self.bind(args, kwargs)
@@ -107,13 +109,12 @@ class Kernel:
         g = self.grid if grid is None else grid
         if callable(g):
             g = g(dict(zip(self._names, values)))
-        if not isinstance(g, (int, np.integer)) or isinstance(g, bool) or g < 0:
-            raise ValueError(f"{self.__name__}: grid must be a non-negative int (or a callable returning one), got {g!r}")
-        g = int(g)
+        g = launch_grid.normalize(self.__name__, g)
         limit = getattr(launcher, "max_logical_threads", MAX_LOGICAL_THREADS)
-        if g * self.threads > limit:
-            raise ValueError(f"{self.__name__}: grid={g} x threads={self.threads} = {g * self.threads} logical threads "
-                             f"exceeds the {backend} backend's limit of {limit} (thread indexes are "
+        total = launch_grid.size(g) * self.threads
+        if total > limit:
+            raise ValueError(f"{self.__name__}: grid={launch_grid.describe(g)} x threads={self.threads} = {total} "
+                             f"logical threads exceeds the {backend} backend's limit of {limit} (thread indexes are "
                              f"{'64-bit signed' if limit == MAX_LOGICAL_THREADS else 'limited by the device'})")
         _check_overlap(self.__name__, self.params, values)
         return launcher, values, g
@@ -325,6 +326,9 @@ class Kernel:
 def kernel(fn: Optional[Callable] = None, *, threads: int = 4, grid: Any = 1, log_level: Optional[str] = None,
            fastmath: bool = False, debug: Optional[bool] = None):
     """``@dsl.kernel`` or ``@dsl.kernel(threads=4, grid=1, log_level=None, fastmath=False, debug=None)``.
+
+    ``grid`` is the teams a call launches when it does not say: an int, ``(gx, gy)`` or
+    ``(gx, gy, gz)`` (``dsl.tile_id(axis)``), or a callable of the arguments by name returning one.
 
     ``fastmath=True`` lets compiled backends reassociate float arithmetic (vectorized
     reductions) and use approximate math functions: faster, not bit-identical.
