@@ -6,8 +6,10 @@ arithmetic).  One team works on one batch entry at a time, in BLIS's loop order:
 * ``jc`` over blocks of NC columns, ``pc`` over blocks of KC of the inner dimension: the
   team packs B[pc:pc+KC, jc:jc+NC] into column panels of NR = 2·V floats (``bp``), so the
   micro-kernel reads B contiguously and from cache;
-* ``ic`` over blocks of MC rows: the team packs A[ic:ic+MC, pc:pc+KC] into row panels of MR
-  (``ap``), then shares the MR × NR tiles of the block among its threads;
+* ``ic`` over blocks of MC rows: for f16/bf16 data the team packs A[ic:ic+MC, pc:pc+KC] into
+  row panels of MR f32 (``ap``: converted once); f32 A is read in place, MR row streams
+  (packing it costs ~40 % at 256³ and saves nothing the L1 does not), then the team shares
+  the MR × NR tiles of the block among its threads;
 * the micro-kernel keeps an MR × NR tile of y in 2·MR SIMD registers (``dsl.local`` of
   ``dsl.simd(f32, V)``): per k it loads two vectors of B and broadcasts MR values of A,
   2·MR fused multiply-adds for 2 + MR loads.
@@ -33,6 +35,7 @@ PACKED_TYPES = (dsl.f32, dsl.f16, dsl.bf16)
 MIN_MACS = 1 << 18  # below this many multiply-adds packing costs more than it saves
 THREADS = 4
 NR_MAX = 32  # widest register tile row (2 × 16 lanes)
+MAX_TEAMS = 64  # batch entries run one per team, up to this many teams
 
 
 def worth_packing(m, n, k) -> bool:
@@ -70,7 +73,7 @@ def tile_config(backend: str = "numba") -> TileConfig:
 def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], y: Out[T, 3], ap: InOut[f32, 2], bp: InOut[f32, 2],
                 trans_a: i32, trans_b: i32, alpha: f32, beta: f32,
                 V: dsl.const[i64], MR: dsl.const[i64], KC: dsl.const[i64], MC: dsl.const[i64],
-                NC: dsl.const[i64]):
+                NC: dsl.const[i64], PACK_A: dsl.const[i64]):
     """y[t] = alpha·A[t]·B[t] + beta·C; ``ap``/``bp`` are per-team packing buffers (MC·KC, KC·NC)."""
     m = y.shape[1]
     n = y.shape[2]
@@ -114,8 +117,9 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], y: Out[T, 3], ap: InOut[f
                 for ic in range(0, m, MC):
                     mc = min(MC, m - ic)
                     mpan = (mc + MR - 1) // MR
-                    # pack A[ic:ic+mc, pc:pc+kc] into mpan panels of kc columns × MR
-                    lo, hi = dsl.split(mpan)
+                    # pack A[ic:ic+mc, pc:pc+kc] into mpan panels of kc columns × MR (f16/bf16 data:
+                    # converted once here; f32 is read in place, a row of A per register row)
+                    lo, hi = dsl.split(mpan if PACK_A == 1 else 0)
                     for ip in range(lo, hi):
                         i0 = ic + ip * MR
                         dst = ab + ip * kc * MR
@@ -127,23 +131,36 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], y: Out[T, 3], ap: InOut[f
                             else:
                                 for k in range(kc):
                                     ap.flat[dst + k * MR + r] = f32(0)
-                    dsl.sync()
+                    if PACK_A == 1:
+                        dsl.sync()
                     # the MR × NR tiles of this block, B panel outermost (it stays in L1)
                     lo, hi = dsl.split(mpan * npan)
                     for tile in range(lo, hi):
                         jp = tile // mpan
                         ip = tile % mpan
                         acc = dsl.local((MR, 2), dsl.simd(f32, V))
-                        pa = ab + ip * kc * MR
-                        pb = bb + jp * kc * NR
-                        for k in range(kc):
-                            b0 = bp.vload(pb + k * NR, V)
-                            b1 = bp.vload(pb + k * NR + V, V)
-                            for r in dsl.static_range(MR):
-                                av = dsl.splat(ap.flat[pa + k * MR + r], V)
-                                acc[r, 0] = dsl.fma(av, b0, acc[r, 0])
-                                acc[r, 1] = dsl.fma(av, b1, acc[r, 1])
                         i0 = ic + ip * MR
+                        pb = bb + jp * kc * NR
+                        if PACK_A == 1:
+                            pa = ab + ip * kc * MR
+                            for k in range(kc):
+                                b0 = bp.vload(pb + k * NR, V)
+                                b1 = bp.vload(pb + k * NR + V, V)
+                                for r in dsl.static_range(MR):
+                                    av = dsl.splat(ap.flat[pa + k * MR + r], V)
+                                    acc[r, 0] = dsl.fma(av, b0, acc[r, 0])
+                                    acc[r, 1] = dsl.fma(av, b1, acc[r, 1])
+                        else:  # rows past m repeat the last row; their results are not stored
+                            rows = dsl.local((MR,), i64)
+                            for r in dsl.static_range(MR):
+                                rows[r] = t * sab + min(i0 + r, m - 1) * sai + pc * sak
+                            for k in range(kc):
+                                b0 = bp.vload(pb + k * NR, V)
+                                b1 = bp.vload(pb + k * NR + V, V)
+                                for r in dsl.static_range(MR):
+                                    av = dsl.splat(a.flat[rows[r] + k * sak], V)
+                                    acc[r, 0] = dsl.fma(av, b0, acc[r, 0])
+                                    acc[r, 1] = dsl.fma(av, b1, acc[r, 1])
                         j0 = jc + jp * NR
                         full = j0 + NR <= n
                         for r in dsl.static_range(MR):
@@ -174,10 +191,10 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], y: Out[T, 3], ap: InOut[f
                     y[t, i, j] = alpha * y[t, i, j] + beta * c.flat[i * sci + j * scj]
 
 
-def workspace(teams: int, cfg: TileConfig, k: int, m: int, n: int):
+def workspace(teams: int, cfg: TileConfig, k: int, m: int, n: int, pack_a: bool = True):
     """Per-team packing buffers sized for this problem (no bigger than one cache block each)."""
     kc = min(cfg.KC, k)
-    mc = min(cfg.MC, -(-m // cfg.MR) * cfg.MR)
+    mc = min(cfg.MC, -(-m // cfg.MR) * cfg.MR) if pack_a else 1
     nc = min(cfg.NC, -(-n // cfg.NR) * cfg.NR)
     return np.empty((teams, mc * kc), np.float32), np.empty((teams, kc * nc), np.float32)
 
@@ -189,7 +206,8 @@ def packed_gemm(a, b, c, y, trans_a: int = 0, trans_b: int = 0, alpha=1.0, beta=
     ``config`` overrides the target's TileConfig (tests use tiny blocks to reach every loop)."""
     cfg = config or tile_config(backend or "numba")
     k = a.shape[1] if trans_a else a.shape[2]
-    teams = max(1, min(y.shape[0], 8))
-    ap, bp = workspace(teams, cfg, k, y.shape[1], y.shape[2])
+    teams = max(1, min(y.shape[0], MAX_TEAMS))
+    pack_a = a.dtype != np.float32
+    ap, bp = workspace(teams, cfg, k, y.shape[1], y.shape[2], pack_a)
     kernel(a, b, c, y, ap, bp, trans_a=trans_a, trans_b=trans_b, alpha=float(alpha), beta=float(beta),
-                V=cfg.V, MR=cfg.MR, KC=cfg.KC, MC=cfg.MC, NC=cfg.NC, backend=backend, grid=teams)
+           V=cfg.V, MR=cfg.MR, KC=cfg.KC, MC=cfg.MC, NC=cfg.NC, PACK_A=int(pack_a), backend=backend, grid=teams)
