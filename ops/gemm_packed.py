@@ -37,6 +37,12 @@ THREADS = 4
 NR_MAX = 32  # widest register tile row (2 × 16 lanes)
 MAX_TEAMS = 64  # batch entries run one per team, up to this many teams
 
+# epilogue activations (the kernel's ``act``)
+ACT_NONE = 0
+ACT_RELU = 1
+ACT_CLIP = 2         # act_lo, act_hi: the bounds
+ACT_LEAKY_RELU = 3   # act_lo: alpha
+
 
 def worth_packing(m, n, k) -> bool:
     """Whether an (m × k)·(k × n) product is big enough for the packed kernel; an unknown
@@ -69,12 +75,28 @@ def tile_config(backend: str = "numba") -> TileConfig:
     return TileConfig(V=8, MR=6, KC=256, MC=72, NC=1024)
 
 
+@dsl.func
+def activation(v, act, lo, hi):
+    """The epilogue activation of one value (ACT_*); NaN stays NaN."""
+    if act == ACT_RELU:
+        return 0.0 if v <= 0 else v
+    if act == ACT_CLIP:
+        c = lo if v < lo else v
+        return hi if c > hi else c  # lo > hi gives hi, as ONNX Clip
+    if act == ACT_LEAKY_RELU:
+        return v if v >= 0 else v * lo
+    return v
+
+
 @dsl.kernel(threads=THREADS)
-def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], y: Out[T, 3], ap: InOut[f32, 2], bp: InOut[f32, 2],
-                trans_a: i32, trans_b: i32, alpha: f32, beta: f32,
+def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], res: In[T, 3], y: Out[T, 3],
+                ap: InOut[f32, 2], bp: InOut[f32, 2], geom: dsl.Vec[i64, 11],
+                trans_a: i32, trans_b: i32, alpha: f32, beta: f32, add_res: i32, act: i32, act_lo: f32, act_hi: f32,
                 V: dsl.const[i64], MR: dsl.const[i64], KC: dsl.const[i64], MC: dsl.const[i64],
-                NC: dsl.const[i64], PACK_A: dsl.const[i64]):
-    """y[t] = alpha·A[t]·B[t] + beta·C; ``ap``/``bp`` are per-team packing buffers (MC·KC, KC·NC)."""
+                NC: dsl.const[i64], PACK_A: dsl.const[i64], IM2COL: dsl.const[i64]):
+    """y[t] = act(alpha·A[t]·B[t] + beta·C + res[t]) (res only if add_res); ``ap``/``bp`` are per-team
+    packing buffers (MC·KC, KC·NC).  With IM2COL = 1, B[t] is the implicit im2col matrix of image
+    b[t] (C, H·W) for the convolution ``geom`` = (H, W, KH, KW, sh, sw, ph, pw, dh, dw, OW)."""
     m = y.shape[1]
     n = y.shape[2]
     kd = a.shape[1] if trans_a == 1 else a.shape[2]
@@ -84,6 +106,8 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], y: Out[T, 3], ap: InOut[f
     sbj = b.shape[2] if trans_b == 1 else 1
     sab = a.shape[1] * a.shape[2] if a.shape[0] > 1 else 0
     sbb = b.shape[1] * b.shape[2] if b.shape[0] > 1 else 0
+    sci = c.shape[1] if c.shape[0] > 1 else 0
+    scj = 1 if c.shape[1] > 1 else 0
     NR = 2 * V
     edge = dsl.scratch((THREADS, NR_MAX), f32)
     tid = dsl.thread_id()
@@ -96,23 +120,46 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], y: Out[T, 3], ap: InOut[f
             npan = (nc + NR - 1) // NR
             for pc in range(0, kd, KC):
                 kc = min(KC, kd - pc)
+                last = pc + kc == kd  # the epilogue is applied while storing the last K block
                 # pack B[pc:pc+kc, jc:jc+nc] into npan panels of kc rows × NR
                 lo, hi = dsl.split(npan)
                 for jp in range(lo, hi):
                     j0 = jc + jp * NR
                     dst = bb + jp * kc * NR
-                    src = t * sbb + pc * sbk + j0 * sbj
-                    if sbj == 1 and j0 + NR <= n:
+                    if IM2COL == 1:  # B(kk, p) = x[ci, oh·sh - ph + kh·dh, ow·sw - pw + kw·dw], 0 outside
+                        hw = geom[0] * geom[1]
+                        khw = geom[2] * geom[3]
                         for k in range(kc):
-                            bp.vstore(dst + k * NR, b.vload(src + k * sbk, V))
-                            bp.vstore(dst + k * NR + V, b.vload(src + k * sbk + V, V))
-                    else:
-                        for k in range(kc):
+                            kk = pc + k
+                            base = t * sbb + (kk // khw) * hw
+                            ih0 = ((kk % khw) // geom[3]) * geom[8] - geom[6]
+                            iw0 = (kk % geom[3]) * geom[9] - geom[7]
+                            oh = j0 // geom[10]
+                            ow = j0 % geom[10]
                             for col in range(NR):
                                 v = f32(0)
-                                if j0 + col < n:
-                                    v = b.flat[src + k * sbk + col * sbj]
+                                ih = oh * geom[4] + ih0
+                                iw = ow * geom[5] + iw0
+                                if j0 + col < n and ih >= 0 and ih < geom[0] and iw >= 0 and iw < geom[1]:
+                                    v = b.flat[base + ih * geom[1] + iw]
                                 bp.flat[dst + k * NR + col] = v
+                                ow += 1
+                                if ow == geom[10]:
+                                    ow = 0
+                                    oh += 1
+                    else:
+                        src = t * sbb + pc * sbk + j0 * sbj
+                        if sbj == 1 and j0 + NR <= n:
+                            for k in range(kc):
+                                bp.vstore(dst + k * NR, b.vload(src + k * sbk, V))
+                                bp.vstore(dst + k * NR + V, b.vload(src + k * sbk + V, V))
+                        else:
+                            for k in range(kc):
+                                for col in range(NR):
+                                    v = f32(0)
+                                    if j0 + col < n:
+                                        v = b.flat[src + k * sbk + col * sbj]
+                                    bp.flat[dst + k * NR + col] = v
                 dsl.sync()
                 for ic in range(0, m, MC):
                     mc = min(MC, m - ic)
@@ -164,15 +211,32 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], y: Out[T, 3], ap: InOut[f
                         j0 = jc + jp * NR
                         full = j0 + NR <= n
                         for r in dsl.static_range(MR):
-                            if i0 + r < m:
-                                row = (t * m + i0 + r) * n + j0
+                            i = i0 + r
+                            if i < m:
+                                row = (t * m + i) * n + j0
                                 if full:
                                     for h in dsl.static_range(2):
                                         at = row + h * V
-                                        if pc == 0:
-                                            y.vstore(at, acc[r, h])
-                                        else:
-                                            y.vstore(at, y.vload(at, V) + acc[r, h])
+                                        vec = acc[r, h]
+                                        if pc != 0:
+                                            vec = vec + y.vload(at, V)
+                                        if last:
+                                            vec = vec * alpha
+                                            if beta != 0:
+                                                if scj == 1:
+                                                    vec = vec + beta * c.vload(i * sci + j0 + h * V, V)
+                                                else:
+                                                    vec = vec + beta * c.flat[i * sci]
+                                            if add_res == 1:
+                                                vec = vec + res.vload(at, V)
+                                            if act == ACT_RELU:
+                                                vec = dsl.where(vec <= 0, 0.0, vec)
+                                            elif act == ACT_CLIP:
+                                                vec = dsl.where(vec < act_lo, act_lo, vec)
+                                                vec = dsl.where(vec > act_hi, act_hi, vec)
+                                            elif act == ACT_LEAKY_RELU:
+                                                vec = dsl.where(vec >= 0, vec, vec * act_lo)
+                                        y.vstore(at, vec)
                                 else:  # an edge tile: through this thread's row of ``edge``
                                     for h in dsl.static_range(2):
                                         edge.vstore(tid * NR_MAX + h * V, acc[r, h])
@@ -180,15 +244,13 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], y: Out[T, 3], ap: InOut[f
                                         v = edge[tid, col]
                                         if pc != 0:
                                             v += y.flat[row + col]
+                                        if last:
+                                            v = alpha * v + beta * c.flat[i * sci + (j0 + col) * scj]
+                                            if add_res == 1:
+                                                v += res.flat[row + col]
+                                            v = activation(v, act, act_lo, act_hi)
                                         y.flat[row + col] = v
                     dsl.sync()
-        if alpha != 1 or beta != 0:  # y = alpha·y + beta·C, C broadcast
-            sci = c.shape[1] if c.shape[0] > 1 else 0
-            scj = 1 if c.shape[1] > 1 else 0
-            lo, hi = dsl.split(m)
-            for i in range(lo, hi):
-                for j in range(n):
-                    y[t, i, j] = alpha * y[t, i, j] + beta * c.flat[i * sci + j * scj]
 
 
 def workspace(teams: int, cfg: TileConfig, k: int, m: int, n: int, pack_a: bool = True):
@@ -199,15 +261,25 @@ def workspace(teams: int, cfg: TileConfig, k: int, m: int, n: int, pack_a: bool 
     return np.empty((teams, mc * kc), np.float32), np.empty((teams, kc * nc), np.float32)
 
 
+NO_GEOMETRY = np.zeros(11, np.int64)
+
+
 def packed_gemm(a, b, c, y, trans_a: int = 0, trans_b: int = 0, alpha=1.0, beta=1.0, backend=None,
-                kernel=gemm_packed, config=None):
+                kernel=gemm_packed, config=None, res=None, act: int = ACT_NONE, act_lo: float = 0.0,
+                act_hi: float = 0.0, geometry=None):
     """``gemm_kernel``'s interface on the packed kernel: 3-D a, b (size-1 batch broadcast), 2-D c.
     ``kernel`` is what to launch (a graph's recorder stands in for it while a model is built);
-    ``config`` overrides the target's TileConfig (tests use tiny blocks to reach every loop)."""
+    ``config`` overrides the target's TileConfig (tests use tiny blocks to reach every loop);
+    ``res``/``act`` are the epilogue; ``geometry`` (11 ints) makes B the im2col matrix of image b."""
     cfg = config or tile_config(backend or "numba")
     k = a.shape[1] if trans_a else a.shape[2]
     teams = max(1, min(y.shape[0], MAX_TEAMS))
     pack_a = a.dtype != np.float32
     ap, bp = workspace(teams, cfg, k, y.shape[1], y.shape[2], pack_a)
-    kernel(a, b, c, y, ap, bp, trans_a=trans_a, trans_b=trans_b, alpha=float(alpha), beta=float(beta),
-           V=cfg.V, MR=cfg.MR, KC=cfg.KC, MC=cfg.MC, NC=cfg.NC, PACK_A=int(pack_a), backend=backend, grid=teams)
+    add_res = res is not None
+    if res is None:  # never read: any array of y's rank and dtype
+        res = np.zeros((1, 1, 1), y.dtype)
+    kernel(a, b, c, res, y, ap, bp, NO_GEOMETRY if geometry is None else np.asarray(geometry, np.int64),
+           trans_a=trans_a, trans_b=trans_b, alpha=float(alpha), beta=float(beta), add_res=int(add_res), act=act,
+           act_lo=float(act_lo), act_hi=float(act_hi), V=cfg.V, MR=cfg.MR, KC=cfg.KC, MC=cfg.MC, NC=cfg.NC,
+           PACK_A=int(pack_a), IM2COL=int(geometry is not None), backend=backend, grid=teams)
