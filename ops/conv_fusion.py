@@ -23,7 +23,8 @@ import dsl
 from dsl.opgraph.fusion import fusion_rule
 from dsl.opgraph.spec import VerifyError
 from ops.elementwise import Add, Clip, ClipV6, LeakyRelu, Relu
-from ops.nn import ACT_CLIP, ACT_LEAKY_RELU, ACT_NONE, ACT_RELU, Conv, launch_conv
+from ops.gemm_packed import ACT_CLIP, ACT_LEAKY_RELU, ACT_NONE, ACT_RELU
+from ops.nn import Conv, launch_conv
 from ops.norm import BatchNormalization
 
 # activation name -> (kernel code, number of activation_params)

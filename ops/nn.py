@@ -24,32 +24,14 @@ import dsl
 from dsl import In, InOut, Out, bool_, i32, i64, f16, bf16, f32, f64
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.elementwise import require_dtype, same_dtype
+from ops.gemm_packed import ACT_NONE, PACKED_TYPES, gemm_packed, packed_gemm
+from ops.gemm_packed import activation as conv_epilogue
 from ops.matmul import grid_for
 
 T = dsl.TypeVar("T")
 A = dsl.TypeVar("A")  # accumulator: f32 for f16/bf16/f32 data, f64 for f64
 CONV_TYPES = (f16, bf16, f32, f64)
 BLOCK = 16
-
-# conv_epilogue activations (the kernels' ``act``)
-ACT_NONE = 0
-ACT_RELU = 1
-ACT_CLIP = 2         # lo, hi: the bounds
-ACT_LEAKY_RELU = 3   # lo: alpha
-
-
-@dsl.func
-def conv_epilogue(v, act, lo, hi):
-    """The activation a fused Conv applies to a value it stores; NaN stays NaN."""
-    if act == ACT_RELU:
-        return 0.0 if v <= 0 else v
-    if act == ACT_CLIP:
-        c = lo if v < lo else v
-        return hi if c > hi else c  # lo > hi gives hi, as ONNX Clip
-    if act == ACT_LEAKY_RELU:
-        return v if v >= 0 else v * lo
-    return v
-
 
 @dsl.kernel
 def conv_nchw(x: In[T, 4], w: In[T, 4], bias: In[T, 1], res: In[T, 4], y: Out[T, 4], acc: InOut[A, 2],
@@ -212,7 +194,7 @@ class Conv(dsl.Op):
     strides: Optional[Tuple[int, ...]] = None
     formats = ("plain", "nchwc16")
     keeps_padding = True  # conv_nchwc16 writes zeros into padding channels
-    kernels = {"plain": conv_nchw, "nchwc16": conv_nchwc16}
+    kernels = {"plain": conv_nchw, "nchwc16": conv_nchwc16, "gemm": gemm_packed}
 
     def _attrs(self, w: TensorSpec):
         rank = w.ndim - 2
@@ -260,17 +242,37 @@ class Conv(dsl.Op):
         return TensorSpec((x.shape[0], w.shape[0]) + out, x.dtype)
 
     def select_format(self, x, *rest):
-        # blocked pays off once there are enough channels to fill a block
-        blocked = x.ndim == 4 and x.shape[1] is not None and x.shape[1] >= BLOCK
+        # blocked pays off once there are enough channels to fill a block; a single group runs as
+        # a GEMM on plain tensors (on numba; elsewhere conv_nchw)
+        blocked = x.ndim == 4 and x.shape[1] is not None and x.shape[1] >= BLOCK and self.group > 1
         fmt = "nchwc16" if blocked else "plain"
         return (fmt,) + tuple(None if t is None else "plain" for t in rest), fmt
 
     def select(self, x, w, b=None, backend=None):
-        return "nchwc16" if x.format == "nchwc16" else "plain"
+        if x.format == "nchwc16":
+            return "nchwc16"
+        if backend == "numba" and self.group == 1 and x.dtype in PACKED_TYPES:
+            return "gemm"
+        return "plain"
 
     def run(self, impl, inputs, outputs, backend):
         b = inputs[2] if len(inputs) > 2 else None
         launch_conv(self, impl, inputs[0], inputs[1], b, outputs[0], backend)
+
+
+def conv_as_gemm(impl, x, w, bias, y, res, strides, dil, begin, backend, act, lo, hi) -> None:
+    """A single-group convolution as the packed GEMM y[n] = W (M × C·kH·kW) · im2col(x[n]) + bias:
+    a 1×1 stride-1 unpadded one reads x[n] (C × H·W) as B directly, any other gathers B while
+    packing it (implicit im2col), so nothing the size of im2col is ever written."""
+    n, c, h, wd = x.shape
+    m, _, kh, kw = w.shape
+    oh, ow = y.shape[2], y.shape[3]
+    direct = kh == kw == 1 and strides == (1, 1) and tuple(begin) == (0, 0)
+    geometry = None if direct else (h, wd, kh, kw, strides[0], strides[1], begin[0], begin[1], dil[0], dil[1], ow)
+    packed_gemm(w.reshape(1, m, c * kh * kw), x.reshape(n, c, h * wd), bias.reshape(m, 1),
+                y.reshape(n, m, oh * ow), alpha=1.0, beta=1.0, backend=backend, kernel=impl,
+                res=None if res is None else res.reshape(n, m, oh * ow), act=act, act_lo=lo, act_hi=hi,
+                geometry=geometry)
 
 
 def launch_conv(conv: Conv, impl, x, w, b, y, backend, res=None, act: int = ACT_NONE,
@@ -287,6 +289,9 @@ def launch_conv(conv: Conv, impl, x, w, b, y, backend, res=None, act: int = ACT_
         res = None if res is None else res.reshape(y.shape)
         strides, dil, begin = (1,) + strides, (1,) + dil, (0,) + begin
     bias = np.zeros(w.shape[0], y.dtype) if b is None else b
+    if impl == gemm_packed:
+        conv_as_gemm(impl, x, w, bias, y, res, strides, dil, begin, backend, act, lo, hi)
+        return
     grid = grid_for(y.size * w.shape[1] * w.shape[2] * w.shape[3])
     row = y.shape[3] * (BLOCK if y.ndim == 5 else 1)
     acc = np.empty((grid * impl.threads, row), np.float64 if y.dtype == np.float64 else np.float32)

@@ -19,8 +19,8 @@ C = 4  # channels in and out: small, and the same for every model so kernels are
 HW = 5
 
 
-def conv_inits(prefix="", bias=True, channels=C):
-    w = RNG.standard_normal((channels, channels, 3, 3)).astype(np.float32)
+def conv_inits(prefix="", bias=True, channels=C, group=1):
+    w = RNG.standard_normal((channels, channels // group, 3, 3)).astype(np.float32)
     out = [nh.from_array(w, prefix + "w")]
     if bias:
         out.append(nh.from_array(RNG.standard_normal(channels).astype(np.float32), prefix + "b"))
@@ -33,8 +33,9 @@ def bn_inits(prefix="", channels=C):
     return [nh.from_array(v.astype(np.float32), prefix + k) for k, v in values.items()]
 
 
-def conv(x, y, prefix="", bias=True):
-    return h.make_node("Conv", [x, prefix + "w"] + ([prefix + "b"] if bias else []), [y], pads=[1, 1, 1, 1])
+def conv(x, y, prefix="", bias=True, group=1):
+    return h.make_node("Conv", [x, prefix + "w"] + ([prefix + "b"] if bias else []), [y], pads=[1, 1, 1, 1],
+                       group=group)
 
 
 def bn(x, y, prefix="", **attrs):
@@ -116,14 +117,15 @@ def test_resnet_block_is_two_nodes(backend):
 
 
 def test_blocked_layout_residual_and_unfolded_bn(backend):
-    """16 channels: the convs run on NCHWc16, with the residual in blocks too; a BN whose
-    mean is an input cannot fold and runs blocked."""
+    """16 channels in 2 groups: the convs run on NCHWc16 (single-group ones run as a GEMM on
+    plain tensors), with the residual in blocks too; a BN whose mean is an input cannot fold
+    and runs blocked."""
     k = 16
     mean = h.make_tensor_value_info("mean_in", TP.FLOAT, [k])
-    nodes = [conv("x", "c1", "a"), bn("c1", "n1", "a"), h.make_node("Add", ["n1", "x"], ["s"]),
-             h.make_node("Relu", ["s"], ["r"]), conv("r", "c2", "b"),
+    nodes = [conv("x", "c1", "a", group=2), bn("c1", "n1", "a"), h.make_node("Add", ["n1", "x"], ["s"]),
+             h.make_node("Relu", ["s"], ["r"]), conv("r", "c2", "b", group=2),
              h.make_node("BatchNormalization", ["c2", "bscale", "bbeta", "mean_in", "bvar"], ["y"])]
-    inits = (conv_inits("a", channels=k) + bn_inits("a", channels=k) + conv_inits("b", channels=k)
+    inits = (conv_inits("a", channels=k, group=2) + bn_inits("a", channels=k) + conv_inits("b", channels=k, group=2)
              + bn_inits("b", channels=k))
     proto = model(nodes, inits, channels=k, extra_inputs=[mean])
     feeds = {"x": RNG.standard_normal((1, k, HW, HW)).astype(np.float32),

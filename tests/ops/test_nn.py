@@ -99,22 +99,22 @@ def test_conv_f64_f16_and_no_bias(backend):
 
 
 def test_graph_runs_conv_blocked_end_to_end(backend):
-    """Conv picks NCHWc16 for >= 16 channels; the chain after it follows; equal to plain."""
+    """A grouped Conv picks NCHWc16 for >= 16 channels; the chain after it follows; equal to plain."""
     g = dsl.Graph("blocked")
     x = g.input("x", (None, 16, 4, 4), dsl.f32)
-    w = g.constant("w", RNG.standard_normal((18, 16, 3, 3)).astype(np.float32) * 0.1)
+    w = g.constant("w", RNG.standard_normal((18, 8, 3, 3)).astype(np.float32) * 0.1)
     b = g.constant("b", RNG.standard_normal(18).astype(np.float32))
-    y = ops.LeakyRelu(ops.Conv(x, w, b, pads=[1, 1, 1, 1]), alpha=0.2)
+    y = ops.LeakyRelu(ops.Conv(x, w, b, pads=[1, 1, 1, 1], group=2), alpha=0.2)
     g.output(ops.Add(y, ops.Tanh(y)), "y")
     xv = RNG.standard_normal((2, 16, 4, 4)).astype(np.float32)
     auto = g.compile(backend=backend)
     assert auto.stats["reorders"] >= 2
     plain = g.compile(backend=backend, formats="plain").run({"x": xv})["y"]
     np.testing.assert_allclose(auto.run({"x": xv})["y"], plain, rtol=1e-5, atol=1e-5)
-    c = conv_ref(xv, w.value, b.value, pads=(1, 1, 1, 1))
+    c = conv_ref(xv, w.value, b.value, pads=(1, 1, 1, 1), group=2)
     r = np.where(c >= 0, c, 0.2 * c)
     np.testing.assert_allclose(plain, r + np.tanh(r), rtol=1e-4, atol=1e-4)
-    eager = ops.Conv(xv, w.value, b.value, pads=[1, 1, 1, 1], backend=backend)
+    eager = ops.Conv(xv, w.value, b.value, pads=[1, 1, 1, 1], group=2, backend=backend)
     np.testing.assert_allclose(eager, c, rtol=1e-4, atol=1e-4)
 
 
