@@ -136,6 +136,15 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], res: In[T, 3], y: Out[T, 
                             iw0 = (kk % geom[3]) * geom[9] - geom[7]
                             oh = j0 // geom[10]
                             ow = j0 % geom[10]
+                            ih = oh * geom[4] + ih0
+                            iw = ow * geom[5] + iw0
+                            if geom[5] == 1 and ow + NR <= geom[10] and j0 + NR <= n and ih >= 0 and \
+                                    ih < geom[0] and iw >= 0 and iw + NR <= geom[1]:
+                                # the panel is one stretch of one input row (stride 1, no padding)
+                                src = base + ih * geom[1] + iw
+                                bp.vstore(dst + k * NR, b.vload(src, V))
+                                bp.vstore(dst + k * NR + V, b.vload(src + V, V))
+                                continue
                             for col in range(NR):
                                 v = f32(0)
                                 ih = oh * geom[4] + ih0

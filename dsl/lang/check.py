@@ -626,7 +626,7 @@ class _Checker(SimdRules, Visitor):
                                        f"'{b.name}' {list(b.shape)}")
             flat = flat * n + k
             size *= n
-        return f"{b.name}__{flat}"
+        return None if b.name in self.dynamic else f"{b.name}__{flat}"
 
     def visit_LocalInit(self, s: ir.LocalInit):
         if not self.final:
