@@ -183,7 +183,7 @@ class CSimd:
                 lines.append(f"  {et}{n} h{n} = {comb(cur + '.lo', cur + '.hi')};")
                 cur = f"h{n}"
             result = f"({et})({comb(cur + '.s0', cur + '.s1')})"
-            why = "lanes added in pairs of halves"
+            why = "lanes combined in halves, then pairs"
             if e.op != "add" and t.is_float:
                 # Python's max(v[0], v[1], ...) keeps a NaN first lane and skips later NaNs; f{op} skips every NaN
                 result = f"isnan(v.s0) ? v.s0 : {result}"
@@ -194,7 +194,8 @@ class CSimd:
 
     def visit_VecOp(self, e: ir.VecOp) -> str:
         op, t = e.op, e.type
-        args = [self.expr(a) for a in e.args]
+        args = [self.expr(a) for a in e.args]  # parenthesized: operands of infix operators
+        bare = [_unparen(a) for a in args]      # call arguments
         n = t.lanes
         if op in _VEC_C:
             text = f"({args[0]} {_VEC_C[op]} {args[1]})"
@@ -207,28 +208,29 @@ class CSimd:
         if op in ("invert", "not"):
             return f"(~{args[0]})"
         if op == "where":
-            return f"select({args[2]}, {args[1]}, {self._select_mask(args[0], t)})"
+            return f"select({bare[2]}, {bare[1]}, {self._select_mask(bare[0], t)})"
         if op == "cast":
             return self._vcast(args[0], e.args[0].type, t)
-        if op in ("min", "max"):
-            return self._vfold(op, t, args)
-        if op == "clamp":
-            return self._vfold("min", t, [self._vfold("max", t, args[:2]), args[2]])
+        if op in ("min", "max", "clamp"):
+            ops = args if t.is_bool else bare  # bool lanes fold with | and &, others with calls
+            if op == "clamp":
+                return self._vfold("min", t, [self._vfold("max", t, ops[:2]), ops[2]])
+            return self._vfold(op, t, ops)
         if op == "abs":
             if t.is_float:
-                return f"fabs({args[0]})"
-            return f"as_{self.vtype(t)}(abs({args[0]}))" if t.kind == "i" else args[0]
+                return f"fabs({bare[0]})"
+            return f"as_{self.vtype(t)}(abs({bare[0]}))" if t.kind == "i" else args[0]
         if op == "fma":
             if t.is_float:
-                return f"fma({', '.join(args)})"
+                return f"fma({', '.join(bare)})"
             if t.is_bool:
                 return f"(({args[0]} & {args[1]}) | {args[2]})"
             return f"({args[0]} * {args[1]} + {args[2]})"  # vector lanes wrap at their width
         spelled = B.spelling(op, self.targets, e.loc)
         m = _CALL.match(spelled) if isinstance(spelled, str) else None
         if m and m.group(1) in VECTOR_MATH and t.is_float and all(a.type.is_float for a in e.args):
-            return spelled.format(*args, T=self.vtype(t))
-        return self._lanewise(e, spelled, args)
+            return spelled.format(*bare, T=self.vtype(t))
+        return self._lanewise(e, spelled, bare)
 
     def _vcast(self, x: str, src: T.SimdType, dst: T.SimdType) -> str:
         """Scalar Cast semantics per lane: float->int truncates and saturates (NaN -> 0), ints wrap."""
@@ -239,8 +241,19 @@ class CSimd:
         if src.is_bool:
             return f"convert_{vt}(-{x})"
         if dst.is_int and src.is_float:
-            return f"convert_{vt}_sat_rtz({x})"
-        return f"convert_{vt}({x})"
+            return f"{self._vhelper_f2i(src, dst)}({_unparen(x)})"
+        return f"convert_{vt}({_unparen(x)})"
+
+    def _vhelper_f2i(self, src: T.SimdType, dst: T.SimdType) -> str:
+        vs, vd = self.vtype(src), self.vtype(dst)
+        name = f"{self.helper_prefix}f2i_{vd}_{vs}"
+        if name not in self.helpers:
+            nan = self._select_mask(self._mask(f"isnan(x)", src.bits, src.lanes), dst)
+            self.helpers[name] = (
+                f"{self.func_prefix}{vd} {name}({vs} x) {{\n"
+                f"  // int(x) lane by lane: truncate, saturate, NaN -> 0 (the _sat conversion leaves NaN to the device)\n"
+                f"  return select(convert_{vd}_sat_rtz(x), ({vd})(0), {nan});\n}}")
+        return name
 
     def _vfold(self, op: str, t: T.SimdType, args: List[str]) -> str:
         """Python's min()/max() lane by lane, folded left like the scalar helpers."""
@@ -280,6 +293,18 @@ class CSimd:
                                   f"  // {e.op}() lane by lane: its scalar spelling has no vector form\n"
                                   f"  {self.vtype(t)} r;\n" + "".join(lines) + "  return r;\n}")
         return f"{name}({', '.join(args)})"
+
+
+def _unparen(text: str) -> str:
+    """``text`` without parentheses around all of it."""
+    if text.startswith("(") and text.endswith(")"):
+        depth = 0
+        for ch in text[1:-1]:
+            depth += (ch == "(") - (ch == ")")
+            if depth < 0:
+                return text
+        return text[1:-1] if depth == 0 else text
+    return text
 
 
 def ir_tag(dtype: T.DType) -> str:

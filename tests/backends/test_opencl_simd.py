@@ -110,3 +110,142 @@ def test_f32_lanes():
     yb = y.reshape(-1, 8)
     np.testing.assert_array_equal(outs["lanes"], np.stack([blocks[:, 0], blocks[:, 7] + yb[:, 5],
                                                            np.full(n // 8, a)], axis=1))
+
+
+# ---------------------------------------------------------------- storage types, casts, integer lanes
+
+@dsl.kernel(threads=1)
+def storage_lanes(h: In[f16], b: In[bf16], k: In[i32], d: In[f64], ho: Out[f16], bo: Out[bf16], ko: Out[i32],
+                  sat: Out[i32, 2], small: Out[u8], fl: Out[f32, 2], dd: Out[f64], ir: Out[i64, 2]):
+    n = h.size
+    for i in range(0, n, 4):
+        hv = h.vload(i, 4)                       # f16 and bf16 lanes load as f32
+        bv = b.vload(i, 4)
+        kv = k.vload(i, 4)
+        ho.vstore(i, hv * 3.0)                   # rounded to f16 / bf16 on the way out
+        bo.vstore(i, bv * 3.0 + 0.1)
+        ko.vstore(i, kv * 3 - dsl.fma(kv, kv, kv) + (kv & 255 | 7 ^ kv) + ~kv)   # wraps at 32 bits
+        sat.vstore(0 * n + i, dsl.i32(hv * 1e6))  # truncate, saturate, NaN -> 0
+        sat.vstore(1 * n + i, dsl.i32(dsl.f64(bv) * -1e8))
+        small.vstore(i, dsl.u8(kv))               # int -> narrower int wraps
+        fl.vstore(0 * n + i, dsl.f32(kv) + dsl.f32(hv > 0.0) + dsl.f32(kv < 0))
+        fl.vstore(1 * n + i, dsl.f32(dsl.where(dsl.f64(kv) > d.vload(i, 4), kv, -kv)))
+        dv = d.vload(i, 4)
+        dd.vstore(i, dsl.max(dv, 0.5) * dsl.min(dv, dsl.f64(2)) + dsl.sqrt(dsl.abs(dv)) + dsl.fma(dv, dv, 1.0))
+        r = i // 4
+        ir[0, r] = dsl.reduce_add(kv)
+        ir[1, r] = dsl.reduce_max(dsl.abs(kv) - dsl.max(kv, 3))
+        ir[2, r] = dsl.reduce_min(dsl.clamp(kv, -100, 100))
+        ir[3, r] = dsl.fma(kv[0], kv[1], kv[2])  # scalar integer fma wraps like numpy
+        ir[4, r] = dsl.i64(dsl.reduce_add(dsl.u8(kv)))  # u8 lanes sum modulo 256
+
+
+def test_storage_casts_and_integer_lanes():
+    import ml_dtypes
+    rng = np.random.default_rng(1)
+    n = 16
+    h = (rng.standard_normal(n) * 100).astype(np.float16)
+    h[[1, 2, 3, 5]] = [np.nan, np.inf, -np.inf, 60000]
+    b = (rng.standard_normal(n) * 100).astype(ml_dtypes.bfloat16)
+    b[[0, 6]] = [1e30, -1e30]
+    k = rng.integers(-2**31, 2**31, n).astype(np.int32)
+    k[:4] = [5, -7, 300, -2**31]
+    d = rng.standard_normal(n)
+    ho, bo, ko, small, dd = (np.zeros(n, np.float16), np.zeros(n, ml_dtypes.bfloat16), np.zeros(n, np.int32),
+                             np.zeros(n, np.uint8), np.zeros(n, np.float64))
+    sat, fl, ir = np.zeros((2, n), np.int32), np.zeros((2, n), np.float32), np.zeros((5, n // 4), np.int64)
+    storage_lanes(h, b, k, d, ho, bo, ko, sat, small, fl, dd, ir, backend="opencl")
+
+    hf, bf = h.astype(np.float32), b.astype(np.float32)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(ho, (hf * np.float32(3)).astype(np.float16))
+        np.testing.assert_array_equal(bo.view(np.uint16),
+                                      (bf * np.float32(3) + np.float32(0.1)).astype(ml_dtypes.bfloat16).view(np.uint16))
+        k64 = k.astype(np.int64)
+        ref_ko = k64 * 3 - (k64 * k64 + k64) + ((k64 & 255) | (7 ^ k64)) + ~k64
+        np.testing.assert_array_equal(ko, ref_ko.astype(np.int32))  # wraps
+
+        def to_i32(f):  # the scalar int() rule
+            f = np.asarray(f, np.float64)
+            return np.where(np.isnan(f), 0, np.clip(np.trunc(np.nan_to_num(f)), -2**31, 2**31 - 1)).astype(np.int32)
+        np.testing.assert_array_equal(sat[0], to_i32(hf * np.float32(1e6)))
+        np.testing.assert_array_equal(sat[1], to_i32(bf.astype(np.float64) * -1e8))
+        assert list(sat[0, 1:4]) == [0, 2**31 - 1, -2**31]
+        np.testing.assert_array_equal(small, k.astype(np.uint8))
+        np.testing.assert_array_equal(fl[0], k.astype(np.float32) + (hf > 0) + (k < 0))
+        np.testing.assert_array_equal(fl[1], np.where(k > d, k, -k).astype(np.float32))  # -INT_MIN wraps
+        ref_dd = py_max(d, 0.5) * py_min(d, 2.0) + np.sqrt(np.abs(d)) + (d * d + 1.0)
+        np.testing.assert_allclose(dd, ref_dd, rtol=1e-15)
+        kb = k.reshape(-1, 4)
+        np.testing.assert_array_equal(ir[0], kb.sum(axis=1, dtype=np.int32))
+        np.testing.assert_array_equal(ir[1], (np.abs(kb) - np.maximum(kb, 3)).max(axis=1))
+        np.testing.assert_array_equal(ir[2], np.clip(kb, -100, 100).min(axis=1))
+        np.testing.assert_array_equal(ir[3], (kb[:, 0] * kb[:, 1] + kb[:, 2]).astype(np.int32))
+        np.testing.assert_array_equal(ir[4], kb.astype(np.uint8).sum(axis=1, dtype=np.uint8))
+
+
+# ---------------------------------------------------------------- dsl.local arrays and scratch
+
+@dsl.kernel(threads=4)
+def locals_and_scratch(x: In[f32, 2], out: Out[f32], hist: Out[i32, 2], last: Out[f32, 2], back: Out[f32],
+                       half: Out[f32]):
+    t = dsl.thread_id()
+    acc = dsl.local((2,), dsl.simd(f32, 8))          # indexed at compile time: two float8 locals
+    cnt = dsl.local((4,), i32)                       # indexed at run time: a private array
+    grid = dsl.local((2, 3), f32)
+    for r in range(t, x.shape[0], dsl.num_threads()):
+        for j in dsl.static_range(2):
+            acc[j] += x.vload(r * 16 + j * 8, 8)
+        row = dsl.local((3,), f32)                   # zeroed again for every row
+        for c in range(16):
+            b = dsl.i32(dsl.clamp(x[r, c] * 2.0 + 2.0, 0.0, 3.0))
+            cnt[b] += 1
+            row[c % 3] += x[r, c]
+            grid[c % 2, b % 3] = x[r, c]
+        for k in range(3):
+            last[t, k] = row[k]
+    for b in range(4):
+        hist[t, b] = cnt[b]
+    for k in range(6):
+        last[t, 3 + k] = grid[k // 3, k % 3]
+    s = dsl.scratch((64,), f32)
+    h = dsl.scratch((64,), f16)
+    for j in dsl.static_range(2):
+        out.vstore(t * 16 + j * 8, acc[j])
+        s.vstore(t * 16 + j * 8, acc[j])
+        h.vstore(t * 16 + j * 8, acc[j] / 3.0)
+    dsl.sync()
+    other = (t + 1) % dsl.num_threads()
+    for j in dsl.static_range(4):
+        back.vstore(t * 16 + j * 4, s.vload(other * 16 + j * 4, 4))
+        half.vstore(t * 16 + j * 4, h.vload(other * 16 + j * 4, 4))
+
+
+def test_local_arrays_and_scratch():
+    rng = np.random.default_rng(2)
+    rows = 11
+    x = rng.standard_normal((rows, 16)).astype(np.float32)
+    out, back, half = np.zeros(64, np.float32), np.zeros(64, np.float32), np.zeros(64, np.float32)
+    hist, last = np.zeros((4, 4), np.int32), np.zeros((4, 9), np.float32)
+    locals_and_scratch(x, out, hist, last, back, half, backend="opencl")
+    acc = np.zeros((4, 16), np.float32)
+    ref_hist = np.zeros((4, 4), np.int32)
+    ref_last = np.zeros((4, 9), np.float32)
+    for t in range(4):
+        grid = np.zeros((2, 3), np.float32)
+        for r in range(t, rows, 4):
+            acc[t] += x[r]
+            row = np.zeros(3, np.float32)
+            for c in range(16):
+                b = int(np.clip(x[r, c] * np.float32(2) + np.float32(2), 0, 3))
+                ref_hist[t, b] += 1
+                row[c % 3] += x[r, c]
+                grid[c % 2, b % 3] = x[r, c]
+            ref_last[t, :3] = row
+        ref_last[t, 3:] = grid.ravel()
+    np.testing.assert_allclose(out, acc.ravel(), rtol=1e-6)
+    np.testing.assert_array_equal(hist, ref_hist)
+    np.testing.assert_allclose(last, ref_last, rtol=1e-6)
+    np.testing.assert_array_equal(back, np.roll(out.reshape(4, 16), -1, axis=0).ravel())
+    ref_half = (np.roll(out.reshape(4, 16), -1, axis=0).ravel() / np.float32(3)).astype(np.float16)
+    np.testing.assert_array_equal(half, ref_half.astype(np.float32))
