@@ -79,7 +79,7 @@ class CSimd:
         if dtype.name == "bf16":
             return f"vstore{n}({self._vhelper_bf16(n)}({value}), 0, {ptr});"
         if dtype.is_bool:
-            return f"vstore{n}(convert_uchar{n}(-{value}), 0, {ptr});"
+            return f"vstore{n}(convert_uchar{n}(-({value})), 0, {ptr});"  # -1 -> 1
         return f"vstore{n}({value}, 0, {ptr});"
 
     def _vptr(self, tensor: str, off: str) -> str:

@@ -249,3 +249,44 @@ def test_local_arrays_and_scratch():
     np.testing.assert_array_equal(back, np.roll(out.reshape(4, 16), -1, axis=0).ravel())
     ref_half = (np.roll(out.reshape(4, 16), -1, axis=0).ravel() / np.float32(3)).astype(np.float16)
     np.testing.assert_array_equal(half, ref_half.astype(np.float32))
+
+
+# ---------------------------------------------------------------- bool lanes in memory, debug mode
+
+@dsl.kernel(threads=1, debug=True)
+def shifted(x: In[f32], keep: In[dsl.bool_], y: Out[f32], pos: Out[dsl.bool_], s: i64, t: i64):
+    v = x.vload(s, 4)
+    y.vstore(t, dsl.where(keep.vload(s, 4), v * 2.0, -1.0))
+    pos.vstore(t, (v > 0.0) ^ keep.vload(s, 4))
+    y[0] = dsl.f32(dsl.reduce_add(dsl.i32(keep.vload(s, 4)))) + dsl.f32(keep.vload(s, 4)[1])
+
+
+def test_bool_lanes_and_debug_bounds():
+    from dsl.lang.errors import LaunchError
+    x = np.array([1, -2, 3, -4, 5, -6, 7, -8], np.float32)
+    keep = np.array([1, 1, 0, 1, 0, 0, 1, 1], bool)
+
+    def run(s, t):
+        y, pos = np.full(8, 9, np.float32), np.zeros(8, bool)
+        shifted(x, keep, y, pos, s, t, backend="opencl")
+        return y, pos
+
+    y, pos = run(0, 3)
+    ref = np.full(8, 9, np.float32)
+    ref[3:7] = np.where(keep[:4], x[:4] * 2, -1)
+    ref[0] = keep[:4].sum() + keep[1]
+    np.testing.assert_array_equal(y, ref)
+    np.testing.assert_array_equal(pos.view(np.uint8)[3:7], (x[:4] > 0) ^ keep[:4])  # stored as 0/1 bytes
+    assert not pos[:3].any() and not pos[7:].any()
+
+    for s, t, tensor, index, kind in [(6, 0, "x", 8, "load"), (-1, 0, "x", -1, "load"), (9, 0, "x", 9, "load"),
+                                      (0, 5, "y", 8, "store"), (0, -2, "y", -2, "store")]:
+        y = np.full(8, 9, np.float32)
+        with pytest.raises(IndexError) as info:
+            shifted(x, keep, y, np.zeros(8, bool), s, t, backend="opencl")
+        err = info.value
+        assert isinstance(err, LaunchError)
+        assert (err.tensor, err.index) == (tensor, (index,)), str(err)
+        assert f"index {index} out of bounds for {tensor}.flat" in str(err) and kind in str(err)
+        if kind == "store":
+            assert (y[1:] == 9).all()  # the failed vstore wrote nothing
