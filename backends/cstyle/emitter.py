@@ -34,6 +34,7 @@ from dsl.lang.visitor import Visitor
 from backends.bounds import Sites
 from backends.cstyle.helpers import CHelpers, Unsupported
 from backends.cstyle.instrument import CInstrumentation
+from backends.cstyle.simd import CSimd
 from backends.naming import C_RESERVED, CNames, ident
 from backends.spelling import row_major, row_major_static, special_float
 
@@ -113,7 +114,7 @@ _PREC = {"mul": 10, "truediv": 10, "add": 9, "sub": 9, "lt": 7, "le": 7, "gt": 7
          "and": 2, "or": 1}  # C precedence of the operators printed without redundant parentheses
 
 
-class CStyleRenderer(Visitor, CInstrumentation, CHelpers):
+class CStyleRenderer(Visitor, CInstrumentation, CHelpers, CSimd):
     """Typed ir.Kernel -> C-family source.  Subclasses fill in the table below."""
 
     # ---- the table ------------------------------------------------------------
@@ -157,7 +158,7 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers):
         self.in_func = False
         for p in kernel.params:                # reserve user names first: they keep their spelling
             self.names.user(p.name)
-        for s in kernel.scratch:
+        for s in kernel.scratch + kernel.arrays:
             self.names.user(s.name)
         for name, _ in kernel.locals:
             self.names.user(name)
@@ -233,12 +234,16 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers):
 
     # ---- kernel and functions -----------------------------------------------------
     def ctype(self, dtype: T.DType) -> str:
+        if isinstance(dtype, T.SimdType):
+            return self.vtype(dtype)
         return self.type_map[dtype.strong.name]
 
     def stype(self, dtype: T.DType) -> str:
         return self.storage_map[dtype.strong.name]
 
     def _note_type(self, dtype: Optional[T.DType]) -> None:
+        if isinstance(dtype, T.SimdType):
+            dtype = dtype.elem
         if dtype is not None and dtype.strong.name == "f64":
             self.features.add("fp64")
 
@@ -282,6 +287,11 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers):
             self.emit(f"{self.local_prefix}{self.scratch_storage.get(s.dtype.name, self.stype(s.dtype))} "
                       f"{self.names.user(s.name)}[{n}];"
                       f"  // scratch {list(s.shape)} {s.dtype}")
+        for a in k.arrays:  # run-time indexed dsl.local arrays: private, zeroed where declared (LocalInit)
+            self.cur_loc = a.loc
+            self._note_type(a.dtype)
+            self.emit(f"{self.stype(a.dtype)} {self.names.user(a.name)}[{int(np.prod(a.shape))}];"
+                      f"  // dsl.local {list(a.shape)} {a.dtype}")
         for line in consts + self.team_poll_state():
             self.emit(line)
         used_sizes = {n.tensor for n in ir.walk(list(k.body) + [b for f in k.funcs for b in f.body])
@@ -309,6 +319,8 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers):
             self.emit(f"{self.ctype(t.compute)} {self.names.user(name)} = {self.zero(t.compute)};")
 
     def zero(self, t: T.DType) -> str:
+        if isinstance(t, T.SimdType):
+            return self.vzero(t)
         return "false" if t.is_bool else self.const(0, t)
 
     def _func_signature(self, f: ir.Function) -> str:
@@ -390,6 +402,12 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers):
             self.emit(f"{ptr}[{off}] = (uchar)({value});")
         else:
             self.emit(f"{ptr}[{off}] = {value};")
+
+    def visit_LocalInit(self, s: ir.LocalInit) -> None:
+        """dsl.local(...) of an array indexed at run time: every element zero each time it runs."""
+        a = self.k.buffer(s.name)
+        n = int(np.prod(a.shape))
+        self.emit(f"for (int opdsl_z = 0; opdsl_z < {n}; opdsl_z++) {self.names.user(s.name)}[opdsl_z] = 0;")
 
     def visit_AtomicAdd(self, s: ir.AtomicAdd) -> None:
         buf = self.k.buffer(s.tensor)
@@ -554,7 +572,7 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers):
         if flat:
             return self.bare(index[0])
         buf = self.k.buffer(tensor)
-        if isinstance(buf, ir.Scratch):
+        if isinstance(buf, (ir.Scratch, ir.LocalArray)):
             return row_major_static([self.expr(i) for i in index], buf.shape)
         return row_major([self.expr(i) for i in index], self.shape_names[tensor])
 
@@ -748,6 +766,14 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers):
     def builtin_clamp(self, e: ir.Call, args: List[str]) -> str:
         t = e.type
         return f"{self.helper('min', t)}({self.helper('max', t)}({args[0]}, {args[1]}), {args[2]})"
+
+    def builtin_fma(self, e: ir.Call, args: List[str]) -> str:
+        t = e.type
+        if t.is_float:
+            return f"fma({', '.join(args)})"
+        if t.is_bool:
+            return f"(({args[0]} && {args[1]}) || {args[2]})"
+        return self._wrap(t, f"(({args[0]}) * ({args[1]}) + ({args[2]}))")  # a * b + c, wrapping like '*' and '+'
 
     def builtin_pow(self, e: ir.Call, args: List[str]) -> str:
         return self._pow(e.type, e.args[0], e.args[1])

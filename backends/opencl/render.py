@@ -8,6 +8,7 @@ barrier, half loads and stores, atomics, printf, extension pragmas and OpenCL's 
 """
 from __future__ import annotations
 
+import re
 from typing import List
 
 from backends.base import CompileRequest
@@ -17,15 +18,20 @@ from backends.naming import C_RESERVED, OPENCL_RESERVED, OPENCL_VECTOR_TYPES
 from dsl.lang import ir
 from dsl.lang import types as T
 
+# Built-ins the vector spellings (backends/cstyle/simd.py) call: user names must not take them.
+_SIMD_RESERVED = frozenset("select fma isnan fmax fmin as_int as_ushort".split())
+_SIMD_PATTERN = re.compile(OPENCL_VECTOR_TYPES.pattern + r"|^(vload|vstore)(_half)?\d+(_rte)?$|^(convert|as)_\w+$")
+
 
 class OpenCLRenderer(CStyleRenderer):
     kernel_prefix = "void"
     buffer_prefix = "__global "
     local_prefix = "__local "
     func_prefix = "static "
-    reserved = C_RESERVED | OPENCL_RESERVED
+    reserved = C_RESERVED | OPENCL_RESERVED | _SIMD_RESERVED
     owned_prefixes = ("opdsl_", "__", "get_")  # OpenCL's work-item queries are get_*
-    reserved_pattern = OPENCL_VECTOR_TYPES
+    reserved_pattern = _SIMD_PATTERN
+    vector_dialect = True  # OpenCL C's own vectors: backends/cstyle/simd.py
     targets = ("opencl", "c")  # builtin spellings (dsl/lang/builtins.py): OpenCL's own, else C's
     barrier = "barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);"
     scratch_storage = {"f16": "ushort"}  # no half variables without cl_khr_fp16, half pointers are fine
@@ -66,6 +72,12 @@ class OpenCLRenderer(CStyleRenderer):
 
     def store_f16(self, ptr: str, off: str, value: str) -> str:
         return f"vstore_half_rte({value}, {off}, {ptr});"
+
+    def vload_f16(self, lanes: int, ptr: str) -> str:
+        return f"vload_half{lanes}(0, {ptr})"
+
+    def vstore_f16(self, lanes: int, value: str, ptr: str) -> str:
+        return f"vstore_half{lanes}_rte({value}, 0, {ptr});"
 
     def helper_round_f16(self, name, t, dtype, extra):
         return (f"{self.func_prefix}float {name}(float f) {{\n"
