@@ -360,7 +360,9 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers, CSimd):
             self.cur_loc = loc
             if (loc.file, loc.line) != self.last_py:
                 self.last_py = (loc.file, loc.line)
-                text = loc.source_line().strip()
+                # a trailing backslash (a Python line continuation) would continue the C comment
+                # onto the next line of code
+                text = loc.source_line().strip().rstrip("\\").rstrip()
                 self.emit(f"// py:{loc.line} {text}" if text else f"// py:{loc.line}")
         try:
             self.visit(s)

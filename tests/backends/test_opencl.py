@@ -439,3 +439,21 @@ def test_unaligned_views_are_read_and_written_in_place():
     x[:] = -2.0
     leaky(x, y, 0.5, backend="opencl")
     assert np.all(y == -1.0)
+
+
+@dsl.kernel(threads=1)
+def continued_condition(x: In[f32], out: Out[f32]):
+    for i in range(x.size):
+        if x[i] > 0 and \
+                x[i] < 10:
+            out[i] = x[i]
+        else:
+            out[i] = -1.0
+
+
+def test_a_python_line_continuation_does_not_swallow_the_next_c_line():
+    """The `// py:N` comment of a line ending in a backslash must not continue onto the code."""
+    x = np.array([-1, 5, 20], np.float32)
+    out = np.zeros(3, np.float32)
+    continued_condition(x, out, backend="opencl")
+    np.testing.assert_array_equal(out, [-1, 5, -1])
