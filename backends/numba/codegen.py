@@ -31,11 +31,12 @@ from dsl.lang import types as T
 from dsl.lang.errors import CompileError
 from backends.numba import format as F
 from backends.numba.simd_codegen import WIDE_REGISTERS, SimdGen, uses_simd
+from backends.numba.typecode import const, ctype, np_type, storage_np  # noqa: F401  (re-exported)
 from dsl.lang import log_format as LF
 from dsl.lang.visitor import Visitor
 from backends.bounds import Sites
 from backends.naming import PyNames as Names, ident
-from backends.spelling import row_major, special_float
+from backends.spelling import row_major
 
 # numba's fastmath flags for fastmath=True kernels: all of LLVM's "fast" but nnan and ninf,
 # which would let LLVM assume no NaN/inf ever appears (and fold isnan-style checks away).
@@ -54,40 +55,6 @@ _COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="
 # spelled from its entry in dsl/lang/builtins.py (target "numba").
 _F32_MATH = {"exp": "nm.exp_f32({0})"}
 _F32_FAST_MATH = {"log": "nm.log_f32({0})", "tanh": "nm.tanh_f32({0})"}
-
-def ctype(t: T.DType) -> T.DType:
-    """The type values have in generated code (f16/bf16 compute in f32)."""
-    return T.f32 if t.is_storage_only else t
-
-
-def np_type(t: T.DType) -> str:
-    """numpy constructor of a compute type, e.g. ``np.float32``."""
-    t = ctype(t)
-    return "np.bool_" if t.is_bool else f"np.{t.np.name}"
-
-
-def storage_np(t: T.DType) -> str:
-    """numpy dtype of an array holding ``t`` (f16/bf16 as their uint16 bits)."""
-    return "np.uint16" if t.is_storage_only else np_type(t)
-
-
-def const(value, t: T.DType) -> str:
-    t = ctype(t)
-    if t.is_bool:
-        return "True" if value else "False"
-    if t.is_float:
-        v = float(value)
-        special = special_float(v)
-        if special is not None:
-            lit = {"nan": "np.nan", "inf": "np.inf", "-inf": "(-np.inf)"}[special]
-        else:
-            lit = repr(v) if v >= 0 else f"({v!r})"
-        return lit if t == T.f64 else f"np.float32({lit})"
-    v = int(value)
-    if t == T.i64:
-        return repr(v) if v >= 0 else f"({v})"
-    return f"{np_type(t)}({v})"
-
 
 def cast(code: str, src: T.DType, dst: T.DType) -> str:
     """Convert generated ``code`` of type ``src`` to ``dst`` like numpy's astype (ints wrap)."""

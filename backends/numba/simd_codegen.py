@@ -13,6 +13,7 @@ from dsl.lang import builtins as B
 from dsl.lang import ir
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError
+from backends.numba.typecode import const, np_type, storage_np
 
 # VecOp names with a vector instruction (backends/numba/simd.py); the rest go lane by lane
 _NATIVE_BINARY = {"add", "sub", "mul", "truediv", "bitand", "bitor", "bitxor", "min", "max"}
@@ -37,7 +38,6 @@ class SimdGen:
 
     def _lanes(self, t: T.SimdType, lane_code) -> str:
         """A vector of type ``t`` built from one scalar code per lane (``lane_code(k)``)."""
-        from backends.numba.codegen import const
         code = f"sm.vsplat({const(0, t.elem)}, {t.lanes})"
         for k in range(t.lanes):
             code = f"sm.vset({code}, {k}, {lane_code(k)})"
@@ -71,7 +71,6 @@ class SimdGen:
         self.emit(f"sm.vstore({self.names[s.tensor]}, ix({self.visit(s.index, scope)}), {value})")
 
     def visit_Splat(self, e, scope):
-        from backends.numba.codegen import np_type
         v = self.typed(e.value, e.type.elem, scope)
         if isinstance(e.value, ir.Const) and not e.type.elem.is_bool:
             v = f"{np_type(e.type.elem)}({v})"  # a literal's own numba type may be wider
@@ -122,7 +121,6 @@ class SimdGen:
         return f"{name}({', '.join(args)})"
 
     def visit_LocalInit(self, s, scope):
-        from backends.numba.codegen import storage_np
         a = self.k.buffer(s.name)
         size = 1
         for d in a.shape:

@@ -23,6 +23,7 @@ from dsl.lang import log_format as LF
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError, SourceLoc
 from dsl.lang.check_simd import SimdRules
+from dsl.lang.fold import convert_const as _convert_const, fold as _fold
 from dsl.lang.frontend import Parsed
 from dsl.lang.visitor import Visitor
 
@@ -842,21 +843,6 @@ def _literal_arg(spec: B.Builtin, arg: ir.Expr, t: T.DType) -> Tuple[ir.Expr, ..
                        "int constant or a dsl.static_range variable")
 
 
-def _convert_const(value, t: T.DType):
-    if t.is_bool:
-        return bool(value)
-    if t.is_int and isinstance(value, float):
-        return T.saturated_int(value, t)
-    if t.is_int:
-        v = int(value)
-        bits = t.bits
-        if t.kind == "u":
-            return v % (1 << bits)
-        v = v % (1 << bits)
-        return v - (1 << bits) if v >= 1 << (bits - 1) else v
-    return float(value)
-
-
 def _substitute(node, var: str, value: int):
     """``node`` (a node or a tuple) with every read of ``var`` replaced by the literal ``value``."""
     if isinstance(node, tuple):
@@ -874,25 +860,3 @@ def _substitute(node, var: str, value: int):
             if new is not old:
                 changes[f.name] = new
     return dataclasses.replace(node, **changes) if changes else node
-
-
-def _fold(e: ir.Expr):
-    """The Python value of a constant expression, or None."""
-    if isinstance(e, ir.Const):
-        return e.value
-    if isinstance(e, ir.Cast):
-        v = _fold(e.value)
-        return None if v is None else _convert_const(v, e.type)
-    if isinstance(e, ir.Binary):
-        a, b = _fold(e.left), _fold(e.right)
-        if a is None or b is None:
-            return None
-        ops = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
-               "floordiv": lambda: a // b if b else None, "mod": lambda: a % b if b else None,
-               "lshift": lambda: a << b, "rshift": lambda: a >> b, "pow": lambda: a ** b}
-        f = ops.get(e.op)
-        return f() if f else None
-    if isinstance(e, ir.Unary) and e.op == "neg":
-        v = _fold(e.operand)
-        return None if v is None else -v
-    return None

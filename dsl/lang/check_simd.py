@@ -12,6 +12,7 @@ from typing import Optional
 from dsl.lang import builtins as B
 from dsl.lang import ir
 from dsl.lang import types as T
+from dsl.lang.fold import fold as _fold
 
 _NO_VECTOR_FORM = {
     "floordiv": "'//' on SIMD values is not supported; divide floats and use dsl.floor",
@@ -33,7 +34,6 @@ class SimdRules:
     # ------------------------------------------------------------------ helpers
     def lanes(self, e: ir.Expr, what: str) -> int:
         """The compile-time lane count ``e`` of ``what`` (``dsl.splat``, ``x.vload``)."""
-        from dsl.lang.check import _fold
         typed, _ = self.expr(e)
         n = _fold(typed)
         if isinstance(n, bool) or not isinstance(n, int) or n not in T.SIMD_LANES:
@@ -176,7 +176,6 @@ class SimdRules:
         return self.cast(i, T.i64) if t is not None else i
 
     def visit_Lane(self, e: ir.Lane):
-        from dsl.lang.check import _fold
         v, t = self.expr(e.value)
         if t is None:
             return v, None
