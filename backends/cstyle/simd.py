@@ -75,7 +75,8 @@ class CSimd:
             return f"{fn}({', '.join(_unparen(a) for a in args)})"
         name = f"{self.helper_prefix}halves_{fn}_{result}" + "".join(f"_{t}" for t in types)
         if name not in self.helpers:
-            halves = [self.vcall(fn, _half(result), [f"p{i}.{h}" for i in range(len(types))], list(map(_half, types)))
+            half_fn = re.sub(r"^(convert_[a-z]+?)(\d+)", lambda m: m.group(1) + str(int(m.group(2)) // 2), fn)
+            halves = [self.vcall(half_fn, _half(result), [f"p{i}.{h}" for i in range(len(types))], list(map(_half, types)))
                       for h in ("lo", "hi")]
             params = ", ".join(f"{t} p{i}" for i, t in enumerate(types))
             self.helpers[name] = (f"{self.func_prefix}{result} {name}({params}) {{ return ({result})({halves[0]}, "
