@@ -9,6 +9,12 @@ convert at the point of use, so a mask local has one declared type whatever it c
 
 Every vector-valued text this file returns is a primary expression (a name, a call or fully
 parenthesized), so a lane read can append ``.sK`` to it.
+
+Built-in *functions* (``vload``, ``convert_``, ``select``, ``exp``...) go through ``vcall``, which
+splits vectors wider than ``vector_call_bits`` into halves: PoCL 3.0's CPU library takes and
+returns 512-bit vectors (``float16``, ``double8``) in a way its kernels disagree with (a crash
+or garbage lanes on an AVX-512 host), while operators and swizzles on them are fine.  Lane
+values do not depend on the split.
 """
 from __future__ import annotations
 
@@ -30,12 +36,27 @@ hypot tgamma lgamma
 """.split())
 _CALL = re.compile(r"^([A-Za-z_]\w*)\((\{\d\}(, \{\d\})*)?\)$")
 _SIGNED = {8: "char", 16: "short", 32: "int", 64: "long"}
+_BITS = {"char": 8, "uchar": 8, "short": 16, "ushort": 16, "int": 32, "uint": 32, "long": 64, "ulong": 64,
+         "half": 16, "float": 32, "double": 64}
+_VT = re.compile(r"([a-z]+?)(\d+)")
+
+
+def _width(vt: str) -> int:
+    """Bits of OpenCL vector type ``vt`` (``float16`` -> 512)."""
+    m = _VT.fullmatch(vt)
+    return _BITS[m.group(1)] * int(m.group(2))
+
+
+def _half(vt: str) -> str:
+    m = _VT.fullmatch(vt)
+    return f"{m.group(1)}{int(m.group(2)) // 2}"
 _VEC_C = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "bitand": "&", "bitor": "|", "bitxor": "^",
           "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 
 class CSimd:
     vector_dialect = False  # the target's C has OpenCL's vector types and built-ins
+    vector_call_bits = 0    # wider vectors reach built-in functions in halves (0: never split)
 
     # ---- types --------------------------------------------------------------------
     def vtype(self, t: T.SimdType) -> str:
@@ -47,14 +68,42 @@ class CSimd:
     def vzero(self, t: T.SimdType) -> str:
         return f"(({self.vtype(t)})(0))"
 
+    def vcall(self, fn: str, result: str, args: List[str], types: List[str]) -> str:
+        """``fn(args)`` for a built-in function of vectors (types: the argument vector types), in
+        halves through a helper when a vector is wider than ``vector_call_bits``."""
+        if not self.vector_call_bits or max(map(_width, [result] + types)) <= self.vector_call_bits:
+            return f"{fn}({', '.join(_unparen(a) for a in args)})"
+        name = f"{self.helper_prefix}halves_{fn}_{result}" + "".join(f"_{t}" for t in types)
+        if name not in self.helpers:
+            half_fn = re.sub(r"^(convert_[a-z]+?)(\d+)", lambda m: m.group(1) + str(int(m.group(2)) // 2), fn)
+            halves = [self.vcall(half_fn, _half(result), [f"p{i}.{h}" for i in range(len(types))], list(map(_half, types)))
+                      for h in ("lo", "hi")]
+            params = ", ".join(f"{t} p{i}" for i, t in enumerate(types))
+            self.helpers[name] = (f"{self.func_prefix}{result} {name}({params}) {{ return ({result})({halves[0]}, "
+                                  f"{halves[1]}); }}  // {fn} in halves (see vector_call_bits)")
+        return f"{name}({', '.join(_unparen(a) for a in args)})"
+
     def _mask(self, code: str, bits: int, lanes: int) -> str:
         """A comparison result of ``bits``-wide lanes (a signed vector of that width) as an intN mask."""
-        return code if bits == 32 else f"convert_int{lanes}({code})"
+        return code if bits == 32 else self.vcall(f"convert_int{lanes}", f"int{lanes}", [code], [f"{_SIGNED[bits]}{lanes}"])
 
     def _select_mask(self, mask: str, t: T.SimdType) -> str:
         """An intN mask as ``select``'s third operand for lanes of ``t`` (same width, signed)."""
         bits = 32 if t.is_bool else t.bits
-        return mask if bits == 32 else f"convert_{_SIGNED[bits]}{t.lanes}({mask})"
+        st = f"{_SIGNED[bits]}{t.lanes}"
+        return mask if bits == 32 else self.vcall(f"convert_{st}", st, [mask], [f"int{t.lanes}"])
+
+    def select(self, t: T.SimdType, if_false: str, if_true: str, mask: str) -> str:
+        """Lanes of ``if_true`` where intN ``mask`` is set, else of ``if_false`` (OpenCL's select)."""
+        vt = self.vtype(t)
+        m = self._select_mask(mask, t)
+        return self.vcall("select", vt, [if_false, if_true, m], [vt, vt, _SIGNED[32 if t.is_bool else t.bits] +
+                                                                   str(t.lanes)])
+
+    def _from_mask(self, mask: str, t: T.SimdType) -> str:
+        """An intN mask as 1/0 lanes of ``t`` (a select: Oclgrind gets ``-mask`` wrong)."""
+        vt = self.vtype(t)
+        return self.select(t, f"(({vt})(0))", f"(({vt})(1))", mask)
 
     # ---- loads and stores -------------------------------------------------------------
     def vload_f16(self, lanes: int, ptr: str) -> str:
@@ -63,32 +112,59 @@ class CSimd:
     def vstore_f16(self, lanes: int, value: str, ptr: str) -> str:
         raise Unsupported(f"f16 vstores are not supported by the {type(self).__name__} target")
 
+    def _wide(self, dtype: T.DType, n: int) -> bool:
+        """Whether ``n`` lanes of storage ``dtype`` load and store in halves (vector_call_bits)."""
+        bits = 32 if dtype.is_bool else dtype.compute.bits
+        return bool(self.vector_call_bits) and bits * n > self.vector_call_bits
+
     def _vload_code(self, dtype: T.DType, n: int, ptr: str) -> str:
-        """The lanes at ``ptr`` (storage ``dtype``) as a value of the compute type."""
+        """The lanes at ``ptr`` (storage ``dtype``) as a value of the compute type; a wide load reads
+        ``ptr`` twice, so it is a parameter of a helper there."""
+        vt = f"int{n}" if dtype.is_bool else f"{self.ctype(dtype.compute)}{n}"
+        if self._wide(dtype, n):
+            return f"({vt})({self._vload_code(dtype, n // 2, ptr)}, {self._vload_code(dtype, n // 2, f'{ptr} + {n // 2}')})"
         if dtype.name == "f16":
             return self.vload_f16(n, ptr)
         if dtype.name == "bf16":  # bf16 is the high half of an f32
-            return f"as_float{n}(convert_uint{n}(vload{n}(0, {ptr})) << 16)"
+            return f"as_float{n}({self.vcall(f'convert_uint{n}', f'uint{n}', [f'vload{n}(0, {ptr})'], [f'ushort{n}'])} << 16)"
         if dtype.is_bool:
-            return f"convert_int{n}(vload{n}(0, {ptr}) != (uchar)0)"
+            return self._mask(f"(vload{n}(0, {ptr}) != (uchar)0)", 8, n)
         return f"vload{n}(0, {ptr})"
 
     def _vstore_code(self, dtype: T.DType, n: int, value: str, ptr: str) -> str:
+        """The statement storing ``value`` at ``ptr``; a wide store names both twice (pass names)."""
+        if self._wide(dtype, n):
+            return (self._vstore_code(dtype, n // 2, f"{value}.lo", ptr) + " "
+                    + self._vstore_code(dtype, n // 2, f"{value}.hi", f"{ptr} + {n // 2}"))
         if dtype.name == "f16":
             return self.vstore_f16(n, value, ptr)
         if dtype.name == "bf16":
             return f"vstore{n}({self._vhelper_bf16(n)}({value}), 0, {ptr});"
         if dtype.is_bool:
-            return f"vstore{n}(convert_uchar{n}(-({value})), 0, {ptr});"  # -1 -> 1
+            return f"vstore{n}({self._from_mask(value, T.SimdType(T.u8, n))}, 0, {ptr});"
         return f"vstore{n}({value}, 0, {ptr});"
+
+    def _vload_helper(self, buf, n: int, checked: bool) -> str:
+        """A helper ``(long o, pointer p)`` loading ``n`` lanes at ``p + o``; ``checked``: o < 0 reads nothing."""
+        space = self._space_of(buf)
+        stype = "half" if buf.dtype.name == "f16" else self.stype(buf.dtype)
+        t = T.SimdType(buf.dtype.compute, n)
+        name = (f"{self.helper_prefix}vload{'_checked' if checked else ''}_{ir_tag(buf.dtype)}{n}_"
+                f"{space.strip('_ ') or 'private'}")
+        if name not in self.helpers:
+            vt = self.vtype(t)
+            check = (f"  if (o < 0) return {self.vzero(t)};  // a failed bounds check reads nothing\n"
+                     if checked else "")
+            self.helpers[name] = (f"{self.func_prefix}{vt} {name}(long o, {space}const {stype}* p) {{\n{check}"
+                                  f"  return {self._vload_code(buf.dtype, n, 'p + o')};\n}}")
+        return name
 
     def _vptr(self, tensor: str, off: str) -> str:
         if not re.fullmatch(r"[\w.]+", off):
             off = f"({off})"
         return f"{self.pointer(tensor)} + {off}"
 
-    def _space(self, tensor: str) -> str:
-        buf = self.k.buffer(tensor)
+    def _space_of(self, buf) -> str:
         if isinstance(buf, ir.Scratch):
             return self.local_prefix
         return self.buffer_prefix if isinstance(buf, ir.TensorParam) else ""
@@ -110,44 +186,44 @@ class CSimd:
     def visit_VLoad(self, e: ir.VLoad) -> str:
         buf = self.k.buffer(e.tensor)
         n = e.type.lanes
-        if not self.debug:
-            return self._vload_code(buf.dtype, n, self._vptr(e.tensor, self.bare(e.index)))
-        # a failed check reads nothing: the helper gives zeros (scalar loads read element 0 instead)
-        space = self._space(e.tensor)
-        stype = "half" if buf.dtype.name == "f16" else self.stype(buf.dtype)
-        name = f"{self.helper_prefix}vload_checked_{ir_tag(buf.dtype)}{n}_{space.strip('_ ') or 'private'}"
-        if name not in self.helpers:
-            vt = self.vtype(e.type)
-            self.helpers[name] = (
-                f"{self.func_prefix}{vt} {name}(long o, {space}const {stype}* p) {{\n"
-                f"  // debug mode: o < 0 is a failed bounds check, which reads nothing\n"
-                f"  if (o < 0) return {self.vzero(e.type)};\n"
-                f"  return {self._vload_code(buf.dtype, n, 'p + o')};\n}}")
-        return f"{name}({self._span(e, n, 'load')}, {self.pointer(e.tensor)})"
+        if self.debug:  # a failed check reads nothing: zeros (scalar loads read element 0 instead)
+            return f"{self._vload_helper(buf, n, True)}({self._span(e, n, 'load')}, {self.pointer(e.tensor)})"
+        if self._wide(buf.dtype, n):
+            return f"{self._vload_helper(buf, n, False)}({self.bare(e.index)}, {self.pointer(e.tensor)})"
+        return self._vload_code(buf.dtype, n, self._vptr(e.tensor, self.bare(e.index)))
 
     def visit_VStore(self, s: ir.VStore) -> None:
         buf = self.k.buffer(s.tensor)
         n = s.value.type.lanes
-        if not self.debug:
+        wide = self._wide(buf.dtype, n)
+        if not self.debug and not wide:
             self.emit(self._vstore_code(buf.dtype, n, self.bare(s.value), self._vptr(s.tensor, self.bare(s.index))))
             return
-        self.emit(f"{{ const long opdsl_o = {self._span(s, n, 'store')};")
+        off = self._span(s, n, "store") if self.debug else self.bare(s.index)
+        self.emit(f"{{ const long opdsl_o = {off};")
         self.depth += 1
-        self.emit("if (opdsl_o >= 0)")
-        self.depth += 1
-        self.emit(self._vstore_code(buf.dtype, n, self.bare(s.value), self._vptr(s.tensor, "opdsl_o")))
-        self.depth -= 2
+        value = self.bare(s.value)
+        if wide:  # stored in halves: the value is named once
+            self.emit(f"const {self.vtype(s.value.type)} opdsl_v = {value};")
+            value = "opdsl_v"
+        if self.debug:
+            self.emit("if (opdsl_o >= 0)")
+            self.depth += 1
+        self.emit(self._vstore_code(buf.dtype, n, value, self._vptr(s.tensor, "opdsl_o")))
+        self.depth -= 2 if self.debug else 1
         self.emit("}")
 
     def _vhelper_bf16(self, n: int) -> str:
         name = f"{self.helper_prefix}f32_to_bf16_{n}"
         if name not in self.helpers:
+            nan = self.vcall("isnan", f"int{n}", ["f"], [f"float{n}"])
             self.helpers[name] = (
                 f"{self.func_prefix}ushort{n} {name}(float{n} f) {{\n"
                 f"  // round to nearest even lane by lane, NaN stays a quiet NaN (the scalar bf16 store's rule)\n"
                 f"  uint{n} u = as_uint{n}(f);\n"
                 f"  uint{n} r = (u + (uint)0x7fffu + ((u >> 16) & (uint)1u)) >> 16;\n"
-                f"  return convert_ushort{n}(select(r, (u >> 16) | (uint)0x40u, isnan(f)));\n}}")
+                f"  r = {self.select(T.SimdType(T.u32, n), 'r', '((u >> 16) | (uint)0x40u)', nan)};\n"
+                f"  return {self.vcall(f'convert_ushort{n}', f'ushort{n}', ['r'], [f'uint{n}'])};\n}}")
         return name
 
     # ---- values -------------------------------------------------------------------------
@@ -170,17 +246,17 @@ class CSimd:
         name = f"{self.helper_prefix}reduce_{e.op}_{vt}"
         if name not in self.helpers:
             if e.op == "add":
-                def comb(a, b):
+                def comb(a, b, n=1):
                     return f"{a} + {b}"
             else:
                 fn = ("f" if t.is_float else "") + e.op
 
-                def comb(a, b):
-                    return f"{fn}({a}, {b})"
+                def comb(a, b, n=1):
+                    return self.vcall(fn, f"{et}{n}", [a, b], [f"{et}{n}"] * 2) if n > 1 else f"{fn}({a}, {b})"
             lines, cur, n = [], "v", t.lanes
             while n > 2:
                 n //= 2
-                lines.append(f"  {et}{n} h{n} = {comb(cur + '.lo', cur + '.hi')};")
+                lines.append(f"  {et}{n} h{n} = {comb(cur + '.lo', cur + '.hi', n)};")
                 cur = f"h{n}"
             result = f"({et})({comb(cur + '.s0', cur + '.s1')})"
             why = "lanes combined in halves, then pairs"
@@ -199,7 +275,7 @@ class CSimd:
         n = t.lanes
         if op in _VEC_C:
             text = f"({args[0]} {_VEC_C[op]} {args[1]})"
-            if op in ir.VEC_COMPARE:
+            if op in ir.VEC_COMPARE:  # a signed vector of the operands' width
                 at = e.args[0].type
                 return self._mask(text, 32 if at.is_bool else at.bits, n)
             return text
@@ -208,7 +284,7 @@ class CSimd:
         if op in ("invert", "not"):
             return f"(~{args[0]})"
         if op == "where":
-            return f"select({bare[2]}, {bare[1]}, {self._select_mask(bare[0], t)})"
+            return self.select(t, bare[2], bare[1], bare[0])
         if op == "cast":
             return self._vcast(args[0], e.args[0].type, t)
         if op in ("min", "max", "clamp"):
@@ -217,19 +293,20 @@ class CSimd:
                 return self._vfold("min", t, [self._vfold("max", t, ops[:2]), ops[2]])
             return self._vfold(op, t, ops)
         if op == "abs":
+            vt = self.vtype(t)
             if t.is_float:
-                return f"fabs({bare[0]})"
-            return f"as_{self.vtype(t)}(abs({bare[0]}))" if t.kind == "i" else args[0]
+                return self.vcall("fabs", vt, bare, [vt])
+            return f"as_{vt}({self.vcall('abs', 'u' + vt, bare, [vt])})" if t.kind == "i" else args[0]
         if op == "fma":
             if t.is_float:
-                return f"fma({', '.join(bare)})"
+                return self.vcall("fma", self.vtype(t), bare, [self.vtype(t)] * 3)
             if t.is_bool:
                 return f"(({args[0]} & {args[1]}) | {args[2]})"
             return f"({args[0]} * {args[1]} + {args[2]})"  # vector lanes wrap at their width
         spelled = B.spelling(op, self.targets, e.loc)
         m = _CALL.match(spelled) if isinstance(spelled, str) else None
         if m and m.group(1) in VECTOR_MATH and t.is_float and all(a.type.is_float for a in e.args):
-            return spelled.format(*bare, T=self.vtype(t))
+            return self.vcall(m.group(1), self.vtype(t), bare, [self.vtype(a.type) for a in e.args])
         return self._lanewise(e, spelled, bare)
 
     def _vcast(self, x: str, src: T.SimdType, dst: T.SimdType) -> str:
@@ -239,20 +316,21 @@ class CSimd:
             zero = "0" if src.is_bool else f"({self.ctype(src.elem)})0"
             return self._mask(f"({x} != {zero})", 32 if src.is_bool else src.bits, n)
         if src.is_bool:
-            return f"convert_{vt}(-{x})"
+            return self._from_mask(x, dst)
         if dst.is_int and src.is_float:
             return f"{self._vhelper_f2i(src, dst)}({_unparen(x)})"
-        return f"convert_{vt}({_unparen(x)})"
+        return self.vcall(f"convert_{vt}", vt, [x], [self.vtype(src)])
 
     def _vhelper_f2i(self, src: T.SimdType, dst: T.SimdType) -> str:
         vs, vd = self.vtype(src), self.vtype(dst)
         name = f"{self.helper_prefix}f2i_{vd}_{vs}"
         if name not in self.helpers:
-            nan = self._select_mask(self._mask(f"isnan(x)", src.bits, src.lanes), dst)
+            nan = self._mask(self.vcall("isnan", f"{_SIGNED[src.bits]}{src.lanes}", ["x"], [vs]), src.bits, src.lanes)
+            sat = self.vcall(f"convert_{vd}_sat_rtz", vd, ["x"], [vs])
             self.helpers[name] = (
                 f"{self.func_prefix}{vd} {name}({vs} x) {{\n"
                 f"  // int(x) lane by lane: truncate, saturate, NaN -> 0 (the _sat conversion leaves NaN to the device)\n"
-                f"  return select(convert_{vd}_sat_rtz(x), ({vd})(0), {nan});\n}}")
+                f"  return {self.select(dst, sat, f'(({vd})(0))', nan)};\n}}")
         return name
 
     def _vfold(self, op: str, t: T.SimdType, args: List[str]) -> str:
@@ -267,11 +345,16 @@ class CSimd:
             fn = f"{self.helper_prefix}v{op}_{self.vtype(t)}"
             if fn not in self.helpers:
                 vt, cmp = self.vtype(t), ">" if op == "max" else "<"
-                self.helpers[fn] = (f"{self.func_prefix}{vt} {fn}({vt} a, {vt} b) {{ return select(a, b, b {cmp} a); }}"
+                st = f"{_SIGNED[t.bits]}{t.lanes}"  # what the comparison gives
+                pick = self.vcall("select", vt, ["a", "b", f"(b {cmp} a)"], [vt, vt, st])
+                self.helpers[fn] = (f"{self.func_prefix}{vt} {fn}({vt} a, {vt} b) {{ return {pick}; }}"
                                     f"  // Python {op}() lane by lane (a NaN a is kept, a NaN b skipped)")
-        else:
-            fn = op  # OpenCL's integer min/max: no NaN to care about
-        return self._fold(fn, args)
+            return self._fold(fn, args)
+        vt = self.vtype(t)
+        text = args[0]
+        for a in args[1:]:  # OpenCL's integer min/max: no NaN to care about
+            text = self.vcall(op, vt, [text, a], [vt, vt])
+        return text
 
     def _lanewise(self, e: ir.VecOp, spelled, args: List[str]) -> str:
         """A builtin whose spelling has no vector form: a helper applying it to each lane."""

@@ -32,6 +32,7 @@ class OpenCLRenderer(CStyleRenderer):
     owned_prefixes = ("opdsl_", "__", "get_")  # OpenCL's work-item queries are get_*
     reserved_pattern = _SIMD_PATTERN
     vector_dialect = True  # OpenCL C's own vectors: backends/cstyle/simd.py
+    vector_call_bits = 256  # PoCL 3.0 passes 512-bit vectors to its built-ins wrongly (simd.py)
     targets = ("opencl", "c")  # builtin spellings (dsl/lang/builtins.py): OpenCL's own, else C's
     barrier = "barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);"
     scratch_storage = {"f16": "ushort"}  # no half variables without cl_khr_fp16, half pointers are fine

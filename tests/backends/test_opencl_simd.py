@@ -290,3 +290,70 @@ def test_bool_lanes_and_debug_bounds():
         assert f"index {index} out of bounds for {tensor}.flat" in str(err) and kind in str(err)
         if kind == "store":
             assert (y[1:] == 9).all()  # the failed vstore wrote nothing
+
+
+# ---------------------------------------------------------------- 512- and 1024-bit vectors
+
+@dsl.kernel(threads=1)
+def wide(x: In[f32], h: In[f16], b: In[bf16], k: In[i64], o32: Out[f32, 2], oh: Out[f16], ob: Out[bf16],
+         oi: Out[i32, 2], ol: Out[i64, 2], o64: Out[f64, 2], mask: Out[dsl.bool_], red: Out[f64]):
+    v = x.vload(0, 16)                                   # float16
+    hv = h.vload(0, 16)
+    bv = b.vload(0, 16)
+    kv = k.vload(0, 8)                                   # long8
+    m = v > hv
+    o32.vstore(0, dsl.where(m, dsl.exp(v * 0.5), dsl.max(v, bv, -1.0)))
+    o32.vstore(16, dsl.f32(dsl.f64(v) * 2.0) + dsl.f32(m) + dsl.fma(v, hv, bv))
+    o32.vstore(32, dsl.f32(k.vload(8, 8) * kv) * 0.5)   # i64 -> f32 of 8 lanes
+    o32.vstore(40, dsl.f32(dsl.splat(1.5, 8) * dsl.f64(kv)))
+    oh.vstore(0, v + hv)
+    ob.vstore(0, v - bv)
+    oi.vstore(0, dsl.i32(v * 1e9))
+    oi.vstore(16, dsl.i32(dsl.min(kv, 5)) + dsl.abs(dsl.i32(kv)))
+    ol.vstore(0, dsl.i64(v * 1e12))                       # float16 -> long16 (1024 bits)
+    ol.vstore(16, kv * 3 + dsl.i64(dsl.f64(kv) > 0.0))
+    d = dsl.f64(v)                                       # double16
+    o64.vstore(0, dsl.sqrt(dsl.abs(d)) + dsl.where(d < 0.0, -d, d * 2.0) + dsl.min(d, 0.25))
+    mask.vstore(0, (v > 0.0) ^ m)
+    red[0] = dsl.reduce_add(d) + dsl.f64(dsl.reduce_max(v)) + dsl.f64(dsl.reduce_min(kv))
+    red[1] = dsl.reduce_max(d)
+
+
+def test_wide_vectors():
+    import ml_dtypes
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(16) * 4).astype(np.float32)
+    x[5] = np.nan
+    h = (rng.standard_normal(16) * 4).astype(np.float16)
+    b = (rng.standard_normal(16) * 4).astype(ml_dtypes.bfloat16)
+    k = rng.integers(-1000, 1000, 16).astype(np.int64)
+    k[0] = 2**40 + 3
+    o32, oh, ob = np.zeros((1, 48), np.float32), np.zeros(16, np.float16), np.zeros(16, ml_dtypes.bfloat16)
+    oi, ol, o64 = np.zeros((1, 32), np.int32), np.zeros((1, 24), np.int64), np.zeros((1, 16), np.float64)
+    mask, red = np.zeros(16, bool), np.zeros(2, np.float64)
+    wide(x, h, b, k, o32, oh, ob, oi, ol, o64, mask, red, backend="opencl")
+
+    hf, bf, kk = h.astype(np.float32), b.astype(np.float32), k[:8]
+    with np.errstate(all="ignore"):
+        m = x > hf
+        ref = np.where(m, np.exp(x * np.float32(0.5)), py_max(py_max(x, bf), np.float32(-1)))
+        np.testing.assert_allclose(o32[0, :16], ref, rtol=2e-6)
+        fma = (x.astype(np.float64) * hf + bf).astype(np.float32)
+        np.testing.assert_array_equal(o32[0, 16:32], (x.astype(np.float64) * 2).astype(np.float32) + m + fma)
+        np.testing.assert_array_equal(o32[0, 32:40], (k[8:] * kk).astype(np.float32) * np.float32(0.5))
+        np.testing.assert_array_equal(o32[0, 40:48], (1.5 * kk.astype(np.float64)).astype(np.float32))
+        np.testing.assert_array_equal(oh, (x + hf).astype(np.float16))
+        np.testing.assert_array_equal(ob.view(np.uint16), (x - bf).astype(ml_dtypes.bfloat16).view(np.uint16))
+        big = (x * np.float32(1e9)).astype(np.float64)
+        ref_i = np.where(np.isnan(big), 0, np.clip(np.trunc(np.nan_to_num(big)), -2**31, 2**31 - 1))
+        np.testing.assert_array_equal(oi[0, :16], ref_i)
+        ki = kk.astype(np.int32)
+        np.testing.assert_array_equal(oi[0, 16:24], np.minimum(kk, 5).astype(np.int32) + np.abs(ki))
+        huge = (x * np.float32(1e12)).astype(np.float64)
+        np.testing.assert_array_equal(ol[0, :16], np.where(np.isnan(huge), 0, np.trunc(np.nan_to_num(huge))))
+        np.testing.assert_array_equal(ol[0, 16:24], kk * 3 + (kk > 0))
+        d = x.astype(np.float64)
+        np.testing.assert_array_equal(o64[0], np.sqrt(np.abs(d)) + np.where(d < 0, -d, d * 2) + py_min(d, 0.25))
+        np.testing.assert_array_equal(mask, (x > 0) ^ m)
+    assert np.isnan(red[0])               # a NaN lane in a sum
+    assert red[1] == np.nanmax(d)         # lane 0 is a number: later NaN lanes are skipped, like max()
