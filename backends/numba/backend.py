@@ -70,8 +70,8 @@ def _codegen_version() -> str:
     """Hash of the code generator and runtime: a change to them must not reuse cached modules."""
     h = hashlib.sha256(numba.__version__.encode())
     here = Path(__file__).resolve().parent
-    for name in ("codegen.py", "regions.py", "runtime.py", "format.py", "math.py", "arith.py",
-                 "../naming.py", "../spelling.py"):
+    for name in ("codegen.py", "regions.py", "runtime.py", "format.py", "math.py", "arith.py", "simd.py",
+                 "simd_codegen.py", "typecode.py", "../naming.py", "../spelling.py"):
         h.update((here / name).read_bytes())
     return h.hexdigest()[:10]
 

@@ -349,23 +349,34 @@ def vconvert(typingctx, v, dtype):
 
 @intrinsic(prefer_literal=True)
 def vreduce(typingctx, op, v):
-    """Sum / largest / smallest lane: a tree of halvings (add reassociates: lanes summed in pairs)."""
+    """Sum / largest / smallest lane: a tree of halvings (add reassociates: lanes summed in pairs;
+    max/min give what max(v[0], v[1], ...) gives, NaN only when lane 0 is NaN)."""
     name = _literal(op)
     if name is None or not isinstance(v, Simd):
         return None
     sig = v.elem(op, v)
 
+    nan_aware = name in ("max", "min") and _is_float(v.elem)
+
     def codegen(context, builder, sig, args):
         x = args[1]
         n = v.lanes
+        i32 = llir.IntType(32)
         while n > 1:
             half = n // 2
-            i32 = llir.IntType(32)
             lo = builder.shuffle_vector(x, x, llir.Constant(llir.VectorType(i32, half), list(range(half))))
             hi = builder.shuffle_vector(x, x, llir.Constant(llir.VectorType(i32, half), list(range(half, n))))
-            x = _binary(builder, name, v.elem, lo, hi)
+            if nan_aware:  # NaN lanes lose every pairing, so the tree equals the left-to-right fold
+                better = builder.fcmp_ordered(">" if name == "max" else "<", hi, lo)
+                x = builder.select(builder.or_(better, builder.fcmp_unordered("uno", lo, lo)), hi, lo)
+            else:
+                x = _binary(builder, name, v.elem, lo, hi)
             n = half
-        return builder.extract_element(x, llir.Constant(llir.IntType(32), 0))
+        out = builder.extract_element(x, llir.Constant(i32, 0))
+        if nan_aware:  # ... except that max(v[0], ...) is NaN when v[0] is
+            first = builder.extract_element(args[1], llir.Constant(i32, 0))
+            out = builder.select(builder.fcmp_unordered("uno", first, first), first, out)
+        return out
     return sig, codegen
 
 

@@ -167,14 +167,26 @@ def reduce_add(v):
     return _reduction(np.sum)(v)
 
 
+def _python_fold(pick_later):
+    """Lanes folded left to right as Python's max/min do: a later lane wins only if it compares
+    greater (smaller), so a NaN in lane 0 is the result and a NaN elsewhere is skipped."""
+    def fold(v):
+        out = v[0]
+        for x in v[1:]:
+            if pick_later(x, out):
+                out = x
+        return out
+    return fold
+
+
 def reduce_max(v):
-    """Largest lane of a SIMD value."""
-    return _reduction(np.max)(v)
+    """Largest lane of a SIMD value (NaN only if lane 0 is NaN, as max(v[0], v[1], ...))."""
+    return _reduction(_python_fold(lambda x, best: x > best))(v)
 
 
 def reduce_min(v):
-    """Smallest lane of a SIMD value."""
-    return _reduction(np.min)(v)
+    """Smallest lane of a SIMD value (NaN only if lane 0 is NaN, as min(v[0], v[1], ...))."""
+    return _reduction(_python_fold(lambda x, best: x < best))(v)
 
 
 def fma(a, b, c):

@@ -135,3 +135,23 @@ def test_errors_name_the_line_and_what_is_accepted():
         y[0] = x.vload(0, 4)
 
     assert "needs a scalar, got a SIMD value" in _compile_error(scalar_store, x, x)
+
+
+@dsl.kernel(threads=1)
+def lane_extremes(x: In[f32], out: Out[f32]):
+    v = x.vload(0, LANES)
+    out[0] = dsl.reduce_max(v)
+    out[1] = dsl.reduce_min(v)
+
+
+@pytest.mark.parametrize("nan_lane", [0, 3, LANES - 1])
+def test_reduce_max_min_treat_nan_as_max_and_min_do(backend, nan_lane):
+    """max(v[0], v[1], ...): NaN only when lane 0 is NaN, whatever the reduction tree."""
+    x = RNG.standard_normal(LANES).astype(np.float32)
+    x[nan_lane] = np.nan
+    out = np.zeros(2, np.float32)
+    lane_extremes(x, out, backend=backend)
+    if nan_lane == 0:
+        assert np.isnan(out).all()
+    else:
+        np.testing.assert_array_equal(out, [np.nanmax(x), np.nanmin(x)])
