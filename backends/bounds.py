@@ -63,7 +63,7 @@ def shape_of(kernel: ir.Kernel, name: str, args: Sequence) -> tuple:
     for p, a in zip(kernel.params, args):
         if p.name == name:
             return tuple(int(n) for n in np.shape(a)) if isinstance(p, ir.TensorParam) else (p.length,)
-    for s in kernel.scratch:
+    for s in kernel.scratch + kernel.arrays:
         if s.name == name:
             return tuple(s.shape)
     return ()
@@ -78,7 +78,7 @@ def error(record: np.ndarray, sites: Sequence[Site], kernel: ir.Kernel, args: Se
     index = tuple(int(v) for v in record[INDEX:INDEX + n])
     buf = kernel.buffer(site.tensor)
     what = ("scratch" if isinstance(buf, ir.Scratch) else "Vec parameter" if isinstance(buf, ir.VecParam)
-            else "tensor")
+            else "dsl.local array" if isinstance(buf, ir.LocalArray) else "tensor")
     size = int(np.prod(shape)) if shape else 1
     if site.flat:
         msg = (f"index {index[0]} out of bounds for {site.tensor}.flat: {what} {site.tensor!r} has shape "

@@ -155,3 +155,17 @@ def test_reduce_max_min_treat_nan_as_max_and_min_do(backend, nan_lane):
         assert np.isnan(out).all()
     else:
         np.testing.assert_array_equal(out, [np.nanmax(x), np.nanmin(x)])
+
+
+@dsl.kernel(threads=1, debug=True)
+def local_out_of_range(x: In[f32], out: Out[f32], k: i32):
+    t = dsl.local((4,), f32)
+    t[k] = x[0]
+    out[0] = t[0]
+
+
+def test_debug_mode_names_the_local_array_out_of_range(backend):
+    with pytest.raises(Exception) as err:
+        local_out_of_range(np.ones(2, np.float32), np.zeros(1, np.float32), np.int32(7), backend=backend)
+    text = str(err.value)
+    assert "7" in text and "'t'" in text and "test_simd.py" in text
