@@ -250,7 +250,11 @@ class _Checker(SimdRules, Visitor):
         body, orelse = self.stmts(s.body), self.stmts(s.orelse)
         if not self.final:
             return None
-        return ir.If(self.truth(cond, t), body, orelse, loc=s.loc)
+        cond = self.truth(cond, t)
+        known = _fold(cond)
+        if known is not None:  # a test of dsl.const params or static_range variables: one branch is code
+            return list(body if known else orelse)
+        return ir.If(cond, body, orelse, loc=s.loc)
 
     def visit_For(self, s: ir.For):
         bounds = []

@@ -37,7 +37,17 @@ def fold(e: ir.Expr):
                "lshift": lambda: a << b, "rshift": lambda: a >> b, "pow": lambda: a ** b}
         f = ops.get(e.op)
         return f() if f else None
-    if isinstance(e, ir.Unary) and e.op == "neg":
+    if isinstance(e, ir.Unary) and e.op in ("neg", "not"):
         v = fold(e.operand)
-        return None if v is None else -v
+        return None if v is None else -v if e.op == "neg" else not v
+    if isinstance(e, ir.Compare):
+        a, b = fold(e.left), fold(e.right)
+        if a is None or b is None:
+            return None
+        return {"lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b, "eq": a == b, "ne": a != b}[e.op]
+    if isinstance(e, ir.Logical):
+        a, b = fold(e.left), fold(e.right)
+        if a is None or b is None:
+            return None
+        return (a and b) if e.op == "and" else (a or b)
     return None
