@@ -62,7 +62,9 @@ class CNames:
                 or bool(self.pattern is not None and self.pattern.match(name)))
 
     def _owned(self, name: str) -> bool:
-        return name.startswith(self.owned_prefixes)
+        """Names the target or emitter generates: a prefix it owns, or its reserved pattern (which
+        suffixes cannot leave: ``convert_kernel2`` still looks like an OpenCL conversion)."""
+        return name.startswith(self.owned_prefixes) or bool(self.pattern is not None and self.pattern.match(name))
 
     def user(self, name: str) -> str:
         """The C spelling of user identifier ``name`` (same every time)."""

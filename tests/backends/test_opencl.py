@@ -457,3 +457,21 @@ def test_a_python_line_continuation_does_not_swallow_the_next_c_line():
     out = np.zeros(3, np.float32)
     continued_condition(x, out, backend="opencl")
     np.testing.assert_array_equal(out, [-1, 5, -1])
+
+
+@dsl.kernel(threads=1)
+def convert_values(x: In[f32], out: Out[f32]):
+    as_float4 = f32(2)
+    for i in range(x.size):
+        out[i] = x[i] * as_float4
+
+
+def test_names_that_look_like_opencl_builtins_are_renamed():
+    """A kernel or local named like an OpenCL conversion or vector type (convert_*, as_*) is
+    renamed once; suffixes alone could never make it legal."""
+    x = np.arange(3, dtype=np.float32)
+    out = np.zeros(3, np.float32)
+    convert_values(x, out, backend="opencl")
+    np.testing.assert_array_equal(out, 2 * x)
+    src = convert_values.source("opencl", x, out)
+    assert "void uconvert_values(" in src and "uas_float4" in src
