@@ -358,7 +358,7 @@ def test_names_clashing_with_opencl_builtins_and_helpers_are_renamed():
     odd_names(out, backend="opencl")
     assert out[0] == 10.0
     src = odd_names.source("opencl", out)
-    assert "float4_ = " in src and "uget_local_id = " in src
+    assert "ufloat4 = " in src and "uget_local_id = " in src
 
 
 @dsl.kernel(threads=2)
