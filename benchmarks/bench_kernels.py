@@ -28,8 +28,8 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 import numpy as np  # noqa: E402
 
-from benchmarks.harness import (Section, Timing, apply_boost, fmt_seconds, load_text, machine_info,  # noqa: E402
-                                measure, measure_interleaved, run_boosted, wait_until_idle)
+from benchmarks.harness import (Section, Timing, fmt_seconds, load_text, machine_info,  # noqa: E402
+                                measure, measure_interleaved, start, wait_until_idle)
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("leaky", "softmax", "launch", "compute", "compile")
@@ -491,17 +491,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--boost", action="store_true",
                     help="run in a new session at nice -20 (Linux, root): on a shared machine this is the only "
                          "way a parallel kernel gets every core")
-    args = ap.parse_args(argv)
-    wanted = [s.strip() for s in args.only.split(",") if s.strip()]
-    unknown = [s for s in wanted if s not in BENCHES]
-    if unknown:
-        ap.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if args.boost:
-        code = run_boosted("benchmarks.bench_kernels", argv)
-        if code is not None:
-            return code
-    boosted = apply_boost()
+    args, wanted, argv, boosted, code = start(ap, argv, "benchmarks.bench_kernels", tuple(BENCHES))
+    if code is not None:  # the boosted child ran the benchmarks
+        return code
     from backends import base
     reason = base.get(args.backend).available()
     if reason:

@@ -31,8 +31,8 @@ import numpy as np  # noqa: E402
 
 from benchmarks import op_models  # noqa: E402
 from benchmarks.blas_child import SLOW_BLAS_VARS, numpy_matmul_times  # noqa: E402
-from benchmarks.harness import (Timing, apply_boost, avx512_flags, fmt_seconds, load_text,  # noqa: E402
-                                lscpu_model_name, machine_info, measure_interleaved, run_boosted,
+from benchmarks.harness import (Timing, avx512_flags, fmt_seconds, load_text,  # noqa: E402
+                                lscpu_model_name, machine_info, measure_interleaved, start,
                                 usable_cores, wait_until_idle)
 
 SECTIONS = ("gemm", "batched", "half", "conv")
@@ -411,17 +411,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                     help="before each section, wait (up to 10 min) until the 1-minute load average is below LOAD")
     ap.add_argument("--boost", action="store_true",
                     help="run in a new session at nice -20 (Linux, root); see benchmarks/README.md")
-    args = ap.parse_args(argv)
-    wanted = [s.strip() for s in args.only.split(",") if s.strip()]
-    unknown = [s for s in wanted if s not in BENCHES]
-    if unknown:
-        ap.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(SECTIONS)}")
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if args.boost:
-        code = run_boosted("benchmarks.bench_ops", argv)
-        if code is not None:
-            return code
-    boosted = apply_boost()
+    args, wanted, argv, boosted, code = start(ap, argv, "benchmarks.bench_ops", tuple(BENCHES))
+    if code is not None:  # the boosted child ran the benchmarks
+        return code
 
     cmd = "python -m benchmarks.bench_ops " + " ".join(argv)
     header = [f"Command: `{cmd.strip()}`", f"Date: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}", ""]

@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 
 @dataclass
@@ -229,6 +229,25 @@ def apply_boost() -> str:
     except OSError:
         pass
     return ", ".join(done) or "boost requested but not permitted"
+
+
+def start(ap, argv: Optional[List[str]], module: str, sections: Sequence[str]):
+    """The shared start of a benchmark CLI: parse ``argv``, check ``--only`` against
+    ``sections``, and with ``--boost`` re-run ``module`` in a boosted session.
+
+    -> (args, chosen sections, argv as given, boost description, exit code of the boosted
+    child or None when this process is to run the benchmarks itself)."""
+    args = ap.parse_args(argv)
+    wanted = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = [s for s in wanted if s not in sections]
+    if unknown:
+        ap.error(f"unknown section(s) {', '.join(unknown)}; choose from {', '.join(sections)}")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if args.boost:
+        code = run_boosted(module, argv)
+        if code is not None:
+            return args, wanted, argv, "", code
+    return args, wanted, argv, apply_boost(), None
 
 
 # --------------------------------------------------------------------------- tables
