@@ -1,0 +1,184 @@
+"""The ONNX backend test suite (``onnx.backend.test``) as opdsl sees it.
+
+Every CPU case onnx ships -- the generated node cases plus the ``pytorch-converted``,
+``pytorch-operator`` and ``simple`` model folders -- is classified once:
+
+* ``missing``: the model uses an op no registered opdsl op answers at its opset (the
+  reason lists them, so the skip list shrinks by itself as the library grows);
+* ``excluded``: matched by a pattern of ``EXCLUDE`` (the value says why);
+* otherwise it must pass.
+
+``python tests/onnx/conformance.py`` prints the counts per group and the most wanted
+missing ops; the light CNNs (``real``) have their own test (test_light_models.py).
+"""
+from __future__ import annotations
+
+import collections
+import glob
+import os
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+# pattern (re.search on the case name) -> why the case is not run
+EXCLUDE: Dict[str, str] = {
+    r"e4m3|e5m2|e8m0|float4|int4|uint4|int2|uint2|FLOAT8|FLOAT4|INT4": "float8/float4/4-bit/2-bit types are not opdsl dtypes",
+    r"^test_identity_(sequence|opt)": "sequence and optional types are not supported",
+    r"^test_batchnorm_.*training_mode": "BatchNormalization runs inference only (training_mode=1 is an error)",
+    r"^test_strnorm|^test_string|^test_regex|^test_cast.*STRING|^test_castlike.*STRING|_string": "string tensors are not opdsl dtypes",
+    r"^test_Conv3d": "Conv supports 1-D and 2-D images (3-D is open work in ops/nn.py)",
+    r"^test_(sequence|optional|split_to_sequence|concat_from_sequence)|_seq_": "sequence and optional types are not supported",
+}
+
+GROUPS = ("node", "pytorch-converted", "pytorch-operator", "simple")
+
+
+@dataclass
+class Case:
+    name: str
+    group: str
+    rtol: float
+    atol: float
+    _model: object = None
+    _model_dir: Optional[str] = None
+    _data: Optional[List[Tuple[List[np.ndarray], List[np.ndarray]]]] = None
+
+    @property
+    def model(self):
+        if self._model is None:
+            import onnx
+            self._model = onnx.load(os.path.join(self._model_dir, "model.onnx"))
+        return self._model
+
+    @property
+    def data_sets(self) -> List[Tuple[List[np.ndarray], List[np.ndarray]]]:
+        """[(inputs, expected outputs)] as numpy arrays."""
+        if self._data is None:
+            self._data = [_read_data_set(d) for d in sorted(glob.glob(os.path.join(self._model_dir, "test_data_set_*")))]
+        return self._data
+
+
+def _to_array(x) -> np.ndarray:
+    import onnx
+    return np.asarray(onnx.numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto) else x)
+
+
+def _read_data_set(folder: str):
+    import onnx
+
+    def read(prefix):
+        out = []
+        for path in sorted(glob.glob(os.path.join(folder, f"{prefix}_*.pb")),
+                           key=lambda p: int(re.search(r"_(\d+)\.pb$", p).group(1))):
+            t = onnx.TensorProto()
+            with open(path, "rb") as f:
+                t.ParseFromString(f.read())
+            out.append(onnx.numpy_helper.to_array(t))
+        return out
+    return read("input"), read("output")
+
+
+def collect() -> List[Case]:
+    """Every CPU case of the installed onnx, node cases first (importing them costs ~8 s)."""
+    import warnings
+
+    from onnx.backend.test.case.node import collect_testcases
+    from onnx.backend.test.loader import load_model_tests
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the case generators overflow casts on purpose
+        node = collect_testcases(None)
+    out: List[Case] = []
+    seen = set()
+    for c in node:
+        if c.name in seen:
+            continue
+        seen.add(c.name)
+        out.append(Case(c.name, "node", c.rtol, c.atol, _model=c.model, _data=c.data_sets))
+    for group in GROUPS[1:]:
+        for c in load_model_tests(kind=group):
+            out.append(Case(c.name, group, c.rtol, c.atol, _model_dir=c.model_dir))
+    return out
+
+
+def _op_types(model) -> List[Tuple[str, str, int]]:
+    """(domain, op_type, opset) of every node, function bodies and subgraphs included."""
+    from dsl.opgraph import registry
+    opsets = {registry.normalize_domain(o.domain): o.version for o in model.opset_import}
+    local = {(registry.normalize_domain(f.domain), f.name) for f in model.functions}
+    found = []
+
+    def walk(nodes, opsets):
+        for n in nodes:
+            d = registry.normalize_domain(n.domain)
+            if (d, n.op_type) not in local:
+                found.append((d, n.op_type, opsets.get(d, 1)))
+            for a in n.attribute:
+                for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                    walk(g.node, opsets)
+    walk(model.graph.node, opsets)
+    for f in model.functions:
+        fo = dict(opsets)
+        fo.update({registry.normalize_domain(o.domain): o.version for o in f.opset_import})
+        walk(f.node, fo)
+    return found
+
+
+def missing_ops(model) -> List[str]:
+    """Ops of ``model`` that no registered op answers (Constant is the importer's own)."""
+    import ops  # noqa: F401
+    from dsl.opgraph import registry
+    missing = set()
+    for domain, op_type, opset in _op_types(model):
+        if domain == "" and op_type == "Constant":
+            continue
+        if registry.find(domain, op_type, opset) is None:
+            missing.add(op_type if not domain else f"{domain}::{op_type}")
+    return sorted(missing)
+
+
+def skip_reason(case: Case) -> Optional[str]:
+    why = next((why for p, why in EXCLUDE.items() if re.search(p, case.name)), None)
+    if why:
+        return why
+    try:
+        missing = missing_ops(case.model)
+    except Exception as e:  # a model onnx cannot even parse here
+        return f"model unreadable: {type(e).__name__}: {e}"
+    return f"missing ops: {', '.join(missing)}" if missing else None
+
+
+def run_case(case: Case, backend: str) -> None:
+    """Load through dsl.load_onnx and compare every data set with onnx's own tolerance check."""
+    from onnx.backend.test.runner import Runner
+
+    import dsl
+    model = case.model
+    init = {t.name for t in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in init]
+    compiled = dsl.load_onnx(model, backend=backend)
+    for inputs, expected in case.data_sets:
+        inputs, expected = [_to_array(x) for x in inputs], [_to_array(x) for x in expected]
+        out = compiled.run(dict(zip(names, inputs)))
+        got = [out[o.name] for o in model.graph.output]
+        Runner.assert_similar_outputs(expected, got, rtol=case.rtol, atol=case.atol)
+
+
+def summary(cases: Sequence[Case]) -> str:
+    counts = collections.Counter()
+    wanted = collections.Counter()
+    for c in cases:
+        why = skip_reason(c)
+        counts[(c.group, "runnable" if why is None else ("missing" if why.startswith("missing") else "excluded"))] += 1
+        if why and why.startswith("missing ops: "):
+            for op in why[len("missing ops: "):].split(", "):
+                wanted[op] += 1
+    lines = [f"{g:18} runnable {counts[(g, 'runnable')]:5}  missing-op {counts[(g, 'missing')]:5}  "
+             f"excluded {counts[(g, 'excluded')]:5}" for g in GROUPS]
+    lines.append("most wanted: " + ", ".join(f"{op} ({n})" for op, n in wanted.most_common(40)))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(summary(collect()))
