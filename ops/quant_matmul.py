@@ -1,0 +1,265 @@
+"""Integer and quantized matrix products: MatMulInteger, QLinearMatMul (ONNX) and
+DynamicQuantizeLinear, which produces the u8 input such products take.
+
+One kernel serves both products: it accumulates (a - a_zp)·(b - b_zp) exactly in i32 over
+an 8-wide block of output columns held in registers, then either stores the i32 sums
+(MatMulInteger) or requantizes them, y = saturate(rint(sum · a_scale·b_scale / y_scale) +
+y_zp), with the scale product rounded to f32 first and the rest in f64, as onnx's reference
+does.  Zero points and scales are per tensor, per row of ``a`` or per column of ``b``; the
+run() side hands them over as (batch, M, 1) and (batch, 1, N) views.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+import dsl
+from dsl import In, Out, f32, f64, i32, u8, i8
+from dsl.opgraph.spec import TensorSpec, VerifyError
+from ops.elementwise import broadcast_shape
+from ops.quant import round_half_even
+
+A = dsl.TypeVar("A")
+B = dsl.TypeVar("B")
+Y = dsl.TypeVar("Y")
+S = dsl.TypeVar("S")
+
+NB = 8            # output columns accumulated together
+INT8 = (i8, u8)
+
+
+@dsl.kernel
+def qgemm_kernel(a: In[A, 3], b: In[B, 3], a_zp: In[A, 3], b_zp: In[B, 3], a_scale: In[S, 3],
+                 b_scale: In[S, 3], y_scale: In[S, 1], y_zp: In[Y, 1], y: Out[Y, 3],
+                 requantize: dsl.bool_, qmin: f64, qmax: f64):
+    """y[t, m, n] = Σ_k (a[t,m,k] - a_zp[t,m]) (b[t,k,n] - b_zp[t,n]), then requantized when asked.
+    Operands, zero points and scales broadcast along their size-1 axes."""
+    m_rows = y.shape[1]
+    n_cols = y.shape[2]
+    kk = a.shape[2]
+    blocks = (n_cols + NB - 1) // NB
+    lo, hi = dsl.split(y.shape[0] * m_rows * blocks)
+    for w in range(lo, hi):
+        row = w // blocks
+        n0 = (w - row * blocks) * NB
+        t = row // m_rows
+        m = row - t * m_rows
+        pa = (t if a.shape[0] > 1 else 0) * m_rows * kk + m * kk
+        pb = (t if b.shape[0] > 1 else 0) * kk * n_cols
+        za = i32(a_zp.flat[(t if a_zp.shape[0] > 1 else 0) * a_zp.shape[1] + (m if a_zp.shape[1] > 1 else 0)])
+        pzb = (t if b_zp.shape[0] > 1 else 0) * b_zp.shape[2]
+        acc = dsl.local((NB,), i32)
+        zb = dsl.local((NB,), i32)
+        for j in dsl.static_range(NB):
+            if n0 + j < n_cols:
+                zb[j] = i32(b_zp.flat[pzb + (n0 + j if b_zp.shape[2] > 1 else 0)])
+        for k in range(kk):
+            av = i32(a.flat[pa + k]) - za
+            row_b = pb + k * n_cols + n0
+            for j in dsl.static_range(NB):
+                if n0 + j < n_cols:
+                    acc[j] += av * (i32(b.flat[row_b + j]) - zb[j])
+        py = row * n_cols + n0
+        if requantize:
+            sa = a_scale.flat[(t if a_scale.shape[0] > 1 else 0) * a_scale.shape[1]
+                              + (m if a_scale.shape[1] > 1 else 0)]
+            psb = (t if b_scale.shape[0] > 1 else 0) * b_scale.shape[2]
+            for j in dsl.static_range(NB):
+                if n0 + j < n_cols:
+                    sb = b_scale.flat[psb + (n0 + j if b_scale.shape[2] > 1 else 0)]
+                    mult = f32(f32(sa * sb) / y_scale.flat[0])
+                    q = round_half_even(f64(acc[j]) * f64(mult)) + f64(y_zp.flat[0])
+                    y.flat[py + j] = min(max(q, qmin), qmax)
+        else:
+            for j in dsl.static_range(NB):
+                if n0 + j < n_cols:
+                    y.flat[py + j] = acc[j]
+
+
+@dsl.kernel
+def dynamic_quantize_kernel(x: In[f32], y: Out[u8], y_scale: Out[f32, 1], y_zp: Out[u8, 1]):
+    """u8 quantization with the range of x (widened to include 0) found by the team first."""
+    part = dsl.scratch((2, 64), f32)
+    lo, hi = dsl.split(x.size)
+    vmin = f32(0)
+    vmax = f32(0)
+    for i in range(lo, hi):
+        v = x.flat[i]
+        vmin = min(vmin, v)
+        vmax = max(vmax, v)
+    part[0, dsl.thread_id()] = vmin
+    part[1, dsl.thread_id()] = vmax
+    dsl.sync()
+    for t in range(dsl.num_threads()):
+        vmin = min(vmin, part[0, t])
+        vmax = max(vmax, part[1, t])
+    scale = f32(1) / f32(255)
+    if vmax != vmin:
+        scale = (vmax - vmin) / f32(255)
+    zp = min(max(f32(0) - vmin / scale, f32(0)), f32(255))
+    zpi = round_half_even(zp)
+    if dsl.thread_id() == 0:
+        y_scale.flat[0] = scale
+        y_zp.flat[0] = zpi
+    for i in range(lo, hi):
+        y.flat[i] = min(max(round_half_even(x.flat[i] / scale) + zpi, f32(0)), f32(255))
+
+
+# --------------------------------------------------------------------------- run-side helpers
+
+def _batch_views(a: np.ndarray, b: np.ndarray):
+    """(batch, M, K) and (batch, K, N) views of a and b (a 1-D a is a row, a 1-D b a column),
+    batch 1 where an operand has no batch axes to broadcast."""
+    a2 = a.reshape(1, -1) if a.ndim == 1 else a
+    b2 = b.reshape(-1, 1) if b.ndim == 1 else b
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    full = int(np.prod(batch, dtype=np.int64))
+
+    def flat(x):
+        n = int(np.prod(x.shape[:-2], dtype=np.int64))
+        if n in (1, full):
+            return x.reshape((n,) + x.shape[-2:])
+        return np.ascontiguousarray(np.broadcast_to(x, batch + x.shape[-2:])).reshape((full,) + x.shape[-2:])
+    return flat(a2), flat(b2), full
+
+
+def _param_view(p: Optional[np.ndarray], operand: np.ndarray, per_row: bool, dtype) -> np.ndarray:
+    """A zero point or scale as a (batch|1, M|1, 1) view (per row of a) or (batch|1, 1, N|1)
+    (per column of b); absent -> 0."""
+    if p is None:
+        return np.zeros((1, 1, 1), dtype)
+    p = np.ascontiguousarray(p)
+    if p.size == 1:
+        return p.reshape(1, 1, 1)
+    if p.ndim == 1:  # an M-vector for a (per row), an N-vector for b (per column)
+        return p.reshape((1, -1, 1) if per_row else (1, 1, -1))
+    return p.reshape((-1,) + ((p.shape[-2], 1) if per_row else (1, p.shape[-1])))
+
+
+def _matmul_shape(op: str, a: TensorSpec, b: TensorSpec):
+    if a.ndim < 1 or b.ndim < 1:
+        raise VerifyError(f"{op} inputs must have rank >= 1, got {a} and {b}")
+    ka = a.shape[-1]
+    kb = b.shape[0] if b.ndim == 1 else b.shape[-2]
+    if ka is not None and kb is not None and ka != kb:
+        raise VerifyError(f"{op} inner dimensions differ: {a} has K={ka}, {b} has K={kb}")
+    if a.ndim == 1 and b.ndim == 1:
+        return ()
+    if a.ndim == 1:
+        return tuple(b.shape[:-2]) + (b.shape[-1],)
+    if b.ndim == 1:
+        return tuple(a.shape[:-1])
+    batch = broadcast_shape(a.shape[:-2], b.shape[:-2], what=f"{op} batch")
+    return tuple(batch) + (a.shape[-2], b.shape[-1])
+
+
+def _check_param(op: str, name: str, p: Optional[TensorSpec], operand: TensorSpec, per_row: bool,
+                 dtype=None) -> None:
+    if p is None:
+        return
+    if dtype is not None and p.dtype != dtype:
+        raise VerifyError(f"{op} {name} must have dtype {dtype} (its input's), got {p}")
+    if p.size == 1:
+        return
+    axis_len = operand.shape[-2] if per_row else operand.shape[-1]
+    what = "per row (M entries)" if per_row else "per column (N entries)"
+    if p.ndim == 1 and operand.ndim >= 2:
+        if axis_len is None or p.shape[0] in (None, axis_len):
+            return
+    elif p.ndim == operand.ndim and operand.ndim >= 2:
+        return
+    raise VerifyError(f"{op} {name} {p} must be a scalar or {what} of {operand}")
+
+
+def _run_qgemm(impl, inputs, y: np.ndarray, requantize: bool, backend: str) -> None:
+    a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp = inputs
+    av, bv, full = _batch_views(a, b)
+    out = y.reshape(full, av.shape[1], bv.shape[2])
+    scale_dt = a_scale.dtype if a_scale is not None else np.float32
+    if requantize:
+        info = np.iinfo(y.dtype)
+        qmin, qmax = float(info.min), float(info.max)
+        ys = np.ascontiguousarray(y_scale).reshape(1)
+        yz = np.zeros(1, y.dtype) if y_zp is None else np.ascontiguousarray(y_zp).reshape(1)
+    else:
+        qmin = qmax = 0.0
+        ys, yz = np.ones(1, scale_dt), np.zeros(1, y.dtype)
+    impl(av, bv, _param_view(a_zp, a, True, a.dtype), _param_view(b_zp, b, False, b.dtype),
+         _param_view(a_scale, a, True, scale_dt).astype(scale_dt, copy=False),
+         _param_view(b_scale, b, False, scale_dt).astype(scale_dt, copy=False),
+         ys, yz, out, requantize, qmin, qmax, backend=backend)
+
+
+# --------------------------------------------------------------------------- ops
+
+@dsl.op("MatMulInteger", since=10)
+class MatMulInteger(dsl.Op):
+    """numpy.matmul of i8/u8 operands minus their zero points, exact in i32."""
+
+    kernels = {"default": qgemm_kernel}
+
+    def verify(self, a, b, a_zero_point=None, b_zero_point=None):
+        for name, t in (("A", a), ("B", b)):
+            if t.dtype not in INT8:
+                raise VerifyError(f"MatMulInteger {name} must be int8 or uint8, got {t}")
+        _matmul_shape("MatMulInteger", a, b)
+        _check_param("MatMulInteger", "a_zero_point", a_zero_point, a, True, a.dtype)
+        _check_param("MatMulInteger", "b_zero_point", b_zero_point, b, False, b.dtype)
+
+    def infer(self, a, b, a_zero_point=None, b_zero_point=None):
+        return TensorSpec(_matmul_shape("MatMulInteger", a, b), i32)
+
+    def run(self, impl, inputs, outputs, backend):
+        a, b, azp, bzp = (list(inputs) + [None, None])[:4]
+        _run_qgemm(impl, [a, None, azp, b, None, bzp, None, None], outputs[0], False, backend)
+
+
+@dsl.op("QLinearMatMul", since=10)
+class QLinearMatMul(dsl.Op):
+    """Quantized numpy.matmul: i8/u8 in, i8/u8 out, scales f32 (f16/bf16 from opset 21)."""
+
+    kernels = {"default": qgemm_kernel}
+
+    def verify(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
+        for name, t in (("a", a), ("b", b), ("y_zero_point", y_zero_point)):
+            if t.dtype not in INT8:
+                raise VerifyError(f"QLinearMatMul {name} must be int8 or uint8, got {t}")
+        scales = (a_scale, b_scale, y_scale)
+        if any(s.dtype != a_scale.dtype or not s.dtype.is_float for s in scales):
+            raise VerifyError("QLinearMatMul scales must share one float dtype (f32, f16, bf16), got "
+                              + ", ".join(str(s) for s in scales))
+        _matmul_shape("QLinearMatMul", a, b)
+        _check_param("QLinearMatMul", "a_zero_point", a_zero_point, a, True, a.dtype)
+        _check_param("QLinearMatMul", "a_scale", a_scale, a, True)
+        _check_param("QLinearMatMul", "b_zero_point", b_zero_point, b, False, b.dtype)
+        _check_param("QLinearMatMul", "b_scale", b_scale, b, False)
+        if y_scale.size != 1 or y_zero_point.size != 1:
+            raise VerifyError(f"QLinearMatMul y_scale and y_zero_point must be scalars, got {y_scale}, "
+                              f"{y_zero_point}")
+
+    def infer(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
+        return TensorSpec(_matmul_shape("QLinearMatMul", a, b), y_zero_point.dtype)
+
+    def run(self, impl, inputs, outputs, backend):
+        _run_qgemm(impl, list(inputs), outputs[0], True, backend)
+
+
+@dsl.op("DynamicQuantizeLinear", since=11)
+class DynamicQuantizeLinear(dsl.Op):
+    """f32 -> (u8 data, f32 scale, u8 zero point) over the data's own range, 0 included."""
+
+    kernels = {"default": dynamic_quantize_kernel}
+    foldable = True
+
+    def verify(self, x):
+        if x.dtype != f32:
+            raise VerifyError(f"DynamicQuantizeLinear input must be f32, got {x}")
+
+    def infer(self, x):
+        return TensorSpec(x.shape, u8), TensorSpec((), f32), TensorSpec((), u8)
+
+    def run(self, impl, inputs, outputs, backend):
+        y, scale, zp = outputs
+        impl(inputs[0], y, scale.reshape(1), zp.reshape(1), backend=backend)
+
