@@ -59,3 +59,19 @@ def test_bad_targets_are_errors():
         ops.NegativeLogLikelihoodLoss(x, np.zeros((3,), np.int64), backend="interpreter")
     with pytest.raises(ValueError, match="reduction 'avg' is not one of none, sum, mean"):
         ops.SoftmaxCrossEntropyLoss(x, np.zeros((2,), np.int64), reduction="avg", backend="interpreter")
+
+
+def test_two_classes_in_a_graph():
+    """Targets are checked at every run, not at model build (where inputs hold placeholders)."""
+    import dsl
+    g = dsl.Graph("loss")
+    x = g.input("x", (None, 2), dsl.f32)
+    t = g.input("t", (None,), dsl.i64)
+    g.output(ops.SoftmaxCrossEntropyLoss(x, t, reduction="sum")[0], "loss")
+    model = g.compile(backend="numba")
+    xv = RNG.standard_normal((5, 2)).astype(np.float32)
+    tv = np.array([0, 1, 1, 0, 1])
+    np.testing.assert_allclose(model.run({"x": xv, "t": tv})["loss"],
+                               ref_nll(log_softmax(xv.astype(np.float64)), tv, reduction="sum"), rtol=1e-5)
+    with pytest.raises(ValueError, match="target value 2 is outside"):
+        model.run({"x": xv, "t": np.array([0, 1, 2, 0, 1])})
