@@ -13,3 +13,4 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.conv_fusion import FusedConv  # noqa: F401
     from ops.gather import (Gather, GatherElements, GatherND, Scatter, ScatterElements, ScatterND,  # noqa: F401
                             OneHot, TopK, NonZero)
+    from ops.pad import Pad  # noqa: F401
