@@ -14,3 +14,4 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.gather import (Gather, GatherElements, GatherND, Scatter, ScatterElements, ScatterND,  # noqa: F401
                             OneHot, TopK, NonZero)
     from ops.pad import Pad  # noqa: F401
+    from ops.resize import Resize, Upsample  # noqa: F401
