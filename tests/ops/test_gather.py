@@ -90,7 +90,7 @@ def test_gather_nd_batch_dims_and_scatter_nd(backend):
 
 def test_scatter_reduction_by_opset():
     with pytest.raises(dsl.VerifyError, match="reduction 'max' is not accepted at opsets 16-17"):
-        from ops.gather import ScatterND16
+        from ops.scatter import ScatterND16
         ScatterND16(np.zeros(3, np.float32), np.zeros((1, 1), np.int64), np.zeros(1, np.float32),
                     reduction="max", backend="numba")
 
