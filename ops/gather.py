@@ -18,9 +18,9 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 import dsl
-from dsl import In, Out, i32, i64
+from dsl import In, Out, config, i32, i64
 from dsl.opgraph.model import run_data_dependent
-from dsl.opgraph.op import as_arrays, check_and_infer, check_arity
+from dsl.opgraph.op import _EAGER_BACKEND, as_arrays, check_and_infer, check_arity
 from dsl.opgraph.spec import TensorSpec, VerifyError
 
 T = dsl.TypeVar("T")
@@ -488,10 +488,9 @@ class DataDependent(dsl.Op):
     replay = False
 
     def apply_eager(self, inputs, backend=None):
-        from dsl import config
         check_arity(self, len(inputs), "eager call")
         arrays = as_arrays(self, inputs)
-        backend = backend or config.default_backend()
+        backend = backend or _EAGER_BACKEND.get() or config.default_backend()
         specs = [None if a is None else TensorSpec.of(a) for a in arrays]
         outs = check_and_infer(self, specs, where="eager call")
         if all(s.known for s in outs):
