@@ -7,6 +7,7 @@ import pytest
 import dsl
 import ops
 from dsl.lang.types import from_numpy
+from ops.gather import TopK1
 
 RNG = np.random.default_rng(3)
 
@@ -126,6 +127,11 @@ def test_topk_k_as_graph_input_and_error(backend):
     np.testing.assert_array_equal(i, np.argsort(-x, axis=1, kind="stable")[:, :3])
     with pytest.raises(dsl.VerifyError, match="TopK k=7 is out of range"):
         ops.TopK(x, np.array([7], np.int64), backend=backend)
+    v1, i1 = TopK1(x, k=2, axis=0, backend=backend)  # opsets 1-9: k is an attribute
+    np.testing.assert_array_equal(i1, np.argsort(-x, axis=0, kind="stable")[:2])
+    hot, = graph_run(lambda a, d, v: ops.OneHot(a, d, v), [np.array([1, 0], np.int64), np.array(4, np.int64),
+                                                          np.array([0, 1], np.int32)], backend)
+    np.testing.assert_array_equal(hot, np.eye(4, dtype=np.int32)[[1, 0]])  # depth known at run time
 
 
 def test_nonzero_eager_graph_and_chain(backend):
