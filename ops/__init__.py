@@ -17,3 +17,7 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.nn import Conv  # noqa: F401
     from ops.norm import BatchNormalization  # noqa: F401
     from ops.conv_fusion import FusedConv  # noqa: F401
+    from ops.gather import Gather, GatherElements, GatherND, OneHot, TopK, NonZero  # noqa: F401
+    from ops.scatter import Scatter, ScatterElements, ScatterND  # noqa: F401
+    from ops.pad import Pad  # noqa: F401
+    from ops.resize import Resize, Upsample  # noqa: F401

@@ -242,6 +242,12 @@ class Model:
             in_specs = [None if t is None else specs[t.name].with_(
                 value=vals[t.name] if specs[t.name].format == "plain" else None) for t in n.inputs]
             outs = check_and_infer(n.op, in_specs, where=f"node {n.name!r}")
+            if not all(s.known for s in outs) and hasattr(n.op, "run_dynamic"):
+                arrs = run_data_dependent(n.op, self._impls[n.name], ins, self.backend, f"node {n.name!r}",
+                                          self.max_tensor_bytes)
+                for t, a in zip(n.outputs, arrs):
+                    vals[t.name], specs[t.name] = a, TensorSpec.of(a, with_value=False)
+                continue
             outs = [s.with_(format=t.spec.format) for s, t in zip(outs, n.outputs)]
             for s, t in zip(outs, n.outputs):
                 check_tensor_bytes(F.physical_shape(s.shape, s.format), s.dtype.np,
@@ -296,6 +302,21 @@ class Model:
             lines.append(f"  memory: arena {mem.arena_bytes} B in {len(mem.sizes)} buffers "
                          f"(one buffer per tensor: {mem.naive_bytes} B), in-place: {len(mem.inplace)}")
         return "\n".join(lines)
+
+
+def run_data_dependent(op: Op, impl, ins, backend: str, where: str = "eager call",
+                       limit: Optional[int] = None) -> List[np.ndarray]:
+    """Run a node whose output *shapes* depend on input *values* (NonZero: one column per
+    non-zero element).  Such an op leaves those dims ``None`` in ``infer`` even on concrete
+    inputs and defines ``run_dynamic(impl, inputs, backend) -> [output arrays]``, which
+    launches its kernels (typically count, then fill) and allocates the outputs itself.
+    ``_run_by_node`` calls this for such nodes (the model runs node by node, since nothing
+    after them can be planned ahead); the op's eager call uses it too.  Outputs are plain
+    format and checked against the size cap."""
+    outs = [np.ascontiguousarray(a) for a in op.run_dynamic(impl, ins, backend)]
+    for k, a in enumerate(outs):
+        check_tensor_bytes(a.shape, a.dtype, f"{where} ({describe(op)}) output {k}", tensor_limit(limit))
+    return outs
 
 
 class _Recorder:
