@@ -11,3 +11,7 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.nn import Conv  # noqa: F401
     from ops.norm import BatchNormalization  # noqa: F401
     from ops.conv_fusion import FusedConv  # noqa: F401
+    from ops.unary import (Neg, Abs, Sign, Reciprocal, Sqrt, Exp, Log, Floor, Ceil, Round, Sin, Cos,  # noqa: F401
+                           Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, Erf)
+    from ops.activations import (Gelu, Elu, Selu, Celu, Softplus, Softsign, HardSigmoid, HardSwish,  # noqa: F401
+                                 Mish, ThresholdedRelu, PRelu, Shrink)
