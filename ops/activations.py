@@ -243,10 +243,15 @@ class PRelu(dsl.Op):
     inplace = {0: 0}
     kernels = {"default": prelu_kernel}
 
+    def slope_shape(self, x_shape, slope_shape):
+        """The shape slope is read with (numpy-broadcast against x's)."""
+        return tuple(slope_shape)
+
     def verify(self, x, slope):
-        same_dtype("PRelu", x, slope)
-        require_dtype("PRelu", x, PRELU_TYPES)
-        out = broadcast_shape(x.shape, slope.shape, what="PRelu x and slope")
+        same_dtype(self.op_type, x, slope)
+        require_dtype(self.op_type, x, PRELU_TYPES)
+        shape = self.slope_shape(x.shape, slope.shape)
+        out = broadcast_shape(x.shape, shape, what="PRelu x and slope")
         if len(out) != x.ndim or any(o is not None and d is not None and o != d for o, d in zip(out, x.shape)):
             raise VerifyError(f"PRelu slope of shape {slope.shape} must broadcast to x's shape {x.shape} "
                               f"(unidirectionally: x's shape is the output's)")
@@ -255,7 +260,20 @@ class PRelu(dsl.Op):
         return x.spec.with_()
 
     def run(self, impl, inputs, outputs, backend):
-        launch_broadcast(impl, inputs, outputs[0], 4, backend=backend)
+        x, slope = inputs
+        slope = slope.reshape(self.slope_shape(x.shape, slope.shape))
+        launch_broadcast(impl, [x, slope], outputs[0], 4, backend=backend)
+
+
+@dsl.op("PRelu", since=6, until=6)
+class PReluV6(PRelu):
+    """Opset 6 (Caffe2's PRelu): a 1-D slope with one value per channel applies along axis 1
+    (x of shape (N, C, ...), slope (C,)); other slopes broadcast as in opset 7."""
+
+    def slope_shape(self, x_shape, slope_shape):
+        if len(slope_shape) == 1 and len(x_shape) >= 2 and slope_shape[0] not in (None, 1) and slope_shape[0] == x_shape[1]:
+            return (slope_shape[0],) + (1,) * (len(x_shape) - 2)
+        return tuple(slope_shape)
 
 
 @dsl.op("Shrink", since=9)
