@@ -42,10 +42,11 @@ def activation_kernel(x: In[F], y: Out[F], op: i32, alpha: f32, beta: f32):
     lo, hi = dsl.split(x.size)
     for i in range(lo, hi):
         v = x.flat[i]
-        if op == GELU:
-            y.flat[i] = 0.5 * v * (1.0 + dsl.erf(v * SQRT_HALF))
-        elif op == GELU_TANH:
-            y.flat[i] = 0.5 * v * (1.0 + dsl.tanh(SQRT_2_OVER_PI * (v + GELU_CUBIC * v * v * v)))
+        if op == GELU:  # x * Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2: no cancellation for x << 0
+            y.flat[i] = 0.5 * v * dsl.erfc(-v * SQRT_HALF)
+        elif op == GELU_TANH:  # 1 + tanh(u) = 2 / (1 + exp(-2u)), again without cancellation
+            u = SQRT_2_OVER_PI * (v + GELU_CUBIC * v * v * v)
+            y.flat[i] = v / (1.0 + dsl.exp(-2.0 * u))
         elif op == ELU:
             y.flat[i] = alpha * dsl.expm1(v) if v < 0 else v
         elif op == SELU:  # alpha, gamma

@@ -1,4 +1,4 @@
-"""The inverse/hyperbolic trigonometric, rint, expm1 and log1p builtins on every backend:
+"""The inverse/hyperbolic trigonometric, rint, expm1, log1p and erfc builtins on every backend:
 scalars in f32 and f64, SIMD lanes, and their edge values (domain errors give NaN, never raise)."""
 import math
 
@@ -10,10 +10,11 @@ from dsl import In, Out
 
 T = dsl.TypeVar("T")
 
-NAMES = ("rint", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "expm1", "log1p")
+NAMES = ("rint", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "expm1", "log1p", "erfc")
 REF = {"rint": np.rint, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
        "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
-       "expm1": np.expm1, "log1p": np.log1p}
+       "expm1": np.expm1, "log1p": np.log1p,
+       "erfc": np.vectorize(math.erfc, otypes=[np.float64])}
 
 
 @dsl.kernel
@@ -33,6 +34,7 @@ def math_rows(x: In[T], y: Out[T, 2]):
         y[9, i] = dsl.atanh(v)
         y[10, i] = dsl.expm1(v)
         y[11, i] = dsl.log1p(v)
+        y[12, i] = dsl.erfc(v)
 
 
 VALUES = [0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 0.999, -1.0, 1.0, 3.0, -7.25, 1e-7, 90.0, np.inf, -np.inf, np.nan]
