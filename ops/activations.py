@@ -37,34 +37,53 @@ GELU_CUBIC = 0.044715
 
 @dsl.kernel
 def activation_kernel(x: In[F], y: Out[F], op: i32, alpha: f32, beta: f32):
-    """y = f(x) for a float dtype, f chosen by ``op``; ``alpha``/``beta`` are its attributes
-    (ONNX float attributes are f32, so f64 tensors see them exactly)."""
+    """y = f(x) for a float dtype, f chosen by ``op`` (once, outside the loops, so each loop
+    can vectorize); ``alpha``/``beta`` are its attributes (ONNX float attributes are f32, so
+    f64 tensors see them exactly)."""
     lo, hi = dsl.split(x.size)
-    for i in range(lo, hi):
-        v = x.flat[i]
-        if op == GELU:  # x * Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2: no cancellation for x << 0
+    if op == GELU:  # x * Phi(x), Phi(x) = erfc(-x / sqrt 2) / 2: no cancellation for x << 0
+        for i in range(lo, hi):
+            v = x.flat[i]
             y.flat[i] = 0.5 * v * dsl.erfc(-v * SQRT_HALF)
-        elif op == GELU_TANH:  # 1 + tanh(u) = 2 / (1 + exp(-2u)), again without cancellation
+    elif op == GELU_TANH:  # 1 + tanh(u) = 2 / (1 + exp(-2u)), again without cancellation
+        for i in range(lo, hi):
+            v = x.flat[i]
             u = SQRT_2_OVER_PI * (v + GELU_CUBIC * v * v * v)
             y.flat[i] = v / (1.0 + dsl.exp(-2.0 * u))
-        elif op == ELU:
+    elif op == ELU:
+        for i in range(lo, hi):
+            v = x.flat[i]
             y.flat[i] = alpha * dsl.expm1(v) if v < 0 else v
-        elif op == SELU:  # alpha, gamma
+    elif op == SELU:  # alpha, gamma
+        for i in range(lo, hi):
+            v = x.flat[i]
             y.flat[i] = beta * (alpha * dsl.expm1(v) if v <= 0 else v)
-        elif op == CELU:
+    elif op == CELU:
+        for i in range(lo, hi):
+            v = x.flat[i]
             y.flat[i] = alpha * dsl.expm1(v / alpha) if v < 0 else v
-        elif op == SOFTPLUS:
+    elif op == SOFTPLUS:
+        for i in range(lo, hi):
+            v = x.flat[i]
             y.flat[i] = max(v, 0.0) + dsl.log1p(dsl.exp(-abs(v)))
-        elif op == SOFTSIGN:
+    elif op == SOFTSIGN:
+        for i in range(lo, hi):
+            v = x.flat[i]
             y.flat[i] = v / (1.0 + abs(v))
-        elif op == HARD_SIGMOID or op == HARD_SWISH:
+    elif op == HARD_SIGMOID or op == HARD_SWISH:
+        swish = op == HARD_SWISH
+        for i in range(lo, hi):
+            v = x.flat[i]
             h = alpha * v + beta
             h = 0.0 if h < 0 else (1.0 if h > 1 else h)  # NaN stays NaN
-            y.flat[i] = v * h if op == HARD_SWISH else h
-        elif op == MISH:
-            sp = max(v, 0.0) + dsl.log1p(dsl.exp(-abs(v)))
-            y.flat[i] = v * dsl.tanh(sp)
-        else:
+            y.flat[i] = v * h if swish else h
+    elif op == MISH:
+        for i in range(lo, hi):
+            v = x.flat[i]
+            y.flat[i] = v * dsl.tanh(max(v, 0.0) + dsl.log1p(dsl.exp(-abs(v))))
+    else:  # THRESHOLDED_RELU
+        for i in range(lo, hi):
+            v = x.flat[i]
             y.flat[i] = v if v > alpha else 0.0
 
 

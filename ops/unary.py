@@ -2,8 +2,8 @@
 Ceil, Round, Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, Erf (floats).
 
 Two kernels serve the whole family, one for floats and one for integers, specialized by
-dtype through a TypeVar; the function is a run-time code (a loop-invariant branch), so every
-float op of one dtype shares one compiled variant.  f16/bf16 load as f32, are computed in
+dtype through a TypeVar; the function is a run-time code, tested once outside the loops, so
+every float op of one dtype shares one compiled variant.  f16/bf16 load as f32, are computed in
 f32 and stored rounded; f64 is computed in f64.  Special values follow IEEE/numpy: NaN
 passes through, Sqrt/Log/Asin... outside their domain give NaN, Log(0) and Reciprocal(0)
 give -inf/inf, Round rounds half to even, and -0.0 keeps its sign (Neg, Floor, Ceil, Round,
@@ -48,67 +48,91 @@ UNSIGNED = (dsl.u8, dsl.u16, dsl.u32, dsl.u64)
 
 @dsl.kernel
 def float_math_kernel(x: In[F], y: Out[F], op: i32):
-    """y = f(x) for a float dtype, f chosen by ``op``."""
+    """y = f(x) for a float dtype, f chosen by ``op``.  The choice is made once, outside the
+    loops, so each loop is simple enough to vectorize (Exp, Sqrt, Neg... run at memory speed)."""
     lo, hi = dsl.split(x.size)
-    for i in range(lo, hi):
-        v = x.flat[i]
-        if op == NEG:
-            y.flat[i] = -v
-        elif op == ABS:
-            y.flat[i] = abs(v)
-        elif op == SIGN:  # numpy's: 0 for +-0, NaN for NaN
+    if op == NEG:
+        for i in range(lo, hi):
+            y.flat[i] = -x.flat[i]
+    elif op == ABS:
+        for i in range(lo, hi):
+            y.flat[i] = abs(x.flat[i])
+    elif op == SIGN:  # numpy's: 0 for +-0, NaN for NaN
+        for i in range(lo, hi):
+            v = x.flat[i]
             y.flat[i] = 1.0 if v > 0 else (-1.0 if v < 0 else (v if v != v else 0.0))
-        elif op == RECIPROCAL:
-            y.flat[i] = 1 / v
-        elif op == SQRT:
-            y.flat[i] = dsl.sqrt(v)
-        elif op == EXP:
-            y.flat[i] = dsl.exp(v)
-        elif op == LOG:
-            y.flat[i] = dsl.log(v)
-        elif op == FLOOR:
-            y.flat[i] = dsl.floor(v)
-        elif op == CEIL:
-            y.flat[i] = dsl.ceil(v)
-        elif op == ROUND:
-            y.flat[i] = dsl.rint(v)
-        elif op == SIN:
-            y.flat[i] = dsl.sin(v)
-        elif op == COS:
-            y.flat[i] = dsl.cos(v)
-        elif op == TAN:
-            y.flat[i] = dsl.tan(v)
-        elif op == ASIN:
-            y.flat[i] = dsl.asin(v)
-        elif op == ACOS:
-            y.flat[i] = dsl.acos(v)
-        elif op == ATAN:
-            y.flat[i] = dsl.atan(v)
-        elif op == SINH:
-            y.flat[i] = dsl.sinh(v)
-        elif op == COSH:
-            y.flat[i] = dsl.cosh(v)
-        elif op == ASINH:
-            y.flat[i] = dsl.asinh(v)
-        elif op == ACOSH:
-            y.flat[i] = dsl.acosh(v)
-        elif op == ATANH:
-            y.flat[i] = dsl.atanh(v)
-        else:
-            y.flat[i] = dsl.erf(v)
+    elif op == RECIPROCAL:
+        for i in range(lo, hi):
+            y.flat[i] = 1 / x.flat[i]
+    elif op == SQRT:
+        for i in range(lo, hi):
+            y.flat[i] = dsl.sqrt(x.flat[i])
+    elif op == EXP:
+        for i in range(lo, hi):
+            y.flat[i] = dsl.exp(x.flat[i])
+    elif op == LOG:
+        for i in range(lo, hi):
+            y.flat[i] = dsl.log(x.flat[i])
+    elif op == FLOOR:
+        for i in range(lo, hi):
+            y.flat[i] = dsl.floor(x.flat[i])
+    elif op == CEIL:
+        for i in range(lo, hi):
+            y.flat[i] = dsl.ceil(x.flat[i])
+    elif op == ROUND:
+        for i in range(lo, hi):
+            y.flat[i] = dsl.rint(x.flat[i])
+    elif op == SIN:
+        for i in range(lo, hi):
+            y.flat[i] = dsl.sin(x.flat[i])
+    elif op == COS:
+        for i in range(lo, hi):
+            y.flat[i] = dsl.cos(x.flat[i])
+    elif op == TAN:
+        for i in range(lo, hi):
+            y.flat[i] = dsl.tan(x.flat[i])
+    elif op == ASIN:
+        for i in range(lo, hi):
+            y.flat[i] = dsl.asin(x.flat[i])
+    elif op == ACOS:
+        for i in range(lo, hi):
+            y.flat[i] = dsl.acos(x.flat[i])
+    elif op == ATAN:
+        for i in range(lo, hi):
+            y.flat[i] = dsl.atan(x.flat[i])
+    elif op == SINH:
+        for i in range(lo, hi):
+            y.flat[i] = dsl.sinh(x.flat[i])
+    elif op == COSH:
+        for i in range(lo, hi):
+            y.flat[i] = dsl.cosh(x.flat[i])
+    elif op == ASINH:
+        for i in range(lo, hi):
+            y.flat[i] = dsl.asinh(x.flat[i])
+    elif op == ACOSH:
+        for i in range(lo, hi):
+            y.flat[i] = dsl.acosh(x.flat[i])
+    elif op == ATANH:
+        for i in range(lo, hi):
+            y.flat[i] = dsl.atanh(x.flat[i])
+    else:  # ERF
+        for i in range(lo, hi):
+            y.flat[i] = dsl.erf(x.flat[i])
 
 
 @dsl.kernel
 def int_math_kernel(x: In[I], y: Out[I], op: i32):
     """Neg, Abs, Sign of an integer dtype (wrapping as numpy: -(-128) is -128 in i8)."""
     lo, hi = dsl.split(x.size)
-    for i in range(lo, hi):
-        v = x.flat[i]
-        if op == NEG:
-            y.flat[i] = -v
-        elif op == ABS:
-            y.flat[i] = abs(v)
-        else:  # -1 is never stored for unsigned dtypes
+    if op == NEG:
+        for i in range(lo, hi):
+            y.flat[i] = -x.flat[i]
+    elif op == ABS:
+        for i in range(lo, hi):
+            y.flat[i] = abs(x.flat[i])
+    else:  # SIGN; -1 is never stored for unsigned dtypes
+        for i in range(lo, hi):
+            v = x.flat[i]
             y.flat[i] = i64(v > 0) - i64(v < 0)
 
 
