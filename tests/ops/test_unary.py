@@ -121,3 +121,18 @@ def test_registered_with_onnx_opsets():
         assert cls.since == since and cls is getattr(ops, name), name
     with pytest.raises(registry.UnknownOpError):
         registry.lookup("", "Round", 10)
+
+
+def test_nchwc16_keeps_the_zero_padding(backend):
+    """Cos(0) = 1 would fill the padding channels (so they are re-zeroed); Sin and Neg keep them 0."""
+    import oplayer_testops as L
+    g = dsl.Graph("blocked")
+    x = g.input("x", (1, 20, 2, 3), dsl.f32)
+    w = g.constant("w", RNG.standard_normal((18, 20, 3, 3)).astype(np.float32) * 0.2)
+    c = L.Conv3x3(x, w)  # an nchwc16 producer
+    g.output(L.LaneSum(ops.Cos(ops.Neg(ops.Sin(c)))), "s")  # LaneSum adds the padding lanes too
+    xv = RNG.standard_normal((1, 20, 2, 3)).astype(np.float32)
+    blocked = g.compile(backend=backend)
+    assert any(n.outputs[0].spec.format == "nchwc16" for n in blocked.graph.nodes if n.op_type == "Cos")
+    np.testing.assert_allclose(blocked.run({"x": xv})["s"], g.compile(backend=backend, formats="plain").run({"x": xv})["s"],
+                               rtol=1e-5)
