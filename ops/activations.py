@@ -4,8 +4,9 @@ Relu, LeakyRelu, Sigmoid and Tanh live in ops/elementwise.py.
 
 The float activations share ``activation_kernel`` (the function a run-time code, the
 attributes two scalars), computed in f32 for f16/bf16/f32 and in f64 for f64, written so
-large |x| does not overflow: Softplus is ``max(x, 0) + log1p(exp(-|x|))``, Elu/Selu/Celu use
-``expm1``.  NaN passes through every function.
+large |x| neither overflows nor cancels: Softplus is ``max(x, 0) + log1p(exp(-|x|))``,
+Elu/Selu/Celu use ``expm1``, Gelu ``erfc``.  NaN passes through every function but
+ThresholdedRelu and Shrink, which give 0 for it (as ONNX's reference does).
 """
 from __future__ import annotations
 
