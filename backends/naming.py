@@ -17,7 +17,8 @@ C_RESERVED = frozenset("""
 auto break case char const continue default do double else enum extern float for goto if inline int long
 register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while
 _Bool _Complex _Imaginary bool true false uchar ushort uint ulong half size_t ptrdiff_t intptr_t uintptr_t
-main NULL exp log sqrt tanh erf sin cos floor ceil fabs abs min max fmin fmax pow fmod copysign isnan isinf
+main NULL exp log sqrt tanh erf sin cos floor ceil rint tan asin acos atan sinh cosh asinh acosh atanh
+expm1 log1p erfc fabs abs min max fmin fmax pow fmod copysign isnan isinf
 INFINITY NAN
 """.split())
 

@@ -22,3 +22,7 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.scatter import Scatter, ScatterElements, ScatterND  # noqa: F401
     from ops.pad import Pad  # noqa: F401
     from ops.resize import Resize, Upsample  # noqa: F401
+    from ops.unary import (Neg, Abs, Sign, Reciprocal, Sqrt, Exp, Log, Floor, Ceil, Round, Sin, Cos,  # noqa: F401
+                           Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, Erf)
+    from ops.activations import (Gelu, Elu, Selu, Celu, Softplus, Softsign, HardSigmoid, HardSwish,  # noqa: F401
+                                 Mish, ThresholdedRelu, PRelu, PReluV6, Shrink)

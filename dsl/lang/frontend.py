@@ -46,7 +46,7 @@ SUPPORTED: Dict[str, str] = {
     "and, or, not": "short-circuit, on truth values",
     "f32(v), int(v), float(v), bool(v)": "casts; int() truncates toward zero",
     "min max abs": "Python builtins, promoted like arithmetic",
-    "dsl.exp log sqrt rsqrt tanh erf sin cos floor ceil pow clamp where": "math builtins",
+    "dsl.exp log sqrt rsqrt tanh erf erfc sin cos floor ceil rint pow clamp where ...": "math builtins",
     "dsl.thread_id num_threads tile_id num_tiles split sync scratch atomic_add": "team builtins",
     "dsl.log.debug/info/warn/error(fmt, *args)": "printf-style logging, filtered at compile time",
     "print(...)": "prints its arguments (always compiled in)",
