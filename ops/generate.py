@@ -79,7 +79,7 @@ def dropout_kernel(x: In[T], y: Out[T], mask: Out[dsl.bool_]):
 
 # --------------------------------------------------------------------------- Range
 
-RANGE_TYPES = (dsl.f32, dsl.f64, dsl.i16, dsl.i32, dsl.i64)
+RANGE_TYPES = (dsl.f32, dsl.f64, dsl.i16, dsl.i32, dsl.i64, dsl.f16, dsl.bf16)  # f16/bf16: opset 27
 
 
 def _scalar(spec: TensorSpec):
@@ -233,7 +233,7 @@ class DropoutV1(dsl.Op):
 @dsl.op("Dropout", since=12)
 class Dropout(dsl.Op):
     """Inference dropout: output = data, mask all True.  ``ratio`` is ignored; a
-    ``training_mode`` of True is an error (opdsl runs inference only)."""
+    ``training_mode`` other than a constant False is an error (opdsl runs inference only)."""
 
     seed: Optional[int] = None
     inplace = {0: 0}
@@ -243,16 +243,15 @@ class Dropout(dsl.Op):
         if training_mode is not None:
             if training_mode.dtype != dsl.bool_:
                 raise VerifyError(f"Dropout training_mode must be a bool scalar, got {training_mode}")
-            if training_mode.value is not None and bool(np.asarray(training_mode.value).reshape(-1)[0]):
-                raise VerifyError("Dropout training_mode=True is not supported: opdsl runs inference only "
-                                  "(training_mode must be False or absent)")
+            if training_mode.value is None or bool(np.asarray(training_mode.value).reshape(-1)[0]):
+                shown = "not a constant" if training_mode.value is None else "True"
+                raise VerifyError(f"Dropout training_mode is {shown}: opdsl runs inference only, so "
+                                  f"training_mode must be a constant False or absent")
 
     def infer(self, data, ratio=None, training_mode=None):
         return data.spec, TensorSpec(data.shape, dsl.bool_)
 
     def run(self, impl, inputs, outputs, backend):
-        if len(inputs) > 2 and inputs[2] is not None and bool(inputs[2].reshape(-1)[0]):
-            raise VerifyError("Dropout training_mode=True is not supported: opdsl runs inference only")
         impl(inputs[0], outputs[0], outputs[1], backend=backend)
 
 
@@ -300,9 +299,11 @@ class DepthToSpace(dsl.Op):
 
 @dsl.op("SpaceToDepth", since=1)
 class SpaceToDepth(dsl.Op):
-    """(N, C, H, W) -> (N, C·b², H/b, W/b): each b×b pixel block becomes channels."""
+    """(N, C, H, W) -> (N, C·b², H/b, W/b): each b×b pixel block becomes channels, in
+    ``DCR`` order (block row, block column, channel) or ``CRD`` (channel first; opset 28)."""
 
     blocksize: int
+    mode: Literal["DCR", "CRD"] = "DCR"
     kernels = {"default": strided_copy_kernel}
 
     def verify(self, x):
@@ -322,4 +323,5 @@ class SpaceToDepth(dsl.Op):
         x, y = inputs[0], outputs[0]
         n, c, h, w = x.shape
         b = self.blocksize
-        launch_transpose(impl, x.reshape(n, c, h // b, b, w // b, b), y, (0, 3, 5, 1, 2, 4), backend=backend)
+        perm = (0, 3, 5, 1, 2, 4) if self.mode == "DCR" else (0, 1, 3, 5, 2, 4)
+        launch_transpose(impl, x.reshape(n, c, h // b, b, w // b, b), y, perm, backend=backend)
