@@ -194,6 +194,22 @@ class Reshape(dsl.Op):
         impl(inputs[0], outputs[0], backend=backend)
 
 
+@dsl.op("Reshape", since=1, until=4)
+class ReshapeV1(dsl.Op):
+    """Reshape with the target ``shape`` as an attribute (opsets 1-4; 0 and -1 as in 5+)."""
+
+    op_type = "Reshape"
+    shape: Tuple[int, ...] = ()
+    inplace = {0: 0}
+    kernels = {"default": copy_kernel}
+
+    def infer(self, data):
+        return TensorSpec(reshape_dims(data.shape, list(self.shape), 0), data.dtype)
+
+    def run(self, impl, inputs, outputs, backend):
+        impl(inputs[0], outputs[0], backend=backend)
+
+
 # The one Identity op lives beside dsl.Graph, which emits it for repeated outputs; registering
 # it here makes it the ONNX Identity (ops.Identity).
 Identity = dsl.op("Identity", since=1)(Identity)

@@ -203,3 +203,8 @@ def test_shape_family_errors():
     g = dsl.Graph("e")
     with pytest.raises(dsl.VerifyError, match="Squeeze without axes needs every dim known"):
         ops.Squeeze(g.input("x", (None, 3), dsl.f32))
+
+
+def test_reshape_v1_attribute(backend):
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(ops.ReshapeV1(x, shape=(0, -1), backend=backend), x.reshape(2, 12))
