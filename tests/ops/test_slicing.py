@@ -119,3 +119,22 @@ def test_slicing_errors():
         ops.Slice(x, i64(0, 0), i64(1, 1), i64(1, -1))
     with pytest.raises(dsl.VerifyError, match="Tile repeats has 1 entries, the input .* has 2 axes"):
         ops.Tile(x, i64(2))
+
+
+def test_slice_property():
+    """Random starts/ends/steps (out of range, negative) agree with numpy's slicing on numba."""
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    x = RNG.standard_normal((4, 5, 3)).astype(np.float32)
+    bound = st.integers(-8, 8) | st.sampled_from([-2**63, 2**63 - 1])
+    one = st.tuples(st.integers(-3, 2), bound, bound, st.integers(-3, 3).filter(bool))
+
+    @hypothesis.settings(max_examples=60, deadline=None, derandomize=True)
+    @hypothesis.given(st.lists(one, min_size=1, max_size=3, unique_by=lambda t: t[0] % 3))
+    def check(spec):
+        index = [slice(None)] * 3
+        for a, s, e, step in spec:
+            index[a] = slice(s, e, step)
+        cols = [i64(*(t[k] for t in spec)) for k in (1, 2, 0, 3)]
+        np.testing.assert_array_equal(ops.Slice(x, *cols, backend="numba"), x[tuple(index)])
+    check()
