@@ -147,7 +147,8 @@ class SplitV1(_Split):
     def infer(self, x, split=None):
         sizes = self.split if split is None else _shape_value(split)
         if split is not None and sizes is None:
-            return tuple(TensorSpec(x.shape[:self.axis] + (None,) + x.shape[self.axis + 1:], x.dtype)
+            axis = norm_axis("Split", self.axis, x.ndim)
+            return tuple(TensorSpec(x.shape[:axis] + (None,) + x.shape[axis + 1:], x.dtype)
                          for _ in range(split.shape[0] or 0))
         return self._specs(x, sizes)
 
