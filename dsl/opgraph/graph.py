@@ -171,12 +171,11 @@ class Graph:
     def constant(self, name: Optional[str], value) -> Tensor:
         """A constant (ONNX initializer); the array is copied and frozen."""
         name = self._claim(name, "constant") if name is not None else self.unique_name("const")
-        arr = np.array(value)
+        arr = np.array(value, order="C")  # a C-contiguous copy; 0-d stays 0-d (not ascontiguousarray)
         try:
             dt = from_numpy(arr.dtype)
         except TypeError as e:
             raise TypeError(f"graph {self.name!r} constant {name!r}: {e}") from None
-        arr = np.ascontiguousarray(arr)
         arr.setflags(write=False)
         t = Tensor(self, name, TensorSpec(arr.shape, dt, value=arr), "constant", value=arr)
         self.constants[name] = arr

@@ -9,9 +9,11 @@ with a recording stand-in for its kernel, and the launches it makes are bound
 (argument checks, specialization lookup) ahead of time, so a step is one compiled
 launcher call.  Nodes that cannot be captured (plain-callable kernels, run() doing
 numpy work on its outputs, ``replay = False``) call ``op.run`` on the fixed arrays.
-Graphs with ``None`` dims are planned on the first run of each shape signature; a graph
-whose shapes depend on tensor *values* computed at run time (not constants) runs node
-by node, inferring as it goes.
+Graphs with ``None`` dims are planned on the first run of each shape signature; small
+values computed from shapes alone (Shape -> Gather -> Concat -> Reshape) are evaluated
+while planning (``shape_values``), so such graphs still get a plan.  A graph whose
+shapes depend on tensor *values* of the inputs runs node by node, inferring as it goes,
+with every input's value visible to ``infer`` as ``spec.value``.
 
 Threads: one Model may be run from many threads at once, and runs really overlap.  A
 plan's buffers are the state of one run, so each shape signature keeps a pool of plan
@@ -176,8 +178,9 @@ class Model:
         for name in g.constants:
             specs[name] = g.tensors[name].spec
         for n in g.nodes:
-            outs = check_and_infer(n.op, [None if t is None else specs[t.name] for t in n.inputs],
-                                   where=f"node {n.name!r}")
+            in_specs = [None if t is None else specs[t.name] for t in n.inputs]
+            outs = check_and_infer(n.op, in_specs, where=f"node {n.name!r}")
+            outs = shape_values(n.op, in_specs, outs, self.backend)
             for t, s in zip(n.outputs, outs):
                 if not s.known:
                     return None
@@ -317,6 +320,29 @@ def run_data_dependent(op: Op, impl, ins, backend: str, where: str = "eager call
     for k, a in enumerate(outs):
         check_tensor_bytes(a.shape, a.dtype, f"{where} ({describe(op)}) output {k}", tensor_limit(limit))
     return outs
+
+
+SHAPE_VALUE_ELEMENTS = 64  # node outputs at most this large get values while planning
+
+
+def shape_values(op: Op, in_specs, outs, backend: str):
+    """``outs`` with values, when ``op`` can compute them while a shape signature is planned.
+
+    A graph with dims unknown at compile time (a dynamic batch) often computes a shape
+    from shapes: Shape -> Gather -> Concat -> Reshape.  Once a run's input shapes are known,
+    Shape's ``infer`` gives its value; a following node whose inputs all have values (so it
+    depends on shapes and constants only, never on input contents) and whose outputs are
+    small is run here, so that its consumers' ``infer`` sees ``spec.value`` (Reshape learns
+    its output shape) and the signature gets a plan instead of running node by node.  The
+    node still runs at run time; its result is the same by construction."""
+    if (not outs or not type(op).foldable or all(s.value is not None for s in outs)
+            or not any(s is not None for s in in_specs)
+            or any(s is not None and (s.value is None or s.format != "plain") for s in in_specs)
+            or any(s.size is None or s.size > SHAPE_VALUE_ELEMENTS or s.format != "plain" for s in outs)):
+        return outs
+    values = op.apply_eager([None if s is None else s.value for s in in_specs], backend)
+    values = values if isinstance(values, tuple) else (values,)
+    return tuple(s.with_(value=v) for s, v in zip(outs, values))
 
 
 class _Recorder:

@@ -96,7 +96,7 @@ def infer_and_fold(g, backend: str, fold: bool = True, limit: Optional[int] = No
                 values = n.op.apply_eager([None if t is None else t.value for t in n.inputs], backend)
                 values = values if isinstance(values, tuple) else (values,)
             for t, v in zip(n.outputs, values):
-                v = np.ascontiguousarray(v)
+                v = np.ascontiguousarray(v).reshape(np.shape(v))  # 0-d stays 0-d
                 v.setflags(write=False)
                 t.kind, t.producer, t.value = "constant", None, v
                 t.spec = t.spec.with_(value=v)

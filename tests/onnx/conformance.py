@@ -32,6 +32,9 @@ EXCLUDE: Dict[str, str] = {
                                       "above the case's atol 1e-7; opdsl's f64-accumulated result is within 4e-15 of 0",
     r"^test_Conv3d": "Conv supports 1-D and 2-D images (3-D is open work in ops/nn.py)",
     r"^test_(sequence|optional|split_to_sequence|concat_from_sequence)|_seq_": "sequence and optional types are not supported",
+    r"^test_training_dropout": "Dropout runs inference only (training_mode=True, random masks, is an error)",
+    r"^test_split_equal_parts_.*opset13$": "Split without sizes before opset 18 takes its part count from the "
+                                            "node's outputs, which the ONNX loader does not pass to ops",
 }
 
 GROUPS = ("node", "pytorch-converted", "pytorch-operator", "simple")

@@ -106,3 +106,105 @@ def test_transpose_property():
         x = RNG.standard_normal(in_shape).astype(np.float32)
         np.testing.assert_array_equal(ops.Transpose(x, perm=perm, backend="numba"), np.transpose(x, perm))
     check()
+
+
+# --------------------------------------------------------------------------- Shape, Size, Flatten, Squeeze, Unsqueeze, Expand
+
+@pytest.mark.parametrize("start,end", [(0, None), (1, None), (-2, None), (0, -1), (-10, 10), (2, 1)])
+def test_shape_and_size(backend, start, end):
+    x = np.zeros((2, 3, 4), np.float32)
+    np.testing.assert_array_equal(ops.Shape(x, start=start, end=end, backend=backend),
+                                  np.array(x.shape[slice(start, end)], np.int64))
+    size = ops.Size(x, backend=backend)
+    assert size.shape == () and size.dtype == np.int64 and size == 24
+
+
+def test_shape_infer_gives_the_value():
+    g = dsl.Graph("s")
+    x = g.input("x", (2, None, 4), dsl.f32)
+    assert ops.Shape(x).spec.value is None                    # a dim is unknown
+    np.testing.assert_array_equal(ops.Shape(x, end=1).spec.value, [2])
+    np.testing.assert_array_equal(ops.Shape(x, start=-1).spec.value, [4])
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, 3, -1, -3])
+def test_flatten(backend, axis):
+    x = RNG.integers(-9, 9, (2, 3, 1, 4)).astype(np.int64)
+    k = axis % x.ndim if axis < 0 else axis
+    np.testing.assert_array_equal(ops.Flatten(x, axis=axis, backend=backend), x.reshape(int(np.prod(x.shape[:k])), -1))
+
+
+def test_squeeze_unsqueeze(backend):
+    x = RNG.standard_normal((1, 3, 1, 2)).astype(np.float32)
+    np.testing.assert_array_equal(ops.Squeeze(x, backend=backend), x.reshape(3, 2))
+    np.testing.assert_array_equal(ops.Squeeze(x, shape(-2), backend=backend), x.reshape(1, 3, 2))
+    assert ops.SqueezeV1(x, axes=(0,), backend=backend).shape == (3, 1, 2)
+    np.testing.assert_array_equal(ops.Unsqueeze(x, shape(0, -1, 3), backend=backend), x.reshape(1, 1, 3, 1, 1, 2, 1))
+    assert ops.UnsqueezeV1(x, axes=(1,), backend=backend).shape == (1, 1, 3, 1, 2)
+    b = np.array([True, False])
+    assert ops.Unsqueeze(b, shape(1), backend=backend).shape == (2, 1)
+
+
+@pytest.mark.parametrize("in_shape,target", [((3, 1), (2, 1, 6)), ((1,), (4,)), ((2, 3), (1, 1)),
+                                             ((2, 1, 4), (3, 2, 5, 4)), ((3,), ()), ((0, 1), (0, 3))], ids=str)
+def test_expand(backend, in_shape, target):
+    x = RNG.standard_normal(in_shape).astype(np.float32)
+    want = x * np.ones(target, np.float32)
+    np.testing.assert_array_equal(ops.Expand(x, np.array(target, np.int64), backend=backend), want)
+
+
+def test_shape_subgraph_folds_at_compile_time(backend):
+    """Shape -> Slice -> Concat -> Reshape: with the input shape known the shape arithmetic
+    becomes a constant and only the Reshape (and Relu) remain."""
+    g = dsl.Graph("fold")
+    x = g.input("x", (2, 3, 4), dsl.f32)
+    batch = ops.Slice(ops.Shape(x), shape(0), shape(1))
+    target = ops.Concat(batch, g.constant("minus1", shape(-1)), axis=0)
+    g.output(ops.Relu(ops.Reshape(x, target)), "y")
+    model = g.compile(backend=backend)
+    kinds = [n.op.op_type for n in model.graph.nodes]
+    assert "Shape" not in kinds and "Concat" not in kinds and "Slice" not in kinds, kinds
+    xv = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(model.run({"x": xv})["y"], np.maximum(xv, 0).reshape(2, 12))
+
+
+def test_shape_subgraph_with_dynamic_batch_is_planned(backend):
+    """Unknown batch: the shape arithmetic is evaluated while planning each input shape
+    (model.shape_values), so the run gets a plan rather than running node by node."""
+    g = dsl.Graph("dyn")
+    x = g.input("x", (None, 3, 4), dsl.f32)
+    batch = ops.Slice(ops.Shape(x), shape(0), shape(1))
+    target = ops.Concat(batch, g.constant("minus1", shape(-1)), axis=0)
+    y = ops.Reshape(x, target)
+    assert y.shape == (None, None)
+    g.output(ops.Relu(y), "y")
+    model = g.compile(backend=backend)
+    assert "Shape" in [n.op.op_type for n in model.graph.nodes]
+    for batch_size in (2, 5):
+        xv = RNG.standard_normal((batch_size, 3, 4)).astype(np.float32)
+        np.testing.assert_array_equal(model.run({"x": xv})["y"], np.maximum(xv, 0).reshape(batch_size, 12))
+    assert model.memory_plan() is not None  # planned, not run node by node
+
+
+def test_shape_family_errors():
+    x = np.ones((2, 1, 4), np.float32)
+    with pytest.raises(dsl.VerifyError, match="Flatten axis 4 is out of range"):
+        ops.Flatten(x, axis=4)
+    with pytest.raises(dsl.VerifyError, match="Squeeze axis 0 of input .* has size 2, not 1"):
+        ops.Squeeze(x, shape(0))
+    with pytest.raises(dsl.VerifyError, match=r"Unsqueeze axes \[0, 0\] repeat an axis"):
+        ops.Unsqueeze(x, shape(0, 0))
+    with pytest.raises(dsl.VerifyError, match=r"Unsqueeze axes 5 is out of range for rank 4"):
+        ops.Unsqueeze(x, shape(5))
+    with pytest.raises(dsl.VerifyError, match=r"does not broadcast to \(3, 4\) \(axis 0: 2 vs 3\)"):
+        ops.Expand(np.ones((2, 1), np.float32), shape(3, 4))
+    with pytest.raises(dsl.VerifyError, match="Expand shape input must be a 1-D i64"):
+        ops.Expand(x, np.array([2], np.int32))
+    g = dsl.Graph("e")
+    with pytest.raises(dsl.VerifyError, match="Squeeze without axes needs every dim known"):
+        ops.Squeeze(g.input("x", (None, 3), dsl.f32))
+
+
+def test_reshape_v1_attribute(backend):
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(ops.ReshapeV1(x, shape=(0, -1), backend=backend), x.reshape(2, 12))
