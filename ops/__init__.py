@@ -31,4 +31,4 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.unary import (Neg, Abs, Sign, Reciprocal, Sqrt, Exp, Log, Floor, Ceil, Round, Sin, Cos,  # noqa: F401
                            Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, Erf)
     from ops.activations import (Gelu, Elu, Selu, Celu, Softplus, Softsign, HardSigmoid, HardSwish,  # noqa: F401
-                                 Mish, ThresholdedRelu, PRelu, PReluV6, Shrink)
+                                 Mish, ThresholdedRelu, PRelu, PReluV6, Shrink, Swish, SwiGLU)

@@ -30,6 +30,7 @@ HARD_SIGMOID = 7
 MISH = 8
 THRESHOLDED_RELU = 9
 HARD_SWISH = 10
+SWISH = 11
 
 SQRT_HALF = 0.7071067811865476    # 1 / sqrt(2)
 SQRT_2_OVER_PI = 0.7978845608028654
@@ -82,10 +83,31 @@ def activation_kernel(x: In[F], y: Out[F], op: i32, alpha: f32, beta: f32):
         for i in range(lo, hi):
             v = x.flat[i]
             y.flat[i] = v * dsl.tanh(max(v, 0.0) + dsl.log1p(dsl.exp(-abs(v))))
+    elif op == SWISH:
+        for i in range(lo, hi):
+            v = x.flat[i]
+            y.flat[i] = v * stable_sigmoid(alpha * v)
     else:  # THRESHOLDED_RELU
         for i in range(lo, hi):
             v = x.flat[i]
             y.flat[i] = v if v > alpha else 0.0
+
+
+@dsl.func
+def stable_sigmoid(v):
+    """1 / (1 + exp(-v)) without overflow: exp of -|v| only."""
+    e = dsl.exp(-abs(v))
+    s = 1.0 / (1.0 + e)
+    return s if v >= 0 else e * s
+
+
+@dsl.kernel
+def swiglu_kernel(a: In[F], b: In[F], y: Out[F], alpha: f32):
+    """y = a · sigmoid(alpha · a) · b (SwiGLU's gate times its value)."""
+    lo, hi = dsl.split(a.size)
+    for i in range(lo, hi):
+        v = a.flat[i]
+        y.flat[i] = v * stable_sigmoid(alpha * v) * b.flat[i]
 
 
 @dsl.kernel
@@ -242,6 +264,35 @@ class HardSwish(_Activation):
 class Mish(_Activation):
     """x * tanh(softplus(x))."""
     code = MISH
+
+
+@dsl.op("Swish", since=24)
+class Swish(_Activation):
+    """x * sigmoid(alpha * x) (SiLU for alpha = 1)."""
+    alpha: float = 1.0
+    code = SWISH
+
+    def scalars(self):
+        return self.alpha, 0.0
+
+
+@dsl.op("SwiGLU", since=28)
+class SwiGLU(dsl.Op):
+    """Swish(A) * B for same-shape gate A and value B (no broadcasting, as ONNX says)."""
+    alpha: float = 1.0
+    kernels = {"default": swiglu_kernel}
+
+    def verify(self, a, b):
+        require_dtype("SwiGLU", a, FLOATS, "A")
+        same_dtype("SwiGLU", a, b)
+        if a.ndim != b.ndim or any(x is not None and y is not None and x != y for x, y in zip(a.shape, b.shape)):
+            raise VerifyError(f"SwiGLU gate A {a} and value B {b} must have the same shape (no broadcasting)")
+
+    def infer(self, a, b):
+        return a.spec.with_()
+
+    def run(self, impl, inputs, outputs, backend):
+        impl(inputs[0], inputs[1], outputs[0], self.alpha, backend=backend)
 
 
 @dsl.op("ThresholdedRelu", since=10)

@@ -47,6 +47,8 @@ CASES = [
     ("Mish", {}, lambda x: x * np.tanh(_softplus(x))),
     ("ThresholdedRelu", {}, lambda x: np.where(x > 1, x, 0)),
     ("ThresholdedRelu", {"alpha": -0.5}, lambda x: np.where(x > -0.5, x, 0)),
+    ("Swish", {}, lambda x: x * np.exp(-np.logaddexp(0, -x))),
+    ("Swish", {"alpha": 1.702}, lambda x: x * np.exp(-np.logaddexp(0, -np.float32(1.702) * x))),
     ("Shrink", {}, lambda x: np.where(x < -0.5, x, np.where(x > 0.5, x, 0))),
     ("Shrink", {"bias": 1.5, "lambd": 1.0}, lambda x: np.where(x < -1, x + 1.5, np.where(x > 1, x - 1.5, 0))),
 ]
@@ -112,6 +114,15 @@ def test_prelu_integers_and_opset6_channels(backend):
     np.testing.assert_array_equal(ops.PReluV6(x, s, backend=backend), np.where(x < 0, x * s.reshape(3, 1), x))
     with pytest.raises(dsl.VerifyError, match=r"PRelu x and slope shapes .* do not broadcast"):
         ops.PRelu(x, s)  # opset 7: (3,) is broadcast against the last axis (2)
+
+
+def test_swiglu_gates_the_value(backend):
+    a = RNG.standard_normal((3, 8)).astype(np.float32) * 4
+    b = RNG.standard_normal((3, 8)).astype(np.float32)
+    want = a.astype(np.float64) / (1 + np.exp(-0.5 * a.astype(np.float64))) * b
+    np.testing.assert_allclose(ops.SwiGLU(a, b, alpha=0.5, backend=backend), want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="must have the same shape"):
+        ops.SwiGLU(a, b[:, :4], backend=backend)
 
 
 def test_graph_use(backend):
