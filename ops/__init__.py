@@ -9,7 +9,8 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.shape import Identity, Reshape, Transpose  # noqa: F401
     from ops.quant import DataConvert, QuantizeLinear, DequantizeLinear  # noqa: F401
     from ops.nn import Conv  # noqa: F401
-    from ops.norm import BatchNormalization  # noqa: F401
+    from ops.norm import (BatchNormalization, Softmax, LogSoftmax, Hardmax, LpNormalization,  # noqa: F401
+                          LayerNormalization, RMSNormalization, InstanceNormalization, GroupNormalization, LRN)
     from ops.conv_fusion import FusedConv  # noqa: F401
     from ops.reduce import (ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceL1,  # noqa: F401
                             ReduceL2, ReduceLogSum, ReduceLogSumExp, ReduceSumSquare, ArgMax, ArgMin, CumSum)
