@@ -57,7 +57,8 @@ def reduce_kernel(x: In[T], init: In[T], y: Out[T], op: i32, kn: dsl.Vec[i64, 4]
                   rn: dsl.Vec[i64, 4], rs: dsl.Vec[i64, 4], count: i64, offset: i64):
     """y.flat[o] = op over x.flat[offset + Σ k_d·ks_d + Σ r_d·rs_d]: (k_d) is o decomposed over the
     kept runs kn, (r_d) ranges over the reduced runs rn (count = Π rn elements).  ``init`` holds
-    the op's identity (the lowest value for MAX)."""
+    the op's identity (the lowest value for MAX and LOGSUMEXP, whose sum is taken relative to
+    the running max in one pass)."""
     lo, hi = dsl.split(y.size)
     for o in range(lo, hi):
         q = o
@@ -68,17 +69,8 @@ def reduce_kernel(x: In[T], init: In[T], y: Out[T], op: i32, kn: dsl.Vec[i64, 4]
         k1 = q % kn[1]
         k0 = q // kn[1]
         base = offset + k0 * ks[0] + k1 * ks[1] + k2 * ks[2] + k3 * ks[3]
-        m = init.flat[0]
-        if op == LOGSUMEXP:  # the largest element first: exp(v - m) never overflows
-            for a in range(rn[0]):
-                for b in range(rn[1]):
-                    for c in range(rn[2]):
-                        p = base + a * rs[0] + b * rs[1] + c * rs[2]
-                        for d in range(rn[3]):
-                            v = x.flat[p + d * rs[3]]
-                            if v > m or v != v:
-                                m = v
         acc = init.flat[0]
+        m = init.flat[0]  # LOGSUMEXP: the largest element so far; s = Σ exp(v - m)
         s = 0.0
         for a in range(rn[0]):
             for b in range(rn[1]):
@@ -98,8 +90,12 @@ def reduce_kernel(x: In[T], init: In[T], y: Out[T], op: i32, kn: dsl.Vec[i64, 4]
                             acc *= v
                         elif op == L1:
                             acc += abs(v)
-                        elif op == LOGSUMEXP:
-                            s += dsl.exp(v - m)
+                        elif op == LOGSUMEXP:  # rescaled when the max grows: never overflows
+                            if v > m:
+                                s = s * dsl.exp(m - v) + 1
+                                m = v
+                            else:
+                                s += dsl.exp(v - m)
                         else:  # L2, SUMSQUARE
                             acc += v * v
         if op == MEAN:
