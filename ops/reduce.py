@@ -226,6 +226,33 @@ def _identity(code: int, dtype: np.dtype) -> np.ndarray:
     return np.full((1,), 1 if code == PROD else 0, dtype)
 
 
+# A reduction to fewer than SPLIT_OUT values over at least SPLIT_MIN elements each would keep
+# most threads idle (each thread takes whole outputs): it runs in two launches instead, partial
+# results of up to 64 slices of the reduced elements, then their reduction.
+SPLIT_OUT = 4
+SPLIT_MIN = 1 << 14
+TWO_STAGE = {SUM: (SUM, SUM), MEAN: (SUM, MEAN), MAX: (MAX, MAX), MIN: (MIN, MIN), PROD: (PROD, PROD),
+             L1: (L1, SUM), SUMSQUARE: (SUMSQUARE, SUM), L2: (L2, L2), LOGSUM: (SUM, LOGSUM),
+             LOGSUMEXP: (LOGSUMEXP, LOGSUMEXP)}
+FLOAT_STAGES = (L2, LOGSUM, LOGSUMEXP)  # their partial results are not integers
+
+
+def _chunks(kept, red, code: int, dtype: np.dtype) -> Optional[Tuple[int, int]]:
+    """(reduced run, slices) to split a reduction in two launches, or None to run it in one.
+    f16/bf16 are not split: their partial sums would be rounded to 16 bits."""
+    out = int(np.prod([n for n, _ in kept], dtype=np.int64))
+    count = int(np.prod([n for n, _ in red], dtype=np.int64))
+    if out >= SPLIT_OUT or count < SPLIT_MIN or len(kept) >= RUNS or dtype.itemsize < 4 and dtype.kind == "f":
+        return None
+    if dtype.kind not in "iuf" or (code in FLOAT_STAGES and dtype.kind != "f"):
+        return None
+    for i in sorted(range(len(red)), key=lambda i: -red[i][0]):
+        for k in range(64, 7, -1):
+            if red[i][0] % k == 0:
+                return i, k
+    return None
+
+
 def launch_reduce(impl, x: np.ndarray, y: np.ndarray, reduced: Sequence[int], code: int, backend) -> None:
     """Run reduce_kernel for ``x`` reduced over ``reduced`` into ``y`` (any output shape of the
     kept elements, in order).  More than four kept runs: the leading ones loop here."""
@@ -236,12 +263,28 @@ def launch_reduce(impl, x: np.ndarray, y: np.ndarray, reduced: Sequence[int], co
         raise VerifyError(f"{len(red)} separate runs of reduced axes (axes {list(reduced)} of shape "
                           f"{x.shape}); at most {RUNS} are supported: transpose first")
     count = int(np.prod([n for n, _ in red], dtype=np.int64))
+    flat_x, flat_y = x.reshape(-1), y.reshape(-1)
+    split = _chunks(kept, red, code, x.dtype)
+    if split is not None:
+        i, k = split
+        n, s = red[i]
+        first, second = TWO_STAGE[code]
+        out = flat_y.size
+        part = np.empty(out * k, x.dtype)  # (out, k): slice j of output o at o·k + j
+        kn, ks = _padded(list(kept) + [(k, n // k * s)], RUNS)
+        rn, rs = _padded(red[:i] + [(n // k, s)] + red[i + 1:], RUNS)
+        impl(flat_x, _identity(first, x.dtype), part, op=first, kn=kn, ks=ks, rn=rn, rs=rs, count=count,
+             offset=0, backend=backend)
+        kn, ks = _padded([(out, k)], RUNS)
+        rn, rs = _padded([(k, 1)], RUNS)
+        impl(part, _identity(second, x.dtype), flat_y, op=second, kn=kn, ks=ks, rn=rn, rs=rs, count=count,
+             offset=0, backend=backend)
+        return
     rn, rs = _padded(red, RUNS)
     init = _identity(code, x.dtype)
     lead, kept = kept[:max(0, len(kept) - RUNS)], kept[max(0, len(kept) - RUNS):]
     kn, ks = _padded(kept, RUNS)
     per = int(np.prod(kn, dtype=np.int64))
-    flat_x, flat_y = x.reshape(-1), y.reshape(-1)
     for idx in np.ndindex(*[n for n, _ in lead]):
         offset = sum(i * s for i, (_, s) in zip(idx, lead))
         k = int(np.ravel_multi_index(idx, [n for n, _ in lead])) if lead else 0

@@ -64,6 +64,24 @@ def test_reduce_many_separate_runs(backend):
                                   x.max((1, 3, 5, 7)))
 
 
+@pytest.mark.parametrize("shape,axes", [((6, 40), None), ((2, 48, 3), (0, 1)), ((3, 2, 16), (0, 2)), ((17,), None)],
+                         ids=str)
+def test_reduce_split_in_two_launches(backend, monkeypatch, shape, axes):
+    """Few outputs over many elements: partial results, then their reduction (forced small here)."""
+    import ops.reduce
+    monkeypatch.setattr(ops.reduce, "SPLIT_MIN", 16)
+    x = RNG.uniform(0.5, 1.5, shape).astype(np.float32)
+    for op, ref in REDUCE:
+        want = ref(x.astype(np.float64), axis=axes, keepdims=True)
+        np.testing.assert_allclose(op(x, axes_input(axes), backend=backend), want, rtol=2e-5, err_msg=op.op_type)
+    xi = RNG.integers(-9, 9, shape).astype(np.int64)
+    for op, ref in ((ops.ReduceSum, np.sum), (ops.ReduceMax, np.max), (ops.ReduceSumSquare, lambda a, axis,
+                    keepdims: np.sum(a * a, axis=axis, keepdims=keepdims))):
+        np.testing.assert_array_equal(op(xi, axes_input(axes), backend=backend), ref(xi, axis=axes, keepdims=True))
+    np.testing.assert_array_equal(ops.ReduceMean(xi, axes_input(axes), backend=backend),
+                                  np.mean(xi, axis=axes, keepdims=True, dtype=np.int64))
+
+
 def test_reduce_integer_and_narrow_dtypes(backend):
     xi = RNG.integers(-50, 50, (3, 4, 5)).astype(np.int64)
     np.testing.assert_array_equal(ops.ReduceSum(xi, np.array([1]), backend=backend), xi.sum(1, keepdims=True))
