@@ -16,7 +16,7 @@ GroupNormalization and LRN.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 
@@ -356,11 +356,12 @@ class RMSNormalization(dsl.Op):
                      n, self.epsilon, False, jmod=max(n, 1), backend=backend)
 
 
-@dsl.op("InstanceNormalization", since=6)
+@dsl.op("InstanceNormalization", since=1)
 class InstanceNormalization(dsl.Op):
     """Normalize each (n, c) image of X (N, C, ...) over its spatial axes; scale, B (C,)."""
 
     epsilon: float = 1e-5
+    consumed_inputs: Optional[Tuple[int, ...]] = None  # opset 1 legacy attribute, no effect
     kernels = {"default": norm_kernel}
 
     def verify(self, x, scale, b):

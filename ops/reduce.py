@@ -215,7 +215,9 @@ def _padded(runs, k: int):
 
 
 def _identity(code: int, dtype: np.dtype) -> np.ndarray:
-    """The one-element start value of reduce_kernel's accumulator."""
+    """The one-element start value of reduce_kernel's accumulator (bool: a u8, 1 for MIN)."""
+    if dtype == np.bool_:
+        return np.full((1,), code == MIN, np.uint8)
     if code in (MAX, LOGSUMEXP, MIN):
         if dtype.kind in "iu":
             info = np.iinfo(dtype)
@@ -256,7 +258,8 @@ def _chunks(kept, red, code: int, dtype: np.dtype) -> Optional[Tuple[int, int]]:
 def launch_reduce(impl, x: np.ndarray, y: np.ndarray, reduced: Sequence[int], code: int, backend) -> None:
     """Run reduce_kernel for ``x`` reduced over ``reduced`` into ``y`` (any output shape of the
     kept elements, in order).  More than four kept runs: the leading ones loop here."""
-    if x.dtype == np.bool_:  # max/min of bools are those of their 0/1 bytes
+    dtype = x.dtype
+    if dtype == np.bool_:  # max/min of bools are those of their 0/1 bytes
         x, y = x.view(np.uint8), y.view(np.uint8)
     kept, red = reduce_runs(x.shape, reduced)
     if len(red) > RUNS:
@@ -273,15 +276,15 @@ def launch_reduce(impl, x: np.ndarray, y: np.ndarray, reduced: Sequence[int], co
         part = np.empty(out * k, x.dtype)  # (out, k): slice j of output o at o·k + j
         kn, ks = _padded(list(kept) + [(k, n // k * s)], RUNS)
         rn, rs = _padded(red[:i] + [(n // k, s)] + red[i + 1:], RUNS)
-        impl(flat_x, _identity(first, x.dtype), part, op=first, kn=kn, ks=ks, rn=rn, rs=rs, count=count,
+        impl(flat_x, _identity(first, dtype), part, op=first, kn=kn, ks=ks, rn=rn, rs=rs, count=count,
              offset=0, backend=backend)
         kn, ks = _padded([(out, k)], RUNS)
         rn, rs = _padded([(k, 1)], RUNS)
-        impl(part, _identity(second, x.dtype), flat_y, op=second, kn=kn, ks=ks, rn=rn, rs=rs, count=count,
+        impl(part, _identity(second, dtype), flat_y, op=second, kn=kn, ks=ks, rn=rn, rs=rs, count=count,
              offset=0, backend=backend)
         return
     rn, rs = _padded(red, RUNS)
-    init = _identity(code, x.dtype)
+    init = _identity(code, dtype)
     lead, kept = kept[:max(0, len(kept) - RUNS)], kept[max(0, len(kept) - RUNS):]
     kn, ks = _padded(kept, RUNS)
     per = int(np.prod(kn, dtype=np.int64))

@@ -120,6 +120,9 @@ def test_reduce_nan_and_empty_sets(backend):
         assert y.shape == (2, 1, 3)
         np.testing.assert_array_equal(y, np.full((2, 1, 3), v, np.float32), err_msg=op.op_type)
     assert ops.ReduceMax(np.zeros((0, 2), np.int64), np.array([0]), backend=backend).tolist() == [[-2**63] * 2]
+    nob = np.zeros((0, 2), bool)
+    assert ops.ReduceMin(nob, np.array([0]), backend=backend).tolist() == [[True, True]]
+    assert ops.ReduceMax(nob, np.array([0]), backend=backend).tolist() == [[False, False]]
 
 
 def test_reduce_empty_axes(backend):
