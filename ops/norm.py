@@ -209,11 +209,12 @@ class LpNormalization(_AxisOp):
 
 @dsl.kernel
 def norm_kernel(x: In[T], scale: In[S], bias: In[S], y: Out[S], mean: Out[U], inv: Out[U], n: i64,
-                epsilon: f32, center: bool_, has_bias: bool_, rmod: i64, rmul: i64, jdiv: i64, jmod: i64):
+                epsilon: f32, center: bool_, has_bias: bool_, per_element: bool_, rmod: i64, rmul: i64, block: i64):
     """Row k = x.flat[k·n : (k+1)·n] -> (x - μ) / sqrt(σ² + ε) · scale[c] (+ bias[c]); without
-    ``center`` μ = 0 and σ² is the mean square (RMS).  Element j of row k uses param
-    c = (k % rmod)·rmul + (j // jdiv) % jmod: per element (LayerNorm), per channel (Instance),
-    per group or per channel in a group (GroupNorm).  μ and 1/sqrt(σ² + ε) go to mean/inv."""
+    ``center`` μ = 0 and σ² is the mean square (RMS).  With ``per_element`` element j uses c = j
+    (Layer/RMS norm); else the row is made of blocks of ``block`` elements sharing
+    c = (k % rmod)·rmul + (block number): one block per row and channel (Instance, GroupNorm 18)
+    or per channel of the group (GroupNorm 21).  μ and 1/sqrt(σ² + ε) go to mean/inv."""
     rows = x.size // n
     lo, hi = dsl.split(rows)
     for k in range(lo, hi):
@@ -231,20 +232,28 @@ def norm_kernel(x: In[T], scale: In[S], bias: In[S], y: Out[S], mean: Out[U], in
         r = 1 / dsl.sqrt(q / f32(n) + epsilon)
         mean.flat[k] = mu
         inv.flat[k] = r
-        c0 = (k % rmod) * rmul
-        for j in range(n):
-            c = c0 + (j // jdiv) % jmod
-            v = (x.flat[base + j] - mu) * r * scale.flat[c]
-            if has_bias:
-                v += bias.flat[c]
-            y.flat[base + j] = v
+        if per_element:
+            for j in range(n):
+                v = (x.flat[base + j] - mu) * r * scale.flat[j]
+                if has_bias:
+                    v += bias.flat[j]
+                y.flat[base + j] = v
+        else:
+            c0 = (k % rmod) * rmul
+            for b in range(n // block):
+                a = r * scale.flat[c0 + b]
+                shift = bias.flat[c0 + b] if has_bias else 0
+                p = base + b * block
+                for j in range(p, p + block):
+                    y.flat[j] = (x.flat[j] - mu) * a + shift
 
 
 STASH = {1: dsl.f32, 11: dsl.f64, 16: dsl.bf16, 10: dsl.f16}  # ONNX element types allowed as stash_type
 
 
 def _launch_norm(impl, x, scale, bias, y, mean, inv, n: int, epsilon: float, center: bool,
-                 rmod: int = 1, rmul: int = 0, jdiv: int = 1, jmod: int = 1, backend=None):
+                 rmod: int = 1, rmul: int = 0, block: int = 0, backend=None):
+    """norm_kernel over rows of ``n``; ``block`` 0: one param per element of the row."""
     has_bias = bias is not None
     if bias is None:
         bias = scale[:1]
@@ -253,7 +262,8 @@ def _launch_norm(impl, x, scale, bias, y, mean, inv, n: int, epsilon: float, cen
         mean = np.empty(rows, np.float32)
         inv = np.empty(rows, np.float32)
     impl(x.reshape(-1), scale.reshape(-1), bias.reshape(-1), y.reshape(-1), mean.reshape(-1), inv.reshape(-1),
-         n=n, epsilon=epsilon, center=center, has_bias=has_bias, rmod=rmod, rmul=rmul, jdiv=jdiv, jmod=jmod,
+         n=n, epsilon=epsilon, center=center, has_bias=has_bias, per_element=block == 0, rmod=rmod,
+         rmul=rmul, block=max(block, 1),
          backend=backend)
 
 
@@ -323,7 +333,7 @@ class LayerNormalization(dsl.Op):
         n = int(np.prod(norm_shape, dtype=np.int64))
         y, mean, inv = outputs
         _launch_norm(impl, x, _param_array(scale, norm_shape), _param_array(b, norm_shape), y, mean, inv,
-                     n, self.epsilon, True, jmod=max(n, 1), backend=backend)
+                     n, self.epsilon, True, backend=backend)
 
 
 @dsl.op("RMSNormalization", since=23)
@@ -353,7 +363,7 @@ class RMSNormalization(dsl.Op):
         norm_shape = x.shape[a:]
         n = int(np.prod(norm_shape, dtype=np.int64))
         _launch_norm(impl, x, _param_array(scale, norm_shape), None, outputs[0], None, None,
-                     n, self.epsilon, False, jmod=max(n, 1), backend=backend)
+                     n, self.epsilon, False, backend=backend)
 
 
 @dsl.op("InstanceNormalization", since=1)
@@ -378,7 +388,7 @@ class InstanceNormalization(dsl.Op):
         x, scale, b = inputs
         n = int(np.prod(x.shape[2:], dtype=np.int64))
         _launch_norm(impl, x, scale, b, outputs[0], None, None, n, self.epsilon, True,
-                     rmod=x.shape[1], rmul=1, backend=backend)
+                     rmod=x.shape[1], rmul=1, block=n, backend=backend)
 
 
 class _GroupNorm(dsl.Op):
@@ -408,10 +418,10 @@ class _GroupNorm(dsl.Op):
         spatial = int(np.prod(x.shape[2:], dtype=np.int64))
         if self.per_channel:
             _launch_norm(impl, x, scale, b, outputs[0], None, None, cg * spatial, self.epsilon, True,
-                         rmod=g, rmul=cg, jdiv=max(spatial, 1), jmod=cg, backend=backend)
+                         rmod=g, rmul=cg, block=spatial, backend=backend)
         else:
             _launch_norm(impl, x, scale, b, outputs[0], None, None, cg * spatial, self.epsilon, True,
-                         rmod=g, rmul=1, backend=backend)
+                         rmod=g, rmul=1, block=cg * spatial, backend=backend)
 
 
 @dsl.op("GroupNormalization", since=18, until=20)
