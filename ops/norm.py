@@ -440,34 +440,47 @@ class GroupNormalization(_GroupNorm):
 # =========================================================================== LRN
 
 @dsl.kernel
-def lrn_kernel(x: In[T, 3], y: Out[T, 3], size: i64, alpha: f32, beta: f32, bias: f32):
+def lrn_kernel(x: In[T], y: Out[T], channels: i64, inner: i64, size: i64, alpha: f32, beta: f32, bias: f32,
+               blocked: bool_):
     """y[n, c, i] = x / (bias + alpha / size · Σ x[n, c', i]²)^beta over the channels
-    c - ⌊(size-1)/2⌋ .. c + ⌈(size-1)/2⌉ that exist."""
-    channels = x.shape[1]
-    inner = x.shape[2]
+    c - ⌊(size-1)/2⌋ .. c + ⌈(size-1)/2⌉ that exist; x is (N, C, inner), or NCHWc16
+    (``blocked``: (N, C / 16, inner, 16); the zero padding channels add nothing to the sums)."""
     before = (size - 1) // 2
     after = size - 1 - before
+    scale = alpha / f32(size)
+    blocks = (channels + BLOCK - 1) // BLOCK
     lo, hi = dsl.split(x.size)
     for t in range(lo, hi):
-        i = t % inner
-        q = t // inner
-        c = q % channels
-        o = q // channels
+        if blocked:
+            lane = t % BLOCK
+            i = (t // BLOCK) % inner
+            q = t // (BLOCK * inner)
+            c = (q % blocks) * BLOCK + lane
+            o = q // blocks
+        else:
+            i = t % inner
+            q = t // inner
+            c = q % channels
+            o = q // channels
         s = 0.0
         for k in range(max(0, c - before), min(channels, c + after + 1)):
-            v = x[o, k, i]
+            if blocked:
+                v = x.flat[((o * blocks + k // BLOCK) * inner + i) * BLOCK + k % BLOCK]
+            else:
+                v = x.flat[(o * channels + k) * inner + i]
             s += v * v
-        y[o, c, i] = x[o, c, i] / dsl.pow(bias + alpha / f32(size) * s, beta)
+        y.flat[t] = x.flat[t] / dsl.pow(bias + scale * s, beta)
 
 
 @dsl.op("LRN", since=1)
 class LRN(dsl.Op):
-    """Local response normalization across channels of X (N, C, ...)."""
+    """Local response normalization across channels of X (N, C, ...), plain or NCHWc16."""
 
     size: int
     alpha: float = 1e-4
     beta: float = 0.75
     bias: float = 1.0
+    formats = ("plain", "nchwc16")  # keeps_padding False: 0 / bias^beta is 0, but not for bias 0
     kernels = {"default": lrn_kernel}
 
     def verify(self, x):
@@ -480,8 +493,14 @@ class LRN(dsl.Op):
     def infer(self, x):
         return x.spec.with_()
 
+    def select_format(self, x):
+        fmt = "nchwc16" if x.format == "nchwc16" and x.ndim == 4 else "plain"
+        return (fmt,), fmt
+
     def run(self, impl, inputs, outputs, backend):
-        x = inputs[0]
-        shape = (x.shape[0], x.shape[1], int(np.prod(x.shape[2:], dtype=np.int64)))
-        impl(x.reshape(shape), outputs[0].reshape(shape), size=self.size, alpha=self.alpha, beta=self.beta,
-             bias=self.bias, backend=backend)
+        x, y = inputs[0], outputs[0]
+        blocked = y.ndim == 5
+        channels = x.shape[1] * BLOCK if blocked else x.shape[1]  # blocked: with the padding channels
+        inner = int(np.prod(x.shape[2:4] if blocked else x.shape[2:], dtype=np.int64))
+        impl(x, y, channels=channels, inner=inner, size=self.size, alpha=self.alpha, beta=self.beta,
+             bias=self.bias, blocked=blocked, backend=backend)

@@ -148,6 +148,26 @@ def test_lrn(backend):
                                    rtol=1e-5, atol=1e-6)
 
 
+def test_lrn_nchwc16(backend):
+    """Blocked LRN equals plain LRN; after a grouped Conv the graph keeps NCHWc16 through it."""
+    from dsl.opgraph import formats as F
+    x = RNG.standard_normal((2, 20, 3, 2)).astype(np.float32)
+    op = ops.LRN(size=5, alpha=0.1)
+    yb = np.full(F.physical_shape(x.shape, "nchwc16"), np.nan, np.float32)
+    op.run(ops.norm.lrn_kernel, [F.to_nchwc16_ref(x)], [yb], backend)
+    np.testing.assert_allclose(F.to_plain_ref(yb, 20), op(x, backend=backend), rtol=1e-6)
+    g = dsl.Graph("lrn")
+    xi = g.input("x", (2, 16, 4, 4), dsl.f32)
+    w = g.constant("w", RNG.standard_normal((18, 8, 3, 3)).astype(np.float32) * 0.1)
+    g.output(ops.LRN(ops.Conv(xi, w, pads=[1, 1, 1, 1], group=2), size=3), "y")
+    xv = RNG.standard_normal((2, 16, 4, 4)).astype(np.float32)
+    auto = g.compile(backend=backend)
+    lrn = next(n for n in auto.graph.nodes if n.op.op_type == "LRN")
+    assert lrn.inputs[0].spec.format == lrn.outputs[0].spec.format == "nchwc16"
+    plain = g.compile(backend=backend, formats="plain").run({"x": xv})["y"]
+    np.testing.assert_allclose(auto.run({"x": xv})["y"], plain, rtol=1e-5, atol=1e-6)
+
+
 def test_norm_ops_in_graph(backend):
     g = dsl.Graph("n")
     xi = g.input("x", (None, 8), dsl.f32)
