@@ -119,6 +119,7 @@ def test_reduce_nan_and_empty_sets(backend):
         y = op(empty, np.array([1]), backend=backend)
         assert y.shape == (2, 1, 3)
         np.testing.assert_array_equal(y, np.full((2, 1, 3), v, np.float32), err_msg=op.op_type)
+    assert np.isnan(ops.ReduceMean(empty, np.array([1]), backend=backend)).all()  # 0 / 0
     assert ops.ReduceMax(np.zeros((0, 2), np.int64), np.array([0]), backend=backend).tolist() == [[-2**63] * 2]
     nob = np.zeros((0, 2), bool)
     assert ops.ReduceMin(nob, np.array([0]), backend=backend).tolist() == [[True, True]]
