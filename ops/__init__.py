@@ -22,7 +22,8 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.loss import NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss  # noqa: F401
     from ops.quant_matmul import MatMulInteger, QLinearMatMul, DynamicQuantizeLinear  # noqa: F401
     from ops.nn import Conv  # noqa: F401
-    from ops.norm import BatchNormalization  # noqa: F401
+    from ops.norm import (BatchNormalization, Softmax, LogSoftmax, Hardmax, LpNormalization,  # noqa: F401
+                          LayerNormalization, RMSNormalization, InstanceNormalization, GroupNormalization, LRN)
     from ops.conv_fusion import FusedConv  # noqa: F401
     from ops.gather import Gather, GatherElements, GatherND, OneHot, TopK, NonZero  # noqa: F401
     from ops.scatter import Scatter, ScatterElements, ScatterND  # noqa: F401
@@ -32,3 +33,5 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
                            Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, Erf)
     from ops.activations import (Gelu, Elu, Selu, Celu, Softplus, Softsign, HardSigmoid, HardSwish,  # noqa: F401
                                  Mish, ThresholdedRelu, PRelu, PReluV6, Shrink, Swish, SwiGLU)
+    from ops.reduce import (ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceL1,  # noqa: F401
+                            ReduceL2, ReduceLogSum, ReduceLogSumExp, ReduceSumSquare, ArgMax, ArgMin, CumSum)
