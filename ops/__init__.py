@@ -34,4 +34,4 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.activations import (Gelu, Elu, Selu, Celu, Softplus, Softsign, HardSigmoid, HardSwish,  # noqa: F401
                                  Mish, ThresholdedRelu, PRelu, PReluV6, Shrink, Swish, SwiGLU)
     from ops.reduce import (ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceL1,  # noqa: F401
-                            ReduceL2, ReduceLogSum, ReduceLogSumExp, ReduceSumSquare, ArgMax, ArgMin, CumSum)
+                            ReduceL2, ReduceLogSum, ReduceLogSumExp, ReduceSumSquare, ArgMax, ArgMin, CumSum, CumProd)

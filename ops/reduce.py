@@ -1,5 +1,5 @@
 """Reductions: ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceL1, ReduceL2,
-ReduceLogSum, ReduceLogSumExp, ReduceSumSquare; ArgMax, ArgMin; CumSum.
+ReduceLogSum, ReduceLogSumExp, ReduceSumSquare; ArgMax, ArgMin; CumSum, CumProd.
 
 One kernel serves the ten Reduce ops (the operation is a run-time code).  ``run``
 drops size-1 axes and merges neighbouring axes that are both kept or both reduced, so
@@ -141,9 +141,9 @@ def arg_kernel(x: In[T, 3], y: Out[i64], op: i32, last: bool_):
 
 
 @dsl.kernel
-def cumsum_kernel(x: In[T, 3], y: Out[T, 3], exclusive: bool_, reverse: bool_):
-    """Running sums along axis 1 of each x[o, :, i] (from the end with ``reverse``; each sum
-    without its own element with ``exclusive``); f16/bf16 sum in f32."""
+def cumulative_kernel(x: In[T, 3], y: Out[T, 3], exclusive: bool_, reverse: bool_, product: bool_):
+    """Running sums (products with ``product``) along axis 1 of each x[o, :, i] (from the end
+    with ``reverse``; each without its own element with ``exclusive``); f16/bf16 in f32."""
     n = x.shape[1]
     inner = x.shape[2]
     lo, hi = dsl.split(x.shape[0] * inner)
@@ -151,14 +151,15 @@ def cumsum_kernel(x: In[T, 3], y: Out[T, 3], exclusive: bool_, reverse: bool_):
         o = t // inner
         i = t - o * inner
         acc = x[o, 0, i] * 0
+        if product:
+            acc = acc + 1
         for k in range(n):
             r = n - 1 - k if reverse else k
             v = x[o, r, i]
             if exclusive:
                 y[o, r, i] = acc
-                acc += v
-            else:
-                acc += v
+            acc = acc * v if product else acc + v
+            if not exclusive:
                 y[o, r, i] = acc
 
 
@@ -435,24 +436,32 @@ class ArgMin(_Arg):
 class CumSum(dsl.Op):
     """Running sums along the axis given by a scalar i32/i64 input."""
 
+    product = False
     exclusive: int = 0
     reverse: int = 0
     replay = False  # run() reads the axis' value
-    kernels = {"default": cumsum_kernel}
+    kernels = {"default": cumulative_kernel}
 
     def verify(self, x, axis):
-        require_dtype("CumSum", x, SUMMABLE)
+        require_dtype(self.op_type, x, SUMMABLE)
         if axis.dtype not in (dsl.i32, dsl.i64) or axis.size not in (1, None) or axis.ndim > 1:
-            raise VerifyError(f"CumSum axis input must be a scalar i32 or i64 tensor, got {axis}")
+            raise VerifyError(f"{self.op_type} axis input must be a scalar i32 or i64 tensor, got {axis}")
         if axis.value is not None:
-            normalize_axis("CumSum", int(np.asarray(axis.value).reshape(-1)[0]), max(x.ndim, 1))
+            normalize_axis(self.op_type, int(np.asarray(axis.value).reshape(-1)[0]), max(x.ndim, 1))
 
     def infer(self, x, axis):
         return x.spec.with_()
 
     def run(self, impl, inputs, outputs, backend):
         x, y = inputs[0], outputs[0]
-        a = normalize_axis("CumSum", int(inputs[1].reshape(-1)[0]), max(x.ndim, 1))
+        a = normalize_axis(self.op_type, int(inputs[1].reshape(-1)[0]), max(x.ndim, 1))
         shape = axis_view(x.shape, a) if x.ndim else (1, 1, 1)
         impl(x.reshape(shape), y.reshape(shape), exclusive=bool(self.exclusive), reverse=bool(self.reverse),
-             backend=backend)
+             product=self.product, backend=backend)
+
+
+@dsl.op("CumProd", since=26)
+class CumProd(CumSum):
+    """Running products along the axis given by a scalar i32/i64 input."""
+
+    product = True

@@ -205,6 +205,19 @@ def test_cumsum(backend):
                 want = np.flip(want, a) if reverse else want
                 got = ops.CumSum(x, np.array(axis, np.int64), exclusive=exclusive, reverse=reverse, backend=backend)
                 np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_cumprod(backend):
+    x = RNG.uniform(0.5, 1.5, (3, 4)).astype(np.float32)
+    for exclusive in (0, 1):
+        for reverse in (0, 1):
+            xr = np.flip(x, 1) if reverse else x
+            want = np.cumprod(xr, 1)
+            if exclusive:
+                want = np.concatenate([np.ones((3, 1)), want[:, :-1]], axis=1)
+            want = np.flip(want, 1) if reverse else want
+            got = ops.CumProd(x, np.array(1, np.int64), exclusive=exclusive, reverse=reverse, backend=backend)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     xi = RNG.integers(-9, 9, (10,)).astype(np.int32)
     np.testing.assert_array_equal(ops.CumSum(xi, np.array([0], np.int32), backend=backend), np.cumsum(xi))
     h = np.ones(3000, np.float16)
