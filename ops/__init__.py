@@ -27,7 +27,7 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.conv_fusion import FusedConv  # noqa: F401
     from ops.gather import Gather, GatherElements, GatherND, OneHot, TopK, NonZero  # noqa: F401
     from ops.scatter import Scatter, ScatterElements, ScatterND  # noqa: F401
-    from ops.pad import Pad  # noqa: F401
+    from ops.pad import Pad, CenterCropPad  # noqa: F401
     from ops.resize import Resize, Upsample  # noqa: F401
     from ops.unary import (Neg, Abs, Sign, Reciprocal, Sqrt, Exp, Log, Floor, Ceil, Round, Sin, Cos,  # noqa: F401
                            Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, Erf)

@@ -216,3 +216,45 @@ class Pad(Pad18):
     """data padded by ``pads`` (begin values, then end values; negative crops) in ``mode``
     constant (constant_value, default 0), reflect, edge or wrap; ``axes`` selects axes."""
     modes = ("constant", "reflect", "edge", "wrap")
+
+
+@dsl.op("CenterCropPad", since=18)
+class CenterCropPad(_Pad):
+    """Crop or zero-pad ``axes`` (default: all) to ``shape``, centered: a crop drops
+    (in - out) // 2 leading elements, a pad adds (out - in) // 2 leading zeros."""
+    op_type = "CenterCropPad"
+    axes: Optional[Tuple[int, ...]] = None
+
+    def _axes(self, rank: int) -> List[int]:
+        if self.axes is None:
+            return list(range(rank))
+        return [norm_axis("CenterCropPad", a, rank, "axes") for a in self.axes]
+
+    def _target(self, data, shape):
+        sizes = const_ints(shape)
+        if sizes is None:
+            return None
+        axes = self._axes(data.ndim)
+        if len(sizes) != len(axes):
+            raise VerifyError(f"CenterCropPad shape {sizes} needs one size per axis of {axes}")
+        out = list(data.shape)
+        for a, n in zip(axes, sizes):
+            if n < 0:
+                raise VerifyError(f"CenterCropPad shape {sizes} has a negative size")
+            out[a] = n
+        return out
+
+    def verify(self, input_data, shape):
+        self._check(input_data)
+        if shape.dtype not in (dsl.i32, dsl.i64) or shape.ndim != 1:
+            raise VerifyError(f"CenterCropPad shape must be a 1-D i32/i64 tensor, got {shape}")
+        self._target(input_data, shape)
+
+    def infer(self, input_data, shape):
+        out = self._target(input_data, shape)
+        return TensorSpec(tuple(out) if out is not None else (None,) * input_data.ndim, input_data.dtype)
+
+    def run(self, impl, inputs, outputs, backend):
+        x, y = inputs[0], outputs[0]
+        begin = [(o - i) // 2 if o >= i else -((i - o) // 2) for i, o in zip(x.shape, y.shape)]
+        self.launch(impl, x, y, begin, np.zeros(1, x.dtype), backend)

@@ -63,3 +63,13 @@ def test_pad_errors():
         ops.Pad(x, np.array([0, -2, 0, -2], np.int64))
     with pytest.raises(dsl.VerifyError, match="constant_value .* must have data's dtype f32"):
         ops.Pad(x, np.array([0, 0, 0, 0], np.int64), np.array(1, np.int64))
+
+
+def test_center_crop_pad(backend):
+    x = np.arange(5 * 6 * 3, dtype=np.float32).reshape(5, 6, 3)
+    y = ops.CenterCropPad(x, np.array([3, 9], np.int64), axes=(0, 1), backend=backend)
+    want = np.zeros((3, 9, 3), np.float32)
+    want[:, 1:7] = x[1:4]                      # crop 5 -> 3 drops 1 leading row; pad 6 -> 9 adds 1 leading
+    np.testing.assert_array_equal(y, want)
+    y = ops.CenterCropPad(x, np.array([4, 6, 2], np.int64), backend=backend)  # every axis
+    np.testing.assert_array_equal(y, x[0:4, :, 0:2])
