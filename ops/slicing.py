@@ -296,3 +296,46 @@ class Tile(dsl.Op):
             space += [r, d]
             xs += [0, s]
         launch_strided(impl, x, y, space, xs, contiguous_strides(space), backend=backend)
+
+
+@dsl.op("ReverseSequence", since=10)
+class ReverseSequence(dsl.Op):
+    """Reverse the first ``sequence_lens[b]`` steps along ``time_axis`` of each batch entry b
+    (along ``batch_axis``); the rest is copied.  Two strided copies per batch entry."""
+
+    batch_axis: int = 1
+    time_axis: int = 0
+    kernels = {"default": strided_copy_kernel}
+    replay = False  # run() reads sequence_lens' values
+
+    def verify(self, input, sequence_lens):
+        if input.ndim < 2:
+            raise VerifyError(f"ReverseSequence input must have rank >= 2, got {input}")
+        if sorted((self.batch_axis, self.time_axis)) != [0, 1]:
+            raise VerifyError(f"ReverseSequence batch_axis/time_axis must be 0 and 1 in some order, got "
+                              f"{self.batch_axis}/{self.time_axis}")
+        _int_input("ReverseSequence", "sequence_lens", sequence_lens, (dsl.i64,))
+        batch = input.shape[self.batch_axis]
+        if sequence_lens.shape[0] is not None and batch is not None and sequence_lens.shape[0] != batch:
+            raise VerifyError(f"ReverseSequence sequence_lens {sequence_lens} needs one length per batch entry "
+                              f"({batch})")
+
+    def infer(self, input, sequence_lens):
+        return input.spec.with_()
+
+    def run(self, impl, inputs, outputs, backend):
+        x, lens, y = inputs[0], inputs[1], outputs[0]
+        steps = x.shape[self.time_axis]
+        if lens.size and (lens.min() < 0 or lens.max() > steps):
+            raise ValueError(f"ReverseSequence sequence_lens {lens.tolist()} must lie in [0, {steps}]")
+        strides = contiguous_strides(x.shape)
+        ts, bs = strides[self.time_axis], strides[self.batch_axis]
+        rest, rest_strides = list(x.shape[2:]), strides[2:]
+        for b, n in enumerate(int(v) for v in lens):
+            base = b * bs
+            if n:
+                launch_strided(impl, x, y, [n] + rest, [-ts] + rest_strides, [ts] + rest_strides,
+                               xoff=base + (n - 1) * ts, yoff=base, backend=backend)
+            if steps - n:
+                launch_strided(impl, x, y, [steps - n] + rest, [ts] + rest_strides, [ts] + rest_strides,
+                               xoff=base + n * ts, yoff=base + n * ts, backend=backend)

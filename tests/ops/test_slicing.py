@@ -138,3 +138,18 @@ def test_slice_property():
         cols = [i64(*(t[k] for t in spec)) for k in (1, 2, 0, 3)]
         np.testing.assert_array_equal(ops.Slice(x, *cols, backend="numba"), x[tuple(index)])
     check()
+
+
+def test_reverse_sequence(backend):
+    x = np.arange(4 * 3 * 2, dtype=np.float32).reshape(4, 3, 2)          # (time, batch, feature)
+    lens = np.array([4, 0, 2], np.int64)
+    y = ops.ReverseSequence(x, lens, backend=backend)
+    want = x.copy()
+    for b, n in enumerate(lens):
+        want[:n, b] = x[:n, b][::-1]
+    np.testing.assert_array_equal(y, want)
+    xb = np.ascontiguousarray(x.transpose(1, 0, 2))                      # (batch, time, feature)
+    yb = ops.ReverseSequence(xb, lens, batch_axis=0, time_axis=1, backend=backend)
+    np.testing.assert_array_equal(yb, want.transpose(1, 0, 2))
+    with pytest.raises(ValueError, match=r"sequence_lens \[5, 0, 2\] must lie in \[0, 4\]"):
+        ops.ReverseSequence(x, np.array([5, 0, 2], np.int64), backend=backend)
