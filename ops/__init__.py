@@ -12,5 +12,5 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.norm import BatchNormalization  # noqa: F401
     from ops.conv_fusion import FusedConv  # noqa: F401
     from ops.pool import (MaxPool, AveragePool, LpPool, GlobalMaxPool, GlobalAveragePool,  # noqa: F401
-                          GlobalLpPool)
+                          GlobalLpPool, MaxUnpool)
     from ops.conv_transpose import ConvTranspose  # noqa: F401

@@ -194,3 +194,21 @@ def test_bad_input():
         ops.GlobalMaxPool(np.zeros((2, 3), np.float32))
     with pytest.raises(dsl.VerifyError, match="LpPool p must be > 0"):
         ops.LpPool(x, kernel_shape=(2, 2), p=0)
+
+
+def test_max_unpool_inverts_max_pool(backend):
+    x = RNG.standard_normal((2, 3, 6, 4)).astype(np.float32)
+    y, ind = ops.MaxPool(x, kernel_shape=(2, 2), strides=(2, 2), backend=backend)
+    u = ops.MaxUnpool(y, ind, kernel_shape=(2, 2), strides=(2, 2), backend=backend)
+    ref = np.where(x == np.repeat(np.repeat(y, 2, axis=2), 2, axis=3), x, 0)  # each window's max kept
+    np.testing.assert_array_equal(u, ref)
+    # an output_shape input embeds the unpooled image at the low corner (onnx's reference)
+    big = ops.MaxUnpool(y, ind, np.array([2, 3, 7, 5], np.int64), kernel_shape=(2, 2), strides=(2, 2),
+                        backend=backend)
+    assert big.shape == (2, 3, 7, 5)
+    np.testing.assert_array_equal(big[:, :, :6, :4], ref)
+    assert not big[:, :, 6:].any() and not big[:, :, :, 4:].any()
+    with pytest.raises(dsl.VerifyError, match="MaxUnpool Indices"):
+        ops.MaxUnpool(y, ind[:, :2], kernel_shape=(2, 2))
+    with pytest.raises(dsl.VerifyError, match=r"MaxUnpool kernel_shape \[2\] needs 2 values"):
+        ops.MaxUnpool(y, ind, kernel_shape=(2,))
