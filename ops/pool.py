@@ -2,7 +2,7 @@
 
 One kernel serves the family: ``pool_kernel`` works on an (N·C, D, H, W) view of the input
 (1-D and 2-D images get leading spatial axes of size 1, with a window of 1 along them) and a
-run-time code picks max, average or Lp.  A work item is one output element; its window is
+run-time code picks max, average or Lp.  A work item is one output row; each window is
 clipped to the image once per axis, so the inner loops carry no padding tests.  Max keeps
 the first largest value and its flattened input index (the Indices output, row- or
 column-major over the spatial axes as ``storage_order`` says); average divides by the taps
@@ -50,78 +50,78 @@ def pool_kernel(x: In[T, 4], y: Out[T, 4], ind: Out[i64, 4], k: dsl.Vec[i64, 3],
     oh_n = y.shape[2]
     ow_n = y.shape[3]
     plane = id_n * ih_n * iw_n
-    lo, hi = dsl.split(y.size, grid=True)
-    for i in range(lo, hi):
-        ow = i % ow_n
-        r = i // ow_n
-        oh = r % oh_n
-        r = r // oh_n
+    lo, hi = dsl.split(y.size // ow_n, grid=True)  # a work item is an output row (r, od, oh)
+    for row in range(lo, hi):
+        oh = row % oh_n
+        r = row // oh_n
         od = r % od_n
         r = r // od_n
         # window origins and the taps inside the image along each axis
         d0 = od * s[0] - pb[0]
         h0 = oh * s[1] - pb[1]
-        w0 = ow * s[2] - pb[2]
         kd_lo = 0 if d0 >= 0 else (d[0] - 1 - d0) // d[0]
         kd_hi = min(k[0], (id_n - d0 + d[0] - 1) // d[0])
         kh_lo = 0 if h0 >= 0 else (d[1] - 1 - h0) // d[1]
         kh_hi = min(k[1], (ih_n - h0 + d[1] - 1) // d[1])
-        kw_lo = 0 if w0 >= 0 else (d[2] - 1 - w0) // d[2]
-        kw_hi = min(k[2], (iw_n - w0 + d[2] - 1) // d[2])
         base = r * plane
-        if code == MAX:
-            best = x.flat[base] * 0
-            at = -1
-            for kd in range(kd_lo, kd_hi):
-                pd = d0 + kd * d[0]
-                for kh in range(kh_lo, kh_hi):
-                    ph = h0 + kh * d[1]
-                    px = base + (pd * ih_n + ph) * iw_n + w0
-                    for kw in range(kw_lo, kw_hi):
-                        v = x.flat[px + kw * d[2]]
-                        if at < 0 or v > best:
-                            best = v
-                            at = (pd * ih_n + ph) * iw_n + w0 + kw * d[2]
-            y.flat[i] = best
-            if want_ind:
-                if at < 0:
-                    ind.flat[i] = -1
-                elif col_major:  # the first spatial axis varies fastest
-                    pw = at % iw_n
-                    ph = (at // iw_n) % ih_n
-                    pd = at // (iw_n * ih_n)
-                    ind.flat[i] = base + pd + id_n * (ph + ih_n * pw)
-                else:
-                    ind.flat[i] = base + at
-        else:
-            acc = 0.0
-            for kd in range(kd_lo, kd_hi):
-                for kh in range(kh_lo, kh_hi):
-                    px = base + ((d0 + kd * d[0]) * ih_n + h0 + kh * d[1]) * iw_n + w0
-                    for kw in range(kw_lo, kw_hi):
-                        v = x.flat[px + kw * d[2]]
-                        if code == AVG:
-                            acc += v
-                        elif p == 2:
-                            acc += v * v
-                        elif p == 1:
-                            acc += abs(v)
-                        else:
-                            acc += dsl.pow(abs(v), p)
-            if code == AVG:
-                if count_pad:  # taps inside the padded image (the ceil_mode overhang is not)
-                    n = ((min(k[0], (id_n + pe[0] - d0 + d[0] - 1) // d[0]))
-                         * (min(k[1], (ih_n + pe[1] - h0 + d[1] - 1) // d[1]))
-                         * (min(k[2], (iw_n + pe[2] - w0 + d[2] - 1) // d[2])))
-                else:
-                    n = (kd_hi - kd_lo) * (kh_hi - kh_lo) * (kw_hi - kw_lo)
-                y.flat[i] = acc / max(n, 1)
-            elif p == 2:
-                y.flat[i] = dsl.sqrt(acc)
-            elif p == 1:
-                y.flat[i] = acc
+        for ow in range(ow_n):
+            i = row * ow_n + ow
+            w0 = ow * s[2] - pb[2]
+            kw_lo = 0 if w0 >= 0 else (d[2] - 1 - w0) // d[2]
+            kw_hi = min(k[2], (iw_n - w0 + d[2] - 1) // d[2])
+            if code == MAX:
+                best = x.flat[base] * 0
+                at = -1
+                for kd in range(kd_lo, kd_hi):
+                    pd = d0 + kd * d[0]
+                    for kh in range(kh_lo, kh_hi):
+                        ph = h0 + kh * d[1]
+                        px = base + (pd * ih_n + ph) * iw_n + w0
+                        for kw in range(kw_lo, kw_hi):
+                            v = x.flat[px + kw * d[2]]
+                            if at < 0 or v > best:
+                                best = v
+                                at = (pd * ih_n + ph) * iw_n + w0 + kw * d[2]
+                y.flat[i] = best
+                if want_ind:
+                    if at < 0:
+                        ind.flat[i] = -1
+                    elif col_major:  # the first spatial axis varies fastest
+                        pw = at % iw_n
+                        ph = (at // iw_n) % ih_n
+                        pd = at // (iw_n * ih_n)
+                        ind.flat[i] = base + pd + id_n * (ph + ih_n * pw)
+                    else:
+                        ind.flat[i] = base + at
             else:
-                y.flat[i] = dsl.pow(acc, 1.0 / p)
+                acc = 0.0
+                for kd in range(kd_lo, kd_hi):
+                    for kh in range(kh_lo, kh_hi):
+                        px = base + ((d0 + kd * d[0]) * ih_n + h0 + kh * d[1]) * iw_n + w0
+                        for kw in range(kw_lo, kw_hi):
+                            v = x.flat[px + kw * d[2]]
+                            if code == AVG:
+                                acc += v
+                            elif p == 2:
+                                acc += v * v
+                            elif p == 1:
+                                acc += abs(v)
+                            else:
+                                acc += dsl.pow(abs(v), p)
+                if code == AVG:
+                    if count_pad:  # taps inside the padded image (the ceil_mode overhang is not)
+                        n = ((min(k[0], (id_n + pe[0] - d0 + d[0] - 1) // d[0]))
+                             * (min(k[1], (ih_n + pe[1] - h0 + d[1] - 1) // d[1]))
+                             * (min(k[2], (iw_n + pe[2] - w0 + d[2] - 1) // d[2])))
+                    else:
+                        n = (kd_hi - kd_lo) * (kh_hi - kh_lo) * (kw_hi - kw_lo)
+                    y.flat[i] = acc / max(n, 1)
+                elif p == 2:
+                    y.flat[i] = dsl.sqrt(acc)
+                elif p == 1:
+                    y.flat[i] = acc
+                else:
+                    y.flat[i] = dsl.pow(acc, 1.0 / p)
 
 
 # --------------------------------------------------------------------------- geometry
