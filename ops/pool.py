@@ -12,7 +12,8 @@ inside the image (or, with ``count_include_pad``, inside the padded image); Lp i
 The output shape follows the ONNX spec: floor or ceil (``ceil_mode``) of
 (in + pads - span) / stride + 1, where with ceil_mode a last window that would start in the
 end padding is dropped; auto_pad SAME_* gives ceil(in / stride) with the padding split
-(the odd one at the end for SAME_UPPER, at the beginning for SAME_LOWER), VALID no padding.
+(the odd one at the end for SAME_UPPER, at the beginning for SAME_LOWER), VALID no padding;
+ceil_mode changes neither.
 """
 from __future__ import annotations
 
@@ -155,7 +156,7 @@ def pool_geometry(in_sp, k, strides, dil, pads, auto_pad: str, ceil_mode: bool):
         if room < 0:
             raise VerifyError(f"pooling window of span {span} (kernel {k[a]}, dilation {dil[a]}) does not fit "
                               f"input size {i} with pads ({pb}, {pe}) along spatial axis {a}")
-        if ceil_mode:
+        if ceil_mode and auto_pad != "VALID":  # VALID: floor whatever ceil_mode says (the spec)
             o = -(-room // s) + 1
             if (o - 1) * s >= i + pb:  # the last window would start in the end padding
                 o -= 1

@@ -101,7 +101,7 @@ def test_max_avg_lp_against_loops(backend, case):
 
 @pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
 def test_auto_pad(backend, auto_pad):
-    x = RNG.standard_normal((1, 2, 7, 6)).astype(np.float32)
+    x = RNG.standard_normal((1, 2, 8, 6)).astype(np.float32)
     k, s = (3, 2), (2, 2)
     y, ind = ops.MaxPool(x, kernel_shape=k, strides=s, auto_pad=auto_pad, backend=backend)
     ry, rind = pool_ref(x, "max", k, s, auto_pad=auto_pad)
@@ -111,6 +111,9 @@ def test_auto_pad(backend, auto_pad):
     np.testing.assert_allclose(y, pool_ref(x, "avg", k, s, auto_pad=auto_pad)[0], rtol=1e-5, atol=1e-6)
     if auto_pad == "SAME_UPPER":
         assert y.shape == (1, 2, 4, 3)
+    # auto_pad ignores ceil_mode (VALID: floor((8 - 3) / 2) + 1 = 3 rows, not 4)
+    yc = ops.AveragePool(x, kernel_shape=k, strides=s, auto_pad=auto_pad, ceil_mode=1, backend=backend)
+    np.testing.assert_array_equal(yc, y)
 
 
 def test_storage_order_column_major(backend):
