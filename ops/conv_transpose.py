@@ -10,6 +10,7 @@ sums in f32 (f64 for f64 data).
 """
 from __future__ import annotations
 
+import math
 from typing import Optional, Tuple
 
 import numpy as np
@@ -26,7 +27,7 @@ AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
 @dsl.kernel
 def conv_transpose_kernel(x: In[T, 5], w: In[T, 5], bias: In[T, 1], y: Out[T, 5], group: i64,
-                          s: dsl.Vec[i64, 3], d: dsl.Vec[i64, 3], pb: dsl.Vec[i64, 3]):
+                          s: dsl.Vec[i64, 3], d: dsl.Vec[i64, 3], pb: dsl.Vec[i64, 3], st: dsl.Vec[i64, 3]):
     """y[n, m, o] = bias[m] + Σ x[n, g·C/G + c, i] · w[g·C/G + c, m mod M/G, k] over the channels c
     of m's group g and the taps k with o + pb - k·d = i·s (per spatial axis)."""
     c_in = x.shape[1]
@@ -55,19 +56,28 @@ def conv_transpose_kernel(x: In[T, 5], w: In[T, 5], bias: In[T, 1], y: Out[T, 5]
         nb = r // m_out
         c0 = (m // mg) * cg
         acc = 0.0
-        for kd in range(kd_n):
-            td = od + pb[0] - kd * d[0]
-            if td < 0 or td % s[0] != 0 or td // s[0] >= id_n:
-                continue
-            for kh in range(kh_n):
-                th = oh + pb[1] - kh * d[1]
-                if th < 0 or th % s[1] != 0 or th // s[1] >= ih_n:
-                    continue
-                for kw in range(kw_n):
-                    tw = ow + pb[2] - kw * d[2]
-                    if tw < 0 or tw % s[2] != 0 or tw // s[2] >= iw_n:
-                        continue
-                    px = ((nb * c_in + c0) * id_n + td // s[0]) * ih_n * iw_n + (th // s[1]) * iw_n + tw // s[2]
+        # per axis the taps k with 0 <= t - k·d < in·s, t = o + pb, stepping through those
+        # with (t - k·d) divisible by s: the first found by a scan, then every st-th
+        td = od + pb[0]
+        kd_lo = max(0, (td - (id_n - 1) * s[0] + d[0] - 1) // d[0])
+        kd_hi = min(kd_n, td // d[0] + 1)
+        while kd_lo < kd_hi and (td - kd_lo * d[0]) % s[0] != 0:
+            kd_lo += 1
+        th = oh + pb[1]
+        kh_lo = max(0, (th - (ih_n - 1) * s[1] + d[1] - 1) // d[1])
+        kh_hi = min(kh_n, th // d[1] + 1)
+        while kh_lo < kh_hi and (th - kh_lo * d[1]) % s[1] != 0:
+            kh_lo += 1
+        tw = ow + pb[2]
+        kw_lo = max(0, (tw - (iw_n - 1) * s[2] + d[2] - 1) // d[2])
+        kw_hi = min(kw_n, tw // d[2] + 1)
+        while kw_lo < kw_hi and (tw - kw_lo * d[2]) % s[2] != 0:
+            kw_lo += 1
+        for kd in range(kd_lo, kd_hi, st[0]):
+            for kh in range(kh_lo, kh_hi, st[1]):
+                for kw in range(kw_lo, kw_hi, st[2]):
+                    px = (((nb * c_in + c0) * id_n + (td - kd * d[0]) // s[0]) * ih_n
+                          + (th - kh * d[1]) // s[1]) * iw_n + (tw - kw * d[2]) // s[2]
                     pw = (c0 * mg + m % mg) * taps + (kd * kh_n + kh) * kw_n + kw
                     for c in range(cg):
                         acc += x.flat[px + c * id_n * ih_n * iw_n] * w.flat[pw + c * mg * taps]
@@ -183,8 +193,9 @@ class ConvTransposeV1(dsl.Op):
         view = lambda t: t.reshape(t.shape[:2] + (1,) * lead + t.shape[2:])  # noqa: E731
         pad3 = lambda v, fill: (fill,) * lead + tuple(v)  # noqa: E731
         grid = grid_for(y.size * x.shape[1] // self.group * int(np.prod(w.shape[2:])))
+        steps = tuple(sv // math.gcd(sv, dv) for sv, dv in zip(strides, dil))  # taps between matches
         impl(view(x), view(w), b, view(y), self.group, pad3(strides, 1), pad3(dil, 1), pad3(begin, 0),
-             backend=backend, grid=grid)
+             pad3(steps, 1), backend=backend, grid=grid)
 
 
 @dsl.op("ConvTranspose", since=22)

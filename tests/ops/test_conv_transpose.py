@@ -47,6 +47,7 @@ def conv_transpose_ref(x, w, b=None, strides=None, dil=None, pads=None, out_pad=
 
 CASES = [  # (x shape, w shape, params)
     ((2, 3, 5), (3, 2, 3), dict(strides=(2,), pads=(1, 0))),
+    ((1, 2, 4), (2, 2, 5), dict(strides=(4,), dilations=(2,), pads=(3, 2), output_padding=(1,))),  # every 2nd tap
     ((1, 4, 4, 3), (4, 2, 3, 2), dict(strides=(2, 3), pads=(1, 0, 2, 1), dilations=(2, 1), output_padding=(1, 1))),
     ((2, 4, 3, 3), (4, 3, 2, 2), dict(group=2, strides=(2, 2))),
     ((1, 2, 3, 3), (2, 1, 3, 3), dict(strides=(3, 2), output_shape=(10, 8))),
