@@ -35,3 +35,6 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
                                  Mish, ThresholdedRelu, PRelu, PReluV6, Shrink, Swish, SwiGLU)
     from ops.reduce import (ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceL1,  # noqa: F401
                             ReduceL2, ReduceLogSum, ReduceLogSumExp, ReduceSumSquare, ArgMax, ArgMin, CumSum, CumProd)
+    from ops.pool import (MaxPool, AveragePool, LpPool, GlobalMaxPool, GlobalAveragePool,  # noqa: F401
+                          GlobalLpPool, MaxUnpool)
+    from ops.conv_transpose import ConvTranspose  # noqa: F401

@@ -1,4 +1,4 @@
-"""Convolution (ONNX Conv, 1-D and 2-D): pads, strides, dilations, group, auto_pad.
+"""Convolution (ONNX Conv, 1-D, 2-D and 3-D): pads, strides, dilations, group, auto_pad.
 
 Two kernels, one per data format (PPL.NN): ``conv_nchw`` on plain tensors and
 ``conv_nchwc16`` on channel-blocked ones (N, C/16, H, W, 16), chosen by the graph
@@ -6,8 +6,10 @@ compiler through ``Conv.select_format``; weights and bias stay plain.  Every thr
 of a grid of teams sized to the job takes a contiguous share of output rows and
 accumulates a row in its own line of a workspace (f32, or f64 for f64 data, so
 f16/bf16 sums are not rounded at every step).  Window bounds are clipped to the
-image once per row and weight, so the inner loops carry no padding tests.  1-D
-convolutions run as 2-D ones with H = 1.
+image once per row and weight, so the inner loops carry no padding tests.
+``conv_nchw`` works on (N, C, D, H, W): 2-D images run with D = 1 and 1-D ones with
+D = H = 1; the blocked kernel and the GEMM path (ops/gemm_packed.py) take 1-D and 2-D
+images only, so a 3-D convolution always runs ``conv_nchw``.
 
 Both kernels end in an *epilogue* applied while storing: an optional residual tensor
 added (``add_res``) and an activation (``conv_epilogue``: none, Relu, Clip, LeakyRelu).
@@ -34,50 +36,60 @@ CONV_TYPES = (f16, bf16, f32, f64)
 BLOCK = 16
 
 @dsl.kernel
-def conv_nchw(x: In[T, 4], w: In[T, 4], bias: In[T, 1], res: In[T, 4], y: Out[T, 4], acc: InOut[A, 2],
-              group: i64, stride_h: i64, stride_w: i64, dil_h: i64, dil_w: i64, pad_t: i64, pad_l: i64,
-              add_res: bool_, act: i32, act_lo: A, act_hi: A):
-    """y[n, m, oh, ow] = bias[m] + Σ x[n, g·C/G + c, oh·s - p + kh·d, ...] · w[m, c, kh, kw],
-    then + res[n, m, oh, ow] when ``add_res``, then ``conv_epilogue(act, act_lo, act_hi)``.
+def conv_nchw(x: In[T, 5], w: In[T, 5], bias: In[T, 1], res: In[T, 5], y: Out[T, 5], acc: InOut[A, 2],
+              group: i64, stride_d: i64, stride_h: i64, stride_w: i64, dil_d: i64, dil_h: i64, dil_w: i64,
+              pad_f: i64, pad_t: i64, pad_l: i64, add_res: bool_, act: i32, act_lo: A, act_hi: A):
+    """y[n, m, od, oh, ow] = bias[m] + Σ x[n, g·C/G + c, od·s - p + kd·d, ...] · w[m, c, kd, kh, kw],
+    then + res[n, m, od, oh, ow] when ``add_res``, then ``conv_epilogue(act, act_lo, act_hi)``.
 
-    One work item is an output row (n, m, oh): per weight, the inner loop runs along the
-    row (contiguous for stride 1), accumulating in this worker's row of ``acc``."""
+    One work item is an output row (n, m, od, oh): per weight, the inner loop runs along the
+    row (contiguous for stride 1), accumulating in this worker's row of ``acc``.  2-D
+    images come as D = 1."""
     m_out = y.shape[1]
-    oh_n = y.shape[2]
-    ow_n = y.shape[3]
+    od_n = y.shape[2]
+    oh_n = y.shape[3]
+    ow_n = y.shape[4]
     c_in = x.shape[1]
-    ih_n = x.shape[2]
-    iw_n = x.shape[3]
+    id_n = x.shape[2]
+    ih_n = x.shape[3]
+    iw_n = x.shape[4]
     cg = w.shape[1]
-    kh_n = w.shape[2]
-    kw_n = w.shape[3]
+    kd_n = w.shape[2]
+    kh_n = w.shape[3]
+    kw_n = w.shape[4]
     mg = m_out // group
-    rows = y.shape[0] * m_out * oh_n
+    rows = y.shape[0] * m_out * od_n * oh_n
     worker = dsl.tile_id() * dsl.num_threads() + dsl.thread_id()  # acc has a row per worker
     lo, hi = dsl.split(rows, grid=True)
     pacc = worker * acc.shape[1]
     for row in range(lo, hi):
         oh = row % oh_n
         r = row // oh_n
+        od = r % od_n
+        r = r // od_n
         m = r % m_out
         nb = r // m_out
         for ow in range(ow_n):
             acc.flat[pacc + ow] = 0
+        id0 = od * stride_d - pad_f
+        kd_lo = 0 if id0 >= 0 else (dil_d - 1 - id0) // dil_d  # window planes inside the image
+        kd_hi = min(kd_n, (id_n - id0 + dil_d - 1) // dil_d)
         ih0 = oh * stride_h - pad_t
         kh_lo = 0 if ih0 >= 0 else (dil_h - 1 - ih0) // dil_h  # window rows inside the image
         kh_hi = min(kh_n, (ih_n - ih0 + dil_h - 1) // dil_h)
         xc = nb * c_in + (m // mg) * cg
         for c in range(cg):
-            for kh in range(kh_lo, kh_hi):
-                px = ((xc + c) * ih_n + ih0 + kh * dil_h) * iw_n
-                pw = ((m * cg + c) * kh_n + kh) * kw_n
-                for kw in range(kw_n):
-                    wv = w.flat[pw + kw]
-                    off = kw * dil_w - pad_l
-                    ow_lo = 0 if off >= 0 else (stride_w - 1 - off) // stride_w  # columns inside
-                    ow_hi = min(ow_n, (iw_n - off + stride_w - 1) // stride_w)
-                    for ow in range(ow_lo, ow_hi):
-                        acc.flat[pacc + ow] += wv * x.flat[px + ow * stride_w + off]
+            for kd in range(kd_lo, kd_hi):
+                for kh in range(kh_lo, kh_hi):
+                    px = (((xc + c) * id_n + id0 + kd * dil_d) * ih_n + ih0 + kh * dil_h) * iw_n
+                    pw = (((m * cg + c) * kd_n + kd) * kh_n + kh) * kw_n
+                    for kw in range(kw_n):
+                        wv = w.flat[pw + kw]
+                        off = kw * dil_w - pad_l
+                        ow_lo = 0 if off >= 0 else (stride_w - 1 - off) // stride_w  # columns inside
+                        ow_hi = min(ow_n, (iw_n - off + stride_w - 1) // stride_w)
+                        for ow in range(ow_lo, ow_hi):
+                            acc.flat[pacc + ow] += wv * x.flat[px + ow * stride_w + off]
         bv = bias.flat[m]
         py = row * ow_n
         for ow in range(ow_n):
@@ -184,7 +196,7 @@ def conv_geometry(in_hw, k_hw, strides, dilations, pads, auto_pad: str):
 
 @dsl.op("Conv", since=1)
 class Conv(dsl.Op):
-    """ONNX Conv over 1-D or 2-D images: X (N, C, [H,] W), W (M, C/group, [kH,] kW), B (M,)."""
+    """ONNX Conv over 1-D to 3-D images: X (N, C, [[D,] H,] W), W (M, C/group, [[kD,] kH,] kW), B (M,)."""
 
     auto_pad: str = "NOTSET"
     dilations: Optional[Tuple[int, ...]] = None
@@ -207,8 +219,9 @@ class Conv(dsl.Op):
     def verify(self, x, w, b=None):
         same_dtype("Conv", x, w, b)
         require_dtype("Conv", x, CONV_TYPES)
-        if x.ndim not in (3, 4):
-            raise VerifyError(f"Conv supports 1-D and 2-D images: input must be (N, C, W) or (N, C, H, W), got {x}")
+        if x.ndim not in (3, 4, 5):
+            raise VerifyError(f"Conv supports 1-D to 3-D images: input must be (N, C, W), (N, C, H, W) or "
+                              f"(N, C, D, H, W), got {x}")
         if w.ndim != x.ndim:
             raise VerifyError(f"Conv weights {w} must have the input's rank {x.ndim} (M, C/group, kernel...)")
         rank = x.ndim - 2
@@ -251,7 +264,7 @@ class Conv(dsl.Op):
     def select(self, x, w, b=None, backend=None):
         if x.format == "nchwc16":
             return "nchwc16"
-        if backend == "numba" and self.group == 1 and x.dtype in PACKED_TYPES:
+        if backend == "numba" and self.group == 1 and x.dtype in PACKED_TYPES and x.ndim <= 4:
             return "gemm"
         return "plain"
 
@@ -292,11 +305,28 @@ def launch_conv(conv: Conv, impl, x, w, b, y, backend, res=None, act: int = ACT_
     if impl == gemm_packed:
         conv_as_gemm(impl, x, w, bias, y, res, strides, dil, begin, backend, act, lo, hi)
         return
+    if impl == conv_nchw:
+        launch_direct(impl, conv.group, x, w, bias, y, res, strides, dil, begin, backend, act, lo, hi)
+        return
     grid = grid_for(y.size * w.shape[1] * w.shape[2] * w.shape[3])
-    row = y.shape[3] * (BLOCK if y.ndim == 5 else 1)
+    row = y.shape[3] * BLOCK
     acc = np.empty((grid * impl.threads, row), np.float64 if y.dtype == np.float64 else np.float32)
     add_res = res is not None
     if res is None:  # never read (add_res is False): any array of y's rank and dtype
         res = np.zeros((1,) * y.ndim, y.dtype)
     impl(x, w, bias, res, y, acc, conv.group, strides[0], strides[1], dil[0], dil[1], begin[0], begin[1],
          add_res, act, lo, hi, backend=backend, grid=grid)
+
+
+def launch_direct(impl, group, x, w, bias, y, res, strides, dil, begin, backend, act, lo, hi) -> None:
+    """``conv_nchw`` on (N, C, D, H, W) views: a 2-D convolution runs with D = 1."""
+    if x.ndim == 4:
+        x, w, y = (t.reshape(t.shape[:2] + (1,) + t.shape[2:]) for t in (x, w, y))
+        res = None if res is None else res.reshape(y.shape)
+        strides, dil, begin = (1,) + tuple(strides), (1,) + tuple(dil), (0,) + tuple(begin)
+    grid = grid_for(y.size * w.shape[1] * w.shape[2] * w.shape[3] * w.shape[4])
+    acc = np.empty((grid * impl.threads, y.shape[4]), np.float64 if y.dtype == np.float64 else np.float32)
+    add_res = res is not None
+    if res is None:  # never read (add_res is False): any array of y's rank and dtype
+        res = np.zeros((1,) * 5, y.dtype)
+    impl(x, w, bias, res, y, acc, group, *strides, *dil, *begin, add_res, act, lo, hi, backend=backend, grid=grid)

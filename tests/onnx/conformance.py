@@ -30,7 +30,6 @@ EXCLUDE: Dict[str, str] = {
     r"^test_strnorm|^test_string|^test_regex|^test_cast.*STRING|^test_castlike.*STRING|_string": "string tensors are not opdsl dtypes",
     r"^test_dft_inverse(_opset19)?$": "expected data holds numpy's f32 FFT noise (1.9e-7) where the exact value is 0, "
                                       "above the case's atol 1e-7; opdsl's f64-accumulated result is within 4e-15 of 0",
-    r"^test_Conv3d": "Conv supports 1-D and 2-D images (3-D is open work in ops/nn.py)",
     r"^test_(sequence|optional|split_to_sequence|concat_from_sequence)|_seq_": "sequence and optional types are not supported",
     r"^test_training_dropout": "Dropout runs inference only (training_mode=True, random masks, is an error)",
     r"^test_split_equal_parts_.*opset13$": "Split without sizes before opset 18 takes its part count from the "

@@ -1,4 +1,4 @@
-"""Conv (1-D/2-D; pads, strides, dilations, group, auto_pad) in plain and NCHWc16 on every backend."""
+"""Conv (1-D/2-D, 3-D in test_conv3d.py; pads, strides, dilations, group, auto_pad) in plain and NCHWc16 on every backend."""
 import numpy as np
 import pytest
 
@@ -129,8 +129,8 @@ def test_errors_name_the_problem():
         ops.Conv(x, w, group=2, pads=[1, 1])
     with pytest.raises(dsl.VerifyError, match="auto_pad 'SAME'"):
         ops.Conv(x, w, group=2, auto_pad="SAME")
-    with pytest.raises(dsl.VerifyError, match="1-D and 2-D"):
-        ops.Conv(np.ones((1, 2, 3, 3, 3), np.float32), np.ones((1, 2, 1, 1, 1), np.float32))
+    with pytest.raises(dsl.VerifyError, match="1-D to 3-D"):
+        ops.Conv(np.ones((1, 2, 3, 3, 3, 3), np.float32), np.ones((1, 2, 1, 1, 1, 1), np.float32))
     with pytest.raises(dsl.VerifyError, match="does not fit input size 5"):
         ops.Conv(x, np.ones((2, 4, 7, 7), np.float32))
     with pytest.raises(dsl.VerifyError, match=r"bias must have shape \(M,\) = \(6,\)"):

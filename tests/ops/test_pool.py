@@ -1,0 +1,217 @@
+"""MaxPool (Indices, storage_order), AveragePool, LpPool and the Global pools on every backend
+against a numpy reference looping over windows: 1-D/2-D/3-D, pads, strides, dilations,
+ceil_mode, auto_pad, count_include_pad, dtypes, graph use and bad input."""
+import itertools
+
+import numpy as np
+import pytest
+
+import dsl
+import ops
+from ops import pool as P
+
+RNG = np.random.default_rng(11)
+
+
+def out_size(i, k, s, d, pb, pe, ceil):
+    span = (k - 1) * d + 1
+    room = i + pb + pe - span
+    if not ceil:
+        return room // s + 1
+    o = -(-room // s) + 1
+    return o - 1 if (o - 1) * s >= i + pb else o
+
+
+def same_pads(i, k, s, d, upper):
+    o = -(-i // s)
+    total = max(0, (o - 1) * s + (k - 1) * d + 1 - i)
+    b = total // 2 if upper else total - total // 2
+    return b, total - b
+
+
+def pool_ref(x, kind, k, strides=None, dil=None, pads=None, ceil=False, auto_pad="NOTSET",
+             count_include_pad=False, p=2, storage_order=0):
+    """(y, indices) by looping over every window of x (N, C, spatial...)."""
+    r = len(k)
+    strides = strides or (1,) * r
+    dil = dil or (1,) * r
+    pads = list(pads or (0,) * (2 * r))
+    sp = x.shape[2:]
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        for a in range(r):
+            pads[a], pads[a + r] = same_pads(sp[a], k[a], strides[a], dil[a], auto_pad == "SAME_UPPER")
+    elif auto_pad == "VALID":
+        pads = [0] * (2 * r)
+    outs = [out_size(sp[a], k[a], strides[a], dil[a], pads[a], pads[a + r], ceil) for a in range(r)]
+    y = np.zeros(x.shape[:2] + tuple(outs), np.float64)
+    ind = np.full(y.shape, -1, np.int64)
+    plane = int(np.prod(sp))
+    for n, c in itertools.product(range(x.shape[0]), range(x.shape[1])):
+        for o in itertools.product(*(range(v) for v in outs)):
+            axes = [[o[a] * strides[a] - pads[a] + t * dil[a] for t in range(k[a])] for a in range(r)]
+            inside = [[q for q in ax if 0 <= q < sp[a]] for a, ax in enumerate(axes)]
+            padded = [[q for q in ax if q < sp[a] + pads[a + r]] for a, ax in enumerate(axes)]
+            pos = list(itertools.product(*inside))
+            vals = np.array([x[(n, c) + q] for q in pos], np.float64)
+            if kind == "max":
+                j = int(np.argmax(vals))  # first largest
+                y[(n, c) + o] = vals[j]
+                q = pos[j]
+                if storage_order:
+                    flat = sum(q[a] * int(np.prod(sp[:a])) for a in range(r))
+                else:
+                    flat = int(np.ravel_multi_index(q, sp))
+                ind[(n, c) + o] = (n * x.shape[1] + c) * plane + flat
+            elif kind == "avg":
+                cnt = int(np.prod([len(v) for v in (padded if count_include_pad else inside)]))
+                y[(n, c) + o] = vals.sum() / cnt
+            else:
+                y[(n, c) + o] = (np.abs(vals) ** p).sum() ** (1.0 / p)
+    return y, ind
+
+
+CASES = [  # (shape, kernel, strides, dilations, pads, ceil_mode)
+    ((1, 2, 9), (3,), (2,), (1,), (1, 1), 0),
+    ((2, 2, 6, 7), (3, 2), (2, 1), (1, 1), (1, 0, 1, 1), 0),
+    ((1, 3, 7, 7), (3, 3), (2, 2), (1, 1), (0, 0, 0, 0), 1),        # ceil: last window partly out
+    ((1, 1, 6, 6), (2, 2), (3, 3), (1, 1), (1, 1, 1, 1), 1),        # ceil: would start in end padding
+    ((1, 2, 8, 7), (2, 3), (1, 2), (2, 2), (1, 1, 0, 1), 1),        # dilations
+    ((1, 2, 5, 6, 5), (2, 3, 2), (2, 1, 2), (1, 2, 1), (1, 1, 0, 0, 1, 1), 0),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{len(c[1])}d-k{''.join(map(str, c[1]))}-ceil{c[5]}")
+def test_max_avg_lp_against_loops(backend, case):
+    shape, k, s, d, pads, ceil = case
+    x = RNG.standard_normal(shape).astype(np.float32)
+    y, ind = ops.MaxPool(x, kernel_shape=k, strides=s, dilations=d, pads=pads, ceil_mode=ceil, backend=backend)
+    ry, rind = pool_ref(x, "max", k, s, d, pads, ceil)
+    np.testing.assert_array_equal(y, ry.astype(np.float32))
+    np.testing.assert_array_equal(ind, rind)
+    np.testing.assert_array_equal(x.ravel()[ind], y)
+    for cip in (0, 1):
+        y = ops.AveragePool(x, kernel_shape=k, strides=s, dilations=d, pads=pads, ceil_mode=ceil,
+                            count_include_pad=cip, backend=backend)
+        np.testing.assert_allclose(y, pool_ref(x, "avg", k, s, d, pads, ceil, count_include_pad=cip)[0],
+                                   rtol=1e-5, atol=1e-6)
+    for p in (1, 2, 3):
+        y = ops.LpPool(x, kernel_shape=k, strides=s, dilations=d, pads=pads, ceil_mode=ceil, p=p, backend=backend)
+        np.testing.assert_allclose(y, pool_ref(x, "lp", k, s, d, pads, ceil, p=p)[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID"])
+def test_auto_pad(backend, auto_pad):
+    x = RNG.standard_normal((1, 2, 8, 6)).astype(np.float32)
+    k, s = (3, 2), (2, 2)
+    y, ind = ops.MaxPool(x, kernel_shape=k, strides=s, auto_pad=auto_pad, backend=backend)
+    ry, rind = pool_ref(x, "max", k, s, auto_pad=auto_pad)
+    np.testing.assert_array_equal(y, ry.astype(np.float32))
+    np.testing.assert_array_equal(ind, rind)
+    y = ops.AveragePool(x, kernel_shape=k, strides=s, auto_pad=auto_pad, backend=backend)
+    np.testing.assert_allclose(y, pool_ref(x, "avg", k, s, auto_pad=auto_pad)[0], rtol=1e-5, atol=1e-6)
+    if auto_pad == "SAME_UPPER":
+        assert y.shape == (1, 2, 4, 3)
+    # auto_pad ignores ceil_mode (VALID: floor((8 - 3) / 2) + 1 = 3 rows, not 4)
+    yc = ops.AveragePool(x, kernel_shape=k, strides=s, auto_pad=auto_pad, ceil_mode=1, backend=backend)
+    np.testing.assert_array_equal(yc, y)
+
+
+def test_storage_order_column_major(backend):
+    x = RNG.standard_normal((2, 2, 5, 4, 3)).astype(np.float32)
+    _, ind = ops.MaxPool(x, kernel_shape=(2, 2, 2), strides=(2, 1, 2), storage_order=1, backend=backend)
+    np.testing.assert_array_equal(ind, pool_ref(x, "max", (2, 2, 2), (2, 1, 2), storage_order=1)[1])
+
+
+def test_max_pool_ties_keep_the_first_and_ints(backend):
+    x = np.array([[[[1, 5, 5], [5, 0, 2], [3, 3, 3]]]], np.uint8)
+    y, ind = ops.MaxPool(x, kernel_shape=(2, 2), backend=backend)
+    np.testing.assert_array_equal(y, [[[[5, 5], [5, 3]]]])
+    np.testing.assert_array_equal(ind, [[[[1, 1], [3, 7]]]])
+    xi = RNG.integers(-128, 127, (1, 3, 8), endpoint=True).astype(np.int8)
+    y, _ = ops.MaxPool(xi, kernel_shape=(3,), strides=(2,), pads=(1, 1), backend=backend)
+    np.testing.assert_array_equal(y, pool_ref(xi, "max", (3,), (2,), pads=(1, 1))[0].astype(np.int8))
+
+
+def test_f16_and_f64(backend):
+    for dt, tol in ((np.float16, 2e-3), (np.float64, 1e-12)):
+        x = RNG.standard_normal((1, 2, 6, 6)).astype(dt)
+        y = ops.AveragePool(x, kernel_shape=(3, 3), pads=(1, 1, 1, 1), count_include_pad=1, backend=backend)
+        assert y.dtype == dt
+        ref = pool_ref(x, "avg", (3, 3), pads=(1, 1, 1, 1), count_include_pad=True)[0]
+        np.testing.assert_allclose(y.astype(np.float64), ref, rtol=tol, atol=tol)
+        y, _ = ops.MaxPool(x, kernel_shape=(2, 2), backend=backend)
+        np.testing.assert_array_equal(y, pool_ref(x, "max", (2, 2))[0].astype(dt))
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 7), (2, 3, 4, 5), (1, 2, 3, 4, 2)], ids=lambda s: f"{len(s) - 2}d")
+def test_global_pools(backend, shape):
+    x = RNG.standard_normal(shape).astype(np.float32)
+    axes = tuple(range(2, len(shape)))
+    keep = dict(axis=axes, keepdims=True)
+    np.testing.assert_array_equal(ops.GlobalMaxPool(x, backend=backend), x.max(**keep))
+    np.testing.assert_allclose(ops.GlobalAveragePool(x, backend=backend), x.mean(**keep), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ops.GlobalLpPool(x, p=3, backend=backend),
+                               (np.abs(x.astype(np.float64)) ** 3).sum(**keep) ** (1 / 3), rtol=1e-5)
+
+
+def test_in_a_graph_with_indices(backend):
+    g = dsl.Graph("pools")
+    xi = g.input("x", (None, 3, 8, 8), dsl.f32)
+    y, ind = ops.MaxPool(xi, kernel_shape=(2, 2), strides=(2, 2))
+    g.output(ops.GlobalAveragePool(ops.AveragePool(y, kernel_shape=(2, 2), strides=(2, 2))), "avg")
+    g.output(ind, "ind")
+    model = g.compile(backend=backend)
+    x = RNG.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    out = model.run({"x": x})
+    ry, rind = pool_ref(x, "max", (2, 2), (2, 2))
+    np.testing.assert_array_equal(out["ind"], rind)
+    np.testing.assert_allclose(out["avg"], ry.mean(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+def test_opset_ranges_have_their_attributes():
+    from dsl.opgraph import registry
+    assert registry.lookup("", "MaxPool", 7) is P.MaxPoolV1
+    assert registry.lookup("", "MaxPool", 11) is P.MaxPoolV10
+    assert registry.lookup("", "AveragePool", 19) is P.AveragePoolV19
+    with pytest.raises(TypeError, match="has no param 'dilations'"):
+        P.AveragePoolV10(dilations=(2, 2))
+    with pytest.raises(TypeError, match="has no param 'ceil_mode'"):
+        P.MaxPoolV8(ceil_mode=1)
+    x = np.zeros((1, 1, 4, 4), np.float32)
+    assert isinstance(P.MaxPoolV1(x, kernel_shape=(2, 2)), np.ndarray)  # no Indices before opset 8
+
+
+def test_bad_input():
+    x = np.zeros((1, 1, 4, 4), np.float32)
+    with pytest.raises(dsl.VerifyError, match="MaxPool needs kernel_shape"):
+        ops.MaxPool(x)
+    with pytest.raises(dsl.VerifyError, match=r"MaxPool strides \[1\] needs 2 values"):
+        ops.MaxPool(x, kernel_shape=(2, 2), strides=(1,))
+    with pytest.raises(dsl.VerifyError, match="does not fit input size 4"):
+        ops.AveragePool(x, kernel_shape=(5, 5))
+    with pytest.raises(dsl.VerifyError, match="auto_pad 'SAME'"):
+        ops.AveragePool(x, kernel_shape=(2, 2), auto_pad="SAME")
+    with pytest.raises(dsl.VerifyError, match="AveragePool"):
+        ops.AveragePool(x.astype(np.int8), kernel_shape=(2, 2))
+    with pytest.raises(dsl.VerifyError, match="supports 1-D to 3-D images"):
+        ops.GlobalMaxPool(np.zeros((2, 3), np.float32))
+    with pytest.raises(dsl.VerifyError, match="LpPool p must be > 0"):
+        ops.LpPool(x, kernel_shape=(2, 2), p=0)
+
+
+def test_max_unpool_inverts_max_pool(backend):
+    x = RNG.standard_normal((2, 3, 6, 4)).astype(np.float32)
+    y, ind = ops.MaxPool(x, kernel_shape=(2, 2), strides=(2, 2), backend=backend)
+    u = ops.MaxUnpool(y, ind, kernel_shape=(2, 2), strides=(2, 2), backend=backend)
+    ref = np.where(x == np.repeat(np.repeat(y, 2, axis=2), 2, axis=3), x, 0)  # each window's max kept
+    np.testing.assert_array_equal(u, ref)
+    # an output_shape input embeds the unpooled image at the low corner (onnx's reference)
+    big = ops.MaxUnpool(y, ind, np.array([2, 3, 7, 5], np.int64), kernel_shape=(2, 2), strides=(2, 2),
+                        backend=backend)
+    assert big.shape == (2, 3, 7, 5)
+    np.testing.assert_array_equal(big[:, :, :6, :4], ref)
+    assert not big[:, :, 6:].any() and not big[:, :, :, 4:].any()
+    with pytest.raises(dsl.VerifyError, match="MaxUnpool Indices"):
+        ops.MaxUnpool(y, ind[:, :2], kernel_shape=(2, 2))
+    with pytest.raises(dsl.VerifyError, match=r"MaxUnpool kernel_shape \[2\] needs 2 values"):
+        ops.MaxUnpool(y, ind, kernel_shape=(2,))
