@@ -25,7 +25,7 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.norm import (BatchNormalization, Softmax, LogSoftmax, Hardmax, LpNormalization,  # noqa: F401
                           LayerNormalization, RMSNormalization, InstanceNormalization, GroupNormalization, LRN)
     from ops.conv_fusion import FusedConv  # noqa: F401
-    from ops.gather import Gather, GatherElements, GatherND, OneHot, TopK, NonZero  # noqa: F401
+    from ops.gather import Gather, GatherElements, GatherND, OneHot, TopK, NonZero, Compress  # noqa: F401
     from ops.scatter import Scatter, ScatterElements, ScatterND  # noqa: F401
     from ops.pad import Pad, CenterCropPad  # noqa: F401
     from ops.resize import Resize, Upsample  # noqa: F401

@@ -523,3 +523,41 @@ class NonZero(DataDependent):
 
     def run(self, impl, inputs, outputs, backend):  # only reached with an empty input
         pass
+
+
+@dsl.op("Compress", since=9)
+class Compress(DataDependent):
+    """The slices along ``axis`` (the flattened input when absent) whose ``condition`` entry is
+    True; entries past the condition's length count as False.  Gathered like Gather."""
+    axis: Optional[int] = None
+    kernels = {"default": gather_kernel}
+
+    def verify(self, input, condition):
+        require("Compress", input, ALL, "input")
+        if condition.dtype != dsl.bool_ or condition.ndim != 1:
+            raise VerifyError(f"Compress condition must be a 1-D bool tensor, got {condition}")
+        if self.axis is not None:
+            norm_axis("Compress", self.axis, input.ndim)
+
+    def infer(self, input, condition):
+        if self.axis is None:
+            return TensorSpec((None,), input.dtype)
+        a = norm_axis("Compress", self.axis, input.ndim)
+        return TensorSpec(tuple(None if k == a else d for k, d in enumerate(input.shape)), input.dtype)
+
+    def run_dynamic(self, impl, inputs, backend):
+        x, cond = inputs
+        if self.axis is None:
+            x = x.reshape(-1)
+        a = 0 if self.axis is None else norm_axis("Compress", self.axis, x.ndim)
+        n = x.shape[a]
+        if cond.size > n:
+            raise ValueError(f"Compress condition has {cond.size} entries, more than the {n} slices along axis {a}")
+        idx = np.flatnonzero(cond).astype(np.int64)
+        out_shape = x.shape[:a] + (idx.size,) + x.shape[a + 1:]
+        y = np.empty(out_shape, x.dtype)
+        if y.size:
+            outer, inner = prod(x.shape[:a]), prod(x.shape[a + 1:])
+            err = new_flag()
+            impl(x.reshape(outer, n, inner), idx, y.reshape(outer, idx.size, inner), err, backend=backend)
+        return [y]

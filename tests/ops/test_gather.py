@@ -160,3 +160,14 @@ def test_gather_folds_constants_and_runs_in_graph(backend):
     np.testing.assert_array_equal(out["n"], [3])
     gi, = graph_run(lambda a, i: ops.Gather(a, i, axis=1), [x, np.array([2, 0], np.int64)], backend)
     np.testing.assert_array_equal(gi, x[:, [2, 0]])
+
+
+def test_compress(backend):
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    cond = np.array([True, False, True, True])
+    np.testing.assert_array_equal(ops.Compress(x, cond, axis=0, backend=backend), np.compress(cond, x, axis=0))
+    cond = np.array([False, True, False, False, True])               # shorter than the axis
+    np.testing.assert_array_equal(ops.Compress(x, cond, axis=-1, backend=backend), np.compress(cond, x, axis=1))
+    flat = np.zeros(24, bool)
+    flat[[3, 7, 20]] = True
+    np.testing.assert_array_equal(ops.Compress(x, flat, backend=backend), x.reshape(-1)[[3, 7, 20]])
