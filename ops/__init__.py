@@ -38,3 +38,4 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.pool import (MaxPool, AveragePool, LpPool, GlobalMaxPool, GlobalAveragePool,  # noqa: F401
                           GlobalLpPool, MaxUnpool)
     from ops.conv_transpose import ConvTranspose  # noqa: F401
+    from ops.col2im import Col2Im  # noqa: F401
