@@ -16,7 +16,7 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.recurrent import RNN, GRU, LSTM, RecurrentScan  # noqa: F401
     from ops.einsum import Einsum  # noqa: F401
     from ops.rotary import RotaryEmbedding  # noqa: F401
-    from ops.grid_sample import GridSample, GridSample16  # noqa: F401
+    from ops.grid_sample import GridSample, GridSample16, AffineGrid  # noqa: F401
     from ops.nms import NonMaxSuppression  # noqa: F401
     from ops.signal import DFT, DFT17, STFT, HannWindow, HammingWindow, BlackmanWindow  # noqa: F401
     from ops.loss import NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss  # noqa: F401

@@ -10,6 +10,8 @@ along depth, so one kernel serves both.
 """
 from __future__ import annotations
 
+import numpy as np
+
 import dsl
 from dsl import In, Out, bool_, f32, i64
 from dsl.opgraph.spec import TensorSpec, VerifyError
@@ -200,3 +202,77 @@ class GridSample(_GridSample):
 
     mode: str = "linear"
 
+
+
+@dsl.kernel
+def affine_grid_kernel(theta: In[G, 3], grid: Out[G], depth: i64, height: i64, width: i64, spatial: i64,
+                       align: bool_):
+    """grid[n, d, h, w] = theta[n] · (x_w, y_h, [z_d,] 1) with x, y, z the normalized pixel centers."""
+    points = depth * height * width
+    lo, hi = dsl.split(theta.shape[0] * points)
+    for i in range(lo, hi):
+        n = i // points
+        p = i - n * points
+        w = p % width
+        h = (p // width) % height
+        d = p // (width * height)
+        x = base_coordinate(w, width, align)
+        y = base_coordinate(h, height, align)
+        z = base_coordinate(d, depth, align)
+        for r in range(spatial):
+            v = f32(theta[n, r, 0]) * x + f32(theta[n, r, 1]) * y
+            if spatial == 3:
+                v += f32(theta[n, r, 2]) * z + f32(theta[n, r, 3])
+            else:
+                v += f32(theta[n, r, 2])
+            grid.flat[i * spatial + r] = v
+
+
+@dsl.func
+def base_coordinate(k, size, align):
+    """Pixel k's normalized coordinate in [-1, 1]: centers of the corner pixels at ±1 with
+    ``align`` (0 for a size of 1), else the image edges at ±1."""
+    v = f32(0)
+    if align:
+        if size > 1:
+            v = f32(2 * k) / f32(size - 1) - 1
+    else:
+        v = f32(2 * k + 1) / f32(size) - 1
+    return v
+
+
+@dsl.op("AffineGrid", since=20)
+class AffineGrid(dsl.Op):
+    """Sampling grid of an affine transform: theta (N, 2, 3) and size (N, C, H, W) -> (N, H, W, 2),
+    or theta (N, 3, 4) and size (N, C, D, H, W) -> (N, D, H, W, 3); feeds GridSample."""
+
+    align_corners: int = 0
+    kernels = {"default": affine_grid_kernel}
+
+    def _size(self, size):
+        if size.value is None:
+            return None
+        return [int(v) for v in np.asarray(size.value).reshape(-1)]
+
+    def verify(self, theta, size):
+        if theta.dtype not in FLOATS or theta.ndim != 3 or theta.shape[1:] not in ((2, 3), (3, 4), (None, None)):
+            raise VerifyError(f"AffineGrid theta must be (N, 2, 3) or (N, 3, 4) floats, got {theta}")
+        if size.dtype != dsl.i64 or size.ndim != 1 or size.shape[0] not in (None, 4, 5):
+            raise VerifyError(f"AffineGrid size must be an i64 (N, C, H, W) or (N, C, D, H, W) vector, got {size}")
+        dims = self._size(size)
+        if dims is not None and theta.shape[1] is not None and len(dims) - 2 != theta.shape[1]:
+            raise VerifyError(f"AffineGrid theta {theta} does not match size {dims}: a 2-D size needs (N, 2, 3), "
+                              f"a 3-D size (N, 3, 4)")
+
+    def infer(self, theta, size):
+        dims = self._size(size)
+        if dims is None:
+            rank = size.shape[0] or 4
+            return TensorSpec((theta.shape[0],) + (None,) * (rank - 2) + (rank - 2,), theta.dtype)
+        return TensorSpec((dims[0],) + tuple(dims[2:]) + (len(dims) - 2,), theta.dtype)
+
+    def run(self, impl, inputs, outputs, backend):
+        dims = [int(v) for v in inputs[1]]
+        spatial = len(dims) - 2
+        d, h, w = ([1] + dims[2:]) if spatial == 2 else dims[2:]
+        impl(inputs[0], outputs[0], d, h, w, spatial, bool(self.align_corners), backend=backend)
