@@ -39,3 +39,4 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
                           GlobalLpPool, MaxUnpool)
     from ops.conv_transpose import ConvTranspose  # noqa: F401
     from ops.col2im import Col2Im  # noqa: F401
+    from ops.causal_conv import CausalConvWithState  # noqa: F401
