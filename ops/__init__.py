@@ -40,3 +40,4 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.conv_transpose import ConvTranspose  # noqa: F401
     from ops.col2im import Col2Im  # noqa: F401
     from ops.causal_conv import CausalConvWithState  # noqa: F401
+    from ops.linear_attention import LinearAttention  # noqa: F401
