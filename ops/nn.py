@@ -34,6 +34,7 @@ T = dsl.TypeVar("T")
 A = dsl.TypeVar("A")  # accumulator: f32 for f16/bf16/f32 data, f64 for f64
 CONV_TYPES = (f16, bf16, f32, f64)
 BLOCK = 16
+GEMM_GROUP_CHANNELS = 16  # input channels per group from which grouped convs run as GEMMs
 
 @dsl.kernel
 def conv_nchw(x: In[T, 5], w: In[T, 5], bias: In[T, 1], res: In[T, 5], y: Out[T, 5], acc: InOut[A, 2],
@@ -254,17 +255,25 @@ class Conv(dsl.Op):
         out, _, _ = conv_geometry(x.shape[2:], k, strides, dil, pads, self.auto_pad)
         return TensorSpec((x.shape[0], w.shape[0]) + out, x.dtype)
 
+    def _wide_groups(self, x) -> bool:
+        """Every group has at least GEMM_GROUP_CHANNELS input channels: it runs as one GEMM per
+        group (AlexNet's two halves, ResNeXt's groups) instead of the blocked direct kernel."""
+        return x.shape[1] is not None and x.shape[1] // self.group >= GEMM_GROUP_CHANNELS
+
     def select_format(self, x, *rest):
-        # blocked pays off once there are enough channels to fill a block; a single group runs as
-        # a GEMM on plain tensors (on numba; elsewhere conv_nchw)
-        blocked = x.ndim == 4 and x.shape[1] is not None and x.shape[1] >= BLOCK and self.group > 1
+        # blocked pays off once there are enough channels to fill a block and groups are narrow
+        # (depthwise); single and wide groups run as GEMMs on plain tensors (on numba; elsewhere
+        # conv_nchw)
+        blocked = (x.ndim == 4 and x.shape[1] is not None and x.shape[1] >= BLOCK and self.group > 1
+                   and not self._wide_groups(x))
         fmt = "nchwc16" if blocked else "plain"
         return (fmt,) + tuple(None if t is None else "plain" for t in rest), fmt
 
     def select(self, x, w, b=None, backend=None):
         if x.format == "nchwc16":
             return "nchwc16"
-        if backend == "numba" and self.group == 1 and x.dtype in PACKED_TYPES and x.ndim <= 4:
+        if backend == "numba" and (self.group == 1 or self._wide_groups(x)) and x.dtype in PACKED_TYPES \
+                and x.ndim <= 4:
             return "gemm"
         return "plain"
 
@@ -273,19 +282,27 @@ class Conv(dsl.Op):
         launch_conv(self, impl, inputs[0], inputs[1], b, outputs[0], backend)
 
 
-def conv_as_gemm(impl, x, w, bias, y, res, strides, dil, begin, backend, act, lo, hi) -> None:
-    """A single-group convolution as the packed GEMM y[n] = W (M × C·kH·kW) · im2col(x[n]) + bias:
-    a 1×1 stride-1 unpadded one reads x[n] (C × H·W) as B directly, any other gathers B while
-    packing it (implicit im2col), so nothing the size of im2col is ever written."""
+def conv_as_gemm(impl, group, x, w, bias, y, res, strides, dil, begin, backend, act, lo, hi) -> None:
+    """A convolution as packed GEMMs, one per group: y[n, g] = W_g (M/G × C/G·kH·kW) · im2col(x[n, g])
+    + bias_g.  A 1×1 stride-1 unpadded one reads x[n, g] (C/G × H·W) as B directly, any other
+    gathers B while packing it (implicit im2col), so nothing the size of im2col is ever written.
+    With several groups each launch takes one batch entry's group, a contiguous slice."""
     n, c, h, wd = x.shape
-    m, _, kh, kw = w.shape
+    m, cg, kh, kw = w.shape
+    mg = m // group
     oh, ow = y.shape[2], y.shape[3]
     direct = kh == kw == 1 and strides == (1, 1) and tuple(begin) == (0, 0)
     geometry = None if direct else (h, wd, kh, kw, strides[0], strides[1], begin[0], begin[1], dil[0], dil[1], ow)
-    packed_gemm(w.reshape(1, m, c * kh * kw), x.reshape(n, c, h * wd), bias.reshape(m, 1),
-                y.reshape(n, m, oh * ow), alpha=1.0, beta=1.0, backend=backend, kernel=impl,
-                res=None if res is None else res.reshape(n, m, oh * ow), act=act, act_lo=lo, act_hi=hi,
-                geometry=geometry)
+    xs = x.reshape(n, group, cg, h * wd)
+    ys = y.reshape(n, group, mg, oh * ow)
+    rs = None if res is None else res.reshape(n, group, mg, oh * ow)
+    ws = w.reshape(group, 1, mg, cg * kh * kw)
+    bs = bias.reshape(group, mg, 1)
+    batches = [slice(None)] if group == 1 else [slice(i, i + 1) for i in range(n)]
+    for g in range(group):
+        for nb in batches:
+            packed_gemm(ws[g], xs[nb, g], bs[g], ys[nb, g], alpha=1.0, beta=1.0, backend=backend, kernel=impl,
+                        res=None if rs is None else rs[nb, g], act=act, act_lo=lo, act_hi=hi, geometry=geometry)
 
 
 def launch_conv(conv: Conv, impl, x, w, b, y, backend, res=None, act: int = ACT_NONE,
@@ -303,7 +320,7 @@ def launch_conv(conv: Conv, impl, x, w, b, y, backend, res=None, act: int = ACT_
         strides, dil, begin = (1,) + strides, (1,) + dil, (0,) + begin
     bias = np.zeros(w.shape[0], y.dtype) if b is None else b
     if impl == gemm_packed:
-        conv_as_gemm(impl, x, w, bias, y, res, strides, dil, begin, backend, act, lo, hi)
+        conv_as_gemm(impl, conv.group, x, w, bias, y, res, strides, dil, begin, backend, act, lo, hi)
         return
     if impl == conv_nchw:
         launch_direct(impl, conv.group, x, w, bias, y, res, strides, dil, begin, backend, act, lo, hi)

@@ -118,6 +118,21 @@ def test_graph_runs_conv_blocked_end_to_end(backend):
     np.testing.assert_allclose(eager, c, rtol=1e-4, atol=1e-4)
 
 
+def test_wide_groups_run_as_one_gemm_per_group():
+    """Groups of >= 16 input channels (AlexNet's halves) take the GEMM path on numba, plain layout."""
+    x = RNG.standard_normal((2, 32, 6, 5)).astype(np.float32)
+    w = RNG.standard_normal((24, 16, 3, 3)).astype(np.float32) * 0.1
+    b = RNG.standard_normal(24).astype(np.float32)
+    g = dsl.Graph("wide")
+    xi = g.input("x", x.shape, dsl.f32)
+    g.output(ops.Relu(ops.Conv(xi, g.constant("w", w), g.constant("b", b), pads=[1, 0, 1, 2], strides=[1, 2],
+                               group=2)), "y")
+    model = g.compile(backend="numba")
+    assert "impl=gemm" in str(model) and "nchwc16" not in str(model)
+    want = np.maximum(conv_ref(x, w, b, strides=(1, 2), pads=(1, 0, 1, 2), group=2), 0)
+    np.testing.assert_allclose(model.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+
+
 def test_errors_name_the_problem():
     x = np.ones((1, 4, 5, 5), np.float32)
     w = np.ones((6, 2, 3, 3), np.float32)
