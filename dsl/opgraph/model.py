@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import difflib
 import threading
-import time
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
@@ -243,14 +242,16 @@ class Model:
 
     def _run_by_node(self, arrays, on_node=None) -> Dict[str, np.ndarray]:
         """Shapes depend on run-time values: infer, allocate and launch node by node.
-        ``on_node(node, seconds, outputs)`` after each node: the profiler's hook."""
+        ``on_node(node, values)`` before each node and ``on_node(None, values)`` at the end
+        (values: tensor name -> array so far): the profiler's clock."""
         g = self.graph
         vals: Dict[str, np.ndarray] = dict(g.constants)
         specs: Dict[str, TensorSpec] = {name: g.tensors[name].spec for name in g.constants}
         for t, a in zip(g.inputs, arrays):
             vals[t.name], specs[t.name] = a, TensorSpec.of(a)
         for n in g.nodes:
-            start = time.perf_counter()
+            if on_node is not None:
+                on_node(n, vals)
             ins = [None if t is None else vals[t.name] for t in n.inputs]
             in_specs = [None if t is None else specs[t.name].with_(
                 value=vals[t.name] if specs[t.name].format == "plain" else None) for t in n.inputs]
@@ -268,8 +269,8 @@ class Model:
                             reorder.fix_padding(a, s.shape[1], self.backend)
             for t, s, a in zip(n.outputs, outs, arrs):
                 vals[t.name], specs[t.name] = a, s
-            if on_node is not None:
-                on_node(n, time.perf_counter() - start, arrs)
+        if on_node is not None:
+            on_node(None, vals)
         return {t.name: (vals[t.name].copy() if t.kind != "node" else vals[t.name]) for t in g.outputs}
 
     # ------------------------------------------------------------------ introspection

@@ -112,14 +112,17 @@ def profile_model(model, feeds: Mapping[str, Any], repeat: int = 10, warmup: int
     wall = 0.0
     clock = time.perf_counter
     if not hasattr(pool, "checkout"):  # the model's marker for shapes that depend on run-time values
-        state = {"timed": False}
+        state = {"timed": False, "node": None, "since": 0.0}
 
-        def on_node(n, seconds, outs):
-            if state["timed"]:
-                totals[n.name] += seconds
-            shapes[n.name] = tuple(tuple(a.shape) for a in outs)
+        def on_node(n, values):  # called as each node starts, and once at the end
+            now, prev = clock(), state["node"]
+            if prev is not None:
+                if state["timed"]:
+                    totals[prev.name] += now - state["since"]
+                shapes[prev.name] = tuple(tuple(values[t.name].shape) for t in prev.outputs if t.name in values)
+            state["node"], state["since"] = n, now
         for r in range(warmup + repeat):
-            state["timed"] = r >= warmup
+            state["timed"], state["node"] = r >= warmup, None
             start = clock()
             model._run_by_node(arrays, on_node=on_node)
             if r >= warmup:
