@@ -180,16 +180,16 @@ def test_bench_compares_with_onnxruntime_and_profiles(tiny):
     assert lines[0] == f"model: {tiny} (4 nodes, opset 17), opdsl backend interpreter"
     assert lines[1] == "input: x float32[2, 3, 8, 8] random normal"
     assert lines[2].startswith("opdsl graph: 3 nodes after rewrites (") and "fused=1" in lines[2]  # Conv+Relu
-    for i, label in enumerate(("opdsl load + compile:", "opdsl first run:", "opdsl latency:",
+    for i, label in enumerate(("opdsl load + plan:", "opdsl first run:", "opdsl compile time:", "opdsl latency:",
                                "onnxruntime latency:", "ratio opdsl / onnxruntime:"), start=3):
         assert lines[i].startswith(label), (label, lines[i])
-    assert "(median of 2, min " in lines[5] and "onnxruntime 1." in lines[6]
-    assert lines[8].startswith("output y: max abs diff ") and lines[8].endswith("(ok)")
-    assert lines[10].startswith("slowest 3 of 3 nodes (profile: mean of 2 runs")
-    assert lines[11].split() == ["node", "op", "impl", "mean", "share", "output", "shape"]
-    assert {ln.split()[0] for ln in lines[13:16]} == {"conv", "matmul", "add"}
-    assert all(ln.split()[-4:] == ["(2,", "4,", "8,", "8)"] for ln in lines[13:16])
-    assert lines[17].startswith("by op type: ")
+    assert "(median of 2, min " in lines[6] and "onnxruntime 1." in lines[7]
+    assert lines[9].startswith("output y: max abs diff ") and lines[9].endswith("(ok)")
+    assert lines[11].startswith("slowest 3 of 3 nodes (profile: mean of 2 runs")
+    assert lines[12].split() == ["node", "op", "impl", "mean", "share", "output", "shape"]
+    assert {ln.split()[0] for ln in lines[14:17]} == {"conv", "matmul", "add"}
+    assert all(ln.split()[-4:] == ["(2,", "4,", "8,", "8)"] for ln in lines[14:17])
+    assert lines[18].startswith("by op type: ")
     assert "profile of 'tiny'" not in r.stdout  # the full table only with --profile
 
 

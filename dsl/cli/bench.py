@@ -111,14 +111,18 @@ def make_feeds(proto, files: Dict[str, str], dims: Dict[str, str], seed: int = 0
     return feeds, notes
 
 
-def _time_runs(fn, repeat: int, warmup: int) -> List[float]:
+def _time_interleaved(fns: List, repeat: int, warmup: int) -> List[List[float]]:
+    """Seconds of ``repeat`` calls of each function, taken in turns (a, b, a, b, ...) so that
+    a change of load on a shared machine hits every function alike."""
     for _ in range(warmup):
-        fn()
-    times = []
+        for fn in fns:
+            fn()
+    times: List[List[float]] = [[] for _ in fns]
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
+        for fn, acc in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            acc.append(time.perf_counter() - t0)
     return times
 
 
@@ -171,21 +175,23 @@ def run(args, out=None) -> int:
     t_first = time.perf_counter() - t0
     say(f"opdsl graph: {len(model.graph.nodes)} nodes after rewrites ("
         + ", ".join(f"{k}={v}" for k, v in model.stats.items()) + ")")
-    say(f"opdsl load + compile:  {fmt(t_load)}")
-    say(f"opdsl first run:       {fmt(t_first)}")
-    ours = _time_runs(lambda: model.run(feeds), args.repeat, args.warmup)
+    say(f"opdsl load + plan:     {fmt(t_load)}")
+    say(f"opdsl first run:       {fmt(t_first)} (compiles the kernels the disk cache does not hold)")
+    say(f"opdsl compile time:    {fmt(t_load + t_first)} (load + first run)")
+    sess, ort_note = _ort_session(path)
+    ort_feeds = {} if sess is None else {i.name: feeds[i.name] for i in sess.get_inputs()}
+    fns = [lambda: model.run(feeds)] + ([] if sess is None else [lambda: sess.run(None, ort_feeds)])
+    timings = _time_interleaved(fns, args.repeat, args.warmup)
+    ours = timings[0]
     ours_med = statistics.median(ours)
     say(f"opdsl latency:         {fmt(ours_med)} (median of {args.repeat}, min {fmt(min(ours))})")
-
-    sess, ort_note = _ort_session(path)
     status = 0
     if sess is None:
         say(f"onnxruntime latency:   n/a ({ort_note})")
         print(f"opdsl bench: {ort_note}", file=sys.stderr)
     else:
         ort_names = [o.name for o in sess.get_outputs()]
-        ort_feeds = {i.name: feeds[i.name] for i in sess.get_inputs()}
-        theirs = _time_runs(lambda: sess.run(None, ort_feeds), args.repeat, args.warmup)
+        theirs = timings[1]
         theirs_med = statistics.median(theirs)
         say(f"onnxruntime latency:   {fmt(theirs_med)} (median of {args.repeat}, min {fmt(min(theirs))}; {ort_note})")
         ratio = ours_med / theirs_med if theirs_med > 0 else float("inf")
