@@ -41,7 +41,10 @@ from dsl.opgraph.spec import VerifyError
 
 
 class OnnxImportError(ValueError):
-    """The ONNX model cannot be turned into a graph; the message says which part and why."""
+    """The ONNX model cannot be turned into a graph; the message says which part and why.
+    ``missing``: the ``coverage.MissingOp`` list when the cause is ops no registered op answers."""
+
+    missing: List = []
 
 
 def load_onnx(model, packages: Sequence = (), backend: Optional[str] = None, formats: str = "auto",
@@ -75,7 +78,9 @@ def to_graph(model, packages: Sequence = (), base_dir: Optional[str] = None,
     opsets = _opsets(proto.opset_import, "opset_import")
     missing = coverage.missing_ops(proto, opsets)
     if missing:  # all of them at once, before any tensor is read or node built
-        raise OnnxImportError(coverage.describe_missing(missing))
+        err = OnnxImportError(coverage.describe_missing(missing))
+        err.missing = missing
+        raise err
     functions = {(registry.normalize_domain(f.domain), f.name): f for f in proto.functions}
     g = Graph(proto.graph.name or "onnx_model")
     g.opset_imports = dict(opsets)

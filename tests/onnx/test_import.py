@@ -210,6 +210,9 @@ def test_every_missing_op_of_the_model_is_reported_at_once():
     assert "1 node, first 'ctl/body/in_branch'" in lines[1]
     assert "1 node, first 'call/inner'" in lines[2]  # the function's own opset_import applies
     assert "1 node, first 'ctl'" in lines[3]
+    assert [(m.label, m.opset, m.count, m.first_node) for m in e.value.missing] == [
+        ("ai.onnx::Relux", 17, 2, "act1"), ("com.nowhere::Frobnicate", 2, 1, "call/inner"),
+        ("com.nowhere::Loopish", 1, 1, "ctl"), ("ai.onnx::Zork", 17, 1, "ctl/body/in_branch")]
 
 
 @dsl.op("Newish", domain="com.example.opsets", since=13)
