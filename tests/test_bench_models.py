@@ -59,3 +59,20 @@ def test_light_model_paths():
     assert models.light_model_path("bvlc_alexnet") == models.light_model_path("alexnet")
     with pytest.raises(ValueError, match="unknown light model 'lenet'; known: alexnet, densenet121"):
         models.light_model_path("lenet")
+
+
+@pytest.mark.slow
+def test_bert_layer_on_opdsl_matches_onnxruntime(tmp_path):
+    """Once every op of the layer is registered (skips with the missing ones until then)."""
+    ort = pytest.importorskip("onnxruntime")
+    import dsl
+    path = models.bert_layer(folder=str(tmp_path), seq=16, d_model=32, heads=4, ff=64)
+    try:
+        model = dsl.load_onnx(str(path), backend="numba")
+    except dsl.OnnxImportError as e:
+        if not e.missing:
+            raise
+        pytest.skip("missing ops: " + ", ".join(m.label for m in e.missing))
+    x = np.random.default_rng(3).standard_normal((1, 16, 32)).astype(np.float32)
+    (expected,) = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(model.run({"x": x})["y"], expected, rtol=1e-4, atol=1e-4)
