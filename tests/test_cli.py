@@ -222,7 +222,7 @@ def test_bench_argument_and_model_errors_are_clean(tiny, tmp_path, capsys):
                         f"--input x={tmp_path / 'x64.npy'}: the file holds float64, the model takes float32"),
                        (["--dim", "seq=4"], "--dim seq: the model has no symbolic dimension 'seq'; symbolic dims: batch"),
                        (["--dim", "batch=two"], "--dim batch=two: the size must be an integer"),
-                       (["--repeat", "0"], "--repeat must be >= 1 and --warmup >= 0")):
+                       (["--repeat", "0"], "--repeat must be >= 1, --warmup and --top >= 0")):
         assert cli.main(["bench", str(tiny), "--backend", "interpreter", *args]) == 1
         assert capsys.readouterr().err.strip() == f"opdsl: error: {says}", args
     assert cli.main(["bench", str(tmp_path / "nope.onnx")]) == 1

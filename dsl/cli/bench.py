@@ -152,8 +152,8 @@ def run(args, out=None) -> int:
     path = args.model
     if not os.path.isfile(path):
         raise BenchError(f"no such file: {path}")
-    if args.repeat < 1 or args.warmup < 0:
-        raise BenchError("--repeat must be >= 1 and --warmup >= 0")
+    if args.repeat < 1 or args.warmup < 0 or args.top < 0:
+        raise BenchError("--repeat must be >= 1, --warmup and --top >= 0")
     try:
         proto = onnx.load(path, load_external_data=False)
     except Exception as e:
@@ -235,6 +235,6 @@ def add_parser(sub, backends: List[str]) -> None:
                    help="size of a symbolic dimension for random inputs (repeatable; default 1)")
     b.add_argument("--profile", action="store_true", help="also print the per-node table of every node")
     b.add_argument("--top", type=int, default=10, help="how many of the slowest nodes to show (default 10)")
-    b.add_argument("--rtol", type=float, default=1e-3, help="tolerance of the output check (default 1e-3)")
-    b.add_argument("--atol", type=float, default=1e-4, help="(default 1e-4)")
+    b.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance of the output check (default 1e-3)")
+    b.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance of the output check (default 1e-4)")
     b.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
