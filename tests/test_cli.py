@@ -106,10 +106,10 @@ def test_missing_file_and_unknown_kernel_are_clean_errors(kernels_file):
 def test_only_implemented_commands_exist(capsys):
     r = opdsl("--help")
     assert r.returncode == 0
-    assert all(c in r.stdout for c in ("demo", "compile", "cache"))
-    assert "new-package" not in r.stdout and "bench" not in r.stdout
+    assert all(c in r.stdout for c in ("demo", "compile", "cache", "bench"))
+    assert "new-package" not in r.stdout
     from dsl.cli import main as cli
-    for missing in ("run", "new-package", "bench"):  # in-process: argparse exits before any work
+    for missing in ("run", "new-package"):  # in-process: argparse exits before any work
         with pytest.raises(SystemExit) as e:
             cli.main([missing])
         assert e.value.code == 2
@@ -140,3 +140,115 @@ def test_console_script_is_installed():
         pytest.skip("opdsl is not installed in this environment (pip install .)")
     r = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.startswith("opdsl ")
+
+
+# --------------------------------------------------------------------------- bench
+
+def tiny_model(path, opset=17, extra_nodes=()):
+    """x[batch,3,8,8] -> Conv -> Relu -> MatMul -> Add -> y: only ops opdsl has."""
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto as TP
+    from onnx import helper as H
+    from onnx import numpy_helper as NH
+    rng = np.random.default_rng(0)
+    nodes = [H.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             H.make_node("Relu", ["c"], ["r"], name="relu"),
+             H.make_node("MatMul", ["r", "m"], ["mm"], name="matmul"),
+             H.make_node("Add", ["mm", "b"], ["y"], name="add"), *extra_nodes]
+    inits = [NH.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+             NH.from_array(rng.standard_normal((8, 8)).astype(np.float32), "m"),
+             NH.from_array(rng.standard_normal(8).astype(np.float32), "b")]
+    g = H.make_graph(nodes, "tiny", [H.make_tensor_value_info("x", TP.FLOAT, ["batch", 3, 8, 8])],
+                     [H.make_tensor_value_info("y", TP.FLOAT, ["batch", 4, 8, 8])], inits)
+    model = H.make_model(g, opset_imports=[H.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return tiny_model(tmp_path_factory.mktemp("bench") / "tiny.onnx")
+
+
+def test_bench_compares_with_onnxruntime_and_profiles(tiny):
+    pytest.importorskip("onnxruntime")
+    r = opdsl("bench", tiny, "--backend", "interpreter", "--repeat", "2", "--warmup", "0", "--dim", "batch=2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"model: {tiny} (4 nodes, opset 17), opdsl backend interpreter"
+    assert lines[1] == "input: x float32[2, 3, 8, 8] random normal"
+    assert lines[2].startswith("opdsl graph: 3 nodes after rewrites (") and "fused=1" in lines[2]  # Conv+Relu
+    for i, label in enumerate(("opdsl load + plan:", "opdsl first run:", "opdsl compile time:", "opdsl latency:",
+                               "onnxruntime latency:", "ratio opdsl / onnxruntime:"), start=3):
+        assert lines[i].startswith(label), (label, lines[i])
+    assert "(median of 2, min " in lines[6] and "onnxruntime 1." in lines[7]
+    assert lines[9].startswith("output y: max abs diff ") and lines[9].endswith("(ok)")
+    assert lines[11].startswith("slowest 3 of 3 nodes (profile: mean of 2 runs")
+    assert lines[12].split() == ["node", "op", "impl", "mean", "share", "output", "shape"]
+    assert {ln.split()[0] for ln in lines[14:17]} == {"conv", "matmul", "add"}
+    assert all(ln.split()[-4:] == ["(2,", "4,", "8,", "8)"] for ln in lines[14:17])
+    assert lines[18].startswith("by op type: ")
+    assert "profile of 'tiny'" not in r.stdout  # the full table only with --profile
+
+
+def test_bench_profile_input_files_and_a_mismatch(tiny, tmp_path):
+    pytest.importorskip("onnxruntime")
+    import numpy as np
+    x = np.random.default_rng(5).standard_normal((3, 3, 8, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    r = opdsl("bench", tiny, "--backend", "interpreter", "--repeat", "1", "--profile", "--top", "2",
+              "--input", f"x={tmp_path / 'x.npy'}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"input: x float32[3, 3, 8, 8] from {tmp_path / 'x.npy'}" in r.stdout
+    assert "slowest 2 of 3 nodes" in r.stdout
+    full = r.stdout[r.stdout.index("profile of 'tiny' [interpreter], mean of 1 run(s): "):].splitlines()
+    assert [ln.split()[0] for ln in full[3:]] == ["conv", "matmul", "add"]  # every node, graph order
+    r = opdsl("bench", tiny, "--backend", "interpreter", "--repeat", "1", "--rtol", "0", "--atol", "0",
+              "--input", f"x={tmp_path / 'x.npy'}")
+    if "max abs diff 0 (ok)" not in r.stdout:  # bit-identical to onnxruntime is possible, then nothing to see
+        assert r.returncode == 1 and "MISMATCH (rtol 0.0, atol 0.0" in r.stdout
+
+
+def test_bench_argument_and_model_errors_are_clean(tiny, tmp_path, capsys):
+    """In-process (each error comes before any kernel runs): the message alone, exit code 1."""
+    import numpy as np
+    from dsl.cli import main as cli
+    np.save(tmp_path / "x64.npy", np.zeros((1, 3, 8, 8)))
+    for args, says in ((["--input", "z=a.npy"], "--input z: the model has no input 'z'; inputs: x"),
+                       (["--input", "x"], "--input expects NAME=VALUE, got 'x'"),
+                       (["--input", f"x={tmp_path / 'x64.npy'}"],
+                        f"--input x={tmp_path / 'x64.npy'}: the file holds float64, the model takes float32"),
+                       (["--dim", "seq=4"], "--dim seq: the model has no symbolic dimension 'seq'; symbolic dims: batch"),
+                       (["--dim", "batch=two"], "--dim batch=two: the size must be an integer"),
+                       (["--repeat", "0"], "--repeat must be >= 1, --warmup and --top >= 0")):
+        assert cli.main(["bench", str(tiny), "--backend", "interpreter", *args]) == 1
+        assert capsys.readouterr().err.strip() == f"opdsl: error: {says}", args
+    assert cli.main(["bench", str(tmp_path / "nope.onnx")]) == 1
+    assert "no such file" in capsys.readouterr().err
+    from onnx import helper as H
+    missing = tiny_model(tmp_path / "missing.onnx", extra_nodes=[
+        H.make_node("Softplux", ["y"], ["s1"], name="sp1"), H.make_node("Softplux", ["s1"], ["s2"], name="sp2"),
+        H.make_node("Frob", ["y"], ["f"], name="fr", domain="com.nowhere")])
+    import onnx
+    m = onnx.load(str(missing))
+    m.opset_import.append(H.make_opsetid("com.nowhere", 1))
+    onnx.save(m, str(missing))
+    assert cli.main(["bench", str(missing), "--backend", "interpreter"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"opdsl: error: opdsl cannot load {missing}: the model uses 2 op type(s) that no "
+                          "registered op answers")
+    assert "ai.onnx::Softplux (opset 17): 2 nodes, first 'sp1'" in err
+    assert "com.nowhere::Frob (opset 1): 1 node, first 'fr'" in err
+
+
+def test_bench_without_onnxruntime_says_how_to_install_it(tiny, tmp_path):
+    (tmp_path / "onnxruntime.py").write_text("raise ImportError('No module named onnxruntime (hidden by the test)')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
+    r = subprocess.run([sys.executable, "-m", "dsl.cli", "bench", str(tiny), "--backend", "interpreter",
+                        "--repeat", "1"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "onnxruntime latency:   n/a (onnxruntime is not installed" in r.stdout
+    assert "pip install onnxruntime" in r.stderr
+    assert "slowest 3 of 3 nodes" in r.stdout  # opdsl's own numbers still come

@@ -3,6 +3,8 @@
     opdsl demo [--backend NAME ...]          run the built-in kernels everywhere, check them
     opdsl compile FILE.py --backend B --emit build (and print) every @dsl.kernel in FILE.py
     opdsl cache info | clear [--backend B]   the on-disk compile cache (clear: only opdsl's own folders)
+    opdsl bench MODEL.onnx [--backend B] [--repeat N] [--profile] [--input x=x.npy] [--dim batch=8]
+                                             opdsl vs onnxruntime on one model: check, time, profile
 
 Only implemented commands exist.  User mistakes (a kernel that does not
 compile, a missing file) print the message alone and exit 1: a traceback there
@@ -147,6 +149,16 @@ def cmd_cache(args) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- bench
+
+def cmd_bench(args) -> int:
+    from dsl.cli import bench
+    try:
+        return bench.run(args)
+    except bench.BenchError as e:
+        raise UserError(str(e)) from None
+
+
 # --------------------------------------------------------------------------- entry point
 
 def parser() -> argparse.ArgumentParser:
@@ -172,6 +184,10 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("action", choices=("info", "clear"))
     k.add_argument("--backend", choices=_cache_backends(), help="clear only this backend's entries")
     k.set_defaults(run=cmd_cache)
+
+    from dsl.cli import bench
+    bench.add_parser(sub, backends)
+    sub.choices["bench"].set_defaults(run=cmd_bench)
     return p
 
 

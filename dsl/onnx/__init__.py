@@ -1,5 +1,6 @@
 """ONNX in and out: ``load.py`` turns a model into a graph or a compiled ``dsl.Model``
-(``dsl.load_onnx``, ``dsl.onnx.to_graph``); ``export.py`` writes ``Graph.to_onnx()``.
+(``dsl.load_onnx``, ``dsl.onnx.to_graph``), after ``coverage.py`` has listed every op the model
+needs that no registered op answers; ``export.py`` writes ``Graph.to_onnx()``.
 
 The loader needs the built-in op library (``ops``) and sits above it; the exporter needs only
 the op/graph layer.  So this package imports neither until one of its names is used.

@@ -10,6 +10,9 @@ A model becomes a ``dsl.Graph`` and is compiled like any other graph:
   class's defaults (ONNX's) for the rest;
 * a node of a model-local function (FunctionProto) that no registered op answers is
   expanded from the function body;
+* before anything is built, the whole model (function bodies and graph attributes too)
+  is scanned for ops no registered op answers, and all of them are reported in one
+  ``OnnxImportError`` (coverage.py);
 * anything that cannot be honoured -- an unknown op, an attribute the op does not
   have, an unsupported dtype, a dangling input name, a malformed file -- is an
   ``OnnxImportError`` naming the node (name, domain, type) and what would be accepted.
@@ -29,6 +32,7 @@ import numpy as np
 
 import ops  # noqa: F401 (registers the built-in library that ONNX-domain nodes map to)
 from dsl.lang.types import DType, from_numpy
+from dsl.onnx import coverage
 from dsl.opgraph import registry
 from dsl.opgraph.graph import Graph, Tensor, apply_op
 from dsl.opgraph.limits import TensorSizeError, check_tensor_bytes, tensor_limit
@@ -37,7 +41,10 @@ from dsl.opgraph.spec import VerifyError
 
 
 class OnnxImportError(ValueError):
-    """The ONNX model cannot be turned into a graph; the message says which part and why."""
+    """The ONNX model cannot be turned into a graph; the message says which part and why.
+    ``missing``: the ``coverage.MissingOp`` list when the cause is ops no registered op answers."""
+
+    missing: List = []
 
 
 def load_onnx(model, packages: Sequence = (), backend: Optional[str] = None, formats: str = "auto",
@@ -69,6 +76,11 @@ def to_graph(model, packages: Sequence = (), base_dir: Optional[str] = None,
     _register_packages(packages)
     _check_structure(proto)
     opsets = _opsets(proto.opset_import, "opset_import")
+    missing = coverage.missing_ops(proto, opsets)
+    if missing:  # all of them at once, before any tensor is read or node built
+        err = OnnxImportError(coverage.describe_missing(missing))
+        err.missing = missing
+        raise err
     functions = {(registry.normalize_domain(f.domain), f.name): f for f in proto.functions}
     g = Graph(proto.graph.name or "onnx_model")
     g.opset_imports = dict(opsets)
@@ -361,23 +373,39 @@ def _make_op(node, opsets: Dict[str, int], attrs: Dict[str, Any]) -> Op:
         raise OnnxImportError(f"node {_node_label(node)}: {e}") from None
 
 
-def _constant_node(node, attrs: Dict[str, Any]) -> np.ndarray:
-    if len(attrs) != 1:
-        raise OnnxImportError(f"node {_node_label(node)}: a Constant needs exactly one value attribute, "
-                              f"got {sorted(attrs) or 'none'}")
-    (name, value), = attrs.items()
-    table = {"value": None, "value_float": np.float32, "value_floats": np.float32,
-             "value_int": np.int64, "value_ints": np.int64}
-    if name not in table:
-        raise OnnxImportError(f"node {_node_label(node)}: Constant attribute {name!r} is not supported; "
-                              f"accepted: {', '.join(table)}")
-    return np.asarray(value) if table[name] is None else np.asarray(value, table[name])
+# Constant's value attributes opdsl can hold, and the numpy dtype of the scalar/list forms
+_CONSTANT_FORMS = {"value": None, "value_float": np.float32, "value_floats": np.float32,
+                   "value_int": np.int64, "value_ints": np.int64}
+
+
+def _constant_node(node, reader: _Reader) -> np.ndarray:
+    where = f"node {_node_label(node)}"
+    names = [a.name for a in node.attribute]
+    if len(names) != 1:
+        raise OnnxImportError(f"{where}: a Constant needs exactly one value attribute, got {sorted(names) or 'none'}")
+    attr = node.attribute[0]
+    accepted = ", ".join(_CONSTANT_FORMS)
+    if attr.name in ("value_string", "value_strings"):
+        raise OnnxImportError(f"{where}: Constant attribute {attr.name!r} makes a string tensor, and opdsl has "
+                              f"no string dtype; accepted: {accepted}")
+    if attr.name == "sparse_value":
+        raise OnnxImportError(f"{where}: Constant attribute 'sparse_value' holds a sparse tensor, which opdsl "
+                              f"does not support; store it dense (attribute 'value'); accepted: {accepted}")
+    if attr.name not in _CONSTANT_FORMS:
+        raise OnnxImportError(f"{where}: Constant attribute {attr.name!r} is not supported; accepted: {accepted}")
+    value = _attribute_value(attr, where, reader)
+    dtype = _CONSTANT_FORMS[attr.name]
+    return np.asarray(value) if dtype is None else np.asarray(value, dtype)
 
 
 def _import_nodes(g: Graph, nodes: Iterable, env: Dict[str, Optional[Tensor]], opsets: Dict[str, int],
                   functions: Dict, prefix: str, depth: int = 0, reader: Optional[_Reader] = None) -> None:
     for node in nodes:
         where = f"node {_node_label(node)}"
+        domain = registry.normalize_domain(node.domain)
+        if domain == "" and node.op_type == "Constant" and registry.find("", "Constant", opsets.get("")) is None:
+            env[node.output[0]] = g.constant(g.unique_name(node.output[0]), _constant_node(node, reader))
+            continue
         attrs = {a.name: _attribute_value(a, where, reader) for a in node.attribute}
         ins = []
         for name in node.input:
@@ -385,10 +413,6 @@ def _import_nodes(g: Graph, nodes: Iterable, env: Dict[str, Optional[Tensor]], o
                 raise OnnxImportError(f"{where}: input {name!r} is not defined before this node (not a graph "
                                       f"input, initializer or earlier node output)")
             ins.append(env[name])
-        domain = registry.normalize_domain(node.domain)
-        if domain == "" and node.op_type == "Constant" and registry.find("", "Constant", opsets.get("")) is None:
-            env[node.output[0]] = g.constant(g.unique_name(node.output[0]), _constant_node(node, attrs))
-            continue
         fn = functions.get((domain, node.op_type))
         if fn is not None and registry.find(domain, node.op_type, opsets.get(domain)) is None:
             _expand_function(g, node, fn, ins, env, opsets, functions, prefix, depth, reader)

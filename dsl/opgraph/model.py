@@ -46,11 +46,12 @@ _MAX_PLANS = 32
 class _Plan:
     """Everything one shape signature needs: fixed buffers and a flat step list."""
 
-    __slots__ = ("inputs", "outputs", "steps", "memory", "specs", "captured")
+    __slots__ = ("inputs", "outputs", "steps", "memory", "specs", "captured", "spans")
 
-    def __init__(self, inputs, outputs, steps, memory, specs, captured):
+    def __init__(self, inputs, outputs, steps, memory, specs, captured, spans=()):
         self.inputs, self.outputs, self.steps = inputs, outputs, steps
         self.memory, self.specs, self.captured = memory, specs, captured
+        self.spans = spans  # (node, first step, end step): which steps are whose (profile.py)
 
 
 class _PlanPool:
@@ -117,6 +118,12 @@ class Model:
             pool.checkin(plan)
 
     __call__ = run
+
+    def profile(self, feeds: Mapping[str, Any], repeat: int = 10, warmup: int = 1):
+        """Per-node timing of ``repeat`` runs on ``feeds`` -> ``dsl.opgraph.profile.Profile``
+        (``.rows``, ``print(...)``, ``.to_markdown()``)."""
+        from dsl.opgraph.profile import profile_model
+        return profile_model(self, feeds, repeat=repeat, warmup=warmup)
 
     def _check_feeds(self, feeds) -> List[np.ndarray]:
         if not isinstance(feeds, Mapping):
@@ -210,10 +217,12 @@ class Model:
                     arrays[t.name] = arena[memory.assign[t.name]][:nbytes].view(dt).reshape(shape)
                 else:  # graph outputs (copied out after each run) and empty tensors
                     arrays[t.name] = np.empty(shape, dt)
-        steps, captured = [], 0
+        steps, captured, spans = [], 0, []
         inplace_outputs = {out for out, _ in memory.inplace}
         for n in g.nodes:
+            first = len(steps)
             if n.outputs and all(arrays[t.name].size == 0 for t in n.outputs):
+                spans.append((n, first, first))
                 continue  # every output is empty: nothing to compute (ONNX empty-tensor rule)
             ins = [None if t is None else arrays[t.name] for t in n.inputs]
             outs = [arrays[t.name] for t in n.outputs]
@@ -230,17 +239,22 @@ class Model:
                     if F.needs_padding_fix(specs[t.name]):
                         steps.append(_prepare(reorder.zero_padding, (arrays[t.name],),
                                               {"channels": specs[t.name].shape[1]}, self.backend))
+            spans.append((n, first, len(steps)))
         return _Plan([arrays[t.name] for t in g.inputs], [(t.name, arrays[t.name]) for t in g.outputs],
-                     steps, memory, specs, captured)
+                     steps, memory, specs, captured, spans)
 
-    def _run_by_node(self, arrays) -> Dict[str, np.ndarray]:
-        """Shapes depend on run-time values: infer, allocate and launch node by node."""
+    def _run_by_node(self, arrays, on_node=None) -> Dict[str, np.ndarray]:
+        """Shapes depend on run-time values: infer, allocate and launch node by node.
+        ``on_node(node, values)`` before each node and ``on_node(None, values)`` at the end
+        (values: tensor name -> array so far): the profiler's clock."""
         g = self.graph
         vals: Dict[str, np.ndarray] = dict(g.constants)
         specs: Dict[str, TensorSpec] = {name: g.tensors[name].spec for name in g.constants}
         for t, a in zip(g.inputs, arrays):
             vals[t.name], specs[t.name] = a, TensorSpec.of(a)
         for n in g.nodes:
+            if on_node is not None:
+                on_node(n, vals)
             ins = [None if t is None else vals[t.name] for t in n.inputs]
             in_specs = [None if t is None else specs[t.name].with_(
                 value=vals[t.name] if specs[t.name].format == "plain" else None) for t in n.inputs]
@@ -264,6 +278,8 @@ class Model:
                             reorder.fix_padding(a, s.shape[1], self.backend)
             for t, s, a in zip(n.outputs, outs, arrs):
                 vals[t.name], specs[t.name] = a, s
+        if on_node is not None:
+            on_node(None, vals)
         return {t.name: (vals[t.name].copy() if t.kind != "node" else vals[t.name]) for t in g.outputs}
 
     # ------------------------------------------------------------------ introspection

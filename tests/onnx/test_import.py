@@ -177,21 +177,104 @@ def test_unknown_op_names_node_domain_type_and_known_ops():
     with pytest.raises(dsl.OnnxImportError) as e:
         dsl.load_onnx(model)
     msg = str(e.value)
-    assert "'act1'" in msg and "ai.onnx::Relux" in msg and "Relu" in msg and "ops known in 'ai.onnx'" in msg
+    assert "ai.onnx::Relux (opset 17): 1 node, first 'act1'" in msg and "closest known ops: " in msg and "Relu" in msg
     model = make_model([H.make_node("Swish", ["x"], ["y"], domain="com.nowhere", name="n7")], {"x": X34}, {"y": np.float32},
                        domains=("com.nowhere",))
-    with pytest.raises(dsl.OnnxImportError, match=r"'n7' \(com.nowhere::Swish\).*no op registered.*known domains"):
+    with pytest.raises(dsl.OnnxImportError, match=r"com.nowhere::Swish \(opset 1\): 1 node, first 'n7'; "):
         dsl.load_onnx(model)
+
+
+def test_every_missing_op_of_the_model_is_reported_at_once():
+    """Main graph, a local function's body and a graph attribute: one error lists them all."""
+    body = [H.make_node("Frobnicate", ["a"], ["o"], domain="com.nowhere", name="inner")]
+    fn = H.make_function("com.example.fn", "Wrapped", ["a"], ["o"], body,
+                         [H.make_opsetid("", 17), H.make_opsetid("com.nowhere", 2)])
+    sub = H.make_graph([H.make_node("Zork", ["x"], ["z"], name="in_branch")], "branch", [],
+                       [H.make_tensor_value_info("z", TP.FLOAT, None)])
+    nodes = [H.make_node("Relux", ["x"], ["a"], name="act1"),
+             H.make_node("Relu", ["a"], ["b"], name="ok"),
+             H.make_node("Relux", ["b"], ["c"], name="act2"),
+             H.make_node("Wrapped", ["c"], ["d"], domain="com.example.fn", name="call"),
+             H.make_node("Loopish", ["d"], ["y"], domain="com.nowhere", name="ctl", body=sub)]
+    model = make_model(nodes, {"x": X34}, {"y": np.float32}, domains=("com.example.fn", "com.nowhere"),
+                       functions=[fn])
+    with pytest.raises(dsl.OnnxImportError) as e:
+        dsl.load_onnx(model)
+    msg = str(e.value)
+    assert msg.startswith("the model uses 4 op type(s) that no registered op answers at the model's opset (5 node(s))")
+    lines = msg.splitlines()[1:]
+    assert [ln.strip().split("): ")[0] + ")" for ln in lines] == [
+        "ai.onnx::Relux (opset 17)", "ai.onnx::Zork (opset 17)", "com.nowhere::Frobnicate (opset 2)",
+        "com.nowhere::Loopish (opset 1)"]
+    assert "2 nodes, first 'act1'" in lines[0]
+    assert "1 node, first 'ctl/body/in_branch'" in lines[1]
+    assert "1 node, first 'call/inner'" in lines[2]  # the function's own opset_import applies
+    assert "1 node, first 'ctl'" in lines[3]
+    assert [(m.label, m.opset, m.count, m.first_node) for m in e.value.missing] == [
+        ("ai.onnx::Relux", 17, 2, "act1"), ("com.nowhere::Frobnicate", 2, 1, "call/inner"),
+        ("com.nowhere::Loopish", 1, 1, "ctl"), ("ai.onnx::Zork", 17, 1, "ctl/body/in_branch")]
+
+
+@dsl.op("Newish", domain="com.example.opsets", since=13)
+class NewishTest(dsl.Op):
+    alpha: float = 0.2
+    beta: float = 0.5
+    kernels = {"default": hard_sigmoid_kernel}
+
+    def infer(self, x):
+        return x.spec
 
 
 def test_opset_and_domain_errors():
     model = make_model([H.make_node("Add", ["x", "x"], ["y"], name="old")], {"x": X34}, {"y": np.float32}, opset=6)
-    with pytest.raises(dsl.OnnxImportError, match=r"'old' \(ai.onnx::Add\).*no registration for opset 6"):
+    with pytest.raises(dsl.OnnxImportError,
+                       match=r"ai.onnx::Add \(opset 6\): 1 node, first 'old'; registered only for other opsets: Add \[7, \.\.\.\]"):
         dsl.load_onnx(model)
     model = make_model([H.make_node("HardSigmoid", ["x"], ["y"], domain="com.example.test", name="hs")],
                        {"x": X34}, {"y": np.float32})
     with pytest.raises(dsl.OnnxImportError, match="domain 'com.example.test' has no opset_import entry"):
         dsl.load_onnx(model)
+
+
+def test_an_op_registered_only_for_newer_opsets_names_the_ranges():
+    """An opset-7 model using an op whose classes start at 13 (like Squeeze) lists the known ranges."""
+    model = make_model([H.make_node("Newish", ["x"], ["y"], domain="com.example.opsets", name="sq")],
+                       {"x": X34}, {"y": np.float32}, domains=("com.example.opsets",))
+    model.opset_import[1].version = 7
+    with pytest.raises(dsl.OnnxImportError) as e:
+        dsl.load_onnx(model)
+    assert "com.example.opsets::Newish (opset 7): 1 node, first 'sq'; registered only for other opsets: " \
+           "NewishTest [13, ...]" in str(e.value)
+    model.opset_import[1].version = 13
+    out = dsl.load_onnx(model, backend="interpreter").run({"x": X34})["y"]
+    np.testing.assert_allclose(out, np.clip(np.float32(0.2) * X34 + np.float32(0.5), 0, 1), rtol=1e-6)
+
+
+def test_constant_forms_opdsl_cannot_hold_are_clear_errors():
+    for attr, says in (("value_string", "'value_string' makes a string tensor, and opdsl has no string dtype"),
+                       ("value_strings", "'value_strings' makes a string tensor")):
+        node = H.make_node("Constant", [], ["c"], name="k", **{attr: "abc" if attr == "value_string" else ["a"]})
+        model = make_model([node, H.make_node("Relu", ["x"], ["y"])], {"x": X34}, {"y": np.float32})
+        with pytest.raises(dsl.OnnxImportError, match=r"'k' \(ai.onnx::Constant\): Constant attribute " + says):
+            dsl.load_onnx(model)
+    sparse = H.make_sparse_tensor(NH.from_array(np.array([1.0], np.float32), "v"),
+                                  NH.from_array(np.array([2], np.int64), "i"), [4])
+    node = H.make_node("Constant", [], ["c"], name="sp", sparse_value=sparse)
+    model = make_model([node, H.make_node("Relu", ["x"], ["y"])], {"x": X34}, {"y": np.float32})
+    with pytest.raises(dsl.OnnxImportError, match="'sparse_value' holds a sparse tensor.*store it dense"):
+        dsl.load_onnx(model)
+    node = H.make_node("Constant", [], ["c"], name="two", value_int=1, value_float=2.0)
+    model = make_model([node, H.make_node("Relu", ["x"], ["y"])], {"x": X34}, {"y": np.float32})
+    with pytest.raises(dsl.OnnxImportError, match="exactly one value attribute"):
+        dsl.load_onnx(model)
+
+
+def test_constant_scalar_and_list_forms():
+    nodes = [H.make_node("Constant", [], ["k"], value_floats=[1.5, 2.0, -1.0, 0.5]),
+             H.make_node("Mul", ["x", "k"], ["y"])]
+    model = make_model(nodes, {"x": X34}, {"y": np.float32})
+    out = dsl.load_onnx(model, backend="interpreter").run({"x": X34})["y"]
+    np.testing.assert_array_equal(out, X34 * np.array([1.5, 2.0, -1.0, 0.5], np.float32))
 
 
 def test_attribute_errors():

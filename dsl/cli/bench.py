@@ -1,0 +1,240 @@
+"""``opdsl bench model.onnx``: opdsl next to onnxruntime on one model, same inputs.
+
+Loads the model with ``dsl.load_onnx`` (timed: that is the compile time, plus the first
+run, which compiles what depends on run-time shapes), runs both on the same inputs,
+checks the outputs agree, times both, and shows where opdsl's time goes (the slowest
+nodes of ``Model.profile``; ``--profile``: every node).
+
+onnxruntime is only the reference here, never a dependency of opdsl: it is imported
+when the command runs, and without it the command times opdsl alone and says how to
+install it.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+ORT_HINT = "pip install onnxruntime"
+
+
+class BenchError(Exception):
+    """A problem with the command's arguments or the model; printed without a traceback."""
+
+
+def _parse_pairs(items: Optional[List[str]], what: str) -> Dict[str, str]:
+    out: Dict[str, str] = {}
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise BenchError(f"{what} expects NAME=VALUE, got {item!r}")
+        out[name] = value
+    return out
+
+
+def model_inputs(proto) -> List[Tuple[str, np.dtype, Tuple]]:
+    """(name, numpy dtype, dims as int / symbolic name / None) of the inputs a caller feeds."""
+    from onnx import helper
+    inits = {t.name for t in proto.graph.initializer}
+    out = []
+    for vi in proto.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        try:
+            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        except Exception:
+            raise BenchError(f"input {vi.name!r}: element type {tt.elem_type} has no numpy dtype; "
+                             f"pass it with --input {vi.name}=FILE.npy") from None
+        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim)
+        out.append((vi.name, dtype, dims))
+    return out
+
+
+def make_feeds(proto, files: Dict[str, str], dims: Dict[str, str], seed: int = 0) -> Tuple[Dict[str, np.ndarray], List[str]]:
+    """Inputs for every model input -> (feeds, one line per input saying where it came from).
+
+    ``files``: input name -> .npy path; the others are random by dtype (floats: standard
+    normal; integers: 0..3; bool: coin flips) with symbolic dims from ``dims`` or 1."""
+    rng = np.random.default_rng(seed)
+    inputs = model_inputs(proto)
+    names = [n for n, _, _ in inputs]
+    unknown = [n for n in files if n not in names]
+    if unknown:
+        raise BenchError(f"--input {unknown[0]}: the model has no input {unknown[0]!r}; inputs: {', '.join(names)}")
+    symbolic = {d for _, _, ds in inputs for d in ds if isinstance(d, str)}
+    bad = [d for d in dims if d not in symbolic]
+    if bad:
+        raise BenchError(f"--dim {bad[0]}: the model has no symbolic dimension {bad[0]!r}; "
+                         f"symbolic dims: {', '.join(sorted(symbolic)) or 'none'}")
+    sizes: Dict[str, int] = {}
+    for d, v in dims.items():
+        try:
+            sizes[d] = int(v)
+        except ValueError:
+            raise BenchError(f"--dim {d}={v}: the size must be an integer") from None
+        if sizes[d] < 0:
+            raise BenchError(f"--dim {d}={v}: the size must be >= 0")
+    feeds, notes = {}, []
+    for name, dtype, ds in inputs:
+        if name in files:
+            path = files[name]
+            if not os.path.isfile(path):
+                raise BenchError(f"--input {name}={path}: no such file")
+            try:
+                a = np.load(path, allow_pickle=False)
+            except Exception as e:
+                raise BenchError(f"--input {name}={path}: not a .npy array ({type(e).__name__}: {e})") from None
+            if a.dtype != dtype:
+                raise BenchError(f"--input {name}={path}: the file holds {a.dtype}, the model takes {dtype}")
+            feeds[name] = a
+            notes.append(f"{name} {dtype}{list(a.shape)} from {path}")
+            continue
+        shape = tuple(d if isinstance(d, int) else sizes.get(d, 1) if isinstance(d, str) else 1 for d in ds)
+        if dtype.kind == "f":
+            a = rng.standard_normal(shape).astype(dtype)
+            how = "random normal"
+        elif dtype.kind in "iu":
+            a = rng.integers(0, 4, shape).astype(dtype)
+            how = "random integers 0..3"
+        elif dtype.kind == "b":
+            a = rng.random(shape) < 0.5
+            how = "random booleans"
+        else:
+            raise BenchError(f"input {name!r} of dtype {dtype}: no random values for it; pass --input {name}=FILE.npy")
+        feeds[name] = a
+        notes.append(f"{name} {dtype}{list(shape)} {how}")
+    return feeds, notes
+
+
+def _time_interleaved(fns: List, repeat: int, warmup: int) -> List[List[float]]:
+    """Seconds of ``repeat`` calls of each function, taken in turns (a, b, a, b, ...) so that
+    a change of load on a shared machine hits every function alike."""
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    times: List[List[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for fn, acc in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            acc.append(time.perf_counter() - t0)
+    return times
+
+
+def _ort_session(path: str):
+    """An onnxruntime session on the CPU, or (None, reason) when onnxruntime is missing."""
+    try:
+        import onnxruntime as ort
+    except ImportError as e:
+        return None, (f"onnxruntime is not installed ({e}); it is only the reference `opdsl bench` compares "
+                      f"with: install it with `{ORT_HINT}` (or `pip install opdsl[bench]`)")
+    try:
+        return ort.InferenceSession(path, providers=["CPUExecutionProvider"]), f"onnxruntime {ort.__version__}"
+    except Exception as e:
+        return None, f"onnxruntime cannot load the model: {type(e).__name__}: {str(e).splitlines()[0]}"
+
+
+def run(args, out=None) -> int:
+    """The ``bench`` subcommand; returns the exit code (1 when the outputs disagree)."""
+    import onnx
+
+    import dsl
+    from dsl.onnx.load import OnnxImportError
+    from dsl.opgraph.profile import format_seconds as fmt
+
+    out = out or sys.stdout
+    say = lambda *a: print(*a, file=out)  # noqa: E731
+    path = args.model
+    if not os.path.isfile(path):
+        raise BenchError(f"no such file: {path}")
+    if args.repeat < 1 or args.warmup < 0 or args.top < 0:
+        raise BenchError("--repeat must be >= 1, --warmup and --top >= 0")
+    try:
+        proto = onnx.load(path, load_external_data=False)
+    except Exception as e:
+        raise BenchError(f"{path} is not a readable ONNX model: {type(e).__name__}: {e}") from None
+    feeds, notes = make_feeds(proto, _parse_pairs(args.input, "--input"), _parse_pairs(args.dim, "--dim"), args.seed)
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+    say(f"model: {path} ({len(proto.graph.node)} nodes, opset {opset}), opdsl backend {args.backend}")
+    for n in notes:
+        say(f"input: {n}")
+
+    t0 = time.perf_counter()
+    try:
+        model = dsl.load_onnx(path, backend=args.backend)
+    except OnnxImportError as e:
+        raise BenchError(f"opdsl cannot load {path}: {e}") from None
+    t_load = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    got = model.run(feeds)
+    t_first = time.perf_counter() - t0
+    say(f"opdsl graph: {len(model.graph.nodes)} nodes after rewrites ("
+        + ", ".join(f"{k}={v}" for k, v in model.stats.items()) + ")")
+    say(f"opdsl load + plan:     {fmt(t_load)}")
+    say(f"opdsl first run:       {fmt(t_first)} (compiles the kernels the disk cache does not hold)")
+    say(f"opdsl compile time:    {fmt(t_load + t_first)} (load + first run)")
+    sess, ort_note = _ort_session(path)
+    ort_feeds = {} if sess is None else {i.name: feeds[i.name] for i in sess.get_inputs()}
+    fns = [lambda: model.run(feeds)] + ([] if sess is None else [lambda: sess.run(None, ort_feeds)])
+    timings = _time_interleaved(fns, args.repeat, args.warmup)
+    ours = timings[0]
+    ours_med = statistics.median(ours)
+    say(f"opdsl latency:         {fmt(ours_med)} (median of {args.repeat}, min {fmt(min(ours))})")
+    status = 0
+    if sess is None:
+        say(f"onnxruntime latency:   n/a ({ort_note})")
+        print(f"opdsl bench: {ort_note}", file=sys.stderr)
+    else:
+        ort_names = [o.name for o in sess.get_outputs()]
+        theirs = timings[1]
+        theirs_med = statistics.median(theirs)
+        say(f"onnxruntime latency:   {fmt(theirs_med)} (median of {args.repeat}, min {fmt(min(theirs))}; {ort_note})")
+        ratio = ours_med / theirs_med if theirs_med > 0 else float("inf")
+        say(f"ratio opdsl / onnxruntime: {ratio:.2f}x" + (" (opdsl faster)" if ratio < 1 else ""))
+        for name, ref in zip(ort_names, sess.run(None, ort_feeds)):
+            mine = got.get(name)
+            if mine is None or np.shape(mine) != np.shape(ref):
+                say(f"output {name}: MISMATCH shape {None if mine is None else mine.shape} vs onnxruntime {np.shape(ref)}")
+                status = 1
+                continue
+            a, b = np.asarray(mine), np.asarray(ref)
+            diff = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if a.size else 0.0
+            ok = a.dtype == b.dtype and np.allclose(a, b, rtol=args.rtol, atol=args.atol, equal_nan=True)
+            status = status or (0 if ok else 1)
+            say(f"output {name}: max abs diff {diff:.3g} "
+                + ("(ok)" if ok else f"MISMATCH (rtol {args.rtol}, atol {args.atol}, dtypes {a.dtype}/{b.dtype})"))
+
+    prof = model.profile(feeds, repeat=args.repeat, warmup=min(args.warmup, 1))
+    top = prof.slowest(args.top)
+    say("")
+    say(f"slowest {len(top)} of {len(prof.rows)} nodes (profile: mean of {args.repeat} runs, "
+        f"nodes sum to {fmt(prof.total_s)}):")
+    say(prof.table(top))
+    say("")
+    say("by op type: " + ", ".join(f"{op} {100 * share:.1f}% ({n})" for op, n, _, share in prof.by_op_type()))
+    if args.profile:
+        say("")
+        say(str(prof))
+    return status
+
+
+def add_parser(sub, backends: List[str]) -> None:
+    b = sub.add_parser("bench", help="time a model with opdsl and onnxruntime, check they agree, profile opdsl")
+    b.add_argument("model", help="an .onnx file")
+    b.add_argument("--backend", default="numba", choices=backends, help="opdsl backend (default numba)")
+    b.add_argument("--repeat", type=int, default=20, help="timed runs of each (default 20)")
+    b.add_argument("--warmup", type=int, default=2, help="untimed runs first (default 2)")
+    b.add_argument("--input", action="append", metavar="NAME=FILE.npy",
+                   help="feed this input from a .npy file (repeatable; default: random values by dtype)")
+    b.add_argument("--dim", action="append", metavar="NAME=SIZE",
+                   help="size of a symbolic dimension for random inputs (repeatable; default 1)")
+    b.add_argument("--profile", action="store_true", help="also print the per-node table of every node")
+    b.add_argument("--top", type=int, default=10, help="how many of the slowest nodes to show (default 10)")
+    b.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance of the output check (default 1e-3)")
+    b.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance of the output check (default 1e-4)")
+    b.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
