@@ -367,6 +367,9 @@ def _make_op(node, opsets: Dict[str, int], attrs: Dict[str, Any]) -> Op:
             raise OnnxImportError(f"node {_node_label(node)}: attribute {name!r} is not supported by "
                                   f"{cls.__name__} (params: {accepted})")
         params[name] = _param_value(cls, name, table[name].annotation, value)
+    if (domain == "" and node.op_type == "Split" and "num_outputs" in table and "num_outputs" not in params
+            and "split" not in params and not (len(node.input) > 1 and node.input[1])):
+        params["num_outputs"] = len(node.output)  # equal parts, as many as the node has outputs
     try:
         return cls(**params)
     except (TypeError, ValueError) as e:

@@ -32,8 +32,6 @@ EXCLUDE: Dict[str, str] = {
                                       "above the case's atol 1e-7; opdsl's f64-accumulated result is within 4e-15 of 0",
     r"^test_(sequence|optional|split_to_sequence|concat_from_sequence)|_seq_": "sequence and optional types are not supported",
     r"^test_training_dropout": "Dropout runs inference only (training_mode=True, random masks, is an error)",
-    r"^test_split_equal_parts_.*opset13$": "Split without sizes before opset 18 takes its part count from the "
-                                            "node's outputs, which the ONNX loader does not pass to ops",
 }
 
 GROUPS = ("node", "pytorch-converted", "pytorch-operator", "simple")
@@ -106,40 +104,13 @@ def collect() -> List[Case]:
     return out
 
 
-def _op_types(model) -> List[Tuple[str, str, int]]:
-    """(domain, op_type, opset) of every node, function bodies and subgraphs included."""
+def missing_ops(model) -> List[str]:
+    """Ops of ``model`` that no registered op answers (the importer's own scan)."""
+    import ops  # noqa: F401 (registers the library the scan asks about)
+    from dsl.onnx.coverage import missing_ops as scan
     from dsl.opgraph import registry
     opsets = {registry.normalize_domain(o.domain): o.version for o in model.opset_import}
-    local = {(registry.normalize_domain(f.domain), f.name) for f in model.functions}
-    found = []
-
-    def walk(nodes, opsets):
-        for n in nodes:
-            d = registry.normalize_domain(n.domain)
-            if (d, n.op_type) not in local:
-                found.append((d, n.op_type, opsets.get(d, 1)))
-            for a in n.attribute:
-                for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                    walk(g.node, opsets)
-    walk(model.graph.node, opsets)
-    for f in model.functions:
-        fo = dict(opsets)
-        fo.update({registry.normalize_domain(o.domain): o.version for o in f.opset_import})
-        walk(f.node, fo)
-    return found
-
-
-def missing_ops(model) -> List[str]:
-    """Ops of ``model`` that no registered op answers (Constant is the importer's own)."""
-    import ops  # noqa: F401
-    from dsl.opgraph import registry
-    missing = set()
-    for domain, op_type, opset in _op_types(model):
-        if domain == "" and op_type == "Constant":
-            continue
-        if registry.find(domain, op_type, opset) is None:
-            missing.add(op_type if not domain else f"{domain}::{op_type}")
-    return sorted(missing)
+    return sorted(m.op_type if not m.domain else f"{m.domain}::{m.op_type}" for m in scan(model, opsets))
 
 
 def skip_reason(case: Case) -> Optional[str]:
