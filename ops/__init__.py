@@ -8,6 +8,7 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.elementwise import Div, Pow, Mod, ModV10, BitShift, BitShiftV11, Max, Min, Sum, Mean  # noqa: F401
     from ops.logic import Equal, EqualV7, Less, LessV7, LessOrEqual, Greater, GreaterV7, GreaterOrEqual  # noqa: F401
     from ops.logic import And, Or, Xor, Not, IsNaN, IsInf, Where  # noqa: F401
+    from ops.cast import Cast, CastV6, CastLike  # noqa: F401
     from ops.matmul import MatMul, Gemm, FullyConnected  # noqa: F401
     from ops.shape import Identity, Reshape, Transpose  # noqa: F401
     from ops.quant import DataConvert, QuantizeLinear, DequantizeLinear  # noqa: F401
