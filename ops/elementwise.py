@@ -534,6 +534,97 @@ class Mean(_Variadic):
     mean = True
 
 
+class _SameShapes(dsl.Op):
+    """Max, Min, Sum, Mean of opsets 6-7: no broadcasting, every input of one shape."""
+
+    def verify(self, *xs):
+        super().verify(*xs)
+        ref = xs[0].shape
+        if any(len(x.shape) != len(ref) or any(p is not None and q is not None and p != q
+                                                for p, q in zip(x.shape, ref)) for x in xs[1:]):
+            shown = ", ".join(str(tuple(x.shape)) for x in xs)
+            raise VerifyError(f"{self.op_type} before opset 8 needs inputs of one shape (no broadcasting), got {shown}")
+
+
+@dsl.op("Max", since=6, until=7)
+class MaxV6(_SameShapes, Max):
+    allowed = FLOATS
+
+
+@dsl.op("Min", since=6, until=7)
+class MinV6(_SameShapes, Min):
+    allowed = FLOATS
+
+
+@dsl.op("Sum", since=6, until=7)
+class SumV6(_SameShapes, Sum):
+    pass
+
+
+@dsl.op("Mean", since=6, until=7)
+class MeanV6(_SameShapes, Mean):
+    pass
+
+
+class _LegacyBroadcast(dsl.Op):
+    """Binary ops before opset 7: shapes must match unless ``broadcast=1``, which broadcasts
+    b onto a with b's dims aligned at ``axis`` of a (default: trailing), never the reverse."""
+    broadcast: int = 0
+    axis: Optional[int] = None
+    formats = ("plain",)
+
+    def aligned(self, a: Sequence, b: Sequence) -> Tuple:
+        """b's shape padded with trailing 1s so that numpy broadcasting reads it as opset 6 did."""
+        if not self.broadcast:
+            if len(a) != len(b) or any(x is not None and y is not None and x != y for x, y in zip(a, b)):
+                raise VerifyError(f"{self.op_type} (opset < 7) needs inputs of one shape unless broadcast=1, "
+                                  f"got {tuple(a)} and {tuple(b)}")
+            return tuple(b)
+        axis = len(a) - len(b) if self.axis is None else self.axis + (len(a) if self.axis < 0 else 0)
+        if axis < 0 or axis + len(b) > len(a):
+            raise VerifyError(f"{self.op_type} (opset < 7) cannot align b {tuple(b)} at axis {self.axis} of a {tuple(a)}")
+        shape = tuple(b) + (1,) * (len(a) - axis - len(b))
+        if broadcast_shape(a, shape, what=self.op_type) != tuple(a):
+            raise VerifyError(f"{self.op_type} (opset < 7) broadcasts b onto a only; got a {tuple(a)}, b {tuple(b)}")
+        return shape
+
+    def verify(self, a, b):
+        super().verify(a, b.with_(shape=self.aligned(a.shape, b.shape)))
+
+    def infer(self, a, b):
+        return TensorSpec(a.shape, a.dtype)
+
+    def run(self, impl, inputs, outputs, backend):
+        a, b = inputs
+        shape = self.aligned(a.shape, b.shape)
+        super().run(impl, [a, b.reshape(shape) if shape != b.shape else b], outputs, backend)
+
+
+@dsl.op("Add", since=6, until=6)
+class AddV6(_LegacyBroadcast, Add):
+    pass
+
+
+@dsl.op("Sub", since=6, until=6)
+class SubV6(_LegacyBroadcast, Sub):
+    pass
+
+
+@dsl.op("Mul", since=6, until=6)
+class MulV6(_LegacyBroadcast, Mul):
+    pass
+
+
+@dsl.op("Div", since=6, until=6)
+class DivV6(_LegacyBroadcast, Div):
+    pass
+
+
+@dsl.op("Pow", since=1, until=6)
+class PowV1(_LegacyBroadcast, Pow):
+    pass
+
+
 class _Unary(dsl.Op):
     formats = ("plain", "nchwc16")
     inplace = {0: 0}
