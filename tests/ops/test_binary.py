@@ -135,13 +135,13 @@ def test_opset6_legacy_broadcast_and_same_shapes(backend):
     Sum/Mean before opset 8 take inputs of one shape."""
     a = RNG.standard_normal((2, 3, 4)).astype(np.float32)
     b = RNG.standard_normal((3,)).astype(np.float32)
-    np.testing.assert_array_equal(ops.AddV6(a, b, broadcast=1, axis=1, backend=backend), a + b[:, None])
+    np.testing.assert_array_equal(ops.DivV6(a, b, broadcast=1, axis=1, backend=backend), a / b[:, None])
     np.testing.assert_array_equal(ops.DivV6(a, a + 5, backend=backend), a / (a + 5))
     np.testing.assert_allclose(ops.PowV1(np.abs(a), np.float32(2), broadcast=1, backend=backend), a * a, rtol=1e-6)
     np.testing.assert_array_equal(ops.MaxV6(a, -a, backend=backend), np.maximum(a, -a))
     with pytest.raises(VerifyError, match="needs inputs of one shape unless broadcast=1"):
         ops.DivV6(a, b)
     with pytest.raises(VerifyError, match="cannot align b"):
-        ops.MulV6(a, b, broadcast=1, axis=3)
+        ops.DivV6(a, b, broadcast=1, axis=3)
     with pytest.raises(VerifyError, match="before opset 8 needs inputs of one shape"):
         ops.SumV6(a, a[0])
