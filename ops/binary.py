@@ -166,7 +166,6 @@ def pow_kernel(a: In[T, 4], b: In[U, 4], y: Out[T, 4]):
         i = base + jn
 
 
-
 # --------------------------------------------------------------------------- ops
 
 def _is_float(dtype: np.dtype) -> bool:
@@ -265,7 +264,7 @@ class Pow(dsl.Op):
 
 class _Variadic(dsl.Op):
     """Max, Min, Sum, Mean of 1..N inputs with multidirectional broadcasting, folded pairwise
-    through binary_kernel (intermediates in the output's dtype, as onnx's reference)."""
+    through binary_op_kernel (intermediates in the output's dtype, as onnx's reference)."""
     code = MAX
     allowed = NUMERIC
     mean = False
