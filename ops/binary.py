@@ -373,7 +373,8 @@ class _LegacyBroadcast(dsl.Op):
             return tuple(b)
         axis = len(a) - len(b) if self.axis is None else self.axis + (len(a) if self.axis < 0 else 0)
         if axis < 0 or axis + len(b) > len(a):
-            raise VerifyError(f"{self.op_type} (opset < 7) cannot align b {tuple(b)} at axis {self.axis} of a {tuple(a)}")
+            raise VerifyError(f"{self.op_type} (opset < 7) cannot align b {tuple(b)} at axis {self.axis} "
+                              f"of a {tuple(a)}")
         shape = tuple(b) + (1,) * (len(a) - axis - len(b))
         if broadcast_shape(a, shape, what=self.op_type) != tuple(a):
             raise VerifyError(f"{self.op_type} (opset < 7) broadcasts b onto a only; got a {tuple(a)}, b {tuple(b)}")

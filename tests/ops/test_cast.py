@@ -22,7 +22,9 @@ def sample(dtype):
     if dt == np.bool_:
         return np.array([True, False, True, True, False, False, True, False])
     if dt.kind == "u":
-        return np.array([0, 1, 7, 200, 255, 3, 65, 9], dt) if dt.itemsize == 1 else np.array([0, 1, 300, 65535, 7, 2, 40000, 9], dt)
+        if dt.itemsize == 1:
+            return np.array([0, 1, 7, 200, 255, 3, 65, 9], dt)
+        return np.array([0, 1, 300, 65535, 7, 2, 40000, 9], dt)
     if dt.kind == "i":
         return np.array([-300, -1, 0, 1, 127, 128, 70000, -129], dt)
     return F.astype(dt)
