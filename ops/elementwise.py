@@ -1,5 +1,6 @@
 """Elementwise ops: Add, Sub, Mul (ONNX multidirectional broadcasting), Relu,
-LeakyRelu, Sigmoid, Tanh, Clip.
+LeakyRelu, Sigmoid, Tanh, Clip, and the broadcasting helpers the other broadcasting
+families share (ops/binary.py: Div, Mod, Pow...; ops/logic.py: comparisons, Where).
 
 A few kernels serve the whole family, specialized by dtype through TypeVars; the
 operation is a run-time code (a loop-invariant branch the compilers hoist), so
@@ -38,7 +39,9 @@ SIGMOID = 2
 TANH = 3
 
 FLOATS = (f16, bf16, f32, f64)
-NUMERIC = tuple(t for t in (dsl.i8, dsl.u8, dsl.i16, dsl.u16, dsl.i32, dsl.u32, dsl.i64, dsl.u64) + FLOATS)
+UNSIGNED = (dsl.u8, dsl.u16, dsl.u32, dsl.u64)
+INTEGERS = (dsl.i8, dsl.u8, dsl.i16, dsl.u16, dsl.i32, dsl.u32, dsl.i64, dsl.u64)
+NUMERIC = INTEGERS + FLOATS
 MAX_RANK = 4  # axes binary_kernel handles after collapsing
 
 
@@ -200,6 +203,7 @@ def require_dtype(what: str, spec: TensorSpec, allowed: Sequence, name: str = "i
 
 class _Binary(dsl.Op):
     code = ADD
+    allowed = NUMERIC
     formats = ("plain", "nchwc16")
     inplace = {0: 0}
     keeps_padding = True  # 0 (op) 0 == 0
@@ -207,14 +211,18 @@ class _Binary(dsl.Op):
 
     def verify(self, a, b):
         same_dtype(self.op_type, a, b)
-        require_dtype(self.op_type, a, NUMERIC)
+        require_dtype(self.op_type, a, self.allowed)
         broadcast_shape(a.shape, b.shape, what=f"{self.op_type}")
 
     def infer(self, a, b):
         return TensorSpec(broadcast_shape(a.shape, b.shape), a.dtype)
 
+    def opcode(self, dtype: np.dtype) -> int:
+        """The binary_kernel op code for this dtype."""
+        return self.code
+
     def run(self, impl, inputs, outputs, backend):
-        launch_broadcast(impl, inputs, outputs[0], MAX_RANK, op=self.code, backend=backend)
+        launch_broadcast(impl, inputs, outputs[0], MAX_RANK, op=self.opcode(outputs[0].dtype), backend=backend)
 
 
 @dsl.op("Add", since=7)
