@@ -6,7 +6,7 @@ from dsl.opgraph.registry import builtin_library as _builtin_library
 with _builtin_library():  # what registers here is built-in: user ops take precedence
     from ops.elementwise import Add, Sub, Mul, Relu, LeakyRelu, Sigmoid, Tanh, Clip, ClipV6  # noqa: F401
     from ops.binary import Div, Pow, Mod, ModV10, BitShift, BitShiftV11, Max, Min, Sum, Mean  # noqa: F401
-    from ops.binary import DivV6, PowV1, MaxV6, MinV6, SumV6, MeanV6  # noqa: F401
+    from ops.binary import AddV6, SubV6, MulV6, DivV6, PowV1, MaxV6, MinV6, SumV6, MeanV6  # noqa: F401
     from ops.logic import Equal, EqualV7, Less, LessV7, LessOrEqual, Greater, GreaterV7, GreaterOrEqual  # noqa: F401
     from ops.logic import And, Or, Xor, Not, IsNaN, IsInf, Where  # noqa: F401
     from ops.cast import Cast, CastV6, CastLike  # noqa: F401

@@ -18,7 +18,7 @@ import numpy as np
 import dsl
 from dsl import In, Out, i32
 from dsl.opgraph.spec import TensorSpec, VerifyError
-from ops.elementwise import (FLOATS, INTEGERS, MAX_RANK, NUMERIC, UNSIGNED, _Binary,
+from ops.elementwise import (FLOATS, INTEGERS, MAX_RANK, NUMERIC, UNSIGNED, Add, Mul, Sub, _Binary,
                              broadcast_shape, launch_broadcast, require_dtype, same_dtype)
 
 T = dsl.TypeVar("T")
@@ -390,6 +390,21 @@ class _LegacyBroadcast(dsl.Op):
         a, b = inputs
         shape = self.aligned(a.shape, b.shape)
         super().run(impl, [a, b.reshape(shape) if shape != b.shape else b], outputs, backend)
+
+
+@dsl.op("Add", since=6, until=6)
+class AddV6(_LegacyBroadcast, Add):
+    pass
+
+
+@dsl.op("Sub", since=6, until=6)
+class SubV6(_LegacyBroadcast, Sub):
+    pass
+
+
+@dsl.op("Mul", since=6, until=6)
+class MulV6(_LegacyBroadcast, Mul):
+    pass
 
 
 @dsl.op("Div", since=6, until=6)

@@ -131,8 +131,9 @@ def test_registered_with_onnx_opsets():
     for name, since in [("Add", 7), ("Mul", 7), ("Relu", 6), ("LeakyRelu", 6), ("Sigmoid", 6), ("Tanh", 6)]:
         cls = registry.lookup("", name, 13)
         assert cls.since == since and cls is getattr(ops, name)
+    assert registry.lookup("", "Add", 6).broadcast == 0  # opset 6: the legacy broadcast/axis attributes
     with pytest.raises(registry.UnknownOpError):
-        registry.lookup("", "Add", 6)  # legacy broadcast attribute semantics: not provided
+        registry.lookup("", "Add", 5)  # opsets 1-5 (consumed_inputs): not provided
 
 
 def _broadcast_pairs():
