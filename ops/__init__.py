@@ -6,10 +6,11 @@ from dsl.opgraph.registry import builtin_library as _builtin_library
 with _builtin_library():  # what registers here is built-in: user ops take precedence
     from ops.elementwise import Add, Sub, Mul, Relu, LeakyRelu, Sigmoid, Tanh, Clip, ClipV6  # noqa: F401
     from ops.binary import Div, Pow, Mod, ModV10, BitShift, BitShiftV11, Max, Min, Sum, Mean  # noqa: F401
+    from ops.binary import BitwiseAnd, BitwiseOr, BitwiseXor  # noqa: F401
     from ops.binary import AddV6, SubV6, MulV6, DivV6, PowV1, MaxV6, MinV6, SumV6, MeanV6  # noqa: F401
     from ops.logic import Equal, EqualV7, Less, LessV7, LessOrEqual, Greater, GreaterV7, GreaterOrEqual  # noqa: F401
     from ops.logic import And, Or, Xor, Not, IsNaN, IsInf, Where  # noqa: F401
-    from ops.cast import Cast, CastV6, CastLike  # noqa: F401
+    from ops.cast import Cast, CastV6, CastLike, BitCast  # noqa: F401
     from ops.matmul import MatMul, Gemm, FullyConnected  # noqa: F401
     from ops.shape import (Identity, Reshape, ReshapeV1, Transpose, Shape, Size, Flatten,  # noqa: F401
                            Squeeze, SqueezeV1, Unsqueeze, UnsqueezeV1, Expand)
@@ -35,7 +36,7 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.pad import Pad, CenterCropPad  # noqa: F401
     from ops.resize import Resize, Upsample  # noqa: F401
     from ops.unary import (Neg, Abs, Sign, Reciprocal, Sqrt, Exp, Log, Floor, Ceil, Round, Sin, Cos,  # noqa: F401
-                           Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, Erf)
+                           Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, Erf, BitwiseNot)
     from ops.activations import (Gelu, Elu, Selu, Celu, Softplus, Softsign, HardSigmoid, HardSwish,  # noqa: F401
                                  Mish, ThresholdedRelu, PRelu, PReluV6, Shrink, Swish, SwiGLU)
     from ops.reduce import (ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceL1,  # noqa: F401

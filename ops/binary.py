@@ -38,6 +38,9 @@ FMOD = 9    # C fmod of floats
 SHL = 10
 SHR = 11    # arithmetic right shift
 SHRU = 12   # logical right shift
+BAND = 13
+BOR = 14
+BXOR = 15
 
 
 # --------------------------------------------------------------------------- kernels
@@ -126,6 +129,15 @@ def binary_op_kernel(a: In[T, 4], b: In[T, 4], y: Out[T, 4], op: dsl.const[i32])
         elif op == SHR:  # signed: sign fill, also for counts outside [0, bits)
             for j in range(j0, jn):
                 y.flat[base + j] = dsl.i64(a.flat[pa + j * sa3]) >> dsl.i64(b.flat[pb + j * sb3])
+        elif op == BAND:
+            for j in range(j0, jn):
+                y.flat[base + j] = a.flat[pa + j * sa3] & b.flat[pb + j * sb3]
+        elif op == BOR:
+            for j in range(j0, jn):
+                y.flat[base + j] = a.flat[pa + j * sa3] | b.flat[pb + j * sb3]
+        elif op == BXOR:
+            for j in range(j0, jn):
+                y.flat[base + j] = a.flat[pa + j * sa3] ^ b.flat[pb + j * sb3]
         else:  # SHRU: unsigned, zero fill
             for j in range(j0, jn):
                 y.flat[base + j] = dsl.u64(a.flat[pa + j * sa3]) >> dsl.u64(b.flat[pb + j * sb3])
@@ -241,6 +253,31 @@ class BitShiftV11(_BitShift):
 class BitShift(_BitShift):
     """BitShift of opset 28+: signed integers too (arithmetic right shift)."""
     allowed = INTEGERS
+
+
+class _Bitwise(_Binary):
+    """a & b, a | b, a ^ b of integers, with numpy broadcasting."""
+    allowed = INTEGERS
+    code = BAND
+    kernels = {"default": binary_op_kernel}
+
+    def opcode(self, dtype):
+        return self.code
+
+
+@dsl.op("BitwiseAnd", since=18)
+class BitwiseAnd(_Bitwise):
+    code = BAND
+
+
+@dsl.op("BitwiseOr", since=18)
+class BitwiseOr(_Bitwise):
+    code = BOR
+
+
+@dsl.op("BitwiseXor", since=18)
+class BitwiseXor(_Bitwise):
+    code = BXOR
 
 
 @dsl.op("Pow", since=7)

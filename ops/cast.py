@@ -10,6 +10,8 @@ them is refused when the model is loaded.
 """
 from __future__ import annotations
 
+import numpy as np
+
 import dsl
 from dsl import In, Out
 from dsl.lang.types import DType
@@ -88,3 +90,29 @@ class CastLike(_Cast):
 
     def infer(self, x, target_type):
         return x.spec.with_(dtype=target_type.dtype, quant=None)
+
+
+# the unsigned type of each width: BitCast moves bits through it
+_BITS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+@dsl.op("BitCast", since=26)
+class BitCast(dsl.Op):
+    """The same bytes read as dtype ``to`` of the same width (no value conversion); the copy
+    runs on unsigned views of that width, so any pair of equal-width dtypes shares a kernel."""
+    to: DType
+    kernels = {"default": cast_kernel}
+
+    def verify(self, x):
+        _check("BitCast", x.dtype, ALL, "input")
+        _check("BitCast", self.to, ALL, "attribute 'to'")
+        if x.dtype.np.itemsize != self.to.np.itemsize:
+            raise VerifyError(f"BitCast needs dtypes of one width: input {x.dtype} has {x.dtype.np.itemsize * 8} "
+                              f"bits, 'to' {self.to} has {self.to.np.itemsize * 8}")
+
+    def infer(self, x):
+        return x.spec.with_(dtype=self.to, quant=None)
+
+    def run(self, impl, inputs, outputs, backend):
+        bits = _BITS[inputs[0].dtype.itemsize]
+        impl(inputs[0].reshape(-1).view(bits), outputs[0].reshape(-1).view(bits), backend=backend)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dsl
 from dsl import In, Out, i32, i64
-from ops.elementwise import FLOATS, require_dtype
+from ops.elementwise import FLOATS, INTEGERS, require_dtype
 
 F = dsl.TypeVar("F")
 I = dsl.TypeVar("I")  # noqa: E741
@@ -41,6 +41,7 @@ ASINH = 18
 ACOSH = 19
 ATANH = 20
 ERF = 21
+BITWISE_NOT = 22
 
 SIGNED = (dsl.i8, dsl.i16, dsl.i32, dsl.i64)
 UNSIGNED = (dsl.u8, dsl.u16, dsl.u32, dsl.u64)
@@ -122,7 +123,7 @@ def float_math_kernel(x: In[F], y: Out[F], op: i32):
 
 @dsl.kernel
 def int_math_kernel(x: In[I], y: Out[I], op: i32):
-    """Neg, Abs, Sign of an integer dtype (wrapping as numpy: -(-128) is -128 in i8)."""
+    """Neg, Abs, Sign, BitwiseNot of an integer dtype (wrapping as numpy: -(-128) is -128 in i8)."""
     lo, hi = dsl.split(x.size)
     if op == NEG:
         for i in range(lo, hi):
@@ -130,6 +131,9 @@ def int_math_kernel(x: In[I], y: Out[I], op: i32):
     elif op == ABS:
         for i in range(lo, hi):
             y.flat[i] = abs(x.flat[i])
+    elif op == BITWISE_NOT:
+        for i in range(lo, hi):
+            y.flat[i] = ~x.flat[i]
     else:  # SIGN; -1 is never stored for unsigned dtypes
         for i in range(lo, hi):
             v = x.flat[i]
@@ -281,3 +285,11 @@ class Atanh(_Math):
 @dsl.op("Erf", since=9)
 class Erf(_Math):
     code = ERF
+
+
+@dsl.op("BitwiseNot", since=18)
+class BitwiseNot(_Math):
+    """~x of an integer dtype (every bit flipped)."""
+    code = BITWISE_NOT
+    allowed = INTEGERS
+    keeps_padding = False  # ~0 is -1

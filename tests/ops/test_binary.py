@@ -147,3 +147,16 @@ def test_opset6_legacy_broadcast_and_same_shapes(backend):
         ops.DivV6(a, b, broadcast=1, axis=3)
     with pytest.raises(VerifyError, match="before opset 8 needs inputs of one shape"):
         ops.SumV6(a, a[0])
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint32])
+def test_bitwise_and_or_xor_not(backend, dtype):
+    info = np.iinfo(dtype)
+    a = RNG.integers(info.min, info.max, (3, 4), endpoint=True).astype(dtype)
+    b = RNG.integers(info.min, info.max, (4,), endpoint=True).astype(dtype)
+    np.testing.assert_array_equal(ops.BitwiseAnd(a, b, backend=backend), a & b)
+    np.testing.assert_array_equal(ops.BitwiseOr(a, b, backend=backend), a | b)
+    np.testing.assert_array_equal(ops.BitwiseXor(a, b, backend=backend), a ^ b)
+    np.testing.assert_array_equal(ops.BitwiseNot(a, backend=backend), ~a)
+    with pytest.raises(VerifyError, match="accepted"):
+        ops.BitwiseAnd(a.astype(np.float32), b.astype(np.float32), backend=backend)

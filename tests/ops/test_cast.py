@@ -65,3 +65,14 @@ def test_bad_inputs():
         ops.CastV6(np.ones(2, np.float32), to=dsl.bf16)
     with pytest.raises(TypeError):
         ops.Cast(np.ones(2, np.float32))  # `to` is required
+
+
+def test_bitcast_keeps_the_bits(backend):
+    x = RNG.standard_normal((3, 5)).astype(np.float32)
+    np.testing.assert_array_equal(ops.BitCast(x, to=dsl.i32, backend=backend), x.view(np.int32))
+    h = RNG.standard_normal(7).astype(np.float16)
+    np.testing.assert_array_equal(ops.BitCast(h, to=dsl.bf16, backend=backend).view(np.uint16), h.view(np.uint16))
+    flags = np.array([True, False, True])
+    np.testing.assert_array_equal(ops.BitCast(flags, to=dsl.u8, backend=backend), [1, 0, 1])
+    with pytest.raises(VerifyError, match="BitCast needs dtypes of one width: input f32 has 32 bits"):
+        ops.BitCast(x, to=dsl.i64, backend=backend)
