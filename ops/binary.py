@@ -129,15 +129,15 @@ def binary_op_kernel(a: In[T, 4], b: In[T, 4], y: Out[T, 4], op: dsl.const[i32])
         elif op == SHR:  # signed: sign fill, also for counts outside [0, bits)
             for j in range(j0, jn):
                 y.flat[base + j] = dsl.i64(a.flat[pa + j * sa3]) >> dsl.i64(b.flat[pb + j * sb3])
-        elif op == BAND:
+        elif op == BAND:  # through i64 like the shifts: the bits wrap back into T
             for j in range(j0, jn):
-                y.flat[base + j] = a.flat[pa + j * sa3] & b.flat[pb + j * sb3]
+                y.flat[base + j] = dsl.i64(a.flat[pa + j * sa3]) & dsl.i64(b.flat[pb + j * sb3])
         elif op == BOR:
             for j in range(j0, jn):
-                y.flat[base + j] = a.flat[pa + j * sa3] | b.flat[pb + j * sb3]
+                y.flat[base + j] = dsl.i64(a.flat[pa + j * sa3]) | dsl.i64(b.flat[pb + j * sb3])
         elif op == BXOR:
             for j in range(j0, jn):
-                y.flat[base + j] = a.flat[pa + j * sa3] ^ b.flat[pb + j * sb3]
+                y.flat[base + j] = dsl.i64(a.flat[pa + j * sa3]) ^ dsl.i64(b.flat[pb + j * sb3])
         else:  # SHRU: unsigned, zero fill
             for j in range(j0, jn):
                 y.flat[base + j] = dsl.u64(a.flat[pa + j * sa3]) >> dsl.u64(b.flat[pb + j * sb3])
