@@ -15,10 +15,11 @@ from typing import Optional, Tuple
 import numpy as np
 
 import dsl
-import ops
 from dsl import In, Out, bool_, f32, i32, i64
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.elementwise import FLOATS
+from ops.matmul import MatMul
+from ops.shape import Reshape, Transpose
 
 T = dsl.TypeVar("T")
 
@@ -270,7 +271,7 @@ class RecurrentScan(dsl.Op):
 
 def _projection(x, w):
     """X·Wᵀ for every step and direction at once: (directions, steps·batch, gates·hidden)."""
-    return ops.MatMul(ops.Reshape(x, np.array([1, -1, 0], np.int64)), ops.Transpose(w, perm=(0, 2, 1)))
+    return MatMul(Reshape(x, np.array([1, -1, 0], np.int64)), Transpose(w, perm=(0, 2, 1)))
 
 
 def _scan_params(cell, direction, hidden_size, layout, activations, activation_alpha, activation_beta, clip):

@@ -37,6 +37,7 @@ from dsl.opgraph.limits import check_tensor_bytes, tensor_limit
 from dsl.opgraph.memory import MemoryPlan, physical_layout, plan_memory
 from dsl.opgraph.op import Op, check_and_infer
 from dsl.opgraph.spec import TensorSpec, describe
+from dsl.opgraph.values import shape_values
 from dsl.runtime.kernel import Kernel, inplace_launches
 
 _DYNAMIC = object()      # plan marker: shapes depend on run-time values
@@ -338,27 +339,6 @@ def run_data_dependent(op: Op, impl, ins, backend: str, where: str = "eager call
     return outs
 
 
-SHAPE_VALUE_ELEMENTS = 64  # node outputs at most this large get values while planning
-
-
-def shape_values(op: Op, in_specs, outs, backend: str):
-    """``outs`` with values, when ``op`` can compute them while a shape signature is planned.
-
-    A graph with dims unknown at compile time (a dynamic batch) often computes a shape
-    from shapes: Shape -> Gather -> Concat -> Reshape.  Once a run's input shapes are known,
-    Shape's ``infer`` gives its value; a following node whose inputs all have values (so it
-    depends on shapes and constants only, never on input contents) and whose outputs are
-    small is run here, so that its consumers' ``infer`` sees ``spec.value`` (Reshape learns
-    its output shape) and the signature gets a plan instead of running node by node.  The
-    node still runs at run time; its result is the same by construction."""
-    if (not outs or not type(op).foldable or all(s.value is not None for s in outs)
-            or not any(s is not None for s in in_specs)
-            or any(s is not None and (s.value is None or s.format != "plain") for s in in_specs)
-            or any(s.size is None or s.size > SHAPE_VALUE_ELEMENTS or s.format != "plain" for s in outs)):
-        return outs
-    values = op.apply_eager([None if s is None else s.value for s in in_specs], backend)
-    values = values if isinstance(values, tuple) else (values,)
-    return tuple(s.with_(value=v) for s, v in zip(outs, values))
 
 
 class _Recorder:

