@@ -27,6 +27,7 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.signal import DFT, DFT17, STFT, HannWindow, HammingWindow, BlackmanWindow  # noqa: F401
     from ops.loss import NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss  # noqa: F401
     from ops.quant_matmul import MatMulInteger, QLinearMatMul, DynamicQuantizeLinear  # noqa: F401
+    from ops.quant_conv import ConvInteger, QLinearConv  # noqa: F401
     from ops.nn import Conv  # noqa: F401
     from ops.norm import (BatchNormalization, Softmax, LogSoftmax, Hardmax, LpNormalization,  # noqa: F401
                           LayerNormalization, RMSNormalization, InstanceNormalization, GroupNormalization, LRN)
