@@ -20,6 +20,7 @@ from dsl import In, Out, i64, f16, bf16, f32, f64
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.elementwise import require_dtype, same_dtype
 from ops.matmul import grid_for
+from ops.nn import ConvAttributes
 
 T = dsl.TypeVar("T")
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -114,26 +115,17 @@ def transpose_geometry(in_sp, k, strides, dil, pads, out_pad, output_shape, auto
 
 
 @dsl.op("ConvTranspose", since=1, until=21)
-class ConvTransposeV1(dsl.Op):
+class ConvTransposeV1(ConvAttributes):
     """ONNX ConvTranspose: X (N, C, spatial...), W (C, M/group, kernel...), B (M,) -> (N, M, spatial...)."""
 
-    auto_pad: str = "NOTSET"
-    dilations: Optional[Tuple[int, ...]] = None
-    group: int = 1
-    kernel_shape: Optional[Tuple[int, ...]] = None
     output_padding: Optional[Tuple[int, ...]] = None
     output_shape: Optional[Tuple[int, ...]] = None
-    pads: Optional[Tuple[int, ...]] = None
-    strides: Optional[Tuple[int, ...]] = None
     kernels = {"default": conv_transpose_kernel}
     DTYPES = (f16, f32, f64)
 
     def _attrs(self, w):
         rank = w.ndim - 2
-        k = tuple(self.kernel_shape) if self.kernel_shape else tuple(w.shape[2:])
-        strides = tuple(self.strides) if self.strides else (1,) * rank
-        dil = tuple(self.dilations) if self.dilations else (1,) * rank
-        pads = tuple(self.pads) if self.pads else (0,) * (2 * rank)
+        k, strides, dil, pads = super()._attrs(w)
         out_pad = tuple(self.output_padding) if self.output_padding else (0,) * rank
         shape = None
         if self.output_shape:  # some exporters include the N and C dims

@@ -195,9 +195,9 @@ def conv_geometry(in_hw, k_hw, strides, dilations, pads, auto_pad: str):
     return tuple(out), tuple(begin), tuple(end)
 
 
-@dsl.op("Conv", since=1)
-class Conv(dsl.Op):
-    """ONNX Conv over 1-D to 3-D images: X (N, C, [[D,] H,] W), W (M, C/group, [[kD,] kH,] kW), B (M,)."""
+class ConvAttributes(dsl.Op):
+    """The window attributes every convolution shares (Conv, ConvTranspose, ConvInteger,
+    QLinearConv), with ONNX's defaults filled in from the weights' rank."""
 
     auto_pad: str = "NOTSET"
     dilations: Optional[Tuple[int, ...]] = None
@@ -205,17 +205,24 @@ class Conv(dsl.Op):
     kernel_shape: Optional[Tuple[int, ...]] = None
     pads: Optional[Tuple[int, ...]] = None
     strides: Optional[Tuple[int, ...]] = None
-    formats = ("plain", "nchwc16")
-    keeps_padding = True  # conv_nchwc16 writes zeros into padding channels
-    kernels = {"plain": conv_nchw, "nchwc16": conv_nchwc16, "gemm": gemm_packed}
 
     def _attrs(self, w: TensorSpec):
+        """(kernel, strides, dilations, pads) for weights ``w`` (N-d: rank - 2 spatial axes)."""
         rank = w.ndim - 2
         k = tuple(self.kernel_shape) if self.kernel_shape else tuple(w.shape[2:])
         strides = tuple(self.strides) if self.strides else (1,) * rank
         dil = tuple(self.dilations) if self.dilations else (1,) * rank
         pads = tuple(self.pads) if self.pads else (0,) * (2 * rank)
         return k, strides, dil, pads
+
+
+@dsl.op("Conv", since=1)
+class Conv(ConvAttributes):
+    """ONNX Conv over 1-D to 3-D images: X (N, C, [[D,] H,] W), W (M, C/group, [[kD,] kH,] kW), B (M,)."""
+
+    formats = ("plain", "nchwc16")
+    keeps_padding = True  # conv_nchwc16 writes zeros into padding channels
+    kernels = {"plain": conv_nchw, "nchwc16": conv_nchwc16, "gemm": gemm_packed}
 
     def verify(self, x, w, b=None):
         same_dtype("Conv", x, w, b)

@@ -10,14 +10,12 @@ u8×i8 im2col GEMM is future work.
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
-
 import numpy as np
 
 import dsl
 from dsl import In, Out, bool_, f32, f64, i32, i64
 from dsl.opgraph.spec import TensorSpec, VerifyError
-from ops.nn import conv_geometry
+from ops.nn import ConvAttributes, conv_geometry
 from ops.quant import round_half_even
 
 A = dsl.TypeVar("A")
@@ -73,24 +71,10 @@ def qconv_kernel(x: In[A, 5], w: In[B, 5], x_zp: In[A, 1], w_zp: In[B, 1], bias:
             y.flat[i] = acc
 
 
-class _QConv(dsl.Op):
-    """Conv attributes and geometry shared by ConvInteger and QLinearConv."""
+class _QConv(ConvAttributes):
+    """Checks, geometry and launch shared by ConvInteger and QLinearConv."""
 
-    auto_pad: str = "NOTSET"
-    dilations: Optional[Tuple[int, ...]] = None
-    group: int = 1
-    kernel_shape: Optional[Tuple[int, ...]] = None
-    pads: Optional[Tuple[int, ...]] = None
-    strides: Optional[Tuple[int, ...]] = None
     kernels = {"default": qconv_kernel}
-
-    def _attrs(self, w):
-        rank = w.ndim - 2
-        k = tuple(self.kernel_shape) if self.kernel_shape else tuple(w.shape[2:])
-        strides = tuple(self.strides) if self.strides else (1,) * rank
-        dil = tuple(self.dilations) if self.dilations else (1,) * rank
-        pads = tuple(self.pads) if self.pads else (0,) * (2 * rank)
-        return k, strides, dil, pads
 
     def _check(self, x, w, x_zp, w_zp):
         op = self.op_type
