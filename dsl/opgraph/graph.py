@@ -382,7 +382,7 @@ def apply_op(op: Op, inputs: Sequence, graph: Optional[Graph] = None,
         out_specs = tuple(t.spec.with_(value=None) for t in subgraph.outputs)
     else:
         out_specs = check_and_infer(op, specs, where=f"node {name!r}")
-        out_specs = shape_values(op, specs, out_specs, "interpreter")  # tiny: no compile
+        out_specs = shape_values(op, specs, out_specs, "interpreter", integers_only=True)  # tiny: no compile
     out_specs = tuple(s.with_(format="plain", value=s.value) for s in out_specs)
     node = g.add_node(op, tensors, out_specs, name=name, out_names=out_names, subgraph=subgraph)
     return node.outputs[0] if len(node.outputs) == 1 else tuple(node.outputs)
