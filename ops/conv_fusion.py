@@ -4,7 +4,8 @@ done by the Conv itself, so it costs no extra pass over memory.
 * Conv -> BatchNormalization: the BN is folded into new constant weights and bias,
   w' = w·s, b' = (b - mean)·s + B with s = scale / sqrt(var + ε) per output channel,
   when the weights, bias and BN params are constants.
-* Conv -> Add(same-shape tensor z): a FusedConv adding z while storing (resnet's residual).
+* Conv -> Add or two-input Sum (same-shape tensor z): a FusedConv adding z while storing
+  (resnet's residual).
 * Conv -> Relu / LeakyRelu / Clip (constant bounds): a FusedConv applying the activation
   while storing, after z when both are fused (Conv -> BN -> Add -> Relu is one node).
 
@@ -22,6 +23,7 @@ import numpy as np
 import dsl
 from dsl.opgraph.fusion import fusion_rule
 from dsl.opgraph.spec import VerifyError
+from ops.binary import Sum, SumV6
 from ops.elementwise import Add, Clip, ClipV6, LeakyRelu, Relu
 from ops.gemm_packed import ACT_CLIP, ACT_LEAKY_RELU, ACT_NONE, ACT_RELU
 from ops.nn import Conv, launch_conv
@@ -141,7 +143,10 @@ def fuse_activation(g, conv, act):
 
 
 def fuse_residual(g, conv, add):
-    """Conv or FusedConv (no Z, no activation) -> Add(z of the same shape) -> FusedConv adding z."""
+    """Conv or FusedConv (no Z, no activation) -> Add(z of the same shape), or a two-input Sum
+    (resnet50 of the onnx zoo), -> FusedConv adding z."""
+    if len(add.inputs) != 2:
+        return None
     out = conv.outputs[0]
     a, b_ = add.inputs
     z = b_ if a is out else a
@@ -162,5 +167,6 @@ def fuse_residual(g, conv, add):
 for _act in (Relu, LeakyRelu, Clip, ClipV6):
     fusion_rule(Conv, _act)(fuse_activation)
     fusion_rule(FusedConv, _act)(fuse_activation)
-fusion_rule(Conv, Add)(fuse_residual)
-fusion_rule(FusedConv, Add)(fuse_residual)
+for _sum in (Add, Sum, SumV6):
+    fusion_rule(Conv, _sum)(fuse_residual)
+    fusion_rule(FusedConv, _sum)(fuse_residual)

@@ -116,6 +116,17 @@ def test_resnet_block_is_two_nodes(backend):
     assert residual.op.activation == "Relu" and residual.inputs[3].name == "x"
 
 
+def test_two_input_sum_is_a_residual_too(backend):
+    """The onnx zoo's resnet50 adds its shortcut with Sum: Conv -> Sum(z) -> Relu is one node;
+    a three-input Sum stays a Sum."""
+    proto = model([conv("x", "c"), h.make_node("Sum", ["c", "x"], ["s"]), h.make_node("Relu", ["s"], ["y"])],
+                  conv_inits(), opset=9)
+    m = check(proto, backend, ["FusedConv"], ["Conv", "Sum", "Relu"])
+    assert m.graph.nodes[0].op.activation == "Relu" and m.graph.nodes[0].inputs[3].name == "x"
+    proto = model([conv("x", "c"), h.make_node("Sum", ["c", "x", "x"], ["y"])], conv_inits(), opset=9)
+    check(proto, backend, ["Conv", "Sum"], ["Conv", "Sum"])
+
+
 def test_blocked_layout_residual_and_unfolded_bn(backend):
     """16 channels in 2 groups: the convs run on NCHWc16 (single-group ones run as a GEMM on
     plain tensors), with the residual in blocks too; a BN whose mean is an input cannot fold
