@@ -290,13 +290,16 @@ class Gather(_Indexed):
 
     def run(self, impl, inputs, outputs, backend):
         x, idx = inputs
-        y = outputs[0]
-        a = norm_axis("Gather", self.axis, x.ndim)
-        outer, n, inner = prod(x.shape[:a]), x.shape[a], prod(x.shape[a + 1:])
-        err = new_flag()
-        impl(x.reshape(outer, n, inner), idx.reshape(-1), y.reshape(outer, idx.size, inner), err,
-             backend=backend)
-        check_flag(err, "Gather", "indices", n)
+        launch_gather(impl, x, norm_axis("Gather", self.axis, x.ndim), idx, outputs[0], "Gather", backend)
+
+
+def launch_gather(impl, x, axis: int, idx, y, what: str, backend) -> None:
+    """y = the slices of x along ``axis`` that ``idx`` names, through gather_kernel on
+    (outer, n, inner) views; an index out of range is an error naming ``what``."""
+    outer, n, inner = prod(x.shape[:axis]), x.shape[axis], prod(x.shape[axis + 1:])
+    err = new_flag()
+    impl(x.reshape(outer, n, inner), idx.reshape(-1), y.reshape(outer, idx.size, inner), err, backend=backend)
+    check_flag(err, what, "indices", n)
 
 
 @dsl.op("GatherElements", since=11)
@@ -557,7 +560,5 @@ class Compress(DataDependent):
         out_shape = x.shape[:a] + (idx.size,) + x.shape[a + 1:]
         y = np.empty(out_shape, x.dtype)
         if y.size:
-            outer, inner = prod(x.shape[:a]), prod(x.shape[a + 1:])
-            err = new_flag()
-            impl(x.reshape(outer, n, inner), idx, y.reshape(outer, idx.size, inner), err, backend=backend)
+            launch_gather(impl, x, a, idx, y, "Compress", backend)
         return [y]
