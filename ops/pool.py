@@ -125,6 +125,53 @@ def pool_kernel(x: In[T, 4], y: Out[T, 4], ind: Out[i64, 4], k: dsl.Vec[i64, 3],
                     y.flat[i] = dsl.pow(acc, 1.0 / p)
 
 
+@dsl.kernel
+def max_pool2d_kernel(x: In[T, 3], y: Out[T, 3], ph0: i64, pw0: i64, K: dsl.const[i64], S: dsl.const[i64]):
+    """MaxPool of a 2-D image without Indices or dilation: y[r, oh, ow] = max over the K×K taps of
+    x[r] inside the image, window origin (oh·S - ph0, ow·S - pw0).
+
+    The window and stride are compile-time constants, so for the output columns whose window lies
+    inside the row the tap loop unrolls and the column loop vectorizes (stride-S loads); only the
+    padded edge columns clip.  A work item is an output row; the first window row stores, the
+    others max into y's row, which stays in L1."""
+    ih_n = x.shape[1]
+    iw_n = x.shape[2]
+    oh_n = y.shape[1]
+    ow_n = y.shape[2]
+    ow_lo = min(ow_n, (pw0 + S - 1) // S)  # first column whose window starts inside the row
+    ow_hi = max(ow_lo, min(ow_n, (iw_n - K + pw0) // S + 1))  # past the last one ending inside
+    lo, hi = dsl.split(y.size // ow_n, grid=True)
+    for row in range(lo, hi):
+        oh = row % oh_n
+        r = row // oh_n
+        h0 = oh * S - ph0
+        kh_lo = max(0, -h0)
+        kh_hi = min(K, ih_n - h0)
+        out = row * ow_n
+        for kh in range(kh_lo, kh_hi):
+            src = (r * ih_n + h0 + kh) * iw_n - pw0
+            for ow in range(ow_lo, ow_hi):
+                px = src + ow * S
+                m = x.flat[px]
+                for kw in dsl.static_range(1, K):
+                    m = max(m, x.flat[px + kw])
+                if kh == kh_lo:
+                    y.flat[out + ow] = m
+                else:
+                    y.flat[out + ow] = max(y.flat[out + ow], m)
+            for e in range(ow_lo + ow_n - ow_hi):  # edge columns: the window clipped to the row
+                ow = e if e < ow_lo else ow_hi + e - ow_lo
+                w0 = ow * S - pw0
+                px = src + ow * S
+                m = x.flat[px + max(0, -w0)]
+                for t in range(max(0, -w0) + 1, min(K, iw_n - w0)):
+                    m = max(m, x.flat[px + t])
+                if kh == kh_lo:
+                    y.flat[out + ow] = m
+                else:
+                    y.flat[out + ow] = max(y.flat[out + ow], m)
+
+
 # --------------------------------------------------------------------------- geometry
 
 def pool_geometry(in_sp, k, strides, dil, pads, auto_pad: str, ceil_mode: bool):
@@ -252,13 +299,36 @@ class _Pool(dsl.Op):
         self._launch(impl, inputs[0], outputs[0], None, backend)
 
 
+class _MaxPool(_Pool):
+    """MaxPool's choice of kernel: square 2-D windows without dilation or Indices take
+    ``max_pool2d_kernel`` (window and stride compiled in), everything else ``pool_kernel``."""
+
+    kernels = {"default": pool_kernel, "max2d": max_pool2d_kernel}
+    skips_unused_outputs = True
+
+    def select(self, x, backend):
+        k, strides, dil, _ = self._attrs()
+        square = len(k) == 2 and k[0] == k[1] <= 8 and strides[0] == strides[1] <= 4
+        return "max2d" if square and dil == (1, 1) else "default"
+
+    def _launch(self, impl, x, y, ind, backend, p=2.0):
+        if impl != max_pool2d_kernel or ind is not None:
+            return super()._launch(pool_kernel, x, y, ind, backend)
+        (kh, _), (s, _), _, _ = self._attrs()
+        _, begin, _ = self._geometry(TensorSpec.of(x))
+        n, c = x.shape[:2]
+        view_x = x.reshape(n * c, *x.shape[2:])
+        view_y = y.reshape(n * c, *y.shape[2:])
+        impl(view_x, view_y, begin[0], begin[1], kh, s, backend=backend, grid=grid_for(y.size * kh * kh))
+
+
 @dsl.op("MaxPool", since=1, until=7)
-class MaxPoolV1(_Pool):
+class MaxPoolV1(_MaxPool):
     """MaxPool without Indices, ceil_mode or dilations (opsets 1-7)."""
 
 
 @dsl.op("MaxPool", since=8, until=9)
-class MaxPoolV8(_Pool):
+class MaxPoolV8(_MaxPool):
     """MaxPool with the optional Indices output (i64, flattened input index; opsets 8-9)."""
     storage_order: int = 0
 

@@ -220,13 +220,14 @@ class Model:
                     arrays[t.name] = np.empty(shape, dt)
         steps, captured, spans = [], 0, []
         inplace_outputs = {out for out, _ in memory.inplace}
+        read = _read_tensors(g)
         for n in g.nodes:
             first = len(steps)
             if n.outputs and all(arrays[t.name].size == 0 for t in n.outputs):
                 spans.append((n, first, first))
                 continue  # every output is empty: nothing to compute (ONNX empty-tensor rule)
             ins = [None if t is None else arrays[t.name] for t in n.inputs]
-            outs = [arrays[t.name] for t in n.outputs]
+            outs = _outputs_to_write(n, arrays, read)
             inplace = any(t.name in inplace_outputs for t in n.outputs)  # launches may bind In == Out
             node_steps = _capture(n.op, self._impls[n.name], ins, outs, self.backend, inplace)
             if node_steps is None:
@@ -251,6 +252,7 @@ class Model:
         g = self.graph
         vals: Dict[str, np.ndarray] = dict(g.constants)
         specs: Dict[str, TensorSpec] = {name: g.tensors[name].spec for name in g.constants}
+        read = _read_tensors(g)
         for t, a in zip(g.inputs, arrays):
             vals[t.name], specs[t.name] = a, TensorSpec.of(a)
         for n in g.nodes:
@@ -272,7 +274,8 @@ class Model:
                                    f"node {n.name!r} ({describe(n.op)}) output {t.name!r}", self.max_tensor_bytes)
             arrs = [np.empty(F.physical_shape(s.shape, s.format), s.dtype.np) for s in outs]
             if not arrs or any(a.size for a in arrs):
-                n.op.run(self._impls[n.name], ins, arrs, self.backend)
+                n.op.run(self._impls[n.name], ins, _outputs_to_write(n, dict(zip(
+                    (t.name for t in n.outputs), arrs)), read), self.backend)
                 if not type(n.op).keeps_padding:
                     for s, a in zip(outs, arrs):
                         if F.needs_padding_fix(s):
@@ -376,6 +379,17 @@ def _writable(a):
     return a
 
 
+def _read_tensors(g) -> set:
+    """Names of the tensors some node or the graph's outputs read."""
+    return {t.name for n in g.nodes for t in n.inputs if t is not None} | {t.name for t in g.outputs}
+
+
+def _outputs_to_write(node, arrays, read) -> list:
+    """The node's output buffers, ``None`` for the ones nothing reads when its op skips those."""
+    skip = type(node.op).skips_unused_outputs
+    return [None if skip and t.name not in read else arrays[t.name] for t in node.outputs]
+
+
 def _run(op: Op, impl, ins, outs, backend) -> None:
     op.run(impl, ins, outs, backend)
 
@@ -399,8 +413,9 @@ def _capture(op: Op, impl, ins, outs, backend, inplace: bool = False):
         return None
     protected = []
     for o in outs:
-        v = o.view()
-        v.flags.writeable = False
+        v = None if o is None else o.view()
+        if v is not None:
+            v.flags.writeable = False
         protected.append(v)
     try:
         recordings = []

@@ -26,7 +26,7 @@ from dsl.runtime.kernel import Kernel
 # Class attributes of Op subclasses that are never params even when annotated.
 _RESERVED = frozenset({
     "kernels", "formats", "inplace", "foldable", "op_type", "domain", "since", "until",
-    "backend", "params", "graph", "keeps_padding", "composed", "replay",
+    "backend", "params", "graph", "keeps_padding", "composed", "replay", "skips_unused_outputs",
 })
 
 
@@ -191,6 +191,7 @@ class Op:
     foldable: bool = True
     keeps_padding: bool = False
     replay: bool = True
+    skips_unused_outputs: bool = False
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)

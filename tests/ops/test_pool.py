@@ -168,6 +168,38 @@ def test_in_a_graph_with_indices(backend):
     np.testing.assert_allclose(out["avg"], ry.mean(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
 
 
+SQUARE_CASES = [  # (shape, k, stride, pads, ceil_mode): max_pool2d_kernel's edges and clipping
+    ((1, 3, 13, 11), 3, 2, (0, 0, 0, 0), 0),
+    ((1, 2, 9, 10), 3, 2, (1, 1, 1, 1), 1),   # window clipped on every side, ceil overhang
+    ((2, 2, 7, 6), 2, 1, (1, 0, 0, 1), 0),    # asymmetric pads
+    ((1, 1, 4, 4), 5, 3, (2, 2, 2, 2), 1),    # every column an edge column
+]
+
+
+@pytest.mark.parametrize("case", SQUARE_CASES, ids=lambda c: f"k{c[1]}s{c[2]}-ceil{c[4]}")
+def test_square_windows_without_indices(backend, case):
+    """A MaxPool whose Indices nothing reads compiles window and stride into its kernel."""
+    shape, k, s, pads, ceil = case
+    g = dsl.Graph("maxpool")
+    xi = g.input("x", shape, dsl.f32)
+    y, _ = ops.MaxPool(xi, kernel_shape=(k, k), strides=(s, s), pads=pads, ceil_mode=ceil)
+    g.output(y, "y")
+    model = g.compile(backend=backend)
+    assert model._impls[g.nodes[0].name] is P.max_pool2d_kernel
+    x = RNG.standard_normal(shape).astype(np.float32)
+    ref = pool_ref(x, "max", (k, k), (s, s), pads=pads, ceil=ceil)[0].astype(np.float32)
+    np.testing.assert_array_equal(model.run({"x": x})["y"], ref)
+
+
+def test_square_windows_of_int8_without_indices(backend):
+    g = dsl.Graph("maxpool_i8")
+    xi = g.input("x", (1, 2, 7, 9), dsl.i8)
+    g.output(ops.MaxPool(xi, kernel_shape=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1))[0], "y")
+    x = RNG.integers(-128, 128, (1, 2, 7, 9)).astype(np.int8)
+    ref = pool_ref(x, "max", (3, 3), (2, 2), pads=(1, 1, 1, 1))[0].astype(np.int8)
+    np.testing.assert_array_equal(g.compile(backend=backend).run({"x": x})["y"], ref)
+
+
 def test_opset_ranges_have_their_attributes():
     from dsl.opgraph import registry
     assert registry.lookup("", "MaxPool", 7) is P.MaxPoolV1
