@@ -1,15 +1,17 @@
 """The fast GEMM: packed panels and a register-tiled SIMD micro-kernel, in the DSL (BLIS's loops).
 
 ``gemm_packed`` computes y[t] = alpha·A[t]·B[t] + beta·C for f32, f16 and bf16 data (f32
-arithmetic).  One team works on one batch entry at a time, in BLIS's loop order:
+arithmetic).  One team works on one batch entry at a time; its threads form a tm × tn grid over
+the MR-row and NR-column panels of y (``thread_grid``) and never wait for each other: there is no
+``sync()``, so a thread the OS deschedules delays only its own share.  Each thread runs BLIS's
+loops over its share:
 
-* ``jc`` over blocks of NC columns, ``pc`` over blocks of KC of the inner dimension: the
-  team packs B[pc:pc+KC, jc:jc+NC] into column panels of NR = 2·V floats (``bp``), so the
+* ``jb`` over blocks of NC columns, ``pc`` over blocks of KC of the inner dimension: the
+  thread packs B[pc:pc+KC, its columns] into column panels of NR = 2·V floats (``bp``), so the
   micro-kernel reads B contiguously and from cache;
-* ``ic`` over blocks of MC rows: for f16/bf16 data the team packs A[ic:ic+MC, pc:pc+KC] into
+* ``ib`` over blocks of MC rows: for f16/bf16 data the thread packs A[rows, pc:pc+KC] into
   row panels of MR f32 (``ap``: converted once); f32 A is read in place, MR row streams
-  (packing it costs ~40 % at 256³ and saves nothing the L1 does not), then the team shares
-  the MR × NR tiles of the block among its threads;
+  (packing it costs ~40 % at 256³ and saves nothing the L1 does not);
 * the micro-kernel keeps an MR × NR tile of y in 2·MR SIMD registers (``dsl.local`` of
   ``dsl.simd(f32, V)``): per k it loads two vectors of B and broadcasts MR values of A,
   2·MR fused multiply-adds for 2 + MR loads.
@@ -90,7 +92,7 @@ def activation(v, act, lo, hi):
 
 @dsl.kernel(threads=THREADS)
 def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], res: In[T, 3], y: Out[T, 3],
-                ap: InOut[f32, 2], bp: InOut[f32, 2], geom: dsl.Vec[i64, 11],
+                ap: InOut[f32, 2], bp: InOut[f32, 2], geom: dsl.Vec[i64, 11], tn: i64,
                 trans_a: i32, trans_b: i32, alpha: f32, beta: f32, add_res: i32, act: i32, act_lo: f32, act_hi: f32,
                 V: dsl.const[i64], MR: dsl.const[i64], KC: dsl.const[i64], MC: dsl.const[i64],
                 NC: dsl.const[i64], PACK_A: dsl.const[i64], IM2COL: dsl.const[i64]):
@@ -112,20 +114,30 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], res: In[T, 3], y: Out[T, 
     edge = dsl.scratch((THREADS, NR_MAX), f32)
     tid = dsl.thread_id()
     team = dsl.tile_id()
-    ab = team * ap.shape[1]  # this team's packing buffers
-    bb = team * bp.shape[1]
+    own = team * THREADS + tid  # this thread's packing buffers
+    ab = own * ap.shape[1]
+    bb = own * bp.shape[1]
+    npan = (n + NR - 1) // NR
+    mpan = (m + MR - 1) // MR
+    tm = THREADS // tn  # the team's threads form a tm × tn grid over the row and column panels
+    jt = tid % tn
+    it = tid // tn
+    jp_lo = npan * jt // tn
+    jp_hi = npan * (jt + 1) // tn
+    ip_lo = mpan * it // tm
+    ip_hi = mpan * (it + 1) // tm
+    ncp = NC // NR
+    mcp = MC // MR
     for t in range(team, y.shape[0], dsl.num_tiles()):
-        for jc in range(0, n, NC):
-            nc = min(NC, n - jc)
-            npan = (nc + NR - 1) // NR
+        for jb in range(jp_lo, jp_hi, ncp):
+            jn = min(ncp, jp_hi - jb)
             for pc in range(0, kd, KC):
                 kc = min(KC, kd - pc)
                 last = pc + kc == kd  # the epilogue is applied while storing the last K block
-                # pack B[pc:pc+kc, jc:jc+nc] into npan panels of kc rows × NR
-                lo, hi = dsl.split(npan)
-                for jp in range(lo, hi):
-                    j0 = jc + jp * NR
-                    dst = bb + jp * kc * NR
+                # pack B[pc:pc+kc, this thread's columns] into jn panels of kc rows × NR
+                for jp in range(jb, jb + jn):
+                    j0 = jp * NR
+                    dst = bb + (jp - jb) * kc * NR
                     if IM2COL == 1:  # B(kk, p) = x[ci, oh·sh - ph + kh·dh, ow·sw - pw + kw·dw], 0 outside
                         hw = geom[0] * geom[1]
                         khw = geom[2] * geom[3]
@@ -169,36 +181,31 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], res: In[T, 3], y: Out[T, 
                                     if j0 + col < n:
                                         v = b.flat[src + k * sbk + col * sbj]
                                     bp.flat[dst + k * NR + col] = v
-                dsl.sync()
-                for ic in range(0, m, MC):
-                    mc = min(MC, m - ic)
-                    mpan = (mc + MR - 1) // MR
-                    # pack A[ic:ic+mc, pc:pc+kc] into mpan panels of kc columns × MR (f16/bf16 data:
-                    # converted once here; f32 is read in place, a row of A per register row)
-                    lo, hi = dsl.split(mpan if PACK_A == 1 else 0)
-                    for ip in range(lo, hi):
-                        i0 = ic + ip * MR
-                        dst = ab + ip * kc * MR
-                        src = t * sab + i0 * sai + pc * sak
-                        for r in dsl.static_range(MR):
-                            if i0 + r < m:
-                                for k in range(kc):
-                                    ap.flat[dst + k * MR + r] = a.flat[src + r * sai + k * sak]
-                            else:
-                                for k in range(kc):
-                                    ap.flat[dst + k * MR + r] = f32(0)
+                for ib in range(ip_lo, ip_hi, mcp):
+                    imn = min(mcp, ip_hi - ib)
+                    # pack A[rows of panels ib.., pc:pc+kc] into imn panels of kc columns × MR (f16/bf16
+                    # data: converted once here; f32 is read in place, a row of A per register row)
                     if PACK_A == 1:
-                        dsl.sync()
+                        for ip in range(ib, ib + imn):
+                            i0 = ip * MR
+                            dst = ab + (ip - ib) * kc * MR
+                            src = t * sab + i0 * sai + pc * sak
+                            for r in dsl.static_range(MR):
+                                if i0 + r < m:
+                                    for k in range(kc):
+                                        ap.flat[dst + k * MR + r] = a.flat[src + r * sai + k * sak]
+                                else:
+                                    for k in range(kc):
+                                        ap.flat[dst + k * MR + r] = f32(0)
                     # the MR × NR tiles of this block, B panel outermost (it stays in L1)
-                    lo, hi = dsl.split(mpan * npan)
-                    for tile in range(lo, hi):
-                        jp = tile // mpan
-                        ip = tile % mpan
+                    for tile in range(jn * imn):
+                        jp = jb + tile // imn
+                        ip = ib + tile % imn
                         acc = dsl.local((MR, 2), dsl.simd(f32, V))
-                        i0 = ic + ip * MR
-                        pb = bb + jp * kc * NR
+                        i0 = ip * MR
+                        pb = bb + (jp - jb) * kc * NR
                         if PACK_A == 1:
-                            pa = ab + ip * kc * MR
+                            pa = ab + (ip - ib) * kc * MR
                             for k in range(kc):
                                 b0 = bp.vload(pb + k * NR, V)
                                 b1 = bp.vload(pb + k * NR + V, V)
@@ -217,7 +224,7 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], res: In[T, 3], y: Out[T, 
                                     av = dsl.splat(a.flat[rows[r] + k * sak], V)
                                     acc[r, 0] = dsl.fma(av, b0, acc[r, 0])
                                     acc[r, 1] = dsl.fma(av, b1, acc[r, 1])
-                        j0 = jc + jp * NR
+                        j0 = jp * NR
                         full = j0 + NR <= n
                         for r in dsl.static_range(MR):
                             i = i0 + r
@@ -259,15 +266,26 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], res: In[T, 3], y: Out[T, 
                                                 v += res.flat[row + col]
                                             v = activation(v, act, act_lo, act_hi)
                                         y.flat[row + col] = v
-                    dsl.sync()
+
+
+def thread_grid(m: int, n: int, cfg: TileConfig) -> tuple:
+    """(tm, tn): how a team's threads split the row and column panels of one product, each thread
+    packing its own B panels; the fewest tiles for the busiest thread, then the widest column split
+    (splitting rows packs the same B panels in several threads)."""
+    mpan, npan = -(-m // cfg.MR), -(-n // cfg.NR)
+    splits = [(THREADS // tn, tn) for tn in range(THREADS, 0, -1) if THREADS % tn == 0]
+    return min(splits, key=lambda g: (-(-mpan // g[0]) * -(-npan // g[1]), -g[1]))
 
 
 def workspace(teams: int, cfg: TileConfig, k: int, m: int, n: int, pack_a: bool = True):
-    """Per-team packing buffers sized for this problem (no bigger than one cache block each)."""
+    """Per-thread packing buffers for this problem: a thread's share of the panels, at most one
+    cache block (MC × KC of A, KC × NC of B)."""
+    tm, tn = thread_grid(m, n, cfg)
     kc = min(cfg.KC, k)
-    mc = min(cfg.MC, -(-m // cfg.MR) * cfg.MR) if pack_a else 1
-    nc = min(cfg.NC, -(-n // cfg.NR) * cfg.NR)
-    return np.empty((teams, mc * kc), np.float32), np.empty((teams, kc * nc), np.float32)
+    mc = min(cfg.MC, -(-(-(-m // cfg.MR)) // tm) * cfg.MR) if pack_a else 1
+    nc = min(cfg.NC, -(-(-(-n // cfg.NR)) // tn) * cfg.NR)
+    threads = teams * THREADS
+    return np.empty((threads, mc * kc), np.float32), np.empty((threads, kc * nc), np.float32), tn
 
 
 NO_GEOMETRY = np.zeros(11, np.int64)
@@ -284,11 +302,11 @@ def packed_gemm(a, b, c, y, trans_a: int = 0, trans_b: int = 0, alpha=1.0, beta=
     k = a.shape[1] if trans_a else a.shape[2]
     teams = max(1, min(y.shape[0], MAX_TEAMS))
     pack_a = a.dtype != np.float32
-    ap, bp = workspace(teams, cfg, k, y.shape[1], y.shape[2], pack_a)
+    ap, bp, tn = workspace(teams, cfg, k, y.shape[1], y.shape[2], pack_a)
     add_res = res is not None
     if res is None:  # never read: any array of y's rank and dtype
         res = np.zeros((1, 1, 1), y.dtype)
-    kernel(a, b, c, res, y, ap, bp, NO_GEOMETRY if geometry is None else np.asarray(geometry, np.int64),
+    kernel(a, b, c, res, y, ap, bp, NO_GEOMETRY if geometry is None else np.asarray(geometry, np.int64), tn,
            trans_a=trans_a, trans_b=trans_b, alpha=float(alpha), beta=float(beta), add_res=int(add_res), act=act,
            act_lo=float(act_lo), act_hi=float(act_hi), V=cfg.V, MR=cfg.MR, KC=cfg.KC, MC=cfg.MC, NC=cfg.NC,
            PACK_A=int(pack_a), IM2COL=int(geometry is not None), backend=backend, grid=teams)
