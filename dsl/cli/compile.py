@@ -151,9 +151,14 @@ def example_args(k, dtypes: Dict[str, T.DType]) -> Tuple[dict, Dict[str, str]]:
             else:
                 args[p.name] = False if dt.is_bool else dt.np.type(0)
     if open_:
-        raise TypeError(f"generic kernel: {', '.join(open_)} ha{'s' if len(open_) == 1 else 've'} an unbound dtype "
-                        f"({', '.join(repr(_declared(p)) for p in k.params if p.name in open_)}); "
-                        f"bind it with --dtype, e.g. --dtype {open_[0]}=f32")
+        groups: Dict[str, List[str]] = {}
+        for p in k.params:
+            if p.name in open_:
+                tv = _declared(p)
+                groups.setdefault(f"{p.name} (bare In/Out)" if tv is T.ANY else tv.name, []).append(p.name)
+        text = ", ".join(g if g.endswith(")") else f"{g} (of {', '.join(ps)})" for g, ps in groups.items())
+        raise TypeError(f"generic kernel: unbound dtype {text}; bind it with --dtype PARAM=DTYPE, "
+                        f"e.g. --dtype {open_[0]}=f32")
     shown = {tv.name: dt.name for tv, dt in bound.items()}
     shown.update({name: dt.name for name, dt in own.items()})
     return args, shown

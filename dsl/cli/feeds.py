@@ -57,6 +57,11 @@ def _sizes(inputs, dims: Dict[str, str]) -> Dict[str, int]:
     return sizes
 
 
+def _dims_text(dims) -> str:
+    """[batch, 4, ?]: model dims as the user would write them."""
+    return "[" + ", ".join("?" if d is None else str(d) for d in dims) + "]"
+
+
 def load_npy(name: str, path: str, dtype: np.dtype) -> np.ndarray:
     """The array of ``--input name=path``, checked to hold the dtype the model takes."""
     if not os.path.isfile(path):
@@ -86,7 +91,7 @@ def make_feeds(proto, files: Dict[str, str], dims: Dict[str, str], seed: int = 0
         raise UserError(f"--input {unknown[0]}: the model has no input {unknown[0]!r}; inputs: {', '.join(names)}")
     sizes = _sizes(inputs, dims)
     if not random:
-        missing = [f"{n} ({dt}{list(d if d is not None else '?' for d in ds)})" for n, dt, ds in inputs if n not in files]
+        missing = [f"{n} ({dt}{_dims_text(ds)})" for n, dt, ds in inputs if n not in files]
         if missing:
             raise UserError(f"no --input for {len(missing)} of the model's {len(inputs)} input(s): "
                             f"{', '.join(missing)}; give each with --input NAME=FILE.npy, or --random for "
@@ -101,7 +106,7 @@ def make_feeds(proto, files: Dict[str, str], dims: Dict[str, str], seed: int = 0
         unsized = [d for d in ds if not isinstance(d, int) and sizes.get(d) is None]
         if unsized and default_dim is None:
             named = [d for d in unsized if isinstance(d, str)]
-            raise UserError(f"input {name!r} has dims {list(d if d is not None else '?' for d in ds)}: give the "
+            raise UserError(f"input {name!r} has dims {_dims_text(ds)}: give the "
                             + (f"size of {', '.join(repr(d) for d in named)} with --dim {named[0]}=N"
                                if named else "array with --input " + name + "=FILE.npy (a dim has no name to set)"))
         shape = tuple(d if isinstance(d, int) else sizes.get(d, default_dim) for d in ds)
