@@ -32,8 +32,10 @@ def yaml_value(v) -> str:
             return ".nan"
         if v in (float("inf"), float("-inf")):
             return ".inf" if v > 0 else "-.inf"
-        text = repr(v)
-        return text if any(c in text for c in ".e") else text + ".0"
+        mantissa, e, exponent = repr(v).partition("e")
+        if "." not in mantissa:  # YAML 1.1 (PyYAML) reads 1e-05 as a string: 1.0e-05 is a float
+            mantissa += ".0"
+        return mantissa + e + exponent
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(yaml_value(x) for x in v) + "]"
     s = str(v)
