@@ -94,19 +94,30 @@ def _types(proto) -> Dict[str, Tuple[Optional[str], Optional[Tuple]]]:
     except Exception:
         inferred = proto
     out: Dict[str, Tuple[Optional[str], Optional[Tuple]]] = {}
-    g = inferred.graph
-    for t in g.initializer:
-        out[t.name] = (_dtype_name(t.data_type), tuple(t.dims))
-    for vi in list(g.input) + list(g.value_info) + list(g.output):
-        if not vi.type.HasField("tensor_type"):
-            continue
-        tt = vi.type.tensor_type
-        dims = (tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim)
-                if tt.HasField("shape") else None)
-        dt = _dtype_name(tt.elem_type) if tt.elem_type else None
-        old = out.get(vi.name, (None, None))
-        out[vi.name] = (dt or old[0], dims if dims is not None else old[1])
+    for g in graphs(inferred.graph):
+        for t in g.initializer:
+            out[t.name] = (_dtype_name(t.data_type), tuple(t.dims))
+        for vi in list(g.input) + list(g.value_info) + list(g.output):
+            if not vi.type.HasField("tensor_type"):
+                continue
+            tt = vi.type.tensor_type
+            dims = (tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim)
+                    if tt.HasField("shape") else None)
+            dt = _dtype_name(tt.elem_type) if tt.elem_type else None
+            old = out.get(vi.name, (None, None))
+            out[vi.name] = (dt or old[0], dims if dims is not None else old[1])
     return out
+
+
+def graphs(graph):
+    """``graph`` and every subgraph (If branches, Loop/Scan bodies) nested in its nodes."""
+    from onnx import AttributeProto as A
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            subs = [attr.g] if attr.type == A.GRAPH else list(attr.graphs) if attr.type == A.GRAPHS else []
+            for sub in subs:
+                yield from graphs(sub)
 
 
 def snake(name: str) -> str:
@@ -158,15 +169,17 @@ def _same_type(types, a: str, b: str) -> bool:
 
 
 def sketch_ops(proto) -> List[OpSketch]:
-    """One OpSketch per (domain, op type) of a custom domain, in order of first use."""
+    """One OpSketch per (domain, op type) of a custom domain, in order of first use (subgraphs
+    included; ops the model defines as local functions are left out: opdsl runs their bodies)."""
     types = _types(proto)
-    consts = {t.name for t in proto.graph.initializer}
-    consts |= {o for n in proto.graph.node if n.op_type == "Constant" and n.domain in STANDARD_DOMAINS
-               for o in n.output}
+    nodes = [n for g in graphs(proto.graph) for n in g.node]
+    consts = {t.name for g in graphs(proto.graph) for t in g.initializer}
+    consts |= {o for n in nodes if n.op_type == "Constant" and n.domain in STANDARD_DOMAINS for o in n.output}
     opsets = {o.domain: o.version for o in proto.opset_import}
+    local = {(f.domain, f.name) for f in proto.functions}  # ops the model defines itself need no package
     ops: Dict[Tuple[str, str], OpSketch] = {}
-    for i, node in enumerate(proto.graph.node):
-        if node.domain in STANDARD_DOMAINS:
+    for i, node in enumerate(nodes):
+        if node.domain in STANDARD_DOMAINS or (node.domain, node.op_type) in local:
             continue
         key = (node.domain, node.op_type)
         op = ops.get(key)
@@ -233,6 +246,9 @@ def run(args) -> int:
     if folder.is_dir() and any(folder.iterdir()):
         raise UserError(f"-o {folder}: the folder is not empty; new-package never overwrites files "
                         "(give a new or empty folder)")
+    if args.name is not None and not args.name.isidentifier():
+        raise UserError(f"--name {args.name!r}: a package name is a Python identifier (letters, digits, "
+                        "'_', not starting with a digit), e.g. my_ops")
     name = args.name or re.sub(r"\W+", "_", folder.resolve().name).strip("_") or "my_ops"
     if not name.isidentifier():
         name = "ops_" + name
@@ -242,7 +258,11 @@ def run(args) -> int:
         raise UserError(f"{path} is not a readable ONNX model: {type(e).__name__}: {e}") from None
     ops = sketch_ops(proto)
     if not ops:
-        domains = sorted({n.domain or '""' for n in proto.graph.node})
+        local = sorted(f"{f.domain}::{f.name}" for f in proto.functions if f.domain not in STANDARD_DOMAINS)
+        if local:
+            raise UserError(f"{path}: its custom ops ({', '.join(local)}) are functions the model defines, "
+                            "which opdsl runs from their bodies; no package is needed")
+        domains = sorted({n.domain or '""' for g in graphs(proto.graph) for n in g.node})
         raise UserError(f"{path} has no op of a custom domain (its nodes use {', '.join(domains) or 'no'} "
                         "domain); new-package writes packages for ops outside the standard ONNX domain")
     opset = next((o.version for o in proto.opset_import if o.domain in STANDARD_DOMAINS), 17)

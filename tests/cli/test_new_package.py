@@ -215,3 +215,36 @@ def test_kernel_names():
     from dsl.cli.new_package import snake
     assert [snake(n) for n in ("CustomRelu", "RMSNorm", "Conv2D", "HTTPServer", "x", "3D")] == [
         "custom_relu", "rms_norm", "conv2_d", "http_server", "x", "op_3_d"]
+
+
+def test_subgraph_ops_are_found_and_local_functions_need_no_package(tmp_path, cli):
+    then = H.make_graph([H.make_node("Twist", ["a"], ["t"], domain="com.sub", name="tw", k=2)], "then", [],
+                        [H.make_tensor_value_info("t", TP.FLOAT, [3])])
+    other = H.make_graph([H.make_node("Identity", ["a"], ["e"])], "else", [],
+                         [H.make_tensor_value_info("e", TP.FLOAT, [3])])
+    fn = onnx.helper.make_function("com.local", "Double", ["v"], ["w"], [H.make_node("Add", ["v", "v"], ["w"])],
+                                   [H.make_opsetid("", 17)])
+    g = H.make_graph([H.make_node("If", ["c"], ["o"], then_branch=then, else_branch=other),
+                      H.make_node("Double", ["o"], ["d"], domain="com.local")], "m",
+                     [H.make_tensor_value_info("c", TP.BOOL, []), H.make_tensor_value_info("a", TP.FLOAT, [3])],
+                     [H.make_tensor_value_info("d", TP.FLOAT, [3])])
+    m = H.make_model(g, opset_imports=[H.make_opsetid("", 17), H.make_opsetid("com.sub", 1),
+                                       H.make_opsetid("com.local", 1)], functions=[fn])
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    code, out, err = cli("new-package", tmp_path / "m.onnx", "-o", tmp_path / "p")
+    assert code == 0, err
+    assert out.startswith("com.sub::Twist: 1 node(s), 1 input(s), 1 output(s), params: k\n")
+    ops = yaml.safe_load((tmp_path / "p" / "opdsl-package.yaml").read_text())["ops"]
+    assert [o["type"] for o in ops] == ["Twist"]
+    assert ops[0]["inputs"] == [{"name": "x", "max_rank": 1, "dtypes": ["f32"]}]
+    only_local = H.make_graph([H.make_node("Double", ["a"], ["d"], domain="com.local")], "m",
+                              [H.make_tensor_value_info("a", TP.FLOAT, [3])], [H.make_tensor_value_info("d", TP.FLOAT, [3])])
+    onnx.save(H.make_model(only_local, opset_imports=[H.make_opsetid("", 17), H.make_opsetid("com.local", 1)],
+                           functions=[fn]), str(tmp_path / "local.onnx"))
+    code, _, err = cli("new-package", tmp_path / "local.onnx", "-o", tmp_path / "q")
+    assert code == 1 and err.strip() == (f"opdsl: error: {tmp_path / 'local.onnx'}: its custom ops (com.local::Double) "
+                                         "are functions the model defines, which opdsl runs from their bodies; "
+                                         "no package is needed")
+    code, _, err = cli("new-package", tmp_path / "m.onnx", "-o", tmp_path / "r", "--name", "my-ops")
+    assert code == 1 and err.strip() == ("opdsl: error: --name 'my-ops': a package name is a Python identifier "
+                                         "(letters, digits, '_', not starting with a digit), e.g. my_ops")
