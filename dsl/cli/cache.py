@@ -3,7 +3,6 @@
 Clearing deletes only the folders opdsl itself made (backends/cache.py decides)."""
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import List
 
@@ -22,8 +21,7 @@ def register(sub) -> None:
     k = sub.add_parser("cache", help="inspect or clear the on-disk compile cache",
                        description="Show what the compile cache holds, or delete its entries (all, or one "
                                    "backend's). Only folders opdsl created are ever deleted.",
-                       epilog="example: opdsl cache clear --backend numba",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+                       epilog="example: opdsl cache clear --backend numba")
     k.add_argument("action", choices=("info", "clear"))
     k.add_argument("--backend", choices=_cache_backends(), help="clear only this backend's entries")
     k.set_defaults(func=run)

@@ -32,8 +32,8 @@ EXAMPLE = """examples:
 def register(sub) -> None:
     from backends import base
     c = sub.add_parser("compile", help="compile the @dsl.kernel functions of a Python file",
-                       description="Compile every @dsl.kernel of a Python file (or print its generated code "
-                                   "with --emit), filling the compile cache. Generic kernels get their "
+                       description="Compile every @dsl.kernel of a Python file (or print its generated\n"
+                                   "code with --emit), filling the compile cache. Generic kernels get their\n"
                                    "TypeVars bound from --dtype.",
                        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("file", help="a .py file defining @dsl.kernel functions")

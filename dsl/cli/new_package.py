@@ -59,9 +59,10 @@ class OpSketch:
 
 def register(sub) -> None:
     p = sub.add_parser("new-package", help="write an op package skeleton for the custom ops of an ONNX model",
-                       description="Write an op package (opdsl-package.yaml, kernels.py with stub kernels, "
-                                   "functions.py, a test file) for every op of a custom domain in the model, "
-                                   "then stop: fill in the kernels and the test references.",
+                       description="Write an op package for every op of a custom domain in the model:\n"
+                                   "opdsl-package.yaml, kernels.py (stub kernels), <kernel>_functions.py\n"
+                                   "(verify/infer stubs) and a test file. Then fill in the kernels and the\n"
+                                   "tests' numpy references.",
                        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", help="an .onnx file using custom-domain ops")
     p.add_argument("-o", "--output", required=True, metavar="FOLDER",

@@ -26,7 +26,7 @@ EXAMPLE = """examples:
 def register(sub) -> None:
     from backends import base
     r = sub.add_parser("run", help="run an ONNX model on .npy inputs and write one .npy per output",
-                       description="Run an ONNX model with opdsl and write each output to OUTPUT_DIR/<name>.npy. "
+                       description="Run an ONNX model with opdsl and write each output to DIR/<name>.npy.\n"
                                    "Every model input needs --input NAME=FILE.npy unless --random is given.",
                        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("model", help="an .onnx file")
