@@ -67,6 +67,16 @@ def _packages(folders: List[str]) -> List[str]:
     return list(folders)
 
 
+def _package_error():
+    """dsl.package.PackageError, or an exception nothing raises in an install without packages."""
+    try:
+        from dsl.package import PackageError
+    except ImportError:
+        class PackageError(Exception):
+            pass
+    return PackageError
+
+
 def run(args) -> int:
     import onnx
 
@@ -92,9 +102,7 @@ def run(args) -> int:
         model = dsl.load_onnx(path, packages=packages, backend=args.backend)
     except OnnxImportError as e:
         raise UserError(f"opdsl cannot load {path}: {e}") from None
-    except ValueError as e:  # dsl.package.PackageError: "<manifest>:<line>: ..." says where
-        if type(e).__name__ != "PackageError":
-            raise
+    except _package_error() as e:  # "<manifest>:<line>: ..." already says where
         raise UserError(str(e)) from None
     try:
         got = model.run(feeds)
