@@ -275,8 +275,9 @@ def run(args) -> int:
             print(f"  note: attribute {why}; it is left out of the manifest")
     for f in written:
         print(f"wrote {f}")
-    print(f"\nnext: write each kernel in {folder / 'kernels.py'} (the stubs only zero their outputs) and "
-          f"the numpy references in {written[-1]}, then remove the NotImplementedError in "
-          f"{', '.join(skeleton.functions_file(op) for op in ops)}; `opdsl check {folder}` validates the "
+    infer = [skeleton.functions_file(op) for op in ops if any(not t.like for t in op.outputs)]
+    print(f"\nnext: write each kernel in {folder / 'kernels.py'} (the stubs raise NotImplementedError), "
+          + (f"infer in {', '.join(infer)}, " if infer else "")
+          + f"and the numpy references in {written[-1]}; `opdsl check {folder}` validates the "
           f"package and `python -m pytest {folder}` tests it.")
     return 0

@@ -1,11 +1,12 @@
 """The files of a package skeleton (``opdsl new-package``), rendered from OpSketches.
 
 opdsl-package.yaml follows the package schema exactly (docs/onnx.md); kernels.py holds one
-stub ``@dsl.kernel`` per op taking its inputs, outputs and params in manifest order;
-``<kernel>_functions.py`` gives each op a ``verify`` that raises NotImplementedError naming
-the op until its kernel is written (the kernel language has no ``raise``), and an ``infer``
-stub for outputs whose type no input gives; ``test_<package>.py`` runs each op in a
-one-node model against a numpy reference to be written.
+stub ``@dsl.kernel`` per op taking its inputs, outputs and params in manifest order, whose
+launch raises NotImplementedError naming the op until its body is written (the kernel
+language has no ``raise``, so the stub's ``grid=`` callable, plain Python run at every launch,
+raises); ``<kernel>_functions.py`` gives each op a ``verify`` template and an ``infer`` stub
+for outputs whose type no input gives; ``test_<package>.py`` runs each op in a one-node
+model against a numpy reference to be written.
 """
 from __future__ import annotations
 
@@ -127,9 +128,8 @@ def kernels(name: str, ops, model_name: str) -> str:
                f'{" ..." if len(op.nodes) > 3 else ""}: TODO compute {", ".join(t.name for t in op.outputs)} '
                f'from {ins or "nothing"}.',
                "",
-               "    A stub from `opdsl new-package`: it only zeroes its outputs, and the op's verify in "
-               f"{functions_file(op)}",
-               "    raises NotImplementedError until you write this body and remove that raise."
+               "    A stub from `opdsl new-package`: launching it raises NotImplementedError until you write",
+               "    the body and remove `grid=stub(...)` (or give the grid the kernel needs)."
                + (f"\n    String params ({', '.join(strs)}) reach {functions_file(op)}, not kernels." if strs else "")
                + '"""']
         body = []
@@ -138,7 +138,7 @@ def kernels(name: str, ops, model_name: str) -> str:
             body += [f"    lo, hi = dsl.split({t.name}.size)",
                      "    for i in range(lo, hi):",
                      f"        {t.name}.flat[i] = {zero}  # TODO {op.type}"]
-        blocks.append("@dsl.kernel\n" + f"def {op.kernel}({', '.join(params)}):\n" + "\n".join(doc) + "\n"
+        blocks.append(f"@dsl.kernel(grid=stub({op.type + ' (' + op.domain + ')'!r}, {op.kernel!r}))\n" + f"def {op.kernel}({', '.join(params)}):\n" + "\n".join(doc) + "\n"
                       + "\n".join(body) + "\n")
     names = ", ".join(["In", "Out"] + sorted(d if d != "bool" else "bool_" for d in used))
     head = (f'"""Kernels of the {name} op package (stubs written by `opdsl new-package` from {model_name}).\n\n'
@@ -146,7 +146,17 @@ def kernels(name: str, ops, model_name: str) -> str:
             '(opdsl-package.yaml); the language is in docs/language.md."""\n'
             f"import dsl\nfrom dsl import {names}\n")
     tv_text = ("\n" + "\n".join(tvs) + "\n") if tvs else ""
-    return head + tv_text + "\n\n" + "\n\n".join(blocks)
+    return head + tv_text + "\n\n" + STUB + "\n\n" + "\n\n".join(blocks)
+
+
+STUB = '''def stub(op, kernel):
+    """grid= of a stub kernel: plain Python run at each launch, so it can raise (kernels cannot)."""
+    def launch(args):
+        raise NotImplementedError(f"{op}: kernels.py:{kernel} is a stub from `opdsl new-package`; "
+                                  "write its body, then remove grid=stub(...)")
+    return launch
+'''
+
 
 
 # --------------------------------------------------------------------------- functions
@@ -155,10 +165,9 @@ def functions(op) -> str:
     needs_infer = [t.name for t in op.outputs if not t.like]
     text = (f'"""verify / infer of {op.type} ({op.domain}) for opdsl (written by `opdsl new-package`)."""\n\n\n'
             "def verify(op, *specs):\n"
-            '    """Check the input specs (dtype, shape) before a node runs; raise dsl.VerifyError naming the\n'
-            '    input, what was given and what is accepted."""\n'
-            f"    raise NotImplementedError({op.type + ' (' + op.domain + '): kernels.py:' + op.kernel!r}\n"
-            f"                              \" is a stub from `opdsl new-package`; write it, then remove this raise\")\n")
+            f'    """Check the input specs of a {op.type} node (dtype, shape) before it runs: raise\n'
+            '    dsl.VerifyError naming the input, what was given and what is accepted. Accepts all as written."""\n'
+            "    return None\n")
     if needs_infer:
         seen = "; ".join(f"{t.name}: {', '.join(t.dtypes) or 'dtype ?'}, shape {list(t.shape) if t.shape else '?'}"
                          for t in op.outputs if not t.like)
