@@ -15,100 +15,18 @@ import os
 import statistics
 import sys
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import List
 
 import numpy as np
+
+from dsl.cli.errors import UserError
+from dsl.cli.feeds import make_feeds, parse_pairs
 
 ORT_HINT = "pip install onnxruntime"
 
 
-class BenchError(Exception):
+class BenchError(UserError):
     """A problem with the command's arguments or the model; printed without a traceback."""
-
-
-def _parse_pairs(items: Optional[List[str]], what: str) -> Dict[str, str]:
-    out: Dict[str, str] = {}
-    for item in items or ():
-        name, sep, value = item.partition("=")
-        if not sep or not name or not value:
-            raise BenchError(f"{what} expects NAME=VALUE, got {item!r}")
-        out[name] = value
-    return out
-
-
-def model_inputs(proto) -> List[Tuple[str, np.dtype, Tuple]]:
-    """(name, numpy dtype, dims as int / symbolic name / None) of the inputs a caller feeds."""
-    from onnx import helper
-    inits = {t.name for t in proto.graph.initializer}
-    out = []
-    for vi in proto.graph.input:
-        if vi.name in inits:
-            continue
-        tt = vi.type.tensor_type
-        try:
-            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
-        except Exception:
-            raise BenchError(f"input {vi.name!r}: element type {tt.elem_type} has no numpy dtype; "
-                             f"pass it with --input {vi.name}=FILE.npy") from None
-        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim)
-        out.append((vi.name, dtype, dims))
-    return out
-
-
-def make_feeds(proto, files: Dict[str, str], dims: Dict[str, str], seed: int = 0) -> Tuple[Dict[str, np.ndarray], List[str]]:
-    """Inputs for every model input -> (feeds, one line per input saying where it came from).
-
-    ``files``: input name -> .npy path; the others are random by dtype (floats: standard
-    normal; integers: 0..3; bool: coin flips) with symbolic dims from ``dims`` or 1."""
-    rng = np.random.default_rng(seed)
-    inputs = model_inputs(proto)
-    names = [n for n, _, _ in inputs]
-    unknown = [n for n in files if n not in names]
-    if unknown:
-        raise BenchError(f"--input {unknown[0]}: the model has no input {unknown[0]!r}; inputs: {', '.join(names)}")
-    symbolic = {d for _, _, ds in inputs for d in ds if isinstance(d, str)}
-    bad = [d for d in dims if d not in symbolic]
-    if bad:
-        raise BenchError(f"--dim {bad[0]}: the model has no symbolic dimension {bad[0]!r}; "
-                         f"symbolic dims: {', '.join(sorted(symbolic)) or 'none'}")
-    sizes: Dict[str, int] = {}
-    for d, v in dims.items():
-        try:
-            sizes[d] = int(v)
-        except ValueError:
-            raise BenchError(f"--dim {d}={v}: the size must be an integer") from None
-        if sizes[d] < 0:
-            raise BenchError(f"--dim {d}={v}: the size must be >= 0")
-    feeds, notes = {}, []
-    for name, dtype, ds in inputs:
-        if name in files:
-            path = files[name]
-            if not os.path.isfile(path):
-                raise BenchError(f"--input {name}={path}: no such file")
-            try:
-                a = np.load(path, allow_pickle=False)
-            except Exception as e:
-                raise BenchError(f"--input {name}={path}: not a .npy array ({type(e).__name__}: {e})") from None
-            if a.dtype != dtype:
-                raise BenchError(f"--input {name}={path}: the file holds {a.dtype}, the model takes {dtype}")
-            feeds[name] = a
-            notes.append(f"{name} {dtype}{list(a.shape)} from {path}")
-            continue
-        shape = tuple(d if isinstance(d, int) else sizes.get(d, 1) if isinstance(d, str) else 1 for d in ds)
-        if dtype.kind == "f":
-            a = rng.standard_normal(shape).astype(dtype)
-            how = "random normal"
-        elif dtype.kind in "iu":
-            a = rng.integers(0, 4, shape).astype(dtype)
-            how = "random integers 0..3"
-        elif dtype.kind == "b":
-            a = rng.random(shape) < 0.5
-            how = "random booleans"
-        else:
-            raise BenchError(f"input {name!r} of dtype {dtype}: no random values for it; pass --input {name}=FILE.npy")
-        feeds[name] = a
-        notes.append(f"{name} {dtype}{list(shape)} {how}")
-    return feeds, notes
 
 
 def _time_interleaved(fns: List, repeat: int, warmup: int) -> List[List[float]]:
@@ -158,7 +76,7 @@ def run(args, out=None) -> int:
         proto = onnx.load(path, load_external_data=False)
     except Exception as e:
         raise BenchError(f"{path} is not a readable ONNX model: {type(e).__name__}: {e}") from None
-    feeds, notes = make_feeds(proto, _parse_pairs(args.input, "--input"), _parse_pairs(args.dim, "--dim"), args.seed)
+    feeds, notes = make_feeds(proto, parse_pairs(args.input, "--input"), parse_pairs(args.dim, "--dim"), args.seed)
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
     say(f"model: {path} ({len(proto.graph.node)} nodes, opset {opset}), opdsl backend {args.backend}")
     for n in notes:
@@ -223,10 +141,14 @@ def run(args, out=None) -> int:
     return status
 
 
-def add_parser(sub, backends: List[str]) -> None:
-    b = sub.add_parser("bench", help="time a model with opdsl and onnxruntime, check they agree, profile opdsl")
+def register(sub) -> None:
+    from backends import base
+    b = sub.add_parser("bench", help="time a model with opdsl and onnxruntime, check they agree, profile opdsl",
+                       description="Load a model with opdsl, run it next to onnxruntime on the same inputs, "
+                                   "check the outputs agree, time both and show where opdsl's time goes.",
+                       epilog="example: opdsl bench model.onnx --dim batch=8 --repeat 50 --profile")
     b.add_argument("model", help="an .onnx file")
-    b.add_argument("--backend", default="numba", choices=backends, help="opdsl backend (default numba)")
+    b.add_argument("--backend", default="numba", choices=base.names(), help="opdsl backend (default numba)")
     b.add_argument("--repeat", type=int, default=20, help="timed runs of each (default 20)")
     b.add_argument("--warmup", type=int, default=2, help="untimed runs first (default 2)")
     b.add_argument("--input", action="append", metavar="NAME=FILE.npy",
@@ -238,3 +160,4 @@ def add_parser(sub, backends: List[str]) -> None:
     b.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance of the output check (default 1e-3)")
     b.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance of the output check (default 1e-4)")
     b.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    b.set_defaults(func=run)

@@ -131,7 +131,27 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:9.2f} ms"
 
 
-def run(backends: Optional[Sequence[str]] = None, repeat: int = 3, out: Optional[TextIO] = None) -> int:
+def register(sub) -> None:
+    from backends import base
+    d = sub.add_parser("demo", help="run built-in kernels on every available backend and check them against numpy",
+                       description="Run three built-in kernels (elementwise, a team reduction, a tiled matmul) on "
+                                   "every available backend, time them and check them against numpy: a health "
+                                   "check of the install.",
+                       epilog="example: opdsl demo --backend numba --backend opencl")
+    d.add_argument("--backend", action="append", choices=base.names(),
+                   help="only this backend (repeatable; default: all)")
+    d.set_defaults(func=run)
+
+
+def run(args=None, repeat: int = 3, out: Optional[TextIO] = None) -> int:
+    """The ``demo`` subcommand -> exit code (1 if any kernel failed or nothing could run).
+
+    ``args`` is the parsed command line, or, from Python, a list of backend names (None: all)."""
+    backends = getattr(args, "backend", args)
+    return 1 if check(backends, repeat, out) else 0
+
+
+def check(backends: Optional[Sequence[str]] = None, repeat: int = 3, out: Optional[TextIO] = None) -> int:
     """Run every case on every backend; print a table; return the number of failures."""
     import sys
 

@@ -1,0 +1,116 @@
+"""``opdsl run model.onnx --input x=x.npy --output-dir out/``: run a model, one .npy per output.
+
+The qaic-exec style of running a model: inputs from .npy files (or seeded random data with
+``--random``), custom ops from package folders (``--package``, handed to
+``dsl.load_onnx(..., packages=[...])``), every output written as ``<output-dir>/<name>.npy``
+with the name made safe for a file name.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+
+from dsl.cli.errors import UserError
+from dsl.cli.feeds import make_feeds, parse_pairs
+
+EXAMPLE = """examples:
+  opdsl run model.onnx --package my_ops/ --input x=x.npy --output-dir out/
+  opdsl run model.onnx --random --dim batch=4 --output-dir out/ --backend interpreter"""
+
+
+def register(sub) -> None:
+    from backends import base
+    r = sub.add_parser("run", help="run an ONNX model on .npy inputs and write one .npy per output",
+                       description="Run an ONNX model with opdsl and write each output to DIR/<name>.npy.\n"
+                                   "Every model input needs --input NAME=FILE.npy unless --random is given.",
+                       epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("model", help="an .onnx file")
+    r.add_argument("--package", action="append", metavar="FOLDER", default=[],
+                   help="an op package folder (opdsl-package.yaml) defining custom ops (repeatable)")
+    r.add_argument("--input", action="append", metavar="NAME=FILE.npy",
+                   help="feed this model input from a .npy file (repeatable)")
+    r.add_argument("--output-dir", required=True, metavar="DIR", help="folder for the outputs (created if missing)")
+    r.add_argument("--backend", default="numba", choices=base.names(), help="opdsl backend (default numba)")
+    r.add_argument("--random", action="store_true",
+                   help="feed inputs without --input with seeded random data (dtype and shape from the model)")
+    r.add_argument("--dim", action="append", metavar="NAME=SIZE",
+                   help="size of a symbolic dimension of a random input (repeatable; required for each)")
+    r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    r.set_defaults(func=run)
+
+
+def file_names(outputs: List[str]) -> Dict[str, str]:
+    """Output name -> a distinct safe file name: characters other than letters, digits, '-',
+    '_' and '.' become '_', no leading dot, and a clash gets a numeric suffix."""
+    names: Dict[str, str] = {}
+    taken = set()
+    for out in outputs:
+        base = re.sub(r"[^A-Za-z0-9_.-]", "_", out).lstrip(".") or "output"
+        name, n = base, 1
+        while name.lower() in taken:  # case-insensitive file systems
+            n += 1
+            name = f"{base}_{n}"
+        taken.add(name.lower())
+        names[out] = name + ".npy"
+    return names
+
+
+def _packages(folders: List[str]) -> List[str]:
+    for f in folders:
+        if not os.path.isdir(f):
+            raise UserError(f"--package {f}: no such folder (an op package is a folder holding opdsl-package.yaml)")
+    return list(folders)
+
+
+def _package_error():
+    """dsl.package.PackageError, or an exception nothing raises in an install without packages."""
+    try:
+        from dsl.package import PackageError
+    except ImportError:
+        class PackageError(Exception):
+            pass
+    return PackageError
+
+
+def run(args) -> int:
+    import onnx
+
+    import dsl
+    from dsl.onnx.load import OnnxImportError
+
+    path = args.model
+    if not os.path.isfile(path):
+        raise UserError(f"no such file: {path}")
+    packages = _packages(args.package)
+    out_dir = Path(args.output_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--output-dir {out_dir}: exists and is not a folder")
+    try:
+        proto = onnx.load(path, load_external_data=False)
+    except Exception as e:
+        raise UserError(f"{path} is not a readable ONNX model: {type(e).__name__}: {e}") from None
+    feeds, notes = make_feeds(proto, parse_pairs(args.input, "--input"), parse_pairs(args.dim, "--dim"),
+                              args.seed, random=args.random, default_dim=None)
+    for n in notes:
+        print(f"input: {n}")
+    try:
+        model = dsl.load_onnx(path, packages=packages, backend=args.backend)
+    except OnnxImportError as e:
+        raise UserError(f"opdsl cannot load {path}: {e}") from None
+    except _package_error() as e:  # "<manifest>:<line>: ..." already says where
+        raise UserError(str(e)) from None
+    try:
+        got = model.run(feeds)
+    except (TypeError, ValueError) as e:  # feeds the model rejects (shape, rank)
+        raise UserError(f"running {path}: {e}") from None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name, file in file_names(list(got)).items():
+        a = np.asarray(got[name])
+        np.save(out_dir / file, a)
+        print(f"output: {name} {a.dtype}{list(a.shape)} -> {out_dir / file}")
+    return 0
