@@ -72,13 +72,22 @@ def _op_class(manifest: Manifest, decl: OpDecl, files: Dict[str, Path], loader: 
         "__doc__": f"{decl.domain or 'ai.onnx'}::{decl.type} from op package {manifest.name!r} ({path})",
         "op_type": decl.type, "domain": decl.domain, "since": decl.since, "until": decl.until,
         "_decl": decl, "_manifest": path, "_hooks": hooks, "_impls": impls, "_bound_cache": {},
-        "kernels": {f"{b}:{n}": k for b, named in impls.items() for n, k in named.items()},
+        "kernels": _display_names(impls),
         "infer": infer,
     })
     for h, fn in hooks.items():
         if h not in COMBINED_HOOKS:
             ns[h] = hook_method(h, fn)
     return type(name, (PackageOp,), ns)
+
+
+def _display_names(impls: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+    """``kernels`` for listings: an implementation's name, ``backend:name`` where backends differ."""
+    out: Dict[str, Any] = {}
+    for b, named in impls.items():
+        for n, k in named.items():
+            out[n if out.get(n, k) is k else f"{b}:{n}"] = k
+    return out
 
 
 # --------------------------------------------------------------------------- implementations

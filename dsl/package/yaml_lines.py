@@ -13,6 +13,9 @@ import yaml
 from dsl.package.errors import PackageError
 
 
+_PLAIN_TAGS = frozenset(f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "map", "seq"))
+
+
 class LDict(dict):
     """A mapping with ``line`` (where it starts) and ``lines[key]`` (where each key is), 1-based."""
 
@@ -49,6 +52,9 @@ def load(text: str, manifest: str) -> Any:
 
 def _convert(node, loader, manifest: str) -> Any:
     line = node.start_mark.line + 1
+    if node.tag not in _PLAIN_TAGS:  # e.g. !!python/object/apply: plain data only
+        raise PackageError(manifest, line, None, f"YAML tag {node.tag!r} is not accepted; a manifest holds "
+                           "plain strings, numbers, booleans, lists and mappings")
     if isinstance(node, yaml.MappingNode):
         out = LDict()
         out.line, out.lines = line, {}
