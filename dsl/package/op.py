@@ -111,10 +111,10 @@ class PackageOp(Op):
     def implementation(self, specs: Sequence, backend: str):
         try:
             name = self.select(*specs, backend=backend)
+            bound = self.quant_params(specs)
         except VerifyError as e:
             raise VerifyError(f"{describe(self)}: {e}") from None
         impl = self._impls[backend][name]
-        bound = self.quant_params(specs)
         if not bound:
             return impl
         key = (backend, name, tuple(sorted(bound.items())))
@@ -142,12 +142,12 @@ class PackageOp(Op):
             if q is None:
                 if p.required:
                     raise VerifyError(
-                        f"{describe(self)}: param '{p.name}' reads {p.source[0]}.{p.source[1]}, but input "
+                        f"param '{p.name}' reads {p.source[0]}.{p.source[1]}, but input "
                         f"'{p.source[0]}' ({spec}) carries no quantization; quantize it first (QuantizeLinear, "
                         f"DataConvert) or give the param a default ({self._where(p)})")
                 out[p.name] = p.default
                 continue
-            out[p.name] = _quant_value(self, p, q)
+            out[p.name] = _quant_value(p, q)
         return out
 
     # running --------------------------------------------------------------------------------
@@ -171,16 +171,16 @@ def _dtype_name(spec: TensorSpec) -> str:
     return "bool" if spec.dtype.name == "bool_" else spec.dtype.name
 
 
-def _quant_value(op: PackageOp, p: ParamDecl, q) -> Any:
+def _quant_value(p: ParamDecl, q) -> Any:
     value = q[0] if p.source[1] == "scale" else q[1]
     per_axis = isinstance(value, (tuple, list, np.ndarray))
     if per_axis and p.size is None:
-        raise VerifyError(f"{describe(op)}: param '{p.name}' reads {p.source[0]}.{p.source[1]}, which is per "
+        raise VerifyError(f"param '{p.name}' reads {p.source[0]}.{p.source[1]}, which is per "
                           f"axis ({len(value)} values); accepted: declare the param with size: {len(value)}")
     if not per_axis and p.size is not None:
         value = (value,) * p.size
     if per_axis and len(value) != p.size:
-        raise VerifyError(f"{describe(op)}: param '{p.name}' (size {p.size}) reads {p.source[0]}.{p.source[1]}, "
+        raise VerifyError(f"param '{p.name}' (size {p.size}) reads {p.source[0]}.{p.source[1]}, "
                           f"which has {len(value)} values")
     conv = float if p.dtype in ("f32", "f64") else int
     return tuple(conv(v) for v in value) if p.size is not None else conv(value)
