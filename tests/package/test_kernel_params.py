@@ -74,7 +74,7 @@ def _package(make_package, impls, folder="pkg"):
     ("wrong_names", "missing clip; not declared clipped"),
     ("no_scratch", "it has 2 tensor parameter(s), 3 expected first"),
     ("scalar_coef", "param coef is a vector of 2 (size: 2); the kernel's is dsl.f32"),
-    ("int_clip", "param clip is declared bool, the kernel's is dsl.f32"),
+    ("int_clip", "param clip is declared bool, the kernel's is f32"),
 ])
 def test_kernel_params_must_match_the_declared_params(make_package, kernel, problem):
     root = _package(make_package, f'      - {{backend: numba, kernel: "kernels.py:{kernel}"}}\n')
