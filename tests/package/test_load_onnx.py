@@ -67,3 +67,22 @@ def test_a_bad_package_folder_is_a_package_error(make_package):
     root = make_package("name: x\nversion: 1\nops: []\n")
     with pytest.raises(PackageError, match=r"opdsl-package.yaml:3: ops: the list is empty"):
         dsl.load_onnx(_builder().build(), packages=[root])
+
+
+def test_graph_with_package_ops_round_trips_through_onnx():
+    pkg = dsl.register_package(EXAMPLE)
+    CustomRelu, RMSNorm, Copy = pkg.ops
+    g = dsl.Graph("g")
+    x = g.input("x", ("batch", 8), dsl.f32)
+    w = g.constant("w", np.linspace(1, 2, 8, dtype=np.float32))
+    g.output(Copy(RMSNorm(CustomRelu(x, alpha=0.3), w, epsilon=1e-3)), "y")
+    proto = g.to_onnx()
+    assert [(n.op_type, n.domain) for n in proto.graph.node] == [
+        ("CustomRelu", "com.qaic.example"), ("RMSNorm", "com.qaic.example"), ("Copy", "com.qaic.example")]
+    model = dsl.load_onnx(proto, packages=[EXAMPLE], backend="numba")
+    assert [n.op.params for n in model.graph.nodes][:2] == [{"alpha": pytest.approx(0.3), "beta": pytest.approx(0.2)},
+                                                            {"epsilon": pytest.approx(1e-3)}]
+    xv = np.random.default_rng(4).standard_normal((2, 8)).astype(np.float32)
+    h = np.clip(np.float32(0.3) * xv + np.float32(0.2), 0, 1)
+    ref = np.linspace(1, 2, 8, dtype=np.float32) * h / np.sqrt((h * h).mean(-1, keepdims=True) + 1e-3)
+    np.testing.assert_allclose(model.run({"x": xv})["y"], ref, rtol=1e-5, atol=1e-6)
