@@ -104,8 +104,8 @@ class PackageOp(Op):
             return next(iter(impls))
         name = hook(self, *specs, backend=backend) if _takes(hook, "backend") else hook(self, *specs)
         if name not in impls:
-            raise VerifyError(f"the package's select returned {name!r}, which is not a {backend} implementation "
-                              f"of it; accepted: {', '.join(map(repr, impls))}")
+            raise VerifyError(f"the package's select returned {name!r}, which is not one of its implementations "
+                              f"for backend '{backend}'; accepted: {', '.join(map(repr, impls))}")
         return name
 
     def implementation(self, specs: Sequence, backend: str):

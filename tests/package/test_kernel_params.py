@@ -94,6 +94,13 @@ def test_dsl_kernel_gets_vector_bool_and_scratch(make_package, backend):
     np.testing.assert_allclose(Affine(x, backend=backend), 2 * x + 1, rtol=1e-6)
     np.testing.assert_allclose(Affine(x, coef=(0.5, 0.5), clip=True, backend=backend),
                                np.clip(0.5 * x + 0.5, 0, 1), rtol=1e-6)
+    g = dsl.Graph("affine")
+    g.output(Affine(g.input("x", (None,), dsl.f32), coef=(3.0, -1.0)), "y")
+    model = g.compile(backend=backend)
+    for n in (4, 9):
+        xs = np.arange(n, dtype=np.float32)
+        np.testing.assert_allclose(model.run({"x": xs})["y"], 3 * xs - 1)
+    assert "1 of 1 nodes captured" in str(model)  # scratch buffers do not stop the launch replay
     with pytest.raises(TypeError, match=r"Affine param 'coef' expects 2 values \(size: 2\), got 3"):
         Affine(coef=(1.0, 2.0, 3.0))
     with pytest.raises(TypeError, match=r"Affine param 'clip' expects bool"):
