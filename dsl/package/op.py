@@ -127,6 +127,9 @@ class PackageOp(Op):
                 else:
                     hit = _BoundCallable(impl, bound)
                 self._bound_cache[key] = hit
+                # listed, so print(model) and profiles name it with the values it was bound to
+                shown = ", ".join(f"{k}={v}" for k, v in bound.items())
+                self.kernels[f"{name}[{shown}]"] = hit
         return hit
 
     # quantization ---------------------------------------------------------------------------
