@@ -6,7 +6,7 @@ import pytest
 
 from dsl.cli import check
 
-from conftest import EXAMPLE
+from tests.package.helpers import EXAMPLE
 
 
 def _parser():

@@ -6,7 +6,7 @@ import dsl
 import ops
 from dsl.package import register_package
 
-from conftest import EXAMPLE
+from tests.package.helpers import EXAMPLE
 
 
 @pytest.fixture

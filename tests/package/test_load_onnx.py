@@ -10,7 +10,7 @@ import dsl
 from dsl.opgraph import registry
 from dsl.package import PackageError
 
-from conftest import EXAMPLE
+from tests.package.helpers import EXAMPLE
 
 
 def _builder():

@@ -7,7 +7,7 @@ import pytest
 
 from dsl.package import PackageError, check_package
 
-from conftest import KERNELS
+from tests.package.helpers import KERNELS
 
 MANIFEST = """
 name: paths

@@ -6,7 +6,7 @@ import pytest
 import dsl
 from dsl.package import FORMAT_VERSION, PackageError, check_package
 
-from conftest import KERNELS
+from tests.package.helpers import KERNELS
 
 GOOD = """
 name: demo
