@@ -32,6 +32,7 @@ _LAZY = {
     "Model": "dsl.opgraph.model",
     "load_onnx": "dsl.onnx.load",
     "OnnxImportError": "dsl.onnx.load",
+    "register_package": "dsl.package", "check_package": "dsl.package", "PackageError": "dsl.package",
     "RawOpenCL": "backends.opencl.raw",
     "target": "dsl.runtime.target", "Target": "dsl.runtime.target",
     "autotune": "dsl.runtime.autotune",

@@ -51,7 +51,9 @@ def load_onnx(model, packages: Sequence = (), backend: Optional[str] = None, for
               base_dir: Optional[str] = None, max_tensor_bytes: Optional[int] = None, fuse: Optional[bool] = None):
     """Load an ONNX model (path, bytes or ``onnx.ModelProto``) and compile it -> ``dsl.Model``.
 
-    ``packages``: already imported Python modules defining the custom ops the model uses.
+    ``packages``: op package folders (each registered with ``dsl.register_package``; a bad one is a
+    ``dsl.PackageError`` naming its manifest line), or already imported modules defining the
+    custom ops the model uses.
     ``base_dir``: the folder external tensor data is read from (default: the model file's
     folder; none for bytes or a proto).  ``max_tensor_bytes``: the largest tensor the model
     may make opdsl read, fold or allocate (default OPDSL_MAX_TENSOR_BYTES, 4 GiB).  ``fuse``:
@@ -188,15 +190,17 @@ def _check_structure(proto) -> None:
 
 
 def _register_packages(packages: Sequence) -> None:
-    if isinstance(packages, (str, os.PathLike)):
+    """Register op-package folders (``dsl.register_package``); imported modules and loaded
+    ``Package`` objects registered their ops already and are accepted as they are."""
+    if isinstance(packages, (str, os.PathLike)) or hasattr(packages, "ops"):
         packages = [packages]
     for pkg in packages or ():
         if isinstance(pkg, (str, os.PathLike)):
-            raise OnnxImportError(f"packages: {os.fspath(pkg)!r} is a path; this version takes imported "
-                                  "Python modules that define the model's custom ops (import them and pass "
-                                  "the modules, or just import them before loading)")
-        elif not hasattr(pkg, "__name__"):  # imported modules have registered their ops already
-            raise TypeError(f"packages: expected op package folders or imported modules, got {pkg!r}")
+            from dsl.package import register_package
+            register_package(pkg)  # a PackageError names the manifest line
+        elif not (hasattr(pkg, "__name__") or hasattr(pkg, "ops")):
+            raise TypeError(f"packages: expected op package folders, dsl.package.Package objects or imported "
+                            f"modules, got {type(pkg).__name__} {pkg!r}")
 
 
 # --------------------------------------------------------------------------- values and types

@@ -1,0 +1,20 @@
+"""Hooks of the example package (docs/packages.md, "functions"): each takes the op first,
+then one TensorSpec per input, like the dsl.Op hooks they extend."""
+import dsl
+
+
+def verify(op, *inputs):
+    """RMSNorm: w scales the last axis of x, so its length must be that axis's."""
+    if op.op_type == "RMSNorm":
+        x, w = inputs
+        if x.ndim == 0:
+            raise dsl.VerifyError(f"RMSNorm input x must have at least one axis, got {x}")
+        if None not in (x.shape[-1], w.shape[0]) and x.shape[-1] != w.shape[0]:
+            raise dsl.VerifyError(f"RMSNorm weight w {w} must have the length of x's last axis ({x.shape[-1]})")
+
+
+def select(op, *inputs, backend):
+    """CustomRelu on OpenCL: the raw kernel written for the input's dtype."""
+    if op.op_type == "CustomRelu" and backend == "opencl":
+        return "custom_relu_f16" if inputs[0].dtype == dsl.f16 else "custom_relu_f32"
+    return {"CustomRelu": "custom_relu", "RMSNorm": "rms_norm"}[op.op_type]

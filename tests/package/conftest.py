@@ -1,0 +1,32 @@
+"""Fixtures for op-package tests: writing small packages into tmp_path, and leaving the op
+registry as each test found it (other tests list the registered ops)."""
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dsl.opgraph import registry
+
+
+@pytest.fixture(autouse=True)
+def _restore_registry():
+    before = {k: list(v) for k, v in registry._TABLE.items()}
+    yield
+    for cls in registry.all_ops():
+        if cls not in before.get((cls.domain, cls.op_type), []):
+            registry.unregister(cls)
+
+
+@pytest.fixture
+def make_package(tmp_path):
+    """make_package(manifest_yaml, **files) -> the package folder (files: name -> text)."""
+    def make(manifest: str, folder: str = "pkg", **files) -> Path:
+        root = tmp_path / folder
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "opdsl-package.yaml").write_text(textwrap.dedent(manifest).lstrip("\n"))
+        for name, text in files.items():
+            path = root / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(textwrap.dedent(text))
+        return root
+    return make
