@@ -11,6 +11,7 @@
               --output-dir OUT/ [--backend B]
                                              run a model, write one .npy per output
     opdsl new-package MODEL.onnx -o PKG/     a package skeleton for the model's custom-domain ops
+    opdsl check PKG/                         validate an op package (manifest, paths, kernels) without a model
     opdsl --version
 
 Each subcommand is a module of this package listed in ``COMMANDS``; it exposes
@@ -36,7 +37,7 @@ from dsl.lang.errors import CompileError, LaunchError
 __all__ = ["COMMANDS", "UserError", "main", "parser"]
 
 # Subcommand modules (dsl/cli/<name>.py), in the order `opdsl --help` lists them.
-COMMANDS = ("demo", "compile", "cache", "bench", "run", "new_package")
+COMMANDS = ("demo", "compile", "cache", "bench", "run", "new_package", "check")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -16,10 +16,10 @@ def subcommands():
 
 
 def test_every_command_module_is_listed():
-    assert subcommands() == ["demo", "compile", "cache", "bench", "run", "new-package"]
+    assert subcommands() == ["demo", "compile", "cache", "bench", "run", "new-package", "check"]
 
 
-@pytest.mark.parametrize("command", ["demo", "compile", "cache", "bench", "run", "new-package"])
+@pytest.mark.parametrize("command", ["demo", "compile", "cache", "bench", "run", "new-package", "check"])
 def test_every_subcommand_help_shows_an_example(command, cli):
     code, out, _ = cli(command, "--help")
     assert code == 0
