@@ -270,18 +270,21 @@ def run_tiles_in_order(work) -> None:
 
 
 _pool: Optional[ThreadPoolExecutor] = None
+_pool_cores = 0  # cores() when the pool was made: with one core, tiles run in order
 _pool_lock = threading.Lock()
 _inside = threading.local()
 
 
-def _executor() -> ThreadPoolExecutor:
-    global _pool
+def _executor() -> Optional[ThreadPoolExecutor]:
+    """The tile threads (one per core but the caller's), made on first use; None on one core."""
+    global _pool, _pool_cores
     if _pool is None:
         with _pool_lock:
             if _pool is None:
-                _pool = ThreadPoolExecutor(max_workers=max(1, cores() - 1), thread_name_prefix="opdsl-tile",
+                _pool_cores = cores()
+                _pool = ThreadPoolExecutor(max_workers=max(1, _pool_cores - 1), thread_name_prefix="opdsl-tile",
                                            initializer=_mark_worker)
-    return _pool
+    return _pool if _pool_cores > 1 else None
 
 
 def _mark_worker() -> None:
@@ -292,10 +295,11 @@ def run_tiles(work) -> None:
     """Run the tiles concurrently: the caller takes the first, pool threads the others.  A tile
     that itself runs a tiled model (from a pool thread) runs its tiles in order: waiting on the
     pool from inside it could deadlock."""
-    if len(work) == 1 or getattr(_inside, "worker", False):
+    pool = _executor()
+    if pool is None or len(work) == 1 or getattr(_inside, "worker", False):
         run_tiles_in_order(work)
         return
-    futures = [_executor().submit(_run_tile, t) for t in work[1:]]
+    futures = [pool.submit(_run_tile, t) for t in work[1:]]
     error = None
     try:
         _run_tile(work[0])

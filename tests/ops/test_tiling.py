@@ -298,3 +298,26 @@ def test_a_failing_tile_fails_the_run():
     with pytest.raises(RuntimeError, match="tile of 4 columns"):
         model.run({"x": np.ones((2, 9), np.float32)})
     assert sorted(s[1] for s in seen[-2:]) == [4, 6]
+
+
+@pytest.mark.skipif(tiles.cores() < 2, reason="one core: tiles run in order")
+def test_numba_tiles_run_on_several_threads():
+    """On numba each tile runs on its own thread (the caller's or a pool thread's)."""
+    import threading
+    seen = set()
+
+    def record(x, y):
+        seen.add(threading.get_ident())
+        y[...] = x[:, 1:] - x[:, :-1]
+
+    class PyDiff(ColDiff):
+        kernels = {"default": record}
+
+    g = dsl.Graph("threads")
+    t = g.input("x", (4, 33), dsl.f32)
+    g.output(PyDiff()(t), "y")
+    model = g.compile(backend="numba", tiling=2)
+    x = RNG.standard_normal((4, 33)).astype(np.float32)
+    for _ in range(5):
+        np.testing.assert_array_equal(model.run({"x": x})["y"], np.diff(x, axis=1))
+    assert threading.get_ident() in seen and len(seen) >= 2
