@@ -80,6 +80,23 @@ def build(cols: int, team: int, tiling, backend: str):
     return g.compile(backend=backend, tiling=tiling)
 
 
+def ways(tiled, untiled, feeds, repeat: int) -> dict:
+    """The node alone, its tiles run four ways on the same buffers: how tiles should run.
+    Reads the plans' steps (dsl/opgraph/model.py) -- a measurement aid, not an API."""
+    from dsl.opgraph import tiling as tiles
+    tiled.run(feeds)
+    untiled.run(feeds)
+    work = next(args[0] for fn, args in next(iter(tiled._plans.values())).first.steps if fn is tiles.run_tiles)
+    parallel = tuple((before, tuple((fn.__self__.run_parallel, a) for fn, a in steps), after)
+                     for before, steps, after in work)
+    launch, launch_args = next(iter(untiled._plans.values())).first.steps[0]
+    cases = {"untiled: one launch (serial or parallel entry by size)": lambda: launch(*launch_args),
+             "tiles on threads, serial entry (what the model does)": lambda: tiles.run_tiles(work),
+             "tiles on threads, parallel entry (OpenMP team per thread)": lambda: tiles.run_tiles(parallel),
+             "tiles in order, parallel entry": lambda: tiles.run_tiles_in_order(parallel)}
+    return {k: t.best for k, t in harness.measure_interleaved(cases, repeat=repeat).items()}
+
+
 def child(args) -> int:
     """Time every case on the cores this process was started with; print JSON."""
     rng = np.random.default_rng(0)
@@ -88,7 +105,7 @@ def child(args) -> int:
     feeds = {"x": x, "w": w}
     ref = x / np.sqrt((x.astype(np.float64) ** 2).mean(1, keepdims=True) + 1e-5) * w
     cores = harness.usable_cores()
-    results = []
+    results, how = [], {}
     for team in (4, 1):
         models = {"untiled": build(args.cols, team, False, args.backend),
                   "tiled": build(args.cols, team, True if cores > 1 else 2, args.backend)}
@@ -102,7 +119,9 @@ def child(args) -> int:
             t = timings[name]
             results.append({"team": team, "case": name, "cores": cores, "best": t.best, "median": t.median,
                             "node": node, "tiles": sum(tiles[name].values()) or 1})
-    print(json.dumps({"results": results, "load": harness.load_text()}))
+        if cores > 1 and args.backend == "numba":
+            how[team] = ways(models["tiled"], models["untiled"], feeds, args.repeat)
+    print(json.dumps({"results": results, "ways": how, "load": harness.load_text()}))
     return 0
 
 
@@ -167,6 +186,15 @@ def main(argv=None) -> int:
                       f"{base['best'] / r['best']:.2f}x | "
                       f"{vs_one} |")
     print("\nvs untiled / vs 1 core: speed-up of the run's best time (higher is faster).")
+    for c, r in runs.items():
+        for team, cases in r.get("ways", {}).items():
+            print(f"\nHow to run the tiles ({c} cores, kernel team {team}; the node alone, best of "
+                  f"{args.repeat}):\n")
+            print("| way | best | vs untiled |")
+            print("|---|---:|---:|")
+            base = next(iter(cases.values()))
+            for name, best in cases.items():
+                print(f"| {name} | {harness.fmt_seconds(best)} | {base / best:.2f}x |")
     return 0
 
 
