@@ -15,15 +15,17 @@ node into a single plan step that runs every tile's launches (``run_tiles``).  E
 kernel sees numpy views of the node's inputs and outputs; a slice that is not C-contiguous (a
 cut along an inner axis) is copied into a tile buffer before the launch, or out of one after.
 
-How the tiles run in parallel, measured on 2 cores (benchmarks/bench_tiling.py): numba's
-parallel entry is an OpenMP ``prange``; ``numba.set_num_threads`` is thread-local and every
-Python thread that calls a parallel function gets its own OpenMP team, so tiles on Python
-threads that each launched the parallel entry oversubscribed the cores (and were slowest).
-Tiles therefore run one per core on Python threads (the compiled code releases the GIL,
-``nogil=True``), each launch on the kernel's *serial* entry: its team of threads runs as a
-loop on that core.  OpenCL launches hold the device lock for their whole run (and PoCL
-already spreads one launch's work-groups over the cores), and the interpreter is for
-debugging, so on those backends the tiles run one after another, with the same result.
+How the tiles run in parallel (numba's rules: docs "The Threading Layers"; numba issue #10491):
+numba's parallel entry is an OpenMP ``prange``, ``numba.set_num_threads`` is per thread, and
+every Python thread that calls a parallel function drives its own OpenMP team, so tiles on
+Python threads that each take the parallel entry put 2 x cores threads on the cores.  Tiles
+therefore run one per core on Python threads (the compiled code releases the GIL,
+``nogil=True``), each launch on the kernel's *serial* entry: its team of threads loops on that
+core.  benchmarks/bench_tiling.py times the ways on the same buffers; on 2 cores this was the
+fastest (1.9x over the untiled launch), parallel entries on threads a little slower, tiles in
+order with parallel entries about 1x.  OpenCL launches hold the device lock for their whole
+run (and PoCL already spreads one launch's work-groups over the cores), and the interpreter is
+for debugging, so on those backends the tiles run one after another, with the same result.
 """
 from __future__ import annotations
 
@@ -216,7 +218,7 @@ def tile_arrays(ins, outs, tile):
     before, after = [], []
     tile_ins = []
     for a, sl in zip(ins, in_tile):
-        if a is None or sl is None:
+        if a is None or sl is None or a.ndim == 0:  # (a 0-d array indexed by () is a scalar)
             tile_ins.append(a)
             continue
         v = a[sl]
