@@ -321,3 +321,26 @@ def test_numba_tiles_run_on_several_threads():
     for _ in range(5):
         np.testing.assert_array_equal(model.run({"x": x})["y"], np.diff(x, axis=1))
     assert threading.get_ident() in seen and len(seen) >= 2
+
+
+def test_hooks_as_package_functions(backend):
+    """A package's functions.py gives the hooks as plain functions taking the op first; the
+    package loader copies the names in ``tiling.HOOKS`` onto the op class it builds."""
+    def tiling(op, x):
+        return {1: 2}
+
+    def map_tiles(op, out_tile, x):
+        rows, cols = out_tile[0]
+        return [(rows, slice(cols.start, cols.stop + 1))]
+
+    functions = {"tiling": tiling, "map_tiles": map_tiles}
+    assert set(tiles.HOOKS) == set(functions)
+    PkgDiff = type("PkgDiff", (dsl.Op,), {"kernels": {"default": diff_cols}, "infer": ColDiff.infer,
+                                          **{name: functions[name] for name in tiles.HOOKS}})
+    g = dsl.Graph("pkg")
+    t = g.input("x", (3, 12), dsl.f32)
+    g.output(PkgDiff()(t), "y")
+    model = g.compile(backend=backend, tiling=3)
+    assert list(tiles_of(model).values()) == [3]
+    x = RNG.standard_normal((3, 12)).astype(np.float32)
+    np.testing.assert_array_equal(model.run({"x": x})["y"], np.diff(x, axis=1))
