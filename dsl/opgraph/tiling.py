@@ -293,6 +293,16 @@ def _mark_worker() -> None:
     _inside.worker = True
 
 
+def _forget_pool() -> None:
+    """A forked child has none of the parent's threads: it makes its own pool on first use."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
 def run_tiles(work) -> None:
     """Run the tiles concurrently: the caller takes the first, pool threads the others.  A tile
     that itself runs a tiled model (from a pool thread) runs its tiles in order: waiting on the

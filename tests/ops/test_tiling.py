@@ -344,3 +344,37 @@ def test_hooks_as_package_functions(backend):
     assert list(tiles_of(model).values()) == [3]
     x = RNG.standard_normal((3, 12)).astype(np.float32)
     np.testing.assert_array_equal(model.run({"x": x})["y"], np.diff(x, axis=1))
+
+
+def _diff_in_forked_child(q, x):
+    def diff(x, y):
+        y[...] = x[:, 1:] - x[:, :-1]
+
+    class PyDiff(ColDiff):
+        kernels = {"default": diff}
+
+    g = dsl.Graph("child")
+    t = g.input("x", x.shape, dsl.f32)
+    g.output(PyDiff()(t), "y")
+    q.put(g.compile(backend="numba", tiling=2).run({"x": x})["y"])
+
+
+@pytest.mark.skipif(tiles.cores() < 2 or not hasattr(__import__("os"), "fork"), reason="needs fork and 2 cores")
+def test_forked_child_makes_its_own_tile_threads():
+    """The parent's pool threads do not exist in a forked child: waiting on them would hang."""
+    import multiprocessing as mp
+    x = RNG.standard_normal((4, 33)).astype(np.float32)
+    g = dsl.Graph("parent")
+    t = g.input("x", x.shape, dsl.f32)
+    g.output(ColDiff()(t), "y")
+    g.compile(backend="numba", tiling=2).run({"x": x})  # the parent's pool exists now
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_diff_in_forked_child, args=(q, x))
+    p.start()
+    try:
+        np.testing.assert_array_equal(q.get(timeout=60), np.diff(x, axis=1))
+    finally:
+        p.join(10)
+        if p.is_alive():
+            p.kill()
