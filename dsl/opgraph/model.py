@@ -256,7 +256,8 @@ class Model:
         if not self.tiling:
             return None
         plan = tiles.plan_tiles(n.op, [None if t is None else specs[t.name] for t in n.inputs],
-                                [specs[t.name] for t in n.outputs], self.tiling, f"node {n.name!r}")
+                                [specs[t.name] for t in n.outputs], self.tiling, f"node {n.name!r}",
+                                self.backend)
         if plan is None:
             return None
         backend = self.backend

@@ -43,9 +43,9 @@ from dsl.opgraph.spec import TensorSpec, VerifyError, describe
 HOOKS = ("tiling", "map_tiles")
 
 # With ``tiling=True`` a node is tiled only when its outputs hold at least this many elements:
-# below it one launch is a few microseconds and handing tiles to threads costs more than it
-# saves (the numba backend runs such launches serially for the same reason).
-MIN_ELEMENTS = 1 << 15
+# below it one launch takes tens of microseconds, and handing tiles to threads (~10-20 us)
+# eats most of the gain (bench_tiling --quick: 131K elements, 1.6x for the node alone).
+MIN_ELEMENTS = 1 << 16
 
 # Backends whose tiles run concurrently (see the module docstring for the others).
 PARALLEL_BACKENDS = frozenset({"numba"})
@@ -87,11 +87,16 @@ def declared(op) -> bool:
 
 
 def plan_tiles(op, in_specs: Sequence[Optional[TensorSpec]], out_specs: Sequence[TensorSpec],
-               limit: int, where: str) -> Optional[List[Tuple[Tuple[Slices, ...], List[Optional[Slices]]]]]:
+               limit: int, where: str, backend: str = "numba"
+               ) -> Optional[List[Tuple[Tuple[Slices, ...], List[Optional[Slices]]]]]:
     """The tiles of one node -> [(per output slices, per input slices or None)], or None to run
-    it untiled.  ``limit`` comes from ``resolve``.  Bad hook results are VerifyErrors naming
-    the op, ``where`` (the node), the hook and what it accepts."""
+    it untiled.  ``limit`` comes from ``resolve``; automatic tiling (``limit`` < 0) applies on
+    the backends whose tiles run concurrently only (elsewhere they would just add launches).
+    Bad hook results are VerifyErrors naming the op, ``where`` (the node), the hook and what
+    it accepts."""
     if limit == 0 or not declared(op) or not out_specs:
+        return None
+    if limit < 0 and backend not in PARALLEL_BACKENDS:
         return None
     if any(s is not None and s.format != "plain" for s in (*in_specs, *out_specs)):
         return None  # slices are logical: a channel-blocked tensor is not cut

@@ -176,12 +176,14 @@ def test_runtime_shapes_are_tiled_per_shape():
 
 
 def test_tiling_switches(monkeypatch):
-    x = RNG.standard_normal((2, 64, 300)).astype(np.float32)  # 38400 elements: above MIN_ELEMENTS
+    x = RNG.standard_normal((2, 128, 300)).astype(np.float32)  # 76800 elements: above MIN_ELEMENTS
     w = np.ones(300, np.float32)
     monkeypatch.setattr(tiles, "cores", lambda: 2)
     assert list(tiles_of(rms_model(x.shape, "numba", True)).values()) == [2]
     assert list(tiles_of(rms_model(x.shape, "numba", None)).values()) == [2]
     assert not tiles_of(rms_model((2, 4, 300), "numba", True))  # small: one launch is cheaper
+    assert not tiles_of(rms_model(x.shape, "interpreter", True))  # tiles would run in order there
+    assert list(tiles_of(rms_model(x.shape, "interpreter", 2)).values()) == [2]  # unless asked
     assert not tiles_of(rms_model(x.shape, "numba", False))
     assert not tiles_of(rms_model(x.shape, "numba", 1))
     monkeypatch.setenv("OPDSL_NO_TILING", "1")
