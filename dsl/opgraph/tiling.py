@@ -37,6 +37,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import numpy as np
 
 from dsl import config
+from dsl.opgraph.op import Op
 from dsl.opgraph.spec import TensorSpec, VerifyError, describe
 
 # The hook names a package's functions.py may define (the package loader copies them onto the op).
@@ -82,7 +83,6 @@ def resolve(tiling) -> int:
 
 def declared(op) -> bool:
     """Whether the op's class (or its package's functions.py) defines a ``tiling`` hook."""
-    from dsl.opgraph.op import Op
     return type(op).tiling is not Op.tiling
 
 
