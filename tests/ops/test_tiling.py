@@ -380,3 +380,17 @@ def test_forked_child_makes_its_own_tile_threads():
         p.join(10)
         if p.is_alive():
             p.kill()
+
+
+def test_contiguous_tiles_are_views_others_are_copied():
+    def work_of(model):
+        plan = next(iter(model._plans.values())).first
+        return next(args[0] for fn, args in plan.steps if fn in (tiles.run_tiles, tiles.run_tiles_in_order))
+
+    rows = work_of(rms_model((3, 8, 5), "numba", 3))  # axis 0: every tile is a block of whole rows
+    assert all(not before and not after for before, _, after in rows)
+    x_buf = next(iter(rms_model((3, 8, 5), "numba", 3)._plans.values())).first.inputs[0]
+    cols = work_of(rms_model((3, 8, 5), "numba", 4))  # axis 1 of a batch of 3: strided views
+    assert all(len(before) == 1 and len(after) == 2 for before, _, after in cols)
+    tile_in = cols[0][0][0][0]  # the first tile's x buffer, filled from the strided view
+    assert tile_in.shape == (3, 2, 5) and not np.shares_memory(tile_in, x_buf)
