@@ -103,7 +103,7 @@ def plan_tiles(op, in_specs: Sequence[Optional[TensorSpec]], out_specs: Sequence
     if limit < 0 and sum(s.size for s in out_specs) < MIN_ELEMENTS:
         return None
     name = f"{describe(op)} ({where})"
-    axes = _check_tiling(op.tiling(*in_specs), out_specs, name)
+    axes = _check_tiling(_call(name, "tiling", op.tiling, in_specs), out_specs, name)
     if axes is None:
         return None
     count, chosen = _tile_count(axes, out_specs, abs(limit))
@@ -112,9 +112,21 @@ def plan_tiles(op, in_specs: Sequence[Optional[TensorSpec]], out_specs: Sequence
     tiles = []
     for k in range(count):
         out_tile = tuple(_tile_slices(spec.shape, axis, chunk, k) for spec, (axis, chunk) in zip(out_specs, chosen))
-        in_tile = _check_map(op.map_tiles(out_tile, *in_specs), in_specs, out_tile, name)
+        in_tile = _check_map(_call(name, f"map_tiles({_show(out_tile)})", op.map_tiles, in_specs, out_tile),
+                             in_specs, out_tile, name)
         tiles.append((out_tile, in_tile))
     return tiles
+
+
+def _call(name: str, hook: str, fn, in_specs, *first):
+    """A hook's result; an exception inside it (a bug in the op) names the op, node and hook."""
+    try:
+        return fn(*first, *in_specs)
+    except (VerifyError, NotImplementedError):
+        raise
+    except Exception as e:
+        shown = ", ".join("None" if s is None else str(s) for s in in_specs)
+        raise VerifyError(f"{name}: {hook} failed on inputs ({shown}): {type(e).__name__}: {e}") from e
 
 
 def _check_tiling(result, out_specs, name):

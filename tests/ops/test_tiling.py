@@ -261,6 +261,19 @@ def test_bad_hook_results(result, mapped, match):
     assert re.search(match, str(err.value)), str(err.value)
 
 
+def test_a_failing_hook_names_the_node():
+    class Broken(ColDiff):
+        def map_tiles(self, out_tile, x):
+            return [(out_tile[0][0], out_tile[0][1] + 1)]  # slice + int: a bug in the op
+
+    g = dsl.Graph("broken")
+    t = g.input("x", (4, 10), dsl.f32)
+    g.output(Broken()(t), "y")
+    with pytest.raises(dsl.VerifyError, match=r"Broken \(node '.*'\): map_tiles\(\(\[0:4, 0:5\]\)\) failed on "
+                                              r"inputs \(f32\[4,10\]\): TypeError"):
+        g.compile(backend="interpreter", tiling=2)
+
+
 def test_tiling_without_map_tiles():
     class NoMap(dsl.Op):
         kernels = {"default": diff_cols}
