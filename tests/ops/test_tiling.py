@@ -292,7 +292,7 @@ def test_tiling_without_map_tiles():
 
 
 def test_a_failing_tile_fails_the_run():
-    """A tile whose run raises (here a plain-callable kernel, run on the pool threads) fails
+    """A tile whose run raises (here a plain-callable kernel, run on the tile threads) fails
     the model's run after every other tile finished."""
     seen = []
 
@@ -317,7 +317,7 @@ def test_a_failing_tile_fails_the_run():
 
 @pytest.mark.skipif(tiles.cores() < 2, reason="one core: tiles run in order")
 def test_numba_tiles_run_on_several_threads():
-    """On numba each tile runs on its own thread (the caller's or a pool thread's)."""
+    """On numba each tile runs on its own thread (the caller's or a tile thread)."""
     import threading
     seen = set()
 
@@ -376,13 +376,13 @@ def _diff_in_forked_child(q, x):
 
 @pytest.mark.skipif(tiles.cores() < 2 or not hasattr(__import__("os"), "fork"), reason="needs fork and 2 cores")
 def test_forked_child_makes_its_own_tile_threads():
-    """The parent's pool threads do not exist in a forked child: waiting on them would hang."""
+    """The parent's tile threads do not exist in a forked child: waiting on them would hang."""
     import multiprocessing as mp
     x = RNG.standard_normal((4, 33)).astype(np.float32)
     g = dsl.Graph("parent")
     t = g.input("x", x.shape, dsl.f32)
     g.output(ColDiff()(t), "y")
-    g.compile(backend="numba", tiling=2).run({"x": x})  # the parent's pool exists now
+    g.compile(backend="numba", tiling=2).run({"x": x})  # the parent's tile threads exist now
     ctx = mp.get_context("fork")
     q = ctx.Queue()
     p = ctx.Process(target=_diff_in_forked_child, args=(q, x))
