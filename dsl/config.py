@@ -14,6 +14,7 @@ OPDSL_NO_INTERRUPT  set to 1 to compile launches without Ctrl-C polling (measuri
 OPDSL_AUTOTUNE      set to 0 to make @dsl.autotune use its first config without timing any (read per call)
 OPDSL_NO_FUSION     set to 1 to compile graphs without graph rewrites (Conv+BatchNormalization folding,
                     activation and residual epilogues) unless compile(fuse=True) asks for them
+OPDSL_NO_TILING     set to 1 to run ops that declare tiling untiled unless compile(tiling=...) asks for it
 """
 from __future__ import annotations
 
@@ -67,6 +68,11 @@ def disk_cache_enabled() -> bool:
 def fusion_enabled() -> bool:
     """Whether ``Graph.compile(fuse=None)`` and ``dsl.load_onnx`` run the graph rewrites."""
     return os.environ.get("OPDSL_NO_FUSION", "") not in ("1", "true", "yes")
+
+
+def tiling_enabled() -> bool:
+    """Whether ``Graph.compile(tiling=None)`` runs ops that declare tiling as tiles (dsl/opgraph/tiling.py)."""
+    return not _flag("OPDSL_NO_TILING")
 
 
 def log_level() -> str:

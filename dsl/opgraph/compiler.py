@@ -11,11 +11,13 @@ from dsl import config
 from dsl.opgraph import fusion, passes
 from dsl.opgraph.limits import tensor_limit
 from dsl.opgraph.model import Model
+from dsl.opgraph.tiling import resolve as resolve_tiling
 
 
 def compile_graph(graph, backend: Optional[str] = None, formats: str = "auto", fold: bool = True,
-                  max_tensor_bytes: Optional[int] = None, fuse: Optional[bool] = None):
+                  max_tensor_bytes: Optional[int] = None, fuse: Optional[bool] = None, tiling=None):
     limit = tensor_limit(max_tensor_bytes)
+    resolve_tiling(tiling)  # a bad value fails here, before any work
     if formats not in ("auto", "plain"):
         raise ValueError(f"Graph.compile(formats={formats!r}): accepted 'auto' or 'plain'")
     if not graph.outputs:
@@ -28,4 +30,4 @@ def compile_graph(graph, backend: Optional[str] = None, formats: str = "auto", f
     stats["removed"] = passes.remove_dead(g)
     stats["reorders"] = passes.assign_formats(g) if formats == "auto" else 0
     impls = passes.select_kernels(g, backend)
-    return Model(g, backend, impls, stats, max_tensor_bytes=limit)
+    return Model(g, backend, impls, stats, max_tensor_bytes=limit, tiling=tiling)

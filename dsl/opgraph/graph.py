@@ -257,16 +257,18 @@ class Graph:
         return [n for n in self.nodes if any(t is tensor for t in n.inputs)]
 
     def compile(self, backend: Optional[str] = None, formats: str = "auto", fold: bool = True,
-                max_tensor_bytes: Optional[int] = None, fuse: Optional[bool] = None):
+                max_tensor_bytes: Optional[int] = None, fuse: Optional[bool] = None, tiling=None):
         """Inline composed ops, infer shapes/types, verify, fold constants, apply the ops'
         graph rewrites (fusion), drop dead nodes, select formats (inserting reorders) and
         kernels, plan memory -> ``dsl.Model``.
 
         ``formats="plain"`` keeps every tensor plain (no NCHWc16).  ``fuse=False`` skips the
         rewrites (default: on unless OPDSL_NO_FUSION=1).  No folded constant or planned buffer
-        may exceed ``max_tensor_bytes`` (default OPDSL_MAX_TENSOR_BYTES, 4 GiB)."""
+        may exceed ``max_tensor_bytes`` (default OPDSL_MAX_TENSOR_BYTES, 4 GiB).  ``tiling``: ops
+        that declare tiling run as tiles across the cores (None: on unless OPDSL_NO_TILING=1;
+        False: off; an int n: up to n tiles per op whatever the size; docs/ops.md "Tiling")."""
         return compile_graph(self, backend=backend, formats=formats, fold=fold, max_tensor_bytes=max_tensor_bytes,
-                             fuse=fuse)
+                             fuse=fuse, tiling=tiling)
 
     def to_onnx(self):
         """An ``onnx.ModelProto`` (custom domains kept, composed ops as FunctionProto)."""

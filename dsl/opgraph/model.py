@@ -37,6 +37,7 @@ from dsl.opgraph.limits import check_tensor_bytes, tensor_limit
 from dsl.opgraph.memory import MemoryPlan, physical_layout, plan_memory
 from dsl.opgraph.op import Op, check_and_infer
 from dsl.opgraph.spec import TensorSpec, describe
+from dsl.opgraph import tiling as tiles
 from dsl.opgraph.values import shape_values
 from dsl.runtime.kernel import Kernel, inplace_launches
 
@@ -47,12 +48,13 @@ _MAX_PLANS = 32
 class _Plan:
     """Everything one shape signature needs: fixed buffers and a flat step list."""
 
-    __slots__ = ("inputs", "outputs", "steps", "memory", "specs", "captured", "spans")
+    __slots__ = ("inputs", "outputs", "steps", "memory", "specs", "captured", "spans", "tiled")
 
-    def __init__(self, inputs, outputs, steps, memory, specs, captured, spans=()):
+    def __init__(self, inputs, outputs, steps, memory, specs, captured, spans=(), tiled=None):
         self.inputs, self.outputs, self.steps = inputs, outputs, steps
         self.memory, self.specs, self.captured = memory, specs, captured
         self.spans = spans  # (node, first step, end step): which steps are whose (profile.py)
+        self.tiled = tiled or {}  # node name -> number of tiles it runs as (tiling.py)
 
 
 class _PlanPool:
@@ -80,8 +82,9 @@ class Model:
     """A compiled graph.  ``inputs``/``outputs``: name -> TensorSpec (None dims allowed)."""
 
     def __init__(self, graph, backend: str, impls: Dict[str, Any], stats: Dict[str, int],
-                 max_tensor_bytes: Optional[int] = None):
+                 max_tensor_bytes: Optional[int] = None, tiling=None):
         self.graph = graph
+        self.tiling = tiles.resolve(tiling)  # most tiles per op (0: off, < 0: one per core when large)
         self.max_tensor_bytes = tensor_limit(max_tensor_bytes)  # no buffer of a run may be larger
         self.backend = backend
         self.stats = dict(stats)
@@ -218,7 +221,7 @@ class Model:
                     arrays[t.name] = arena[memory.assign[t.name]][:nbytes].view(dt).reshape(shape)
                 else:  # graph outputs (copied out after each run) and empty tensors
                     arrays[t.name] = np.empty(shape, dt)
-        steps, captured, spans = [], 0, []
+        steps, captured, spans, tiled = [], 0, [], {}
         inplace_outputs = {out for out, _ in memory.inplace}
         read = _read_tensors(g)
         for n in g.nodes:
@@ -229,7 +232,9 @@ class Model:
             ins = [None if t is None else arrays[t.name] for t in n.inputs]
             outs = _outputs_to_write(n, arrays, read)
             inplace = any(t.name in inplace_outputs for t in n.outputs)  # launches may bind In == Out
-            node_steps = _capture(n.op, self._impls[n.name], ins, outs, self.backend, inplace)
+            node_steps = None if inplace else self._tiled(n, ins, outs, specs, tiled)
+            if node_steps is None:
+                node_steps = _capture(n.op, self._impls[n.name], ins, outs, self.backend, inplace)
             if node_steps is None:
                 run = _run_inplace if inplace else _run
                 node_steps = [(run, (n.op, self._impls[n.name], ins, outs, self.backend))]
@@ -243,7 +248,26 @@ class Model:
                                               {"channels": specs[t.name].shape[1]}, self.backend))
             spans.append((n, first, len(steps)))
         return _Plan([arrays[t.name] for t in g.inputs], [(t.name, arrays[t.name]) for t in g.outputs],
-                     steps, memory, specs, captured, spans)
+                     steps, memory, specs, captured, spans, tiled)
+
+    def _tiled(self, n, ins, outs, specs, tiled) -> Optional[list]:
+        """The node as one step running its tiles (tiling.py), or None when it runs untiled.
+        A node the memory plan runs in place is never tiled: a tile could overwrite what
+        another tile still reads."""
+        if not self.tiling:
+            return None
+        plan = tiles.plan_tiles(n.op, [None if t is None else specs[t.name] for t in n.inputs],
+                                [specs[t.name] for t in n.outputs], self.tiling, f"node {n.name!r}",
+                                self.backend)
+        if plan is None:
+            return None
+        backend = self.backend
+
+        def capture(op, impl, t_ins, t_outs):
+            return (_capture(op, impl, t_ins, t_outs, backend)
+                    or [(_run, (op, impl, t_ins, t_outs, backend))])
+        tiled[n.name] = len(plan)
+        return [tiles.tile_steps(n.op, self._impls[n.name], ins, outs, plan, backend, capture)]
 
     def _run_by_node(self, arrays, on_node=None) -> Dict[str, np.ndarray]:
         """Shapes depend on run-time values: infer, allocate and launch node by node.
@@ -318,9 +342,10 @@ class Model:
             impl_name = next((k for k, v in n.op.kernels.items() if v is impl), "?")
             bufs = ", ".join(f"{t.name}->buf{shared[t.name]}" for t in n.outputs if t.name in shared)
             ins = ", ".join("_" if t is None else f"{t.name}:{t.spec}" for t in n.inputs)
+            ntiles = 0 if plan is None else plan.tiled.get(n.name, 0)
             lines.append(f"  {n.name}: {n.op!r}({ins}) -> "
                          f"{', '.join(f'{t.name}:{t.spec}' for t in n.outputs)}  impl={impl_name}"
-                         + (f"  [{bufs}]" if bufs else ""))
+                         + (f"  [{bufs}]" if bufs else "") + (f"  tiles={ntiles}" if ntiles else ""))
         if mem is not None:
             lines.append(f"  memory: arena {mem.arena_bytes} B in {len(mem.sizes)} buffers "
                          f"(one buffer per tensor: {mem.naive_bytes} B), in-place: {len(mem.inplace)}")

@@ -298,6 +298,16 @@ class Op:
         """(input formats, output formats); docs/ops.md "Formats"."""
         return default_select_format(self, inputs)
 
+    def tiling(self, *inputs):
+        """Per output ``{axis: alignment}`` a compiled model may cut it along, or None (untiled);
+        with ``map_tiles`` (docs/ops.md "Tiling", dsl/opgraph/tiling.py)."""
+        return None
+
+    def map_tiles(self, out_tile, *inputs):
+        """Per input the slices output tile ``out_tile`` reads (None: all of it)."""
+        raise NotImplementedError(f"{type(self).__name__} declares tiling() but no "
+                                  "map_tiles(self, out_tile, *inputs) -> per input slices or None")
+
     def run(self, impl, inputs: Sequence, outputs: Sequence, backend: str) -> None:
         impl(*inputs, *outputs, **self.kernel_kwargs(impl, backend))
 
