@@ -48,7 +48,8 @@ class OnnxImportError(ValueError):
 
 
 def load_onnx(model, packages: Sequence = (), backend: Optional[str] = None, formats: str = "auto",
-              base_dir: Optional[str] = None, max_tensor_bytes: Optional[int] = None, fuse: Optional[bool] = None):
+              base_dir: Optional[str] = None, max_tensor_bytes: Optional[int] = None, fuse: Optional[bool] = None,
+              tiling=None):
     """Load an ONNX model (path, bytes or ``onnx.ModelProto``) and compile it -> ``dsl.Model``.
 
     ``packages``: op package folders (each registered with ``dsl.register_package``; a bad one is a
@@ -58,9 +59,12 @@ def load_onnx(model, packages: Sequence = (), backend: Optional[str] = None, for
     folder; none for bytes or a proto).  ``max_tensor_bytes``: the largest tensor the model
     may make opdsl read, fold or allocate (default OPDSL_MAX_TENSOR_BYTES, 4 GiB).  ``fuse``:
     apply the graph rewrites, e.g. Conv + BatchNormalization + Relu into one node (default:
-    on unless OPDSL_NO_FUSION=1; see docs/ops.md, "Graph rewrites")."""
+    on unless OPDSL_NO_FUSION=1; see docs/ops.md, "Graph rewrites").  ``tiling``: run ops that
+    declare tiles across the cores (default: on numba for large outputs; False: never; see
+    docs/ops.md, "Tiling")."""
     graph = to_graph(model, packages=packages, base_dir=base_dir, max_tensor_bytes=max_tensor_bytes)
-    return graph.compile(backend=backend, formats=formats, max_tensor_bytes=max_tensor_bytes, fuse=fuse)
+    return graph.compile(backend=backend, formats=formats, max_tensor_bytes=max_tensor_bytes, fuse=fuse,
+                         tiling=tiling)
 
 
 class _Reader:

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from dsl.opgraph import tiling
 from dsl.opgraph.op import Op
 from dsl.opgraph.spec import TensorSpec, VerifyError, describe
 from dsl.package.manifest import OpDecl, ParamDecl
@@ -23,7 +24,7 @@ from dsl.runtime.kernel import Kernel
 # Op hooks a package's ``functions`` module may define, each called as hook(op, ...) with the
 # arguments dsl.Op gives it.  verify/infer/select combine with the manifest's declarations
 # (see PackageOp); any other name listed here simply becomes the op's method.
-PACKAGE_HOOKS = ("verify", "infer", "select", "select_format", "run")
+PACKAGE_HOOKS = ("verify", "infer", "select", "select_format", "run") + tiling.HOOKS
 COMBINED_HOOKS = ("verify", "infer", "select")
 
 BOUND_ATTR = "_opdsl_package_params"  # params filled from quantization, on a bound implementation

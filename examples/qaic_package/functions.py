@@ -18,3 +18,17 @@ def select(op, *inputs, backend):
     if op.op_type == "CustomRelu" and backend == "opencl":
         return "custom_relu_f16" if inputs[0].dtype == dsl.f16 else "custom_relu_f32"
     return {"CustomRelu": "custom_relu", "RMSNorm": "rms_norm"}[op.op_type]
+
+
+def tiling(op, *inputs):
+    """RMSNorm rows are independent: its output may be cut along any axis but the last (the
+    guide's setTileConfig).  The other ops stay untiled."""
+    if op.op_type != "RMSNorm" or inputs[0].ndim < 2:
+        return None
+    return {axis: 1 for axis in range(inputs[0].ndim - 1)}
+
+
+def map_tiles(op, out_tile, *inputs):
+    """An RMSNorm output tile reads the same rows of x and all of w (the guide's mapTiles)."""
+    (y_tile,) = out_tile  # one slice per axis of y; the last axis is never cut
+    return [y_tile, None]

@@ -102,3 +102,19 @@ def test_the_three_ops_chained_in_a_graph(qaic, backend):
     y = g.compile(backend=backend).run({"x": xv})["y"]
     np.testing.assert_allclose(y, _rms_norm(_hard_sigmoid(xv), np.linspace(0.5, 1.5, 16, dtype=np.float32)),
                                rtol=1e-5, atol=1e-6)
+
+
+def test_rms_norm_runs_as_tiles_from_its_functions_hooks(qaic, backend):
+    """functions.py's tiling/map_tiles (the guide's setTileConfig/mapTiles) cut RMSNorm's rows into
+    tiles, one launch each; the result equals the untiled model's."""
+    g = dsl.Graph("tiled")
+    x = g.input("x", (2, 7, 16), dsl.f32)
+    w = g.constant("w", np.linspace(0.5, 1.5, 16, dtype=np.float32))
+    g.output(qaic["RMSNorm"](x, w), "y")
+    xv = np.random.default_rng(4).standard_normal((2, 7, 16)).astype(np.float32)
+    tiled = g.compile(backend=backend, tiling=3)
+    untiled = g.compile(backend=backend, tiling=False)
+    y = tiled.run({"x": xv})["y"]
+    assert "tiles=3" in str(tiled) and "tiles=" not in str(untiled)
+    np.testing.assert_array_equal(y, untiled.run({"x": xv})["y"])
+    np.testing.assert_allclose(y, _rms_norm(xv, np.linspace(0.5, 1.5, 16, dtype=np.float32)), rtol=1e-5, atol=1e-6)
