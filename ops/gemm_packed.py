@@ -157,15 +157,36 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], res: In[T, 3], y: Out[T, 
                                 bp.vstore(dst + k * NR, b.vload(src, V))
                                 bp.vstore(dst + k * NR + V, b.vload(src + V, V))
                                 continue
-                            for col in range(NR):
-                                v = f32(0)
-                                ih = oh * geom[4] + ih0
-                                iw = ow * geom[5] + iw0
-                                if j0 + col < n and ih >= 0 and ih < geom[0] and iw >= 0 and iw < geom[1]:
-                                    v = b.flat[base + ih * geom[1] + iw]
-                                bp.flat[dst + k * NR + col] = v
-                                ow += 1
-                                if ow == geom[10]:
+                            # the panel crosses output rows or the padding: copy it run by run,
+                            # one run per output row, zeros where the window leaves the image
+                            d = dst + k * NR
+                            col = 0
+                            while col < NR:
+                                run = min(NR - col, geom[10] - ow, n - j0 - col)
+                                if run <= 0:  # past the last pixel: zero the panel's tail
+                                    for q in range(col, NR):
+                                        bp.flat[d + q] = f32(0)
+                                    col = NR
+                                else:
+                                    ih = oh * geom[4] + ih0
+                                    iw = ow * geom[5] + iw0  # input column of the run's first pixel
+                                    c_lo = run
+                                    c_hi = run
+                                    if ih >= 0 and ih < geom[0]:
+                                        c_lo = min(run, max(0, (geom[5] - 1 - iw) // geom[5]))
+                                        c_hi = max(c_lo, min(run, (geom[1] - iw + geom[5] - 1) // geom[5]))
+                                    for q in range(c_lo):
+                                        bp.flat[d + col + q] = f32(0)
+                                    src = base + ih * geom[1] + iw
+                                    if geom[5] == 1:
+                                        for q in range(c_lo, c_hi):
+                                            bp.flat[d + col + q] = b.flat[src + q]
+                                    else:
+                                        for q in range(c_lo, c_hi):
+                                            bp.flat[d + col + q] = b.flat[src + q * geom[5]]
+                                    for q in range(c_hi, run):
+                                        bp.flat[d + col + q] = f32(0)
+                                    col += run
                                     ow = 0
                                     oh += 1
                     else:

@@ -85,3 +85,39 @@ def test_ops_select_the_packed_kernel_on_numba():
     g.output(ops.FullyConnected(x, g.constant("w", w.T.copy()), g.constant("b", w[0].copy())), "y")
     out = g.compile(backend="numba").run({"x": a[0]})["y"]
     np.testing.assert_allclose(out, a[0] @ w + w[0], rtol=1e-4, atol=1e-3)
+
+
+def im2col(x, k, stride, pad, dil):
+    """(C·KH·KW, OH·OW) columns of image x (C, H, W), zero padding; pad = (top, left, bottom, right)."""
+    c, h, w = x.shape
+    xp = np.pad(x, ((0, 0), (pad[0], pad[2]), (pad[1], pad[3])))
+    span = [(k[a] - 1) * dil[a] + 1 for a in range(2)]
+    oh = (h + pad[0] + pad[2] - span[0]) // stride[0] + 1
+    ow = (w + pad[1] + pad[3] - span[1]) // stride[1] + 1
+    cols = np.empty((c, k[0], k[1], oh, ow), x.dtype)
+    for i in range(k[0]):
+        for j in range(k[1]):
+            cols[:, i, j] = xp[:, i * dil[0]:i * dil[0] + stride[0] * oh:stride[0],
+                               j * dil[1]:j * dil[1] + stride[1] * ow:stride[1]][:, :oh, :ow]
+    return cols.reshape(c * k[0] * k[1], oh * ow), oh, ow
+
+
+IM2COL_CASES = [  # (C, H, W, M, kernel, stride, pads (t, l, b, r), dilation)
+    (2, 5, 7, 5, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),   # panels cross output rows and the padding
+    (3, 9, 8, 4, (3, 2), (2, 2), (0, 1, 1, 0), (1, 1)),   # stride 2, asymmetric pads
+    (1, 8, 9, 3, (2, 3), (1, 2), (2, 0, 0, 3), (2, 2)),   # dilation, pads wider than a window
+    (2, 6, 6, 7, (1, 1), (1, 1), (0, 0, 0, 0), (1, 1)),   # 1x1: B is the image itself
+]
+
+
+@pytest.mark.parametrize("case", IM2COL_CASES, ids=lambda c: f"k{c[4][0]}{c[4][1]}-s{c[5][0]}{c[5][1]}-d{c[7][0]}")
+def test_packed_gemm_implicit_im2col(backend, case):
+    """With a geometry B is gathered from the image while it is packed (convolution as GEMM)."""
+    ch, h, w, m, k, s, pads, d = case
+    x = rand(1, ch, h * w)
+    cols, oh, ow = im2col(x.reshape(ch, h, w), k, s, pads, d)
+    a = rand(1, m, ch * k[0] * k[1])
+    y = np.full((1, m, oh * ow), np.nan, np.float32)
+    geometry = (h, w, k[0], k[1], s[0], s[1], pads[0], pads[1], d[0], d[1], ow)
+    packed_gemm(a, x, np.zeros((1, 1), np.float32), y, beta=0.0, backend=backend, config=TINY, geometry=geometry)
+    np.testing.assert_allclose(y[0], a[0].astype(np.float64) @ cols, rtol=1e-4, atol=1e-4)
