@@ -268,6 +268,8 @@ def const_ints(spec: Optional[TensorSpec]) -> Optional[List[int]]:
 
 class _Indexed(dsl.Op):
     """Ops whose kernels report out-of-range indices through a flag checked after the launch."""
+
+    keeps_quant = True  # moves data: a quantized input's quant carries over
     replay = False
 
 

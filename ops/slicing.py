@@ -71,6 +71,8 @@ class _Concat(dsl.Op):
 class ConcatV1(_Concat):
     """Join along ``axis`` (default 1 before opset 4)."""
 
+    keeps_quant = True  # moves data: a quantized input's quant carries over
+
     axis: int = 1
 
 
@@ -139,6 +141,8 @@ class SplitV1(_Split):
 
     Without sizes the parts are equal; their number is ``num_outputs`` (which the ONNX
     loader would have to pass from the node's output count)."""
+
+    keeps_quant = True  # moves data: a quantized input's quant carries over
 
     axis: int = 0
     split: Optional[Tuple[int, ...]] = None
@@ -220,6 +224,8 @@ def launch_slice(impl, x: np.ndarray, y: np.ndarray, picks, backend) -> None:
 class SliceV1(dsl.Op):
     """Slice with ``starts``/``ends``/``axes`` attributes (step 1)."""
 
+    keeps_quant = True  # moves data: a quantized input's quant carries over
+
     op_type = "Slice"
     starts: Tuple[int, ...]
     ends: Tuple[int, ...]
@@ -238,6 +244,8 @@ class SliceV1(dsl.Op):
 class Slice(dsl.Op):
     """x[starts:ends:steps] along ``axes``; the four are 1-D i32/i64 inputs (read at run time
     when they are not constants)."""
+
+    keeps_quant = True  # moves data: a quantized input's quant carries over
 
     kernels = {"default": strided_copy_kernel}
     replay = False  # run() turns the starts/ends/axes/steps values into launch offsets and strides
@@ -270,6 +278,8 @@ class Slice(dsl.Op):
 @dsl.op("Tile", since=6)
 class Tile(dsl.Op):
     """Repeat the input ``repeats[d]`` times along each axis d (repeats: 1-D i64, one per axis)."""
+
+    keeps_quant = True  # moves data: a quantized input's quant carries over
 
     kernels = {"default": strided_copy_kernel}
 

@@ -114,6 +114,8 @@ class Identity(Op):
     formats = ("plain", "nchwc16")
     keeps_padding = True
 
+    keeps_quant = True
+
     def infer(self, x):
         return x.spec.with_()
 
@@ -153,14 +155,16 @@ class Graph:
                              f"({self.tensors[name].kind}); {what} names must be unique")
         return name
 
-    def input(self, name: str, shape: Sequence, dtype) -> Tensor:
+    def input(self, name: str, shape: Sequence, dtype, quant=None) -> Tensor:
         """A graph input; ``None`` or a name ("batch") in ``shape`` is a dimension known at run
-        time.  Inputs sharing a dimension name must agree on its size when the model runs."""
+        time.  Inputs sharing a dimension name must agree on its size when the model runs.
+        ``quant`` (a ``dsl.Quant`` or ``(scale, zero_point)``) marks an i8/u8 input as quantized."""
         self._claim(name, "input")
         shape = tuple(shape)
         names = tuple(d if isinstance(d, str) and d else None for d in shape)
         try:
-            spec = TensorSpec(tuple(None if isinstance(d, str) else d for d in shape), as_dtype(dtype))
+            spec = TensorSpec(tuple(None if isinstance(d, str) else d for d in shape), as_dtype(dtype),
+                              quant=quant)
         except (TypeError, ValueError) as e:
             raise type(e)(f"graph {self.name!r} input {name!r}: {e}") from None
         t = Tensor(self, name, spec, "input")
@@ -284,7 +288,7 @@ class Graph:
         g.opset_imports = dict(self.opset_imports)
         m: Dict[int, Tensor] = {}
         for t in self.inputs:
-            m[id(t)] = g.input(t.name, t.dims, t.spec.dtype)
+            m[id(t)] = g.input(t.name, t.dims, t.spec.dtype, quant=t.spec.quant)
             m[id(t)].spec = t.spec
         for name, value in self.constants.items():
             t = self.tensors[name]

@@ -35,7 +35,7 @@ from dsl.opgraph import formats as F
 from dsl.opgraph import reorder
 from dsl.opgraph.limits import check_tensor_bytes, tensor_limit
 from dsl.opgraph.memory import MemoryPlan, physical_layout, plan_memory
-from dsl.opgraph.op import Op, check_and_infer
+from dsl.opgraph.op import Op, check_and_infer, run_op
 from dsl.opgraph.spec import TensorSpec, describe
 from dsl.opgraph.values import shape_values
 from dsl.runtime.kernel import Kernel, inplace_launches
@@ -227,11 +227,12 @@ class Model:
                 continue  # every output is empty: nothing to compute (ONNX empty-tensor rule)
             ins = [None if t is None else arrays[t.name] for t in n.inputs]
             outs = [arrays[t.name] for t in n.outputs]
+            in_specs = tuple(None if t is None else specs[t.name] for t in n.inputs)
             inplace = any(t.name in inplace_outputs for t in n.outputs)  # launches may bind In == Out
-            node_steps = _capture(n.op, self._impls[n.name], ins, outs, self.backend, inplace)
+            node_steps = _capture(n.op, self._impls[n.name], ins, outs, self.backend, inplace, in_specs)
             if node_steps is None:
                 run = _run_inplace if inplace else _run
-                node_steps = [(run, (n.op, self._impls[n.name], ins, outs, self.backend))]
+                node_steps = [(run, (n.op, self._impls[n.name], ins, outs, self.backend, in_specs))]
             else:
                 captured += 1
             steps += node_steps
@@ -252,7 +253,7 @@ class Model:
         vals: Dict[str, np.ndarray] = dict(g.constants)
         specs: Dict[str, TensorSpec] = {name: g.tensors[name].spec for name in g.constants}
         for t, a in zip(g.inputs, arrays):
-            vals[t.name], specs[t.name] = a, TensorSpec.of(a)
+            vals[t.name], specs[t.name] = a, TensorSpec.of(a).with_(quant=t.spec.quant, value=a)
         for n in g.nodes:
             if on_node is not None:
                 on_node(n, vals)
@@ -272,7 +273,7 @@ class Model:
                                    f"node {n.name!r} ({describe(n.op)}) output {t.name!r}", self.max_tensor_bytes)
             arrs = [np.empty(F.physical_shape(s.shape, s.format), s.dtype.np) for s in outs]
             if not arrs or any(a.size for a in arrs):
-                n.op.run(self._impls[n.name], ins, arrs, self.backend)
+                run_op(n.op, self._impls[n.name], ins, arrs, self.backend, in_specs)
                 if not type(n.op).keeps_padding:
                     for s, a in zip(outs, arrs):
                         if F.needs_padding_fix(s):
@@ -376,17 +377,17 @@ def _writable(a):
     return a
 
 
-def _run(op: Op, impl, ins, outs, backend) -> None:
-    op.run(impl, ins, outs, backend)
+def _run(op: Op, impl, ins, outs, backend, specs) -> None:
+    run_op(op, impl, ins, outs, backend, specs)
 
 
-def _run_inplace(op: Op, impl, ins, outs, backend) -> None:
+def _run_inplace(op: Op, impl, ins, outs, backend, specs) -> None:
     """A node the memory plan runs in place: its launches may bind one buffer as In and Out."""
     with inplace_launches():
-        op.run(impl, ins, outs, backend)
+        run_op(op, impl, ins, outs, backend, specs)
 
 
-def _capture(op: Op, impl, ins, outs, backend, inplace: bool = False):
+def _capture(op: Op, impl, ins, outs, backend, inplace: bool = False, specs=()):
     """Record ``op.run``'s launches once; -> [(launcher, (values, grid)), ...] or None.
 
     Outputs are passed write-protected, so a run() that computes with numpy, or launches
@@ -409,7 +410,7 @@ def _capture(op: Op, impl, ins, outs, backend, inplace: bool = False):
                 if a is not None and a.flags.writeable and a.size:
                     a.fill(fill)
             rec = _Recorder(impl)
-            op.run(rec, ins, protected, backend)
+            run_op(op, rec, ins, protected, backend, specs)
             recordings.append(rec.calls)
         if not _same_launches(impl, *recordings):
             return None
