@@ -3,7 +3,9 @@ DequantizeLinear (ONNX, per-tensor, per-axis and blocked).
 
 Quantization is quant(f) = clamp(round_half_even(f / scale) + zero_point, qmin, qmax) and
 dequant(q) = (q - zero_point) * scale, computed in f32 (f64 for f64 data) like the
-ONNX reference.  f16/bf16 are storage types: kernels load them as f32 and round
+ONNX reference.  Dequantizing uses the ``dsl.dequant`` builtin; quantizing spells the
+formula out, since its output dtype is a TypeVar (``dsl.quant`` names a concrete one) and
+f64 or i32 data keep their own precision.  f16/bf16 are storage types: kernels load them as f32 and round
 back on store.
 
 Scales and zero points reach the kernels as 3-D views ``(outer, D, inner)`` that
@@ -68,7 +70,7 @@ def convert_kernel(x: In[X], y: Out[D], mode: i32, scale: f32, zero_point: f32,
             q = round_half_even(v / scale) + zero_point
             y.flat[i] = min(max(q, qmin), qmax)
         elif mode == DEQUANTIZE:
-            y.flat[i] = (f32(v) - zero_point) * scale
+            y.flat[i] = dsl.dequant(v, scale, zero_point)
         else:
             y.flat[i] = v
 
@@ -109,7 +111,7 @@ def dequantize_kernel(x: In[Q, 3], scale: In[S, 3], zp: In[Q, 3], y: Out[D, 3], 
     lo, hi = dsl.split(x.size)
     for i in range(lo, hi):
         p = param_index(i, ni, nd, block, so, sd, si)
-        y.flat[i] = (f32(x.flat[i]) - f32(zp.flat[p])) * scale.flat[p]
+        y.flat[i] = dsl.dequant(x.flat[i], scale.flat[p], zp.flat[p])
 
 
 # --------------------------------------------------------------------------- DataConvert
