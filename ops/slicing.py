@@ -27,6 +27,9 @@ def _int_input(what: str, name: str, spec, allowed=(dsl.i32, dsl.i64)) -> None:
 # --------------------------------------------------------------------------- Concat
 
 class _Concat(dsl.Op):
+    """Concat's checks, shapes and copies (one strided copy per input)."""
+
+    keeps_quant = True  # moves data: a quantized input's quant carries over (when all share one)
     op_type = "Concat"
     kernels = {"default": strided_copy_kernel}
 
@@ -71,8 +74,6 @@ class _Concat(dsl.Op):
 class ConcatV1(_Concat):
     """Join along ``axis`` (default 1 before opset 4)."""
 
-    keeps_quant = True  # moves data: a quantized input's quant carries over
-
     axis: int = 1
 
 
@@ -113,6 +114,9 @@ def split_sizes(dim: Optional[int], split: Optional[Sequence[int]], num_outputs:
 
 
 class _Split(dsl.Op):
+    """Split's part sizes, shapes and copies (one strided copy per output)."""
+
+    keeps_quant = True  # moves data: a quantized input's quant carries over
     op_type = "Split"
     kernels = {"default": strided_copy_kernel}
 
@@ -141,8 +145,6 @@ class SplitV1(_Split):
 
     Without sizes the parts are equal; their number is ``num_outputs`` (which the ONNX
     loader would have to pass from the node's output count)."""
-
-    keeps_quant = True  # moves data: a quantized input's quant carries over
 
     axis: int = 0
     split: Optional[Tuple[int, ...]] = None
@@ -224,7 +226,7 @@ def launch_slice(impl, x: np.ndarray, y: np.ndarray, picks, backend) -> None:
 class SliceV1(dsl.Op):
     """Slice with ``starts``/``ends``/``axes`` attributes (step 1)."""
 
-    keeps_quant = True  # moves data: a quantized input's quant carries over
+    keeps_quant = "per_tensor"  # moves data; may reorder along any axis (per-axis quant dropped)
 
     op_type = "Slice"
     starts: Tuple[int, ...]
@@ -245,7 +247,7 @@ class Slice(dsl.Op):
     """x[starts:ends:steps] along ``axes``; the four are 1-D i32/i64 inputs (read at run time
     when they are not constants)."""
 
-    keeps_quant = True  # moves data: a quantized input's quant carries over
+    keeps_quant = "per_tensor"  # moves data; may reorder along any axis (per-axis quant dropped)
 
     kernels = {"default": strided_copy_kernel}
     replay = False  # run() turns the starts/ends/axes/steps values into launch offsets and strides
