@@ -103,7 +103,7 @@ def dynamic_quantize_kernel(x: In[f32], y: Out[u8], y_scale: Out[f32, 1], y_zp: 
         y_scale.flat[0] = scale
         y_zp.flat[0] = zpi
     for i in range(lo, hi):
-        y.flat[i] = min(max(round_half_even(x.flat[i] / scale) + zpi, f32(0)), f32(255))
+        y.flat[i] = dsl.quant(x.flat[i], scale, zpi, u8)
 
 
 # --------------------------------------------------------------------------- run-side helpers
