@@ -315,6 +315,10 @@ class DequantizeLinear(dsl.Op):
     def infer(self, x, x_scale, x_zero_point=None):
         return TensorSpec(x.shape, self._out_dtype(x_scale))
 
+    def input_quant(self, x, x_scale, x_zero_point=None):
+        q = constant_quant(x, x_scale, x_zero_point, self.axis, self.block_size, x.dtype)
+        return {} if q is None else {0: q}
+
     def run(self, impl, inputs, outputs, backend):
         y = outputs[0]
         xv, sv, zv, block = _linear_views(self, inputs, inputs[0].dtype)

@@ -388,6 +388,10 @@ def apply_op(op: Op, inputs: Sequence, graph: Optional[Graph] = None,
         out_specs = check_and_infer(op, specs, where=f"node {name!r}")
         out_specs = shape_values(op, specs, out_specs, "interpreter", integers_only=True)  # tiny: no compile
     out_specs = tuple(s.with_(format="plain", value=s.value) for s in out_specs)
+    for i, q in op.input_quant(*specs).items():  # e.g. DequantizeLinear's i8 weights
+        t = tensors[i]
+        if t is not None and t.kind in ("constant", "input") and t.spec.quant is None:
+            t.spec = t.spec.with_(quant=q, value=t.spec.value)
     node = g.add_node(op, tensors, out_specs, name=name, out_names=out_names, subgraph=subgraph)
     return node.outputs[0] if len(node.outputs) == 1 else tuple(node.outputs)
 

@@ -294,6 +294,12 @@ class Op:
         raise NotImplementedError(
             f"{type(self).__name__} has kernels {names}: define select(self, *inputs, backend) to pick one")
 
+    def input_quant(self, *inputs) -> Dict[int, Any]:
+        """{input index: dsl.Quant} the op says its inputs carry (DequantizeLinear with constant
+        scale and zero point: its data input).  A graph gives a constant or graph input without
+        a quantization this one when the node is added (docs/ops.md, *Quantization*)."""
+        return {}
+
     def select_format(self, *inputs):
         """(input formats, output formats); docs/ops.md "Formats"."""
         return default_select_format(self, inputs)

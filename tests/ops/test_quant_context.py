@@ -75,6 +75,24 @@ def test_quantize_linear_sets_quant_per_tensor_and_per_axis():
     assert ops.QuantizeLinear(x, s, g.constant("z2", np.uint8(0))).spec.quant is None
 
 
+def test_dequantize_linear_marks_its_constant_or_input_data_as_quantized():
+    g = dsl.Graph("dq")
+    w = g.constant("w", np.array([[1, -2], [3, 4]], np.int8))
+    ops.DequantizeLinear(w, g.constant("s", np.array([0.5, 0.25], np.float32)),
+                         g.constant("z", np.array([0, 1], np.int8)), axis=0)
+    assert w.spec.quant == dsl.Quant((0.5, 0.25), (0, 1), 0) and w.spec.value is not None
+    x = g.input("x", (3,), dsl.u8)
+    ops.DequantizeLinear(x, g.constant("s2", np.float32(0.1)))
+    assert x.spec.quant == dsl.Quant(float(np.float32(0.1)), 0)
+    b = g.constant("b", np.array([5, 6], np.int32))  # an i32 bias: never quantized
+    ops.DequantizeLinear(b, g.constant("s3", np.float32(0.1)))
+    assert b.spec.quant is None
+    # compiling keeps the constants' quantization (here through a folded Transpose)
+    g.output(ops.Transpose(w), "w_t")
+    m = g.compile(backend="interpreter")
+    assert m.graph.outputs[0].spec.quant == dsl.Quant((0.5, 0.25), (0, 1), 1)
+
+
 def test_data_moving_ops_keep_quant_and_others_drop_it():
     g, x, q = _quantized_graph()
     want = dsl.Quant(0.25, -2)

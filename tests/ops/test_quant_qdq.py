@@ -84,6 +84,11 @@ def test_quantization_travels_through_a_loaded_qdq_graph():
     assert t["r"].spec.quant == f32_quant(SY, ZY)  # so does Reshape
     assert t["mq"].spec.quant == f32_quant(SO, ZO)
     assert t["xd"].spec.quant is None and t["y"].spec.quant is None  # float tensors
+    # the i8 weights read by a DequantizeLinear carry its quantization (per output channel)
+    ws = tuple(float(v) for v in NH.to_array(next(i for i in qdq_model().graph.initializer if i.name == "ws")))
+    assert t["w"].spec.quant.axis == 0 and len(t["w"].spec.quant.scale) == 4
+    assert t["w2"].spec.quant == f32_quant(0.01, 0)
+    assert len(ws) == 4
 
 
 @pytest.mark.parametrize("per_channel,bias_as_dq", [(True, False), (False, True)])
@@ -96,15 +101,17 @@ def test_qdq_conv_and_matmul_run_as_integer_ops(backend, per_channel, bias_as_dq
     assert kinds.count(ops.DequantizeLinear) == 1  # only the model output's DQ is left
     x = RNG.uniform(-3, 3, (2, 3, 6, 6)).astype(np.float32)
     y = m.run({"x": x})["y"]
-    for ref in (ort_run(model, x, optimize=True), ort_run(model, x, optimize=False)):
-        steps = np.rint((y - ref) / np.float32(SO))
-        assert np.abs(steps).max() <= 1 and (steps != 0).mean() < 0.2, steps
+    # onnxruntime's optimizer makes the same integer nodes: the same results
+    np.testing.assert_array_equal(y, ort_run(model, x, optimize=True))
+    # the float QDQ computation may round an intermediate value the other way: one step apart at most
+    steps = np.rint((y - ort_run(model, x, optimize=False)) / np.float32(SO))
+    assert np.abs(steps).max() <= 1
     if backend != "interpreter":
         return  # (the float graph's Conv and MatMul kernels would cost compiles for no new check)
     floaty = dsl.load_onnx(model, backend=backend, fuse=False)  # the float QDQ graph, run by opdsl
     assert ops.Conv in [type(n.op) for n in floaty.graph.nodes]
     steps = np.rint((y - floaty.run({"x": x})["y"]) / np.float32(SO))
-    assert np.abs(steps).max() <= 1 and (steps != 0).mean() < 0.2
+    assert np.abs(steps).max() <= 1
 
 
 def test_qdq_rewrite_leaves_unsupported_patterns_in_float():
