@@ -408,9 +408,10 @@ def propagate_quant(op: "Op", specs: Sequence, outs: Sequence[TensorSpec]) -> Tu
     An op with ``keeps_quant`` only moves data: an output of the same dtype as its data
     inputs gets their quantization when they all share one (per axis only where the output
     keeps that axis, never for ``keeps_quant = "per_tensor"`` ops like Reshape that regroup
-    elements).  Any other op keeps only a quant it set itself: one equal to an
-    input's was passed through by ``return x.spec`` and no longer says what the values mean."""
-    given = [s.quant for s in specs if s is not None and s.quant is not None]
+    elements).  Any other op keeps only a quant it made itself: an input's very Quant object
+    was passed through by ``return x.spec`` and no longer says what the values mean (a new
+    Quant with equal values, as QLinearMatMul may compute, is kept)."""
+    given = [id(s.quant) for s in specs if s is not None and s.quant is not None]
     result = []
     for out in outs:
         if type(op).keeps_quant:
@@ -422,7 +423,7 @@ def propagate_quant(op: "Op", specs: Sequence, outs: Sequence[TensorSpec]) -> Tu
                     if q.axis is None or (type(op).keeps_quant != "per_tensor"
                                           and axis_kept(data[0].shape, out.shape, q.axis)):
                         out = out.with_(quant=q, value=out.value)
-        elif out.quant is not None and out.quant in given:
+        elif out.quant is not None and id(out.quant) in given:
             out = out.with_(quant=None, value=out.value)
         result.append(out)
     return tuple(result)

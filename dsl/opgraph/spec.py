@@ -82,7 +82,7 @@ def as_quant(q, dtype: DType, shape: Tuple[Optional[int], ...]) -> Quant:
     if axis is None:
         if isinstance(scale, (tuple, list, np.ndarray)) or isinstance(zp, (tuple, list, np.ndarray)):
             raise ValueError(f"{where}: per-axis scales and zero points need an axis")
-        return Quant(one_scale(scale), one_zp(zp))
+        return _same(q, Quant(one_scale(scale), one_zp(zp)))
     if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)) or not 0 <= axis < len(shape):
         raise ValueError(f"{where}: axis must be an int in 0..{len(shape) - 1} (rank {len(shape)}), got {axis!r}")
     scales = tuple(one_scale(s) for s in np.ravel(scale).tolist())
@@ -92,7 +92,18 @@ def as_quant(q, dtype: DType, shape: Tuple[Optional[int], ...]) -> Quant:
     n = shape[axis]
     if n is not None and len(scales) != n:
         raise ValueError(f"{where}: {len(scales)} scales for axis {axis} of size {n}")
-    return Quant(scales, zps, int(axis))
+    return _same(q, Quant(scales, zps, int(axis)))
+
+
+def _same(given, checked: Quant) -> Quant:
+    """``given`` itself when it already is ``checked``: a spec copied with ``with_`` keeps the
+    very Quant object, which is how propagate_quant tells a passed-through one from a new one."""
+    if type(given) is not Quant:
+        return checked
+    try:
+        return given if bool(given == checked) else checked
+    except ValueError:  # arrays given for per-axis scales: a new Quant of tuples
+        return checked
 
 
 # --------------------------------------------------------------------------- tensor specs

@@ -118,6 +118,16 @@ def test_data_moving_ops_keep_quant_and_others_drop_it():
     assert ops.Concat(q, other, axis=0).spec.quant is None  # two quantizations: no single one
 
 
+def test_an_equal_quant_made_by_the_op_is_kept():
+    """QLinearMatMul requantizing to its input's own scale and zero point: a new Quant, kept."""
+    g = dsl.Graph("q")
+    a = g.input("a", (2, 4), dsl.u8, quant=(float(np.float32(0.1)), 3))
+    s, z = g.constant("s", np.float32(0.1)), g.constant("z", np.uint8(3))
+    b = g.constant("b", np.ones((4, 2), np.int8))
+    y = ops.QLinearMatMul(a, s, z, b, g.constant("sb", np.float32(0.5)), g.constant("zb", np.int8(0)), s, z)
+    assert y.spec.quant == a.spec.quant == dsl.Quant(float(np.float32(0.1)), 3)
+
+
 def test_per_axis_quant_follows_the_axis():
     g = dsl.Graph("q")
     q = g.input("q", (2, 3, 4), dsl.i8, quant=dsl.Quant((0.1, 0.2, 0.3), (0, 1, 2), 1))
