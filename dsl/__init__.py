@@ -25,6 +25,7 @@ _LAZY = {
     "op": "dsl.opgraph.op",
     "TensorSpec": "dsl.opgraph.spec",
     "VerifyError": "dsl.opgraph.spec",
+    "Quant": "dsl.opgraph.spec",
     "UnknownOpError": "dsl.opgraph.registry",
     "Graph": "dsl.opgraph.graph",
     "Tensor": "dsl.opgraph.graph",

@@ -32,6 +32,7 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.norm import (BatchNormalization, Softmax, LogSoftmax, Hardmax, LpNormalization,  # noqa: F401
                           LayerNormalization, RMSNormalization, InstanceNormalization, GroupNormalization, LRN)
     from ops.conv_fusion import FusedConv  # noqa: F401
+    from ops import qdq_fusion  # noqa: F401  (QDQ MatMul/Conv -> QLinearMatMul/QLinearConv)
     from ops.gather import Gather, GatherElements, GatherND, OneHot, TopK, NonZero, Compress  # noqa: F401
     from ops.scatter import Scatter, ScatterElements, ScatterND  # noqa: F401
     from ops.pad import Pad, CenterCropPad  # noqa: F401

@@ -276,6 +276,8 @@ class _Indexed(dsl.Op):
 @dsl.op("Gather", since=1)
 class Gather(_Indexed):
     """Take slices along ``axis``: out shape = data[:axis] + indices.shape + data[axis+1:]."""
+
+    keeps_quant = "per_tensor"  # moves data; may reorder along any axis (per-axis quant dropped)
     axis: int = 0
     kernels = {"default": gather_kernel}
 
@@ -305,6 +307,8 @@ def launch_gather(impl, x, axis: int, idx, y, what: str, backend) -> None:
 @dsl.op("GatherElements", since=11)
 class GatherElements(_Indexed):
     """out[.., j, ..] = data[.., indices[.., j, ..], ..] along ``axis``; out has indices' shape."""
+
+    keeps_quant = "per_tensor"  # moves data; may reorder along any axis (per-axis quant dropped)
     axis: int = 0
     kernels = {"default": gather_elements_kernel}
 
@@ -339,6 +343,8 @@ class GatherElements(_Indexed):
 class GatherND(_Indexed):
     """Slices of data at index tuples (the last axis of indices); ``batch_dims`` leading axes
     are shared by data and indices."""
+
+    keeps_quant = "per_tensor"  # moves data; may reorder along any axis (per-axis quant dropped)
     batch_dims: int = 0
     kernels = {"default": gather_nd_kernel}
 

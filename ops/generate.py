@@ -269,6 +269,8 @@ class DepthToSpace(dsl.Op):
     """(N, C, H, W) -> (N, C/b², H·b, W·b): channel blocks become b×b pixel blocks, in depth-
     column-row order (``DCR``, the default) or column-row-depth (``CRD``)."""
 
+    keeps_quant = "per_tensor"  # moves data: a quantized input's quant carries over
+
     blocksize: int
     mode: Literal["DCR", "CRD"] = "DCR"
     kernels = {"default": strided_copy_kernel}
@@ -301,6 +303,8 @@ class DepthToSpace(dsl.Op):
 class SpaceToDepth(dsl.Op):
     """(N, C, H, W) -> (N, C·b², H/b, W/b): each b×b pixel block becomes channels, in
     ``DCR`` order (block row, block column, channel) or ``CRD`` (channel first; opset 28)."""
+
+    keeps_quant = "per_tensor"  # moves data: a quantized input's quant carries over
 
     blocksize: int
     mode: Literal["DCR", "CRD"] = "DCR"

@@ -326,10 +326,14 @@ class _MaxPool(_Pool):
 class MaxPoolV1(_MaxPool):
     """MaxPool without Indices, ceil_mode or dilations (opsets 1-7)."""
 
+    keeps_quant = True  # moves data: a quantized input's quant carries over
+
 
 @dsl.op("MaxPool", since=8, until=9)
 class MaxPoolV8(_MaxPool):
     """MaxPool with the optional Indices output (i64, flattened input index; opsets 8-9)."""
+
+    keeps_quant = True  # moves data: a quantized input's quant carries over
     storage_order: int = 0
 
     def verify(self, x):

@@ -3,7 +3,9 @@ DequantizeLinear (ONNX, per-tensor, per-axis and blocked).
 
 Quantization is quant(f) = clamp(round_half_even(f / scale) + zero_point, qmin, qmax) and
 dequant(q) = (q - zero_point) * scale, computed in f32 (f64 for f64 data) like the
-ONNX reference.  f16/bf16 are storage types: kernels load them as f32 and round
+ONNX reference.  Dequantizing uses the ``dsl.dequant`` builtin; quantizing spells the
+formula out, since its output dtype is a TypeVar (``dsl.quant`` names a concrete one) and
+f64 or i32 data keep their own precision.  f16/bf16 are storage types: kernels load them as f32 and round
 back on store.
 
 Scales and zero points reach the kernels as 3-D views ``(outer, D, inner)`` that
@@ -19,7 +21,7 @@ import numpy as np
 
 import dsl
 from dsl import In, Out, DType, bf16, f16, f32, f64, i8, i16, i32, u8, u16
-from dsl.opgraph.spec import TensorSpec, VerifyError
+from dsl.opgraph.spec import Quant, TensorSpec, VerifyError
 
 X = dsl.TypeVar("X")
 S = dsl.TypeVar("S")
@@ -68,7 +70,7 @@ def convert_kernel(x: In[X], y: Out[D], mode: i32, scale: f32, zero_point: f32,
             q = round_half_even(v / scale) + zero_point
             y.flat[i] = min(max(q, qmin), qmax)
         elif mode == DEQUANTIZE:
-            y.flat[i] = (f32(v) - zero_point) * scale
+            y.flat[i] = dsl.dequant(v, scale, zero_point)
         else:
             y.flat[i] = v
 
@@ -109,7 +111,7 @@ def dequantize_kernel(x: In[Q, 3], scale: In[S, 3], zp: In[Q, 3], y: Out[D, 3], 
     lo, hi = dsl.split(x.size)
     for i in range(lo, hi):
         p = param_index(i, ni, nd, block, so, sd, si)
-        y.flat[i] = (f32(x.flat[i]) - f32(zp.flat[p])) * scale.flat[p]
+        y.flat[i] = dsl.dequant(x.flat[i], scale.flat[p], zp.flat[p])
 
 
 # --------------------------------------------------------------------------- DataConvert
@@ -120,8 +122,9 @@ class DataConvert(dsl.Op):
 
     float -> i8/u8/i16/u16: quantize with ``scale`` (default 1) and ``zero_point``,
     saturating; the output spec carries ``quant=(scale, zero_point)``.
-    i8/u8/i16/u16 -> float with ``scale`` given: dequantize.  Anything else: a plain
-    cast (float -> int truncates, f32 <-> f16/bf16 rounds to nearest even).
+    i8/u8/i16/u16 -> float with ``scale`` given, or from a per-tensor quantized input
+    (its ``quant``, read from the input specs run() is given): dequantize.  Anything else:
+    a plain cast (float -> int truncates, f32 <-> f16/bf16 rounds to nearest even).
     """
 
     dtype: DType = f32
@@ -133,18 +136,19 @@ class DataConvert(dsl.Op):
     def _mode(self, x: TensorSpec) -> int:
         if x.dtype.is_float and self.dtype in QUANT_TYPES:
             return QUANTIZE
-        if x.dtype in QUANT_TYPES and self.dtype.is_float and self.scale is not None:
+        if x.dtype in QUANT_TYPES and self.dtype.is_float and (self.scale is not None or x.quant is not None):
             return DEQUANTIZE
         return CAST
 
     def _quant(self, x: TensorSpec):
+        if self.scale is None and x.quant is not None:  # dequantize as the input says
+            return x.quant.scale, x.quant.zero_point
         return (1.0 if self.scale is None else float(self.scale)), int(self.zero_point)
 
     def verify(self, x):
-        if x.quant and x.dtype in QUANT_TYPES and self.dtype.is_float and self.scale is None:
-            # Op.run sees arrays only, so the tensor's own quantization cannot reach the kernel
-            raise VerifyError(f"DataConvert of quantized {x} (scale {x.quant[0]}, zero point {x.quant[1]}) "
-                              f"to {self.dtype} needs scale= and zero_point= given explicitly")
+        if x.quant is not None and x.quant.axis is not None and self._mode(x) == DEQUANTIZE and self.scale is None:
+            raise VerifyError(f"DataConvert dequantizes per tensor; input {x} is quantized per axis "
+                              f"({x.quant}): use DequantizeLinear, or give scale= and zero_point=")
         if self.scale is not None and not (np.isfinite(self.scale) and self.scale > 0):
             raise VerifyError(f"DataConvert scale must be a positive finite float, got {self.scale}")
         if self._mode(x) == QUANTIZE:
@@ -157,9 +161,10 @@ class DataConvert(dsl.Op):
         quant = self._quant(x) if self._mode(x) == QUANTIZE else None
         return TensorSpec(x.shape, self.dtype, quant=quant)
 
-    def run(self, impl, inputs, outputs, backend):
+    def run(self, impl, inputs, outputs, backend, specs=()):
         x, y = inputs[0], outputs[0]
-        spec = TensorSpec(x.shape, dsl.lang.types.from_numpy(x.dtype))
+        quant = specs[0].quant if specs and specs[0] is not None else None
+        spec = TensorSpec(x.shape, dsl.lang.types.from_numpy(x.dtype), quant=quant)
         mode = self._mode(spec)
         scale, zp = self._quant(spec)
         qmin, qmax = quant_range(self.dtype) if mode == QUANTIZE else (0.0, 0.0)
@@ -193,6 +198,21 @@ def _check_scale(op: str, x: TensorSpec, scale: TensorSpec, zp: Optional[TensorS
                           f"use block_size for blocked quantization")
     if x.shape[ax] is not None and scale.shape[0] is not None and scale.shape[0] != x.shape[ax]:
         raise VerifyError(f"{op} per-axis scale {scale} needs {x.shape[ax]} entries (input {x} axis {ax})")
+
+
+def constant_quant(x: TensorSpec, scale: TensorSpec, zp: Optional[TensorSpec], axis: int,
+                   block_size: int, dtype: DType) -> Optional[Quant]:
+    """The ``Quant`` a Quantize/DequantizeLinear with these inputs describes, when its scale
+    and zero point are constants (per tensor or per axis; blocked ones have no Quant)."""
+    if block_size or scale.value is None or (zp is not None and zp.value is None) or dtype not in QUANT_TYPES:
+        return None
+    s = np.asarray(scale.value, np.float64).ravel()
+    z = np.zeros(s.shape, np.int64) if zp is None else np.asarray(zp.value, np.int64).ravel()
+    if not (np.all(np.isfinite(s)) and np.all(s > 0)):
+        return None  # no meaningful quantization (ONNX accepts such scales; the data says inf/nan)
+    if s.size == 1:
+        return Quant(float(s[0]), int(z[0]))
+    return Quant(tuple(s.tolist()), tuple(z.tolist()), axis % x.ndim)
 
 
 def _views(x: np.ndarray, scale: np.ndarray, zp: np.ndarray, axis: int, block_size: int):
@@ -253,7 +273,9 @@ class QuantizeLinear(dsl.Op):
         _check_scale("QuantizeLinear", x, y_scale, y_zero_point, self.axis, self.block_size)
 
     def infer(self, x, y_scale, y_zero_point=None):
-        return TensorSpec(x.shape, self._out_dtype(y_zero_point))
+        out = self._out_dtype(y_zero_point)
+        return TensorSpec(x.shape, out, quant=constant_quant(x, y_scale, y_zero_point, self.axis,
+                                                             self.block_size, out))
 
     def run(self, impl, inputs, outputs, backend):
         y = outputs[0]
@@ -292,6 +314,10 @@ class DequantizeLinear(dsl.Op):
 
     def infer(self, x, x_scale, x_zero_point=None):
         return TensorSpec(x.shape, self._out_dtype(x_scale))
+
+    def input_quant(self, x, x_scale, x_zero_point=None):
+        q = constant_quant(x, x_scale, x_zero_point, self.axis, self.block_size, x.dtype)
+        return {} if q is None else {0: q}
 
     def run(self, impl, inputs, outputs, backend):
         y = outputs[0]

@@ -16,7 +16,7 @@ import dsl
 from dsl import In, Out, bool_, f32, f64, i32, i64
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.nn import ConvAttributes, conv_geometry
-from ops.quant import round_half_even
+from ops.quant import constant_quant, round_half_even
 
 A = dsl.TypeVar("A")
 B = dsl.TypeVar("B")
@@ -155,7 +155,9 @@ class QLinearConv(_QConv):
             raise VerifyError(f"QLinearConv bias B must be a 1-D int32 tensor, got {B}")
 
     def infer(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None):
-        return TensorSpec(self._out_shape(x, w), y_zero_point.dtype)
+        shape = self._out_shape(x, w)
+        return TensorSpec(shape, y_zero_point.dtype, quant=constant_quant(
+            TensorSpec(shape, y_zero_point.dtype), y_scale, y_zero_point, 0, 0, y_zero_point.dtype))
 
     def run(self, impl, inputs, outputs, backend):
         x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp = inputs[:8]

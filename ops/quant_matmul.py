@@ -18,7 +18,7 @@ import dsl
 from dsl import In, Out, f32, f64, i32, u8, i8
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.elementwise import broadcast_shape
-from ops.quant import round_half_even
+from ops.quant import constant_quant, round_half_even
 
 A = dsl.TypeVar("A")
 B = dsl.TypeVar("B")
@@ -103,7 +103,7 @@ def dynamic_quantize_kernel(x: In[f32], y: Out[u8], y_scale: Out[f32, 1], y_zp: 
         y_scale.flat[0] = scale
         y_zp.flat[0] = zpi
     for i in range(lo, hi):
-        y.flat[i] = min(max(round_half_even(x.flat[i] / scale) + zpi, f32(0)), f32(255))
+        y.flat[i] = dsl.quant(x.flat[i], scale, zpi, u8)
 
 
 # --------------------------------------------------------------------------- run-side helpers
@@ -239,7 +239,9 @@ class QLinearMatMul(dsl.Op):
                               f"{y_zero_point}")
 
     def infer(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
-        return TensorSpec(_matmul_shape("QLinearMatMul", a, b), y_zero_point.dtype)
+        shape = _matmul_shape("QLinearMatMul", a, b)
+        return TensorSpec(shape, y_zero_point.dtype, quant=constant_quant(
+            TensorSpec(shape, y_zero_point.dtype), y_scale, y_zero_point, 0, 0, y_zero_point.dtype))
 
     def run(self, impl, inputs, outputs, backend):
         _run_qgemm(impl, list(inputs), outputs[0], True, backend)

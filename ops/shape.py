@@ -171,6 +171,8 @@ def reshape_dims(data_shape: Sequence[Optional[int]], target: Sequence[int], all
 class Reshape(dsl.Op):
     """Same elements, new shape; ``shape`` is an i64 tensor (usually a constant)."""
 
+    keeps_quant = "per_tensor"  # moves data: a quantized input's quant carries over
+
     allowzero: int = 0
     inplace = {0: 0}
     kernels = {"default": copy_kernel}
@@ -198,6 +200,8 @@ class Reshape(dsl.Op):
 class ReshapeV1(dsl.Op):
     """Reshape with the target ``shape`` as an attribute (opsets 1-4; 0 and -1 as in 5+)."""
 
+    keeps_quant = "per_tensor"  # moves data: a quantized input's quant carries over
+
     op_type = "Reshape"
     shape: Tuple[int, ...] = ()
     inplace = {0: 0}
@@ -221,6 +225,8 @@ Identity = dsl.op("Identity", since=1)(Identity)
 class Transpose(dsl.Op):
     """Permute axes: output axis d is input axis perm[d]; default perm reverses them."""
 
+    keeps_quant = True  # moves data: a quantized input's quant carries over
+
     perm: Optional[Tuple[int, ...]] = None
     kernels = {"default": strided_copy_kernel}
 
@@ -234,7 +240,11 @@ class Transpose(dsl.Op):
                               f"of input {x}; expected each of 0..{x.ndim - 1} once")
 
     def infer(self, x):
-        return TensorSpec(tuple(x.shape[p] for p in self._perm(x.ndim)), x.dtype)
+        perm = self._perm(x.ndim)
+        quant = None
+        if x.quant is not None and x.quant.axis is not None:  # the quantized axis moves with the data
+            quant = x.quant._replace(axis=perm.index(x.quant.axis))
+        return TensorSpec(tuple(x.shape[p] for p in perm), x.dtype, quant=quant)
 
     def run(self, impl, inputs, outputs, backend):
         launch_transpose(impl, inputs[0], outputs[0], self._perm(inputs[0].ndim), backend=backend)
@@ -307,6 +317,8 @@ def _product(dims: Sequence[Optional[int]]) -> Optional[int]:
 
 class _Regroup(dsl.Op):
     """Ops that only change the shape: a flat copy (or nothing, in place)."""
+
+    keeps_quant = "per_tensor"  # moves data: a quantized input's quant carries over
 
     inplace = {0: 0}
     kernels = {"default": copy_kernel}
@@ -442,6 +454,8 @@ def broadcast_strides(in_shape: Sequence[int], out_shape: Sequence[int]) -> List
 @dsl.op("Expand", since=8)
 class Expand(dsl.Op):
     """Broadcast the input against the 1-D i64 ``shape`` input (numpy rules both ways)."""
+
+    keeps_quant = True  # moves data: a quantized input's quant carries over
 
     kernels = {"default": strided_copy_kernel}
 

@@ -27,6 +27,9 @@ def _int_input(what: str, name: str, spec, allowed=(dsl.i32, dsl.i64)) -> None:
 # --------------------------------------------------------------------------- Concat
 
 class _Concat(dsl.Op):
+    """Concat's checks, shapes and copies (one strided copy per input)."""
+
+    keeps_quant = True  # moves data: a quantized input's quant carries over (when all share one)
     op_type = "Concat"
     kernels = {"default": strided_copy_kernel}
 
@@ -111,6 +114,9 @@ def split_sizes(dim: Optional[int], split: Optional[Sequence[int]], num_outputs:
 
 
 class _Split(dsl.Op):
+    """Split's part sizes, shapes and copies (one strided copy per output)."""
+
+    keeps_quant = True  # moves data: a quantized input's quant carries over
     op_type = "Split"
     kernels = {"default": strided_copy_kernel}
 
@@ -220,6 +226,8 @@ def launch_slice(impl, x: np.ndarray, y: np.ndarray, picks, backend) -> None:
 class SliceV1(dsl.Op):
     """Slice with ``starts``/``ends``/``axes`` attributes (step 1)."""
 
+    keeps_quant = "per_tensor"  # moves data; may reorder along any axis (per-axis quant dropped)
+
     op_type = "Slice"
     starts: Tuple[int, ...]
     ends: Tuple[int, ...]
@@ -238,6 +246,8 @@ class SliceV1(dsl.Op):
 class Slice(dsl.Op):
     """x[starts:ends:steps] along ``axes``; the four are 1-D i32/i64 inputs (read at run time
     when they are not constants)."""
+
+    keeps_quant = "per_tensor"  # moves data; may reorder along any axis (per-axis quant dropped)
 
     kernels = {"default": strided_copy_kernel}
     replay = False  # run() turns the starts/ends/axes/steps values into launch offsets and strides
@@ -270,6 +280,8 @@ class Slice(dsl.Op):
 @dsl.op("Tile", since=6)
 class Tile(dsl.Op):
     """Repeat the input ``repeats[d]`` times along each axis d (repeats: 1-D i64, one per axis)."""
+
+    keeps_quant = True  # moves data: a quantized input's quant carries over
 
     kernels = {"default": strided_copy_kernel}
 

@@ -17,6 +17,7 @@ from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from dsl.lang import quantize as _quantize
 from dsl.lang import types as T
 from dsl.lang.grid import AXES, tile_coords
 
@@ -643,5 +644,7 @@ for _fn, _reason in [
     (local, "a declaration: ir.LocalInit, elements become locals or Kernel.arrays"),
     (reduce_add, "becomes ir.VReduce"), (reduce_max, "becomes ir.VReduce"), (reduce_min, "becomes ir.VReduce"),
     (T.simd, "a type: dsl.simd(f32, 16) names the type of a SIMD value"),
+    (_quantize.dequant, "f32 arithmetic written out by the frontend (dsl/lang/quantize.py)"),
+    (_quantize.quant, "f32 arithmetic, rint and clamp written out by the frontend (dsl/lang/quantize.py)"),
 ]:
     register(Builtin(_fn.__name__, _fn, (_fn.__doc__ or "").strip().splitlines()[0], kind="lowered", reason=_reason))

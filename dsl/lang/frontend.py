@@ -21,6 +21,7 @@ from dsl.lang import builtins as B
 from dsl.lang import ir
 from dsl.lang import log_format as LF
 from dsl.lang import nesting
+from dsl.lang import quantize
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError, SourceLoc
 from dsl.lang.resolve import Resolver
@@ -734,6 +735,8 @@ class _Visitor(Visitor):
             if name in ("reduce_add", "reduce_max", "reduce_min"):
                 args = self.call_args(e, ("v",), required=1)
                 return ir.VReduce(name[len("reduce_"):], args["v"], loc=loc)
+            if name in ("dequant", "quant"):
+                return quantize.lower(self, e, name)
             if B.BUILTINS[name].kind == "lowered":
                 raise self.error(e, {"split": "dsl.split(n) returns two values: lo, hi = dsl.split(n)",
                                      "scratch": "dsl.scratch(...) must be assigned to a name at the top of the kernel",

@@ -25,8 +25,10 @@ def compile_graph(graph, backend: Optional[str] = None, formats: str = "auto", f
     backend = backend or config.default_backend()
     base.get(backend)  # unknown backend names fail here, before any work
     g = passes.inline(graph)
+    fusing = config.fusion_enabled() if fuse is None else fuse
+    early = fusion.fuse(g, before_fold=True) if fusing else 0  # e.g. QDQ -> QLinearMatMul
     stats = {"folded": passes.infer_and_fold(g, backend, fold, limit)}
-    stats["fused"] = fusion.fuse(g) if (config.fusion_enabled() if fuse is None else fuse) else 0
+    stats["fused"] = early + (fusion.fuse(g) if fusing else 0)
     stats["removed"] = passes.remove_dead(g)
     stats["reorders"] = passes.assign_formats(g) if formats == "auto" else 0
     impls = passes.select_kernels(g, backend)

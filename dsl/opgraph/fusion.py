@@ -5,6 +5,11 @@ Ops declare the rewrites: ``@fusion_rule(Conv, Relu)`` registers a function
 class ``Conv`` whose output feeds a consumer of exactly class ``Relu``.  The built-in
 rules live with the ops they concern (ops/conv_fusion.py), because this layer knows no op.
 
+A rule registered with ``before_fold=True`` runs before constant folding instead (compile
+step 1b), for patterns that folding would erase: ops/qdq_fusion.py turns DequantizeLinear ->
+MatMul -> QuantizeLinear into QLinearMatMul, which needs the weights' DequantizeLinear still
+there rather than folded into float weights.
+
 ``fuse(graph)`` tries the rules on every (producer, consumer) pair where the producer has
 one output, read once (by the consumer) and not a graph output.  A rule returns the op
 and inputs of one node computing the consumer's outputs, or None when it does not
@@ -24,44 +29,46 @@ from dsl.opgraph.op import Op, check_and_infer
 from dsl.opgraph.spec import VerifyError
 
 Rule = Callable[[object, object, object], Optional[Tuple[Op, Sequence]]]
-_RULES: Dict[Tuple[type, type], List[Rule]] = {}
+_RULES: Dict[Tuple[type, type, bool], List[Rule]] = {}
 
 
-def fusion_rule(producer: type, consumer: type):
-    """Register the decorated function as a rewrite of ``producer`` -> ``consumer`` nodes."""
+def fusion_rule(producer: type, consumer: type, before_fold: bool = False):
+    """Register the decorated function as a rewrite of ``producer`` -> ``consumer`` nodes
+    (applied before constant folding when ``before_fold``)."""
     for cls in (producer, consumer):
         if not (isinstance(cls, type) and issubclass(cls, Op)):
             raise TypeError(f"fusion_rule takes dsl.Op subclasses, got {cls!r}")
 
     def register(rule: Rule) -> Rule:
-        _RULES.setdefault((producer, consumer), []).append(rule)
+        _RULES.setdefault((producer, consumer, before_fold), []).append(rule)
         return rule
     return register
 
 
-def rules_for(producer: type, consumer: type) -> List[Rule]:
+def rules_for(producer: type, consumer: type, before_fold: bool = False) -> List[Rule]:
     """The registered rewrites of a (producer class, consumer class) pair, in order."""
-    return list(_RULES.get((producer, consumer), ()))
+    return list(_RULES.get((producer, consumer, before_fold), ()))
 
 
-def fuse(g) -> int:
-    """Apply the registered rewrites until none applies; returns how many nodes were merged."""
+def fuse(g, before_fold: bool = False) -> int:
+    """Apply the registered rewrites (of that stage) until none applies; returns how many
+    nodes were merged."""
     merged = 0
     i = 0
     while i < len(g.nodes):
-        if _fuse_into(g, g.nodes[i]):
+        if _fuse_into(g, g.nodes[i], before_fold):
             merged += 1  # the producer left the list: index i now holds the next node
         else:
             i += 1
     return merged
 
 
-def _fuse_into(g, consumer) -> bool:
+def _fuse_into(g, consumer, before_fold: bool = False) -> bool:
     for t in consumer.inputs:
         if t is None or t.kind != "node":
             continue
         producer = t.producer
-        rules = _RULES.get((type(producer.op), type(consumer.op)))
+        rules = _RULES.get((type(producer.op), type(consumer.op), before_fold))
         if not rules or len(producer.outputs) != 1 or not _read_only_by(g, t, consumer):
             continue
         for rule in rules:

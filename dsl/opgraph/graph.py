@@ -114,6 +114,8 @@ class Identity(Op):
     formats = ("plain", "nchwc16")
     keeps_padding = True
 
+    keeps_quant = True
+
     def infer(self, x):
         return x.spec.with_()
 
@@ -153,14 +155,16 @@ class Graph:
                              f"({self.tensors[name].kind}); {what} names must be unique")
         return name
 
-    def input(self, name: str, shape: Sequence, dtype) -> Tensor:
+    def input(self, name: str, shape: Sequence, dtype, quant=None) -> Tensor:
         """A graph input; ``None`` or a name ("batch") in ``shape`` is a dimension known at run
-        time.  Inputs sharing a dimension name must agree on its size when the model runs."""
+        time.  Inputs sharing a dimension name must agree on its size when the model runs.
+        ``quant`` (a ``dsl.Quant`` or ``(scale, zero_point)``) marks an i8/u8 input as quantized."""
         self._claim(name, "input")
         shape = tuple(shape)
         names = tuple(d if isinstance(d, str) and d else None for d in shape)
         try:
-            spec = TensorSpec(tuple(None if isinstance(d, str) else d for d in shape), as_dtype(dtype))
+            spec = TensorSpec(tuple(None if isinstance(d, str) else d for d in shape), as_dtype(dtype),
+                              quant=quant)
         except (TypeError, ValueError) as e:
             raise type(e)(f"graph {self.name!r} input {name!r}: {e}") from None
         t = Tensor(self, name, spec, "input")
@@ -286,7 +290,7 @@ class Graph:
         g.opset_imports = dict(self.opset_imports)
         m: Dict[int, Tensor] = {}
         for t in self.inputs:
-            m[id(t)] = g.input(t.name, t.dims, t.spec.dtype)
+            m[id(t)] = g.input(t.name, t.dims, t.spec.dtype, quant=t.spec.quant)
             m[id(t)].spec = t.spec
         for name, value in self.constants.items():
             t = self.tensors[name]
@@ -386,6 +390,10 @@ def apply_op(op: Op, inputs: Sequence, graph: Optional[Graph] = None,
         out_specs = check_and_infer(op, specs, where=f"node {name!r}")
         out_specs = shape_values(op, specs, out_specs, "interpreter", integers_only=True)  # tiny: no compile
     out_specs = tuple(s.with_(format="plain", value=s.value) for s in out_specs)
+    for i, q in op.input_quant(*specs).items():  # e.g. DequantizeLinear's i8 weights
+        t = tensors[i]
+        if t is not None and t.kind in ("constant", "input") and t.spec.quant is None:
+            t.spec = t.spec.with_(quant=q, value=t.spec.value)
     node = g.add_node(op, tensors, out_specs, name=name, out_names=out_names, subgraph=subgraph)
     return node.outputs[0] if len(node.outputs) == 1 else tuple(node.outputs)
 

@@ -35,7 +35,7 @@ from dsl.opgraph import formats as F
 from dsl.opgraph import reorder
 from dsl.opgraph.limits import check_tensor_bytes, tensor_limit
 from dsl.opgraph.memory import MemoryPlan, physical_layout, plan_memory
-from dsl.opgraph.op import Op, check_and_infer
+from dsl.opgraph.op import Op, check_and_infer, run_op
 from dsl.opgraph.spec import TensorSpec, describe
 from dsl.opgraph import tiling as tiles
 from dsl.opgraph.values import shape_values
@@ -231,13 +231,14 @@ class Model:
                 continue  # every output is empty: nothing to compute (ONNX empty-tensor rule)
             ins = [None if t is None else arrays[t.name] for t in n.inputs]
             outs = _outputs_to_write(n, arrays, read)
+            in_specs = tuple(None if t is None else specs[t.name] for t in n.inputs)
             inplace = any(t.name in inplace_outputs for t in n.outputs)  # launches may bind In == Out
-            node_steps = None if inplace else self._tiled(n, ins, outs, specs, tiled)
+            node_steps = None if inplace else self._tiled(n, ins, outs, specs, tiled, in_specs)
             if node_steps is None:
-                node_steps = _capture(n.op, self._impls[n.name], ins, outs, self.backend, inplace)
+                node_steps = _capture(n.op, self._impls[n.name], ins, outs, self.backend, inplace, in_specs)
             if node_steps is None:
                 run = _run_inplace if inplace else _run
-                node_steps = [(run, (n.op, self._impls[n.name], ins, outs, self.backend))]
+                node_steps = [(run, (n.op, self._impls[n.name], ins, outs, self.backend, in_specs))]
             else:
                 captured += 1
             steps += node_steps
@@ -250,7 +251,7 @@ class Model:
         return _Plan([arrays[t.name] for t in g.inputs], [(t.name, arrays[t.name]) for t in g.outputs],
                      steps, memory, specs, captured, spans, tiled)
 
-    def _tiled(self, n, ins, outs, specs, tiled) -> Optional[list]:
+    def _tiled(self, n, ins, outs, specs, tiled, in_specs) -> Optional[list]:
         """The node as one step running its tiles (tiling.py), or None when it runs untiled.
         A node the memory plan runs in place is never tiled: a tile could overwrite what
         another tile still reads."""
@@ -263,9 +264,11 @@ class Model:
             return None
         backend = self.backend
 
-        def capture(op, impl, t_ins, t_outs):
-            return (_capture(op, impl, t_ins, t_outs, backend)
-                    or [(_run, (op, impl, t_ins, t_outs, backend))])
+        def capture(op, impl, t_ins, t_outs):  # a tile's run() sees its inputs' tile shapes
+            t_specs = tuple(None if s is None or a is None else s.with_(shape=a.shape, quant=s.quant)
+                            for s, a in zip(in_specs, t_ins))
+            return (_capture(op, impl, t_ins, t_outs, backend, False, t_specs)
+                    or [(_run, (op, impl, t_ins, t_outs, backend, t_specs))])
         tiled[n.name] = len(plan)
         return [tiles.tile_steps(n.op, self._impls[n.name], ins, outs, plan, backend, capture)]
 
@@ -278,7 +281,7 @@ class Model:
         specs: Dict[str, TensorSpec] = {name: g.tensors[name].spec for name in g.constants}
         read = _read_tensors(g)
         for t, a in zip(g.inputs, arrays):
-            vals[t.name], specs[t.name] = a, TensorSpec.of(a)
+            vals[t.name], specs[t.name] = a, TensorSpec.of(a).with_(quant=t.spec.quant, value=a)
         for n in g.nodes:
             if on_node is not None:
                 on_node(n, vals)
@@ -298,8 +301,8 @@ class Model:
                                    f"node {n.name!r} ({describe(n.op)}) output {t.name!r}", self.max_tensor_bytes)
             arrs = [np.empty(F.physical_shape(s.shape, s.format), s.dtype.np) for s in outs]
             if not arrs or any(a.size for a in arrs):
-                n.op.run(self._impls[n.name], ins, _outputs_to_write(n, dict(zip(
-                    (t.name for t in n.outputs), arrs)), read), self.backend)
+                run_op(n.op, self._impls[n.name], ins, _outputs_to_write(n, dict(zip(
+                    (t.name for t in n.outputs), arrs)), read), self.backend, in_specs)
                 if not type(n.op).keeps_padding:
                     for s, a in zip(outs, arrs):
                         if F.needs_padding_fix(s):
@@ -415,17 +418,17 @@ def _outputs_to_write(node, arrays, read) -> list:
     return [None if skip and t.name not in read else arrays[t.name] for t in node.outputs]
 
 
-def _run(op: Op, impl, ins, outs, backend) -> None:
-    op.run(impl, ins, outs, backend)
+def _run(op: Op, impl, ins, outs, backend, specs) -> None:
+    run_op(op, impl, ins, outs, backend, specs)
 
 
-def _run_inplace(op: Op, impl, ins, outs, backend) -> None:
+def _run_inplace(op: Op, impl, ins, outs, backend, specs) -> None:
     """A node the memory plan runs in place: its launches may bind one buffer as In and Out."""
     with inplace_launches():
-        op.run(impl, ins, outs, backend)
+        run_op(op, impl, ins, outs, backend, specs)
 
 
-def _capture(op: Op, impl, ins, outs, backend, inplace: bool = False):
+def _capture(op: Op, impl, ins, outs, backend, inplace: bool = False, specs=()):
     """Record ``op.run``'s launches once; -> [(launcher, (values, grid)), ...] or None.
 
     Outputs are passed write-protected, so a run() that computes with numpy, or launches
@@ -449,7 +452,7 @@ def _capture(op: Op, impl, ins, outs, backend, inplace: bool = False):
                 if a is not None and a.flags.writeable and a.size:
                     a.fill(fill)
             rec = _Recorder(impl)
-            op.run(rec, ins, protected, backend)
+            run_op(op, rec, ins, protected, backend, specs)
             recordings.append(rec.calls)
         if not _same_launches(impl, *recordings):
             return None

@@ -20,13 +20,14 @@ from dsl import config
 from dsl.lang.types import DType, as_dtype, from_numpy
 from dsl.opgraph import registry
 from dsl.opgraph.formats import default_select_format
-from dsl.opgraph.spec import Symbolic, TensorSpec, VerifyError, describe
+from dsl.opgraph.spec import Symbolic, TensorSpec, VerifyError, axis_kept, describe
 from dsl.runtime.kernel import Kernel
 
 # Class attributes of Op subclasses that are never params even when annotated.
 _RESERVED = frozenset({
     "kernels", "formats", "inplace", "foldable", "op_type", "domain", "since", "until",
-    "backend", "params", "graph", "keeps_padding", "composed", "replay", "skips_unused_outputs",
+    "backend", "params", "graph", "keeps_padding", "keeps_quant", "composed", "replay",
+    "skips_unused_outputs",
 })
 
 
@@ -190,6 +191,7 @@ class Op:
     inplace: Dict[int, int] = {}
     foldable: bool = True
     keeps_padding: bool = False
+    keeps_quant = False        # True / "per_tensor": the op only moves data (propagate_quant)
     replay: bool = True
     skips_unused_outputs: bool = False
 
@@ -294,6 +296,12 @@ class Op:
         raise NotImplementedError(
             f"{type(self).__name__} has kernels {names}: define select(self, *inputs, backend) to pick one")
 
+    def input_quant(self, *inputs) -> Dict[int, Any]:
+        """{input index: dsl.Quant} the op says its inputs carry (DequantizeLinear with constant
+        scale and zero point: its data input).  A graph gives a constant or graph input without
+        a quantization this one when the node is added (docs/ops.md, *Quantization*)."""
+        return {}
+
     def select_format(self, *inputs):
         """(input formats, output formats); docs/ops.md "Formats"."""
         return default_select_format(self, inputs)
@@ -309,6 +317,8 @@ class Op:
                                   "map_tiles(self, out_tile, *inputs) -> per input slices or None")
 
     def run(self, impl, inputs: Sequence, outputs: Sequence, backend: str) -> None:
+        """Launch ``impl``.  A ``run`` that also accepts ``specs=`` is given the inputs'
+        TensorSpecs (with their ``quant``) by the model and the eager call: see run_op."""
         impl(*inputs, *outputs, **self.kernel_kwargs(impl, backend))
 
     def kernel_kwargs(self, impl, backend: Optional[str] = None) -> Dict[str, Any]:
@@ -343,7 +353,7 @@ class Op:
             impl = self.implementation(specs, backend)
             token = _EAGER_BACKEND.set(backend)
             try:
-                self.run(impl, arrays, outputs, backend)
+                run_op(self, impl, arrays, outputs, backend, specs)
             finally:
                 _EAGER_BACKEND.reset(token)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
@@ -378,6 +388,57 @@ def op(op_type: str, domain: str = "", since: int = 1, until: Optional[int] = No
 
 
 # --------------------------------------------------------------------------- helpers
+
+_TAKES_SPECS: Dict[type, bool] = {}
+
+
+def takes_specs(cls) -> bool:
+    """Whether ``cls.run`` accepts a ``specs`` keyword (looked up once per class)."""
+    hit = _TAKES_SPECS.get(cls)
+    if hit is None:
+        try:
+            params = inspect.signature(cls.run).parameters
+        except (TypeError, ValueError):
+            params = {}
+        hit = "specs" in params
+        _TAKES_SPECS[cls] = hit
+    return hit
+
+
+def run_op(op: "Op", impl, inputs: Sequence, outputs: Sequence, backend: str, specs: Sequence) -> None:
+    """``op.run``, with ``specs=`` (the inputs' TensorSpecs, ``None`` for absent ones) when
+    its run accepts it: how an op reads its inputs' quantization (docs/ops.md)."""
+    if takes_specs(type(op)):
+        op.run(impl, inputs, outputs, backend, specs=tuple(specs))
+    else:
+        op.run(impl, inputs, outputs, backend)
+
+
+def propagate_quant(op: "Op", specs: Sequence, outs: Sequence[TensorSpec]) -> Tuple[TensorSpec, ...]:
+    """Outputs' ``quant`` after the op's own ``infer``.
+
+    An op with ``keeps_quant`` only moves data: an output of the same dtype as its data
+    inputs gets their quantization when they all share one (per axis only where the output
+    keeps that axis, never for ``keeps_quant = "per_tensor"`` ops like Reshape that regroup
+    elements).  Any other op keeps only a quant it made itself: an input's very Quant object
+    was passed through by ``return x.spec`` and no longer says what the values mean (a new
+    Quant with equal values, as QLinearMatMul may compute, is kept)."""
+    given = [id(s.quant) for s in specs if s is not None and s.quant is not None]
+    result = []
+    for out in outs:
+        if type(op).keeps_quant:
+            if out.quant is None:
+                data = [s for s in specs if s is not None and s.dtype == out.dtype]
+                quants = {s.quant for s in data}
+                if len(quants) == 1 and data[0].quant is not None:
+                    q = data[0].quant
+                    if q.axis is None or (type(op).keeps_quant != "per_tensor"
+                                          and axis_kept(data[0].shape, out.shape, q.axis)):
+                        out = out.with_(quant=q, value=out.value)
+        elif out.quant is not None and id(out.quant) in given:
+            out = out.with_(quant=None, value=out.value)
+        result.append(out)
+    return tuple(result)
 
 _ACCEPTED_CACHE: Dict[int, Tuple[Any, frozenset, bool]] = {}
 
@@ -495,5 +556,6 @@ def check_and_infer(op: Op, specs: Sequence, where: str) -> Tuple[TensorSpec, ..
     if isinstance(result, (tuple, list)) and all(isinstance(r, TensorSpec) for r in result):
         # an input's spec passed through keeps its value: that is not the output's content
         known = [id(s.value) for s in specs if s is not None and s.value is not None]
-        return tuple(r.with_() if r.value is not None and id(r.value) in known else r for r in result)
+        result = tuple(r.with_() if r.value is not None and id(r.value) in known else r for r in result)
+        return propagate_quant(op, specs, result)
     raise TypeError(f"{describe(op)}.infer must return a TensorSpec or a tuple of them, got {result!r}")

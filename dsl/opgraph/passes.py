@@ -36,9 +36,10 @@ def inline(src):
     g.opset_imports = dict(src.opset_imports)
     m: Dict[int, object] = {}
     for t in src.inputs:
-        m[id(t)] = g.input(t.name, t.dims, t.spec.dtype)
+        m[id(t)] = g.input(t.name, t.dims, t.spec.dtype, quant=t.spec.quant)
     for name, value in src.constants.items():
-        m[id(src.tensors[name])] = g.constant(name, value)
+        c = m[id(src.tensors[name])] = g.constant(name, value)
+        c.spec = c.spec.with_(quant=src.tensors[name].spec.quant, value=c.spec.value)
     _emit(g, src, "", m)
     for t in src.outputs:
         g.output(m[id(t)], t.name)

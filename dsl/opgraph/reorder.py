@@ -86,6 +86,7 @@ class Reorder(Op):
     to: str = "plain"
     formats = FORMATS
     keeps_padding = True
+    keeps_quant = True  # the same values in another layout
 
     def infer(self, x):
         return x.spec.with_(format=self.to)

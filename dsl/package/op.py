@@ -91,8 +91,9 @@ class PackageOp(Op):
         names = [i.name for i in self._decl.inputs]
         out = []
         for o in self._decl.outputs:
-            x = specs[names.index(o.like)]
-            out.append(TensorSpec(x.shape, x.dtype, quant=x.quant))
+            x = specs[names.index(o.like)]  # like: shape, dtype and quantization (a copy: it is
+            quant = None if x.quant is None else x.quant._replace()  # this op's, see propagate_quant)
+            out.append(TensorSpec(x.shape, x.dtype, quant=quant))
         return out[0] if len(out) == 1 else tuple(out)
 
     def select(self, *specs, backend: str) -> str:

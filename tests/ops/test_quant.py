@@ -46,17 +46,27 @@ def test_data_convert_casts(backend):
 
 
 def test_data_convert_quantized_tensors_in_a_graph(backend):
-    """The quantized tensor carries (scale, zero point) in its spec; dequantizing names them."""
+    """The quantized tensor carries (scale, zero point) in its spec; DataConvert back to float
+    reads it from the input specs its run() is given, or takes explicit ones."""
     g = dsl.Graph("qdq")
     x = g.input("x", (None, 4), dsl.f32)
     q = ops.DataConvert(x, dtype=dsl.u8, scale=0.1, zero_point=10)
-    assert q.spec.quant == (0.1, 10)
-    with pytest.raises(dsl.VerifyError, match=r"quantized u8\[\?,4\] .*scale 0.1, zero point 10.* needs scale="):
-        ops.DataConvert(q, dtype=dsl.f32)
-    g.output(ops.DataConvert(q, dtype=dsl.f32, scale=0.1, zero_point=10), "y")
+    assert q.spec.quant == dsl.Quant(0.1, 10) and q.spec.quant[:2] == (0.1, 10)
+    g.output(ops.DataConvert(q, dtype=dsl.f32), "y")
+    g.output(ops.DataConvert(q, dtype=dsl.f32, scale=0.2, zero_point=0), "y2")
     xv = RNG.uniform(-1, 10, (3, 4)).astype(np.float32)
-    expected = (quant_ref(xv, np.float32(0.1), 10, np.uint8).astype(np.float32) - 10) * np.float32(0.1)
-    np.testing.assert_allclose(g.compile(backend=backend).run({"x": xv})["y"], expected, rtol=1e-6)
+    qv = quant_ref(xv, np.float32(0.1), 10, np.uint8)
+    got = g.compile(backend=backend).run({"x": xv})
+    np.testing.assert_allclose(got["y"], (qv.astype(np.float32) - 10) * np.float32(0.1), rtol=1e-6)
+    np.testing.assert_allclose(got["y2"], qv.astype(np.float32) * np.float32(0.2), rtol=1e-6)
+
+
+def test_data_convert_per_axis_input_needs_explicit_scale():
+    g = dsl.Graph("qdq")
+    q = g.input("q", (2, 3), dsl.i8, quant=dsl.Quant((0.1, 0.2), (0, 1), axis=0))
+    with pytest.raises(dsl.VerifyError, match=r"DataConvert dequantizes per tensor; input i8\[2,3\] is "
+                                              r"quantized per axis .*along axis 0"):
+        ops.DataConvert(q, dtype=dsl.f32)
 
 
 @pytest.mark.parametrize("qtype", [np.uint8, np.int8, np.int16])

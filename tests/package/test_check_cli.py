@@ -26,7 +26,7 @@ def test_check_lists_the_example_ops():
     assert "inputs:  x (f32|f16, rank <= 8)" in text
     assert "params:  alpha: f32 = 0.5, beta: f32 = 0.2" in text
     assert "opencl custom_relu_f16 (raw OpenCL)" in text
-    assert "hooks:   verify, select (functions.py)" in text
+    assert "hooks:   verify, select, tiling, map_tiles (functions.py)" in text
 
 
 def test_check_accepts_the_manifest_file_itself():

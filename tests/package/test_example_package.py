@@ -76,17 +76,17 @@ def test_copy_every_dtype(qaic, backend, dtype):
     np.testing.assert_array_equal(y, x)
 
 
-@pytest.mark.parametrize("dtype, scale, offset", [(dsl.i8, 0.02, -127), (dsl.u8, 0.04, -127)])
+@pytest.mark.parametrize("dtype, scale, offset", [(dsl.i8, 0.02, -127), (dsl.u8, 0.04, 128)])  # u8: -127 is out of range
 def test_copy_keeps_the_quantization(qaic, dtype, scale, offset):
     spec = dsl.TensorSpec((2, 3), dtype, quant=(scale, offset))
-    assert qaic["Copy"]().infer(spec).quant == (scale, offset)
+    assert qaic["Copy"]().infer(spec).quant == dsl.Quant(scale, offset)
 
 
 def test_copy_of_quantized_i8_in_a_graph(qaic, backend):
     g = dsl.Graph("copy")
     x = g.input("x", (None, 4), dsl.f32)
     q = qaic["Copy"](ops.DataConvert(x, dtype=dsl.i8, scale=0.02, zero_point=-127))
-    assert q.spec.quant == (0.02, -127)
+    assert q.spec.quant == dsl.Quant(0.02, -127)
     g.output(ops.DataConvert(q, dtype=dsl.f32, scale=0.02, zero_point=-127), "y")
     xv = np.linspace(0.0, 5.0, 8, dtype=np.float32).reshape(2, 4)  # offset -127: i8 covers [-0.02, 5.08]
     y = g.compile(backend=backend).run({"x": xv})["y"]

@@ -100,7 +100,7 @@ def test_defaults_stand_in_for_a_missing_quantization(pkg):
 
 def test_per_axis_quantization(pkg):
     Dequant, Scaled = pkg.ops
-    spec = dsl.TensorSpec((2, 3), dsl.i8, quant=((0.5, 0.25, 0.125), (1, 2, 3)))
+    spec = dsl.TensorSpec((2, 3), dsl.i8, quant=dsl.Quant((0.5, 0.25, 0.125), (1, 2, 3), axis=1))
     with pytest.raises(dsl.VerifyError, match=r"param 'x_scale' reads x.scale, which is per axis \(3 values\); "
                                               r"accepted: declare the param with size: 3"):
         Dequant().verify(spec)
