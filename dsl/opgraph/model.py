@@ -351,6 +351,8 @@ class Model:
         for n in g.nodes:
             impl = self._impls[n.name]
             impl_name = next((k for k, v in n.op.kernels.items() if v is impl), "?")
+            if n.name in self._reselect:
+                impl_name += " (chosen again per run-time shape)"
             bufs = ", ".join(f"{t.name}->buf{shared[t.name]}" for t in n.outputs if t.name in shared)
             ins = ", ".join("_" if t is None else f"{t.name}:{t.spec}" for t in n.inputs)
             lines.append(f"  {n.name}: {n.op!r}({ins}) -> "

@@ -99,3 +99,10 @@ def test_select_error_at_run_time_names_the_node():
     with pytest.raises(dsl.VerifyError, match=r"node '.*': .*select\(\) returned 'nope', which is not in "
                                               r"kernels \(known: 'rows', 'team'\)"):
         model.run({"x": np.ones((2, 3), np.float32)})
+
+
+def test_profile_and_listing_name_the_per_shape_choice():
+    model = _graph().compile(backend="interpreter")
+    assert "impl=rows (chosen again per run-time shape)" in str(model)
+    rows = {r.impl for r in model.profile({"x": np.ones((2, 80), np.float32)}, repeat=1, warmup=0).rows}
+    assert rows == {"team"}
