@@ -186,3 +186,13 @@ def test_raw_opencl_variant_errors(raw_op):
     assert not gated.supported()
     with pytest.raises(ValueError, match=r"raw OpenCL op scale needs target feature\(s\) no_such_feature"):
         gated(X)
+
+
+def test_autotuned_variants_store_their_winners_apart():
+    plain = dsl.autotune(configs=[{"grid": 1}])(affine)
+    three = dsl.autotune(configs=[{"grid": 1}])(affine.variant(defines={"SCALE": 3}))
+    assert "defines" not in plain._identity("interpreter", ())
+    assert three._identity("interpreter", ())["defines"] == "(('SCALE', 3),)"
+    y = np.empty_like(X)
+    three(X, y, backend="interpreter")
+    np.testing.assert_allclose(y, _ref(X, 3), rtol=1e-6)
