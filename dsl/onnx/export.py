@@ -89,7 +89,7 @@ def _attribute(name: str, value, standard: bool = False):
     if isinstance(value, (bool, np.bool_)):
         return helper.make_attribute(name, int(value))
     if isinstance(value, np.ndarray):
-        return helper.make_attribute(name, numpy_helper.from_array(np.ascontiguousarray(value), name))
+        return helper.make_attribute(name, numpy_helper.from_array(c_order(value), name))
     if isinstance(value, (tuple, list)):
         items = [int(v) if isinstance(v, (bool, np.bool_)) else v for v in value]
         if not items:
@@ -98,6 +98,13 @@ def _attribute(name: str, value, standard: bool = False):
     if isinstance(value, (int, float, str, np.integer, np.floating)):
         return helper.make_attribute(name, value.item() if isinstance(value, np.generic) else value)
     raise TypeError(f"param {name!r} = {value!r} ({type(value).__name__}) has no ONNX attribute form")
+
+
+def c_order(value) -> np.ndarray:
+    """``value`` as a C-ordered array of the same shape (np.ascontiguousarray turns 0-d into 1-d,
+    which would make a scalar scale look per-axis)."""
+    a = np.asarray(value)
+    return a if a.flags.c_contiguous else a.copy(order="C")
 
 
 def _same(a, b) -> bool:
@@ -159,7 +166,7 @@ class _Exporter:
         from onnx import helper, numpy_helper
         nodes, inits = [], []
         for name, value in graph.constants.items():
-            tensor = numpy_helper.from_array(np.ascontiguousarray(value), name)
+            tensor = numpy_helper.from_array(c_order(value), name)
             if as_function:
                 nodes.append(helper.make_node("Constant", [], [name], value=tensor, name=f"{name}_const"))
             else:

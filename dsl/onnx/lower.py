@@ -51,8 +51,10 @@ class _Emitter:
 
     def constant(self, value: np.ndarray, hint: str) -> str:
         from onnx import numpy_helper
+
+        from dsl.onnx.export import c_order
         name = self.temp(hint)
-        self("Constant", [], [name], value=numpy_helper.from_array(np.ascontiguousarray(value), name))
+        self("Constant", [], [name], value=numpy_helper.from_array(c_order(value), name))
         return name
 
 

@@ -165,3 +165,19 @@ def test_unexpressible_in_the_opset_stays_custom():
     body = [(n.domain, n.op_type) for n in model.functions[0].node]
     assert ("com.opdsl", "DataConvert") in body and ("", "QuantizeLinear") in body
     assert {o.domain: o.version for o in model.opset_import}["com.opdsl"] == 1
+
+
+def test_scalar_constants_stay_scalars():
+    """A 0-d constant (a per-tensor scale) is exported 0-d, in the graph and in function bodies:
+    a 1-element 1-D scale would be per-axis to a strict runtime."""
+    g = dsl.Graph("scalars")
+    x = g.input("x", (2, 4), dsl.f32)
+    s = g.constant("s", np.array(0.5, np.float32))
+    g.output(ops.Mul(x, s), "y")
+    g.output(rnn_cell(x, g.constant("w", np.eye(4, dtype=np.float32)),
+                      g.constant("b", np.zeros(4, np.float32)), x, g.constant("r", np.eye(4, dtype=np.float32)))[1],
+             "state")
+    model = g.to_onnx()
+    assert [list(t.dims) for t in model.graph.initializer if t.name == "s"] == [[]]
+    consts = [n for f in model.functions for n in f.node if n.op_type == "Constant"]
+    assert consts and all(list(n.attribute[0].t.dims) == [] for n in consts)
