@@ -91,16 +91,21 @@ class RawOpenCL:
             [inspect.Parameter("arrays", inspect.Parameter.VAR_POSITIONAL), *kw,
              inspect.Parameter("backend", inspect.Parameter.KEYWORD_ONLY, default=None)])
 
-    def variant(self, *, defines: Optional[Dict[str, Any]] = None, features=None) -> "RawOpenCL":
-        """This op built with ``defines`` as extra ``-D`` options (and needing ``features`` of the
-        device), for one entry of an op's ``kernels`` mapping: the options reach only this
-        variant's program, never the op it was made from or its other variants."""
+    def variant(self, *, defines: Optional[Dict[str, Any]] = None, features=None,
+                build_options: str = "") -> "RawOpenCL":
+        """This op built with ``defines`` as extra ``-D`` options (and ``build_options`` verbatim,
+        a package manifest's string), needing ``features`` of the device, for one entry of an op's
+        ``kernels`` mapping: the options reach only this variant's program, never the op it was
+        made from or its other variants."""
         import copy
 
         from dsl.runtime import variant as V
+        if not isinstance(build_options, str):
+            raise TypeError(f"{self.name}.variant(build_options=...) takes a string such as '-DX=1', "
+                            f"got {type(build_options).__name__}")
         extra = V.define_options(self.name, defines)
         v = copy.copy(self)
-        v.build_options = " ".join(o for o in (self.build_options, extra) if o)
+        v.build_options = " ".join(o for o in (self.build_options, build_options.strip(), extra) if o)
         v.features = self.features | V.check_features(self.name, features)
         v._kernels, v._lock = {}, threading.Lock()
         return v

@@ -175,6 +175,9 @@ def test_raw_opencl_defines_apply_only_to_their_variant(raw_op):
         np.testing.assert_allclose(op(X), np.float32(scale) * X + np.float32(0.5), rtol=1e-6, atol=1e-6)
     assert raw_op.build_options == "" and three.build_options == "-DSCALE=3"
     assert half.build_options == "-DSCALE=0.5f"
+    manifest = raw_op.variant(build_options=" -DSCALE=4 ")  # a package manifest's string, as given
+    np.testing.assert_allclose(manifest(X), np.float32(4) * X + np.float32(0.5), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(raw_op(X), X + np.float32(0.5), rtol=1e-6, atol=1e-6)
 
 
 def test_raw_opencl_variant_errors(raw_op):
@@ -182,6 +185,8 @@ def test_raw_opencl_variant_errors(raw_op):
         raw_op.variant(defines={"1X": 1})
     with pytest.raises(TypeError, match=r"SCALE = 'a b'; accepted: int, bool, finite float, or a string"):
         raw_op.variant(defines={"SCALE": "a b"})
+    with pytest.raises(TypeError, match=r"variant\(build_options=...\) takes a string such as '-DX=1', got list"):
+        raw_op.variant(build_options=["-DX=1"])
     gated = raw_op.variant(features={"no_such_feature"})
     assert not gated.supported()
     with pytest.raises(ValueError, match=r"raw OpenCL op scale needs target feature\(s\) no_such_feature"):
