@@ -81,6 +81,7 @@ class RawOpenCL:
             raise ValueError(f"raw OpenCL op {name}: names must be unique and not 'backend': {sorted(dup) or names}")
         self._select, self._enqueue, self._shape, self._args = select, enqueue, shape, args
         self.build_options = build_options
+        self.features: frozenset = frozenset()  # device features a variant needs (variant())
         self._kernels: Dict[Tuple[int, str], Any] = {}
         self._lock = threading.Lock()
         # The op layer reads the keyword names an implementation accepts from its signature.
@@ -89,6 +90,34 @@ class RawOpenCL:
         self.__signature__ = inspect.Signature(
             [inspect.Parameter("arrays", inspect.Parameter.VAR_POSITIONAL), *kw,
              inspect.Parameter("backend", inspect.Parameter.KEYWORD_ONLY, default=None)])
+
+    def variant(self, *, defines: Optional[Dict[str, Any]] = None, features=None,
+                build_options: str = "") -> "RawOpenCL":
+        """This op built with ``defines`` as extra ``-D`` options (and ``build_options`` verbatim,
+        a package manifest's string), needing ``features`` of the device, for one entry of an op's
+        ``kernels`` mapping: the options reach only this variant's program, never the op it was
+        made from or its other variants."""
+        import copy
+
+        from dsl.runtime import variant as V
+        if not isinstance(build_options, str):
+            raise TypeError(f"{self.name}.variant(build_options=...) takes a string such as '-DX=1', "
+                            f"got {type(build_options).__name__}")
+        extra = V.define_options(self.name, defines)
+        v = copy.copy(self)
+        v.build_options = " ".join(o for o in (self.build_options, build_options.strip(), extra) if o)
+        v.features = self.features | V.check_features(self.name, features)
+        v._kernels, v._lock = {}, threading.Lock()
+        return v
+
+    def supported(self, backend: Optional[str] = None) -> bool:
+        """Whether the OpenCL device has every feature this variant needs (it always runs there)."""
+        return self.unsupported(backend) is None
+
+    def unsupported(self, backend: Optional[str] = None) -> Optional[str]:
+        """Why this variant cannot run (features the OpenCL device lacks), or None."""
+        from dsl.runtime import variant as V
+        return V.features_error(f"raw OpenCL op {self.name}", self.features, "opencl")
 
     @classmethod
     def from_file(cls, path: Union[str, Path], name: Optional[str] = None, **hooks) -> "RawOpenCL":
@@ -173,6 +202,9 @@ class RawOpenCL:
     def kernel(self, in_dtypes: Tuple[T.DType, ...], params: Dict[str, Any]):
         """The (function name, built cl.Kernel) the select hook picks for these input dtypes."""
         from backends.opencl import runtime as rt
+        problem = self.unsupported() if self.features else None
+        if problem:
+            raise ValueError(problem)
         fname, options = self.select(in_dtypes, params)
         options = " ".join(o for o in (rt.BUILD_OPTIONS, self.build_options, options or "") if o)
         try:

@@ -8,11 +8,13 @@ graph.py, which calls it.
 * Every node keeps its op's (domain, op_type); params that differ from the op's
   defaults become attributes (defaults are implied, which also keeps attributes
   that newer opsets added out of older models).  DType params are written as
-  their names ("u8"), bools as ints, arrays as tensors.
+  element type codes on ai.onnx ops (Cast's ``to``) and as their names ("u8") on
+  custom ops, bools as ints, arrays as tensors.
 * Each custom domain used gets an ``opset_import`` entry (the version the graph was
   loaded with, else the highest ``since`` of its ops).
 * Composed ops (``@dsl.composed``) are written as a node plus a FunctionProto
-  holding their body, so other runtimes can expand them and ``dsl.load_onnx``
+  holding their body, so other runtimes can expand them (opdsl's own com.opdsl ops in
+  a body are written as standard ops where one exists: lower.py) and ``dsl.load_onnx``
   maps them back to the registered composed op (or expands the body when the op
   is not registered in that process).  The body bakes in the node's params; nodes of
   one composed type with different params get distinct function names.
@@ -24,6 +26,7 @@ from typing import Dict, List, Tuple
 import numpy as np
 
 from dsl.lang.types import DType
+from dsl.onnx.lower import lower
 from dsl.opgraph.op import Op
 
 DEFAULT_OPSET = 21  # ai.onnx opset written when the graph does not say
@@ -76,15 +79,17 @@ def _value_info(name: str, spec, symbolic: bool, names=()):
     return helper.make_tensor_value_info(name, _tensor_type(spec.dtype), dims)
 
 
-def _attribute(name: str, value):
-    """A param value as an AttributeProto (None when ONNX cannot hold it)."""
+def _attribute(name: str, value, standard: bool = False):
+    """A param value as an AttributeProto (None when ONNX cannot hold it).  A DType is its
+    name ("u8") on custom-domain ops and, as the standard requires (Cast's ``to``), its
+    TensorProto element type code on ai.onnx ops."""
     from onnx import helper, numpy_helper
     if isinstance(value, DType):
-        return helper.make_attribute(name, value.name)
+        return helper.make_attribute(name, _tensor_type(value) if standard else value.name)
     if isinstance(value, (bool, np.bool_)):
         return helper.make_attribute(name, int(value))
     if isinstance(value, np.ndarray):
-        return helper.make_attribute(name, numpy_helper.from_array(np.ascontiguousarray(value), name))
+        return helper.make_attribute(name, numpy_helper.from_array(c_order(value), name))
     if isinstance(value, (tuple, list)):
         items = [int(v) if isinstance(v, (bool, np.bool_)) else v for v in value]
         if not items:
@@ -93,6 +98,13 @@ def _attribute(name: str, value):
     if isinstance(value, (int, float, str, np.integer, np.floating)):
         return helper.make_attribute(name, value.item() if isinstance(value, np.generic) else value)
     raise TypeError(f"param {name!r} = {value!r} ({type(value).__name__}) has no ONNX attribute form")
+
+
+def c_order(value) -> np.ndarray:
+    """``value`` as a C-ordered array of the same shape (np.ascontiguousarray turns 0-d into 1-d,
+    which would make a scalar scale look per-axis)."""
+    a = np.asarray(value)
+    return a if a.flags.c_contiguous else a.copy(order="C")
 
 
 def _same(a, b) -> bool:
@@ -113,8 +125,22 @@ def node_attributes(op: Op) -> List:
         p = table[name]
         if value is None or (not p.required and _same(value, p.default)):
             continue
-        out.append(_attribute(name, value))
+        out.append(_attribute(name, value, standard=not op.domain))
     return out
+
+
+def _fresh_names(graph):
+    """name hint -> a name no tensor or node of ``graph`` (or an earlier call) uses."""
+    used = set(graph.tensors) | {n.name for n in graph.nodes}
+
+    def fresh(hint: str) -> str:
+        name, k = hint, 0
+        while name in used:
+            k += 1
+            name = f"{hint}_{k}"
+        used.add(name)
+        return name
+    return fresh
 
 
 class _Exporter:
@@ -140,14 +166,23 @@ class _Exporter:
         from onnx import helper, numpy_helper
         nodes, inits = [], []
         for name, value in graph.constants.items():
-            tensor = numpy_helper.from_array(np.ascontiguousarray(value), name)
+            tensor = numpy_helper.from_array(c_order(value), name)
             if as_function:
                 nodes.append(helper.make_node("Constant", [], [name], value=tensor, name=f"{name}_const"))
             else:
                 inits.append(tensor)
+        fresh = _fresh_names(graph) if as_function else None
         for n in graph.nodes:
-            nodes.append(self.node(n))
+            lowered = lower(n, self.standard_opset(), fresh) if as_function else None
+            if lowered is None:
+                nodes.append(self.node(n))
+            else:  # other runtimes can run a function body of standard ops (dsl/onnx/lower.py)
+                nodes.extend(lowered)
         return nodes, inits
+
+    def standard_opset(self) -> int:
+        """The ai.onnx version the model will import (see opsets())."""
+        return self.graph.opset_imports.get("", DEFAULT_OPSET)
 
     def node(self, n):
         from onnx import helper

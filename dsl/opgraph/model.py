@@ -36,7 +36,7 @@ from dsl.opgraph import reorder
 from dsl.opgraph.limits import check_tensor_bytes, tensor_limit
 from dsl.opgraph.memory import MemoryPlan, physical_layout, plan_memory
 from dsl.opgraph.op import Op, check_and_infer, run_op
-from dsl.opgraph.spec import TensorSpec, describe
+from dsl.opgraph.spec import TensorSpec, VerifyError, describe
 from dsl.opgraph import tiling as tiles
 from dsl.opgraph.values import shape_values
 from dsl.runtime.kernel import Kernel, inplace_launches
@@ -95,6 +95,9 @@ class Model:
         self._named_dims = [(k, axis, dim) for k, t in enumerate(graph.inputs)
                             for axis, dim in enumerate(t.dim_names) if dim is not None]
         self._plans: Dict[Tuple, Any] = {}  # input shapes -> _PlanPool or _DYNAMIC
+        # nodes whose compile-time input specs had unknown dims: select runs again per run-time shape
+        self._reselect = {n.name for n in graph.nodes if any(t is not None and not t.spec.known for t in n.inputs)}
+        self._chosen: Dict[Tuple, Any] = {}  # (node name, input shapes) -> implementation
         self._lock = threading.Lock()       # guards _plans only; runs do not take it
         if all(t.spec.known for t in graph.tensors.values()):
             specs = {name: t.spec for name, t in graph.tensors.items()}
@@ -198,6 +201,39 @@ class Model:
                 specs[t.name] = s.with_(format=t.spec.format, value=s.value)
         return specs
 
+    def _impl_for(self, node, in_specs):
+        """The node's implementation for these run-time input specs.  Nodes whose compiled input
+        specs had ``None`` dims ask ``select`` again with the dims filled in, once per distinct
+        input shape signature (cached); the others keep the choice made at compile time."""
+        if node.name not in self._reselect:
+            return self._impls[node.name]
+        key = (node.name, tuple(None if s is None else (s.shape, s.dtype, s.format) for s in in_specs))
+        impl = self._chosen.get(key)
+        if impl is None:
+            try:
+                impl = node.op.implementation(in_specs, self.backend)
+            except VerifyError as e:
+                raise VerifyError(f"node {node.name!r}: {e}") from None
+            with self._lock:
+                if len(self._chosen) >= _MAX_PLANS * max(1, len(self._reselect)):
+                    self._chosen.pop(next(iter(self._chosen)))
+                self._chosen[key] = impl
+        return impl
+
+    def selected(self, feeds: Mapping[str, Any]) -> Dict[str, str]:
+        """node name -> the ``kernels`` key each node runs for these feeds' shapes (what
+        ``select`` chose; docs/ops.md "Choosing a kernel")."""
+        arrays = self._check_feeds(feeds)
+        specs = self._concrete_specs(arrays)
+        out = {}
+        for n in self.graph.nodes:
+            if specs is None:
+                impl = self._impls[n.name]
+            else:
+                impl = self._impl_for(n, [None if t is None else specs[t.name] for t in n.inputs])
+            out[n.name] = next((k for k, v in n.op.kernels.items() if v is impl), "?")
+        return out
+
     def _build_plan(self, specs: Dict[str, TensorSpec]) -> _Plan:
         """Allocate every buffer once and turn each node into launches with bound arguments."""
         g = self.graph
@@ -233,12 +269,13 @@ class Model:
             outs = _outputs_to_write(n, arrays, read)
             in_specs = tuple(None if t is None else specs[t.name] for t in n.inputs)
             inplace = any(t.name in inplace_outputs for t in n.outputs)  # launches may bind In == Out
-            node_steps = None if inplace else self._tiled(n, ins, outs, specs, tiled, in_specs)
+            impl = self._impl_for(n, list(in_specs))
+            node_steps = None if inplace else self._tiled(n, impl, ins, outs, specs, tiled, in_specs)
             if node_steps is None:
-                node_steps = _capture(n.op, self._impls[n.name], ins, outs, self.backend, inplace, in_specs)
+                node_steps = _capture(n.op, impl, ins, outs, self.backend, inplace, in_specs)
             if node_steps is None:
                 run = _run_inplace if inplace else _run
-                node_steps = [(run, (n.op, self._impls[n.name], ins, outs, self.backend, in_specs))]
+                node_steps = [(run, (n.op, impl, ins, outs, self.backend, in_specs))]
             else:
                 captured += 1
             steps += node_steps
@@ -251,7 +288,7 @@ class Model:
         return _Plan([arrays[t.name] for t in g.inputs], [(t.name, arrays[t.name]) for t in g.outputs],
                      steps, memory, specs, captured, spans, tiled)
 
-    def _tiled(self, n, ins, outs, specs, tiled, in_specs) -> Optional[list]:
+    def _tiled(self, n, impl, ins, outs, specs, tiled, in_specs) -> Optional[list]:
         """The node as one step running its tiles (tiling.py), or None when it runs untiled.
         A node the memory plan runs in place is never tiled: a tile could overwrite what
         another tile still reads."""
@@ -270,7 +307,7 @@ class Model:
             return (_capture(op, impl, t_ins, t_outs, backend, False, t_specs)
                     or [(_run, (op, impl, t_ins, t_outs, backend, t_specs))])
         tiled[n.name] = len(plan)
-        return [tiles.tile_steps(n.op, self._impls[n.name], ins, outs, plan, backend, capture)]
+        return [tiles.tile_steps(n.op, impl, ins, outs, plan, backend, capture)]
 
     def _run_by_node(self, arrays, on_node=None) -> Dict[str, np.ndarray]:
         """Shapes depend on run-time values: infer, allocate and launch node by node.
@@ -289,8 +326,9 @@ class Model:
             in_specs = [None if t is None else specs[t.name].with_(
                 value=vals[t.name] if specs[t.name].format == "plain" else None) for t in n.inputs]
             outs = check_and_infer(n.op, in_specs, where=f"node {n.name!r}")
+            impl = self._impl_for(n, in_specs)
             if not all(s.known for s in outs) and hasattr(n.op, "run_dynamic"):
-                arrs = run_data_dependent(n.op, self._impls[n.name], ins, self.backend, f"node {n.name!r}",
+                arrs = run_data_dependent(n.op, impl, ins, self.backend, f"node {n.name!r}",
                                           self.max_tensor_bytes)
                 for t, a in zip(n.outputs, arrs):
                     vals[t.name], specs[t.name] = a, TensorSpec.of(a, with_value=False)
@@ -301,7 +339,7 @@ class Model:
                                    f"node {n.name!r} ({describe(n.op)}) output {t.name!r}", self.max_tensor_bytes)
             arrs = [np.empty(F.physical_shape(s.shape, s.format), s.dtype.np) for s in outs]
             if not arrs or any(a.size for a in arrs):
-                run_op(n.op, self._impls[n.name], ins, _outputs_to_write(n, dict(zip(
+                run_op(n.op, impl, ins, _outputs_to_write(n, dict(zip(
                     (t.name for t in n.outputs), arrs)), read), self.backend, in_specs)
                 if not type(n.op).keeps_padding:
                     for s, a in zip(outs, arrs):
@@ -343,6 +381,8 @@ class Model:
         for n in g.nodes:
             impl = self._impls[n.name]
             impl_name = next((k for k, v in n.op.kernels.items() if v is impl), "?")
+            if n.name in self._reselect:
+                impl_name += " (chosen again per run-time shape)"
             bufs = ", ".join(f"{t.name}->buf{shared[t.name]}" for t in n.outputs if t.name in shared)
             ins = ", ".join("_" if t is None else f"{t.name}:{t.spec}" for t in n.inputs)
             ntiles = 0 if plan is None else plan.tiled.get(n.name, 0)

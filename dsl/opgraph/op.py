@@ -362,10 +362,15 @@ class Op:
         """The kernel ``select`` names for these input specs."""
         name = self.select(*specs, backend=backend)
         try:
-            return self.kernels[name]
+            impl = self.kernels[name]
         except (KeyError, TypeError):
             raise VerifyError(f"{describe(self)}: select() returned {name!r}, which is not in kernels "
                               f"(known: {', '.join(map(repr, self.kernels)) or 'none'})") from None
+        if getattr(impl, "features", None):  # variant(features=...): checked before anything compiles
+            problem = impl.unsupported(backend)
+            if problem:
+                raise VerifyError(f"{describe(self)}: implementation {name!r}: {problem}")
+        return impl
 
 
 def _rebuild(cls, params):

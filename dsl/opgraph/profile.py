@@ -109,6 +109,7 @@ def profile_model(model, feeds: Mapping[str, Any], repeat: int = 10, warmup: int
     totals = {n.name: 0.0 for n in nodes}
     shapes: Dict[str, Tuple] = {}
     launches: Dict[str, int] = {}
+    impls: Dict[str, Any] = {}  # what select chose for these shapes (graphs with None dims)
     wall = 0.0
     clock = time.perf_counter
     if not hasattr(pool, "checkout"):  # the model's marker for shapes that depend on run-time values
@@ -136,6 +137,7 @@ def profile_model(model, feeds: Mapping[str, Any], repeat: int = 10, warmup: int
             for n, lo, hi in plan.spans:
                 shapes[n.name] = tuple(tuple(plan.specs[t.name].shape) for t in n.outputs)
                 launches[n.name] = hi - lo
+                impls[n.name] = model._impl_for(n, [None if t is None else plan.specs[t.name] for t in n.inputs])
             for r in range(warmup + repeat):
                 start = clock()
                 for n, lo, hi in plan.spans:
@@ -153,7 +155,7 @@ def profile_model(model, feeds: Mapping[str, Any], repeat: int = 10, warmup: int
     for n in nodes:
         mean = totals[n.name] / repeat
         out_shapes = shapes.get(n.name, ())
-        rows.append(NodeTime(n.name, describe(n.op), _impl_name(n, model._impls[n.name]), mean,
+        rows.append(NodeTime(n.name, describe(n.op), _impl_name(n, impls.get(n.name, model._impls[n.name])), mean,
                              totals[n.name] / total, out_shapes[0] if out_shapes else (), out_shapes,
                              launches.get(n.name, 0)))
     return Profile(model.graph.name, model.backend, repeat, rows, wall / repeat)

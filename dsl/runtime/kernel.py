@@ -45,6 +45,9 @@ def func(fn: Callable) -> Func:
 class Kernel:
     """A compiled-on-demand kernel. Call it like the Python function it decorates."""
 
+    defines: Tuple[Tuple[str, Any], ...] = ()  # module constants overridden (Kernel.variant)
+    features: frozenset = frozenset()          # target features this implementation needs
+
     def __init__(self, fn: Callable, threads: int = 4, grid: Any = 1, log_level: Optional[str] = None,
                  fastmath: bool = False, debug: Optional[bool] = None):
         _require_function(fn, "@dsl.kernel")
@@ -68,6 +71,39 @@ class Kernel:
         self._fast = fastpath.build(self.params)
         self._fast_variants: Dict[Tuple, Any] = {}  # (backend, fast key) -> launcher, for checked arg types
         self._lock = threading.RLock()
+
+    def variant(self, *, defines: Optional[Dict[str, Any]] = None, features=None) -> "Kernel":
+        """This kernel compiled with other options, for an op's ``kernels`` mapping (docs/ops.md,
+        "Compile options per implementation"): ``defines`` overrides module-level constants
+        (``{"TILE": 32}``), each distinct set compiling and caching its own specializations;
+        ``features`` names target features (``dsl.target(backend).features``) it needs."""
+        from dsl.runtime import variant as V
+        owner = self.__name__
+        merged = {**dict(self.defines), **dict(V.check_defines(owner, self.base.fn, defines))}
+        k = Kernel(V.with_defines(self.base.fn, tuple(sorted(merged.items()))), threads=self.threads,
+                   grid=self.grid, log_level=self.log_level, fastmath=self.fastmath, debug=self.debug)
+        k.base = self.base
+        k.defines = tuple(sorted(merged.items()))
+        k.features = self.features | V.check_features(owner, features)
+        return k
+
+    @property
+    def base(self) -> "Kernel":
+        """The kernel as decorated (a variant's origin)."""
+        return self.__dict__.get("base", self)
+
+    @base.setter
+    def base(self, value: "Kernel") -> None:
+        self.__dict__["base"] = value
+
+    def supported(self, backend: Optional[str] = None) -> bool:
+        """Whether ``backend``'s target has every feature this implementation needs."""
+        return self.unsupported(backend) is None
+
+    def unsupported(self, backend: Optional[str] = None) -> Optional[str]:
+        """Why this implementation cannot run on ``backend`` (missing target features), or None."""
+        from dsl.runtime import variant as V
+        return V.features_error(f"kernel {self.__name__!r}", self.features, backend or config.default_backend())
 
     # ------------------------------------------------------------------ launching
     def __getitem__(self, grid) -> Callable:
@@ -223,6 +259,9 @@ class Kernel:
             launcher = self._variants.get((backend, key))
             if launcher is not None:
                 return launcher
+            problem = self.unsupported(backend) if self.features else None
+            if problem:
+                raise CompileError(problem)
             request = self.request(backend, key, values)
             launcher = base.get(backend).compile(request)
             self._variants[(backend, key)] = launcher
@@ -243,7 +282,8 @@ class Kernel:
         h = hashlib.sha256()
         for part in (parsed.source, repr(key), self.threads, self._level(), self.fastmath, backend, _environment_tag(),
                      self._debug(), config.interrupt_polling(),
-                     _captured_text(parsed)):
+                     _captured_text(parsed)) + ((self.defines, sorted(self.features))
+                                                if self.defines or self.features else ()):
             h.update(repr(part).encode())
             h.update(b"\0")
         return h.hexdigest()[:32]
@@ -304,7 +344,9 @@ class Kernel:
         return ", ".join(parts)
 
     def __repr__(self) -> str:
-        return f"<dsl.kernel {self.signature()} threads={self.threads}>"
+        options = "".join(f" {k}={v!r}" for k, v in self.defines) + (
+            f" features={{{', '.join(sorted(self.features))}}}" if self.features else "")
+        return f"<dsl.kernel {self.signature()} threads={self.threads}{options}>"
 
     def _repr_html_(self) -> str:
         rows = "".join(f"<tr><td><code>{html.escape(p.name)}</code></td><td><code>{html.escape(repr(p.annotation))}"

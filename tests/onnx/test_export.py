@@ -47,18 +47,19 @@ def test_export_is_checker_clean_with_domains_and_functions():
     model = rnn_graph().to_onnx()
     onnx.checker.check_model(model, full_check=True)
     opsets = {o.domain: o.version for o in model.opset_import}
-    assert opsets[""] >= 13 and opsets["com.example.export"] == 1 and opsets["com.opdsl"] == 1
+    assert opsets[""] >= 13 and opsets["com.example.export"] == 1
+    assert "com.opdsl" not in opsets  # the body's FullyConnected / DataConvert are written as standard ops
     types = [(n.domain, n.op_type) for n in model.graph.node]
     assert ("com.example.export", "RNNCellExport") in types and ("", "Identity") in types
     functions = {(f.domain, f.name): f for f in model.functions}
     body = [(n.domain, n.op_type) for n in functions[("com.example.export", "RNNCellExport")].node]
-    assert body == [("com.opdsl", "FullyConnected"), ("com.opdsl", "FullyConnected"), ("", "Add"), ("", "Tanh"),
-                    ("com.opdsl", "DataConvert")]
+    assert body == [("", "Gemm"), ("", "Gemm"), ("", "Add"), ("", "Tanh"), ("", "Constant"), ("", "Constant"),
+                    ("", "QuantizeLinear")]
     # two ScaledTanh nodes with different params: one function each
     assert ("com.example.export", "ScaledTanh") in functions and ("com.example.export", "ScaledTanh__1") in functions
-    dc = functions[("com.example.export", "RNNCellExport")].node[-1]
-    attrs = {a.name: H.get_attribute_value(a) for a in dc.attribute}
-    assert attrs == {"dtype": b"u8", "scale": pytest.approx(0.0036)}  # zero_point=0 is the default
+    scale, zero_point = [onnx.numpy_helper.to_array(n.attribute[0].t)
+                         for n in functions[("com.example.export", "RNNCellExport")].node[4:6]]
+    assert scale == np.float32(0.0036) and zero_point.dtype == np.uint8 and zero_point == 0
     assert [i.name for i in model.graph.initializer] == ["w", "b", "r"]
     dims = model.graph.input[0].type.tensor_type.shape.dim
     assert dims[0].dim_param and dims[1].dim_value == 3
