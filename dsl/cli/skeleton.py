@@ -1,6 +1,6 @@
 """The files of a package skeleton (``opdsl new-package``), rendered from OpSketches.
 
-opdsl-package.yaml follows the package schema exactly (docs/onnx.md); kernels.py holds one
+opdsl-package.yaml follows the package schema exactly (docs/packages.md); kernels.py holds one
 stub ``@dsl.kernel`` per op taking its inputs, outputs and params in manifest order, whose
 launch raises NotImplementedError naming the op until its body is written (the kernel
 language has no ``raise``, so the stub's ``grid=`` callable, plain Python run at every launch,
@@ -53,7 +53,7 @@ def functions_file(op) -> str:
 
 def manifest(name: str, ops, model_name: str) -> str:
     lines = [f"# Op package skeleton written by `opdsl new-package` from {model_name}.",
-             "# The schema is in docs/onnx.md (Op packages); unknown keys are errors.",
+             "# The schema is in docs/packages.md; unknown keys are errors.",
              f"name: {yaml_value(name)}", "version: 1", "ops:"]
     for op in ops:
         lines += [f"  - type: {yaml_value(op.type)}", f"    domain: {yaml_value(op.domain)}"]
