@@ -1,6 +1,7 @@
 """Declarative tiling (issue 11): an RMSNorm op, y = w * x / sqrt(mean(x^2) + 1e-5) over rows,
 run by a compiled model tiled (one tile per core, ``compile(tiling=True)``) and untiled
-(``tiling=False``), on 1 and on 2 cores.
+(``tiling=False``), on 1 and on 2 cores; and the same for the RMSNorm of the example op package
+(examples/qaic_package, tiles declared by its functions.py: the guide's setTileConfig/mapTiles).
 
 Each core count runs in a child process pinned to that many CPUs (``sched_setaffinity``) with
 ``NUMBA_NUM_THREADS`` set to match, so untiled parallel launches and the tiles see the same
@@ -51,9 +52,21 @@ def rms_rows(x: In[f32, 2], w: In[f32, 1], y: Out[f32, 2], eps: f32):
 KERNELS = {team: dsl.kernel(threads=team)(rms_rows) for team in (4, 1)}
 
 
-def build(cols: int, team: int, tiling, backend: str):
-    """The RMSNorm op as an ordinary dsl.Op whose kernel has a team of ``team`` threads, in a
-    one-node graph compiled with ``tiling``."""
+PACKAGE = Path(__file__).resolve().parent.parent / "examples" / "qaic_package"
+TEAMS = (4, 1, "package")
+
+
+def build(cols: int, team, tiling, backend: str):
+    """The RMSNorm op as an ordinary dsl.Op whose kernel has a team of ``team`` threads, or
+    (``team="package"``) the example op package's RMSNorm, whose functions.py declares the tiles;
+    in a one-node graph compiled with ``tiling``."""
+    if team == "package":
+        op = {cls.op_type: cls for cls in dsl.register_package(PACKAGE).ops}["RMSNorm"]
+        g = dsl.Graph("rmsnorm_package")
+        x = g.input("x", (None, cols), dsl.f32)
+        w = g.input("w", (cols,), dsl.f32)
+        g.output(op(epsilon=1e-5)(x, w), "y")
+        return g.compile(backend=backend, tiling=tiling)
     kernel = KERNELS[team]
 
     class RMSNorm(dsl.Op):
@@ -106,7 +119,7 @@ def child(args) -> int:
     ref = x / np.sqrt((x.astype(np.float64) ** 2).mean(1, keepdims=True) + 1e-5) * w
     cores = harness.usable_cores()
     results, how = [], {}
-    for team in (4, 1):
+    for team in TEAMS:
         models = {"untiled": build(args.cols, team, False, args.backend),
                   "tiled": build(args.cols, team, True if cores > 1 else 2, args.backend)}
         for name, m in models.items():
@@ -174,7 +187,7 @@ def main(argv=None) -> int:
     print("| kernel team | cores | case | tiles | run best | run median | node (mean) | vs untiled | vs 1 core |")
     print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
     rows = [r for c in counts for r in runs[c]["results"]]
-    for team in (4, 1):
+    for team in TEAMS:
         for c in counts:
             for case in ("untiled", "tiled"):
                 r = next(x for x in rows if x["team"] == team and x["cores"] == c and x["case"] == case)
