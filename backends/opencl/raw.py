@@ -99,7 +99,7 @@ class RawOpenCL:
         made from or its other variants."""
         import copy
 
-        from dsl.runtime import variant as V
+        from backends import options as V
         if not isinstance(build_options, str):
             raise TypeError(f"{self.name}.variant(build_options=...) takes a string such as '-DX=1', "
                             f"got {type(build_options).__name__}")
@@ -116,7 +116,7 @@ class RawOpenCL:
 
     def unsupported(self, backend: Optional[str] = None) -> Optional[str]:
         """Why this variant cannot run (features the OpenCL device lacks), or None."""
-        from dsl.runtime import variant as V
+        from backends import options as V
         return V.features_error(f"raw OpenCL op {self.name}", self.features, "opencl")
 
     @classmethod

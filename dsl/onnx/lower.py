@@ -52,7 +52,7 @@ class _Emitter:
     def constant(self, value: np.ndarray, hint: str) -> str:
         from onnx import numpy_helper
 
-        from dsl.onnx.export import c_order
+        from dsl.onnx.attributes import c_order
         name = self.temp(hint)
         self("Constant", [], [name], value=numpy_helper.from_array(c_order(value), name))
         return name
@@ -157,7 +157,7 @@ _CONV_PARAMS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strid
 @register("com.opdsl", "FusedConv")
 def _fused_conv(node, opset, emit) -> bool:
     """activation(Conv(X, W, B) + Z) as Conv, Add and Relu / Clip / LeakyRelu."""
-    from dsl.onnx.export import node_attributes
+    from dsl.onnx.attributes import node_attributes
     op = node.op
     names, specs, (y,) = _names(node)
     x, w, b, z = (names + [None, None])[:4]

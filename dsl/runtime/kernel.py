@@ -77,6 +77,7 @@ class Kernel:
         "Compile options per implementation"): ``defines`` overrides module-level constants
         (``{"TILE": 32}``), each distinct set compiling and caching its own specializations;
         ``features`` names target features (``dsl.target(backend).features``) it needs."""
+        from backends.options import check_features
         from dsl.runtime import variant as V
         owner = self.__name__
         merged = {**dict(self.defines), **dict(V.check_defines(owner, self.base.fn, defines))}
@@ -84,7 +85,7 @@ class Kernel:
                    grid=self.grid, log_level=self.log_level, fastmath=self.fastmath, debug=self.debug)
         k.base = self.base
         k.defines = tuple(sorted(merged.items()))
-        k.features = self.features | V.check_features(owner, features)
+        k.features = self.features | check_features(owner, features)
         return k
 
     @property
@@ -102,8 +103,8 @@ class Kernel:
 
     def unsupported(self, backend: Optional[str] = None) -> Optional[str]:
         """Why this implementation cannot run on ``backend`` (missing target features), or None."""
-        from dsl.runtime import variant as V
-        return V.features_error(f"kernel {self.__name__!r}", self.features, backend or config.default_backend())
+        from backends.options import features_error
+        return features_error(f"kernel {self.__name__!r}", self.features, backend or config.default_backend())
 
     # ------------------------------------------------------------------ launching
     def __getitem__(self, grid) -> Callable:
