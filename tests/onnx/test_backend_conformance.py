@@ -19,10 +19,17 @@ CASES = conformance.collect()
 
 
 def _params():
+    """One param per case.  An ``_expanded`` case (the op's function body, expanded at load)
+    whose direct case also runs is marked ``slow``: the default suite keeps one run per op and
+    the expansions that are an op's only coverage; ``-m slow`` runs them all."""
+    runs = {(c.group, c.name) for c in CASES if conformance.skip_reason(c) is None}
     out = []
     for case in CASES:
         reason = conformance.skip_reason(case)
         marks = [pytest.mark.skip(reason=reason)] if reason else []
+        direct = case.name.split("_expanded")[0]
+        if not reason and "_expanded" in case.name and (case.group, direct) in runs:
+            marks.append(pytest.mark.slow)
         out.append(pytest.param(case, id=f"{case.group}/{case.name}", marks=marks))
     return out
 
