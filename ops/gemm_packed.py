@@ -290,12 +290,13 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], res: In[T, 3], y: Out[T, 
 
 
 def thread_grid(m: int, n: int, cfg: TileConfig) -> tuple:
-    """(tm, tn): how a team's threads split the row and column panels of one product, each thread
-    packing its own B panels; the fewest tiles for the busiest thread, then the widest column split
-    (splitting rows packs the same B panels in several threads)."""
+    """(tm, tn): how a team's threads split the row and column panels of one product.  Each
+    thread packs the B panels of its columns, so a split of the rows packs the same panels in
+    several threads; packing a panel (an implicit im2col one above all) costs about as much as
+    two tiles.  The split with the least work for the busiest thread (tiles + 2 × packed panels)."""
     mpan, npan = -(-m // cfg.MR), -(-n // cfg.NR)
     splits = [(THREADS // tn, tn) for tn in range(THREADS, 0, -1) if THREADS % tn == 0]
-    return min(splits, key=lambda g: (-(-mpan // g[0]) * -(-npan // g[1]), -g[1]))
+    return min(splits, key=lambda g: (-(-mpan // g[0]) * -(-npan // g[1]) + 2 * -(-npan // g[1]), -g[1]))
 
 
 def workspace(teams: int, cfg: TileConfig, k: int, m: int, n: int, pack_a: bool = True):
