@@ -53,7 +53,7 @@ _COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="
 # f32 builtins computed by backends/numba/math.py: always, or only under fastmath=True.  A faster
 # implementation of a registered builtin (within an ulp of it), not a spelling: every builtin is
 # spelled from its entry in dsl/lang/builtins.py (target "numba").
-_F32_MATH = {"exp": "nm.exp_f32({0})"}
+_F32_MATH = {"exp": "nm.exp_f32({0})", "erf": "nm.erf_f32({0})"}
 _F32_FAST_MATH = {"log": "nm.log_f32({0})", "tanh": "nm.tanh_f32({0})"}
 
 def cast(code: str, src: T.DType, dst: T.DType) -> str:

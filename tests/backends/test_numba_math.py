@@ -1,9 +1,10 @@
-"""backends/numba/math.py: the inlined f32 exp/log/tanh against float64 numpy, their special
+"""backends/numba/math.py: the inlined f32 exp/log/tanh/erf against float64 numpy, their special
 values, the NaN-propagating fastmath min/max, and that generated loops really vectorize.
 
 The accuracy tests sample ~1M float32 bit patterns spread over each function's whole
 range (every float was checked once, offline; see the module docstring).
 """
+import math
 import re
 
 import numpy as np
@@ -63,7 +64,8 @@ def _ulps(got, x, ref):
     (nm.exp_f32_bits, np.exp, -110.0, 95.0, 1.0),
     (nm.log_f32, np.log, 0.0, 3.4e38, 1.0),
     (nm.tanh_f32, np.tanh, -20.0, 20.0, 1.6),
-], ids=["exp_scalef", "exp_bits", "log", "tanh"])
+    (nm.erf_f32, np.vectorize(math.erf), -6.0, 6.0, 1.3),
+], ids=["exp_scalef", "exp_bits", "log", "tanh", "erf"])
 def test_accuracy_over_the_whole_range(fn, ref, lo, hi, max_ulp):
     x = _floats(lo, hi)
     got = _apply(fn, x)
@@ -89,6 +91,16 @@ def test_log_special_values():
     with np.errstate(all="ignore"):
         want = np.log(x.astype(np.float64)).astype(np.float32)
     np.testing.assert_array_equal(_apply(nm.log_f32, x), want)
+
+
+def test_erf_special_values():
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-40, 3.92, -10.0], np.float32)
+    got = _apply(nm.erf_f32, x)
+    np.testing.assert_array_equal(got[:4], [0.0, -0.0, 1.0, -1.0])
+    assert np.signbit(got[1]) and np.isnan(got[4])
+    tiny = (x[5:7].astype(np.float64) * (2 / math.sqrt(math.pi))).astype(np.float32)  # subnormals: 2x/sqrt(pi)
+    np.testing.assert_allclose(got[5:7], tiny, rtol=0, atol=float(np.spacing(np.float32(0))))
+    np.testing.assert_array_equal(got[7:], [1.0, -1.0])
 
 
 def test_tanh_special_values():
