@@ -37,9 +37,12 @@ from backends.numba.regions import Program
 
 # A launch runs serially when its tensors hold fewer elements than this in total and the
 # team count is small: below it, waking the worker threads costs more than it saves.
-# Measured on leaky_relu, 2 cores, OpenMP layer: serial and parallel break even near
-# 8K elements per tensor (4.4 us each); at 16K the parallel entry is 1.3x faster.
-SERIAL_MAX_ELEMENTS = 1 << 14
+# Back-to-back launches of one kernel (leaky_relu, 2 cores) break even near 8K elements per
+# tensor, but in a model every launch wakes sleeping workers (OMP_WAIT_POLICY=PASSIVE, ~50 us):
+# the BERT layer of benchmarks/models.py (elementwise nodes of 32K-131K elements) ran in 5.8 ms
+# with 2^14, 4.3 ms with 2^17 and 3.9 ms with 2^18; 2^17 keeps a compute-heavy 64K-element
+# in -> out kernel parallel.
+SERIAL_MAX_ELEMENTS = 1 << 17
 SERIAL_MAX_THREADS = 64
 
 _SAFE_LAYERS = ("threadsafe", "tbb", "omp", "safe")
