@@ -5,6 +5,8 @@ import sys
 import numpy as np
 import pytest
 
+import dsl
+
 onnx = pytest.importorskip("onnx")
 yaml = pytest.importorskip("yaml")
 from onnx import TensorProto as TP  # noqa: E402
@@ -59,12 +61,33 @@ def load(path, name):
 
 
 def test_the_skeleton_passes_check_package(package):
-    """Fails until the package helper's dsl.package is merged (it builds `check_package`)."""
     from dsl.package import check_package
     folder, _ = package
     pkg = check_package(folder)
     assert pkg.name == "my_ops" and pkg.version == 1
     assert len(pkg.ops) == 4
+
+
+def test_a_registered_stub_raises_naming_the_op_in_a_model(package, backend):
+    """Registered as a package and run in a graph, a stub kernel stops the run with the op's name
+    (it must not write zeros); a backend the skeleton has no implementation for is refused."""
+    from dsl.package import register_package
+    folder, _ = package
+    pkg = register_package(folder)
+    try:
+        relu = next(cls for cls in pkg.ops if cls.op_type == "CustomRelu")
+        g = dsl.Graph("stub")
+        x = g.input("x", (2, 8), dsl.f32)
+        g.output(relu()(x), "y")
+        if backend == "opencl":  # the skeleton lists OpenCL as a commented-out line
+            with pytest.raises(dsl.VerifyError, match=r"CustomRelu: no implementation for backend 'opencl'; "
+                                                      r"the package gives: numba, interpreter"):
+                g.compile(backend=backend)
+            return
+        with pytest.raises(NotImplementedError, match=r"^CustomRelu \(com.example\): kernels.py:custom_relu is a stub "):
+            g.compile(backend=backend).run({"x": np.ones((2, 8), np.float32)})
+    finally:
+        pkg.unregister()
 
 
 def test_files_and_the_note(package):
