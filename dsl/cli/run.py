@@ -67,21 +67,12 @@ def _packages(folders: List[str]) -> List[str]:
     return list(folders)
 
 
-def _package_error():
-    """dsl.package.PackageError, or an exception nothing raises in an install without packages."""
-    try:
-        from dsl.package import PackageError
-    except ImportError:
-        class PackageError(Exception):
-            pass
-    return PackageError
-
-
 def run(args) -> int:
     import onnx
 
     import dsl
     from dsl.onnx.load import OnnxImportError
+    from dsl.package import PackageError
 
     path = args.model
     if not os.path.isfile(path):
@@ -102,7 +93,7 @@ def run(args) -> int:
         model = dsl.load_onnx(path, packages=packages, backend=args.backend)
     except OnnxImportError as e:
         raise UserError(f"opdsl cannot load {path}: {e}") from None
-    except _package_error() as e:  # "<manifest>:<line>: ..." already says where
+    except PackageError as e:  # "<manifest>:<line>: ..." already says where
         raise UserError(str(e)) from None
     try:
         got = model.run(feeds)
