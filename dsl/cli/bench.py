@@ -11,7 +11,6 @@ install it.
 """
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import time
@@ -19,7 +18,7 @@ from typing import List
 
 import numpy as np
 
-from dsl.cli.errors import UserError
+from dsl.cli.errors import UserError, require_file
 from dsl.cli.feeds import make_feeds, parse_pairs
 
 ORT_HINT = "pip install onnxruntime"
@@ -67,9 +66,7 @@ def run(args, out=None) -> int:
 
     out = out or sys.stdout
     say = lambda *a: print(*a, file=out)  # noqa: E731
-    path = args.model
-    if not os.path.isfile(path):
-        raise BenchError(f"no such file: {path}")
+    path = require_file(args.model)
     if args.repeat < 1 or args.warmup < 0 or args.top < 0:
         raise BenchError("--repeat must be >= 1, --warmup and --top >= 0")
     try:

@@ -18,7 +18,7 @@ from typing import Dict, List, Tuple
 import numpy as np
 
 import dsl
-from dsl.cli.errors import UserError
+from dsl.cli.errors import UserError, require_file
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError
 
@@ -48,9 +48,7 @@ def register(sub) -> None:
 
 def load_module(path: str):
     """Import ``path`` as a module (its folder first on sys.path, as ``python FILE`` would)."""
-    file = Path(path).resolve()
-    if not file.is_file():
-        raise UserError(f"no such file: {path}")
+    file = Path(require_file(path)).resolve()
     if file.suffix != ".py":
         raise UserError(f"{path}: expected a Python file (.py) holding @dsl.kernel functions")
     name = "opdsl_user_" + "".join(c if c.isalnum() else "_" for c in file.stem)

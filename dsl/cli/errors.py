@@ -6,3 +6,22 @@ parser assembly that imports them."""
 
 class UserError(Exception):
     """A problem the user can fix (bad argument, missing file, ...); printed without a traceback."""
+
+
+def require_file(path: str) -> str:
+    """``path`` itself, after checking it names a file: every command that reads one says the same."""
+    import os
+
+    if not os.path.isfile(path):
+        raise UserError(f"no such file: {path}")
+    return path
+
+
+def require_folder_or_nothing(path, option: str):
+    """``path`` as a Path, after checking it is a folder or does not exist yet (an output folder)."""
+    from pathlib import Path
+
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"{option} {folder}: exists and is not a folder")
+    return folder

@@ -9,13 +9,12 @@ files.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
-from dsl.cli.errors import UserError
+from dsl.cli.errors import UserError, require_file, require_folder_or_nothing
 
 EXAMPLE = """example:
   opdsl new-package model.onnx -o my_ops/
@@ -238,12 +237,8 @@ def run(args) -> int:
 
     from dsl.cli import skeleton
 
-    path = args.model
-    if not os.path.isfile(path):
-        raise UserError(f"no such file: {path}")
-    folder = Path(args.output)
-    if folder.exists() and not folder.is_dir():
-        raise UserError(f"-o {folder}: exists and is not a folder")
+    path = require_file(args.model)
+    folder = require_folder_or_nothing(args.output, "-o")
     if folder.is_dir() and any(folder.iterdir()):
         raise UserError(f"-o {folder}: the folder is not empty; new-package never overwrites files "
                         "(give a new or empty folder)")

@@ -10,12 +10,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from pathlib import Path
 from typing import Dict, List
 
 import numpy as np
 
-from dsl.cli.errors import UserError
+from dsl.cli.errors import UserError, require_file, require_folder_or_nothing
 from dsl.cli.feeds import make_feeds, parse_pairs
 
 EXAMPLE = """examples:
@@ -74,13 +73,9 @@ def run(args) -> int:
     from dsl.onnx.load import OnnxImportError
     from dsl.package import PackageError
 
-    path = args.model
-    if not os.path.isfile(path):
-        raise UserError(f"no such file: {path}")
+    path = require_file(args.model)
     packages = _packages(args.package)
-    out_dir = Path(args.output_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"--output-dir {out_dir}: exists and is not a folder")
+    out_dir = require_folder_or_nothing(args.output_dir, "--output-dir")
     try:
         proto = onnx.load(path, load_external_data=False)
     except Exception as e:
