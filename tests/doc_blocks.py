@@ -1,0 +1,138 @@
+"""Find the runnable examples of a Markdown page, and run them (``python tests/doc_blocks.py PAGE``).
+
+Every ```python block of a page runs, in order, in one namespace shared by the page's blocks.
+Two HTML comments, invisible on GitHub, are the only markers (docs/architecture.md, "Writing
+docs"):
+
+- ``<!-- doc-setup: CODE -->`` (one line, or CODE on the lines up to ``-->``) directly above a
+  python block runs CODE just before it: set-up a reader need not see.
+- ``<!-- doc-requires: opencl onnxruntime -->`` anywhere names what the page needs; the test skips
+  the page, saying why, where one is missing (``opencl``: a usable OpenCL device; any other word:
+  an importable module).
+
+Each block is compiled under the page's own path with its lines where they stand in the page,
+so a traceback, a ``dsl.CompileError`` caret and ``inspect.getsource`` of a kernel defined in a
+block all point into the .md file.
+"""
+import re
+import sys
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Tuple
+
+RUNNABLE = ("python", "py", "python3")  # a fence of one of these languages runs; others do not
+FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
+SETUP = re.compile(r"^\s*<!--\s*doc-setup\b:?(.*)$")
+REQUIRES = re.compile(r"<!--\s*doc-requires:\s*(.*?)\s*-->")
+
+
+class DocFormatError(ValueError):
+    """A page whose markers cannot be read: the message names the page and line."""
+
+
+@dataclass
+class Block:
+    """One python block: its code, and the 1-based line of its first code line in the page."""
+    line: int
+    code: str
+    setup_line: int = 0   # the first line of its doc-setup code, 0 when it has none
+    setup: str = ""
+
+
+def requirements(text: str) -> List[str]:
+    """The words of every ``doc-requires`` marker of a page, in order, without repeats."""
+    words: List[str] = []
+    for m in REQUIRES.finditer(text):
+        words += [w for w in m.group(1).replace(",", " ").split() if w not in words]
+    return words
+
+
+def _setup_comment(lines: List[str], k: int, page: str) -> Tuple[int, str, int]:
+    """(first code line, code, index after the comment) of the doc-setup comment opening at ``k``."""
+    first = SETUP.match(lines[k]).group(1)
+    if "-->" in first:  # one line: <!-- doc-setup: x = 1 -->
+        return k + 1, first[:first.index("-->")].strip(), k + 1
+    body, j = [first] if first.strip() else [], k + 1
+    start = k + 1 if first.strip() else k + 2
+    while j < len(lines) and "-->" not in lines[j]:
+        body.append(lines[j])
+        j += 1
+    if j == len(lines):
+        raise DocFormatError(f"{page}:{k + 1}: the doc-setup comment is never closed with -->")
+    tail = lines[j][:lines[j].index("-->")]
+    if tail.strip():
+        body.append(tail)
+    return start, "\n".join(body), j + 1
+
+
+def blocks(text: str, page: str = "<page>") -> List[Block]:
+    """The python blocks of a page with their doc-setup code; a misplaced marker is an error."""
+    lines = text.splitlines()
+    out: List[Block] = []
+    pending = None  # (line of the marker, first code line, code) waiting for its block
+    k = 0
+    while k < len(lines):
+        m = FENCE.match(lines[k])
+        if SETUP.match(lines[k]):
+            if pending:
+                raise DocFormatError(f"{page}:{pending[0]}: a doc-setup comment must be followed by a "
+                                     "```python block, but another doc-setup comes first")
+            start, code, nxt = _setup_comment(lines, k, page)
+            pending = (k + 1, start, code)
+            k = nxt
+            continue
+        if m:
+            indent, fence, lang = m.groups()
+            end = k + 1
+            while end < len(lines) and not lines[end].strip().startswith(fence):
+                end += 1
+            if lang.lower() in RUNNABLE:
+                code = "\n".join(ln[len(indent):] if ln.startswith(indent) else ln for ln in lines[k + 1:end])
+                setup_line, setup = (pending[1], pending[2]) if pending else (0, "")
+                out.append(Block(k + 2, code, setup_line, setup))
+            elif pending:
+                raise DocFormatError(f"{page}:{pending[0]}: a doc-setup comment must be followed by a "
+                                     f"```python block, not a ```{lang} block")
+            pending = None
+            k = end + 1
+            continue
+        if pending and lines[k].strip():
+            raise DocFormatError(f"{page}:{pending[0]}: a doc-setup comment must stand directly above a "
+                                 f"```python block (only blank lines between), but line {k + 1} comes first")
+        k += 1
+    if pending:
+        raise DocFormatError(f"{page}:{pending[0]}: a doc-setup comment with no ```python block after it")
+    return out
+
+
+def _compiled(code: str, line: int, page: str):
+    """``code`` compiled so that its first line is line ``line`` of ``page``."""
+    return compile("\n" * (line - 1) + code + "\n", page, "exec")
+
+
+def run_page(path: Path, name: str = "") -> int:
+    """Run every block of ``path`` in one fresh namespace; 0, or 1 after reporting the failing block
+    (as ``name``, the path by default) with its traceback."""
+    page = str(path.resolve())  # absolute: inspect finds kernel sources whatever the working folder
+    name = name or str(path)
+    text = path.read_text()
+    namespace = {"__name__": "__main__", "__file__": page}
+    for b in blocks(text, page):
+        steps = ((b.setup_line, b.setup, f"doc-setup (line {b.setup_line}) of the python block at line {b.line}"),
+                 (b.line, b.code, f"python block at line {b.line}"))
+        for line, code, what in steps:
+            if not code.strip():
+                continue
+            try:
+                exec(_compiled(code, line, page), namespace)
+            except BaseException as e:
+                sys.stdout.flush()
+                tb = "".join(traceback.format_exception(type(e), e, e.__traceback__.tb_next))  # not run_page's frame
+                sys.stderr.write(f"{name}: the {what} failed:\n{tb}")
+                return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_page(Path(sys.argv[1]), *sys.argv[2:3]))

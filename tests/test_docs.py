@@ -1,0 +1,51 @@
+"""Every ```python block of README.md and docs/*.md runs, in order, one page per case.
+
+A page's blocks share one namespace; each page runs in its own Python process (in an empty
+working folder that sees the checkout's ``examples/``), so no page can lean on another or on
+what an earlier case registered. The markers are described in tests/doc_blocks.py and in
+docs/architecture.md, "Writing docs".
+"""
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import _unavailable  # tests/ is on sys.path: its files have no package
+from doc_blocks import requirements
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+RUNNER = Path(__file__).with_name("doc_blocks.py")
+PAGE_TIMEOUT = 600  # seconds; a cold compile cache on a loaded machine
+
+
+def _missing(word: str) -> str:
+    """Why requirement ``word`` is not met here, or "" when it is."""
+    if word == "opencl":
+        reason = _unavailable("opencl")
+        return f"no usable OpenCL device: {reason}" if reason else ""
+    return "" if importlib.util.find_spec(word) else f"the module {word!r} is not installed"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
+def test_page_runs(page, tmp_path):
+    name = page.relative_to(ROOT).as_posix()
+    for word in requirements(page.read_text()):
+        why = _missing(word)
+        if why:
+            pytest.skip(f"{name} needs {word}: {why}")
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    env = dict(os.environ, MPLBACKEND="Agg",
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
+    try:
+        done = subprocess.run([sys.executable, str(RUNNER), str(page), name], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=PAGE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{name}: its blocks did not finish within {PAGE_TIMEOUT} s", pytrace=False)
+    if done.returncode:
+        printed = "\n".join(done.stdout.splitlines()[-20:])
+        pytest.fail(f"{done.stderr}\n--- the page's last printed lines:\n{printed}" if printed.strip()
+                    else done.stderr, pytrace=False)
