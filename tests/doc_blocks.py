@@ -22,13 +22,14 @@ from pathlib import Path
 from typing import List, Tuple
 
 RUNNABLE = ("python", "py", "python3")  # a fence of one of these languages runs; others do not
-FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
+FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([^\s`]*)")
+MARKER = re.compile(r"^\s*<!--\s*doc-([\w-]*)")
 SETUP = re.compile(r"^\s*<!--\s*doc-setup\b:?(.*)$")
-REQUIRES = re.compile(r"<!--\s*doc-requires:\s*(.*?)\s*-->")
+REQUIRES = re.compile(r"^\s*<!--\s*doc-requires:(.*?)-->\s*$")
 
 
 class DocFormatError(ValueError):
-    """A page whose markers cannot be read: the message names the page and line."""
+    """A page whose markers or fences cannot be read: the message names the page and line."""
 
 
 @dataclass
@@ -40,12 +41,11 @@ class Block:
     setup: str = ""
 
 
-def requirements(text: str) -> List[str]:
-    """The words of every ``doc-requires`` marker of a page, in order, without repeats."""
-    words: List[str] = []
-    for m in REQUIRES.finditer(text):
-        words += [w for w in m.group(1).replace(",", " ").split() if w not in words]
-    return words
+@dataclass
+class Page:
+    """What a page asks to run: its python blocks in order and its doc-requires words."""
+    blocks: List[Block]
+    requires: List[str]
 
 
 def _setup_comment(lines: List[str], k: int, page: str) -> Tuple[int, str, int]:
@@ -53,10 +53,11 @@ def _setup_comment(lines: List[str], k: int, page: str) -> Tuple[int, str, int]:
     first = SETUP.match(lines[k]).group(1)
     if "-->" in first:  # one line: <!-- doc-setup: x = 1 -->
         return k + 1, first[:first.index("-->")].strip(), k + 1
-    body, j = [first] if first.strip() else [], k + 1
+    indent = lines[k][:len(lines[k]) - len(lines[k].lstrip())]  # a comment inside a list item
+    body, j = [first.strip()] if first.strip() else [], k + 1
     start = k + 1 if first.strip() else k + 2
     while j < len(lines) and "-->" not in lines[j]:
-        body.append(lines[j])
+        body.append(lines[j][len(indent):] if lines[j].startswith(indent) else lines[j])
         j += 1
     if j == len(lines):
         raise DocFormatError(f"{page}:{k + 1}: the doc-setup comment is never closed with -->")
@@ -66,15 +67,33 @@ def _setup_comment(lines: List[str], k: int, page: str) -> Tuple[int, str, int]:
     return start, "\n".join(body), j + 1
 
 
-def blocks(text: str, page: str = "<page>") -> List[Block]:
-    """The python blocks of a page with their doc-setup code; a misplaced marker is an error."""
+def _closing(lines: List[str], k: int, fence: str, page: str) -> int:
+    """The index of the line closing the fence opened at ``k`` (the same character, at least as
+    long, nothing after it)."""
+    for j in range(k + 1, len(lines)):
+        t = lines[j].strip()
+        if t and set(t) == {fence[0]} and len(t) >= len(fence):
+            return j
+    raise DocFormatError(f"{page}:{k + 1}: the {fence} fence opened here is never closed")
+
+
+def parse(text: str, page: str = "<page>") -> Page:
+    """The python blocks of a page with their doc-setup code, and its requirements. Markers
+    count outside fences only; a misplaced or unknown marker is an error naming its line."""
     lines = text.splitlines()
     out: List[Block] = []
+    requires: List[str] = []
     pending = None  # (line of the marker, first code line, code) waiting for its block
     k = 0
     while k < len(lines):
-        m = FENCE.match(lines[k])
-        if SETUP.match(lines[k]):
+        marker, fence = MARKER.match(lines[k]), FENCE.match(lines[k])
+        if marker and marker.group(1) == "requires":
+            m = REQUIRES.match(lines[k])
+            if not m or not m.group(1).split():
+                raise DocFormatError(f"{page}:{k + 1}: write doc-requires on one line as "
+                                     "<!-- doc-requires: opencl onnxruntime -->")
+            requires += [w for w in m.group(1).replace(",", " ").split() if w not in requires]
+        elif marker and marker.group(1) == "setup":
             if pending:
                 raise DocFormatError(f"{page}:{pending[0]}: a doc-setup comment must be followed by a "
                                      "```python block, but another doc-setup comes first")
@@ -82,28 +101,29 @@ def blocks(text: str, page: str = "<page>") -> List[Block]:
             pending = (k + 1, start, code)
             k = nxt
             continue
-        if m:
-            indent, fence, lang = m.groups()
-            end = k + 1
-            while end < len(lines) and not lines[end].strip().startswith(fence):
-                end += 1
+        elif marker:
+            raise DocFormatError(f"{page}:{k + 1}: unknown marker doc-{marker.group(1)}; "
+                                 "the markers are doc-setup and doc-requires")
+        elif fence:
+            indent, ticks, lang = fence.groups()
+            end = _closing(lines, k, ticks, page)
             if lang.lower() in RUNNABLE:
                 code = "\n".join(ln[len(indent):] if ln.startswith(indent) else ln for ln in lines[k + 1:end])
                 setup_line, setup = (pending[1], pending[2]) if pending else (0, "")
                 out.append(Block(k + 2, code, setup_line, setup))
             elif pending:
                 raise DocFormatError(f"{page}:{pending[0]}: a doc-setup comment must be followed by a "
-                                     f"```python block, not a ```{lang} block")
+                                     f"```python block, not a {ticks}{lang} block")
             pending = None
             k = end + 1
             continue
-        if pending and lines[k].strip():
+        elif pending and lines[k].strip():
             raise DocFormatError(f"{page}:{pending[0]}: a doc-setup comment must stand directly above a "
                                  f"```python block (only blank lines between), but line {k + 1} comes first")
         k += 1
     if pending:
         raise DocFormatError(f"{page}:{pending[0]}: a doc-setup comment with no ```python block after it")
-    return out
+    return Page(out, requires)
 
 
 def _compiled(code: str, line: int, page: str):
@@ -118,7 +138,7 @@ def run_page(path: Path, name: str = "") -> int:
     name = name or str(path)
     text = path.read_text()
     namespace = {"__name__": "__main__", "__file__": page}
-    for b in blocks(text, page):
+    for b in parse(text, page).blocks:
         steps = ((b.setup_line, b.setup, f"doc-setup (line {b.setup_line}) of the python block at line {b.line}"),
                  (b.line, b.code, f"python block at line {b.line}"))
         for line, code, what in steps:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import _unavailable  # tests/ is on sys.path: its files have no package
-from doc_blocks import requirements
+from doc_blocks import DocFormatError, parse
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -33,7 +33,11 @@ def _missing(word: str) -> str:
 @pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
 def test_page_runs(page, tmp_path):
     name = page.relative_to(ROOT).as_posix()
-    for word in requirements(page.read_text()):
+    try:
+        requires = parse(page.read_text(), name).requires
+    except DocFormatError as e:
+        pytest.fail(str(e), pytrace=False)
+    for word in requires:
         why = _missing(word)
         if why:
             pytest.skip(f"{name} needs {word}: {why}")
