@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import List, Tuple
 
 RUNNABLE = ("python", "py", "python3")  # a fence of one of these languages runs; others do not
-FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([^\s`]*)")
+FENCE = re.compile(r"^(\s*)(`{3,}(?=[^`]*$)|~{3,})\s*([^\s`]*)")  # no ` after ```: an inline code span
 MARKER = re.compile(r"^\s*<!--\s*doc-([\w-]*)")
 SETUP = re.compile(r"^\s*<!--\s*doc-setup\b:?(.*)$")
 REQUIRES = re.compile(r"^\s*<!--\s*doc-requires:(.*?)-->\s*$")
@@ -107,6 +107,9 @@ def parse(text: str, page: str = "<page>") -> Page:
         elif fence:
             indent, ticks, lang = fence.groups()
             end = _closing(lines, k, ticks, page)
+            if not lang:
+                raise DocFormatError(f"{page}:{k + 1}: a fence needs a language: ```python runs; ```text "
+                                     "(output), ```bash, ```yaml and the like do not")
             if lang.lower() in RUNNABLE:
                 code = "\n".join(ln[len(indent):] if ln.startswith(indent) else ln for ln in lines[k + 1:end])
                 setup_line, setup = (pending[1], pending[2]) if pending else (0, "")

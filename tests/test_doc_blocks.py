@@ -28,6 +28,7 @@ PAGE = textwrap.dedent("""\
     ```
     <!-- doc-requires: nothing-inside-a-fence -->
     ````
+    ```` ```python ```` in a sentence opens no fence.
     - a list item:
       <!-- doc-setup:
       d = 2
@@ -41,8 +42,8 @@ PAGE = textwrap.dedent("""\
 def test_python_blocks_their_lines_and_setup():
     page = parse(PAGE)
     assert page.requires == ["opencl", "onnxruntime"]
-    assert [(b.line, b.code) for b in page.blocks] == [(5, "a = 1"), (14, "c = a + b"), (28, "e = c * d")]
-    assert [(b.setup_line, b.setup) for b in page.blocks] == [(0, ""), (12, "b = 2"), (25, "d = 2")]
+    assert [(b.line, b.code) for b in page.blocks] == [(5, "a = 1"), (14, "c = a + b"), (29, "e = c * d")]
+    assert [(b.setup_line, b.setup) for b in page.blocks] == [(0, ""), (12, "b = 2"), (26, "d = 2")]
 
 
 def test_multiline_setup_keeps_its_lines():
@@ -64,6 +65,8 @@ def test_multiline_setup_keeps_its_lines():
     ("<!-- doc-requires:\nopencl -->\n", "p.md:1: write doc-requires on one line as "
      "<!-- doc-requires: opencl onnxruntime -->"),
     ("text\n```python\nx = 1\n", "p.md:2: the ``` fence opened here is never closed"),
+    ("```\n$ opdsl demo\n```\n", "p.md:1: a fence needs a language: ```python runs; ```text (output), "
+     "```bash, ```yaml and the like do not"),
 ])
 def test_bad_markers_name_the_page_and_line(text, message):
     with pytest.raises(DocFormatError) as e:
