@@ -17,6 +17,7 @@ block all point into the .md file.
 import re
 import sys
 import traceback
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Tuple
@@ -135,12 +136,16 @@ def _compiled(code: str, line: int, page: str):
 
 
 def run_page(path: Path, name: str = "") -> int:
-    """Run every block of ``path`` in one fresh namespace; 0, or 1 after reporting the failing block
-    (as ``name``, the path by default) with its traceback."""
+    """Run every block of ``path`` in one fresh ``__main__`` module; 0, or 1 after reporting the
+    failing block (as ``name``, the path by default) with its traceback."""
     page = str(path.resolve())  # absolute: inspect finds kernel sources whatever the working folder
     name = name or str(path)
     text = path.read_text()
-    namespace = {"__name__": "__main__", "__file__": page}
+    # the namespace is a fresh __main__ module, as for a script: pickle finds what blocks define.
+    # No __file__: multiprocessing's spawn would run the .md as the children's main script.
+    main = types.ModuleType("__main__")
+    sys.modules["__main__"] = main
+    namespace = main.__dict__
     for b in parse(text, page).blocks:
         steps = ((b.setup_line, b.setup, f"doc-setup (line {b.setup_line}) of the python block at line {b.line}"),
                  (b.line, b.code, f"python block at line {b.line}"))

@@ -1,4 +1,5 @@
 """The runner of the docs' examples: which blocks run, its markers, and what a failure reports."""
+import sys
 import textwrap
 import numpy as np
 import pytest
@@ -74,14 +75,15 @@ def test_bad_markers_name_the_page_and_line(text, message):
     assert str(e.value) == message
 
 
-def _run(tmp_path, text, capsys):
+def _run(tmp_path, text, capsys, monkeypatch):
     page = tmp_path / "page.md"
     page.write_text(textwrap.dedent(text))
+    monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])  # run_page replaces it
     code = run_page(page, "page.md")
     return code, capsys.readouterr()
 
 
-def test_blocks_share_one_namespace_in_order(tmp_path, capsys):
+def test_blocks_share_one_namespace_in_order(tmp_path, capsys, monkeypatch):
     code, out = _run(tmp_path, """\
         ```python
         x = [1]
@@ -91,11 +93,26 @@ def test_blocks_share_one_namespace_in_order(tmp_path, capsys):
         x.append(3)
         print(x)
         ```
-        """, capsys)
+        """, capsys, monkeypatch)
     assert (code, out.out, out.err) == (0, "[1, 2, 3]\n", "")
 
 
-def test_a_failure_names_the_page_the_block_line_and_the_traceback(tmp_path, capsys):
+def test_blocks_run_as_a_script_main_module_whose_objects_pickle(tmp_path, capsys, monkeypatch):
+    code, out = _run(tmp_path, """\
+        ```python
+        import pickle
+
+        class Point:
+            def __init__(self, x):
+                self.x = x
+
+        print(__name__, pickle.loads(pickle.dumps(Point(3))).x)
+        ```
+        """, capsys, monkeypatch)
+    assert (code, out.out, out.err) == (0, "__main__ 3\n", "")
+
+
+def test_a_failure_names_the_page_the_block_line_and_the_traceback(tmp_path, capsys, monkeypatch):
     code, out = _run(tmp_path, """\
         ```python
         def half(v):
@@ -108,7 +125,7 @@ def test_a_failure_names_the_page_the_block_line_and_the_traceback(tmp_path, cap
         y = 1
         half(y)
         ```
-        """, capsys)
+        """, capsys, monkeypatch)
     assert code == 1
     assert out.err.startswith("page.md: the python block at line 9 failed:\nTraceback (most recent call last):\n")
     page = str((tmp_path / "page.md").resolve())
@@ -118,11 +135,12 @@ def test_a_failure_names_the_page_the_block_line_and_the_traceback(tmp_path, cap
     assert "doc_blocks.py" not in out.err                            # the runner's frame is hidden
 
 
-def test_a_failing_setup_and_a_syntax_error_are_reported_as_such(tmp_path, capsys):
-    code, out = _run(tmp_path, "<!-- doc-setup: import no_such_module_here -->\n```python\nx = 1\n```\n", capsys)
+def test_a_failing_setup_and_a_syntax_error_are_reported_as_such(tmp_path, capsys, monkeypatch):
+    setup_fails = "<!-- doc-setup: import no_such_module_here -->\n```python\nx = 1\n```\n"
+    code, out = _run(tmp_path, setup_fails, capsys, monkeypatch)
     assert code == 1 and out.err.startswith("page.md: the doc-setup (line 1) of the python block at line 3 failed")
     assert "ModuleNotFoundError" in out.err
-    code, out = _run(tmp_path, "Text.\n\n```python\nx = (\n```\n", capsys)
+    code, out = _run(tmp_path, "Text.\n\n```python\nx = (\n```\n", capsys, monkeypatch)
     assert code == 1 and "page.md: the python block at line 4 failed" in out.err
     assert "SyntaxError" in out.err and 'line 4' in out.err
 
@@ -153,11 +171,12 @@ def test_a_kernel_defined_in_a_block_compiles_and_runs(tmp_path, backend, monkey
         ```
         """))
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
     assert run_page(page) == 0, capsys.readouterr().err
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), 2 * np.arange(10, dtype=np.float32))
 
 
-def test_a_compile_error_points_into_the_page(tmp_path, capsys):
+def test_a_compile_error_points_into_the_page(tmp_path, capsys, monkeypatch):
     code, out = _run(tmp_path, """\
         ```python
         import dsl
@@ -168,7 +187,7 @@ def test_a_compile_error_points_into_the_page(tmp_path, capsys):
             x.flat[0] = 1.0
         bad(__import__("numpy").ones(1, "float32"), __import__("numpy").ones(1, "float32"), backend="interpreter")
         ```
-        """, capsys)
+        """, capsys, monkeypatch)
     assert code == 1
     page = str((tmp_path / "page.md").resolve())
     assert "CompileError" in out.err and f"{page}:7" in out.err

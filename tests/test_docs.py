@@ -53,3 +53,8 @@ def test_page_runs(page, tmp_path):
         printed = "\n".join(done.stdout.splitlines()[-20:])
         pytest.fail(f"{done.stderr}\n--- the page's last printed lines:\n{printed}" if printed.strip()
                     else done.stderr, pytrace=False)
+
+
+def test_a_missing_requirement_skips_with_its_reason():
+    assert _missing("numpy") == ""
+    assert _missing("no_such_module_for_docs") == "the module 'no_such_module_for_docs' is not installed"
