@@ -1,8 +1,7 @@
 """Find the runnable examples of a Markdown page, and run them (``python tests/doc_blocks.py PAGE``).
 
 Every ```python block of a page runs, in order, in one namespace shared by the page's blocks.
-Two HTML comments, invisible on GitHub, are the only markers (docs/architecture.md, "Writing
-docs"):
+Two HTML comments, invisible on GitHub, are the only markers (docs/writing-docs.md):
 
 - ``<!-- doc-setup: CODE -->`` (one line, or CODE on the lines up to ``-->``) directly above a
   python block runs CODE just before it: set-up a reader need not see.

@@ -2,8 +2,7 @@
 
 A page's blocks share one namespace; each page runs in its own Python process (in an empty
 working folder that sees the checkout's ``examples/``), so no page can lean on another or on
-what an earlier case registered. The markers are described in tests/doc_blocks.py and in
-docs/architecture.md, "Writing docs".
+what an earlier case registered. The markers and fence rules: docs/writing-docs.md.
 """
 import importlib.util
 import os
