@@ -157,6 +157,10 @@ def run_page(path: Path, name: str = "") -> int:
                 sys.stdout.flush()
                 tb = "".join(traceback.format_exception(type(e), e, e.__traceback__.tb_next))  # not run_page's frame
                 sys.stderr.write(f"{name}: the {what} failed:\n{tb}")
+                if isinstance(e, ModuleNotFoundError) and e.name:
+                    top = e.name.split(".")[0]
+                    sys.stderr.write(f"(if the page needs {top} where it is installed only, say so with "
+                                     f"<!-- doc-requires: {top} -->: the page then skips where it is missing)\n")
                 return 1
     return 0
 
