@@ -159,8 +159,8 @@ def run_page(path: Path, name: str = "") -> int:
                 sys.stderr.write(f"{name}: the {what} failed:\n{tb}")
                 if isinstance(e, ModuleNotFoundError) and e.name:
                     top = e.name.split(".")[0]
-                    sys.stderr.write(f"(if the page needs {top} where it is installed only, say so with "
-                                     f"<!-- doc-requires: {top} -->: the page then skips where it is missing)\n")
+                    sys.stderr.write(f"(a page needing the optional {top} says so with <!-- doc-requires: {top} -->, "
+                                     f"and is skipped where {top} is missing)\n")
                 return 1
     return 0
 

@@ -140,7 +140,7 @@ def test_a_failing_setup_and_a_syntax_error_are_reported_as_such(tmp_path, capsy
     code, out = _run(tmp_path, setup_fails, capsys, monkeypatch)
     assert code == 1 and out.err.startswith("page.md: the doc-setup (line 1) of the python block at line 3 failed")
     assert "ModuleNotFoundError" in out.err
-    assert "say so with <!-- doc-requires: no_such_module_here -->" in out.err
+    assert "says so with <!-- doc-requires: no_such_module_here -->" in out.err
     code, out = _run(tmp_path, "Text.\n\n```python\nx = (\n```\n", capsys, monkeypatch)
     assert code == 1 and "page.md: the python block at line 4 failed" in out.err
     assert "SyntaxError" in out.err and 'line 4' in out.err
