@@ -1,4 +1,5 @@
-"""Find the runnable examples of a Markdown page, and run them (``python tests/doc_blocks.py PAGE``).
+"""Find the runnable examples of a Markdown page, and run them: ``python tests/doc_blocks.py PAGE``
+runs them in a fresh process, in an empty temporary working folder.
 
 Every ```python block of a page runs, in order, in one namespace shared by the page's blocks.
 Two HTML comments, invisible on GitHub, are the only markers (docs/writing-docs.md):
@@ -13,14 +14,17 @@ Each block is compiled under the page's own path with its lines where they stand
 so a traceback, a ``dsl.CompileError`` caret and ``inspect.getsource`` of a kernel defined in a
 block all point into the .md file.
 """
+import os
 import re
 import sys
+import tempfile
 import traceback
 import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Tuple
 
+ROOT = Path(__file__).resolve().parents[1]  # the checkout whose examples/ pages refer to
 RUNNABLE = ("python", "py", "python3")  # a fence of one of these languages runs; others do not
 FENCE = re.compile(r"^(\s*)(`{3,}(?=[^`]*$)|~{3,})\s*([^\s`]*)")  # no ` after ```: an inline code span
 MARKER = re.compile(r"^\s*<!--\s*doc-([\w-]*)")
@@ -165,5 +169,15 @@ def run_page(path: Path, name: str = "") -> int:
     return 0
 
 
+def run_page_in_sandbox(path: Path, name: str = "") -> int:
+    """``run_page`` in an empty temporary working folder where ``examples/`` is the checkout's,
+    so examples may write files (model.onnx) without touching the checkout."""
+    path = path.resolve()
+    with tempfile.TemporaryDirectory(prefix="opdsl-docs-") as folder:
+        (Path(folder) / "examples").symlink_to(ROOT / "examples")
+        os.chdir(folder)
+        return run_page(path, name)
+
+
 if __name__ == "__main__":
-    sys.exit(run_page(Path(sys.argv[1]), *sys.argv[2:3]))
+    sys.exit(run_page_in_sandbox(Path(sys.argv[1]), *sys.argv[2:3]))

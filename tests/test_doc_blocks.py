@@ -4,7 +4,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from doc_blocks import DocFormatError, parse, run_page
+from doc_blocks import DocFormatError, parse, run_page, run_page_in_sandbox
 
 PAGE = textwrap.dedent("""\
     # A page
@@ -110,6 +110,17 @@ def test_blocks_run_as_a_script_main_module_whose_objects_pickle(tmp_path, capsy
         ```
         """, capsys, monkeypatch)
     assert (code, out.out, out.err) == (0, "__main__ 3\n", "")
+
+
+def test_a_page_runs_in_an_empty_folder_that_sees_the_examples(tmp_path, capsys, monkeypatch):
+    page = tmp_path / "page.md"
+    page.write_text("```python\nimport os\nprint(sorted(os.listdir()), os.path.isdir('examples/qaic_package'))\n"
+                    "open('model.onnx', 'w').close()\n```\n")
+    monkeypatch.chdir(tmp_path)                                        # run_page_in_sandbox leaves it
+    monkeypatch.setitem(sys.modules, "__main__", sys.modules["__main__"])
+    assert run_page_in_sandbox(page) == 0
+    assert capsys.readouterr().out == "['examples'] True\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["page.md"]   # nothing written next to the page
 
 
 def test_a_failure_names_the_page_the_block_line_and_the_traceback(tmp_path, capsys, monkeypatch):

@@ -1,8 +1,8 @@
 """Every ```python block of README.md and docs/*.md runs, in order, one page per case.
 
 A page's blocks share one namespace; each page runs in its own Python process (in an empty
-working folder that sees the checkout's ``examples/``), so no page can lean on another or on
-what an earlier case registered. The markers and fence rules: docs/writing-docs.md.
+temporary working folder that sees the checkout's ``examples/``: tests/doc_blocks.py), so no
+page can lean on another or on what an earlier case registered. The markers and fence rules: docs/writing-docs.md.
 """
 import importlib.util
 import os
@@ -33,7 +33,7 @@ def _missing(word: str) -> str:
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
-def test_page_runs(page, tmp_path):
+def test_page_runs(page):
     name = page.relative_to(ROOT).as_posix()
     try:
         requires = parse(page.read_text(), name).requires
@@ -47,11 +47,10 @@ def test_page_runs(page, tmp_path):
         why = _missing(word)
         if why:
             pytest.skip(f"{name} needs {word}: {why}")
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
     env = dict(os.environ, MPLBACKEND="Agg",
                PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
     try:
-        done = subprocess.run([sys.executable, str(RUNNER), str(page), name], cwd=tmp_path, env=env,
+        done = subprocess.run([sys.executable, str(RUNNER), str(page), name], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=PAGE_TIMEOUT)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{name}: its blocks did not finish within {PAGE_TIMEOUT} s", pytrace=False)
