@@ -104,6 +104,12 @@ class Model:
             key = tuple(t.spec.shape for t in graph.inputs)
             self._plans[key] = self._pool(specs)
 
+    def __reduce__(self):
+        """The compiled graph and options, never compiled code: the receiving process selects
+        the kernels again and compiles them (or loads them from its own disk cache)."""
+        tiling = False if self.tiling == 0 else True if self.tiling < 0 else self.tiling  # per core there
+        return (_unpickle_model, (type(self), self.graph, self.backend, self.stats, self.max_tensor_bytes, tiling))
+
     # ------------------------------------------------------------------ running
     def run(self, feeds: Mapping[str, Any]) -> Dict[str, np.ndarray]:
         """Run the graph on ``feeds`` (input name -> array); returns output name -> array."""
@@ -393,6 +399,16 @@ class Model:
             lines.append(f"  memory: arena {mem.arena_bytes} B in {len(mem.sizes)} buffers "
                          f"(one buffer per tensor: {mem.naive_bytes} B), in-place: {len(mem.inplace)}")
         return "\n".join(lines)
+
+
+def _unpickle_model(cls, graph, backend: str, stats, max_tensor_bytes, tiling) -> "Model":
+    impls = {}
+    for n in graph.nodes:  # what passes.select_kernels chose where the model was compiled
+        try:
+            impls[n.name] = n.op.implementation([None if t is None else t.spec for t in n.inputs], backend)
+        except VerifyError as e:
+            raise VerifyError(f"node {n.name!r}: {e}") from None
+    return cls(graph, backend, impls, stats, max_tensor_bytes=max_tensor_bytes, tiling=tiling)
 
 
 def run_data_dependent(op: Op, impl, ins, backend: str, where: str = "eager call",

@@ -21,6 +21,7 @@ import numpy as np
 
 from dsl import config
 from dsl.runtime import fastpath
+from dsl.runtime import pickling
 from dsl.runtime import grid as launch_grid
 from dsl.lang import check, frontend
 from dsl.lang.signature import param_decls
@@ -87,6 +88,10 @@ class Kernel:
         k.defines = tuple(sorted(merged.items()))
         k.features = self.features | check_features(owner, features)
         return k
+
+    def __reduce__(self):
+        """Pickles by reference when importable, else by source (dsl/runtime/pickling.py)."""
+        return pickling.reduce_kernel(self)
 
     @property
     def base(self) -> "Kernel":
