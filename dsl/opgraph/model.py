@@ -132,6 +132,13 @@ class Model:
 
     __call__ = run
 
+    def run_dask(self, feeds: Mapping[str, Any], batch_axis: int = 0, chunks=None):
+        """{output name: lazy dask array}: ``run`` on each chunk of the feeds along ``batch_axis``,
+        on Dask's local scheduler or the ``dask.distributed.Client`` in scope (docs/dask.md).
+        Feeds are dask arrays, or numpy arrays cut into ``chunks`` rows per chunk."""
+        from dsl.dask import run_dask
+        return run_dask(self, feeds, batch_axis=batch_axis, chunks=chunks)
+
     def profile(self, feeds: Mapping[str, Any], repeat: int = 10, warmup: int = 1):
         """Per-node timing of ``repeat`` runs on ``feeds`` -> ``dsl.opgraph.profile.Profile``
         (``.rows``, ``print(...)``, ``.to_markdown()``)."""

@@ -137,6 +137,7 @@ def function_by_value(fn: types.FunctionType, what: str = "function", source: bo
 class _FunctionByValue:
     def __init__(self, fn: types.FunctionType, what: str, source: bool):
         self.fn, self.what, self.source = fn, what, source
+        self.token = uuid.uuid4().hex  # the same function arriving again is the same function there
 
     def __reduce__(self):
         fn = self.fn
@@ -148,10 +149,10 @@ class _FunctionByValue:
             "closure": tuple(portable(_cell_value(c)) for c in (fn.__closure__ or ())),
             "defaults": portable(fn.__defaults__), "kwdefaults": portable(fn.__kwdefaults__),
             "annotations": portable(dict(fn.__annotations__)), "qualname": fn.__qualname__, "doc": fn.__doc__,
-            "dict": {k: portable(v) for k, v in fn.__dict__.items() if k != "__wrapped__"},
+            "dict": {k: portable(v) for k, v in fn.__dict__.items() if k not in ("__wrapped__", "_opdsl_filled")},
         }
-        return (_make_function, (marshal.dumps(code), fn.__name__, _namespace(fn.__globals__), text), state, None,
-                None, _fill_function)
+        return (_make_function, (marshal.dumps(code), fn.__name__, _namespace(fn.__globals__), text, self.token),
+                state, None, None, _fill_function)
 
 
 _NAMESPACES: Dict[int, Tuple[dict, "_Namespace"]] = {}
@@ -222,9 +223,16 @@ def _source_of(fn, what: str) -> Tuple[str, int, list]:
 _PICKLED_FILES = itertools.count()
 
 
-def _make_function(code_bytes: bytes, name: str, scope: dict, text):
+_FUNCTIONS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()  # token -> function made here
+
+
+def _make_function(code_bytes: bytes, name: str, scope: dict, text, token: str):
     """The function with an empty namespace (``_fill_function`` completes it), its source
-    registered with linecache under a new file name so that ``inspect`` (and the frontend) find it."""
+    registered with linecache under a new file name so that ``inspect`` (and the frontend) find it.
+    A function that arrived before (a kernel in every task of a Dask graph) is returned again."""
+    hit = _FUNCTIONS.get(token)
+    if hit is not None:
+        return hit
     code = marshal.loads(code_bytes)
     if text is not None:
         filename, first, lines = text
@@ -233,7 +241,8 @@ def _make_function(code_bytes: bytes, name: str, scope: dict, text):
         linecache.cache[shown] = (sum(map(len, lines)), None, lines, shown)  # mtime None: never checked
         code = _renamed(code, shown)
     closure = tuple(types.CellType() for _ in code.co_freevars)
-    return types.FunctionType(code, scope, name, None, closure or None)
+    fn = _FUNCTIONS[token] = types.FunctionType(code, scope, name, None, closure or None)
+    return fn
 
 
 def _renamed(code: types.CodeType, filename: str) -> types.CodeType:
@@ -242,6 +251,9 @@ def _renamed(code: types.CodeType, filename: str) -> types.CodeType:
 
 
 def _fill_function(fn: types.FunctionType, state: Dict[str, Any]) -> None:
+    if getattr(fn, "_opdsl_filled", False):
+        return
+    fn._opdsl_filled = True
     for k, v in state["globals"].items():
         fn.__globals__.setdefault(k, v)
     for cell, value in zip(fn.__closure__ or (), state["closure"]):
@@ -321,8 +333,16 @@ def reduce_kernel(kernel):
     return (restore_kernel, (type(kernel), function_by_value(kernel.fn, "kernel", source=True), options))
 
 
+_KERNELS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # function made here -> its kernel
+
+
 def restore_kernel(cls, fn, options):
-    return cls(fn, **options)
+    """One kernel per arriving function: its compiled variants are reused by every task."""
+    with _LOCK:
+        hit = _KERNELS.get(fn)
+        if hit is None or hit[0] != options:
+            hit = _KERNELS[fn] = (options, cls(fn, **options))
+        return hit[1]
 
 
 def restore_variant(base, options, defines, features):
