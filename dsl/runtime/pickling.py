@@ -30,6 +30,7 @@ import inspect
 import itertools
 import linecache
 import marshal
+import os
 import pickle
 import sys
 import threading
@@ -190,6 +191,9 @@ def _cell_value(cell):
         return _EMPTY_CELL
 
 
+_FUNCTIONS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()  # token -> function made here
+
+
 def _global_names(code: types.CodeType) -> set:
     """Every name the code (and the functions, lambdas and comprehensions inside it) may read
     from its globals; attribute names come along too and are dropped when no global has them."""
@@ -221,14 +225,37 @@ def _source_of(fn, what: str) -> Tuple[str, int, list]:
 
 
 _PICKLED_FILES = itertools.count()
+_REGISTERED: set = set()  # file names whose linecache entry this module wrote
 
 
-_FUNCTIONS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()  # token -> function made here
+def _register_source(filename: str, first: int, lines: list) -> str:
+    """The file name under which ``inspect`` finds ``lines`` at line ``first`` here.
+
+    The original name whenever possible (the generated code names it, so the disk cache of
+    compiled code hits across processes): the file here already holds these lines, or no file
+    of that name exists (a notebook cell, a script on another machine) and the lines are laid
+    into an entry of this module's own.  A different file of the same name is never shadowed:
+    the kernel then gets a new name."""
+    lines = [ln if ln.endswith("\n") else ln + "\n" for ln in lines]
+    end = first - 1 + len(lines)
+    if linecache.getlines(filename)[first - 1:end] == lines:
+        return filename
+    if filename in _REGISTERED or (filename not in linecache.cache and not os.path.exists(filename)):
+        name = filename
+    else:
+        name = f"<pickled {filename} #{next(_PICKLED_FILES)}>"
+    entry = linecache.cache.get(name) if name in _REGISTERED else None
+    text = list(entry[2]) if entry else []
+    text += ["\n"] * max(0, end - len(text))
+    text[first - 1:end] = lines
+    linecache.cache[name] = (sum(map(len, text)), None, text, name)  # mtime None: never checked
+    _REGISTERED.add(name)
+    return name
 
 
 def _make_function(code_bytes: bytes, name: str, scope: dict, text, token: str):
     """The function with an empty namespace (``_fill_function`` completes it), its source
-    registered with linecache under a new file name so that ``inspect`` (and the frontend) find it.
+    registered with linecache (``_register_source``) so that ``inspect`` and the frontend find it.
     A function that arrived before (a kernel in every task of a Dask graph) is returned again."""
     hit = _FUNCTIONS.get(token)
     if hit is not None:
@@ -236,10 +263,9 @@ def _make_function(code_bytes: bytes, name: str, scope: dict, text, token: str):
     code = marshal.loads(code_bytes)
     if text is not None:
         filename, first, lines = text
-        shown = f"<pickled {filename} #{next(_PICKLED_FILES)}>"
-        lines = ["\n"] * (first - 1) + [ln if ln.endswith("\n") else ln + "\n" for ln in lines]
-        linecache.cache[shown] = (sum(map(len, lines)), None, lines, shown)  # mtime None: never checked
-        code = _renamed(code, shown)
+        shown = _register_source(filename, first, lines)
+        if shown != code.co_filename:
+            code = _renamed(code, shown)
     closure = tuple(types.CellType() for _ in code.co_freevars)
     fn = _FUNCTIONS[token] = types.FunctionType(code, scope, name, None, closure or None)
     return fn
