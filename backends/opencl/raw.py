@@ -264,6 +264,15 @@ class RawOpenCL:
         self.__dict__.update(state)
         self._kernels, self._lock = {}, threading.Lock()
 
+    def __copy__(self) -> "RawOpenCL":
+        """A shallow copy (variant() gives it its own programs and lock)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo) -> "RawOpenCL":
+        return self
+
     def __repr__(self) -> str:
         ps = ", ".join(f"{p.name}: {p.dtype}" for p in self.params)
         return f"<raw OpenCL op {self.name}({', '.join(self.inputs)} -> {', '.join(self.outputs)}; {ps})>"

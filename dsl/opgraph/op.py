@@ -273,6 +273,12 @@ class Op:
         """Class (by reference, or by value when defined in __main__; dsl/runtime/pickling.py) + params."""
         return (_rebuild, (pickling.portable_class(type(self)), pickling.portable(self._params)))
 
+    def __copy__(self) -> "Op":
+        return type(self)(**self._params)
+
+    def __deepcopy__(self, memo) -> "Op":
+        return type(self)(**self._params)
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in getattr(self, "_params", {}).items())
         return f"{type(self).__name__}({args})"

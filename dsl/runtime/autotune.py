@@ -76,6 +76,14 @@ class Autotuner:
             return (pickling.lookup, ref)
         return (type(self), (self.kernel, pickling.portable(self.configs), self.key, self.reps))
 
+    def __copy__(self) -> "Autotuner":
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo) -> "Autotuner":
+        return self
+
     # ------------------------------------------------------------------ launching
     def __call__(self, *args, backend: Optional[str] = None, grid: Any = None, **kwargs) -> None:
         __tracebackhide__ = True

@@ -93,6 +93,15 @@ class Kernel:
         """Pickles by reference when importable, else by source (dsl/runtime/pickling.py)."""
         return pickling.reduce_kernel(self)
 
+    def __copy__(self) -> "Kernel":
+        """A shallow copy sharing the compiled variants (not the pickling path: copying stays in-process)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo) -> "Kernel":
+        return self  # code, not data: a deep copy of something holding a kernel shares it
+
     @property
     def base(self) -> "Kernel":
         """The kernel as decorated (a variant's origin)."""
