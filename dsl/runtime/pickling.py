@@ -226,6 +226,7 @@ def _source_of(fn, what: str) -> Tuple[str, int, list]:
 
 _PICKLED_FILES = itertools.count()
 _REGISTERED: set = set()  # file names whose linecache entry this module wrote
+_GAP = "pass  # (a line of the original file that was not pickled)\n"
 
 
 def _register_source(filename: str, first: int, lines: list) -> str:
@@ -246,7 +247,9 @@ def _register_source(filename: str, first: int, lines: list) -> str:
         name = f"<pickled {filename} #{next(_PICKLED_FILES)}>"
     entry = linecache.cache.get(name) if name in _REGISTERED else None
     text = list(entry[2]) if entry else []
-    text += ["\n"] * max(0, end - len(text))
+    # lines nobody sent are a statement at column 0, not blank: a blank gap would let inspect read a
+    # function's block on into the next function that arrived from the same file (a method after a kernel)
+    text += [_GAP] * max(0, end - len(text))
     text[first - 1:end] = lines
     linecache.cache[name] = (sum(map(len, text)), None, text, name)  # mtime None: never checked
     _REGISTERED.add(name)
