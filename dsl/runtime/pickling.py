@@ -79,7 +79,8 @@ def lookup(module: str, qualname: str):
 
 def portable(value):
     """``value`` as something the standard pickle can send: modules by name, functions and
-    classes that cannot be imported by value, containers element by element."""
+    classes that cannot be imported by value, containers element by element (anything else
+    pickles as it would anyway)."""
     if isinstance(value, types.ModuleType):
         return _ModuleRef(value.__name__)
     if isinstance(value, types.FunctionType):
@@ -181,14 +182,21 @@ def _new_namespace(module: str) -> dict:
     return {"__builtins__": builtins, "__name__": module}
 
 
-_EMPTY_CELL = ("opdsl-empty-cell",)
+class _EmptyCell:
+    """A closure variable not assigned yet (pickled as this module's one instance)."""
+
+    def __reduce__(self):
+        return "EMPTY_CELL"
+
+
+EMPTY_CELL = _EmptyCell()
 
 
 def _cell_value(cell):
     try:
         return cell.cell_contents
     except ValueError:  # a closure variable not assigned yet
-        return _EMPTY_CELL
+        return EMPTY_CELL
 
 
 _FUNCTIONS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()  # token -> function made here
@@ -286,7 +294,7 @@ def _fill_function(fn: types.FunctionType, state: Dict[str, Any]) -> None:
     for k, v in state["globals"].items():
         fn.__globals__.setdefault(k, v)
     for cell, value in zip(fn.__closure__ or (), state["closure"]):
-        if value != _EMPTY_CELL:
+        if value is not EMPTY_CELL:
             cell.cell_contents = value
     fn.__defaults__, fn.__kwdefaults__ = state["defaults"], state["kwdefaults"]
     fn.__annotations__ = state["annotations"]
