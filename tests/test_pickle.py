@@ -233,3 +233,35 @@ def test_a_func_made_by_exec_without_source_is_a_clear_error():
     f = dsl.func(scope["helper"])
     with pytest.raises(pickle.PicklingError, match=r"cannot pickle @dsl.func 'helper'.*source code is not available"):
         pickle.dumps(f)
+
+
+def test_a_local_op_class_travels_by_value_with_super_closures_and_kernels(backend):
+    table = np.array([1.0, 2.0, 3.0], np.float32)  # a closure the method reads
+
+    @dsl.kernel
+    def triple(x: In[f32], y: Out[f32]):
+        lo, hi = dsl.split(x.size)
+        for i in range(lo, hi):
+            y.flat[i] = x.flat[i] * 3.0
+
+    class Base(dsl.Op):
+        def infer(self, x):
+            return x.spec
+
+    class Triple(Base):
+        factor: float = 2.0
+
+        def infer(self, x):
+            return super().infer(x)  # the __class__ cell must point at the rebuilt class
+
+        def weight(self):
+            return self.factor * float(table.sum())
+        kernels = {"default": triple}
+
+    op = Triple(factor=3.0)
+    back = pickle.loads(pickle.dumps(op))
+    assert type(back) is not Triple and type(back).__name__ == "Triple" and back == type(back)(factor=3.0)
+    assert type(pickle.loads(pickle.dumps(op))) is type(back)  # one rebuilt class per original class
+    assert back.weight() == 18.0
+    x = np.arange(5, dtype=np.float32)
+    np.testing.assert_array_equal(back(x, backend=backend), 3 * x)
