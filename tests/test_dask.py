@@ -167,7 +167,7 @@ def test_map_blocks_on_the_cluster(client):
 def test_a_worker_killed_mid_run_and_the_job_finishes_the_same(client):
     g = dsl.Graph("slow")
     t = g.input("x", ("batch", 8), dsl.f32)
-    g.output(ops.Neg(SlowCopy(n=400_000)(t)), "y")
+    g.output(ops.Neg(SlowCopy(n=2_000_000)(t)), "y")
     model = g.compile(backend="numba")
     x = np.random.default_rng(4).standard_normal((64, 8)).astype(np.float32)
     want = -x
@@ -176,7 +176,7 @@ def test_a_worker_killed_mid_run_and_the_job_finishes_the_same(client):
     running = client.persist(lazy)
     deadline = time.monotonic() + 120
     while not any(s == "finished" for s in _chunk_states(client, running)) and time.monotonic() < deadline:
-        time.sleep(0.02)
+        time.sleep(0.01)
     victim = sorted(pids.values())[0]
     os.kill(victim, signal.SIGKILL)  # its chunks, running or done, are lost with it
     assert not all(s == "finished" for s in _chunk_states(client, running))  # the job was still running
