@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+import weakref
 from typing import Any, Dict, Mapping, Optional
 
 import numpy as np
@@ -43,7 +44,7 @@ def run_dask(model, feeds: Mapping[str, Any], batch_axis: int = 0, chunks=None) 
     first = next(iter(arrays.values()))
     rows = first.chunks[batch_axis]
     parts = {name: a.to_delayed().reshape(-1) for name, a in arrays.items()}
-    model_key = dask.delayed(model, name=f"opdsl-model-{uuid.uuid4().hex}", pure=True)
+    model_key = dask.delayed(model, name=_model_key(model), pure=True)
     shapes = {n_rows: _output_shapes(model, arrays, batch_axis, n_rows) for n_rows in set(rows)}
     outputs: Dict[str, list] = {name: [] for name in model.outputs}
     for i, n_rows in enumerate(rows):
@@ -51,6 +52,18 @@ def run_dask(model, feeds: Mapping[str, Any], batch_axis: int = 0, chunks=None) 
         for name, (shape, dtype) in shapes[n_rows].items():
             outputs[name].append(da.from_delayed(result[name], shape=shape, dtype=dtype))
     return {name: da.concatenate(blocks, axis=batch_axis) for name, blocks in outputs.items()}
+
+
+_MODEL_KEYS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _model_key(model) -> str:
+    """One Dask key per model object: graphs built by several run_dask calls share it, so a
+    cluster that holds the model already need not receive it again."""
+    key = _MODEL_KEYS.get(model)
+    if key is None:
+        key = _MODEL_KEYS.setdefault(model, f"opdsl-model-{uuid.uuid4().hex}")
+    return key
 
 
 def _run_chunk(model, feeds):

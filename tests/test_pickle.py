@@ -202,6 +202,7 @@ def test_model_round_trip_recompiles_and_keeps_constants_read_only(backend):
     model = g.compile(backend=backend)
     back = pickle.loads(pickle.dumps(model))
     assert back.backend == backend and back is not model
+    assert pickle.loads(pickle.dumps(model)) is back  # arriving again (each Dask compute): the same model
     assert not back.graph.constants["w"].flags.writeable
     xv = np.random.default_rng(2).standard_normal((5, 3)).astype(np.float32)
     for _ in range(2):  # a second run reuses the plan and must not have written the constant

@@ -27,6 +27,8 @@ from __future__ import annotations
 import contextlib
 import difflib
 import threading
+import uuid
+import weakref
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
@@ -106,9 +108,13 @@ class Model:
 
     def __reduce__(self):
         """The compiled graph and options, never compiled code: the receiving process selects
-        the kernels again and compiles them (or loads them from its own disk cache)."""
+        the kernels again and compiles them (or loads them from its own disk cache).  The same
+        model arriving again in a process (every compute of a Dask graph) is the same model there,
+        with its plans already built."""
+        token = self.__dict__.setdefault("_pickle_token", uuid.uuid4().hex)
         tiling = False if self.tiling == 0 else True if self.tiling < 0 else self.tiling  # per core there
-        return (_unpickle_model, (type(self), self.graph, self.backend, self.stats, self.max_tensor_bytes, tiling))
+        return (_unpickle_model, (type(self), token, self.graph, self.backend, self.stats, self.max_tensor_bytes,
+                                  tiling))
 
     # ------------------------------------------------------------------ running
     def run(self, feeds: Mapping[str, Any]) -> Dict[str, np.ndarray]:
@@ -408,14 +414,22 @@ class Model:
         return "\n".join(lines)
 
 
-def _unpickle_model(cls, graph, backend: str, stats, max_tensor_bytes, tiling) -> "Model":
+_UNPICKLED: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()  # pickle token -> model made here
+
+
+def _unpickle_model(cls, token: str, graph, backend: str, stats, max_tensor_bytes, tiling) -> "Model":
+    hit = _UNPICKLED.get(token)
+    if hit is not None:
+        return hit
     impls = {}
     for n in graph.nodes:  # what passes.select_kernels chose where the model was compiled
         try:
             impls[n.name] = n.op.implementation([None if t is None else t.spec for t in n.inputs], backend)
         except VerifyError as e:
             raise VerifyError(f"node {n.name!r}: {e}") from None
-    return cls(graph, backend, impls, stats, max_tensor_bytes=max_tensor_bytes, tiling=tiling)
+    model = _UNPICKLED[token] = cls(graph, backend, impls, stats, max_tensor_bytes=max_tensor_bytes, tiling=tiling)
+    model._pickle_token = token
+    return model
 
 
 def run_data_dependent(op: Op, impl, ins, backend: str, where: str = "eager call",
