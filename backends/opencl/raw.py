@@ -255,6 +255,24 @@ class RawOpenCL:
             except rt.SanitizerError as e:  # Oclgrind's findings, at lines of the .cl source
                 raise e.located(lambda line: SourceLoc(self.filename, line, 1)) from None
 
+    def __getstate__(self):
+        """Source, hooks and options; built programs and the lock stay here (dsl/runtime/pickling.py
+        makes hooks defined in __main__ travel by value)."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_kernels", "_lock")}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._kernels, self._lock = {}, threading.Lock()
+
+    def __copy__(self) -> "RawOpenCL":
+        """A shallow copy (variant() gives it its own programs and lock)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo) -> "RawOpenCL":
+        return self
+
     def __repr__(self) -> str:
         ps = ", ".join(f"{p.name}: {p.dtype}" for p in self.params)
         return f"<raw OpenCL op {self.name}({', '.join(self.inputs)} -> {', '.join(self.outputs)}; {ps})>"

@@ -44,5 +44,11 @@ class Func:
     def __call__(self, *args):
         return self.fn(*args)
 
+    def __copy__(self) -> "Func":
+        return self  # immutable; pickling goes through dsl/runtime/pickling.py (copyreg), copying must not
+
+    def __deepcopy__(self, memo) -> "Func":
+        return self
+
     def __repr__(self) -> str:
         return f"<dsl.func {self.fn.__qualname__}>"

@@ -307,6 +307,58 @@ class Graph:
         g._counter = itertools.count(len(self.nodes) + 1000)
         return g
 
+    # pickling ------------------------------------------------------------------------------
+    def __getstate__(self):
+        """A flat record (tensors and nodes by position): pickling the linked structure itself
+        would recurse once per node along the longest path and overflow on deep models."""
+        tensors: List[Tensor] = []
+        index: Dict[int, int] = {}
+
+        def slot(t: Optional[Tensor]) -> int:
+            if t is None:
+                return -1
+            if id(t) not in index:
+                index[id(t)] = len(tensors)
+                tensors.append(t)
+            return index[id(t)]
+        node_slot = {id(n): k for k, n in enumerate(self.nodes)}
+        for t in [*self.inputs, *self.tensors.values()]:
+            slot(t)
+        nodes = [(n.name, n.op, [slot(t) for t in n.inputs], [slot(t) for t in n.outputs], n.subgraph)
+                 for n in self.nodes]
+        outputs = [slot(t) for t in self.outputs]
+        rows = [(t.name, t.spec, t.kind, node_slot.get(id(t.producer), -1), t.index, t.value, t.dim_names)
+                for t in tensors]
+        named = [index[id(t)] for t in self.tensors.values()]
+        return {"name": self.name, "rows": rows, "inputs": [index[id(t)] for t in self.inputs], "named": named,
+                "constants": dict(self.constants), "nodes": nodes, "outputs": outputs,
+                "opset_imports": self.opset_imports, "node_names": sorted(self._node_names)}
+
+    def __setstate__(self, state) -> None:
+        Graph.__init__(self, state["name"])
+        for value in [*state["constants"].values(), *(row[5] for row in state["rows"]),
+                      *(row[1].value for row in state["rows"])]:
+            if isinstance(value, np.ndarray):
+                value.setflags(write=False)  # pickle loses the flag; the model plan relies on it
+        tensors = []
+        for name, spec, kind, _, index, value, dim_names in state["rows"]:
+            t = Tensor(self, name, spec, kind, None, index, value)
+            t.dim_names = dim_names
+            tensors.append(t)
+        for name, op, ins, outs, subgraph in state["nodes"]:
+            node = Node(name, op, [None if k < 0 else tensors[k] for k in ins], [tensors[k] for k in outs], subgraph)
+            self.nodes.append(node)
+        for t, row in zip(tensors, state["rows"]):
+            if row[3] >= 0:
+                t.producer = self.nodes[row[3]]
+        self.inputs = [tensors[k] for k in state["inputs"]]
+        self.outputs = [tensors[k] for k in state["outputs"]]
+        self.tensors = {tensors[k].name: tensors[k] for k in state["named"]}
+        self.constants = dict(state["constants"])
+        self.opset_imports = dict(state["opset_imports"])
+        self._node_names = set(state["node_names"])
+        self._counter = itertools.count(len(self.nodes) + 1000)
+
     # display ------------------------------------------------------------------------------
     def __repr__(self) -> str:
         return (f"<dsl.Graph {self.name!r}: {len(self.inputs)} inputs, {len(self.nodes)} nodes, "

@@ -27,6 +27,8 @@ from __future__ import annotations
 import contextlib
 import difflib
 import threading
+import uuid
+import weakref
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
@@ -104,6 +106,16 @@ class Model:
             key = tuple(t.spec.shape for t in graph.inputs)
             self._plans[key] = self._pool(specs)
 
+    def __reduce__(self):
+        """The compiled graph and options, never compiled code: the receiving process selects
+        the kernels again and compiles them (or loads them from its own disk cache).  The same
+        model arriving again in a process (every compute of a Dask graph) is the same model there,
+        with its plans already built."""
+        token = self.__dict__.setdefault("_pickle_token", uuid.uuid4().hex)
+        tiling = False if self.tiling == 0 else True if self.tiling < 0 else self.tiling  # per core there
+        return (_unpickle_model, (type(self), token, self.graph, self.backend, self.stats, self.max_tensor_bytes,
+                                  tiling))
+
     # ------------------------------------------------------------------ running
     def run(self, feeds: Mapping[str, Any]) -> Dict[str, np.ndarray]:
         """Run the graph on ``feeds`` (input name -> array); returns output name -> array."""
@@ -125,6 +137,13 @@ class Model:
             pool.checkin(plan)
 
     __call__ = run
+
+    def run_dask(self, feeds: Mapping[str, Any], batch_axis: int = 0, chunks=None):
+        """{output name: lazy dask array}: ``run`` on each chunk of the feeds along ``batch_axis``,
+        on Dask's local scheduler or the ``dask.distributed.Client`` in scope (docs/dask.md).
+        Feeds are dask arrays, or numpy arrays cut into ``chunks`` rows per chunk."""
+        from dsl.dask import run_dask
+        return run_dask(self, feeds, batch_axis=batch_axis, chunks=chunks)
 
     def profile(self, feeds: Mapping[str, Any], repeat: int = 10, warmup: int = 1):
         """Per-node timing of ``repeat`` runs on ``feeds`` -> ``dsl.opgraph.profile.Profile``
@@ -393,6 +412,24 @@ class Model:
             lines.append(f"  memory: arena {mem.arena_bytes} B in {len(mem.sizes)} buffers "
                          f"(one buffer per tensor: {mem.naive_bytes} B), in-place: {len(mem.inplace)}")
         return "\n".join(lines)
+
+
+_UNPICKLED: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()  # pickle token -> model made here
+
+
+def _unpickle_model(cls, token: str, graph, backend: str, stats, max_tensor_bytes, tiling) -> "Model":
+    hit = _UNPICKLED.get(token)
+    if hit is not None:
+        return hit
+    impls = {}
+    for n in graph.nodes:  # what passes.select_kernels chose where the model was compiled
+        try:
+            impls[n.name] = n.op.implementation([None if t is None else t.spec for t in n.inputs], backend)
+        except VerifyError as e:
+            raise VerifyError(f"node {n.name!r}: {e}") from None
+    model = _UNPICKLED[token] = cls(graph, backend, impls, stats, max_tensor_bytes=max_tensor_bytes, tiling=tiling)
+    model._pickle_token = token
+    return model
 
 
 def run_data_dependent(op: Op, impl, ins, backend: str, where: str = "eager call",

@@ -21,6 +21,7 @@ from dsl.lang.types import DType, as_dtype, from_numpy
 from dsl.opgraph import registry
 from dsl.opgraph.formats import default_select_format
 from dsl.opgraph.spec import Symbolic, TensorSpec, VerifyError, axis_kept, describe
+from dsl.runtime import pickling
 from dsl.runtime.kernel import Kernel
 
 # Class attributes of Op subclasses that are never params even when annotated.
@@ -269,7 +270,14 @@ class Op:
         return self._hash
 
     def __reduce__(self):
-        return (_rebuild, (type(self), self._params))
+        """Class (by reference, or by value when defined in __main__; dsl/runtime/pickling.py) + params."""
+        return (_rebuild, (pickling.portable_class(type(self)), pickling.portable(self._params)))
+
+    def __copy__(self) -> "Op":
+        return type(self)(**self._params)
+
+    def __deepcopy__(self, memo) -> "Op":
+        return type(self)(**self._params)
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in getattr(self, "_params", {}).items())

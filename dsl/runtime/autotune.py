@@ -25,7 +25,7 @@ import numpy as np
 
 from dsl import config
 from dsl.lang import types as T
-from dsl.runtime import tuning_cache
+from dsl.runtime import pickling, tuning_cache
 from dsl.runtime.kernel import Kernel
 from dsl.version import __version__
 
@@ -68,6 +68,21 @@ class Autotuner:
         self._defaults = {p.name: p.default for p in kernel.params if p.default is not inspect.Parameter.empty}
         self._winners: Dict[Tuple[str, Tuple], int] = {}  # (backend, key values) -> config index
         self._lock = threading.RLock()
+
+    def __reduce__(self):
+        """The kernel and configs; winners are found again (or read from disk) where it lands."""
+        ref = pickling.by_reference(self)
+        if ref:
+            return (pickling.lookup, ref)
+        return (type(self), (self.kernel, pickling.portable(self.configs), self.key, self.reps))
+
+    def __copy__(self) -> "Autotuner":
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo) -> "Autotuner":
+        return self
 
     # ------------------------------------------------------------------ launching
     def __call__(self, *args, backend: Optional[str] = None, grid: Any = None, **kwargs) -> None:

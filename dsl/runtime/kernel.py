@@ -21,6 +21,7 @@ import numpy as np
 
 from dsl import config
 from dsl.runtime import fastpath
+from dsl.runtime import pickling
 from dsl.runtime import grid as launch_grid
 from dsl.lang import check, frontend
 from dsl.lang.signature import param_decls
@@ -87,6 +88,19 @@ class Kernel:
         k.defines = tuple(sorted(merged.items()))
         k.features = self.features | check_features(owner, features)
         return k
+
+    def __reduce__(self):
+        """Pickles by reference when importable, else by source (dsl/runtime/pickling.py)."""
+        return pickling.reduce_kernel(self)
+
+    def __copy__(self) -> "Kernel":
+        """A shallow copy sharing the compiled variants (not the pickling path: copying stays in-process)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo) -> "Kernel":
+        return self  # code, not data: a deep copy of something holding a kernel shares it
 
     @property
     def base(self) -> "Kernel":

@@ -1,0 +1,131 @@
+"""A package op's files travel with it when it is pickled (a model sent to a Dask worker), so
+the receiving process needs no shared file system.
+
+Pickling a package op class sends every file of its package folder (the manifest, kernels,
+``functions.py``, ``.cl`` sources, helpers; not ``__pycache__`` or hidden files) and the
+folder's path.  Unpickling returns, in order of preference:
+
+* the class itself, in the process that pickled it;
+* the class of the package registered from the same folder with the same files, in a process
+  that has it (a local cluster on a shared disk: the kernels' disk cache entries then hit);
+* else the package registered from that folder when it holds the same files, or from
+  ``<tmp>/opdsl-packages/<name>-<digest>/``, written once per content; its ops then answer
+  ``load_onnx`` in that process too.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import tempfile
+import threading
+import weakref
+from pathlib import Path
+from typing import Dict, Tuple
+
+from dsl.opgraph import registry
+from dsl.package.errors import PackageError
+from dsl.package.loader import private_name
+from dsl.package.package import MANIFEST, register_package
+
+MAX_BYTES = 64 << 20  # a package larger than this is not a package but a data set
+
+_LOCK = threading.Lock()
+_CARRIERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_CLASSES: Dict[Tuple[str, tuple], type] = {}  # (digest, op key) -> class, in the pickling and unpickling process
+
+
+def carried_class(cls: type) -> "_CarriedClass":
+    """The stand-in that pickles package op class ``cls`` with its package's files."""
+    with _LOCK:
+        hit = _CARRIERS.get(cls)
+        if hit is None:
+            root = Path(sys.modules[cls.__module__].__path__[0])
+            files = _read_files(root, cls.op_type)
+            digest = _digest(files)
+            key = (cls.domain, cls.op_type, cls.since)
+            _CLASSES[(digest, key)] = cls
+            hit = _CARRIERS[cls] = _CarriedClass(_package_name(cls), digest, files, key, str(root))
+        return hit
+
+
+def _package_name(cls) -> str:
+    return cls.__module__.split("_opdsl_pkg_", 1)[-1].rsplit("_", 1)[0]
+
+
+def _digest(files: Dict[str, bytes]) -> str:
+    return hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()[:20]
+
+
+def _read_files(root: Path, op_type: str) -> Dict[str, bytes]:
+    files, total = {}, 0
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
+        for name in sorted(names):
+            if name.startswith(".") or name.endswith(".pyc"):
+                continue
+            path = Path(folder) / name
+            data = path.read_bytes()
+            total += len(data)
+            if total > MAX_BYTES:
+                raise PackageError(str(root), 0, None, f"pickling op {op_type}: the package folder holds more "
+                                   f"than {MAX_BYTES >> 20} MiB, which would travel with every pickled model; "
+                                   "accepted: keep data files out of the package folder")
+            files[path.relative_to(root).as_posix()] = data
+    return files
+
+
+class _CarriedClass:
+    def __init__(self, name: str, digest: str, files: Dict[str, bytes], key: tuple, origin: str):
+        self.name, self.digest, self.files, self.key, self.origin = name, digest, files, key, origin
+
+    def __reduce__(self):
+        return (unpickle_class, (self.name, self.digest, self.files, self.key, self.origin))
+
+
+def unpickle_class(name: str, digest: str, files: Dict[str, bytes], key: tuple, origin: str) -> type:
+    """The op class ``key`` of the package made of ``files`` (see the module docstring)."""
+    with _LOCK:
+        hit = _CLASSES.get((digest, key)) or _registered(name, digest, key, origin)
+        if hit is not None:
+            return hit
+        folder = Path(origin) if _same_files(Path(origin), digest) else _write(name, digest, files)
+        package = register_package(folder)
+        for cls in package.ops:
+            _CLASSES[(digest, (cls.domain, cls.op_type, cls.since))] = cls
+        hit = _CLASSES.get((digest, key))
+        if hit is None:
+            raise PackageError(str(folder), 0, None, f"the unpickled package has no op {key[0]}::{key[1]} "
+                               f"(since {key[2]})")
+        return hit
+
+
+def _same_files(root: Path, digest: str) -> bool:
+    try:
+        return (root / MANIFEST).is_file() and _digest(_read_files(root, "")) == digest
+    except (OSError, PackageError):
+        return False
+
+
+def _registered(name: str, digest: str, key: tuple, origin: str):
+    """The class registered here from ``origin`` when that folder still holds the same files."""
+    module = private_name(name, Path(os.path.realpath(origin)))
+    for cls in registry.all_ops():
+        same = cls.__module__ == module and (cls.domain, cls.op_type, cls.since) == key
+        if same and _same_files(Path(origin), digest):
+            _CLASSES[(digest, key)] = cls
+            return cls
+    return None
+
+
+def _write(name: str, digest: str, files: Dict[str, bytes]) -> Path:
+    """The package's files in ``<tmp>/opdsl-packages/<name>-<digest>/``."""
+    folder = Path(tempfile.gettempdir()) / "opdsl-packages" / f"{name}-{digest}"
+    for rel, data in files.items():
+        path = folder / rel
+        if not (path.is_file() and path.read_bytes() == data):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            part = path.with_name(f".{path.name}.{os.getpid()}")
+            part.write_bytes(data)
+            os.replace(part, path)  # whole files only: other worker processes may read the folder now
+    return folder
