@@ -49,3 +49,4 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.col2im import Col2Im  # noqa: F401
     from ops.causal_conv import CausalConvWithState  # noqa: F401
     from ops.linear_attention import LinearAttention  # noqa: F401
+    from ops.control_flow import If, Loop, Scan, Scan8  # noqa: F401
