@@ -39,6 +39,13 @@ def merge_specs(a: TensorSpec, b: TensorSpec, what: str) -> TensorSpec:
     return TensorSpec(tuple(x if x == y else None for x, y in zip(a.shape, b.shape)), a.dtype)
 
 
+def _widened(formals: List[TensorSpec], outs: List[TensorSpec], what: str) -> List[TensorSpec]:
+    """Formal specs of fed-back values, widened to fit the body outputs fed back into them
+    (those missing or of another dtype are left for verify to report)."""
+    return [merge_specs(f, outs[k], f"{what} {k}") if k < len(outs) and outs[k].dtype == f.dtype else f
+            for k, f in enumerate(formals)]
+
+
 def _scalar_value(a: np.ndarray, what: str):
     if a.size != 1:
         raise VerifyError(f"{what} must hold exactly one element, got shape {a.shape}")
@@ -158,9 +165,7 @@ class Loop(ControlFlow):
 
     @classmethod
     def relax(cls, attr, attrs, formals, outs):
-        carried = [merge_specs(f, o, f"Loop carried value {k}") if o.dtype == f.dtype else f
-                   for k, (f, o) in enumerate(zip(formals[2:], outs[1:]))]
-        return formals[:2] + carried
+        return formals[:2] + _widened(formals[2:], outs[1:], "Loop carried value")
 
     @property
     def n_carried(self) -> int:
@@ -273,9 +278,7 @@ class Scan(ControlFlow):
     @classmethod
     def relax(cls, attr, attrs, formals, outs):
         n = len(formals) - int(attrs.get("num_scan_inputs", 0))
-        states = [merge_specs(f, o, f"Scan state {k}") if o.dtype == f.dtype else f
-                  for k, (f, o) in enumerate(zip(formals[:n], outs))]
-        return states + formals[n:]
+        return _widened(formals[:n], outs, "Scan state") + formals[n:]
 
     @property
     def n_states(self) -> int:
