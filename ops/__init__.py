@@ -11,7 +11,7 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.logic import Equal, EqualV7, Less, LessV7, LessOrEqual, Greater, GreaterV7, GreaterOrEqual  # noqa: F401
     from ops.logic import And, Or, Xor, Not, IsNaN, IsInf, Where  # noqa: F401
     from ops.cast import Cast, CastV6, CastLike, BitCast  # noqa: F401
-    from ops.matmul import MatMul, Gemm, FullyConnected  # noqa: F401
+    from ops.matmul import MatMul, Gemm, GemmV6, FullyConnected  # noqa: F401
     from ops.shape import (Identity, Reshape, ReshapeV1, Transpose, Shape, Size, Flatten,  # noqa: F401
                            Squeeze, SqueezeV1, Unsqueeze, UnsqueezeV1, Expand)
     from ops.slicing import Concat, ConcatV1, Split, SplitV1, Slice, SliceV1, Tile, ReverseSequence  # noqa: F401
@@ -29,7 +29,7 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.quant_matmul import MatMulInteger, QLinearMatMul, DynamicQuantizeLinear  # noqa: F401
     from ops.quant_conv import ConvInteger, QLinearConv  # noqa: F401
     from ops.nn import Conv  # noqa: F401
-    from ops.norm import (BatchNormalization, Softmax, LogSoftmax, Hardmax, LpNormalization,  # noqa: F401
+    from ops.norm import (BatchNormalization, BatchNormalizationV6, Softmax, LogSoftmax, Hardmax, LpNormalization,  # noqa: F401
                           LayerNormalization, RMSNormalization, InstanceNormalization, GroupNormalization, LRN)
     from ops.conv_fusion import FusedConv  # noqa: F401
     from ops import qdq_fusion  # noqa: F401  (QDQ MatMul/Conv -> QLinearMatMul/QLinearConv)
