@@ -50,3 +50,6 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.causal_conv import CausalConvWithState  # noqa: F401
     from ops.linear_attention import LinearAttention  # noqa: F401
     from ops.control_flow import If, Loop, Scan, Scan8  # noqa: F401
+    from ops.unique import Unique  # noqa: F401
+    from ops.det import Det  # noqa: F401
+    from ops.mean_variance_norm import mean_variance_normalization  # noqa: F401
