@@ -56,7 +56,7 @@ def graph_attributes(node) -> List:
 def import_bodies(node, env: dict, ins: List[Optional[Tensor]], opsets: Dict[str, int], functions: Dict,
                   depth: int, reader, where: str) -> Tuple[dict, List[Tensor]]:
     """(the node's attributes with each graph attribute as a ``Body``, the outer tensors its
-    bodies capture -- to append to the node's inputs, in attribute order)."""
+    bodies capture -- to append to the node's inputs, bodies in the op's param order)."""
     import onnx
 
     from dsl.onnx import load
@@ -70,7 +70,9 @@ def import_bodies(node, env: dict, ins: List[Optional[Tensor]], opsets: Dict[str
              if a.type not in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)}
     specs = [None if t is None else t.spec for t in ins]
     captured: List[Tensor] = []
-    for a in graph_attributes(node):
+    table = list(cls.param_table())
+    # captures are appended in the op's param order (If: then_branch's, then else_branch's)
+    for a in sorted(graph_attributes(node), key=lambda a: table.index(a.name) if a.name in table else len(table)):
         if a.type == onnx.AttributeProto.GRAPHS:
             raise load.OnnxImportError(f"{where}: attribute {a.name!r} holds a list of graphs, which "
                                        f"{node.op_type} does not take")
