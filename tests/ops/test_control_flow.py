@@ -52,6 +52,8 @@ def test_counted_loop(backend, trips):
     out = m.run({"M": np.array(trips, np.int64), "x0": x0, "a": a})
     np.testing.assert_allclose(out["x_final"], x0 + trips * a)
     np.testing.assert_allclose(out["xs"], np.array([x0 + (k + 1) * a for k in range(trips)]).reshape(trips, 3))
+    body = next(n.op.body for n in m.graph.nodes if n.op_type == "Loop")
+    assert list(body._models) == ([backend] if trips else [])  # compiled once, on first use
 
 
 def test_while_loop_with_condition(backend):
