@@ -3,10 +3,10 @@
 Each body becomes a ``dsl.Graph`` wrapped in a ``Body`` (dsl/opgraph/body.py): its formal
 inputs first, with the specs the op class gives (``body_formals``), then one input per
 outer-scope value the body reads.  ONNX lets a body use any name of an enclosing graph;
-``Scope`` resolves such a name on first use -- an outer constant is copied in as a
-constant (so it still folds), anything else becomes a captured input, and the outer tensor
-is appended to the control-flow node's inputs.  Nested bodies capture through every level
-between them and the name's graph.  Loop-carried values may change shape between
+``Scope`` resolves such a name on first use -- an outer constant, or a value computed from
+constants at load, is copied in as a constant (so it still folds), anything else becomes a
+captured input, and the outer tensor is appended to the control-flow node's inputs.
+Nested bodies capture through every level between them and the name's graph.  Loop-carried values may change shape between
 iterations: when the body's outputs do not fit its formal inputs, the op class widens them
 (``relax``) and the body is built again.
 """
@@ -39,8 +39,9 @@ class Scope(dict):
         outer = self.parent[name]
         if outer is None:
             inner = None
-        elif outer.kind == "constant":
-            inner = self.graph.constant(self.graph.unique_name(name), outer.graph.constants[outer.name])
+        elif outer.kind == "constant" or outer.spec.value is not None:  # known at load: a constant here too
+            value = outer.graph.constants[outer.name] if outer.kind == "constant" else outer.spec.value
+            inner = self.graph.constant(self.graph.unique_name(name), value)
         else:
             inner = self.graph.input(self.graph.unique_name(name), outer.spec.shape, outer.spec.dtype)
             self.captured.append(outer)
