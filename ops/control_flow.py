@@ -30,12 +30,13 @@ from ops.gather import DataDependent
 
 
 def merge_specs(a: TensorSpec, b: TensorSpec, what: str) -> TensorSpec:
-    """One spec covering both: equal dims kept, differing ones ``None`` (dtypes must agree;
-    a rank change keeps ``a``'s rank with every dim unknown)."""
+    """One spec covering both: equal dims kept, differing ones ``None`` (dtypes must agree).
+    Ranks that differ give the larger rank with every dim unknown: a spec cannot say "rank
+    unknown", and unknown dims at least make the model infer again with the real values."""
     if a.dtype != b.dtype:
         raise VerifyError(f"{what}: dtype {a.dtype} vs {b.dtype}; both must be the same")
     if a.ndim != b.ndim:
-        return TensorSpec((None,) * a.ndim, a.dtype)
+        return TensorSpec((None,) * max(a.ndim, b.ndim), a.dtype)
     return TensorSpec(tuple(x if x == y else None for x, y in zip(a.shape, b.shape)), a.dtype)
 
 
@@ -102,6 +103,11 @@ class ControlFlow(DataDependent):
         """Formal specs widened so the values fed back from ``outs`` fit them (loops)."""
         return formals
 
+    @classmethod
+    def never_run(cls, specs: Sequence[Optional[TensorSpec]]) -> dict:
+        """{body param: the body param that runs instead} for bodies these inputs can never run."""
+        return {}
+
     def run(self, impl, inputs, outputs, backend):
         _copy_out(self.run_dynamic(impl, inputs, backend), outputs, self.op_type)
 
@@ -114,6 +120,13 @@ class If(ControlFlow):
     after ``cond`` are the values the branches capture (then's, then else's)."""
     then_branch: Body
     else_branch: Body
+
+    @classmethod
+    def never_run(cls, specs):
+        cond = specs[0] if specs else None
+        if cond is None or cond.value is None or cond.value.size != 1:
+            return {}
+        return {"else_branch": "then_branch"} if bool(cond.value.reshape(-1)[0]) else {"then_branch": "else_branch"}
 
     def _split(self, captures):
         n = self.then_branch.n_captures

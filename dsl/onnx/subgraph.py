@@ -71,9 +71,13 @@ def import_bodies(node, env: dict, ins: List[Optional[Tensor]], opsets: Dict[str
              if a.type not in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)}
     specs = [None if t is None else t.spec for t in ins]
     captured: List[Tensor] = []
+    captures: Dict[str, List[Tensor]] = {}
     table = list(cls.param_table())
-    # captures are appended in the op's param order (If: then_branch's, then else_branch's)
-    for a in sorted(graph_attributes(node), key=lambda a: table.index(a.name) if a.name in table else len(table)):
+    # a body the node can never run (the other branch of an If whose condition is known at
+    # load) is not built: it stands for the one that runs, and may not even import
+    never = cls.never_run(specs)
+    graphs = [a for a in graph_attributes(node) if a.name not in never]
+    for a in graphs:
         if a.type == onnx.AttributeProto.GRAPHS:
             raise load.OnnxImportError(f"{where}: attribute {a.name!r} holds a list of graphs, which "
                                        f"{node.op_type} does not take")
@@ -96,7 +100,11 @@ def import_bodies(node, env: dict, ins: List[Optional[Tensor]], opsets: Dict[str
                 break
             formals = wider
         attrs[a.name] = body
-        captured += scope.captured
+        captures[a.name] = scope.captured
+    for name, runs_instead in never.items():
+        attrs[name], captures[name] = attrs[runs_instead], captures[runs_instead]
+    for name in sorted(captures, key=table.index):  # in the op's param order (If: then's, else's)
+        captured += captures[name]
     return attrs, captured
 
 

@@ -262,3 +262,29 @@ def test_export_round_trip(backend):
         got = dsl.load_onnx(exported, backend=backend).run(feeds)
         for k in want:
             np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_if_known_condition_builds_only_the_branch_that_runs(backend):
+    """A condition known at load (from shapes): the other branch is never built, so one that
+    could not even import (here it reads an undefined name) does not stop the model."""
+    then = body([oh.make_node("Add", ["x", "x"], ["r"])], [], [vi("r", F, [3])], "then")
+    broken = body([oh.make_node("Add", ["x", "nowhere"], ["r2"])], [], [vi("r2", F, [3])], "else")
+    nodes = [oh.make_node("Size", ["x"], ["n"]), oh.make_node("Equal", ["n", "three"], ["c"]),
+             oh.make_node("If", ["c"], ["out"], then_branch=then, else_branch=broken)]
+    m = dsl.load_onnx(model(nodes, [vi("x", F, [3])], [vi("out", F, [3])],
+                            initializers=[oh.make_tensor("three", TP.INT64, [], [3])]), backend=backend)
+    x = np.array([1, 2, 3], np.float32)
+    np.testing.assert_allclose(m.run({"x": x})["out"], 2 * x)
+
+
+def test_if_branches_of_different_ranks(backend):
+    then = body([oh.make_node("ReduceSum", ["x"], ["r"], keepdims=0)], [], [vi("r", F, [])], "then")
+    other = body([oh.make_node("Identity", ["x"], ["r2"])], [], [vi("r2", F, [3])], "else")
+    node = oh.make_node("If", ["c"], ["out"], then_branch=then, else_branch=other)
+    m = dsl.load_onnx(model([node], [vi("c", TP.BOOL, []), vi("x", F, [3])], [vi("out", F, None)], opset=13),
+                      backend=backend)
+    assert m.outputs["out"].shape == (None,)  # the larger rank, every dim unknown: inferred again when run
+    x = np.array([1, 2, 3], np.float32)
+    assert m.run({"c": np.array(True), "x": x})["out"].shape == ()
+    np.testing.assert_allclose(m.run({"c": np.array(True), "x": x})["out"], 6)
+    np.testing.assert_allclose(m.run({"c": np.array(False), "x": x})["out"], x)
