@@ -11,7 +11,7 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.logic import Equal, EqualV7, Less, LessV7, LessOrEqual, Greater, GreaterV7, GreaterOrEqual  # noqa: F401
     from ops.logic import And, Or, Xor, Not, IsNaN, IsInf, Where  # noqa: F401
     from ops.cast import Cast, CastV6, CastLike, BitCast  # noqa: F401
-    from ops.matmul import MatMul, Gemm, FullyConnected  # noqa: F401
+    from ops.matmul import MatMul, Gemm, GemmV6, FullyConnected  # noqa: F401
     from ops.shape import (Identity, Reshape, ReshapeV1, Transpose, Shape, Size, Flatten,  # noqa: F401
                            Squeeze, SqueezeV1, Unsqueeze, UnsqueezeV1, Expand)
     from ops.slicing import Concat, ConcatV1, Split, SplitV1, Slice, SliceV1, Tile, ReverseSequence  # noqa: F401
@@ -29,7 +29,7 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.quant_matmul import MatMulInteger, QLinearMatMul, DynamicQuantizeLinear  # noqa: F401
     from ops.quant_conv import ConvInteger, QLinearConv  # noqa: F401
     from ops.nn import Conv  # noqa: F401
-    from ops.norm import (BatchNormalization, Softmax, LogSoftmax, Hardmax, LpNormalization,  # noqa: F401
+    from ops.norm import (BatchNormalization, BatchNormalizationV6, Softmax, LogSoftmax, Hardmax, LpNormalization,  # noqa: F401
                           LayerNormalization, RMSNormalization, InstanceNormalization, GroupNormalization, LRN)
     from ops.conv_fusion import FusedConv  # noqa: F401
     from ops import qdq_fusion  # noqa: F401  (QDQ MatMul/Conv -> QLinearMatMul/QLinearConv)
@@ -49,3 +49,7 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.col2im import Col2Im  # noqa: F401
     from ops.causal_conv import CausalConvWithState  # noqa: F401
     from ops.linear_attention import LinearAttention  # noqa: F401
+    from ops.control_flow import If, Loop, Scan, Scan8  # noqa: F401
+    from ops.unique import Unique  # noqa: F401
+    from ops.det import Det  # noqa: F401
+    from ops.mean_variance_norm import mean_variance_normalization  # noqa: F401

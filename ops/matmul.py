@@ -296,6 +296,21 @@ class Gemm(dsl.Op):
               int(bool(self.transA)), int(bool(self.transB)), alpha, beta, backend)
 
 
+@dsl.op("Gemm", since=6, until=6)
+class GemmV6(Gemm):
+    """Gemm of opset 6 (PyTorch's old exports): C is required and broadcasts to (M, N) only
+    with ``broadcast=1``; without it C must already be (M, N)."""
+
+    broadcast: int = 0
+
+    def verify(self, a, b, c):
+        super().verify(a, b, c)
+        m, n, _, _ = self._mnk(a, b)
+        if not self.broadcast and any(x is not None and y is not None and x != y for x, y in zip(c.shape, (m, n))) \
+                or not self.broadcast and c.ndim != 2:
+            raise VerifyError(f"Gemm (opset 6) C {c} must be (M, N) = ({m}, {n}) unless broadcast=1")
+
+
 # --------------------------------------------------------------------------- FullyConnected
 
 @dsl.op("FullyConnected", domain="com.opdsl", since=1)

@@ -84,11 +84,25 @@ class BatchNormalization(dsl.Op):
         fmt = "nchwc16" if x.format == "nchwc16" and x.ndim == 4 else "plain"
         return (fmt,) + ("plain",) * len(params), fmt
 
-    def run(self, impl, inputs, outputs, backend):
+    def run(self, impl, inputs, outputs, backend, specs=()):
         x, y = inputs[0], outputs[0]
-        blocked = y.ndim == 5
+        # NCHWc16 storage is 5-D; a plain 5-D input (N, C, D, H, W) is not blocked
+        blocked = y.ndim == 5 and bool(specs) and specs[0] is not None and specs[0].format == "nchwc16"
         inner = int(np.prod(x.shape[2:4] if blocked else x.shape[2:], dtype=np.int64))
         impl(*inputs, y, epsilon=self.epsilon, inner=inner, blocked=blocked, backend=backend)
+
+
+@dsl.op("BatchNormalization", since=6, until=6)
+class BatchNormalizationV6(BatchNormalization):
+    """BatchNormalization of opset 6: ``is_test=1`` is inference (the only mode opdsl runs)."""
+
+    is_test: int = 0
+
+    def verify(self, x, scale, b, mean, var):
+        if not self.is_test:
+            raise VerifyError("BatchNormalization (opset 6) is_test=0 normalizes with the batch's own statistics "
+                              "(training); opdsl runs inference only: accepted is_test=1")
+        super().verify(x, scale, b, mean, var)
 
 
 # =========================================================================== along one axis
@@ -497,9 +511,10 @@ class LRN(dsl.Op):
         fmt = "nchwc16" if x.format == "nchwc16" and x.ndim == 4 else "plain"
         return (fmt,), fmt
 
-    def run(self, impl, inputs, outputs, backend):
+    def run(self, impl, inputs, outputs, backend, specs=()):
         x, y = inputs[0], outputs[0]
-        blocked = y.ndim == 5
+        # NCHWc16 storage is 5-D; a plain 5-D input (N, C, D, H, W) is not blocked
+        blocked = y.ndim == 5 and bool(specs) and specs[0] is not None and specs[0].format == "nchwc16"
         channels = x.shape[1] * BLOCK if blocked else x.shape[1]  # blocked: with the padding channels
         inner = int(np.prod(x.shape[2:4] if blocked else x.shape[2:], dtype=np.int64))
         impl(x, y, channels=channels, inner=inner, size=self.size, alpha=self.alpha, beta=self.beta,

@@ -53,13 +53,13 @@ def _same(a, b) -> bool:
     return a == b
 
 
-def node_attributes(op: Op) -> List:
-    """Attributes for the params of ``op`` that differ from its class defaults."""
+def node_attributes(op: Op, skip=()) -> List:
+    """Attributes for the params of ``op`` that differ from its class defaults (but ``skip``)."""
     out = []
     table = type(op).param_table()
     for name, value in op.params.items():
         p = table[name]
-        if value is None or (not p.required and _same(value, p.default)):
+        if name in skip or value is None or (not p.required and _same(value, p.default)):
             continue
         out.append(attribute(name, value, standard=not op.domain))
     return out

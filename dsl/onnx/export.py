@@ -18,6 +18,8 @@ graph.py, which calls it.
   maps them back to the registered composed op (or expands the body when the op
   is not registered in that process).  The body bakes in the node's params; nodes of
   one composed type with different params get distinct function names.
+* Control-flow nodes (If, Loop, Scan) write their bodies as graph attributes, reading
+  captured values from the enclosing graph by name (subgraph_export.py).
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ from typing import Dict, List, Tuple
 
 from dsl.onnx.attributes import c_order, node_attributes, tensor_type
 from dsl.onnx.lower import lower
+from dsl.onnx.subgraph_export import control_flow_node
+from dsl.opgraph.body import Body
 from dsl.opgraph.op import Op
 
 DEFAULT_OPSET = 21  # ai.onnx opset written when the graph does not say
@@ -132,6 +136,9 @@ class _Exporter:
         op = n.op
         self.note_domain(op)
         op_type = op.op_type
+        bodies = {k: v for k, v in op.params.items() if isinstance(v, Body)}
+        if bodies:  # If / Loop / Scan: bodies become graph attributes (subgraph_export.py)
+            return control_flow_node(self, n, bodies)
         if n.subgraph is not None or getattr(type(op), "composed", False):
             op_type = self.function_for(n)
         proto = helper.make_node(op_type, ["" if t is None else t.name for t in n.inputs],

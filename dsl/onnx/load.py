@@ -32,7 +32,7 @@ import numpy as np
 
 import ops  # noqa: F401 (registers the built-in library that ONNX-domain nodes map to)
 from dsl.lang.types import DType, from_numpy
-from dsl.onnx import coverage
+from dsl.onnx import coverage, subgraph
 from dsl.opgraph import registry
 from dsl.opgraph.graph import Graph, Tensor, apply_op
 from dsl.opgraph.limits import TensorSizeError, check_tensor_bytes, tensor_limit
@@ -417,13 +417,17 @@ def _import_nodes(g: Graph, nodes: Iterable, env: Dict[str, Optional[Tensor]], o
         if domain == "" and node.op_type == "Constant" and registry.find("", "Constant", opsets.get("")) is None:
             env[node.output[0]] = g.constant(g.unique_name(node.output[0]), _constant_node(node, reader))
             continue
-        attrs = {a.name: _attribute_value(a, where, reader) for a in node.attribute}
         ins = []
         for name in node.input:
             if name not in env:
                 raise OnnxImportError(f"{where}: input {name!r} is not defined before this node (not a graph "
                                       f"input, initializer or earlier node output)")
             ins.append(env[name])
+        if subgraph.graph_attributes(node):  # If/Loop/Scan: bodies, and the outer values they read
+            attrs, captured = subgraph.import_bodies(node, env, ins, opsets, functions, depth, reader, where)
+            ins += captured
+        else:
+            attrs = {a.name: _attribute_value(a, where, reader) for a in node.attribute}
         fn = functions.get((domain, node.op_type))
         if fn is not None and registry.find(domain, node.op_type, opsets.get(domain)) is None:
             _expand_function(g, node, fn, ins, env, opsets, functions, prefix, depth, reader)

@@ -19,9 +19,10 @@ SHAPE_VALUE_ELEMENTS = 64  # node outputs at most this large get values while pl
 def shape_values(op: Op, in_specs, outs, backend: str, integers_only: bool = False):
     """``outs`` with values, when every input of ``op`` has one (so it depends on shapes and
     constants only, never on input contents) and its outputs have at most
-    SHAPE_VALUE_ELEMENTS elements (and, with ``integers_only``, are integer tensors: shapes,
-    axes, counts); otherwise ``outs`` unchanged."""
-    if integers_only and any(s.dtype.np.kind not in "iu" for s in outs):
+    SHAPE_VALUE_ELEMENTS elements (and, with ``integers_only``, are integer or bool tensors:
+    shapes, axes, counts, and tests on them such as an If's condition); otherwise ``outs``
+    unchanged."""
+    if integers_only and any(s.dtype.np.kind not in "iub" for s in outs):
         return outs
     if (not outs or not type(op).foldable or all(s.value is not None for s in outs)
             or not any(s is not None for s in in_specs)

@@ -36,6 +36,11 @@ EXCLUDE: Dict[str, str] = {
                                                  "ulp); opdsl's ops round to f16 once per op, the fused op passes",
     r"^test_(sequence|optional|split_to_sequence|concat_from_sequence)|_seq_": "sequence and optional types are not supported",
     r"^test_training_dropout": "Dropout runs inference only (training_mode=True, random masks, is an error)",
+    r"^test_affine_grid_2d(_align_corners)?_expanded$": "the 2-D branch of AffineGrid's expanded If squeezes (Squeeze "
+                                                        "without axes) a tensor whose shape comes from the values of "
+                                                        "the graph input 'size'; opdsl builds bodies at load, when those "
+                                                        "values are unknown. The direct AffineGrid and the 3-D expanded "
+                                                        "cases run",
     r"^test_cast(like)?_(.*_)?U?INT2(_|$)": "2-bit integer types (INT2/UINT2) are not opdsl dtypes",
 }
 
