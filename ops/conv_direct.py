@@ -54,6 +54,14 @@ class DirectConfig:
     NV: int
     P: int
 
+    def __post_init__(self):
+        if self.V not in (2, 4, 8, 16):
+            raise ValueError(f"DirectConfig V={self.V}: lanes must be 2, 4, 8 or 16 (a divisor of the "
+                             f"NCHWc16 block)")
+        if self.NV < 1 or self.P < 1:
+            raise ValueError(f"DirectConfig NV={self.NV}, P={self.P}: the tile needs at least one vector "
+                             f"and one pixel")
+
     @property
     def OCT(self) -> int:
         return self.V * self.NV
@@ -145,8 +153,10 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
     tap_h = geom[G_DH] * sxh
     tap_w = geom[G_DW] * sxw
     cb = (c_in + BLOCK - 1) // BLOCK
-    ocg_n = (m_out + OCT - 1) // OCT
     mb = (m_out + BLOCK - 1) // BLOCK  # NCHWc16 blocks of y
+    ocg_n = (m_out + OCT - 1) // OCT
+    if blocked_out == 1:  # every lane of the last block is written, zero past m_out
+        ocg_n = (mb * BLOCK + OCT - 1) // OCT
     tiles = (ohw + P - 1) // P
     wgroup = cb * kh_n * kw_n * BLOCK * OCT  # packed weights of one oc group
     tile = dsl.scratch((THREADS, P * NV * V), f32)
@@ -189,7 +199,7 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                 q = q0 + px
                 for jv in range(NV):
                     o0 = g * OCT + jv * V  # first output channel of this vector
-                    if o0 < m_out:
+                    if o0 < mb * BLOCK:
                         vec = tile.vload(row + px * OCT + jv * V, V) + bias.vload(o0, V)
                         at = ((nb * mb + o0 // BLOCK) * ohw + q) * BLOCK + o0 % BLOCK
                         if add_res == 1:
@@ -239,7 +249,7 @@ def packed_weights(w: np.ndarray, b: np.ndarray, cfg: DirectConfig, backend: str
             return packed
     m, c = w.shape[0], w.shape[1]
     khw = int(np.prod(w.shape[2:]))
-    groups = -(-m // cfg.OCT)
+    groups = -(-(-(-m // BLOCK) * BLOCK) // cfg.OCT)  # whole NCHWc16 blocks of output channels
     wp = np.empty(groups * -(-c // BLOCK) * khw * BLOCK * cfg.OCT, np.float32)
     bp = np.empty(groups * cfg.OCT, np.float32)
     bias = np.zeros(m, np.float32) if b is None else b.reshape(-1)
@@ -268,7 +278,15 @@ def launch_conv_direct(impl, x, w, bias, y, res, strides, dil, begin, blocked: b
     or its NCHWc16 array when ``blocked`` (then y and res are NCHWc16 too); a padded
     convolution runs the padding copy first."""
     cfg = cfg or direct_config(backend or "numba")
+    for name, a in (("x", x), ("w", w), ("y", y), ("B", bias), ("Z", res)):
+        if a is not None and a.dtype != np.float32:
+            raise ValueError(f"conv_direct computes f32; {name} is {a.dtype} (f16, bf16 and f64 run the GEMM "
+                             f"or conv_nchw kernels)")
     m, c, kh, kw = w.shape
+    channels = x.shape[1] * BLOCK if blocked else x.shape[1]
+    if c > channels or (not blocked and c != channels):
+        raise ValueError(f"conv_direct takes one group: weights {tuple(w.shape)} need C/group = input channels, "
+                         f"the input has {channels if not blocked else f'up to {channels}'} input channels")
     n = x.shape[0]
     h, wd = x.shape[2], x.shape[3]
     oh, ow = y.shape[2], y.shape[3]
@@ -293,7 +311,7 @@ def launch_conv_direct(impl, x, w, bias, y, res, strides, dil, begin, blocked: b
     flat_res = np.zeros(1, np.float32) if res is None else res.reshape(-1)
     kw_args = dict(blocked_out=int(blocked), add_res=int(res is not None), act=act, act_lo=float(lo),
                    act_hi=float(hi), V=cfg.V, NV=cfg.NV, P=cfg.P, backend=backend)
-    tiles = -(-(oh * ow) // cfg.P) * n * -(-m // cfg.OCT)
+    tiles = -(-(oh * ow) // cfg.P) * n * -(-m // cfg.OCT)  # work items
     grid = max(1, min(64, tiles // (2 * THREADS)))
     if padded:
         buf = np.empty(planes * hs * ws * lanes, np.float32)
