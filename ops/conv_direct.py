@@ -43,7 +43,8 @@ PHASE_CONV = 1  # the convolution proper
 G_N, G_C, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_DW, G_OH, G_OW = range(11)
 G_SXN, G_SXB, G_SXC, G_SXH, G_SXW = range(11, 16)   # strides of the image the tiles read
 G_H, G_W, G_PT, G_PL, G_HP, G_WP, G_LANES = range(16, 23)  # the padding copy (LANES: 1 plain, 16 blocked)
-GEOM = 23
+G_TRANSPOSE = 23  # 1: the padding copy turns a plain image into NCHWc16
+GEOM = 24
 
 
 @dataclass(frozen=True)
@@ -53,14 +54,15 @@ class DirectConfig:
     V: int
     NV: int
     P: int
+    TG: int = 8  # tiles sharing one pass over the weights
 
     def __post_init__(self):
         if self.V not in (2, 4, 8, 16):
             raise ValueError(f"DirectConfig V={self.V}: lanes must be 2, 4, 8 or 16 (a divisor of the "
                              f"NCHWc16 block)")
-        if self.NV < 1 or self.P < 1:
-            raise ValueError(f"DirectConfig NV={self.NV}, P={self.P}: the tile needs at least one vector "
-                             f"and one pixel")
+        if self.NV < 1 or self.P < 1 or self.TG < 1:
+            raise ValueError(f"DirectConfig NV={self.NV}, P={self.P}, TG={self.TG}: the tile needs at least "
+                             f"one vector, one pixel and one tile per group")
 
     @property
     def OCT(self) -> int:
@@ -106,8 +108,9 @@ def pack_conv_weights(w: In[f32], b: In[f32], wp: Out[f32], bp: Out[f32], m: i64
 
 @dsl.kernel(threads=THREADS)
 def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], xp: InOut[f32],
-                geom: dsl.Vec[i64, 23], phase: i32, blocked_out: i32, add_res: i32, act: i32,
-                act_lo: f32, act_hi: f32, V: dsl.const[i64], NV: dsl.const[i64], P: dsl.const[i64]):
+                geom: dsl.Vec[i64, 24], phase: i32, blocked_out: i32, add_res: i32, act: i32,
+                act_lo: f32, act_hi: f32, V: dsl.const[i64], NV: dsl.const[i64], P: dsl.const[i64],
+                TG: dsl.const[i64]):
     """PHASE_PAD: xp = x with a zero border (geom's H, W, PT, PL, HP, WP, LANES).  PHASE_CONV:
     y = act(conv(x, w) + bias [+ res]) with x read through geom's strides, ``w``/``bias`` from
     pack_conv_weights, y (and res) NCHWc16 when ``blocked_out`` else plain."""
@@ -121,7 +124,18 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
             plane = row // geom[G_HP]
             ih = hp - geom[G_PT]
             dst = row * wrow
-            if ih < 0 or ih >= geom[G_H]:
+            if geom[G_TRANSPOSE] == 1:  # plain x -> NCHWc16 xp: one input row per channel of the block
+                for e in range(wrow):
+                    xp.flat[dst + e] = f32(0)
+                if ih >= 0 and ih < geom[G_H]:
+                    cb_n = (geom[G_C] + BLOCK - 1) // BLOCK
+                    c0 = (plane % cb_n) * BLOCK
+                    at = dst + geom[G_PL] * BLOCK
+                    for ci in range(min(BLOCK, geom[G_C] - c0)):
+                        src = (((plane // cb_n) * geom[G_C] + c0 + ci) * geom[G_H] + ih) * geom[G_W]
+                        for iw in range(geom[G_W]):
+                            xp.flat[at + iw * BLOCK + ci] = x.flat[src + iw]
+            elif ih < 0 or ih >= geom[G_H]:
                 for e in range(wrow):
                     xp.flat[dst + e] = f32(0)
             else:
@@ -159,77 +173,91 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
         ocg_n = (mb * BLOCK + OCT - 1) // OCT
     tiles = (ohw + P - 1) // P
     wgroup = cb * kh_n * kw_n * BLOCK * OCT  # packed weights of one oc group
-    tile = dsl.scratch((THREADS, P * NV * V), f32)
-    lo, hi = dsl.split(ocg_n * n_img * tiles, grid=True)  # oc group outermost: its weights stay in cache
+    tgroups = (tiles + TG - 1) // TG
+    tile = dsl.scratch((THREADS, TG * P * NV * V), f32)  # the group's partial sums, then its results
+    row = dsl.thread_id() * TG * P * OCT
+    lo, hi = dsl.split(ocg_n * n_img * tgroups, grid=True)  # oc group outermost: its weights stay in cache
     for item in range(lo, hi):
-        t = item % tiles
-        r = item // tiles
+        tg = item % tgroups
+        r = item // tgroups
         nb = r % n_img
         g = r // n_img
-        q0 = t * P
-        off = dsl.local((P,), i64)  # each pixel's window origin in x; past the image: the last pixel
-        for p in dsl.static_range(P):
-            q = min(q0 + p, ohw - 1)
-            off[p] = nb * sxn + (q // ow_n) * step_h + (q % ow_n) * step_w
-        acc = dsl.local((P, NV), dsl.simd(f32, V))
+        t_lo = tg * TG
+        t_hi = min(tiles, t_lo + TG)
+        # per input-channel block, every tile of the group: the block's weights (kh·kw·16·OCT)
+        # are read from L1 by all of them; the tiles' sums wait in ``tile`` between blocks
         for icb in range(cb):
             cn = min(BLOCK, c_in - icb * BLOCK)
-            for kh in range(kh_n):
-                for kw in range(kw_n):
-                    xk = icb * sxb + kh * tap_h + kw * tap_w
-                    wk = g * wgroup + ((icb * kh_n + kh) * kw_n + kw) * BLOCK * OCT
-                    for ci in range(cn):
-                        wv = dsl.local((NV,), dsl.simd(f32, V))
+            for t in range(t_lo, t_hi):
+                q0 = t * P
+                at_t = row + (t - t_lo) * P * OCT
+                off = dsl.local((P,), i64)  # each pixel's window origin in x; past the image: the last pixel
+                for p in dsl.static_range(P):
+                    q = min(q0 + p, ohw - 1)
+                    off[p] = nb * sxn + (q // ow_n) * step_h + (q % ow_n) * step_w
+                acc = dsl.local((P, NV), dsl.simd(f32, V))
+                if icb > 0:
+                    for p in dsl.static_range(P):
                         for j in dsl.static_range(NV):
-                            wv[j] = w.vload(wk + ci * OCT + j * V, V)
-                        xc = xk + ci * sxc
-                        for p in dsl.static_range(P):
-                            xv = dsl.splat(x.flat[xc + off[p]], V)
+                            acc[p, j] = tile.vload(at_t + p * OCT + j * V, V)
+                for kh in range(kh_n):
+                    for kw in range(kw_n):
+                        xk = icb * sxb + kh * tap_h + kw * tap_w
+                        wk = g * wgroup + ((icb * kh_n + kh) * kw_n + kw) * BLOCK * OCT
+                        for ci in range(cn):
+                            wv = dsl.local((NV,), dsl.simd(f32, V))
                             for j in dsl.static_range(NV):
-                                acc[p, j] = dsl.fma(xv, wv[j], acc[p, j])
-        # the epilogue reads the tile back from this thread's scratch row at run time (one
-        # compiled copy, not P × NV × V unrolled ones)
-        row = dsl.thread_id() * P * OCT
-        for p in dsl.static_range(P):
-            for j in dsl.static_range(NV):
-                tile.vstore(row + p * OCT + j * V, acc[p, j])
-        npix = min(P, ohw - q0)
-        if blocked_out == 1:
-            for px in range(npix):
-                q = q0 + px
-                for jv in range(NV):
-                    o0 = g * OCT + jv * V  # first output channel of this vector
-                    if o0 < mb * BLOCK:
-                        vec = tile.vload(row + px * OCT + jv * V, V) + bias.vload(o0, V)
-                        at = ((nb * mb + o0 // BLOCK) * ohw + q) * BLOCK + o0 % BLOCK
-                        if add_res == 1:
-                            vec = vec + res.vload(at, V)
-                        if act == ACT_RELU:
-                            vec = dsl.where(vec <= 0, 0.0, vec)
-                        elif act == ACT_CLIP:
-                            vec = dsl.where(vec < act_lo, act_lo, vec)
-                            vec = dsl.where(vec > act_hi, act_hi, vec)
-                        elif act == ACT_LEAKY_RELU:
-                            vec = dsl.where(vec >= 0, vec, vec * act_lo)
-                        if o0 + V <= m_out:
-                            y.vstore(at, vec)
-                        else:  # the last block: channels past m_out stay zero (NCHWc16 padding)
-                            tile.vstore(row + px * OCT + jv * V, vec)
-                            for k in range(V):
-                                v = f32(0)
-                                if o0 + k < m_out:
-                                    v = tile[dsl.thread_id(), px * OCT + jv * V + k]
-                                y.flat[at + k] = v
-        else:  # plain y: per output channel, the tile's pixels are consecutive in y
-            for o in range(min(OCT, m_out - g * OCT)):
-                oc = g * OCT + o
-                bv = bias.flat[oc]
-                at = (nb * m_out + oc) * ohw + q0
+                                wv[j] = w.vload(wk + ci * OCT + j * V, V)
+                            xc = xk + ci * sxc
+                            for p in dsl.static_range(P):
+                                xv = dsl.splat(x.flat[xc + off[p]], V)
+                                for j in dsl.static_range(NV):
+                                    acc[p, j] = dsl.fma(xv, wv[j], acc[p, j])
+                for p in dsl.static_range(P):
+                    for j in dsl.static_range(NV):
+                        tile.vstore(at_t + p * OCT + j * V, acc[p, j])
+        # the epilogue reads the results back at run time (one compiled copy, not P × NV × V
+        # unrolled ones)
+        for t in range(t_lo, t_hi):
+            q0 = t * P
+            at_t = row + (t - t_lo) * P * OCT
+            npix = min(P, ohw - q0)
+            if blocked_out == 1:
                 for px in range(npix):
-                    v = tile[dsl.thread_id(), px * OCT + o] + bv
-                    if add_res == 1:
-                        v += res.flat[at + px]
-                    y.flat[at + px] = activation(v, act, act_lo, act_hi)
+                    q = q0 + px
+                    for jv in range(NV):
+                        o0 = g * OCT + jv * V  # first output channel of this vector
+                        if o0 < mb * BLOCK:
+                            vec = tile.vload(at_t + px * OCT + jv * V, V) + bias.vload(o0, V)
+                            at = ((nb * mb + o0 // BLOCK) * ohw + q) * BLOCK + o0 % BLOCK
+                            if add_res == 1:
+                                vec = vec + res.vload(at, V)
+                            if act == ACT_RELU:
+                                vec = dsl.where(vec <= 0, 0.0, vec)
+                            elif act == ACT_CLIP:
+                                vec = dsl.where(vec < act_lo, act_lo, vec)
+                                vec = dsl.where(vec > act_hi, act_hi, vec)
+                            elif act == ACT_LEAKY_RELU:
+                                vec = dsl.where(vec >= 0, vec, vec * act_lo)
+                            if o0 + V <= m_out:
+                                y.vstore(at, vec)
+                            else:  # the last block: channels past m_out stay zero (NCHWc16 padding)
+                                tile.vstore(at_t + px * OCT + jv * V, vec)
+                                for k in range(V):
+                                    v = f32(0)
+                                    if o0 + k < m_out:
+                                        v = tile[dsl.thread_id(), (t - t_lo) * P * OCT + px * OCT + jv * V + k]
+                                    y.flat[at + k] = v
+            else:  # plain y: per output channel, the tile's pixels are consecutive in y
+                for o in range(min(OCT, m_out - g * OCT)):
+                    oc = g * OCT + o
+                    bv = bias.flat[oc]
+                    at = (nb * m_out + oc) * ohw + q0
+                    for px in range(npix):
+                        v = tile[dsl.thread_id(), (t - t_lo) * P * OCT + px * OCT + o] + bv
+                        if add_res == 1:
+                            v += res.flat[at + px]
+                        y.flat[at + px] = activation(v, act, act_lo, act_hi)
 
 
 # --------------------------------------------------------------------------- weights
@@ -291,28 +319,33 @@ def launch_conv_direct(impl, x, w, bias, y, res, strides, dil, begin, blocked: b
     h, wd = x.shape[2], x.shape[3]
     oh, ow = y.shape[2], y.shape[3]
     wp, bp = packed_weights(w, bias, cfg, backend)
-    lanes = BLOCK if blocked else 1
-    planes = n * (-(-c // BLOCK) if blocked else c)
     hp = (oh - 1) * strides[0] + (kh - 1) * dil[0] + 1
     wpad = (ow - 1) * strides[1] + (kw - 1) * dil[1] + 1
     padded = begin[0] > 0 or begin[1] > 0 or hp > h or wpad > wd
     hs, ws = (max(hp, begin[0] + h), max(wpad, begin[1] + wd)) if padded else (h, wd)
+    # the padding copy of a plain image of >= 16 channels is NCHWc16: the 16 channels a tile
+    # loops over innermost then share one cache line per pixel instead of 16
+    transpose = padded and not blocked and c >= BLOCK
+    reads_blocked = blocked or transpose
+    lanes = BLOCK if reads_blocked else 1
+    planes = n * (-(-c // BLOCK) if reads_blocked else c)
     geom = np.zeros(GEOM, np.int64)
     geom[[G_N, G_C, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_DW, G_OH, G_OW]] = \
         (n, c, m, kh, kw, strides[0], strides[1], dil[0], dil[1], oh, ow)
-    if blocked:  # x[n, c // 16, h, w, c % 16]
+    if reads_blocked:  # x[n, c // 16, h, w, c % 16]
         geom[[G_SXN, G_SXB, G_SXC, G_SXH, G_SXW]] = (-(-c // BLOCK) * hs * ws * BLOCK, hs * ws * BLOCK, 1,
                                                      ws * BLOCK, BLOCK)
     else:
         geom[[G_SXN, G_SXB, G_SXC, G_SXH, G_SXW]] = (c * hs * ws, BLOCK * hs * ws, hs * ws, ws, 1)
+    geom[G_TRANSPOSE] = int(transpose)
     geom[[G_H, G_W, G_PT, G_PL, G_HP, G_WP, G_LANES]] = (h, wd, begin[0], begin[1], hs, ws, lanes)
     flat_x = x.reshape(-1)
     flat_y = y.reshape(-1)
     flat_res = np.zeros(1, np.float32) if res is None else res.reshape(-1)
     kw_args = dict(blocked_out=int(blocked), add_res=int(res is not None), act=act, act_lo=float(lo),
-                   act_hi=float(hi), V=cfg.V, NV=cfg.NV, P=cfg.P, backend=backend)
-    tiles = -(-(oh * ow) // cfg.P) * n * -(-m // cfg.OCT)  # work items
-    grid = max(1, min(64, tiles // (2 * THREADS)))
+                   act_hi=float(hi), V=cfg.V, NV=cfg.NV, P=cfg.P, TG=cfg.TG, backend=backend)
+    items = -(-(oh * ow) // (cfg.P * cfg.TG)) * n * -(-m // cfg.OCT)
+    grid = max(1, min(64, items // THREADS))
     if padded:
         buf = np.empty(planes * hs * ws * lanes, np.float32)
         impl(flat_x, wp, bp, flat_res, flat_y, buf, geom, phase=PHASE_PAD, grid=max(1, min(grid, planes // 8)),

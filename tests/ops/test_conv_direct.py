@@ -115,11 +115,12 @@ def test_blocked_chain_needs_no_reorder_between_convs(backend):
     np.testing.assert_allclose(model.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("cfg", [DirectConfig(V=4, NV=2, P=3), DirectConfig(V=8, NV=1, P=5)], ids=str)
+@pytest.mark.parametrize("cfg", [DirectConfig(V=4, NV=2, P=3, TG=2), DirectConfig(V=8, NV=1, P=5)], ids=str)
 def test_other_register_tiles(cfg):
-    """Tiles of other targets (narrower vectors, one vector per group) compute the same."""
-    x = RNG.standard_normal((1, 5, 6, 7)).astype(np.float32)
-    w = RNG.standard_normal((11, 5, 3, 2)).astype(np.float32)
+    """Tiles of other targets (narrower vectors, one vector per group, several groups of tiles
+    whose partial sums wait between input-channel blocks) compute the same."""
+    x = RNG.standard_normal((1, 18, 6, 7)).astype(np.float32)
+    w = RNG.standard_normal((11, 18, 3, 2)).astype(np.float32)
     b = RNG.standard_normal(11).astype(np.float32)
     y = np.empty((1, 11, 3, 7), np.float32)
     launch_conv_direct(conv_direct, x, w, b, y, None, (2, 1), (1, 2), (1, 1), False, "interpreter",
