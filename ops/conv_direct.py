@@ -15,11 +15,15 @@ broadcasts one input value per pixel: P·NV fused multiply-adds for NV + P loads
 * **Layouts**: the image is read through strides, so the input may be plain NCHW or NCHWc16;
   the output is written in the input's format (vector stores for NCHWc16, lane stores for
   plain), and so is the residual ``res``.
-* **Padding**: a padded convolution first copies the image into a zero-bordered buffer in the
-  same layout (``PHASE_PAD``, one pass over the input), so the tile loop has no border tests
-  at all; pixels are tiled over the flattened output image (oh·OW + ow), so a 7×7 image
+* **Padding**: a padded convolution first copies the image into a zero-bordered buffer
+  (``PHASE_PAD``, one pass over the input; NCHWc16 once the image has 16 channels, so the 16
+  channels of the innermost loop share a cache line per pixel), so the tile loop has no border
+  tests at all; pixels are tiled over the flattened output image (oh·OW + ow), so a 7×7 image
   fills 49 / 56 lanes of four 14-pixel tiles; the last tile repeats its last pixel and does not
   store the copies.
+* **Weight reuse**: a work item is a group of TG tiles of one oc group; per input-channel
+  block (kh·kw·16·OCT weights, 18 KB for 3×3) every tile of the group runs, its partial sums
+  waiting in scratch, so the deep layers' weights are streamed from L2 once per TG tiles.
 * **Epilogue**: bias, the residual and Relu / Clip / LeakyRelu are applied to the tile before
   its one store (what ops/conv_fusion.py's FusedConv asks for).
 """
