@@ -35,7 +35,7 @@ CASES = [  # (N, C, H, W, M, k, strides, dilations, pads)
     (1, 3, 9, 11, 20, 3, (1, 1), (1, 1), (1, 1, 1, 1)),    # odd image, M past one block
     (2, 5, 10, 9, 33, 3, (2, 2), (1, 1), (1, 0, 2, 1)),    # batch, stride 2, asymmetric pads, two oc groups
     (1, 18, 6, 7, 16, 3, (1, 2), (2, 1), (2, 1, 2, 1)),    # dilation, a partial second input block
-    (1, 4, 5, 5, 8, 1, (2, 2), (1, 1), (0, 0, 0, 0)),      # 1x1 stride 2: no padding copy, M < 16
+    (1, 4, 5, 5, 8, 2, (2, 2), (1, 1), (0, 0, 0, 0)),      # 2x2 stride 2: no padding copy, M < 16
 ]
 
 
@@ -153,7 +153,8 @@ def test_select_picks_direct_by_shape_dtype_and_backend():
     w3, w1 = TensorSpec((64, 64, 3, 3), dsl.f32), TensorSpec((64, 64, 1, 1), dsl.f32)
     assert ops.Conv(pads=(1, 1, 1, 1)).select(x, w3, backend="numba") == "direct"
     assert ops.Conv().select(x, w1, backend="numba") == "gemm"          # 1x1 stride 1: a plain GEMM
-    assert ops.Conv(strides=(2, 2)).select(x, w1, backend="numba") == "direct"
+    assert ops.Conv(strides=(2, 2)).select(x, w1, backend="numba") == "gemm"     # 1x1 stride 2 too
+    assert ops.Conv(strides=(2, 2), pads=(1, 1, 1, 1)).select(x, w3, backend="numba") == "direct"
     assert ops.Conv().select(x, w1, backend="opencl") == "direct"
     xh, wh = TensorSpec((1, 64, 56, 56), dsl.f16), TensorSpec((64, 64, 3, 3), dsl.f16)
     assert ops.Conv(pads=(1, 1, 1, 1)).select(xh, wh, backend="numba") == "gemm"  # f16 keeps the GEMM
