@@ -176,3 +176,21 @@ def test_direct_launch_rejects_what_it_cannot_run():
     with pytest.raises(dsl.VerifyError, match="FusedConv Z .* must have the output's shape"):
         FusedConv(np.zeros((1, 2, 4, 4), np.float32), np.zeros((3, 2, 3, 3), np.float32), None,
                   np.zeros((1, 3, 3, 3), np.float32))
+
+
+def test_a_model_packs_its_constant_weights_once(monkeypatch):
+    """Building the model (run() is recorded twice) and running it pack the weights once."""
+    import ops.conv_direct as cd
+    packs = []
+    real = cd.pack_conv_weights
+    monkeypatch.setattr(cd, "pack_conv_weights", lambda *a, **k: packs.append(1) or real(*a, **k))
+    g = dsl.Graph("once")
+    xi = g.input("x", (1, 4, 6, 6), dsl.f32)
+    w = RNG.standard_normal((8, 4, 3, 3)).astype(np.float32)
+    g.output(ops.Relu(ops.Conv(xi, g.constant("w", w), pads=[1, 1, 1, 1])), "y")
+    model = g.compile(backend="interpreter")
+    x = RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    for _ in range(3):
+        np.testing.assert_allclose(model.run({"x": x})["y"], np.maximum(conv_ref(x, w, pads=(1, 1, 1, 1)), 0),
+                                   rtol=1e-4, atol=1e-4)
+    assert len(packs) == 1
