@@ -9,7 +9,9 @@ f16/bf16 sums are not rounded at every step).  Window bounds are clipped to the
 image once per row and weight, so the inner loops carry no padding tests.
 ``conv_nchw`` works on (N, C, D, H, W): 2-D images run with D = 1 and 1-D ones with
 D = H = 1; the blocked kernel and the GEMM path (ops/gemm_packed.py) take 1-D and 2-D
-images only, so a 3-D convolution always runs ``conv_nchw``.
+images only, so a 3-D convolution always runs ``conv_nchw``.  One-group f32 1-D/2-D
+convolutions run the SIMD register-tile kernel of ops/conv_direct.py instead (``select``:
+"direct"), except unpadded 1×1 ones on numba, which are GEMMs.
 
 Both kernels end in an *epilogue* applied while storing: an optional residual tensor
 added (``add_res``) and an activation (``conv_epilogue``: none, Relu, Clip, LeakyRelu).
