@@ -195,10 +195,18 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
             for t in range(t_lo, t_hi):
                 q0 = t * P
                 at_t = row + (t - t_lo) * P * OCT
-                off = dsl.local((P,), i64)  # each pixel's window origin in x; past the image: the last pixel
+                # each pixel's window origin in x (one division per tile, then a running row and
+                # column); pixels past the image repeat the last one
+                off = dsl.local((P,), i64)
+                qh = q0 // ow_n
+                qw = q0 - qh * ow_n
                 for p in dsl.static_range(P):
-                    q = min(q0 + p, ohw - 1)
-                    off[p] = nb * sxn + (q // ow_n) * step_h + (q % ow_n) * step_w
+                    off[p] = nb * sxn + qh * step_h + qw * step_w
+                    if q0 + p + 1 < ohw:
+                        qw += 1
+                        if qw == ow_n:
+                            qw = 0
+                            qh += 1
                 acc = dsl.local((P, NV), dsl.simd(f32, V))
                 if icb > 0:
                     for p in dsl.static_range(P):
