@@ -332,12 +332,18 @@ def conv_flops(c_in: int, hw: int, c_out: int, k: int, stride: int) -> float:
     return 2.0 * c_out * out * out * c_in * k * k
 
 
+def conv_kernel(model, x, backend: str) -> str:
+    """The ``Conv.kernels`` key the one-node model runs (direct, gemm, plain, nchwc16)."""
+    import dsl
+    return ", ".join(sorted(set(dsl.load_onnx(model, backend=backend).selected({"x": x}).values())))
+
+
 def bench_conv(shapes=RESNET50_CONVS, repeat: int = DEFAULT_REPEAT, backend: str = "numba") -> Table:
     """Batch-1 f32 Conv layers: opdsl (load_onnx) vs onnxruntime on every core, same weights."""
     which = "ResNet-50 layer shapes" if tuple(shapes) == RESNET50_CONVS else "shapes given"
     table = Table(f"Conv f32, batch 1, {which}, vs onnxruntime ({os.cpu_count()} intra-op threads)",
-                  ["C_in, H=W -> C_out, k, stride", "GFLOP", "opdsl best (median)", "onnxruntime best (median)",
-                   "opdsl / ORT", "target", "max |diff| vs ORT"])
+                  ["C_in, H=W -> C_out, k, stride", "GFLOP", "opdsl kernel", "opdsl best (median)",
+                   "onnxruntime best (median)", "opdsl / ORT", "target", "max |diff| vs ORT"])
     ratios = []
     for c_in, hw, c_out, k, stride in shapes:
         name = f"{c_in}, {hw} -> {c_out}, {k}x{k}, s{stride}"
@@ -360,7 +366,7 @@ def bench_conv(shapes=RESNET50_CONVS, repeat: int = DEFAULT_REPEAT, backend: str
         if ratio is not None:
             ratios.append(ratio)
         verdict = table.target(f"opdsl <= {CONV_TARGET}x ORT on {name}", ratio, CONV_TARGET, higher_is_better=False)
-        table.rows.append([name, f"{conv_flops(c_in, hw, c_out, k, stride) / 1e9:.3g}",
+        table.rows.append([name, f"{conv_flops(c_in, hw, c_out, k, stride) / 1e9:.3g}", conv_kernel(model, x, backend),
                            f"{fmt_seconds(t_ours.best)} ({fmt_seconds(t_ours.median)})" if t_ours else "MISMATCH",
                            f"{fmt_seconds(t_ort.best)} ({fmt_seconds(t_ort.median)})",
                            f"{ratio:.2f}x" if ratio is not None else "n/a", f"≤ {CONV_TARGET}x: {verdict}",
@@ -371,6 +377,8 @@ def bench_conv(shapes=RESNET50_CONVS, repeat: int = DEFAULT_REPEAT, backend: str
     table.target(f"geometric mean of opdsl / ORT over the {len(shapes)} shapes <= {CONV_GEOMEAN_TARGET}x",
                  geomean, CONV_GEOMEAN_TARGET, higher_is_better=False)
     table.values["geomean"] = {"ratio": geomean}
+    table.notes.append("opdsl kernel: what Conv.select picked (direct: ops/conv_direct.py's SIMD tile; "
+                       "gemm: ops/gemm_packed.py on x or its implicit im2col)")
     table.notes.append("both run the same one-node ONNX model (weights as initializers, pads k//2); "
                        f"opdsl's result is held to ORT's: allclose(rtol={TOLERANCE['float32']:g}, "
                        f"atol={TOLERANCE['float32']:g} * max|ORT|)")

@@ -9,7 +9,9 @@ f16/bf16 sums are not rounded at every step).  Window bounds are clipped to the
 image once per row and weight, so the inner loops carry no padding tests.
 ``conv_nchw`` works on (N, C, D, H, W): 2-D images run with D = 1 and 1-D ones with
 D = H = 1; the blocked kernel and the GEMM path (ops/gemm_packed.py) take 1-D and 2-D
-images only, so a 3-D convolution always runs ``conv_nchw``.
+images only, so a 3-D convolution always runs ``conv_nchw``.  One-group f32 1-D/2-D
+convolutions run the SIMD register-tile kernel of ops/conv_direct.py instead (``select``:
+"direct"), except unpadded 1×1 ones on numba, which are GEMMs.
 
 Both kernels end in an *epilogue* applied while storing: an optional residual tensor
 added (``add_res``) and an activation (``conv_epilogue``: none, Relu, Clip, LeakyRelu).
@@ -25,6 +27,7 @@ import numpy as np
 import dsl
 from dsl import In, InOut, Out, bool_, i32, i64, f16, bf16, f32, f64
 from dsl.opgraph.spec import TensorSpec, VerifyError
+from ops.conv_direct import conv_direct, direct_supported, launch_conv_direct
 from ops.elementwise import require_dtype, same_dtype
 from ops.gemm_packed import ACT_NONE, PACKED_TYPES, gemm_packed, packed_gemm
 from ops.gemm_packed import activation as conv_epilogue
@@ -222,7 +225,7 @@ class Conv(ConvAttributes):
 
     formats = ("plain", "nchwc16")
     keeps_padding = True  # conv_nchwc16 writes zeros into padding channels
-    kernels = {"plain": conv_nchw, "nchwc16": conv_nchwc16, "gemm": gemm_packed}
+    kernels = {"plain": conv_nchw, "nchwc16": conv_nchwc16, "gemm": gemm_packed, "direct": conv_direct}
 
     def verify(self, x, w, b=None):
         same_dtype("Conv", x, w, b)
@@ -267,7 +270,14 @@ class Conv(ConvAttributes):
         group (AlexNet's two halves, ResNeXt's groups) instead of the blocked direct kernel."""
         return x.shape[1] is not None and x.shape[1] // self.group >= GEMM_GROUP_CHANNELS
 
+    def _direct(self, x, w) -> bool:
+        return w is not None and direct_supported(x, w, self.group)
+
     def select_format(self, x, *rest):
+        if self._direct(x, rest[0] if rest else None):
+            # the direct kernel reads and writes either format: follow the producer, no reorder
+            fmt = x.format if x.format == "nchwc16" else "plain"
+            return (fmt,) + tuple(None if t is None else "plain" for t in rest), fmt
         # blocked pays off once there are enough channels to fill a block and groups are narrow
         # (depthwise); single and wide groups run as GEMMs on plain tensors (on numba; elsewhere
         # conv_nchw)
@@ -277,12 +287,24 @@ class Conv(ConvAttributes):
         return (fmt,) + tuple(None if t is None else "plain" for t in rest), fmt
 
     def select(self, x, w, b=None, backend=None):
+        if self._direct(x, w) and (x.format == "nchwc16" or self._direct_faster(x, w, backend)):
+            return "direct"
         if x.format == "nchwc16":
             return "nchwc16"
         if backend == "numba" and (self.group == 1 or self._wide_groups(x)) and x.dtype in PACKED_TYPES \
                 and x.ndim <= 4:
             return "gemm"
         return "plain"
+
+    def _direct_faster(self, x, w, backend) -> bool:
+        """Direct unless an unpadded 1×1 convolution on numba: with stride 1 that is a plain
+        GEMM reading x in place (ops/gemm_packed.py), with stride 2 one whose B panels are
+        gathered; both measured faster than the tile loop broadcasting from a plain image."""
+        if backend != "numba":
+            return True
+        k, _, _, pads = self._attrs(w)
+        pointwise = all(d == 1 for d in k) and not any(pads) and self.auto_pad in ("NOTSET", "VALID")
+        return not pointwise
 
     def run(self, impl, inputs, outputs, backend):
         b = inputs[2] if len(inputs) > 2 else None
@@ -326,6 +348,9 @@ def launch_conv(conv: Conv, impl, x, w, b, y, backend, res=None, act: int = ACT_
         res = None if res is None else res.reshape(y.shape)
         strides, dil, begin = (1,) + strides, (1,) + dil, (0,) + begin
     bias = np.zeros(w.shape[0], y.dtype) if b is None else b
+    if impl == conv_direct:
+        launch_conv_direct(impl, x, w, b, y, res, strides, dil, begin, x.ndim == 5, backend, act, lo, hi)
+        return
     if impl == gemm_packed:
         conv_as_gemm(impl, conv.group, x, w, bias, y, res, strides, dil, begin, backend, act, lo, hi)
         return

@@ -1,0 +1,368 @@
+"""Direct f32 convolution with a SIMD register tile (oneDNN's / PPL.NN's NCHWc16 loop order).
+
+Why not im2col + GEMM: a 3×3 or 7×7 convolution's im2col panel is gathered element by element
+and, on the small deep layers (7×7 and 14×14 images), most of a 32-column GEMM tile is wasted on
+ragged panels.  Here a work item is a register tile of ``P`` output pixels × ``NV`` vectors of
+``V`` output channels (``dsl.local((P, NV), dsl.simd(f32, V))``); the loops over input-channel
+blocks, kh and kw run outside, and per input channel the kernel loads ``NV`` weight vectors and
+broadcasts one input value per pixel: P·NV fused multiply-adds for NV + P loads.
+
+* **Weights** are reordered once into ``[oc group][ic block][kh][kw][16 ic][OCT oc]``
+  (``pack_conv_weights``, OCT = NV·V, zero-padded), so the NV weight vectors of one input
+  channel are contiguous.  Constant weights (read-only arrays: graph constants, BN-folded ones)
+  are packed the first time a node runs and kept as long as the constant lives
+  (``packed_weights``); writable ones are packed at every call.
+* **Layouts**: the image is read through strides, so the input may be plain NCHW or NCHWc16;
+  the output is written in the input's format (vector stores for NCHWc16, lane stores for
+  plain), and so is the residual ``res``.
+* **Padding**: a padded convolution first copies the image into a zero-bordered buffer
+  (``PHASE_PAD``, one pass over the input; NCHWc16 once the image has 16 channels, so the 16
+  channels of the innermost loop share a cache line per pixel), so the tile loop has no border
+  tests at all; pixels are tiled over the flattened output image (oh·OW + ow), so a 7×7 image
+  fills 49 / 56 lanes of four 14-pixel tiles; the last tile repeats its last pixel and does not
+  store the copies.
+* **Weight reuse**: a work item is a group of TG tiles of one oc group; per input-channel
+  block (kh·kw·16·OCT weights, 18 KB for 3×3) every tile of the group runs, its partial sums
+  waiting in scratch, so the deep layers' weights are streamed from L2 once per TG tiles.
+* **Epilogue**: bias, the residual and Relu / Clip / LeakyRelu are applied to the tile before
+  its one store (what ops/conv_fusion.py's FusedConv asks for).
+"""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+import dsl
+from dsl import In, InOut, Out, f32, i32, i64
+from ops.gemm_packed import ACT_CLIP, ACT_LEAKY_RELU, ACT_RELU, activation
+
+THREADS = 4
+BLOCK = 16  # input channels per weight block, channels per NCHWc16 block
+PHASE_PAD = 0   # copy the image into the zero-bordered buffer
+PHASE_CONV = 1  # the convolution proper
+
+# geometry vector (``geom``) slots
+G_N, G_C, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_DW, G_OH, G_OW = range(11)
+G_SXN, G_SXB, G_SXC, G_SXH, G_SXW = range(11, 16)   # strides of the image the tiles read
+G_H, G_W, G_PT, G_PL, G_HP, G_WP, G_LANES = range(16, 23)  # the padding copy (LANES: 1 plain, 16 blocked)
+G_TRANSPOSE = 23  # 1: the padding copy turns a plain image into NCHWc16
+GEOM = 24
+
+
+@dataclass(frozen=True)
+class DirectConfig:
+    """Register tile of one target: P pixels × NV vectors of V lanes (OCT = NV·V channels)."""
+
+    V: int
+    NV: int
+    P: int
+    TG: int = 8  # tiles sharing one pass over the weights
+
+    def __post_init__(self):
+        if self.V not in (2, 4, 8, 16):
+            raise ValueError(f"DirectConfig V={self.V}: lanes must be 2, 4, 8 or 16 (a divisor of the "
+                             f"NCHWc16 block)")
+        if self.NV < 1 or self.P < 1 or self.TG < 1:
+            raise ValueError(f"DirectConfig NV={self.NV}, P={self.P}, TG={self.TG}: the tile needs at least "
+                             f"one vector, one pixel and one tile per group")
+
+    @property
+    def OCT(self) -> int:
+        return self.V * self.NV
+
+
+def direct_config(backend: str = "numba") -> DirectConfig:
+    """28 of AVX-512's 32 vector registers hold the tile (14 pixels × 32 channels); 12 of
+    AVX2's 16 (6 pixels × 16 channels)."""
+    if "avx512f" in dsl.target(backend).features:
+        return DirectConfig(V=16, NV=2, P=14)
+    return DirectConfig(V=8, NV=2, P=6)
+
+
+@dsl.kernel
+def pack_conv_weights(w: In[f32], b: In[f32], wp: Out[f32], bp: Out[f32], m: i64, c: i64, khw: i64,
+                      OCT: dsl.const[i64]):
+    """wp[g, icb, k, ci, o] = w[g·OCT + o, icb·16 + ci, k] (0 outside), bp[o] = b[o] (0 past m):
+    the direct kernel's weight order, made once per constant."""
+    cb = (c + BLOCK - 1) // BLOCK
+    lo, hi = dsl.split(wp.size)
+    for i in range(lo, hi):
+        o = i % OCT
+        r = i // OCT
+        ci = r % BLOCK
+        r = r // BLOCK
+        k = r % khw
+        r = r // khw
+        icb = r % cb
+        oc = (r // cb) * OCT + o
+        ic = icb * BLOCK + ci
+        v = f32(0)
+        if oc < m and ic < c:
+            v = w.flat[(oc * c + ic) * khw + k]
+        wp.flat[i] = v
+    lo, hi = dsl.split(bp.size)
+    for i in range(lo, hi):
+        v = f32(0)
+        if i < m:
+            v = b.flat[i]
+        bp.flat[i] = v
+
+
+@dsl.kernel(threads=THREADS)
+def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], xp: InOut[f32],
+                geom: dsl.Vec[i64, 24], phase: i32, blocked_out: i32, add_res: i32, act: i32,
+                act_lo: f32, act_hi: f32, V: dsl.const[i64], NV: dsl.const[i64], P: dsl.const[i64],
+                TG: dsl.const[i64]):
+    """PHASE_PAD: xp = x with a zero border (geom's H, W, PT, PL, HP, WP, LANES).  PHASE_CONV:
+    y = act(conv(x, w) + bias [+ res]) with x read through geom's strides, ``w``/``bias`` from
+    pack_conv_weights, y (and res) NCHWc16 when ``blocked_out`` else plain."""
+    if phase == PHASE_PAD:
+        lanes = geom[G_LANES]
+        wrow = geom[G_WP] * lanes
+        planes = xp.size // (geom[G_HP] * wrow)  # N · (C or C/16)
+        lo, hi = dsl.split(planes * geom[G_HP], grid=True)
+        for row in range(lo, hi):
+            hp = row % geom[G_HP]
+            plane = row // geom[G_HP]
+            ih = hp - geom[G_PT]
+            dst = row * wrow
+            if geom[G_TRANSPOSE] == 1:  # plain x -> NCHWc16 xp: one input row per channel of the block
+                for e in range(wrow):
+                    xp.flat[dst + e] = f32(0)
+                if ih >= 0 and ih < geom[G_H]:
+                    cb_n = (geom[G_C] + BLOCK - 1) // BLOCK
+                    c0 = (plane % cb_n) * BLOCK
+                    at = dst + geom[G_PL] * BLOCK
+                    for ci in range(min(BLOCK, geom[G_C] - c0)):
+                        src = (((plane // cb_n) * geom[G_C] + c0 + ci) * geom[G_H] + ih) * geom[G_W]
+                        for iw in range(geom[G_W]):
+                            xp.flat[at + iw * BLOCK + ci] = x.flat[src + iw]
+            elif ih < 0 or ih >= geom[G_H]:
+                for e in range(wrow):
+                    xp.flat[dst + e] = f32(0)
+            else:
+                left = geom[G_PL] * lanes
+                inner = geom[G_W] * lanes
+                src = (plane * geom[G_H] + ih) * inner
+                for e in range(left):
+                    xp.flat[dst + e] = f32(0)
+                for e in range(inner):
+                    xp.flat[dst + left + e] = x.flat[src + e]
+                for e in range(left + inner, wrow):
+                    xp.flat[dst + e] = f32(0)
+        return
+    OCT = V * NV
+    n_img = geom[G_N]
+    c_in = geom[G_C]
+    m_out = geom[G_M]
+    kh_n = geom[G_KH]
+    kw_n = geom[G_KW]
+    ow_n = geom[G_OW]
+    ohw = geom[G_OH] * ow_n
+    sxn = geom[G_SXN]
+    sxb = geom[G_SXB]
+    sxc = geom[G_SXC]
+    sxh = geom[G_SXH]
+    sxw = geom[G_SXW]
+    step_h = geom[G_SH] * sxh
+    step_w = geom[G_SW] * sxw
+    tap_h = geom[G_DH] * sxh
+    tap_w = geom[G_DW] * sxw
+    cb = (c_in + BLOCK - 1) // BLOCK
+    mb = (m_out + BLOCK - 1) // BLOCK  # NCHWc16 blocks of y
+    ocg_n = (m_out + OCT - 1) // OCT
+    if blocked_out == 1:  # every lane of the last block is written, zero past m_out
+        ocg_n = (mb * BLOCK + OCT - 1) // OCT
+    tiles = (ohw + P - 1) // P
+    wgroup = cb * kh_n * kw_n * BLOCK * OCT  # packed weights of one oc group
+    tgroups = (tiles + TG - 1) // TG
+    tile = dsl.scratch((THREADS, TG * P * NV * V), f32)  # the group's partial sums, then its results
+    row = dsl.thread_id() * TG * P * OCT
+    lo, hi = dsl.split(ocg_n * n_img * tgroups, grid=True)  # oc group outermost: its weights stay in cache
+    for item in range(lo, hi):
+        tg = item % tgroups
+        r = item // tgroups
+        nb = r % n_img
+        g = r // n_img
+        t_lo = tg * TG
+        t_hi = min(tiles, t_lo + TG)
+        # per input-channel block, every tile of the group: the block's weights (kh·kw·16·OCT)
+        # are read from L1 by all of them; the tiles' sums wait in ``tile`` between blocks
+        for icb in range(cb):
+            cn = min(BLOCK, c_in - icb * BLOCK)
+            for t in range(t_lo, t_hi):
+                q0 = t * P
+                at_t = row + (t - t_lo) * P * OCT
+                # each pixel's window origin in x (one division per tile, then a running row and
+                # column); pixels past the image repeat the last one
+                off = dsl.local((P,), i64)
+                qh = q0 // ow_n
+                qw = q0 - qh * ow_n
+                for p in dsl.static_range(P):
+                    off[p] = nb * sxn + qh * step_h + qw * step_w
+                    if q0 + p + 1 < ohw:
+                        qw += 1
+                        if qw == ow_n:
+                            qw = 0
+                            qh += 1
+                acc = dsl.local((P, NV), dsl.simd(f32, V))
+                if icb > 0:
+                    for p in dsl.static_range(P):
+                        for j in dsl.static_range(NV):
+                            acc[p, j] = tile.vload(at_t + p * OCT + j * V, V)
+                for kh in range(kh_n):
+                    for kw in range(kw_n):
+                        xk = icb * sxb + kh * tap_h + kw * tap_w
+                        wk = g * wgroup + ((icb * kh_n + kh) * kw_n + kw) * BLOCK * OCT
+                        for ci in range(cn):
+                            wv = dsl.local((NV,), dsl.simd(f32, V))
+                            for j in dsl.static_range(NV):
+                                wv[j] = w.vload(wk + ci * OCT + j * V, V)
+                            xc = xk + ci * sxc
+                            for p in dsl.static_range(P):
+                                xv = dsl.splat(x.flat[xc + off[p]], V)
+                                for j in dsl.static_range(NV):
+                                    acc[p, j] = dsl.fma(xv, wv[j], acc[p, j])
+                for p in dsl.static_range(P):
+                    for j in dsl.static_range(NV):
+                        tile.vstore(at_t + p * OCT + j * V, acc[p, j])
+        # the epilogue reads the results back at run time (one compiled copy, not P × NV × V
+        # unrolled ones)
+        for t in range(t_lo, t_hi):
+            q0 = t * P
+            at_t = row + (t - t_lo) * P * OCT
+            npix = min(P, ohw - q0)
+            if blocked_out == 1:
+                for px in range(npix):
+                    q = q0 + px
+                    for jv in range(NV):
+                        o0 = g * OCT + jv * V  # first output channel of this vector
+                        if o0 < mb * BLOCK:
+                            vec = tile.vload(at_t + px * OCT + jv * V, V) + bias.vload(o0, V)
+                            at = ((nb * mb + o0 // BLOCK) * ohw + q) * BLOCK + o0 % BLOCK
+                            if add_res == 1:
+                                vec = vec + res.vload(at, V)
+                            if act == ACT_RELU:
+                                vec = dsl.where(vec <= 0, 0.0, vec)
+                            elif act == ACT_CLIP:
+                                vec = dsl.where(vec < act_lo, act_lo, vec)
+                                vec = dsl.where(vec > act_hi, act_hi, vec)
+                            elif act == ACT_LEAKY_RELU:
+                                vec = dsl.where(vec >= 0, vec, vec * act_lo)
+                            if o0 + V <= m_out:
+                                y.vstore(at, vec)
+                            else:  # the last block: channels past m_out stay zero (NCHWc16 padding)
+                                tile.vstore(at_t + px * OCT + jv * V, vec)
+                                for k in range(V):
+                                    v = f32(0)
+                                    if o0 + k < m_out:
+                                        v = tile[dsl.thread_id(), (t - t_lo) * P * OCT + px * OCT + jv * V + k]
+                                    y.flat[at + k] = v
+            else:  # plain y: per output channel, the tile's pixels are consecutive in y
+                for o in range(min(OCT, m_out - g * OCT)):
+                    oc = g * OCT + o
+                    bv = bias.flat[oc]
+                    at = (nb * m_out + oc) * ohw + q0
+                    for px in range(npix):
+                        v = tile[dsl.thread_id(), (t - t_lo) * P * OCT + px * OCT + o] + bv
+                        if add_res == 1:
+                            v += res.flat[at + px]
+                        y.flat[at + px] = activation(v, act, act_lo, act_hi)
+
+
+# --------------------------------------------------------------------------- weights
+
+
+_PACKED: dict = {}  # id(constant weights) -> (weakref to them, (config, packed weights, packed bias))
+
+
+def packed_weights(w: np.ndarray, b: np.ndarray, cfg: DirectConfig, backend: str):
+    """(weights, bias) in the direct kernel's order.  Read-only weights (graph constants) are
+    packed once per array and config and kept while the array lives; writable ones every call."""
+    key = id(w)
+    keep = not w.flags.writeable and (b is None or not b.flags.writeable)
+    if keep and key in _PACKED:
+        ref, (kcfg, bref, packed) = _PACKED[key]
+        if ref() is w and kcfg == cfg and (bref() if bref is not None else None) is b:
+            return packed
+    m, c = w.shape[0], w.shape[1]
+    khw = int(np.prod(w.shape[2:]))
+    groups = -(-(-(-m // BLOCK) * BLOCK) // cfg.OCT)  # whole NCHWc16 blocks of output channels
+    wp = np.empty(groups * -(-c // BLOCK) * khw * BLOCK * cfg.OCT, np.float32)
+    bp = np.empty(groups * cfg.OCT, np.float32)
+    bias = np.zeros(m, np.float32) if b is None else b.reshape(-1)
+    pack_conv_weights(w.reshape(-1), bias, wp, bp, m, c, khw, OCT=cfg.OCT, backend=backend)
+    wp.setflags(write=False)
+    bp.setflags(write=False)
+    if keep:
+        try:
+            _PACKED[key] = (weakref.ref(w, lambda _, k=key: _PACKED.pop(k, None)), (cfg, None if b is None else weakref.ref(b), (wp, bp)))
+        except TypeError:  # not weak-referenceable: pack every call
+            pass
+    return wp, bp
+
+
+# --------------------------------------------------------------------------- launch
+
+
+def direct_supported(x, w, group: int) -> bool:
+    """Shapes and dtypes the direct kernel takes: f32, one group, 1-D or 2-D images."""
+    return x.dtype == dsl.f32 and group == 1 and x.ndim in (3, 4) and w.ndim == x.ndim
+
+
+def launch_conv_direct(impl, x, w, bias, y, res, strides, dil, begin, blocked: bool, backend,
+                       act: int, lo: float, hi: float, cfg: DirectConfig = None) -> None:
+    """Run ``impl`` (conv_direct, or a model's recorder of it) on 4-D views: x (N, C, H, W) plain
+    or its NCHWc16 array when ``blocked`` (then y and res are NCHWc16 too); a padded
+    convolution runs the padding copy first."""
+    cfg = cfg or direct_config(backend or "numba")
+    for name, a in (("x", x), ("w", w), ("y", y), ("B", bias), ("Z", res)):
+        if a is not None and a.dtype != np.float32:
+            raise ValueError(f"conv_direct computes f32; {name} is {a.dtype} (f16, bf16 and f64 run the GEMM "
+                             f"or conv_nchw kernels)")
+    m, c, kh, kw = w.shape
+    channels = x.shape[1] * BLOCK if blocked else x.shape[1]
+    if c > channels or (not blocked and c != channels):
+        raise ValueError(f"conv_direct takes one group: weights {tuple(w.shape)} need C/group = input channels, "
+                         f"the input has {channels if not blocked else f'up to {channels}'} input channels")
+    n = x.shape[0]
+    h, wd = x.shape[2], x.shape[3]
+    oh, ow = y.shape[2], y.shape[3]
+    wp, bp = packed_weights(w, bias, cfg, backend)
+    hp = (oh - 1) * strides[0] + (kh - 1) * dil[0] + 1
+    wpad = (ow - 1) * strides[1] + (kw - 1) * dil[1] + 1
+    padded = begin[0] > 0 or begin[1] > 0 or hp > h or wpad > wd
+    hs, ws = (max(hp, begin[0] + h), max(wpad, begin[1] + wd)) if padded else (h, wd)
+    # the padding copy of a plain image of >= 16 channels is NCHWc16: the 16 channels a tile
+    # loops over innermost then share one cache line per pixel instead of 16
+    transpose = padded and not blocked and c >= BLOCK
+    reads_blocked = blocked or transpose
+    lanes = BLOCK if reads_blocked else 1
+    planes = n * (-(-c // BLOCK) if reads_blocked else c)
+    geom = np.zeros(GEOM, np.int64)
+    geom[[G_N, G_C, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_DW, G_OH, G_OW]] = \
+        (n, c, m, kh, kw, strides[0], strides[1], dil[0], dil[1], oh, ow)
+    if reads_blocked:  # x[n, c // 16, h, w, c % 16]
+        geom[[G_SXN, G_SXB, G_SXC, G_SXH, G_SXW]] = (-(-c // BLOCK) * hs * ws * BLOCK, hs * ws * BLOCK, 1,
+                                                     ws * BLOCK, BLOCK)
+    else:
+        geom[[G_SXN, G_SXB, G_SXC, G_SXH, G_SXW]] = (c * hs * ws, BLOCK * hs * ws, hs * ws, ws, 1)
+    geom[G_TRANSPOSE] = int(transpose)
+    geom[[G_H, G_W, G_PT, G_PL, G_HP, G_WP, G_LANES]] = (h, wd, begin[0], begin[1], hs, ws, lanes)
+    flat_x = x.reshape(-1)
+    flat_y = y.reshape(-1)
+    flat_res = np.zeros(1, np.float32) if res is None else res.reshape(-1)
+    kw_args = dict(blocked_out=int(blocked), add_res=int(res is not None), act=act, act_lo=float(lo),
+                   act_hi=float(hi), V=cfg.V, NV=cfg.NV, P=cfg.P, TG=cfg.TG, backend=backend)
+    items = -(-(oh * ow) // (cfg.P * cfg.TG)) * n * -(-m // cfg.OCT)
+    grid = max(1, min(64, items // THREADS))
+    if padded:
+        buf = np.empty(planes * hs * ws * lanes, np.float32)
+        impl(flat_x, wp, bp, flat_res, flat_y, buf, geom, phase=PHASE_PAD, grid=max(1, min(grid, planes // 8)),
+             **kw_args)
+        src = buf
+    else:
+        src = flat_x
+    impl(src, wp, bp, flat_res, flat_y, np.zeros(1, np.float32), geom, phase=PHASE_CONV, grid=grid, **kw_args)
