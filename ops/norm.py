@@ -86,10 +86,17 @@ class BatchNormalization(dsl.Op):
 
     def run(self, impl, inputs, outputs, backend, specs=()):
         x, y = inputs[0], outputs[0]
-        # NCHWc16 storage is 5-D; a plain 5-D input (N, C, D, H, W) is not blocked
-        blocked = y.ndim == 5 and bool(specs) and specs[0] is not None and specs[0].format == "nchwc16"
+        blocked = _blocked(y, specs)
         inner = int(np.prod(x.shape[2:4] if blocked else x.shape[2:], dtype=np.int64))
         impl(*inputs, y, epsilon=self.epsilon, inner=inner, blocked=blocked, backend=backend)
+
+
+def _blocked(y, specs) -> bool:
+    """Whether ``y`` is NCHWc16 storage. That storage is 5-D, but so is a plain (N, C, D, H, W)
+    tensor: the input's spec decides; a direct ``run`` without specs means 5-D is blocked."""
+    if specs and specs[0] is not None:
+        return specs[0].format == "nchwc16"
+    return y.ndim == 5
 
 
 @dsl.op("BatchNormalization", since=6, until=6)
@@ -513,8 +520,7 @@ class LRN(dsl.Op):
 
     def run(self, impl, inputs, outputs, backend, specs=()):
         x, y = inputs[0], outputs[0]
-        # NCHWc16 storage is 5-D; a plain 5-D input (N, C, D, H, W) is not blocked
-        blocked = y.ndim == 5 and bool(specs) and specs[0] is not None and specs[0].format == "nchwc16"
+        blocked = _blocked(y, specs)
         channels = x.shape[1] * BLOCK if blocked else x.shape[1]  # blocked: with the padding channels
         inner = int(np.prod(x.shape[2:4] if blocked else x.shape[2:], dtype=np.int64))
         impl(x, y, channels=channels, inner=inner, size=self.size, alpha=self.alpha, beta=self.beta,
