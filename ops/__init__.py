@@ -49,5 +49,6 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.col2im import Col2Im  # noqa: F401
     from ops.causal_conv import CausalConvWithState  # noqa: F401
     from ops.linear_attention import LinearAttention  # noqa: F401
+    from ops.matmul_fusion import FusedMatMul  # noqa: F401  (MatMul -> Add(bias) as one GEMM)
     from ops.fused_elementwise import FusedElementwise  # noqa: F401
     from ops import elementwise_fusion  # noqa: F401  (elementwise DAGs -> one FusedElementwise kernel)

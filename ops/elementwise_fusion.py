@@ -31,7 +31,7 @@ from ops.fused_elementwise import MAX_INPUTS, MAX_STEPS, FusedElementwise
 from ops.logic import Where
 from ops.unary import Abs, Ceil, Cos, Erf, Exp, Floor, Log, Neg, Reciprocal, Round, Sin, Sqrt
 
-MAX_NODES = 24  # nodes per group: keeps generated kernels small
+MAX_NODES = 48  # nodes per group: keeps generated kernels small
 
 # An emitter gets the node and its argument names (None for an absent optional input) and
 # returns the expressions of its steps; "{p<k>}" names the node's own k-th step.  None: the
