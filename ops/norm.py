@@ -190,7 +190,7 @@ class _AxisOp(dsl.Op):
         """Softmax and LogSoftmax of contiguous rows (the last axis, or any 2-D coercion) take
         the vectorized row kernel; the rest the general (outer, n, inner) one."""
         last = x.ndim == 0 or self.coerce_2d or normalize_axis(self.op_type, self.axis, x.ndim) == x.ndim - 1
-        return "rows" if last and self.code in (SOFTMAX, LOGSOFTMAX) else "default"
+        return "rows" if last and self.code in (SOFTMAX, LOGSOFTMAX) and "rows" in self.kernels else "default"
 
     def verify(self, x):
         require_dtype(self.op_type, x, FLOATS)
@@ -233,6 +233,7 @@ Hardmax, HardmaxV1 = _axis_family("Hardmax", HARDMAX, "1 at the first maximum al
 class LpNormalization(_AxisOp):
     """x / ||x||_p along ``axis`` (p = 1 or 2); 0 where the norm is 0."""
     p: int = 2
+    kernels = {"default": axis_kernel}  # its own op codes: not the softmax row kernel
 
     def verify(self, x):
         super().verify(x)
@@ -286,6 +287,16 @@ def norm_kernel(x: In[T], scale: In[S], bias: In[S], y: Out[S], mean: Out[U], in
                 p = base + b * block
                 for j in range(p, p + block):
                     y.flat[j] = (x.flat[j] - mu) * a + shift
+
+
+# norm_kernel compiled with fastmath: the row sums (f64 accumulators) may be reordered, so they
+# vectorize; Layer/RMS normalization of a BERT layer's 128 x 256 rows 78 -> 28 us.  Numba only
+# (OpenCL's fast math relaxes inf/NaN handling too).
+norm_rows_kernel = dsl.kernel(fastmath=True)(norm_kernel.fn)
+
+
+def _select_rows(backend) -> str:
+    return "rows" if backend == "numba" else "default"
 
 
 STASH = {1: dsl.f32, 11: dsl.f64, 16: dsl.bf16, 10: dsl.f16}  # ONNX element types allowed as stash_type
@@ -348,7 +359,10 @@ class LayerNormalization(dsl.Op):
     axis: int = -1
     epsilon: float = 1e-5
     stash_type: int = 1
-    kernels = {"default": norm_kernel}
+    kernels = {"default": norm_kernel, "rows": norm_rows_kernel}
+
+    def select(self, *inputs, backend=None):
+        return _select_rows(backend)
     center = True
 
     def verify(self, x, scale, b=None):
@@ -383,7 +397,10 @@ class RMSNormalization(dsl.Op):
     axis: int = -1
     epsilon: float = 1e-5
     stash_type: int = 1
-    kernels = {"default": norm_kernel}
+    kernels = {"default": norm_kernel, "rows": norm_rows_kernel}
+
+    def select(self, *inputs, backend=None):
+        return _select_rows(backend)
 
     def verify(self, x, scale):
         require_dtype(self.op_type, x, FLOATS)
