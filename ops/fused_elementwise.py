@@ -187,6 +187,19 @@ class FusedElementwise(dsl.Op):
         dt = next(t for t in FLOATS if str(t) == self.dtype)
         return TensorSpec(broadcast_shape(*(x.shape for x in xs)), dt)
 
+    formats = ("plain", "nchwc16")
+
+    def select_format(self, *xs):
+        """Blocked (nchwc16) when every input is 4-D of the output's shape or one element and a
+        full one already is blocked: the flat kernel then runs over the physical arrays as they
+        are (the padding lanes compute garbage the model re-zeroes: keeps_padding is False)."""
+        out = broadcast_shape(*(x.shape for x in xs))
+        full = [x for x in xs if x.ndim == 4 and x.shape == out]
+        ones = [x for x in xs if all(d == 1 for d in x.shape) and not (x.ndim == 4 and x.shape == out)]
+        if len(out) == 4 and full and len(full) + len(ones) == len(xs) and any(x.format == "nchwc16" for x in full):
+            return tuple("nchwc16" if x.ndim == 4 and x.shape == out else "plain" for x in xs), "nchwc16"
+        return tuple("plain" for _ in xs), "plain"
+
     def implementation(self, specs: Sequence, backend: str):
         lines = _check_program(self.program, len(specs))
         out = self.infer(*specs)

@@ -4,6 +4,8 @@ numpy's) on every backend, for every float dtype and broadcast pattern; values r
 chain are not fused away; identical chains share one compiled kernel; bad programs and inputs
 are refused with the line, construct or input named."""
 import pickle
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -223,3 +225,22 @@ def test_fused_matmul_bad_bias():
         FusedMatMul()(a, b, np.zeros((2, 4), np.float32), backend="interpreter")
     np.testing.assert_allclose(FusedMatMul()(a + 1, b + 1, np.arange(4, dtype=np.float32), backend="interpreter"),
                                np.full((2, 4), 3, np.float32) + np.arange(4))
+
+
+def test_a_chain_after_a_blocked_producer_stays_blocked(backend):
+    """Sin -> Mul(0.5) -> Cos after an nchwc16 Conv is one FusedElementwise on the blocked
+    arrays (the scalar stays plain); the padding lanes it fills (cos 0 = 1) are re-zeroed."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "ops"))  # tests/ops/oplayer_testops.py
+    import oplayer_testops as L
+    g = dsl.Graph("blocked")
+    x = g.input("x", (1, 20, 2, 3), dsl.f32)
+    w = g.constant("w", RNG.standard_normal((18, 20, 3, 3)).astype(np.float32) * 0.2)
+    c = L.Conv3x3(x, w)  # an nchwc16 producer
+    g.output(L.LaneSum(ops.Cos(ops.Mul(ops.Sin(c), np.float32(0.5)))), "s")  # LaneSum adds the padding lanes
+    xv = RNG.standard_normal((1, 20, 2, 3)).astype(np.float32)
+    blocked = g.compile(backend=backend)
+    (fe,) = [n for n in blocked.graph.nodes if n.op_type == "FusedElementwise"]
+    assert fe.outputs[0].spec.format == "nchwc16" and [t.spec.format for t in fe.inputs] == ["nchwc16", "plain"]
+    assert fe.inputs[0].producer.op_type == "Conv3x3"  # no reorder between them
+    np.testing.assert_allclose(blocked.run({"x": xv})["s"],
+                               g.compile(backend=backend, formats="plain").run({"x": xv})["s"], rtol=1e-5)
