@@ -21,11 +21,10 @@ math builtins below; anything else is a VerifyError, so a model file cannot smug
 from __future__ import annotations
 
 import ast
+import hashlib
 import linecache
 import threading
 from typing import Dict, List, Sequence, Tuple
-
-import numpy as np
 
 import dsl
 from dsl.opgraph.spec import TensorSpec, VerifyError
@@ -151,7 +150,6 @@ def compiled(source: str):
         hit = _KERNELS.get(source)
         if hit is not None:
             return hit
-        import hashlib
         filename = f"<opdsl fused elementwise {hashlib.sha256(source.encode()).hexdigest()[:16]}>"
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         env = {"dsl": dsl, "In": dsl.In, "Out": dsl.Out}
@@ -221,7 +219,3 @@ class FusedElementwise(dsl.Op):
         else:
             launch_broadcast(impl, inputs, y, 4, backend=backend)
 
-
-def dtype_name(dtype) -> str:
-    """The dsl dtype name of a numpy dtype or dsl dtype (programs and kernels spell dtypes so)."""
-    return str(dsl.dtype(np.dtype(dtype))) if not hasattr(dtype, "np") else str(dtype)

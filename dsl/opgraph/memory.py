@@ -5,6 +5,7 @@ and its input dies at that node.  ``dsl.Model`` plans once per set of concrete s
 ``views`` (concat_inplace.py) names tensors stored inside another tensor's buffer at a byte
 offset: a Concat's inputs inside its output.  Such a tensor gets no buffer of its own; the
 buffer it lives in is taken when the first of them is produced and kept until that tensor dies.
+``copies_onto_itself`` tells the model which in-place nodes (a Reshape) have nothing to do.
 """
 from __future__ import annotations
 
@@ -112,3 +113,17 @@ def plan_memory(nodes: Sequence, layout: Dict[str, Tuple[tuple, np.dtype]],
 
 def physical_layout(specs: Dict[str, TensorSpec]) -> Dict[str, Tuple[tuple, np.dtype]]:
     return {name: (physical_shape(s.shape, s.format), s.dtype.np) for name, s in specs.items()}
+
+
+def copies_onto_itself(node, arrays, memory: MemoryPlan) -> bool:
+    """Whether the node's op says an in-place run only copies (``inplace_noop``: Reshape,
+    Flatten, Squeeze, Unsqueeze) and the plan gave its output its input's very bytes."""
+    if not getattr(type(node.op), "inplace_noop", False) or len(node.outputs) != 1:
+        return False
+    out = node.outputs[0]
+    src = dict(memory.inplace).get(out.name)
+    if src is None or node.inputs[0] is None or node.inputs[0].name != src:
+        return False
+    a, b = arrays[out.name], arrays[src]
+    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+            and a.nbytes == b.nbytes and a.dtype == b.dtype)

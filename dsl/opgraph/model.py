@@ -35,7 +35,7 @@ from dsl.opgraph import formats as F
 from dsl.opgraph import reorder
 from dsl.opgraph.concat_inplace import concat_views
 from dsl.opgraph.limits import check_tensor_bytes, tensor_limit
-from dsl.opgraph.memory import MemoryPlan, physical_layout, plan_memory
+from dsl.opgraph.memory import MemoryPlan, copies_onto_itself, physical_layout, plan_memory
 from dsl.opgraph.op import Op, check_and_infer, run_op
 from dsl.opgraph.spec import TensorSpec, VerifyError, describe
 from dsl.opgraph import tiling as tiles
@@ -274,7 +274,7 @@ class Model:
             if n.inputs and all(t is not None and t.name in memory.views for t in n.inputs):
                 spans.append((n, first, first))
                 continue  # a Concat whose inputs were written in place: nothing left to copy
-            if _copies_onto_itself(n, arrays, memory):
+            if copies_onto_itself(n, arrays, memory):
                 spans.append((n, first, first))
                 continue  # a Reshape run in place: its output already holds its input's bytes
             ins = [None if t is None else arrays[t.name] for t in n.inputs]
@@ -468,20 +468,6 @@ def _outputs_to_write(node, arrays, read) -> list:
     """The node's output buffers, ``None`` for the ones nothing reads when its op skips those."""
     skip = type(node.op).skips_unused_outputs
     return [None if skip and t.name not in read else arrays[t.name] for t in node.outputs]
-
-
-def _copies_onto_itself(node, arrays, memory: MemoryPlan) -> bool:
-    """Whether the node's op says an in-place run only copies (``inplace_noop``: Reshape,
-    Flatten, Squeeze, Unsqueeze) and the plan gave its output its input's very bytes."""
-    if not getattr(type(node.op), "inplace_noop", False) or len(node.outputs) != 1:
-        return False
-    out = node.outputs[0]
-    src = dict(memory.inplace).get(out.name)
-    if src is None or node.inputs[0] is None or node.inputs[0].name != src:
-        return False
-    a, b = arrays[out.name], arrays[src]
-    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-            and a.nbytes == b.nbytes and a.dtype == b.dtype)
 
 
 def _run(op: Op, impl, ins, outs, backend, specs) -> None:

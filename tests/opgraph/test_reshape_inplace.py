@@ -1,5 +1,5 @@
 """A Reshape (Flatten, Squeeze, Unsqueeze) the memory plan runs in place launches nothing: its
-output already holds its input's bytes (model.py ``_copies_onto_itself``, ``inplace_noop``).
+output already holds its input's bytes (memory.py ``copies_onto_itself``, ``inplace_noop``).
 When its input is still read later it cannot run in place and keeps its copy."""
 import numpy as np
 
