@@ -213,26 +213,29 @@ class MatMul(dsl.Op):
         return TensorSpec(batch + rows + cols, a.dtype)
 
     def run(self, impl, inputs, outputs, backend):
-        a, b = inputs
-        y = outputs[0]
-        a2 = a.reshape(1, -1) if a.ndim == 1 else a
-        b2 = b.reshape(-1, 1) if b.ndim == 1 else b
-        m, k = a2.shape[-2:]
-        n = b2.shape[-1]
-        out_batch, (ab, bb) = collapse_broadcast(broadcast_shape(a2.shape[:-2], b2.shape[:-2]),
-                                                 a2.shape[:-2], b2.shape[:-2])
-        if not out_batch:
-            out_batch, ab, bb = (1,), (1,), (1,)
-        av = a2.reshape(ab + (m, k))
-        bv = b2.reshape(bb + (k, n))
-        yv = y.reshape(out_batch + (m, n))
-        bias = _zero_bias(y.dtype)
-        lead = out_batch[:-1]
-        for idx in itertools.product(*(range(d) for d in lead)):
-            sa = av[tuple(i if av.shape[d] > 1 else 0 for d, i in enumerate(idx))] if idx else av
-            sb = bv[tuple(i if bv.shape[d] > 1 else 0 for d, i in enumerate(idx))] if idx else bv
-            sy = yv[idx] if idx else yv
-            _gemm(impl, sa, sb, bias, sy, 0, 0, 1, 1, backend)
+        run_matmul(impl, inputs[0], inputs[1], outputs[0], _zero_bias(outputs[0].dtype), backend)
+
+
+def run_matmul(impl, a, b, y, bias, backend) -> None:
+    """numpy.matmul(a, b) + bias into y, one GEMM launch per batch entry; ``bias`` is 2-D,
+    (1, 1) or (1, n), broadcast over the rows (ops/matmul_fusion.py's FusedMatMul passes one)."""
+    a2 = a.reshape(1, -1) if a.ndim == 1 else a
+    b2 = b.reshape(-1, 1) if b.ndim == 1 else b
+    m, k = a2.shape[-2:]
+    n = b2.shape[-1]
+    out_batch, (ab, bb) = collapse_broadcast(broadcast_shape(a2.shape[:-2], b2.shape[:-2]),
+                                             a2.shape[:-2], b2.shape[:-2])
+    if not out_batch:
+        out_batch, ab, bb = (1,), (1,), (1,)
+    av = a2.reshape(ab + (m, k))
+    bv = b2.reshape(bb + (k, n))
+    yv = y.reshape(out_batch + (m, n))
+    lead = out_batch[:-1]
+    for idx in itertools.product(*(range(d) for d in lead)):
+        sa = av[tuple(i if av.shape[d] > 1 else 0 for d, i in enumerate(idx))] if idx else av
+        sb = bv[tuple(i if bv.shape[d] > 1 else 0 for d, i in enumerate(idx))] if idx else bv
+        sy = yv[idx] if idx else yv
+        _gemm(impl, sa, sb, bias, sy, 0, 0, 1, 1, backend)
 
 
 # --------------------------------------------------------------------------- Gemm

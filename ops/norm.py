@@ -9,6 +9,8 @@ GroupNormalization and LRN.
   (ops/conv_fusion.py); this kernel runs the rest, in plain or NCHWc16 layout.
 * ``axis_kernel``: Softmax, LogSoftmax, Hardmax and LpNormalization along one axis of an
   (outer, n, inner) view; each thread takes whole lines.  Softmax subtracts the line's max.
+  ``softmax_rows_kernel`` does Softmax and LogSoftmax along the last axis (attention's) with
+  vectorized loops, 3-4x faster.
 * ``norm_kernel``: Layer/RMS/Instance/Group normalization, rows of ``n`` contiguous elements
   normalized by their own mean and variance (two passes, in f32, f64 for f64), then scaled
   and shifted by per-element or per-channel params; each thread takes whole rows.
@@ -171,11 +173,45 @@ def axis_kernel(x: In[T, 3], y: Out[T, 3], op: i32):
                         y[o, r, i] = x[o, r, i] - ls
 
 
+@dsl.kernel(fastmath=True)
+def softmax_rows_kernel(x: In[T, 2], y: Out[T, 2], op: i32):
+    """Softmax / log-softmax of each contiguous row (the axis is the last one, as in attention):
+    one exp per element, stored and then summed, so both loops vectorize (fastmath reorders the
+    sum; the max propagates NaN like np.maximum, so a row holding NaN is NaN as in axis_kernel)."""
+    n = x.shape[1]
+    lo, hi = dsl.split(x.shape[0])
+    for r in range(lo, hi):
+        m = x[r, 0]
+        for c in range(1, n):
+            m = max(m, x[r, c])
+        s = f32(0.0)
+        if op == SOFTMAX:
+            for c in range(n):
+                y[r, c] = dsl.exp(x[r, c] - m)
+            for c in range(n):
+                s += y[r, c]
+            inv = 1 / s
+            for c in range(n):
+                y[r, c] = y[r, c] * inv
+        else:
+            for c in range(n):
+                s += dsl.exp(x[r, c] - m)
+            ls = dsl.log(s) + m
+            for c in range(n):
+                y[r, c] = x[r, c] - ls
+
+
 class _AxisOp(dsl.Op):
     code = SOFTMAX
     axis: int = -1
     coerce_2d = False  # opsets < 13: the input is seen as 2-D (axes before / from ``axis``)
-    kernels = {"default": axis_kernel}
+    kernels = {"default": axis_kernel, "rows": softmax_rows_kernel}
+
+    def select(self, x, backend=None):
+        """Softmax and LogSoftmax of contiguous rows (the last axis, or any 2-D coercion) take
+        the vectorized row kernel; the rest the general (outer, n, inner) one."""
+        last = x.ndim == 0 or self.coerce_2d or normalize_axis(self.op_type, self.axis, x.ndim) == x.ndim - 1
+        return "rows" if last and self.code in (SOFTMAX, LOGSOFTMAX) and "rows" in self.kernels else "default"
 
     def verify(self, x):
         require_dtype(self.op_type, x, FLOATS)
@@ -194,6 +230,10 @@ class _AxisOp(dsl.Op):
                 shape = (int(np.prod(x.shape[:a], dtype=np.int64)), int(np.prod(x.shape[a:], dtype=np.int64)), 1)
             else:
                 shape = axis_view(x.shape, a)
+        if outputs[0].size == 0:
+            return
+        if impl == softmax_rows_kernel:
+            shape = shape[:2]  # inner is 1
         impl(x.reshape(shape), outputs[0].reshape(shape), op=self.code, backend=backend)
 
 
@@ -214,6 +254,7 @@ Hardmax, HardmaxV1 = _axis_family("Hardmax", HARDMAX, "1 at the first maximum al
 class LpNormalization(_AxisOp):
     """x / ||x||_p along ``axis`` (p = 1 or 2); 0 where the norm is 0."""
     p: int = 2
+    kernels = {"default": axis_kernel}  # its own op codes: not the softmax row kernel
 
     def verify(self, x):
         super().verify(x)
@@ -267,6 +308,16 @@ def norm_kernel(x: In[T], scale: In[S], bias: In[S], y: Out[S], mean: Out[U], in
                 p = base + b * block
                 for j in range(p, p + block):
                     y.flat[j] = (x.flat[j] - mu) * a + shift
+
+
+# norm_kernel compiled with fastmath: the row sums (f64 accumulators) may be reordered, so they
+# vectorize; Layer/RMS normalization of a BERT layer's 128 x 256 rows 78 -> 28 us.  Numba only
+# (OpenCL's fast math relaxes inf/NaN handling too).
+norm_rows_kernel = dsl.kernel(fastmath=True)(norm_kernel.fn)
+
+
+def _select_rows(backend) -> str:
+    return "rows" if backend == "numba" else "default"
 
 
 STASH = {1: dsl.f32, 11: dsl.f64, 16: dsl.bf16, 10: dsl.f16}  # ONNX element types allowed as stash_type
@@ -329,7 +380,10 @@ class LayerNormalization(dsl.Op):
     axis: int = -1
     epsilon: float = 1e-5
     stash_type: int = 1
-    kernels = {"default": norm_kernel}
+    kernels = {"default": norm_kernel, "rows": norm_rows_kernel}
+
+    def select(self, *inputs, backend=None):
+        return _select_rows(backend)
     center = True
 
     def verify(self, x, scale, b=None):
@@ -364,7 +418,10 @@ class RMSNormalization(dsl.Op):
     axis: int = -1
     epsilon: float = 1e-5
     stash_type: int = 1
-    kernels = {"default": norm_kernel}
+    kernels = {"default": norm_kernel, "rows": norm_rows_kernel}
+
+    def select(self, *inputs, backend=None):
+        return _select_rows(backend)
 
     def verify(self, x, scale):
         require_dtype(self.op_type, x, FLOATS)

@@ -175,6 +175,7 @@ class Reshape(dsl.Op):
 
     allowzero: int = 0
     inplace = {0: 0}
+    inplace_noop = True  # run in place, the copy changes nothing: the model skips it
     kernels = {"default": copy_kernel}
 
     def verify(self, data, shape):
@@ -205,6 +206,7 @@ class ReshapeV1(dsl.Op):
     op_type = "Reshape"
     shape: Tuple[int, ...] = ()
     inplace = {0: 0}
+    inplace_noop = True  # run in place, the copy changes nothing: the model skips it
     kernels = {"default": copy_kernel}
 
     def infer(self, data):
@@ -321,6 +323,7 @@ class _Regroup(dsl.Op):
     keeps_quant = "per_tensor"  # moves data: a quantized input's quant carries over
 
     inplace = {0: 0}
+    inplace_noop = True  # run in place, the copy changes nothing: the model skips it
     kernels = {"default": copy_kernel}
 
     def run(self, impl, inputs, outputs, backend):

@@ -59,6 +59,11 @@ class _Concat(dsl.Op):
                 dims.append(next((d for d in col if d is not None), None))
         return TensorSpec(tuple(dims), xs[0].dtype)
 
+    def concat_axis(self, *xs) -> int:
+        """The output is the inputs side by side along this axis: the memory plan may have
+        producers write into it directly (dsl/opgraph/concat_inplace.py)."""
+        return norm_axis("Concat", self.axis, max(xs[0].ndim, 1))
+
     def run(self, impl, inputs, outputs, backend):
         y = outputs[0]
         axis = norm_axis("Concat", self.axis, y.ndim)

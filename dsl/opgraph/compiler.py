@@ -1,6 +1,7 @@
 """``Graph.compile``: the pipeline from a user's graph to a runnable ``dsl.Model`` -- the
 passes of passes.py in order (with fusion.py's rewrites after folding), then the model,
-which plans memory per set of shapes.
+which plans memory per set of shapes (Concat inputs in place unless ``fuse=False``,
+concat_inplace.py).
 """
 from __future__ import annotations
 
@@ -32,4 +33,4 @@ def compile_graph(graph, backend: Optional[str] = None, formats: str = "auto", f
     stats["removed"] = passes.remove_dead(g)
     stats["reorders"] = passes.assign_formats(g) if formats == "auto" else 0
     impls = passes.select_kernels(g, backend)
-    return Model(g, backend, impls, stats, max_tensor_bytes=limit, tiling=tiling)
+    return Model(g, backend, impls, stats, max_tensor_bytes=limit, tiling=tiling, concat_inplace=fusing)

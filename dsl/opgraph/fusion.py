@@ -19,6 +19,10 @@ and the tensor between them.  Chains fuse step by step: Conv -> BN -> Add -> Rel
 becomes one node.  Classes are matched exactly, so a user's own Relu or a Conv subclass
 never inherits a rewrite written for the built-in one.
 
+Ops may also register whole-graph passes with ``@fusion_pass``: ``pass(graph) -> merged``
+runs after the pairwise rules (ops/elementwise_fusion.py merges DAGs of elementwise nodes
+into one generated kernel, which no producer -> consumer rule can express).
+
 Passes take graphs (graph.py's structure) without importing graph.py, which sits above them.
 """
 from __future__ import annotations
@@ -30,6 +34,7 @@ from dsl.opgraph.spec import VerifyError
 
 Rule = Callable[[object, object, object], Optional[Tuple[Op, Sequence]]]
 _RULES: Dict[Tuple[type, type, bool], List[Rule]] = {}
+_PASSES: List[Callable[[object], int]] = []
 
 
 def fusion_rule(producer: type, consumer: type, before_fold: bool = False):
@@ -45,14 +50,21 @@ def fusion_rule(producer: type, consumer: type, before_fold: bool = False):
     return register
 
 
+def fusion_pass(fn: Callable[[object], int]) -> Callable[[object], int]:
+    """Register ``fn(graph) -> nodes merged`` to run after the pairwise rules (after folding)."""
+    if fn not in _PASSES:
+        _PASSES.append(fn)
+    return fn
+
+
 def rules_for(producer: type, consumer: type, before_fold: bool = False) -> List[Rule]:
     """The registered rewrites of a (producer class, consumer class) pair, in order."""
     return list(_RULES.get((producer, consumer, before_fold), ()))
 
 
 def fuse(g, before_fold: bool = False) -> int:
-    """Apply the registered rewrites (of that stage) until none applies; returns how many
-    nodes were merged."""
+    """Apply the registered rewrites (of that stage) until none applies, then (after folding)
+    the registered passes; returns how many nodes were merged."""
     merged = 0
     i = 0
     while i < len(g.nodes):
@@ -60,6 +72,9 @@ def fuse(g, before_fold: bool = False) -> int:
             merged += 1  # the producer left the list: index i now holds the next node
         else:
             i += 1
+    if not before_fold:
+        for graph_pass in _PASSES:
+            merged += graph_pass(g)
     return merged
 
 

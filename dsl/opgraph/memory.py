@@ -1,11 +1,16 @@
 """The memory plan of a compiled model: one arena of buffers shared by intermediate tensors
 whose lifetimes do not overlap (greedy best-fit in node order), in place where an op allows it
 and its input dies at that node.  ``dsl.Model`` plans once per set of concrete shapes.
+
+``views`` (concat_inplace.py) names tensors stored inside another tensor's buffer at a byte
+offset: a Concat's inputs inside its output.  Such a tensor gets no buffer of its own; the
+buffer it lives in is taken when the first of them is produced and kept until that tensor dies.
+``copies_onto_itself`` tells the model which in-place nodes (a Reshape) have nothing to do.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -21,6 +26,7 @@ class MemoryPlan:
     sizes: List[int] = field(default_factory=list)      # bytes per buffer
     assign: Dict[str, int] = field(default_factory=dict)  # tensor name -> buffer index
     inplace: List[Tuple[str, str]] = field(default_factory=list)  # (output, input) sharing
+    views: Dict[str, Tuple[str, int]] = field(default_factory=dict)  # tensor -> (holder, byte offset)
     naive_bytes: int = 0                                   # one buffer per tensor
 
     @property
@@ -29,9 +35,12 @@ class MemoryPlan:
 
 
 def plan_memory(nodes: Sequence, layout: Dict[str, Tuple[tuple, np.dtype]],
-                outputs: Sequence) -> MemoryPlan:
-    """Greedy best-fit over node order.  ``layout``: tensor name -> (physical shape, dtype)."""
+                outputs: Sequence, views: Optional[Dict[str, Tuple[str, int]]] = None) -> MemoryPlan:
+    """Greedy best-fit over node order.  ``layout``: tensor name -> (physical shape, dtype);
+    ``views``: tensor name -> (name of the tensor holding it, byte offset)."""
     plan = MemoryPlan()
+    views = dict(views or {})
+    produced = {t.name: t for n in nodes for t in n.outputs}
     out_ids = {id(t) for t in outputs}
     last: Dict[int, int] = {}
     for k, n in enumerate(nodes):
@@ -46,12 +55,40 @@ def plan_memory(nodes: Sequence, layout: Dict[str, Tuple[tuple, np.dtype]],
         shape, dt = layout[t.name]
         return int(np.prod(shape, dtype=np.int64)) * dt.itemsize
 
+    def take(size: int) -> int:
+        fits = [b for b in free if plan.sizes[b] >= size]
+        if fits:
+            b = min(fits, key=lambda b: plan.sizes[b])
+        elif free:
+            b = max(free, key=lambda b: plan.sizes[b])
+            plan.sizes[b] = size
+        else:
+            b = len(plan.sizes)
+            plan.sizes.append(size)
+            users[b] = 0
+        if b in free:
+            free.remove(b)
+        return b
+
+    def hold(t, b: int) -> None:
+        owner[id(t)] = b
+        users[b] += 1
+        plan.assign[t.name] = b
+
     for k, n in enumerate(nodes):
         for oi, t in enumerate(n.outputs):
             size = nbytes(t)
             if id(t) in out_ids or size == 0:
                 continue
             plan.naive_bytes += size
+            if t.name in views:  # lives in its holder's buffer, taken now if not yet
+                holder = produced[views[t.name][0]]
+                if id(holder) not in owner:
+                    hold(holder, take(nbytes(holder)))
+                plan.views[t.name] = views[t.name]
+                continue
+            if id(t) in owner:
+                continue  # a holder, its buffer taken by its first view
             src_i = type(n.op).inplace.get(oi)
             src = n.inputs[src_i] if src_i is not None and src_i < len(n.inputs) else None
             if (src is not None and id(src) in owner and last.get(id(src)) == k
@@ -60,21 +97,8 @@ def plan_memory(nodes: Sequence, layout: Dict[str, Tuple[tuple, np.dtype]],
                 b = owner[id(src)]
                 plan.inplace.append((t.name, src.name))
             else:
-                fits = [b for b in free if plan.sizes[b] >= size]
-                if fits:
-                    b = min(fits, key=lambda b: plan.sizes[b])
-                elif free:
-                    b = max(free, key=lambda b: plan.sizes[b])
-                    plan.sizes[b] = size
-                else:
-                    b = len(plan.sizes)
-                    plan.sizes.append(size)
-                    users[b] = 0
-                if b in free:
-                    free.remove(b)
-            owner[id(t)] = b
-            users[b] += 1
-            plan.assign[t.name] = b
+                b = take(size)
+            hold(t, b)
         dying = {id(t): t for t in n.inputs if t is not None and last.get(id(t)) == k}
         dying.update({id(t): t for t in n.outputs if id(t) not in last})  # never read
         for t in dying.values():
@@ -89,3 +113,17 @@ def plan_memory(nodes: Sequence, layout: Dict[str, Tuple[tuple, np.dtype]],
 
 def physical_layout(specs: Dict[str, TensorSpec]) -> Dict[str, Tuple[tuple, np.dtype]]:
     return {name: (physical_shape(s.shape, s.format), s.dtype.np) for name, s in specs.items()}
+
+
+def copies_onto_itself(node, arrays, memory: MemoryPlan) -> bool:
+    """Whether the node's op says an in-place run only copies (``inplace_noop``: Reshape,
+    Flatten, Squeeze, Unsqueeze) and the plan gave its output its input's very bytes."""
+    if not getattr(type(node.op), "inplace_noop", False) or len(node.outputs) != 1:
+        return False
+    out = node.outputs[0]
+    src = dict(memory.inplace).get(out.name)
+    if src is None or node.inputs[0] is None or node.inputs[0].name != src:
+        return False
+    a, b = arrays[out.name], arrays[src]
+    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+            and a.nbytes == b.nbytes and a.dtype == b.dtype)

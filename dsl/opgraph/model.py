@@ -35,8 +35,9 @@ import numpy as np
 
 from dsl.opgraph import formats as F
 from dsl.opgraph import reorder
+from dsl.opgraph.concat_inplace import concat_views
 from dsl.opgraph.limits import check_tensor_bytes, tensor_limit
-from dsl.opgraph.memory import MemoryPlan, physical_layout, plan_memory
+from dsl.opgraph.memory import MemoryPlan, copies_onto_itself, physical_layout, plan_memory
 from dsl.opgraph.op import Op, check_and_infer, run_op
 from dsl.opgraph.spec import TensorSpec, VerifyError, describe
 from dsl.opgraph import tiling as tiles
@@ -84,8 +85,9 @@ class Model:
     """A compiled graph.  ``inputs``/``outputs``: name -> TensorSpec (None dims allowed)."""
 
     def __init__(self, graph, backend: str, impls: Dict[str, Any], stats: Dict[str, int],
-                 max_tensor_bytes: Optional[int] = None, tiling=None):
+                 max_tensor_bytes: Optional[int] = None, tiling=None, concat_inplace: bool = True):
         self.graph = graph
+        self.concat_inplace = concat_inplace  # Concat inputs written in place (concat_inplace.py)
         self.tiling = tiles.resolve(tiling)  # most tiles per op (0: off, < 0: one per core when large)
         self.max_tensor_bytes = tensor_limit(max_tensor_bytes)  # no buffer of a run may be larger
         self.backend = backend
@@ -263,7 +265,8 @@ class Model:
             for t in n.outputs:
                 check_tensor_bytes(*layout[t.name], f"node {n.name!r} ({describe(n.op)}) output {t.name!r}",
                                    self.max_tensor_bytes)
-        memory = plan_memory(g.nodes, layout, g.outputs)
+        views = concat_views(g.nodes, layout, specs, g.outputs) if self.concat_inplace else {}
+        memory = plan_memory(g.nodes, layout, g.outputs, views)
         arena = [np.empty(max(size, 1), np.uint8) for size in memory.sizes]
         arrays: Dict[str, np.ndarray] = dict(g.constants)
         for t in g.inputs:
@@ -271,8 +274,11 @@ class Model:
         for n in g.nodes:
             for t in n.outputs:
                 shape, dt = layout[t.name]
-                if t.name in memory.assign:
-                    nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+                nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+                if t.name in memory.views:  # a Concat input, inside the Concat's output
+                    holder, at = memory.views[t.name]
+                    arrays[t.name] = arena[memory.assign[holder]][at:at + nbytes].view(dt).reshape(shape)
+                elif t.name in memory.assign:
                     arrays[t.name] = arena[memory.assign[t.name]][:nbytes].view(dt).reshape(shape)
                 else:  # graph outputs (copied out after each run) and empty tensors
                     arrays[t.name] = np.empty(shape, dt)
@@ -284,6 +290,12 @@ class Model:
             if n.outputs and all(arrays[t.name].size == 0 for t in n.outputs):
                 spans.append((n, first, first))
                 continue  # every output is empty: nothing to compute (ONNX empty-tensor rule)
+            if n.inputs and all(t is not None and t.name in memory.views for t in n.inputs):
+                spans.append((n, first, first))
+                continue  # a Concat whose inputs were written in place: nothing left to copy
+            if copies_onto_itself(n, arrays, memory):
+                spans.append((n, first, first))
+                continue  # a Reshape run in place: its output already holds its input's bytes
             ins = [None if t is None else arrays[t.name] for t in n.inputs]
             outs = _outputs_to_write(n, arrays, read)
             in_specs = tuple(None if t is None else specs[t.name] for t in n.inputs)

@@ -178,17 +178,17 @@ def test_bench_compares_with_onnxruntime_and_profiles(tiny):
     lines = r.stdout.splitlines()
     assert lines[0] == f"model: {tiny} (4 nodes, opset 17), opdsl backend interpreter"
     assert lines[1] == "input: x float32[2, 3, 8, 8] random normal"
-    assert lines[2].startswith("opdsl graph: 3 nodes after rewrites (") and "fused=1" in lines[2]  # Conv+Relu
+    assert lines[2].startswith("opdsl graph: 2 nodes after rewrites (") and "fused=2" in lines[2]  # Conv+Relu, MatMul+Add
     for i, label in enumerate(("opdsl load + plan:", "opdsl first run:", "opdsl compile time:", "opdsl latency:",
                                "onnxruntime latency:", "ratio opdsl / onnxruntime:"), start=3):
         assert lines[i].startswith(label), (label, lines[i])
     assert "(median of 2, min " in lines[6] and "onnxruntime 1." in lines[7]
     assert lines[9].startswith("output y: max abs diff ") and lines[9].endswith("(ok)")
-    assert lines[11].startswith("slowest 3 of 3 nodes (profile: mean of 2 runs")
+    assert lines[11].startswith("slowest 2 of 2 nodes (profile: mean of 2 runs")
     assert lines[12].split() == ["node", "op", "impl", "mean", "share", "output", "shape"]
-    assert {ln.split()[0] for ln in lines[14:17]} == {"conv", "matmul", "add"}
-    assert all(ln.split()[-4:] == ["(2,", "4,", "8,", "8)"] for ln in lines[14:17])
-    assert lines[18].startswith("by op type: ")
+    assert {ln.split()[0] for ln in lines[14:16]} == {"conv", "matmul"}  # matmul: MatMul + bias Add
+    assert all(ln.split()[-4:] == ["(2,", "4,", "8,", "8)"] for ln in lines[14:16])
+    assert lines[17].startswith("by op type: ")
     assert "profile of 'tiny'" not in r.stdout  # the full table only with --profile
 
 
@@ -201,9 +201,9 @@ def test_bench_profile_input_files_and_a_mismatch(tiny, tmp_path):
               "--input", f"x={tmp_path / 'x.npy'}")
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"input: x float32[3, 3, 8, 8] from {tmp_path / 'x.npy'}" in r.stdout
-    assert "slowest 2 of 3 nodes" in r.stdout
+    assert "slowest 2 of 2 nodes" in r.stdout
     full = r.stdout[r.stdout.index("profile of 'tiny' [interpreter], mean of 1 run(s): "):].splitlines()
-    assert [ln.split()[0] for ln in full[3:]] == ["conv", "matmul", "add"]  # every node, graph order
+    assert [ln.split()[0] for ln in full[3:]] == ["conv", "matmul"]  # every node, graph order
     r = opdsl("bench", tiny, "--backend", "interpreter", "--repeat", "1", "--rtol", "0", "--atol", "0",
               "--input", f"x={tmp_path / 'x.npy'}")
     if "max abs diff 0 (ok)" not in r.stdout:  # bit-identical to onnxruntime is possible, then nothing to see
@@ -250,4 +250,4 @@ def test_bench_without_onnxruntime_says_how_to_install_it(tiny, tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "onnxruntime latency:   n/a (onnxruntime is not installed" in r.stdout
     assert "pip install onnxruntime" in r.stderr
-    assert "slowest 3 of 3 nodes" in r.stdout  # opdsl's own numbers still come
+    assert "slowest 2 of 2 nodes" in r.stdout  # opdsl's own numbers still come
