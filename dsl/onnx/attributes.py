@@ -63,3 +63,12 @@ def node_attributes(op: Op, skip=()) -> List:
             continue
         out.append(attribute(name, value, standard=not op.domain))
     return out
+
+
+def value_info(name: str, spec, symbolic: bool, names=()):
+    """Run-time dims of inputs become dim_params: the input's own names ("batch"), else <name>_d<i>."""
+    from onnx import helper
+    names = tuple(names) or (None,) * len(spec.shape)
+    dims = [d if d is not None else ((names[i] or f"{name}_d{i}") if symbolic else None)
+            for i, d in enumerate(spec.shape)]
+    return helper.make_tensor_value_info(name, tensor_type(spec.dtype), dims)

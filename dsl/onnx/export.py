@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Tuple
 
-from dsl.onnx.attributes import c_order, node_attributes, tensor_type
+from dsl.onnx.attributes import c_order, node_attributes, value_info
 from dsl.onnx.lower import lower
 from dsl.onnx.subgraph_export import control_flow_node
 from dsl.opgraph.body import Body
@@ -42,13 +42,13 @@ def export(graph, check: bool = True):
 
     ctx = _Exporter(graph)
     nodes, inits = ctx.body(graph)
-    inputs = [_value_info(t.name, t.spec, symbolic=True, names=t.dim_names) for t in graph.inputs]
-    outputs = [_value_info(t.name, t.spec, symbolic=False) for t in graph.outputs]
+    inputs = [value_info(t.name, t.spec, symbolic=True, names=t.dim_names) for t in graph.inputs]
+    outputs = [value_info(t.name, t.spec, symbolic=False) for t in graph.outputs]
     # types of intermediates: custom-domain nodes have no ONNX type inference of their own
     out_names = {t.name for t in graph.outputs}
-    value_info = [_value_info(t.name, t.spec, symbolic=False) for n in graph.nodes for t in n.outputs
-                  if t.name not in out_names]
-    g = helper.make_graph(nodes, graph.name, inputs, outputs, initializer=inits, value_info=value_info)
+    typed = [value_info(t.name, t.spec, symbolic=False) for n in graph.nodes for t in n.outputs
+             if t.name not in out_names]
+    g = helper.make_graph(nodes, graph.name, inputs, outputs, initializer=inits, value_info=typed)
     opsets = ctx.opsets(graph.opset_imports)
     for fn in ctx.functions.values():  # functions use the model's version of every domain
         domains = {""} | {n.domain for n in fn.node}
@@ -66,15 +66,6 @@ def export(graph, check: bool = True):
 
 
 # --------------------------------------------------------------------------- pieces
-
-def _value_info(name: str, spec, symbolic: bool, names=()):
-    """Run-time dims of inputs become dim_params: the input's own names ("batch"), else <name>_d<i>."""
-    from onnx import helper
-    names = tuple(names) or (None,) * len(spec.shape)
-    dims = [d if d is not None else ((names[i] or f"{name}_d{i}") if symbolic else None)
-            for i, d in enumerate(spec.shape)]
-    return helper.make_tensor_value_info(name, tensor_type(spec.dtype), dims)
-
 
 def _fresh_names(graph):
     """name hint -> a name no tensor or node of ``graph`` (or an earlier call) uses."""

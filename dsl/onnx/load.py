@@ -33,18 +33,12 @@ import numpy as np
 import ops  # noqa: F401 (registers the built-in library that ONNX-domain nodes map to)
 from dsl.lang.types import DType, from_numpy
 from dsl.onnx import coverage, subgraph
+from dsl.onnx.errors import OnnxImportError
 from dsl.opgraph import registry
 from dsl.opgraph.graph import Graph, Tensor, apply_op
 from dsl.opgraph.limits import TensorSizeError, check_tensor_bytes, tensor_limit
 from dsl.opgraph.op import Op, check_and_infer
 from dsl.opgraph.spec import VerifyError
-
-
-class OnnxImportError(ValueError):
-    """The ONNX model cannot be turned into a graph; the message says which part and why.
-    ``missing``: the ``coverage.MissingOp`` list when the cause is ops no registered op answers."""
-
-    missing: List = []
 
 
 def load_onnx(model, packages: Sequence = (), backend: Optional[str] = None, formats: str = "auto",
@@ -68,10 +62,21 @@ def load_onnx(model, packages: Sequence = (), backend: Optional[str] = None, for
 
 
 class _Reader:
-    """Where tensor data may come from, and how much of it: one per import."""
+    """Where tensor data may come from, and how much of it: one per import. The body importer
+    (subgraph.py) reads attributes, tensors and nodes through it, so it never imports load.py."""
 
     def __init__(self, base_dir: Optional[str], limit: int):
         self.base_dir, self.limit = base_dir, limit
+
+    def attribute_value(self, attr, where: str):
+        return _attribute_value(attr, where, self)
+
+    def tensor_value(self, tensor, where: str) -> np.ndarray:
+        return _tensor_value(tensor, where, self)
+
+    def import_nodes(self, g: Graph, nodes: Iterable, env, opsets: Dict[str, int], functions: Dict,
+                     depth: int) -> None:
+        _import_nodes(g, nodes, env, opsets, functions, prefix="", depth=depth, reader=self)
 
 
 def to_graph(model, packages: Sequence = (), base_dir: Optional[str] = None,

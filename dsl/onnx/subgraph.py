@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Tuple
 
+from dsl.onnx.errors import OnnxImportError
 from dsl.opgraph import registry
 from dsl.opgraph.body import Body
 from dsl.opgraph.graph import Graph, Tensor
@@ -60,14 +61,13 @@ def import_bodies(node, env: dict, ins: List[Optional[Tensor]], opsets: Dict[str
     bodies capture -- to append to the node's inputs, bodies in the op's param order)."""
     import onnx
 
-    from dsl.onnx import load
     domain = registry.normalize_domain(node.domain)
     cls = registry.find(domain, node.op_type, opsets.get(domain))
     if cls is None or not hasattr(cls, "body_formals"):
         name = f"{domain or 'ai.onnx'}::{node.op_type}"
-        raise load.OnnxImportError(f"{where}: has graph attributes ({', '.join(a.name for a in graph_attributes(node))}) "
+        raise OnnxImportError(f"{where}: has graph attributes ({', '.join(a.name for a in graph_attributes(node))}) "
                                    f"but {name} is not a control-flow op opdsl runs (If, Loop, Scan)")
-    attrs = {a.name: load._attribute_value(a, where, reader) for a in node.attribute
+    attrs = {a.name: reader.attribute_value(a, where) for a in node.attribute
              if a.type not in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)}
     specs = [None if t is None else t.spec for t in ins]
     captured: List[Tensor] = []
@@ -79,15 +79,15 @@ def import_bodies(node, env: dict, ins: List[Optional[Tensor]], opsets: Dict[str
     graphs = [a for a in graph_attributes(node) if a.name not in never]
     for a in graphs:
         if a.type == onnx.AttributeProto.GRAPHS:
-            raise load.OnnxImportError(f"{where}: attribute {a.name!r} holds a list of graphs, which "
+            raise OnnxImportError(f"{where}: attribute {a.name!r} holds a list of graphs, which "
                                        f"{node.op_type} does not take")
         label = f"body {a.name!r} of {where}"
         try:
             formals = cls.body_formals(a.name, attrs, specs)
         except VerifyError as e:
-            raise load.OnnxImportError(f"{where}: {e}") from None
+            raise OnnxImportError(f"{where}: {e}") from None
         if len(a.g.input) != len(formals):
-            raise load.OnnxImportError(f"{label} declares {len(a.g.input)} inputs; {node.op_type} passes it "
+            raise OnnxImportError(f"{label} declares {len(a.g.input)} inputs; {node.op_type} passes it "
                                        f"{len(formals)} ({_describe(formals)})")
         for _ in range(_MAX_WIDENING):
             body, scope = _build(a.g, formals, env, opsets, functions, depth, reader, label,
@@ -95,7 +95,7 @@ def import_bodies(node, env: dict, ins: List[Optional[Tensor]], opsets: Dict[str
             try:
                 wider = cls.relax(a.name, attrs, formals, body.output_specs)
             except VerifyError as e:
-                raise load.OnnxImportError(f"{label}: {e}") from None
+                raise OnnxImportError(f"{label}: {e}") from None
             if wider == formals:
                 break
             formals = wider
@@ -122,27 +122,26 @@ def _describe(specs: List[TensorSpec]) -> str:
 
 def _build(gp, formals: List[TensorSpec], env: dict, opsets, functions, depth: int, reader, label: str,
            name: str) -> Tuple[Body, Scope]:
-    from dsl.onnx import load
     bg = Graph(name)
     scope = Scope(env, bg)
     scope[""] = None
     for vi, spec in zip(gp.input, formals):
         if dict.__contains__(scope, vi.name):
-            raise load.OnnxImportError(f"{label}: input name {vi.name!r} is declared twice")
+            raise OnnxImportError(f"{label}: input name {vi.name!r} is declared twice")
         declared = _declared_shape(vi)
         if spec.shape == () and declared is not None and all(d == 1 for d in declared):
             spec = TensorSpec(declared, spec.dtype)  # a scalar the body declares as [1] (Loop's counter)
         scope[vi.name] = bg.input(vi.name, spec.shape, spec.dtype)
     for init in gp.initializer:
         scope[init.name] = bg.constant(bg.unique_name(init.name),
-                                       load._tensor_value(init, f"{label} initializer {init.name!r}", reader))
+                                       reader.tensor_value(init, f"{label} initializer {init.name!r}"))
     try:
-        load._import_nodes(bg, gp.node, scope, opsets, functions, prefix="", depth=depth + 1, reader=reader)
-    except load.OnnxImportError as e:
-        raise load.OnnxImportError(f"{label}: {e}") from None
+        reader.import_nodes(bg, gp.node, scope, opsets, functions, depth + 1)
+    except OnnxImportError as e:
+        raise OnnxImportError(f"{label}: {e}") from None
     for vo in gp.output:
         if vo.name not in scope or scope[vo.name] is None:
-            raise load.OnnxImportError(f"{label}: output {vo.name!r} is not produced by any node of the body, "
+            raise OnnxImportError(f"{label}: output {vo.name!r} is not produced by any node of the body, "
                                        f"a body input or an enclosing graph")
         t = scope[vo.name]
         bg.output(t, vo.name if vo.name not in {o.name for o in bg.outputs} else bg.unique_name(vo.name))

@@ -16,7 +16,7 @@ def control_flow_node(exporter, n, bodies: Dict[str, object]):
     from onnx import helper
 
     from dsl.onnx.attributes import node_attributes
-    from dsl.onnx.export import _value_info
+    from dsl.onnx.attributes import value_info
     op = n.op
     exporter.note_domain(op)
     captured = sum(b.n_captures for b in bodies.values())
@@ -30,7 +30,7 @@ def control_flow_node(exporter, n, bodies: Dict[str, object]):
     for name, body in bodies.items():  # in param order, which is the order captures were appended
         sources = outer[offset:offset + body.n_captures]
         offset += body.n_captures
-        proto.attribute.append(helper.make_attribute(name, _body_graph(exporter, body, sources, _value_info)))
+        proto.attribute.append(helper.make_attribute(name, _body_graph(exporter, body, sources, value_info)))
     return proto
 
 
