@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import numpy as np
 
@@ -46,14 +45,8 @@ def relu_model(backend: str):
 
 
 def best_of(fn, repeat: int) -> float:
-    """Seconds of the fastest of ``repeat`` calls (after one untimed call)."""
-    fn()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    """Seconds of the fastest of ``repeat`` single calls (after untimed warm-up calls)."""
+    return harness.measure(fn, repeat=repeat, warmup=1, min_sample_s=0.0).best
 
 
 def main(argv=None) -> int:

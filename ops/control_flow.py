@@ -264,6 +264,14 @@ def _take(a: np.ndarray, axis: int, index: int) -> np.ndarray:
     return a[(slice(None),) * axis + (index,)]
 
 
+def _num_scan_inputs(scan) -> int:
+    """Scan's ``num_scan_inputs``, checked against its body (both opset forms)."""
+    m, n_formal = scan.num_scan_inputs, scan.body.n_formal
+    if not 0 < m <= n_formal:
+        raise VerifyError(f"Scan num_scan_inputs {m} must be in 1..{n_formal} (the body's formal inputs)")
+    return m
+
+
 @dsl.op("Scan", since=9)
 class Scan(ControlFlow):
     """Iterates the body over slices of the scan inputs along ``scan_input_axes`` (reversed
@@ -309,9 +317,7 @@ class Scan(ControlFlow):
                 _directions(self.scan_output_directions, len(outs), "scan_output_directions"))
 
     def verify(self, *inputs):
-        b, m = self.body, self.num_scan_inputs
-        if not 0 < m <= b.n_formal:
-            raise VerifyError(f"Scan num_scan_inputs {m} must be in 1..{b.n_formal} (the body's formal inputs)")
+        b, m = self.body, _num_scan_inputs(self)
         n = self.n_states
         if len(inputs) != n + m + b.n_captures:
             raise VerifyError(f"Scan takes {n} initial states, {m} scan inputs and {b.n_captures} captured "
@@ -388,9 +394,7 @@ class Scan8(ControlFlow):
         return self.body.n_formal - self.num_scan_inputs
 
     def verify(self, sequence_lens=None, *rest):
-        b, m = self.body, self.num_scan_inputs
-        if not 0 < m <= b.n_formal:
-            raise VerifyError(f"Scan num_scan_inputs {m} must be in 1..{b.n_formal} (the body's formal inputs)")
+        b, m = self.body, _num_scan_inputs(self)
         n = self.n_states
         if len(rest) != n + m + b.n_captures:
             raise VerifyError(f"Scan takes sequence_lens, {n} initial states, {m} scan inputs and "
