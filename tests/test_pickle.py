@@ -209,6 +209,18 @@ def test_model_round_trip_recompiles_and_keeps_constants_read_only(backend):
         np.testing.assert_allclose(back.run({"x": xv})["y"], model.run({"x": xv})["y"], rtol=1e-6)
 
 
+def test_model_options_survive_pickling():
+    """A model compiled without rewrites keeps its copying Concat plan and its tiling choice."""
+    g = dsl.Graph("cat")
+    x = g.input("x", (2, 3), dsl.f32)
+    g.output(ops.Concat(ops.Relu(x), ops.Neg(x), axis=0), "y")
+    model = g.compile(backend="interpreter", fuse=False, tiling=False)
+    back = pickle.loads(pickle.dumps(model))
+    assert (back.concat_inplace, back.tiling) == (model.concat_inplace, model.tiling) == (False, 0)
+    xv = np.arange(6, dtype=np.float32).reshape(2, 3) - 3
+    np.testing.assert_array_equal(back.run({"x": xv})["y"], np.concatenate([np.maximum(xv, 0), -xv]))
+
+
 def test_a_kernel_without_source_is_a_clear_error():
     code = textwrap.dedent('''
         @dsl.kernel

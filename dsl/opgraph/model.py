@@ -116,7 +116,7 @@ class Model:
         token = self.__dict__.setdefault("_pickle_token", uuid.uuid4().hex)
         tiling = False if self.tiling == 0 else True if self.tiling < 0 else self.tiling  # per core there
         return (_unpickle_model, (type(self), token, self.graph, self.backend, self.stats, self.max_tensor_bytes,
-                                  tiling))
+                                  tiling, self.concat_inplace))
 
     # ------------------------------------------------------------------ running
     def run(self, feeds: Mapping[str, Any]) -> Dict[str, np.ndarray]:
@@ -429,7 +429,8 @@ class Model:
 _UNPICKLED: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()  # pickle token -> model made here
 
 
-def _unpickle_model(cls, token: str, graph, backend: str, stats, max_tensor_bytes, tiling) -> "Model":
+def _unpickle_model(cls, token: str, graph, backend: str, stats, max_tensor_bytes, tiling,
+                    concat_inplace: bool = True) -> "Model":
     hit = _UNPICKLED.get(token)
     if hit is not None:
         return hit
@@ -439,7 +440,8 @@ def _unpickle_model(cls, token: str, graph, backend: str, stats, max_tensor_byte
             impls[n.name] = n.op.implementation([None if t is None else t.spec for t in n.inputs], backend)
         except VerifyError as e:
             raise VerifyError(f"node {n.name!r}: {e}") from None
-    model = _UNPICKLED[token] = cls(graph, backend, impls, stats, max_tensor_bytes=max_tensor_bytes, tiling=tiling)
+    model = _UNPICKLED[token] = cls(graph, backend, impls, stats, max_tensor_bytes=max_tensor_bytes, tiling=tiling,
+                                    concat_inplace=concat_inplace)
     model._pickle_token = token
     return model
 
