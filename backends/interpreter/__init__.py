@@ -599,6 +599,8 @@ def _type_of(v) -> Optional[T.DType]:
     """The type the checker gives argument value ``v``: numpy scalars their dtype, Python numbers weak."""
     if isinstance(v, np.generic):
         return T.from_numpy(v.dtype)
+    if isinstance(v, B.Lanes):
+        return T.SimdType(T.from_numpy(v.dtype), v.size)
     return _WEAK_TYPES.get(type(v))
 
 
@@ -616,6 +618,8 @@ def _typed_helper(fn, specs: Dict[tuple, ir.Function]):
         f = specs[key]
         out = fn(*(a if t == k else _convert(a, p.dtype) for a, t, k, p in zip(args, types_, key, f.params)))
         ret = f.ret
+        if isinstance(ret, T.SimdType):
+            return out if out.dtype == ret.elem.compute.np else _lanes_as(out, ret)
         if isinstance(out, np.generic):
             return out if out.dtype == ret.compute.np else _convert(out, ret)
         return out if _WEAK_STRONG.get(type(out)) == ret else _convert(out, ret)
@@ -624,8 +628,15 @@ def _typed_helper(fn, specs: Dict[tuple, ir.Function]):
     return call
 
 
+def _lanes_as(v, t: "T.SimdType"):
+    """SIMD value (or scalar, broadcast) ``v`` as lanes of ``t``'s element type."""
+    return np.broadcast_to(np.asarray(v).astype(t.elem.compute.np), (t.lanes,)).copy().view(B.Lanes)
+
+
 def _convert(v, dtype: T.DType):
     """``dtype(v)`` with the compiled cast's wrap-around for out-of-range integers."""
+    if isinstance(dtype, T.SimdType):
+        return _lanes_as(v, dtype)
     try:
         return dtype(v)
     except OverflowError:

@@ -23,7 +23,7 @@ from dsl.lang import log_format as LF
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError, SourceLoc
 from dsl.lang.check_arrays import LocalArrays
-from dsl.lang.check_simd import SimdRules
+from dsl.lang.check_simd import SimdRules, elem
 from dsl.lang.fold import convert_const as _convert_const, fold as _fold
 from dsl.lang.frontend import Parsed
 from dsl.lang.visitor import Visitor
@@ -326,8 +326,11 @@ class _Checker(SimdRules, LocalArrays, Visitor):
         if s.value is None:
             return s
         value, t = self.expr(s.value)
-        self.no_vector(s.value, t, "a @dsl.func result")
         if t is not None:
+            counts = {r.lanes for r in self.return_types + [t] if isinstance(r, T.SimdType)}
+            if len(counts) > 1:
+                raise self.error(s, f"this @dsl.func returns SIMD values of {' and '.join(map(str, sorted(counts)))} "
+                                    "lanes; every SIMD result of one function needs the same lane count")
             self.return_types.append(t)
         if not self.final:
             return None
@@ -335,10 +338,12 @@ class _Checker(SimdRules, LocalArrays, Visitor):
         return ir.Return(self.cast(value, ret), loc=s.loc)
 
     def func_return_type(self) -> T.DType:
+        """The join of the results; if one is a SIMD value, scalar results broadcast to its lanes."""
         t = None
         for r in self.return_types:
-            t = T.join(t, r)
-        return t
+            t = T.join(t, elem(r))
+        lanes = [r.lanes for r in self.return_types if isinstance(r, T.SimdType)]
+        return T.SimdType(t.strong, lanes[0]) if lanes else t
 
     def visit_ExprStmt(self, s: ir.ExprStmt):
         value, _ = self.expr(s.value)
@@ -534,10 +539,12 @@ class _Checker(SimdRules, LocalArrays, Visitor):
         typed = [self.expr(a) for a in e.args]
         if any(t is None for _, t in typed):
             return ir.Const(0, type=None, loc=e.loc), None
-        for a, t in typed:
-            self.no_vector(a, t, "a @dsl.func argument")
         func = self.parsed.funcs[e.func]
         fn_ir, ret = self.specialize(func, [t for _, t in typed], e)
+        for (a, t), p in zip(typed, fn_ir.params):
+            if isinstance(t, T.SimdType) and (not isinstance(p.dtype, T.SimdType) or p.dtype.lanes != t.lanes):
+                raise self.error(a, f"{func.__name__}() parameter '{p.name}' is {p.dtype}, got a SIMD value ({t})",
+                                 "a scalar parameter takes one lane (v[k]); a dsl.simd parameter takes its lane count")
         args = tuple(self.cast(a, p.dtype) for (a, _), p in zip(typed, fn_ir.params))
         return ir.FuncCall(fn_ir.name, args, type=fn_ir.ret, loc=e.loc), ret
 
@@ -580,7 +587,8 @@ class _Checker(SimdRules, LocalArrays, Visitor):
     def func_name(self, func, ptypes) -> str:
         """A valid identifier, unique among this kernel's specializations: the function's name
         and argument types (``smooth_f32_float``), numbered when two functions share them."""
-        base = func.__name__ + "".join("_" + str(t).replace("_", "") for t in ptypes)
+        base = func.__name__ + "".join("_" + (t.name if isinstance(t, T.SimdType) else str(t)).replace("_", "")
+                                       for t in ptypes)
         taken = {f.name for f in self.funcs_done.values()}
         name, n = base, 1
         while name in taken:
@@ -608,7 +616,7 @@ class _Uniformity(Visitor):
 
     A ``@dsl.func`` call is thread-dependent when an argument is, or when the function
     (or one it calls) reads a thread-dependent builtin (``Builtin.varying``: ``dsl.thread_id()``):
-    functions take scalars only, so those are the only ways a result can differ between threads.
+    functions take values (scalars or SIMD values), never tensors, so those are the only ways a result can differ.
 
     ``visit_<stmt class>`` per statement; ``self.div`` is the location of the innermost
     enclosing thread-dependent condition (None in uniform code), ``self.check`` whether this

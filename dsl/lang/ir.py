@@ -431,7 +431,7 @@ class FuncOrigin:
 
 @dataclass(frozen=True)
 class Function:
-    """A ``@dsl.func`` specialized for argument types; params are scalars.
+    """A ``@dsl.func`` specialized for argument types; params are scalars or SIMD values.
 
     ``(origin, arg_types)`` is the specialization's identity: ``arg_types`` are the types
     it was specialized for, Python-literal arguments keeping their weak type (``T.WEAK_INT``

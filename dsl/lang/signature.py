@@ -57,10 +57,15 @@ def param_decls(fn, filename: str, firstline: int, lines: List[str], require: bo
             kind = "scalar"
         elif isinstance(a, T.VecSpec):
             kind = "vec"
+        elif isinstance(a, T.SimdType) and not require:
+            kind = "scalar"  # a value parameter of a @dsl.func, as a scalar is
         else:
-            raise CompileError(f"parameter '{p.name}' has annotation {a!r}; accepted: In[dtype(, ndim)], "
-                               "Out[...], InOut[...], a dtype (f32, i32, ...), a dsl.TypeVar, dsl.Vec[dtype, n], "
-                               "dsl.const[dtype]", loc)
+            accepted = ("a dtype (f32, i32, ...), a dsl.TypeVar or dsl.simd(dtype, lanes)" if not require else
+                        "In[dtype(, ndim)], Out[...], InOut[...], a dtype (f32, i32, ...), a dsl.TypeVar, "
+                        "dsl.Vec[dtype, n], dsl.const[dtype]")
+            hint = ("; SIMD values are passed to @dsl.func helpers, a kernel takes tensors and scalars"
+                    if isinstance(a, T.SimdType) else "")
+            raise CompileError(f"parameter '{p.name}' has annotation {a!r}; accepted: {accepted}{hint}", loc)
         if kind == "tensor" and p.default is not inspect.Parameter.empty:
             raise CompileError(f"tensor parameter '{p.name}' cannot have a default", loc)
         decls.append(ParamDecl(p.name, kind, a, p.default, loc))

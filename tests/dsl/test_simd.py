@@ -137,6 +137,75 @@ def test_errors_name_the_line_and_what_is_accepted():
     assert "needs a scalar, got a SIMD value" in _compile_error(scalar_store, x, x)
 
 
+@dsl.func
+def activation(v: dsl.simd(f32, LANES), kind: i32, lo: f32, hi: f32):
+    """A SIMD epilogue helper: identity, Relu, Clip or a scalar (broadcast) result."""
+    if kind == 1:
+        return max(v, 0.0)
+    if kind == 2:
+        return min(max(v, lo), hi)
+    if kind == 3:
+        return lo
+    return v
+
+
+@dsl.func
+def scaled(v, s):
+    """Generic parameters: a SIMD argument specializes ``v`` for its lanes."""
+    return activation(v * s, 1, 0.0, 0.0) - v
+
+
+@dsl.kernel(threads=2)
+def simd_funcs(x: In[f32], y: Out[f32], z: Out[f32], kind: i32):
+    lo, hi = dsl.split(x.size // (2 * LANES))
+    for b in range(lo, hi):
+        acc = dsl.local((2,), dsl.simd(f32, LANES))
+        for j in dsl.static_range(2):
+            acc[j] = activation(x.vload((2 * b + j) * LANES, LANES), kind, -0.5, 0.5)
+        for j in dsl.static_range(2):
+            y.vstore((2 * b + j) * LANES, acc[j])
+            z.vstore((2 * b + j) * LANES, scaled(x.vload((2 * b + j) * LANES, LANES), 2.0))
+
+
+@pytest.mark.parametrize("kind", [0, 1, 2, 3])
+def test_funcs_take_and_return_simd_values(backend, kind):
+    x = RNG.standard_normal(8 * LANES).astype(np.float32)
+    y, z = np.zeros_like(x), np.zeros_like(x)
+    simd_funcs(x, y, z, kind, backend=backend)
+    ref = [x, np.maximum(x, 0), np.clip(x, -0.5, 0.5), np.full_like(x, -0.5)][kind]
+    np.testing.assert_allclose(y, ref, rtol=1e-6)
+    np.testing.assert_allclose(z, np.maximum(2 * x, 0) - x, rtol=1e-6)
+
+
+def test_func_simd_errors_name_the_parameter_and_lanes():
+    x = np.zeros(16, np.float32)
+
+    @dsl.kernel(threads=1)
+    def wrong_lanes(x: In[f32], y: Out[f32]):
+        y.vstore(0, activation(x.vload(0, 4), 1, 0.0, 1.0))
+
+    msg = _compile_error(wrong_lanes, x, x)
+    assert "activation() parameter 'v' is simd(f32, 8), got a SIMD value (simd(f32, 4))" in msg
+    assert "test_simd.py" in msg
+
+    @dsl.func
+    def two_widths(s, k: i32):
+        if k > 0:
+            return dsl.splat(s, 4, f32)
+        return dsl.splat(s, 8, f32)
+
+    @dsl.kernel(threads=1)
+    def uses_two_widths(x: In[f32], y: Out[f32]):
+        y.vstore(0, two_widths(1.0, 1))
+
+    assert "returns SIMD values of 4 and 8 lanes" in _compile_error(uses_two_widths, x, x)
+
+    with pytest.raises(dsl.CompileError, match="SIMD values are passed to @dsl.func helpers"):
+        @dsl.kernel(threads=1)
+        def simd_kernel_param(x: Out[f32], v: dsl.simd(f32, 4)):
+            x[0] = v[0]
+
+
 @dsl.kernel(threads=1)
 def lane_extremes(x: In[f32], out: Out[f32]):
     v = x.vload(0, LANES)
