@@ -17,15 +17,14 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from dsl.lang import builtins as B
 from dsl.lang import ir
-from dsl.lang import log_format as LF
 from dsl.lang import nesting
-from dsl.lang import quantize
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError, SourceLoc
 from dsl.lang.resolve import Resolver
 from dsl.lang.signature import ParamDecl, param_decls
+from dsl.lang.frontend_calls import Calls
+from dsl.lang.frontend_decls import Declarations, LocalDecl, ScratchDecl, is_call_to
 from dsl.lang.visitor import Visitor
 
 # Construct -> how kernels may use it.  Rendered into docs/language.md.
@@ -62,38 +61,6 @@ _CMPOPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq
 
 
 # --------------------------------------------------------------------------- parsed forms
-
-@dataclass(frozen=True)
-class ScratchDecl:
-    """One ``dsl.scratch(...)`` declaration; ``index`` (declaration order) is its identity and
-    ``loc`` the position of the call (so two declarations on one line differ by column)."""
-
-    name: str
-    shape: Tuple[ir.Expr, ...]
-    dtype: Any  # DType | TypeVar
-    loc: SourceLoc
-    index: int = 0
-
-
-@dataclass(frozen=True)
-class SimdDecl:
-    """``dsl.simd(dtype, lanes)`` in a declaration; ``lanes`` may be a dsl.const parameter."""
-
-    elem: Any
-    lanes: ir.Expr
-    loc: SourceLoc
-
-
-@dataclass(frozen=True)
-class LocalDecl:
-    """One ``a = dsl.local(shape, dtype)`` declaration: a per-thread array (dtype a DType,
-    TypeVar or SimdType)."""
-
-    name: str
-    shape: Tuple[ir.Expr, ...]
-    dtype: Any
-    loc: SourceLoc
-
 
 @dataclass
 class Parsed:
@@ -157,7 +124,7 @@ def parse(fn, *, is_kernel: bool, log_level: str) -> Parsed:
 
 # --------------------------------------------------------------------------- the visitor
 
-class _Visitor(Visitor):
+class _Visitor(Declarations, Calls, Visitor):
     """Turns one function's AST into IR: ``visit_<ast class>`` for each supported statement
     (returning a statement, a list of them or None) and expression (returning an ir.Expr).
     Compiler state lives here, not on AST nodes; ``self.top`` says whether the statement being
@@ -250,9 +217,9 @@ class _Visitor(Visitor):
         target = s.targets[0]
         if isinstance(target, ast.Tuple):
             return self.unpack(target, s.value, s)
-        if isinstance(target, ast.Name) and _is_call_to(self, s.value, "scratch"):
+        if isinstance(target, ast.Name) and is_call_to(self, s.value, "scratch"):
             return self.declare_scratch(target, s.value, s)
-        if isinstance(target, ast.Name) and _is_call_to(self, s.value, "local"):
+        if isinstance(target, ast.Name) and is_call_to(self, s.value, "local"):
             return self.declare_local(target, s.value, s)
         return self.assign_to(target, self.expr(s.value), s)
 
@@ -297,11 +264,11 @@ class _Visitor(Visitor):
     def unpack(self, target: ast.Tuple, value, s) -> List[ir.Stmt]:
         names = target.elts
         loc = self.loc(s)
-        if _is_call_to(self, value, "split"):
+        if is_call_to(self, value, "split"):
             return self.lower_split(names, value, s)
-        if isinstance(value, ast.Tuple) and any(_is_call_to(self, e, "scratch") for e in value.elts):
+        if isinstance(value, ast.Tuple) and any(is_call_to(self, e, "scratch") for e in value.elts):
             if len(value.elts) != len(names) or not all(
-                    isinstance(n, ast.Name) and _is_call_to(self, e, "scratch") for n, e in zip(names, value.elts)):
+                    isinstance(n, ast.Name) and is_call_to(self, e, "scratch") for n, e in zip(names, value.elts)):
                 raise self.error(s, "a, b = dsl.scratch(...), dsl.scratch(...) declares one scratch buffer per name; "
                                     "do not mix scratch with other values")
             return [d for n, e in zip(names, value.elts) for d in self.declare_scratch(n, e, s)]
@@ -326,98 +293,6 @@ class _Visitor(Visitor):
         if check_rank:
             self.shape_unpacks.append((check_rank[0], check_rank[1], self.loc(s)))
         return out
-
-    def lower_split(self, names, call: ast.Call, s) -> List[ir.Stmt]:
-        """lo, hi = dsl.split(n, align, grid): chunk = ceil(ceil(n / parts) / align) * align,
-        where parts are the team's threads, or every thread of every team with grid=True."""
-        if len(names) != 2:
-            raise self.error(s, "dsl.split(n) returns two values: lo, hi = dsl.split(n)")
-        raw = self.call_args(call, ("n", "align", "grid"), required=1, raw=True)
-        grid = raw.pop("grid", None)
-        if grid is not None and not (isinstance(grid, ast.Constant) and isinstance(grid.value, bool)):
-            raise self.error(grid, "dsl.split(..., grid=) takes the literal True or False")
-        args = {k: self.expr(v) for k, v in raw.items()}
-        loc = self.loc(call)
-
-        def call_(name, axis=0):
-            return ir.Call(name, (ir.Const(axis, loc=loc),) if axis else (), loc=loc)
-
-        def mul(a, b):
-            return ir.Binary("mul", a, b, loc=loc)
-
-        def ceil_div(a, b):
-            return ir.Unary("neg", ir.Binary("floordiv", ir.Unary("neg", a, loc=loc), b, loc=loc), loc=loc)
-
-        parts, index = call_("num_threads"), call_("thread_id")
-        if grid is not None and grid.value:  # the flattened grid, axis 0 fastest
-            tiles = mul(mul(call_("num_tiles"), call_("num_tiles", 1)), call_("num_tiles", 2))
-            tile = ir.Binary("add", call_("tile_id"), mul(call_("num_tiles"), ir.Binary(
-                "add", call_("tile_id", 1), mul(call_("num_tiles", 1), call_("tile_id", 2)), loc=loc)), loc=loc)
-            parts = mul(tiles, parts)
-            index = ir.Binary("add", mul(tile, call_("num_threads")), index, loc=loc)
-        n, chunk, lo = self.tmp(), self.tmp(), self.tmp()
-        out = [ir.Assign(n, args["n"], loc=loc)]
-        c = ceil_div(ir.Name(n, loc=loc), parts)
-        if "align" in args:
-            c = mul(ceil_div(c, args["align"]), args["align"])
-        out.append(ir.Assign(chunk, c, loc=loc))
-        out.append(ir.Assign(lo, ir.Call("min", (mul(index, ir.Name(chunk, loc=loc)), ir.Name(n, loc=loc)),
-                                         loc=loc), loc=loc))
-        hi = ir.Call("min", (ir.Binary("add", ir.Name(lo, loc=loc), ir.Name(chunk, loc=loc), loc=loc),
-                             ir.Name(n, loc=loc)), loc=loc)
-        out.extend(self.assign_to(names[0], ir.Name(lo, loc=loc), s))
-        out.extend(self.assign_to(names[1], hi, s))
-        return out
-
-    def declare_scratch(self, target: ast.Name, call: ast.Call, s) -> List[ir.Stmt]:
-        if not (self.top and self.is_kernel):
-            raise self.error(s, "dsl.scratch(...) must be declared at the top level of a kernel body")
-        name = target.id
-        if self.is_tensor(name) or name in self.params:
-            raise self.error(target, f"'{name}' is already a parameter or scratch buffer")
-        if list(_assigned_counts(self.fn)).count(name) > 1:
-            raise self.error(target, f"scratch buffer '{name}' is assigned more than once")
-        args = self.call_args(call, ("shape", "dtype"), required=2, raw=True)
-        shape_node = args["shape"]
-        elts = shape_node.elts if isinstance(shape_node, (ast.Tuple, ast.List)) else [shape_node]
-        shape = tuple(self.expr(e) for e in elts)
-        dtype = self.resolve.value(args["dtype"])
-        if not isinstance(dtype, (T.DType, T.TypeVar)):
-            raise self.error(args["dtype"], "dsl.scratch(shape, dtype): dtype must be a dtype like f32 or a TypeVar")
-        self.scratch.append(ScratchDecl(name, shape, dtype, self.loc(call), len(self.scratch)))
-        return []
-
-    def declare_local(self, target: ast.Name, call: ast.Call, s) -> List[ir.Stmt]:
-        """``a = dsl.local(shape, dtype)``: a per-thread array, zeroed where the statement runs."""
-        if not self.is_kernel:
-            raise self.error(s, "dsl.local(...) arrays are declared in kernels, not in a @dsl.func")
-        name = target.id
-        if name in self.params or any(x.name == name for x in self.scratch):
-            raise self.error(target, f"'{name}' is already a parameter or scratch buffer")
-        if list(_assigned_counts(self.fn)).count(name) > 1:
-            raise self.error(target, f"local array '{name}' is assigned more than once; declare each dsl.local "
-                                     "array once (the statement re-zeroes it each time it runs)")
-        args = self.call_args(call, ("shape", "dtype"), required=2, raw=True)
-        shape_node = args["shape"]
-        elts = shape_node.elts if isinstance(shape_node, (ast.Tuple, ast.List)) else [shape_node]
-        shape = tuple(self.expr(e) for e in elts)
-        dtype = self.type_value(args["dtype"])
-        if not any(x.name == name for x in self.arrays):
-            self.arrays.append(LocalDecl(name, shape, dtype, self.loc(call)))
-        return [ir.LocalInit(name, loc=self.loc(s))]
-
-    def type_value(self, node):
-        """A dtype, TypeVar or ``dsl.simd(dtype, lanes)`` named in kernel code."""
-        if isinstance(node, ast.Call) and _is_call_to(self, node, "simd"):
-            args = self.call_args(node, ("dtype", "lanes"), required=2, raw=True)
-            elem = self.resolve.value(args["dtype"])
-            if not isinstance(elem, T.DType):
-                raise self.error(args["dtype"], "dsl.simd(dtype, lanes): dtype must be a dtype like f32")
-            return SimdDecl(elem, self.expr(args["lanes"]), self.loc(node))  # lanes folded by the checker
-        value = self.resolve.value(node)
-        if not isinstance(value, (T.DType, T.TypeVar)):
-            raise self.error(node, "expected a dtype like f32, a TypeVar or dsl.simd(f32, 16)")
-        return value
 
     def visit_If(self, s):
         return ir.If(self.expr(s.test), tuple(self.block(s.body)), tuple(self.block(s.orelse)),
@@ -486,70 +361,6 @@ class _Visitor(Visitor):
         if not self.is_kernel and s.value is None:
             raise self.error(s, "a @dsl.func must return a value")
         return ir.Return(self.expr(s.value) if s.value is not None else None, loc=self.loc(s))
-
-    # ---- calls used as statements
-    def call_stmt(self, call: ast.Call) -> Optional[ir.Stmt]:
-        callee = self.callee(call)
-        loc = self.loc(call)
-        kind, name = callee
-        if (kind, name) == ("dsl", "sync"):
-            self.call_args(call, (), required=0)
-            if not self.is_kernel:
-                raise self.error(call, "dsl.sync() is only allowed in a kernel body, not in a @dsl.func")
-            return ir.Sync(loc=loc)
-        if (kind, name) == ("dsl", "atomic_add"):
-            args = self.call_args(call, ("tensor", "index", "value"), required=3, raw=True)
-            t = args["tensor"]
-            flat = isinstance(t, ast.Attribute) and t.attr == "flat"
-            tname = t.value.id if flat and isinstance(t.value, ast.Name) else t.id if isinstance(t, ast.Name) else None
-            if tname is None or not self.is_tensor(tname):
-                raise self.error(t, "dsl.atomic_add(t, index, value): t must be a tensor (or t.flat)")
-            self.check_writable(tname, t)
-            idx = args["index"]
-            index = tuple(self.expr(e) for e in (idx.elts if isinstance(idx, ast.Tuple) else [idx]))
-            return ir.AtomicAdd(tname, index, self.expr(args["value"]), flat, loc=loc)
-        if kind == "log":
-            return self.log_stmt(call, name)
-        if kind == "method" and name == "vstore":
-            tensor = call.func.value.id
-            self.check_writable(tensor, call)
-            args = self.call_args(call, ("index", "value"), required=2)
-            return ir.VStore(tensor, args["index"], args["value"], loc=loc)
-        if (kind, name) == ("py", "print"):
-            if call.keywords:
-                raise self.error(call, "print() in kernels takes positional arguments only")
-            parts, args = [], []
-            for a in call.args:
-                if isinstance(a, ast.Constant) and isinstance(a.value, str):
-                    parts.append(a.value.replace("%", "%%"))
-                else:
-                    parts.append("%s")
-                    args.append(self.expr(a))
-            fmt = " ".join(parts)
-            return ir.Log("print", fmt, tuple(args), LF.parse(fmt), loc=loc)
-        if (kind, name) == ("py", "breakpoint"):
-            return None
-        return ir.ExprStmt(self.expr(call), loc=loc)
-
-    def log_stmt(self, call: ast.Call, level: str) -> Optional[ir.Stmt]:
-        from dsl import config
-        if not call.args or not (isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)):
-            raise self.error(call, f"dsl.log.{level}(fmt, *args) needs a literal format string first")
-        if call.keywords:
-            raise self.error(call, f"dsl.log.{level} takes positional arguments only")
-        fmt = call.args[0].value
-        args = tuple(self.expr(a) for a in call.args[1:])
-        try:
-            pieces = LF.parse(fmt)
-        except LF.FormatError as err:
-            raise self.error(call.args[0], str(err)) from None
-        count = len(LF.specs(pieces))
-        if count != len(args):
-            raise self.error(call.args[0], f"log format {fmt!r} has {count} conversion(s) but {len(args)} "
-                                           "argument(s) were given")
-        if not config.level_passes(level, self.log_level):
-            return None  # filtered at compile time: no code at all
-        return ir.Log(level, fmt, args, pieces, loc=self.loc(call))
 
     # ---- expressions
     def expr(self, e) -> ir.Expr:
@@ -686,114 +497,6 @@ class _Visitor(Visitor):
     def visit_Tuple(self, e):
         raise self.error(e, "tuples are only supported on either side of an assignment (a, b = b, a)")
 
-    def callee(self, call: ast.Call):
-        """(kind, name) of what ``call`` calls; ``("method", m)`` for ``t.vload``/``t.vstore`` of a tensor."""
-        f = call.func
-        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and self.is_tensor(f.value.id):
-            if f.attr not in ("vload", "vstore"):
-                raise self.error(call, f"tensors have the methods vload(i, lanes) and vstore(i, value); not "
-                                       f".{f.attr}()")
-            return "method", f.attr
-        return self.resolve.callee(f)
-
-    def visit_Call(self, e):
-        kind, name = self.callee(e)
-        loc = self.loc(e)
-        if kind == "method":
-            if name == "vstore":
-                raise self.error(e, "t.vstore(i, v) is a statement and returns nothing")
-            args = self.call_args(e, ("index", "lanes"), required=2)
-            return ir.VLoad(e.func.value.id, args["index"], args["lanes"], loc=loc)
-        if kind == "dtype":
-            args = self.call_args(e, ("value",), required=1)
-            return ir.Cast(args["value"], type=name, loc=loc)
-        if kind == "py":
-            if name in ("int", "float", "bool"):
-                args = self.call_args(e, ("value",), required=1)
-                weak = {"int": T.WEAK_INT, "float": T.WEAK_FLOAT, "bool": T.WEAK_BOOL}[name]
-                return ir.Cast(args["value"], type=weak, loc=loc)
-            if name == "len":
-                arg = e.args[0] if len(e.args) == 1 and not e.keywords else None
-                if not (isinstance(arg, ast.Name) and self.is_tensor(arg.id)):
-                    raise self.error(e, "len(t) takes one tensor")
-                return ir.Shape(arg.id, 0, loc=loc)
-            if name in ("min", "max", "abs"):
-                if e.keywords:
-                    raise self.error(e, f"{name}() in kernels takes positional arguments only")
-                return self.builtin_call(e, name, [self.expr(a) for a in e.args])
-            raise self.error(e, f"{name}() cannot be used in an expression here")
-        if kind == "dsl":
-            if name == "where":
-                args = self.call_args(e, ("cond", "a", "b"), required=3)
-                return ir.Select(args["cond"], args["a"], args["b"], loc=loc)
-            if name == "splat":
-                args = self.call_args(e, ("value", "lanes", "dtype"), required=2, raw=True)
-                value = self.expr(args["value"])
-                if "dtype" in args:
-                    value = ir.Cast(value, type=self.type_value(args["dtype"]), loc=loc)
-                return ir.Splat(value, self.expr(args["lanes"]), loc=loc)
-            if name in ("reduce_add", "reduce_max", "reduce_min"):
-                args = self.call_args(e, ("v",), required=1)
-                return ir.VReduce(name[len("reduce_"):], args["v"], loc=loc)
-            if name in ("dequant", "quant"):
-                return quantize.lower(self, e, name)
-            if B.BUILTINS[name].kind == "lowered":
-                raise self.error(e, {"split": "dsl.split(n) returns two values: lo, hi = dsl.split(n)",
-                                     "scratch": "dsl.scratch(...) must be assigned to a name at the top of the kernel",
-                                     "static_range": "dsl.static_range(...) is only a for loop's iterable: "
-                                                     "for j in dsl.static_range(4)",
-                                     }.get(name, f"dsl.{name}(...) is a statement and returns nothing"))
-            return self.builtin_call(e, name, [self.expr(a) for a in e.args])
-        if kind == "func":
-            if e.keywords:
-                raise self.error(e, "calls to @dsl.func take positional arguments only")
-            return ir.FuncCall(self.func_key(name), tuple(self.expr(a) for a in e.args), loc=loc)
-        if kind == "log":
-            raise self.error(e, "dsl.log calls are statements and return nothing")
-        raise self.error(e, f"cannot call '{ast.unparse(e.func)}' in a kernel")
-
-    def func_key(self, func) -> str:
-        """The key naming ``func`` in this function's untyped FuncCalls (``Parsed.funcs``): its
-        qualified name, made unique when two different functions share one."""
-        key, n = func.__qualname__, 1
-        while self.funcs.get(key, func) is not func:
-            n += 1
-            key = f"{func.__qualname__}#{n}"
-        self.funcs[key] = func
-        return key
-
-    def builtin_call(self, e, name, args) -> ir.Expr:
-        spec = B.BUILTINS[name]
-        if e.keywords:
-            raise self.error(e, f"dsl.{name}() takes positional arguments only")
-        if len(args) not in spec.arity:
-            raise self.error(e, f"{name}() takes {_arity_text(spec.arity)} argument(s), got {len(args)}")
-        return ir.Call(name, tuple(args), loc=self.loc(e))
-
-    def call_args(self, call: ast.Call, names, required: int, raw: bool = False) -> Dict[str, Any]:
-        fn = ast.unparse(call.func)
-        if len(call.args) > len(names):
-            raise self.error(call, f"{fn}() takes at most {len(names)} arguments, got {len(call.args)}")
-        got = dict(zip(names, call.args))
-        for kw in call.keywords:
-            if kw.arg not in names or kw.arg in got:
-                raise self.error(call, f"{fn}() got an unexpected or repeated keyword '{kw.arg}'; accepted: "
-                                       f"{', '.join(names) or 'none'}")
-            got[kw.arg] = kw.value
-        missing = [n for n in names[:required] if n not in got]
-        if missing:
-            raise self.error(call, f"{fn}() is missing argument(s): {', '.join(missing)}")
-        return got if raw else {k: self.expr(v) for k, v in got.items()}
-
-def _is_call_to(v: _Visitor, node, name: str) -> bool:
-    if not isinstance(node, ast.Call):
-        return False
-    try:
-        return v.resolve.callee(node.func) == ("dsl", name)
-    except CompileError:
-        return False
-
-
 def _loop_exits(stmts):
     """``break``/``continue`` statements in ``stmts`` that belong to the enclosing loop."""
     for node in stmts:
@@ -808,7 +511,7 @@ def _loop_exits(stmts):
 def _bound_elsewhere(v: _Visitor, name: str):
     """An AST node that binds ``name`` other than as a dsl.static_range loop variable, or None."""
     for node in ast.walk(v.fdef):
-        if isinstance(node, ast.For) and _is_call_to(v, node.iter, "static_range"):
+        if isinstance(node, ast.For) and is_call_to(v, node.iter, "static_range"):
             continue
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
             node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.NamedExpr)) else []
@@ -822,11 +525,6 @@ def _bound_elsewhere(v: _Visitor, name: str):
             elif isinstance(t, ast.Name) and t.id == name:
                 return t
     return None
-
-
-def _arity_text(arity) -> str:
-    a = list(arity)
-    return str(a[0]) if len(a) == 1 else f"{a[0]} to {a[-1]}"
 
 
 def _construct_name(node) -> str:
@@ -844,16 +542,3 @@ def _construct_name(node) -> str:
 def _assigned_names(fn) -> set:
     """Local names of ``fn``: anything the function's code stores to."""
     return set(fn.__code__.co_varnames)
-
-
-def _assigned_counts(fn) -> List[str]:
-    src, _, _, _ = source_of(fn)
-    out = []
-    for node in ast.walk(ast.parse(src)):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
-            node, (ast.AugAssign, ast.AnnAssign, ast.For)) else []
-        for t in targets:
-            for n in (t.elts if isinstance(t, ast.Tuple) else [t]):
-                if isinstance(n, ast.Name):
-                    out.append(n.id)
-    return out
