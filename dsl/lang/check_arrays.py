@@ -40,7 +40,7 @@ class LocalArrays:
             dims.append(v)
         if isinstance(a.dtype, T.DType) or isinstance(a.dtype, T.TypeVar):
             dtype = binding.dtype(a.dtype)
-        else:  # frontend.SimdDecl
+        else:  # frontend_decls.SimdDecl
             lanes = _fold(self.expr(a.dtype.lanes)[0])
             try:
                 dtype = T.simd(a.dtype.elem, lanes)
