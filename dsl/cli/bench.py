@@ -18,7 +18,7 @@ from typing import List
 
 import numpy as np
 
-from dsl.cli.errors import UserError, require_file
+from dsl.cli.errors import UserError, require_file, require_packages
 from dsl.cli.feeds import make_feeds, parse_pairs
 
 ORT_HINT = "pip install onnxruntime"
@@ -56,6 +56,12 @@ def _ort_session(path: str):
         return None, f"onnxruntime cannot load the model: {type(e).__name__}: {str(e).splitlines()[0]}"
 
 
+def _custom_domains(proto) -> List[str]:
+    """The node domains of ``proto`` that onnxruntime does not implement (a package's own ops)."""
+    known = {"", "ai.onnx", "ai.onnx.ml", "com.microsoft"}
+    return sorted({n.domain for n in proto.graph.node} - known)
+
+
 def run(args, out=None) -> int:
     """The ``bench`` subcommand; returns the exit code (1 when the outputs disagree)."""
     import onnx
@@ -63,10 +69,12 @@ def run(args, out=None) -> int:
     import dsl
     from dsl.onnx.load import OnnxImportError
     from dsl.opgraph.profile import format_seconds as fmt
+    from dsl.package import PackageError
 
     out = out or sys.stdout
     say = lambda *a: print(*a, file=out)  # noqa: E731
     path = require_file(args.model)
+    packages = require_packages(args.package)
     if args.repeat < 1 or args.warmup < 0 or args.top < 0:
         raise BenchError("--repeat must be >= 1, --warmup and --top >= 0")
     try:
@@ -81,9 +89,11 @@ def run(args, out=None) -> int:
 
     t0 = time.perf_counter()
     try:
-        model = dsl.load_onnx(path, backend=args.backend)
+        model = dsl.load_onnx(path, packages=packages, backend=args.backend)
     except OnnxImportError as e:
         raise BenchError(f"opdsl cannot load {path}: {e}") from None
+    except PackageError as e:  # "<manifest>:<line>: ..." already says where
+        raise BenchError(str(e)) from None
     t_load = time.perf_counter() - t0
     t0 = time.perf_counter()
     got = model.run(feeds)
@@ -93,7 +103,9 @@ def run(args, out=None) -> int:
     say(f"opdsl load + plan:     {fmt(t_load)}")
     say(f"opdsl first run:       {fmt(t_first)} (compiles the kernels the disk cache does not hold)")
     say(f"opdsl compile time:    {fmt(t_load + t_first)} (load + first run)")
-    sess, ort_note = _ort_session(path)
+    custom = _custom_domains(proto)
+    sess, ort_note = (None, f"onnxruntime cannot run the custom ops of {', '.join(custom)} (only opdsl runs "
+                            "them, from --package); timing opdsl alone") if custom and packages else _ort_session(path)
     ort_feeds = {} if sess is None else {i.name: feeds[i.name] for i in sess.get_inputs()}
     fns = [lambda: model.run(feeds)] + ([] if sess is None else [lambda: sess.run(None, ort_feeds)])
     timings = _time_interleaved(fns, args.repeat, args.warmup)
@@ -146,6 +158,8 @@ def register(sub) -> None:
                        epilog="example: opdsl bench model.onnx --dim batch=8 --repeat 50 --profile")
     b.add_argument("model", help="an .onnx file")
     b.add_argument("--backend", default="numba", choices=base.names(), help="opdsl backend (default numba)")
+    b.add_argument("--package", action="append", metavar="FOLDER", default=[],
+                   help="an op package folder (opdsl-package.yaml) defining the model's custom ops (repeatable)")
     b.add_argument("--repeat", type=int, default=20, help="timed runs of each (default 20)")
     b.add_argument("--warmup", type=int, default=2, help="untimed runs first (default 2)")
     b.add_argument("--input", action="append", metavar="NAME=FILE.npy",

@@ -25,3 +25,13 @@ def require_folder_or_nothing(path, option: str):
     if folder.exists() and not folder.is_dir():
         raise UserError(f"{option} {folder}: exists and is not a folder")
     return folder
+
+
+def require_packages(folders) -> list:
+    """``--package`` folders as given, after checking each is a folder: ``run`` and ``bench`` share it."""
+    import os
+
+    for f in folders:
+        if not os.path.isdir(f):
+            raise UserError(f"--package {f}: no such folder (an op package is a folder holding opdsl-package.yaml)")
+    return [str(f) for f in folders]

@@ -8,13 +8,12 @@ with the name made safe for a file name.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 from typing import Dict, List
 
 import numpy as np
 
-from dsl.cli.errors import UserError, require_file, require_folder_or_nothing
+from dsl.cli.errors import UserError, require_file, require_folder_or_nothing, require_packages
 from dsl.cli.feeds import make_feeds, parse_pairs
 
 EXAMPLE = """examples:
@@ -59,13 +58,6 @@ def file_names(outputs: List[str]) -> Dict[str, str]:
     return names
 
 
-def _packages(folders: List[str]) -> List[str]:
-    for f in folders:
-        if not os.path.isdir(f):
-            raise UserError(f"--package {f}: no such folder (an op package is a folder holding opdsl-package.yaml)")
-    return list(folders)
-
-
 def run(args) -> int:
     import onnx
 
@@ -74,7 +66,7 @@ def run(args) -> int:
     from dsl.package import PackageError
 
     path = require_file(args.model)
-    packages = _packages(args.package)
+    packages = require_packages(args.package)
     out_dir = require_folder_or_nothing(args.output_dir, "--output-dir")
     try:
         proto = onnx.load(path, load_external_data=False)

@@ -242,6 +242,27 @@ def test_bench_argument_and_model_errors_are_clean(tiny, tmp_path, capsys):
     assert "com.nowhere::Frob (opset 1): 1 node, first 'fr'" in err
 
 
+def test_bench_runs_a_model_with_custom_ops_from_a_package(tmp_path):
+    """--package registers the example package's ops; onnxruntime cannot run them, so opdsl is timed
+    alone and the note says why; a missing folder is the same error `opdsl run` gives."""
+    pytest.importorskip("onnx")
+    import onnx
+    sys.path.insert(0, str(ROOT / "examples" / "qaic_package"))
+    try:
+        import build_model
+    finally:
+        sys.path.pop(0)
+    path = tmp_path / "qaic.onnx"
+    onnx.save(build_model.build(), str(path))
+    pkg = ROOT / "examples" / "qaic_package"
+    r = opdsl("bench", path, "--package", pkg, "--backend", "interpreter", "--repeat", "1", "--dim", "batch=2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "onnxruntime latency:   n/a (onnxruntime cannot run the custom ops of com.qaic.example" in r.stdout
+    assert "slowest 3 of 3 nodes" in r.stdout and "RMSNorm" in r.stdout
+    r = opdsl("bench", path, "--package", tmp_path / "nope", "--backend", "interpreter")
+    assert r.returncode == 1 and f"--package {tmp_path / 'nope'}: no such folder" in r.stderr
+
+
 def test_bench_without_onnxruntime_says_how_to_install_it(tiny, tmp_path):
     (tmp_path / "onnxruntime.py").write_text("raise ImportError('No module named onnxruntime (hidden by the test)')\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]))
