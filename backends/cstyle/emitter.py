@@ -32,6 +32,7 @@ from dsl.lang import types as T
 from dsl.lang.errors import UNKNOWN, CompileError, SourceLoc
 from dsl.lang.visitor import Visitor
 from backends.bounds import Sites
+from backends.cstyle.builtin_calls import CBuiltinCalls
 from backends.cstyle.helpers import CHelpers, Unsupported
 from backends.cstyle.instrument import CInstrumentation
 from backends.cstyle.simd import CSimd
@@ -114,7 +115,7 @@ _PREC = {"mul": 10, "truediv": 10, "add": 9, "sub": 9, "lt": 7, "le": 7, "gt": 7
          "and": 2, "or": 1}  # C precedence of the operators printed without redundant parentheses
 
 
-class CStyleRenderer(Visitor, CInstrumentation, CHelpers, CSimd):
+class CStyleRenderer(Visitor, CInstrumentation, CHelpers, CSimd, CBuiltinCalls):
     """Typed ir.Kernel -> C-family source.  Subclasses fill in the table below."""
 
     # ---- the table ------------------------------------------------------------
@@ -694,16 +695,6 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers, CSimd):
             return e.value.bit_length() - 1
         return None
 
-    def _pow(self, t: T.DType, left: ir.Expr, right: ir.Expr) -> str:
-        a, b = self.bare(left), self.bare(right)
-        if t.is_float:
-            if isinstance(right, ir.Const) and float(right.value) == 2.0:
-                x = self.expr(left)
-                if isinstance(left, (ir.Name, ir.Const)):
-                    return f"({x} * {x})"
-            return f"pow({a}, {b})"
-        return f"{self.helper('ipow', t)}({a}, {b})"
-
     def visit_Compare(self, e: ir.Compare) -> str:
         return f"({self._infix(e)[0]})"
 
@@ -722,63 +713,6 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers, CSimd):
 
     def visit_FuncCall(self, e: ir.FuncCall) -> str:
         return f"{self.fnames[e.func]}({', '.join(self.bare(a) for a in e.args)})"
-
-    def visit_Call(self, e: ir.Call) -> str:
-        """A registered builtin, spelled from its registry entry under ``targets``: a format
-        string over the argument code, or a ``builtin_<name>`` method (``B.Helper``)."""
-        spelled = B.spelling(e.name, self.targets, e.loc)
-        args = [self.bare(a) for a in e.args]
-        if isinstance(spelled, B.Helper):
-            return getattr(self, "builtin_" + spelled.name)(e, args)
-        return spelled.format(*args, T=self.ctype(e.type))
-
-    # Helper spellings (B.Helper): (call, argument code) -> code
-    def builtin_thread_id(self, e: ir.Call, args: List[str]) -> str:
-        return self.code_for_team["thread_id"]
-
-    def builtin_num_threads(self, e: ir.Call, args: List[str]) -> str:
-        return self.code_for_team["num_threads"]
-
-    def builtin_tile_id(self, e: ir.Call, args: List[str]) -> str:
-        return self.code_for_team["tile_id"].format(axis=B.grid_axis(e))
-
-    def builtin_num_tiles(self, e: ir.Call, args: List[str]) -> str:
-        return self.code_for_team["num_tiles"].format(axis=B.grid_axis(e))
-
-    def builtin_abs(self, e: ir.Call, args: List[str]) -> str:
-        t = e.type
-        if t.is_float:
-            return f"fabs({args[0]})"
-        if t.kind == "u":
-            return args[0]
-        return f"(({self.ctype(t)})abs({args[0]}))"
-
-    def _fold(self, fn: str, args: List[str]) -> str:
-        text = args[0]
-        for a in args[1:]:
-            text = f"{fn}({text}, {a})"
-        return text
-
-    def builtin_min(self, e: ir.Call, args: List[str]) -> str:
-        return self._fold(self.helper("min", e.type), args)
-
-    def builtin_max(self, e: ir.Call, args: List[str]) -> str:
-        return self._fold(self.helper("max", e.type), args)
-
-    def builtin_clamp(self, e: ir.Call, args: List[str]) -> str:
-        t = e.type
-        return f"{self.helper('min', t)}({self.helper('max', t)}({args[0]}, {args[1]}), {args[2]})"
-
-    def builtin_fma(self, e: ir.Call, args: List[str]) -> str:
-        t = e.type
-        if t.is_float:
-            return f"fma({', '.join(args)})"
-        if t.is_bool:
-            return f"(({args[0]} && {args[1]}) || {args[2]})"
-        return self._wrap(t, f"(({args[0]}) * ({args[1]}) + ({args[2]}))")  # a * b + c, wrapping like '*' and '+'
-
-    def builtin_pow(self, e: ir.Call, args: List[str]) -> str:
-        return self._pow(e.type, e.args[0], e.args[1])
 
     def visit_Cast(self, e: ir.Cast) -> str:
         return self.cast(e.value, e.type)
