@@ -202,3 +202,17 @@ def test_user_ops_keep_their_node_in_a_graph():
     g.output(ops.FullyConnected(x, g.constant("w", np.ones((4, 3), np.float32))), "y")
     kinds = [(n.domain, n.op_type) for n in g.to_onnx().graph.node]
     assert kinds == [("com.opdsl", "FullyConnected")]
+
+
+@pytest.mark.slow
+def test_light_shufflenet_compiled_export_matches_its_shipped_output():
+    """A real CNN (grouped convs in blocked format, BN folded, residual Sums, Relus): the export of
+    its compiled graph gives onnxruntime the shipped output, within the case's tolerances."""
+    from onnx.backend.test.runner import Runner
+    from test_light_models import light_case
+    proto, feeds, expected, rtol, atol = light_case("shufflenet")
+    model = dsl.load_onnx(proto, backend="numba")
+    assert {"FusedConv", "Reorder"} <= {n.op_type for n in model.graph.nodes}
+    exported, kinds, theirs = _export_run(model.graph, feeds)
+    assert _custom(kinds) == []
+    Runner.assert_similar_outputs(expected, [theirs[o.name] for o in proto.graph.output], rtol=rtol, atol=atol)
