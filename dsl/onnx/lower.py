@@ -3,9 +3,10 @@
 Two kinds of ops are lowered:
 
 * What the graph compiler makes (FusedMatMul, FusedElementwise, FusedConv, the format
-  Reorder): a compiled graph (``model.graph.to_onnx()``) is written wherever it appears as
-  MatMul + Add, the fused elementwise ops (lower_program.py), Conv + Add + Relu / Clip /
-  LeakyRelu, and Identity (formats are a storage detail; values are logical).
+  Reorder, and RecurrentScan, the time loop an inlined RNN/GRU/LSTM leaves): a compiled graph
+  (``model.graph.to_onnx()``) is written wherever it appears as MatMul + Add, the fused
+  elementwise ops (lower_program.py), Conv + Add + Relu / Clip / LeakyRelu, Identity (formats
+  are a storage detail; values are logical) and the RNN/GRU/LSTM node (lower_recurrent.py).
 * Ops a user writes (FullyConnected, DataConvert): they keep their ``com.opdsl`` node in a
   graph (``dsl.load_onnx`` maps it back to the same op) and are written as Gemm or MatMul,
   QuantizeLinear / DequantizeLinear / Cast only inside the FunctionProto of a composed op,
@@ -28,6 +29,7 @@ import numpy as np
 
 from dsl.lang.types import DType
 from dsl.onnx.lower_program import lower_fused_elementwise
+from dsl.onnx.lower_recurrent import lower_recurrent_scan
 
 QUANT_NAMES = ("i8", "u8", "i16", "u16")
 
@@ -232,3 +234,4 @@ def _reorder(node, opset, emit) -> bool:
 
 
 register("com.opdsl", "FusedElementwise", everywhere=True)(lower_fused_elementwise)
+register("com.opdsl", "RecurrentScan", everywhere=True)(lower_recurrent_scan)

@@ -204,6 +204,46 @@ def test_user_ops_keep_their_node_in_a_graph():
     assert kinds == [("com.opdsl", "FullyConnected")]
 
 
+def _recurrent_graph(cell, layout, **attrs):
+    """One cell op over a run-time sequence length with lengths and an initial state, every
+    output read: (graph, feeds)."""
+    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[cell]
+    dirs = 2 if attrs.get("direction") == "bidirectional" else 1
+    hidden, inp, batch, steps = 3, 4, 2, 5
+    g = dsl.Graph(cell.lower())
+    x = g.input("x", (batch, None, inp) if layout else (None, batch, inp), dsl.f32)
+    w = g.constant("w", RNG.standard_normal((dirs, gates * hidden, inp)).astype(np.float32) * 0.5)
+    r = g.constant("r", RNG.standard_normal((dirs, gates * hidden, hidden)).astype(np.float32) * 0.5)
+    b = g.constant("b", RNG.standard_normal((dirs, 2 * gates * hidden)).astype(np.float32) * 0.1)
+    lens = g.input("lens", (batch,), dsl.i32)
+    state = (batch, dirs, hidden) if layout else (dirs, batch, hidden)
+    h0 = g.input("h0", state, dsl.f32)
+    outs = getattr(ops, cell)(x, w, r, b, lens, h0, hidden_size=hidden, layout=layout, **attrs)
+    for k, t in enumerate(outs):
+        g.output(t, f"y{k}")
+    shape = (batch, steps, inp) if layout else (steps, batch, inp)
+    return g, {"x": RNG.standard_normal(shape).astype(np.float32), "lens": np.array([5, 3], np.int32),
+               "h0": RNG.standard_normal(state).astype(np.float32)}
+
+
+@pytest.mark.parametrize("cell, layout, attrs", [
+    ("LSTM", 0, {"direction": "bidirectional"}),
+    ("GRU", 1, {"linear_before_reset": 1, "clip": 2.0}),
+    ("RNN", 0, {"direction": "reverse", "activations": ("Relu",)}),
+])
+def test_recurrent_scan_exports_as_its_cell_op(backend, cell, layout, attrs):
+    """The time loop an inlined RNN/GRU/LSTM leaves (com.opdsl::RecurrentScan, after the input
+    projection's MatMul) is written as that cell op over the projection, with a 0/1 W."""
+    g, feeds = _recurrent_graph(cell, layout, **attrs)
+    model = g.compile(backend=backend)
+    assert "RecurrentScan" in {n.op_type for n in model.graph.nodes}
+    _, kinds, theirs = _export_run(model.graph, feeds)
+    assert _custom(kinds) == [] and kinds[("", cell)] == 1
+    ours = model.run(feeds)
+    for name in ours:
+        np.testing.assert_allclose(ours[name], theirs[name], rtol=1e-4, atol=1e-5, err_msg=name)
+
+
 @pytest.mark.slow
 def test_light_shufflenet_compiled_export_matches_its_shipped_output():
     """A real CNN (grouped convs in blocked format, BN folded, residual Sums, Relus): the export of
