@@ -136,7 +136,7 @@ def test_every_fused_op_exports(backend):
         assert kinds[("", op)] >= 1, op
     ours = model.run(feeds)["y"]
     assert ours.dtype == theirs["y"].dtype == np.float16
-    unfused = g.compile(backend=backend, fuse=False).run(feeds)["y"]
+    unfused = g.compile(backend="interpreter", fuse=False).run(feeds)["y"]  # op by op, no compile cost
     np.testing.assert_allclose(theirs["y"].astype(np.float32), unfused.astype(np.float32), rtol=2e-3, atol=2e-3)
     np.testing.assert_allclose(ours.astype(np.float32), theirs["y"].astype(np.float32), rtol=2e-3, atol=2e-3)
 
