@@ -376,3 +376,18 @@ def test_body_options_survive_pickling_and_bad_options_are_refused():
 
 
 RNG_CF = np.random.default_rng(31)
+
+
+def test_compiled_loop_exports_and_runs_in_onnxruntime(backend):
+    """The compiled graph's Loop writes its bodies (the loaded graphs, not their fused models) as
+    graph attributes; onnxruntime runs the export to opdsl's results."""
+    ort = pytest.importorskip("onnxruntime")
+    import onnx
+    m = dsl.load_onnx(fusable_loop(), backend=backend)
+    exported = m.graph.to_onnx()
+    onnx.checker.check_model(exported, full_check=True)
+    feeds = {"M": np.array(3, np.int64), "x0": RNG_CF.standard_normal((2, 3)).astype(np.float32),
+             "a": RNG_CF.standard_normal(3).astype(np.float32)}
+    sess = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"])
+    (theirs,) = sess.run(None, feeds)
+    np.testing.assert_allclose(m.run(feeds)["x"], theirs, rtol=1e-5, atol=1e-6)
