@@ -12,6 +12,9 @@ graph.py, which calls it.
   custom ops, bools as ints, arrays as tensors.
 * Each custom domain used gets an ``opset_import`` entry (the version the graph was
   loaded with, else the highest ``since`` of its ops).
+* The graph compiler's own ops (FusedMatMul, FusedElementwise, FusedConv, Reorder) are
+  written as the standard ops they stand for (lower.py), so the graph of a compiled model
+  exports to a model other runtimes run.
 * Composed ops (``@dsl.composed``) are written as a node plus a FunctionProto
   holding their body, so other runtimes can expand them (opdsl's own com.opdsl ops in
   a body are written as standard ops where one exists: lower.py) and ``dsl.load_onnx``
@@ -109,12 +112,12 @@ class _Exporter:
                 nodes.append(helper.make_node("Constant", [], [name], value=tensor, name=f"{name}_const"))
             else:
                 inits.append(tensor)
-        fresh = _fresh_names(graph) if as_function else None
+        fresh = _fresh_names(graph)
         for n in graph.nodes:
-            lowered = lower(n, self.standard_opset(), fresh) if as_function else None
+            lowered = lower(n, self.standard_opset(), fresh, in_function=as_function)
             if lowered is None:
                 nodes.append(self.node(n))
-            else:  # other runtimes can run a function body of standard ops (dsl/onnx/lower.py)
+            else:  # standard ops that other runtimes run (dsl/onnx/lower.py)
                 nodes.extend(lowered)
         return nodes, inits
 

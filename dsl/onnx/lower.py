@@ -1,17 +1,25 @@
-"""Standard-ONNX forms of opdsl's own ``com.opdsl`` ops, for exported function bodies.
+"""Standard-ONNX forms of opdsl's own ``com.opdsl`` ops, so other runtimes can run an export.
 
-A composed op is exported as a FunctionProto so other runtimes can expand it; they can only
-run that body when every node in it is a standard op.  FullyConnected, DataConvert and
-FusedConv have standard equivalents (Gemm or MatMul; QuantizeLinear, DequantizeLinear or
-Cast; Conv plus Add and the activation), so their nodes are written that way inside
-function bodies.  An op with no lowering here, or one whose configuration the model's
-ai.onnx opset cannot express, stays a ``com.opdsl`` node.
+Two kinds of ops are lowered:
 
-``lower(node, opset, fresh)`` -> list of NodeProtos, or None.  ``register(domain, op_type)``
-adds a lowering (a function ``(node, opset, emit) -> bool``; ``emit(op_type, inputs,
-outputs, **attrs)`` writes one standard node and ``emit.constant(array)`` /
-``emit.temp(hint)`` give new tensor names).  Lowerings read params by name, so they never
-import the op library.
+* What the graph compiler makes (FusedMatMul, FusedElementwise, FusedConv, the format
+  Reorder, and RecurrentScan, the time loop an inlined RNN/GRU/LSTM leaves): a compiled graph
+  (``model.graph.to_onnx()``) is written wherever it appears as MatMul + Add, the fused
+  elementwise ops (lower_program.py), Conv + Add + Relu / Clip / LeakyRelu, Identity (formats
+  are a storage detail; values are logical) and the RNN/GRU/LSTM node (lower_recurrent.py).
+* Ops a user writes (FullyConnected, DataConvert): they keep their ``com.opdsl`` node in a
+  graph (``dsl.load_onnx`` maps it back to the same op) and are written as Gemm or MatMul,
+  QuantizeLinear / DequantizeLinear / Cast only inside the FunctionProto of a composed op,
+  whose body other runtimes expand.
+
+An op with no lowering here, or one whose configuration the model's ai.onnx opset cannot
+express, stays a ``com.opdsl`` node.
+
+``lower(node, opset, fresh, in_function)`` -> list of NodeProtos, or None.
+``register(domain, op_type, everywhere)`` adds a lowering (a function ``(node, opset, emit)
+-> bool``; ``emit(op_type, inputs, outputs, **attrs)`` writes one standard node and
+``emit.constant(array)`` / ``emit.temp(hint)`` give new tensor names).  Lowerings read params
+by name, so they never import the op library.
 """
 from __future__ import annotations
 
@@ -20,16 +28,19 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from dsl.lang.types import DType
+from dsl.onnx.lower_program import lower_fused_elementwise
+from dsl.onnx.lower_recurrent import lower_recurrent_scan
 
 QUANT_NAMES = ("i8", "u8", "i16", "u16")
 
-_LOWERINGS: Dict[Tuple[str, str], Callable] = {}
+_LOWERINGS: Dict[Tuple[str, str], Tuple[Callable, bool]] = {}
 
 
-def register(domain: str, op_type: str):
-    """Decorator: ``fn(node, opset, emit) -> bool`` writes ``node`` as standard ops (False: cannot)."""
+def register(domain: str, op_type: str, everywhere: bool = False):
+    """Decorator: ``fn(node, opset, emit) -> bool`` writes ``node`` as standard ops (False: cannot).
+    ``everywhere``: in graphs too (the compiler's own ops), not only in function bodies."""
     def deco(fn):
-        _LOWERINGS[(domain, op_type)] = fn
+        _LOWERINGS[(domain, op_type)] = (fn, everywhere)
         return fn
     return deco
 
@@ -58,11 +69,13 @@ class _Emitter:
         return name
 
 
-def lower(node, opset: int, fresh: Callable[[str], str]) -> Optional[List]:
-    """``node`` as standard ai.onnx nodes (``opset``: the model's ai.onnx version), or None."""
-    fn = _LOWERINGS.get((node.op.domain, node.op.op_type))
-    if fn is None or opset < 13:
+def lower(node, opset: int, fresh: Callable[[str], str], in_function: bool = True) -> Optional[List]:
+    """``node`` as standard ai.onnx nodes (``opset``: the model's ai.onnx version), or None.
+    ``in_function``: the node is in a FunctionProto's body (else in a graph)."""
+    found = _LOWERINGS.get((node.op.domain, node.op.op_type))
+    if found is None or not (in_function or found[1]):
         return None
+    fn = found[0]
     emit = _Emitter(node, fresh)
     return emit.nodes if fn(node, opset, emit) else None
 
@@ -85,6 +98,8 @@ def _fully_connected(node, opset, emit) -> bool:
     """y = x·wᵀ + b: Gemm(transB=1) for 2-D float x, else MatMul with the transposed weights."""
     (x, w, *rest), (xs, *_), (y,) = _names(node)
     b = rest[0] if rest else None
+    if opset < 13:
+        return False
     if xs.ndim == 2 and xs.dtype.is_float:
         emit("Gemm", [x, w] + ([b] if b else []), [y], transB=1)
         return True
@@ -108,6 +123,8 @@ def _data_convert(node, opset, emit) -> bool:
     op = node.op
     (x,), (xs,), (y,) = _names(node)
     to: DType = op.dtype
+    if opset < 13:
+        return False
     scale = np.float32(1.0 if op.scale is None else op.scale)
     if xs.dtype.is_float and to.name in QUANT_NAMES:
         if to.name in ("i16", "u16") and opset < 21:
@@ -154,13 +171,15 @@ def _f32() -> DType:
 _CONV_PARAMS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 
 
-@register("com.opdsl", "FusedConv")
+@register("com.opdsl", "FusedConv", everywhere=True)
 def _fused_conv(node, opset, emit) -> bool:
     """activation(Conv(X, W, B) + Z) as Conv, Add and Relu / Clip / LeakyRelu."""
     from dsl.onnx.attributes import node_attributes
     op = node.op
     names, specs, (y,) = _names(node)
     x, w, b, z = (names + [None, None])[:4]
+    if opset < 7:  # Add broadcasts from opset 7
+        return False
     attrs = {a.name: a for a in node_attributes(op) if a.name in _CONV_PARAMS}
     steps = [s for s in (z is not None, op.activation != "") if s]
     out = emit.temp("conv") if steps else y
@@ -175,6 +194,9 @@ def _fused_conv(node, opset, emit) -> bool:
         emit("Relu", [out], [y])
     elif op.activation == "LeakyRelu":
         emit("LeakyRelu", [out], [y], alpha=float(op.activation_params[0]))
+    elif op.activation == "Clip" and opset < 11:  # bounds were attributes before opset 11
+        lo, hi = (float(v) for v in op.activation_params)
+        emit("Clip", [out], [y], min=lo, max=hi)
     elif op.activation == "Clip":
         dt = specs[0].dtype.np
         lo = emit.constant(np.array(op.activation_params[0], dt), "min")
@@ -183,3 +205,33 @@ def _fused_conv(node, opset, emit) -> bool:
     elif op.activation:
         return False
     return True
+
+
+# --------------------------------------------------------------------------- FusedMatMul, Reorder
+
+@register("com.opdsl", "FusedMatMul", everywhere=True)
+def _fused_matmul(node, opset, emit) -> bool:
+    """numpy.matmul(A, B) + bias as MatMul and Add (bias along the last axis broadcasts)."""
+    (a, b, *rest), _, (y,) = _names(node)
+    bias = rest[0] if rest else None
+    if opset < 7:  # Add broadcasts from opset 7
+        return False
+    if bias is None:
+        emit("MatMul", [a, b], [y])
+        return True
+    ab = emit.temp("matmul")
+    emit("MatMul", [a, b], [ab])
+    emit("Add", [ab, bias], [y])
+    return True
+
+
+@register("com.opdsl", "Reorder", everywhere=True)
+def _reorder(node, opset, emit) -> bool:
+    """A format change (plain <-> nchwc16) keeps the logical values: Identity."""
+    (x,), _, (y,) = _names(node)
+    emit("Identity", [x], [y])
+    return True
+
+
+register("com.opdsl", "FusedElementwise", everywhere=True)(lower_fused_elementwise)
+register("com.opdsl", "RecurrentScan", everywhere=True)(lower_recurrent_scan)

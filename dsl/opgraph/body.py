@@ -7,28 +7,44 @@ condition and carried values; Scan's states and slices) followed by the values i
 those into extra inputs of the control-flow node, so the node's inputs say everything it
 depends on and the body stays self-contained.  The body is compiled once per backend, on
 first use, to a ``dsl.Model`` that each iteration runs.
+
+A body is compiled with the options of the graph it sits in: ``Graph.compile`` (and so
+``load_onnx``) hands its ``fuse``, ``formats``, ``tiling`` and ``max_tensor_bytes`` to every
+body through ``configure_bodies``, which gives the compiled graph's control-flow nodes bodies
+carrying those options (the user's graph and its bodies are left as they are).
 """
 from __future__ import annotations
 
 import threading
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
 from dsl.opgraph.spec import TensorSpec
+
+OPTIONS = ("fuse", "formats", "tiling", "max_tensor_bytes")  # Graph.compile's, less backend and fold
 
 
 class Body:
     """``graph`` with ``n_formal`` formal inputs, then captured ones.  Compared by identity:
     two bodies are the same param only when they are the same object."""
 
-    def __init__(self, graph, n_formal: int, name: str = ""):
+    def __init__(self, graph, n_formal: int, name: str = "", options: Optional[Dict[str, object]] = None):
         if not 0 <= n_formal <= len(graph.inputs):
             raise ValueError(f"body {name or graph.name!r}: {n_formal} formal inputs, but the graph has only "
                              f"{len(graph.inputs)} inputs")
+        unknown = sorted(set(options or {}) - set(OPTIONS))
+        if unknown:
+            raise ValueError(f"body {name or graph.name!r}: unknown compile option(s) {', '.join(unknown)}; "
+                             f"accepted: {', '.join(OPTIONS)}")
         self.graph, self.n_formal, self.name = graph, int(n_formal), name or graph.name
+        self.options: Dict[str, object] = dict(options or {})
         self._models: Dict[str, object] = {}
         self._lock = threading.Lock()
+
+    def with_options(self, **options) -> "Body":
+        """This body (the same graph) compiled with ``options`` (Graph.compile's keywords)."""
+        return Body(self.graph, self.n_formal, self.name, {**self.options, **options})
 
     @property
     def n_captures(self) -> int:
@@ -49,7 +65,7 @@ class Body:
             with self._lock:
                 m = self._models.get(backend)
                 if m is None:
-                    m = self._models[backend] = self.graph.compile(backend=backend)
+                    m = self._models[backend] = self.graph.compile(backend=backend, **self.options)
         return m
 
     def run(self, backend: str, formals: Sequence[np.ndarray], captures: Sequence[np.ndarray]) -> List[np.ndarray]:
@@ -70,13 +86,26 @@ class Body:
         return id(self)
 
     def __getstate__(self):
-        return {"graph": self.graph, "n_formal": self.n_formal, "name": self.name}
+        return {"graph": self.graph, "n_formal": self.n_formal, "name": self.name, "options": self.options}
 
     def __setstate__(self, state):
-        self.__init__(state["graph"], state["n_formal"], state["name"])
+        self.__init__(state["graph"], state["n_formal"], state["name"], state.get("options"))
 
     def __repr__(self) -> str:
         ins = ", ".join(str(t.spec) for t in self.graph.inputs)
         outs = ", ".join(str(t.spec) for t in self.graph.outputs)
+        opts = "".join(f", {k}={v!r}" for k, v in self.options.items())
         return (f"Body({self.name!r}: ({ins}) -> ({outs}), {len(self.graph.nodes)} nodes, "
-                f"{self.n_captures} captured)")
+                f"{self.n_captures} captured{opts})")
+
+
+def configure_bodies(graph, **options) -> int:
+    """Give every control-flow node of ``graph`` (a compiler's copy) bodies compiled with
+    ``options``; -> how many nodes changed.  Nested bodies get them when their body compiles."""
+    changed = 0
+    for n in graph.nodes:
+        bodies = {k: v for k, v in n.op.params.items() if isinstance(v, Body)}
+        if bodies:
+            n.op = n.op.replace(**{k: b.with_options(**options) for k, b in bodies.items()})
+            changed += 1
+    return changed

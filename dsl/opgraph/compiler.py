@@ -1,7 +1,7 @@
 """``Graph.compile``: the pipeline from a user's graph to a runnable ``dsl.Model`` -- the
 passes of passes.py in order (with fusion.py's rewrites after folding), then the model,
 which plans memory per set of shapes (Concat inputs in place unless ``fuse=False``,
-concat_inplace.py).
+concat_inplace.py).  Control-flow bodies compile with the same options (body.py).
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Optional
 from backends import base
 from dsl import config
 from dsl.opgraph import fusion, passes
+from dsl.opgraph.body import configure_bodies
 from dsl.opgraph.limits import tensor_limit
 from dsl.opgraph.model import Model
 from dsl.opgraph.tiling import resolve as resolve_tiling
@@ -27,6 +28,7 @@ def compile_graph(graph, backend: Optional[str] = None, formats: str = "auto", f
     base.get(backend)  # unknown backend names fail here, before any work
     g = passes.inline(graph)
     fusing = config.fusion_enabled() if fuse is None else fuse
+    configure_bodies(g, fuse=fusing, formats=formats, tiling=tiling, max_tensor_bytes=max_tensor_bytes)
     early = fusion.fuse(g, before_fold=True) if fusing else 0  # e.g. QDQ -> QLinearMatMul
     stats = {"folded": passes.infer_and_fold(g, backend, fold, limit)}
     stats["fused"] = early + (fusion.fuse(g) if fusing else 0)

@@ -288,3 +288,106 @@ def test_if_branches_of_different_ranks(backend):
     assert m.run({"c": np.array(True), "x": x})["out"].shape == ()
     np.testing.assert_allclose(m.run({"c": np.array(True), "x": x})["out"], 6)
     np.testing.assert_allclose(m.run({"c": np.array(False), "x": x})["out"], x)
+
+
+# --------------------------------------------------------------------------- compile options
+
+def fusable_loop():
+    """x = tanh(x * a + 0.5) * 0.9 per iteration (a fusable chain), inside an If on the iteration
+    parity that adds the same chain's value to x or subtracts it: options must reach nested bodies."""
+    half, nine = oh.make_tensor("half", F, [], [0.5]), oh.make_tensor("nine", F, [], [0.9])
+    chain = [oh.make_node("Mul", ["x_in", "a"], ["m"]), oh.make_node("Add", ["m", "half"], ["h"]),
+             oh.make_node("Tanh", ["h"], ["th"]), oh.make_node("Mul", ["th", "nine"], ["v"])]
+    then = body([oh.make_node("Add", ["x_in", "v"], ["t0"]), oh.make_node("Sigmoid", ["t0"], ["t1"]),
+                 oh.make_node("Mul", ["t1", "v"], ["t"])], [], [vi("t", F, [2, 3])], "then")
+    other = body([oh.make_node("Sub", ["x_in", "v"], ["e0"]), oh.make_node("Exp", ["e0"], ["e1"]),
+                  oh.make_node("Mul", ["e1", "half"], ["e"])], [], [vi("e", F, [2, 3])], "else")
+    b = body(chain + [oh.make_node("Mod", ["i", "two"], ["r"]), oh.make_node("Equal", ["r", "zero"], ["even"]),
+                      oh.make_node("If", ["even"], ["x_out"], then_branch=then, else_branch=other),
+                      oh.make_node("Identity", ["c"], ["c_out"])],
+             [vi("i", TP.INT64, []), vi("c", TP.BOOL, []), vi("x_in", F, [2, 3])],
+             [vi("c_out", TP.BOOL, []), vi("x_out", F, [2, 3])])
+    loop = oh.make_node("Loop", ["M", "", "x0"], ["x"], body=b)
+    inits = [half, nine, oh.make_tensor("two", TP.INT64, [], [2]), oh.make_tensor("zero", TP.INT64, [], [0])]
+    return model([loop], [vi("M", TP.INT64, []), vi("x0", F, [2, 3]), vi("a", F, [3])], [vi("x", F, [2, 3])],
+                 initializers=inits)
+
+
+def fusable_loop_reference(x, a, trips):
+    x = x.astype(np.float64)
+    for i in range(trips):
+        v = np.tanh(x * a + 0.5) * 0.9
+        x = 1 / (1 + np.exp(-(x + v))) * v if i % 2 == 0 else np.exp(x - v) * 0.5
+    return x
+
+
+def _body_models(model, backend):
+    """The compiled models of the Loop's body and of its If's two branches, after a run."""
+    loop = next(n.op for n in model.graph.nodes if n.op_type == "Loop")
+    inner = loop.body.model(backend)
+    branch = next(n.op for n in inner.graph.nodes if n.op_type == "If")
+    return loop.body, inner, [b.model(backend) for b in (branch.then_branch, branch.else_branch)
+                              if backend in b._models]
+
+
+def test_loop_body_fuses_like_the_graph(backend):
+    """A fusable chain in a Loop body (and in an If inside it) is fused when the graph is, and
+    left alone with fuse=False; both give the same results, which match numpy."""
+    feeds = {"M": np.array(4, np.int64), "x0": RNG_CF.standard_normal((2, 3)).astype(np.float32),
+             "a": RNG_CF.standard_normal(3).astype(np.float32)}
+    want = fusable_loop_reference(feeds["x0"], feeds["a"], 4)
+    results = {}
+    for fuse in (True, False):
+        m = dsl.load_onnx(fusable_loop(), backend=backend, fuse=fuse)
+        results[fuse] = m.run(feeds)["x"]
+        np.testing.assert_allclose(results[fuse], want, rtol=1e-5, atol=1e-6)
+        loop_body, inner, branches = _body_models(m, backend)
+        assert loop_body.options["fuse"] is fuse
+        ops_run = [n.op_type for n in inner.graph.nodes] + [n.op_type for b in branches for n in b.graph.nodes]
+        assert ("FusedElementwise" in ops_run) is fuse, ops_run
+        assert len(branches) == 2 and all(b.stats["fused"] == (2 if fuse else 0) for b in branches)
+    np.testing.assert_allclose(results[True], results[False], rtol=1e-6, atol=1e-7)
+
+
+def test_formats_and_tiling_reach_the_bodies():
+    m = dsl.load_onnx(fusable_loop(), backend="interpreter", formats="plain", tiling=False)
+    feeds = {"M": np.array(2, np.int64), "x0": np.ones((2, 3), np.float32), "a": np.ones(3, np.float32)}
+    m.run(feeds)
+    loop_body, inner, branches = _body_models(m, "interpreter")
+    assert {k: loop_body.options[k] for k in ("formats", "tiling")} == {"formats": "plain", "tiling": False}
+    assert all(b.tiling == 0 for b in [inner] + branches)
+    # the loaded graph's own body is not changed by compiling it
+    from dsl.onnx.load import to_graph
+    g = to_graph(fusable_loop())
+    g.compile(backend="interpreter", fuse=False)
+    assert next(n.op for n in g.nodes if n.op_type == "Loop").body.options == {}
+
+
+def test_body_options_survive_pickling_and_bad_options_are_refused():
+    import pickle
+    g = dsl.Graph("b")
+    s, x = g.input("s", (2,), dsl.f32), g.input("x", (2,), dsl.f32)
+    g.output(Add(s, x), "s_out")
+    b = Body(g, 2).with_options(fuse=False, formats="plain")
+    again = pickle.loads(pickle.dumps(b))
+    assert again.options == {"fuse": False, "formats": "plain"} and "fuse=False" in repr(again)
+    with pytest.raises(ValueError, match=r"body 'b': unknown compile option\(s\) fusion; accepted: fuse, formats"):
+        Body(g, 2, options={"fusion": True})
+
+
+RNG_CF = np.random.default_rng(31)
+
+
+def test_compiled_loop_exports_and_runs_in_onnxruntime(backend):
+    """The compiled graph's Loop writes its bodies (the loaded graphs, not their fused models) as
+    graph attributes; onnxruntime runs the export to opdsl's results."""
+    ort = pytest.importorskip("onnxruntime")
+    import onnx
+    m = dsl.load_onnx(fusable_loop(), backend=backend)
+    exported = m.graph.to_onnx()
+    onnx.checker.check_model(exported, full_check=True)
+    feeds = {"M": np.array(3, np.int64), "x0": RNG_CF.standard_normal((2, 3)).astype(np.float32),
+             "a": RNG_CF.standard_normal(3).astype(np.float32)}
+    sess = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"])
+    (theirs,) = sess.run(None, feeds)
+    np.testing.assert_allclose(m.run(feeds)["x"], theirs, rtol=1e-5, atol=1e-6)
