@@ -15,7 +15,7 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.shape import (Identity, Reshape, ReshapeV1, Transpose, Shape, Size, Flatten,  # noqa: F401
                            Squeeze, SqueezeV1, Unsqueeze, UnsqueezeV1, Expand)
     from ops.slicing import Concat, ConcatV1, Split, SplitV1, Slice, SliceV1, Tile, ReverseSequence  # noqa: F401
-    from ops.generate import (Range, ConstantOfShape, EyeLike, Trilu, Dropout, DropoutV1,  # noqa: F401
+    from ops.generate import (Range, ConstantOfShape, EyeLike, Trilu, Dropout, DropoutV1, DropoutV10,  # noqa: F401
                               DepthToSpace, SpaceToDepth)
     from ops.quant import DataConvert, QuantizeLinear, DequantizeLinear  # noqa: F401
     from ops.attention import Attention  # noqa: F401

@@ -20,6 +20,7 @@ from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.shape import _shape_value, launch_transpose, strided_copy_kernel
 
 T = dsl.TypeVar("T")
+M = dsl.TypeVar("M")  # a mask's dtype: bool, or the data's before Dropout-10
 
 # modes of diagonal_kernel (module constants fold into the kernel)
 EYE = 0
@@ -69,8 +70,8 @@ def diagonal_kernel(x: In[T, 3], values: In[T], k: In[i64], y: Out[T, 3], mode: 
 
 
 @dsl.kernel
-def dropout_kernel(x: In[T], y: Out[T], mask: Out[dsl.bool_]):
-    """Inference dropout: y = x and every mask element True."""
+def dropout_kernel(x: In[T], y: Out[T], mask: Out[M]):
+    """Inference dropout: y = x and every mask element True (1 for a float mask, opsets 1-9)."""
     lo, hi = dsl.split(x.size)
     for i in range(lo, hi):
         y.flat[i] = x.flat[i]
@@ -214,10 +215,10 @@ class Trilu(dsl.Op):
 
 # --------------------------------------------------------------------------- Dropout
 
-@dsl.op("Dropout", since=1, until=11)
+@dsl.op("Dropout", since=1, until=9)
 class DropoutV1(dsl.Op):
-    """Inference dropout (opsets 1-11): the output is the input, the optional mask all True.
-    ``is_test`` is ignored: opdsl always runs inference."""
+    """Inference dropout (opsets 1-9): the output is the input, the optional mask all ones in the
+    input's dtype. ``is_test`` is ignored: opdsl always runs inference."""
 
     op_type = "Dropout"
     ratio: float = 0.5
@@ -225,6 +226,14 @@ class DropoutV1(dsl.Op):
     consumed_inputs: Optional[Tuple[int, ...]] = None
     inplace = {0: 0}
     kernels = {"default": dropout_kernel}
+
+    def infer(self, x):
+        return x.spec, TensorSpec(x.shape, x.dtype)
+
+
+@dsl.op("Dropout", since=10, until=11)
+class DropoutV10(DropoutV1):
+    """Inference dropout (opsets 10-11): as opsets 1-9, but the mask became bool."""
 
     def infer(self, x):
         return x.spec, TensorSpec(x.shape, dsl.bool_)

@@ -72,8 +72,29 @@ def test_dropout(backend):
     y, mask = ops.Dropout(x, np.array(0.3, np.float32), np.array(False), backend=backend)
     np.testing.assert_array_equal(y, x)
     assert mask.dtype == np.bool_ and mask.all()
-    y, mask = ops.DropoutV1(x, ratio=0.2, backend=backend)
+    y, mask = ops.DropoutV1(x, ratio=0.2, backend=backend)  # opsets 1-9: the mask has the data's dtype
     np.testing.assert_array_equal(y, x)
+    assert mask.dtype == np.float32 and (mask == 1).all()
+    y, mask = ops.DropoutV10(x, ratio=0.2, backend=backend)  # opsets 10-11: a bool mask
+    np.testing.assert_array_equal(y, x)
+    assert mask.dtype == np.bool_ and mask.all()
+
+
+def test_opset_9_dropout_mask_exports_with_the_data_dtype(tmp_path):
+    """A Dropout-7 model round-trips through opdsl's export and passes onnx's full check (the mask
+    output's declared type is the data's, as opsets 1-9 say)."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    node = helper.make_node("Dropout", ["x"], ["y", "mask"], ratio=0.5)
+    g = helper.make_graph([node], "d", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3]),
+                           helper.make_tensor_value_info("mask", TensorProto.FLOAT, [2, 3])])
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 7)])
+    model = dsl.load_onnx(proto, backend="interpreter")
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    out = model.run({"x": x})
+    assert out["mask"].dtype == np.float32 and (out["mask"] == 1).all()
+    onnx.checker.check_model(model.graph.to_onnx(), full_check=True)
 
 
 @pytest.mark.parametrize("mode", ["DCR", "CRD"])
