@@ -42,6 +42,7 @@ MIN_MACS = 1 << 18  # below this many multiply-adds packing costs more than it s
 THREADS = 4
 NR_MAX = 32  # widest register tile row (2 × 16 lanes)
 MAX_TEAMS = 64  # batch entries run one per team, up to this many teams
+WHOLE_MAX_MACS = 1 << 23  # batch entries up to this many multiply-adds go one per thread
 
 # epilogue activations (the kernel's ``act``)
 ACT_NONE = 0
@@ -344,11 +345,13 @@ def thread_grid(m: int, n: int, cfg: TileConfig, b_ready: bool = False) -> tuple
     return min(splits, key=lambda g: (-(-mpan // g[0]) * -(-npan // g[1]) + pack * -(-npan // g[1]), -g[1]))
 
 
-def whole_entries(batch: int, cores: int) -> bool:
+def whole_entries(batch: int, cores: int, macs: int = 0) -> bool:
     """Whether threads should take whole batch entries (no B panel packed twice, no split of a
     small product) rather than a team sharing each entry: when the entries spread evenly over
-    the cores, or are so many that one more per core hardly matters."""
-    return batch > 1 and (batch % cores == 0 or batch >= 4 * cores)
+    the cores, or are so many that one more per core hardly matters, and each entry (``macs``
+    multiply-adds) is small (a big one, a batched convolution's image, keeps its team split and
+    its threads' B blocks small)."""
+    return batch > 1 and (batch % cores == 0 or batch >= 4 * cores) and macs <= WHOLE_MAX_MACS
 
 
 def workspace(teams: int, cfg: TileConfig, k: int, m: int, n: int, pack_a: bool = True, whole: bool = False,
@@ -416,7 +419,7 @@ def packed_gemm(a, b, c, y, trans_a: int = 0, trans_b: int = 0, alpha=1.0, beta=
     cfg = config or tile_config(backend or "numba")
     k = a.shape[1] if trans_a else a.shape[2]
     batch = y.shape[0]
-    whole = whole_entries(batch, cores or dsl.target(backend or "numba").compute_units)
+    whole = whole_entries(batch, cores or dsl.target(backend or "numba").compute_units, y.shape[1] * y.shape[2] * k)
     teams = max(1, min(-(-batch // THREADS) if whole else batch, MAX_TEAMS))
     pack_a = a.dtype != np.float32
     b_ready = geometry is None and b.shape[0] == 1 and _immutable(b)

@@ -177,6 +177,7 @@ def test_whole_entries_rule():
     from ops.gemm_packed import whole_entries
     assert not whole_entries(1, 2) and whole_entries(12, 2) and whole_entries(4, 2)
     assert not whole_entries(5, 2) and whole_entries(9, 2) and not whole_entries(7, 4)
+    assert whole_entries(12, 2, 128 * 128 * 64) and not whole_entries(2, 2, 64 * 3136 * 256)  # a conv's image
 
 
 def test_model_weights_packed_at_plan_time():
