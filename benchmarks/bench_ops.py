@@ -5,7 +5,8 @@
     python -m benchmarks.bench_ops --output /tmp/bench_ops.md
 
 Sections: ``gemm`` (square f32 MatMul vs numpy BLAS, onnxruntime and a hand-written numba
-loop), ``batched`` (attention-shaped batched MatMul vs numpy and onnxruntime), ``half``
+loop), ``batched`` (attention-shaped batched MatMul vs numpy and onnxruntime), ``linear`` (the
+BERT layer's x @ W with W an initializer, vs numpy and onnxruntime), ``half``
 (f16/bf16-storage MatMul vs opdsl's own f32), ``conv`` (the eight distinct ResNet-50 Conv
 shapes vs onnxruntime).  opdsl runs one-node ONNX models through ``dsl.load_onnx`` (and
 ``ops.MatMul`` called directly), so new MatMul/Conv kernels are picked up without a change
@@ -35,10 +36,12 @@ from benchmarks.harness import (Timing, avx512_flags, fmt_seconds, load_text,  #
                                 lscpu_model_name, machine_info, measure_interleaved, start,
                                 usable_cores, wait_until_idle)
 
-SECTIONS = ("gemm", "batched", "half", "conv")
+SECTIONS = ("gemm", "batched", "linear", "half", "conv")
 GEMM_SIZES = (256, 512, 1024)
 HALF_SIZES = (512, 1024)
-ATTENTION_SHAPES = (((12, 128, 64), (12, 64, 128)), ((12, 128, 128), (12, 128, 64)))
+ATTENTION_SHAPES = (((12, 128, 64), (12, 64, 128)), ((12, 128, 128), (12, 128, 64)),
+                    ((4, 128, 64), (4, 64, 128)), ((4, 128, 128), (4, 128, 64)))  # BERT-base and the BERT layer
+LINEAR_SHAPES = (((128, 256), (256, 256)), ((128, 256), (256, 1024)), ((128, 1024), (1024, 256)))
 # (C_in, H = W, C_out, k, stride): the distinct Conv layers of ResNet-50 at batch 1
 RESNET50_CONVS = ((3, 224, 64, 7, 2), (64, 56, 64, 1, 1), (64, 56, 64, 3, 1), (64, 56, 256, 1, 1),
                   (128, 28, 128, 3, 1), (256, 14, 256, 3, 1), (512, 7, 512, 3, 1), (1024, 14, 256, 1, 1))
@@ -240,42 +243,73 @@ def bench_gemm(sizes: Sequence[int] = GEMM_SIZES, repeat: int = DEFAULT_REPEAT, 
     return table
 
 
-def bench_batched(shapes=ATTENTION_SHAPES, repeat: int = DEFAULT_REPEAT, backend: str = "numba") -> Table:
-    """Attention-shaped batched MatMul: opdsl vs numpy (child process) and onnxruntime."""
-    table = Table("batched MatMul f32 (attention shapes), GFLOP/s: best (median)",
-                  ["A @ B", "opdsl (load_onnx)", "opdsl (ops.MatMul eager)", "numpy matmul", "onnxruntime",
-                   "opdsl / numpy", "target"])
+def _linear_model(a_shape: Sequence[int], w: np.ndarray):
+    """y = a @ w with w an initializer (a Linear layer's constant weights, as exported models have)."""
+    from onnx import helper, numpy_helper
+    y_shape = list(a_shape[:-1]) + [w.shape[-1]]
+    return op_models._model(helper.make_node("MatMul", ["a", "w"], ["y"]),
+                            [helper.make_tensor_value_info("a", op_models.onnx_elem_type(np.float32), list(a_shape))],
+                            [helper.make_tensor_value_info("y", op_models.onnx_elem_type(np.float32), y_shape)],
+                            [numpy_helper.from_array(w, "w")])
+
+
+def _bench_products(title: str, shapes, repeat: int, backend: str, constant_b: bool, target: Optional[float]) -> Table:
+    """Products A @ B of the given shapes: opdsl (load_onnx, and eager for batched ones) vs numpy
+    (child process) and onnxruntime; with ``constant_b`` B is the model's initializer."""
+    table = Table(title, ["A @ B", "opdsl (load_onnx)", "opdsl (ops.MatMul eager)", "numpy matmul", "onnxruntime",
+                          "opdsl / numpy", "opdsl / onnxruntime", "target"])
     names = [f"{'x'.join(map(str, sa))} @ {'x'.join(map(str, sb))}" for sa, sb in shapes]
-    _progress("batched: numpy in a child process")
+    _progress(f"{title}: numpy in a child process")
     numpy_times = NumpyBaseline([{"name": nm, "a": list(sa), "b": list(sb)}
                                  for nm, (sa, sb) in zip(names, shapes)], repeat)
     timed_by_shape: Dict[str, Dict[str, Optional[Timing]]] = {}
     for name, (sa, sb) in zip(names, shapes):
-        _progress(f"batched {name}: compiling and checking")
+        _progress(f"{name}: compiling and checking")
         a, b = op_models.random_inputs([sa, sb], seed=sum(sa))
         want = _reference_product(a, b)
-        cases = _opdsl_cases(a, b, backend)
-        cases["onnxruntime"] = op_models.ort_runner(op_models.matmul_model(sa, sb), {"a": a, "b": b})
+        if constant_b:
+            model = _linear_model(sa, b)
+            cases = {"opdsl": op_models.opdsl_runner(model, {"a": a}, backend),
+                     "onnxruntime": op_models.ort_runner(model, {"a": a})}
+        else:
+            cases = _opdsl_cases(a, b, backend)
+            cases["onnxruntime"] = op_models.ort_runner(op_models.matmul_model(sa, sb), {"a": a, "b": b})
         cases = checked_cases(table, cases, want, name)
-        _progress(f"batched {name}: timing, interleaved")
+        _progress(f"{name}: timing, interleaved")
         timed_by_shape[name] = dict(measure_interleaved(cases, repeat=repeat, warmup=2))
         del cases
-    _progress("batched: numpy in a child process, second run")
+    _progress(f"{title}: numpy in a child process, second run")
     numpy_times.again()
     table.notes.append(numpy_times.note())
     for (name, timed), (sa, sb) in zip(timed_by_shape.items(), shapes):
         ref = numpy_times.timing(name)
         flops = matmul_flops(sa, sb)
-        ours = timed.get("opdsl")
+        ours, ort = timed.get("opdsl"), timed.get("onnxruntime")
         ratio = gflops(flops, ours) / gflops(flops, ref) if ours else None
-        verdict = table.target(f"opdsl >= numpy on {name}", ratio, BATCHED_TARGET, higher_is_better=True,
-                               percent=True)
+        vs_ort = gflops(flops, ours) / gflops(flops, ort) if ours and ort else None
+        verdict = "—"
+        if target is not None:
+            verdict = "≥ 100%: " + table.target(f"opdsl >= numpy on {name}", ratio, target, higher_is_better=True,
+                                                percent=True)
         table.rows.append([name, rate_cell(flops, ours), rate_cell(flops, timed.get("opdsl eager")),
-                           rate_cell(flops, ref), rate_cell(flops, timed.get("onnxruntime")),
-                           f"{ratio:.1%}" if ratio is not None else "n/a", f"≥ 100%: {verdict}"])
+                           rate_cell(flops, ref), rate_cell(flops, ort),
+                           f"{ratio:.1%}" if ratio is not None else "n/a",
+                           f"{vs_ort:.1%}" if vs_ort is not None else "n/a", verdict])
         table.values[name] = {nm: gflops(flops, t) for nm, t in list(timed.items()) + [("numpy", ref)]}
         table.values[name]["ratio"] = ratio
     return table
+
+
+def bench_batched(shapes=ATTENTION_SHAPES, repeat: int = DEFAULT_REPEAT, backend: str = "numba") -> Table:
+    """Attention-shaped batched MatMul: opdsl vs numpy (child process) and onnxruntime."""
+    return _bench_products("batched MatMul f32 (attention shapes), GFLOP/s: best (median)", shapes, repeat, backend,
+                           constant_b=False, target=BATCHED_TARGET)
+
+
+def bench_linear(shapes=LINEAR_SHAPES, repeat: int = DEFAULT_REPEAT, backend: str = "numba") -> Table:
+    """The BERT layer's Linear products (x @ constant W): opdsl vs numpy and onnxruntime."""
+    return _bench_products("Linear layers f32 (BERT layer of benchmarks/models.py, W constant), GFLOP/s: "
+                           "best (median)", shapes, repeat, backend, constant_b=True, target=None)
 
 
 def half_dtypes() -> Dict[str, np.dtype]:
@@ -385,8 +419,8 @@ def bench_conv(shapes=RESNET50_CONVS, repeat: int = DEFAULT_REPEAT, backend: str
     return table
 
 
-BENCHES: Dict[str, Callable[..., Table]] = dict(gemm=bench_gemm, batched=bench_batched, half=bench_half,
-                                                conv=bench_conv)
+BENCHES: Dict[str, Callable[..., Table]] = dict(gemm=bench_gemm, batched=bench_batched, linear=bench_linear,
+                                                half=bench_half, conv=bench_conv)
 
 
 # --------------------------------------------------------------------------- command line

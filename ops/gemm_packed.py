@@ -3,12 +3,15 @@
 ``gemm_packed`` computes y[t] = alpha·A[t]·B[t] + beta·C for f32, f16 and bf16 data (f32
 arithmetic).  One team works on one batch entry at a time; its threads form a tm × tn grid over
 the MR-row and NR-column panels of y (``thread_grid``) and never wait for each other: there is no
-``sync()``, so a thread the OS deschedules delays only its own share.  Each thread runs BLIS's
-loops over its share:
+``sync()``, so a thread the OS deschedules delays only its own share.  Batches that spread evenly
+over the cores go by whole entries instead (``whole_entries``: every thread takes its own
+entries, so small products are neither split nor packed twice).  Each thread runs BLIS's loops
+over its share:
 
 * ``jb`` over blocks of NC columns, ``pc`` over blocks of KC of the inner dimension: the
   thread packs B[pc:pc+KC, its columns] into column panels of NR = 2·V floats (``bp``), so the
-  micro-kernel reads B contiguously and from cache;
+  micro-kernel reads B contiguously and from cache; constant weights (``packed_b``) come packed
+  once by ``pack_b_panels`` in the same panel order, as MLAS packs B at session start;
 * ``ib`` over blocks of MC rows: for f16/bf16 data the thread packs A[rows, pc:pc+KC] into
   row panels of MR f32 (``ap``: converted once); f32 A is read in place, MR row streams
   (packing it costs ~40 % at 256³ and saves nothing the L1 does not);
@@ -25,6 +28,7 @@ tile), V = 8 and MR = 6 on AVX2 (12 of 16).
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +42,7 @@ MIN_MACS = 1 << 18  # below this many multiply-adds packing costs more than it s
 THREADS = 4
 NR_MAX = 32  # widest register tile row (2 × 16 lanes)
 MAX_TEAMS = 64  # batch entries run one per team, up to this many teams
+WHOLE_MAX_MACS = 1 << 23  # batch entries up to this many multiply-adds go one per thread
 
 # epilogue activations (the kernel's ``act``)
 ACT_NONE = 0
@@ -92,13 +97,15 @@ def activation(v, act, lo, hi):
 
 @dsl.kernel(threads=THREADS)
 def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], res: In[T, 3], y: Out[T, 3],
-                ap: InOut[f32, 2], bp: InOut[f32, 2], geom: dsl.Vec[i64, 11], tn: i64,
-                trans_a: i32, trans_b: i32, alpha: f32, beta: f32, add_res: i32, act: i32, act_lo: f32, act_hi: f32,
-                V: dsl.const[i64], MR: dsl.const[i64], KC: dsl.const[i64], MC: dsl.const[i64],
-                NC: dsl.const[i64], PACK_A: dsl.const[i64], IM2COL: dsl.const[i64]):
-    """y[t] = act(alpha·A[t]·B[t] + beta·C + res[t]) (res only if add_res); ``ap``/``bp`` are per-team
-    packing buffers (MC·KC, KC·NC).  With IM2COL = 1, B[t] is the implicit im2col matrix of image
-    b[t] (C, H·W) for the convolution ``geom`` = (H, W, KH, KW, sh, sw, ph, pw, dh, dw, OW)."""
+                ap: InOut[f32, 2], bp: InOut[f32, 2], geom: dsl.Vec[i64, 11], tn: i64, whole: i32, b_ready: i32,
+                im2col: i32, trans_a: i32, trans_b: i32, alpha: f32, beta: f32, add_res: i32, act: i32, act_lo: f32,
+                act_hi: f32, V: dsl.const[i64], MR: dsl.const[i64], KC: dsl.const[i64], MC: dsl.const[i64],
+                NC: dsl.const[i64], PACK_A: dsl.const[i64]):
+    """y[t] = act(alpha·A[t]·B[t] + beta·C + res[t]) (res only if add_res); ``ap``/``bp`` are per-thread
+    packing buffers (MC·KC, KC·NC).  With im2col = 1, B[t] is the implicit im2col matrix of image
+    b[t] (C, H·W) for the convolution ``geom`` = (H, W, KH, KW, sh, sw, ph, pw, dh, dw, OW).  With
+    b_ready = 1, bp is B already packed by ``pack_b_panels`` (one B for every t).  With whole = 1
+    every thread of the grid takes whole batch entries (tn is 1) instead of a team sharing one."""
     m = y.shape[1]
     n = y.shape[2]
     kd = a.shape[1] if trans_a == 1 else a.shape[2]
@@ -122,23 +129,34 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], res: In[T, 3], y: Out[T, 
     tm = THREADS // tn  # the team's threads form a tm × tn grid over the row and column panels
     jt = tid % tn
     it = tid // tn
+    t_lo = team  # team t_lo takes batch entries t_lo, t_lo + teams, ...
+    t_hi = y.shape[0]
+    t_step = dsl.num_tiles()
+    if whole == 1:  # this thread takes a contiguous share of the batch entries, all their panels
+        tm = 1
+        it = 0
+        workers = dsl.num_tiles() * THREADS
+        t_lo = y.shape[0] * own // workers
+        t_hi = y.shape[0] * (own + 1) // workers
+        t_step = 1
     jp_lo = npan * jt // tn
     jp_hi = npan * (jt + 1) // tn
     ip_lo = mpan * it // tm
     ip_hi = mpan * (it + 1) // tm
     ncp = NC // NR
     mcp = MC // MR
-    for t in range(team, y.shape[0], dsl.num_tiles()):
+    for t in range(t_lo, t_hi, t_step):
         for jb in range(jp_lo, jp_hi, ncp):
             jn = min(ncp, jp_hi - jb)
             for pc in range(0, kd, KC):
                 kc = min(KC, kd - pc)
                 last = pc + kc == kd  # the epilogue is applied while storing the last K block
-                # pack B[pc:pc+kc, this thread's columns] into jn panels of kc rows × NR
-                for jp in range(jb, jb + jn):
+                # pack B[pc:pc+kc, this thread's columns] into jn panels of kc rows × NR (unless
+                # pack_b_panels did it once for constant weights: then no jp is packed here)
+                for jp in range(jb, jb + jn * (1 - b_ready)):
                     j0 = jp * NR
                     dst = bb + (jp - jb) * kc * NR
-                    if IM2COL == 1:  # B(kk, p) = x[ci, oh·sh - ph + kh·dh, ow·sw - pw + kw·dw], 0 outside
+                    if im2col == 1:  # B(kk, p) = x[ci, oh·sh - ph + kh·dh, ow·sw - pw + kw·dw], 0 outside
                         hw = geom[0] * geom[1]
                         khw = geom[2] * geom[3]
                         for k in range(kc):
@@ -225,6 +243,8 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], res: In[T, 3], y: Out[T, 
                         acc = dsl.local((MR, 2), dsl.simd(f32, V))
                         i0 = ip * MR
                         pb = bb + (jp - jb) * kc * NR
+                        if b_ready == 1:  # pack_b_panels' layout: K blocks of npan panels of kc × NR
+                            pb = pc * npan * NR + jp * kc * NR
                         if PACK_A == 1:
                             pa = ab + (ip - ib) * kc * MR
                             for k in range(kc):
@@ -289,46 +309,128 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], res: In[T, 3], y: Out[T, 
                                         y.flat[row + col] = v
 
 
-def thread_grid(m: int, n: int, cfg: TileConfig) -> tuple:
+@dsl.kernel(threads=THREADS)
+def pack_b_panels(b: In[T, 2], bp: Out[f32, 1], trans_b: i32, KC: dsl.const[i64], NR: dsl.const[i64]):
+    """B (or Bᵀ) as gemm_packed's micro-kernel reads it, once for constant weights: for each
+    block of KC rows, its column panels of NR (zero-padded past n), each kc × NR row-major."""
+    kd = b.shape[1] if trans_b == 1 else b.shape[0]
+    n = b.shape[0] if trans_b == 1 else b.shape[1]
+    sbk = 1 if trans_b == 1 else b.shape[1]
+    sbj = b.shape[1] if trans_b == 1 else 1
+    npan = (n + NR - 1) // NR
+    kblocks = (kd + KC - 1) // KC
+    lo, hi = dsl.split(kblocks * npan, grid=True)
+    for item in range(lo, hi):
+        pc = (item // npan) * KC
+        jp = item % npan
+        kc = min(KC, kd - pc)
+        dst = pc * npan * NR + jp * kc * NR
+        for k in range(kc):
+            for col in range(NR):
+                v = f32(0)
+                if jp * NR + col < n:
+                    v = b.flat[(pc + k) * sbk + (jp * NR + col) * sbj]
+                bp.flat[dst + k * NR + col] = v
+
+
+def thread_grid(m: int, n: int, cfg: TileConfig, b_ready: bool = False) -> tuple:
     """(tm, tn): how a team's threads split the row and column panels of one product.  Each
     thread packs the B panels of its columns, so a split of the rows packs the same panels in
     several threads; packing a panel (an implicit im2col one above all) costs about as much as
-    two tiles.  The split with the least work for the busiest thread (tiles + 2 × packed panels)."""
+    two tiles.  The split with the least work for the busiest thread (tiles + 2 × packed panels,
+    no packing when B came packed)."""
     mpan, npan = -(-m // cfg.MR), -(-n // cfg.NR)
     splits = [(THREADS // tn, tn) for tn in range(THREADS, 0, -1) if THREADS % tn == 0]
-    return min(splits, key=lambda g: (-(-mpan // g[0]) * -(-npan // g[1]) + 2 * -(-npan // g[1]), -g[1]))
+    pack = 0 if b_ready else 2
+    return min(splits, key=lambda g: (-(-mpan // g[0]) * -(-npan // g[1]) + pack * -(-npan // g[1]), -g[1]))
 
 
-def workspace(teams: int, cfg: TileConfig, k: int, m: int, n: int, pack_a: bool = True):
+def whole_entries(batch: int, cores: int, macs: int = 0) -> bool:
+    """Whether threads should take whole batch entries (no B panel packed twice, no split of a
+    small product) rather than a team sharing each entry: when the entries spread evenly over
+    the cores, or are so many that one more per core hardly matters, and each entry (``macs``
+    multiply-adds) is small (a big one, a batched convolution's image, keeps its team split and
+    its threads' B blocks small)."""
+    return batch > 1 and (batch % cores == 0 or batch >= 4 * cores) and macs <= WHOLE_MAX_MACS
+
+
+def workspace(teams: int, cfg: TileConfig, k: int, m: int, n: int, pack_a: bool = True, whole: bool = False,
+              b_ready: bool = False):
     """Per-thread packing buffers for this problem: a thread's share of the panels, at most one
-    cache block (MC × KC of A, KC × NC of B)."""
-    tm, tn = thread_grid(m, n, cfg)
+    cache block (MC × KC of A, KC × NC of B); no B buffer when B came packed."""
+    tm, tn = (1, 1) if whole else thread_grid(m, n, cfg, b_ready)
     kc = min(cfg.KC, k)
     mc = min(cfg.MC, -(-(-(-m // cfg.MR)) // tm) * cfg.MR) if pack_a else 1
-    nc = min(cfg.NC, -(-(-(-n // cfg.NR)) // tn) * cfg.NR)
+    nc = 1 if b_ready else min(cfg.NC, -(-(-(-n // cfg.NR)) // tn) * cfg.NR)
     threads = teams * THREADS
     return np.empty((threads, mc * kc), np.float32), np.empty((threads, kc * nc), np.float32), tn
 
 
 NO_GEOMETRY = np.zeros(11, np.int64)
+_PACKED_B: dict = {}  # id(constant array) -> (weakref to it, key, packed panels)
+
+
+def _immutable(x: np.ndarray) -> bool:
+    """Whether no one can change x's values: it and every array it views are read-only (graph
+    constants are; a read-only view of a writable array is not)."""
+    while isinstance(x, np.ndarray):
+        if x.flags.writeable:
+            return False
+        x = x.base
+    return True
+
+
+def _root(x: np.ndarray) -> np.ndarray:
+    while isinstance(x.base, np.ndarray):
+        x = x.base
+    return x
+
+
+def packed_b(b: np.ndarray, trans_b: int, cfg: TileConfig, backend) -> np.ndarray:
+    """B (2-D) packed by ``pack_b_panels`` as a (1, K·panels·NR) array, made once per constant
+    array and config (kept while the array lives) and at every call for any other."""
+    root = _root(b)
+    key = (b.__array_interface__["data"][0], b.shape, b.strides, b.dtype.str, trans_b, cfg)
+    hit = _PACKED_B.get(id(root))
+    if hit is not None and hit[0]() is root and key in hit[1]:
+        return hit[1][key]
+    kd, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
+    bp = np.empty((1, kd * -(-n // cfg.NR) * cfg.NR), np.float32)
+    pack_b_panels(b, bp.reshape(-1), trans_b, KC=cfg.KC, NR=cfg.NR, backend=backend)
+    if hit is None or hit[0]() is not root:
+        try:
+            hit = (weakref.ref(root, lambda _, k=id(root): _PACKED_B.pop(k, None)), {})
+        except TypeError:  # not weak-referenceable: pack at every call
+            return bp
+        _PACKED_B[id(root)] = hit
+    hit[1][key] = bp
+    return bp
 
 
 def packed_gemm(a, b, c, y, trans_a: int = 0, trans_b: int = 0, alpha=1.0, beta=1.0, backend=None,
                 kernel=gemm_packed, config=None, res=None, act: int = ACT_NONE, act_lo: float = 0.0,
-                act_hi: float = 0.0, geometry=None):
+                act_hi: float = 0.0, geometry=None, cores=None):
     """``gemm_kernel``'s interface on the packed kernel: 3-D a, b (size-1 batch broadcast), 2-D c.
     ``kernel`` is what to launch (a graph's recorder stands in for it while a model is built);
     ``config`` overrides the target's TileConfig (tests use tiny blocks to reach every loop);
-    ``res``/``act`` are the epilogue; ``geometry`` (11 ints) makes B the im2col matrix of image b."""
+    ``res``/``act`` are the epilogue; ``geometry`` (11 ints) makes B the im2col matrix of image b;
+    ``cores`` overrides the target's core count (which decides how batch entries are shared).
+    A constant B (graph weights: read-only all the way down) shared by the batch is packed once."""
     cfg = config or tile_config(backend or "numba")
     k = a.shape[1] if trans_a else a.shape[2]
-    teams = max(1, min(y.shape[0], MAX_TEAMS))
+    batch = y.shape[0]
+    whole = whole_entries(batch, cores or dsl.target(backend or "numba").compute_units, y.shape[1] * y.shape[2] * k)
+    teams = max(1, min(-(-batch // THREADS) if whole else batch, MAX_TEAMS))
     pack_a = a.dtype != np.float32
-    ap, bp, tn = workspace(teams, cfg, k, y.shape[1], y.shape[2], pack_a)
+    b_ready = geometry is None and b.shape[0] == 1 and _immutable(b)
+    ap, bp, tn = workspace(teams, cfg, k, y.shape[1], y.shape[2], pack_a, whole, b_ready)
+    if b_ready:
+        bp = packed_b(b[0], trans_b, cfg, backend)
     add_res = res is not None
     if res is None:  # never read: any array of y's rank and dtype
         res = np.zeros((1, 1, 1), y.dtype)
     kernel(a, b, c, res, y, ap, bp, NO_GEOMETRY if geometry is None else np.asarray(geometry, np.int64), tn,
-           trans_a=trans_a, trans_b=trans_b, alpha=float(alpha), beta=float(beta), add_res=int(add_res), act=act,
+           whole=int(whole), b_ready=int(b_ready), im2col=int(geometry is not None), trans_a=trans_a,
+           trans_b=trans_b, alpha=float(alpha), beta=float(beta), add_res=int(add_res), act=act,
            act_lo=float(act_lo), act_hi=float(act_hi), V=cfg.V, MR=cfg.MR, KC=cfg.KC, MC=cfg.MC, NC=cfg.NC,
-           PACK_A=int(pack_a), IM2COL=int(geometry is not None), backend=backend, grid=teams)
+           PACK_A=int(pack_a), backend=backend, grid=teams)

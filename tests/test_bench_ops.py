@@ -28,6 +28,13 @@ def test_batched_section_runs_and_checks():
     _measured(table, "2x8x4 @ 2x4x8", ["opdsl", "numpy", "onnxruntime", "ratio"])
 
 
+def test_linear_section_runs_and_checks():
+    table = bench_ops.bench_linear(shapes=(((8, 4), (4, 8)),), repeat=1)
+    assert not table.mismatches
+    _measured(table, "8x4 @ 4x8", ["opdsl", "numpy", "onnxruntime", "ratio"])
+    assert "8x4 @ 4x8" in table.markdown()
+
+
 def test_half_section_runs_and_checks():
     if "bf16" not in bench_ops.half_dtypes():
         pytest.skip("MatMul does not take bf16 here")

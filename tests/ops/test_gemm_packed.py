@@ -121,3 +121,73 @@ def test_packed_gemm_implicit_im2col(backend, case):
     geometry = (h, w, k[0], k[1], s[0], s[1], pads[0], pads[1], d[0], d[1], ow)
     packed_gemm(a, x, np.zeros((1, 1), np.float32), y, beta=0.0, backend=backend, config=TINY, geometry=geometry)
     np.testing.assert_allclose(y[0], a[0].astype(np.float64) @ cols, rtol=1e-4, atol=1e-4)
+
+
+def frozen(x):
+    """x as an immutable array (a read-only view of read-only bytes), as graph weights are."""
+    return np.frombuffer(x.tobytes(), x.dtype).reshape(x.shape)
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_constant_b_is_packed_once(backend, trans_b, monkeypatch):
+    """An immutable B shared by the batch is packed by pack_b_panels once per array and config,
+    then read in place by every launch; the products match numpy."""
+    import ops.gemm_packed as gp
+    packs = []
+    real = gp.pack_b_panels
+    monkeypatch.setattr(gp, "pack_b_panels", lambda *a, **k: (packs.append(1), real(*a, **k)))
+    a, c = rand(2, 7, 9), rand(1, 21)
+    b = frozen(rand(1, 21, 9) if trans_b else rand(1, 9, 21))
+    want = reference(a, b, c, 0, trans_b, 1.0, 0.5)
+    for _ in range(2):
+        y = np.full((2, 7, 21), np.nan, np.float32)
+        packed_gemm(a, b, c, y, trans_b=trans_b, beta=0.5, backend=backend, config=TINY)
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+    assert len(packs) == 1
+
+
+def test_writable_b_behind_a_read_only_view_is_packed_every_call(backend):
+    """A read-only view of a writable array may change under it: it is never cached."""
+    from ops.gemm_packed import _immutable
+    base = rand(1, 9, 10)
+    view = base.view()
+    view.flags.writeable = False
+    assert not _immutable(view) and _immutable(frozen(base))
+    a, c = rand(1, 6, 9), np.zeros((1, 1), np.float32)
+    y = np.empty((1, 6, 10), np.float32)
+    for scale in (1.0, -2.0):
+        base *= scale
+        packed_gemm(a, view, c, y, backend=backend, config=TINY)
+        np.testing.assert_allclose(y, reference(a, base, c, 0, 0, 1.0, 0.0), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("batch, cores", [(4, 2), (6, 4), (3, 2)], ids=["whole-even", "whole-uneven", "shared"])
+def test_batched_products_whole_entries_per_thread(backend, batch, cores):
+    """Batches that spread evenly over the cores give each thread whole entries (more entries
+    than threads and fewer: some threads idle); others share each entry's panels in a team."""
+    from ops.gemm_packed import whole_entries
+    assert whole_entries(batch, cores) == (batch % cores == 0)
+    a, b, c = rand(batch, 13, 11), rand(batch, 11, 10), rand(13, 1)
+    y = np.full((batch, 13, 10), np.nan, np.float32)
+    packed_gemm(a, b, c, y, beta=1.0, backend=backend, config=TINY, cores=cores)
+    np.testing.assert_allclose(y, reference(a, b, c, 0, 0, 1.0, 1.0), rtol=1e-4, atol=1e-4)
+
+
+def test_whole_entries_rule():
+    from ops.gemm_packed import whole_entries
+    assert not whole_entries(1, 2) and whole_entries(12, 2) and whole_entries(4, 2)
+    assert not whole_entries(5, 2) and whole_entries(9, 2) and not whole_entries(7, 4)
+    assert whole_entries(12, 2, 128 * 128 * 64) and not whole_entries(2, 2, 64 * 3136 * 256)  # a conv's image
+
+
+def test_model_weights_packed_at_plan_time():
+    """In a compiled model the Linear layers' weights (constants) are packed while the plan is
+    recorded; runs with new inputs reuse them and match numpy (MatMul + Add -> FusedMatMul)."""
+    w, bias = rand(96, 80), rand(80)
+    g = dsl.Graph("linear")
+    x = g.input("x", (2, 40, 96), dsl.f32)
+    g.output(ops.Add(ops.MatMul(x, g.constant("w", w)), g.constant("bias", bias)), "y")
+    model = g.compile(backend="numba")
+    for seed in (1, 2):
+        xv = np.random.default_rng(seed).standard_normal((2, 40, 96)).astype(np.float32)
+        np.testing.assert_allclose(model.run({"x": xv})["y"], xv @ w + bias, rtol=1e-4, atol=1e-3)
