@@ -84,14 +84,14 @@ def tile_config(backend: str = "numba") -> TileConfig:
 
 @dsl.func
 def activation(v, act, lo, hi):
-    """The epilogue activation of one value (ACT_*); NaN stays NaN."""
+    """The epilogue activation (ACT_*) of a value or a SIMD value; NaN stays NaN."""
     if act == ACT_RELU:
-        return 0.0 if v <= 0 else v
+        return dsl.where(v <= 0, 0.0, v)
     if act == ACT_CLIP:
-        c = lo if v < lo else v
-        return hi if c > hi else c  # lo > hi gives hi, as ONNX Clip
+        c = dsl.where(v < lo, lo, v)
+        return dsl.where(c > hi, hi, c)  # lo > hi gives hi, as ONNX Clip
     if act == ACT_LEAKY_RELU:
-        return v if v >= 0 else v * lo
+        return dsl.where(v >= 0, v, v * lo)
     return v
 
 
@@ -286,13 +286,7 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], res: In[T, 3], y: Out[T, 
                                                     vec = vec + beta * c.flat[i * sci]
                                             if add_res == 1:
                                                 vec = vec + res.vload(at, V)
-                                            if act == ACT_RELU:
-                                                vec = dsl.where(vec <= 0, 0.0, vec)
-                                            elif act == ACT_CLIP:
-                                                vec = dsl.where(vec < act_lo, act_lo, vec)
-                                                vec = dsl.where(vec > act_hi, act_hi, vec)
-                                            elif act == ACT_LEAKY_RELU:
-                                                vec = dsl.where(vec >= 0, vec, vec * act_lo)
+                                            vec = activation(vec, act, act_lo, act_hi)
                                         y.vstore(at, vec)
                                 else:  # an edge tile: through this thread's row of ``edge``
                                     for h in dsl.static_range(2):

@@ -60,7 +60,10 @@ def check(proto, backend, fused_types, unfused_types, feeds=None):
         assert [n.op_type for n in m.graph.nodes] == types, f"fuse={fuse}"
         got = m.run(feeds)
         for name, r in zip([o.name for o in proto.graph.output], ref):
-            np.testing.assert_allclose(got[name], r, rtol=1e-4, atol=1e-4, err_msg=f"fuse={fuse} output {name}")
+            # f32 sums of ~150 products: the absolute error scales with the output's magnitude (a value
+            # near 0 by cancellation among values of 30 is off by ~1e-4 in onnxruntime's order or ours)
+            atol = 1e-5 * max(10.0, float(np.abs(r).max()))
+            np.testing.assert_allclose(got[name], r, rtol=1e-4, atol=atol, err_msg=f"fuse={fuse} output {name}")
     return models[True]
 
 
