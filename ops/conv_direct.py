@@ -47,9 +47,8 @@ PHASE_CONV = 1  # the convolution proper
 G_N, G_C, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_DW, G_OH, G_OW = range(11)
 G_SXN, G_SXB, G_SXC, G_SXH, G_SXW = range(11, 16)   # strides of the image the tiles read
 G_H, G_W, G_PT, G_PL, G_HP, G_WP, G_LANES = range(16, 23)  # the padding copy (LANES: 1 plain, 16 blocked)
-G_TRANSPOSE = 23  # 1: the padding copy interleaves a plain image's channels (blocks of LANES)
-G_BW = 24  # input channels per packed weight block: 16, or C when C < 16 (no zero lanes for the stem)
-GEOM = 25
+G_TRANSPOSE = 23  # 1: the padding copy turns a plain image into NCHWc16
+GEOM = 24
 
 
 @dataclass(frozen=True)
@@ -83,22 +82,22 @@ def direct_config(backend: str = "numba") -> DirectConfig:
 
 
 @dsl.kernel
-def pack_conv_weights(w: In[f32], b: In[f32], wp: Out[f32], bp: Out[f32], m: i64, c: i64, khw: i64, bw: i64,
+def pack_conv_weights(w: In[f32], b: In[f32], wp: Out[f32], bp: Out[f32], m: i64, c: i64, khw: i64,
                       OCT: dsl.const[i64]):
-    """wp[g, icb, k, ci, o] = w[g·OCT + o, icb·bw + ci, k] (0 outside), bp[o] = b[o] (0 past m):
-    the direct kernel's weight order (``bw`` input channels per block), made once per constant."""
-    cb = (c + bw - 1) // bw
+    """wp[g, icb, k, ci, o] = w[g·OCT + o, icb·16 + ci, k] (0 outside), bp[o] = b[o] (0 past m):
+    the direct kernel's weight order, made once per constant."""
+    cb = (c + BLOCK - 1) // BLOCK
     lo, hi = dsl.split(wp.size)
     for i in range(lo, hi):
         o = i % OCT
         r = i // OCT
-        ci = r % bw
-        r = r // bw
+        ci = r % BLOCK
+        r = r // BLOCK
         k = r % khw
         r = r // khw
         icb = r % cb
         oc = (r // cb) * OCT + o
-        ic = icb * bw + ci
+        ic = icb * BLOCK + ci
         v = f32(0)
         if oc < m and ic < c:
             v = w.flat[(oc * c + ic) * khw + k]
@@ -113,7 +112,7 @@ def pack_conv_weights(w: In[f32], b: In[f32], wp: Out[f32], bp: Out[f32], m: i64
 
 @dsl.kernel(threads=THREADS)
 def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], xp: InOut[f32],
-                geom: dsl.Vec[i64, 25], phase: i32, blocked_out: i32, add_res: i32, act: i32,
+                geom: dsl.Vec[i64, 24], phase: i32, blocked_out: i32, add_res: i32, act: i32,
                 act_lo: f32, act_hi: f32, V: dsl.const[i64], NV: dsl.const[i64], P: dsl.const[i64],
                 TG: dsl.const[i64]):
     """PHASE_PAD: xp = x with a zero border (geom's H, W, PT, PL, HP, WP, LANES).  PHASE_CONV:
@@ -129,17 +128,17 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
             plane = row // geom[G_HP]
             ih = hp - geom[G_PT]
             dst = row * wrow
-            if geom[G_TRANSPOSE] == 1:  # plain x -> interleaved xp: one input row per channel of the block
+            if geom[G_TRANSPOSE] == 1:  # plain x -> NCHWc16 xp: one input row per channel of the block
                 for e in range(wrow):
                     xp.flat[dst + e] = f32(0)
                 if ih >= 0 and ih < geom[G_H]:
-                    cb_n = (geom[G_C] + lanes - 1) // lanes
-                    c0 = (plane % cb_n) * lanes
-                    at = dst + geom[G_PL] * lanes
-                    for ci in range(min(lanes, geom[G_C] - c0)):
+                    cb_n = (geom[G_C] + BLOCK - 1) // BLOCK
+                    c0 = (plane % cb_n) * BLOCK
+                    at = dst + geom[G_PL] * BLOCK
+                    for ci in range(min(BLOCK, geom[G_C] - c0)):
                         src = (((plane // cb_n) * geom[G_C] + c0 + ci) * geom[G_H] + ih) * geom[G_W]
                         for iw in range(geom[G_W]):
-                            xp.flat[at + iw * lanes + ci] = x.flat[src + iw]
+                            xp.flat[at + iw * BLOCK + ci] = x.flat[src + iw]
             elif ih < 0 or ih >= geom[G_H]:
                 for e in range(wrow):
                     xp.flat[dst + e] = f32(0)
@@ -171,14 +170,13 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
     step_w = geom[G_SW] * sxw
     tap_h = geom[G_DH] * sxh
     tap_w = geom[G_DW] * sxw
-    bw = geom[G_BW]
-    cb = (c_in + bw - 1) // bw
+    cb = (c_in + BLOCK - 1) // BLOCK
     mb = (m_out + BLOCK - 1) // BLOCK  # NCHWc16 blocks of y
     ocg_n = (m_out + OCT - 1) // OCT
     if blocked_out == 1:  # every lane of the last block is written, zero past m_out
         ocg_n = (mb * BLOCK + OCT - 1) // OCT
     tiles = (ohw + P - 1) // P
-    wgroup = cb * kh_n * kw_n * bw * OCT  # packed weights of one oc group
+    wgroup = cb * kh_n * kw_n * BLOCK * OCT  # packed weights of one oc group
     tgroups = (tiles + TG - 1) // TG
     tile = dsl.scratch((THREADS, TG * P * NV * V), f32)  # the group's partial sums, then its results
     row = dsl.thread_id() * TG * P * OCT
@@ -193,14 +191,7 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
         # per input-channel block, every tile of the group: the block's weights (kh·kw·16·OCT)
         # are read from L1 by all of them; the tiles' sums wait in ``tile`` between blocks
         for icb in range(cb):
-            cn = min(bw, c_in - icb * bw)
-            # a full block of an interleaved image (dilation 1): the kw·cn (kw, ci) pairs are
-            # consecutive in x and in w, so one loop runs them (the stem's 7·3 instead of 3)
-            kw_loop = kw_n
-            ci_n = cn
-            if cn == bw and tap_w == cn * sxc:
-                kw_loop = 1
-                ci_n = cn * kw_n
+            cn = min(BLOCK, c_in - icb * BLOCK)
             for t in range(t_lo, t_hi):
                 q0 = t * P
                 at_t = row + (t - t_lo) * P * OCT
@@ -222,10 +213,10 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                         for j in dsl.static_range(NV):
                             acc[p, j] = tile.vload(at_t + p * OCT + j * V, V)
                 for kh in range(kh_n):
-                    for kw in range(kw_loop):
+                    for kw in range(kw_n):
                         xk = icb * sxb + kh * tap_h + kw * tap_w
-                        wk = g * wgroup + ((icb * kh_n + kh) * kw_n + kw) * bw * OCT
-                        for ci in range(ci_n):
+                        wk = g * wgroup + ((icb * kh_n + kh) * kw_n + kw) * BLOCK * OCT
+                        for ci in range(cn):
                             wv = dsl.local((NV,), dsl.simd(f32, V))
                             for j in dsl.static_range(NV):
                                 wv[j] = w.vload(wk + ci * OCT + j * V, V)
@@ -287,12 +278,6 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
 _PACKED: dict = {}  # id(constant weights) -> (weakref to them, (config, packed weights, packed bias))
 
 
-def weight_block(c: int) -> int:
-    """Input channels per packed weight block: 16, or all of them when fewer (the 3-channel
-    stem then multiplies no zero channels and its (kw, ci) pairs are consecutive)."""
-    return min(BLOCK, c)
-
-
 def packed_weights(w: np.ndarray, b: np.ndarray, cfg: DirectConfig, backend: str):
     """(weights, bias) in the direct kernel's order.  Read-only weights (graph constants) are
     packed once per array and config and kept while the array lives; writable ones every call."""
@@ -304,12 +289,11 @@ def packed_weights(w: np.ndarray, b: np.ndarray, cfg: DirectConfig, backend: str
             return packed
     m, c = w.shape[0], w.shape[1]
     khw = int(np.prod(w.shape[2:]))
-    bw = weight_block(c)
     groups = -(-(-(-m // BLOCK) * BLOCK) // cfg.OCT)  # whole NCHWc16 blocks of output channels
-    wp = np.empty(groups * -(-c // bw) * khw * bw * cfg.OCT, np.float32)
+    wp = np.empty(groups * -(-c // BLOCK) * khw * BLOCK * cfg.OCT, np.float32)
     bp = np.empty(groups * cfg.OCT, np.float32)
     bias = np.zeros(m, np.float32) if b is None else b.reshape(-1)
-    pack_conv_weights(w.reshape(-1), bias, wp, bp, m, c, khw, bw, OCT=cfg.OCT, backend=backend)
+    pack_conv_weights(w.reshape(-1), bias, wp, bp, m, c, khw, OCT=cfg.OCT, backend=backend)
     wp.setflags(write=False)
     bp.setflags(write=False)
     if keep:
@@ -351,21 +335,21 @@ def launch_conv_direct(impl, x, w, bias, y, res, strides, dil, begin, blocked: b
     wpad = (ow - 1) * strides[1] + (kw - 1) * dil[1] + 1
     padded = begin[0] > 0 or begin[1] > 0 or hp > h or wpad > wd
     hs, ws = (max(hp, begin[0] + h), max(wpad, begin[1] + wd)) if padded else (h, wd)
-    # a plain image is always copied (with its zero border) into blocks of interleaved channels
-    # (16, or all C < 16): the channels a tile loops over innermost then share one cache line
-    # per pixel, and a full block's (kw, ci) pairs are consecutive
-    transpose = not blocked
-    bw = weight_block(c)
-    lanes = bw if transpose else BLOCK
-    blocks = -(-c // lanes)
-    planes = n * blocks
+    # the padding copy of a plain image of >= 16 channels is NCHWc16: the 16 channels a tile
+    # loops over innermost then share one cache line per pixel instead of 16
+    transpose = padded and not blocked and c >= BLOCK
+    reads_blocked = blocked or transpose
+    lanes = BLOCK if reads_blocked else 1
+    planes = n * (-(-c // BLOCK) if reads_blocked else c)
     geom = np.zeros(GEOM, np.int64)
     geom[[G_N, G_C, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_DW, G_OH, G_OW]] = \
         (n, c, m, kh, kw, strides[0], strides[1], dil[0], dil[1], oh, ow)
-    # x[n, c // lanes, h, w, c % lanes]
-    geom[[G_SXN, G_SXB, G_SXC, G_SXH, G_SXW]] = (blocks * hs * ws * lanes, hs * ws * lanes, 1, ws * lanes, lanes)
+    if reads_blocked:  # x[n, c // 16, h, w, c % 16]
+        geom[[G_SXN, G_SXB, G_SXC, G_SXH, G_SXW]] = (-(-c // BLOCK) * hs * ws * BLOCK, hs * ws * BLOCK, 1,
+                                                     ws * BLOCK, BLOCK)
+    else:
+        geom[[G_SXN, G_SXB, G_SXC, G_SXH, G_SXW]] = (c * hs * ws, BLOCK * hs * ws, hs * ws, ws, 1)
     geom[G_TRANSPOSE] = int(transpose)
-    geom[G_BW] = bw
     geom[[G_H, G_W, G_PT, G_PL, G_HP, G_WP, G_LANES]] = (h, wd, begin[0], begin[1], hs, ws, lanes)
     flat_x = x.reshape(-1)
     flat_y = y.reshape(-1)
@@ -374,7 +358,7 @@ def launch_conv_direct(impl, x, w, bias, y, res, strides, dil, begin, blocked: b
                    act_hi=float(hi), V=cfg.V, NV=cfg.NV, P=cfg.P, TG=cfg.TG, backend=backend)
     items = -(-(oh * ow) // (cfg.P * cfg.TG)) * n * -(-m // cfg.OCT)
     grid = max(1, min(64, items // THREADS))
-    if padded or transpose:
+    if padded:
         buf = np.empty(planes * hs * ws * lanes, np.float32)
         impl(flat_x, wp, bp, flat_res, flat_y, buf, geom, phase=PHASE_PAD, grid=max(1, min(grid, planes // 8)),
              **kw_args)

@@ -140,10 +140,10 @@ def test_constant_weights_are_packed_once():
     once = packed_weights(w, b, cfg, "interpreter")
     assert packed_weights(w, b, cfg, "interpreter")[0] is once[0]
     np.testing.assert_array_equal(once[0], fresh[0])
-    # [group][ic block][kh][kw][3 ic][32 oc] (fewer than 16 input channels: one block of C): zeros past M
-    wp = once[0].reshape(1, 1, 3, 3, 3, 32)
-    np.testing.assert_array_equal(wp[0, 0, 1, 2, :, :20], w[:, :, 1, 2].T)
-    assert not wp[..., 20:].any()
+    # [group][ic block][kh][kw][16 ic][32 oc]: zeros past C and M
+    wp = once[0].reshape(1, 1, 3, 3, 16, 32)
+    np.testing.assert_array_equal(wp[0, 0, 1, 2, :3, :20], w[:, :, 1, 2].T)
+    assert not wp[0, 0, :, :, 3:].any() and not wp[..., 20:].any()
     np.testing.assert_array_equal(once[1][:20], b)
     assert not once[1][20:].any()
 
