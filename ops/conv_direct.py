@@ -18,9 +18,8 @@ broadcasts one input value per pixel: P·NV fused multiply-adds for NV + P loads
 * **Padding**: a padded convolution first copies the image into a zero-bordered buffer
   (``PHASE_PAD``, one pass over the input; NCHWc16 once the image has 16 channels, so the 16
   channels of the innermost loop share a cache line per pixel), so the tile loop has no border
-  tests at all; pixels are tiled over the flattened output image (oh·OW + ow), so a 7×7 image
-  fills 49 / 56 lanes of four 14-pixel tiles; the last tile repeats its last pixel and does not
-  store the copies.
+  tests at all; pixels are tiled over the flattened output image (oh·OW + ow); a last partial
+  tile repeats its last pixel and does not store the copies.
 * **Weight reuse**: a work item is a group of TG tiles of one oc group; per input-channel
   block (kh·kw·16·OCT weights, 18 KB for 3×3) every tile of the group runs, its partial sums
   waiting in scratch, so the deep layers' weights are streamed from L2 once per TG tiles.
@@ -36,7 +35,7 @@ import numpy as np
 
 import dsl
 from dsl import In, InOut, Out, f32, i32, i64
-from ops.gemm_packed import ACT_CLIP, ACT_LEAKY_RELU, ACT_RELU, activation
+from ops.gemm_packed import activation
 
 THREADS = 4
 BLOCK = 16  # input channels per weight block, channels per NCHWc16 block
@@ -74,10 +73,14 @@ class DirectConfig:
 
 
 def direct_config(backend: str = "numba") -> DirectConfig:
-    """28 of AVX-512's 32 vector registers hold the tile (14 pixels × 32 channels); 12 of
-    AVX2's 16 (6 pixels × 16 channels)."""
+    """AVX-512: 7 pixels × 32 channels (14 accumulators).  A 14-pixel tile (28 accumulators)
+    left too few registers for the 14 pixel offsets (spilled, reloaded per input channel) and
+    wasted 7 of 56 lanes on 7×7 images; measured (benchmarks/RESULTS.md) equal at 56, 28 and
+    14 pixels wide and 9-12 % less CPU time on the 7×7 layers and the 224-pixel stem, and
+    ResNet's output widths (112, 56, 28, 14, 7) are all multiples of 7.  AVX2: 12 of 16
+    registers (6 pixels × 16 channels)."""
     if "avx512f" in dsl.target(backend).features:
-        return DirectConfig(V=16, NV=2, P=14)
+        return DirectConfig(V=16, NV=2, P=7)
     return DirectConfig(V=8, NV=2, P=6)
 
 
@@ -128,18 +131,7 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
             plane = row // geom[G_HP]
             ih = hp - geom[G_PT]
             dst = row * wrow
-            if geom[G_TRANSPOSE] == 1:  # plain x -> NCHWc16 xp: one input row per channel of the block
-                for e in range(wrow):
-                    xp.flat[dst + e] = f32(0)
-                if ih >= 0 and ih < geom[G_H]:
-                    cb_n = (geom[G_C] + BLOCK - 1) // BLOCK
-                    c0 = (plane % cb_n) * BLOCK
-                    at = dst + geom[G_PL] * BLOCK
-                    for ci in range(min(BLOCK, geom[G_C] - c0)):
-                        src = (((plane // cb_n) * geom[G_C] + c0 + ci) * geom[G_H] + ih) * geom[G_W]
-                        for iw in range(geom[G_W]):
-                            xp.flat[at + iw * BLOCK + ci] = x.flat[src + iw]
-            elif ih < 0 or ih >= geom[G_H]:
+            if ih < 0 or ih >= geom[G_H]:
                 for e in range(wrow):
                     xp.flat[dst + e] = f32(0)
             else:
@@ -148,8 +140,23 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                 src = (plane * geom[G_H] + ih) * inner
                 for e in range(left):
                     xp.flat[dst + e] = f32(0)
-                for e in range(inner):
-                    xp.flat[dst + left + e] = x.flat[src + e]
+                if geom[G_TRANSPOSE] == 1:  # plain x -> NCHWc16 xp: each element written once,
+                    # the 16 channels of a pixel read from 16 input rows (zero past C)
+                    cb_n = (geom[G_C] + BLOCK - 1) // BLOCK
+                    c0 = (plane % cb_n) * BLOCK
+                    cnt = min(BLOCK, geom[G_C] - c0)
+                    hw = geom[G_H] * geom[G_W]
+                    src = (((plane // cb_n) * geom[G_C] + c0) * geom[G_H] + ih) * geom[G_W]
+                    for iw in range(geom[G_W]):
+                        at = dst + left + iw * BLOCK
+                        for cj in dsl.static_range(BLOCK):
+                            v = f32(0)
+                            if cj < cnt:
+                                v = x.flat[src + cj * hw + iw]
+                            xp.flat[at + cj] = v
+                else:
+                    for e in range(inner):
+                        xp.flat[dst + left + e] = x.flat[src + e]
                 for e in range(left + inner, wrow):
                     xp.flat[dst + e] = f32(0)
         return
@@ -244,13 +251,7 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                             at = ((nb * mb + o0 // BLOCK) * ohw + q) * BLOCK + o0 % BLOCK
                             if add_res == 1:
                                 vec = vec + res.vload(at, V)
-                            if act == ACT_RELU:
-                                vec = dsl.where(vec <= 0, 0.0, vec)
-                            elif act == ACT_CLIP:
-                                vec = dsl.where(vec < act_lo, act_lo, vec)
-                                vec = dsl.where(vec > act_hi, act_hi, vec)
-                            elif act == ACT_LEAKY_RELU:
-                                vec = dsl.where(vec >= 0, vec, vec * act_lo)
+                            vec = activation(vec, act, act_lo, act_hi)
                             if o0 + V <= m_out:
                                 y.vstore(at, vec)
                             else:  # the last block: channels past m_out stay zero (NCHWc16 padding)

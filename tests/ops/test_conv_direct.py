@@ -9,7 +9,7 @@ import dsl
 import ops
 from dsl.opgraph import formats as F
 from dsl.opgraph.spec import TensorSpec
-from ops.conv_direct import DirectConfig, conv_direct, launch_conv_direct, packed_weights
+from ops.conv_direct import DirectConfig, conv_direct, direct_config, launch_conv_direct, packed_weights
 from ops.conv_fusion import FusedConv
 
 RNG = np.random.default_rng(7)
@@ -36,6 +36,8 @@ CASES = [  # (N, C, H, W, M, k, strides, dilations, pads)
     (2, 5, 10, 9, 33, 3, (2, 2), (1, 1), (1, 0, 2, 1)),    # batch, stride 2, asymmetric pads, two oc groups
     (1, 18, 6, 7, 16, 3, (1, 2), (2, 1), (2, 1, 2, 1)),    # dilation, a partial second input block
     (1, 4, 5, 5, 8, 2, (2, 2), (1, 1), (0, 0, 0, 0)),      # 2x2 stride 2: no padding copy, M < 16
+    (1, 3, 17, 15, 40, 7, (2, 2), (1, 1), (3, 3, 3, 3)),   # the stem: 3 channels, 7x7 stride 2, a 9x8 image
+    (1, 16, 7, 7, 32, 3, (1, 1), (1, 1), (1, 1, 1, 1)),    # 7x7 image, one full input block: 7 tiles of 7
 ]
 
 
@@ -115,7 +117,8 @@ def test_blocked_chain_needs_no_reorder_between_convs(backend):
     np.testing.assert_allclose(model.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("cfg", [DirectConfig(V=4, NV=2, P=3, TG=2), DirectConfig(V=8, NV=1, P=5)], ids=str)
+@pytest.mark.parametrize("cfg", [DirectConfig(V=4, NV=2, P=3, TG=2), DirectConfig(V=8, NV=1, P=5),
+                                 DirectConfig(V=16, NV=2, P=14)], ids=str)
 def test_other_register_tiles(cfg):
     """Tiles of other targets (narrower vectors, one vector per group, several groups of tiles
     whose partial sums wait between input-channel blocks) compute the same."""
@@ -194,3 +197,13 @@ def test_a_model_packs_its_constant_weights_once(monkeypatch):
         np.testing.assert_allclose(model.run({"x": x})["y"], np.maximum(conv_ref(x, w, pads=(1, 1, 1, 1)), 0),
                                    rtol=1e-4, atol=1e-4)
     assert len(packs) == 1
+
+
+def test_avx512_tile_is_seven_pixels_by_two_vectors():
+    """7 pixels × 32 channels with AVX-512 (ResNet's widths 112/56/28/14/7 tile exactly, the
+    pixel offsets stay in registers); 6 × 16 with narrower vectors."""
+    cfg = direct_config("numba")
+    if "avx512f" in dsl.target("numba").features:
+        assert (cfg.P, cfg.NV, cfg.V) == (7, 2, 16)
+    else:
+        assert (cfg.P, cfg.NV, cfg.V) == (6, 2, 8)
