@@ -7,8 +7,8 @@ In place is not free: with y on top of x, LLVM's run-time alias check sends a co
 its scalar version (Relu, Neg, Add 2.2-2.5x slower, Exp, Sqrt 5x, Sigmoid 7x on 64K floats;
 benchmarks/RESULTS.md, "Launch and wake overhead").  So by default only ops whose in-place run
 is a plain copy that the model then skips (``inplace_noop``: Reshape, Flatten, Squeeze,
-Unsqueeze) take their input's buffer; ``inplace_all=True`` (OPDSL_INPLACE_ALL=1) honours every
-op's ``inplace`` for the smallest arena.
+Unsqueeze, Dropout) take their input's buffer; ``inplace_all=True`` (OPDSL_INPLACE_ALL=1)
+honours every op's ``inplace`` for the smallest arena.
 
 ``views`` (concat_inplace.py) names tensors stored inside another tensor's buffer at a byte
 offset: a Concat's inputs inside its output.  Such a tensor gets no buffer of its own; the
@@ -130,12 +130,16 @@ def physical_layout(specs: Dict[str, TensorSpec]) -> Dict[str, Tuple[tuple, np.d
     return {name: (physical_shape(s.shape, s.format), s.dtype.np) for name, s in specs.items()}
 
 
-def copies_onto_itself(node, arrays, memory: MemoryPlan) -> bool:
+def copies_onto_itself(node, arrays, memory: MemoryPlan, read=None) -> bool:
     """Whether the node's op says an in-place run only copies (``inplace_noop``: Reshape,
-    Flatten, Squeeze, Unsqueeze) and the plan gave its output its input's very bytes."""
-    if not runs_nothing_in_place(node.op) or len(node.outputs) != 1:
+    Flatten, Squeeze, Unsqueeze, Dropout) and the plan gave its first output its input's very
+    bytes.  Any other output (Dropout's mask) must be one nothing reads (``read``: names of the
+    tensors some node or the graph's outputs read; None: the node must have one output)."""
+    if not runs_nothing_in_place(node.op) or not node.outputs:
         return False
     out = node.outputs[0]
+    if any(read is None or t.name in read for t in node.outputs[1:]):
+        return False
     src = dict(memory.inplace).get(out.name)
     if src is None or node.inputs[0] is None or node.inputs[0].name != src:
         return False

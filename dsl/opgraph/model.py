@@ -295,7 +295,7 @@ class Model:
             if n.inputs and all(t is not None and t.name in memory.views for t in n.inputs):
                 spans.append((n, first, first))
                 continue  # a Concat whose inputs were written in place: nothing left to copy
-            if copies_onto_itself(n, arrays, memory):
+            if copies_onto_itself(n, arrays, memory, read):
                 spans.append((n, first, first))
                 continue  # a Reshape run in place: its output already holds its input's bytes
             ins = [None if t is None else arrays[t.name] for t in n.inputs]

@@ -85,3 +85,33 @@ def test_plan_memory_decides_in_place_by_the_op():
     small = plan_memory(nodes, layout, [d], inplace_all=True)
     assert small.inplace == [("b", "a"), ("c", "b")]
     assert small.sizes == [32] and small.assign == {"a": 0, "b": 0, "c": 0}
+
+
+def steps_of(model):
+    plan = next(iter(model._plans.values())).first
+    return {n.op_type: end - first for n, first, end in plan.spans}
+
+
+def test_dropout_in_place_with_its_mask_unread_runs_nothing(backend):
+    g = dsl.Graph("dropout")
+    x = g.input("x", (3, 5), dsl.f32)
+    y, _mask = ops.Dropout(ops.Exp(x))
+    g.output(ops.Neg(y), "y")
+    model = g.compile(backend=backend, fuse=False)
+    assert in_place_ops(model) == ["Dropout"] and steps_of(model)["Dropout"] == 0
+    xv = RNG.standard_normal((3, 5)).astype(np.float32)
+    np.testing.assert_allclose(model.run({"x": xv})["y"], -np.exp(xv), rtol=1e-6)
+
+
+def test_dropout_whose_mask_is_read_still_writes_it(backend):
+    g = dsl.Graph("mask")
+    x = g.input("x", (3, 5), dsl.f32)
+    y, mask = ops.Dropout(ops.Exp(x))
+    g.output(ops.Neg(y), "y")
+    g.output(mask, "mask")
+    model = g.compile(backend=backend, fuse=False)
+    assert steps_of(model)["Dropout"] == 1  # in place, but the mask must be written
+    xv = RNG.standard_normal((3, 5)).astype(np.float32)
+    out = model.run({"x": xv})
+    np.testing.assert_allclose(out["y"], -np.exp(xv), rtol=1e-6)
+    assert out["mask"].dtype == np.bool_ and out["mask"].all()
