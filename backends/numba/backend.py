@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 import types as pytypes
+from time import perf_counter
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -44,6 +45,14 @@ from backends.numba.regions import Program
 # in -> out kernel parallel.
 SERIAL_MAX_ELEMENTS = 1 << 17
 SERIAL_MAX_THREADS = 64
+# Element counts say nothing about work: a direct convolution on 13x13 pixels (126K elements,
+# squeezenet's 3x3 expand layers) ran 285 us serial and 160 us parallel even on a loaded
+# machine, while waking the workers costs 7-25 us.  So a small launch whose serial run keeps
+# taking longer than SERIAL_HEAVY_S (HEAVY_AFTER times for one grid and size) moves to the
+# parallel entry from then on (compiling it then, if the disk cache does not hold it).
+SERIAL_HEAVY_S = 100e-6
+HEAVY_AFTER = 3
+_HEAVY_KEYS = 256  # (grid, elements) pairs remembered per launcher
 
 _SAFE_LAYERS = ("threadsafe", "tbb", "omp", "safe")
 
@@ -233,6 +242,7 @@ class NumbaLauncher(Launcher):
         self._scalars, self._halves = _arg_plan(k)
         self._tensors = [i for i, p in enumerate(k.params) if isinstance(p, ir.TensorParam)]
         self._team = k.threads
+        self._slow: Dict[Tuple[int, int], int] = {}  # (grid, elements) -> serial runs over SERIAL_HEAVY_S
         self.source_path = path
 
     def _adapt(self, args: Sequence) -> Sequence:
@@ -254,14 +264,35 @@ class NumbaLauncher(Launcher):
         if type(grid) is tuple:  # n-d; an int grid (the common launch) pays nothing more for it
             self._run_nd(args, grid, grid[0] * grid[1] * grid[2] * self._team <= SERIAL_MAX_THREADS)
             return
-        if grid * self._team <= SERIAL_MAX_THREADS:
+        threads = grid * self._team
+        if threads <= SERIAL_MAX_THREADS:
             n = 0
             for i in self._tensors:
                 n += args[i].size
             if n < SERIAL_MAX_ELEMENTS:
-                self._run(self._serial, args, grid)
-                return
+                if threads == 1:
+                    self._run(self._serial, args, grid)
+                    return
+                slow = self._slow.get((grid, n), 0)
+                if slow < HEAVY_AFTER:
+                    t0 = perf_counter()
+                    self._run(self._serial, args, grid)
+                    if perf_counter() - t0 > SERIAL_HEAVY_S:
+                        self._note_slow(grid, n, slow)
+                    return
         self._run_parallel(args, grid)
+
+    def _note_slow(self, grid: int, n: int, slow: int) -> None:
+        """Count a serial run over SERIAL_HEAVY_S; at HEAVY_AFTER the launch goes parallel."""
+        if len(self._slow) >= _HEAVY_KEYS:
+            self._slow.clear()  # shapes keep changing: start over rather than grow
+        self._slow[(grid, n)] = slow + 1
+
+    def goes_parallel(self, grid: int, elements: int) -> bool:
+        """Whether a launch of ``grid`` teams over tensors of ``elements`` elements in total runs
+        the parallel entry now (tests, benchmarks)."""
+        return (grid * self._team > SERIAL_MAX_THREADS or elements >= SERIAL_MAX_ELEMENTS
+                or (grid * self._team > 1 and self._slow.get((grid, elements), 0) >= HEAVY_AFTER))
 
     def run_serial(self, args: Sequence, grid: Grid) -> None:
         """Force the serial variant (tests, benchmarks)."""
