@@ -47,9 +47,12 @@ SERIAL_MAX_ELEMENTS = 1 << 17
 SERIAL_MAX_THREADS = 64
 # Element counts say nothing about work: a direct convolution on 13x13 pixels (126K elements,
 # squeezenet's 3x3 expand layers) ran 285 us serial and 160 us parallel even on a loaded
-# machine, while waking the workers costs 7-25 us.  So a small launch whose serial run keeps
-# taking longer than SERIAL_HEAVY_S (HEAVY_AFTER times for one grid and size) moves to the
-# parallel entry from then on (compiling it then, if the disk cache does not hold it).
+# machine, while waking the workers costs 7-25 us.  So a small launch whose serial run takes
+# longer than SERIAL_HEAVY_S HEAVY_AFTER times in a row (for one grid and size; a fast run in
+# between starts the count again, so a tiny launch the OS preempted now and then stays serial)
+# moves to the parallel entry from then on (compiling it then, unless the disk cache holds it).
+# Only kernels with nested loops (or loops in functions they call) are timed: a single loop
+# over the elements does little work per element, and timing costs ~0.2 us per launch.
 SERIAL_HEAVY_S = 100e-6
 HEAVY_AFTER = 3
 _HEAVY_KEYS = 256  # (grid, elements) pairs remembered per launcher
@@ -242,7 +245,9 @@ class NumbaLauncher(Launcher):
         self._scalars, self._halves = _arg_plan(k)
         self._tensors = [i for i, p in enumerate(k.params) if isinstance(p, ir.TensorParam)]
         self._team = k.threads
-        self._slow: Dict[Tuple[int, int], int] = {}  # (grid, elements) -> serial runs over SERIAL_HEAVY_S
+        self._slow: Dict[Tuple[int, int], int] = {}  # (grid, elements) -> serial runs in a row over SERIAL_HEAVY_S
+        # only kernels with nested loops can do much work on few elements: the others are never timed
+        self._timed = k.threads > 1 and (_loop_depth(k.body) > 1 or any(_loop_depth(f.body) for f in k.funcs))
         self.source_path = path
 
     def _adapt(self, args: Sequence) -> Sequence:
@@ -270,7 +275,7 @@ class NumbaLauncher(Launcher):
             for i in self._tensors:
                 n += args[i].size
             if n < SERIAL_MAX_ELEMENTS:
-                if threads == 1:
+                if not self._timed:
                     self._run(self._serial, args, grid)
                     return
                 slow = self._slow.get((grid, n), 0)
@@ -279,11 +284,13 @@ class NumbaLauncher(Launcher):
                     self._run(self._serial, args, grid)
                     if perf_counter() - t0 > SERIAL_HEAVY_S:
                         self._note_slow(grid, n, slow)
+                    elif slow:
+                        self._slow[(grid, n)] = 0  # only runs slow in a row count: not a preempted one
                     return
         self._run_parallel(args, grid)
 
     def _note_slow(self, grid: int, n: int, slow: int) -> None:
-        """Count a serial run over SERIAL_HEAVY_S; at HEAVY_AFTER the launch goes parallel."""
+        """Count a serial run over SERIAL_HEAVY_S; at HEAVY_AFTER in a row the launch goes parallel."""
         if len(self._slow) >= _HEAVY_KEYS:
             self._slow.clear()  # shapes keep changing: start over rather than grow
         self._slow[(grid, n)] = slow + 1
@@ -292,7 +299,7 @@ class NumbaLauncher(Launcher):
         """Whether a launch of ``grid`` teams over tensors of ``elements`` elements in total runs
         the parallel entry now (tests, benchmarks)."""
         return (grid * self._team > SERIAL_MAX_THREADS or elements >= SERIAL_MAX_ELEMENTS
-                or (grid * self._team > 1 and self._slow.get((grid, elements), 0) >= HEAVY_AFTER))
+                or (self._timed and self._slow.get((grid, elements), 0) >= HEAVY_AFTER))
 
     def run_serial(self, args: Sequence, grid: Grid) -> None:
         """Force the serial variant (tests, benchmarks)."""
@@ -360,6 +367,17 @@ class NumbaLauncher(Launcher):
                 _check_threading_layer()
                 self._ready[which] = fn
         return self._ready[which]
+
+
+def _loop_depth(body) -> int:
+    """How deeply loops nest in ``body`` (ifs looked into)."""
+    depth = 0
+    for st in body:
+        if isinstance(st, (ir.For, ir.While)):
+            depth = max(depth, 1 + _loop_depth(st.body))
+        elif isinstance(st, ir.If):
+            depth = max(depth, _loop_depth(st.body), _loop_depth(st.orelse))
+    return depth
 
 
 def _check_threading_layer() -> None:

@@ -63,21 +63,34 @@ def test_fast_serial_launches_stay_serial(monkeypatch):
     np.testing.assert_allclose(y, reference(x, 1), rtol=1e-6)
 
 
-def test_single_thread_launches_are_never_timed(monkeypatch):
+@dsl.kernel(threads=4)
+def negate(x: In[f32], y: Out[f32]):
+    lo, hi = dsl.split(x.size)
+    for i in range(lo, hi):
+        y.flat[i] = -x.flat[i]
+
+
+@dsl.kernel(threads=1)
+def prefix(x: In[f32], y: Out[f32]):
+    for i in range(x.size):
+        acc = 0.0
+        for j in range(i + 1):
+            acc += x.flat[j]
+        y.flat[i] = acc
+
+
+@pytest.mark.parametrize("kernel", [negate, prefix], ids=["one loop", "one thread"])
+def test_launches_that_cannot_gain_are_never_timed(monkeypatch, kernel):
+    """One loop over the elements (little work each) or a single thread: always serial, untimed."""
     monkeypatch.setattr(nb, "SERIAL_HEAVY_S", -1.0)
-
-    @dsl.kernel(threads=1)
-    def negate(x: In[f32], y: Out[f32]):
-        for i in range(x.size):
-            y.flat[i] = -x.flat[i]
-
     x = np.arange(8, dtype=np.float32)
     y = np.empty_like(x)
-    launcher, values, grid = negate.prepare((x, y), {}, backend="numba")
+    launcher, values, grid = kernel.prepare((x, y), {}, backend="numba")
+    assert not launcher._timed
     for _ in range(nb.HEAVY_AFTER + 1):
         launcher(values, grid)
     assert not launcher._slow and not launcher.goes_parallel(grid, 16)
-    np.testing.assert_array_equal(y, -x)
+    np.testing.assert_array_equal(y, -x if kernel is negate else np.cumsum(x))
 
 
 def test_the_memory_of_slow_sizes_is_bounded(monkeypatch):
@@ -91,3 +104,16 @@ def test_the_memory_of_slow_sizes_is_bounded(monkeypatch):
         launcher(values, grid)
         np.testing.assert_array_equal(y, x)
     assert 0 < len(launcher._slow) <= 4
+
+
+def test_only_slow_runs_in_a_row_count(monkeypatch):
+    """A tiny launch the OS preempted now and then must not move to the parallel entry."""
+    x = np.linspace(-1, 1, 32, dtype=np.float32)
+    y = np.empty_like(x)
+    launcher, values, grid = bound(x, y, rounds=1)
+    for _ in range(3):
+        for slow in [True] * (nb.HEAVY_AFTER - 1) + [False]:
+            monkeypatch.setattr(nb, "SERIAL_HEAVY_S", -1.0 if slow else float("inf"))
+            launcher(values, grid)
+    assert not launcher.goes_parallel(grid, 2 * x.size)
+    np.testing.assert_allclose(y, reference(x, 1), rtol=1e-6)
