@@ -34,6 +34,7 @@ from backends.numba import cache as machine_cache
 from backends.base import Backend, CompileRequest, Launcher, TargetInfo
 from backends import host
 from backends import bounds, interrupt
+from backends.numba import entry_choice
 from backends.numba.regions import Program
 
 # A launch runs serially when its tensors hold fewer elements than this in total and the
@@ -43,19 +44,10 @@ from backends.numba.regions import Program
 # the BERT layer of benchmarks/models.py (elementwise nodes of 32K-131K elements) ran in 5.8 ms
 # with 2^14, 4.3 ms with 2^17 and 3.9 ms with 2^18; 2^17 keeps a compute-heavy 64K-element
 # in -> out kernel parallel.
+# Kernels with nested loops may do much work on few elements: their small launches try the
+# parallel entry when the serial one keeps taking long, and keep the faster (entry_choice.py).
 SERIAL_MAX_ELEMENTS = 1 << 17
 SERIAL_MAX_THREADS = 64
-# Element counts say nothing about work: a direct convolution on 13x13 pixels (126K elements,
-# squeezenet's 3x3 expand layers) ran 285 us serial and 160 us parallel even on a loaded
-# machine, while waking the workers costs 7-25 us.  So a small launch whose serial run takes
-# longer than SERIAL_HEAVY_S HEAVY_AFTER times in a row (for one grid and size; a fast run in
-# between starts the count again, so a tiny launch the OS preempted now and then stays serial)
-# moves to the parallel entry from then on (compiling it then, unless the disk cache holds it).
-# Only kernels with nested loops (or loops in functions they call) are timed: a single loop
-# over the elements does little work per element, and timing costs ~0.2 us per launch.
-SERIAL_HEAVY_S = 100e-6
-HEAVY_AFTER = 3
-_HEAVY_KEYS = 256  # (grid, elements) pairs remembered per launcher
 
 _SAFE_LAYERS = ("threadsafe", "tbb", "omp", "safe")
 
@@ -245,7 +237,7 @@ class NumbaLauncher(Launcher):
         self._scalars, self._halves = _arg_plan(k)
         self._tensors = [i for i, p in enumerate(k.params) if isinstance(p, ir.TensorParam)]
         self._team = k.threads
-        self._slow: Dict[Tuple[int, int], int] = {}  # (grid, elements) -> serial runs in a row over SERIAL_HEAVY_S
+        self._choice = entry_choice.EntryChoice()  # small launches: serial or parallel, by timing (entry_choice.py)
         # only kernels with nested loops can do much work on few elements: the others are never timed
         self._timed = k.threads > 1 and (_loop_depth(k.body) > 1 or any(_loop_depth(f.body) for f in k.funcs))
         self.source_path = path
@@ -278,28 +270,30 @@ class NumbaLauncher(Launcher):
                 if not self._timed:
                     self._run(self._serial, args, grid)
                     return
-                slow = self._slow.get((grid, n), 0)
-                if slow < HEAVY_AFTER:
+                key = (grid, n)
+                phase = self._choice.phase(key)
+                if phase == entry_choice.TIMING:
                     t0 = perf_counter()
                     self._run(self._serial, args, grid)
-                    if perf_counter() - t0 > SERIAL_HEAVY_S:
-                        self._note_slow(grid, n, slow)
-                    elif slow:
-                        self._slow[(grid, n)] = 0  # only runs slow in a row count: not a preempted one
+                    self._choice.serial_took(key, perf_counter() - t0)
+                    return
+                if phase == entry_choice.SERIAL:
+                    self._run(self._serial, args, grid)
+                    return
+                if phase == entry_choice.TRYING:
+                    self._parallel_entry(grid)  # compiled (or loaded) before the clock starts
+                    t0 = perf_counter()
+                    self._run_parallel(args, grid)
+                    self._choice.parallel_took(key, perf_counter() - t0)
                     return
         self._run_parallel(args, grid)
-
-    def _note_slow(self, grid: int, n: int, slow: int) -> None:
-        """Count a serial run over SERIAL_HEAVY_S; at HEAVY_AFTER in a row the launch goes parallel."""
-        if len(self._slow) >= _HEAVY_KEYS:
-            self._slow.clear()  # shapes keep changing: start over rather than grow
-        self._slow[(grid, n)] = slow + 1
 
     def goes_parallel(self, grid: int, elements: int) -> bool:
         """Whether a launch of ``grid`` teams over tensors of ``elements`` elements in total runs
         the parallel entry now (tests, benchmarks)."""
-        return (grid * self._team > SERIAL_MAX_THREADS or elements >= SERIAL_MAX_ELEMENTS
-                or (self._timed and self._slow.get((grid, elements), 0) >= HEAVY_AFTER))
+        if grid * self._team > SERIAL_MAX_THREADS or elements >= SERIAL_MAX_ELEMENTS:
+            return True
+        return self._timed and self._choice.phase((grid, elements)) == entry_choice.PARALLEL
 
     def run_serial(self, args: Sequence, grid: Grid) -> None:
         """Force the serial variant (tests, benchmarks)."""
@@ -315,9 +309,12 @@ class NumbaLauncher(Launcher):
         else:
             self._run_parallel(self._adapt(args), grid)
 
-    def _run_parallel(self, args: Sequence, grid: int) -> None:
+    def _parallel_entry(self, grid: int):
         which = "launch_team" if grid == 1 and "launch_team" in self._entries else "launch_parallel"
-        fn = self._ready.get(which) or self._compile_lazily(which)
+        return self._ready.get(which) or self._compile_lazily(which)
+
+    def _run_parallel(self, args: Sequence, grid: int) -> None:
+        fn = self._parallel_entry(grid)
         if _serialize_parallel:
             with _parallel_lock:
                 self._run(fn, args, grid)
