@@ -60,7 +60,9 @@ class EntryChoice:
             st[0], st[1] = TRYING, 0
 
     def parallel_took(self, key: Tuple[int, int], seconds: float) -> None:
-        st = self.states[key]
+        st = self.states.get(key)
+        if st is None or st[0] != TRYING:  # forgotten (MAX_KEYS) or decided by another thread meanwhile
+            return
         st[1] += 1
         st[3] = min(st[3], seconds)
         if st[1] >= TRIALS:

@@ -147,3 +147,6 @@ def test_the_state_machine_alone():
     for _ in range(ec.TRIALS - 1):
         choice.parallel_took(key, 0.3)  # ...does not decide: the best trial does
     assert choice.phase(key) == ec.PARALLEL
+    choice.parallel_took(key, 0.1)  # a late trial from another thread changes nothing
+    choice.parallel_took((9, 9), 0.1)  # nor one for a signature forgotten meanwhile
+    assert choice.phase(key) == ec.PARALLEL and choice.states[key][3] == 0.3
