@@ -4,10 +4,10 @@ its input dies at that node and running in place costs no speed.  ``dsl.Model`` 
 set of concrete shapes.
 
 In place is not free: with y on top of x, LLVM's run-time alias check sends a compiled loop to
-its scalar version (Relu, Neg, Add 2.2-2.5x slower, Exp, Sqrt 5x, Sigmoid 7x on 64K floats;
+its scalar version (Relu, Neg, Add 3.2-4.3x slower, Exp 6.7x, Sigmoid 9x on 32K floats;
 benchmarks/RESULTS.md, "Launch and wake overhead").  So by default only ops whose in-place run
 is a plain copy that the model then skips (``inplace_noop``: Reshape, Flatten, Squeeze,
-Unsqueeze, Dropout) take their input's buffer; ``inplace_all=True`` (OPDSL_INPLACE_ALL=1)
+Unsqueeze, Identity, Dropout) take their input's buffer; ``inplace_all=True`` (OPDSL_INPLACE_ALL=1)
 honours every op's ``inplace`` for the smallest arena.
 
 ``views`` (concat_inplace.py) names tensors stored inside another tensor's buffer at a byte
@@ -132,7 +132,7 @@ def physical_layout(specs: Dict[str, TensorSpec]) -> Dict[str, Tuple[tuple, np.d
 
 def copies_onto_itself(node, arrays, memory: MemoryPlan, read=None) -> bool:
     """Whether the node's op says an in-place run only copies (``inplace_noop``: Reshape,
-    Flatten, Squeeze, Unsqueeze, Dropout) and the plan gave its first output its input's very
+    Flatten, Squeeze, Unsqueeze, Identity, Dropout) and the plan gave its first output its input's very
     bytes.  Any other output (Dropout's mask) must be one nothing reads (``read``: names of the
     tensors some node or the graph's outputs read; None: the node must have one output)."""
     if not runs_nothing_in_place(node.op) or not node.outputs:

@@ -115,3 +115,13 @@ def test_dropout_whose_mask_is_read_still_writes_it(backend):
     out = model.run({"x": xv})
     np.testing.assert_allclose(out["y"], -np.exp(xv), rtol=1e-6)
     assert out["mask"].dtype == np.bool_ and out["mask"].all()
+
+
+def test_identity_in_place_runs_nothing(backend):
+    g = dsl.Graph("identity")
+    x = g.input("x", (2, 7), dsl.f32)
+    g.output(ops.Neg(ops.Identity(ops.Exp(x))), "y")
+    model = g.compile(backend=backend, fuse=False)
+    assert in_place_ops(model) == ["Identity"] and steps_of(model)["Identity"] == 0
+    xv = RNG.standard_normal((2, 7)).astype(np.float32)
+    np.testing.assert_allclose(model.run({"x": xv})["y"], -np.exp(xv), rtol=1e-6)
