@@ -15,6 +15,9 @@ OPDSL_AUTOTUNE      set to 0 to make @dsl.autotune use its first config without 
 OPDSL_NO_FUSION     set to 1 to compile graphs without graph rewrites (Conv+BatchNormalization folding,
                     activation and residual epilogues) unless compile(fuse=True) asks for them
 OPDSL_NO_TILING     set to 1 to run ops that declare tiling untiled unless compile(tiling=...) asks for it
+OPDSL_INPLACE_ALL   set to 1 to let models run every op that declares ``inplace`` in place (smallest
+                    arena; their loops run scalar); default: only ops whose in-place run is a no-op
+                    (dsl/opgraph/memory.py); read when a model is built
 """
 from __future__ import annotations
 
@@ -73,6 +76,11 @@ def fusion_enabled() -> bool:
 def tiling_enabled() -> bool:
     """Whether ``Graph.compile(tiling=None)`` runs ops that declare tiling as tiles (dsl/opgraph/tiling.py)."""
     return not _flag("OPDSL_NO_TILING")
+
+
+def inplace_all() -> bool:
+    """Whether new models plan every op's ``inplace`` (OPDSL_INPLACE_ALL=1), not only no-op ones."""
+    return _flag("OPDSL_INPLACE_ALL")
 
 
 def log_level() -> str:

@@ -225,6 +225,7 @@ class DropoutV1(dsl.Op):
     is_test: int = 0
     consumed_inputs: Optional[Tuple[int, ...]] = None
     inplace = {0: 0}
+    inplace_noop = True  # run in place with its mask unread, the copy changes nothing: the model skips it
     kernels = {"default": dropout_kernel}
 
     def infer(self, x):
@@ -246,6 +247,7 @@ class Dropout(dsl.Op):
 
     seed: Optional[int] = None
     inplace = {0: 0}
+    inplace_noop = True  # run in place with its mask unread, the copy changes nothing: the model skips it
     kernels = {"default": dropout_kernel}
 
     def verify(self, data, ratio=None, training_mode=None):

@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 import types as pytypes
+from time import perf_counter
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -33,6 +34,7 @@ from backends.numba import cache as machine_cache
 from backends.base import Backend, CompileRequest, Launcher, TargetInfo
 from backends import host
 from backends import bounds, interrupt
+from backends.numba import entry_choice
 from backends.numba.regions import Program
 
 # A launch runs serially when its tensors hold fewer elements than this in total and the
@@ -42,6 +44,8 @@ from backends.numba.regions import Program
 # the BERT layer of benchmarks/models.py (elementwise nodes of 32K-131K elements) ran in 5.8 ms
 # with 2^14, 4.3 ms with 2^17 and 3.9 ms with 2^18; 2^17 keeps a compute-heavy 64K-element
 # in -> out kernel parallel.
+# Kernels with nested loops may do much work on few elements: their small launches try the
+# parallel entry when the serial one keeps taking long, and keep the faster (entry_choice.py).
 SERIAL_MAX_ELEMENTS = 1 << 17
 SERIAL_MAX_THREADS = 64
 
@@ -233,6 +237,9 @@ class NumbaLauncher(Launcher):
         self._scalars, self._halves = _arg_plan(k)
         self._tensors = [i for i, p in enumerate(k.params) if isinstance(p, ir.TensorParam)]
         self._team = k.threads
+        self._choice = entry_choice.EntryChoice()  # small launches: serial or parallel, by timing (entry_choice.py)
+        # only kernels with nested loops can do much work on few elements: the others are never timed
+        self._timed = k.threads > 1 and (_loop_depth(k.body) > 1 or any(_loop_depth(f.body) for f in k.funcs))
         self.source_path = path
 
     def _adapt(self, args: Sequence) -> Sequence:
@@ -254,14 +261,39 @@ class NumbaLauncher(Launcher):
         if type(grid) is tuple:  # n-d; an int grid (the common launch) pays nothing more for it
             self._run_nd(args, grid, grid[0] * grid[1] * grid[2] * self._team <= SERIAL_MAX_THREADS)
             return
-        if grid * self._team <= SERIAL_MAX_THREADS:
+        threads = grid * self._team
+        if threads <= SERIAL_MAX_THREADS:
             n = 0
             for i in self._tensors:
                 n += args[i].size
             if n < SERIAL_MAX_ELEMENTS:
-                self._run(self._serial, args, grid)
-                return
+                if not self._timed:
+                    self._run(self._serial, args, grid)
+                    return
+                key = (grid, n)
+                phase = self._choice.phase(key)
+                if phase == entry_choice.TIMING:
+                    t0 = perf_counter()
+                    self._run(self._serial, args, grid)
+                    self._choice.serial_took(key, perf_counter() - t0)
+                    return
+                if phase == entry_choice.SERIAL:
+                    self._run(self._serial, args, grid)
+                    return
+                if phase == entry_choice.TRYING:
+                    self._parallel_entry(grid)  # compiled (or loaded) before the clock starts
+                    t0 = perf_counter()
+                    self._run_parallel(args, grid)
+                    self._choice.parallel_took(key, perf_counter() - t0)
+                    return
         self._run_parallel(args, grid)
+
+    def goes_parallel(self, grid: int, elements: int) -> bool:
+        """Whether a launch of ``grid`` teams over tensors of ``elements`` elements in total runs
+        the parallel entry now (tests, benchmarks)."""
+        if grid * self._team > SERIAL_MAX_THREADS or elements >= SERIAL_MAX_ELEMENTS:
+            return True
+        return self._timed and self._choice.phase((grid, elements)) == entry_choice.PARALLEL
 
     def run_serial(self, args: Sequence, grid: Grid) -> None:
         """Force the serial variant (tests, benchmarks)."""
@@ -277,9 +309,12 @@ class NumbaLauncher(Launcher):
         else:
             self._run_parallel(self._adapt(args), grid)
 
-    def _run_parallel(self, args: Sequence, grid: int) -> None:
+    def _parallel_entry(self, grid: int):
         which = "launch_team" if grid == 1 and "launch_team" in self._entries else "launch_parallel"
-        fn = self._ready.get(which) or self._compile_lazily(which)
+        return self._ready.get(which) or self._compile_lazily(which)
+
+    def _run_parallel(self, args: Sequence, grid: int) -> None:
+        fn = self._parallel_entry(grid)
         if _serialize_parallel:
             with _parallel_lock:
                 self._run(fn, args, grid)
@@ -329,6 +364,17 @@ class NumbaLauncher(Launcher):
                 _check_threading_layer()
                 self._ready[which] = fn
         return self._ready[which]
+
+
+def _loop_depth(body) -> int:
+    """How deeply loops nest in ``body`` (ifs looked into)."""
+    depth = 0
+    for st in body:
+        if isinstance(st, (ir.For, ir.While)):
+            depth = max(depth, 1 + _loop_depth(st.body))
+        elif isinstance(st, ir.If):
+            depth = max(depth, _loop_depth(st.body), _loop_depth(st.orelse))
+    return depth
 
 
 def _check_threading_layer() -> None:

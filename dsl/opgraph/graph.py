@@ -111,6 +111,7 @@ class Identity(Op):
 
     op_type = "Identity"
     inplace = {0: 0}
+    inplace_noop = True  # run in place, the copy changes nothing: the model skips it
     formats = ("plain", "nchwc16")
     keeps_padding = True
 

@@ -1,6 +1,14 @@
 """The memory plan of a compiled model: one arena of buffers shared by intermediate tensors
-whose lifetimes do not overlap (greedy best-fit in node order), in place where an op allows it
-and its input dies at that node.  ``dsl.Model`` plans once per set of concrete shapes.
+whose lifetimes do not overlap (greedy best-fit in node order), in place where an op allows it,
+its input dies at that node and running in place costs no speed.  ``dsl.Model`` plans once per
+set of concrete shapes.
+
+In place is not free: with y on top of x, LLVM's run-time alias check sends a compiled loop to
+its scalar version (Relu, Neg, Add 3.2-4.3x slower, Exp 6.7x, Sigmoid 9x on 32K floats;
+benchmarks/RESULTS.md, "Launch and wake overhead").  So by default only ops whose in-place run
+is a plain copy that the model then skips (``inplace_noop``: Reshape, Flatten, Squeeze,
+Unsqueeze, Identity, Dropout) take their input's buffer; ``inplace_all=True`` (OPDSL_INPLACE_ALL=1)
+honours every op's ``inplace`` for the smallest arena.
 
 ``views`` (concat_inplace.py) names tensors stored inside another tensor's buffer at a byte
 offset: a Concat's inputs inside its output.  Such a tensor gets no buffer of its own; the
@@ -35,9 +43,11 @@ class MemoryPlan:
 
 
 def plan_memory(nodes: Sequence, layout: Dict[str, Tuple[tuple, np.dtype]],
-                outputs: Sequence, views: Optional[Dict[str, Tuple[str, int]]] = None) -> MemoryPlan:
+                outputs: Sequence, views: Optional[Dict[str, Tuple[str, int]]] = None,
+                inplace_all: bool = False) -> MemoryPlan:
     """Greedy best-fit over node order.  ``layout``: tensor name -> (physical shape, dtype);
-    ``views``: tensor name -> (name of the tensor holding it, byte offset)."""
+    ``views``: tensor name -> (name of the tensor holding it, byte offset); ``inplace_all``:
+    run every op that declares ``inplace`` in place, not only the ``inplace_noop`` ones."""
     plan = MemoryPlan()
     views = dict(views or {})
     produced = {t.name: t for n in nodes for t in n.outputs}
@@ -89,7 +99,7 @@ def plan_memory(nodes: Sequence, layout: Dict[str, Tuple[tuple, np.dtype]],
                 continue
             if id(t) in owner:
                 continue  # a holder, its buffer taken by its first view
-            src_i = type(n.op).inplace.get(oi)
+            src_i = type(n.op).inplace.get(oi) if inplace_all or runs_nothing_in_place(n.op) else None
             src = n.inputs[src_i] if src_i is not None and src_i < len(n.inputs) else None
             if (src is not None and id(src) in owner and last.get(id(src)) == k
                     and users[owner[id(src)]] == 1 and nbytes(src) == size
@@ -111,16 +121,25 @@ def plan_memory(nodes: Sequence, layout: Dict[str, Tuple[tuple, np.dtype]],
     return plan
 
 
+def runs_nothing_in_place(op) -> bool:
+    """Whether the op's in-place run is a copy onto itself, which the model skips."""
+    return bool(getattr(type(op), "inplace_noop", False))
+
+
 def physical_layout(specs: Dict[str, TensorSpec]) -> Dict[str, Tuple[tuple, np.dtype]]:
     return {name: (physical_shape(s.shape, s.format), s.dtype.np) for name, s in specs.items()}
 
 
-def copies_onto_itself(node, arrays, memory: MemoryPlan) -> bool:
+def copies_onto_itself(node, arrays, memory: MemoryPlan, read=None) -> bool:
     """Whether the node's op says an in-place run only copies (``inplace_noop``: Reshape,
-    Flatten, Squeeze, Unsqueeze) and the plan gave its output its input's very bytes."""
-    if not getattr(type(node.op), "inplace_noop", False) or len(node.outputs) != 1:
+    Flatten, Squeeze, Unsqueeze, Identity, Dropout) and the plan gave its first output its input's very
+    bytes.  Any other output (Dropout's mask) must be one nothing reads (``read``: names of the
+    tensors some node or the graph's outputs read; None: the node must have one output)."""
+    if not runs_nothing_in_place(node.op) or not node.outputs:
         return False
     out = node.outputs[0]
+    if any(read is None or t.name in read for t in node.outputs[1:]):
+        return False
     src = dict(memory.inplace).get(out.name)
     if src is None or node.inputs[0] is None or node.inputs[0].name != src:
         return False

@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from dsl import config
 from dsl.opgraph import formats as F
 from dsl.opgraph import reorder
 from dsl.opgraph.concat_inplace import concat_views
@@ -88,6 +89,7 @@ class Model:
                  max_tensor_bytes: Optional[int] = None, tiling=None, concat_inplace: bool = True):
         self.graph = graph
         self.concat_inplace = concat_inplace  # Concat inputs written in place (concat_inplace.py)
+        self.inplace_all = config.inplace_all()  # every op's `inplace` honoured (memory.py), else no-op ones only
         self.tiling = tiles.resolve(tiling)  # most tiles per op (0: off, < 0: one per core when large)
         self.max_tensor_bytes = tensor_limit(max_tensor_bytes)  # no buffer of a run may be larger
         self.backend = backend
@@ -266,7 +268,7 @@ class Model:
                 check_tensor_bytes(*layout[t.name], f"node {n.name!r} ({describe(n.op)}) output {t.name!r}",
                                    self.max_tensor_bytes)
         views = concat_views(g.nodes, layout, specs, g.outputs) if self.concat_inplace else {}
-        memory = plan_memory(g.nodes, layout, g.outputs, views)
+        memory = plan_memory(g.nodes, layout, g.outputs, views, self.inplace_all)
         arena = [np.empty(max(size, 1), np.uint8) for size in memory.sizes]
         arrays: Dict[str, np.ndarray] = dict(g.constants)
         for t in g.inputs:
@@ -293,7 +295,7 @@ class Model:
             if n.inputs and all(t is not None and t.name in memory.views for t in n.inputs):
                 spans.append((n, first, first))
                 continue  # a Concat whose inputs were written in place: nothing left to copy
-            if copies_onto_itself(n, arrays, memory):
+            if copies_onto_itself(n, arrays, memory, read):
                 spans.append((n, first, first))
                 continue  # a Reshape run in place: its output already holds its input's bytes
             ins = [None if t is None else arrays[t.name] for t in n.inputs]

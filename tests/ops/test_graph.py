@@ -51,7 +51,8 @@ def test_eager_equals_graph(backend):
     assert model.run({"x": np.zeros((0, 6), np.float32)})["y"].shape == (0, 6)
 
 
-def test_passes_fold_remove_and_plan_memory():
+def test_passes_fold_remove_and_plan_memory(monkeypatch):
+    monkeypatch.setenv("OPDSL_INPLACE_ALL", "1")  # the smallest arena; the default plan: tests/opgraph/test_inplace_plan.py
     model = chain_graph(depth=4).compile(backend="interpreter")
     assert model.stats["folded"] == 1 and model.stats["removed"] == 1
     assert all(n.op_type != "Tanh" for n in model.graph.nodes)

@@ -196,7 +196,9 @@ def test_tiling_switches(monkeypatch):
             rms_model(x.shape, "numba", bad)
 
 
-def test_inplace_nodes_are_not_tiled():
+def test_inplace_nodes_are_not_tiled(monkeypatch):
+    monkeypatch.setenv("OPDSL_INPLACE_ALL", "1")  # by default the plan gives InplaceDiff its own buffer
+
     class InplaceDiff(ColDiff):
         inplace = {0: 0}
 

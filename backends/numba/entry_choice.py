@@ -1,0 +1,69 @@
+"""Serial or parallel entry for a small numba launch, chosen by timing both.
+
+backends/numba/backend.py runs launches below ``SERIAL_MAX_ELEMENTS`` on the serial entry:
+waking the sleeping OpenMP workers (``OMP_WAIT_POLICY=PASSIVE``) costs more than a small
+elementwise loop.  But element counts say nothing about work: squeezenet's 3x3 convolutions on
+13x13 pixels (126K elements) take 285 us serial and 160 us parallel.  So for kernels that can
+do much work per element (nested loops), each launch signature (grid, elements) goes through:
+
+1. ``TIMING``: serial runs are timed; ``HEAVY_AFTER`` runs in a row slower than
+   ``SERIAL_HEAVY_S`` (a fast one in between restarts the count: the OS preempting a tiny
+   launch now and then proves nothing) lead to
+2. ``TRYING``: ``TRIALS`` parallel runs are timed; the parallel entry is kept if its best run
+   beats ``PARALLEL_GAIN`` times the best serial run, else the serial one.  On a machine
+   whose other cores are busy the parallel runs are no faster, and the launch stays serial.
+3. ``SERIAL`` or ``PARALLEL``: settled, no more timing.
+
+Best times, not means: a run slowed by other processes does not decide.  Results are the same
+on either entry (the team split does not depend on it).
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+SERIAL_HEAVY_S = 100e-6  # ~4x the cost of waking the workers after a millisecond idle
+HEAVY_AFTER = 3
+TRIALS = 3
+PARALLEL_GAIN = 0.8
+MAX_KEYS = 256  # launch signatures remembered per launcher; beyond, start over rather than grow
+
+TIMING, TRYING, SERIAL, PARALLEL = range(4)
+
+
+class EntryChoice:
+    """Per launch signature (grid, elements): [phase, count, best serial s, best parallel s]."""
+
+    __slots__ = ("states",)
+
+    def __init__(self) -> None:
+        self.states: Dict[Tuple[int, int], List] = {}
+
+    def phase(self, key: Tuple[int, int]) -> int:
+        st = self.states.get(key)
+        return TIMING if st is None else st[0]
+
+    def serial_took(self, key: Tuple[int, int], seconds: float) -> None:
+        st = self.states.get(key)
+        if st is None:
+            if seconds <= SERIAL_HEAVY_S:
+                return  # the common case: a light launch, nothing to remember
+            if len(self.states) >= MAX_KEYS:
+                self.states.clear()
+            st = self.states[key] = [TIMING, 0, seconds, float("inf")]
+        if seconds <= SERIAL_HEAVY_S:
+            st[1] = 0
+            st[2] = min(st[2], seconds)
+            return
+        st[1] += 1
+        st[2] = min(st[2], seconds)
+        if st[1] >= HEAVY_AFTER:
+            st[0], st[1] = TRYING, 0
+
+    def parallel_took(self, key: Tuple[int, int], seconds: float) -> None:
+        st = self.states.get(key)
+        if st is None or st[0] != TRYING:  # forgotten (MAX_KEYS) or decided by another thread meanwhile
+            return
+        st[1] += 1
+        st[3] = min(st[3], seconds)
+        if st[1] >= TRIALS:
+            st[0] = PARALLEL if st[3] < PARALLEL_GAIN * st[2] else SERIAL
