@@ -15,6 +15,8 @@ OPDSL_AUTOTUNE      set to 0 to make @dsl.autotune use its first config without 
 OPDSL_NO_FUSION     set to 1 to compile graphs without graph rewrites (Conv+BatchNormalization folding,
                     activation and residual epilogues) unless compile(fuse=True) asks for them
 OPDSL_NO_TILING     set to 1 to run ops that declare tiling untiled unless compile(tiling=...) asks for it
+OPDSL_COMPILE_WORKERS  processes that compile a model's numba kernels side by side (default: the core
+                    count, at most 4); 0 compiles every kernel in the calling process
 """
 from __future__ import annotations
 
@@ -137,3 +139,14 @@ def max_tensor_bytes() -> int:
         raise ValueError(f"OPDSL_MAX_TENSOR_BYTES={raw!r}; accepted: a positive number of bytes, optionally "
                          "with a K, M, G or T suffix (e.g. 512M)")
     return int(digits) * scale
+
+
+def compile_workers() -> int:
+    """OPDSL_COMPILE_WORKERS: how many worker processes compile a model's kernels at once (0: none)."""
+    raw = os.environ.get("OPDSL_COMPILE_WORKERS", "").strip()
+    if not raw:
+        return min(os.cpu_count() or 1, 4)
+    if not raw.isdigit() or int(raw) > 64:
+        raise ValueError(f"OPDSL_COMPILE_WORKERS={raw!r}; accepted: a whole number from 0 (compile in the "
+                         "calling process) to 64")
+    return int(raw)

@@ -1,0 +1,56 @@
+"""A compile worker process: ``python -m backends.numba.compile_worker`` (started by
+backends/numba/parallel_compile.py).
+
+It reads jobs from stdin and answers each on stdout (length-prefixed pickles): execute the
+generated module the way the calling process does (backends/numba/backend.py), give its
+dispatchers opdsl's private disk cache, compile the one entry point asked for (numba saves the
+machine code) and answer ``("ok", seconds)`` or ``("error", text)``.  Anything the compiled
+code or numba prints goes to stderr, never into the answers.  EOF on stdin ends the process.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+
+def run_job(job: dict) -> tuple:
+    from backends import cache
+    from backends.numba import backend as nb
+    from backends.numba import cache as machine_cache
+    if os.environ.get("OPDSL_CACHE_DIR") != job["cache_dir"]:
+        os.environ["OPDSL_CACHE_DIR"] = job["cache_dir"]
+        cache.reset()
+    stem, source = job["stem"], job["source"]
+    start = time.perf_counter()
+    path = nb._save_source(stem, source)
+    if path is None:
+        return ("error", f"the disk cache is not usable in the compile worker: {cache.unusable_reason()}")
+    try:
+        mod = nb._exec_source(source, stem, path)
+        try:
+            machine_cache.attach(mod, path.parent, machine_cache.source_stamp(source), stem)
+            with cache.lock(nb.CACHE_TAG, f"{stem}.{job['which']}"):
+                getattr(mod, job["which"]).compile(job["sig"])
+        finally:
+            sys.modules.pop(nb._module_name(stem), None)  # keep a long-lived worker's memory flat
+    except Exception as e:
+        return ("error", f"{type(e).__name__}: {e}")
+    return ("ok", time.perf_counter() - start)
+
+
+def main() -> None:
+    from backends.numba import parallel_compile
+    answers = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # print() from anything below lands on stderr
+    sys.stdout = sys.stderr
+    jobs = sys.stdin.buffer
+    while True:
+        job = parallel_compile.receive(jobs)
+        if job is None:
+            return
+        parallel_compile.send(answers, run_job(job))
+
+
+if __name__ == "__main__":
+    main()

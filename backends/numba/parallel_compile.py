@@ -1,0 +1,225 @@
+"""Compiling numba entry points in worker processes, side by side.
+
+numba compiles one function at a time under a global lock, so a process compiles a model's
+kernels one after the other (light_resnet50: ~40 entry points of 1-16 s each).  Worker
+processes (``python -m backends.numba.compile_worker``, started on first need and kept for
+the life of the process) each compile a job -- one entry point of one generated module -- and
+write the machine code to the disk cache (backends/numba/cache.py); the calling process then
+loads it from there, as a second process would.  So this works only with a usable disk cache.
+
+Jobs are collected per compile batch (dsl/runtime/compile_batch.py).  Workers are started only
+when a batch has START_JOBS jobs or more (a few small kernels compile faster in-process than a
+worker starts); once started, every later batch uses them.  A job that is cancelled, fails or
+whose worker cannot start or dies resolves to an error, and the caller compiles that entry
+in-process: a compile error then reads exactly as without workers.
+``OPDSL_COMPILE_WORKERS=0`` turns all of this off.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import queue
+import struct
+import subprocess
+import sys
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from backends import cache
+from dsl import config
+
+START_JOBS = 4  # a batch needs this many jobs before worker processes are started
+_LENGTH = struct.Struct("<Q")
+
+
+def wanted() -> bool:
+    """Whether entry points may go to workers now: workers allowed and a disk cache to pass code through."""
+    return config.compile_workers() > 0 and cache.enabled()
+
+
+# --------------------------------------------------------------------------- the wire
+
+def send(stream, obj) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_LENGTH.pack(len(data)) + data)
+    stream.flush()
+
+
+def receive(stream) -> Any:
+    """The next object, or None when the other side closed the pipe."""
+    head = stream.read(_LENGTH.size)
+    if len(head) < _LENGTH.size:
+        return None
+    (n,) = _LENGTH.unpack(head)
+    data = stream.read(n)
+    if len(data) < n:
+        return None
+    return pickle.loads(data)
+
+
+# --------------------------------------------------------------------------- jobs
+
+class Job:
+    """One entry point of one generated module: everything a worker needs, nothing to import."""
+
+    __slots__ = ("stem", "source", "kernel", "which", "sig", "future")
+
+    def __init__(self, stem: str, source: str, kernel: str, which: str, sig: Tuple):
+        self.stem, self.source, self.kernel, self.which, self.sig = stem, source, kernel, which, sig
+        self.future: Future = Future()
+
+    def message(self) -> dict:
+        return {"cache_dir": str(cache.cache_root()), "stem": self.stem, "source": self.source,
+                "which": self.which, "sig": self.sig}
+
+
+def wait(job: Optional[Job]) -> bool:
+    """Wait for ``job``; True when its machine code should now be on disk.  A job not yet taken by
+    a worker is cancelled instead (the caller compiles it, sooner than it would wait)."""
+    if job is None or job.future.cancel():
+        return False
+    try:
+        status = job.future.result()
+    except Exception:  # pragma: no cover - a pool bug: compile in-process
+        return False
+    return status[0] == "ok"
+
+
+def submit(batch, stem: str, source: str, kernel: str, which: str, sig: Tuple) -> Job:
+    """A job for this entry point: sent to the workers now if they run, else held by ``batch``
+    until it has START_JOBS jobs (or until it finishes, when the few held ones are cancelled)."""
+    key = (stem, which)
+    with _lock:
+        job = _jobs.get(key)
+        if job is not None and not job.future.cancelled() and (not job.future.done()
+                                                                or job.future.result()[0] == "ok"):
+            return job  # the same entry point asked for twice (two kernels with one key)
+        job = _jobs[key] = Job(stem, source, kernel, which, sig)
+    held: List[Job] = batch.state.setdefault("numba_held_jobs", [])
+    if _pool is not None:
+        _pool.put(job)
+        return job
+    held.append(job)
+    if not batch.finishers.count(_release):
+        batch.finishers.append(_release)
+    if len(held) >= START_JOBS:
+        _send_held(batch)
+    return job
+
+
+def _send_held(batch) -> None:
+    held = batch.state.get("numba_held_jobs", [])
+    pool = _get_pool()
+    for job in held:
+        if not job.future.cancelled():
+            pool.put(job)
+    held.clear()
+
+
+def _release(batch) -> None:
+    """At the end of a batch: held jobs go to the workers if they run, else are cancelled."""
+    if _pool is not None:
+        _send_held(batch)
+        return
+    for job in batch.state.get("numba_held_jobs", []):
+        job.future.cancel()
+    batch.state["numba_held_jobs"] = []
+
+
+def drop_done() -> None:
+    """Forget finished jobs (after a batch: their code is on disk now)."""
+    with _lock:
+        for key in [k for k, j in _jobs.items() if j.future.done()]:
+            del _jobs[key]
+
+
+# --------------------------------------------------------------------------- the pool
+
+class _Pool:
+    """``size`` threads, each feeding one worker process from a shared queue."""
+
+    def __init__(self, size: int):
+        self.queue: "queue.Queue[Optional[Job]]" = queue.Queue()
+        self.size = size
+        self.processes: List[subprocess.Popen] = []
+        self.broken = ""  # why workers cannot start here; every job then fails at once
+        for k in range(size):
+            threading.Thread(target=self._serve, name=f"opdsl-compile-{k}", daemon=True).start()
+
+    def put(self, job: Job) -> None:
+        self.queue.put(job)
+
+    def _serve(self) -> None:
+        proc = None
+        while True:
+            job = self.queue.get()
+            if job is None:
+                return
+            if not job.future.set_running_or_notify_cancel():
+                continue  # the caller compiled it meanwhile
+            if self.broken:
+                job.future.set_result(("error", self.broken))
+                continue
+            try:
+                if proc is None or proc.poll() is not None:
+                    proc = None
+                    proc = self._start()
+                send(proc.stdin, job.message())
+                result = receive(proc.stdout)
+            except (OSError, ValueError, pickle.PickleError) as e:
+                result = None
+                if proc is None:  # could not start one: do not try again for every job
+                    self.broken = f"cannot start a compile worker: {e}"
+            if result is None:  # the worker died (or never started): the caller compiles in-process
+                result = ("error", self.broken or "the compile worker exited")
+                proc = None
+            job.future.set_result(result)
+
+    def _start(self) -> subprocess.Popen:
+        root = str(Path(__file__).resolve().parents[2])  # the folder holding the backends package
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        env["OPDSL_COMPILE_WORKERS"] = "0"  # a worker never starts workers of its own
+        proc = subprocess.Popen([sys.executable, "-m", "backends.numba.compile_worker"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, env=env, cwd=root, close_fds=True)
+        with _lock:
+            self.processes.append(proc)
+        return proc
+
+    def close(self) -> None:
+        """Close the workers' input: each exits after its current job."""
+        for _ in range(self.size):
+            self.queue.put(None)
+        with _lock:
+            procs, self.processes = self.processes, []
+        for proc in procs:
+            try:
+                proc.stdin.close()
+            except OSError:  # pragma: no cover - already gone
+                pass
+
+
+_lock = threading.Lock()
+_jobs: Dict[Tuple[str, str], Job] = {}
+_pool: Optional[_Pool] = None
+
+
+def _get_pool() -> _Pool:
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = _Pool(max(1, config.compile_workers()))
+            atexit.register(_pool.close)
+        return _pool
+
+
+def shutdown() -> None:
+    """Stop the workers (tests; they are started again when needed)."""
+    global _pool
+    with _lock:
+        pool, _pool = _pool, None
+    if pool is not None:
+        pool.close()
