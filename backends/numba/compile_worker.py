@@ -3,8 +3,8 @@ backends/numba/parallel_compile.py).
 
 It reads jobs from stdin and answers each on stdout (length-prefixed pickles): execute the
 generated module the way the calling process does (backends/numba/backend.py), give its
-dispatchers opdsl's private disk cache, compile the one entry point asked for (numba saves the
-machine code) and answer ``("ok", seconds)`` or ``("error", text)``.  Anything the compiled
+dispatchers opdsl's private disk cache, compile the entry points asked for, in order (numba saves
+the machine code) and answer ``("ok", seconds)`` or ``("error", text)``.  Anything the compiled
 code or numba prints goes to stderr, never into the answers.  EOF on stdin ends the process.
 """
 from __future__ import annotations
@@ -30,8 +30,9 @@ def run_job(job: dict) -> tuple:
         mod = nb._exec_source(source, stem, path)
         try:
             machine_cache.attach(mod, path.parent, machine_cache.source_stamp(source), stem)
-            with cache.lock(nb.CACHE_TAG, f"{stem}.{job['which']}"):
-                getattr(mod, job["which"]).compile(job["sig"])
+            for which, sig in job["entries"]:
+                with cache.lock(nb.CACHE_TAG, f"{stem}.{which}"):
+                    getattr(mod, which).compile(sig)
         finally:
             sys.modules.pop(nb._module_name(stem), None)  # keep a long-lived worker's memory flat
     except Exception as e:

@@ -17,6 +17,7 @@ in-process: a compile error then reads exactly as without workers.
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import pickle
 import queue
@@ -26,7 +27,7 @@ import sys
 import threading
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from backends import cache
 from dsl import config
@@ -63,17 +64,23 @@ def receive(stream) -> Any:
 # --------------------------------------------------------------------------- jobs
 
 class Job:
-    """One entry point of one generated module: everything a worker needs, nothing to import."""
+    """Entry points of one generated module, compiled in this order by one worker (so the module's
+    shared ``thread`` function is typed once): everything a worker needs, nothing to import."""
 
-    __slots__ = ("stem", "source", "kernel", "which", "sig", "future")
+    __slots__ = ("stem", "source", "kernel", "entries", "future")
 
-    def __init__(self, stem: str, source: str, kernel: str, which: str, sig: Tuple):
-        self.stem, self.source, self.kernel, self.which, self.sig = stem, source, kernel, which, sig
+    def __init__(self, stem: str, source: str, kernel: str):
+        self.stem, self.source, self.kernel = stem, source, kernel
+        self.entries: List[Tuple[str, Tuple]] = []  # (entry point, numba signature)
         self.future: Future = Future()
 
     def message(self) -> dict:
         return {"cache_dir": str(cache.cache_root()), "stem": self.stem, "source": self.source,
-                "which": self.which, "sig": self.sig}
+                "entries": list(self.entries)}
+
+    def weight(self) -> int:
+        """Bigger first: generated text times entry points stands in for the compile time."""
+        return len(self.source) * len(self.entries)
 
 
 def wait(job: Optional[Job]) -> bool:
@@ -89,51 +96,43 @@ def wait(job: Optional[Job]) -> bool:
 
 
 def submit(batch, stem: str, source: str, kernel: str, which: str, sig: Tuple) -> Job:
-    """A job for this entry point: sent to the workers now if they run, else held by ``batch``
-    until it has START_JOBS jobs (or until it finishes, when the few held ones are cancelled)."""
-    key = (stem, which)
-    with _lock:
-        job = _jobs.get(key)
-        if job is not None and not job.future.cancelled() and (not job.future.done()
-                                                                or job.future.result()[0] == "ok"):
-            return job  # the same entry point asked for twice (two kernels with one key)
-        job = _jobs[key] = Job(stem, source, kernel, which, sig)
+    """The job that will compile this entry point.  The newest job of a batch stays open (the
+    launch prepared right after a compile usually adds its parallel entry point to it); older ones
+    go to the workers once they run or the batch holds START_JOBS jobs, and at the end of the batch
+    (when the workers never started, the few held jobs are cancelled: compiled in-process)."""
     held: List[Job] = batch.state.setdefault("numba_held_jobs", [])
-    if _pool is not None:
-        _pool.put(job)
-        return job
-    held.append(job)
-    if not batch.finishers.count(_release):
+    if _release not in batch.finishers:
         batch.finishers.append(_release)
-    if len(held) >= START_JOBS:
-        _send_held(batch)
+    with _lock:
+        job = next((j for j in held if j.stem == stem), None)
+        if job is None or job.future.cancelled():
+            job = Job(stem, source, kernel)
+            held.append(job)
+        if all(w != which for w, _ in job.entries):
+            job.entries.append((which, sig))
+    if len(held) > 1 and (_pool is not None or len(held) >= START_JOBS):
+        _send(held, keep_last=True)
     return job
 
 
-def _send_held(batch) -> None:
-    held = batch.state.get("numba_held_jobs", [])
+def _send(held: List[Job], keep_last: bool = False) -> None:
     pool = _get_pool()
-    for job in held:
+    sending = held[:-1] if keep_last else held[:]
+    del held[:len(sending)]
+    for job in sending:
         if not job.future.cancelled():
             pool.put(job)
-    held.clear()
 
 
 def _release(batch) -> None:
     """At the end of a batch: held jobs go to the workers if they run, else are cancelled."""
-    if _pool is not None:
-        _send_held(batch)
+    held = batch.state.get("numba_held_jobs", [])
+    if _pool is not None or len(held) >= START_JOBS:
+        _send(held)
         return
-    for job in batch.state.get("numba_held_jobs", []):
+    for job in held:
         job.future.cancel()
-    batch.state["numba_held_jobs"] = []
-
-
-def drop_done() -> None:
-    """Forget finished jobs (after a batch: their code is on disk now)."""
-    with _lock:
-        for key in [k for k, j in _jobs.items() if j.future.done()]:
-            del _jobs[key]
+    held.clear()
 
 
 # --------------------------------------------------------------------------- the pool
@@ -142,7 +141,8 @@ class _Pool:
     """``size`` threads, each feeding one worker process from a shared queue."""
 
     def __init__(self, size: int):
-        self.queue: "queue.Queue[Optional[Job]]" = queue.Queue()
+        self.queue: "queue.PriorityQueue" = queue.PriorityQueue()  # (-weight, order, job); None ends
+        self.order = itertools.count()
         self.size = size
         self.processes: List[subprocess.Popen] = []
         self.broken = ""  # why workers cannot start here; every job then fails at once
@@ -150,12 +150,12 @@ class _Pool:
             threading.Thread(target=self._serve, name=f"opdsl-compile-{k}", daemon=True).start()
 
     def put(self, job: Job) -> None:
-        self.queue.put(job)
+        self.queue.put((-job.weight(), next(self.order), job))
 
     def _serve(self) -> None:
         proc = None
         while True:
-            job = self.queue.get()
+            job = self.queue.get()[2]
             if job is None:
                 return
             if not job.future.set_running_or_notify_cancel():
@@ -192,7 +192,7 @@ class _Pool:
     def close(self) -> None:
         """Close the workers' input: each exits after its current job."""
         for _ in range(self.size):
-            self.queue.put(None)
+            self.queue.put((0, next(self.order), None))
         with _lock:
             procs, self.processes = self.processes, []
         for proc in procs:
@@ -203,7 +203,6 @@ class _Pool:
 
 
 _lock = threading.Lock()
-_jobs: Dict[Tuple[str, str], Job] = {}
 _pool: Optional[_Pool] = None
 
 
