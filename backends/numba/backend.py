@@ -35,7 +35,7 @@ from backends import host
 from backends import bounds, interrupt
 from backends.numba import parallel_compile
 from backends.numba.regions import Program
-from dsl.runtime import compile_batch
+from backends import compile_batch
 
 # A launch runs serially when its tensors hold fewer elements than this in total and the
 # team count is small: below it, waking the worker threads costs more than it saves.

@@ -7,7 +7,7 @@ the life of the process) each compile a job -- one entry point of one generated 
 write the machine code to the disk cache (backends/numba/cache.py); the calling process then
 loads it from there, as a second process would.  So this works only with a usable disk cache.
 
-Jobs are collected per compile batch (dsl/runtime/compile_batch.py).  Workers are started only
+Jobs are collected per compile batch (backends/compile_batch.py).  Workers are started only
 when a batch has START_JOBS jobs or more (a few small kernels compile faster in-process than a
 worker starts); once started, every later batch uses them.  A job that is cancelled, fails or
 whose worker cannot start or dies resolves to an error, and the caller compiles that entry

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from dsl import config
-from dsl.runtime import compile_batch
+from backends import compile_batch
 from dsl.runtime import fastpath
 from dsl.runtime import pickling
 from dsl.runtime import grid as launch_grid

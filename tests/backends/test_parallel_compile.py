@@ -1,5 +1,5 @@
 """Compiling a batch of numba entry points in worker processes (backends/numba/parallel_compile.py,
-dsl/runtime/compile_batch.py): same results as compiling in-process, the machine code really
+backends/compile_batch.py): same results as compiling in-process, the machine code really
 comes from the workers (the calling process only loads it from the disk cache), the
 OPDSL_COMPILE_WORKERS switch, the fallbacks (no disk cache, workers that cannot start), the
 same CompileError when a compile fails in a worker, and a model planned from ``__main__``."""
@@ -18,7 +18,7 @@ from backends import cache
 from backends.numba import backend as nb
 from backends.numba import parallel_compile
 from dsl import In, Out
-from dsl.runtime import compile_batch
+from backends import compile_batch
 
 ROOT = Path(__file__).resolve().parents[2]
 SALT = 0  # varied per test through Kernel.variant: every test compiles code no process has seen
