@@ -39,7 +39,7 @@ def main(argv=None) -> None:
         rows.append((phase[0], kernel.name, which, _describe(kernel), wall, timers.get("llvm_lock", 0.0), compiled))
 
     nb._compile_entry = timed
-    t0 = time.perf_counter()
+    t0 = t_start = time.perf_counter()
     model = dsl.load_onnx(args.model)
     t_load = time.perf_counter() - t0
     phase[0] = "run"
@@ -65,10 +65,23 @@ def main(argv=None) -> None:
     print("\n| kernel | entry points | seconds | typing+lowering | LLVM |\n|---|---:|---:|---:|---:|")
     for name, (n, s, l) in sorted(per_kernel.items(), key=lambda kv: -kv[1][1]):
         print(f"| {name} | {n} | {s:.1f} | {s - l:.1f} | {l:.1f} |")
+    _print_jobs(t_start)
     print("\n| phase | kernel | entry | specialization | seconds | typing+lowering | LLVM |\n"
           "|---|---|---|---|---:|---:|---:|")
     for r in sorted(compiled, key=lambda r: -r[4])[:args.top]:
         print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:.2f} | {r[4] - r[5]:.2f} | {r[5]:.2f} |")
+
+
+def _print_jobs(t_start: float) -> None:
+    """What the compile workers did, in start order, seconds since the load began."""
+    from backends.numba import parallel_compile
+    jobs = sorted(parallel_compile.history, key=lambda j: j[3])
+    if not jobs:
+        return
+    print("\n| worker job | entry points | status | start s | end s | seconds |\n|---|---|---|---:|---:|---:|")
+    for kernel, entries, status, start, end in jobs:
+        print(f"| {kernel} | {', '.join(entries)} | {status} | {start - t_start:.1f} | {end - t_start:.1f} | "
+              f"{end - start:.1f} |")
 
 
 def _describe(kernel) -> str:

@@ -304,10 +304,13 @@ class NumbaLauncher(Launcher):
         if not grid:
             return
         which = self.which(args, grid)
-        if which == "launch_serial" or which in self._ready or which in self._jobs or not self._disk:
+        if which in self._ready or which in self._jobs or not self._disk:
+            return
+        if which == "launch_serial" and not self._pending:
             return
         sig = signature(self._kernel, self._sites is not None, nd=which.endswith("_nd"))
-        if not parallel_compile.wanted() or machine_cache.cached(self._entries[which], sig):
+        fn = self._module.launch_serial if which == "launch_serial" else self._entries[which]
+        if not parallel_compile.wanted() or machine_cache.cached(fn, sig):
             return
         self._jobs[which] = parallel_compile.submit(batch, self._stem, self._source, self.name, which, sig)
         batch.add(self)
@@ -318,9 +321,11 @@ class NumbaLauncher(Launcher):
     def finish_compile(self) -> None:
         """Wait for this launcher's worker jobs and load what they compiled (compiling in-process
         what they could not, which raises its CompileError here)."""
-        self._serial_ready()
         for which in list(self._jobs):
-            self._compile_lazily(which)
+            if which == "launch_serial":
+                self._serial_ready()
+            else:
+                self._compile_lazily(which)
 
     def _serial_ready(self) -> None:
         with self._lock:
@@ -417,7 +422,6 @@ class NumbaLauncher(Launcher):
         interrupt.check(start)
 
     def _compile_lazily(self, which: str):
-        self._serial_ready()
         with self._lock:
             if which not in self._ready:
                 parallel_compile.wait(self._jobs.pop(which, None))  # then a cache hit, unless it failed there
@@ -449,8 +453,9 @@ def _check_threading_layer() -> None:
 
 
 def _deferred(request: CompileRequest, source: str, sites, batch) -> Optional[NumbaLauncher]:
-    """Inside a compile batch: a launcher whose ``launch_serial`` compiles in a worker process, or
-    None when that is pointless (already compiled or on disk in this process, no disk cache)."""
+    """Inside a compile batch: a launcher with nothing compiled yet, whose entry points compile in
+    worker processes as launches are prepared (``note_launch``), or None when that is pointless
+    (already compiled in this process, ``launch_serial`` on disk, no disk cache)."""
     stem = f"{request.key}_{CODEGEN_VERSION}"
     with _modules_lock:
         if stem in _modules:
@@ -459,11 +464,9 @@ def _deferred(request: CompileRequest, source: str, sites, batch) -> Optional[Nu
     sig = signature(request.kernel, request.debug)
     if path is None or machine_cache.cached(mod.launch_serial, sig):
         return NumbaLauncher(*load(request, source, (mod, path)), request=request, sites=sites, source=source)
-    launcher = NumbaLauncher(mod, request, path, sites, source, pending=True)
-    launcher._jobs["launch_serial"] = parallel_compile.submit(batch, stem, source, request.kernel.name,
-                                                             "launch_serial", sig)
-    batch.add(launcher)
-    return launcher
+    # nothing compiles yet: Kernel.prepare reports the launch next (note_launch), and only the entry
+    # point it runs goes to a worker (a model's big GEMMs never run launch_serial)
+    return NumbaLauncher(mod, request, path, sites, source, pending=True)
 
 
 class NumbaBackend(Backend):

@@ -17,6 +17,7 @@ in-process: a compile error then reads exactly as without workers.
 from __future__ import annotations
 
 import atexit
+import collections
 import itertools
 import os
 import pickle
@@ -25,9 +26,10 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import Any, Deque, List, Optional, Tuple
 
 from backends import cache
 from dsl import config
@@ -160,6 +162,7 @@ class _Pool:
                 return
             if not job.future.set_running_or_notify_cancel():
                 continue  # the caller compiled it meanwhile
+            started = time.perf_counter()
             if self.broken:
                 job.future.set_result(("error", self.broken))
                 continue
@@ -176,6 +179,7 @@ class _Pool:
             if result is None:  # the worker died (or never started): the caller compiles in-process
                 result = ("error", self.broken or "the compile worker exited")
                 proc = None
+            history.append((job.kernel, tuple(w for w, _ in job.entries), result[0], started, time.perf_counter()))
             job.future.set_result(result)
 
     def _start(self) -> subprocess.Popen:
@@ -203,6 +207,8 @@ class _Pool:
 
 
 _lock = threading.Lock()
+# (kernel, entry points, "ok"/"error", start, end) of every job the workers ran (benchmarks/compile_profile.py)
+history: Deque[Tuple[str, Tuple[str, ...], str, float, float]] = collections.deque(maxlen=1000)
 _pool: Optional[_Pool] = None
 
 
