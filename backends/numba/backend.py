@@ -463,7 +463,8 @@ def _deferred(request: CompileRequest, source: str, sites, batch) -> Optional[Nu
     mod, path = _make_module(stem, source)
     sig = signature(request.kernel, request.debug)
     if path is None or machine_cache.cached(mod.launch_serial, sig):
-        return NumbaLauncher(*load(request, source, (mod, path)), request=request, sites=sites, source=source)
+        mod, path = load(request, source, (mod, path))
+        return NumbaLauncher(mod, request, path, sites, source)
     # nothing compiles yet: Kernel.prepare reports the launch next (note_launch), and only the entry
     # point it runs goes to a worker (a model's big GEMMs never run launch_serial)
     return NumbaLauncher(mod, request, path, sites, source, pending=True)

@@ -95,6 +95,12 @@ def test_workers_compile_a_batch_with_in_process_results(fresh, monkeypatch):
     assert "launch_parallel" in launchers[1]._ready  # the big case asked for the parallel entry point only
     assert launchers[1]._pending and not launchers[0]._pending
     assert _hits(launchers) == (3, 0)  # 2 serial + 1 parallel entry point, all compiled by the workers
+    # a process that finds them on disk (here: forgetting the loaded modules) sends no job
+    nb._modules.clear()
+    again, launchers = _run_batch(kernel.variant(defines={"SALT": salt}))
+    assert not any(l._jobs or l._pending for l in launchers[::2]) and _hits(launchers)[1] == 0
+    for y, r in zip(outs, again):
+        np.testing.assert_array_equal(y, r)
     # the same kernel compiled in-process (workers off, another cache) gives the same bits
     monkeypatch.setenv("OPDSL_COMPILE_WORKERS", "0")
     monkeypatch.setenv("OPDSL_CACHE_DIR", str(fresh.parent / "other"))
