@@ -74,7 +74,10 @@ def main(argv=None) -> None:
 
 def _print_jobs(t_start: float) -> None:
     """What the compile workers did, in start order, seconds since the load began."""
-    from backends.numba import parallel_compile
+    try:
+        from backends.numba import parallel_compile
+    except ImportError:  # a checkout from before compile workers (measuring the old code)
+        return
     jobs = sorted(parallel_compile.history, key=lambda j: j[3])
     if not jobs:
         return

@@ -272,7 +272,7 @@ class NumbaLauncher(Launcher):
         self._source = source  # the generated module (what a compile worker gets)
         self._pending = pending  # launch_serial not compiled yet (a compile batch; compile_batch.py)
         self._bind(mod, path)
-        if pending:  # it compiles in a worker: the first serial launch waits for it
+        if pending:  # the first serial launch waits for its worker job, or compiles it here
             self._serial = self._serial_when_ready
 
     def _bind(self, mod, path) -> None:
