@@ -40,11 +40,29 @@ def run_job(job: dict) -> tuple:
     return ("ok", time.perf_counter() - start)
 
 
+def warm_up() -> None:
+    """What every process pays at its first compile (numba's typing and lowering registries, LLVM,
+    the parallel back end), paid while the model is still planning: a tiny parallel function."""
+    import importlib
+
+    from numba import njit, prange, types
+
+    importlib.import_module("backends.numba.backend")  # what every job uses
+
+    @njit(parallel=True, cache=False)
+    def tiny(x):
+        for i in prange(x.size):
+            x[i] += 1.0
+
+    tiny.compile((types.Array(types.float64, 1, "C"),))  # compiled, never run: no thread pool here
+
+
 def main() -> None:
     from backends.numba import parallel_compile
     answers = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # print() from anything below lands on stderr
     sys.stdout = sys.stderr
+    warm_up()
     jobs = sys.stdin.buffer
     while True:
         job = parallel_compile.receive(jobs)

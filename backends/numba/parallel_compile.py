@@ -69,10 +69,11 @@ class Job:
     """Entry points of one generated module, compiled in this order by one worker (so the module's
     shared ``thread`` function is typed once): everything a worker needs, nothing to import."""
 
-    __slots__ = ("stem", "source", "kernel", "entries", "future")
+    __slots__ = ("stem", "source", "kernel", "entries", "future", "sent")
 
     def __init__(self, stem: str, source: str, kernel: str):
         self.stem, self.source, self.kernel = stem, source, kernel
+        self.sent = False  # queued for the workers (else still held by its batch)
         self.entries: List[Tuple[str, Tuple]] = []  # (entry point, numba signature)
         self.future: Future = Future()
 
@@ -86,9 +87,9 @@ class Job:
 
 
 def wait(job: Optional[Job]) -> bool:
-    """Wait for ``job``; True when its machine code should now be on disk.  A job not yet taken by
-    a worker is cancelled instead (the caller compiles it, sooner than it would wait)."""
-    if job is None or job.future.cancel():
+    """Wait for ``job``; True when its machine code should now be on disk.  A job its batch still
+    holds (a launch during planning needs the code now) is cancelled instead: the caller compiles it."""
+    if job is None or (not job.sent and job.future.cancel()):
         return False
     try:
         status = job.future.result()
@@ -98,43 +99,37 @@ def wait(job: Optional[Job]) -> bool:
 
 
 def submit(batch, stem: str, source: str, kernel: str, which: str, sig: Tuple) -> Job:
-    """The job that will compile this entry point.  The newest job of a batch stays open (the
-    launch prepared right after a compile usually adds its parallel entry point to it); older ones
-    go to the workers once they run or the batch holds START_JOBS jobs, and at the end of the batch
-    (when the workers never started, the few held jobs are cancelled: compiled in-process)."""
+    """The job that will compile this entry point.  Jobs wait in the batch until it ends and then
+    go to the workers biggest first: the long poles (a model's packed GEMMs) start at once instead
+    of behind whatever the plan reached first.  Workers start as soon as a batch holds START_JOBS
+    jobs, so their start-up overlaps the rest of the planning; when they never start, the few held
+    jobs are cancelled at the end (compiled in-process)."""
     held: List[Job] = batch.state.setdefault("numba_held_jobs", [])
     if _release not in batch.finishers:
         batch.finishers.append(_release)
     with _lock:
-        job = next((j for j in held if j.stem == stem), None)
-        if job is None or job.future.cancelled():
+        job = next((j for j in held if j.stem == stem and not j.future.cancelled()), None)
+        if job is None:
             job = Job(stem, source, kernel)
             held.append(job)
         if all(w != which for w, _ in job.entries):
             job.entries.append((which, sig))
-    if len(held) > 1 and (_pool is not None or len(held) >= START_JOBS):
-        _send(held, keep_last=True)
+    if _pool is None and len(held) >= START_JOBS:
+        _get_pool()
     return job
 
 
-def _send(held: List[Job], keep_last: bool = False) -> None:
-    pool = _get_pool()
-    sending = held[:-1] if keep_last else held[:]
-    del held[:len(sending)]
-    for job in sending:
-        if not job.future.cancelled():
-            pool.put(job)
-
-
 def _release(batch) -> None:
-    """At the end of a batch: held jobs go to the workers if they run, else are cancelled."""
+    """At the end of a batch: held jobs go to the workers (biggest first) if they run, else are cancelled."""
     held = batch.state.get("numba_held_jobs", [])
-    if _pool is not None or len(held) >= START_JOBS:
-        _send(held)
+    jobs, held[:] = [j for j in held if not j.future.cancelled()], []
+    if _pool is None and len(jobs) >= START_JOBS:
+        _get_pool()
+    if _pool is None:
+        for job in jobs:
+            job.future.cancel()
         return
-    for job in held:
-        job.future.cancel()
-    held.clear()
+    _pool.put_all(jobs)
 
 
 # --------------------------------------------------------------------------- the pool
@@ -151,11 +146,19 @@ class _Pool:
         for k in range(size):
             threading.Thread(target=self._serve, name=f"opdsl-compile-{k}", daemon=True).start()
 
-    def put(self, job: Job) -> None:
-        self.queue.put((-job.weight(), next(self.order), job))
+    def put_all(self, jobs: List[Job]) -> None:
+        """Queue ``jobs``; an idle worker takes the biggest (they are put in that order, so the first
+        one taken is the biggest too)."""
+        for job in sorted(jobs, key=Job.weight, reverse=True):
+            job.sent = True
+            self.queue.put((-job.weight(), next(self.order), job))
 
     def _serve(self) -> None:
         proc = None
+        try:  # start now: the worker's imports and first compile overlap the planning
+            proc = self._start()
+        except OSError as e:
+            self.broken = f"cannot start a compile worker: {e}"
         while True:
             job = self.queue.get()[2]
             if job is None:
@@ -179,7 +182,8 @@ class _Pool:
             if result is None:  # the worker died (or never started): the caller compiles in-process
                 result = ("error", self.broken or "the compile worker exited")
                 proc = None
-            history.append((job.kernel, tuple(w for w, _ in job.entries), result[0], started, time.perf_counter()))
+            history.append((job.kernel, tuple(w for w, _ in job.entries), result[0] if result[0] == "ok" else
+                            f"{result[0]}: {result[1]}", started, time.perf_counter()))
             job.future.set_result(result)
 
     def _start(self) -> subprocess.Popen:
