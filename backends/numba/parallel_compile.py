@@ -1,17 +1,18 @@
 """Compiling numba entry points in worker processes, side by side.
 
 numba compiles one function at a time under a global lock, so a process compiles a model's
-kernels one after the other (light_resnet50: ~40 entry points of 1-16 s each).  Worker
+kernels one after the other (light_resnet50: ~20 entry points of 1-28 s each).  Worker
 processes (``python -m backends.numba.compile_worker``, started on first need and kept for
-the life of the process) each compile a job -- one entry point of one generated module -- and
-write the machine code to the disk cache (backends/numba/cache.py); the calling process then
-loads it from there, as a second process would.  So this works only with a usable disk cache.
+the life of the process) each compile a job -- the entry points one plan needs of one generated
+module, in one process so its shared ``thread`` function is typed once -- and numba writes the
+machine code to the disk cache (backends/numba/cache.py); the calling process then loads it
+from there, as a second process would.  So this works only with a usable disk cache.
 
 Jobs are collected per compile batch (backends/compile_batch.py).  Workers are started only
 when a batch has START_JOBS jobs or more (a few small kernels compile faster in-process than a
 worker starts); once started, every later batch uses them.  A job that is cancelled, fails or
 whose worker cannot start or dies resolves to an error, and the caller compiles that entry
-in-process: a compile error then reads exactly as without workers.
+point in-process: a compile error then reads exactly as without workers.
 ``OPDSL_COMPILE_WORKERS=0`` turns all of this off.
 """
 from __future__ import annotations
