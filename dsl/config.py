@@ -18,6 +18,8 @@ OPDSL_NO_TILING     set to 1 to run ops that declare tiling untiled unless compi
 OPDSL_INPLACE_ALL   set to 1 to let models run every op that declares ``inplace`` in place (smallest
                     arena; their loops run scalar); default: only ops whose in-place run is a no-op
                     (dsl/opgraph/memory.py); read when a model is built
+OPDSL_COMPILE_WORKERS  processes that compile a model's numba kernels side by side (default: the core
+                    count, at most 4); 0 compiles every kernel in the calling process
 """
 from __future__ import annotations
 
@@ -145,3 +147,14 @@ def max_tensor_bytes() -> int:
         raise ValueError(f"OPDSL_MAX_TENSOR_BYTES={raw!r}; accepted: a positive number of bytes, optionally "
                          "with a K, M, G or T suffix (e.g. 512M)")
     return int(digits) * scale
+
+
+def compile_workers() -> int:
+    """OPDSL_COMPILE_WORKERS: how many worker processes compile a model's kernels at once (0: none)."""
+    raw = os.environ.get("OPDSL_COMPILE_WORKERS", "").strip()
+    if not raw:
+        return min(os.cpu_count() or 1, 4)
+    if not raw.isdigit() or int(raw) > 64:
+        raise ValueError(f"OPDSL_COMPILE_WORKERS={raw!r}; accepted: a whole number from 0 (compile in the "
+                         "calling process) to 64")
+    return int(raw)

@@ -35,7 +35,9 @@ from backends.base import Backend, CompileRequest, Launcher, TargetInfo
 from backends import host
 from backends import bounds, interrupt
 from backends.numba import entry_choice
+from backends.numba import parallel_compile
 from backends.numba.regions import Program
+from backends import compile_batch
 
 # A launch runs serially when its tensors hold fewer elements than this in total and the
 # team count is small: below it, waking the worker threads costs more than it saves.
@@ -171,14 +173,47 @@ def _compile_entry(dispatcher, sig, kernel: ir.Kernel, which: str) -> None:
             f"numba could not compile the generated {which} for kernel '{kernel.name}': "
             f"{msg[0] if msg else type(err).__name__}",
             note="read the generated code with kernel.source('numba'); please report this") from err
+    _accept_read_only(dispatcher, tuple(sig), kernel)
 
 
-def load(request: CompileRequest, source: str) -> Tuple[pytypes.ModuleType, Optional[Path]]:
+# In parameters of more than this many (read-only or not) combinations get only the all-read-only one
+_MAX_READ_ONLY_SUBSETS = 64
+
+
+def _accept_read_only(dispatcher, sig: Tuple, kernel: ir.Kernel) -> None:
+    """Let read-only arrays (a model's constants and weights) reach ``sig``'s machine code through In
+    parameters.  numba types a read-only array apart and dispatches on exact types, so without this
+    it compiles the whole entry point again at the first such call (light_resnet50 compiled its packed
+    GEMM and direct convolution twice: 135 of 265 s of a cold compile).  The code never writes an In
+    parameter (the language rejects it) and an array's data model does not depend on the flag, so
+    the compiled function is registered for those argument types as well (numba's own
+    ``add_overload`` does the same registration; tests/backends/test_parallel_compile.py checks it)."""
+    cres = dispatcher.overloads.get(sig)
+    ins = [i for i, p in enumerate(kernel.params) if isinstance(p, ir.TensorParam) and p.access == "in"]
+    if cres is None or not ins:
+        return
+    masks = range(1, 1 << len(ins)) if (1 << len(ins)) <= _MAX_READ_ONLY_SUBSETS else ((1 << len(ins)) - 1,)
+    for mask in masks:
+        args = list(sig)
+        for bit, i in enumerate(ins):
+            if mask >> bit & 1:
+                t = args[i]  # not t.copy(readonly=True): that type is not the one typeof() gives
+                args[i] = nbt.Array(t.dtype, t.ndim, t.layout, readonly=True)
+        if tuple(args) not in dispatcher.overloads:
+            _read_only_types.update(args)  # numba interns types weakly: a dropped one comes back with a new code
+            dispatcher._insert([a._code for a in args], cres.entry_point, cres.objectmode)
+
+
+_read_only_types: set = set()
+
+
+def load(request: CompileRequest, source: str, made=None) -> Tuple[pytypes.ModuleType, Optional[Path]]:
     """(module, path of the readable copy or None) for this specialization, ``launch_serial`` compiled.
 
     With a usable disk cache, numba's machine code is loaded from (or saved to) opdsl's private
     numba folder under the key's lock, and the source is saved beside it for reading; without
-    one (or if the disk fails midway) everything stays in memory.
+    one (or if the disk fails midway) everything stays in memory.  ``made``: the (module, path)
+    ``_make_module`` already returned for it.
     """
     k = request.kernel
     stem = f"{request.key}_{CODEGEN_VERSION}"
@@ -188,13 +223,19 @@ def load(request: CompileRequest, source: str) -> Tuple[pytypes.ModuleType, Opti
         return hit
     sig = signature(k, request.debug)
     with cache.lock(CACHE_TAG, stem):
-        path = _save_source(stem, source)
-        mod = _exec_source(source, stem, path)
-        if path is not None:
-            machine_cache.attach(mod, path.parent, machine_cache.source_stamp(source), stem)
+        mod, path = made or _make_module(stem, source)
         _compile_entry(mod.launch_serial, sig, k, "launch_serial")
     with _modules_lock:
         _modules[stem] = (mod, path)
+    return mod, path
+
+
+def _make_module(stem: str, source: str) -> Tuple[pytypes.ModuleType, Optional[Path]]:
+    """The module executed from ``source`` with its dispatchers on the disk cache; nothing compiled yet."""
+    path = _save_source(stem, source)
+    mod = _exec_source(source, stem, path)
+    if path is not None:
+        machine_cache.attach(mod, path.parent, machine_cache.source_stamp(source), stem)
     return mod, path
 
 
@@ -218,12 +259,31 @@ def _save_source(stem: str, source: str) -> Optional[Path]:
 class NumbaLauncher(Launcher):
     """Runs one specialization; the per-launch Python work is a few attribute reads."""
 
-    def __init__(self, mod, request: CompileRequest, path, sites=None):
+    def __init__(self, mod, request: CompileRequest, path, sites=None, source: str = "", pending: bool = False):
         k = request.kernel
         self._sites = sites  # debug mode: what each bounds check reports (backends/bounds.py)
         self.name = k.name
         self._kernel = k
+        self._request = request
         self._stem = f"{request.key}_{CODEGEN_VERSION}"
+        self._ready: Dict[str, Callable] = {}
+        self._lock = threading.RLock()
+        self._scalars, self._halves = _arg_plan(k)
+        self._tensors = [i for i, p in enumerate(k.params) if isinstance(p, ir.TensorParam)]
+        self._team = k.threads
+        self._choice = entry_choice.EntryChoice()  # small launches: serial or parallel, by timing (entry_choice.py)
+        # only kernels with nested loops can do much work on few elements: the others are never timed
+        self._timed = k.threads > 1 and (_loop_depth(k.body) > 1 or any(_loop_depth(f.body) for f in k.funcs))
+        # entry point -> its job in a compile worker (backends/numba/parallel_compile.py)
+        self._jobs: Dict[str, parallel_compile.Job] = {}
+        self._source = source  # the generated module (what a compile worker gets)
+        self._pending = pending  # launch_serial not compiled yet (a compile batch; compile_batch.py)
+        self._bind(mod, path)
+        if pending:  # the first serial launch waits for its worker job, or compiles it here
+            self._serial = self._serial_when_ready
+
+    def _bind(self, mod, path) -> None:
+        self._module = mod
         self._disk = path is not None
         self._serial = mod.launch_serial
         # grid > 1 (or no sync): tiles/threads in one prange; one team with sync: launch_team;
@@ -232,15 +292,60 @@ class NumbaLauncher(Launcher):
                          "launch_parallel_nd": mod.launch_parallel_nd}
         if hasattr(mod, "launch_team"):
             self._entries["launch_team"] = mod.launch_team
-        self._ready: Dict[str, Callable] = {}
-        self._lock = threading.Lock()
-        self._scalars, self._halves = _arg_plan(k)
-        self._tensors = [i for i, p in enumerate(k.params) if isinstance(p, ir.TensorParam)]
-        self._team = k.threads
-        self._choice = entry_choice.EntryChoice()  # small launches: serial or parallel, by timing (entry_choice.py)
-        # only kernels with nested loops can do much work on few elements: the others are never timed
-        self._timed = k.threads > 1 and (_loop_depth(k.body) > 1 or any(_loop_depth(f.body) for f in k.funcs))
         self.source_path = path
+
+    # ------------------------------------------------------------------ compile batches
+    def which(self, args: Sequence, grid: Grid) -> str:
+        """The entry point ``self(args, grid)`` runs (the same tests as ``__call__``)."""
+        if type(grid) is tuple:
+            few = grid[0] * grid[1] * grid[2] * self._team <= SERIAL_MAX_THREADS
+            small = few and sum(args[i].size for i in self._tensors) < SERIAL_MAX_ELEMENTS
+            return "launch_serial_nd" if small else "launch_parallel_nd"
+        if grid * self._team <= SERIAL_MAX_THREADS and sum(args[i].size for i in self._tensors) < SERIAL_MAX_ELEMENTS:
+            return "launch_serial"
+        return "launch_team" if grid == 1 and "launch_team" in self._entries else "launch_parallel"
+
+    def note_launch(self, args: Sequence, grid: Grid, batch) -> None:
+        """A launch was prepared inside a compile batch: send the entry point it will run to a
+        compile worker unless it is compiled, on disk or already asked for."""
+        if not grid:
+            return
+        which = self.which(args, grid)
+        if which in self._ready or which in self._jobs or not self._disk:
+            return
+        if which == "launch_serial" and not self._pending:
+            return
+        sig = signature(self._kernel, self._sites is not None, nd=which.endswith("_nd"))
+        fn = self._module.launch_serial if which == "launch_serial" else self._entries[which]
+        if not parallel_compile.wanted() or machine_cache.cached(fn, sig):
+            return
+        self._jobs[which] = parallel_compile.submit(batch, self._stem, self._source, self.name, which, sig)
+        batch.add(self)
+
+    def outstanding(self) -> int:
+        return len(self._jobs)
+
+    def finish_compile(self) -> None:
+        """Wait for this launcher's worker jobs and load what they compiled (compiling in-process
+        what they could not, which raises its CompileError here)."""
+        for which in list(self._jobs):
+            if which == "launch_serial":
+                self._serial_ready()
+            else:
+                self._compile_lazily(which)
+
+    def _serial_ready(self) -> None:
+        with self._lock:
+            if not self._pending:
+                return
+            parallel_compile.wait(self._jobs.pop("launch_serial", None))
+            mod, path = load(self._request, self._source, (self._module, self.source_path))
+            self._bind(mod, path)
+            self._pending = False
+
+    def _serial_when_ready(self, *args) -> None:
+        self._serial_ready()
+        self._serial(*args)
 
     def _adapt(self, args: Sequence) -> Sequence:
         """Scalars as their exact numpy type (numba would compile another variant), halves as bits."""
@@ -354,6 +459,7 @@ class NumbaLauncher(Launcher):
     def _compile_lazily(self, which: str):
         with self._lock:
             if which not in self._ready:
+                parallel_compile.wait(self._jobs.pop(which, None))  # then a cache hit, unless it failed there
                 fn = self._entries[which]
                 sig = signature(self._kernel, self._sites is not None, nd=which.endswith("_nd"))
                 if self._disk:
@@ -392,6 +498,24 @@ def _check_threading_layer() -> None:
         _serialize_parallel = True
 
 
+def _deferred(request: CompileRequest, source: str, sites, batch) -> Optional[NumbaLauncher]:
+    """Inside a compile batch: a launcher with nothing compiled yet, whose entry points compile in
+    worker processes as launches are prepared (``note_launch``), or None when that is pointless
+    (already compiled in this process, ``launch_serial`` on disk, no disk cache)."""
+    stem = f"{request.key}_{CODEGEN_VERSION}"
+    with _modules_lock:
+        if stem in _modules:
+            return None
+    mod, path = _make_module(stem, source)
+    sig = signature(request.kernel, request.debug)
+    if path is None or machine_cache.cached(mod.launch_serial, sig):
+        mod, path = load(request, source, (mod, path))
+        return NumbaLauncher(mod, request, path, sites, source)
+    # nothing compiles yet: Kernel.prepare reports the launch next (note_launch), and only the entry
+    # point it runs goes to a worker (a model's big GEMMs never run launch_serial)
+    return NumbaLauncher(mod, request, path, sites, source, pending=True)
+
+
 class NumbaBackend(Backend):
     name = "numba"
     cache_tag = CACHE_TAG
@@ -406,8 +530,15 @@ class NumbaBackend(Backend):
 
     def compile(self, request: CompileRequest) -> Launcher:
         program = self.program(request)
-        mod, path = load(request, program.source())
-        return NumbaLauncher(mod, request, path, program.gen.sites.table if request.debug else None)
+        source = program.source()
+        sites = program.gen.sites.table if request.debug else None
+        batch = compile_batch.current()
+        if batch is not None and parallel_compile.wanted():
+            launcher = _deferred(request, source, sites, batch)
+            if launcher is not None:
+                return launcher
+        mod, path = load(request, source)
+        return NumbaLauncher(mod, request, path, sites, source)
 
     def available(self) -> str:
         return ""

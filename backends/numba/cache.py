@@ -137,3 +137,16 @@ def attach(module, folder: Path, stamp: bytes, module_stem: str) -> int:
             value._cache = PrivateFunctionCache(value.py_func, folder, stamp, module_stem)
             n += 1
     return n
+
+
+def cached(dispatcher, sig) -> bool:
+    """Whether the disk cache holds ``dispatcher``'s machine code for ``sig`` (its index lists it),
+    without loading or compiling anything: the compile workers skip what is there."""
+    own = getattr(dispatcher, "_cache", None)
+    if not isinstance(own, PrivateFunctionCache) or not cache.enabled():
+        return False
+    try:
+        key = own._index_key(sig, dispatcher.targetctx.codegen())
+        return key in own._cache_file._load_index()
+    except Exception:  # an unreadable index reads as a miss, as when loading
+        return False

@@ -43,6 +43,7 @@ from dsl.opgraph.op import Op, check_and_infer, run_op
 from dsl.opgraph.spec import TensorSpec, VerifyError, describe
 from dsl.opgraph import tiling as tiles
 from dsl.opgraph.values import shape_values
+from backends import compile_batch
 from dsl.runtime.kernel import Kernel, inplace_launches
 
 _DYNAMIC = object()      # plan marker: shapes depend on run-time values
@@ -204,7 +205,9 @@ class Model:
         return pool
 
     def _pool(self, specs: Dict[str, TensorSpec]) -> _PlanPool:
-        return _PlanPool(lambda: self._build_plan(specs), self._build_plan(specs))
+        with compile_batch.batch():  # the plan's kernels compile side by side (backends/compile_batch.py)
+            first = self._build_plan(specs)
+        return _PlanPool(lambda: self._build_plan(specs), first)
 
     def _concrete_specs(self, arrays) -> Optional[Dict[str, TensorSpec]]:
         """Every tensor's spec for these input shapes; None when a shape needs run-time values."""

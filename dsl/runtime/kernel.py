@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from dsl import config
+from backends import compile_batch
 from dsl.runtime import fastpath
 from dsl.runtime import pickling
 from dsl.runtime import grid as launch_grid
@@ -168,6 +169,9 @@ class Kernel:
                              f"logical threads exceeds the {backend} backend's limit of {limit} (thread indexes are "
                              f"{'64-bit signed' if limit == MAX_LOGICAL_THREADS else 'limited by the device'})")
         _check_overlap(self.__name__, self.params, values)
+        batch = compile_batch.current()
+        if batch is not None:  # planning a model: the entry point this launch runs may compile elsewhere now
+            batch.note(launcher, values, g)
         return launcher, values, g
 
     def _remember_fast(self, args, kwargs, backend, launcher) -> None:
