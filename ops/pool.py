@@ -26,6 +26,8 @@ from dsl import In, Out, bool_, i32, i64, f16, bf16, f32, f64, i8, u8
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.elementwise import require_dtype
 from ops.matmul import grid_for
+from ops import pool_fast
+from ops.pool_fast import global_pool_blocked, global_pool_plain, max_pool2d_blocked
 
 T = dsl.TypeVar("T")
 
@@ -301,18 +303,37 @@ class _Pool(dsl.Op):
 
 class _MaxPool(_Pool):
     """MaxPool's choice of kernel: square 2-D windows without dilation or Indices take
-    ``max_pool2d_kernel`` (window and stride compiled in), everything else ``pool_kernel``."""
+    ``max_pool2d_kernel`` (window and stride compiled in), f32 2-D pools on NCHWc16 tensors
+    ``max_pool2d_blocked`` (ops/pool_fast.py), everything else ``pool_kernel``."""
 
-    kernels = {"default": pool_kernel, "max2d": max_pool2d_kernel}
+    kernels = {"default": pool_kernel, "max2d": max_pool2d_kernel, "blocked": max_pool2d_blocked}
     skips_unused_outputs = True
+    formats = ("plain", "nchwc16")
+    keeps_padding = True  # the max of zero padding channels is zero
+
+    def _blockable(self, x):
+        return x.ndim == 4 and x.dtype == f32 and len(self.kernel_shape) == 2
+
+    def select_format(self, x):
+        fmt = "nchwc16" if x.format == "nchwc16" and self._blockable(x) else "plain"
+        return (fmt,), fmt
 
     def select(self, x, backend):
+        if x.format == "nchwc16":
+            return "blocked"
         k, strides, dil, _ = self._attrs()
         square = len(k) == 2 and k[0] == k[1] <= 8 and strides[0] == strides[1] <= 4
         return "max2d" if square and dil == (1, 1) else "default"
 
+    def run(self, impl, inputs, outputs, backend, specs=()):
+        x, y = inputs[0], outputs[0]
+        ind = outputs[1] if len(outputs) > 1 else None
+        if _is_blocked(specs):
+            return self._run_blocked(x, y, ind, specs[0], backend)
+        self._launch(impl, x, y, ind, backend)
+
     def _launch(self, impl, x, y, ind, backend, p=2.0):
-        if impl != max_pool2d_kernel or ind is not None:
+        if impl is not max_pool2d_kernel or ind is not None:
             return super()._launch(pool_kernel, x, y, ind, backend)
         (kh, _), (s, _), _, _ = self._attrs()
         _, begin, _ = self._geometry(TensorSpec.of(x))
@@ -320,6 +341,23 @@ class _MaxPool(_Pool):
         view_x = x.reshape(n * c, *x.shape[2:])
         view_y = y.reshape(n * c, *y.shape[2:])
         impl(view_x, view_y, begin[0], begin[1], kh, s, backend=backend, grid=grid_for(y.size * kh * kh))
+
+    def _run_blocked(self, x, y, ind, spec, backend):
+        """NCHWc16 storage: the SIMD kernel, or with Indices wanted the plain kernel on a plain copy
+        (the indices are defined over the plain layout)."""
+        k, strides, dil, _ = self._attrs()
+        _, begin, _ = self._geometry(spec)
+        n, cb, h, w, lanes = x.shape
+        if ind is None:
+            max_pool2d_blocked(x.reshape(n * cb, h, w, lanes), y.reshape(n * cb, *y.shape[2:]), k, strides, dil,
+                               begin, backend=backend, grid=grid_for(y.size * k[0] * k[1]))
+            return
+        c = spec.shape[1]
+        plain_x = np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3).reshape(n, cb * lanes, h, w)[:, :c])
+        plain_y = np.empty((n, c) + y.shape[2:4], y.dtype)
+        super()._launch(pool_kernel, plain_x, plain_y, ind, backend)
+        y[...] = 0
+        y.transpose(0, 1, 4, 2, 3).reshape(n, cb * lanes, *y.shape[2:4])[:, :c] = plain_y
 
 
 @dsl.op("MaxPool", since=1, until=7)
@@ -346,8 +384,9 @@ class MaxPoolV8(_MaxPool):
         y = super().infer(x)
         return y, TensorSpec(y.shape, dsl.i64)
 
-    def run(self, impl, inputs, outputs, backend):
-        self._launch(impl, inputs[0], outputs[0], outputs[1], backend)
+    def select_format(self, x):
+        ins, out = super().select_format(x)
+        return ins, (out, "plain")  # Indices stay plain
 
 
 @dsl.op("MaxPool", since=10, until=11)
@@ -436,9 +475,13 @@ class LpPool(LpPoolV18):
 # --------------------------------------------------------------------------- global pools
 
 class _GlobalPool(dsl.Op):
-    """A pool whose window is the whole image: (N, C, spatial...) -> (N, C, 1, ...)."""
+    """A pool whose window is the whole image: (N, C, spatial...) -> (N, C, 1, ...).  Global
+    max and average of f32 data take the SIMD kernels of ops/pool_fast.py, on plain or NCHWc16
+    tensors; other dtypes and GlobalLpPool the shared ``pool_kernel``."""
 
-    kernels = {"default": pool_kernel}
+    kernels = {"default": pool_kernel, "plain": global_pool_plain, "blocked": global_pool_blocked}
+    formats = ("plain", "nchwc16")
+    keeps_padding = True  # mean and max of zero padding channels are zero
     CODE = MAX
     DTYPES = FLOATS
 
@@ -451,11 +494,38 @@ class _GlobalPool(dsl.Op):
     def infer(self, x):
         return TensorSpec(tuple(x.shape[:2]) + (1,) * (x.ndim - 2), x.dtype)
 
-    def run(self, impl, inputs, outputs, backend):
-        x = inputs[0]
+    def _fast(self, x):
+        return x.dtype == f32 and self.CODE in (MAX, AVG)
+
+    def select_format(self, x):
+        fmt = "nchwc16" if x.format == "nchwc16" and x.ndim == 4 and self._fast(x) else "plain"
+        return (fmt,), fmt
+
+    def select(self, x, backend):
+        if not self._fast(x):
+            return "default"
+        return "blocked" if x.format == "nchwc16" else "plain"
+
+    def run(self, impl, inputs, outputs, backend, specs=()):
+        x, y = inputs[0], outputs[0]
+        code = pool_fast.AVG if self.CODE == AVG else pool_fast.MAX
+        if impl is global_pool_blocked:
+            n, cb = x.shape[:2]
+            impl(x.reshape(n * cb, -1, x.shape[-1]), y.reshape(n * cb, -1), code, backend=backend,
+                 grid=grid_for(x.size))
+            return
+        if impl is global_pool_plain:
+            rows = x.shape[0] * x.shape[1]
+            impl(x.reshape(rows, -1), y.reshape(rows), code, backend=backend, grid=grid_for(x.size))
+            return
         rank = x.ndim - 2
-        launch_pool(impl, x, outputs[0], None, tuple(x.shape[2:]), (1,) * rank, (1,) * rank, (0,) * rank,
+        launch_pool(pool_kernel, x, y, None, tuple(x.shape[2:]), (1,) * rank, (1,) * rank, (0,) * rank,
                     (0,) * rank, self.CODE, p=float(getattr(self, "p", 2.0)), backend=backend)
+
+
+def _is_blocked(specs) -> bool:
+    """Whether the input is NCHWc16 storage (5-D, but so is a plain 3-D image: the spec decides)."""
+    return bool(specs) and specs[0] is not None and specs[0].format == "nchwc16"
 
 
 @dsl.op("GlobalMaxPool", since=1, until=21)

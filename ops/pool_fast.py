@@ -1,0 +1,98 @@
+"""SIMD kernels for the pools real CNNs spend time in, f32 only (ops/pool.py picks them).
+
+* ``global_pool_plain``: GlobalAveragePool / GlobalMaxPool on plain NCHW, where a channel's
+  H·W pixels are contiguous: a work item is a channel, summed (or maxed) 16 lanes at a time,
+  the channels split across the team.  The scalar ``pool_kernel`` chains one add per pixel.
+* ``global_pool_blocked``: the same on NCHWc16 storage, where a pixel holds 16 channels: one
+  vector add per pixel, a work item is a block of 16 channels.
+* ``max_pool2d_blocked``: 2-D MaxPool on NCHWc16 storage, 16 channels per lane vector, one
+  vector load and max per window tap; the window is clipped to the image once per output.
+
+Padding channels of blocked tensors are zero and stay zero (mean and max of zeros).
+"""
+from __future__ import annotations
+
+import dsl
+from dsl import In, Out, f32, i32, i64
+
+LANES = 16  # NCHWc16 channels per block, and the lanes of every vector here
+
+# codes of the global kernels (module constants fold into the kernels)
+MAX = 0
+AVG = 1
+
+
+@dsl.kernel
+def global_pool_plain(x: In[f32, 2], y: Out[f32, 1], code: i32):
+    """y[r] = mean or max of row r of x (rows are N·C channels, columns their pixels)."""
+    rows = x.shape[0]
+    n = x.shape[1]
+    full = n - n % LANES
+    lo, hi = dsl.split(rows, grid=True)
+    for r in range(lo, hi):
+        base = r * n
+        if code == AVG:
+            acc = dsl.splat(f32(0), LANES, f32)
+            for i in range(0, full, LANES):
+                acc += x.vload(base + i, LANES)
+            s = dsl.reduce_add(acc)
+            for i in range(full, n):
+                s += x.flat[base + i]
+            y.flat[r] = s / f32(n)
+        else:
+            m = x.flat[base]
+            if full > 0:
+                vm = x.vload(base, LANES)
+                for i in range(LANES, full, LANES):
+                    vm = max(vm, x.vload(base + i, LANES))
+                m = dsl.reduce_max(vm)
+            for i in range(full, n):
+                m = max(m, x.flat[base + i])
+            y.flat[r] = m
+
+
+@dsl.kernel
+def global_pool_blocked(x: In[f32, 3], y: Out[f32, 2], code: i32):
+    """y[b, :] = mean or max over pixels p of x[b, p, :] (b a block of 16 channels)."""
+    blocks = x.shape[0]
+    n = x.shape[1]
+    lo, hi = dsl.split(blocks, grid=True)
+    for b in range(lo, hi):
+        base = b * n * LANES
+        acc = x.vload(base, LANES)
+        if code == AVG:
+            for p in range(1, n):
+                acc += x.vload(base + p * LANES, LANES)
+            y.vstore(b * LANES, acc * (f32(1) / f32(n)))
+        else:
+            for p in range(1, n):
+                acc = max(acc, x.vload(base + p * LANES, LANES))
+            y.vstore(b * LANES, acc)
+
+
+@dsl.kernel
+def max_pool2d_blocked(x: In[f32, 4], y: Out[f32, 4], k: dsl.Vec[i64, 2], s: dsl.Vec[i64, 2],
+                       d: dsl.Vec[i64, 2], pb: dsl.Vec[i64, 2]):
+    """y[b, oh, ow, :] = max over the window taps inside the image of x[b, h, w, :], window
+    origin (oh·s0 - pb0, ow·s1 - pb1), taps d apart.  A work item is an output row (b, oh)."""
+    ih_n = x.shape[1]
+    iw_n = x.shape[2]
+    oh_n = y.shape[1]
+    ow_n = y.shape[2]
+    lo, hi = dsl.split(y.shape[0] * oh_n, grid=True)
+    for row in range(lo, hi):
+        oh = row % oh_n
+        b = row // oh_n
+        h0 = oh * s[0] - pb[0]
+        kh_lo = max(0, (d[0] - 1 - h0) // d[0])  # first tap row inside the image
+        kh_hi = min(k[0], (ih_n - h0 + d[0] - 1) // d[0])   # past the last one
+        for ow in range(ow_n):
+            w0 = ow * s[1] - pb[1]
+            kw_lo = max(0, (d[1] - 1 - w0) // d[1])
+            kw_hi = min(k[1], (iw_n - w0 + d[1] - 1) // d[1])
+            m = x.vload((((b * ih_n) + h0 + kh_lo * d[0]) * iw_n + w0 + kw_lo * d[1]) * LANES, LANES)
+            for kh in range(kh_lo, kh_hi):
+                src = ((b * ih_n) + h0 + kh * d[0]) * iw_n + w0
+                for kw in range(kw_lo, kw_hi):
+                    m = max(m, x.vload((src + kw * d[1]) * LANES, LANES))
+            y.vstore(((b * oh_n + oh) * ow_n + ow) * LANES, m)
