@@ -354,10 +354,11 @@ class _MaxPool(_Pool):
             return
         c = spec.shape[1]
         plain_x = np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3).reshape(n, cb * lanes, h, w)[:, :c])
-        plain_y = np.empty((n, c) + y.shape[2:4], y.dtype)
-        super()._launch(pool_kernel, plain_x, plain_y, ind, backend)
-        y[...] = 0
-        y.transpose(0, 1, 4, 2, 3).reshape(n, cb * lanes, *y.shape[2:4])[:, :c] = plain_y
+        out = np.empty((n, c) + y.shape[2:4], y.dtype)
+        super()._launch(pool_kernel, plain_x, out, ind, backend)
+        plain_y = np.zeros((n, cb * lanes) + y.shape[2:4], y.dtype)  # padding channels stay zero
+        plain_y[:, :c] = out
+        y[...] = plain_y.reshape(n, cb, lanes, *y.shape[2:4]).transpose(0, 1, 3, 4, 2)
 
 
 @dsl.op("MaxPool", since=1, until=7)
