@@ -27,7 +27,7 @@ from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.elementwise import require_dtype
 from ops.matmul import grid_for
 from ops import pool_fast
-from ops.pool_fast import global_pool_blocked, global_pool_plain, max_pool2d_blocked
+from ops.pool_fast import ROW, global_pool_blocked, global_pool_plain, max_pool2d_blocked, max_pool2d_rows
 
 T = dsl.TypeVar("T")
 
@@ -303,10 +303,12 @@ class _Pool(dsl.Op):
 
 class _MaxPool(_Pool):
     """MaxPool's choice of kernel: square 2-D windows without dilation or Indices take
-    ``max_pool2d_kernel`` (window and stride compiled in), f32 2-D pools on NCHWc16 tensors
-    ``max_pool2d_blocked`` (ops/pool_fast.py), everything else ``pool_kernel``."""
+    ``max_pool2d_rows`` (rows of at most ROW pixels) or ``max_pool2d_kernel`` (window and stride
+    compiled in), f32 2-D pools on NCHWc16 tensors ``max_pool2d_blocked`` (ops/pool_fast.py),
+    everything else ``pool_kernel``."""
 
-    kernels = {"default": pool_kernel, "max2d": max_pool2d_kernel, "blocked": max_pool2d_blocked}
+    kernels = {"default": pool_kernel, "max2d": max_pool2d_kernel, "rows": max_pool2d_rows,
+               "blocked": max_pool2d_blocked}
     skips_unused_outputs = True
     formats = ("plain", "nchwc16")
     keeps_padding = True  # the max of zero padding channels is zero
@@ -323,7 +325,9 @@ class _MaxPool(_Pool):
             return "blocked"
         k, strides, dil, _ = self._attrs()
         square = len(k) == 2 and k[0] == k[1] <= 8 and strides[0] == strides[1] <= 4
-        return "max2d" if square and dil == (1, 1) else "default"
+        if not square or dil != (1, 1):
+            return "default"
+        return "rows" if x.shape[-1] is not None and x.shape[-1] <= ROW else "max2d"
 
     def run(self, impl, inputs, outputs, backend, specs=()):
         x, y = inputs[0], outputs[0]
@@ -333,7 +337,7 @@ class _MaxPool(_Pool):
         self._launch(impl, x, y, ind, backend)
 
     def _launch(self, impl, x, y, ind, backend, p=2.0):
-        if impl is not max_pool2d_kernel or ind is not None:
+        if impl not in (max_pool2d_kernel, max_pool2d_rows) or ind is not None:
             return super()._launch(pool_kernel, x, y, ind, backend)
         (kh, _), (s, _), _, _ = self._attrs()
         _, begin, _ = self._geometry(TensorSpec.of(x))

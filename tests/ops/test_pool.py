@@ -168,24 +168,27 @@ def test_in_a_graph_with_indices(backend):
     np.testing.assert_allclose(out["avg"], ry.mean(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
 
 
-SQUARE_CASES = [  # (shape, k, stride, pads, ceil_mode): max_pool2d_kernel's edges and clipping
+SQUARE_CASES = [  # (shape, k, stride, pads, ceil_mode): max_pool2d_rows' edges and clipping
     ((1, 3, 13, 11), 3, 2, (0, 0, 0, 0), 0),
     ((1, 2, 9, 10), 3, 2, (1, 1, 1, 1), 1),   # window clipped on every side, ceil overhang
     ((2, 2, 7, 6), 2, 1, (1, 0, 0, 1), 0),    # asymmetric pads
     ((1, 1, 4, 4), 5, 3, (2, 2, 2, 2), 1),    # every column an edge column
+    ((1, 1, 3, P.ROW + 7), 3, 2, (1, 1, 1, 1), 1),  # wider than the row buffer: max_pool2d_kernel
 ]
 
 
 @pytest.mark.parametrize("case", SQUARE_CASES, ids=lambda c: f"k{c[1]}s{c[2]}-ceil{c[4]}")
 def test_square_windows_without_indices(backend, case):
-    """A MaxPool whose Indices nothing reads compiles window and stride into its kernel."""
+    """A MaxPool whose Indices nothing reads compiles window and stride into its kernel; rows up
+    to ROW pixels take the two-pass kernel (a row buffer), wider ones max_pool2d_kernel."""
     shape, k, s, pads, ceil = case
     g = dsl.Graph("maxpool")
     xi = g.input("x", shape, dsl.f32)
     y, _ = ops.MaxPool(xi, kernel_shape=(k, k), strides=(s, s), pads=pads, ceil_mode=ceil)
     g.output(y, "y")
     model = g.compile(backend=backend)
-    assert model._impls[g.nodes[0].name] is P.max_pool2d_kernel
+    want = P.max_pool2d_rows if shape[-1] <= P.ROW else P.max_pool2d_kernel
+    assert model._impls[g.nodes[0].name] is want
     x = RNG.standard_normal(shape).astype(np.float32)
     ref = pool_ref(x, "max", (k, k), (s, s), pads=pads, ceil=ceil)[0].astype(np.float32)
     np.testing.assert_array_equal(model.run({"x": x})["y"], ref)
