@@ -415,8 +415,26 @@ class MaxPool(MaxPoolV12):
 
 @dsl.op("AveragePool", since=1, until=6)
 class AveragePoolV1(_Pool):
-    """AveragePool excluding padding from the count (opsets 1-6)."""
+    """AveragePool excluding padding from the count (opsets 1-6).  A window that is the whole
+    unpadded image (ResNet's last pool) is a global average: f32 takes ``global_pool_plain``."""
     CODE = AVG
+    kernels = {"default": pool_kernel, "global": global_pool_plain}
+
+    def select(self, x, backend):
+        if x.dtype != f32 or any(d is None for d in x.shape[2:]):
+            return "default"
+        k, _, dil, _ = self._attrs()
+        out, begin, end = self._geometry(x)
+        whole = (tuple(k) == tuple(x.shape[2:]) and all(d == 1 for d in dil) and all(o == 1 for o in out)
+                 and not any(begin) and not any(end))
+        return "global" if whole else "default"
+
+    def run(self, impl, inputs, outputs, backend):
+        x, y = inputs[0], outputs[0]
+        if impl is not global_pool_plain:
+            return self._launch(impl, x, y, None, backend)
+        rows = x.shape[0] * x.shape[1]
+        impl(x.reshape(rows, -1), y.reshape(rows), pool_fast.AVG, backend=backend, grid=grid_for(x.size))
 
 
 @dsl.op("AveragePool", since=7, until=9)

@@ -328,3 +328,18 @@ def test_blocked_pools_in_a_graph(backend):
     x = RNG.standard_normal((1, 16, 9, 9)).astype(np.float32)
     plain = g.compile(backend=backend, formats="plain").run({"x": x})["y"]
     np.testing.assert_allclose(auto.run({"x": x})["y"], plain, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(1, 5, 7, 7), (2, 3, 4, 6)], ids=str)
+def test_average_pool_over_the_whole_image(backend, shape):
+    """AveragePool whose window is the whole unpadded image (ResNet's last pool) runs the SIMD
+    global average; a padded one keeps pool_kernel."""
+    x = RNG.standard_normal(shape).astype(np.float32)
+    k = shape[2:]
+    op = ops.AveragePool(kernel_shape=k)
+    assert op.select(dsl.TensorSpec.of(x), backend) == "global"
+    np.testing.assert_allclose(op(x, backend=backend), x.mean(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
+    padded = ops.AveragePool(kernel_shape=k, pads=(1, 1, 1, 1))
+    assert padded.select(dsl.TensorSpec.of(x), backend) == "default"
+    np.testing.assert_allclose(padded(x, backend=backend), pool_ref(x, "avg", k, pads=(1, 1, 1, 1))[0],
+                               rtol=1e-5, atol=1e-6)
