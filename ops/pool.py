@@ -333,7 +333,7 @@ class _MaxPool(_Pool):
         x, y = inputs[0], outputs[0]
         ind = outputs[1] if len(outputs) > 1 else None
         if _is_blocked(specs):
-            return self._run_blocked(x, y, ind, specs[0], backend)
+            return self._run_blocked(impl, x, y, ind, specs[0], backend)
         self._launch(impl, x, y, ind, backend)
 
     def _launch(self, impl, x, y, ind, backend, p=2.0):
@@ -346,15 +346,16 @@ class _MaxPool(_Pool):
         view_y = y.reshape(n * c, *y.shape[2:])
         impl(view_x, view_y, begin[0], begin[1], kh, s, backend=backend, grid=grid_for(y.size * kh * kh))
 
-    def _run_blocked(self, x, y, ind, spec, backend):
+    def _run_blocked(self, impl, x, y, ind, spec, backend):
         """NCHWc16 storage: the SIMD kernel, or with Indices wanted the plain kernel on a plain copy
         (the indices are defined over the plain layout)."""
         k, strides, dil, _ = self._attrs()
         _, begin, _ = self._geometry(spec)
         n, cb, h, w, lanes = x.shape
         if ind is None:
-            max_pool2d_blocked(x.reshape(n * cb, h, w, lanes), y.reshape(n * cb, *y.shape[2:]), k, strides, dil,
-                               begin, backend=backend, grid=grid_for(y.size * k[0] * k[1]))
+            impl = impl if impl == max_pool2d_blocked else max_pool2d_blocked
+            impl(x.reshape(n * cb, h, w, lanes), y.reshape(n * cb, *y.shape[2:]), k, strides, dil,
+                 begin, backend=backend, grid=grid_for(y.size * k[0] * k[1]))
             return
         c = spec.shape[1]
         plain_x = np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3).reshape(n, cb * lanes, h, w)[:, :c])
@@ -431,7 +432,7 @@ class AveragePoolV1(_Pool):
 
     def run(self, impl, inputs, outputs, backend):
         x, y = inputs[0], outputs[0]
-        if impl is not global_pool_plain:
+        if impl != global_pool_plain:
             return self._launch(impl, x, y, None, backend)
         rows = x.shape[0] * x.shape[1]
         impl(x.reshape(rows, -1), y.reshape(rows), pool_fast.AVG, backend=backend, grid=grid_for(x.size))
@@ -532,12 +533,12 @@ class _GlobalPool(dsl.Op):
     def run(self, impl, inputs, outputs, backend, specs=()):
         x, y = inputs[0], outputs[0]
         code = pool_fast.AVG if self.CODE == AVG else pool_fast.MAX
-        if impl is global_pool_blocked:
+        if impl == global_pool_blocked:
             n, cb = x.shape[:2]
             impl(x.reshape(n * cb, -1, x.shape[-1]), y.reshape(n * cb, -1), code, backend=backend,
                  grid=grid_for(x.size))
             return
-        if impl is global_pool_plain:
+        if impl == global_pool_plain:
             rows = x.shape[0] * x.shape[1]
             impl(x.reshape(rows, -1), y.reshape(rows), code, backend=backend, grid=grid_for(x.size))
             return

@@ -343,3 +343,22 @@ def test_average_pool_over_the_whole_image(backend, shape):
     assert padded.select(dsl.TensorSpec.of(x), backend) == "default"
     np.testing.assert_allclose(padded(x, backend=backend), pool_ref(x, "avg", k, pads=(1, 1, 1, 1))[0],
                                rtol=1e-5, atol=1e-6)
+
+
+def test_fast_pools_in_a_compiled_model(backend):
+    """The SIMD kernels are what a compiled model launches (run() hands them the model's
+    recorded kernel), and the results match numpy."""
+    g = dsl.Graph("fast_pools")
+    xi = g.input("x", (1, 20, 11, 11), dsl.f32)
+    y, _ = ops.MaxPool(xi, kernel_shape=(3, 3), strides=(2, 2), ceil_mode=1)
+    g.output(ops.AveragePool(y, kernel_shape=(5, 5)), "avg")
+    g.output(ops.GlobalMaxPool(y), "max")
+    model = g.compile(backend=backend)
+    impls = {n.op.op_type: model._impls[n.name] for n in model.graph.nodes}
+    assert impls == {"MaxPool": P.max_pool2d_rows, "AveragePool": P.global_pool_plain,
+                     "GlobalMaxPool": P.global_pool_plain}
+    x = RNG.standard_normal((1, 20, 11, 11)).astype(np.float32)
+    ry = pool_ref(x, "max", (3, 3), (2, 2), ceil=True)[0].astype(np.float32)
+    out = model.run({"x": x})
+    np.testing.assert_allclose(out["avg"], ry.mean(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(out["max"], ry.max(axis=(2, 3), keepdims=True))
