@@ -14,6 +14,9 @@ The output shape follows the ONNX spec: floor or ceil (``ceil_mode``) of
 end padding is dropped; auto_pad SAME_* gives ceil(in / stride) with the padding split
 (the odd one at the end for SAME_UPPER, at the beginning for SAME_LOWER), VALID no padding;
 ceil_mode changes neither.
+
+Faster kernels for the cases real CNNs hit (f32 global pools and whole-image AveragePool,
+MaxPool on plain rows and on NCHWc16 tensors) live in ops/pool_fast.py; ``select`` picks them.
 """
 from __future__ import annotations
 
