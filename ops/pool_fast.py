@@ -1,4 +1,5 @@
-"""SIMD kernels for the pools real CNNs spend time in, f32 only (ops/pool.py picks them).
+"""Fast kernels for the pools real CNNs spend time in (ops/pool.py picks them); the SIMD ones
+take f32 only.
 
 * ``global_pool_plain``: GlobalAveragePool / GlobalMaxPool on plain NCHW, where a channel's
   H·W pixels are contiguous: a work item is a channel, summed (or maxed) 16 lanes at a time,
@@ -7,6 +8,8 @@
   vector add per pixel, a work item is a block of 16 channels.
 * ``max_pool2d_blocked``: 2-D MaxPool on NCHWc16 storage, 16 channels per lane vector, one
   vector load and max per window tap; the window is clipped to the image once per output.
+* ``max_pool2d_rows``: 2-D MaxPool on plain rows of at most ROW pixels, any dtype: the max over
+  the window's rows into a row buffer (contiguous), then the strided window max along it.
 
 Padding channels of blocked tensors are zero and stay zero (mean and max of zeros).
 """
