@@ -14,6 +14,9 @@ The output shape follows the ONNX spec: floor or ceil (``ceil_mode``) of
 end padding is dropped; auto_pad SAME_* gives ceil(in / stride) with the padding split
 (the odd one at the end for SAME_UPPER, at the beginning for SAME_LOWER), VALID no padding;
 ceil_mode changes neither.
+
+Faster kernels for the cases real CNNs hit (f32 global pools and whole-image AveragePool,
+MaxPool on plain rows and on NCHWc16 tensors) live in ops/pool_fast.py; ``select`` picks them.
 """
 from __future__ import annotations
 
@@ -26,6 +29,8 @@ from dsl import In, Out, bool_, i32, i64, f16, bf16, f32, f64, i8, u8
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.elementwise import require_dtype
 from ops.matmul import grid_for
+from ops import pool_fast
+from ops.pool_fast import ROW, global_pool_blocked, global_pool_plain, max_pool2d_blocked, max_pool2d_rows
 
 T = dsl.TypeVar("T")
 
@@ -301,18 +306,41 @@ class _Pool(dsl.Op):
 
 class _MaxPool(_Pool):
     """MaxPool's choice of kernel: square 2-D windows without dilation or Indices take
-    ``max_pool2d_kernel`` (window and stride compiled in), everything else ``pool_kernel``."""
+    ``max_pool2d_rows`` (rows of at most ROW pixels) or ``max_pool2d_kernel`` (window and stride
+    compiled in), f32 2-D pools on NCHWc16 tensors ``max_pool2d_blocked`` (ops/pool_fast.py),
+    everything else ``pool_kernel``."""
 
-    kernels = {"default": pool_kernel, "max2d": max_pool2d_kernel}
+    kernels = {"default": pool_kernel, "max2d": max_pool2d_kernel, "rows": max_pool2d_rows,
+               "blocked": max_pool2d_blocked}
     skips_unused_outputs = True
+    formats = ("plain", "nchwc16")
+    keeps_padding = True  # the max of zero padding channels is zero
+
+    def _blockable(self, x):
+        return x.ndim == 4 and x.dtype == f32 and len(self.kernel_shape) == 2
+
+    def select_format(self, x):
+        fmt = "nchwc16" if x.format == "nchwc16" and self._blockable(x) else "plain"
+        return (fmt,), fmt
 
     def select(self, x, backend):
+        if x.format == "nchwc16":
+            return "blocked"
         k, strides, dil, _ = self._attrs()
         square = len(k) == 2 and k[0] == k[1] <= 8 and strides[0] == strides[1] <= 4
-        return "max2d" if square and dil == (1, 1) else "default"
+        if not square or dil != (1, 1):
+            return "default"
+        return "rows" if x.shape[-1] is not None and x.shape[-1] <= ROW else "max2d"
+
+    def run(self, impl, inputs, outputs, backend, specs=()):
+        x, y = inputs[0], outputs[0]
+        ind = outputs[1] if len(outputs) > 1 else None
+        if _is_blocked(specs):
+            return self._run_blocked(impl, x, y, ind, specs[0], backend)
+        self._launch(impl, x, y, ind, backend)
 
     def _launch(self, impl, x, y, ind, backend, p=2.0):
-        if impl != max_pool2d_kernel or ind is not None:
+        if impl not in (max_pool2d_kernel, max_pool2d_rows) or ind is not None:
             return super()._launch(pool_kernel, x, y, ind, backend)
         (kh, _), (s, _), _, _ = self._attrs()
         _, begin, _ = self._geometry(TensorSpec.of(x))
@@ -320,6 +348,25 @@ class _MaxPool(_Pool):
         view_x = x.reshape(n * c, *x.shape[2:])
         view_y = y.reshape(n * c, *y.shape[2:])
         impl(view_x, view_y, begin[0], begin[1], kh, s, backend=backend, grid=grid_for(y.size * kh * kh))
+
+    def _run_blocked(self, impl, x, y, ind, spec, backend):
+        """NCHWc16 storage: the SIMD kernel, or with Indices wanted the plain kernel on a plain copy
+        (the indices are defined over the plain layout)."""
+        k, strides, dil, _ = self._attrs()
+        _, begin, _ = self._geometry(spec)
+        n, cb, h, w, lanes = x.shape
+        if ind is None:
+            impl = impl if impl == max_pool2d_blocked else max_pool2d_blocked
+            impl(x.reshape(n * cb, h, w, lanes), y.reshape(n * cb, *y.shape[2:]), k, strides, dil,
+                 begin, backend=backend, grid=grid_for(y.size * k[0] * k[1]))
+            return
+        c = spec.shape[1]
+        plain_x = np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3).reshape(n, cb * lanes, h, w)[:, :c])
+        out = np.empty((n, c) + y.shape[2:4], y.dtype)
+        super()._launch(pool_kernel, plain_x, out, ind, backend)
+        plain_y = np.zeros((n, cb * lanes) + y.shape[2:4], y.dtype)  # padding channels stay zero
+        plain_y[:, :c] = out
+        y[...] = plain_y.reshape(n, cb, lanes, *y.shape[2:4]).transpose(0, 1, 3, 4, 2)
 
 
 @dsl.op("MaxPool", since=1, until=7)
@@ -346,8 +393,9 @@ class MaxPoolV8(_MaxPool):
         y = super().infer(x)
         return y, TensorSpec(y.shape, dsl.i64)
 
-    def run(self, impl, inputs, outputs, backend):
-        self._launch(impl, inputs[0], outputs[0], outputs[1], backend)
+    def select_format(self, x):
+        ins, out = super().select_format(x)
+        return ins, (out, "plain")  # Indices stay plain
 
 
 @dsl.op("MaxPool", since=10, until=11)
@@ -371,8 +419,26 @@ class MaxPool(MaxPoolV12):
 
 @dsl.op("AveragePool", since=1, until=6)
 class AveragePoolV1(_Pool):
-    """AveragePool excluding padding from the count (opsets 1-6)."""
+    """AveragePool excluding padding from the count (opsets 1-6).  A window that is the whole
+    unpadded image (ResNet's last pool) is a global average: f32 takes ``global_pool_plain``."""
     CODE = AVG
+    kernels = {"default": pool_kernel, "global": global_pool_plain}
+
+    def select(self, x, backend):
+        if x.dtype != f32 or any(d is None for d in x.shape[2:]):
+            return "default"
+        k, _, dil, _ = self._attrs()
+        out, begin, end = self._geometry(x)
+        whole = (tuple(k) == tuple(x.shape[2:]) and all(d == 1 for d in dil) and all(o == 1 for o in out)
+                 and not any(begin) and not any(end))
+        return "global" if whole else "default"
+
+    def run(self, impl, inputs, outputs, backend):
+        x, y = inputs[0], outputs[0]
+        if impl != global_pool_plain:
+            return self._launch(impl, x, y, None, backend)
+        rows = x.shape[0] * x.shape[1]
+        impl(x.reshape(rows, -1), y.reshape(rows), pool_fast.AVG, backend=backend, grid=grid_for(x.size))
 
 
 @dsl.op("AveragePool", since=7, until=9)
@@ -436,9 +502,13 @@ class LpPool(LpPoolV18):
 # --------------------------------------------------------------------------- global pools
 
 class _GlobalPool(dsl.Op):
-    """A pool whose window is the whole image: (N, C, spatial...) -> (N, C, 1, ...)."""
+    """A pool whose window is the whole image: (N, C, spatial...) -> (N, C, 1, ...).  Global
+    max and average of f32 data take the SIMD kernels of ops/pool_fast.py, on plain or NCHWc16
+    tensors; other dtypes and GlobalLpPool the shared ``pool_kernel``."""
 
-    kernels = {"default": pool_kernel}
+    kernels = {"default": pool_kernel, "plain": global_pool_plain, "blocked": global_pool_blocked}
+    formats = ("plain", "nchwc16")
+    keeps_padding = True  # mean and max of zero padding channels are zero
     CODE = MAX
     DTYPES = FLOATS
 
@@ -451,11 +521,38 @@ class _GlobalPool(dsl.Op):
     def infer(self, x):
         return TensorSpec(tuple(x.shape[:2]) + (1,) * (x.ndim - 2), x.dtype)
 
-    def run(self, impl, inputs, outputs, backend):
-        x = inputs[0]
+    def _fast(self, x):
+        return x.dtype == f32 and self.CODE in (MAX, AVG)
+
+    def select_format(self, x):
+        fmt = "nchwc16" if x.format == "nchwc16" and x.ndim == 4 and self._fast(x) else "plain"
+        return (fmt,), fmt
+
+    def select(self, x, backend):
+        if not self._fast(x):
+            return "default"
+        return "blocked" if x.format == "nchwc16" else "plain"
+
+    def run(self, impl, inputs, outputs, backend, specs=()):
+        x, y = inputs[0], outputs[0]
+        code = pool_fast.AVG if self.CODE == AVG else pool_fast.MAX
+        if impl == global_pool_blocked:
+            n, cb = x.shape[:2]
+            impl(x.reshape(n * cb, -1, x.shape[-1]), y.reshape(n * cb, -1), code, backend=backend,
+                 grid=grid_for(x.size))
+            return
+        if impl == global_pool_plain:
+            rows = x.shape[0] * x.shape[1]
+            impl(x.reshape(rows, -1), y.reshape(rows), code, backend=backend, grid=grid_for(x.size))
+            return
         rank = x.ndim - 2
-        launch_pool(impl, x, outputs[0], None, tuple(x.shape[2:]), (1,) * rank, (1,) * rank, (0,) * rank,
+        launch_pool(pool_kernel, x, y, None, tuple(x.shape[2:]), (1,) * rank, (1,) * rank, (0,) * rank,
                     (0,) * rank, self.CODE, p=float(getattr(self, "p", 2.0)), backend=backend)
+
+
+def _is_blocked(specs) -> bool:
+    """Whether the input is NCHWc16 storage (5-D, but so is a plain 3-D image: the spec decides)."""
+    return bool(specs) and specs[0] is not None and specs[0].format == "nchwc16"
 
 
 @dsl.op("GlobalMaxPool", since=1, until=21)

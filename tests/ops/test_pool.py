@@ -168,24 +168,27 @@ def test_in_a_graph_with_indices(backend):
     np.testing.assert_allclose(out["avg"], ry.mean(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
 
 
-SQUARE_CASES = [  # (shape, k, stride, pads, ceil_mode): max_pool2d_kernel's edges and clipping
+SQUARE_CASES = [  # (shape, k, stride, pads, ceil_mode): max_pool2d_rows' edges and clipping
     ((1, 3, 13, 11), 3, 2, (0, 0, 0, 0), 0),
     ((1, 2, 9, 10), 3, 2, (1, 1, 1, 1), 1),   # window clipped on every side, ceil overhang
     ((2, 2, 7, 6), 2, 1, (1, 0, 0, 1), 0),    # asymmetric pads
     ((1, 1, 4, 4), 5, 3, (2, 2, 2, 2), 1),    # every column an edge column
+    ((1, 1, 3, P.ROW + 7), 3, 2, (1, 1, 1, 1), 1),  # wider than the row buffer: max_pool2d_kernel
 ]
 
 
 @pytest.mark.parametrize("case", SQUARE_CASES, ids=lambda c: f"k{c[1]}s{c[2]}-ceil{c[4]}")
 def test_square_windows_without_indices(backend, case):
-    """A MaxPool whose Indices nothing reads compiles window and stride into its kernel."""
+    """A MaxPool whose Indices nothing reads compiles window and stride into its kernel; rows up
+    to ROW pixels take the two-pass kernel (a row buffer), wider ones max_pool2d_kernel."""
     shape, k, s, pads, ceil = case
     g = dsl.Graph("maxpool")
     xi = g.input("x", shape, dsl.f32)
     y, _ = ops.MaxPool(xi, kernel_shape=(k, k), strides=(s, s), pads=pads, ceil_mode=ceil)
     g.output(y, "y")
     model = g.compile(backend=backend)
-    assert model._impls[g.nodes[0].name] is P.max_pool2d_kernel
+    want = P.max_pool2d_rows if shape[-1] <= P.ROW else P.max_pool2d_kernel
+    assert model._impls[g.nodes[0].name] is want
     x = RNG.standard_normal(shape).astype(np.float32)
     ref = pool_ref(x, "max", (k, k), (s, s), pads=pads, ceil=ceil)[0].astype(np.float32)
     np.testing.assert_array_equal(model.run({"x": x})["y"], ref)
@@ -247,3 +250,115 @@ def test_max_unpool_inverts_max_pool(backend):
         ops.MaxUnpool(y, ind[:, :2], kernel_shape=(2, 2))
     with pytest.raises(dsl.VerifyError, match=r"MaxUnpool kernel_shape \[2\] needs 2 values"):
         ops.MaxUnpool(y, ind, kernel_shape=(2,))
+
+
+# --------------------------------------------------------------------------- SIMD kernels (ops/pool_fast.py)
+
+def _blocked_run(op, kernel, x, out_shapes, backend, want_ind=False):
+    """Run ``op`` on the NCHWc16 storage of x as a compiled model would; -> plain outputs."""
+    from dsl.opgraph import formats as F
+    from dsl.opgraph.spec import TensorSpec
+    ys = [np.full(F.physical_shape(out_shapes[0], "nchwc16"), np.nan, np.float32)]
+    if len(out_shapes) > 1:
+        ys.append(np.zeros(out_shapes[1], np.int64) if want_ind else None)
+    op.run(kernel, [F.to_nchwc16_ref(x)], ys, backend, specs=(TensorSpec(x.shape, dsl.f32, "nchwc16"),))
+    c = x.shape[1]
+    assert not ys[0][:, -1, ..., c % 16:].any() if c % 16 else True  # padding channels stay zero
+    return [F.to_plain_ref(ys[0], c)] + ys[1:]
+
+
+@pytest.mark.parametrize("hw", [(1, 1), (4, 4), (13, 13), (3, 7)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_global_pools_simd_rows(backend, hw):
+    """f32 global pools sum 16 pixels a vector then the tail; channels split across the team."""
+    x = RNG.standard_normal((2, 5) + hw).astype(np.float32) + 3
+    keep = dict(axis=(2, 3), keepdims=True)
+    assert ops.GlobalAveragePool().select(dsl.TensorSpec.of(x), backend) == "plain"
+    np.testing.assert_array_equal(ops.GlobalMaxPool(x, backend=backend), x.max(**keep))
+    np.testing.assert_allclose(ops.GlobalAveragePool(x, backend=backend), x.mean(**keep), rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(2, 20, 3, 5), (1, 32, 1, 1), (1, 7, 13, 13)], ids=str)
+def test_global_pools_blocked(backend, shape):
+    """On NCHWc16 storage a vector holds 16 channels of a pixel; padding channels stay zero."""
+    x = RNG.standard_normal(shape).astype(np.float32)
+    out = shape[:2] + (1, 1)
+    keep = dict(axis=(2, 3), keepdims=True)
+    y, = _blocked_run(ops.GlobalMaxPool(), P.global_pool_blocked, x, [out], backend)
+    np.testing.assert_array_equal(y, x.max(**keep))
+    y, = _blocked_run(ops.GlobalAveragePool(), P.global_pool_blocked, x, [out], backend)
+    np.testing.assert_allclose(y, x.mean(**keep), rtol=1e-5, atol=1e-6)
+
+
+BLOCKED_CASES = [  # (shape, k, strides, pads, dilations, ceil_mode)
+    ((1, 20, 13, 11), (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), 1),   # squeezenet's 3x3/2 ceil pools
+    ((1, 16, 12, 12), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 0),   # resnet50's stem pool
+    ((2, 5, 7, 6), (2, 3), (1, 2), (1, 0, 0, 2), (1, 1), 0),      # rectangular, asymmetric pads
+    ((1, 3, 9, 8), (2, 2), (2, 1), (1, 1, 1, 1), (2, 3), 1),      # dilated taps clipped at the edges
+]
+
+
+@pytest.mark.parametrize("case", BLOCKED_CASES, ids=lambda c: f"k{c[1]}s{c[2]}d{c[4]}-ceil{c[5]}")
+def test_max_pool_blocked(backend, case):
+    """2-D MaxPool on NCHWc16 storage: one 16-channel vector max per tap; with Indices wanted
+    the plain kernel runs on a plain copy and both outputs match the loops."""
+    shape, k, s, pads, dil, ceil = case
+    x = RNG.standard_normal(shape).astype(np.float32)
+    op = ops.MaxPool(kernel_shape=k, strides=s, pads=pads, dilations=dil, ceil_mode=ceil)
+    ry, rind = pool_ref(x, "max", k, s, dil=dil, pads=pads, ceil=ceil)
+    y, _ = _blocked_run(op, P.max_pool2d_blocked, x, [ry.shape, ry.shape], backend)
+    np.testing.assert_array_equal(y, ry.astype(np.float32))
+    y, ind = _blocked_run(op, P.max_pool2d_blocked, x, [ry.shape, ry.shape], backend, want_ind=True)
+    np.testing.assert_array_equal(y, ry.astype(np.float32))
+    np.testing.assert_array_equal(ind, rind)
+
+
+def test_blocked_pools_in_a_graph(backend):
+    """After a grouped Conv (NCHWc16) MaxPool and GlobalAveragePool stay blocked, no reorder
+    between them, and the model matches the all-plain compile."""
+    g = dsl.Graph("blocked_pools")
+    xi = g.input("x", (1, 16, 9, 9), dsl.f32)
+    w = g.constant("w", RNG.standard_normal((18, 8, 3, 3)).astype(np.float32) * 0.1)
+    y, _ = ops.MaxPool(ops.Conv(xi, w, pads=[1, 1, 1, 1], group=2), kernel_shape=(3, 3), strides=(2, 2),
+                       ceil_mode=1)
+    g.output(ops.GlobalAveragePool(y), "y")
+    auto = g.compile(backend=backend)
+    pools = [n for n in auto.graph.nodes if n.op.op_type in ("MaxPool", "GlobalAveragePool")]
+    assert [n.inputs[0].spec.format for n in pools] == ["nchwc16", "nchwc16"]
+    assert [auto._impls[n.name] for n in pools] == [P.max_pool2d_blocked, P.global_pool_blocked]
+    x = RNG.standard_normal((1, 16, 9, 9)).astype(np.float32)
+    plain = g.compile(backend=backend, formats="plain").run({"x": x})["y"]
+    np.testing.assert_allclose(auto.run({"x": x})["y"], plain, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(1, 5, 7, 7), (2, 3, 4, 6)], ids=str)
+def test_average_pool_over_the_whole_image(backend, shape):
+    """AveragePool whose window is the whole unpadded image (ResNet's last pool) runs the SIMD
+    global average; a padded one keeps pool_kernel."""
+    x = RNG.standard_normal(shape).astype(np.float32)
+    k = shape[2:]
+    op = ops.AveragePool(kernel_shape=k)
+    assert op.select(dsl.TensorSpec.of(x), backend) == "global"
+    np.testing.assert_allclose(op(x, backend=backend), x.mean(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
+    padded = ops.AveragePool(kernel_shape=k, pads=(1, 1, 1, 1))
+    assert padded.select(dsl.TensorSpec.of(x), backend) == "default"
+    np.testing.assert_allclose(padded(x, backend=backend), pool_ref(x, "avg", k, pads=(1, 1, 1, 1))[0],
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_fast_pools_in_a_compiled_model(backend):
+    """The SIMD kernels are what a compiled model launches (run() hands them the model's
+    recorded kernel), and the results match numpy."""
+    g = dsl.Graph("fast_pools")
+    xi = g.input("x", (1, 20, 11, 11), dsl.f32)
+    y, _ = ops.MaxPool(xi, kernel_shape=(3, 3), strides=(2, 2), ceil_mode=1)
+    g.output(ops.AveragePool(y, kernel_shape=(5, 5)), "avg")
+    g.output(ops.GlobalMaxPool(y), "max")
+    model = g.compile(backend=backend)
+    impls = {n.op.op_type: model._impls[n.name] for n in model.graph.nodes}
+    assert impls == {"MaxPool": P.max_pool2d_rows, "AveragePool": P.global_pool_plain,
+                     "GlobalMaxPool": P.global_pool_plain}
+    x = RNG.standard_normal((1, 20, 11, 11)).astype(np.float32)
+    ry = pool_ref(x, "max", (3, 3), (2, 2), ceil=True)[0].astype(np.float32)
+    out = model.run({"x": x})
+    np.testing.assert_allclose(out["avg"], ry.mean(axis=(2, 3), keepdims=True), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(out["max"], ry.max(axis=(2, 3), keepdims=True))
