@@ -44,7 +44,8 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.reduce import (ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd, ReduceL1,  # noqa: F401
                             ReduceL2, ReduceLogSum, ReduceLogSumExp, ReduceSumSquare, ArgMax, ArgMin, CumSum, CumProd)
     from ops.pool import (MaxPool, AveragePool, LpPool, GlobalMaxPool, GlobalAveragePool,  # noqa: F401
-                          GlobalLpPool, MaxUnpool)
+                          GlobalLpPool)
+    from ops.unpool import MaxUnpool  # noqa: F401
     from ops.conv_transpose import ConvTranspose  # noqa: F401
     from ops.col2im import Col2Im  # noqa: F401
     from ops.causal_conv import CausalConvWithState  # noqa: F401
