@@ -66,23 +66,13 @@ def measure(fn: Callable[[], object], *, repeat: int = 15, warmup: int = 2,
 
 def measure_interleaved(fns: Dict[str, Callable[[], object]], *, repeat: int = 15, block: int = 5,
                         warmup: int = 2) -> Dict[str, Timing]:
-    """Time several long-running calls in rounds: each round runs every case for ``warmup``
-    untimed and ``block`` timed calls (one call per sample), ``repeat`` samples in all.
+    """Time several long-running calls in rounds of blocks (``dsl.cli.bench.time_in_blocks``:
+    ``warmup`` untimed and ``block`` timed calls of each case per round, one call per sample),
+    so background drift hits every case alike and each case's thread pool settles first."""
+    from dsl.cli.bench import time_in_blocks
 
-    On a shared machine the background load drifts; rounds expose every case to the same
-    drift, so ratios stay meaningful.  Blocks (rather than alternating single calls) let
-    each case's thread pool settle: pools that busy-wait after a call (onnxruntime,
-    OpenMP) would otherwise steal the cores from the next case."""
-    samples: Dict[str, List[float]] = {name: [] for name in fns}
-    while len(next(iter(samples.values()))) < repeat:
-        for name, fn in fns.items():
-            for _ in range(warmup):
-                fn()
-            for _ in range(min(block, repeat - len(samples[name]))):
-                t0 = time.perf_counter()
-                fn()
-                samples[name].append(time.perf_counter() - t0)
-    return {name: Timing(min(v), statistics.median(v), len(v), 1) for name, v in samples.items()}
+    samples = time_in_blocks(list(fns.values()), repeat, warmup, block)
+    return {name: Timing(min(v), statistics.median(v), len(v), 1) for name, v in zip(fns, samples)}
 
 
 def fmt_seconds(s: Optional[float]) -> str:

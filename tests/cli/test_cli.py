@@ -272,3 +272,13 @@ def test_bench_without_onnxruntime_says_how_to_install_it(tiny, tmp_path):
     assert "onnxruntime latency:   n/a (onnxruntime is not installed" in r.stdout
     assert "pip install onnxruntime" in r.stderr
     assert "slowest 2 of 2 nodes" in r.stdout  # opdsl's own numbers still come
+
+
+def test_bench_times_in_blocks_of_calls():
+    """Each round: warm-up calls, then a block of timed calls, per function (onnxruntime's spinning
+    workers settle before opdsl's block), until every function has `repeat` samples."""
+    from dsl.cli.bench import time_in_blocks
+    calls = []
+    times = time_in_blocks([lambda: calls.append("a"), lambda: calls.append("b")], repeat=7, warmup=1, block=3)
+    assert [len(t) for t in times] == [7, 7] and all(s >= 0 for t in times for s in t)
+    assert "".join(calls) == "aaaa" "bbbb" "aaaa" "bbbb" "aa" "bb"
