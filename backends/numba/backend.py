@@ -53,19 +53,28 @@ SERIAL_MAX_THREADS = 64
 
 _SAFE_LAYERS = ("threadsafe", "tbb", "omp", "safe")
 
+# Passive workers still spin this many rounds (libgomp's GOMP_SPINCOUNT, ~0.1 ms) before they
+# sleep: long enough to bridge the gap between one model's launches, short enough to give the
+# cores back right after a run.  The BERT layer of benchmarks/models.py ran in 1.9-2.9 ms with
+# no spin and 1.35-1.4 ms with it (onnxruntime 1.37-1.41 ms), same process, quiet machine.
+SPIN_COUNT = 3000
+
 
 def _configure_threading() -> None:
     """Pick a thread-safe layer before numba starts one (concurrent launches from Python threads),
-    and let its OpenMP workers sleep between launches.
+    and let its OpenMP workers sleep between launches after a short spin (``SPIN_COUNT``).
 
     libgomp's default wait policy spins for milliseconds after each parallel launch, holding
-    cores that threads with real work need; passive workers cost a little wake-up time per
-    launch instead (benchmarks/RESULTS.md, "OpenMP wait policy", has the numbers).
-    ``setdefault``: a user's own ``OMP_WAIT_POLICY`` (ACTIVE on a
+    cores that threads with real work need; fully passive workers cost 10-50 us of wake-up per
+    launch instead, which a model of a few dozen launches pays on every run (benchmarks/RESULTS.md,
+    "OpenMP wait policy" and "Short spin").
+    ``setdefault``: a user's own ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` (ACTIVE on a
     dedicated machine) wins.  libgomp reads it when it is loaded, so it has no effect if
     OpenMP was loaded before (numba parallel code or torch ran first), and it also applies
     to OpenMP libraries loaded later in this process.
     """
+    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
+        os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from numba.np.ufunc import parallel as npp
     if not getattr(npp, "_is_initialized", False) and numba.config.THREADING_LAYER not in _SAFE_LAYERS:
