@@ -11,6 +11,7 @@ install it.
 """
 from __future__ import annotations
 
+import itertools
 import statistics
 import sys
 import time
@@ -28,18 +29,23 @@ class BenchError(UserError):
     """A problem with the command's arguments or the model; printed without a traceback."""
 
 
-def time_in_blocks(fns: List, repeat: int, warmup: int, block: int = 5) -> List[List[float]]:
+def time_in_blocks(fns: List, repeat: int, warmup: int, block: int = 5, warm_s: float = 0.1) -> List[List[float]]:
     """Seconds of ``repeat`` calls of each function, taken in rounds: each round gives every
     function ``warmup`` untimed and then ``block`` timed calls.
 
     Rounds let a change of load on a shared machine hit every function alike; blocks (rather
     than alternating single calls) let each runtime's thread pool settle, because onnxruntime's
     workers spin for a while after a call and would take the cores from the next one (it made
-    light_squeezenet's opdsl median 11.2 ms interleaved call by call against 7.7 ms alone)."""
+    light_squeezenet's opdsl median 11.2 ms interleaved call by call against 7.7 ms alone).  So
+    the warm-up of a block lasts ``warmup`` calls and at least ``warm_s`` seconds: the BERT layer
+    of benchmarks/models.py ran 2.5-3 ms for ~50 ms after an onnxruntime block, 1.38 ms after."""
     times: List[List[float]] = [[] for _ in fns]
     while len(times[0]) < repeat:
         for fn, acc in zip(fns, times):
-            for _ in range(warmup):
+            t_end = time.perf_counter() + warm_s
+            for k in itertools.count():
+                if k >= warmup and time.perf_counter() >= t_end:
+                    break
                 fn()
             for _ in range(min(block, repeat - len(acc))):
                 t0 = time.perf_counter()

@@ -279,6 +279,6 @@ def test_bench_times_in_blocks_of_calls():
     workers settle before opdsl's block), until every function has `repeat` samples."""
     from dsl.cli.bench import time_in_blocks
     calls = []
-    times = time_in_blocks([lambda: calls.append("a"), lambda: calls.append("b")], repeat=7, warmup=1, block=3)
+    times = time_in_blocks([lambda: calls.append("a"), lambda: calls.append("b")], repeat=7, warmup=1, block=3, warm_s=0)
     assert [len(t) for t in times] == [7, 7] and all(s >= 0 for t in times for s in t)
     assert "".join(calls) == "aaaa" "bbbb" "aaaa" "bbbb" "aa" "bb"
