@@ -276,33 +276,42 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
 # --------------------------------------------------------------------------- weights
 
 
-_PACKED: dict = {}  # id(constant weights) -> (weakref to them, (config, packed weights, packed bias))
+_PACKED: dict = {}  # (id(constant weights), key) -> (weakref to them, weakref to the bias, packed arrays)
+
+
+def cached_pack(w: np.ndarray, b, key, pack):
+    """``pack()`` (packed weights and bias), kept per read-only weight array and ``key`` while
+    the array lives (graph constants, BN-folded ones); writable weights are packed every call."""
+    keep = not w.flags.writeable and (b is None or not b.flags.writeable)
+    slot = (id(w), key)
+    if keep and slot in _PACKED:
+        ref, bref, packed = _PACKED[slot]
+        if ref() is w and (bref() if bref is not None else None) is b:
+            return packed
+    packed = pack()
+    for a in packed:
+        a.setflags(write=False)
+    if keep:
+        try:
+            _PACKED[slot] = (weakref.ref(w, lambda _, k=slot: _PACKED.pop(k, None)),
+                             None if b is None else weakref.ref(b), packed)
+        except TypeError:  # not weak-referenceable: pack every call
+            pass
+    return packed
 
 
 def packed_weights(w: np.ndarray, b: np.ndarray, cfg: DirectConfig, backend: str):
-    """(weights, bias) in the direct kernel's order.  Read-only weights (graph constants) are
-    packed once per array and config and kept while the array lives; writable ones every call."""
-    key = id(w)
-    keep = not w.flags.writeable and (b is None or not b.flags.writeable)
-    if keep and key in _PACKED:
-        ref, (kcfg, bref, packed) = _PACKED[key]
-        if ref() is w and kcfg == cfg and (bref() if bref is not None else None) is b:
-            return packed
-    m, c = w.shape[0], w.shape[1]
-    khw = int(np.prod(w.shape[2:]))
-    groups = -(-(-(-m // BLOCK) * BLOCK) // cfg.OCT)  # whole NCHWc16 blocks of output channels
-    wp = np.empty(groups * -(-c // BLOCK) * khw * BLOCK * cfg.OCT, np.float32)
-    bp = np.empty(groups * cfg.OCT, np.float32)
-    bias = np.zeros(m, np.float32) if b is None else b.reshape(-1)
-    pack_conv_weights(w.reshape(-1), bias, wp, bp, m, c, khw, OCT=cfg.OCT, backend=backend)
-    wp.setflags(write=False)
-    bp.setflags(write=False)
-    if keep:
-        try:
-            _PACKED[key] = (weakref.ref(w, lambda _, k=key: _PACKED.pop(k, None)), (cfg, None if b is None else weakref.ref(b), (wp, bp)))
-        except TypeError:  # not weak-referenceable: pack every call
-            pass
-    return wp, bp
+    """(weights, bias) in the direct kernel's order, once per constant weight array and config."""
+    def pack():
+        m, c = w.shape[0], w.shape[1]
+        khw = int(np.prod(w.shape[2:]))
+        groups = -(-(-(-m // BLOCK) * BLOCK) // cfg.OCT)  # whole NCHWc16 blocks of output channels
+        wp = np.empty(groups * -(-c // BLOCK) * khw * BLOCK * cfg.OCT, np.float32)
+        bp = np.empty(groups * cfg.OCT, np.float32)
+        bias = np.zeros(m, np.float32) if b is None else b.reshape(-1)
+        pack_conv_weights(w.reshape(-1), bias, wp, bp, m, c, khw, OCT=cfg.OCT, backend=backend)
+        return wp, bp
+    return cached_pack(w, b, cfg, pack)
 
 
 # --------------------------------------------------------------------------- launch
