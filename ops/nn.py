@@ -11,7 +11,8 @@ image once per row and weight, so the inner loops carry no padding tests.
 D = H = 1; the blocked kernel and the GEMM path (ops/gemm_packed.py) take 1-D and 2-D
 images only, so a 3-D convolution always runs ``conv_nchw``.  One-group f32 1-D/2-D
 convolutions run the SIMD register-tile kernel of ops/conv_direct.py instead (``select``:
-"direct"), except unpadded 1×1 ones on numba, which are GEMMs.
+"direct"), except unpadded 1×1 ones on numba, which are GEMMs; plain images of at most 16
+channels run ops/conv_stem.py's pixel-vector kernel ("stem": a CNN's first layer).
 
 Both kernels end in an *epilogue* applied while storing: an optional residual tensor
 added (``add_res``) and an activation (``conv_epilogue``: none, Relu, Clip, LeakyRelu).
@@ -28,6 +29,7 @@ import dsl
 from dsl import In, InOut, Out, bool_, i32, i64, f16, bf16, f32, f64
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.conv_direct import conv_direct, direct_supported, launch_conv_direct
+from ops.conv_stem import conv_stem, launch_conv_stem, stem_supported
 from ops.elementwise import require_dtype, same_dtype
 from ops.gemm_packed import ACT_NONE, PACKED_TYPES, gemm_packed, packed_gemm
 from ops.gemm_packed import activation as conv_epilogue
@@ -225,7 +227,8 @@ class Conv(ConvAttributes):
 
     formats = ("plain", "nchwc16")
     keeps_padding = True  # conv_nchwc16 writes zeros into padding channels
-    kernels = {"plain": conv_nchw, "nchwc16": conv_nchwc16, "gemm": gemm_packed, "direct": conv_direct}
+    kernels = {"plain": conv_nchw, "nchwc16": conv_nchwc16, "gemm": gemm_packed, "direct": conv_direct,
+               "stem": conv_stem}
 
     def verify(self, x, w, b=None):
         same_dtype("Conv", x, w, b)
@@ -288,7 +291,9 @@ class Conv(ConvAttributes):
 
     def select(self, x, w, b=None, backend=None):
         if self._direct(x, w) and (x.format == "nchwc16" or self._direct_faster(x, w, backend)):
-            return "direct"
+            # plain images of few channels (a CNN's first layer, squeezenet's 16-channel expands):
+            # vectors of output pixels store plain rows directly (ops/conv_stem.py)
+            return "stem" if x.format != "nchwc16" and stem_supported(x, w, self.group) else "direct"
         if x.format == "nchwc16":
             return "nchwc16"
         if backend == "numba" and (self.group == 1 or self._wide_groups(x)) and x.dtype in PACKED_TYPES \
@@ -348,6 +353,9 @@ def launch_conv(conv: Conv, impl, x, w, b, y, backend, res=None, act: int = ACT_
         res = None if res is None else res.reshape(y.shape)
         strides, dil, begin = (1,) + strides, (1,) + dil, (0,) + begin
     bias = np.zeros(w.shape[0], y.dtype) if b is None else b
+    if impl == conv_stem:
+        launch_conv_stem(impl, x, w, b, y, res, strides, dil, begin, y.ndim == 5, backend, act, lo, hi)
+        return
     if impl == conv_direct:
         launch_conv_direct(impl, x, w, b, y, res, strides, dil, begin, x.ndim == 5, backend, act, lo, hi)
         return

@@ -48,15 +48,17 @@ def test_direct_conv_matches_numpy(backend, case):
     w = RNG.standard_normal((m, c, k, k)).astype(np.float32)
     b = RNG.standard_normal(m).astype(np.float32)
     ref = conv_ref(x, w, b, s, d, p)
-    # eager: writable weights, packed at the call
-    y = ops.Conv(x, w, b, strides=s, dilations=d, pads=p, backend=backend)
+    # the kernel itself, writable weights packed at the call (Conv.select runs plain images of
+    # up to 16 channels on ops/conv_stem.py)
+    y = np.empty(ref.shape, np.float32)
+    launch_conv_direct(conv_direct, x, w, b, y, None, s, d, p[:2], False, backend, act=0, lo=0.0, hi=0.0)
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
-    # graph: constant weights, packed once
+    # graph: constant weights, packed once; plain images of >16 channels or NCHWc16 ones run direct
     g = dsl.Graph("direct")
     xi = g.input("x", x.shape, dsl.f32)
     g.output(ops.Conv(xi, g.constant("w", w), g.constant("b", b), strides=s, dilations=d, pads=p), "y")
     model = g.compile(backend=backend)
-    assert model.selected({"x": x}) == {n.name: "direct" for n in model.graph.nodes}
+    assert model.selected({"x": x}) == {n.name: "direct" if c > 16 else "stem" for n in model.graph.nodes}
     for _ in range(2):  # the replayed run reads the same packed weights
         np.testing.assert_allclose(model.run({"x": x})["y"], ref, rtol=1e-4, atol=1e-4)
 
@@ -72,8 +74,8 @@ def test_direct_conv_1d_and_no_bias(backend):
 @pytest.mark.parametrize("act, params", [("Relu", ()), ("Clip", (-0.5, 0.75)), ("LeakyRelu", (0.1,))])
 def test_direct_conv_fused_epilogue(backend, act, params):
     """FusedConv on the direct kernel: bias, then the residual Z, then the activation."""
-    x = RNG.standard_normal((1, 6, 7, 8)).astype(np.float32)
-    w = RNG.standard_normal((19, 6, 3, 3)).astype(np.float32) * 0.3
+    x = RNG.standard_normal((1, 17, 7, 8)).astype(np.float32)
+    w = RNG.standard_normal((19, 17, 3, 3)).astype(np.float32) * 0.3
     b = RNG.standard_normal(19).astype(np.float32)
     z = RNG.standard_normal((1, 19, 7, 8)).astype(np.float32)
     y = FusedConv(x, w, b, z, pads=[1, 1, 1, 1], activation=act, activation_params=params, backend=backend)
@@ -188,11 +190,11 @@ def test_a_model_packs_its_constant_weights_once(monkeypatch):
     real = cd.pack_conv_weights
     monkeypatch.setattr(cd, "pack_conv_weights", lambda *a, **k: packs.append(1) or real(*a, **k))
     g = dsl.Graph("once")
-    xi = g.input("x", (1, 4, 6, 6), dsl.f32)
-    w = RNG.standard_normal((8, 4, 3, 3)).astype(np.float32)
+    xi = g.input("x", (1, 17, 6, 6), dsl.f32)
+    w = RNG.standard_normal((8, 17, 3, 3)).astype(np.float32)
     g.output(ops.Relu(ops.Conv(xi, g.constant("w", w), pads=[1, 1, 1, 1])), "y")
     model = g.compile(backend="interpreter")
-    x = RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    x = RNG.standard_normal((1, 17, 6, 6)).astype(np.float32)
     for _ in range(3):
         np.testing.assert_allclose(model.run({"x": x})["y"], np.maximum(conv_ref(x, w, pads=(1, 1, 1, 1)), 0),
                                    rtol=1e-4, atol=1e-4)
