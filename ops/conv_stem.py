@@ -91,7 +91,8 @@ def conv_stem(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], 
               act_lo: f32, act_hi: f32, V: dsl.const[i64], R: dsl.const[i64], NO: dsl.const[i64]):
     """y = act(conv(x, w) + bias [+ res]) for plain x; y (and res) NCHWc16 when ``blocked_out``
     else plain.  ``xp`` holds each worker's padded input rows (geom's KR rows per channel);
-    ``koff[kw]`` is the offset of tap column kw in an xp row (phase·WQ + shift)."""
+    ``koff[t]`` is the offset of tap t = (ic, kh, kw) in a worker's rows (ic·KR·SW·WQ +
+    kh·DH·SW·WQ + phase·WQ + shift)."""
     c_in = geom[G_C]
     m_out = geom[G_M]
     kh_n = geom[G_KH]
@@ -107,7 +108,6 @@ def conv_stem(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], 
     kr_n = geom[G_KR]
     row_len = sw * wq_n  # one padded input row in xp
     plane = kr_n * row_len  # one input channel's rows of a work item
-    tap_h = geom[G_DH] * row_len
     mb = (m_out + BLOCK - 1) // BLOCK
     m_pad = m_out
     if blocked_out == 1:  # every lane of the last block is written, zero past m_out
@@ -154,18 +154,14 @@ def conv_stem(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], 
             for vi in range(vecs):
                 ow0 = vi * V
                 acc = dsl.local((R, NO), dsl.simd(f32, V))
-                for ic in range(c_in):
-                    for kh in range(kh_n):
-                        xk = ic * plane + kh * tap_h + ow0
-                        wk = wg + (ic * kh_n + kh) * kw_n * NO
-                        for kw in range(kw_n):
-                            xr = dsl.local((R,), dsl.simd(f32, V))
-                            for rr in dsl.static_range(R):
-                                xr[rr] = xp.vload(org[rr] + xk + koff[kw], V)
-                            for j in dsl.static_range(NO):
-                                wv = dsl.splat(w.flat[wk + kw * NO + j], V)
-                                for rr in dsl.static_range(R):
-                                    acc[rr, j] = dsl.fma(xr[rr], wv, acc[rr, j])
+                for t in range(ckk):  # every (ic, kh, kw) tap in one loop: koff holds its offset
+                    xr = dsl.local((R,), dsl.simd(f32, V))
+                    for rr in dsl.static_range(R):
+                        xr[rr] = xp.vload(org[rr] + ow0 + koff[t], V)
+                    for j in dsl.static_range(NO):
+                        wv = dsl.splat(w.flat[wg + t * NO + j], V)
+                        for rr in dsl.static_range(R):
+                            acc[rr, j] = dsl.fma(xr[rr], wv, acc[rr, j])
                 for rr in dsl.static_range(R):
                     for j in dsl.static_range(NO):
                         tile.vstore(at_s + (rr * NO + j) * V, acc[rr, j])
@@ -251,7 +247,9 @@ def launch_conv_stem(impl, x, w, bias, y, res, strides, dil, begin, blocked_out:
     kr = (cfg.R - 1) * sh + (kh - 1) * dil[0] + 1
     # a row holds whole vectors of output pixels for the widest tap shift
     wq = -(-ow // cfg.V) * cfg.V + ((kw - 1) * dil[1]) // sw
-    koff = np.array([((k * dil[1]) % sw) * wq + (k * dil[1]) // sw for k in range(kw)], np.int64)
+    row = sw * wq
+    ic_, kh_, kw_ = np.meshgrid(np.arange(c), np.arange(kh), np.arange(kw) * dil[1], indexing="ij")
+    koff = (ic_ * kr * row + kh_ * dil[0] * row + (kw_ % sw) * wq + kw_ // sw).reshape(-1).astype(np.int64)
     geom = np.zeros(GEOM, np.int64)
     geom[:] = (n, c, m, kh, kw, sh, sw, dil[0], oh, ow, h, wd, begin[0], begin[1], kr, wq)
     flat_res = np.zeros(1, np.float32) if res is None else res.reshape(-1)
