@@ -22,6 +22,7 @@ CASES = [  # (N, C, H, W, M, k, strides, dilations, pads)
     (1, 2, 8, 11, 5, 3, (1, 2), (2, 1), (2, 1, 2, 1)),     # dilation, mixed strides, M < the tile's channels
     (1, 4, 6, 9, 17, 2, (2, 2), (1, 2), (1, 0, 0, 1)),     # even kernel, asymmetric pads, column dilation
     (1, 16, 5, 7, 24, 3, (1, 1), (1, 1), (1, 1, 1, 1)),    # squeezenet's expand: 16 channels, 3x3 pad 1
+    (1, 3, 13, 42, 12, 5, (4, 4), (1, 1), (2, 2, 2, 1)),   # alexnet-like stride 4: four column phases
 ]
 
 
