@@ -33,7 +33,13 @@ from ops.conv_direct import BLOCK, cached_pack
 from ops.gemm_packed import activation
 
 THREADS = 4
-MAX_CHANNELS = 16  # input channels up to which Conv.select picks this kernel on plain images
+# Conv.select's rule, measured (benchmarks/RESULTS.md, CPU time against ops/conv_direct.py):
+# images of <= FEW_CHANNELS channels always (the direct tile's channel loop is too short), up to
+# MAX_CHANNELS when rows are at least WIDE pixels (direct wins at 14-28 pixels: 16-pixel vectors
+# waste lanes there, and the direct kernel tiles the flattened image with no waste)
+FEW_CHANNELS = 4
+MAX_CHANNELS = 32
+WIDE = 48
 
 # geometry vector (``geom``) slots
 G_N, G_C, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_OH, G_OW = range(10)
@@ -215,10 +221,14 @@ def stem_weights(w: np.ndarray, b, cfg: StemConfig, m_pad: int, backend: str):
     return cached_pack(w, b, ("stem", cfg, m_pad), pack)
 
 
-def stem_supported(x, w, group: int) -> bool:
-    """Plain f32 images of at most MAX_CHANNELS channels, one group, 1-D or 2-D."""
-    return (x.dtype == dsl.f32 and group == 1 and x.ndim in (3, 4) and w.ndim == x.ndim
-            and x.shape[1] is not None and x.shape[1] <= MAX_CHANNELS)
+def stem_supported(x, w, group: int, out_width) -> bool:
+    """Plain f32 images, one group, 1-D or 2-D, of few channels (see FEW_CHANNELS): where this
+    kernel measured faster than the direct one.  ``out_width`` may be None (not known)."""
+    if not (x.dtype == dsl.f32 and group == 1 and x.ndim in (3, 4) and w.ndim == x.ndim
+            and x.format != "nchwc16" and x.shape[1] is not None):
+        return False
+    c = x.shape[1]
+    return c <= FEW_CHANNELS or (c <= MAX_CHANNELS and out_width is not None and out_width >= WIDE)
 
 
 def launch_conv_stem(impl, x, w, bias, y, res, strides, dil, begin, blocked_out: bool, backend,

@@ -11,8 +11,8 @@ image once per row and weight, so the inner loops carry no padding tests.
 D = H = 1; the blocked kernel and the GEMM path (ops/gemm_packed.py) take 1-D and 2-D
 images only, so a 3-D convolution always runs ``conv_nchw``.  One-group f32 1-D/2-D
 convolutions run the SIMD register-tile kernel of ops/conv_direct.py instead (``select``:
-"direct"), except unpadded 1×1 ones on numba, which are GEMMs; plain images of at most 16
-channels run ops/conv_stem.py's pixel-vector kernel ("stem": a CNN's first layer).
+"direct"), except unpadded 1×1 ones on numba, which are GEMMs; plain images of few channels
+run ops/conv_stem.py's pixel-vector kernel ("stem": a CNN's first layer; ``stem_supported``).
 
 Both kernels end in an *epilogue* applied while storing: an optional residual tensor
 added (``add_res``) and an activation (``conv_epilogue``: none, Relu, Clip, LeakyRelu).
@@ -293,7 +293,7 @@ class Conv(ConvAttributes):
         if self._direct(x, w) and (x.format == "nchwc16" or self._direct_faster(x, w, backend)):
             # plain images of few channels (a CNN's first layer, squeezenet's 16-channel expands):
             # vectors of output pixels store plain rows directly (ops/conv_stem.py)
-            return "stem" if x.format != "nchwc16" and stem_supported(x, w, self.group) else "direct"
+            return "stem" if stem_supported(x, w, self.group, Conv.infer(self, x, w).shape[-1]) else "direct"
         if x.format == "nchwc16":
             return "nchwc16"
         if backend == "numba" and (self.group == 1 or self._wide_groups(x)) and x.dtype in PACKED_TYPES \

@@ -49,16 +49,16 @@ def test_direct_conv_matches_numpy(backend, case):
     b = RNG.standard_normal(m).astype(np.float32)
     ref = conv_ref(x, w, b, s, d, p)
     # the kernel itself, writable weights packed at the call (Conv.select runs plain images of
-    # up to 16 channels on ops/conv_stem.py)
+    # <= 4 channels on ops/conv_stem.py)
     y = np.empty(ref.shape, np.float32)
     launch_conv_direct(conv_direct, x, w, b, y, None, s, d, p[:2], False, backend, act=0, lo=0.0, hi=0.0)
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
-    # graph: constant weights, packed once; plain images of >16 channels or NCHWc16 ones run direct
+    # graph: constant weights, packed once
     g = dsl.Graph("direct")
     xi = g.input("x", x.shape, dsl.f32)
     g.output(ops.Conv(xi, g.constant("w", w), g.constant("b", b), strides=s, dilations=d, pads=p), "y")
     model = g.compile(backend=backend)
-    assert model.selected({"x": x}) == {n.name: "direct" if c > 16 else "stem" for n in model.graph.nodes}
+    assert model.selected({"x": x}) == {n.name: "stem" if c <= 4 else "direct" for n in model.graph.nodes}
     for _ in range(2):  # the replayed run reads the same packed weights
         np.testing.assert_allclose(model.run({"x": x})["y"], ref, rtol=1e-4, atol=1e-4)
 

@@ -21,7 +21,7 @@ CASES = [  # (N, C, H, W, M, k, strides, dilations, pads)
     (2, 1, 7, 19, 9, 3, (1, 1), (1, 1), (1, 1, 1, 1)),     # one channel, batch, 19 wide: a partial vector
     (1, 2, 8, 11, 5, 3, (1, 2), (2, 1), (2, 1, 2, 1)),     # dilation, mixed strides, M < the tile's channels
     (1, 4, 6, 9, 17, 2, (2, 2), (1, 2), (1, 0, 0, 1)),     # even kernel, asymmetric pads, column dilation
-    (1, 16, 5, 7, 24, 3, (1, 1), (1, 1), (1, 1, 1, 1)),    # squeezenet's expand: 16 channels, 3x3 pad 1
+    (1, 16, 3, 50, 24, 3, (1, 1), (1, 1), (1, 1, 1, 1)),   # squeezenet's expand: 16 channels, 3x3 pad 1, wide
     (1, 3, 13, 42, 12, 5, (4, 4), (1, 1), (2, 2, 2, 1)),   # alexnet-like stride 4: four column phases
 ]
 
@@ -33,13 +33,15 @@ def test_stem_conv_matches_numpy(backend, case):
     w = RNG.standard_normal((m, c, k, k)).astype(np.float32)
     b = RNG.standard_normal(m).astype(np.float32)
     ref = conv_ref(x, w, b, s, d, p)
-    y = ops.Conv(x, w, b, strides=s, dilations=d, pads=p, backend=backend)  # eager: weights packed per call
+    y = np.empty(ref.shape, np.float32)  # the kernel itself, weights packed at the call
+    launch_conv_stem(conv_stem, x, w, b, y, None, s, d, p[:2], False, backend, act=0, lo=0.0, hi=0.0)
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
     g = dsl.Graph("stem")
     xi = g.input("x", x.shape, dsl.f32)
     g.output(ops.Conv(xi, g.constant("w", w), g.constant("b", b), strides=s, dilations=d, pads=p), "y")
     model = g.compile(backend=backend)
-    assert model.selected({"x": x}) == {nd.name: "stem" for nd in model.graph.nodes}
+    picked = "stem" if c <= 4 or ref.shape[3] >= 48 else "direct"  # FEW_CHANNELS, WIDE
+    assert model.selected({"x": x}) == {nd.name: picked for nd in model.graph.nodes}
     for _ in range(2):  # the replayed run reads the same packed weights
         np.testing.assert_allclose(model.run({"x": x})["y"], ref, rtol=1e-4, atol=1e-4)
 
@@ -104,21 +106,25 @@ def test_a_model_packs_its_constant_weights_once(monkeypatch):
 
 
 def test_select_picks_stem_for_plain_images_of_few_channels():
-    conv3 = ops.Conv(pads=(1, 1, 1, 1))
-    for c in (1, 3, 16):
-        x, w = TensorSpec((1, c, 55, 55), dsl.f32), TensorSpec((64, c, 3, 3), dsl.f32)
-        for be in ("numba", "opencl", "interpreter"):
-            assert conv3.select(x, w, backend=be) == "stem"
-    x17, w17 = TensorSpec((1, 17, 55, 55), dsl.f32), TensorSpec((64, 17, 3, 3), dsl.f32)
-    assert conv3.select(x17, w17, backend="numba") == "direct"
+    """By measurement (benchmarks/RESULTS.md): <= 4 channels always, up to 32 on rows of >= 48
+    output pixels; the direct kernel elsewhere."""
+    def pick(c, width, m=64, k=3, backend="numba", **attrs):
+        x, w = TensorSpec((1, c, 9, width), dsl.f32), TensorSpec((m, c, k, k), dsl.f32)
+        return ops.Conv(pads=(1, 1, 1, 1), **attrs).select(x, w, backend=backend)
+    for be in ("numba", "opencl", "interpreter"):
+        assert pick(3, 224, backend=be) == pick(1, 7, backend=be) == "stem"
+    assert pick(16, 55) == pick(32, 56) == pick(24, 112) == pick(3, 224, strides=(2, 2)) == "stem"
+    assert pick(16, 28) == pick(32, 14) == pick(24, 90, strides=(2, 2)) == pick(33, 112) == "direct"
     xb = TensorSpec((1, 16, 55, 55), dsl.f32, format="nchwc16")
-    assert conv3.select(xb, TensorSpec((64, 16, 3, 3), dsl.f32), backend="numba") == "direct"  # blocked input
-    x16, w1 = TensorSpec((1, 16, 55, 55), dsl.f32), TensorSpec((64, 16, 1, 1), dsl.f32)
+    assert ops.Conv(pads=(1, 1, 1, 1)).select(xb, TensorSpec((64, 16, 3, 3), dsl.f32), backend="numba") == "direct"
+    x16, w1 = TensorSpec((1, 3, 55, 55), dsl.f32), TensorSpec((64, 3, 1, 1), dsl.f32)
     assert ops.Conv().select(x16, w1, backend="numba") == "gemm"  # 1x1: the GEMM's
     xh, wh = TensorSpec((1, 3, 224, 224), dsl.f16), TensorSpec((64, 3, 7, 7), dsl.f16)
     assert ops.Conv(pads=(3, 3, 3, 3)).select(xh, wh, backend="numba") == "gemm"  # f16
     assert ops.Conv(group=3).select(TensorSpec((1, 3, 9, 9), dsl.f32), TensorSpec((3, 1, 3, 3), dsl.f32),
                                     backend="numba") not in ("stem", "direct")  # depthwise
+    assert ops.Conv(pads=(1, 1, 1, 1)).select(TensorSpec((1, 16, 9, None), dsl.f32), TensorSpec((64, 16, 3, 3), dsl.f32),
+                                              backend="numba") == "direct"  # width not known
 
 
 def test_stem_launch_rejects_what_it_cannot_run():
