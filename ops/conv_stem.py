@@ -3,9 +3,9 @@
 Why a second direct kernel: ops/conv_direct.py vectorizes over 16 output channels and
 broadcasts one input value per pixel, so a plain output (the first layers of a CNN run on
 plain images) is written by a transposing epilogue of scalar stores, and with 3 input channels
-that epilogue was half of squeezenet's 3×3/2 stem.  Here (the NCHW first-layer scheme of
-oneDNN and MLAS, written from their descriptions) a SIMD value holds ``V`` consecutive output
-pixels of one row and one output channel, so plain rows are stored with vector stores:
+that epilogue was half of squeezenet's 3×3/2 stem.  Here a SIMD value holds ``V``
+consecutive output pixels of one row and one output channel, so plain rows are stored with
+vector stores and a tap's weights are scalars broadcast from a small packed array:
 
 * **Padding copy**: a work item (R output rows of one image, every column and output
   channel) first copies the input rows it reads into its worker's slice of ``xp``, zero-bordered
