@@ -20,6 +20,7 @@ from dsl import config
 from dsl.lang.types import DType, as_dtype, from_numpy
 from dsl.opgraph import registry
 from dsl.opgraph.formats import default_select_format
+from dsl.opgraph.host_values import is_host, reject_host_inputs, run_host_eager
 from dsl.opgraph.spec import Symbolic, TensorSpec, VerifyError, axis_kept, describe
 from dsl.runtime import pickling
 from dsl.runtime.kernel import Kernel
@@ -28,7 +29,7 @@ from dsl.runtime.kernel import Kernel
 _RESERVED = frozenset({
     "kernels", "formats", "inplace", "foldable", "op_type", "domain", "since", "until",
     "backend", "params", "graph", "keeps_padding", "keeps_quant", "composed", "replay",
-    "skips_unused_outputs",
+    "skips_unused_outputs", "host_values",
 })
 
 
@@ -195,6 +196,7 @@ class Op:
     keeps_quant = False        # True / "per_tensor": the op only moves data (propagate_quant)
     replay: bool = True
     skips_unused_outputs: bool = False
+    host_values = False        # True: takes/gives sequences and optionals (run_host); "always": runs on host
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -349,6 +351,8 @@ class Op:
 
     def apply_eager(self, inputs: Sequence, backend: Optional[str] = None):
         check_arity(self, len(inputs), "eager call")
+        if type(self).host_values and hasattr(self, "run_host"):
+            return run_host_eager(self, inputs, backend or _EAGER_BACKEND.get() or config.default_backend())
         arrays = as_arrays(self, inputs)
         backend = backend or _EAGER_BACKEND.get() or config.default_backend()
         specs = [None if a is None else TensorSpec.of(a) for a in arrays]
@@ -550,6 +554,7 @@ def check_arity(op: Op, count: int, where: str) -> None:
 def check_and_infer(op: Op, specs: Sequence, where: str) -> Tuple[TensorSpec, ...]:
     """verify + infer with errors that name the op and ``where`` (node name or 'eager call')."""
     check_arity(op, len(specs), where)
+    reject_host_inputs(op, specs, where, describe)
     try:
         op.verify(*specs)
     except VerifyError as e:
@@ -564,9 +569,10 @@ def check_and_infer(op: Op, specs: Sequence, where: str) -> Tuple[TensorSpec, ..
         shown = ", ".join("None" if s is None else str(s) for s in specs)
         raise VerifyError(f"{describe(op)} ({where}): infer failed on inputs ({shown}): "
                           f"{type(e).__name__}: {e}") from e
-    if isinstance(result, TensorSpec):
+    if isinstance(result, TensorSpec) or (type(op).host_values and is_host(result)):
         result = (result,)
-    if isinstance(result, (tuple, list)) and all(isinstance(r, TensorSpec) for r in result):
+    if isinstance(result, (tuple, list)) and all(
+            isinstance(r, TensorSpec) or (type(op).host_values and is_host(r)) for r in result):
         # an input's spec passed through keeps its value: that is not the output's content
         known = [id(s.value) for s in specs if s is not None and s.value is not None]
         result = tuple(r.with_() if r.value is not None and id(r.value) in known else r for r in result)
