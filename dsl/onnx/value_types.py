@@ -59,7 +59,9 @@ def value_spec(tp, where: str, dtype_of):
 def type_proto(spec, symbolic_dims=None):
     """The TypeProto of a spec (the exporter's side); ``symbolic_dims(shape)`` names unknown dims."""
     from onnx import helper
-    from dsl.onnx.attributes import tensor_type
+
+    def tensor_type(dtype):
+        return helper.np_dtype_to_tensor_dtype(dtype.np)
     if isinstance(spec, OptionalSpec):
         return helper.make_optional_type_proto(type_proto(spec.elem, symbolic_dims))
     if isinstance(spec, SequenceSpec):

@@ -192,15 +192,3 @@ def reject_host_inputs(op, specs, where: str, describe) -> None:
             raise VerifyError(f"{describe(op)} ({where}): input {k} is {kind_name(s)} ({s}); {op.op_type} takes "
                               f"tensors only (SequenceAt / OptionalGetElement take a tensor out of one)")
 
-
-def run_host_eager(op, inputs, backend: str):
-    """An eager call of a host op (``op(list_of_arrays, ...)``): inputs checked and inferred
-    like a node's, then ``run_host``; one output is returned as is, several as a tuple."""
-    from dsl.opgraph.op import as_arrays, check_and_infer
-    values = [list(x) if isinstance(x, (list, tuple)) else x for x in inputs]
-    tensors = as_arrays(op, [None if isinstance(v, list) else v for v in values])
-    values = [v if isinstance(v, list) else a for v, a in zip(values, tensors)]
-    specs = [None if v is None else spec_of(v) for v in values]
-    check_and_infer(op, specs, where="eager call")
-    outs = op.run_host(values, backend)
-    return outs[0] if len(outs) == 1 else tuple(outs)

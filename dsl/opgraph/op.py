@@ -20,7 +20,7 @@ from dsl import config
 from dsl.lang.types import DType, as_dtype, from_numpy
 from dsl.opgraph import registry
 from dsl.opgraph.formats import default_select_format
-from dsl.opgraph.host_values import is_host, reject_host_inputs, run_host_eager
+from dsl.opgraph.host_values import is_host, reject_host_inputs, spec_of
 from dsl.opgraph.spec import Symbolic, TensorSpec, VerifyError, axis_kept, describe
 from dsl.runtime import pickling
 from dsl.runtime.kernel import Kernel
@@ -578,3 +578,15 @@ def check_and_infer(op: Op, specs: Sequence, where: str) -> Tuple[TensorSpec, ..
         result = tuple(r.with_() if r.value is not None and id(r.value) in known else r for r in result)
         return propagate_quant(op, specs, result)
     raise TypeError(f"{describe(op)}.infer must return a TensorSpec or a tuple of them, got {result!r}")
+
+
+def run_host_eager(op, inputs, backend: str):
+    """An eager call of a host op (``op(list_of_arrays, ...)``): inputs checked and inferred
+    like a node's, then ``run_host``; one output is returned as is, several as a tuple."""
+    values = [list(x) if isinstance(x, (list, tuple)) else x for x in inputs]
+    tensors = as_arrays(op, [None if isinstance(v, list) else v for v in values])
+    values = [v if isinstance(v, list) else a for v, a in zip(values, tensors)]
+    specs = [None if v is None else spec_of(v) for v in values]
+    check_and_infer(op, specs, where="eager call")
+    outs = op.run_host(values, backend)
+    return outs[0] if len(outs) == 1 else tuple(outs)
