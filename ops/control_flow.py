@@ -216,6 +216,10 @@ class Loop(ControlFlow):
                               f"{len(outs)} outputs")
         if outs[0].dtype != dsl.bool_:
             raise VerifyError(f"Loop body output 0 (the condition) must be bool, got {outs[0]}")
+        for k, s in enumerate(outs[1 + n:]):
+            if not isinstance(s, TensorSpec):
+                raise VerifyError(f"Loop scan output {k} is {kind_name(s)} ({s}); scan outputs are stacked, so "
+                                  f"they must be tensors (carry a sequence as a loop-carried value instead)")
         for k in range(n):
             if rest[k].dtype != outs[1 + k].dtype:
                 raise VerifyError(f"Loop carried value {k}: initial {rest[k].dtype}, body output "

@@ -133,20 +133,13 @@ def merged_elem_shape(a, b):
     return tuple(x if x == y else None for x, y in zip(a, b))
 
 
-def spec_of(value, declared=None):
-    """The spec of a run-time value, with the value attached: a sequence for a list, the
-    declared optional for ``None`` or a value fed where an optional is declared."""
-    if isinstance(declared, OptionalSpec):
-        return declared.with_(value=value)
+def spec_of(value):
+    """The spec of an eager call's value, with the value attached: a sequence for a list (f32
+    when empty: nothing says otherwise), a tensor for an array."""
     if isinstance(value, (list, tuple)):
-        if isinstance(declared, SequenceSpec):
-            dtype, shape = declared.dtype, None
-        else:
-            dtype, shape = (from_numpy(value[0].dtype), None) if value else (as_dtype("f32"), None)
+        dtype, shape = (from_numpy(value[0].dtype), None) if value else (as_dtype("f32"), None)
         for k, a in enumerate(value):
             shape = a.shape if k == 0 else merged_elem_shape(shape, a.shape)
-        if not value and isinstance(declared, SequenceSpec):
-            shape = declared.elem_shape
         return SequenceSpec(dtype, shape, value=list(value))
     arr = value if isinstance(value, np.ndarray) else np.asarray(value)
     return TensorSpec.of(arr)

@@ -21,6 +21,9 @@ instances: a run checks one out (building another when every instance is busy) a
 returns it afterwards.  The pool therefore grows to the peak number of concurrent runs
 of that signature, each instance with its own arena.  ``_run_by_node`` allocates per
 run and shares nothing.
+
+Sequences and optionals (host_values.py) are never planned: a graph holding any runs node by
+node, its host ops through ``run_host``.
 """
 from __future__ import annotations
 
@@ -85,7 +88,8 @@ class _PlanPool:
 
 
 class Model:
-    """A compiled graph.  ``inputs``/``outputs``: name -> TensorSpec (None dims allowed)."""
+    """A compiled graph.  ``inputs``/``outputs``: name -> TensorSpec (None dims allowed), or a
+    SequenceSpec / OptionalSpec for values fed and returned as lists of arrays / None."""
 
     def __init__(self, graph, backend: str, impls: Dict[str, Any], stats: Dict[str, int],
                  max_tensor_bytes: Optional[int] = None, tiling=None, concat_inplace: bool = True):

@@ -260,3 +260,49 @@ def test_onnx_declared_kinds_are_checked():
     with pytest.raises(dsl.OnnxImportError, match=r"graph input 'x': a sequence of sequence_type is not supported; "
                                                   r"accepted: tensor, sequence\(tensor\)"):
         dsl.load_onnx(bad, backend="interpreter")
+
+
+def test_profile_and_pickle_of_a_sequence_model():
+    """Models with sequences profile node by node and survive pickling (specs included)."""
+    import pickle
+    g = dsl.Graph("prof")
+    x = g.input("x", (4, 2), F32)
+    parts = ops.SplitToSequence(axis=0, keepdims=0)(x)
+    g.output(ops.SequenceLength()(parts), "n")
+    g.output(parts, "parts")
+    m = g.compile(backend="interpreter")
+    xv = _arr((4, 2))
+    rows = {r.op_type: r for r in m.profile({"x": xv}, repeat=2).rows}
+    assert rows["SplitToSequence"].shape == ("seq[4]",) and rows["SequenceLength"].shape == ()
+    again = pickle.loads(pickle.dumps(m))
+    assert again.outputs["parts"] == dsl.SequenceSpec(F32, (2,))
+    _same_list(again.run({"x": xv})["parts"], list(xv))
+
+
+def test_loop_carries_a_sequence_but_scans_only_tensors(backend):
+    """A Loop body grows a carried sequence (each step's tensor computed by Mul); a sequence as a
+    scan output is refused."""
+    from dsl.opgraph.body import Body
+    body = dsl.Graph("grow")
+    body.input("i", (), dsl.i64)
+    cond = body.input("cond", (), dsl.bool_)
+    acc = body.input("acc", dsl.SequenceSpec(F32, (2,)))
+    x = body.input("x", (2,), F32)
+    body.output(cond, "cond_out")
+    body.output(ops.SequenceInsert()(acc, ops.Mul()(x, x)), "acc_out")
+    g = dsl.Graph("loop")
+    xs = g.input("x", (2,), F32)
+    start = ops.SequenceConstruct()(xs)
+    from ops.control_flow import Loop
+    g.output(Loop(body=Body(body, n_formal=3))(g.constant("M", np.array(2, np.int64)), None, start, xs), "acc")
+    xv = _arr((2,))
+    _same_list(g.compile(backend=backend).run({"x": xv})["acc"], [xv, xv * xv, xv * xv])
+
+    bad = dsl.Graph("scan_seq")
+    bad.input("i", (), dsl.i64)
+    c = bad.input("cond", (), dsl.bool_)
+    y = bad.input("y", (2,), F32)
+    bad.output(c, "c")
+    bad.output(ops.SequenceConstruct()(y), "s")
+    with pytest.raises(dsl.VerifyError, match=r"Loop scan output 0 is a sequence \(seq\(f32\[2\]\)\); scan outputs"):
+        Loop(body=Body(bad, n_formal=2))(np.array(1, np.int64), np.array(True), xv)
