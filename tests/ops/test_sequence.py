@@ -306,3 +306,16 @@ def test_loop_carries_a_sequence_but_scans_only_tensors(backend):
     bad.output(ops.SequenceConstruct()(y), "s")
     with pytest.raises(dsl.VerifyError, match=r"Loop scan output 0 is a sequence \(seq\(f32\[2\]\)\); scan outputs"):
         Loop(body=Body(bad, n_formal=2))(np.array(1, np.int64), np.array(True), xv)
+
+
+def test_empty_sequence_in_a_graph(backend):
+    """SequenceEmpty is known empty at build time: the first insert gives the element shape."""
+    g = dsl.Graph("empty")
+    x = g.input("x", (2,), dsl.i64)
+    empty = ops.SequenceEmpty(dtype=dsl.i64)(graph=g)
+    grown = ops.SequenceInsert()(empty, x)
+    assert grown.spec == dsl.SequenceSpec(dsl.i64, (2,))
+    g.output(ops.SequenceLength()(grown), "n")
+    g.output(ops.Identity()(empty), "s")
+    out = g.compile(backend=backend).run({"x": np.arange(2, dtype=np.int64)})
+    assert int(out["n"]) == 1 and out["s"] == []
