@@ -64,7 +64,7 @@ def _element_of(seq: SequenceSpec, x: TensorSpec, op: str, what: str) -> None:
 class _SequenceOp(dsl.Op):
     """Host ops: they move references, so nothing is folded or planned for them."""
 
-    host_values = True
+    host_values = "always"
     kernels = {"host": HOST}
     foldable = False
     replay = False

@@ -8,7 +8,9 @@ any (``Model``), and the ops that make or read them (``ops/sequence.py``,
 ``ops/optional.py``) define ``run_host(inputs, backend) -> outputs``, moving references to
 tensors that DSL kernels computed.  ``SequenceSpec`` / ``OptionalSpec`` are what the
 compiler knows of them, beside ``TensorSpec``; an op takes them only when its class sets
-``host_values = True`` (``check_and_infer`` rejects them for every other op).
+``host_values`` (``check_and_infer`` rejects them for every other op): ``True`` where a
+node takes or gives one (Identity, If, Loop), ``"always"`` for ops that only ever run on
+the host (the sequence and optional ops).
 """
 from __future__ import annotations
 

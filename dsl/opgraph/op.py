@@ -351,7 +351,8 @@ class Op:
 
     def apply_eager(self, inputs: Sequence, backend: Optional[str] = None):
         check_arity(self, len(inputs), "eager call")
-        if type(self).host_values and hasattr(self, "run_host"):
+        if type(self).host_values == "always" or (type(self).host_values and any(
+                isinstance(x, list) and all(isinstance(e, np.ndarray) for e in x) for x in inputs)):
             return run_host_eager(self, inputs, backend or _EAGER_BACKEND.get() or config.default_backend())
         arrays = as_arrays(self, inputs)
         backend = backend or _EAGER_BACKEND.get() or config.default_backend()
