@@ -24,6 +24,8 @@ _LAZY = {
     "Op": "dsl.opgraph.op",
     "op": "dsl.opgraph.op",
     "TensorSpec": "dsl.opgraph.spec",
+    "SequenceSpec": "dsl.opgraph.host_values",
+    "OptionalSpec": "dsl.opgraph.host_values",
     "VerifyError": "dsl.opgraph.spec",
     "Quant": "dsl.opgraph.spec",
     "UnknownOpError": "dsl.opgraph.registry",

@@ -25,6 +25,7 @@ import numpy as np
 
 import dsl
 from dsl.opgraph.body import Body
+from dsl.opgraph.host_values import OptionalSpec, SequenceSpec, kind_name, merged_elem_shape
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.gather import DataDependent
 
@@ -33,8 +34,17 @@ def merge_specs(a: TensorSpec, b: TensorSpec, what: str) -> TensorSpec:
     """One spec covering both: equal dims kept, differing ones ``None`` (dtypes must agree).
     Ranks that differ give the larger rank with every dim unknown: a spec cannot say "rank
     unknown", and unknown dims at least make the model infer again with the real values."""
+    if isinstance(a, OptionalSpec) != isinstance(b, OptionalSpec):  # a value of T is a present optional(T)
+        opt, other = (a, b) if isinstance(a, OptionalSpec) else (b, a)
+        return OptionalSpec(merge_specs(opt.elem, other, what))
+    if type(a) is not type(b):
+        raise VerifyError(f"{what}: {kind_name(a)} ({a}) vs {kind_name(b)} ({b}); both must be the same kind")
     if a.dtype != b.dtype:
         raise VerifyError(f"{what}: dtype {a.dtype} vs {b.dtype}; both must be the same")
+    if isinstance(a, SequenceSpec):
+        return SequenceSpec(a.dtype, merged_elem_shape(a.elem_shape, b.elem_shape))
+    if isinstance(a, OptionalSpec):
+        return OptionalSpec(merge_specs(a.elem, b.elem, what))
     if a.ndim != b.ndim:
         return TensorSpec((None,) * max(a.ndim, b.ndim), a.dtype)
     return TensorSpec(tuple(x if x == y else None for x, y in zip(a.shape, b.shape)), a.dtype)
@@ -89,9 +99,14 @@ def _copy_out(results: Sequence[np.ndarray], outputs: Sequence[np.ndarray], what
 
 class ControlFlow(DataDependent):
     """Shared behaviour: the implementation is evaluating the body; results computed by
-    ``run_dynamic`` fill the planned buffers when every output shape was known."""
+    ``run_dynamic`` fill the planned buffers when every output shape was known.  Values
+    that are sequences or optionals pass through ``run_host`` (host_values.py)."""
     kernels = {"body": Body.run}
     foldable = True
+    host_values = True
+
+    def run_host(self, inputs, backend):
+        return self.run_dynamic(None, inputs, backend)
 
     @classmethod
     def body_formals(cls, attr: str, attrs: dict, specs: Sequence[Optional[TensorSpec]]) -> List[TensorSpec]:
@@ -201,6 +216,10 @@ class Loop(ControlFlow):
                               f"{len(outs)} outputs")
         if outs[0].dtype != dsl.bool_:
             raise VerifyError(f"Loop body output 0 (the condition) must be bool, got {outs[0]}")
+        for k, s in enumerate(outs[1 + n:]):
+            if not isinstance(s, TensorSpec):
+                raise VerifyError(f"Loop scan output {k} is {kind_name(s)} ({s}); scan outputs are stacked, so "
+                                  f"they must be tensors (carry a sequence as a loop-carried value instead)")
         for k in range(n):
             if rest[k].dtype != outs[1 + k].dtype:
                 raise VerifyError(f"Loop carried value {k}: initial {rest[k].dtype}, body output "
@@ -277,6 +296,7 @@ class Scan(ControlFlow):
     """Iterates the body over slices of the scan inputs along ``scan_input_axes`` (reversed
     where ``scan_input_directions`` is 1), threading N state values through; per-step
     outputs are stacked along ``scan_output_axes`` (reversed per ``scan_output_directions``)."""
+    host_values = False  # scans slice tensors only
     body: Body
     num_scan_inputs: int
     scan_input_axes: Optional[Tuple[int, ...]] = None
@@ -370,6 +390,7 @@ class Scan8(ControlFlow):
     """Scan of opset 8: every input has a batch axis 0 and scans along axis 1; the optional
     first input ``sequence_lens`` (i32, one per batch entry) stops a batch entry early, its
     scan outputs zero past its length."""
+    host_values = False  # scans slice tensors only
     body: Body
     num_scan_inputs: int
     directions: Optional[Tuple[int, ...]] = None

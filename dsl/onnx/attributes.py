@@ -7,7 +7,9 @@ from typing import List
 import numpy as np
 
 from dsl.lang.types import DType
+from dsl.opgraph.host_values import SequenceSpec, is_host
 from dsl.opgraph.op import Op
+from dsl.opgraph.spec import TensorSpec
 
 
 def tensor_type(dtype: DType) -> int:
@@ -20,6 +22,9 @@ def attribute(name: str, value, standard: bool = False):
     name ("u8") on custom-domain ops and, as the standard requires (Cast's ``to``), its
     TensorProto element type code on ai.onnx ops."""
     from onnx import helper, numpy_helper
+    if isinstance(value, (TensorSpec, SequenceSpec)):  # ONNX Optional's `type`
+        from dsl.onnx.value_types import type_proto
+        return helper.make_attribute(name, type_proto(value))
     if isinstance(value, DType):
         return helper.make_attribute(name, tensor_type(value) if standard else value.name)
     if isinstance(value, (bool, np.bool_)):
@@ -68,6 +73,9 @@ def node_attributes(op: Op, skip=()) -> List:
 def value_info(name: str, spec, symbolic: bool, names=()):
     """Run-time dims of inputs become dim_params: the input's own names ("batch"), else <name>_d<i>."""
     from onnx import helper
+    if is_host(spec):  # a sequence or optional
+        from dsl.onnx.value_types import type_proto
+        return helper.make_value_info(name, type_proto(spec))
     names = tuple(names) or (None,) * len(spec.shape)
     dims = [d if d is not None else ((names[i] or f"{name}_d{i}") if symbolic else None)
             for i, d in enumerate(spec.shape)]

@@ -34,6 +34,8 @@ import ops  # noqa: F401 (registers the built-in library that ONNX-domain nodes 
 from dsl.lang.types import DType, from_numpy
 from dsl.onnx import coverage, subgraph
 from dsl.onnx.errors import OnnxImportError
+from dsl.onnx.value_types import value_spec
+from dsl.opgraph.host_values import OptionalSpec, is_host, kind_name
 from dsl.opgraph import registry
 from dsl.opgraph.graph import Graph, Tensor, apply_op
 from dsl.opgraph.limits import TensorSizeError, check_tensor_bytes, tensor_limit
@@ -107,6 +109,9 @@ def to_graph(model, packages: Sequence = (), base_dir: Optional[str] = None,
         seen_inputs.add(vi.name)
         if vi.name in env:  # IR < 4 lists initializers as inputs too: the initializer wins
             continue
+        if vi.type.WhichOneof("value") in ("sequence_type", "optional_type"):
+            env[vi.name] = g.input(vi.name, value_spec(vi.type, f"graph input {vi.name!r}", onnx_dtype))
+            continue
         shape, dtype = _value_info(vi, "graph input")
         env[vi.name] = g.input(vi.name, shape, dtype)
     _import_nodes(g, proto.graph.node, env, opsets, functions, prefix="", reader=reader)
@@ -114,6 +119,11 @@ def to_graph(model, packages: Sequence = (), base_dir: Optional[str] = None,
         if vi.name not in env or env[vi.name] is None:
             raise OnnxImportError(f"graph output {vi.name!r} is not produced by any node, input or initializer")
         t = env[vi.name]
+        kind = vi.type.WhichOneof("value")
+        computed = t.spec.elem if isinstance(t.spec, OptionalSpec) and kind != "optional_type" else t.spec
+        if kind and (kind == "tensor_type") == is_host(computed):
+            raise OnnxImportError(f"graph output {vi.name!r} is declared a {kind[:-5]}, but the ops compute "
+                                  f"{kind_name(t.spec)} ({t.spec})")
         declared = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
         if declared and onnx_dtype(declared, f"graph output {vi.name!r}") != t.spec.dtype:
             raise OnnxImportError(f"graph output {vi.name!r} is declared {onnx_dtype(declared, '')} but the "
@@ -320,7 +330,9 @@ def _attribute_value(attr, where: str, reader: _Reader):
     A = onnx.AttributeProto
     if attr.type == A.TENSOR:
         return _tensor_value(attr.t, f"{where} attribute {attr.name!r}", reader)
-    if attr.type in (A.GRAPH, A.GRAPHS, A.SPARSE_TENSOR, A.SPARSE_TENSORS, A.TYPE_PROTO, A.TYPE_PROTOS):
+    if attr.type == A.TYPE_PROTO:  # ONNX Optional's `type`
+        return value_spec(attr.tp, f"{where} attribute {attr.name!r}", onnx_dtype)
+    if attr.type in (A.GRAPH, A.GRAPHS, A.SPARSE_TENSOR, A.SPARSE_TENSORS, A.TYPE_PROTOS):
         raise OnnxImportError(f"{where}: attribute {attr.name!r} of type {A.AttributeType.Name(attr.type)} "
                               f"is not supported")
     value = onnx.helper.get_attribute_value(attr)

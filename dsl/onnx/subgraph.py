@@ -18,6 +18,7 @@ from dsl.onnx.errors import OnnxImportError
 from dsl.opgraph import registry
 from dsl.opgraph.body import Body
 from dsl.opgraph.graph import Graph, Tensor
+from dsl.opgraph.host_values import is_host
 from dsl.opgraph.spec import TensorSpec, VerifyError
 
 _MAX_WIDENING = 4  # builds of one body before its carried shapes settle (each widening adds None dims)
@@ -44,7 +45,8 @@ class Scope(dict):
             value = outer.graph.constants[outer.name] if outer.kind == "constant" else outer.spec.value
             inner = self.graph.constant(self.graph.unique_name(name), value)
         else:
-            inner = self.graph.input(self.graph.unique_name(name), outer.spec.shape, outer.spec.dtype)
+            inner = (self.graph.input(self.graph.unique_name(name), outer.spec) if is_host(outer.spec) else
+                     self.graph.input(self.graph.unique_name(name), outer.spec.shape, outer.spec.dtype))
             self.captured.append(outer)
         self[name] = inner
         return inner
@@ -128,6 +130,9 @@ def _build(gp, formals: List[TensorSpec], env: dict, opsets, functions, depth: i
     for vi, spec in zip(gp.input, formals):
         if dict.__contains__(scope, vi.name):
             raise OnnxImportError(f"{label}: input name {vi.name!r} is declared twice")
+        if is_host(spec):
+            scope[vi.name] = bg.input(vi.name, spec)
+            continue
         declared = _declared_shape(vi)
         if spec.shape == () and declared is not None and all(d == 1 for d in declared):
             spec = TensorSpec(declared, spec.dtype)  # a scalar the body declares as [1] (Loop's counter)

@@ -72,6 +72,9 @@ class Body:
         """One evaluation: the body's outputs, in order, for these formal and captured values."""
         feeds = {}
         for t, a in zip(self.graph.inputs, list(formals) + list(captures)):
+            if a is None or isinstance(a, list):  # an optional's absence, a sequence: host values as they are
+                feeds[t.name] = a
+                continue
             if a.ndim != t.spec.ndim and a.size == 1:  # a one-element value the body declares [1] or ()
                 a = a.reshape(tuple(1 for _ in t.spec.shape))
             feeds[t.name] = a if a.flags.c_contiguous else a.copy(order="C")  # (0-d stays 0-d)

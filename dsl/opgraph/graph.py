@@ -39,6 +39,7 @@ import numpy as np
 from dsl.lang.types import as_dtype, from_numpy
 from dsl.onnx.export import export as export_onnx
 from dsl.opgraph.compiler import compile_graph
+from dsl.opgraph.host_values import is_host
 from dsl.opgraph.op import Op, check_and_infer, check_arity
 from dsl.opgraph.spec import Symbolic, TensorSpec, VerifyError, describe
 from dsl.opgraph.values import shape_values
@@ -53,7 +54,7 @@ class Tensor(Symbolic):
                  producer: Optional["Node"] = None, index: int = 0, value=None):
         self.graph, self.name, self.spec, self.kind = graph, name, spec, kind
         self.producer, self.index, self.value = producer, index, value
-        self.dim_names: Tuple[Optional[str], ...] = (None,) * len(spec.shape)  # inputs: symbolic dims
+        self.dim_names: Tuple[Optional[str], ...] = (None,) * len(getattr(spec, "shape", ()))  # inputs: symbolic dims
 
     @property
     def dims(self) -> tuple:
@@ -116,9 +117,13 @@ class Identity(Op):
     keeps_padding = True
 
     keeps_quant = True
+    host_values = True  # a sequence or optional passes through by reference
 
     def infer(self, x):
         return x.spec.with_()
+
+    def run_host(self, inputs, backend):
+        return [inputs[0]]
 
     kernels = {"default": lambda x, y: np.copyto(y, x)}
 
@@ -156,11 +161,24 @@ class Graph:
                              f"({self.tensors[name].kind}); {what} names must be unique")
         return name
 
-    def input(self, name: str, shape: Sequence, dtype, quant=None) -> Tensor:
+    def input(self, name: str, shape: Sequence, dtype=None, quant=None) -> Tensor:
         """A graph input; ``None`` or a name ("batch") in ``shape`` is a dimension known at run
         time.  Inputs sharing a dimension name must agree on its size when the model runs.
-        ``quant`` (a ``dsl.Quant`` or ``(scale, zero_point)``) marks an i8/u8 input as quantized."""
+        ``quant`` (a ``dsl.Quant`` or ``(scale, zero_point)``) marks an i8/u8 input as quantized.
+        ``g.input(name, dsl.SequenceSpec(...))`` (or an ``OptionalSpec``) declares a sequence
+        (fed as a list of arrays) or an optional (``None`` or the value) instead."""
         self._claim(name, "input")
+        if is_host(shape):
+            if dtype is not None or quant is not None:
+                raise TypeError(f"graph {self.name!r} input {name!r}: a {type(shape).__name__} carries its own "
+                                f"dtype; pass it alone")
+            t = Tensor(self, name, shape.with_(), "input")
+            self.inputs.append(t)
+            self.tensors[name] = t
+            return t
+        if dtype is None:
+            raise TypeError(f"graph {self.name!r} input {name!r}: give a dtype (or a dsl.SequenceSpec / "
+                            f"dsl.OptionalSpec instead of the shape)")
         shape = tuple(shape)
         names = tuple(d if isinstance(d, str) and d else None for d in shape)
         try:
@@ -173,6 +191,12 @@ class Graph:
         self.inputs.append(t)
         self.tensors[name] = t
         return t
+
+    def input_like(self, t: Tensor) -> Tensor:
+        """An input declared as input ``t`` of another graph is (same name, kind, dims)."""
+        if is_host(t.spec):
+            return self.input(t.name, t.spec)
+        return self.input(t.name, t.dims, t.spec.dtype, quant=t.spec.quant)
 
     def constant(self, name: Optional[str], value) -> Tensor:
         """A constant (ONNX initializer); the array is copied and frozen."""
@@ -291,7 +315,7 @@ class Graph:
         g.opset_imports = dict(self.opset_imports)
         m: Dict[int, Tensor] = {}
         for t in self.inputs:
-            m[id(t)] = g.input(t.name, t.dims, t.spec.dtype, quant=t.spec.quant)
+            m[id(t)] = g.input_like(t)
             m[id(t)].spec = t.spec
         for name, value in self.constants.items():
             t = self.tensors[name]

@@ -21,6 +21,9 @@ instances: a run checks one out (building another when every instance is busy) a
 returns it afterwards.  The pool therefore grows to the peak number of concurrent runs
 of that signature, each instance with its own arena.  ``_run_by_node`` allocates per
 run and shares nothing.
+
+Sequences and optionals (host_values.py) are never planned: a graph holding any runs node by
+node, its host ops through ``run_host``.
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ from dsl.opgraph import formats as F
 from dsl.opgraph import reorder
 from dsl.opgraph.concat_inplace import concat_views
 from dsl.opgraph.limits import check_tensor_bytes, tensor_limit
+from dsl.opgraph.host_values import check_value, is_host, runs_on_host
 from dsl.opgraph.memory import MemoryPlan, copies_onto_itself, physical_layout, plan_memory
 from dsl.opgraph.op import Op, check_and_infer, run_op
 from dsl.opgraph.spec import TensorSpec, VerifyError, describe
@@ -84,7 +88,8 @@ class _PlanPool:
 
 
 class Model:
-    """A compiled graph.  ``inputs``/``outputs``: name -> TensorSpec (None dims allowed)."""
+    """A compiled graph.  ``inputs``/``outputs``: name -> TensorSpec (None dims allowed), or a
+    SequenceSpec / OptionalSpec for values fed and returned as lists of arrays / None."""
 
     def __init__(self, graph, backend: str, impls: Dict[str, Any], stats: Dict[str, int],
                  max_tensor_bytes: Optional[int] = None, tiling=None, concat_inplace: bool = True):
@@ -98,15 +103,19 @@ class Model:
         self._impls = impls
         self.inputs: Dict[str, TensorSpec] = {t.name: t.spec for t in graph.inputs}
         self.outputs: Dict[str, TensorSpec] = {t.name: t.spec for t in graph.outputs}
-        self._in_checks = [(t.name, t.spec.dtype.np, t.spec.shape, t.spec) for t in graph.inputs]
+        self._in_checks = [(t.name, t.spec.dtype.np, None if is_host(t.spec) else t.spec.shape, t.spec)
+                           for t in graph.inputs]
         self._named_dims = [(k, axis, dim) for k, t in enumerate(graph.inputs)
                             for axis, dim in enumerate(t.dim_names) if dim is not None]
         self._plans: Dict[Tuple, Any] = {}  # input shapes -> _PlanPool or _DYNAMIC
+        # sequences / optionals anywhere: nothing can be planned ahead, every run goes node by node
+        self._host = any(is_host(t.spec) for t in graph.tensors.values()) or any(
+            type(n.op).host_values == "always" for n in graph.nodes)
         # nodes whose compile-time input specs had unknown dims: select runs again per run-time shape
         self._reselect = {n.name for n in graph.nodes if any(t is not None and not t.spec.known for t in n.inputs)}
         self._chosen: Dict[Tuple, Any] = {}  # (node name, input shapes) -> implementation
         self._lock = threading.Lock()       # guards _plans only; runs do not take it
-        if all(t.spec.known for t in graph.tensors.values()):
+        if not self._host and all(t.spec.known for t in graph.tensors.values()):
             specs = {name: t.spec for name, t in graph.tensors.items()}
             key = tuple(t.spec.shape for t in graph.inputs)
             self._plans[key] = self._pool(specs)
@@ -125,6 +134,8 @@ class Model:
     def run(self, feeds: Mapping[str, Any]) -> Dict[str, np.ndarray]:
         """Run the graph on ``feeds`` (input name -> array); returns output name -> array."""
         arrays = self._check_feeds(feeds)
+        if self._host:
+            return self._run_by_node(arrays)
         key = tuple(a.shape for a in arrays)
         pool = self._plans.get(key)
         if pool is None:
@@ -171,6 +182,10 @@ class Model:
                 raise ValueError(f"missing input {name!r} ({spec}) for graph {self.graph.name!r}; "
                                  f"inputs: {self._signature()}")
             a = feeds[name]
+            if is_host(spec) or a is None or (isinstance(a, (list, tuple)) and a and all(
+                    isinstance(x, np.ndarray) for x in a)):  # a sequence / optional, or one given for a tensor
+                arrays.append(check_value(a, spec, f"input {name!r}"))
+                continue
             if not isinstance(a, np.ndarray):
                 a = np.asarray(a)
             if a.dtype != npdt:
@@ -182,6 +197,8 @@ class Model:
             arrays.append(a)
         seen: Dict[str, Tuple[str, int]] = {}
         for k, axis, dim in self._named_dims:
+            if is_host(self._in_checks[k][3]):
+                continue
             size = arrays[k].shape[axis]
             first = seen.setdefault(dim, (self._in_checks[k][0], size))
             if first[1] != size:
@@ -250,7 +267,7 @@ class Model:
         """node name -> the ``kernels`` key each node runs for these feeds' shapes (what
         ``select`` chose; docs/ops.md "Choosing a kernel")."""
         arrays = self._check_feeds(feeds)
-        specs = self._concrete_specs(arrays)
+        specs = None if self._host else self._concrete_specs(arrays)
         out = {}
         for n in self.graph.nodes:
             if specs is None:
@@ -353,8 +370,11 @@ class Model:
         vals: Dict[str, np.ndarray] = dict(g.constants)
         specs: Dict[str, TensorSpec] = {name: g.tensors[name].spec for name in g.constants}
         read = _read_tensors(g)
+        host_made = set()  # outputs of host ops: references to other values, copied when output
         for t, a in zip(g.inputs, arrays):
-            vals[t.name], specs[t.name] = a, TensorSpec.of(a).with_(quant=t.spec.quant, value=a)
+            vals[t.name] = a
+            specs[t.name] = (t.spec.with_(value=a) if is_host(t.spec)
+                             else TensorSpec.of(a).with_(quant=t.spec.quant, value=a))
         for n in g.nodes:
             if on_node is not None:
                 on_node(n, vals)
@@ -362,6 +382,12 @@ class Model:
             in_specs = [None if t is None else specs[t.name].with_(
                 value=vals[t.name] if specs[t.name].format == "plain" else None) for t in n.inputs]
             outs = check_and_infer(n.op, in_specs, where=f"node {n.name!r}")
+            if runs_on_host(n.op, in_specs, outs):
+                for t, s, v in zip(n.outputs, outs, self._run_host(n, ins)):
+                    vals[t.name] = v
+                    specs[t.name] = s if is_host(s) else TensorSpec.of(v, with_value=False)
+                    host_made.add(t.name)
+                continue
             impl = self._impl_for(n, in_specs)
             if not all(s.known for s in outs) and hasattr(n.op, "run_dynamic"):
                 arrs = run_data_dependent(n.op, impl, ins, self.backend, f"node {n.name!r}",
@@ -385,7 +411,21 @@ class Model:
                 vals[t.name], specs[t.name] = a, s
         if on_node is not None:
             on_node(None, vals)
-        return {t.name: (vals[t.name].copy() if t.kind != "node" else vals[t.name]) for t in g.outputs}
+        return {t.name: (_detached(vals[t.name]) if t.kind != "node" or t.name in host_made else vals[t.name])
+                for t in g.outputs}
+
+    def _run_host(self, n, ins) -> list:
+        """A node that takes or gives sequences / optionals: ``op.run_host`` moves references
+        (its tensor math launches kernels itself); arrays it makes are checked against the cap."""
+        outs = list(n.op.run_host(list(ins), self.backend))
+        if len(outs) != len(n.outputs):
+            raise VerifyError(f"node {n.name!r} ({describe(n.op)}): run_host gave {len(outs)} values for "
+                              f"{len(n.outputs)} outputs")
+        for t, v in zip(n.outputs, outs):
+            for a in (v if isinstance(v, list) else [] if v is None else [v]):
+                check_tensor_bytes(a.shape, a.dtype, f"node {n.name!r} ({describe(n.op)}) output {t.name!r}",
+                                   self.max_tensor_bytes)
+        return outs
 
     # ------------------------------------------------------------------ introspection
     def memory_plan(self, **shapes) -> Optional[MemoryPlan]:
@@ -449,6 +489,15 @@ def _unpickle_model(cls, token: str, graph, backend: str, stats, max_tensor_byte
                                     concat_inplace=concat_inplace)
     model._pickle_token = token
     return model
+
+
+def _detached(v):
+    """A graph output the caller owns: arrays copied, sequences as new lists of copies."""
+    if v is None:
+        return None
+    if isinstance(v, list):
+        return [a.copy() for a in v]
+    return v.copy()
 
 
 def run_data_dependent(op: Op, impl, ins, backend: str, where: str = "eager call",

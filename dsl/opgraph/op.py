@@ -20,6 +20,7 @@ from dsl import config
 from dsl.lang.types import DType, as_dtype, from_numpy
 from dsl.opgraph import registry
 from dsl.opgraph.formats import default_select_format
+from dsl.opgraph.host_values import is_host, reject_host_inputs, spec_of
 from dsl.opgraph.spec import Symbolic, TensorSpec, VerifyError, axis_kept, describe
 from dsl.runtime import pickling
 from dsl.runtime.kernel import Kernel
@@ -28,7 +29,7 @@ from dsl.runtime.kernel import Kernel
 _RESERVED = frozenset({
     "kernels", "formats", "inplace", "foldable", "op_type", "domain", "since", "until",
     "backend", "params", "graph", "keeps_padding", "keeps_quant", "composed", "replay",
-    "skips_unused_outputs",
+    "skips_unused_outputs", "host_values",
 })
 
 
@@ -195,6 +196,7 @@ class Op:
     keeps_quant = False        # True / "per_tensor": the op only moves data (propagate_quant)
     replay: bool = True
     skips_unused_outputs: bool = False
+    host_values = False        # True: takes/gives sequences and optionals (run_host); "always": runs on host
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -349,6 +351,9 @@ class Op:
 
     def apply_eager(self, inputs: Sequence, backend: Optional[str] = None):
         check_arity(self, len(inputs), "eager call")
+        if type(self).host_values == "always" or (type(self).host_values and any(
+                isinstance(x, list) and all(isinstance(e, np.ndarray) for e in x) for x in inputs)):
+            return run_host_eager(self, inputs, backend or _EAGER_BACKEND.get() or config.default_backend())
         arrays = as_arrays(self, inputs)
         backend = backend or _EAGER_BACKEND.get() or config.default_backend()
         specs = [None if a is None else TensorSpec.of(a) for a in arrays]
@@ -550,6 +555,7 @@ def check_arity(op: Op, count: int, where: str) -> None:
 def check_and_infer(op: Op, specs: Sequence, where: str) -> Tuple[TensorSpec, ...]:
     """verify + infer with errors that name the op and ``where`` (node name or 'eager call')."""
     check_arity(op, len(specs), where)
+    reject_host_inputs(op, specs, where, describe)
     try:
         op.verify(*specs)
     except VerifyError as e:
@@ -564,11 +570,24 @@ def check_and_infer(op: Op, specs: Sequence, where: str) -> Tuple[TensorSpec, ..
         shown = ", ".join("None" if s is None else str(s) for s in specs)
         raise VerifyError(f"{describe(op)} ({where}): infer failed on inputs ({shown}): "
                           f"{type(e).__name__}: {e}") from e
-    if isinstance(result, TensorSpec):
+    if isinstance(result, TensorSpec) or (type(op).host_values and is_host(result)):
         result = (result,)
-    if isinstance(result, (tuple, list)) and all(isinstance(r, TensorSpec) for r in result):
+    if isinstance(result, (tuple, list)) and all(
+            isinstance(r, TensorSpec) or (type(op).host_values and is_host(r)) for r in result):
         # an input's spec passed through keeps its value: that is not the output's content
         known = [id(s.value) for s in specs if s is not None and s.value is not None]
         result = tuple(r.with_() if r.value is not None and id(r.value) in known else r for r in result)
         return propagate_quant(op, specs, result)
     raise TypeError(f"{describe(op)}.infer must return a TensorSpec or a tuple of them, got {result!r}")
+
+
+def run_host_eager(op, inputs, backend: str):
+    """An eager call of a host op (``op(list_of_arrays, ...)``): inputs checked and inferred
+    like a node's, then ``run_host``; one output is returned as is, several as a tuple."""
+    values = [list(x) if isinstance(x, (list, tuple)) else x for x in inputs]
+    tensors = as_arrays(op, [None if isinstance(v, list) else v for v in values])
+    values = [v if isinstance(v, list) else a for v, a in zip(values, tensors)]
+    specs = [None if v is None else spec_of(v) for v in values]
+    check_and_infer(op, specs, where="eager call")
+    outs = op.run_host(values, backend)
+    return outs[0] if len(outs) == 1 else tuple(outs)

@@ -23,6 +23,7 @@ import numpy as np
 
 from dsl.opgraph.formats import normalize_choice, to_nchwc16_ref
 from dsl.opgraph.limits import check_tensor_bytes, tensor_limit
+from dsl.opgraph.host_values import is_host
 from dsl.opgraph.op import check_and_infer
 from dsl.opgraph.reorder import Reorder
 from dsl.opgraph.spec import VerifyError, describe
@@ -36,7 +37,7 @@ def inline(src):
     g.opset_imports = dict(src.opset_imports)
     m: Dict[int, object] = {}
     for t in src.inputs:
-        m[id(t)] = g.input(t.name, t.dims, t.spec.dtype, quant=t.spec.quant)
+        m[id(t)] = g.input_like(t)
     for name, value in src.constants.items():
         c = m[id(src.tensors[name])] = g.constant(name, value)
         c.spec = c.spec.with_(quant=src.tensors[name].spec.quant, value=c.spec.value)
@@ -161,6 +162,9 @@ def assign_formats(g) -> int:
 
     for n in g.nodes:
         specs = [None if t is None else t.spec for t in n.inputs]
+        if any(is_host(s) for s in specs + [o.spec for o in n.outputs]):
+            order.append(n)  # sequences and optionals hold plain tensors: nothing to convert
+            continue
         ins, outs = normalize_choice(n.op, specs, len(n.outputs), n.op.select_format(*specs),
                                      [o.spec for o in n.outputs])
         n.inputs = [None if t is None else convert(t, f) for t, f in zip(n.inputs, ins)]

@@ -86,6 +86,15 @@ def format_seconds(s: float) -> str:
     return f"{s * 1e6:.1f} us"
 
 
+def _value_shape(v) -> tuple:
+    """An output's shape; a sequence shows its length, an empty optional nothing."""
+    if v is None:
+        return ("None",)
+    if isinstance(v, list):
+        return (f"seq[{len(v)}]",)
+    return tuple(v.shape)
+
+
 def _shape(shape) -> str:
     return "(" + ", ".join(str(d) for d in shape) + (",)" if len(shape) == 1 else ")")
 
@@ -101,10 +110,13 @@ def profile_model(model, feeds: Mapping[str, Any], repeat: int = 10, warmup: int
     if not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"profile: warmup must be an integer >= 0, got {warmup!r}")
     arrays = model._check_feeds(feeds)
-    key = tuple(a.shape for a in arrays)
-    pool = model._plans.get(key)
-    if pool is None:
-        pool = model._plan_for(arrays, key)
+    if model._host:  # sequences / optionals: every run goes node by node
+        pool = None
+    else:
+        key = tuple(a.shape for a in arrays)
+        pool = model._plans.get(key)
+        if pool is None:
+            pool = model._plan_for(arrays, key)
     nodes = model.graph.nodes
     totals = {n.name: 0.0 for n in nodes}
     shapes: Dict[str, Tuple] = {}
@@ -120,7 +132,7 @@ def profile_model(model, feeds: Mapping[str, Any], repeat: int = 10, warmup: int
             if prev is not None:
                 if state["timed"]:
                     totals[prev.name] += now - state["since"]
-                shapes[prev.name] = tuple(tuple(values[t.name].shape) for t in prev.outputs if t.name in values)
+                shapes[prev.name] = tuple(_value_shape(values[t.name]) for t in prev.outputs if t.name in values)
             state["node"], state["since"] = n, now
         for r in range(warmup + repeat):
             state["timed"], state["node"] = r >= warmup, None

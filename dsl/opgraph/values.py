@@ -11,6 +11,7 @@ in the graph; folding removes it later.
 """
 from __future__ import annotations
 
+from dsl.opgraph.host_values import is_host
 from dsl.opgraph.op import Op
 
 SHAPE_VALUE_ELEMENTS = 64  # node outputs at most this large get values while planning
@@ -22,6 +23,8 @@ def shape_values(op: Op, in_specs, outs, backend: str, integers_only: bool = Fal
     SHAPE_VALUE_ELEMENTS elements (and, with ``integers_only``, are integer or bool tensors:
     shapes, axes, counts, and tests on them such as an If's condition); otherwise ``outs``
     unchanged."""
+    if any(is_host(s) for s in list(in_specs) + list(outs)):  # sequences / optionals: values at run time only
+        return outs
     if integers_only and any(s.dtype.np.kind not in "iub" for s in outs):
         return outs
     if (not outs or not type(op).foldable or all(s.value is not None for s in outs)
