@@ -39,7 +39,7 @@ import numpy as np
 from dsl.lang.types import as_dtype, from_numpy
 from dsl.onnx.export import export as export_onnx
 from dsl.opgraph.compiler import compile_graph
-from dsl.opgraph.host_values import is_host
+from dsl.opgraph.host_values import is_host, kind_name
 from dsl.opgraph.op import Op, check_and_infer, check_arity
 from dsl.opgraph.spec import Symbolic, TensorSpec, VerifyError, describe
 from dsl.opgraph.values import shape_values
@@ -59,11 +59,11 @@ class Tensor(Symbolic):
     @property
     def dims(self) -> tuple:
         """The shape with named run-time dimensions as their names ("batch"), as given to input()."""
-        return tuple(n if n is not None else d for d, n in zip(self.spec.shape, self.dim_names))
+        return tuple(n if n is not None else d for d, n in zip(self._tensor_spec("dims").shape, self.dim_names))
 
     @property
     def shape(self):
-        return self.spec.shape
+        return self._tensor_spec("shape").shape
 
     @property
     def dtype(self):
@@ -71,7 +71,15 @@ class Tensor(Symbolic):
 
     @property
     def ndim(self) -> int:
-        return self.spec.ndim
+        return self._tensor_spec("ndim").ndim
+
+    def _tensor_spec(self, what: str) -> TensorSpec:
+        """The spec, when it has a shape: a sequence or optional value has none of its own."""
+        if is_host(self.spec):
+            raise AttributeError(f"graph value {self.name!r} is {kind_name(self.spec)} ({self.spec}), which has no {what}: "
+                                 "a sequence's elements and an optional's value have shapes "
+                                 "(spec.elem_shape / spec.elem)")
+        return self.spec
 
     def __repr__(self) -> str:
         return f"<dsl.Tensor {self.name!r} {self.spec} of graph {self.graph.name!r}>"

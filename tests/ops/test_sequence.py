@@ -218,6 +218,16 @@ def test_feed_kind_errors():
         m.run({**ok, "s": [1.0]})
 
 
+def test_a_sequence_value_has_no_shape_of_its_own():
+    g = dsl.Graph("shapes")
+    s = g.input("s", dsl.SequenceSpec(F32, (2,)))
+    with pytest.raises(AttributeError, match=r"graph value 's' is a sequence \(seq\(f32\[2\]\)\), which has no shape"):
+        s.shape
+    with pytest.raises(AttributeError, match="which has no ndim"):
+        s.ndim
+    assert s.spec.elem_shape == (2,)
+
+
 def test_op_errors():
     g = dsl.Graph("bad")
     s = g.input("s", dsl.SequenceSpec(F32, (2,)))
