@@ -1,7 +1,7 @@
 """Where a batched or small packed GEMM's time goes (issue 9: batched attention shapes vs numpy).
 
     python -m benchmarks.bench_gemm_phases                  # attention shapes + the launch cost
-    python -m benchmarks.bench_gemm_phases --repeat 500 --only launch
+    python -m benchmarks.bench_gemm_phases --repeat 500 --only launch --boost
 
 Sections:
 - ``phases``: per shape, numpy (clean child, benchmarks/blas_child.py) against opdsl's
@@ -34,8 +34,9 @@ import numpy as np  # noqa: E402
 from benchmarks import op_models  # noqa: E402
 from benchmarks.bench_ops import ATTENTION_SHAPES  # noqa: E402
 from benchmarks.blas_child import numpy_matmul_times  # noqa: E402
-from benchmarks.harness import load_text, machine_info  # noqa: E402
+from benchmarks.harness import load_text, machine_info, start  # noqa: E402
 
+SECTIONS = ("phases", "launch")
 SHAPES = ATTENTION_SHAPES + (((1, 128, 64), (1, 64, 128)),)  # and one small product
 
 
@@ -133,21 +134,24 @@ def launch_cost(repeat: int) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="phases,launch", help="comma-separated: phases, launch")
-    ap.add_argument("--repeat", type=int, default=200)
-    args = ap.parse_args(argv)
-    print(f"load average at start: {load_text()}\n")
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_gemm_phases", description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated, from {','.join(SECTIONS)}")
+    ap.add_argument("--repeat", type=int, default=200, help="timed calls per cell (x10 in the launch section)")
+    ap.add_argument("--boost", action="store_true",
+                    help="run in a new session at nice -20 (Linux, root); see benchmarks/README.md")
+    args, wanted, argv, boosted, code = start(ap, argv, "benchmarks.bench_gemm_phases", SECTIONS)
+    if code is not None:  # the boosted child ran the benchmarks
+        return code
+    print(f"Command: `python -m benchmarks.bench_gemm_phases {' '.join(argv)}`" + (f"; priority: {boosted}" if boosted
+                                                                                    else ""))
     for line in machine_info():
         print(f"- {line}")
-    only = args.only.split(",")
-    if "phases" in only:
+    if "phases" in wanted:
         print("\n" + phases(args.repeat))
-    if "launch" in only:
+    if "launch" in wanted:
         print("\n" + launch_cost(args.repeat * 10))
     print(f"\nload average at end: {load_text()}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())
