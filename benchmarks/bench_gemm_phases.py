@@ -9,9 +9,10 @@ Sections:
   parallel), the step with B's packing skipped (``b_ready=1`` on a dummy packed B: the time
   packing B costs; that result is not the product and is not checked), the copies ``Model.run``
   makes (feeds into the plan's buffers, the output out of it) and the eager ``ops.MatMul``.
-- ``launch``: the fixed cost of one packed-GEMM launch (an 8x8x32 product): the launcher, numba's
-  dispatcher on the same values, an empty ``njit`` function taking the same 29 arguments, and
-  the launcher's own Python (scalar adaption, interrupt arm/check).
+- ``launch``: the fixed cost of one packed-GEMM launch (an 8x8x32 product): the launcher on a
+  plan's frozen values and on plain ones, numba's dispatcher on the same values, an empty
+  ``njit`` function taking the same 29 arguments, and the launcher's own Python (scalar
+  adaption, interrupt arm/check).
 
 Best and median of single calls in µs; the machine's other load moves medians most, so read
 the serial columns (one core) as the stable ones.  Timing scripts, not tests; results go to
@@ -119,7 +120,9 @@ def launch_cost(repeat: int) -> str:
 
     arrays = [v for v in values if isinstance(v, np.ndarray)]
     scalars = [v for v in values if not isinstance(v, np.ndarray)]
-    rows = [("launcher(values, grid): a model's step", lambda: launcher(values, grid)),
+    frozen = launcher.freeze(values)  # what a model's plan keeps (backends/numba/frozen.py)
+    rows = [("launcher(frozen values, grid): a model's step", lambda: launcher(frozen, grid)),
+            ("launcher(values, grid): values from Kernel.prepare", lambda: launcher(values, grid)),
             ("packed_gemm(...) eager (fast path)", lambda: packed_gemm(a, b, c, y, backend="numba")),
             ("numba dispatcher launch_serial(*values)", lambda: serial(*values, *hidden)),
             (f"empty njit, same {len(values) + 3} arguments", lambda: empty(*values, *hidden)),
