@@ -66,3 +66,14 @@ def test_numpy_child_runs_without_the_openblas_overrides(monkeypatch):
     got = numpy_matmul_times([{"name": "8", "a": [8, 8], "b": [8, 8]}], repeat=1)
     assert got["env"] == {name: None for name in SLOW_BLAS_VARS}
     assert got["results"]["8"]["best"] > 0
+
+
+def test_gemm_phases_bench_runs():
+    """benchmarks/bench_gemm_phases.py: every phase of a packed batched product is timed (its
+    Model.run result is checked against numpy inside), and the launch-cost rows are all there."""
+    from benchmarks import bench_gemm_phases
+    text = bench_gemm_phases.phases(2, shapes=(((2, 64, 64), (2, 64, 64)),))
+    row = [line for line in text.splitlines() if line.startswith("| 2x64x64 @ 2x64x64")]
+    assert len(row) == 1 and row[0].count("|") == 10 and "nan" not in row[0]
+    launch = bench_gemm_phases.launch_cost(2)
+    assert "empty njit, same 29 arguments" in launch and "launcher(frozen values, grid)" in launch

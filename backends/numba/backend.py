@@ -35,6 +35,7 @@ from backends.base import Backend, CompileRequest, Launcher, TargetInfo
 from backends import host
 from backends import bounds, interrupt
 from backends.numba import entry_choice
+from backends.numba import frozen as frz
 from backends.numba import parallel_compile
 from backends.numba.regions import Program
 from backends import compile_batch
@@ -281,6 +282,8 @@ class NumbaLauncher(Launcher):
         self._tensors = [i for i, p in enumerate(k.params) if isinstance(p, ir.TensorParam)]
         self._team = k.threads
         self._choice = entry_choice.EntryChoice()  # small launches: serial or parallel, by timing (entry_choice.py)
+        self._sig = signature(k, request.debug)
+        self._nparams = len(k.params)
         # only kernels with nested loops can do much work on few elements: the others are never timed
         self._timed = k.threads > 1 and (_loop_depth(k.body) > 1 or any(_loop_depth(f.body) for f in k.funcs))
         # entry point -> its job in a compile worker (backends/numba/parallel_compile.py)
@@ -293,6 +296,7 @@ class NumbaLauncher(Launcher):
 
     def _bind(self, mod, path) -> None:
         self._module = mod
+        self._direct: Dict[str, Callable] = {}  # entry name -> its compiled entry point (Frozen launches)
         self._disk = path is not None
         self._serial = mod.launch_serial
         # grid > 1 (or no sync): tiles/threads in one prange; one team with sync: launch_team;
@@ -370,29 +374,59 @@ class NumbaLauncher(Launcher):
                 out[i] = out[i].view(np.uint16)
         return args if out is None else out
 
+    def freeze(self, values: Sequence) -> Sequence:
+        """``values`` as a model's plan keeps them for every run: adapted once and, when they have
+        exactly the compiled types, a ``Frozen`` tuple that later launches take straight to the
+        entry point's machine code (backends/numba/frozen.py); else the adapted values."""
+        values = self._adapt(values)
+        if self._sites is not None:  # debug mode: launches carry an error record
+            return values
+        return frz.freeze(values, self._tensors, self._sig[:len(values)] if len(values) == self._nparams
+                          else ()) or values
+
+    def _entry(self, which: str, args: Sequence, grid: int):
+        """What runs entry ``which``: its compiled entry point for ``Frozen`` values (the
+        dispatcher's typing skipped), else the dispatcher."""
+        fn = self._serial if which == "launch_serial" else self._parallel_entry(grid)
+        if type(args) is not frz.Frozen or (which == "launch_serial" and self._pending):
+            return fn
+        ep = self._direct.get(which)
+        if ep is None:
+            cres = getattr(fn, "overloads", {}).get(self._sig)
+            if cres is None:
+                return fn
+            ep = self._direct[which] = cres.entry_point
+        return ep
+
     def __call__(self, args: Sequence, grid: Grid) -> None:
-        args = self._adapt(args)
+        frozen = type(args) is frz.Frozen
+        if not frozen:
+            args = self._adapt(args)
         if type(grid) is tuple:  # n-d; an int grid (the common launch) pays nothing more for it
             self._run_nd(args, grid, grid[0] * grid[1] * grid[2] * self._team <= SERIAL_MAX_THREADS)
             return
         threads = grid * self._team
         if threads <= SERIAL_MAX_THREADS:
-            n = 0
-            for i in self._tensors:
-                n += args[i].size
+            if frozen:
+                n = args.size
+            else:
+                n = 0
+                for i in self._tensors:
+                    n += args[i].size
             if n < SERIAL_MAX_ELEMENTS:
                 if not self._timed:
-                    self._run(self._serial, args, grid)
+                    self._run(self._entry("launch_serial", args, grid) if frozen else self._serial, args, grid)
                     return
                 key = (grid, n)
                 phase = self._choice.phase(key)
                 if phase == entry_choice.TIMING:
+                    fn = self._entry("launch_serial", args, grid) if frozen else self._serial
                     t0 = perf_counter()
-                    self._run(self._serial, args, grid)
+                    self._run(fn, args, grid)
                     self._choice.serial_took(key, perf_counter() - t0)
                     return
                 if phase == entry_choice.SERIAL:
-                    self._run(self._serial, args, grid)
+                    self._run(self._entry("launch_serial", args, grid) if frozen else self._serial, args, grid)
                     return
                 if phase == entry_choice.TRYING:
                     self._parallel_entry(grid)  # compiled (or loaded) before the clock starts
@@ -428,7 +462,8 @@ class NumbaLauncher(Launcher):
         return self._ready.get(which) or self._compile_lazily(which)
 
     def _run_parallel(self, args: Sequence, grid: int) -> None:
-        fn = self._parallel_entry(grid)
+        which = "launch_team" if grid == 1 and "launch_team" in self._entries else "launch_parallel"
+        fn = self._entry(which, args, grid)
         if _serialize_parallel:
             with _parallel_lock:
                 self._run(fn, args, grid)

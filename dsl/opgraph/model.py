@@ -677,7 +677,8 @@ def _prepare(kernel, args, kwargs, backend):
     launcher, values, grid = kernel.prepare(args, kwargs, backend=backend, grid=grid)
     if grid == 0:
         return _noop, ()
-    return launcher, (values, grid)
+    freeze = getattr(launcher, "freeze", None)  # numba: every run launches these very values
+    return launcher, (values if freeze is None else freeze(values), grid)
 
 
 def _noop():

@@ -4,9 +4,11 @@ A launch whose argument dtypes and ranks were seen (and fully checked) before
 only needs identity checks (and a memory-overlap test of its Out arguments, which
 types cannot tell), so each kernel gets a generated function with the
 kernel's own signature: Python binds the arguments natively and the body does
-type/contiguity tests and scalar conversions inline.  Anything unusual makes it
-return None and ``Kernel.bind`` runs, so every error message comes from one
-place.  This is what keeps launch overhead near a plain ``njit`` call.
+type/contiguity tests and scalar conversions inline.  ``Vec`` parameters pass
+through when they already are what ``Kernel.bind`` would make of them (a writable
+1-d array of the exact dtype and length: e.g. gemm_packed's geometry).  Anything
+unusual makes it return None and ``Kernel.bind`` runs, so every error message comes
+from one place.  This is what keeps launch overhead near a plain ``njit`` call.
 """
 from __future__ import annotations
 
@@ -28,9 +30,14 @@ def build(params) -> Optional[Callable]:
     sig, body, values, key = [], [], [], []
     tensors = [p for p in params if p.kind == "tensor"]
     for p in params:
-        if p.kind == "vec":
-            return None
-        if p.kind == "scalar":
+        if p.kind == "vec":  # bind converts anything else (lists, other dtypes) and checks each element
+            env[f"V_{p.name}"] = np.dtype(p.annotation.dtype.np)
+            env[f"D_{p.name}"] = p.default
+            sig.append(p.name if p.default is inspect.Parameter.empty else f"{p.name}=D_{p.name}")
+            body.append(f"    if type({p.name}) is not ndarray or {p.name}.dtype != V_{p.name} or "
+                        f"{p.name}.shape != ({p.annotation.length},) or not ({p.name}.flags.c_contiguous and "
+                        f"{p.name}.flags.writeable): return None")
+        elif p.kind == "scalar":
             ann = p.annotation.dtype if isinstance(p.annotation, T.ConstSpec) else p.annotation
             if not isinstance(ann, T.DType):
                 return None  # TypeVar scalars: the slow path infers their dtype

@@ -128,16 +128,20 @@ class Kernel:
 
     def __call__(self, *args, backend: Optional[str] = None, grid: Any = None, **kwargs) -> None:
         __tracebackhide__ = True  # pytest and IPython hide this frame: errors point at user code
-        if self._fast is not None and grid is None and type(self.grid) is int:
+        # the fast path: seen argument types and a plain int grid (the kernel's, or one given here
+        # that needs no check beyond its sign and the launcher's thread limit)
+        g = self.grid if grid is None else grid
+        if self._fast is not None and type(g) is int and g >= 0:
             try:
                 hit = self._fast(*args, **kwargs)
             except Exception:  # any binding problem: the full check below explains it
                 hit = None
             if hit is not None:
                 launcher = self._fast_variants.get((backend or config.default_backend(), hit[1]))
-                if launcher is not None:
-                    if self.grid:
-                        launcher(hit[0], self.grid)
+                if launcher is not None and g * self.threads <= getattr(launcher, "max_logical_threads",
+                                                                        MAX_LOGICAL_THREADS):
+                    if g:
+                        launcher(hit[0], g)
                     return
         launcher, values, g = self.prepare(args, kwargs, backend=backend, grid=grid)
         if g:

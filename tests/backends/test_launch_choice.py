@@ -47,14 +47,19 @@ def entries(monkeypatch, launcher):
     return seen
 
 
+@pytest.mark.parametrize("frozen", [False, True], ids=["values", "frozen"])
 @pytest.mark.parametrize("gain, settled", [(float("inf"), "launch_parallel"), (0.0, "launch_serial")],
                          ids=["parallel faster", "parallel not faster"])
-def test_slow_serial_runs_try_the_parallel_entry_and_keep_the_faster(monkeypatch, gain, settled):
+def test_slow_serial_runs_try_the_parallel_entry_and_keep_the_faster(monkeypatch, gain, settled, frozen):
+    """Also with a plan's frozen values (backends/numba/frozen.py), which run the same entries."""
     monkeypatch.setattr(ec, "SERIAL_HEAVY_S", -1.0)  # every serial run counts as slow
     monkeypatch.setattr(ec, "PARALLEL_GAIN", gain)    # inf: parallel always wins; 0: never
     x = np.linspace(-2, 2, 1000, dtype=np.float32)
     y = np.empty_like(x)
     launcher, values, grid = bound(x, y)
+    if frozen:
+        values = launcher.freeze(values)
+        assert type(values).__name__ == "Frozen"
     assert launcher._timed and not launcher.goes_parallel(grid, 2 * x.size)
     seen = entries(monkeypatch, launcher)
     for _ in range(ec.HEAVY_AFTER + ec.TRIALS + 2):
