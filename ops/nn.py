@@ -28,6 +28,7 @@ import dsl
 from dsl import In, InOut, Out, bool_, i32, i64, f16, bf16, f32, f64
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.conv_direct import conv_direct, direct_supported, launch_conv_direct
+from ops.conv_pointwise import conv_pointwise, launch_conv_pointwise, pointwise_supported
 from ops.elementwise import require_dtype, same_dtype
 from ops.gemm_packed import ACT_NONE, PACKED_TYPES, gemm_packed, packed_gemm
 from ops.gemm_packed import activation as conv_epilogue
@@ -225,7 +226,8 @@ class Conv(ConvAttributes):
 
     formats = ("plain", "nchwc16")
     keeps_padding = True  # conv_nchwc16 writes zeros into padding channels
-    kernels = {"plain": conv_nchw, "nchwc16": conv_nchwc16, "gemm": gemm_packed, "direct": conv_direct}
+    kernels = {"plain": conv_nchw, "nchwc16": conv_nchwc16, "gemm": gemm_packed, "direct": conv_direct,
+               "pointwise": conv_pointwise}
 
     def verify(self, x, w, b=None):
         same_dtype("Conv", x, w, b)
@@ -286,7 +288,15 @@ class Conv(ConvAttributes):
         fmt = "nchwc16" if blocked else "plain"
         return (fmt,) + tuple(None if t is None else "plain" for t in rest), fmt
 
+    def _pointwise(self, x, w) -> bool:
+        if w is None:
+            return False
+        k, strides, dil, pads = self._attrs(w)
+        return pointwise_supported(x, w, self.group, k, strides, dil, pads, self.auto_pad)
+
     def select(self, x, w, b=None, backend=None):
+        if self._pointwise(x, w):
+            return "pointwise"
         if self._direct(x, w) and (x.format == "nchwc16" or self._direct_faster(x, w, backend)):
             return "direct"
         if x.format == "nchwc16":
@@ -348,6 +358,9 @@ def launch_conv(conv: Conv, impl, x, w, b, y, backend, res=None, act: int = ACT_
         res = None if res is None else res.reshape(y.shape)
         strides, dil, begin = (1,) + strides, (1,) + dil, (0,) + begin
     bias = np.zeros(w.shape[0], y.dtype) if b is None else b
+    if impl == conv_pointwise:
+        launch_conv_pointwise(impl, x, w, b, y, res, strides, x.ndim == 5, backend, act, lo, hi)
+        return
     if impl == conv_direct:
         launch_conv_direct(impl, x, w, b, y, res, strides, dil, begin, x.ndim == 5, backend, act, lo, hi)
         return
