@@ -276,6 +276,13 @@ class Conv(ConvAttributes):
         return w is not None and direct_supported(x, w, self.group)
 
     def select_format(self, x, *rest):
+        if self._pointwise(x, rest[0] if rest else None):
+            # reads and writes either format: blocked out once there are 16 channels, so a CNN
+            # stays NCHWc16 from its first 1×1 convolution on (the planner asks
+            # select_plain_format when every reader wants plain)
+            m = rest[0].shape[0]
+            out = "nchwc16" if x.format == "nchwc16" or (m is not None and m >= BLOCK) else "plain"
+            return (x.format if x.format == "nchwc16" else "plain",) + _plain(rest), out
         if self._direct(x, rest[0] if rest else None):
             # the direct kernel reads and writes either format: follow the producer, no reorder
             fmt = x.format if x.format == "nchwc16" else "plain"
@@ -293,6 +300,11 @@ class Conv(ConvAttributes):
             return False
         k, strides, dil, pads = self._attrs(w)
         return pointwise_supported(x, w, self.group, k, strides, dil, pads, self.auto_pad)
+
+    def select_plain_format(self, x, *rest):
+        if not self._pointwise(x, rest[0] if rest else None):
+            return None
+        return (x.format if x.format == "nchwc16" else "plain",) + _plain(rest), "plain"
 
     def select(self, x, w, b=None, backend=None):
         if self._pointwise(x, w):
@@ -319,6 +331,11 @@ class Conv(ConvAttributes):
     def run(self, impl, inputs, outputs, backend):
         b = inputs[2] if len(inputs) > 2 else None
         launch_conv(self, impl, inputs[0], inputs[1], b, outputs[0], backend)
+
+
+def _plain(specs) -> tuple:
+    """Plain for the weights and bias (None where absent)."""
+    return tuple(None if t is None else "plain" for t in specs)
 
 
 def conv_as_gemm(impl, group, x, w, bias, y, res, strides, dil, begin, backend, act, lo, hi) -> None:
