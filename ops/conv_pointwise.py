@@ -40,7 +40,11 @@ BLOCK = 16  # channels per NCHWc16 block
 G_N, G_C, G_M, G_ROWS, G_COLS, G_STEP_ROW, G_STEP_COL = range(7)  # output rows × cols, input steps
 G_SXN, G_SXB, G_SXC, G_SXP = range(7, 11)  # x strides: image, 16-channel block, channel, pixel
 G_BLOCKED_OUT = 11
-GEOM = 12
+G_ROWS_TILE = 12  # 1: plain x and y, stride 1: the pixel-vector tile (run_rows)
+GEOM = 13
+ROW_R = 8   # pixel-vector tile: output channels (rows of y) ...
+ROW_NV = 3  # ... × vectors of V pixels
+SCRATCH = 512  # floats per thread for a tile's sums: P·NV·V and ROW_R·ROW_NV·V must fit
 
 
 def pointwise_config(backend: str = "numba") -> DirectConfig:
@@ -53,12 +57,79 @@ def pointwise_config(backend: str = "numba") -> DirectConfig:
 
 
 @dsl.kernel(threads=THREADS)
-def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], geom: dsl.Vec[i64, 12],
+def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], geom: dsl.Vec[i64, 13],
                    add_res: i32, act: i32, act_lo: f32, act_hi: f32, V: dsl.const[i64], NV: dsl.const[i64],
                    P: dsl.const[i64]):
     """y = act(Σ_ic w[oc, ic] · x[ic, pixel·s] + bias [+ res]); x read through geom's strides
     (plain or NCHWc16), y and res NCHWc16 when geom[G_BLOCKED_OUT] else plain."""
     OCT = V * NV
+    tile = dsl.scratch((THREADS, SCRATCH), f32)  # one tile's sums for the run-time epilogue
+    if geom[G_ROWS_TILE] == 1:
+        # plain x and y, stride 1: Y[oc rows, px] = W · X[ic, px], a GEMM on x in place; a tile of
+        # ROW_R output channels × ROW_NV vectors of V consecutive pixels, per input channel ROW_NV
+        # vector loads of x and ROW_R weight broadcasts for ROW_R·ROW_NV FMAs; the rows of y are
+        # stored as vectors (no transposing epilogue).  Needs H·W >= ROW_NV·V: the last tile
+        # starts at H·W - ROW_NV·V and stores only the pixels no earlier tile did.
+        PX = ROW_NV * V
+        rn_img = geom[G_N]
+        rc_in = geom[G_C]
+        rm_out = geom[G_M]
+        hw = geom[G_COLS]
+        ptiles = (hw + PX - 1) // PX
+        rgroups = (rm_out + ROW_R - 1) // ROW_R
+        rat = dsl.thread_id() * SCRATCH
+        rlo, rhi = dsl.split(rgroups * rn_img * ptiles, grid=True)  # row group outermost: its weights stay in cache
+        for ritem in range(rlo, rhi):
+            pt = ritem % ptiles
+            rr = ritem // ptiles
+            nb = rr % rn_img
+            rg = rr // rn_img
+            p_start = pt * PX  # first pixel this tile stores
+            p0 = min(p_start, hw - PX)  # first pixel it computes
+            o_first = rg * ROW_R
+            # the packed weights hold OCT channels per group: row ro is lane ro % OCT of group ro // OCT
+            cpad = ((rc_in + BLOCK - 1) // BLOCK) * BLOCK
+            wrow = (o_first // OCT) * cpad * OCT + o_first % OCT
+            xb = nb * rc_in * hw + p0
+            racc = dsl.local((ROW_R, ROW_NV), dsl.simd(f32, V))
+            for ri in dsl.static_range(ROW_R):
+                for rj in dsl.static_range(ROW_NV):
+                    racc[ri, rj] = dsl.splat(f32(0), V)
+            for ic in range(rc_in):
+                rxv = dsl.local((ROW_NV,), dsl.simd(f32, V))
+                for rj in dsl.static_range(ROW_NV):
+                    rxv[rj] = x.vload(xb + ic * hw + rj * V, V)
+                wi = wrow + ic * OCT
+                for ri in dsl.static_range(ROW_R):
+                    wb = dsl.splat(w.flat[wi + ri], V)
+                    for rj in dsl.static_range(ROW_NV):
+                        racc[ri, rj] = dsl.fma(wb, rxv[rj], racc[ri, rj])
+            nrows = min(ROW_R, rm_out - o_first)
+            if p0 == p_start:  # a whole tile: vector epilogue per row
+                for ri in dsl.static_range(ROW_R):
+                    if ri < nrows:
+                        ro = o_first + ri
+                        yb = (nb * rm_out + ro) * hw + p0
+                        rbv = dsl.splat(bias.flat[ro], V)
+                        for rj in dsl.static_range(ROW_NV):
+                            rvec = racc[ri, rj] + rbv
+                            if add_res == 1:
+                                rvec = rvec + res.vload(yb + rj * V, V)
+                            y.vstore(yb + rj * V, activation(rvec, act, act_lo, act_hi))
+            else:  # the last tile overlaps the one before: store only its new pixels
+                for ri in dsl.static_range(ROW_R):
+                    for rj in dsl.static_range(ROW_NV):
+                        tile.vstore(rat + ri * PX + rj * V, racc[ri, rj])
+                for row in range(nrows):
+                    ro = o_first + row
+                    yb = (nb * rm_out + ro) * hw
+                    sbv = bias.flat[ro]
+                    for q in range(p_start, hw):
+                        rv = tile[dsl.thread_id(), row * PX + q - p0] + sbv
+                        if add_res == 1:
+                            rv += res.flat[yb + q]
+                        y.flat[yb + q] = activation(rv, act, act_lo, act_hi)
+        return
     n_img = geom[G_N]
     c_in = geom[G_C]
     m_out = geom[G_M]
@@ -78,8 +149,7 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
     if blocked_out == 1:  # every lane of the last block is written, zero past m_out
         ocg_n = (mb * BLOCK + OCT - 1) // OCT
     row_tiles = (cols + P - 1) // P
-    tile = dsl.scratch((THREADS, P * NV * V), f32)  # one tile's sums for the run-time epilogue
-    at_t = dsl.thread_id() * P * OCT
+    at_t = dsl.thread_id() * SCRATCH
     lo, hi = dsl.split(ocg_n * n_img * rows * row_tiles, grid=True)
     for item in range(lo, hi):
         t = item % row_tiles
@@ -155,11 +225,14 @@ def pointwise_supported(x, w, group: int, kernel, strides, dilations, pads, auto
 
 
 def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, backend, act: int, lo: float,
-                          hi: float, cfg: DirectConfig = None) -> None:
+                          hi: float, cfg: DirectConfig = None, rows: bool = True) -> None:
     """Run ``impl`` (conv_pointwise, or a model's recorder of it) on 4-D arrays: x (N, C, H, W)
     plain, or its NCHWc16 array (N, C/16, H, W, 16) when ``blocked``; y and res are NCHWc16 when
-    y is 5-D, else plain.  ``w`` is (M, C, 1, 1)."""
+    y is 5-D, else plain.  ``w`` is (M, C, 1, 1).  Plain x and y with stride 1 run the
+    pixel-vector tile (``run_rows``) unless ``rows`` is False."""
     cfg = cfg or pointwise_config(backend or "numba")
+    if cfg.P * cfg.OCT > SCRATCH or ROW_R * ROW_NV * cfg.V > SCRATCH:
+        raise ValueError(f"conv_pointwise tile {cfg} needs more than {SCRATCH} floats of scratch per thread")
     for name, a in (("x", x), ("w", w), ("y", y), ("B", bias), ("Z", res)):
         if a is not None and a.dtype != np.float32:
             raise ValueError(f"conv_pointwise computes f32; {name} is {a.dtype} (f16, bf16 and f64 run the GEMM "
@@ -191,6 +264,9 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
     flat_res = np.zeros(1, np.float32) if res is None else res.reshape(-1)
     ocg = -(-(-(-m // BLOCK) * BLOCK if blocked_out else m) // cfg.OCT)
     items = ocg * n * geom[G_ROWS] * -(-geom[G_COLS] // cfg.P)
+    if rows and not blocked and not blocked_out and tuple(strides) == (1, 1) and oh * ow >= ROW_NV * cfg.V:
+        geom[G_ROWS_TILE] = 1
+        items = -(-m // ROW_R) * n * -(-(oh * ow) // (ROW_NV * cfg.V))
     grid = max(1, min(64, items // (THREADS * 4)))
     impl(x.reshape(-1), wp, bp, flat_res, y.reshape(-1), geom, add_res=int(res is not None), act=act,
          act_lo=float(lo), act_hi=float(hi), V=cfg.V, NV=cfg.NV, P=cfg.P, backend=backend, grid=grid)

@@ -33,6 +33,8 @@ CASES = [  # (N, C, H, W, M, stride)
     (2, 17, 9, 8, 16, 2),   # batch, stride 2 over odd rows: 5x4 output
     (1, 3, 4, 5, 5, 2),     # fewer than 16 channels in and out
     (1, 48, 3, 3, 40, 1),   # 9 pixels: a full tile and a partial one, three input blocks
+    (1, 20, 7, 9, 21, 1),   # plain: the pixel-vector tile, 63 pixels (a tile of 48 and an overlapping one)
+    (2, 9, 8, 6, 10, 1),    # plain: batch, exactly one pixel-vector tile per image, 10 = 8 + 2 rows
 ]
 
 
@@ -63,6 +65,14 @@ def test_pointwise_fused_epilogue_with_residual(backend, act, params):
             "LeakyRelu": lambda: np.where(v >= 0, v, params[0] * v)}[act]()
     y = FusedConv(x, w, b, z, strides=[2, 2], activation=act, activation_params=params, backend=backend)
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+    # stride 1 on plain tensors: the pixel-vector tile's two epilogues (whole and overlapping tile)
+    x1, w1, b1 = data(1, 5, 10, 5, 11)
+    z1 = RNG.standard_normal((1, 11, 10, 5)).astype(np.float32)
+    v1 = pointwise_ref(x1, w1, b1) + z1
+    want1 = {"Relu": lambda: np.maximum(v1, 0), "Clip": lambda: np.clip(v1, *params),
+             "LeakyRelu": lambda: np.where(v1 >= 0, v1, params[0] * v1)}[act]()
+    y1 = FusedConv(x1, w1, b1, z1, activation=act, activation_params=params, backend=backend)
+    np.testing.assert_allclose(y1, want1, rtol=1e-4, atol=1e-4)
     zb = F.to_nchwc16_ref(z)
     yb = np.full(zb.shape, np.nan, np.float32)
     code = {"Relu": 1, "Clip": 2, "LeakyRelu": 3}[act]
