@@ -44,6 +44,7 @@ G_ROWS_TILE = 12  # 1: plain x and y, stride 1: the pixel-vector tile (run_rows)
 GEOM = 13
 ROW_R = 8   # pixel-vector tile: output channels (rows of y) ...
 ROW_NV = 3  # ... × vectors of V pixels
+ROWS_MAX_C = 128  # input channels up to which plain stride-1 convolutions run the pixel-vector tile
 SCRATCH = 512  # floats per thread for a tile's sums: P·NV·V and ROW_R·ROW_NV·V must fit
 
 
@@ -264,7 +265,11 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
     flat_res = np.zeros(1, np.float32) if res is None else res.reshape(-1)
     ocg = -(-(-(-m // BLOCK) * BLOCK if blocked_out else m) // cfg.OCT)
     items = ocg * n * geom[G_ROWS] * -(-geom[G_COLS] // cfg.P)
-    if rows and not blocked and not blocked_out and tuple(strides) == (1, 1) and oh * ow >= ROW_NV * cfg.V:
+    # pixel-vector tile: measured (benchmarks/RESULTS.md, CPU time) 10-20 % faster than the
+    # channel-vector tile on plain tensors with up to 128 input channels (56x56 and 28x28 layers)
+    # and 10-50 % slower with more (each input channel's 48 pixels are another row of x)
+    if rows and not blocked and not blocked_out and tuple(strides) == (1, 1) and oh * ow >= ROW_NV * cfg.V \
+            and c <= ROWS_MAX_C:
         geom[G_ROWS_TILE] = 1
         items = -(-m // ROW_R) * n * -(-(oh * ow) // (ROW_NV * cfg.V))
     grid = max(1, min(64, items // (THREADS * 4)))
