@@ -11,6 +11,9 @@ in either format, with any stride, and writes either format.
 * **Tile**: ``P`` output pixels × ``NV`` vectors of ``V`` output channels
   (``dsl.local((P, NV), simd(f32, V))``).  Per input channel it loads ``NV`` weight vectors
   and broadcasts one input value per pixel: P·NV fused multiply-adds for NV + P loads.
+  Plain x and y with stride 1 and few input channels use a second tile instead, ``ROW_R``
+  output channels × ``ROW_NV`` vectors of consecutive pixels, weights broadcast, which
+  stores rows of y as vectors (a plain y from the first tile is a transposing store).
 * **Weights** are reordered once into ``[oc group][ic][OCT oc]`` (ops/conv_direct.py's
   ``pack_conv_weights`` with a 1-tap window, kept per constant array by ``packed_weights``).
 * **Pixels**: stride 1 tiles run along the flattened image (consecutive input pixels); a

@@ -11,7 +11,8 @@ image once per row and weight, so the inner loops carry no padding tests.
 D = H = 1; the blocked kernel and the GEMM path (ops/gemm_packed.py) take 1-D and 2-D
 images only, so a 3-D convolution always runs ``conv_nchw``.  One-group f32 1-D/2-D
 convolutions run the SIMD register-tile kernel of ops/conv_direct.py instead (``select``:
-"direct"), except unpadded 1×1 ones on numba, which are GEMMs.
+"direct"), except unpadded 1×1 ones: 2-D ones run ops/conv_pointwise.py ("pointwise", which
+also turns a CNN's tensors NCHWc16, see ``select_format``), 1-D ones on numba are GEMMs.
 
 Both kernels end in an *epilogue* applied while storing: an optional residual tensor
 added (``add_res``) and an activation (``conv_epilogue``: none, Relu, Clip, LeakyRelu).
@@ -319,9 +320,9 @@ class Conv(ConvAttributes):
         return "plain"
 
     def _direct_faster(self, x, w, backend) -> bool:
-        """Direct unless an unpadded 1×1 convolution on numba: with stride 1 that is a plain
-        GEMM reading x in place (ops/gemm_packed.py), with stride 2 one whose B panels are
-        gathered; both measured faster than the tile loop broadcasting from a plain image."""
+        """Direct unless an unpadded 1×1 convolution on numba (2-D ones took "pointwise"
+        before): with stride 1 that is a plain GEMM reading x in place (ops/gemm_packed.py),
+        with stride 2 one whose B panels are gathered."""
         if backend != "numba":
             return True
         k, _, _, pads = self._attrs(w)
