@@ -156,3 +156,37 @@ def test_pointwise_launch_rejects_what_it_cannot_run():
         launch_conv_pointwise(conv_pointwise, x, w[:, :1], None, y, None, (1, 1), False, "interpreter", 0, 0, 0)
     with pytest.raises(ValueError, match=r"conv_pointwise output 4x4 does not match input 4x4 with strides \(2, 2\)"):
         launch_conv_pointwise(conv_pointwise, x, w, None, y, None, (2, 2), False, "interpreter", 0, 0, 0)
+
+
+def test_fire_module_concat_stays_blocked(backend):
+    """SqueezeNet's fire module: squeeze 1×1 -> expand 1×1 and 3×3 -> Concat (16-aligned
+    blocks) -> MaxPool, all NCHWc16; only the graph output is reordered."""
+    x, ws, bs = data(1, 8, 6, 6, 16)
+    _, we1, be1 = data(1, 16, 1, 1, 16)
+    we3 = (RNG.standard_normal((16, 16, 3, 3)) / 12).astype(np.float32)
+    g = dsl.Graph("fire")
+    xi = g.input("x", x.shape, dsl.f32)
+    s = ops.Relu(ops.Conv(xi, g.constant("ws", ws), g.constant("bs", bs)))
+    e1 = ops.Relu(ops.Conv(s, g.constant("we1", we1), g.constant("be1", be1)))
+    e3 = ops.Relu(ops.Conv(s, g.constant("we3", we3), pads=[1, 1, 1, 1]))
+    g.output(ops.MaxPool(ops.Concat(e1, e3, axis=1), kernel_shape=[2, 2], strides=[2, 2])[0], "y")
+    model = g.compile(backend=backend)
+    assert model.stats["reorders"] == 1
+    r = np.maximum(pointwise_ref(x, ws, bs), 0)
+    r1 = np.maximum(pointwise_ref(r.astype(np.float32), we1, be1), 0)
+    rp = np.pad(r, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    r3 = sum(np.einsum("nchw,mc->nmhw", rp[:, :, i:i + 6, j:j + 6], we3[:, :, i, j].astype(np.float64))
+             for i in range(3) for j in range(3))
+    cat = np.concatenate([r1, np.maximum(r3, 0)], axis=1)
+    want = cat.reshape(1, 32, 3, 2, 3, 2).max(axis=(3, 5))
+    np.testing.assert_allclose(model.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+
+
+def test_concat_formats():
+    blocked = TensorSpec((1, 32, 5, 5), dsl.f32).with_(format="nchwc16")
+    odd = TensorSpec((1, 24, 5, 5), dsl.f32).with_(format="nchwc16")
+    assert ops.Concat(axis=1).select_format(blocked, odd) == (("nchwc16", "nchwc16"), "nchwc16")
+    assert ops.Concat(axis=1).select_format(odd, blocked) == (("plain", "plain"), "plain")  # 24: not whole blocks
+    assert ops.Concat(axis=2).select_format(blocked, blocked) == (("plain", "plain"), "plain")
+    assert ops.Concat(axis=1).select_format(blocked, TensorSpec((1, 32, 5, 5), dsl.f32)) == \
+        (("plain", "plain"), "plain")
