@@ -190,3 +190,17 @@ def test_concat_formats():
     assert ops.Concat(axis=2).select_format(blocked, blocked) == (("plain", "plain"), "plain")
     assert ops.Concat(axis=1).select_format(blocked, TensorSpec((1, 32, 5, 5), dsl.f32)) == \
         (("plain", "plain"), "plain")
+
+
+def test_resnet_head_pools_blocked(backend):
+    """ResNet's last AveragePool (the whole 7×7 image) runs on the blocked tensor the 1×1 conv
+    wrote; only the pooled (N, C, 1, 1) result is reordered."""
+    x, w, b = data(1, 24, 7, 7, 40)
+    g = dsl.Graph("head")
+    xi = g.input("x", x.shape, dsl.f32)
+    y = ops.AveragePool(ops.Relu(ops.Conv(xi, g.constant("w", w), g.constant("b", b))), kernel_shape=[7, 7])
+    g.output(ops.Flatten(y), "y")
+    model = g.compile(backend=backend)
+    assert model.stats["reorders"] == 1 and "global_blocked" in model.selected({"x": x}).values()
+    want = np.maximum(pointwise_ref(x, w, b), 0).mean(axis=(2, 3))
+    np.testing.assert_allclose(model.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
