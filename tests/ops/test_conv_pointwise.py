@@ -125,6 +125,20 @@ def test_single_conv_writes_plain_output():
     np.testing.assert_allclose(model.run({"x": x})["y"], pointwise_ref(x, w, b), rtol=1e-4, atol=1e-4)
 
 
+def test_fused_residual_output_stays_plain(backend):
+    """Relu(Conv 1×1 + z) as the graph output: the FusedConv and its residual z stay plain
+    (select_plain_format), so nothing is reordered."""
+    x, w, b = data(1, 20, 4, 6, 24)
+    z = RNG.standard_normal((1, 24, 4, 6)).astype(np.float32)
+    g = dsl.Graph("residual")
+    xi, zi = g.input("x", x.shape, dsl.f32), g.input("z", z.shape, dsl.f32)
+    g.output(ops.Relu(ops.Add(ops.Conv(xi, g.constant("w", w), g.constant("b", b)), zi)), "y")
+    model = g.compile(backend=backend)
+    assert model.stats["reorders"] == 0 and list(model.selected({"x": x, "z": z}).values()) == ["pointwise"]
+    np.testing.assert_allclose(model.run({"x": x, "z": z})["y"], np.maximum(pointwise_ref(x, w, b) + z, 0),
+                               rtol=1e-4, atol=1e-4)
+
+
 def test_select_and_formats_for_pointwise():
     x = TensorSpec((1, 64, 56, 56), dsl.f32)
     w1, w3 = TensorSpec((256, 64, 1, 1), dsl.f32), TensorSpec((64, 64, 3, 3), dsl.f32)
