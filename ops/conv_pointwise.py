@@ -270,9 +270,10 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
     items = ocg * n * geom[G_ROWS] * -(-geom[G_COLS] // cfg.P)
     # pixel-vector tile: measured (benchmarks/RESULTS.md, CPU time) 10-20 % faster than the
     # channel-vector tile on plain tensors with up to 128 input channels (56x56 and 28x28 layers)
-    # and 10-50 % slower with more (each input channel's 48 pixels are another row of x)
+    # and 10-50 % slower with more (each input channel's 48 pixels are another row of x); its
+    # 24 accumulators need AVX-512's 32 vector registers (V = 16)
     if rows and not blocked and not blocked_out and tuple(strides) == (1, 1) and oh * ow >= ROW_NV * cfg.V \
-            and c <= ROWS_MAX_C:
+            and c <= ROWS_MAX_C and cfg.V == 16:
         geom[G_ROWS_TILE] = 1
         items = -(-m // ROW_R) * n * -(-(oh * ow) // (ROW_NV * cfg.V))
     grid = max(1, min(64, items // (THREADS * 4)))
