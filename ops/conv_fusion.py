@@ -68,6 +68,12 @@ class FusedConv(Conv):
             ins += (None if rest[2] is None else out,)
         return ins, out
 
+    def select_plain_format(self, x, *rest):
+        found = super().select_plain_format(x, *rest[:2])
+        if found is not None and len(rest) > 2:  # Z is stored like the output
+            found = (found[0] + (None if rest[2] is None else "plain",), found[1])
+        return found
+
     def run(self, impl, inputs, outputs, backend):
         x, w, b, z = (list(inputs) + [None, None])[:4]
         act, _ = ACTIVATIONS[self.activation]

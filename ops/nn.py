@@ -11,8 +11,10 @@ image once per row and weight, so the inner loops carry no padding tests.
 D = H = 1; the blocked kernel and the GEMM path (ops/gemm_packed.py) take 1-D and 2-D
 images only, so a 3-D convolution always runs ``conv_nchw``.  One-group f32 1-D/2-D
 convolutions run the SIMD register-tile kernel of ops/conv_direct.py instead (``select``:
-"direct"), except unpadded 1×1 ones on numba, which are GEMMs; plain images of few channels
-run ops/conv_stem.py's pixel-vector kernel ("stem": a CNN's first layer; ``stem_supported``).
+"direct"), except unpadded 1×1 ones: 2-D ones run ops/conv_pointwise.py ("pointwise", which
+also turns a CNN's tensors NCHWc16, see ``select_format``), 1-D ones on numba are GEMMs; plain
+images of few channels run ops/conv_stem.py's pixel-vector kernel ("stem": a CNN's first layer;
+``stem_supported``).
 
 Both kernels end in an *epilogue* applied while storing: an optional residual tensor
 added (``add_res``) and an activation (``conv_epilogue``: none, Relu, Clip, LeakyRelu).
@@ -30,6 +32,7 @@ from dsl import In, InOut, Out, bool_, i32, i64, f16, bf16, f32, f64
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.conv_direct import conv_direct, direct_supported, launch_conv_direct
 from ops.conv_stem import conv_stem, launch_conv_stem, stem_supported
+from ops.conv_pointwise import conv_pointwise, launch_conv_pointwise, pointwise_supported
 from ops.elementwise import require_dtype, same_dtype
 from ops.gemm_packed import ACT_NONE, PACKED_TYPES, gemm_packed, packed_gemm
 from ops.gemm_packed import activation as conv_epilogue
@@ -228,7 +231,7 @@ class Conv(ConvAttributes):
     formats = ("plain", "nchwc16")
     keeps_padding = True  # conv_nchwc16 writes zeros into padding channels
     kernels = {"plain": conv_nchw, "nchwc16": conv_nchwc16, "gemm": gemm_packed, "direct": conv_direct,
-               "stem": conv_stem}
+               "stem": conv_stem, "pointwise": conv_pointwise}
 
     def verify(self, x, w, b=None):
         same_dtype("Conv", x, w, b)
@@ -277,6 +280,13 @@ class Conv(ConvAttributes):
         return w is not None and direct_supported(x, w, self.group)
 
     def select_format(self, x, *rest):
+        if self._pointwise(x, rest[0] if rest else None):
+            # reads and writes either format: blocked out once there are 16 channels, so a CNN
+            # stays NCHWc16 from its first 1×1 convolution on (the planner asks
+            # select_plain_format when every reader wants plain)
+            m = rest[0].shape[0]
+            out = "nchwc16" if x.format == "nchwc16" or (m is not None and m >= BLOCK) else "plain"
+            return (x.format if x.format == "nchwc16" else "plain",) + _plain(rest), out
         if self._direct(x, rest[0] if rest else None):
             # the direct kernel reads and writes either format: follow the producer, no reorder
             fmt = x.format if x.format == "nchwc16" else "plain"
@@ -289,7 +299,23 @@ class Conv(ConvAttributes):
         fmt = "nchwc16" if blocked else "plain"
         return (fmt,) + tuple(None if t is None else "plain" for t in rest), fmt
 
+    def _pointwise(self, x, w) -> bool:
+        if w is None:
+            return False
+        k, strides, dil, pads = self._attrs(w)
+        return pointwise_supported(x, w, self.group, k, strides, dil, pads, self.auto_pad)
+
+    def select_plain_format(self, x, *rest):
+        if not self._pointwise(x, rest[0] if rest else None):
+            return None
+        return (x.format if x.format == "nchwc16" else "plain",) + _plain(rest), "plain"
+
     def select(self, x, w, b=None, backend=None):
+        if self._pointwise(x, w):
+            # every backend, every shape: on numba (AVX-512) it took 10-25 % less CPU time than
+            # the packed GEMM on all eleven ResNet-50 / SqueezeNet 1x1 shapes even plain -> plain
+            # (benchmarks/RESULTS.md, c1x1 slice), and only it reads and writes NCHWc16
+            return "pointwise"
         if self._direct(x, w) and (x.format == "nchwc16" or self._direct_faster(x, w, backend)):
             # plain images of few channels (a CNN's first layer, squeezenet's 16-channel expands):
             # vectors of output pixels store plain rows directly (ops/conv_stem.py)
@@ -302,9 +328,9 @@ class Conv(ConvAttributes):
         return "plain"
 
     def _direct_faster(self, x, w, backend) -> bool:
-        """Direct unless an unpadded 1×1 convolution on numba: with stride 1 that is a plain
-        GEMM reading x in place (ops/gemm_packed.py), with stride 2 one whose B panels are
-        gathered; both measured faster than the tile loop broadcasting from a plain image."""
+        """Direct unless an unpadded 1×1 convolution on numba (2-D ones took "pointwise"
+        before): with stride 1 that is a plain GEMM reading x in place (ops/gemm_packed.py),
+        with stride 2 one whose B panels are gathered."""
         if backend != "numba":
             return True
         k, _, _, pads = self._attrs(w)
@@ -314,6 +340,11 @@ class Conv(ConvAttributes):
     def run(self, impl, inputs, outputs, backend):
         b = inputs[2] if len(inputs) > 2 else None
         launch_conv(self, impl, inputs[0], inputs[1], b, outputs[0], backend)
+
+
+def _plain(specs) -> tuple:
+    """Plain for the weights and bias (None where absent)."""
+    return tuple(None if t is None else "plain" for t in specs)
 
 
 def conv_as_gemm(impl, group, x, w, bias, y, res, strides, dil, begin, backend, act, lo, hi) -> None:
@@ -355,6 +386,9 @@ def launch_conv(conv: Conv, impl, x, w, b, y, backend, res=None, act: int = ACT_
     bias = np.zeros(w.shape[0], y.dtype) if b is None else b
     if impl == conv_stem:
         launch_conv_stem(impl, x, w, b, y, res, strides, dil, begin, y.ndim == 5, backend, act, lo, hi)
+        return
+    if impl == conv_pointwise:
+        launch_conv_pointwise(impl, x, w, b, y, res, strides, x.ndim == 5, backend, act, lo, hi)
         return
     if impl == conv_direct:
         launch_conv_direct(impl, x, w, b, y, res, strides, dil, begin, x.ndim == 5, backend, act, lo, hi)

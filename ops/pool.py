@@ -420,21 +420,37 @@ class MaxPool(MaxPoolV12):
 @dsl.op("AveragePool", since=1, until=6)
 class AveragePoolV1(_Pool):
     """AveragePool excluding padding from the count (opsets 1-6).  A window that is the whole
-    unpadded image (ResNet's last pool) is a global average: f32 takes ``global_pool_plain``."""
+    unpadded image (ResNet's last pool) is a global average: f32 takes ``global_pool_plain``,
+    or ``global_pool_blocked`` on NCHWc16 (a blocked CNN's last pool)."""
     CODE = AVG
-    kernels = {"default": pool_kernel, "global": global_pool_plain}
+    kernels = {"default": pool_kernel, "global": global_pool_plain, "global_blocked": global_pool_blocked}
+    formats = ("plain", "nchwc16")  # NCHWc16 for the global case only
+    keeps_padding = True  # the mean of zero padding channels is zero
 
-    def select(self, x, backend):
+    def _global(self, x) -> bool:
         if x.dtype != f32 or any(d is None for d in x.shape[2:]):
-            return "default"
+            return False
         k, _, dil, _ = self._attrs()
         out, begin, end = self._geometry(x)
-        whole = (tuple(k) == tuple(x.shape[2:]) and all(d == 1 for d in dil) and all(o == 1 for o in out)
-                 and not any(begin) and not any(end))
-        return "global" if whole else "default"
+        return (tuple(k) == tuple(x.shape[2:]) and all(d == 1 for d in dil) and all(o == 1 for o in out)
+                and not any(begin) and not any(end))
+
+    def select_format(self, x):
+        fmt = "nchwc16" if x.format == "nchwc16" and x.ndim == 4 and self._global(x) else "plain"
+        return (fmt,), fmt
+
+    def select(self, x, backend):
+        if not self._global(x):
+            return "default"
+        return "global_blocked" if x.format == "nchwc16" else "global"
 
     def run(self, impl, inputs, outputs, backend):
         x, y = inputs[0], outputs[0]
+        if impl == global_pool_blocked:
+            n, cb = x.shape[:2]
+            impl(x.reshape(n * cb, -1, x.shape[-1]), y.reshape(n * cb, -1), pool_fast.AVG, backend=backend,
+                 grid=grid_for(x.size))
+            return
         if impl != global_pool_plain:
             return self._launch(impl, x, y, None, backend)
         rows = x.shape[0] * x.shape[1]

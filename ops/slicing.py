@@ -30,7 +30,9 @@ class _Concat(dsl.Op):
     """Concat's checks, shapes and copies (one strided copy per input)."""
 
     keeps_quant = True  # moves data: a quantized input's quant carries over (when all share one)
+    keeps_padding = True  # blocked: whole 16-channel blocks are copied, padding zeros included
     op_type = "Concat"
+    formats = ("plain", "nchwc16")
     kernels = {"default": strided_copy_kernel}
 
     def verify(self, *xs):
@@ -64,9 +66,22 @@ class _Concat(dsl.Op):
         producers write into it directly (dsl/opgraph/concat_inplace.py)."""
         return norm_axis("Concat", self.axis, max(xs[0].ndim, 1))
 
-    def run(self, impl, inputs, outputs, backend):
+    def select_format(self, *xs):
+        """NCHWc16 along the channels when every input is blocked and all but the last have
+        whole blocks (a CNN's Concat of branches, squeezenet's expands): the blocks are copied
+        as they are, or the producers write into the output (concat_inplace.py)."""
+        if (len(xs) > 1 and all(x.ndim == 4 and x.format == "nchwc16" for x in xs)
+                and norm_axis("Concat", self.axis, 4) == 1
+                and all(x.shape[1] is not None and x.shape[1] % 16 == 0 for x in xs[:-1])):
+            return ("nchwc16",) * len(xs), "nchwc16"
+        return ("plain",) * len(xs), "plain"
+
+    def run(self, impl, inputs, outputs, backend, specs=()):
         y = outputs[0]
-        axis = norm_axis("Concat", self.axis, y.ndim)
+        if specs and specs[0] is not None and specs[0].format == "nchwc16":
+            axis = 1  # y is (N, C/16, H, W, 16): the blocks join along axis 1
+        else:
+            axis = norm_axis("Concat", self.axis, y.ndim)
         ys = contiguous_strides(y.shape)
         at = 0
         for x in inputs:

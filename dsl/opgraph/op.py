@@ -316,6 +316,12 @@ class Op:
         """(input formats, output formats); docs/ops.md "Formats"."""
         return default_select_format(self, inputs)
 
+    def select_plain_format(self, *inputs):
+        """(input formats, output formats) writing plain outputs, or None when the op cannot:
+        the planner asks when ``select_format`` chose an nchwc16 output that every reader wants
+        plain (a graph output, an op without nchwc16), to save the reorder back."""
+        return None
+
     def tiling(self, *inputs):
         """Per output ``{axis: alignment}`` a compiled model may cut it along, or None (untiled);
         with ``map_tiles`` (docs/ops.md "Tiling", dsl/opgraph/tiling.py)."""

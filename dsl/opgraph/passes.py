@@ -160,13 +160,18 @@ def assign_formats(g) -> int:
         cache[key] = out
         return out
 
+    plain_only = _read_plain_only(g)
     for n in g.nodes:
         specs = [None if t is None else t.spec for t in n.inputs]
-        if any(is_host(s) for s in specs + [o.spec for o in n.outputs]):
+        out_specs = [o.spec for o in n.outputs]
+        if any(is_host(s) for s in specs + out_specs):
             order.append(n)  # sequences and optionals hold plain tensors: nothing to convert
             continue
-        ins, outs = normalize_choice(n.op, specs, len(n.outputs), n.op.select_format(*specs),
-                                     [o.spec for o in n.outputs])
+        ins, outs = normalize_choice(n.op, specs, len(n.outputs), n.op.select_format(*specs), out_specs)
+        if any(f == "nchwc16" and id(o) in plain_only for o, f in zip(n.outputs, outs)):
+            alt = n.op.select_plain_format(*specs)
+            if alt is not None:
+                ins, outs = normalize_choice(n.op, specs, len(n.outputs), alt, out_specs)
         n.inputs = [None if t is None else convert(t, f) for t, f in zip(n.inputs, ins)]
         for o, f in zip(n.outputs, outs):
             o.spec = o.spec.with_(format=f, value=o.spec.value)
@@ -186,6 +191,24 @@ def assign_formats(g) -> int:
     g.outputs = outputs
     g.nodes = order
     return inserted
+
+
+def _read_plain_only(g) -> set:
+    """ids of the tensors every reader of which wants plain: graph outputs and inputs of ops
+    without an nchwc16 format (the planner's cue for ``Op.writes_plain``)."""
+    readers: Dict[int, list] = {}
+    for n in g.nodes:
+        for t in n.inputs:
+            if t is not None:
+                readers.setdefault(id(t), []).append(n)
+    outputs = {id(t) for t in g.outputs}
+    found = set()
+    for n in g.nodes:
+        for o in n.outputs:
+            rs = readers.get(id(o), [])
+            if (rs or id(o) in outputs) and all("nchwc16" not in type(r.op).formats for r in rs):
+                found.add(id(o))
+    return found
 
 
 # --------------------------------------------------------------------------- 5. kernels

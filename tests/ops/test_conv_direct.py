@@ -157,10 +157,10 @@ def test_select_picks_direct_by_shape_dtype_and_backend():
     x = TensorSpec((1, 64, 56, 56), dsl.f32)
     w3, w1 = TensorSpec((64, 64, 3, 3), dsl.f32), TensorSpec((64, 64, 1, 1), dsl.f32)
     assert ops.Conv(pads=(1, 1, 1, 1)).select(x, w3, backend="numba") == "direct"
-    assert ops.Conv().select(x, w1, backend="numba") == "gemm"          # 1x1 stride 1: a plain GEMM
-    assert ops.Conv(strides=(2, 2)).select(x, w1, backend="numba") == "gemm"     # 1x1 stride 2 too
+    assert ops.Conv().select(x, w1, backend="numba") == "pointwise"     # unpadded 1x1: ops/conv_pointwise.py
+    assert ops.Conv(strides=(2, 2)).select(x, w1, backend="numba") == "pointwise"
     assert ops.Conv(strides=(2, 2), pads=(1, 1, 1, 1)).select(x, w3, backend="numba") == "direct"
-    assert ops.Conv().select(x, w1, backend="opencl") == "direct"
+    assert ops.Conv(pads=(1, 1, 1, 1)).select(x, w1, backend="opencl") == "direct"  # padded 1x1
     xh, wh = TensorSpec((1, 64, 56, 56), dsl.f16), TensorSpec((64, 64, 3, 3), dsl.f16)
     assert ops.Conv(pads=(1, 1, 1, 1)).select(xh, wh, backend="numba") == "gemm"  # f16 keeps the GEMM
     wg = TensorSpec((64, 2, 3, 3), dsl.f32)

@@ -118,7 +118,7 @@ def test_select_picks_stem_for_plain_images_of_few_channels():
     xb = TensorSpec((1, 16, 55, 55), dsl.f32, format="nchwc16")
     assert ops.Conv(pads=(1, 1, 1, 1)).select(xb, TensorSpec((64, 16, 3, 3), dsl.f32), backend="numba") == "direct"
     x16, w1 = TensorSpec((1, 3, 55, 55), dsl.f32), TensorSpec((64, 3, 1, 1), dsl.f32)
-    assert ops.Conv().select(x16, w1, backend="numba") == "gemm"  # 1x1: the GEMM's
+    assert ops.Conv().select(x16, w1, backend="numba") == "pointwise"  # unpadded 1x1: ops/conv_pointwise.py
     xh, wh = TensorSpec((1, 3, 224, 224), dsl.f16), TensorSpec((64, 3, 7, 7), dsl.f16)
     assert ops.Conv(pads=(3, 3, 3, 3)).select(xh, wh, backend="numba") == "gemm"  # f16
     assert ops.Conv(group=3).select(TensorSpec((1, 3, 9, 9), dsl.f32), TensorSpec((3, 1, 3, 3), dsl.f32),

@@ -1,0 +1,281 @@
+"""1×1 (pointwise) f32 convolution with a SIMD register tile, on plain NCHW or NCHWc16.
+
+A 1×1 convolution is Y[oc, px] = Σ_ic W[oc, ic] · X[ic, px·s]: no window, no padding.  The
+direct kernel (ops/conv_direct.py) keeps its partial sums in scratch between 16-channel
+blocks because a 3×3 window's weights must stay in L1; here one tile sums over every input
+channel in registers (oneDNN's 1×1 "reduce_dim" loop innermost), so a tile is loaded from and
+stored to memory once.  The GEMM route (ops/gemm_packed.py) packs the activations into B
+panels at every call and only reads and writes plain tensors; this kernel reads x in place
+in either format, with any stride, and writes either format.
+
+* **Tile**: ``P`` output pixels × ``NV`` vectors of ``V`` output channels
+  (``dsl.local((P, NV), simd(f32, V))``).  Per input channel it loads ``NV`` weight vectors
+  and broadcasts one input value per pixel: P·NV fused multiply-adds for NV + P loads.
+  Plain x and y with stride 1 and few input channels use a second tile instead, ``ROW_R``
+  output channels × ``ROW_NV`` vectors of consecutive pixels, weights broadcast, which
+  stores rows of y as vectors (a plain y from the first tile is a transposing store).
+* **Weights** are reordered once into ``[oc group][ic][OCT oc]`` (ops/conv_direct.py's
+  ``pack_conv_weights`` with a 1-tap window, kept per constant array by ``packed_weights``).
+* **Pixels**: stride 1 tiles run along the flattened image (consecutive input pixels); a
+  strided one runs tiles along each output row, reading every ``s``-th input pixel of every
+  ``s``-th row in place (no gather buffer, oneDNN's "rtus" copy is not needed because the
+  broadcast reads one value per pixel anyway).  A last partial tile repeats its last pixel
+  and does not store the copies.
+* **Work split**: items are (oc group, image, row, tile), oc group outermost, split evenly
+  over the team and the grid, so a thread's consecutive tiles reuse one group's weights
+  (C·OCT·4 bytes, 128 KB at C = 1024) from L2.
+* **Epilogue**: bias, a residual (``res``, in y's format) and Relu / Clip / LeakyRelu while
+  storing: vector stores into NCHWc16 (channels past M written as 0), lane stores into plain.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import dsl
+from dsl import In, Out, f32, i32, i64
+from ops.conv_direct import DirectConfig, packed_weights
+from ops.gemm_packed import activation
+
+THREADS = 4
+BLOCK = 16  # channels per NCHWc16 block
+
+# geometry vector (``geom``) slots
+G_N, G_C, G_M, G_ROWS, G_COLS, G_STEP_ROW, G_STEP_COL = range(7)  # output rows × cols, input steps
+G_SXN, G_SXB, G_SXC, G_SXP = range(7, 11)  # x strides: image, 16-channel block, channel, pixel
+G_BLOCKED_OUT = 11
+G_ROWS_TILE = 12  # 1: plain x and y, stride 1: the pixel-vector tile (run_rows)
+GEOM = 13
+ROW_R = 8   # pixel-vector tile: output channels (rows of y) ...
+ROW_NV = 3  # ... × vectors of V pixels
+ROWS_MAX_C = 128  # input channels up to which plain stride-1 convolutions run the pixel-vector tile
+SCRATCH = 512  # floats per thread for a tile's sums: P·NV·V and ROW_R·ROW_NV·V must fit
+
+
+def pointwise_config(backend: str = "numba") -> DirectConfig:
+    """AVX-512: 7 pixels × 32 channels (14 accumulators, 2 weight vectors, a broadcast).  The
+    same tile as the direct kernel, so both share one packed-weight order; ResNet's 1×1 output
+    widths (56, 28, 14, 7) are multiples of 7.  AVX2: 6 pixels × 16 channels."""
+    if "avx512f" in dsl.target(backend).features:
+        return DirectConfig(V=16, NV=2, P=7)
+    return DirectConfig(V=8, NV=2, P=6)
+
+
+@dsl.kernel(threads=THREADS)
+def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], geom: dsl.Vec[i64, 13],
+                   add_res: i32, act: i32, act_lo: f32, act_hi: f32, V: dsl.const[i64], NV: dsl.const[i64],
+                   P: dsl.const[i64]):
+    """y = act(Σ_ic w[oc, ic] · x[ic, pixel·s] + bias [+ res]); x read through geom's strides
+    (plain or NCHWc16), y and res NCHWc16 when geom[G_BLOCKED_OUT] else plain."""
+    OCT = V * NV
+    tile = dsl.scratch((THREADS, SCRATCH), f32)  # one tile's sums for the run-time epilogue
+    if geom[G_ROWS_TILE] == 1:
+        # plain x and y, stride 1: Y[oc rows, px] = W · X[ic, px], a GEMM on x in place; a tile of
+        # ROW_R output channels × ROW_NV vectors of V consecutive pixels, per input channel ROW_NV
+        # vector loads of x and ROW_R weight broadcasts for ROW_R·ROW_NV FMAs; the rows of y are
+        # stored as vectors (no transposing epilogue).  Needs H·W >= ROW_NV·V: the last tile
+        # starts at H·W - ROW_NV·V and stores only the pixels no earlier tile did.
+        PX = ROW_NV * V
+        rn_img = geom[G_N]
+        rc_in = geom[G_C]
+        rm_out = geom[G_M]
+        hw = geom[G_COLS]
+        ptiles = (hw + PX - 1) // PX
+        rgroups = (rm_out + ROW_R - 1) // ROW_R
+        rat = dsl.thread_id() * SCRATCH
+        rlo, rhi = dsl.split(rgroups * rn_img * ptiles, grid=True)  # row group outermost: its weights stay in cache
+        for ritem in range(rlo, rhi):
+            pt = ritem % ptiles
+            rr = ritem // ptiles
+            nb = rr % rn_img
+            rg = rr // rn_img
+            p_start = pt * PX  # first pixel this tile stores
+            p0 = min(p_start, hw - PX)  # first pixel it computes
+            o_first = rg * ROW_R
+            # the packed weights hold OCT channels per group: row ro is lane ro % OCT of group ro // OCT
+            cpad = ((rc_in + BLOCK - 1) // BLOCK) * BLOCK
+            wrow = (o_first // OCT) * cpad * OCT + o_first % OCT
+            xb = nb * rc_in * hw + p0
+            racc = dsl.local((ROW_R, ROW_NV), dsl.simd(f32, V))
+            for ri in dsl.static_range(ROW_R):
+                for rj in dsl.static_range(ROW_NV):
+                    racc[ri, rj] = dsl.splat(f32(0), V)
+            for ic in range(rc_in):
+                rxv = dsl.local((ROW_NV,), dsl.simd(f32, V))
+                for rj in dsl.static_range(ROW_NV):
+                    rxv[rj] = x.vload(xb + ic * hw + rj * V, V)
+                wi = wrow + ic * OCT
+                for ri in dsl.static_range(ROW_R):
+                    wb = dsl.splat(w.flat[wi + ri], V)
+                    for rj in dsl.static_range(ROW_NV):
+                        racc[ri, rj] = dsl.fma(wb, rxv[rj], racc[ri, rj])
+            nrows = min(ROW_R, rm_out - o_first)
+            if p0 == p_start:  # a whole tile: vector epilogue per row
+                for ri in dsl.static_range(ROW_R):
+                    if ri < nrows:
+                        ro = o_first + ri
+                        yb = (nb * rm_out + ro) * hw + p0
+                        rbv = dsl.splat(bias.flat[ro], V)
+                        for rj in dsl.static_range(ROW_NV):
+                            rvec = racc[ri, rj] + rbv
+                            if add_res == 1:
+                                rvec = rvec + res.vload(yb + rj * V, V)
+                            y.vstore(yb + rj * V, activation(rvec, act, act_lo, act_hi))
+            else:  # the last tile overlaps the one before: store only its new pixels
+                for ri in dsl.static_range(ROW_R):
+                    for rj in dsl.static_range(ROW_NV):
+                        tile.vstore(rat + ri * PX + rj * V, racc[ri, rj])
+                for row in range(nrows):
+                    ro = o_first + row
+                    yb = (nb * rm_out + ro) * hw
+                    sbv = bias.flat[ro]
+                    for q in range(p_start, hw):
+                        rv = tile[dsl.thread_id(), row * PX + q - p0] + sbv
+                        if add_res == 1:
+                            rv += res.flat[yb + q]
+                        y.flat[yb + q] = activation(rv, act, act_lo, act_hi)
+        return
+    n_img = geom[G_N]
+    c_in = geom[G_C]
+    m_out = geom[G_M]
+    rows = geom[G_ROWS]
+    cols = geom[G_COLS]
+    step_row = geom[G_STEP_ROW]
+    step_col = geom[G_STEP_COL]
+    sxn = geom[G_SXN]
+    sxb = geom[G_SXB]
+    sxc = geom[G_SXC]
+    sxp = geom[G_SXP]
+    blocked_out = geom[G_BLOCKED_OUT]
+    ohw = rows * cols
+    cb = (c_in + BLOCK - 1) // BLOCK
+    mb = (m_out + BLOCK - 1) // BLOCK
+    ocg_n = (m_out + OCT - 1) // OCT
+    if blocked_out == 1:  # every lane of the last block is written, zero past m_out
+        ocg_n = (mb * BLOCK + OCT - 1) // OCT
+    row_tiles = (cols + P - 1) // P
+    at_t = dsl.thread_id() * SCRATCH
+    lo, hi = dsl.split(ocg_n * n_img * rows * row_tiles, grid=True)
+    for item in range(lo, hi):
+        t = item % row_tiles
+        r = item // row_tiles
+        orow = r % rows
+        r = r // rows
+        nb = r % n_img
+        g = r // n_img
+        c0 = t * P
+        npix = min(P, cols - c0)
+        base = nb * sxn + (orow * step_row + c0 * step_col) * sxp
+        # pixel offsets in x: pixels past the row repeat the last one
+        off = dsl.local((P,), i64)
+        for p in dsl.static_range(P):
+            off[p] = base + min(p, npix - 1) * step_col * sxp
+        acc = dsl.local((P, NV), dsl.simd(f32, V))
+        for p in dsl.static_range(P):
+            for j in dsl.static_range(NV):
+                acc[p, j] = dsl.splat(f32(0), V)
+        wg = g * cb * BLOCK * OCT
+        for icb in range(cb):
+            cn = min(BLOCK, c_in - icb * BLOCK)
+            for ci in range(cn):
+                wv = dsl.local((NV,), dsl.simd(f32, V))
+                for j in dsl.static_range(NV):
+                    wv[j] = w.vload(wg + (icb * BLOCK + ci) * OCT + j * V, V)
+                xc = icb * sxb + ci * sxc
+                for p in dsl.static_range(P):
+                    xv = dsl.splat(x.flat[xc + off[p]], V)
+                    for j in dsl.static_range(NV):
+                        acc[p, j] = dsl.fma(xv, wv[j], acc[p, j])
+        for p in dsl.static_range(P):
+            for j in dsl.static_range(NV):
+                tile.vstore(at_t + p * OCT + j * V, acc[p, j])
+        q0 = orow * cols + c0  # first output pixel of the tile
+        # the epilogue reads the sums back at run time (one compiled copy, not P × NV unrolled)
+        if blocked_out == 1:
+            for px in range(npix):
+                for jv in range(NV):
+                    o0 = g * OCT + jv * V  # first output channel of this vector
+                    if o0 < mb * BLOCK:
+                        vec = tile.vload(at_t + px * OCT + jv * V, V) + bias.vload(o0, V)
+                        at = ((nb * mb + o0 // BLOCK) * ohw + q0 + px) * BLOCK + o0 % BLOCK
+                        if add_res == 1:
+                            vec = vec + res.vload(at, V)
+                        vec = activation(vec, act, act_lo, act_hi)
+                        if o0 + V <= m_out:
+                            y.vstore(at, vec)
+                        else:  # the last block: channels past m_out stay zero (NCHWc16 padding)
+                            tile.vstore(at_t + px * OCT + jv * V, vec)
+                            for k in range(V):
+                                v = f32(0)
+                                if o0 + k < m_out:
+                                    v = tile[dsl.thread_id(), px * OCT + jv * V + k]
+                                y.flat[at + k] = v
+        else:  # plain y: per output channel, the tile's pixels are consecutive in y
+            for o in range(min(OCT, m_out - g * OCT)):
+                oc = g * OCT + o
+                bv = bias.flat[oc]
+                at = (nb * m_out + oc) * ohw + q0
+                for px in range(npix):
+                    v = tile[dsl.thread_id(), px * OCT + o] + bv
+                    if add_res == 1:
+                        v += res.flat[at + px]
+                    y.flat[at + px] = activation(v, act, act_lo, act_hi)
+
+
+def pointwise_supported(x, w, group: int, kernel, strides, dilations, pads, auto_pad: str) -> bool:
+    """Shapes this kernel takes: f32, one group, 2-D images, a 1×1 window without padding
+    (any stride; dilations do not matter for one tap)."""
+    return (x.dtype == dsl.f32 and group == 1 and x.ndim == 4 and w is not None and w.ndim == 4
+            and tuple(kernel) == (1, 1) and not any(pads) and auto_pad in ("NOTSET", "VALID"))
+
+
+def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, backend, act: int, lo: float,
+                          hi: float, cfg: DirectConfig = None, rows: bool = True) -> None:
+    """Run ``impl`` (conv_pointwise, or a model's recorder of it) on 4-D arrays: x (N, C, H, W)
+    plain, or its NCHWc16 array (N, C/16, H, W, 16) when ``blocked``; y and res are NCHWc16 when
+    y is 5-D, else plain.  ``w`` is (M, C, 1, 1).  Plain x and y with stride 1 run the
+    pixel-vector tile (``run_rows``) unless ``rows`` is False."""
+    cfg = cfg or pointwise_config(backend or "numba")
+    if cfg.P * cfg.OCT > SCRATCH or ROW_R * ROW_NV * cfg.V > SCRATCH:
+        raise ValueError(f"conv_pointwise tile {cfg} needs more than {SCRATCH} floats of scratch per thread")
+    for name, a in (("x", x), ("w", w), ("y", y), ("B", bias), ("Z", res)):
+        if a is not None and a.dtype != np.float32:
+            raise ValueError(f"conv_pointwise computes f32; {name} is {a.dtype} (f16, bf16 and f64 run the GEMM "
+                             f"or conv_nchw kernels)")
+    if w.ndim != 4 or w.shape[2:] != (1, 1):
+        raise ValueError(f"conv_pointwise takes 1×1 weights (M, C, 1, 1), got {tuple(w.shape)}")
+    m, c = w.shape[:2]
+    channels = x.shape[1] * BLOCK if blocked else x.shape[1]
+    if c > channels or (not blocked and c != channels):
+        raise ValueError(f"conv_pointwise takes one group: weights {tuple(w.shape)} need C = input channels, "
+                         f"the input has {channels if not blocked else f'up to {channels}'} channels")
+    blocked_out = y.ndim == 5
+    n, h, wd = x.shape[0], x.shape[2], x.shape[3]
+    oh, ow = y.shape[2], y.shape[3]
+    if oh != (h - 1) // strides[0] + 1 or ow != (wd - 1) // strides[1] + 1:
+        raise ValueError(f"conv_pointwise output {oh}x{ow} does not match input {h}x{wd} with strides "
+                         f"{tuple(strides)}")
+    wp, bp = packed_weights(w, bias, cfg, backend)
+    geom = np.zeros(GEOM, np.int64)
+    if tuple(strides) == (1, 1):  # the image is one row of H·W consecutive pixels
+        geom[[G_ROWS, G_COLS, G_STEP_ROW, G_STEP_COL]] = (1, oh * ow, 0, 1)
+    else:
+        geom[[G_ROWS, G_COLS, G_STEP_ROW, G_STEP_COL]] = (oh, ow, strides[0] * wd, strides[1])
+    geom[[G_N, G_C, G_M, G_BLOCKED_OUT]] = (n, c, m, int(blocked_out))
+    if blocked:  # x[n, c // 16, h, w, c % 16]
+        geom[[G_SXN, G_SXB, G_SXC, G_SXP]] = (x.shape[1] * h * wd * BLOCK, h * wd * BLOCK, 1, BLOCK)
+    else:
+        geom[[G_SXN, G_SXB, G_SXC, G_SXP]] = (c * h * wd, BLOCK * h * wd, h * wd, 1)
+    flat_res = np.zeros(1, np.float32) if res is None else res.reshape(-1)
+    ocg = -(-(-(-m // BLOCK) * BLOCK if blocked_out else m) // cfg.OCT)
+    items = ocg * n * geom[G_ROWS] * -(-geom[G_COLS] // cfg.P)
+    # pixel-vector tile: measured (benchmarks/RESULTS.md, CPU time) 10-20 % faster than the
+    # channel-vector tile on plain tensors with up to 128 input channels (56x56 and 28x28 layers)
+    # and 10-50 % slower with more (each input channel's 48 pixels are another row of x); its
+    # 24 accumulators need AVX-512's 32 vector registers (V = 16)
+    if rows and not blocked and not blocked_out and tuple(strides) == (1, 1) and oh * ow >= ROW_NV * cfg.V \
+            and c <= ROWS_MAX_C and cfg.V == 16:
+        geom[G_ROWS_TILE] = 1
+        items = -(-m // ROW_R) * n * -(-(oh * ow) // (ROW_NV * cfg.V))
+    grid = max(1, min(64, items // (THREADS * 4)))
+    impl(x.reshape(-1), wp, bp, flat_res, y.reshape(-1), geom, add_res=int(res is not None), act=act,
+         act_lo=float(lo), act_hi=float(hi), V=cfg.V, NV=cfg.NV, P=cfg.P, backend=backend, grid=grid)

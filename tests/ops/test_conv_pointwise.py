@@ -1,0 +1,220 @@
+"""The 1×1 convolution (ops/conv_pointwise.py) against numpy on every backend: plain and NCHWc16
+in and out, stride 1 and 2, odd pixel counts, channel counts that are not multiples of 16,
+the fused epilogues with a residual; the format planner keeping a conv chain blocked."""
+import numpy as np
+import pytest
+
+import dsl
+import ops
+from dsl.opgraph import formats as F
+from dsl.opgraph.spec import TensorSpec
+from ops.conv_fusion import FusedConv
+from ops.conv_pointwise import conv_pointwise, launch_conv_pointwise
+
+RNG = np.random.default_rng(11)
+
+
+def pointwise_ref(x, w, b=None, strides=(1, 1)):
+    """f64 numpy 1×1 convolution of NCHW ``x``: every s-th pixel of every s-th row."""
+    xs = x[:, :, ::strides[0], ::strides[1]].astype(np.float64)
+    y = np.einsum("nchw,mc->nmhw", xs, w[:, :, 0, 0].astype(np.float64))
+    return y if b is None else y + b[None, :, None, None]
+
+
+def data(n, c, h, wd, m):
+    x = RNG.standard_normal((n, c, h, wd)).astype(np.float32)
+    w = (RNG.standard_normal((m, c, 1, 1)) / np.sqrt(c)).astype(np.float32)
+    b = RNG.standard_normal(m).astype(np.float32)
+    return x, w, b
+
+
+CASES = [  # (N, C, H, W, M, stride)
+    (1, 20, 5, 7, 33, 1),   # 35 pixels (5 tiles of 7), M past two blocks, C a block and a bit
+    (2, 17, 9, 8, 16, 2),   # batch, stride 2 over odd rows: 5x4 output
+    (1, 3, 4, 5, 5, 2),     # fewer than 16 channels in and out
+    (1, 48, 3, 3, 40, 1),   # 9 pixels: a full tile and a partial one, three input blocks
+    (1, 20, 7, 9, 21, 1),   # plain: the pixel-vector tile, 63 pixels (a tile of 48 and an overlapping one)
+    (2, 9, 8, 6, 10, 1),    # plain: batch, exactly one pixel-vector tile per image, 10 = 8 + 2 rows
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"C{c[1]}M{c[4]}s{c[5]}")
+@pytest.mark.parametrize("fmt_in, fmt_out", [("plain", "plain"), ("nchwc16", "nchwc16"), ("plain", "nchwc16"),
+                                             ("nchwc16", "plain")])
+def test_pointwise_matches_numpy(backend, case, fmt_in, fmt_out):
+    n, c, h, wd, m, s = case
+    x, w, b = data(n, c, h, wd, m)
+    oh, ow = (h - 1) // s + 1, (wd - 1) // s + 1
+    xi = F.to_nchwc16_ref(x) if fmt_in == "nchwc16" else x
+    y = np.full(F.physical_shape((n, m, oh, ow), fmt_out), np.nan, np.float32)
+    launch_conv_pointwise(conv_pointwise, xi, w, b, y, None, (s, s), fmt_in == "nchwc16", backend, 0, 0.0, 0.0)
+    got = F.to_plain_ref(y, m) if fmt_out == "nchwc16" else y
+    np.testing.assert_allclose(got, pointwise_ref(x, w, b, (s, s)), rtol=1e-4, atol=1e-4)
+    if fmt_out == "nchwc16":  # NCHWc16 padding channels are written as zeros
+        assert (F.to_plain_ref(y, F.physical_shape((n, m, oh, ow), "nchwc16")[1] * 16)[:, m:] == 0).all()
+
+
+@pytest.mark.parametrize("act, params", [("Relu", ()), ("Clip", (0.25, 1.5)), ("LeakyRelu", (0.1,))])
+def test_pointwise_fused_epilogue_with_residual(backend, act, params):
+    """FusedConv on the 1×1 kernel: bias, then the residual Z, then the activation; eager
+    (plain) and in a graph whose blocked output the planner turns plain for the graph output."""
+    x, w, b = data(1, 18, 6, 5, 21)
+    z = RNG.standard_normal((1, 21, 3, 3)).astype(np.float32)
+    v = pointwise_ref(x, w, b, (2, 2)) + z
+    want = {"Relu": lambda: np.maximum(v, 0), "Clip": lambda: np.clip(v, *params),
+            "LeakyRelu": lambda: np.where(v >= 0, v, params[0] * v)}[act]()
+    y = FusedConv(x, w, b, z, strides=[2, 2], activation=act, activation_params=params, backend=backend)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+    # stride 1 on plain tensors: the pixel-vector tile's two epilogues (whole and overlapping tile)
+    x1, w1, b1 = data(1, 5, 10, 5, 11)
+    z1 = RNG.standard_normal((1, 11, 10, 5)).astype(np.float32)
+    v1 = pointwise_ref(x1, w1, b1) + z1
+    want1 = {"Relu": lambda: np.maximum(v1, 0), "Clip": lambda: np.clip(v1, *params),
+             "LeakyRelu": lambda: np.where(v1 >= 0, v1, params[0] * v1)}[act]()
+    y1 = FusedConv(x1, w1, b1, z1, activation=act, activation_params=params, backend=backend)
+    np.testing.assert_allclose(y1, want1, rtol=1e-4, atol=1e-4)
+    zb = F.to_nchwc16_ref(z)
+    yb = np.full(zb.shape, np.nan, np.float32)
+    code = {"Relu": 1, "Clip": 2, "LeakyRelu": 3}[act]
+    from ops.conv_fusion import ACTIVATIONS
+    assert ACTIVATIONS[act][0] == code
+    lo, hi = (tuple(params) + (0.0, 0.0))[:2]
+    launch_conv_pointwise(conv_pointwise, F.to_nchwc16_ref(x), w, b, yb, zb, (2, 2), True, backend, code, lo, hi)
+    np.testing.assert_allclose(F.to_plain_ref(yb, 21), want, rtol=1e-4, atol=1e-4)
+    assert (F.to_plain_ref(yb, 32)[:, 21:] == 0).all()  # even under Clip(0.25, ...)
+
+
+def test_conv_chain_stays_blocked(backend):
+    """1×1 -> 3×3 -> 1×1 + residual (a ResNet bottleneck) -> Relu -> GlobalAveragePool: the
+    first 1×1 conv turns the plain input blocked, every later op reads NCHWc16, one reorder
+    at the end (the pooled output)."""
+    x, w1, b1 = data(1, 8, 7, 7, 16)
+    w3 = (RNG.standard_normal((16, 16, 3, 3)) / 12).astype(np.float32)
+    _, w2, b2 = data(1, 16, 1, 1, 32)
+    _, ws, bs = data(1, 8, 1, 1, 32)
+    g = dsl.Graph("bottleneck")
+    xi = g.input("x", x.shape, dsl.f32)
+    a = ops.Relu(ops.Conv(xi, g.constant("w1", w1), g.constant("b1", b1)))
+    a = ops.Relu(ops.Conv(a, g.constant("w3", w3), pads=[1, 1, 1, 1]))
+    short = ops.Conv(xi, g.constant("ws", ws), g.constant("bs", bs))
+    y = ops.Relu(ops.Add(ops.Conv(a, g.constant("w2", w2), g.constant("b2", b2)), short))
+    g.output(ops.GlobalAveragePool(y), "y")
+    model = g.compile(backend=backend)
+    assert model.stats["reorders"] == 1
+    kernels = model.selected({"x": x})
+    assert sorted(kernels.values()).count("pointwise") == 3
+    r = np.maximum(pointwise_ref(x, w1, b1), 0)
+    r3 = np.zeros((1, 16, 7, 7))
+    rp = np.pad(r, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    for i in range(3):
+        for j in range(3):
+            r3 += np.einsum("nchw,mc->nmhw", rp[:, :, i:i + 7, j:j + 7], w3[:, :, i, j].astype(np.float64))
+    r3 = np.maximum(r3, 0).astype(np.float32)
+    want = np.maximum(pointwise_ref(r3, w2, b2) + pointwise_ref(x, ws, bs), 0).mean(axis=(2, 3), keepdims=True)
+    np.testing.assert_allclose(model.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+
+
+def test_single_conv_writes_plain_output():
+    """A 1×1 conv whose output is the graph output writes plain itself: no reorder at all."""
+    x, w, b = data(1, 20, 4, 4, 32)
+    g = dsl.Graph("one")
+    xi = g.input("x", x.shape, dsl.f32)
+    g.output(ops.Conv(xi, g.constant("w", w), g.constant("b", b)), "y")
+    model = g.compile(backend="interpreter")
+    assert model.stats["reorders"] == 0
+    np.testing.assert_allclose(model.run({"x": x})["y"], pointwise_ref(x, w, b), rtol=1e-4, atol=1e-4)
+
+
+def test_fused_residual_output_stays_plain(backend):
+    """Relu(Conv 1×1 + z) as the graph output: the FusedConv and its residual z stay plain
+    (select_plain_format), so nothing is reordered."""
+    x, w, b = data(1, 20, 4, 6, 24)
+    z = RNG.standard_normal((1, 24, 4, 6)).astype(np.float32)
+    g = dsl.Graph("residual")
+    xi, zi = g.input("x", x.shape, dsl.f32), g.input("z", z.shape, dsl.f32)
+    g.output(ops.Relu(ops.Add(ops.Conv(xi, g.constant("w", w), g.constant("b", b)), zi)), "y")
+    model = g.compile(backend=backend)
+    assert model.stats["reorders"] == 0 and list(model.selected({"x": x, "z": z}).values()) == ["pointwise"]
+    np.testing.assert_allclose(model.run({"x": x, "z": z})["y"], np.maximum(pointwise_ref(x, w, b) + z, 0),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_select_and_formats_for_pointwise():
+    x = TensorSpec((1, 64, 56, 56), dsl.f32)
+    w1, w3 = TensorSpec((256, 64, 1, 1), dsl.f32), TensorSpec((64, 64, 3, 3), dsl.f32)
+    assert ops.Conv().select(x, w1, backend="numba") == "pointwise"
+    assert ops.Conv(strides=(2, 2)).select(x, w1, backend="opencl") == "pointwise"
+    assert ops.Conv(pads=(1, 1, 1, 1)).select(x, w3, backend="numba") == "direct"
+    assert ops.Conv(pads=(1, 1, 1, 1)).select(x, w1, backend="numba") != "pointwise"  # padded 1x1
+    assert ops.Conv().select(TensorSpec((1, 64, 56, 56), dsl.f16), TensorSpec((256, 64, 1, 1), dsl.f16),
+                             backend="numba") == "gemm"
+    assert ops.Conv().select_format(x, w1) == (("plain", "plain"), "nchwc16")
+    assert ops.Conv().select_format(x, TensorSpec((8, 64, 1, 1), dsl.f32)) == (("plain", "plain"), "plain")
+    xb = x.with_(format="nchwc16")
+    assert ops.Conv().select_format(xb, w1, None) == (("nchwc16", "plain", None), "nchwc16")
+    assert ops.Conv().select_plain_format(xb, w1) == (("nchwc16", "plain"), "plain")
+    assert ops.Conv(pads=(1, 1, 1, 1)).select_plain_format(x, w3) is None
+
+
+def test_pointwise_launch_rejects_what_it_cannot_run():
+    x = np.zeros((1, 2, 4, 4), np.float32)
+    w = np.zeros((3, 2, 1, 1), np.float32)
+    y = np.zeros((1, 3, 4, 4), np.float32)
+    with pytest.raises(ValueError, match=r"conv_pointwise computes f32; x is float64"):
+        launch_conv_pointwise(conv_pointwise, x.astype(np.float64), w, None, y, None, (1, 1), False,
+                              "interpreter", 0, 0, 0)
+    with pytest.raises(ValueError, match=r"conv_pointwise takes 1×1 weights \(M, C, 1, 1\), got \(3, 2, 3, 3\)"):
+        launch_conv_pointwise(conv_pointwise, x, np.zeros((3, 2, 3, 3), np.float32), None, y, None, (1, 1), False,
+                              "interpreter", 0, 0, 0)
+    with pytest.raises(ValueError, match=r"conv_pointwise takes one group: weights \(3, 1, 1, 1\) .* 2 channels"):
+        launch_conv_pointwise(conv_pointwise, x, w[:, :1], None, y, None, (1, 1), False, "interpreter", 0, 0, 0)
+    with pytest.raises(ValueError, match=r"conv_pointwise output 4x4 does not match input 4x4 with strides \(2, 2\)"):
+        launch_conv_pointwise(conv_pointwise, x, w, None, y, None, (2, 2), False, "interpreter", 0, 0, 0)
+
+
+def test_fire_module_concat_stays_blocked(backend):
+    """SqueezeNet's fire module: squeeze 1×1 -> expand 1×1 and 3×3 -> Concat (16-aligned
+    blocks) -> MaxPool, all NCHWc16; only the graph output is reordered."""
+    x, ws, bs = data(1, 8, 6, 6, 16)
+    _, we1, be1 = data(1, 16, 1, 1, 16)
+    we3 = (RNG.standard_normal((16, 16, 3, 3)) / 12).astype(np.float32)
+    g = dsl.Graph("fire")
+    xi = g.input("x", x.shape, dsl.f32)
+    s = ops.Relu(ops.Conv(xi, g.constant("ws", ws), g.constant("bs", bs)))
+    e1 = ops.Relu(ops.Conv(s, g.constant("we1", we1), g.constant("be1", be1)))
+    e3 = ops.Relu(ops.Conv(s, g.constant("we3", we3), pads=[1, 1, 1, 1]))
+    g.output(ops.MaxPool(ops.Concat(e1, e3, axis=1), kernel_shape=[2, 2], strides=[2, 2])[0], "y")
+    model = g.compile(backend=backend)
+    assert model.stats["reorders"] == 1
+    r = np.maximum(pointwise_ref(x, ws, bs), 0)
+    r1 = np.maximum(pointwise_ref(r.astype(np.float32), we1, be1), 0)
+    rp = np.pad(r, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    r3 = sum(np.einsum("nchw,mc->nmhw", rp[:, :, i:i + 6, j:j + 6], we3[:, :, i, j].astype(np.float64))
+             for i in range(3) for j in range(3))
+    cat = np.concatenate([r1, np.maximum(r3, 0)], axis=1)
+    want = cat.reshape(1, 32, 3, 2, 3, 2).max(axis=(3, 5))
+    np.testing.assert_allclose(model.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+
+
+def test_concat_formats():
+    blocked = TensorSpec((1, 32, 5, 5), dsl.f32).with_(format="nchwc16")
+    odd = TensorSpec((1, 24, 5, 5), dsl.f32).with_(format="nchwc16")
+    assert ops.Concat(axis=1).select_format(blocked, odd) == (("nchwc16", "nchwc16"), "nchwc16")
+    assert ops.Concat(axis=1).select_format(odd, blocked) == (("plain", "plain"), "plain")  # 24: not whole blocks
+    assert ops.Concat(axis=2).select_format(blocked, blocked) == (("plain", "plain"), "plain")
+    assert ops.Concat(axis=1).select_format(blocked, TensorSpec((1, 32, 5, 5), dsl.f32)) == \
+        (("plain", "plain"), "plain")
+
+
+def test_resnet_head_pools_blocked(backend):
+    """ResNet's last AveragePool (the whole 7×7 image) runs on the blocked tensor the 1×1 conv
+    wrote; only the pooled (N, C, 1, 1) result is reordered."""
+    x, w, b = data(1, 24, 7, 7, 40)
+    g = dsl.Graph("head")
+    xi = g.input("x", x.shape, dsl.f32)
+    y = ops.AveragePool(ops.Relu(ops.Conv(xi, g.constant("w", w), g.constant("b", b))), kernel_shape=[7, 7])
+    g.output(ops.Flatten(y), "y")
+    model = g.compile(backend=backend)
+    assert model.stats["reorders"] == 1 and "global_blocked" in model.selected({"x": x}).values()
+    want = np.maximum(pointwise_ref(x, w, b), 0).mean(axis=(2, 3))
+    np.testing.assert_allclose(model.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
