@@ -61,6 +61,7 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.training import Momentum, Adagrad, Adam  # noqa: F401  (ai.onnx.preview.training)
     from ops.ml import Binarizer, ArrayFeatureExtractor  # noqa: F401  (ai.onnx.ml)
     from ops.flex_attention import FlexAttention  # noqa: F401  (ai.onnx.preview)
+    from ops.text import TfIdfVectorizer  # noqa: F401
     from ops.mean_variance_norm import mean_variance_normalization  # noqa: F401
     from ops.matmul_fusion import FusedMatMul  # noqa: F401  (MatMul -> Add(bias) as one GEMM)
     from ops.fused_elementwise import FusedElementwise  # noqa: F401
