@@ -53,11 +53,12 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.control_flow import If, Loop, Scan, Scan8  # noqa: F401
     from ops.unique import Unique  # noqa: F401
     from ops.det import Det  # noqa: F401
-    from ops.roi_align import RoiAlign, RoiAlign10  # noqa: F401
+    from ops.roi_align import RoiAlign, RoiAlign10, MaxRoiPool  # noqa: F401
     from ops.deform_conv import DeformConv  # noqa: F401
     from ops.tensor_scatter import TensorScatter  # noqa: F401
     from ops.mel import MelWeightMatrix  # noqa: F401
-    from ops.random import RandomUniform, RandomNormal, RandomUniformLike, RandomNormalLike, Bernoulli  # noqa: F401
+    from ops.random import (RandomUniform, RandomNormal, RandomUniformLike, RandomNormalLike, Bernoulli,  # noqa: F401
+                            Multinomial)
     from ops.training import Momentum, Adagrad, Adam  # noqa: F401  (ai.onnx.preview.training)
     from ops.ml import Binarizer, ArrayFeatureExtractor, LabelEncoder, TreeEnsemble  # noqa: F401  (ai.onnx.ml)
     from ops.flex_attention import FlexAttention  # noqa: F401  (ai.onnx.preview)

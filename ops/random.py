@@ -1,5 +1,5 @@
 """ONNX random generators: RandomUniform, RandomNormal (opset 1+), RandomUniformLike,
-RandomNormalLike (1+) and Bernoulli (15+).
+RandomNormalLike (1+), Multinomial (7+) and Bernoulli (15+).
 
 Numbers come from a counter-based generator written in the DSL: element i of a draw is a
 hash (SplitMix64's finalizer) of (key, i), the key derived from the ``seed`` attribute, so
@@ -7,6 +7,8 @@ every backend, thread count and split of the work gives the same numbers for a s
 uniform is the top 53 bits of the hash scaled to [0, 1); a normal is Box-Muller of the
 uniforms of two counters (2i, 2i+1).  Without a ``seed`` each run draws a fresh key from the
 operating system, so these ops are neither folded at compile time nor replayed.
+Multinomial draws sample s of row b as the first class whose cumulative softmax probability
+exceeds the uniform of counter b·sample_size + s.
 
 ONNX does not pin the numbers a seed gives (onnx's own cases say implementations differ),
 so opdsl's sequences are its own: stable across opdsl's backends, not equal to numpy's or
@@ -61,6 +63,31 @@ def random_kernel(p: In[P], y: Out[T], key: u64, dist: i32, a: f64, b: f64):
             y.flat[i] = 1 if uniform01(key, u64(i)) < f64(p.flat[i]) else 0
         else:
             y.flat[i] = a + (b - a) * uniform01(key, u64(i))
+
+
+@dsl.kernel
+def multinomial_kernel(logits: In[P, 2], y: Out[T, 2], key: u64):
+    """y[b, s]: a class drawn from softmax(logits[b]) (unnormalized log-probabilities)."""
+    classes = logits.shape[1]
+    samples = y.shape[1]
+    lo, hi = dsl.split(y.size)
+    for i in range(lo, hi):
+        b = i // samples
+        top = f64(logits[b, 0])
+        for c in range(1, classes):
+            top = max(top, f64(logits[b, c]))
+        total = f64(0)
+        for c in range(classes):
+            total += dsl.exp(f64(logits[b, c]) - top)
+        target = uniform01(key, u64(i)) * total
+        pick = classes - 1
+        run = f64(0)
+        for c in range(classes):
+            run += dsl.exp(f64(logits[b, c]) - top)
+            if run > target:
+                pick = c
+                break
+        y.flat[i] = pick
 
 
 def seed_key(seed: Optional[float]) -> int:
@@ -192,3 +219,28 @@ class Bernoulli(_Random):
 
     def run(self, impl, inputs, outputs, backend):
         self.launch(impl, inputs[0], outputs[0], backend)
+
+
+@dsl.op("Multinomial", since=7)
+class Multinomial(_Random):
+    """(batch, classes) float log-probabilities -> (batch, sample_size) class indices (i32 or i64)."""
+    dtype: int = 6
+    sample_size: int = 1
+    allowed_out = (dsl.i32, dsl.i64)
+    kernels = {"default": multinomial_kernel}
+
+    def verify(self, x):
+        if x.dtype not in FLOATS or x.ndim != 2:
+            raise VerifyError(f"Multinomial input must be (batch_size, class_size) float log-probabilities, got {x}")
+        if x.shape[1] == 0:
+            raise VerifyError(f"Multinomial needs at least one class, got {x}")
+        if self.sample_size < 1:
+            raise VerifyError(f"Multinomial sample_size must be >= 1, got {self.sample_size}")
+        self.out_dtype(None)
+
+    def infer(self, x):
+        return TensorSpec((x.shape[0], self.sample_size), self.out_dtype(None))
+
+    def run(self, impl, inputs, outputs, backend):
+        if outputs[0].size:
+            impl(inputs[0], outputs[0], key=seed_key(self.seed), backend=backend)

@@ -1,4 +1,6 @@
-"""ONNX RoiAlign (opset 10: output_half_pixel coordinates; opset 16+: the
+"""ONNX RoiAlign and MaxRoiPool: pooling regions of interest into fixed-size grids.
+
+RoiAlign (opset 10: output_half_pixel coordinates; opset 16+: the
 ``coordinate_transformation_mode`` attribute, half_pixel by default): pool each region of
 interest into an ``output_height`` x ``output_width`` grid of bins, a bin being the average
 (or max) of ``sampling_ratio``² bilinear samples (or ceil(roi size / bins) per axis when 0).
@@ -6,8 +8,17 @@ interest into an ``output_height`` x ``output_width`` grid of bins, a bin being 
 Max mode follows the reference (and onnxruntime): a sample's value is the largest of its
 four weighted corner terms, not their sum.  One kernel computes one output element per
 step in f64, so every float dtype shares its arithmetic.
+
+MaxRoiPool (opset 1+, Fast R-CNN's RoI pooling as Caffe and onnxruntime compute it): roi
+corners scaled and rounded (half away from zero) to pixels, the inclusive box cut into
+``pooled_shape`` bins of floor/ceil pixel bounds, each bin the max of its pixels (0 when
+empty).
 """
 from __future__ import annotations
+
+from typing import Tuple
+
+import numpy as np
 
 import dsl
 from dsl import In, Out, bool_, f32, f64, i64
@@ -151,3 +162,76 @@ class RoiAlign(_RoiAlign):
             raise VerifyError(f"RoiAlign coordinate_transformation_mode {self.coordinate_transformation_mode!r} "
                               f"is not one of {', '.join(COORDINATE_MODES)}")
         super().verify(x, rois, batch_indices)
+
+
+@dsl.func
+def round_half_away(v):
+    """C's round(): halves away from zero, as the roi corners are rounded in Caffe/onnxruntime."""
+    return dsl.floor(v + 0.5) if v >= 0 else -dsl.floor(0.5 - v)
+
+
+@dsl.kernel
+def max_roi_pool_kernel(x: In[T, 4], rois: In[T, 2], y: Out[T, 4], scale: f32):
+    """y[r, c, ph, pw]: the max of bin (ph, pw) of roi r = (batch, x1, y1, x2, y2)."""
+    channels = x.shape[1]
+    height = x.shape[2]
+    width = x.shape[3]
+    oh = y.shape[2]
+    ow = y.shape[3]
+    lo, hi = dsl.split(y.size)
+    for i in range(lo, hi):
+        pw = i % ow
+        ph = (i // ow) % oh
+        c = (i // (ow * oh)) % channels
+        r = i // (ow * oh * channels)
+        n = i64(rois[r, 0])
+        x1 = i64(round_half_away(f64(rois[r, 1]) * f64(scale)))
+        y1 = i64(round_half_away(f64(rois[r, 2]) * f64(scale)))
+        x2 = i64(round_half_away(f64(rois[r, 3]) * f64(scale)))
+        y2 = i64(round_half_away(f64(rois[r, 4]) * f64(scale)))
+        bin_h = f64(max(y2 - y1 + 1, 1)) / f64(oh)
+        bin_w = f64(max(x2 - x1 + 1, 1)) / f64(ow)
+        h0 = min(max(i64(dsl.floor(f64(ph) * bin_h)) + y1, 0), height)
+        h1 = min(max(i64(dsl.ceil(f64(ph + 1) * bin_h)) + y1, 0), height)
+        w0 = min(max(i64(dsl.floor(f64(pw) * bin_w)) + x1, 0), width)
+        w1 = min(max(i64(dsl.ceil(f64(pw + 1) * bin_w)) + x1, 0), width)
+        best = f64(0)
+        if h1 > h0 and w1 > w0:
+            base = (n * channels + c) * height * width
+            best = f64(x.flat[base + h0 * width + w0])
+            for hh in range(h0, h1):
+                for ww in range(w0, w1):
+                    best = max(best, f64(x.flat[base + hh * width + ww]))
+        y[r, c, ph, pw] = best
+
+
+@dsl.op("MaxRoiPool", since=1)
+class MaxRoiPool(dsl.Op):
+    """X (N, C, H, W), rois (num_rois, 5) as (batch_index, x1, y1, x2, y2) -> (num_rois, C, *pooled_shape)."""
+    pooled_shape: Tuple[int, ...]
+    spatial_scale: float = 1.0
+    kernels = {"default": max_roi_pool_kernel}
+    replay = False  # run() range-checks the rois' batch indices at every run
+
+    def verify(self, x, rois):
+        require_dtype("MaxRoiPool", x, FLOATS, "X")
+        if rois.dtype != x.dtype or rois.ndim != 2 or rois.shape[1] not in (None, 5):
+            raise VerifyError(f"MaxRoiPool rois must be (num_rois, 5) as (batch_index, x1, y1, x2, y2) in X's "
+                              f"dtype {x.dtype}, got {rois}")
+        if x.ndim != 4:
+            raise VerifyError(f"MaxRoiPool X must be (N, C, H, W), got {x}")
+        if len(self.pooled_shape) != 2 or min(self.pooled_shape) < 1:
+            raise VerifyError(f"MaxRoiPool pooled_shape must be 2 positive ints (height, width), "
+                              f"got {list(self.pooled_shape)}")
+
+    def infer(self, x, rois):
+        return TensorSpec((rois.shape[0], x.shape[1]) + tuple(self.pooled_shape), x.dtype)
+
+    def run(self, impl, inputs, outputs, backend):
+        x, rois = inputs
+        batch = rois[:, 0].astype(np.float64) if rois.size else np.zeros(0)
+        if batch.size and (batch.min() < 0 or batch.max() >= x.shape[0]):
+            raise VerifyError(f"MaxRoiPool rois' batch indices must lie in [0, {x.shape[0]}), got "
+                              f"{batch.min()}..{batch.max()}")
+        if outputs[0].size:
+            impl(x, rois, outputs[0], scale=float(self.spatial_scale), backend=backend)

@@ -68,3 +68,18 @@ def test_errors():
         ops.RandomUniformLike(np.zeros(3, np.int64), backend="interpreter")
     with pytest.raises(VerifyError, match="Bernoulli input must hold float probabilities"):
         ops.Bernoulli(np.zeros(3, np.int32), backend="interpreter")
+
+
+def test_multinomial(backend):
+    logits = np.log(np.array([[0.1, 0.2, 0.7], [0.5, 0.5, 1e-12]]))
+    y = ops.Multinomial(logits, sample_size=4000, seed=3.0, dtype=7, backend=backend)
+    assert y.shape == (2, 4000) and y.dtype == np.int64
+    for row, p in zip(y, ([0.1, 0.2, 0.7], [0.5, 0.5, 0.0])):
+        np.testing.assert_allclose(np.bincount(row, minlength=3) / 4000, p, atol=0.03)
+    # exact draws: sample i takes the first class whose cumulative probability exceeds u_i
+    u = uniform_ref(3.0, 8)
+    cum = np.cumsum(np.exp(logits[0]) / np.exp(logits[0]).sum())
+    want = [int(np.argmax(cum > v)) for v in u]
+    np.testing.assert_array_equal(ops.Multinomial(logits[:1], sample_size=8, seed=3.0, backend=backend)[0], want)
+    with pytest.raises(VerifyError, match=r"Multinomial input must be \(batch_size, class_size\)"):
+        ops.Multinomial(np.zeros(3, np.float32), backend="interpreter")

@@ -89,3 +89,39 @@ def test_errors():
         ops.RoiAlign(X, ROIS, np.array([0, 5, 0, 0], np.int64), backend="interpreter")
     with pytest.raises(VerifyError, match="coordinate_transformation_mode 'corner' is not one of"):
         ops.RoiAlign(X, ROIS, BATCH, coordinate_transformation_mode="corner", backend="interpreter")
+
+
+def max_roi_pool_reference(x, rois, pooled, scale):
+    """Fast R-CNN RoI max pooling (Caffe/onnxruntime): rounded corners, floor/ceil bins, empty bins 0."""
+    _, c, h, w = x.shape
+    out = np.zeros((len(rois), c) + pooled, x.dtype)
+    rnd = lambda v: int(np.floor(v + 0.5)) if v >= 0 else -int(np.floor(0.5 - v))  # noqa: E731
+    for r, (b, x1, y1, x2, y2) in enumerate(rois.astype(np.float64)):
+        x1, y1, x2, y2 = (rnd(v * scale) for v in (x1, y1, x2, y2))
+        bh, bw = max(y2 - y1 + 1, 1) / pooled[0], max(x2 - x1 + 1, 1) / pooled[1]
+        for i in range(pooled[0]):
+            h0, h1 = (min(max(int(f(v)) + y1, 0), h) for f, v in ((np.floor, i * bh), (np.ceil, (i + 1) * bh)))
+            for j in range(pooled[1]):
+                w0, w1 = (min(max(int(f(v)) + x1, 0), w) for f, v in ((np.floor, j * bw), (np.ceil, (j + 1) * bw)))
+                if h1 > h0 and w1 > w0:
+                    out[r, :, i, j] = x[int(b), :, h0:h1, w0:w1].max(axis=(1, 2))
+    return out
+
+
+def test_max_roi_pool(backend):
+    rois = np.array([[0, 0, 0, 10, 8], [1, 2.4, 1.5, 7.6, 6.5], [1, -3, -2, 4, 20], [0, 5, 5, 5, 5],
+                     [1, 30, 30, 40, 40]], np.float32)                       # the last one lies outside: zeros
+    x = RNG.standard_normal((2, 3, 9, 11)).astype(np.float32)
+    y = ops.MaxRoiPool(x, rois, pooled_shape=(3, 2), spatial_scale=0.5, backend=backend)
+    assert y.shape == (5, 3, 3, 2)
+    np.testing.assert_array_equal(y, max_roi_pool_reference(x, rois, (3, 2), 0.5))
+    y = ops.MaxRoiPool(x.astype(np.float64), rois.astype(np.float64), pooled_shape=(2, 4), backend=backend)
+    np.testing.assert_array_equal(y, max_roi_pool_reference(x.astype(np.float64), rois, (2, 4), 1.0))
+
+
+def test_max_roi_pool_errors():
+    x = np.zeros((1, 1, 4, 4), np.float32)
+    with pytest.raises(VerifyError, match=r"MaxRoiPool rois must be \(num_rois, 5\)"):
+        ops.MaxRoiPool(x, np.zeros((1, 4), np.float32), pooled_shape=(2, 2), backend="interpreter")
+    with pytest.raises(VerifyError, match=r"batch indices must lie in \[0, 1\), got 2.0..2.0"):
+        ops.MaxRoiPool(x, np.array([[2, 0, 0, 1, 1]], np.float32), pooled_shape=(2, 2), backend="interpreter")
