@@ -1,5 +1,6 @@
 """Classic-ML ops of the ai.onnx.ml domain: Binarizer and ArrayFeatureExtractor (opset 1),
-LabelEncoder (opset 4, numeric keys and values) and TreeEnsemble (opset 5).
+LabelEncoder (opset 2+, numeric keys and values; tensor attributes from 4) and TreeEnsemble
+(opset 5).
 
 String tensors are not opdsl dtypes, so LabelEncoder's string keys/values and
 ArrayFeatureExtractor on strings are rejected by ``verify``.
@@ -283,7 +284,7 @@ def label_kernel(x: In[T], keys: In[T], values: In[U], default: In[U], y: Out[U]
         y.flat[i] = out
 
 
-@dsl.op("LabelEncoder", domain=DOMAIN, since=4)
+@dsl.op("LabelEncoder", domain=DOMAIN, since=2)
 class LabelEncoder(dsl.Op):
     """Maps each element through keys -> values (numeric: keys_int64s/keys_floats/keys_tensor,
     values_int64s/values_floats/values_tensor), others to the default.  String keys or values
