@@ -60,7 +60,8 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.random import (RandomUniform, RandomNormal, RandomUniformLike, RandomNormalLike, Bernoulli,  # noqa: F401
                             Multinomial)
     from ops.training import Momentum, Adagrad, Adam  # noqa: F401  (ai.onnx.preview.training)
-    from ops.ml import Binarizer, ArrayFeatureExtractor, LabelEncoder, TreeEnsemble  # noqa: F401  (ai.onnx.ml)
+    from ops.ml import Binarizer, ArrayFeatureExtractor, LabelEncoder  # noqa: F401  (ai.onnx.ml)
+    from ops.tree_ensemble import TreeEnsemble, TreeEnsembleRegressor  # noqa: F401  (ai.onnx.ml)
     from ops.flex_attention import FlexAttention  # noqa: F401  (ai.onnx.preview)
     from ops.text import TfIdfVectorizer  # noqa: F401
     from ops.mean_variance_norm import mean_variance_normalization  # noqa: F401
