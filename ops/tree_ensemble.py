@@ -31,6 +31,7 @@ NONE, SOFTMAX, LOGISTIC, SOFTMAX_ZERO, PROBIT = range(5)  # post_transform
 MODE_NAMES = {"BRANCH_LEQ": LEQ, "BRANCH_LT": LT, "BRANCH_GTE": GTE, "BRANCH_GT": GT, "BRANCH_EQ": EQ,
               "BRANCH_NEQ": NEQ}
 AGGREGATES = {"AVERAGE": AVERAGE, "SUM": SUM, "MIN": MIN, "MAX": MAX}
+ZERO_EPS = 1e-7  # SOFTMAX_ZERO's "zero" (onnxruntime and onnx's reference)
 POSTS = {"NONE": NONE, "SOFTMAX": SOFTMAX, "LOGISTIC": LOGISTIC, "SOFTMAX_ZERO": SOFTMAX_ZERO, "PROBIT": PROBIT}
 
 
@@ -101,19 +102,19 @@ def tree_kernel(x: In[T, 2], splits: In[f64], feats: In[i64], modes: In[i64], tr
             if has_base and seen[r, t] > 0:
                 acc[r, t] += base[t]
         if post == SOFTMAX or post == SOFTMAX_ZERO:
+            # SOFTMAX_ZERO: scores within 1e-7 of 0 stay 0, an all-zero row gives 0.5 each
             top = f64(-1.7976931348623157e308)
             for t in range(targets):
-                if post == SOFTMAX or acc[r, t] != 0:
-                    top = max(top, acc[r, t])
+                top = max(top, acc[r, t])
             total = f64(0)
             for t in range(targets):
                 e = f64(0)
-                if post == SOFTMAX or acc[r, t] != 0:
+                if post == SOFTMAX or abs(acc[r, t]) > ZERO_EPS:
                     e = dsl.exp(acc[r, t] - top)
                 acc[r, t] = e
                 total += e
             for t in range(targets):
-                y[r, t] = acc[r, t] / total if total > 0 else f64(0)
+                y[r, t] = acc[r, t] / total if total > 0 else f64(0.5)
         else:
             for t in range(targets):
                 v = acc[r, t]

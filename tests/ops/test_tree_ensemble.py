@@ -140,3 +140,14 @@ def test_tree_ensemble_regressor_errors():
         ops.TreeEnsembleRegressor(x, **dict(REGRESSOR, target_nodeids=(1, 3, 4, 5, 6, 1, 2)), backend="interpreter")
     with pytest.raises(VerifyError, match="post_transform PROBIT is not supported"):
         ops.TreeEnsembleRegressor(x, **REGRESSOR, post_transform="PROBIT", backend="interpreter")
+
+
+def test_softmax_zero(backend):
+    """SOFTMAX_ZERO: a softmax over the non-zero scores (zeros stay 0); an all-zero row is 0.5 each."""
+    one_tree = dict(tree_roots=(0,), nodes_modes=np.array([0], np.uint8), nodes_featureids=(0,),
+                    nodes_splits=np.array([0.0]), nodes_truenodeids=(0,), nodes_trueleafs=(1,),
+                    nodes_falsenodeids=(1,), nodes_falseleafs=(1,), leaf_targetids=(0, 1),
+                    leaf_weights=np.array([0.0, 2.0]), n_targets=3, post_transform=3)
+    x = np.array([[-1.0], [1.0]], np.float32)     # row 0 reaches the 0-weight leaf: every score is 0
+    y = ops.TreeEnsemble(x, backend=backend, **one_tree)
+    np.testing.assert_allclose(y, [[0.5, 0.5, 0.5], [0.0, 1.0, 0.0]], rtol=1e-6)
