@@ -53,6 +53,17 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.control_flow import If, Loop, Scan, Scan8  # noqa: F401
     from ops.unique import Unique  # noqa: F401
     from ops.det import Det  # noqa: F401
+    from ops.roi_align import RoiAlign, RoiAlign10, MaxRoiPool  # noqa: F401
+    from ops.deform_conv import DeformConv  # noqa: F401
+    from ops.tensor_scatter import TensorScatter  # noqa: F401
+    from ops.mel import MelWeightMatrix  # noqa: F401
+    from ops.random import (RandomUniform, RandomNormal, RandomUniformLike, RandomNormalLike, Bernoulli,  # noqa: F401
+                            Multinomial)
+    from ops.training import Momentum, Adagrad, Adam  # noqa: F401  (ai.onnx.preview.training)
+    from ops.ml import Binarizer, ArrayFeatureExtractor, LabelEncoder  # noqa: F401  (ai.onnx.ml)
+    from ops.tree_ensemble import TreeEnsemble, TreeEnsembleRegressor  # noqa: F401  (ai.onnx.ml)
+    from ops.flex_attention import FlexAttention  # noqa: F401  (ai.onnx.preview)
+    from ops.text import TfIdfVectorizer  # noqa: F401
     from ops.mean_variance_norm import mean_variance_normalization  # noqa: F401
     from ops.matmul_fusion import FusedMatMul  # noqa: F401  (MatMul -> Add(bias) as one GEMM)
     from ops.fused_elementwise import FusedElementwise  # noqa: F401
