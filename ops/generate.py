@@ -71,10 +71,13 @@ def diagonal_kernel(x: In[T, 3], values: In[T], k: In[i64], y: Out[T, 3], mode: 
 
 @dsl.kernel
 def dropout_kernel(x: In[T], y: Out[T], mask: Out[M]):
-    """Inference dropout: y = x and every mask element True (1 for a float mask, opsets 1-9)."""
+    """Inference dropout: y = x and every mask element True (1 for a float mask, opsets 1-9).
+    x and y may be NCHWc16 (more elements, padding included) while the mask stays plain."""
     lo, hi = dsl.split(x.size)
     for i in range(lo, hi):
         y.flat[i] = x.flat[i]
+    lo, hi = dsl.split(mask.size)
+    for i in range(lo, hi):
         mask.flat[i] = True
 
 
@@ -215,8 +218,20 @@ class Trilu(dsl.Op):
 
 # --------------------------------------------------------------------------- Dropout
 
+class _DropoutFormats:
+    """The output keeps the input's format, so a blocked CNN (squeezenet) needs no reorder around
+    a Dropout that the model skips anyway; the mask is always plain."""
+
+    formats = ("plain", "nchwc16")
+    keeps_padding = True  # y is a copy of x, padding lanes included; the mask has none
+
+    def select_format(self, x, *rest):
+        fmt = "nchwc16" if x.format == "nchwc16" else "plain"
+        return (fmt,) + tuple(None if t is None else "plain" for t in rest), (fmt, "plain")
+
+
 @dsl.op("Dropout", since=1, until=9)
-class DropoutV1(dsl.Op):
+class DropoutV1(_DropoutFormats, dsl.Op):
     """Inference dropout (opsets 1-9): the output is the input, the optional mask all ones in the
     input's dtype. ``is_test`` is ignored: opdsl always runs inference."""
 
@@ -241,7 +256,7 @@ class DropoutV10(DropoutV1):
 
 
 @dsl.op("Dropout", since=12)
-class Dropout(dsl.Op):
+class Dropout(_DropoutFormats, dsl.Op):
     """Inference dropout: output = data, mask all True.  ``ratio`` is ignored; a
     ``training_mode`` other than a constant False is an error (opdsl runs inference only)."""
 

@@ -218,3 +218,27 @@ def test_resnet_head_pools_blocked(backend):
     assert model.stats["reorders"] == 1 and "global_blocked" in model.selected({"x": x}).values()
     want = np.maximum(pointwise_ref(x, w, b), 0).mean(axis=(2, 3))
     np.testing.assert_allclose(model.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_dropout_between_blocked_convs_needs_no_reorder(backend, with_mask):
+    """Dropout keeps its input's NCHWc16 format (squeezenet: Concat -> Dropout -> 1×1 head),
+    and its mask stays plain."""
+    x, w1, b1 = data(1, 8, 5, 5, 16)
+    _, w2, b2 = data(1, 8, 1, 1, 16)
+    _, w3, b3 = data(1, 32, 1, 1, 24)
+    g = dsl.Graph("dropout")
+    xi = g.input("x", x.shape, dsl.f32)
+    e1 = ops.Relu(ops.Conv(xi, g.constant("w1", w1), g.constant("b1", b1)))
+    e2 = ops.Relu(ops.Conv(xi, g.constant("w2", w2), g.constant("b2", b2)))
+    y, mask = ops.Dropout(ops.Concat(e1, e2, axis=1))
+    g.output(ops.Conv(y, g.constant("w3", w3), g.constant("b3", b3)), "y")
+    if with_mask:
+        g.output(mask, "mask")
+    model = g.compile(backend=backend)
+    assert model.stats["reorders"] == 0
+    out = model.run({"x": x})
+    cat = np.concatenate([np.maximum(pointwise_ref(x, w, b), 0) for w, b in ((w1, b1), (w2, b2))], axis=1)
+    np.testing.assert_allclose(out["y"], pointwise_ref(cat.astype(np.float32), w3, b3), rtol=1e-4, atol=1e-4)
+    if with_mask:
+        assert out["mask"].shape == (1, 32, 5, 5) and out["mask"].dtype == np.bool_ and out["mask"].all()
