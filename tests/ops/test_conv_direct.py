@@ -31,6 +31,12 @@ def conv_ref(x, w, b=None, strides=(1, 1), dil=(1, 1), pads=(0, 0, 0, 0)):
     return y if b is None else y + b[None, :, None, None]
 
 
+def activation_ref(v, act: str, params):
+    """numpy reference of the conv epilogue's activations (Relu, Clip, LeakyRelu)."""
+    return {"Relu": lambda: np.maximum(v, 0), "Clip": lambda: np.clip(v, *params),
+            "LeakyRelu": lambda: np.where(v >= 0, v, params[0] * v)}[act]()
+
+
 CASES = [  # (N, C, H, W, M, k, strides, dilations, pads)
     (1, 3, 9, 11, 20, 3, (1, 1), (1, 1), (1, 1, 1, 1)),    # odd image, M past one block
     (2, 5, 10, 9, 33, 3, (2, 2), (1, 1), (1, 0, 2, 1)),    # batch, stride 2, asymmetric pads, two oc groups
@@ -80,8 +86,7 @@ def test_direct_conv_fused_epilogue(backend, act, params):
     z = RNG.standard_normal((1, 19, 7, 8)).astype(np.float32)
     y = FusedConv(x, w, b, z, pads=[1, 1, 1, 1], activation=act, activation_params=params, backend=backend)
     v = conv_ref(x, w, b, pads=(1, 1, 1, 1)) + z
-    want = {"Relu": lambda: np.maximum(v, 0), "Clip": lambda: np.clip(v, *params),
-            "LeakyRelu": lambda: np.where(v >= 0, v, params[0] * v)}[act]()
+    want = activation_ref(v, act, params)
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
 
 

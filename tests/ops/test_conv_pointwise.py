@@ -10,6 +10,7 @@ from dsl.opgraph import formats as F
 from dsl.opgraph.spec import TensorSpec
 from ops.conv_fusion import FusedConv
 from ops.conv_pointwise import conv_pointwise, launch_conv_pointwise
+from test_conv_direct import activation_ref
 
 RNG = np.random.default_rng(11)
 
@@ -61,8 +62,7 @@ def test_pointwise_fused_epilogue_with_residual(backend, act, params):
     x, w, b = data(1, 18, 6, 5, 21)
     z = RNG.standard_normal((1, 21, 3, 3)).astype(np.float32)
     v = pointwise_ref(x, w, b, (2, 2)) + z
-    want = {"Relu": lambda: np.maximum(v, 0), "Clip": lambda: np.clip(v, *params),
-            "LeakyRelu": lambda: np.where(v >= 0, v, params[0] * v)}[act]()
+    want = activation_ref(v, act, params)
     y = FusedConv(x, w, b, z, strides=[2, 2], activation=act, activation_params=params, backend=backend)
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
     # stride 1 on plain tensors: the pixel-vector tile's two epilogues (whole and overlapping tile)

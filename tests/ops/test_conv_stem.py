@@ -11,7 +11,7 @@ from dsl.opgraph import formats as F
 from dsl.opgraph.spec import TensorSpec
 from ops.conv_fusion import FusedConv
 from ops.conv_stem import StemConfig, conv_stem, launch_conv_stem, stem_config
-from test_conv_direct import conv_ref
+from test_conv_direct import activation_ref, conv_ref
 
 RNG = np.random.default_rng(11)
 
@@ -55,8 +55,7 @@ def test_stem_fused_epilogue(backend, act, params):
     z = RNG.standard_normal((1, 11, 6, 18)).astype(np.float32)
     y = FusedConv(x, w, b, z, pads=[1, 1, 1, 1], activation=act, activation_params=params, backend=backend)
     v = conv_ref(x, w, b, pads=(1, 1, 1, 1)) + z
-    want = {"Relu": lambda: np.maximum(v, 0), "Clip": lambda: np.clip(v, *params),
-            "LeakyRelu": lambda: np.where(v >= 0, v, params[0] * v)}[act]()
+    want = activation_ref(v, act, params)
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
 
 
