@@ -3,6 +3,7 @@ without running a model, and list its ops.  A problem prints the package error a
 (``<manifest>:<line>: <key>: ...``) and exits 1."""
 from __future__ import annotations
 
+import os
 import sys
 from typing import TextIO
 
@@ -28,10 +29,17 @@ def run(args, out: TextIO = None) -> int:
     except PackageError as e:
         print(str(e), file=sys.stderr)
         return 1
-    print(f"{pkg.name} (format {pkg.version}) at {pkg.path}: {len(pkg.ops)} op(s) OK", file=out)
+    print(f"{pkg.name} (format {pkg.version}) at {shown_path(pkg.path)}: {len(pkg.ops)} op(s) OK", file=out)
     for cls in pkg.ops:
         print(describe_op(cls), file=out)
     return 0
+
+
+def shown_path(path) -> str:
+    """``path`` relative to the working directory when it lies inside it (as linters print
+    paths: what the user typed, not where the machine keeps it), else absolute."""
+    rel = os.path.relpath(path)
+    return str(path) if rel == ".." or rel.startswith(".." + os.sep) else rel
 
 
 def describe_op(cls) -> str:

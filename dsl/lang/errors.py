@@ -26,7 +26,17 @@ class SourceLoc:
         return linecache.getline(self.file, self.line).rstrip("\n")
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.col}"
+        return f"{_cell_name(self.file)}:{self.line}:{self.col}"
+
+
+def _cell_name(file: str) -> str:
+    """A Jupyter cell's code lives in a temporary file (/tmp/ipykernel_.../123.py); the reader
+    knows the cell as ``In[7]``, which is what IPython's own tracebacks call it too."""
+    import sys
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    number = getattr(getattr(shell, "compile", None), "_filename_map", {}).get(file)
+    return file if number is None else f"In[{number}]"
 
 
 UNKNOWN = SourceLoc("<unknown>", 0, 0, "")
@@ -62,6 +72,12 @@ class CompileError(Exception):
         if self.note:
             text += f"\nnote: {self.note}"
         return text
+
+    def _render_traceback_(self):
+        """IPython/Jupyter show these lines instead of a traceback: the message already points at
+        the kernel's source line, and the compiler's own frames would only bury it."""
+        return [f"{type(self).__name__}: {line}" if k == 0 else line
+                for k, line in enumerate(str(self).splitlines())]
 
     def __reduce__(self):  # picklable across processes
         return (CompileError, (self.message, self.loc, self.note))

@@ -242,6 +242,30 @@ def test_no_compiler_frames_in_traceback():
     assert not any(f.endswith(("frontend.py", "check.py")) for f in frames), frames
 
 
+def test_jupyter_shows_the_message_not_a_traceback():
+    """IPython prints ``_render_traceback_()`` instead of frames: the first line names the error
+    class and the kernel's file:line:col, then the source line and its caret, nothing of ours."""
+    with pytest.raises(dsl.CompileError) as info:
+        writes_input(np.zeros(1, np.float32), backend="interpreter")
+    lines = info.value._render_traceback_()
+    assert lines[0].startswith("CompileError: ") and "test_errors.py:" in lines[0], lines
+    assert lines[1:] == str(info.value).splitlines()[1:]
+    assert "^" in lines[2] and not any("kernel.py" in line for line in lines), lines
+
+
+def test_jupyter_cells_are_named_as_ipython_names_them(monkeypatch):
+    """A kernel defined in a notebook cell is compiled from IPython's temporary file for that
+    cell; errors name the cell (``In[7]:4:5``) as IPython's own tracebacks do."""
+    import sys
+    import types
+    from dsl.lang.errors import SourceLoc
+    cell_file = "/tmp/ipykernel_1/123.py"
+    shell = types.SimpleNamespace(compile=types.SimpleNamespace(_filename_map={cell_file: 7}))
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell))
+    assert str(SourceLoc(cell_file, 4, 5)) == "In[7]:4:5"
+    assert str(SourceLoc("/src/k.py", 4, 5)) == "/src/k.py:4:5"  # not a cell: the file stays
+
+
 def test_sync_in_func_is_rejected():
     @dsl.func
     def helper(v):

@@ -29,6 +29,18 @@ def test_check_lists_the_example_ops():
     assert "hooks:   verify, select, tiling, map_tiles (functions.py)" in text
 
 
+def test_check_prints_the_folder_as_seen_from_the_working_directory(monkeypatch, tmp_path):
+    """Inside the working directory the folder is shown relative (as typed); outside, absolute."""
+    monkeypatch.chdir(EXAMPLE.parent)
+    out = io.StringIO()
+    assert check.run(_parser().parse_args(["check", str(EXAMPLE)]), out=out) == 0
+    assert f" at {EXAMPLE.name}: 3 op(s) OK" in out.getvalue()
+    monkeypatch.chdir(tmp_path)
+    out = io.StringIO()
+    assert check.run(_parser().parse_args(["check", str(EXAMPLE)]), out=out) == 0
+    assert f" at {EXAMPLE.resolve()}: 3 op(s) OK" in out.getvalue()
+
+
 def test_check_accepts_the_manifest_file_itself():
     assert check.run(_parser().parse_args(["check", str(EXAMPLE / "opdsl-package.yaml")]), out=io.StringIO()) == 0
 
