@@ -154,7 +154,7 @@ def uses_of(nodes, k: ir.Kernel, checked: bool = False) -> Uses:
         elif isinstance(n, ir.For):
             u.names.add(n.var)
             u.assigned.add(n.var)
-        elif isinstance(n, (ir.Load, ir.Store, ir.AtomicAdd)):
+        elif isinstance(n, (ir.Load, ir.Store, ir.AtomicAdd, ir.AtomicFetchAdd)):
             u.buffers.add(n.tensor)
             if not n.flat and n.tensor in ndim:
                 u.shapes.update((n.tensor, d) for d in range(0 if checked else 1, ndim[n.tensor]))
