@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import dsl
-from dsl import In, InOut, Out, f16, f32, f64, i32, i64, u32
+from dsl import In, InOut, Out, f16, f32, i32, i64
 
 T = dsl.TypeVar("T")
 SRC = inspect.getsource(inspect.getmodule(inspect.currentframe())).splitlines()
