@@ -378,6 +378,8 @@ class InterpreterLauncher(Launcher):
         out = {}
         for p, a in zip(self._params, args):
             if isinstance(p, ir.TensorParam):
+                if p.access == "zeroed":  # Zeroed[...]: every launch starts from zeros
+                    a.fill(0)
                 out[p.name] = Tensor(a, p.name, p.access, p.dtype)
             elif isinstance(p, ir.VecParam):
                 out[p.name] = Tensor(np.asarray(a, p.dtype.np).reshape(-1), p.name, "in", p.dtype)

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 import dsl
-from dsl import In, InOut, Out, f16, f32, i32, i64
+from dsl import In, InOut, Out, Zeroed, f16, f32, i32, i64
 
 T = dsl.TypeVar("T")
 SRC = inspect.getsource(inspect.getmodule(inspect.currentframe())).splitlines()
 
 
 @dsl.kernel(threads=4, grid=3)
-def claim_chunks(counter: InOut[i64], hits: InOut[i32], owner: Out[i32], n: i64, chunk: i64):
+def claim_chunks(counter: Zeroed[i64], hits: InOut[i32], owner: Out[i32], n: i64, chunk: i64):
     start = dsl.atomic_add(counter, 0, chunk)
     while start < n:
         for i in range(start, min(start + chunk, n)):
@@ -29,15 +29,16 @@ def claim_chunks(counter: InOut[i64], hits: InOut[i32], owner: Out[i32], n: i64,
 
 @pytest.mark.parametrize("n,chunk", [(100, 3), (7, 16), (0, 4)])
 def test_counter_hands_out_every_chunk_exactly_once(backend, n, chunk):
-    counter = np.zeros(1, np.int64)
-    hits = np.zeros(max(n, 1), np.int32)
-    owner = np.full(max(n, 1), -1, np.int32)
-    claim_chunks(counter, hits, owner, n, chunk, backend=backend)
-    assert hits[:n].tolist() == [1] * n              # every index once: none lost, none twice
-    assert ((owner[:n] >= 0) & (owner[:n] < 12)).all()
-    # each of the 12 threads overshoots exactly once: the claim that saw start >= n
-    n_claims = -(-n // chunk)
-    assert counter[0] == (n_claims + 12) * chunk
+    counter = np.full(1, 12345, np.int64)            # Zeroed: what is there before does not matter
+    for _ in range(2):                               # nor what the previous launch left
+        hits = np.zeros(max(n, 1), np.int32)
+        owner = np.full(max(n, 1), -1, np.int32)
+        claim_chunks(counter, hits, owner, n, chunk, backend=backend)
+        assert hits[:n].tolist() == [1] * n          # every index once: none lost, none twice
+        assert ((owner[:n] >= 0) & (owner[:n] < 12)).all()
+        # each of the 12 threads overshoots exactly once: the claim that saw start >= n
+        n_claims = -(-n // chunk)
+        assert counter[0] == (n_claims + 12) * chunk
 
 
 @dsl.kernel(threads=4, grid=2)
