@@ -191,3 +191,58 @@ def test_model_weights_packed_at_plan_time():
     for seed in (1, 2):
         xv = np.random.default_rng(seed).standard_normal((2, 40, 96)).astype(np.float32)
         np.testing.assert_allclose(model.run({"x": xv})["y"], xv @ w + bias, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("batch, cores, bb", [(4, 2, 4), (3, 2, 1), (1, 4, 1), (5, 8, 5)],
+                         ids=["even", "odd-b-shared", "single", "more-cores"])
+def test_dynamic_chunks_cover_every_entry(backend, batch, cores, bb):
+    """Threads claiming (entry, column block) chunks from the Zeroed counter compute every entry
+    once, whatever the batch (odd, 1, fewer entries than cores) and a broadcast B."""
+    from ops.gemm_packed import dynamic_cols
+    a, b, c = rand(batch, 13, 11), rand(bb, 11, 21), rand(1, 21)
+    want = reference(a, b, c, 0, 0, 1.0, 0.5)
+    assert 1 <= dynamic_cols(batch, 21, TINY, cores) <= 3  # 3 panels of NR = 8
+    for _ in range(2):
+        y = np.full((batch, 13, 21), np.nan, np.float32)
+        packed_gemm(a, b, c, y, beta=0.5, backend=backend, config=TINY, cores=cores, dynamic=True)
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+def test_dynamic_cols_rule():
+    """About 4 chunks per core, whole NR panels, at least one per entry."""
+    from ops.gemm_packed import dynamic_cols
+    cfg = TileConfig(V=16, MR=8, KC=256, MC=192, NC=2048)
+    assert dynamic_cols(12, 128, cfg, 2) == 1 and dynamic_cols(4, 128, cfg, 2) == 2
+    assert dynamic_cols(1, 128, cfg, 2) == 4 and dynamic_cols(1, 20, cfg, 8) == 1
+
+
+def test_model_batched_matmul_dynamic_repeated_and_concurrent():
+    """A batched attention-style MatMul in a compiled model takes the dynamic path; repeated runs
+    (the counter reset by every frozen launch) and runs from two threads at once (each plan its
+    own counter) all match numpy."""
+    import threading
+    g = dsl.Graph("bmm")
+    x = g.input("x", (4, 64, 64), dsl.f32)
+    w = g.input("w", (4, 64, 72), dsl.f32)
+    g.output(ops.MatMul(x, w), "y")
+    model = g.compile(backend="numba")
+    feeds = [{"x": rand(4, 64, 64), "w": rand(4, 64, 72)} for _ in range(4)]
+    errors = []
+
+    def run(k):
+        for _ in range(5):
+            f = feeds[k]
+            got = model.run(f)["y"]
+            if not np.allclose(got, f["x"] @ f["w"], rtol=1e-4, atol=1e-3):
+                errors.append(k)
+    run(0)
+    (launcher, (values, _)), = next(iter(model._plans.values())).first.steps
+    names = [p.name for p in launcher._kernel.params]
+    cores = dsl.target("numba").compute_units
+    assert (values[names.index("dyn_cols")] > 0) == (4 % cores == 0 or 4 >= 4 * cores)  # whole_entries' rule
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(1, 4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
