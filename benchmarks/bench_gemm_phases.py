@@ -9,10 +9,6 @@ Sections:
   parallel), the step with B's packing skipped (``b_ready=1`` on a dummy packed B: the time
   packing B costs; that result is not the product and is not checked), the copies ``Model.run``
   makes (feeds into the plan's buffers, the output out of it) and the eager ``ops.MatMul``.
-- ``dynamic``: the batched shapes' plan step with the static split (each thread a fixed share
-  of the entries, ``dyn_cols = 0``) against the dynamic one (chunks claimed from a counter with
-  fetch-and-add), both forced parallel, alternated in rounds so both see the same machine; numpy
-  (clean child) and ``Model.run`` (dynamic) in the same run.
 - ``launch``: the fixed cost of one packed-GEMM launch (an 8x8x32 product): the launcher on a
   plan's frozen values and on plain ones, numba's dispatcher on the same values, an empty
   ``njit`` function taking the same 29 arguments, and the launcher's own Python (scalar
@@ -41,7 +37,7 @@ from benchmarks.bench_ops import ATTENTION_SHAPES  # noqa: E402
 from benchmarks.blas_child import numpy_matmul_times  # noqa: E402
 from benchmarks.harness import load_text, machine_info, start  # noqa: E402
 
-SECTIONS = ("phases", "dynamic", "launch")
+SECTIONS = ("phases", "launch")
 SHAPES = ATTENTION_SHAPES + (((1, 128, 64), (1, 64, 128)),)  # and one small product
 
 
@@ -101,50 +97,6 @@ def phases(repeat: int, shapes=SHAPES) -> str:
     return "\n".join(["### Batched and small packed GEMMs, phases (µs, best (median))", ""] + rows)
 
 
-def alternated(fns, repeat: int, rounds: int = 10):
-    """[(best, median) µs] of each of ``fns``, timed in ``rounds`` alternating rounds of single calls."""
-    for fn in fns:
-        fn()
-        fn()
-    times: List[List[float]] = [[] for _ in fns]
-    per = max(1, repeat // rounds)
-    for _ in range(rounds):
-        for fn, ts in zip(fns, times):
-            for _ in range(per):
-                t0 = time.perf_counter()
-                fn()
-                ts.append(time.perf_counter() - t0)
-    return [(min(ts) * 1e6, statistics.median(ts) * 1e6) for ts in times]
-
-
-def dynamic_split(repeat: int, shapes=ATTENTION_SHAPES) -> str:
-    import dsl
-    numpy_times = numpy_matmul_times([{"name": _name(sa, sb), "a": list(sa), "b": list(sb)} for sa, sb in shapes],
-                                     repeat)["results"]
-    rows = ["| A @ B | numpy | static split (parallel) | dynamic split (parallel) | Model.run (dynamic) | chunks |",
-            "|---|---:|---:|---:|---:|---:|"]
-    for sa, sb in shapes:
-        a, b = op_models.random_inputs([sa, sb], seed=sum(sa))
-        model = dsl.load_onnx(op_models.matmul_model(sa, sb), backend="numba")
-        feeds = {"a": a, "b": b}
-        np.testing.assert_allclose(model.run(feeds)["y"], a @ b, rtol=1e-4, atol=1e-3)
-        (launcher, (values, grid)), = next(iter(model._plans.values())).first.steps
-        names = [p.name for p in launcher._kernel.params]
-        dyn_cols = int(values[names.index("dyn_cols")])
-        static = list(values)
-        static[names.index("dyn_cols")] = np.int64(0)
-        y = values[names.index("y")]
-        launcher.run_parallel(static, grid)
-        np.testing.assert_allclose(y, a @ b, rtol=1e-4, atol=1e-3)  # the static variant is right too
-        st, dy, mr = alternated([lambda: launcher.run_parallel(static, grid),
-                                 lambda: launcher.run_parallel(values, grid),
-                                 lambda: model.run(feeds)], repeat)
-        ns = numpy_times[_name(sa, sb)]
-        rows.append(f"| {_name(sa, sb)} | {ns['best'] * 1e6:.1f} ({ns['median'] * 1e6:.1f}) | {cell(st)} | "
-                    f"{cell(dy)} | {cell(mr)} | {sa[0] * dyn_cols} |")
-    return "\n".join(["### Batched GEMMs, static vs dynamic split (µs, best (median), alternated)", ""] + rows)
-
-
 def launch_cost(repeat: int) -> str:
     import numba
 
@@ -199,8 +151,6 @@ def main(argv=None) -> int:
         print(f"- {line}")
     if "phases" in wanted:
         print("\n" + phases(args.repeat))
-    if "dynamic" in wanted:
-        print("\n" + dynamic_split(args.repeat))
     if "launch" in wanted:
         print("\n" + launch_cost(args.repeat * 10))
     print(f"\nload average at end: {load_text()}")

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import dsl
-from dsl import In, InOut, Out, Zeroed, f32, i32, i64
+from dsl import In, InOut, Out, f32, i32, i64
 
 T = dsl.TypeVar("T")
 PACKED_TYPES = (dsl.f32, dsl.f16, dsl.bf16)
@@ -97,8 +97,7 @@ def activation(v, act, lo, hi):
 
 @dsl.kernel(threads=THREADS)
 def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], res: In[T, 3], y: Out[T, 3],
-                ap: InOut[f32, 2], bp: InOut[f32, 2], work: Zeroed[i64], geom: dsl.Vec[i64, 11], tn: i64,
-                whole: i32, dyn_cols: i64, b_ready: i32,
+                ap: InOut[f32, 2], bp: InOut[f32, 2], geom: dsl.Vec[i64, 11], tn: i64, whole: i32, b_ready: i32,
                 im2col: i32, trans_a: i32, trans_b: i32, alpha: f32, beta: f32, add_res: i32, act: i32, act_lo: f32,
                 act_hi: f32, V: dsl.const[i64], MR: dsl.const[i64], KC: dsl.const[i64], MC: dsl.const[i64],
                 NC: dsl.const[i64], PACK_A: dsl.const[i64]):
@@ -146,22 +145,7 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], res: In[T, 3], y: Out[T, 
     ip_hi = mpan * (it + 1) // tm
     ncp = NC // NR
     mcp = MC // MR
-    # work items: a static share (``item`` counts this thread's batch entries), or with dyn_cols > 0
-    # chunks of (batch entry, 1/dyn_cols of its column panels) claimed from ``work`` by whoever runs
-    n_items = (t_hi - t_lo + t_step - 1) // t_step
-    item = 0
-    if dyn_cols > 0:
-        n_items = y.shape[0] * dyn_cols
-        item = dsl.atomic_add(work, 0, 1)
-    while item < n_items:
-        t = t_lo + item * t_step
-        if dyn_cols > 0:  # every row panel, the chunk's share of the column panels (B packed once)
-            t = item // dyn_cols
-            jc = item % dyn_cols
-            jp_lo = npan * jc // dyn_cols
-            jp_hi = npan * (jc + 1) // dyn_cols
-            ip_lo = 0
-            ip_hi = mpan
+    for t in range(t_lo, t_hi, t_step):
         for jb in range(jp_lo, jp_hi, ncp):
             jn = min(ncp, jp_hi - jb)
             for pc in range(0, kd, KC):
@@ -317,10 +301,6 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], res: In[T, 3], y: Out[T, 
                                                 v += res.flat[row + col]
                                             v = activation(v, act, act_lo, act_hi)
                                         y.flat[row + col] = v
-        if dyn_cols > 0:
-            item = dsl.atomic_add(work, 0, 1)
-        else:
-            item += 1
 
 
 @dsl.kernel(threads=THREADS)
@@ -366,16 +346,6 @@ def whole_entries(batch: int, cores: int, macs: int = 0) -> bool:
     multiply-adds) is small (a big one, a batched convolution's image, keeps its team split and
     its threads' B blocks small)."""
     return batch > 1 and (batch % cores == 0 or batch >= 4 * cores) and macs <= WHOLE_MAX_MACS
-
-
-def dynamic_cols(batch: int, n: int, cfg: TileConfig, cores: int) -> int:
-    """Column chunks per batch entry when threads take work from a shared counter: whole entries
-    while there are at least as many as cores (a chunk of half an entry's columns re-reads A and
-    ran 10-15 % slower on the attention shapes), else each entry split into column blocks of whole
-    NR panels (B packed once per chunk) so every core gets some.  A core that starts late finds
-    its entries taken by the others; one fetch-and-add per chunk costs nothing measurable."""
-    npan = -(-n // cfg.NR)
-    return max(1, min(npan, -(-cores // batch)))
 
 
 def workspace(teams: int, cfg: TileConfig, k: int, m: int, n: int, pack_a: bool = True, whole: bool = False,
@@ -433,24 +403,18 @@ def packed_b(b: np.ndarray, trans_b: int, cfg: TileConfig, backend) -> np.ndarra
 
 def packed_gemm(a, b, c, y, trans_a: int = 0, trans_b: int = 0, alpha=1.0, beta=1.0, backend=None,
                 kernel=gemm_packed, config=None, res=None, act: int = ACT_NONE, act_lo: float = 0.0,
-                act_hi: float = 0.0, geometry=None, cores=None, dynamic=None):
+                act_hi: float = 0.0, geometry=None, cores=None):
     """``gemm_kernel``'s interface on the packed kernel: 3-D a, b (size-1 batch broadcast), 2-D c.
     ``kernel`` is what to launch (a graph's recorder stands in for it while a model is built);
     ``config`` overrides the target's TileConfig (tests use tiny blocks to reach every loop);
     ``res``/``act`` are the epilogue; ``geometry`` (11 ints) makes B the im2col matrix of image b;
-    ``cores`` overrides the target's core count (which decides how batch entries are shared);
-    ``dynamic`` (default: whenever whole entries are taken) makes the threads claim (entry, column
-    block) chunks from a counter instead of a fixed share each, so a late core delays nothing.
+    ``cores`` overrides the target's core count (which decides how batch entries are shared).
     A constant B (graph weights: read-only all the way down) shared by the batch is packed once."""
     cfg = config or tile_config(backend or "numba")
     k = a.shape[1] if trans_a else a.shape[2]
     batch = y.shape[0]
-    cores = cores or dsl.target(backend or "numba").compute_units
-    whole = whole_entries(batch, cores, y.shape[1] * y.shape[2] * k)
-    dyn = whole if dynamic is None else bool(dynamic)
-    whole = whole or dyn
-    dyn_cols = dynamic_cols(batch, y.shape[2], cfg, cores) if dyn else 0
-    teams = max(1, min(-(-cores // THREADS) if dyn else -(-batch // THREADS) if whole else batch, MAX_TEAMS))
+    whole = whole_entries(batch, cores or dsl.target(backend or "numba").compute_units, y.shape[1] * y.shape[2] * k)
+    teams = max(1, min(-(-batch // THREADS) if whole else batch, MAX_TEAMS))
     pack_a = a.dtype != np.float32
     b_ready = geometry is None and b.shape[0] == 1 and _immutable(b)
     ap, bp, tn = workspace(teams, cfg, k, y.shape[1], y.shape[2], pack_a, whole, b_ready)
@@ -459,9 +423,8 @@ def packed_gemm(a, b, c, y, trans_a: int = 0, trans_b: int = 0, alpha=1.0, beta=
     add_res = res is not None
     if res is None:  # never read: any array of y's rank and dtype
         res = np.zeros((1, 1, 1), y.dtype)
-    work = np.zeros(1, np.int64)  # the chunk counter (Zeroed: every launch resets it)
-    kernel(a, b, c, res, y, ap, bp, work, NO_GEOMETRY if geometry is None else np.asarray(geometry, np.int64), tn,
-           whole=int(whole), dyn_cols=dyn_cols, b_ready=int(b_ready), im2col=int(geometry is not None),
-           trans_a=trans_a, trans_b=trans_b, alpha=float(alpha), beta=float(beta), add_res=int(add_res), act=act,
+    kernel(a, b, c, res, y, ap, bp, NO_GEOMETRY if geometry is None else np.asarray(geometry, np.int64), tn,
+           whole=int(whole), b_ready=int(b_ready), im2col=int(geometry is not None), trans_a=trans_a,
+           trans_b=trans_b, alpha=float(alpha), beta=float(beta), add_res=int(add_res), act=act,
            act_lo=float(act_lo), act_hi=float(act_hi), V=cfg.V, MR=cfg.MR, KC=cfg.KC, MC=cfg.MC, NC=cfg.NC,
            PACK_A=int(pack_a), backend=backend, grid=teams)
