@@ -41,6 +41,24 @@ def test_counter_hands_out_every_chunk_exactly_once(backend, n, chunk):
         assert counter[0] == (n_claims + 12) * chunk
 
 
+def test_zeroed_counter_restarts_in_replayed_launches(backend):
+    """A model's plan binds a launch once and replays it (numba: frozen values straight to the
+    entry point); the Zeroed counter must still start at zero each time, serial or parallel."""
+    assert repr(Zeroed[i64, 1]) == "Zeroed[dsl.i64, 1]" and Zeroed[i64].writable
+    n, chunk = 50, 4
+    counter, hits, owner = np.full(1, 7, np.int64), np.zeros(n, np.int32), np.zeros(n, np.int32)
+    launcher, values, grid = claim_chunks.prepare((counter, hits, owner, n, chunk), {}, backend=backend, grid=3)
+    runs = [lambda: launcher(values, grid)]
+    if backend == "numba":
+        frozen = launcher.freeze(values)
+        runs += [lambda: launcher(frozen, grid), lambda: launcher.run_serial(values, grid),
+                 lambda: launcher.run_parallel(values, grid)]
+    for k, run in enumerate(runs * 2):
+        run()
+        assert hits.tolist() == [k + 1] * n, k       # each replay covers every index once more
+        assert counter[0] == (-(-n // chunk) + 12) * chunk
+
+
 @dsl.kernel(threads=4, grid=2)
 def fetch_olds(t: InOut[T], got: Out[T, 2], step: T):
     row = dsl.tile_id() * dsl.num_threads() + dsl.thread_id()
