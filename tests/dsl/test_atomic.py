@@ -79,19 +79,25 @@ def test_returns_the_value_before_each_add(backend, dtype, start, step):
 
 
 @dsl.kernel(threads=4, grid=2)
-def scratch_slots(out: Out[i32, 2]):
+def scratch_slots(out: Out[i32, 2], halves: Out[f32, 2]):
     slot = dsl.scratch((1,), i32)
+    total = dsl.scratch((1,), f32)
     if dsl.thread_id() == 0:
         slot[0] = 0
+        total[0] = 0.0
     dsl.sync()
     mine = dsl.atomic_add(slot, 0, 1)
     out[dsl.tile_id(), mine] = i32(dsl.thread_id() + 1)
+    halves[dsl.tile_id(), dsl.thread_id()] = dsl.atomic_add(total, 0, 0.5)  # OpenCL: CAS on __local
 
 
-def test_scratch_counter_is_shared_by_the_team(backend):
-    out = np.zeros((2, 4), np.int32)
-    scratch_slots(out, backend=backend)
+@pytest.mark.parametrize("debug", [False, True])
+def test_scratch_counter_is_shared_by_the_team(backend, debug):
+    kernel = dsl.kernel(threads=4, grid=2, debug=True)(scratch_slots.fn) if debug else scratch_slots
+    out, halves = np.zeros((2, 4), np.int32), np.zeros((2, 4), np.float32)
+    kernel(out, halves, backend=backend)
     assert [sorted(r) for r in out.tolist()] == [[1, 2, 3, 4]] * 2
+    assert [sorted(r) for r in halves.tolist()] == [[0.0, 0.5, 1.0, 1.5]] * 2
 
 
 @dsl.kernel(threads=4, debug=True)
