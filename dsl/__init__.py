@@ -7,7 +7,7 @@ this package never imports the layers above the kernel runtime (docs/architectur
 import importlib
 
 from dsl.lang.types import (  # noqa: F401
-    DType, TypeVar, In, Out, InOut, Vec, const,
+    DType, TypeVar, In, Out, InOut, Zeroed, Vec, const,
     bool_, i8, u8, i16, u16, i32, u32, i64, u64, f16, bf16, f32, f64,
 )
 from dsl.lang.errors import CompileError, LaunchError, SourceLoc  # noqa: F401

@@ -223,6 +223,10 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers, CSimd, CBuiltinCalls):
 
     def atomic_add(self, ptr: str, dtype: T.DType, value: str, space: str) -> str:
         """A statement adding ``value`` to ``*ptr`` atomically; ``space`` is 'tensor' or 'scratch'."""
+        return self.atomic_fetch_add(ptr, dtype, value, space) + ";"
+
+    def atomic_fetch_add(self, ptr: str, dtype: T.DType, value: str, space: str) -> str:
+        """An expression adding ``value`` to ``*ptr`` atomically, whose value is ``*ptr`` before."""
         raise Unsupported(f"dsl.atomic_add is not supported by the {type(self).__name__} target")
 
     def sync(self) -> str:
@@ -600,6 +604,26 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers, CSimd, CBuiltinCalls):
         if name == "bool_" and not isinstance(buf, ir.VecParam):
             return f"({ptr}[{off}] != 0)"
         return f"{ptr}[{off}]"
+
+    def visit_AtomicFetchAdd(self, e: ir.AtomicFetchAdd) -> str:
+        buf = self.k.buffer(e.tensor)
+        space = "scratch" if isinstance(buf, ir.Scratch) else "tensor"
+        ptr, value = self.names.user(e.tensor), self.bare(e.value)
+        if self.debug:  # a failed check adds 0 to element 0 (every buffer has one) and the launch raises
+            fn = self.helper("fetch_add_checked", buf.dtype, space)
+            return f"{fn}({ptr}, {self.checked_offset(e, 'atomic_add')}, {value})"
+        return self.atomic_fetch_add(f"&{ptr}[{self.offset(e.tensor, e.index, e.flat)}]", buf.dtype, value, space)
+
+    def helper_fetch_add_checked(self, name, t, dtype, space):
+        qual = self.address_space(space)
+        add = self.atomic_fetch_add("&p[o < 0 ? 0 : o]", dtype, f"o < 0 ? ({t})0 : v", space)
+        return (f"{self.func_prefix}{t} {name}({qual}{t}* p, long o, {t} v) {{\n"
+                f"  // debug mode: o < 0 is an index that failed its check (recorded); add 0 to element 0\n"
+                f"  return {add};\n}}")
+
+    def address_space(self, space: str) -> str:
+        """The pointer qualifier of a tensor ('tensor') or scratch ('scratch') element in helpers."""
+        return ""
 
     def visit_Shape(self, e: ir.Shape) -> str:
         return self.shape_names[e.tensor][e.axis]

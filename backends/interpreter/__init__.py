@@ -222,9 +222,13 @@ class _Context(B.TeamContext):
         with launch.print_lock:
             print(f"[{launch.name} t={self.thread_id} tile={self.flat_tile_id}] {text}", flush=True)
 
-    def atomic_add(self, array, index, value) -> None:
+    def atomic_add(self, array, index, value):
+        """t[index] += value under the launch's lock; the element before, as compiled atomics return it.
+        The value converts to the tensor's dtype first and integers wrap, as on the compiled targets."""
         with self.team.launch.atomic_lock:
-            array[index] = array[index] + value
+            old = array[index]
+            array[index] = np.add(old, np.asarray(value).astype(old.dtype)[()])
+        return old
 
 
 # --------------------------------------------------------------------------- one launch
@@ -374,6 +378,8 @@ class InterpreterLauncher(Launcher):
         out = {}
         for p, a in zip(self._params, args):
             if isinstance(p, ir.TensorParam):
+                if p.access == "zeroed":  # Zeroed[...]: every launch starts from zeros
+                    a.fill(0)
                 out[p.name] = Tensor(a, p.name, p.access, p.dtype)
             elif isinstance(p, ir.VecParam):
                 out[p.name] = Tensor(np.asarray(a, p.dtype.np).reshape(-1), p.name, "in", p.dtype)

@@ -260,6 +260,15 @@ class Gen(SimdGen, Visitor):
             code = f"rt.{st.name}_to_f32({code})"
         return cast(code, st, e.type)
 
+    def visit_AtomicFetchAdd(self, e, scope):
+        arr = self.names[e.tensor]
+        st = self.storage(e.tensor)
+        v = self.typed(e.value, ctype(st), scope)
+        if self.debug:
+            zero = f"{storage_np(st)}(0)"
+            return f"rt.fetch_add_checked({arr}, {self.checked_args(e, 'atomic_add', scope, f'{v}, {zero}')})"
+        return f"rt.fetch_add({arr}, {self.offset(e.tensor, e.index, e.flat, scope)}, {v})"
+
     def visit_Shape(self, e, scope):
         return self.shape_names(e.tensor)[e.axis]
 

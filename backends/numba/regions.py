@@ -154,7 +154,7 @@ def uses_of(nodes, k: ir.Kernel, checked: bool = False) -> Uses:
         elif isinstance(n, ir.For):
             u.names.add(n.var)
             u.assigned.add(n.var)
-        elif isinstance(n, (ir.Load, ir.Store, ir.AtomicAdd)):
+        elif isinstance(n, (ir.Load, ir.Store, ir.AtomicAdd, ir.AtomicFetchAdd)):
             u.buffers.add(n.tensor)
             if not n.flat and n.tensor in ndim:
                 u.shapes.update((n.tensor, d) for d in range(0 if checked else 1, ndim[n.tensor]))
@@ -280,7 +280,7 @@ class Program:
         return out
 
     def prelude(self) -> List[str]:
-        """Entry-point lines flattening each tensor and naming its shape."""
+        """Entry-point lines flattening each tensor and naming its shape; Zeroed tensors set to 0."""
         lines = []
         for p in self.tensor_params():
             nm = self.names[p.name]
@@ -289,6 +289,8 @@ class Program:
             for d in range(p.ndim):
                 lines.append(f"    {nm}_shape{d} = {src}.shape[{d}]")
             lines.append(f"    {nm}_size = {nm}.size")
+            if p.access == "zeroed":  # Zeroed[...]: every launch starts from zeros (frozen ones too)
+                lines.append(f"    {nm}[:] = 0")
         return lines
 
     def entry_params(self, nd: bool = False) -> str:

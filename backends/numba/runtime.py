@@ -129,6 +129,25 @@ def atomic_add(typingctx, arr, idx, val):
 
 
 @intrinsic
+def fetch_add(typingctx, arr, idx, val):
+    """``old = arr[idx]; arr[idx] += val`` as one LLVM atomicrmw returning ``old``.  acq_rel, so a
+    thread that claims work through a counter also sees what the thread before it published."""
+    if not isinstance(arr, types.Array) or not isinstance(idx, types.Integer):
+        return None
+    if not isinstance(arr.dtype, (types.Integer, types.Float)):
+        return None
+    sig = arr.dtype(arr, types.intp, arr.dtype)
+
+    def codegen(context, builder, sig, args):
+        aryty = sig.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
+        op = "fadd" if isinstance(aryty.dtype, types.Float) else "add"
+        return builder.atomic_rmw(op, ptr, args[2], "acq_rel")
+    return sig, codegen
+
+
+@intrinsic
 def cas(typingctx, arr, idx, expected, new):
     """Compare-and-swap on an integer array element; returns the value found (== expected on success)."""
     if not (isinstance(arr, types.Array) and isinstance(arr.dtype, types.Integer)):
@@ -254,6 +273,15 @@ def load_checked(arr, idx, shape, zero, err, site, tid, tile):
     if off < 0:
         return zero
     return arr[off]
+
+
+@njit(**_JIT)
+def fetch_add_checked(arr, idx, shape, value, zero, err, site, tid, tile):
+    """``fetch_add`` at ``offset(idx)``, or ``zero`` (and a record) when an index is out of range."""
+    off = checked_offset(idx, shape, err, site, tid, tile)
+    if off < 0:
+        return zero
+    return fetch_add(arr, off, value)
 
 
 @njit(**_JIT)

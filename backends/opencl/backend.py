@@ -103,6 +103,9 @@ class OpenCLLauncher(Launcher):
             global_size, local_size = (self.threads * gx, gy, gz), (self.threads, 1, 1)
         else:  # 1-d: get_group_id(1), get_group_id(2) are 0 and get_num_groups(1), (2) are 1
             global_size, local_size = (self.threads * grid,), (self.threads,)
+        for spec, value in zip(self.plan, args):
+            if spec.kind == "tensor" and spec.access == "zeroed":  # before the copy to the device
+                np.asarray(value).fill(0)
         if min(global_size) <= 0:
             return
         cargs = []

@@ -87,31 +87,37 @@ class OpenCLRenderer(CStyleRenderer):
                 f"  vstore_half_rte(f, 0, (__private half*)&h);\n"
                 f"  return vload_half(0, (__private const half*)&h);\n}}")
 
-    def atomic_add(self, ptr: str, dtype: T.DType, value: str, space: str) -> str:
-        space = {"tensor": "global", "scratch": "local"}[space]  # OpenCL's address spaces
+    def address_space(self, space: str) -> str:
+        return {"tensor": "volatile __global ", "scratch": "volatile __local "}[space]
+
+    def atomic_fetch_add(self, ptr: str, dtype: T.DType, value: str, space: str) -> str:
+        """OpenCL 1.2's atomic_add / atom_add return the old value; floats: a compare-and-swap helper."""
         name = dtype.name
         if name in ("i32", "u32"):
-            return f"atomic_add({ptr}, {value});"
+            return f"atomic_add({ptr}, {value})"
         if name in ("i64", "u64"):
             self.features.add("int64_atomics")
-            return f"atom_add({ptr}, {value});"
+            return f"atom_add({ptr}, {value})"
         if name in ("f32", "f64"):
             if name == "f64":
                 self.features.add("int64_atomics")
-            return f"{self.helper('atomic_add', dtype, space)}({ptr}, {value});"
+            return f"{self.helper('atomic_add', dtype, space)}({ptr}, {value})"
         raise Unsupported(f"dsl.atomic_add on {dtype} is not supported by the opencl backend; "
                           f"accepted: i32, u32, i64, u64, f32, f64")
 
     def helper_atomic_add(self, name, t, dtype, space):
+        space = {"tensor": "global", "scratch": "local"}[space]  # OpenCL's address spaces
         bits, cas = ("uint", "atomic_cmpxchg") if dtype.bits == 32 else ("ulong", "atom_cmpxchg")
         as_bits, as_t = f"as_{bits}", f"as_{t}"
-        return (f"{self.func_prefix}void {name}(volatile __{space} {t}* p, {t} v) {{\n"
-                f"  // floating-point atomic add: compare-and-swap on the bits (every access atomic: no data race)\n"
+        return (f"{self.func_prefix}{t} {name}(volatile __{space} {t}* p, {t} v) {{\n"
+                f"  // floating-point atomic add returning the old value: compare-and-swap on the bits\n"
+                f"  // (every access atomic: no data race)\n"
                 f"  {bits} seen = {cas}((volatile __{space} {bits}*)p, ({bits})0, ({bits})0), old;\n"
                 f"  do {{\n"
                 f"    old = seen;\n"
                 f"    seen = {cas}((volatile __{space} {bits}*)p, old, {as_bits}({as_t}(old) + v));\n"
-                f"  }} while (seen != old);\n}}")
+                f"  }} while (seen != old);\n"
+                f"  return {as_t}(old);\n}}")
 
     def log(self, s: ir.Log) -> str:
         """printf; dsl.log lines carry the interpreter's "[kernel t=.. tile=..]" prefix, print() lines do not."""

@@ -45,7 +45,7 @@ class TeamContext:
     def log(self, level: str, text: str) -> None:
         raise NotImplementedError
 
-    def atomic_add(self, array: np.ndarray, index, value) -> None:
+    def atomic_add(self, array: np.ndarray, index, value):
         raise NotImplementedError
 
 
@@ -127,9 +127,10 @@ def split(n, align: int = 1, grid: bool = False):
     return np.int64(lo), np.int64(min(lo + chunk, n))  # i64, as the checker types them
 
 
-def atomic_add(tensor, index, value) -> None:
-    """tensor[index] += value, atomically across threads and tiles."""
-    current().atomic_add(tensor, index, value)
+def atomic_add(tensor, index, value):
+    """tensor[index] += value, atomically across threads and tiles; returns the element before
+    (``old = dsl.atomic_add(...)``: a fetch-and-add, e.g. to claim the next chunk of work)."""
+    return current().atomic_add(tensor, index, value)
 
 
 def static_range(*args):
@@ -638,7 +639,7 @@ for _fn, _reason in [
     (split, "lowered to arithmetic on the team builtins (lo, hi = dsl.split(n))"),
     (sync, "a statement: ir.Sync"),
     (scratch, "a declaration: ir.Scratch in Kernel.scratch"),
-    (atomic_add, "a statement: ir.AtomicAdd"),
+    (atomic_add, "a statement (ir.AtomicAdd), or ir.AtomicFetchAdd as an assignment's value"),
     (static_range, "a for loop the checker unrolls (ir.StaticFor, never seen by a backend)"),
     (splat, "becomes ir.Splat (lane count known at compile time)"),
     (local, "a declaration: ir.LocalInit, elements become locals or Kernel.arrays"),

@@ -233,7 +233,8 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
             return ir.Assign(element, self.cast(value, b.dtype.compute), loc=s.loc)
         return ir.Store(s.tensor, index, self.cast(value, b.dtype.compute), s.flat, loc=s.loc)
 
-    def visit_AtomicAdd(self, s: ir.AtomicAdd):
+    def atomic_operands(self, s):
+        """Checked (dtype, index, value) of an atomic add; the element must be one the targets can add."""
         b = self.buffer(s.tensor, s)
         if isinstance(b, ir.LocalArray):
             raise self.error(s, f"dsl.atomic_add on '{s.tensor}', a dsl.local array: it belongs to one thread; "
@@ -243,9 +244,20 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
                                 "f32 and f64 tensors")
         index = self.index(s.tensor, s.index, s.flat, s)
         value, t = self.expr(s.value)
+        if isinstance(t, T.SimdType):
+            raise self.error(s, f"dsl.atomic_add on '{s.tensor}' adds a scalar; {t} is a SIMD value "
+                                "(reduce it first: dsl.reduce_add(v))")
+        return b.dtype, index, self.cast(value, b.dtype)
+
+    def visit_AtomicAdd(self, s: ir.AtomicAdd):
+        dtype, index, value = self.atomic_operands(s)
         if not self.final:
             return None
-        return ir.AtomicAdd(s.tensor, index, self.cast(value, b.dtype), s.flat, loc=s.loc)
+        return ir.AtomicAdd(s.tensor, index, value, s.flat, loc=s.loc)
+
+    def visit_AtomicFetchAdd(self, e: ir.AtomicFetchAdd):
+        dtype, index, value = self.atomic_operands(e)
+        return ir.AtomicFetchAdd(e.tensor, index, value, e.flat, type=dtype, loc=e.loc), dtype
 
     def visit_If(self, s: ir.If):
         cond, t = self.expr(s.cond)
@@ -588,6 +600,8 @@ class _Uniformity(Visitor):
                 return True
             if isinstance(n, ir.Name) and n.name in self.varying:
                 return True
+            if isinstance(n, ir.AtomicFetchAdd):
+                return True  # each thread gets its own old value
             if isinstance(n, ir.Load):
                 b = self.buffers.get(n.tensor)
                 if isinstance(b, _SHAPED) or (isinstance(b, ir.TensorParam) and b.access != "in"):

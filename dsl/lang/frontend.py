@@ -221,6 +221,8 @@ class _Visitor(Declarations, Calls, Visitor):
             return self.declare_scratch(target, s.value, s)
         if isinstance(target, ast.Name) and is_call_to(self, s.value, "local"):
             return self.declare_local(target, s.value, s)
+        if isinstance(target, (ast.Name, ast.Subscript)) and is_call_to(self, s.value, "atomic_add"):
+            return self.assign_to(target, self.atomic_fetch(s.value), s)
         return self.assign_to(target, self.expr(s.value), s)
 
     def visit_AugAssign(self, s):

@@ -27,16 +27,7 @@ class Calls:
                 raise self.error(call, "dsl.sync() is only allowed in a kernel body, not in a @dsl.func")
             return ir.Sync(loc=loc)
         if (kind, name) == ("dsl", "atomic_add"):
-            args = self.call_args(call, ("tensor", "index", "value"), required=3, raw=True)
-            t = args["tensor"]
-            flat = isinstance(t, ast.Attribute) and t.attr == "flat"
-            tname = t.value.id if flat and isinstance(t.value, ast.Name) else t.id if isinstance(t, ast.Name) else None
-            if tname is None or not self.is_tensor(tname):
-                raise self.error(t, "dsl.atomic_add(t, index, value): t must be a tensor (or t.flat)")
-            self.check_writable(tname, t)
-            idx = args["index"]
-            index = tuple(self.expr(e) for e in (idx.elts if isinstance(idx, ast.Tuple) else [idx]))
-            return ir.AtomicAdd(tname, index, self.expr(args["value"]), flat, loc=loc)
+            return ir.AtomicAdd(*self.atomic_parts(call), loc=loc)
         if kind == "log":
             return self.log_stmt(call, name)
         if kind == "method" and name == "vstore":
@@ -59,6 +50,23 @@ class Calls:
         if (kind, name) == ("py", "breakpoint"):
             return None
         return ir.ExprStmt(self.expr(call), loc=loc)
+
+    def atomic_parts(self, call: ast.Call):
+        """(tensor, index, value, flat) of ``dsl.atomic_add(t, index, value)``, statement or fetch form."""
+        args = self.call_args(call, ("tensor", "index", "value"), required=3, raw=True)
+        t = args["tensor"]
+        flat = isinstance(t, ast.Attribute) and t.attr == "flat"
+        tname = t.value.id if flat and isinstance(t.value, ast.Name) else t.id if isinstance(t, ast.Name) else None
+        if tname is None or not self.is_tensor(tname):
+            raise self.error(t, "dsl.atomic_add(t, index, value): t must be a tensor (or t.flat)")
+        self.check_writable(tname, t)
+        idx = args["index"]
+        index = tuple(self.expr(e) for e in (idx.elts if isinstance(idx, ast.Tuple) else [idx]))
+        return tname, index, self.expr(args["value"]), flat
+
+    def atomic_fetch(self, call: ast.Call) -> ir.AtomicFetchAdd:
+        """``old = dsl.atomic_add(...)``: the fetch-and-add, only ever a whole assignment's value."""
+        return ir.AtomicFetchAdd(*self.atomic_parts(call), loc=self.loc(call))
 
     def log_stmt(self, call: ast.Call, level: str) -> Optional[ir.Stmt]:
         from dsl import config
@@ -136,6 +144,8 @@ class Calls:
                                      "scratch": "dsl.scratch(...) must be assigned to a name at the top of the kernel",
                                      "static_range": "dsl.static_range(...) is only a for loop's iterable: "
                                                      "for j in dsl.static_range(4)",
+                                     "atomic_add": "dsl.atomic_add(t, i, v) returns the old value only as the whole "
+                                                   "right side of an assignment: old = dsl.atomic_add(t, i, v)",
                                      }.get(name, f"dsl.{name}(...) is a statement and returns nothing"))
             return self.builtin_call(e, name, [self.expr(a) for a in e.args])
         if kind == "func":

@@ -64,6 +64,19 @@ class Load(Expr):
 
 
 @dataclass(frozen=True)
+class AtomicFetchAdd(Expr):
+    """``old = dsl.atomic_add(t, idx, v)``: t[idx] += v atomically, the value is t[idx] before.
+
+    A side effect, so the frontend builds it only as the whole right side of an assignment
+    (evaluated exactly once, in statement order); its type is the tensor's dtype."""
+
+    tensor: str
+    index: Tuple[Expr, ...]
+    value: Expr
+    flat: bool = False
+
+
+@dataclass(frozen=True)
 class Shape(Expr):
     """``t.shape[axis]`` of a tensor parameter (i64, known at run time)."""
 
@@ -587,6 +600,9 @@ def fmt(e: Expr) -> str:
         return e.name
     if isinstance(e, Load):
         return f"{e.tensor}.flat[{fmt(e.index[0])}]" if e.flat else f"{e.tensor}[{', '.join(map(fmt, e.index))}]"
+    if isinstance(e, AtomicFetchAdd):
+        sub = f"{e.tensor}.flat[{fmt(e.index[0])}]" if e.flat else f"{e.tensor}[{', '.join(map(fmt, e.index))}]"
+        return f"atomic_add({sub}, {fmt(e.value)})"
     if isinstance(e, Shape):
         return f"{e.tensor}.shape[{e.axis}]"
     if isinstance(e, Size):

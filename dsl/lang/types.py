@@ -204,7 +204,7 @@ ANY = TypeVar("Any")  # a tensor annotated bare In/Out takes any dtype
 class TensorAnnotation:
     """The annotation ``In[f32, 2]``: access mode, dtype (or TypeVar), rank."""
 
-    access: str  # 'in' | 'out' | 'inout'
+    access: str  # 'in' | 'out' | 'inout' | 'zeroed' (InOut that every launch first sets to zero)
     dtype: Any = ANY  # DType or TypeVar
     ndim: Optional[int] = None
 
@@ -214,11 +214,14 @@ class TensorAnnotation:
 
     def __repr__(self) -> str:
         args = [repr(self.dtype)] + ([str(self.ndim)] if self.ndim is not None else [])
-        return f"{self.access.capitalize().replace('Inout', 'InOut')}[{', '.join(args)}]"
+        return f"{_BINDING_NAMES[self.access]}[{', '.join(args)}]"
+
+
+_BINDING_NAMES = {"in": "In", "out": "Out", "inout": "InOut", "zeroed": "Zeroed"}
 
 
 class _Binding:
-    """``In``, ``Out``, ``InOut``: subscript with a dtype and optional rank."""
+    """``In``, ``Out``, ``InOut``, ``Zeroed``: subscript with a dtype and optional rank."""
 
     def __init__(self, access: str):
         self.access = access
@@ -235,12 +238,16 @@ class _Binding:
         return TensorAnnotation(self.access, dtype, ndim)
 
     def __repr__(self) -> str:
-        return {"in": "In", "out": "Out", "inout": "InOut"}[self.access]
+        return _BINDING_NAMES[self.access]
 
 
 In = _Binding("in")
 Out = _Binding("out")
 InOut = _Binding("inout")
+# Zeroed: an InOut tensor the launch sets to zero before any thread runs (every backend, every
+# launch, a model's frozen ones included), so counters for a fetch-and-add work queue
+# (old = dsl.atomic_add(t, 0, chunk)) start fresh whatever an earlier or interrupted launch left.
+Zeroed = _Binding("zeroed")
 
 
 @dataclass(frozen=True)
