@@ -38,7 +38,7 @@ import numpy as np
 
 from dsl import config
 from dsl.opgraph import formats as F
-from dsl.opgraph import reorder
+from dsl.opgraph import binding, reorder
 from dsl.opgraph.concat_inplace import concat_views
 from dsl.opgraph.limits import check_tensor_bytes, tensor_limit
 from dsl.opgraph.host_values import check_value, is_host, runs_on_host
@@ -57,10 +57,11 @@ _MAX_PLANS = 32
 class _Plan:
     """Everything one shape signature needs: fixed buffers and a flat step list."""
 
-    __slots__ = ("inputs", "outputs", "steps", "memory", "specs", "captured", "spans", "tiled")
+    __slots__ = ("inputs", "outputs", "steps", "memory", "specs", "captured", "spans", "tiled", "binding")
 
-    def __init__(self, inputs, outputs, steps, memory, specs, captured, spans=(), tiled=None):
+    def __init__(self, inputs, outputs, steps, memory, specs, captured, spans=(), tiled=None, binding=None):
         self.inputs, self.outputs, self.steps = inputs, outputs, steps
+        self.binding = binding  # feeds read in place, outputs written in place (binding.py), or None
         self.memory, self.specs, self.captured = memory, specs, captured
         self.spans = spans  # (node, first step, end step): which steps are whose (profile.py)
         self.tiled = tiled or {}  # node name -> number of tiles it runs as (tiling.py)
@@ -99,6 +100,7 @@ class Model:
         self.tiling = tiles.resolve(tiling)  # most tiles per op (0: off, < 0: one per core when large)
         self.max_tensor_bytes = tensor_limit(max_tensor_bytes)  # no buffer of a run may be larger
         self.backend = backend
+        self.rebind = True  # run on the caller's feeds and into fresh outputs (binding.py); False: copy
         self.stats = dict(stats)
         self._impls = impls
         self.inputs: Dict[str, TensorSpec] = {t.name: t.spec for t in graph.inputs}
@@ -144,6 +146,8 @@ class Model:
             return self._run_by_node(arrays)
         plan = pool.checkout()
         try:
+            if plan.binding is not None and self.rebind:
+                return plan.binding.run(plan.steps, plan.inputs, plan.outputs, arrays)
             for buf, a in zip(plan.inputs, arrays):
                 np.copyto(buf, a)
             for fn, args in plan.steps:
@@ -338,8 +342,10 @@ class Model:
                         steps.append(_prepare(reorder.zero_padding, (arrays[t.name],),
                                               {"channels": specs[t.name].shape[1]}, self.backend))
             spans.append((n, first, len(steps)))
-        return _Plan([arrays[t.name] for t in g.inputs], [(t.name, arrays[t.name]) for t in g.outputs],
-                     steps, memory, specs, captured, spans, tiled)
+        inputs = [arrays[t.name] for t in g.inputs]
+        outputs = [(t.name, arrays[t.name]) for t in g.outputs]
+        bound = binding.build(steps, inputs, outputs, list(g.constants.values()), (_run, _run_inplace), _noop)
+        return _Plan(inputs, outputs, steps, memory, specs, captured, spans, tiled, bound)
 
     def _tiled(self, n, impl, ins, outs, specs, tiled, in_specs) -> Optional[list]:
         """The node as one step running its tiles (tiling.py), or None when it runs untiled.
