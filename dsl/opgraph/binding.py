@@ -28,7 +28,7 @@ The rules are strict; a buffer keeps the copy when any of them fails:
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -82,11 +82,20 @@ class Binding:
         self.pinned = set()          # roots that keep the copy
         self.frozen_only = [True] * len(self.roots)  # every use a frozen launch (read-only feeds ok)
         self.patches: List[Tuple[int, dict]] = []  # (step index, patch tree) for steps holding a root
+        self._launches = set()  # ids of the patch trees of launcher steps
         for k, step in enumerate(steps):
             tree = self._step(step)
             if tree:
                 self.patches.append((k, tree))
-        self.used = {v.root for _, tree in self.patches for v in _leaves(tree)}
+                if isinstance(step[0], Launcher) or _launcher_method(step[0]):
+                    self._launches.add(id(tree))
+        # per patched step: (index, [(value position, view)] for a launch of plain values, else None, tree)
+        self._fast = []
+        for k, tree in self.patches:
+            inner = tree[1][0] if list(tree) == [1] and list(tree[1]) == [0] else None
+            flat = (sorted(inner.items()) if id(tree) in self._launches and isinstance(inner, dict)
+                    and all(type(v) is _View for v in inner.values()) else None)
+            self._fast.append((k, flat, tree))
 
     # ------------------------------------------------------------------ finding references
     def _root_of(self, a: np.ndarray) -> Optional[int]:
@@ -215,8 +224,18 @@ class Binding:
     def bind(self, steps: Sequence, arrays: List[Optional[np.ndarray]]) -> list:
         """``steps`` with every rebound root replaced by ``arrays[root]`` (None: keep the plan's)."""
         out = list(steps)
-        for k, tree in self.patches:
-            out[k] = _apply(out[k], tree, arrays)
+        for k, flat, tree in self._fast:
+            if flat is None:
+                out[k] = _apply(out[k], tree, arrays)
+                continue
+            fn, (values, grid) = out[k]
+            items = list(values)
+            for i, view in flat:
+                a = view.make(arrays)
+                if a is not None:
+                    items[i] = a
+            out[k] = (fn, (values.with_values(items) if type(values) not in (tuple, list) else type(values)(items),
+                           grid))
         return out
 
 
@@ -267,9 +286,10 @@ def _address(a: np.ndarray) -> int:
 
 def feed_ok(a, buf: np.ndarray, frozen_only: bool) -> bool:
     """Whether the caller's array ``a`` can stand in for the plan's input buffer ``buf``."""
+    if type(a) is not np.ndarray or a.shape != buf.shape or a.dtype != buf.dtype:
+        return False
     f = a.flags
-    return (type(a) is np.ndarray and f.c_contiguous and f.aligned and a.dtype == buf.dtype
-            and a.shape == buf.shape and (f.writeable or frozen_only))
+    return f.c_contiguous and f.aligned and (f.writeable or frozen_only)
 
 
 def build(steps: Sequence, inputs: Sequence[np.ndarray], outputs: Sequence[Tuple[str, np.ndarray]],
@@ -300,42 +320,45 @@ def build(steps: Sequence, inputs: Sequence[np.ndarray], outputs: Sequence[Tuple
     if not live:
         return None
     return RunBinding(b, set(live), out_roots, [next((k for k, a in enumerate(inputs) if a is buf), None)
-                                               for _, buf in outputs])
+                                               for _, buf in outputs], outputs)
 
 
 class RunBinding:
-    """What ``Model.run`` uses per run: which feeds go in place, which outputs are fresh arrays."""
+    """What ``Model.run`` uses per run of one plan instance: which feeds go in place, which
+    outputs are fresh arrays, and the steps to rebind."""
 
-    __slots__ = ("binding", "live", "out_roots", "out_inputs", "n_in", "frozen_only")
+    __slots__ = ("binding", "live", "out_roots", "_feeds", "_fresh", "_outs", "_roots")
 
-    def __init__(self, binding: Binding, live: set, out_roots: list, out_inputs: list):
+    def __init__(self, binding: Binding, live: set, out_roots: list, out_inputs: list,
+                 outputs: Sequence[Tuple[str, np.ndarray]]):
         self.binding, self.live = binding, live
         self.out_roots = [r if r in live else None for r in out_roots]
-        self.out_inputs = out_inputs  # per output: the graph input it is, or None
-        self.n_in = binding.inputs
-        self.frozen_only = binding.frozen_only
+        roots = binding.roots
+        self._roots = len(roots)
+        # per graph input: (its plan buffer, rebound when the feed allows, read-only feeds allowed)
+        self._feeds = [(roots[i], i in live, binding.frozen_only[i]) for i in range(binding.inputs)]
+        self._fresh = [(r, roots[r].shape, roots[r].dtype) for r in self.out_roots if r is not None]
+        # per output: (name, fresh root or None, the graph input it is or None, the plan's buffer)
+        self._outs = [(name, r, k, buf) for (name, buf), r, k in zip(outputs, self.out_roots, out_inputs)]
 
-    def run(self, steps, in_bufs, outputs, feeds) -> Dict[str, np.ndarray]:
+    def run(self, steps: Sequence, feeds: Sequence[np.ndarray]) -> Dict[str, np.ndarray]:
         """Feed, run and collect: rebound feeds used in place, the others copied into the plan."""
-        arrays: List[Optional[np.ndarray]] = [None] * len(self.binding.roots)
-        live = self.live
-        for i, (buf, a) in enumerate(zip(in_bufs, feeds)):
-            if i in live and feed_ok(a, buf, self.frozen_only[i]):
+        arrays: List[Optional[np.ndarray]] = [None] * self._roots
+        i = 0
+        for (buf, live, ro_ok), a in zip(self._feeds, feeds):
+            if live and feed_ok(a, buf, ro_ok):
                 arrays[i] = a
             else:
                 np.copyto(buf, a)
-        result = {}
-        fresh = []
-        for (name, buf), r in zip(outputs, self.out_roots):
-            if r is not None:
-                arrays[r] = np.empty(buf.shape, buf.dtype)
-                fresh.append((name, arrays[r]))
+            i += 1
+        for r, shape, dt in self._fresh:
+            arrays[r] = np.empty(shape, dt)
         for fn, args in self.binding.bind(steps, arrays):
             fn(*args)
-        fresh = dict(fresh)
-        for (name, buf), r, k in zip(outputs, self.out_roots, self.out_inputs):
+        result = {}
+        for name, r, k, buf in self._outs:
             if r is not None:
-                result[name] = fresh[name]
+                result[name] = arrays[r]
             elif k is not None and arrays[k] is not None:  # an output that is a rebound graph input
                 result[name] = np.array(arrays[k], order="C")
             else:

@@ -147,7 +147,7 @@ class Model:
         plan = pool.checkout()
         try:
             if plan.binding is not None and self.rebind:
-                return plan.binding.run(plan.steps, plan.inputs, plan.outputs, arrays)
+                return plan.binding.run(plan.steps, arrays)
             for buf, a in zip(plan.inputs, arrays):
                 np.copyto(buf, a)
             for fn, args in plan.steps:

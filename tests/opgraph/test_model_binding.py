@@ -207,7 +207,7 @@ def test_feeds_that_keep_the_copy(backend):
     ro.flags.writeable = False
     got = model.run({"x": ro})["y"]
     np.testing.assert_array_equal(got, np.abs(ro))
-    frozen = plan.binding.frozen_only[0]
+    frozen = plan.binding.binding.frozen_only[0]
     assert frozen == (backend == "numba")  # other backends' launches would type it again
     poison(model)
     got = model.run({"x": ro})["y"]
