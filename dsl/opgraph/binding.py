@@ -28,6 +28,8 @@ The rules are strict; a buffer keeps the copy when any of them fails:
 """
 from __future__ import annotations
 
+import os
+
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -35,8 +37,10 @@ import numpy as np
 from backends.base import Launcher
 from dsl.opgraph import tiling as tiles
 
-# Buffers smaller than this keep the copy: see benchmarks/RESULTS.md "Model.run without copies".
-MIN_BYTES = 32 * 1024
+# Buffers smaller than this keep the copy: rebinding a launch costs ~1 us, as much as copying
+# ~32 KB in and out (benchmarks/RESULTS.md "Model.run without copies").  OPDSL_BIND_MIN_BYTES=0
+# rebinds every buffer (tests run the whole suite's small models through this path that way).
+MIN_BYTES = int(os.environ.get("OPDSL_BIND_MIN_BYTES", 32 * 1024))
 
 _SCALARS = (bool, int, float, complex, str, bytes, np.generic, np.dtype, type(None))
 

@@ -2,8 +2,10 @@
 
 Running is a flat list of ``(callable, args)`` built once per set of input shapes (at
 compile time when every shape is known).  Every buffer of the plan is allocated then:
-inputs are copied into staging buffers, intermediates live in a shared arena
-(memory.py ``plan_memory``), outputs are copied out into fresh caller-owned arrays.
+inputs have staging buffers, intermediates live in a shared arena (memory.py
+``plan_memory``), outputs have buffers of their own.  Large feeds are then read in place
+and large outputs written straight into fresh caller-owned arrays: the plan's steps are
+rebound to them per run (binding.py); the others are copied in and out.
 Because every array is fixed, each node's ``run`` is *captured* once: it is called
 with a recording stand-in for its kernel, and the launches it makes are bound
 (argument checks, specialization lookup) ahead of time, so a step is one compiled
@@ -134,7 +136,10 @@ class Model:
 
     # ------------------------------------------------------------------ running
     def run(self, feeds: Mapping[str, Any]) -> Dict[str, np.ndarray]:
-        """Run the graph on ``feeds`` (input name -> array); returns output name -> array."""
+        """Run the graph on ``feeds`` (input name -> array); returns output name -> array.
+
+        Feeds are never written; large C-contiguous ones are read where they are (no copy),
+        and every output is a new array per run, large ones written in place (binding.py)."""
         arrays = self._check_feeds(feeds)
         if self._host:
             return self._run_by_node(arrays)
