@@ -119,7 +119,7 @@ class Binding:
         if isinstance(fn, Launcher) or _launcher_method(fn):
             launcher = fn if isinstance(fn, Launcher) else fn.__self__
             return _nest(1, self._launch(launcher, args, frozen_ok=isinstance(fn, Launcher)))
-        if fn in self._run_fns:
+        if any(fn is f for f in self._run_fns):
             return _nest(1, self._op_run(args))
         if fn is tiles.run_tiles or fn is tiles.run_tiles_in_order:
             if type(args) is not tuple or len(args) != 1 or type(args[0]) is not tuple:
@@ -131,11 +131,13 @@ class Binding:
         if type(args) is not tuple or len(args) != 2:
             raise Opaque(f"launch arguments of {launcher!r}")
         values, grid = args
-        if not (isinstance(grid, (int, np.integer)) or (type(grid) is tuple and all(isinstance(g, (int, np.integer)) for g in grid))):
+        ints = (int, np.integer)
+        if not (isinstance(grid, ints) or (type(grid) is tuple and all(isinstance(g, ints) for g in grid))):
             raise Opaque(f"grid {grid!r}")
-        frozen = frozen_ok and type(values) is not tuple and hasattr(values, "with_values")
-        if not isinstance(values, (tuple, list)):
+        rebuildable = type(values) in (tuple, list) or (isinstance(values, tuple) and hasattr(values, "with_values"))
+        if not rebuildable:
             raise Opaque(f"launch values {type(values).__name__}")
+        frozen = frozen_ok and type(values) is not tuple and type(values) is not list
         access = _param_access(launcher)
         tree = {}
         for i, v in enumerate(values):
