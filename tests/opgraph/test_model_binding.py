@@ -285,3 +285,13 @@ def test_threads_share_one_model():
     for th in threads:
         th.join()
     assert not errors, errors[0]
+
+
+def test_profile_after_bound_runs():
+    """The profiler times the plan's own steps on its own buffers: still right after bound runs."""
+    model = unary_model("numba")
+    xv = RNG.standard_normal((8, 16)).astype(np.float32)
+    np.testing.assert_array_equal(model.run({"x": xv})["y"], np.abs(xv))
+    prof = model.profile({"x": xv}, repeat=2)
+    assert [r.name for r in prof.rows] == [n.name for n in model.graph.nodes]
+    np.testing.assert_array_equal(model.run({"x": -xv})["y"], np.abs(xv))
