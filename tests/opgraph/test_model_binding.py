@@ -268,9 +268,9 @@ def test_dynamic_shapes_bind_per_signature(backend):
     assert all(p.first.binding is not None for p in model._plans.values())
 
 
-def test_threads_share_one_model():
+def test_threads_share_one_model(compiled_backend):
     """Concurrent runs each bind their own feeds and outputs (plans are pooled per run)."""
-    model = unary_model("numba", shape=(64, 64))
+    model = unary_model(compiled_backend, shape=(64, 64))
     feeds = [RNG.standard_normal((64, 64)).astype(np.float32) for _ in range(6)]
     errors = []
     start = threading.Barrier(4)
@@ -278,7 +278,7 @@ def test_threads_share_one_model():
     def work(t):
         try:
             start.wait()
-            for k in range(30):
+            for k in range(12):
                 xv = feeds[(k + t) % len(feeds)]
                 np.testing.assert_array_equal(model.run({"x": xv})["y"], np.abs(xv))
         except BaseException as e:  # handed to the test thread
