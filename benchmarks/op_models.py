@@ -67,8 +67,8 @@ def conv_model(c_in: int, hw: int, c_out: int, k: int, stride: int, weight: np.n
 def opdsl_runner(model, feeds: Dict[str, np.ndarray], backend: str = "numba") -> Callable[[], np.ndarray]:
     """``dsl.load_onnx(model).run(feeds)`` as a no-argument call returning ``y``.
 
-    Model.run copies the inputs into its plan's buffers and returns a copy of the output,
-    as a user's call does; those copies are part of the time."""
+    Model.run reads large feeds in place and writes the output into a new array, as a user's
+    call does (dsl/opgraph/binding.py); the allocation is part of the time, as in onnxruntime."""
     import dsl
     compiled = dsl.load_onnx(model, backend=backend)
     return lambda: compiled.run(feeds)["y"]

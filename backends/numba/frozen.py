@@ -25,6 +25,14 @@ class Frozen(tuple):
 
     size: int
 
+    def with_values(self, values: Sequence) -> "Frozen":
+        """The same launch with other arrays of the very same types (dtype, rank, C-contiguous):
+        a model run binding the caller's feeds and fresh outputs (dsl/opgraph/binding.py).  The
+        caller guarantees the types; nothing is checked here, that is the point."""
+        out = Frozen(values)
+        out.size = self.size
+        return out
+
 
 def matches(values: Sequence, sig: Tuple) -> bool:
     """Whether ``values`` have exactly the numba types of ``sig``, one for one (arrays:

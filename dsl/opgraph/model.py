@@ -2,8 +2,10 @@
 
 Running is a flat list of ``(callable, args)`` built once per set of input shapes (at
 compile time when every shape is known).  Every buffer of the plan is allocated then:
-inputs are copied into staging buffers, intermediates live in a shared arena
-(memory.py ``plan_memory``), outputs are copied out into fresh caller-owned arrays.
+inputs have staging buffers, intermediates live in a shared arena (memory.py
+``plan_memory``), outputs have buffers of their own.  Large feeds are then read in place
+and large outputs written straight into fresh caller-owned arrays: the plan's steps are
+rebound to them per run (binding.py); the others are copied in and out.
 Because every array is fixed, each node's ``run`` is *captured* once: it is called
 with a recording stand-in for its kernel, and the launches it makes are bound
 (argument checks, specialization lookup) ahead of time, so a step is one compiled
@@ -38,7 +40,7 @@ import numpy as np
 
 from dsl import config
 from dsl.opgraph import formats as F
-from dsl.opgraph import reorder
+from dsl.opgraph import binding, reorder
 from dsl.opgraph.concat_inplace import concat_views
 from dsl.opgraph.limits import check_tensor_bytes, tensor_limit
 from dsl.opgraph.host_values import check_value, is_host, runs_on_host
@@ -57,10 +59,11 @@ _MAX_PLANS = 32
 class _Plan:
     """Everything one shape signature needs: fixed buffers and a flat step list."""
 
-    __slots__ = ("inputs", "outputs", "steps", "memory", "specs", "captured", "spans", "tiled")
+    __slots__ = ("inputs", "outputs", "steps", "memory", "specs", "captured", "spans", "tiled", "binding")
 
-    def __init__(self, inputs, outputs, steps, memory, specs, captured, spans=(), tiled=None):
+    def __init__(self, inputs, outputs, steps, memory, specs, captured, spans=(), tiled=None, binding=None):
         self.inputs, self.outputs, self.steps = inputs, outputs, steps
+        self.binding = binding  # feeds read in place, outputs written in place (binding.py), or None
         self.memory, self.specs, self.captured = memory, specs, captured
         self.spans = spans  # (node, first step, end step): which steps are whose (profile.py)
         self.tiled = tiled or {}  # node name -> number of tiles it runs as (tiling.py)
@@ -99,6 +102,7 @@ class Model:
         self.tiling = tiles.resolve(tiling)  # most tiles per op (0: off, < 0: one per core when large)
         self.max_tensor_bytes = tensor_limit(max_tensor_bytes)  # no buffer of a run may be larger
         self.backend = backend
+        self.rebind = True  # run on the caller's feeds and into fresh outputs (binding.py); False: copy
         self.stats = dict(stats)
         self._impls = impls
         self.inputs: Dict[str, TensorSpec] = {t.name: t.spec for t in graph.inputs}
@@ -132,7 +136,10 @@ class Model:
 
     # ------------------------------------------------------------------ running
     def run(self, feeds: Mapping[str, Any]) -> Dict[str, np.ndarray]:
-        """Run the graph on ``feeds`` (input name -> array); returns output name -> array."""
+        """Run the graph on ``feeds`` (input name -> array); returns output name -> array.
+
+        Feeds are never written; large C-contiguous ones are read where they are (no copy),
+        and every output is a new array per run, large ones written in place (binding.py)."""
         arrays = self._check_feeds(feeds)
         if self._host:
             return self._run_by_node(arrays)
@@ -144,6 +151,8 @@ class Model:
             return self._run_by_node(arrays)
         plan = pool.checkout()
         try:
+            if plan.binding is not None and self.rebind:
+                return plan.binding.run(plan.steps, arrays)
             for buf, a in zip(plan.inputs, arrays):
                 np.copyto(buf, a)
             for fn, args in plan.steps:
@@ -338,8 +347,10 @@ class Model:
                         steps.append(_prepare(reorder.zero_padding, (arrays[t.name],),
                                               {"channels": specs[t.name].shape[1]}, self.backend))
             spans.append((n, first, len(steps)))
-        return _Plan([arrays[t.name] for t in g.inputs], [(t.name, arrays[t.name]) for t in g.outputs],
-                     steps, memory, specs, captured, spans, tiled)
+        inputs = [arrays[t.name] for t in g.inputs]
+        outputs = [(t.name, arrays[t.name]) for t in g.outputs]
+        bound = binding.build(steps, inputs, outputs, list(g.constants.values()), (_run, _run_inplace), _noop)
+        return _Plan(inputs, outputs, steps, memory, specs, captured, spans, tiled, bound)
 
     def _tiled(self, n, impl, ins, outs, specs, tiled, in_specs) -> Optional[list]:
         """The node as one step running its tiles (tiling.py), or None when it runs untiled.
