@@ -383,10 +383,20 @@ class Gen(SimdGen, Visitor):
     def builtin_pow(self, e, args, scope):
         return self.int_edge("pow", ctype(e.type), args[0], args[1], e.args[1]) or f"({args[0]} ** {args[1]})"
 
+    def tensor_args(self, tensor: str) -> List[str]:
+        """What passes a tensor to a @dsl.func: the flat array, then (a kernel tensor) its shape and size."""
+        b = self.k.buffer(tensor)
+        if isinstance(b, ir.TensorParam):
+            return [self.names[tensor], *self.shape_names(tensor), self.size_code(tensor)]
+        return [self.names[tensor]]
+
     def visit_FuncCall(self, e, scope):
         f = self.funcs[e.func]
-        args = []
+        args = ["_err"] if self.debug else []
         for a, p in zip(e.args, f.params):
+            if isinstance(a, ir.TensorRef):
+                args += self.tensor_args(a.tensor)
+                continue
             code = self.typed(a, p.dtype, scope)
             if isinstance(a, ir.Const) and ctype(p.dtype) in (T.i64, T.bool_):
                 code = f"{np_type(p.dtype)}({code})"  # a literal would make numba compile a copy per value
@@ -646,20 +656,46 @@ class FuncHooks(Hooks):
         return [f"return {gen.typed(stmt.value, self.f.ret, scope)}"]
 
 
+class _FuncBuffers:
+    """The kernel as a @dsl.func's code sees it: its buffers are the function's tensor parameters."""
+
+    def __init__(self, kernel: ir.Kernel, f: ir.Function):
+        self._kernel, self._f = kernel, f
+
+    def buffer(self, name: str):
+        return self._f.buffer(name)
+
+    def __getattr__(self, name):
+        return getattr(self._kernel, name)
+
+
+def _describe(p) -> str:
+    if isinstance(p, ir.ScalarParam):
+        return f"{p.name}: {p.dtype}"
+    if isinstance(p, ir.Scratch):
+        return f"{p.name}: scratch {p.dtype}{list(p.shape)}"
+    return f"{p.name}: {p.access} {p.dtype} {p.ndim}-d"
+
+
 def emit_function(gen: Gen, f: ir.Function) -> List[str]:
-    """A ``@dsl.func`` as its own njit function (team queries passed in as hidden arguments)."""
+    """A ``@dsl.func`` as its own njit function (team queries passed in as hidden arguments; a
+    tensor parameter as the kernel passes its own tensors: flat array, shape, size)."""
     names = Names([p.name for p in f.params] + [n for n, _ in f.locals])
     sub = Gen.__new__(Gen)
     sub.__dict__.update(gen.__dict__)
+    sub.k = _FuncBuffers(gen.k, f)
     sub.names = names
-    sub.types = {p.name: p.dtype for p in f.params}
+    sub.types = {p.name: p.dtype for p in f.params if isinstance(p, ir.ScalarParam)}
     sub.types.update(dict(f.locals))
     sub.local_names = set(sub.types)
     sub.params = {}
     scope = Scope(names)
-    params = ", ".join(["_tid", "_tile", "_ntiles", "_intr", "_intr0"] + [names[p.name] for p in f.params])
-    out = ["@njit(**JIT)", f"def {gen.func_names[f.name]}({params}):"]
-    doc = f"    \"\"\"@dsl.func {f.name}({', '.join(f'{p.name}: {p.dtype}' for p in f.params)}) -> {f.ret}\"\"\""
+    hidden = ["_tid", "_tile", "_ntiles", "_intr", "_intr0"] + (["_err"] if gen.debug else [])
+    plist = []
+    for p in f.params:
+        plist += sub.tensor_args(p.name) if not isinstance(p, ir.ScalarParam) else [names[p.name]]
+    out = ["@njit(**JIT)", f"def {gen.func_names[f.name]}({', '.join(hidden + plist)}):"]
+    doc = f"    \"\"\"@dsl.func {f.name}({', '.join(_describe(p) for p in f.params)}) -> {f.ret}\"\"\""
     out.append(doc)
     out += gen.wide_vectors(f.body)
     sub.block(f.body, scope, FuncHooks(f), 1, out=out)
