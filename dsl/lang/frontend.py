@@ -292,7 +292,8 @@ class _Visitor(Declarations, Calls, Visitor):
     def check_writable(self, tensor: str, node) -> None:
         if not self.is_writable(tensor):
             ann = self.params[tensor].annotation
-            raise self.error(node, f"writing to '{tensor}', which is {ann!r}: only Out and InOut tensors (and "
+            where = "" if self.is_kernel else f" in @dsl.func '{self.fn.__name__}'"
+            raise self.error(node, f"writing to '{tensor}', which is {ann!r}{where}: only Out and InOut tensors (and "
                                    "scratch) are writable")
 
     def unpack(self, target: ast.Tuple, value, s) -> List[ir.Stmt]:
