@@ -142,7 +142,7 @@ def axpy(x: In[T], y: InOut[T], a: T):
         axpy_at(x, y, i, a)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.float16])
 def test_typevar_tensor_parameters_across_dtypes(backend, dtype):
     x = np.arange(9).astype(dtype)
     y = (np.arange(9) * 3).astype(dtype)
@@ -275,6 +275,23 @@ def twice_value(v: f32):
     return v * 2.0
 
 
+@dsl.kernel(threads=2)
+def sync_under_scratch_read(x: In[f32], y: Out[f32]):
+    s = dsl.scratch((4,), f32)
+    s[dsl.thread_id()] = x[dsl.thread_id()]
+    dsl.sync()
+    if neighbour(s, 0) > 0.0:          # scratch other threads write: thread-dependent
+        dsl.sync()
+    y[dsl.thread_id()] = neighbour(x, 0)
+
+
+@dsl.kernel(threads=2)
+def sync_under_input_read(x: In[f32], y: Out[f32]):
+    if neighbour(x, 0) > 0.0:          # an In tensor: the same for every thread
+        dsl.sync()
+    y[dsl.thread_id()] = 1.0
+
+
 def _error(kernel, *args):
     with pytest.raises(dsl.CompileError) as info:
         kernel(*args, backend="interpreter")
@@ -297,5 +314,9 @@ def test_errors():
     assert "@dsl.func 'put' returns no value" in msg and "call it as a statement" in msg
     msg = _error(value_for_tensor, x, y)
     assert "put() parameter 'y' is a tensor (Out[dsl.f32]), got a value" in msg
+    msg = _error(sync_under_scratch_read, x, y)
+    assert "dsl.sync() under thread-dependent control flow" in msg and "if neighbour(s, 0) > 0.0" in msg
+    sync_under_input_read(x + 1, y, backend="interpreter")
+    assert y.tolist()[:2] == [1, 1]
     msg = _error(tensor_for_value, x, y)
     assert "twice_value() parameter 'v' takes a value (dsl.f32), got tensor 'x'" in msg
