@@ -33,6 +33,7 @@ from dsl.lang.errors import UNKNOWN, CompileError, SourceLoc
 from dsl.lang.visitor import Visitor
 from backends.bounds import Sites
 from backends.cstyle.builtin_calls import CBuiltinCalls
+from backends.cstyle.functions import CFunctions
 from backends.cstyle.helpers import CHelpers, Unsupported
 from backends.cstyle.instrument import CInstrumentation
 from backends.cstyle.simd import CSimd
@@ -115,7 +116,7 @@ _PREC = {"mul": 10, "truediv": 10, "add": 9, "sub": 9, "lt": 7, "le": 7, "gt": 7
          "and": 2, "or": 1}  # C precedence of the operators printed without redundant parentheses
 
 
-class CStyleRenderer(Visitor, CInstrumentation, CHelpers, CSimd, CBuiltinCalls):
+class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBuiltinCalls):
     """Typed ir.Kernel -> C-family source.  Subclasses fill in the table below."""
 
     # ---- the table ------------------------------------------------------------
@@ -328,58 +329,6 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers, CSimd, CBuiltinCalls):
         if isinstance(t, T.SimdType):
             return self.vzero(t)
         return "false" if t.is_bool else self.const(0, t)
-
-    def _func_signature(self, f: ir.Function) -> str:
-        """A tensor parameter is a pointer in its address space (a kernel tensor's followed by
-        its shape, as the kernel itself takes it; scratch ``__local``, its shape compile-time)."""
-        ret = self.ctype(f.ret.compute) if f.ret is not None else "void"
-        ps = []
-        for p in f.params:
-            cname = self.names.user(p.name)
-            if isinstance(p, ir.TensorParam):
-                const = "const " if p.access == "in" else ""
-                ps.append(f"{self.buffer_prefix}{const}{self.stype(p.dtype)}* {cname}")
-                ps += [f"{self.size_type} {s}" for s in self.func_shapes[f.name, p.name]]
-            elif isinstance(p, ir.Scratch):
-                ps.append(f"{self.local_prefix}{self.scratch_storage.get(p.dtype.name, self.stype(p.dtype))}* {cname}")
-            else:
-                ps.append(f"{self.ctype(p.dtype.compute)} {cname}")
-        if self.debug and f.tensors:
-            ps.append(f"{self.buffer_prefix}long* {self.err_name}")
-        return f"{self.func_prefix}{ret} {self.fnames[f.name]}({', '.join(ps) or 'void'})"
-
-    def _function(self, f: ir.Function) -> None:
-        for p in f.params:
-            self.names.user(p.name)
-            self._note_type(p.dtype)
-            if isinstance(p, ir.TensorParam):
-                self.func_shapes[f.name, p.name] = [self.names.fresh(f"{self.names.user(p.name)}_shape{d}")
-                                                    for d in range(p.ndim)]
-        for name, _ in f.locals:
-            self.names.user(name)
-        kernel_view = self.k, self.shape_names, self.size_names
-        self.k = _FuncBuffers(self.k, f)  # tensor accesses in the body address the parameters
-        self.shape_names = {p.name: self.func_shapes[f.name, p.name] for p in f.params
-                            if isinstance(p, ir.TensorParam)}
-        self.size_names = {n: self.names.fresh(f"{self.names.user(n)}_size") for n in self.shape_names}
-        try:
-            self.emit(self._func_signature(f))
-            self.emit("{")
-            self.depth += 1
-            used_sizes = {n.tensor for n in ir.walk(list(f.body)) if isinstance(n, ir.Size)}
-            for name, dims in self.shape_names.items():
-                if name in used_sizes:
-                    self.emit(f"const {self.size_type} {self.size_names[name]} = {' * '.join(dims) or '1'};")
-            self._declare_locals(f.locals)
-            self.func_ret = f.ret
-            self.in_func = True  # no hidden arguments here: loops in device functions are not polled
-            self.block(f.body)
-            self.in_func = False
-            self.depth -= 1
-            self.emit("}")
-            self.emit("")
-        finally:
-            self.k, self.shape_names, self.size_names = kernel_view
 
     # ---- statements ------------------------------------------------------------------
     def emit(self, line: str) -> None:
@@ -765,19 +714,6 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers, CSimd, CBuiltinCalls):
         parts = [self._operand(x, e, 0, False) for x in (e.cond, e.if_true, e.if_false)]
         return f"({parts[0]} ? {parts[1]} : {parts[2]})"
 
-    def visit_FuncCall(self, e: ir.FuncCall) -> str:
-        args = []
-        for a in e.args:
-            if not isinstance(a, ir.TensorRef):
-                args.append(self.bare(a))
-                continue
-            args.append(self.names.user(a.tensor))  # the pointer, then a kernel tensor's shape
-            if isinstance(self.k.buffer(a.tensor), ir.TensorParam):
-                args += self.shape_names[a.tensor]
-        if self.debug and any(isinstance(a, ir.TensorRef) for a in e.args):
-            args.append(self.err_name)
-        return f"{self.fnames[e.func]}({', '.join(args)})"
-
     def visit_Cast(self, e: ir.Cast) -> str:
         return self.cast(e.value, e.type)
 
@@ -806,15 +742,3 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers, CSimd, CBuiltinCalls):
     def _as_f32(self, src: T.DType, x: str) -> str:
         return x if src.compute.name == "f32" else f"((float){x})"
 
-
-class _FuncBuffers:
-    """The kernel as a @dsl.func's body sees it: its buffers are the function's tensor parameters."""
-
-    def __init__(self, kernel: ir.Kernel, f: ir.Function):
-        self._kernel, self._f = kernel, f
-
-    def buffer(self, name: str):
-        return self._f.buffer(name)
-
-    def __getattr__(self, name):
-        return getattr(self._kernel, name)

@@ -35,6 +35,7 @@ from backends.numba.typecode import const, ctype, np_type, storage_np  # noqa: F
 from dsl.lang import log_format as LF
 from dsl.lang.visitor import Visitor
 from backends.bounds import Sites
+from backends.func_view import FuncView
 from backends.naming import PyNames as Names, ident
 from backends.spelling import row_major
 
@@ -656,19 +657,6 @@ class FuncHooks(Hooks):
         return [f"return {gen.typed(stmt.value, self.f.ret, scope)}"]
 
 
-class _FuncBuffers:
-    """The kernel as a @dsl.func's code sees it: its buffers are the function's tensor parameters."""
-
-    def __init__(self, kernel: ir.Kernel, f: ir.Function):
-        self._kernel, self._f = kernel, f
-
-    def buffer(self, name: str):
-        return self._f.buffer(name)
-
-    def __getattr__(self, name):
-        return getattr(self._kernel, name)
-
-
 def _describe(p) -> str:
     if isinstance(p, ir.ScalarParam):
         return f"{p.name}: {p.dtype}"
@@ -683,7 +671,7 @@ def emit_function(gen: Gen, f: ir.Function) -> List[str]:
     names = Names([p.name for p in f.params] + [n for n, _ in f.locals])
     sub = Gen.__new__(Gen)
     sub.__dict__.update(gen.__dict__)
-    sub.k = _FuncBuffers(gen.k, f)
+    sub.k = FuncView(gen.k, f)
     sub.names = names
     sub.types = {p.name: p.dtype for p in f.params if isinstance(p, ir.ScalarParam)}
     sub.types.update(dict(f.locals))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import dsl
-from dsl import In, InOut, Out, f32, f64, i32, i64
+from dsl import In, InOut, Out, f32, i32, i64
 
 T = dsl.TypeVar("T")
 
