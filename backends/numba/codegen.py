@@ -657,14 +657,6 @@ class FuncHooks(Hooks):
         return [f"return {gen.typed(stmt.value, self.f.ret, scope)}"]
 
 
-def _describe(p) -> str:
-    if isinstance(p, ir.ScalarParam):
-        return f"{p.name}: {p.dtype}"
-    if isinstance(p, ir.Scratch):
-        return f"{p.name}: scratch {p.dtype}{list(p.shape)}"
-    return f"{p.name}: {p.access} {p.dtype} {p.ndim}-d"
-
-
 def emit_function(gen: Gen, f: ir.Function) -> List[str]:
     """A ``@dsl.func`` as its own njit function (team queries passed in as hidden arguments; a
     tensor parameter as the kernel passes its own tensors: flat array, shape, size)."""
@@ -683,7 +675,7 @@ def emit_function(gen: Gen, f: ir.Function) -> List[str]:
     for p in f.params:
         plist += sub.tensor_args(p.name) if not isinstance(p, ir.ScalarParam) else [names[p.name]]
     out = ["@njit(**JIT)", f"def {gen.func_names[f.name]}({', '.join(hidden + plist)}):"]
-    doc = f"    \"\"\"@dsl.func {f.name}({', '.join(_describe(p) for p in f.params)}) -> {f.ret}\"\"\""
+    doc = f"    \"\"\"@dsl.func {f.name}({', '.join(ir.param_text(p) for p in f.params)}) -> {f.ret}\"\"\""
     out.append(doc)
     out += gen.wide_vectors(f.body)
     sub.block(f.body, scope, FuncHooks(f), 1, out=out)

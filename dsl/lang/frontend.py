@@ -118,8 +118,9 @@ def _used_as_tensors(fdef, params) -> FrozenSet[int]:
             base = base.value
         if isinstance(base, ast.Name) and (isinstance(n, ast.Subscript) or n.attr in _TENSOR_ATTRS):
             used.add(base.id)
-        if isinstance(n, ast.Call) and n.args and isinstance(n.args[0], ast.Name) \
-                and isinstance(n.func, ast.Attribute) and n.func.attr == "atomic_add":
+        if isinstance(n, ast.Call) and n.args and isinstance(n.args[0], ast.Name) and (
+                isinstance(n.func, ast.Attribute) and n.func.attr == "atomic_add"
+                or isinstance(n.func, ast.Name) and n.func.id == "len"):
             used.add(n.args[0].id)
     return frozenset(k for k, p in enumerate(params) if p.name in used)
 

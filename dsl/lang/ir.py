@@ -583,11 +583,20 @@ def dump(kernel: Kernel) -> str:
     for name, t in kernel.locals:
         out.append(f"  local {name}: {t}" + ("  (varying)" if name in kernel.varying else ""))
     for f in kernel.funcs:
-        out.append(f"  func {f.name}({', '.join(f'{p.name}: {p.dtype}' for p in f.params)}) -> {f.ret}")
+        out.append(f"  func {f.name}({', '.join(param_text(p) for p in f.params)}) -> {f.ret}")
         _dump_body(f.body, 2, out)
     out.append("  body:")
     _dump_body(kernel.body, 2, out)
     return "\n".join(out)
+
+
+def param_text(p) -> str:
+    """A function parameter in listings: a value's type, a tensor's access and rank, scratch's shape."""
+    if isinstance(p, TensorParam):
+        return f"{p.name}: {p.access} {p.dtype} {p.ndim}-d"
+    if isinstance(p, Scratch):
+        return f"{p.name}: scratch {p.dtype}{list(p.shape)}"
+    return f"{p.name}: {p.dtype}"
 
 
 def _dump_body(stmts, depth: int, out: list) -> None:

@@ -320,3 +320,21 @@ def test_errors():
     assert y.tolist()[:2] == [1, 1]
     msg = _error(tensor_for_value, x, y)
     assert "twice_value() parameter 'v' takes a value (dsl.f32), got tensor 'x'" in msg
+
+
+@dsl.func
+def length(x):
+    return len(x)
+
+
+@dsl.kernel(threads=1)
+def lengths(x: In[f32, 2], y: Out[i64]):
+    y[0] = length(x)
+
+
+def test_len_of_a_tensor_parameter_and_the_ir_listing():
+    y = np.zeros(1, np.int64)
+    lengths(np.zeros((3, 2), np.float32), y, backend="interpreter")
+    assert y[0] == 3
+    listing = lengths.source("ir", np.zeros((3, 2), np.float32), y)
+    assert "func length_in2df32(x: in f32 2-d) -> i64" in listing
