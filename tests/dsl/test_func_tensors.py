@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import dsl
-from dsl import In, InOut, Out, f32, i32, i64
+from dsl import In, InOut, Out, f32, f64, i32, i64
 
 T = dsl.TypeVar("T")
 
@@ -292,6 +292,29 @@ def sync_under_input_read(x: In[f32], y: Out[f32]):
     y[dsl.thread_id()] = 1.0
 
 
+@dsl.kernel
+def mixed_typevar(x: In[f32], y: InOut[f64]):
+    axpy_at(x, y, 0, 1.0)
+
+
+@dsl.func
+def zeroed_param(c: dsl.Zeroed[i32]):
+    c[0] = 1
+
+
+@dsl.kernel
+def passes_zeroed(c: InOut[i32]):
+    zeroed_param(c)
+
+
+@dsl.kernel
+def passes_local(y: Out[f32]):
+    a = dsl.local((4,), f32)
+    for i in range(4):
+        a[i] = 1.0
+    y[0] = twice(a, 0)
+
+
 def _error(kernel, *args):
     with pytest.raises(dsl.CompileError) as info:
         kernel(*args, backend="interpreter")
@@ -318,6 +341,12 @@ def test_errors():
     assert "dsl.sync() under thread-dependent control flow" in msg and "if neighbour(s, 0) > 0.0" in msg
     sync_under_input_read(x + 1, y, backend="interpreter")
     assert y.tolist()[:2] == [1, 1]
+    msg = _error(mixed_typevar, x, x.astype(np.float64))
+    assert "TypeVar dsl.TypeVar('T') is already f32 in this call, got 'y' of f64" in msg
+    msg = _error(passes_zeroed, np.zeros(1, np.int32))
+    assert "zeroed_param() parameter 'c'" in msg and "a @dsl.func parameter is In, Out or InOut" in msg
+    msg = _error(passes_local, y)
+    assert "'a' is a dsl.local array" in msg and "twice(a, 0)" in msg
     msg = _error(tensor_for_value, x, y)
     assert "twice_value() parameter 'v' takes a value (dsl.f32), got tensor 'x'" in msg
 
