@@ -138,8 +138,14 @@ def parse(fn, *, is_kernel: bool, log_level: str, tensors: Optional[FrozenSet[in
         raise CompileError("@dsl.kernel / @dsl.func decorate a function", SourceLoc(filename, firstline))
     # decorators sit before 'def'; locations are relative to the first decorator line
     params = param_decls(fn, filename, firstline, lines, require=is_kernel)
-    if tensors is None:
-        tensors = _used_as_tensors(fdef, params)
+    if tensors is None:  # a guess from the body; a SIMD value indexed by lane (v[k]) is not a tensor
+        guess = _used_as_tensors(fdef, params)
+        try:
+            return parse(fn, is_kernel=is_kernel, log_level=log_level, tensors=guess)
+        except CompileError:
+            if not guess:
+                raise
+            return parse(fn, is_kernel=is_kernel, log_level=log_level, tensors=frozenset())
     params = [dataclasses.replace(p, kind="tensor") if k in tensors and p.kind == "scalar" and p.annotation is None
               else p for k, p in enumerate(params)]
     v = _Visitor(fn, params, filename, firstline, indent, lines, is_kernel, log_level)

@@ -367,3 +367,19 @@ def test_len_of_a_tensor_parameter_and_the_ir_listing():
     assert y[0] == 3
     listing = lengths.source("ir", np.zeros((3, 2), np.float32), y)
     assert "func length_in2df32(x: in f32 2-d) -> i64" in listing
+
+
+@dsl.func
+def lane_scale(v):                     # v[0] of a SIMD value: not a tensor, though it is indexed
+    return v * v[0]
+
+
+@dsl.kernel(threads=1)
+def scaled_by_first(x: In[f32], y: Out[f32]):
+    y.vstore(0, lane_scale(x.vload(0, 4)))
+
+
+def test_an_indexed_simd_parameter_is_still_a_value():
+    x, y = np.arange(1, 5, dtype=np.float32), np.zeros(4, np.float32)
+    scaled_by_first(x, y, backend="interpreter")
+    assert np.array_equal(y, x * x[0])
