@@ -29,19 +29,28 @@ def put_twice(x: In[f32], y: Out[f32], i):
     put(y, i, twice(x, i) + 1.0)       # a function passing its tensors on to others
 
 
+@dsl.func
+def put_positive(y, i, v):
+    if v <= 0.0:
+        return                         # a bare return leaves a statement function early
+    y.flat[i] = v
+
+
 @dsl.kernel(threads=2)
-def through_funcs(x: In[f32], y: Out[f32], z: Out[f32]):
+def through_funcs(x: In[f32], y: Out[f32], z: Out[f32], w: InOut[f32]):
     lo, hi = dsl.split(x.size)
     for i in range(lo, hi):
         put(y, i, twice(x, i))
         put_twice(x, z, i)
+        put_positive(w, i, x.flat[i])
 
 
 def test_read_and_write_through_functions(backend):
     x = np.arange(10, dtype=np.float32) - 3
-    y, z = np.zeros_like(x), np.zeros_like(x)
-    through_funcs(x, y, z, backend=backend)
+    y, z, w = np.zeros_like(x), np.zeros_like(x), np.full_like(x, -1)
+    through_funcs(x, y, z, w, backend=backend)
     assert np.array_equal(y, 2 * x) and np.array_equal(z, 2 * x + 1)
+    assert np.array_equal(w, np.where(x > 0, x, -1))
 
 
 @dsl.func
@@ -188,11 +197,12 @@ def test_bounds_are_checked_inside_a_function_in_debug_mode(backend):
 
 
 def test_source_shows_tensor_parameters():
-    text = through_funcs.source("opencl", np.zeros(4, np.float32), np.zeros(4, np.float32), np.zeros(4, np.float32))
+    args = [np.zeros(4, np.float32)] * 4
+    text = through_funcs.source("opencl", *args)
     assert "__global const float* x" in text and "__global float* y" in text and "static void put" in text
     text = pass_left.source("opencl", np.zeros(8, np.float32), np.zeros(8, np.float32))
     assert "__local float* s" in text
-    text = through_funcs.source("numba", np.zeros(4, np.float32), np.zeros(4, np.float32), np.zeros(4, np.float32))
+    text = through_funcs.source("numba", *args)
     assert "def func_twice_in1df32_int(_tid, _tile, _ntiles, _intr, _intr0, x, x_shape0, x_size, i)" in text
 
 
