@@ -620,7 +620,9 @@ def _typed_helper(fn, specs: Dict[tuple, ir.Function]):
             fits = [k for k in specs if len(k) == len(args) and all(
                 _tensor_fits(a, p) if isinstance(p, ir.TensorArg) else not isinstance(a, Tensor) and (
                     p == t or not p.weak) for p, a, t in zip(k, args, types_))]
-            key = fits[0] if len(fits) == 1 or fits and any(isinstance(p, ir.TensorArg) for p in fits[0]) else None
+            exact = [k for k in fits if all(isinstance(p, ir.TensorArg) or p == t for p, t in zip(k, types_))]
+            key = (exact or fits)[0] if len(fits) == 1 or exact or any(
+                isinstance(p, ir.TensorArg) for k in fits for p in k) else None
         if key is None:
             return fn(*args)
         f = specs[key]
