@@ -33,6 +33,7 @@ from dsl.lang.errors import UNKNOWN, CompileError, SourceLoc
 from dsl.lang.visitor import Visitor
 from backends.bounds import Sites
 from backends.cstyle.builtin_calls import CBuiltinCalls
+from backends.cstyle.functions import CFunctions
 from backends.cstyle.helpers import CHelpers, Unsupported
 from backends.cstyle.instrument import CInstrumentation
 from backends.cstyle.simd import CSimd
@@ -115,7 +116,7 @@ _PREC = {"mul": 10, "truediv": 10, "add": 9, "sub": 9, "lt": 7, "le": 7, "gt": 7
          "and": 2, "or": 1}  # C precedence of the operators printed without redundant parentheses
 
 
-class CStyleRenderer(Visitor, CInstrumentation, CHelpers, CSimd, CBuiltinCalls):
+class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBuiltinCalls):
     """Typed ir.Kernel -> C-family source.  Subclasses fill in the table below."""
 
     # ---- the table ------------------------------------------------------------
@@ -166,6 +167,7 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers, CSimd, CBuiltinCalls):
         self.fnames = {f.name: self.names.fresh(ident(f.name)) for f in kernel.funcs}
         self.kname = self.names.fresh(ident(kernel.name))
         self.shape_names = {}
+        self.func_shapes: Dict[Tuple[str, str], List[str]] = {}  # (function, tensor parameter) -> shape names
         self.args: List[Arg] = []
         for p in kernel.params:
             if isinstance(p, ir.TensorParam):
@@ -327,29 +329,6 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers, CSimd, CBuiltinCalls):
         if isinstance(t, T.SimdType):
             return self.vzero(t)
         return "false" if t.is_bool else self.const(0, t)
-
-    def _func_signature(self, f: ir.Function) -> str:
-        ret = self.ctype(f.ret.compute) if f.ret is not None else "void"
-        ps = ", ".join(f"{self.ctype(p.dtype.compute)} {self.names.user(p.name)}" for p in f.params) or "void"
-        return f"{self.func_prefix}{ret} {self.fnames[f.name]}({ps})"
-
-    def _function(self, f: ir.Function) -> None:
-        for p in f.params:
-            self.names.user(p.name)
-            self._note_type(p.dtype)
-        for name, _ in f.locals:
-            self.names.user(name)
-        self.emit(self._func_signature(f))
-        self.emit("{")
-        self.depth += 1
-        self._declare_locals(f.locals)
-        self.func_ret = f.ret
-        self.in_func = True  # no hidden arguments here: loops in device functions are not polled
-        self.block(f.body)
-        self.in_func = False
-        self.depth -= 1
-        self.emit("}")
-        self.emit("")
 
     # ---- statements ------------------------------------------------------------------
     def emit(self, line: str) -> None:
@@ -735,9 +714,6 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers, CSimd, CBuiltinCalls):
         parts = [self._operand(x, e, 0, False) for x in (e.cond, e.if_true, e.if_false)]
         return f"({parts[0]} ? {parts[1]} : {parts[2]})"
 
-    def visit_FuncCall(self, e: ir.FuncCall) -> str:
-        return f"{self.fnames[e.func]}({', '.join(self.bare(a) for a in e.args)})"
-
     def visit_Cast(self, e: ir.Cast) -> str:
         return self.cast(e.value, e.type)
 
@@ -765,3 +741,4 @@ class CStyleRenderer(Visitor, CInstrumentation, CHelpers, CSimd, CBuiltinCalls):
 
     def _as_f32(self, src: T.DType, x: str) -> str:
         return x if src.compute.name == "f32" else f"((float){x})"
+

@@ -616,14 +616,21 @@ def _typed_helper(fn, specs: Dict[tuple, ir.Function]):
     def call(*args):
         types_ = tuple(_type_of(a) for a in args)
         key = types_ if types_ in specs else None
-        if key is None:  # an annotated parameter fixed the specialization's type
-            fits = [k for k in specs if all(p == a or not p.weak for p, a in zip(k, types_))]
-            key = fits[0] if len(fits) == 1 else None
+        if key is None:  # an annotated parameter fixed the specialization's type, or a tensor is passed
+            fits = [k for k in specs if len(k) == len(args) and all(
+                _tensor_fits(a, p) if isinstance(p, ir.TensorArg) else not isinstance(a, Tensor) and (
+                    p == t or not p.weak) for p, a, t in zip(k, args, types_))]
+            exact = [k for k in fits if all(isinstance(p, ir.TensorArg) or p == t for p, t in zip(k, types_))]
+            key = (exact or fits)[0] if len(fits) == 1 or exact or any(
+                isinstance(p, ir.TensorArg) for k in fits for p in k) else None
         if key is None:
             return fn(*args)
         f = specs[key]
-        out = fn(*(a if t == k else _convert(a, p.dtype) for a, t, k, p in zip(args, types_, key, f.params)))
+        out = fn(*(a if t == k or isinstance(k, ir.TensorArg) else _convert(a, p.dtype)
+                   for a, t, k, p in zip(args, types_, key, f.params)))
         ret = f.ret
+        if ret is None:  # a statement function
+            return out
         if isinstance(ret, T.SimdType):
             return out if out.dtype == ret.elem.compute.np else _lanes_as(out, ret)
         if isinstance(out, np.generic):
@@ -632,6 +639,11 @@ def _typed_helper(fn, specs: Dict[tuple, ir.Function]):
 
     call.__name__, call.__qualname__, call.__wrapped__ = fn.__name__, fn.__qualname__, fn
     return call
+
+
+def _tensor_fits(a, p: "ir.TensorArg") -> bool:
+    """Whether tensor argument ``a`` is one specialization ``p`` was made for (dtype and rank)."""
+    return isinstance(a, Tensor) and a.dsl_dtype == p.dtype and a.ndim == p.ndim
 
 
 def _lanes_as(v, t: "T.SimdType"):

@@ -26,7 +26,7 @@ class Tensor:
     """
 
     __slots__ = ("array", "name", "access", "kind", "shape", "size", "ndim", "dtype", "flat",
-                 "_shape", "_n0", "_n1", "_wide", "_int", "_fast")
+                 "_shape", "_n0", "_n1", "_wide", "_int", "_fast", "dsl_dtype")
 
     def __init__(self, array: np.ndarray, name: str, access: str, dtype: T.DType, kind: str = "tensor"):
         if access == "in":
@@ -37,6 +37,7 @@ class Tensor:
         self.access = access
         self.kind = kind
         self.dtype = array.dtype
+        self.dsl_dtype = dtype  # what a @dsl.func specialization for this tensor was typed with
         self._shape = self.shape = tuple(array.shape)
         self._n0 = self._shape[0] if self._shape else 0
         self._n1 = self._shape[1] if len(self._shape) > 1 else 0

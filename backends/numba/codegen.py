@@ -35,6 +35,7 @@ from backends.numba.typecode import const, ctype, np_type, storage_np  # noqa: F
 from dsl.lang import log_format as LF
 from dsl.lang.visitor import Visitor
 from backends.bounds import Sites
+from backends.func_view import FuncView
 from backends.naming import PyNames as Names, ident
 from backends.spelling import row_major
 
@@ -383,10 +384,20 @@ class Gen(SimdGen, Visitor):
     def builtin_pow(self, e, args, scope):
         return self.int_edge("pow", ctype(e.type), args[0], args[1], e.args[1]) or f"({args[0]} ** {args[1]})"
 
+    def tensor_args(self, tensor: str) -> List[str]:
+        """What passes a tensor to a @dsl.func: the flat array, then (a kernel tensor) its shape and size."""
+        b = self.k.buffer(tensor)
+        if isinstance(b, ir.TensorParam):
+            return [self.names[tensor], *self.shape_names(tensor), self.size_code(tensor)]
+        return [self.names[tensor]]
+
     def visit_FuncCall(self, e, scope):
         f = self.funcs[e.func]
-        args = []
+        args = ["_err"] if self.debug else []
         for a, p in zip(e.args, f.params):
+            if isinstance(a, ir.TensorRef):
+                args += self.tensor_args(a.tensor)
+                continue
             code = self.typed(a, p.dtype, scope)
             if isinstance(a, ir.Const) and ctype(p.dtype) in (T.i64, T.bool_):
                 code = f"{np_type(p.dtype)}({code})"  # a literal would make numba compile a copy per value
@@ -647,19 +658,24 @@ class FuncHooks(Hooks):
 
 
 def emit_function(gen: Gen, f: ir.Function) -> List[str]:
-    """A ``@dsl.func`` as its own njit function (team queries passed in as hidden arguments)."""
+    """A ``@dsl.func`` as its own njit function (team queries passed in as hidden arguments; a
+    tensor parameter as the kernel passes its own tensors: flat array, shape, size)."""
     names = Names([p.name for p in f.params] + [n for n, _ in f.locals])
     sub = Gen.__new__(Gen)
     sub.__dict__.update(gen.__dict__)
+    sub.k = FuncView(gen.k, f)
     sub.names = names
-    sub.types = {p.name: p.dtype for p in f.params}
+    sub.types = {p.name: p.dtype for p in f.params if isinstance(p, ir.ScalarParam)}
     sub.types.update(dict(f.locals))
     sub.local_names = set(sub.types)
     sub.params = {}
     scope = Scope(names)
-    params = ", ".join(["_tid", "_tile", "_ntiles", "_intr", "_intr0"] + [names[p.name] for p in f.params])
-    out = ["@njit(**JIT)", f"def {gen.func_names[f.name]}({params}):"]
-    doc = f"    \"\"\"@dsl.func {f.name}({', '.join(f'{p.name}: {p.dtype}' for p in f.params)}) -> {f.ret}\"\"\""
+    hidden = ["_tid", "_tile", "_ntiles", "_intr", "_intr0"] + (["_err"] if gen.debug else [])
+    plist = []
+    for p in f.params:
+        plist += sub.tensor_args(p.name) if not isinstance(p, ir.ScalarParam) else [names[p.name]]
+    out = ["@njit(**JIT)", f"def {gen.func_names[f.name]}({', '.join(hidden + plist)}):"]
+    doc = f"    \"\"\"@dsl.func {f.name}({', '.join(ir.param_text(p) for p in f.params)}) -> {f.ret}\"\"\""
     out.append(doc)
     out += gen.wide_vectors(f.body)
     sub.block(f.body, scope, FuncHooks(f), 1, out=out)

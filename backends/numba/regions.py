@@ -170,6 +170,11 @@ def uses_of(nodes, k: ir.Kernel, checked: bool = False) -> Uses:
         elif isinstance(n, ir.Size):
             if n.tensor in ndim:
                 u.sizes.add(n.tensor)
+        elif isinstance(n, ir.TensorRef):  # passed whole to a @dsl.func: with its shape and size
+            u.buffers.add(n.tensor)
+            if n.tensor in ndim:
+                u.shapes.update((n.tensor, d) for d in range(ndim[n.tensor]))
+                u.sizes.add(n.tensor)
     return u
 
 

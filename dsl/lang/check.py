@@ -105,6 +105,7 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
         self.unrolled = 0  # body copies made by dsl.static_range in this pass
         self.static_vars = {n.var: n.loc for n in ir.walk(list(parsed.body)) if isinstance(n, ir.StaticFor)}
         self.dynamic: set = set()  # dsl.local arrays indexed at run time somewhere (the others become locals)
+        self.readonly: Dict[str, str] = {}  # @dsl.func tensor parameters given read-only tensors -> why
 
     # ------------------------------------------------------------------ driver
     def run(self, body) -> Tuple[Tuple[ir.Stmt, ...], Tuple[Tuple[str, T.DType], ...]]:
@@ -120,7 +121,8 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
         self.unrolled = 0
         self.seen: set = set()  # locals assigned earlier in program order (final pass)
         typed = self.stmts(body)
-        assigned.check(typed, set(self.ltypes) - set(self.scalar_types), is_func=not self.is_kernel,
+        assigned.check(typed, set(self.ltypes) - set(self.scalar_types),
+                       is_func=not self.is_kernel and self.parsed.returns_value,
                        loc=self.parsed.loc)
         local_types = tuple((n, t.strong) for n, t in self.ltypes.items() if t is not None)
         return typed, local_types
@@ -218,11 +220,19 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
             out.append(self.cast(e, T.i64) if t is not None else e)
         return tuple(out)
 
+    def require_writable(self, name: str, node) -> None:
+        """Writes go only through Out/InOut tensors and scratch (a func's parameter: as it was given)."""
+        b = self.buffer(name, node)
+        why = self.readonly.get(name)
+        if why is None and (isinstance(b, ir.VecParam) or (isinstance(b, ir.TensorParam) and b.access == "in")):
+            why = "read-only"
+        if why is not None:
+            raise self.error(node, f"writing to '{name}', which is {why}: only Out and InOut tensors (and scratch) "
+                                   "are writable")
+
     def visit_Store(self, s: ir.Store):
         b = self.buffer(s.tensor, s)
-        if isinstance(b, ir.VecParam) or (isinstance(b, ir.TensorParam) and b.access == "in"):
-            raise self.error(s, f"writing to '{s.tensor}', which is read-only: only Out and InOut tensors (and scratch) "
-                                "are writable")
+        self.require_writable(s.tensor, s)
         index = self.index(s.tensor, s.index, s.flat, s)
         value, t = self.expr(s.value)
         element = self.array_element(b, index, s)
@@ -236,6 +246,7 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
     def atomic_operands(self, s):
         """Checked (dtype, index, value) of an atomic add; the element must be one the targets can add."""
         b = self.buffer(s.tensor, s)
+        self.require_writable(s.tensor, s)
         if isinstance(b, ir.LocalArray):
             raise self.error(s, f"dsl.atomic_add on '{s.tensor}', a dsl.local array: it belongs to one thread; "
                                 f"write {s.tensor}[i] += v")
@@ -359,7 +370,7 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
         return T.SimdType(t.strong, lanes[0]) if lanes else t
 
     def visit_ExprStmt(self, s: ir.ExprStmt):
-        value, _ = self.expr(s.value)
+        value, _ = self.func_call(s.value, statement=True) if isinstance(s.value, ir.FuncCall) else self.expr(s.value)
         return ir.ExprStmt(value, loc=s.loc) if self.final else None
 
     def visit_Log(self, s: ir.Log):
@@ -521,6 +532,9 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
             return ir.Cast(ir.Cast(v, type=target, loc=e.loc), type=T.f32, loc=e.loc), T.f32
         return self.cast(v, target), target
 
+    def visit_TensorRef(self, e: ir.TensorRef):
+        raise self.error(e, f"tensor '{e.tensor}' used as a value; read an element: {e.tensor}[i]")
+
     def visit_NDim(self, e: ir.NDim):
         b = self.buffer(e.tensor, e)
         nd = len(b.shape) if isinstance(b, _SHAPED) else 1 if isinstance(b, ir.VecParam) else b.ndim
@@ -566,9 +580,10 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
 class _Uniformity(Visitor):
     """Which locals may differ between the threads of a team; where sync() is legal.
 
-    A ``@dsl.func`` call is thread-dependent when an argument is, or when the function
-    (or one it calls) reads a thread-dependent builtin (``Builtin.varying``: ``dsl.thread_id()``):
-    functions take values (scalars or SIMD values), never tensors, so those are the only ways a result can differ.
+    A ``@dsl.func`` call is thread-dependent when an argument is, or when the function (or one
+    it calls) reads a thread-dependent builtin (``Builtin.varying``: ``dsl.thread_id()``), does a
+    fetch-and-add, or reads a tensor parameter other threads may write (scratch, Out, InOut),
+    as the same reads in a kernel body are.
 
     ``visit_<stmt class>`` per statement; ``self.div`` is the location of the innermost
     enclosing thread-dependent condition (None in uniform code), ``self.check`` whether this
@@ -677,11 +692,22 @@ def _varying_builtin(name: str) -> bool:
     return b is not None and b.varying
 
 
+def _varying_read(n: ir.Node, f: ir.Function) -> bool:
+    """Whether node ``n`` of function ``f`` may give each thread its own value."""
+    if isinstance(n, ir.Call):
+        return _varying_builtin(n.name)
+    if isinstance(n, ir.AtomicFetchAdd):
+        return True
+    if isinstance(n, (ir.Load, ir.VLoad)):
+        b = f.buffer(n.tensor)
+        return isinstance(b, ir.Scratch) or b.access != "in"
+    return False
+
+
 def _thread_dependent_funcs(funcs) -> set:
     """Names of the functions whose result may read ``thread_id()``, directly or through a callee."""
     calls = {f.name: {n.func for n in ir.walk(list(f.body)) if isinstance(n, ir.FuncCall)} for f in funcs}
-    out = {f.name for f in funcs
-           if any(isinstance(n, ir.Call) and _varying_builtin(n.name) for n in ir.walk(list(f.body)))}
+    out = {f.name for f in funcs if any(_varying_read(n, f) for n in ir.walk(list(f.body)))}
     changed = True
     while changed:
         changed = False

@@ -149,9 +149,7 @@ class SimdRules:
 
     def visit_VStore(self, s: ir.VStore):
         b = self.simd_buffer(s.tensor, s, "vstore")
-        if isinstance(b, ir.TensorParam) and b.access == "in":
-            raise self.error(s, f"writing to '{s.tensor}', which is read-only: only Out and InOut tensors (and "
-                                "scratch) are writable")
+        self.require_writable(s.tensor, s)
         index = self.simd_index(s.tensor, s.index)
         v, t = self.expr(s.value)
         if t is not None and not isinstance(t, T.SimdType):

@@ -10,10 +10,11 @@ constants are accepted; everything the kernel reads from outside is recorded in
 from __future__ import annotations
 
 import ast
+import dataclasses
 import inspect
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 import numpy as np
 
@@ -79,6 +80,7 @@ class Parsed:
     log_level: str
     loc: SourceLoc = None
     arrays: List[LocalDecl] = field(default_factory=list)  # dsl.local declarations
+    returns_value: bool = True  # a @dsl.func with no 'return value' is a statement function
 
 
 # --------------------------------------------------------------------------- entry point
@@ -94,16 +96,40 @@ def source_of(fn) -> Tuple[str, List[str], int, str]:
     return textwrap.dedent("".join(lines)), lines, firstline, filename
 
 
-def parse_func(f, log_level: str) -> "Parsed":
-    """The parsed body of ``@dsl.func`` ``f`` (a dsl.lang.func.Func) at ``log_level``, parsed once."""
+def parse_func(f, log_level: str, tensors: FrozenSet[int] = frozenset()) -> "Parsed":
+    """The parsed body of ``@dsl.func`` ``f`` (a dsl.lang.func.Func) at ``log_level``, parsed once
+    per set of ``tensors`` (positions of the parameters given whole tensors: an unannotated one
+    is a tensor there, which decides what ``x[i]`` and ``x.shape[k]`` mean in the body)."""
+    key = (log_level, frozenset(tensors))
     with f.lock:
-        parsed = f.parsed_bodies.get(log_level)
+        parsed = f.parsed_bodies.get(key)
         if parsed is None:
-            parsed = f.parsed_bodies[log_level] = parse(f.fn, is_kernel=False, log_level=log_level)
+            parsed = f.parsed_bodies[key] = parse(f.fn, is_kernel=False, log_level=log_level, tensors=tensors)
         return parsed
 
 
-def parse(fn, *, is_kernel: bool, log_level: str) -> Parsed:
+def _used_as_tensors(fdef, params) -> FrozenSet[int]:
+    """Positions of parameters the body indexes or asks tensor attributes of: the tensor
+    parameters of a @dsl.func parsed without a call (for the globals it reads, the cache key)."""
+    used = set()
+    for n in ast.walk(fdef):
+        base = n.value if isinstance(n, (ast.Subscript, ast.Attribute)) else None
+        if isinstance(base, ast.Attribute) and base.attr in ("flat", "shape"):
+            base = base.value
+        if isinstance(base, ast.Name) and (isinstance(n, ast.Subscript) or n.attr in _TENSOR_ATTRS):
+            used.add(base.id)
+        if isinstance(n, ast.Call) and n.args and isinstance(n.args[0], ast.Name) and (
+                isinstance(n.func, ast.Attribute) and n.func.attr == "atomic_add"
+                or isinstance(n.func, ast.Name) and n.func.id == "len"):
+            used.add(n.args[0].id)
+    return frozenset(k for k, p in enumerate(params) if p.name in used)
+
+
+_TENSOR_ATTRS = ("flat", "shape", "size", "ndim", "vload", "vstore")
+
+
+def parse(fn, *, is_kernel: bool, log_level: str, tensors: Optional[FrozenSet[int]] = frozenset()) -> Parsed:
+    """``tensors``: positions of @dsl.func parameters given tensors (None: those used as tensors)."""
     src, lines, firstline, filename = source_of(fn)
     indent = len(lines[0]) - len(lines[0].lstrip())
     tree = nesting.parse_source(src, filename, firstline)
@@ -112,14 +138,25 @@ def parse(fn, *, is_kernel: bool, log_level: str) -> Parsed:
         raise CompileError("@dsl.kernel / @dsl.func decorate a function", SourceLoc(filename, firstline))
     # decorators sit before 'def'; locations are relative to the first decorator line
     params = param_decls(fn, filename, firstline, lines, require=is_kernel)
+    if tensors is None:  # a guess from the body; a SIMD value indexed by lane (v[k]) is not a tensor
+        guess = _used_as_tensors(fdef, params)
+        try:
+            return parse(fn, is_kernel=is_kernel, log_level=log_level, tensors=guess)
+        except CompileError:
+            if not guess:
+                raise
+            return parse(fn, is_kernel=is_kernel, log_level=log_level, tensors=frozenset())
+    params = [dataclasses.replace(p, kind="tensor") if k in tensors and p.kind == "scalar" and p.annotation is None
+              else p for k, p in enumerate(params)]
     v = _Visitor(fn, params, filename, firstline, indent, lines, is_kernel, log_level)
     v.fdef = fdef
+    v.returns_value = any(isinstance(n, ast.Return) and n.value is not None for n in ast.walk(fdef))
     if isinstance(fdef, ast.AsyncFunctionDef):
         raise v.error(fdef, "async functions are not supported in kernels")
     nesting.check_depth(fdef, v.error)  # before anything recurses over the tree
     body = v.block(fdef.body, top=True)
     return Parsed(fn.__name__, params, tuple(body), v.scratch, v.funcs, v.resolve.captured, v.shape_unpacks, filename,
-                  firstline, src, log_level, v.loc(fdef), v.arrays)
+                  firstline, src, log_level, v.loc(fdef), v.arrays, v.returns_value)
 
 
 # --------------------------------------------------------------------------- the visitor
@@ -144,6 +181,7 @@ class _Visitor(Declarations, Calls, Visitor):
         self.funcs: Dict[str, Any] = {}
         self.top = False
         self.fdef = None  # the function's ast.FunctionDef (set by parse)
+        self.returns_value = True  # (set by parse) False: a @dsl.func without 'return value'
         self.assigned = _assigned_names(fn)
         self.tmp_count = 0
         self.shape_unpacks: List[Tuple[str, int, SourceLoc]] = []  # (tensor, names, loc): needs ndim == names
@@ -171,7 +209,8 @@ class _Visitor(Declarations, Calls, Visitor):
         p = self.params.get(name)
         if p is None:
             return True  # scratch
-        return p.kind == "tensor" and p.annotation.writable
+        # an unannotated @dsl.func tensor parameter is as writable as its argument (the checker knows)
+        return p.kind == "tensor" and (p.annotation is None or p.annotation.writable)
 
     def unsupported(self, node):
         if isinstance(node, ast.stmt):
@@ -260,7 +299,8 @@ class _Visitor(Declarations, Calls, Visitor):
     def check_writable(self, tensor: str, node) -> None:
         if not self.is_writable(tensor):
             ann = self.params[tensor].annotation
-            raise self.error(node, f"writing to '{tensor}', which is {ann!r}: only Out and InOut tensors (and "
+            where = "" if self.is_kernel else f" in @dsl.func '{self.fn.__name__}'"
+            raise self.error(node, f"writing to '{tensor}', which is {ann!r}{where}: only Out and InOut tensors (and "
                                    "scratch) are writable")
 
     def unpack(self, target: ast.Tuple, value, s) -> List[ir.Stmt]:
@@ -360,8 +400,13 @@ class _Visitor(Declarations, Calls, Visitor):
     def visit_Return(self, s):
         if self.is_kernel and s.value is not None:
             raise self.error(s, "a kernel returns nothing; write results into Out tensors")
-        if not self.is_kernel and s.value is None:
-            raise self.error(s, "a @dsl.func must return a value")
+        if not self.is_kernel and s.value is None and self.returns_value:
+            raise self.error(s, "this @dsl.func returns a value elsewhere, so every return needs one",
+                             "a function called as a statement has no 'return value' at all")
+        if not self.is_kernel and isinstance(s.value, ast.Name) and self.is_tensor(s.value.id):
+            raise self.error(s.value, f"a @dsl.func cannot return tensor '{s.value.id}'; it returns scalars or SIMD "
+                                      "values",
+                             "take the output tensor as an Out[...] parameter and write into it")
         return ir.Return(self.expr(s.value) if s.value is not None else None, loc=self.loc(s))
 
     # ---- expressions

@@ -151,10 +151,16 @@ class Calls:
         if kind == "func":
             if e.keywords:
                 raise self.error(e, "calls to @dsl.func take positional arguments only")
-            return ir.FuncCall(self.func_key(name), tuple(self.expr(a) for a in e.args), loc=loc)
+            return ir.FuncCall(self.func_key(name), tuple(self.func_arg(a) for a in e.args), loc=loc)
         if kind == "log":
             raise self.error(e, "dsl.log calls are statements and return nothing")
         raise self.error(e, f"cannot call '{ast.unparse(e.func)}' in a kernel")
+
+    def func_arg(self, a) -> ir.Expr:
+        """A @dsl.func argument: a tensor's bare name passes the whole tensor, anything else a value."""
+        if isinstance(a, ast.Name) and self.is_tensor(a.id):
+            return ir.TensorRef(a.id, loc=self.loc(a))
+        return self.expr(a)
 
     def func_key(self, func) -> str:
         """The key naming ``func`` in this function's untyped FuncCalls (``Parsed.funcs``): its

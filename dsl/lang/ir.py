@@ -55,6 +55,14 @@ class Name(Expr):
 
 
 @dataclass(frozen=True)
+class TensorRef(Expr):
+    """A whole tensor passed to a ``@dsl.func`` (a kernel tensor, scratch, or a function's own
+    tensor parameter passed on): appears only as a ``FuncCall`` argument and has no type."""
+
+    tensor: str
+
+
+@dataclass(frozen=True)
 class Load(Expr):
     """``t[i, j]`` (one index per dim) or ``t.flat[i]`` (flat=True, one index)."""
 
@@ -443,8 +451,28 @@ class FuncOrigin:
 
 
 @dataclass(frozen=True)
+class TensorArg:
+    """The type of a tensor argument of a ``@dsl.func`` specialization (part of its key): storage
+    dtype, rank, access inside the function ('in' | 'out' | 'inout'), address space ('global'
+    for kernel tensors, 'local' for team scratch, whose compile-time ``shape`` is known)."""
+
+    dtype: DType
+    ndim: int
+    access: str
+    space: str = "global"
+    shape: Optional[Tuple[int, ...]] = None
+
+    @property
+    def name(self) -> str:  # the part of a specialization's name (check_funcs.func_name)
+        where = "" if self.space == "global" else "loc"
+        return f"{self.access}{self.ndim}d{where}{self.dtype}"
+
+
+@dataclass(frozen=True)
 class Function:
-    """A ``@dsl.func`` specialized for argument types; params are scalars or SIMD values.
+    """A ``@dsl.func`` specialized for argument types; params are scalars, SIMD values or
+    tensors (a ``TensorParam`` for a kernel tensor, a ``Scratch`` for team scratch, read-only
+    when its ``arg_types`` entry says access 'in'); ``ret`` is None for a statement function.
 
     ``(origin, arg_types)`` is the specialization's identity: ``arg_types`` are the types
     it was specialized for, Python-literal arguments keeping their weak type (``T.WEAK_INT``
@@ -453,12 +481,23 @@ class Function:
     may emit it or derive their own, but never parse it."""
 
     name: str
-    params: Tuple[ScalarParam, ...]
+    params: Tuple[Union[ScalarParam, TensorParam, Scratch], ...]
     ret: Optional[DType]
     body: Tuple[Stmt, ...]
     locals: Tuple[Tuple[str, DType], ...] = ()  # (name, type) of locals other than params
     origin: Optional[FuncOrigin] = None
     arg_types: Tuple[DType, ...] = ()
+
+    @property
+    def tensors(self) -> Tuple[Union[TensorParam, Scratch], ...]:
+        return tuple(p for p in self.params if not isinstance(p, ScalarParam))
+
+    def buffer(self, name: str):
+        """The tensor parameter named ``name`` (as ``Kernel.buffer`` for a kernel's)."""
+        for p in self.tensors:
+            if p.name == name:
+                return p
+        raise KeyError(name)
 
 
 @dataclass(frozen=True)
@@ -544,11 +583,20 @@ def dump(kernel: Kernel) -> str:
     for name, t in kernel.locals:
         out.append(f"  local {name}: {t}" + ("  (varying)" if name in kernel.varying else ""))
     for f in kernel.funcs:
-        out.append(f"  func {f.name}({', '.join(f'{p.name}: {p.dtype}' for p in f.params)}) -> {f.ret}")
+        out.append(f"  func {f.name}({', '.join(param_text(p) for p in f.params)}) -> {f.ret}")
         _dump_body(f.body, 2, out)
     out.append("  body:")
     _dump_body(kernel.body, 2, out)
     return "\n".join(out)
+
+
+def param_text(p) -> str:
+    """A function parameter in listings: a value's type, a tensor's access and rank, scratch's shape."""
+    if isinstance(p, TensorParam):
+        return f"{p.name}: {p.access} {p.dtype} {p.ndim}-d"
+    if isinstance(p, Scratch):
+        return f"{p.name}: scratch {p.dtype}{list(p.shape)}"
+    return f"{p.name}: {p.dtype}"
 
 
 def _dump_body(stmts, depth: int, out: list) -> None:
@@ -598,6 +646,8 @@ def fmt(e: Expr) -> str:
         return repr(e.value)
     if isinstance(e, Name):
         return e.name
+    if isinstance(e, TensorRef):
+        return e.tensor
     if isinstance(e, Load):
         return f"{e.tensor}.flat[{fmt(e.index[0])}]" if e.flat else f"{e.tensor}[{', '.join(map(fmt, e.index))}]"
     if isinstance(e, AtomicFetchAdd):

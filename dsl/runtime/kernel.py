@@ -274,7 +274,8 @@ class Kernel:
                 raise CompileError(f"scratch '{s.name}' has dtype {s.dtype!r}, which no argument binds", s.loc)
         binding = check.Binding(tuple(typevars.items()), tuple(ndims), tuple(consts))
         level = self._level()
-        return check.check_kernel(parsed, binding, self.threads, lambda f: frontend.parse_func(f, level))
+        return check.check_kernel(parsed, binding, self.threads,
+                                  lambda f, tensors=frozenset(): frontend.parse_func(f, level, tensors))
 
     def _compile(self, backend: str, key: Tuple, values: List[Any]):
         from backends import base
@@ -554,7 +555,7 @@ def _captured_text(parsed: frontend.Parsed, seen=None) -> str:
             if value in seen:
                 continue
             seen.add(value)
-            sub = frontend.parse(value.fn, is_kernel=False, log_level=parsed.log_level)
+            sub = frontend.parse(value.fn, is_kernel=False, log_level=parsed.log_level, tensors=None)
             out.append(f"{name}=func:{sub.source}:{_captured_text(sub, seen)}")
         elif isinstance(value, (int, float, bool, np.generic, T.DType, T.TypeVar)):
             out.append(f"{name}={value!r}")
