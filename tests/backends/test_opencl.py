@@ -1,6 +1,7 @@
 """OpenCL backend specifics: team mapping, storage dtypes, atomics, logging, readable and
 stable source, build errors mapped to Python lines, device capability errors, caching."""
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -475,3 +476,26 @@ def test_names_that_look_like_opencl_builtins_are_renamed():
     np.testing.assert_array_equal(out, 2 * x)
     src = convert_values.source("opencl", x, out)
     assert "void uconvert_values(" in src and "uas_float4" in src
+
+
+@dsl.func
+def dot(a, b):
+    return a * b
+
+
+@dsl.kernel(threads=1)
+def rotate(x: In[f32], out: Out[f32]):
+    length = f32(3)
+    for i in range(x.size):
+        out[i] = dot(x[i], length)
+
+
+def test_kernels_and_functions_named_like_opencl_builtin_functions_run():
+    """A kernel named ``rotate`` would overload OpenCL's integer built-in of that name (PoCL then
+    renames it and the launch finds no kernel); such names are renamed like any reserved word."""
+    x = np.arange(4, dtype=np.float32)
+    out = np.zeros(4, np.float32)
+    rotate(x, out, backend="opencl")
+    np.testing.assert_array_equal(out, 3 * x)
+    code = [line for line in rotate.source("opencl", x, out).splitlines() if not line.lstrip().startswith("//")]
+    assert not any(re.search(r"\b(rotate|length|dot)\b", line) for line in code), code
