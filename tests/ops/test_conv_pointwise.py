@@ -36,6 +36,8 @@ CASES = [  # (N, C, H, W, M, stride)
     (1, 48, 3, 3, 40, 1),   # 9 pixels: a full tile and a partial one, three input blocks
     (1, 20, 7, 9, 21, 1),   # plain: the pixel-vector tile, 63 pixels (a tile of 48 and an overlapping one)
     (2, 9, 8, 6, 10, 1),    # plain: batch, exactly one pixel-vector tile per image, 10 = 8 + 2 rows
+    (2, 40, 9, 15, 64, 2),  # two oc groups × images × 5 rows × (7 + 1)-pixel tiles: the item counters carry
+    (3, 16, 8, 8, 20, 1),   # plain: 3 row groups × 2 pixel tiles × 3 images: the row tile's counters carry
 ]
 
 
@@ -82,6 +84,23 @@ def test_pointwise_fused_epilogue_with_residual(backend, act, params):
     launch_conv_pointwise(conv_pointwise, F.to_nchwc16_ref(x), w, b, yb, zb, (2, 2), True, backend, code, lo, hi)
     np.testing.assert_allclose(F.to_plain_ref(yb, 21), want, rtol=1e-4, atol=1e-4)
     assert (F.to_plain_ref(yb, 32)[:, 21:] == 0).all()  # even under Clip(0.25, ...)
+
+
+@pytest.mark.parametrize("act, params", [("Relu", ()), ("Clip", (-0.5, 0.75))])
+def test_pointwise_blocked_whole_tiles_with_residual(backend, act, params):
+    """NCHWc16 in and out with 40 channels: the first 32 take the register epilogue of whole
+    tiles (14 pixels = 2 tiles of 7), the last 8 and the 15th pixel's partial tile the run-time
+    one; bias, residual and activation agree on both."""
+    x, w, b = data(1, 24, 3, 5, 40)
+    z = RNG.standard_normal((1, 40, 3, 5)).astype(np.float32)
+    want = activation_ref(pointwise_ref(x, w, b) + z, act, params)
+    yb = np.full(F.physical_shape((1, 40, 3, 5), "nchwc16"), np.nan, np.float32)
+    code = {"Relu": 1, "Clip": 2}[act]
+    lo, hi = (tuple(params) + (0.0, 0.0))[:2]
+    launch_conv_pointwise(conv_pointwise, F.to_nchwc16_ref(x), w, b, yb, F.to_nchwc16_ref(z), (1, 1), True, backend,
+                          code, lo, hi)
+    np.testing.assert_allclose(F.to_plain_ref(yb, 40), want, rtol=1e-4, atol=1e-4)
+    assert (F.to_plain_ref(yb, 48)[:, 40:] == 0).all()
 
 
 def test_conv_chain_stays_blocked(backend):
