@@ -191,6 +191,19 @@ def test_pointwise_launch_rejects_what_it_cannot_run():
         launch_conv_pointwise(conv_pointwise, x, w, None, y, None, (2, 2), False, "interpreter", 0, 0, 0)
 
 
+@pytest.mark.parametrize("blocked", [False, True])
+def test_pointwise_launch_passes_a_plain_int_grid(blocked):
+    """Kernel.__call__'s fast path takes only a Python int grid; a numpy one (from the geometry
+    array's arithmetic) re-binds every argument, ~60 us per eager launch."""
+    seen = []
+    x, w, b = data(1, 16, 7, 7, 16)
+    xi = F.to_nchwc16_ref(x) if blocked else x
+    y = np.zeros(F.physical_shape((1, 16, 7, 7), "nchwc16" if blocked else "plain"), np.float32)
+    launch_conv_pointwise(lambda *a, **kw: seen.append(kw["grid"]), xi, w, b, y, None, (1, 1), blocked, "numba",
+                          0, 0.0, 0.0)
+    assert [type(g) for g in seen] == [int]
+
+
 def test_fire_module_concat_stays_blocked(backend):
     """SqueezeNet's fire module: squeeze 1×1 -> expand 1×1 and 3×3 -> Concat (16-aligned
     blocks) -> MaxPool, all NCHWc16; only the graph output is reordered."""
