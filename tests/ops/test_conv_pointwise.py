@@ -87,20 +87,22 @@ def test_pointwise_fused_epilogue_with_residual(backend, act, params):
 
 
 @pytest.mark.parametrize("act, params", [("Relu", ()), ("Clip", (-0.5, 0.75))])
-def test_pointwise_blocked_whole_tiles_with_residual(backend, act, params):
-    """NCHWc16 in and out with 40 channels: the first 32 take the register epilogue of whole
-    tiles (14 pixels = 2 tiles of 7), the last 8 and the 15th pixel's partial tile the run-time
-    one; bias, residual and activation agree on both."""
-    x, w, b = data(1, 24, 3, 5, 40)
-    z = RNG.standard_normal((1, 40, 3, 5)).astype(np.float32)
+@pytest.mark.parametrize("m", [40, 48])
+def test_pointwise_blocked_whole_tiles_with_residual(backend, act, params, m):
+    """NCHWc16 in and out: the first 32 channels take the whole-tile epilogue (14 pixels = 2
+    tiles of 7), the 15th pixel's partial tile and the last block the general one; the second
+    group of 32 holds one stored vector (48 = 32 + 16 channels: only it is summed) or a block
+    and a half (40); bias, residual and activation agree on every path."""
+    x, w, b = data(1, 24, 3, 5, m)
+    z = RNG.standard_normal((1, m, 3, 5)).astype(np.float32)
     want = activation_ref(pointwise_ref(x, w, b) + z, act, params)
-    yb = np.full(F.physical_shape((1, 40, 3, 5), "nchwc16"), np.nan, np.float32)
+    yb = np.full(F.physical_shape((1, m, 3, 5), "nchwc16"), np.nan, np.float32)
     code = {"Relu": 1, "Clip": 2}[act]
     lo, hi = (tuple(params) + (0.0, 0.0))[:2]
     launch_conv_pointwise(conv_pointwise, F.to_nchwc16_ref(x), w, b, yb, F.to_nchwc16_ref(z), (1, 1), True, backend,
                           code, lo, hi)
-    np.testing.assert_allclose(F.to_plain_ref(yb, 40), want, rtol=1e-4, atol=1e-4)
-    assert (F.to_plain_ref(yb, 48)[:, 40:] == 0).all()
+    np.testing.assert_allclose(F.to_plain_ref(yb, m), want, rtol=1e-4, atol=1e-4)
+    assert (F.to_plain_ref(yb, 48)[:, m:] == 0).all()
 
 
 def test_conv_chain_stays_blocked(backend):
