@@ -29,7 +29,7 @@ in either format, with any stride, and writes either format.
   as much as a 16-channel tile's sums.
 * **Epilogue**: bias, a residual (``res``, in y's format) and Relu / Clip / LeakyRelu while
   storing, the sums read back from scratch by a run-time loop (one compiled copy of the
-  activation, not P × NV: ~2 s less cold compile): whole tiles into NCHWc16 as whole
+  activation, not P × NV: ~2 s less compile CPU per specialization): whole tiles into NCHWc16 as whole
   vectors; partial tiles, the last block (channels past M written as 0) and plain y with
   checks per vector or lane.
 """
