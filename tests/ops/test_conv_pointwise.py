@@ -103,6 +103,10 @@ def test_pointwise_blocked_whole_tiles_with_residual(backend, act, params, m):
                           code, lo, hi)
     np.testing.assert_allclose(F.to_plain_ref(yb, m), want, rtol=1e-4, atol=1e-4)
     assert (F.to_plain_ref(yb, 48)[:, m:] == 0).all()
+    # plain y without a residual (the channel tile's transposing lane stores)
+    yp = np.full((1, m, 3, 5), np.nan, np.float32)
+    launch_conv_pointwise(conv_pointwise, F.to_nchwc16_ref(x), w, b, yp, None, (1, 1), True, backend, code, lo, hi)
+    np.testing.assert_allclose(yp, activation_ref(pointwise_ref(x, w, b), act, params), rtol=1e-4, atol=1e-4)
 
 
 def test_conv_chain_stays_blocked(backend):
