@@ -23,9 +23,15 @@ in either format, with any stride, and writes either format.
   and does not store the copies.
 * **Work split**: items are (oc group, image, row, tile), oc group outermost, split evenly
   over the team and the grid, so a thread's consecutive tiles reuse one group's weights
-  (C·OCT·4 bytes, 128 KB at C = 1024) from L2.
+  (C·OCT·4 bytes, 128 KB at C = 1024) from L2; the pixel-vector tile's items run the row
+  groups innermost (the tile's rows of x stay in L1, ≤ 128 channels × 192 bytes).  A thread
+  decodes its first item and counts up from there: five integer divisions per item cost
+  as much as a 16-channel tile's sums.
 * **Epilogue**: bias, a residual (``res``, in y's format) and Relu / Clip / LeakyRelu while
-  storing: vector stores into NCHWc16 (channels past M written as 0), lane stores into plain.
+  storing, the sums read back from scratch by a run-time loop (one compiled copy of the
+  activation, not P × NV: ~2 s less compile CPU per specialization): whole tiles into NCHWc16 as whole
+  vectors; partial tiles, the last block (channels past M written as 0) and plain y with
+  checks per vector or lane.
 """
 from __future__ import annotations
 
@@ -82,12 +88,13 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
         ptiles = (hw + PX - 1) // PX
         rgroups = (rm_out + ROW_R - 1) // ROW_R
         rat = dsl.thread_id() * SCRATCH
-        rlo, rhi = dsl.split(rgroups * rn_img * ptiles, grid=True)  # row group outermost: its weights stay in cache
+        rlo, rhi = dsl.split(rgroups * rn_img * ptiles, grid=True)
+        # item = (image, pixel tile, row group), row group fastest: the tile's x rows stay in L1 for
+        # every group; decoded once, then counted up (no divisions per item)
+        rg = rlo % rgroups
+        pt = (rlo // rgroups) % ptiles
+        nb = rlo // rgroups // ptiles
         for ritem in range(rlo, rhi):
-            pt = ritem % ptiles
-            rr = ritem // ptiles
-            nb = rr % rn_img
-            rg = rr // rn_img
             p_start = pt * PX  # first pixel this tile stores
             p0 = min(p_start, hw - PX)  # first pixel it computes
             o_first = rg * ROW_R
@@ -133,6 +140,13 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                         if add_res == 1:
                             rv += res.flat[yb + q]
                         y.flat[yb + q] = activation(rv, act, act_lo, act_hi)
+            rg += 1
+            if rg == rgroups:
+                rg = 0
+                pt += 1
+                if pt == ptiles:
+                    pt = 0
+                    nb += 1
         return
     n_img = geom[G_N]
     c_in = geom[G_C]
@@ -150,18 +164,20 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
     cb = (c_in + BLOCK - 1) // BLOCK
     mb = (m_out + BLOCK - 1) // BLOCK
     ocg_n = (m_out + OCT - 1) // OCT
+    m_written = m_out  # channels the epilogue stores
     if blocked_out == 1:  # every lane of the last block is written, zero past m_out
         ocg_n = (mb * BLOCK + OCT - 1) // OCT
+        m_written = mb * BLOCK
     row_tiles = (cols + P - 1) // P
     at_t = dsl.thread_id() * SCRATCH
     lo, hi = dsl.split(ocg_n * n_img * rows * row_tiles, grid=True)
+    # item = (oc group, image, output row, tile of P pixels), decoded once, then counted up (per
+    # item divisions cost as much as the sums of a tile with 16 input channels)
+    t = lo % row_tiles
+    orow = (lo // row_tiles) % rows
+    nb = (lo // row_tiles // rows) % n_img
+    g = lo // row_tiles // rows // n_img
     for item in range(lo, hi):
-        t = item % row_tiles
-        r = item // row_tiles
-        orow = r % rows
-        r = r // rows
-        nb = r % n_img
-        g = r // n_img
         c0 = t * P
         npix = min(P, cols - c0)
         base = nb * sxn + (orow * step_row + c0 * step_col) * sxp
@@ -174,51 +190,87 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
             for j in dsl.static_range(NV):
                 acc[p, j] = dsl.splat(f32(0), V)
         wg = g * cb * BLOCK * OCT
-        for icb in range(cb):
-            cn = min(BLOCK, c_in - icb * BLOCK)
-            for ci in range(cn):
-                wv = dsl.local((NV,), dsl.simd(f32, V))
-                for j in dsl.static_range(NV):
-                    wv[j] = w.vload(wg + (icb * BLOCK + ci) * OCT + j * V, V)
-                xc = icb * sxb + ci * sxc
-                for p in dsl.static_range(P):
-                    xv = dsl.splat(x.flat[xc + off[p]], V)
+        if NV > 1 and g * OCT + V >= m_written:
+            # only the group's first vector holds channels that are stored (M = 16 or 48, e.g.
+            # squeezenet's squeeze layers): sum that one, half the FMAs of the whole tile
+            for icb in range(cb):
+                cn1 = min(BLOCK, c_in - icb * BLOCK)
+                for ci in range(cn1):
+                    wv1 = w.vload(wg + (icb * BLOCK + ci) * OCT, V)
+                    xc1 = icb * sxb + ci * sxc
+                    for p in dsl.static_range(P):
+                        acc[p, 0] = dsl.fma(dsl.splat(x.flat[xc1 + off[p]], V), wv1, acc[p, 0])
+        else:
+            for icb in range(cb):
+                cn = min(BLOCK, c_in - icb * BLOCK)
+                for ci in range(cn):
+                    wv = dsl.local((NV,), dsl.simd(f32, V))
                     for j in dsl.static_range(NV):
-                        acc[p, j] = dsl.fma(xv, wv[j], acc[p, j])
+                        wv[j] = w.vload(wg + (icb * BLOCK + ci) * OCT + j * V, V)
+                    xc = icb * sxb + ci * sxc
+                    for p in dsl.static_range(P):
+                        xv = dsl.splat(x.flat[xc + off[p]], V)
+                        for j in dsl.static_range(NV):
+                            acc[p, j] = dsl.fma(xv, wv[j], acc[p, j])
+        q0 = orow * cols + c0  # first output pixel of the tile
         for p in dsl.static_range(P):
             for j in dsl.static_range(NV):
                 tile.vstore(at_t + p * OCT + j * V, acc[p, j])
-        q0 = orow * cols + c0  # first output pixel of the tile
-        # the epilogue reads the sums back at run time (one compiled copy, not P × NV unrolled)
-        if blocked_out == 1:
-            for px in range(npix):
-                for jv in range(NV):
-                    o0 = g * OCT + jv * V  # first output channel of this vector
-                    if o0 < mb * BLOCK:
-                        vec = tile.vload(at_t + px * OCT + jv * V, V) + bias.vload(o0, V)
-                        at = ((nb * mb + o0 // BLOCK) * ohw + q0 + px) * BLOCK + o0 % BLOCK
-                        if add_res == 1:
-                            vec = vec + res.vload(at, V)
-                        vec = activation(vec, act, act_lo, act_hi)
-                        if o0 + V <= m_out:
-                            y.vstore(at, vec)
-                        else:  # the last block: channels past m_out stay zero (NCHWc16 padding)
-                            tile.vstore(at_t + px * OCT + jv * V, vec)
-                            for k in range(V):
-                                v = f32(0)
-                                if o0 + k < m_out:
-                                    v = tile[dsl.thread_id(), px * OCT + jv * V + k]
-                                y.flat[at + k] = v
-        else:  # plain y: per output channel, the tile's pixels are consecutive in y
-            for o in range(min(OCT, m_out - g * OCT)):
-                oc = g * OCT + o
-                bv = bias.flat[oc]
-                at = (nb * m_out + oc) * ohw + q0
-                for px in range(npix):
-                    v = tile[dsl.thread_id(), px * OCT + o] + bv
+        if blocked_out == 1 and npix == P and g * OCT + OCT <= m_out:
+            # a whole tile of real channels into NCHWc16: whole vectors, no per-vector checks (with few
+            # input channels the general epilogue below costs as much as the sums: squeezenet's expands)
+            fbv = dsl.local((NV,), dsl.simd(f32, V))
+            for j in dsl.static_range(NV):
+                fbv[j] = bias.vload(g * OCT + j * V, V)
+            for fp in range(P):  # a run-time loop: P copies of the activation would compile slowly
+                for j in dsl.static_range(NV):
+                    fo = g * OCT + j * V
+                    fat = ((nb * mb + fo // BLOCK) * ohw + q0 + fp) * BLOCK + fo % BLOCK
+                    fvec = tile.vload(at_t + fp * OCT + j * V, V) + fbv[j]
                     if add_res == 1:
-                        v += res.flat[at + px]
-                    y.flat[at + px] = activation(v, act, act_lo, act_hi)
+                        fvec = fvec + res.vload(fat, V)
+                    y.vstore(fat, activation(fvec, act, act_lo, act_hi))
+        else:
+            # partial tiles, the last block and plain y
+            if blocked_out == 1:
+                for px in range(npix):
+                    for jv in range(NV):
+                        o0 = g * OCT + jv * V  # first output channel of this vector
+                        if o0 < mb * BLOCK:
+                            vec = tile.vload(at_t + px * OCT + jv * V, V) + bias.vload(o0, V)
+                            at = ((nb * mb + o0 // BLOCK) * ohw + q0 + px) * BLOCK + o0 % BLOCK
+                            if add_res == 1:
+                                vec = vec + res.vload(at, V)
+                            vec = activation(vec, act, act_lo, act_hi)
+                            if o0 + V <= m_out:
+                                y.vstore(at, vec)
+                            else:  # the last block: channels past m_out stay zero (NCHWc16 padding)
+                                tile.vstore(at_t + px * OCT + jv * V, vec)
+                                for k in range(V):
+                                    v = f32(0)
+                                    if o0 + k < m_out:
+                                        v = tile[dsl.thread_id(), px * OCT + jv * V + k]
+                                    y.flat[at + k] = v
+            else:  # plain y: per output channel, the tile's pixels are consecutive in y
+                for o in range(min(OCT, m_out - g * OCT)):
+                    oc = g * OCT + o
+                    bv = bias.flat[oc]
+                    at = (nb * m_out + oc) * ohw + q0
+                    for px in range(npix):
+                        v = tile[dsl.thread_id(), px * OCT + o] + bv
+                        if add_res == 1:
+                            v += res.flat[at + px]
+                        y.flat[at + px] = activation(v, act, act_lo, act_hi)
+        t += 1
+        if t == row_tiles:
+            t = 0
+            orow += 1
+            if orow == rows:
+                orow = 0
+                nb += 1
+                if nb == n_img:
+                    nb = 0
+                    g += 1
 
 
 def pointwise_supported(x, w, group: int, kernel, strides, dilations, pads, auto_pad: str) -> bool:
@@ -276,6 +328,6 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
             and c <= ROWS_MAX_C and cfg.V == 16:
         geom[G_ROWS_TILE] = 1
         items = -(-m // ROW_R) * n * -(-(oh * ow) // (ROW_NV * cfg.V))
-    grid = max(1, min(64, items // (THREADS * 4)))
+    grid = int(max(1, min(64, items // (THREADS * 4))))  # a plain int: the launch fast path takes no numpy int
     impl(x.reshape(-1), wp, bp, flat_res, y.reshape(-1), geom, add_res=int(res is not None), act=act,
          act_lo=float(lo), act_hi=float(hi), V=cfg.V, NV=cfg.NV, P=cfg.P, backend=backend, grid=grid)

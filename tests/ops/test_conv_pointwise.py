@@ -36,6 +36,8 @@ CASES = [  # (N, C, H, W, M, stride)
     (1, 48, 3, 3, 40, 1),   # 9 pixels: a full tile and a partial one, three input blocks
     (1, 20, 7, 9, 21, 1),   # plain: the pixel-vector tile, 63 pixels (a tile of 48 and an overlapping one)
     (2, 9, 8, 6, 10, 1),    # plain: batch, exactly one pixel-vector tile per image, 10 = 8 + 2 rows
+    (2, 40, 9, 15, 64, 2),  # two oc groups × images × 5 rows × (7 + 1)-pixel tiles: the item counters carry
+    (3, 16, 8, 8, 20, 1),   # plain: 3 row groups × 2 pixel tiles × 3 images: the row tile's counters carry
 ]
 
 
@@ -82,6 +84,29 @@ def test_pointwise_fused_epilogue_with_residual(backend, act, params):
     launch_conv_pointwise(conv_pointwise, F.to_nchwc16_ref(x), w, b, yb, zb, (2, 2), True, backend, code, lo, hi)
     np.testing.assert_allclose(F.to_plain_ref(yb, 21), want, rtol=1e-4, atol=1e-4)
     assert (F.to_plain_ref(yb, 32)[:, 21:] == 0).all()  # even under Clip(0.25, ...)
+
+
+@pytest.mark.parametrize("act, params", [("Relu", ()), ("Clip", (-0.5, 0.75))])
+@pytest.mark.parametrize("m", [40, 48])
+def test_pointwise_blocked_whole_tiles_with_residual(backend, act, params, m):
+    """NCHWc16 in and out: the first 32 channels take the whole-tile epilogue (14 pixels = 2
+    tiles of 7), the 15th pixel's partial tile and the last block the general one; the second
+    group of 32 holds one stored vector (48 = 32 + 16 channels: only it is summed) or a block
+    and a half (40); bias, residual and activation agree on every path."""
+    x, w, b = data(1, 24, 3, 5, m)
+    z = RNG.standard_normal((1, m, 3, 5)).astype(np.float32)
+    want = activation_ref(pointwise_ref(x, w, b) + z, act, params)
+    yb = np.full(F.physical_shape((1, m, 3, 5), "nchwc16"), np.nan, np.float32)
+    code = {"Relu": 1, "Clip": 2}[act]
+    lo, hi = (tuple(params) + (0.0, 0.0))[:2]
+    launch_conv_pointwise(conv_pointwise, F.to_nchwc16_ref(x), w, b, yb, F.to_nchwc16_ref(z), (1, 1), True, backend,
+                          code, lo, hi)
+    np.testing.assert_allclose(F.to_plain_ref(yb, m), want, rtol=1e-4, atol=1e-4)
+    assert (F.to_plain_ref(yb, 48)[:, m:] == 0).all()
+    # plain y without a residual (the channel tile's transposing lane stores)
+    yp = np.full((1, m, 3, 5), np.nan, np.float32)
+    launch_conv_pointwise(conv_pointwise, F.to_nchwc16_ref(x), w, b, yp, None, (1, 1), True, backend, code, lo, hi)
+    np.testing.assert_allclose(yp, activation_ref(pointwise_ref(x, w, b), act, params), rtol=1e-4, atol=1e-4)
 
 
 def test_conv_chain_stays_blocked(backend):
@@ -170,6 +195,19 @@ def test_pointwise_launch_rejects_what_it_cannot_run():
         launch_conv_pointwise(conv_pointwise, x, w[:, :1], None, y, None, (1, 1), False, "interpreter", 0, 0, 0)
     with pytest.raises(ValueError, match=r"conv_pointwise output 4x4 does not match input 4x4 with strides \(2, 2\)"):
         launch_conv_pointwise(conv_pointwise, x, w, None, y, None, (2, 2), False, "interpreter", 0, 0, 0)
+
+
+@pytest.mark.parametrize("blocked", [False, True])
+def test_pointwise_launch_passes_a_plain_int_grid(blocked):
+    """Kernel.__call__'s fast path takes only a Python int grid; a numpy one (from the geometry
+    array's arithmetic) re-binds every argument, ~60 us per eager launch."""
+    seen = []
+    x, w, b = data(1, 16, 7, 7, 16)
+    xi = F.to_nchwc16_ref(x) if blocked else x
+    y = np.zeros(F.physical_shape((1, 16, 7, 7), "nchwc16" if blocked else "plain"), np.float32)
+    launch_conv_pointwise(lambda *a, **kw: seen.append(kw["grid"]), xi, w, b, y, None, (1, 1), blocked, "numba",
+                          0, 0.0, 0.0)
+    assert [type(g) for g in seen] == [int]
 
 
 def test_fire_module_concat_stays_blocked(backend):
