@@ -109,42 +109,33 @@ def round_bf16(f):
 
 # --------------------------------------------------------------------------- atomics
 
-@intrinsic
-def atomic_add(typingctx, arr, idx, val):
-    """``arr[idx] += val`` as one LLVM atomicrmw (integer ``add`` / float ``fadd``)."""
-    if not isinstance(arr, types.Array) or not isinstance(idx, types.Integer):
-        return None
-    if not isinstance(arr.dtype, (types.Integer, types.Float)):
-        return None
-    sig = types.void(arr, types.intp, arr.dtype)
+def _atomic_rmw_add(name: str, ordering: str, returns_old: bool):
+    """An intrinsic doing ``arr[idx] += val`` as one LLVM ``atomicrmw`` (integer ``add`` / float
+    ``fadd``) with ``ordering``; it gives the element's old value when ``returns_old``."""
+    def typer(typingctx, arr, idx, val):
+        if not isinstance(arr, types.Array) or not isinstance(idx, types.Integer):
+            return None
+        if not isinstance(arr.dtype, (types.Integer, types.Float)):
+            return None
+        sig = (arr.dtype if returns_old else types.void)(arr, types.intp, arr.dtype)
 
-    def codegen(context, builder, sig, args):
-        aryty = sig.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
-        op = "fadd" if isinstance(aryty.dtype, types.Float) else "add"
-        builder.atomic_rmw(op, ptr, args[2], "monotonic")
-        return context.get_dummy_value()
-    return sig, codegen
+        def codegen(context, builder, sig, args):
+            aryty = sig.args[0]
+            ary = context.make_array(aryty)(context, builder, args[0])
+            ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
+            op = "fadd" if isinstance(aryty.dtype, types.Float) else "add"
+            old = builder.atomic_rmw(op, ptr, args[2], ordering)
+            return old if returns_old else context.get_dummy_value()
+        return sig, codegen
+    typer.__name__ = typer.__qualname__ = name  # numba names (and caches) the intrinsic by it
+    return intrinsic(typer)
 
 
-@intrinsic
-def fetch_add(typingctx, arr, idx, val):
-    """``old = arr[idx]; arr[idx] += val`` as one LLVM atomicrmw returning ``old``.  acq_rel, so a
-    thread that claims work through a counter also sees what the thread before it published."""
-    if not isinstance(arr, types.Array) or not isinstance(idx, types.Integer):
-        return None
-    if not isinstance(arr.dtype, (types.Integer, types.Float)):
-        return None
-    sig = arr.dtype(arr, types.intp, arr.dtype)
-
-    def codegen(context, builder, sig, args):
-        aryty = sig.args[0]
-        ary = context.make_array(aryty)(context, builder, args[0])
-        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
-        op = "fadd" if isinstance(aryty.dtype, types.Float) else "add"
-        return builder.atomic_rmw(op, ptr, args[2], "acq_rel")
-    return sig, codegen
+# ``dsl.atomic_add`` as a statement: a plain sum, no ordering needed
+atomic_add = _atomic_rmw_add("atomic_add", "monotonic", returns_old=False)
+# ``old = dsl.atomic_add(...)``: acq_rel, so a thread that claims work through a counter also sees
+# what the thread before it published
+fetch_add = _atomic_rmw_add("fetch_add", "acq_rel", returns_old=True)
 
 
 @intrinsic
