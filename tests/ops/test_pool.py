@@ -294,6 +294,8 @@ BLOCKED_CASES = [  # (shape, k, strides, pads, dilations, ceil_mode)
     ((1, 16, 12, 12), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 0),   # resnet50's stem pool
     ((2, 5, 7, 6), (2, 3), (1, 2), (1, 0, 0, 2), (1, 1), 0),      # rectangular, asymmetric pads
     ((1, 3, 9, 8), (2, 2), (2, 1), (1, 1, 1, 1), (2, 3), 1),      # dilated taps clipped at the edges
+    ((1, 4, 5, 2), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 0),      # rows narrower than a window: no inner column
+    ((1, 17, 4, 23), (2, 3), (1, 3), (0, 2, 1, 2), (1, 1), 1),    # inner columns between clipped ones, stride 3
 ]
 
 
