@@ -46,10 +46,12 @@ LINEAR_SHAPES = (((128, 256), (256, 256)), ((128, 256), (256, 1024)), ((128, 102
 RESNET50_CONVS = ((3, 224, 64, 7, 2), (64, 56, 64, 1, 1), (64, 56, 64, 3, 1), (64, 56, 256, 1, 1),
                   (128, 28, 128, 3, 1), (256, 14, 256, 3, 1), (512, 7, 512, 3, 1), (1024, 14, 256, 1, 1))
 # layers outside the issue's eight, timed as extra rows (no target, not in the geometric mean):
-# squeezenet's 3-channel stem and 16-channel 3x3 expand, resnet50's three stride-2 3x3 convolutions,
-# its first stride-2 1x1 projection shortcut and squeezenet's 1000-class 1x1 head
-EXTRA_CONVS = ((3, 224, 64, 3, 2), (16, 55, 64, 3, 1), (128, 56, 128, 3, 2), (256, 28, 256, 3, 2), (512, 14, 512, 3, 2),
-               (256, 56, 512, 1, 2), (512, 13, 1000, 1, 1))
+# squeezenet's 3-channel stem and its 3x3 expands (16, 32, 48 and 64 channels at 55, 27 and 13 pixels;
+# single nodes on plain input, where the model feeds them NCHWc16), resnet50's three stride-2 3x3
+# convolutions, its first stride-2 1x1 projection shortcut and squeezenet's 1000-class 1x1 head
+EXTRA_CONVS = ((3, 224, 64, 3, 2), (16, 55, 64, 3, 1), (32, 27, 128, 3, 1), (48, 13, 192, 3, 1), (64, 13, 256, 3, 1),
+               (128, 56, 128, 3, 2), (256, 28, 256, 3, 2), (512, 14, 512, 3, 2), (256, 56, 512, 1, 2),
+               (512, 13, 1000, 1, 1))
 DEFAULT_REPEAT = 10
 
 # targets of the issue: fraction of the reference's GFLOP/s (higher is better) ...

@@ -317,6 +317,18 @@ def packed_weights(w: np.ndarray, b: np.ndarray, cfg: DirectConfig, backend: str
 # --------------------------------------------------------------------------- launch
 
 
+def balanced_grid(items: int, threads: int = THREADS, most: int = 64) -> int:
+    """Teams for ``items`` work items shared by ``dsl.split(items, grid=True)``.
+
+    split gives every worker ceil(items / workers) items, so workers past the last full chunk
+    get none, and the parallel entry hands each OS thread a contiguous run of workers: with
+    110 items on 27·4 workers (chunk 2) one thread ran 108 of them and squeezenet's 55-pixel
+    expands did not get faster on two cores.  Here the workers are just enough for the chunk,
+    so every one but the last has a full chunk."""
+    chunk = -(-items // (most * threads))
+    return max(1, min(most, -(-(-(-items // chunk)) // threads)))
+
+
 def direct_supported(x, w, group: int) -> bool:
     """Shapes and dtypes the direct kernel takes: f32, one group, 1-D or 2-D images."""
     return x.dtype == dsl.f32 and group == 1 and x.ndim in (3, 4) and w.ndim == x.ndim
@@ -366,12 +378,15 @@ def launch_conv_direct(impl, x, w, bias, y, res, strides, dil, begin, blocked: b
     flat_res = np.zeros(1, np.float32) if res is None else res.reshape(-1)
     kw_args = dict(blocked_out=int(blocked), add_res=int(res is not None), act=act, act_lo=float(lo),
                    act_hi=float(hi), V=cfg.V, NV=cfg.NV, P=cfg.P, TG=cfg.TG, backend=backend)
-    items = -(-(oh * ow) // (cfg.P * cfg.TG)) * n * -(-m // cfg.OCT)
-    grid = max(1, min(64, items // THREADS))
+    ocg = -(-(-(-m // BLOCK) * BLOCK if blocked else m) // cfg.OCT)  # the kernel's oc groups
+    items = -(-(oh * ow) // (cfg.P * cfg.TG)) * n * ocg
+    grid = balanced_grid(items)
     if padded:
         buf = np.empty(planes * hs * ws * lanes, np.float32)
-        impl(flat_x, wp, bp, flat_res, flat_y, buf, geom, phase=PHASE_PAD, grid=max(1, min(grid, planes // 8)),
-             **kw_args)
+        # y is not touched by the copy: a placeholder keeps a small image's copy under the
+        # backend's serial-launch size (waking the second core cost 20-150 us for a 10 us copy)
+        impl(flat_x, wp, bp, flat_res, np.zeros(1, np.float32), buf, geom, phase=PHASE_PAD,
+             grid=max(1, min(grid, planes // 8)), **kw_args)
         src = buf
     else:
         src = flat_x

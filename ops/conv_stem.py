@@ -29,7 +29,7 @@ import numpy as np
 
 import dsl
 from dsl import In, InOut, Out, f32, i32, i64
-from ops.conv_direct import BLOCK, cached_pack
+from ops.conv_direct import BLOCK, balanced_grid, cached_pack
 from ops.gemm_packed import activation
 
 THREADS = 4
@@ -264,7 +264,7 @@ def launch_conv_stem(impl, x, w, bias, y, res, strides, dil, begin, blocked_out:
     geom[:] = (n, c, m, kh, kw, sh, sw, dil[0], oh, ow, h, wd, begin[0], begin[1], kr, wq)
     flat_res = np.zeros(1, np.float32) if res is None else res.reshape(-1)
     items = n * -(-oh // cfg.R)
-    grid = max(1, min(64, items // THREADS))
+    grid = balanced_grid(items, THREADS)
     buf = np.empty(grid * THREADS * c * kr * sw * wq, np.float32)
     impl(x.reshape(-1), wp, bp, flat_res, y.reshape(-1), buf, koff, geom, blocked_out=int(blocked_out),
          add_res=int(res is not None), act=act, act_lo=float(lo), act_hi=float(hi), V=cfg.V, R=cfg.R, NO=cfg.NO,

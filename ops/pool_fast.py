@@ -79,11 +79,16 @@ def global_pool_blocked(x: In[f32, 3], y: Out[f32, 2], code: i32):
 def max_pool2d_blocked(x: In[f32, 4], y: Out[f32, 4], k: dsl.Vec[i64, 2], s: dsl.Vec[i64, 2],
                        d: dsl.Vec[i64, 2], pb: dsl.Vec[i64, 2]):
     """y[b, oh, ow, :] = max over the window taps inside the image of x[b, h, w, :], window
-    origin (oh·s0 - pb0, ow·s1 - pb1), taps d apart.  A work item is an output row (b, oh)."""
+    origin (oh·s0 - pb0, ow·s1 - pb1), taps d apart.  A work item is an output row (b, oh).
+    Columns whose window lies inside the row run without clipping: the two divisions that
+    clip a window cost more than its nine vector loads (squeezenet's 3×3/2 pools)."""
     ih_n = x.shape[1]
     iw_n = x.shape[2]
     oh_n = y.shape[1]
     ow_n = y.shape[2]
+    span = (k[1] - 1) * d[1]  # a window's width past its first column
+    ow_lo = min(ow_n, (pb[1] + s[1] - 1) // s[1])  # first column whose window starts inside the row
+    ow_hi = max(ow_lo, min(ow_n, (iw_n - 1 - span + pb[1]) // s[1] + 1))  # past the last one ending inside
     lo, hi = dsl.split(y.shape[0] * oh_n, grid=True)
     for row in range(lo, hi):
         oh = row % oh_n
@@ -91,34 +96,50 @@ def max_pool2d_blocked(x: In[f32, 4], y: Out[f32, 4], k: dsl.Vec[i64, 2], s: dsl
         h0 = oh * s[0] - pb[0]
         kh_lo = max(0, (d[0] - 1 - h0) // d[0])  # first tap row inside the image
         kh_hi = min(k[0], (ih_n - h0 + d[0] - 1) // d[0])   # past the last one
-        for ow in range(ow_n):
+        top = ((b * ih_n) + h0 + kh_lo * d[0]) * iw_n
+        out = (b * oh_n + oh) * ow_n
+        for ow in range(ow_lo, ow_hi):
+            w0 = ow * s[1] - pb[1]
+            m = x.vload((top + w0) * LANES, LANES)
+            for kh in range(kh_lo, kh_hi):
+                src = ((b * ih_n) + h0 + kh * d[0]) * iw_n + w0
+                for kw in range(k[1]):
+                    m = max(m, x.vload((src + kw * d[1]) * LANES, LANES))
+            y.vstore((out + ow) * LANES, m)
+        for e in range(ow_lo + ow_n - ow_hi):  # edge columns: the window clipped to the row
+            ow = e if e < ow_lo else ow_hi + e - ow_lo
             w0 = ow * s[1] - pb[1]
             kw_lo = max(0, (d[1] - 1 - w0) // d[1])
             kw_hi = min(k[1], (iw_n - w0 + d[1] - 1) // d[1])
-            m = x.vload((((b * ih_n) + h0 + kh_lo * d[0]) * iw_n + w0 + kw_lo * d[1]) * LANES, LANES)
+            m = x.vload((top + w0 + kw_lo * d[1]) * LANES, LANES)
             for kh in range(kh_lo, kh_hi):
                 src = ((b * ih_n) + h0 + kh * d[0]) * iw_n + w0
                 for kw in range(kw_lo, kw_hi):
                     m = max(m, x.vload((src + kw * d[1]) * LANES, LANES))
-            y.vstore(((b * oh_n + oh) * ow_n + ow) * LANES, m)
+            y.vstore((out + ow) * LANES, m)
 
 
 ROW = 512  # widest image row max_pool2d_rows takes (its per-thread row buffer)
+ROW_THREADS = 4  # max_pool2d_rows' team (one row buffer each)
 
 
-@dsl.kernel
+@dsl.kernel(threads=ROW_THREADS)
 def max_pool2d_rows(x: In[T, 3], y: Out[T, 3], ph0: i64, pw0: i64, K: dsl.const[i64], S: dsl.const[i64]):
     """MaxPool of plain 2-D images (rows of at most ROW pixels) in two passes per output row:
-    the max over the window's image rows into a row buffer (contiguous, so it vectorizes), then
-    the K-wide max along that buffer at stride S (the only strided reads, one row's worth instead
-    of K).  Window and stride are compile-time constants; edge columns are clipped."""
+    the max over the window's image rows into a row buffer (contiguous: LANES-wide vector
+    loads and maxes; LLVM left the scalar loop scalar), then the K-wide max along that buffer at
+    stride S (the only strided reads, one row's worth instead of K).  Window and stride are
+    compile-time constants; edge columns are clipped."""
     ih_n = x.shape[1]
     iw_n = x.shape[2]
     oh_n = y.shape[1]
     ow_n = y.shape[2]
     ow_lo = min(ow_n, (pw0 + S - 1) // S)  # first column whose window starts inside the row
     ow_hi = max(ow_lo, min(ow_n, (iw_n - K + pw0) // S + 1))  # past the last one ending inside
-    buf = dsl.local((ROW,), T)
+    full = iw_n - iw_n % LANES  # the row's whole vectors
+    buf = dsl.scratch((ROW_THREADS, ROW), T)
+    tid = dsl.thread_id()
+    at = tid * ROW
     lo, hi = dsl.split(y.size // ow_n, grid=True)
     for row in range(lo, hi):
         oh = row % oh_n
@@ -127,23 +148,27 @@ def max_pool2d_rows(x: In[T, 3], y: Out[T, 3], ph0: i64, pw0: i64, K: dsl.const[
         kh_lo = max(0, -h0)
         kh_hi = min(K, ih_n - h0)
         src = (r * ih_n + h0 + kh_lo) * iw_n
-        for w in range(iw_n):
-            buf[w] = x.flat[src + w]
+        for w in range(0, full, LANES):
+            buf.vstore(at + w, x.vload(src + w, LANES))
+        for w in range(full, iw_n):
+            buf[tid, w] = x.flat[src + w]
         for kh in range(kh_lo + 1, kh_hi):
             src = (r * ih_n + h0 + kh) * iw_n
-            for w in range(iw_n):
-                buf[w] = max(buf[w], x.flat[src + w])
+            for w in range(0, full, LANES):
+                buf.vstore(at + w, max(buf.vload(at + w, LANES), x.vload(src + w, LANES)))
+            for w in range(full, iw_n):
+                buf[tid, w] = max(buf[tid, w], x.flat[src + w])
         out = row * ow_n
         for ow in range(ow_lo, ow_hi):
             px = ow * S - pw0
-            m = buf[px]
+            m = buf[tid, px]
             for kw in dsl.static_range(1, K):
-                m = max(m, buf[px + kw])
+                m = max(m, buf[tid, px + kw])
             y.flat[out + ow] = m
         for e in range(ow_lo + ow_n - ow_hi):  # edge columns: the window clipped to the row
             ow = e if e < ow_lo else ow_hi + e - ow_lo
             w0 = ow * S - pw0
-            m = buf[max(0, w0)]
+            m = buf[tid, max(0, w0)]
             for t in range(max(0, -w0) + 1, min(K, iw_n - w0)):
-                m = max(m, buf[w0 + t])
+                m = max(m, buf[tid, w0 + t])
             y.flat[out + ow] = m

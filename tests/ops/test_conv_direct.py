@@ -9,7 +9,8 @@ import dsl
 import ops
 from dsl.opgraph import formats as F
 from dsl.opgraph.spec import TensorSpec
-from ops.conv_direct import DirectConfig, conv_direct, direct_config, launch_conv_direct, packed_weights
+from ops.conv_direct import (PHASE_PAD, THREADS, DirectConfig, balanced_grid, conv_direct, direct_config,
+                              launch_conv_direct, packed_weights)
 from ops.conv_fusion import FusedConv
 
 RNG = np.random.default_rng(7)
@@ -103,6 +104,40 @@ def test_direct_conv_on_nchwc16_arrays(backend):
     want = np.clip(conv_ref(x, w, b, pads=(1, 1, 1, 1)) + z, 0.25, 1.5)
     np.testing.assert_allclose(F.to_plain_ref(yb, 21), want, rtol=1e-4, atol=1e-4)
     assert (F.to_plain_ref(yb, 32)[:, 21:] == 0).all()
+
+
+def test_balanced_grid_gives_every_os_thread_a_share():
+    """dsl.split(items, grid=True) gives each worker ceil(items / workers) items and the parallel
+    entry hands each OS thread a contiguous half of the workers: the grid must not leave the
+    second half idle (squeezenet's 55-pixel expand, 110 items, ran on one core at grid 27)."""
+    for items in list(range(1, 600)) + [1000, 4097, 20000]:
+        grid = balanced_grid(items)
+        workers = grid * THREADS
+        chunk = -(-items // workers)
+        assert 1 <= grid <= 64 and chunk == -(-items // (64 * THREADS))
+        first = min(items, (workers // 2) * chunk)
+        assert items - first >= first - 4 * chunk, (items, grid)
+    assert balanced_grid(110) == 28 and -(-110 // (27 * THREADS)) == 2  # was grid 27: chunk 2
+
+
+def test_padding_copy_launch_is_small_and_result_right(backend):
+    """The padding copy does not pass y (a 1-element placeholder), so a small image's copy stays
+    under the serial-launch size; the convolution after it reads the copy."""
+    x = RNG.standard_normal((1, 16, 11, 13)).astype(np.float32)
+    w = RNG.standard_normal((32, 16, 3, 3)).astype(np.float32) * 0.2
+    b = RNG.standard_normal(32).astype(np.float32)
+    calls = []
+
+    def impl(*args, **kw):
+        calls.append((kw["phase"], args[4].size, kw["grid"]))
+        conv_direct(*args, **kw)
+    yb = np.empty(F.physical_shape((1, 32, 11, 13), "nchwc16"), np.float32)
+    launch_conv_direct(impl, F.to_nchwc16_ref(x), w, b, yb, None, (1, 1), (1, 1), (1, 1), True, backend, act=0,
+                       lo=0.0, hi=0.0)
+    assert [(ph, size) for ph, size, _ in calls] == [(PHASE_PAD, 1), (1, yb.size)]
+    cfg = direct_config(backend)
+    assert calls[1][2] == balanced_grid(-(-(11 * 13) // (cfg.P * cfg.TG)) * -(-32 // cfg.OCT))
+    np.testing.assert_allclose(F.to_plain_ref(yb, 32), conv_ref(x, w, b, pads=(1, 1, 1, 1)), rtol=1e-4, atol=1e-4)
 
 
 def test_blocked_chain_needs_no_reorder_between_convs(backend):

@@ -173,6 +173,8 @@ SQUARE_CASES = [  # (shape, k, stride, pads, ceil_mode): max_pool2d_rows' edges 
     ((1, 2, 9, 10), 3, 2, (1, 1, 1, 1), 1),   # window clipped on every side, ceil overhang
     ((2, 2, 7, 6), 2, 1, (1, 0, 0, 1), 0),    # asymmetric pads
     ((1, 1, 4, 4), 5, 3, (2, 2, 2, 2), 1),    # every column an edge column
+    ((1, 2, 7, 37), 3, 2, (1, 1, 1, 1), 1),   # two 16-lane vectors of a row and a scalar rest
+    ((1, 1, 5, 32), 2, 2, (0, 0, 0, 0), 0),   # whole vectors only
     ((1, 1, 3, P.ROW + 7), 3, 2, (1, 1, 1, 1), 1),  # wider than the row buffer: max_pool2d_kernel
 ]
 
@@ -194,11 +196,25 @@ def test_square_windows_without_indices(backend, case):
     np.testing.assert_array_equal(model.run({"x": x})["y"], ref)
 
 
-def test_square_windows_of_int8_without_indices(backend):
+@pytest.mark.parametrize("dt", [dsl.f16, dsl.f64], ids=str)
+def test_square_windows_of_f16_and_f64_rows(backend, dt):
+    """The row kernel's vector pass on f16 (lanes computed in f32) and f64 storage."""
+    g = dsl.Graph("maxpool_rows")
+    xi = g.input("x", (1, 2, 5, 21), dt)
+    g.output(ops.MaxPool(xi, kernel_shape=(3, 3), strides=(2, 2))[0], "y")
+    model = g.compile(backend=backend)
+    assert model._impls[g.nodes[0].name] is P.max_pool2d_rows
+    x = RNG.standard_normal((1, 2, 5, 21)).astype(dt.np)
+    np.testing.assert_array_equal(model.run({"x": x})["y"], pool_ref(x, "max", (3, 3), (2, 2))[0].astype(dt.np))
+
+
+@pytest.mark.parametrize("width", [9, 35])
+def test_square_windows_of_int8_without_indices(backend, width):
+    """int8 rows, shorter than one vector and of two vectors and a rest."""
     g = dsl.Graph("maxpool_i8")
-    xi = g.input("x", (1, 2, 7, 9), dsl.i8)
+    xi = g.input("x", (1, 2, 7, width), dsl.i8)
     g.output(ops.MaxPool(xi, kernel_shape=(3, 3), strides=(2, 2), pads=(1, 1, 1, 1))[0], "y")
-    x = RNG.integers(-128, 128, (1, 2, 7, 9)).astype(np.int8)
+    x = RNG.integers(-128, 128, (1, 2, 7, width)).astype(np.int8)
     ref = pool_ref(x, "max", (3, 3), (2, 2), pads=(1, 1, 1, 1))[0].astype(np.int8)
     np.testing.assert_array_equal(g.compile(backend=backend).run({"x": x})["y"], ref)
 
@@ -294,6 +310,8 @@ BLOCKED_CASES = [  # (shape, k, strides, pads, dilations, ceil_mode)
     ((1, 16, 12, 12), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 0),   # resnet50's stem pool
     ((2, 5, 7, 6), (2, 3), (1, 2), (1, 0, 0, 2), (1, 1), 0),      # rectangular, asymmetric pads
     ((1, 3, 9, 8), (2, 2), (2, 1), (1, 1, 1, 1), (2, 3), 1),      # dilated taps clipped at the edges
+    ((1, 4, 5, 2), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 0),      # rows narrower than a window: no inner column
+    ((1, 17, 4, 23), (2, 3), (1, 3), (0, 2, 1, 2), (1, 1), 1),    # inner columns between clipped ones, stride 3
 ]
 
 
