@@ -39,7 +39,7 @@ import numpy as np
 
 import dsl
 from dsl import In, Out, f32, i32, i64
-from ops.conv_direct import DirectConfig, packed_weights
+from ops.conv_direct import DirectConfig, balanced_grid, packed_weights
 from ops.gemm_packed import activation
 
 THREADS = 4
@@ -328,6 +328,6 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
             and c <= ROWS_MAX_C and cfg.V == 16:
         geom[G_ROWS_TILE] = 1
         items = -(-m // ROW_R) * n * -(-(oh * ow) // (ROW_NV * cfg.V))
-    grid = int(max(1, min(64, items // (THREADS * 4))))  # a plain int: the launch fast path takes no numpy int
+    grid = balanced_grid(int(items))  # both OS threads get the same share; a plain int for the launch fast path
     impl(x.reshape(-1), wp, bp, flat_res, y.reshape(-1), geom, add_res=int(res is not None), act=act,
          act_lo=float(lo), act_hi=float(hi), V=cfg.V, NV=cfg.NV, P=cfg.P, backend=backend, grid=grid)
