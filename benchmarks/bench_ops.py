@@ -244,9 +244,9 @@ def bench_gemm(sizes: Sequence[int] = GEMM_SIZES, repeat: int = DEFAULT_REPEAT, 
         table.values[str(n)] = {name: gflops(flops, t) for name, t in
                                 list(timed.items()) + [("numpy BLAS", blas)]}
         table.values[str(n)]["ratio"] = ratio
-    table.notes.append("opdsl (load_onnx) is `dsl.load_onnx(one-node MatMul model).run(feeds)`: it copies the "
-                       "inputs into its buffers and returns a copy of y; onnxruntime (all cores, `sess.run`) "
-                       "allocates y; numpy writes into a preallocated y (`out=`)")
+    table.notes.append("opdsl (load_onnx) is `dsl.load_onnx(one-node MatMul model).run(feeds)`: it reads the "
+                       "feeds in place and writes y into a new array (docs/ops.md, No copies in or out); "
+                       "onnxruntime (all cores, `sess.run`) allocates y; numpy writes into a preallocated y (`out=`)")
     return table
 
 
