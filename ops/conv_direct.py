@@ -50,6 +50,22 @@ G_TRANSPOSE = 23  # 1: the padding copy turns a plain image into NCHWc16
 GEOM = 24
 
 
+@dsl.func
+def store_last_block(y, stage, stage_at, at, vec, valid, lanes):
+    """``vec`` into ``y.flat[at:at + lanes]`` where only its first ``valid`` lanes are output
+    channels: the rest of the last, partly filled NCHWc16 block must stay zero (its padding), so a
+    vector that reaches past ``valid`` goes lane by lane through ``stage`` (the thread's scratch)."""
+    if valid >= lanes:
+        y.vstore(at, vec)
+    else:
+        stage.vstore(stage_at, vec)
+        for k in range(lanes):
+            v = f32(0)
+            if k < valid:
+                v = stage.flat[stage_at + k]
+            y.flat[at + k] = v
+
+
 @dataclass(frozen=True)
 class DirectConfig:
     """Register tile of one target: P pixels × NV vectors of V lanes (OCT = NV·V channels)."""
@@ -251,16 +267,8 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                             at = ((nb * mb + o0 // BLOCK) * ohw + q) * BLOCK + o0 % BLOCK
                             if add_res == 1:
                                 vec = vec + res.vload(at, V)
-                            vec = activation(vec, act, act_lo, act_hi)
-                            if o0 + V <= m_out:
-                                y.vstore(at, vec)
-                            else:  # the last block: channels past m_out stay zero (NCHWc16 padding)
-                                tile.vstore(at_t + px * OCT + jv * V, vec)
-                                for k in range(V):
-                                    v = f32(0)
-                                    if o0 + k < m_out:
-                                        v = tile[dsl.thread_id(), (t - t_lo) * P * OCT + px * OCT + jv * V + k]
-                                    y.flat[at + k] = v
+                            store_last_block(y, tile, at_t + px * OCT + jv * V, at,
+                                             activation(vec, act, act_lo, act_hi), m_out - o0, V)
             else:  # plain y: per output channel, the tile's pixels are consecutive in y
                 for o in range(min(OCT, m_out - g * OCT)):
                     oc = g * OCT + o

@@ -39,7 +39,7 @@ import numpy as np
 
 import dsl
 from dsl import In, Out, f32, i32, i64
-from ops.conv_direct import DirectConfig, balanced_grid, packed_weights
+from ops.conv_direct import DirectConfig, balanced_grid, packed_weights, store_last_block
 from ops.gemm_packed import activation
 
 THREADS = 4
@@ -241,16 +241,8 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                             at = ((nb * mb + o0 // BLOCK) * ohw + q0 + px) * BLOCK + o0 % BLOCK
                             if add_res == 1:
                                 vec = vec + res.vload(at, V)
-                            vec = activation(vec, act, act_lo, act_hi)
-                            if o0 + V <= m_out:
-                                y.vstore(at, vec)
-                            else:  # the last block: channels past m_out stay zero (NCHWc16 padding)
-                                tile.vstore(at_t + px * OCT + jv * V, vec)
-                                for k in range(V):
-                                    v = f32(0)
-                                    if o0 + k < m_out:
-                                        v = tile[dsl.thread_id(), px * OCT + jv * V + k]
-                                    y.flat[at + k] = v
+                            store_last_block(y, tile, at_t + px * OCT + jv * V, at,
+                                             activation(vec, act, act_lo, act_hi), m_out - o0, V)
             else:  # plain y: per output channel, the tile's pixels are consecutive in y
                 for o in range(min(OCT, m_out - g * OCT)):
                     oc = g * OCT + o
