@@ -313,7 +313,7 @@ def packed_weights(w: np.ndarray, b: np.ndarray, cfg: DirectConfig, backend: str
     def pack():
         m, c = w.shape[0], w.shape[1]
         khw = int(np.prod(w.shape[2:]))
-        groups = -(-(-(-m // BLOCK) * BLOCK) // cfg.OCT)  # whole NCHWc16 blocks of output channels
+        groups = oc_groups(m, cfg.OCT)
         wp = np.empty(groups * -(-c // BLOCK) * khw * BLOCK * cfg.OCT, np.float32)
         bp = np.empty(groups * cfg.OCT, np.float32)
         bias = np.zeros(m, np.float32) if b is None else b.reshape(-1)
@@ -334,7 +334,15 @@ def balanced_grid(items: int, threads: int = THREADS, most: int = 64) -> int:
     expands did not get faster on two cores.  Here the workers are just enough for the chunk,
     so every one but the last has a full chunk."""
     chunk = -(-items // (most * threads))
-    return max(1, min(most, -(-(-(-items // chunk)) // threads)))
+    workers = -(-items // chunk)
+    return max(1, min(most, -(-workers // threads)))
+
+
+def oc_groups(m: int, oct_: int, blocked: bool = True) -> int:
+    """Groups of ``oct_`` output channels a kernel runs for ``m`` channels: whole NCHWc16 blocks
+    of them when ``blocked`` (the padding channels are computed and stored as zeros)."""
+    channels = -(-m // BLOCK) * BLOCK if blocked else m
+    return -(-channels // oct_)
 
 
 def direct_supported(x, w, group: int) -> bool:
@@ -386,7 +394,7 @@ def launch_conv_direct(impl, x, w, bias, y, res, strides, dil, begin, blocked: b
     flat_res = np.zeros(1, np.float32) if res is None else res.reshape(-1)
     kw_args = dict(blocked_out=int(blocked), add_res=int(res is not None), act=act, act_lo=float(lo),
                    act_hi=float(hi), V=cfg.V, NV=cfg.NV, P=cfg.P, TG=cfg.TG, backend=backend)
-    ocg = -(-(-(-m // BLOCK) * BLOCK if blocked else m) // cfg.OCT)  # the kernel's oc groups
+    ocg = oc_groups(m, cfg.OCT, blocked)
     items = -(-(oh * ow) // (cfg.P * cfg.TG)) * n * ocg
     grid = balanced_grid(items)
     if padded:

@@ -39,7 +39,7 @@ import numpy as np
 
 import dsl
 from dsl import In, Out, f32, i32, i64
-from ops.conv_direct import DirectConfig, balanced_grid, packed_weights, store_last_block
+from ops.conv_direct import DirectConfig, balanced_grid, oc_groups, packed_weights, store_last_block
 from ops.gemm_packed import activation
 
 THREADS = 4
@@ -310,7 +310,7 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
     else:
         geom[[G_SXN, G_SXB, G_SXC, G_SXP]] = (c * h * wd, BLOCK * h * wd, h * wd, 1)
     flat_res = np.zeros(1, np.float32) if res is None else res.reshape(-1)
-    ocg = -(-(-(-m // BLOCK) * BLOCK if blocked_out else m) // cfg.OCT)
+    ocg = oc_groups(m, cfg.OCT, blocked_out)
     items = ocg * n * geom[G_ROWS] * -(-geom[G_COLS] // cfg.P)
     # pixel-vector tile: measured (benchmarks/RESULTS.md, CPU time) 10-20 % faster than the
     # channel-vector tile on plain tensors with up to 128 input channels (56x56 and 28x28 layers)

@@ -7,6 +7,7 @@ is raised ``from None`` so no compiler frames reach the user.
 from __future__ import annotations
 
 import linecache
+import sys
 from dataclasses import dataclass
 from typing import Optional
 
@@ -32,7 +33,6 @@ class SourceLoc:
 def _cell_name(file: str) -> str:
     """A Jupyter cell's code lives in a temporary file (/tmp/ipykernel_.../123.py); the reader
     knows the cell as ``In[7]``, which is what IPython's own tracebacks call it too."""
-    import sys
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     number = getattr(getattr(shell, "compile", None), "_filename_map", {}).get(file)
