@@ -30,7 +30,7 @@ from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.elementwise import require_dtype
 from ops.matmul import grid_for
 from ops import pool_fast
-from ops.pool_fast import ROW, global_pool_blocked, global_pool_plain, max_pool2d_blocked, max_pool2d_rows
+from ops.pool_fast import ROW, UNROLL_WINDOW, global_pool_blocked, global_pool_plain, max_pool2d_blocked, max_pool2d_rows
 
 T = dsl.TypeVar("T")
 
@@ -357,8 +357,10 @@ class _MaxPool(_Pool):
         n, cb, h, w, lanes = x.shape
         if ind is None:
             impl = impl if impl == max_pool2d_blocked else max_pool2d_blocked
+            unroll = max(k) <= UNROLL_WINDOW
             impl(x.reshape(n * cb, h, w, lanes), y.reshape(n * cb, *y.shape[2:]), k, strides, dil,
-                 begin, backend=backend, grid=grid_for(y.size * k[0] * k[1]))
+                 begin, KH=k[0] if unroll else 0, KW=k[1] if unroll else 0, backend=backend,
+                 grid=grid_for(y.size * k[0] * k[1]))
             return
         c = spec.shape[1]
         plain_x = np.ascontiguousarray(x.transpose(0, 1, 4, 2, 3).reshape(n, cb * lanes, h, w)[:, :c])

@@ -77,11 +77,14 @@ def global_pool_blocked(x: In[f32, 3], y: Out[f32, 2], code: i32):
 
 @dsl.kernel
 def max_pool2d_blocked(x: In[f32, 4], y: Out[f32, 4], k: dsl.Vec[i64, 2], s: dsl.Vec[i64, 2],
-                       d: dsl.Vec[i64, 2], pb: dsl.Vec[i64, 2]):
+                       d: dsl.Vec[i64, 2], pb: dsl.Vec[i64, 2], KH: dsl.const[i64], KW: dsl.const[i64]):
     """y[b, oh, ow, :] = max over the window taps inside the image of x[b, h, w, :], window
     origin (oh·s0 - pb0, ow·s1 - pb1), taps d apart.  A work item is an output row (b, oh).
     Columns whose window lies inside the row run without clipping: the two divisions that
-    clip a window cost more than its nine vector loads (squeezenet's 3×3/2 pools)."""
+    clip a window cost more than its nine vector loads (squeezenet's 3×3/2 pools).  When the
+    window is compiled in (``KH``, ``KW`` > 0: ``k``), rows whose window lies inside the image
+    unroll its taps, loads at constant offsets: the run-time tap loops cost a few instructions
+    a load (squeezenet's blocked 3×3/2 pools, best eager launch: 73 -> 33 us and 51 -> 21 us)."""
     ih_n = x.shape[1]
     iw_n = x.shape[2]
     oh_n = y.shape[1]
@@ -98,14 +101,25 @@ def max_pool2d_blocked(x: In[f32, 4], y: Out[f32, 4], k: dsl.Vec[i64, 2], s: dsl
         kh_hi = min(k[0], (ih_n - h0 + d[0] - 1) // d[0])   # past the last one
         top = ((b * ih_n) + h0 + kh_lo * d[0]) * iw_n
         out = (b * oh_n + oh) * ow_n
-        for ow in range(ow_lo, ow_hi):
-            w0 = ow * s[1] - pb[1]
-            m = x.vload((top + w0) * LANES, LANES)
-            for kh in range(kh_lo, kh_hi):
-                src = ((b * ih_n) + h0 + kh * d[0]) * iw_n + w0
-                for kw in range(k[1]):
-                    m = max(m, x.vload((src + kw * d[1]) * LANES, LANES))
-            y.vstore((out + ow) * LANES, m)
+        if KH > 0 and kh_lo == 0 and kh_hi == KH:  # the whole window inside: taps unrolled
+            row_step = d[0] * iw_n * LANES
+            col_step = d[1] * LANES
+            for ow in range(ow_lo, ow_hi):
+                at = (top + ow * s[1] - pb[1]) * LANES
+                m = x.vload(at, LANES)
+                for th in dsl.static_range(KH):
+                    for tw in dsl.static_range(KW):
+                        m = max(m, x.vload(at + th * row_step + tw * col_step, LANES))
+                y.vstore((out + ow) * LANES, m)
+        else:
+            for ow in range(ow_lo, ow_hi):
+                w0 = ow * s[1] - pb[1]
+                m = x.vload((top + w0) * LANES, LANES)
+                for kh in range(kh_lo, kh_hi):
+                    src = ((b * ih_n) + h0 + kh * d[0]) * iw_n + w0
+                    for kw in range(k[1]):
+                        m = max(m, x.vload((src + kw * d[1]) * LANES, LANES))
+                y.vstore((out + ow) * LANES, m)
         for e in range(ow_lo + ow_n - ow_hi):  # edge columns: the window clipped to the row
             ow = e if e < ow_lo else ow_hi + e - ow_lo
             w0 = ow * s[1] - pb[1]
@@ -118,6 +132,10 @@ def max_pool2d_blocked(x: In[f32, 4], y: Out[f32, 4], k: dsl.Vec[i64, 2], s: dsl
                     m = max(m, x.vload((src + kw * d[1]) * LANES, LANES))
             y.vstore((out + ow) * LANES, m)
 
+
+# the widest window max_pool2d_blocked compiles in (KH, KW): every pool of the CNNs we load; one
+# compile per window shape, so bigger windows share the run-time tap loops
+UNROLL_WINDOW = 3
 
 ROW = 512  # widest image row max_pool2d_rows takes (its per-thread row buffer)
 ROW_THREADS = 4  # max_pool2d_rows' team (one row buffer each)
