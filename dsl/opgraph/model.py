@@ -111,6 +111,11 @@ class Model:
                            for t in graph.inputs]
         self._named_dims = [(k, axis, dim) for k, t in enumerate(graph.inputs)
                             for axis, dim in enumerate(t.dim_names) if dim is not None]
+        # every input a tensor of known shape: a run's feeds are checked by one comparison each
+        # (the full check costs ~3 us a run, 5 % of a 55 us attention GEMM)
+        self._exact_feeds = None
+        if graph.inputs and all(not is_host(t.spec) and t.spec.known for t in graph.inputs):
+            self._exact_feeds = [(t.name, t.spec.dtype.np, tuple(t.spec.shape)) for t in graph.inputs]
         self._plans: Dict[Tuple, Any] = {}  # input shapes -> _PlanPool or _DYNAMIC
         # sequences / optionals anywhere: nothing can be planned ahead, every run goes node by node
         self._host = any(is_host(t.spec) for t in graph.tensors.values()) or any(
@@ -177,6 +182,16 @@ class Model:
         return profile_model(self, feeds, repeat=repeat, warmup=warmup)
 
     def _check_feeds(self, feeds) -> List[np.ndarray]:
+        exact = self._exact_feeds
+        if exact is not None and type(feeds) is dict and len(feeds) == len(exact):
+            arrays = []
+            for name, npdt, shape in exact:
+                a = feeds.get(name)
+                if type(a) is not np.ndarray or a.shape != shape or a.dtype != npdt:
+                    break
+                arrays.append(a)
+            else:
+                return arrays
         if not isinstance(feeds, Mapping):
             raise TypeError(f"Model.run takes a dict of input name -> array, got {type(feeds).__name__}")
         extra = [k for k in feeds if k not in self.inputs]
