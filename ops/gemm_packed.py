@@ -12,8 +12,8 @@ over its share:
   thread packs B[pc:pc+KC, its columns] into column panels of NR = 2·V floats (``bp``), so the
   micro-kernel reads B contiguously and from cache; constant weights (``packed_b``) come packed
   once by ``pack_b_panels`` in the same panel order, as MLAS packs B at session start; whole
-  entries with f32 A take blocks of one panel (packed, used while in L1, then the next: 2-6 %
-  faster on the attention shapes, a block of all panels fills the L1 before the first tile);
+  entries with f32 A take blocks of one panel (packed, used while in L1, then the next: a block
+  of all an attention head's panels fills the L1 before the first tile; RESULTS.md, bq4);
 * ``ib`` over blocks of MC rows: for f16/bf16 data the thread packs A[rows, pc:pc+KC] into
   row panels of MR f32 (``ap``: converted once); f32 A is read in place, MR row streams
   (packing it costs ~40 % at 256³ and saves nothing the L1 does not);
