@@ -11,7 +11,9 @@ over its share:
 * ``jb`` over blocks of NC columns, ``pc`` over blocks of KC of the inner dimension: the
   thread packs B[pc:pc+KC, its columns] into column panels of NR = 2·V floats (``bp``), so the
   micro-kernel reads B contiguously and from cache; constant weights (``packed_b``) come packed
-  once by ``pack_b_panels`` in the same panel order, as MLAS packs B at session start;
+  once by ``pack_b_panels`` in the same panel order, as MLAS packs B at session start; whole
+  entries with f32 A take blocks of one panel (packed, used while in L1, then the next: a block
+  of all an attention head's panels fills the L1 before the first tile; RESULTS.md, bq4);
 * ``ib`` over blocks of MC rows: for f16/bf16 data the thread packs A[rows, pc:pc+KC] into
   row panels of MR f32 (``ap``: converted once); f32 A is read in place, MR row streams
   (packing it costs ~40 % at 256³ and saves nothing the L1 does not);
@@ -144,6 +146,8 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], res: In[T, 3], y: Out[T, 
     ip_lo = mpan * it // tm
     ip_hi = mpan * (it + 1) // tm
     ncp = NC // NR
+    if whole == 1 and PACK_A == 0 and b_ready == 0:
+        ncp = 1  # pack one B panel, run its tiles while it is in L1, then the next (A is read in place)
     mcp = MC // MR
     for t in range(t_lo, t_hi, t_step):
         for jb in range(jp_lo, jp_hi, ncp):

@@ -173,6 +173,17 @@ def test_batched_products_whole_entries_per_thread(backend, batch, cores):
     np.testing.assert_allclose(y, reference(a, b, c, 0, 0, 1.0, 1.0), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_whole_entries_pack_one_panel_at_a_time(backend, trans_b):
+    """Whole entries with f32 A pack and use one B panel at a time: several ragged panels, K
+    blocks that add into y, a B broadcast over the batch (packed by every thread that needs it)."""
+    a, c = rand(4, 10, 9), np.zeros((1, 1), np.float32)
+    b = rand(1, 19, 9) if trans_b else rand(1, 9, 19)
+    y = np.full((4, 10, 19), np.nan, np.float32)
+    packed_gemm(a, b, c, y, trans_b=trans_b, beta=0.0, backend=backend, config=TINY, cores=2)
+    np.testing.assert_allclose(y, reference(a, b, c, 0, trans_b, 1.0, 0.0), rtol=1e-4, atol=1e-4)
+
+
 def test_whole_entries_rule():
     from ops.gemm_packed import whole_entries
     assert not whole_entries(1, 2) and whole_entries(12, 2) and whole_entries(4, 2)
