@@ -23,7 +23,7 @@ from ops.conv_stem import StemConfig, stem_config, stem_weights
 from ops.gemm_packed import activation
 
 THREADS = 4
-BAND = 2  # pooled rows per work item (benchmarks/RESULTS.md, stem-pool section)
+BAND = 4  # pooled rows per work item: 2.25 stem rows per pooled row (2.5 at 2), 14 items at 55 rows (RESULTS.md)
 
 # geometry vector slots: the stem's, then the pool's
 (G_N, G_C, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_OH, G_OW, G_H, G_W, G_PT, G_PL, G_KR, G_WQ,
@@ -46,8 +46,9 @@ def conv_stem_pool(x: In[f32], w: In[f32], bias: In[f32], y: Out[f32], xp: InOut
                    koff: In[i64], geom: dsl.Vec[i64, 32], act: i32, act_lo: f32, act_hi: f32,
                    V: dsl.const[i64], R: dsl.const[i64], NO: dsl.const[i64]):
     """y = maxpool(act(conv(x, w) + bias)), x and y plain.  ``xp``: each worker's padded input
-    rows (as conv_stem); ``cs``: each worker's stem rows [NO][CR][OWP] and one row of vertical
-    maxima; ``koff[t]``: tap t's offset in a worker's rows."""
+    rows (as conv_stem); ``cs``: each worker's stem rows [NO][CR][OWP], a row of vertical maxima
+    and a row of their sliding maxima over the pool's width; ``koff[t]``: tap t's offset in a
+    worker's rows."""
     c_in = geom[G_C]
     m_out = geom[G_M]
     kh_n = geom[G_KH]
@@ -80,8 +81,9 @@ def conv_stem_pool(x: In[f32], w: In[f32], bias: In[f32], y: Out[f32], xp: InOut
     ckk = c_in * kh_n * kw_n
     worker = dsl.tile_id() * THREADS + dsl.thread_id()
     base = worker * c_in * plane
-    cbase = worker * (NO * cr_n + 1) * owp
-    vrow = cbase + NO * cr_n * owp  # one channel's vertical maxima of one pooled row
+    cbase = worker * (NO * cr_n * owp + 2 * owp + pkw)
+    vrow = cbase + NO * cr_n * owp  # one channel's vertical maxima of one pooled row (+ pkw slack)
+    hrow = vrow + owp + pkw  # their sliding maxima over pkw columns
     lo, hi = dsl.split(geom[G_N] * bands, grid=True)
     for item in range(lo, hi):
         p0 = (item % bands) * band
@@ -147,14 +149,23 @@ def conv_stem_pool(x: In[f32], w: In[f32], bias: In[f32], y: Out[f32], xp: InOut
                         for r in range(r_lo + 1, r_hi):
                             v = max(v, cs.vload(ch + r * owp + vi * V, V))
                         cs.vstore(vrow + vi * V, v)
+                    for vi in range(vecs):  # sliding maxima: hrow[q] = max(vrow[q : q + pkw])
+                        hv = cs.vload(vrow + vi * V, V)
+                        for q in range(1, pkw):
+                            hv = max(hv, cs.vload(vrow + vi * V + q, V))
+                        cs.vstore(hrow + vi * V, hv)
                     at = ((nb * m_out + oc) * ph_n + prow) * pw_n
                     for pc in range(pw_n):
-                        q_lo = max(0, pc * psw - ppl)
-                        q_hi = min(ow_n, pc * psw - ppl + pkw)
-                        mx = cs.flat[vrow + q_lo]
-                        for q in range(q_lo + 1, q_hi):
-                            mx = max(mx, cs.flat[vrow + q])
-                        y.flat[at + pc] = mx
+                        q_lo = pc * psw - ppl
+                        if q_lo >= 0 and q_lo + pkw <= ow_n:  # the window inside the row: one pick
+                            y.flat[at + pc] = cs.flat[hrow + q_lo]
+                        else:  # clipped by the pool's padding or ceil_mode
+                            q_hi = min(ow_n, q_lo + pkw)
+                            q_lo = max(0, q_lo)
+                            mx = cs.flat[vrow + q_lo]
+                            for q in range(q_lo + 1, q_hi):
+                                mx = max(mx, cs.flat[vrow + q])
+                            y.flat[at + pc] = mx
 
 
 def launch_conv_stem_pool(impl, x, w, bias, y, strides, dil, begin, conv_out, pool: PoolWindow, backend,
@@ -195,6 +206,6 @@ def launch_conv_stem_pool(impl, x, w, bias, y, strides, dil, begin, conv_out, po
     grid = balanced_grid(items, THREADS)
     workers = grid * THREADS
     xp = np.empty(workers * c * kr * row, np.float32)
-    cs = np.empty(workers * (cfg.NO * cr + 1) * owp, np.float32)
+    cs = np.empty(workers * (cfg.NO * cr * owp + 2 * owp + pkw), np.float32)
     impl(x.reshape(-1), wp, bp, y.reshape(-1), xp, cs, koff, geom, act=act, act_lo=float(lo), act_hi=float(hi),
          V=cfg.V, R=cfg.R, NO=cfg.NO, backend=backend, grid=grid)
