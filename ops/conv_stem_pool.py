@@ -19,7 +19,7 @@ import numpy as np
 import dsl
 from dsl import In, InOut, Out, f32, i32, i64
 from ops.conv_direct import balanced_grid
-from ops.conv_stem import StemConfig, stem_config, stem_weights
+from ops.conv_stem import StemConfig, stem_weights
 from ops.gemm_packed import activation
 
 THREADS = 4
@@ -29,6 +29,15 @@ BAND = 4  # pooled rows per work item: 2.25 stem rows per pooled row (2.5 at 2),
 (G_N, G_C, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_OH, G_OW, G_H, G_W, G_PT, G_PL, G_KR, G_WQ,
  G_PKH, G_PKW, G_PSH, G_PSW, G_PPT, G_PPL, G_PH, G_PW, G_BAND, G_CR, G_OWP) = range(27)
 GEOM = 32
+
+
+def stem_pool_config(backend: str = "numba") -> StemConfig:
+    """Three stem rows per tile: a band of B pooled rows of a 3-wide, stride-2 pool needs 2B+1 rows,
+    a multiple of 3 for B = 1, 4, 7, where conv_stem's two-row tile computes one row twice.
+    AVX-512: 3 x 8 accumulators of 16 lanes (of 32 registers); narrower: 3 x 4 of 8 lanes."""
+    if "avx512f" in dsl.target(backend).features:
+        return StemConfig(V=16, R=3, NO=8)
+    return StemConfig(V=8, R=3, NO=4)
 
 
 @dataclass(frozen=True)
@@ -172,7 +181,7 @@ def launch_conv_stem_pool(impl, x, w, bias, y, strides, dil, begin, conv_out, po
                           act: int, lo: float, hi: float, cfg: StemConfig = None, band: int = BAND) -> None:
     """Run ``impl`` on plain x (N, C, H, W) -> y (N, M, PH, PW); ``conv_out`` is the stem's
     (OH, OW), ``begin`` its begin pads."""
-    cfg = cfg or stem_config(backend or "numba")
+    cfg = cfg or stem_pool_config(backend or "numba")
     for name, a in (("x", x), ("w", w), ("y", y), ("B", bias)):
         if a is not None and a.dtype != np.float32:
             raise ValueError(f"conv_stem_pool computes f32; {name} is {a.dtype}")
