@@ -1,8 +1,8 @@
 """Squeezenet's stem Conv 3x3/2 -> Relu -> MaxPool 3x3/2 on 1x3x224x224: fused (FusedConvPool) vs the same model with that rewrite removed (FusedConv -> MaxPool) vs onnxruntime, rotated in one process; then conv_stem_pool launched alone per band.  Usage: PYTHONPATH=. python benchmarks/bench_stem_pool.py [reps]"""
 import sys, time
-import numpy as np, onnx
+import numpy as np
 from onnx import helper, TensorProto, numpy_helper
-import dsl, ops, onnxruntime as ort
+import dsl, onnxruntime as ort
 import dsl.opgraph.fusion as F
 import ops.conv_fusion as cf
 rng = np.random.default_rng(0)
