@@ -93,6 +93,8 @@ def conv_stem_pool(x: In[f32], w: In[f32], bias: In[f32], y: Out[f32], xp: InOut
     cbase = worker * (NO * cr_n * owp + 2 * owp + pkw)
     vrow = cbase + NO * cr_n * owp  # one channel's vertical maxima of one pooled row (+ pkw slack)
     hrow = vrow + owp + pkw  # their sliding maxima over pkw columns
+    pc_a = min(pw_n, (ppl + psw - 1) // psw)  # pooled columns [pc_a, pc_b) have whole windows
+    pc_b = max(pc_a, min(pw_n, (ow_n - pkw + ppl) // psw + 1))
     lo, hi = dsl.split(geom[G_N] * bands, grid=True)
     for item in range(lo, hi):
         p0 = (item % bands) * band
@@ -164,17 +166,19 @@ def conv_stem_pool(x: In[f32], w: In[f32], bias: In[f32], y: Out[f32], xp: InOut
                             hv = max(hv, cs.vload(vrow + vi * V + q, V))
                         cs.vstore(hrow + vi * V, hv)
                     at = ((nb * m_out + oc) * ph_n + prow) * pw_n
-                    for pc in range(pw_n):
+                    for pc in range(pc_a, pc_b):  # windows inside the row: one pick each
+                        y.flat[at + pc] = cs.flat[hrow + pc * psw - ppl]
+                    for e in range(pc_a + pw_n - pc_b):  # windows clipped by the pads or ceil_mode
+                        pc = e
+                        if e >= pc_a:
+                            pc = pc_b + e - pc_a
                         q_lo = pc * psw - ppl
-                        if q_lo >= 0 and q_lo + pkw <= ow_n:  # the window inside the row: one pick
-                            y.flat[at + pc] = cs.flat[hrow + q_lo]
-                        else:  # clipped by the pool's padding or ceil_mode
-                            q_hi = min(ow_n, q_lo + pkw)
-                            q_lo = max(0, q_lo)
-                            mx = cs.flat[vrow + q_lo]
-                            for q in range(q_lo + 1, q_hi):
-                                mx = max(mx, cs.flat[vrow + q])
-                            y.flat[at + pc] = mx
+                        q_hi = min(ow_n, q_lo + pkw)
+                        q_lo = max(0, q_lo)
+                        mx = cs.flat[vrow + q_lo]
+                        for q in range(q_lo + 1, q_hi):
+                            mx = max(mx, cs.flat[vrow + q])
+                        y.flat[at + pc] = mx
 
 
 def launch_conv_stem_pool(impl, x, w, bias, y, strides, dil, begin, conv_out, pool: PoolWindow, backend,
