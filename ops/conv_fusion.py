@@ -8,6 +8,9 @@ done by the Conv itself, so it costs no extra pass over memory.
   (resnet's residual).
 * Conv -> Relu / LeakyRelu / Clip (constant bounds): a FusedConv applying the activation
   while storing, after z when both are fused (Conv -> BN -> Add -> Relu is one node).
+* A stem Conv or FusedConv (ops/conv_stem.py's kernel, no Z) -> a 2-D MaxPool without
+  dilations or Indices: a FusedConvPool (ops/conv_stem_pool.py), whose convolution output
+  never goes to memory.
 
 The graph compiler applies the rules (dsl/opgraph/fusion.py) only where the Conv's output
 has no other reader and is not a graph output.  ``FusedConv`` is also an op of its own
@@ -22,12 +25,16 @@ import numpy as np
 
 import dsl
 from dsl.opgraph.fusion import fusion_rule
-from dsl.opgraph.spec import VerifyError
+from dsl.opgraph.op import check_and_infer
+from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.binary import Sum, SumV6
 from ops.elementwise import Add, Clip, ClipV6, LeakyRelu, Relu
 from ops.gemm_packed import ACT_CLIP, ACT_LEAKY_RELU, ACT_NONE, ACT_RELU
-from ops.nn import Conv, launch_conv
+from ops.conv_stem import stem_supported
+from ops.conv_stem_pool import PoolWindow, conv_stem_pool, launch_conv_stem_pool
+from ops.nn import Conv, conv_geometry, launch_conv
 from ops.norm import BatchNormalization
+from ops.pool import AUTO_PADS, MaxPoolV1, MaxPoolV8, MaxPoolV10, MaxPoolV12, MaxPool, pool_geometry
 
 # activation name -> (kernel code, number of activation_params)
 ACTIVATIONS = {"": (ACT_NONE, 0), "Relu": (ACT_RELU, 0), "Clip": (ACT_CLIP, 2), "LeakyRelu": (ACT_LEAKY_RELU, 1)}
@@ -79,6 +86,71 @@ class FusedConv(Conv):
         act, _ = ACTIVATIONS[self.activation]
         lo, hi = (tuple(self.activation_params) + (0.0, 0.0))[:2]
         launch_conv(self, impl, x, w, b, outputs[0], backend, res=z, act=act, lo=lo, hi=hi)
+
+
+@dsl.op("FusedConvPool", domain="com.opdsl", since=1)
+class FusedConvPool(FusedConv):
+    """y = MaxPool(activation(Conv(X, W, B))): FusedConv's params (no Z) plus the MaxPool's
+    ``pool_kernel_shape``, ``pool_strides``, ``pool_pads``, ``pool_auto_pad`` and
+    ``pool_ceil_mode``; f32 2-D images of one group, plain.  Run by ops/conv_stem_pool.py."""
+
+    formats = ("plain",)
+    kernels = {"stem_pool": conv_stem_pool}
+    pool_kernel_shape: Tuple[int, ...] = ()
+    pool_strides: Optional[Tuple[int, ...]] = None
+    pool_pads: Optional[Tuple[int, ...]] = None
+    pool_auto_pad: str = "NOTSET"
+    pool_ceil_mode: int = 0
+
+    def _pool(self):
+        strides = tuple(self.pool_strides) if self.pool_strides else (1, 1)
+        pads = tuple(self.pool_pads) if self.pool_pads else (0,) * 4
+        return tuple(self.pool_kernel_shape), strides, pads
+
+    def verify(self, x, w, b=None):
+        super().verify(x, w, b)
+        if x.dtype != dsl.f32 or x.ndim != 4 or self.group != 1:
+            raise VerifyError(f"FusedConvPool takes f32 (N, C, H, W) images and one group, got {x} with "
+                              f"group={self.group}")
+        k, strides, pads = self._pool()
+        for attr, v, n in (("pool_kernel_shape", k, 2), ("pool_strides", strides, 2), ("pool_pads", pads, 4)):
+            if len(v) != n:
+                raise VerifyError(f"FusedConvPool {attr} {list(v)} needs {n} values (a 2-D MaxPool)")
+        if any(v < 1 for v in k + strides) or any(p < 0 for p in pads):
+            raise VerifyError(f"FusedConvPool pool_kernel_shape {list(k)} and pool_strides {list(strides)} "
+                              f"must be >= 1, pool_pads {list(pads)} >= 0")
+        if self.pool_auto_pad not in AUTO_PADS:
+            raise VerifyError(f"FusedConvPool pool_auto_pad {self.pool_auto_pad!r}; accepted: {', '.join(AUTO_PADS)}")
+        self.infer(x, w, b)  # raises when a pooling window does not fit
+
+    def _pool_geometry(self, conv_hw):
+        k, strides, pads = self._pool()
+        return pool_geometry(conv_hw, k, strides, (1, 1), pads, self.pool_auto_pad, bool(self.pool_ceil_mode))
+
+    def infer(self, x, w, b=None):
+        y = Conv.infer(self, x, w, b)
+        out, _, _ = self._pool_geometry(y.shape[2:])
+        return TensorSpec(tuple(y.shape[:2]) + out, y.dtype)
+
+    def select(self, x, w, b=None, backend=None):
+        return "stem_pool"
+
+    def select_format(self, x, *rest):
+        return ("plain",) + tuple(None if t is None else "plain" for t in rest), "plain"
+
+    def select_plain_format(self, x, *rest):
+        return self.select_format(x, *rest)
+
+    def run(self, impl, inputs, outputs, backend):
+        x, w, b = (list(inputs) + [None])[:3]
+        act, _ = ACTIVATIONS[self.activation]
+        lo, hi = (tuple(self.activation_params) + (0.0, 0.0))[:2]
+        k, strides, dil, pads = self._attrs(TensorSpec(w.shape, dsl.f32))
+        conv_hw, begin, _ = conv_geometry(x.shape[2:], k, strides, dil, pads, self.auto_pad)
+        pout, pbegin, _ = self._pool_geometry(conv_hw)
+        kp, sp, _ = self._pool()
+        launch_conv_stem_pool(impl, x, w, b, outputs[0], strides, dil, begin, conv_hw,
+                              PoolWindow(kp, sp, pbegin, pout), backend, act, lo, hi)
 
 
 # --------------------------------------------------------------------------- rules
@@ -176,3 +248,48 @@ for _act in (Relu, LeakyRelu, Clip, ClipV6):
 for _sum in (Add, Sum, SumV6):
     fusion_rule(Conv, _sum)(fuse_residual)
     fusion_rule(FusedConv, _sum)(fuse_residual)
+
+
+def fuse_max_pool(g, conv, pool):
+    """A stem Conv or FusedConv (no Z; ops/conv_stem.py's images) -> a 2-D MaxPool without
+    dilations or Indices -> FusedConvPool."""
+    x, w, b = _conv_inputs(conv)
+    op = conv.op
+    if len(conv.inputs) > 3 and conv.inputs[3] is not None:
+        return None
+    if not _indices_unused(g, pool) or pool.inputs[0] is not conv.outputs[0] or w.spec.ndim != 4:
+        return None
+    p = pool.op
+    if len(p.kernel_shape) != 2 or any(d != 1 for d in (getattr(p, "dilations", None) or ())):
+        return None
+    y = Conv.infer(op, x.spec, w.spec)
+    if not stem_supported(x.spec, w.spec, op.group, y.shape[-1]):
+        return None
+    act = {} if not isinstance(op, FusedConv) else dict(activation=op.activation,
+                                                         activation_params=op.activation_params)
+    params = {k: v for k, v in op.params.items() if k not in ("activation", "activation_params")}
+    fused = FusedConvPool(**params, **act, pool_kernel_shape=tuple(p.kernel_shape),
+                          pool_strides=tuple(p.strides) if p.strides else None,
+                          pool_pads=tuple(p.pads) if p.pads else None, pool_auto_pad=p.auto_pad,
+                          pool_ceil_mode=int(getattr(p, "ceil_mode", 0)))
+    try:
+        check_and_infer(fused, [t.spec for t in (x, w, b) if t is not None], where=f"fusing {pool.name!r}")
+    except VerifyError:
+        return None
+    for unused in pool.outputs[1:]:  # the Indices output nobody reads (opsets 8+ list it)
+        del g.tensors[unused.name]
+    pool.outputs = pool.outputs[:1]
+    return fused, [x, w] + ([] if b is None else [b])
+
+
+def _indices_unused(g, pool) -> bool:
+    """The MaxPool's optional Indices output is absent, or read by no node and no graph output."""
+    for t in pool.outputs[1:]:
+        if any(o is t for o in g.outputs) or any(i is t for n in g.nodes for i in n.inputs):
+            return False
+    return True
+
+
+for _pool in (MaxPoolV1, MaxPoolV8, MaxPoolV10, MaxPoolV12, MaxPool):
+    fusion_rule(Conv, _pool)(fuse_max_pool)
+    fusion_rule(FusedConv, _pool)(fuse_max_pool)
