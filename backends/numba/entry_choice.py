@@ -21,7 +21,11 @@ from __future__ import annotations
 
 from typing import Dict, List, Tuple
 
-SERIAL_HEAVY_S = 100e-6  # ~4x the cost of waking the workers after a millisecond idle
+# Serial runs slower than this are worth a parallel trial.  The trials decide, so the threshold
+# only sets how many launch signatures pay three timed runs: at 100 us squeezenet's 13x13 1x1
+# convolutions (49-84 us serial, 2-core Xeon) never tried and its run took 4.2-4.4 ms; at 30 us
+# they go parallel and it takes 3.9-4.1 ms (workers still spinning between launches wake in ~3 us).
+SERIAL_HEAVY_S = 30e-6
 HEAVY_AFTER = 3
 TRIALS = 3
 PARALLEL_GAIN = 0.8
