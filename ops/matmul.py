@@ -7,6 +7,8 @@ broadcast.  Each work item computes a 4×4 block of outputs in sixteen accumulat
 (every element loaded feeds four multiply-adds); items are split evenly across every
 thread of a grid of teams sized to the job (``grid_for``).  ``alpha``/``beta`` have
 the data's dtype, so integer products stay exact (MatMul passes 1 and 1 with a zero C).
+Float products with fewer than 8 rows (batch-1 inference) take ops/gemv.py's SIMD
+matrix-vector kernel instead, big ones ops/gemm_packed.py's packed kernel.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from dsl import In, Out, f16, bf16, f32, f64, i32, i64, u32, u64
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.elementwise import broadcast_shape, collapse_broadcast, require_dtype, same_dtype
 from ops.gemm_packed import PACKED_TYPES, gemm_packed, packed_gemm, worth_packing
+from ops.gemv import gemv_kernel, worth_gemv
 
 T = dsl.TypeVar("T")
 
@@ -161,15 +164,29 @@ def _gemm(impl, a, b, c, y, trans_a, trans_b, alpha, beta, backend) -> None:
     if impl == gemm_packed:
         packed_gemm(a, b, c, y, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta, backend=backend,
                     kernel=impl)
+    elif impl == gemv_kernel:
+        m, n = y.shape[1], y.shape[2]
+        if n == 1:  # y = A·b is yᵀ = bᵀ·Aᵀ: b is the one row, A's rows the transposed B's
+            impl(b.reshape(b.shape[0], 1, k), a, c.reshape(c.shape[1], c.shape[0]), y.reshape(y.shape[0], 1, m),
+                 trans_b=1, alpha=float(alpha), beta=float(beta), backend=backend, grid=grid_for(y.size * k))
+            return
+        rows = a.reshape(a.shape[0], 1, k) if trans_a else a  # unit-stride rows: a transposed A has one
+        impl(rows, b, c, y, trans_b=trans_b, alpha=float(alpha), beta=float(beta), backend=backend,
+             grid=grid_for(y.size * k))
     else:
         impl(a, b, c, y, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta, backend=backend,
              grid=grid_for(y.size * k))
 
 
-def _select(dtype, m, n, k, backend) -> str:
-    """The packed SIMD kernel on numba for float data big enough to pay for packing."""
+def _select(dtype, m, n, k, backend, trans_a: bool = False) -> str:
+    """The packed SIMD kernel on numba for float data big enough to pay for packing; the SIMD
+    matrix-vector kernel for float products of few rows (a transposed A only with one row) or
+    of one column (A·b, run as bᵀ·Aᵀ)."""
     if backend == "numba" and dtype in PACKED_TYPES and worth_packing(m, n, k):
         return "packed"
+    if dtype in PACKED_TYPES and (worth_gemv(m, n, k) and (not trans_a or m == 1)
+                                  or n == 1 and worth_gemv(n, m, k) and not trans_a):
+        return "gemv"
     return "default"
 
 
@@ -188,7 +205,7 @@ class MatMul(dsl.Op):
     """numpy.matmul: 1-D operands are promoted (and the added axis removed), batch
     axes broadcast."""
 
-    kernels = {"default": gemm_kernel, "packed": gemm_packed}
+    kernels = {"default": gemm_kernel, "packed": gemm_packed, "gemv": gemv_kernel}
 
     def select(self, a, b, backend=None):
         m = a.shape[-2] if a.ndim >= 2 else 1
@@ -248,11 +265,11 @@ class Gemm(dsl.Op):
     beta: float = 1.0
     transA: int = 0
     transB: int = 0
-    kernels = {"default": gemm_kernel, "packed": gemm_packed}
+    kernels = {"default": gemm_kernel, "packed": gemm_packed, "gemv": gemv_kernel}
 
     def select(self, a, b, c=None, backend=None):
         m, n, k, _ = self._mnk(a, b)
-        return _select(a.dtype, m, n, k, backend)
+        return _select(a.dtype, m, n, k, backend, trans_a=bool(self.transA))
 
     def _mnk(self, a, b):
         m, ka = (a.shape[1], a.shape[0]) if self.transA else a.shape
@@ -321,7 +338,7 @@ class FullyConnected(dsl.Op):
     """TIM-VX FullyConnected: y = x·wᵀ + b with w of shape (units, inputs); x is
     (..., inputs), y is (..., units); b (units,) is optional."""
 
-    kernels = {"default": gemm_kernel, "packed": gemm_packed}
+    kernels = {"default": gemm_kernel, "packed": gemm_packed, "gemv": gemv_kernel}
 
     def select(self, x, w, b=None, backend=None):
         rows = 1

@@ -110,7 +110,7 @@ def test_profile_and_listing_name_the_per_shape_choice():
 
 def test_dynamic_batch_fully_connected_gets_the_packed_gemm_when_large():
     """The built-in ops benefit: FullyConnected picks the packed GEMM on numba once the run-time
-    product is large enough, and the portable kernel for small batches."""
+    product is large enough, and the SIMD matrix-vector kernel for batches under 8 rows."""
     import ops
     rng = np.random.default_rng(1)
     g = dsl.Graph("fc")
@@ -118,7 +118,7 @@ def test_dynamic_batch_fully_connected_gets_the_packed_gemm_when_large():
     w = g.constant("w", rng.standard_normal((512, 256)).astype(np.float32))
     g.output(ops.FullyConnected(x, w), "y")
     model = g.compile(backend="numba")
-    for rows, impl in ((2, "default"), (64, "packed")):
+    for rows, impl in ((2, "gemv"), (64, "packed")):
         xv = rng.standard_normal((rows, 256)).astype(np.float32)
         np.testing.assert_allclose(model.run({"x": xv})["y"], xv @ g.constants["w"].T, rtol=1e-4, atol=1e-3)
         assert list(model.selected({"x": xv}).values()) == [impl]
