@@ -216,25 +216,35 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
         for p in dsl.static_range(P):
             for j in dsl.static_range(NV):
                 tile.vstore(at_t + p * OCT + j * V, acc[p, j])
-        if blocked_out == 1 and npix == P and g * OCT + OCT <= m_out:
-            # a whole tile of real channels into NCHWc16: whole vectors, no per-vector checks (with few
-            # input channels the general epilogue below costs as much as the sums: squeezenet's expands)
-            fbv = dsl.local((NV,), dsl.simd(f32, V))
-            for j in dsl.static_range(NV):
-                fbv[j] = bias.vload(g * OCT + j * V, V)
-            for fp in range(P):  # a run-time loop: P copies of the activation would compile slowly
+        if blocked_out == 1:
+            # NCHWc16: the vectors whose lanes are all real channels (every vector of a group but
+            # the last one's, e.g. all of squeezenet's) as whole vectors in a run-time loop (P × NV
+            # copies of the activation would compile slowly); the rest lane-checked
+            nfull = min(NV, max(0, (m_out - g * OCT) // V))
+            if nfull == NV:  # the whole group: the vectors unrolled, bias loaded once
+                fbv = dsl.local((NV,), dsl.simd(f32, V))
                 for j in dsl.static_range(NV):
-                    fo = g * OCT + j * V
-                    fat = ((nb * mb + fo // BLOCK) * ohw + q0 + fp) * BLOCK + fo % BLOCK
-                    fvec = tile.vload(at_t + fp * OCT + j * V, V) + fbv[j]
-                    if add_res == 1:
-                        fvec = fvec + res.vload(fat, V)
-                    y.vstore(fat, activation(fvec, act, act_lo, act_hi))
-        else:
-            # partial tiles, the last block and plain y
-            if blocked_out == 1:
+                    fbv[j] = bias.vload(g * OCT + j * V, V)
+                for fp in range(npix):
+                    for j in dsl.static_range(NV):
+                        fo = g * OCT + j * V
+                        fat = ((nb * mb + fo // BLOCK) * ohw + q0 + fp) * BLOCK + fo % BLOCK
+                        fvec = tile.vload(at_t + fp * OCT + j * V, V) + fbv[j]
+                        if add_res == 1:
+                            fvec = fvec + res.vload(fat, V)
+                        y.vstore(fat, activation(fvec, act, act_lo, act_hi))
+            else:  # the last group (M = 16 or 48 at OCT = 32: its first vector)
+                for fp in range(npix):
+                    for fj in range(nfull):
+                        fo = g * OCT + fj * V
+                        fat = ((nb * mb + fo // BLOCK) * ohw + q0 + fp) * BLOCK + fo % BLOCK
+                        fvec = tile.vload(at_t + fp * OCT + fj * V, V) + bias.vload(fo, V)
+                        if add_res == 1:
+                            fvec = fvec + res.vload(fat, V)
+                        y.vstore(fat, activation(fvec, act, act_lo, act_hi))
+            if g * OCT + nfull * V < mb * BLOCK:  # a vector of the last block past M: lane-checked
                 for px in range(npix):
-                    for jv in range(NV):
+                    for jv in range(nfull, NV):
                         o0 = g * OCT + jv * V  # first output channel of this vector
                         if o0 < mb * BLOCK:
                             vec = tile.vload(at_t + px * OCT + jv * V, V) + bias.vload(o0, V)
@@ -243,16 +253,16 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                                 vec = vec + res.vload(at, V)
                             store_last_block(y, tile, at_t + px * OCT + jv * V, at,
                                              activation(vec, act, act_lo, act_hi), m_out - o0, V)
-            else:  # plain y: per output channel, the tile's pixels are consecutive in y
-                for o in range(min(OCT, m_out - g * OCT)):
-                    oc = g * OCT + o
-                    bv = bias.flat[oc]
-                    at = (nb * m_out + oc) * ohw + q0
-                    for px in range(npix):
-                        v = tile[dsl.thread_id(), px * OCT + o] + bv
-                        if add_res == 1:
-                            v += res.flat[at + px]
-                        y.flat[at + px] = activation(v, act, act_lo, act_hi)
+        else:  # plain y: per output channel, the tile's pixels are consecutive in y
+            for o in range(min(OCT, m_out - g * OCT)):
+                oc = g * OCT + o
+                bv = bias.flat[oc]
+                at = (nb * m_out + oc) * ohw + q0
+                for px in range(npix):
+                    v = tile[dsl.thread_id(), px * OCT + o] + bv
+                    if add_res == 1:
+                        v += res.flat[at + px]
+                    y.flat[at + px] = activation(v, act, act_lo, act_hi)
         t += 1
         if t == row_tiles:
             t = 0
