@@ -280,3 +280,19 @@ def test_dropout_between_blocked_convs_needs_no_reorder(backend, with_mask):
     np.testing.assert_allclose(out["y"], pointwise_ref(cat.astype(np.float32), w3, b3), rtol=1e-4, atol=1e-4)
     if with_mask:
         assert out["mask"].shape == (1, 32, 5, 5) and out["mask"].dtype == np.bool_ and out["mask"].all()
+
+
+@pytest.mark.parametrize("act", [0, 1])
+@pytest.mark.parametrize("m", [16, 40, 48, 64])
+def test_pointwise_blocked_pixel_pairs(backend, act, m):
+    """NCHWc16 in and out, stride 1: items of 2P pixels (30 = two whole ones and an overlapping
+    last one), the one-vector groups (16, 48), Relu stored from the registers and the scratch
+    epilogue (no activation, the partial block of 40)."""
+    x, w, b = data(1, 40, 5, 6, m)
+    want = pointwise_ref(x, w, b)
+    if act == 1:
+        want = np.maximum(want, 0)
+    yb = np.full(F.physical_shape((1, m, 5, 6), "nchwc16"), np.nan, np.float32)
+    launch_conv_pointwise(conv_pointwise, F.to_nchwc16_ref(x), w, b, yb, None, (1, 1), True, backend, act, 0.0, 0.0)
+    np.testing.assert_allclose(F.to_plain_ref(yb, m), want, rtol=1e-4, atol=1e-4)
+    assert (F.to_plain_ref(yb, 64)[:, m:] == 0).all()

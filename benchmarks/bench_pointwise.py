@@ -1,0 +1,155 @@
+"""Squeezenet's and ResNet-50's 1×1 convolutions alone, as the model runs them (NCHWc16 in and
+out, bias + Relu), on the parallel entry: best and median µs per layer, and the work split
+(tile path, items, grid).  ``--base FILE`` times a second copy of ops/conv_pointwise.py (e.g.
+``git show HEAD:ops/conv_pointwise.py``) alternating with this one, for A/B on a noisy machine.
+
+    python -m benchmarks.bench_pointwise [--base /tmp/old_pw.py] [--rounds 30] [--only sq] [--serial]
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import backends.numba.backend as numba_backend  # noqa: E402
+from ops import conv_pointwise as pw  # noqa: E402
+from ops.gemm_packed import ACT_RELU  # noqa: E402
+
+# name: (C, H, W, M, stride, blocked x, blocked y)
+LAYERS = {
+    "sq55 64>16": (64, 55, 55, 16, 1, True, True),
+    "sq55 128>16": (128, 55, 55, 16, 1, True, True),
+    "ex55 16>64": (16, 55, 55, 64, 1, True, True),
+    "sq27 128>32": (128, 27, 27, 32, 1, True, True),
+    "sq27 256>32": (256, 27, 27, 32, 1, True, True),
+    "ex27 32>128": (32, 27, 27, 128, 1, True, True),
+    "sq13 256>48": (256, 13, 13, 48, 1, True, True),
+    "sq13 384>48": (384, 13, 13, 48, 1, True, True),
+    "sq13 384>64": (384, 13, 13, 64, 1, True, True),
+    "sq13 512>64": (512, 13, 13, 64, 1, True, True),
+    "ex13 48>192": (48, 13, 13, 192, 1, True, True),
+    "ex13 64>256": (64, 13, 13, 256, 1, True, True),
+    "head 512>1000": (512, 13, 13, 1000, 1, True, True),
+    "r50 64>256 56": (64, 56, 56, 256, 1, True, True),
+    "r50 256>64 56": (256, 56, 56, 64, 1, True, True),
+    "r50 256>512 s2": (256, 56, 56, 512, 2, True, True),
+    "r50 1024>256 14": (1024, 14, 14, 256, 1, True, True),
+    "r50 512>2048 7": (512, 7, 7, 2048, 1, True, True),
+    "plain 1024>256 14": (1024, 14, 14, 256, 1, False, False),
+    "plain 256>512 s2": (256, 56, 56, 512, 2, False, False),
+    "plain 512>1000 13": (512, 13, 13, 1000, 1, False, False),
+}
+
+
+def load_module(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def blocked(a: np.ndarray) -> np.ndarray:
+    n, c, h, w = a.shape
+    cb = -(-c // 16)
+    out = np.zeros((n, cb * 16, h, w), a.dtype)
+    out[:, :c] = a
+    return np.ascontiguousarray(out.reshape(n, cb, 16, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def setup(layer):
+    c, h, w, m, s, bx, by = layer
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, c, h, w)).astype(np.float32)
+    wt = (rng.standard_normal((m, c, 1, 1)) / np.sqrt(c)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    oh, ow = (h - 1) // s + 1, (w - 1) // s + 1
+    ref = np.maximum(np.einsum("oc,nchw->nohw", wt[:, :, 0, 0], x[:, :, ::s, ::s]) + b[None, :, None, None], 0)
+    xi = blocked(x) if bx else x
+    wt.setflags(write=False)  # a graph constant: packed once
+    b.setflags(write=False)
+    y = np.zeros((1, -(-m // 16), oh, ow, 16) if by else (1, m, oh, ow), np.float32)
+    return xi, wt, b, y, ref, bx, (s, s)
+
+
+class Recorder:
+    """Takes the launch ``launch_conv_pointwise`` makes and keeps it bound, so the timed loop
+    runs only the kernel (no argument binding, no packing lookup) on the serial or the parallel
+    entry."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.launch = None
+
+    def __call__(self, *args, backend=None, grid=None, **kwargs):
+        launcher, values, g = self.kernel.prepare(args, kwargs, backend=backend, grid=grid)
+        values = launcher._adapt(values)
+        self.launch = (launcher, values, g)
+
+
+def bound(mod, args):
+    """A no-argument function running ``mod``'s kernel on ``args`` as the model would."""
+    xi, wt, b, y, _, bx, st = args
+    rec = Recorder(mod.conv_pointwise)
+    mod.launch_conv_pointwise(rec, xi, wt, b, y, None, st, bx, "numba", ACT_RELU, 0.0, 0.0)
+    launcher, values, g = rec.launch
+    if SERIAL:
+        return lambda: launcher._run(launcher._serial, values, g)
+    return lambda: launcher._run_parallel(values, g)
+
+
+SERIAL = False
+
+
+def check(args):
+    y, ref = args[3], args[4]
+    got = y.transpose(0, 1, 4, 2, 3).reshape(1, -1, *y.shape[2:4])[:, :ref.shape[1]] if y.ndim == 5 else y
+    return float(np.abs(got - ref).max())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--base")
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--serial", action="store_true", help="time the serial entry (one core)")
+    a = ap.parse_args()
+    global SERIAL
+    SERIAL = a.serial
+    numba_backend.SERIAL_MAX_ELEMENTS = 0  # every launch on the parallel entry
+    mods = [("new", pw)] + ([("base", load_module(a.base, "pw_base"))] if a.base else [])
+    for name, layer in LAYERS.items():
+        if a.only and a.only not in name:
+            continue
+        args = setup(layer)
+        times = {k: [] for k, _ in mods}
+        fns = []
+        for k, mod in mods:
+            args[3][...] = 0
+            fn = bound(mod, args)
+            fn()
+            err = check(args)
+            if err > 1e-3:
+                print(f"  {name} {k}: max error {err}")
+            fns.append((k, fn))
+        for r in range(a.rounds):
+            for k, fn in (fns if r % 2 == 0 else fns[::-1]):
+                t0 = time.perf_counter()
+                for _ in range(5):
+                    fn()
+                times[k].append((time.perf_counter() - t0) / 5 * 1e6)
+        c, h, w, m, s, _, _ = layer
+        gflop = 2 * c * m * ((h - 1) // s + 1) * ((w - 1) // s + 1) / 1e3
+        row = " ".join(f"{k} best {min(v):7.1f} med {np.median(v):7.1f}" for k, v in times.items())
+        ratio = f" new/base {np.median(times['new']) / np.median(times['base']):.2f}" if a.base else ""
+        print(f"{name:20s} {row}{ratio}  ({gflop / min(times['new']):.0f} GFLOP/s)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
