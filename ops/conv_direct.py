@@ -267,8 +267,11 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                             at = ((nb * mb + o0 // BLOCK) * ohw + q) * BLOCK + o0 % BLOCK
                             if add_res == 1:
                                 vec = vec + res.vload(at, V)
-                            store_last_block(y, tile, at_t + px * OCT + jv * V, at,
-                                             activation(vec, act, act_lo, act_hi), m_out - o0, V)
+                            vec = activation(vec, act, act_lo, act_hi)
+                            if o0 + V <= m_out:  # inline: a call per vector cost as much as the
+                                y.vstore(at, vec)  # FMAs of a 16-channel tile
+                            else:
+                                store_last_block(y, tile, at_t + px * OCT + jv * V, at, vec, m_out - o0, V)
             else:  # plain y: per output channel, the tile's pixels are consecutive in y
                 for o in range(min(OCT, m_out - g * OCT)):
                     oc = g * OCT + o
