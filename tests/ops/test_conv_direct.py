@@ -135,7 +135,7 @@ def test_padding_copy_launch_is_small_and_result_right(backend):
     launch_conv_direct(impl, F.to_nchwc16_ref(x), w, b, yb, None, (1, 1), (1, 1), (1, 1), True, backend, act=0,
                        lo=0.0, hi=0.0)
     assert [(ph, size) for ph, size, _ in calls] == [(PHASE_PAD, 1), (1, yb.size)]
-    cfg = direct_config(backend)
+    cfg = direct_config(backend, 32)
     assert calls[1][2] == balanced_grid(-(-(11 * 13) // (cfg.P * cfg.TG)) * -(-32 // cfg.OCT))
     np.testing.assert_allclose(F.to_plain_ref(yb, 32), conv_ref(x, w, b, pads=(1, 1, 1, 1)), rtol=1e-4, atol=1e-4)
 
