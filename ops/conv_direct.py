@@ -419,9 +419,11 @@ def launch_conv_direct(impl, x, w, bias, y, res, strides, dil, begin, blocked: b
     grid = balanced_grid(items)
     if padded:
         buf = np.empty(planes * hs * ws * lanes, np.float32)
-        # y is not touched by the copy: a placeholder keeps a small image's copy under the
-        # backend's serial-launch size (waking the second core cost 20-150 us for a 10 us copy)
-        impl(flat_x, wp, bp, flat_res, np.zeros(1, np.float32), buf, geom, phase=PHASE_PAD,
+        # only x and buf are touched by the copy: placeholders for the rest keep a small image's
+        # copy under the backend's serial-launch size (waking the second core cost 20-150 us for
+        # a 10 us copy; squeezenet's 64->256 weights alone are over that size)
+        none = np.zeros(1, np.float32)
+        impl(flat_x, none, none, none, np.zeros(1, np.float32), buf, geom, phase=PHASE_PAD,
              grid=max(1, min(grid, planes // 8)), **kw_args)
         src = buf
     else:

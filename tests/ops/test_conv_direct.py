@@ -121,20 +121,22 @@ def test_balanced_grid_gives_every_os_thread_a_share():
 
 
 def test_padding_copy_launch_is_small_and_result_right(backend):
-    """The padding copy does not pass y (a 1-element placeholder), so a small image's copy stays
-    under the serial-launch size; the convolution after it reads the copy."""
+    """The padding copy passes neither y nor the weights, bias and residual (1-element
+    placeholders), so a small image's copy stays under the serial-launch size; the convolution
+    after it reads the copy."""
     x = RNG.standard_normal((1, 16, 11, 13)).astype(np.float32)
     w = RNG.standard_normal((32, 16, 3, 3)).astype(np.float32) * 0.2
     b = RNG.standard_normal(32).astype(np.float32)
     calls = []
 
     def impl(*args, **kw):
-        calls.append((kw["phase"], args[4].size, kw["grid"]))
+        calls.append((kw["phase"], args[4].size, kw["grid"], [a.size for a in args[1:4]]))
         conv_direct(*args, **kw)
     yb = np.empty(F.physical_shape((1, 32, 11, 13), "nchwc16"), np.float32)
     launch_conv_direct(impl, F.to_nchwc16_ref(x), w, b, yb, None, (1, 1), (1, 1), (1, 1), True, backend, act=0,
                        lo=0.0, hi=0.0)
-    assert [(ph, size) for ph, size, _ in calls] == [(PHASE_PAD, 1), (1, yb.size)]
+    assert [(ph, size) for ph, size, _, _ in calls] == [(PHASE_PAD, 1), (1, yb.size)]
+    assert calls[0][3] == [1, 1, 1]  # w, bias, res
     cfg = direct_config(backend, 32)
     assert calls[1][2] == balanced_grid(-(-(11 * 13) // (cfg.P * cfg.TG)) * -(-32 // cfg.OCT))
     np.testing.assert_allclose(F.to_plain_ref(yb, 32), conv_ref(x, w, b, pads=(1, 1, 1, 1)), rtol=1e-4, atol=1e-4)
