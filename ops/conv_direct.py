@@ -7,6 +7,8 @@ ragged panels.  Here a work item is a register tile of ``P`` output pixels × ``
 blocks, kh and kw run outside, and per input channel the kernel loads ``NV`` weight vectors and
 broadcasts one input value per pixel: P·NV fused multiply-adds for NV + P loads.
 
+* **Loop order**: a full 16-channel block of a blocked image read at dilation 1 runs the kw
+  taps of a kernel row as one loop of kw·16 input channels (contiguous in x and in the weights).
 * **Weights** are reordered once into ``[oc group][ic block][kh][kw][16 ic][OCT oc]``
   (``pack_conv_weights``, OCT = NV·V, zero-padded), so the NV weight vectors of one input
   channel are contiguous.  Constant weights (read-only arrays: graph constants, BN-folded ones)
@@ -93,8 +95,8 @@ def direct_config(backend: str = "numba", m: int = 0) -> DirectConfig:
     32 registers, 24 FMAs per 10 loads) when the ``m`` output channels fill 64-channel groups,
     else 7 pixels × 32 channels (14 accumulators: a 14-pixel tile left too few registers for the
     pixel offsets, ResNet's widths 112, 56, 28, 14, 7 are multiples of 7).  On Intel (two 512-bit
-    FMA ports) the 6×64 tile ran squeezenet's 3×3 expands and ResNet-50's 3×3 layers 7-25 %
-    faster than 7×32 (benchmarks/RESULTS.md).  AVX2: 12 of 16 registers (6 pixels × 16
+    FMA ports) the 6×64 tile ran squeezenet's 3×3 expands and ResNet-50's 3×3 layers as fast
+    as 7×32 or up to ~15 % faster on one thread (benchmarks/RESULTS.md, ninth session).  AVX2: 12 of 16 registers (6 pixels × 16
     channels)."""
     if "avx512f" in dsl.target(backend).features:
         if m and m % 64 == 0:

@@ -162,7 +162,7 @@ def test_blocked_chain_needs_no_reorder_between_convs(backend):
 
 
 @pytest.mark.parametrize("cfg", [DirectConfig(V=4, NV=2, P=3, TG=2), DirectConfig(V=8, NV=1, P=5),
-                                 DirectConfig(V=16, NV=2, P=14)], ids=str)
+                                 DirectConfig(V=16, NV=2, P=14), DirectConfig(V=16, NV=4, P=6)], ids=str)
 def test_other_register_tiles(cfg):
     """Tiles of other targets (narrower vectors, one vector per group, several groups of tiles
     whose partial sums wait between input-channel blocks) compute the same."""
@@ -251,3 +251,18 @@ def test_avx512_tile_is_seven_pixels_by_two_vectors():
         assert (cfg.P, cfg.NV, cfg.V) == (7, 2, 16)
     else:
         assert (cfg.P, cfg.NV, cfg.V) == (6, 2, 8)
+
+
+def test_blocked_full_blocks_64_channels(backend):
+    """NCHWc16 input of two full blocks (the kw taps run as one loop) into 64 output channels
+    (the 6 px × 64 ch tile on AVX-512), dilation 1 and 2 (2: tap by tap)."""
+    x = RNG.standard_normal((1, 32, 7, 9)).astype(np.float32)
+    w = RNG.standard_normal((64, 32, 3, 3)).astype(np.float32) * 0.2
+    b = RNG.standard_normal(64).astype(np.float32)
+    for dil in (1, 2):
+        oh, ow = 7 + 2 - 2 * dil, 9 + 2 - 2 * dil
+        yb = np.empty(F.physical_shape((1, 64, oh, ow), "nchwc16"), np.float32)
+        launch_conv_direct(conv_direct, F.to_nchwc16_ref(x), w, b, yb, None, (1, 1), (dil, dil), (1, 1), True,
+                           backend, act=1, lo=0.0, hi=0.0)
+        want = np.maximum(conv_ref(x, w, b, dil=(dil, dil), pads=(1, 1, 1, 1)), 0)
+        np.testing.assert_allclose(F.to_plain_ref(yb, 64), want, rtol=1e-4, atol=1e-4)
