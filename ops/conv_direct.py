@@ -7,6 +7,8 @@ ragged panels.  Here a work item is a register tile of ``P`` output pixels × ``
 blocks, kh and kw run outside, and per input channel the kernel loads ``NV`` weight vectors and
 broadcasts one input value per pixel: P·NV fused multiply-adds for NV + P loads.
 
+* **Loop order**: a full 16-channel block of a blocked image read at dilation 1 runs the kw
+  taps of a kernel row as one loop of kw·16 input channels (contiguous in x and in the weights).
 * **Weights** are reordered once into ``[oc group][ic block][kh][kw][16 ic][OCT oc]``
   (``pack_conv_weights``, OCT = NV·V, zero-padded), so the NV weight vectors of one input
   channel are contiguous.  Constant weights (read-only arrays: graph constants, BN-folded ones)
@@ -88,14 +90,17 @@ class DirectConfig:
         return self.V * self.NV
 
 
-def direct_config(backend: str = "numba") -> DirectConfig:
-    """AVX-512: 7 pixels × 32 channels (14 accumulators).  A 14-pixel tile (28 accumulators)
-    left too few registers for the 14 pixel offsets (spilled, reloaded per input channel) and
-    wasted 7 of 56 lanes on 7×7 images; measured (benchmarks/RESULTS.md) equal at 56, 28 and
-    14 pixels wide and 9-12 % less CPU time on the 7×7 layers and the 224-pixel stem, and
-    ResNet's output widths (112, 56, 28, 14, 7) are all multiples of 7.  AVX2: 12 of 16
-    registers (6 pixels × 16 channels)."""
+def direct_config(backend: str = "numba", m: int = 0) -> DirectConfig:
+    """AVX-512: 6 pixels × 64 channels (24 accumulators, 4 weight vectors, one broadcast: 30 of
+    32 registers, 24 FMAs per 10 loads) when the ``m`` output channels fill 64-channel groups,
+    else 7 pixels × 32 channels (14 accumulators: a 14-pixel tile left too few registers for the
+    pixel offsets, ResNet's widths 112, 56, 28, 14, 7 are multiples of 7).  On Intel (two 512-bit
+    FMA ports) the 6×64 tile ran squeezenet's 3×3 expands and ResNet-50's 3×3 layers as fast
+    as 7×32 or up to ~15 % faster on one thread (benchmarks/RESULTS.md, ninth session).  AVX2: 12 of 16 registers (6 pixels × 16
+    channels)."""
     if "avx512f" in dsl.target(backend).features:
+        if m and m % 64 == 0:
+            return DirectConfig(V=16, NV=4, P=6)
         return DirectConfig(V=16, NV=2, P=7)
     return DirectConfig(V=8, NV=2, P=6)
 
@@ -235,11 +240,17 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                     for p in dsl.static_range(P):
                         for j in dsl.static_range(NV):
                             acc[p, j] = tile.vload(at_t + p * OCT + j * V, V)
+                # a full block of a blocked image read at dilation 1: the kw taps' 16 channels follow
+                # each other in x as in the packed weights, so one run covers the whole kernel row
+                kw_run = 1
+                if cn == BLOCK and tap_w == BLOCK * sxc:
+                    kw_run = kw_n
                 for kh in range(kh_n):
-                    for kw in range(kw_n):
+                    for kwr in range(kw_n // kw_run):
+                        kw = kwr * kw_run
                         xk = icb * sxb + kh * tap_h + kw * tap_w
                         wk = g * wgroup + ((icb * kh_n + kh) * kw_n + kw) * BLOCK * OCT
-                        for ci in range(cn):
+                        for ci in range(cn * kw_run):
                             wv = dsl.local((NV,), dsl.simd(f32, V))
                             for j in dsl.static_range(NV):
                                 wv[j] = w.vload(wk + ci * OCT + j * V, V)
@@ -267,8 +278,11 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                             at = ((nb * mb + o0 // BLOCK) * ohw + q) * BLOCK + o0 % BLOCK
                             if add_res == 1:
                                 vec = vec + res.vload(at, V)
-                            store_last_block(y, tile, at_t + px * OCT + jv * V, at,
-                                             activation(vec, act, act_lo, act_hi), m_out - o0, V)
+                            vec = activation(vec, act, act_lo, act_hi)
+                            if o0 + V <= m_out:  # inline: a call per vector cost as much as the
+                                y.vstore(at, vec)  # FMAs of a 16-channel tile
+                            else:
+                                store_last_block(y, tile, at_t + px * OCT + jv * V, at, vec, m_out - o0, V)
             else:  # plain y: per output channel, the tile's pixels are consecutive in y
                 for o in range(min(OCT, m_out - g * OCT)):
                     oc = g * OCT + o
@@ -308,14 +322,22 @@ def cached_pack(w: np.ndarray, b, key, pack):
     return packed
 
 
+def aligned_empty(size: int) -> np.ndarray:
+    """An f32 array starting on a 64-byte line: numpy's 16-byte aligned buffers made every
+    weight vector load of the tile loop straddle two cache lines."""
+    raw = np.empty(size + 16, np.float32)
+    skip = (-raw.ctypes.data % 64) // 4
+    return raw[skip:skip + size]
+
+
 def packed_weights(w: np.ndarray, b: np.ndarray, cfg: DirectConfig, backend: str):
     """(weights, bias) in the direct kernel's order, once per constant weight array and config."""
     def pack():
         m, c = w.shape[0], w.shape[1]
         khw = int(np.prod(w.shape[2:]))
         groups = oc_groups(m, cfg.OCT)
-        wp = np.empty(groups * -(-c // BLOCK) * khw * BLOCK * cfg.OCT, np.float32)
-        bp = np.empty(groups * cfg.OCT, np.float32)
+        wp = aligned_empty(groups * -(-c // BLOCK) * khw * BLOCK * cfg.OCT)
+        bp = aligned_empty(groups * cfg.OCT)
         bias = np.zeros(m, np.float32) if b is None else b.reshape(-1)
         pack_conv_weights(w.reshape(-1), bias, wp, bp, m, c, khw, OCT=cfg.OCT, backend=backend)
         return wp, bp
@@ -355,7 +377,7 @@ def launch_conv_direct(impl, x, w, bias, y, res, strides, dil, begin, blocked: b
     """Run ``impl`` (conv_direct, or a model's recorder of it) on 4-D views: x (N, C, H, W) plain
     or its NCHWc16 array when ``blocked`` (then y and res are NCHWc16 too); a padded
     convolution runs the padding copy first."""
-    cfg = cfg or direct_config(backend or "numba")
+    cfg = cfg or direct_config(backend or "numba", w.shape[0])
     for name, a in (("x", x), ("w", w), ("y", y), ("B", bias), ("Z", res)):
         if a is not None and a.dtype != np.float32:
             raise ValueError(f"conv_direct computes f32; {name} is {a.dtype} (f16, bf16 and f64 run the GEMM "
@@ -399,9 +421,11 @@ def launch_conv_direct(impl, x, w, bias, y, res, strides, dil, begin, blocked: b
     grid = balanced_grid(items)
     if padded:
         buf = np.empty(planes * hs * ws * lanes, np.float32)
-        # y is not touched by the copy: a placeholder keeps a small image's copy under the
-        # backend's serial-launch size (waking the second core cost 20-150 us for a 10 us copy)
-        impl(flat_x, wp, bp, flat_res, np.zeros(1, np.float32), buf, geom, phase=PHASE_PAD,
+        # only x and buf are touched by the copy: placeholders for the rest keep a small image's
+        # copy under the backend's serial-launch size (waking the second core cost 20-150 us for
+        # a 10 us copy; squeezenet's 64->256 weights alone are over that size)
+        none = np.zeros(1, np.float32)
+        impl(flat_x, none, none, none, np.zeros(1, np.float32), buf, geom, phase=PHASE_PAD,
              grid=max(1, min(grid, planes // 8)), **kw_args)
         src = buf
     else:

@@ -121,21 +121,23 @@ def test_balanced_grid_gives_every_os_thread_a_share():
 
 
 def test_padding_copy_launch_is_small_and_result_right(backend):
-    """The padding copy does not pass y (a 1-element placeholder), so a small image's copy stays
-    under the serial-launch size; the convolution after it reads the copy."""
+    """The padding copy passes neither y nor the weights, bias and residual (1-element
+    placeholders), so a small image's copy stays under the serial-launch size; the convolution
+    after it reads the copy."""
     x = RNG.standard_normal((1, 16, 11, 13)).astype(np.float32)
     w = RNG.standard_normal((32, 16, 3, 3)).astype(np.float32) * 0.2
     b = RNG.standard_normal(32).astype(np.float32)
     calls = []
 
     def impl(*args, **kw):
-        calls.append((kw["phase"], args[4].size, kw["grid"]))
+        calls.append((kw["phase"], args[4].size, kw["grid"], [a.size for a in args[1:4]]))
         conv_direct(*args, **kw)
     yb = np.empty(F.physical_shape((1, 32, 11, 13), "nchwc16"), np.float32)
     launch_conv_direct(impl, F.to_nchwc16_ref(x), w, b, yb, None, (1, 1), (1, 1), (1, 1), True, backend, act=0,
                        lo=0.0, hi=0.0)
-    assert [(ph, size) for ph, size, _ in calls] == [(PHASE_PAD, 1), (1, yb.size)]
-    cfg = direct_config(backend)
+    assert [(ph, size) for ph, size, _, _ in calls] == [(PHASE_PAD, 1), (1, yb.size)]
+    assert calls[0][3] == [1, 1, 1]  # w, bias, res
+    cfg = direct_config(backend, 32)
     assert calls[1][2] == balanced_grid(-(-(11 * 13) // (cfg.P * cfg.TG)) * -(-32 // cfg.OCT))
     np.testing.assert_allclose(F.to_plain_ref(yb, 32), conv_ref(x, w, b, pads=(1, 1, 1, 1)), rtol=1e-4, atol=1e-4)
 
@@ -160,7 +162,7 @@ def test_blocked_chain_needs_no_reorder_between_convs(backend):
 
 
 @pytest.mark.parametrize("cfg", [DirectConfig(V=4, NV=2, P=3, TG=2), DirectConfig(V=8, NV=1, P=5),
-                                 DirectConfig(V=16, NV=2, P=14)], ids=str)
+                                 DirectConfig(V=16, NV=2, P=14), DirectConfig(V=16, NV=4, P=6)], ids=str)
 def test_other_register_tiles(cfg):
     """Tiles of other targets (narrower vectors, one vector per group, several groups of tiles
     whose partial sums wait between input-channel blocks) compute the same."""
@@ -249,3 +251,18 @@ def test_avx512_tile_is_seven_pixels_by_two_vectors():
         assert (cfg.P, cfg.NV, cfg.V) == (7, 2, 16)
     else:
         assert (cfg.P, cfg.NV, cfg.V) == (6, 2, 8)
+
+
+def test_blocked_full_blocks_64_channels(backend):
+    """NCHWc16 input of two full blocks (the kw taps run as one loop) into 64 output channels
+    (the 6 px × 64 ch tile on AVX-512), dilation 1 and 2 (2: tap by tap)."""
+    x = RNG.standard_normal((1, 32, 7, 9)).astype(np.float32)
+    w = RNG.standard_normal((64, 32, 3, 3)).astype(np.float32) * 0.2
+    b = RNG.standard_normal(64).astype(np.float32)
+    for dil in (1, 2):
+        oh, ow = 7 + 2 - 2 * dil, 9 + 2 - 2 * dil
+        yb = np.empty(F.physical_shape((1, 64, oh, ow), "nchwc16"), np.float32)
+        launch_conv_direct(conv_direct, F.to_nchwc16_ref(x), w, b, yb, None, (1, 1), (dil, dil), (1, 1), True,
+                           backend, act=1, lo=0.0, hi=0.0)
+        want = np.maximum(conv_ref(x, w, b, dil=(dil, dil), pads=(1, 1, 1, 1)), 0)
+        np.testing.assert_allclose(F.to_plain_ref(yb, 64), want, rtol=1e-4, atol=1e-4)
