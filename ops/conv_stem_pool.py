@@ -7,7 +7,10 @@ computes the stem rows the band's windows cover ((B-1)·stride + kernel rows) wi
 ops/conv_stem.py's method (phase-split zero-bordered input rows, a register tile of R rows x
 NO output channels of V-pixel vectors) into its worker's slice of ``cs``, applies bias and
 activation there, then pools each channel vertically (vector max over rows) and horizontally
-(per pooled pixel) and stores plain pooled rows.  Pool padding and ceil_mode clip the windows
+(per pooled pixel) and stores plain pooled rows.  3-wide windows (both models' pools) take
+unrolled three-load maxima (the general loops over rows and columns cost 70 µs of 245 on one
+core).  Items are shared out evenly (worker·items // workers): split's ceil chunks gave one core
+8 of squeezenet's 14 bands and the other 6.  Pool padding and ceil_mode clip the windows
 to the convolution's output, as MaxPool's pads are never the maximum.
 """
 from __future__ import annotations
@@ -95,7 +98,10 @@ def conv_stem_pool(x: In[f32], w: In[f32], bias: In[f32], y: Out[f32], xp: InOut
     hrow = vrow + owp + pkw  # their sliding maxima over pkw columns
     pc_a = min(pw_n, (ppl + psw - 1) // psw)  # pooled columns [pc_a, pc_b) have whole windows
     pc_b = max(pc_a, min(pw_n, (ow_n - pkw + ppl) // psw + 1))
-    lo, hi = dsl.split(geom[G_N] * bands, grid=True)
+    items = geom[G_N] * bands  # an even share per worker (split's ceil chunks left 8 of 14 on one core)
+    workers = dsl.num_tiles() * THREADS
+    lo = worker * items // workers
+    hi = (worker + 1) * items // workers
     for item in range(lo, hi):
         p0 = (item % bands) * band
         nb = item // bands
@@ -155,16 +161,27 @@ def conv_stem_pool(x: In[f32], w: In[f32], bias: In[f32], y: Out[f32], xp: InOut
                     prow = p0 + pr
                     r_lo = max(0, prow * psh - ppt)
                     r_hi = min(oh_n, prow * psh - ppt + pkh)
-                    for vi in range(vecs):
-                        v = cs.vload(ch + r_lo * owp + vi * V, V)
-                        for r in range(r_lo + 1, r_hi):
-                            v = max(v, cs.vload(ch + r * owp + vi * V, V))
-                        cs.vstore(vrow + vi * V, v)
-                    for vi in range(vecs):  # sliding maxima: hrow[q] = max(vrow[q : q + pkw])
-                        hv = cs.vload(vrow + vi * V, V)
-                        for q in range(1, pkw):
-                            hv = max(hv, cs.vload(vrow + vi * V + q, V))
-                        cs.vstore(hrow + vi * V, hv)
+                    if r_hi - r_lo == 3:
+                        a0 = ch + r_lo * owp
+                        for vi in range(vecs):
+                            cs.vstore(vrow + vi * V, max(max(cs.vload(a0 + vi * V, V), cs.vload(a0 + owp + vi * V, V)),
+                                                         cs.vload(a0 + 2 * owp + vi * V, V)))
+                    else:
+                        for vi in range(vecs):
+                            v = cs.vload(ch + r_lo * owp + vi * V, V)
+                            for r in range(r_lo + 1, r_hi):
+                                v = max(v, cs.vload(ch + r * owp + vi * V, V))
+                            cs.vstore(vrow + vi * V, v)
+                    if pkw == 3:
+                        for vi in range(vecs):
+                            cs.vstore(hrow + vi * V, max(max(cs.vload(vrow + vi * V, V), cs.vload(vrow + vi * V + 1, V)),
+                                                         cs.vload(vrow + vi * V + 2, V)))
+                    else:
+                        for vi in range(vecs):  # sliding maxima: hrow[q] = max(vrow[q : q + pkw])
+                            hv = cs.vload(vrow + vi * V, V)
+                            for q in range(1, pkw):
+                                hv = max(hv, cs.vload(vrow + vi * V + q, V))
+                            cs.vstore(hrow + vi * V, hv)
                     at = ((nb * m_out + oc) * ph_n + prow) * pw_n
                     for pc in range(pc_a, pc_b):  # windows inside the row: one pick each
                         y.flat[at + pc] = cs.flat[hrow + pc * psw - ppl]
