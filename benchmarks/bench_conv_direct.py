@@ -4,7 +4,6 @@ median per config, the split over the cores (grid, items, items per thread).
 Usage: PYTHONPATH=. python benchmarks/bench_conv_direct.py [reps] [layer-filter] [P,NV,TG ...]"""
 import sys, time
 import numpy as np
-import dsl
 from ops import conv_direct as cd
 
 SQUEEZE = [(16, 55, 64), (32, 27, 128), (48, 13, 192), (64, 13, 256)]
