@@ -91,6 +91,31 @@ def pack_stem_weights(w: In[f32], b: In[f32], wp: Out[f32], bp: Out[f32], m: i64
         bp.flat[i] = v
 
 
+@dsl.func
+def copy_rows_phase_split(x, xp, base, nb, ih0, c_in, kr_n, row_len, h_n, w_n, pl, sw, wq_n):
+    """Input rows ``ih0 .. ih0 + kr_n`` of every channel of image ``nb`` into ``xp`` from
+    ``base``, zero-bordered and split by column phase: padded column q·sw + s goes to
+    s·wq_n + q, so a tap's columns for consecutive output pixels are one vector load."""
+    for cr in range(c_in * kr_n):
+        ih = ih0 + cr % kr_n
+        dst = base + cr * row_len
+        if ih < 0 or ih >= h_n:
+            for e in range(row_len):
+                xp.flat[dst + e] = f32(0)
+        else:
+            src = ((nb * c_in + cr // kr_n) * h_n + ih) * w_n - pl
+            for s in range(sw):
+                q_lo = min(wq_n, (pl - s + sw - 1) // sw)
+                q_hi = max(q_lo, min(wq_n, (w_n + pl - s + sw - 1) // sw))
+                at = dst + s * wq_n
+                for q in range(q_lo):
+                    xp.flat[at + q] = f32(0)
+                for q in range(q_lo, q_hi):
+                    xp.flat[at + q] = x.flat[src + q * sw + s]
+                for q in range(q_hi, wq_n):
+                    xp.flat[at + q] = f32(0)
+
+
 @dsl.kernel(threads=THREADS)
 def conv_stem(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], xp: InOut[f32],
               koff: In[i64], geom: dsl.Vec[i64, 16], blocked_out: i32, add_res: i32, act: i32,
@@ -133,24 +158,7 @@ def conv_stem(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], 
         # the item's input rows, zero-bordered and split by column phase: padded column
         # q·SW + s at s·WQ + q, so a tap's V columns for V output pixels are one vector load
         ih0 = oh0 * sh - geom[G_PT]
-        for cr in range(c_in * kr_n):
-            ih = ih0 + cr % kr_n
-            dst = base + cr * row_len
-            if ih < 0 or ih >= h_n:
-                for e in range(row_len):
-                    xp.flat[dst + e] = f32(0)
-            else:
-                src = ((nb * c_in + cr // kr_n) * h_n + ih) * w_n - pl
-                for s in range(sw):
-                    q_lo = min(wq_n, (pl - s + sw - 1) // sw)
-                    q_hi = max(q_lo, min(wq_n, (w_n + pl - s + sw - 1) // sw))
-                    at = dst + s * wq_n
-                    for q in range(q_lo):
-                        xp.flat[at + q] = f32(0)
-                    for q in range(q_lo, q_hi):
-                        xp.flat[at + q] = x.flat[src + q * sw + s]
-                    for q in range(q_hi, wq_n):
-                        xp.flat[at + q] = f32(0)
+        copy_rows_phase_split(x, xp, base, nb, ih0, c_in, kr_n, row_len, h_n, w_n, pl, sw, wq_n)
         # each output row's origin in xp: rows past the image repeat the last one (not stored)
         org = dsl.local((R,), i64)
         for rr in dsl.static_range(R):

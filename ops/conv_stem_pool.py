@@ -22,7 +22,7 @@ import numpy as np
 import dsl
 from dsl import In, InOut, Out, f32, i32, i64
 from ops.conv_direct import balanced_grid
-from ops.conv_stem import StemConfig, stem_weights
+from ops.conv_stem import StemConfig, copy_rows_phase_split, stem_weights
 from ops.gemm_packed import activation
 
 THREADS = 4
@@ -110,24 +110,7 @@ def conv_stem_pool(x: In[f32], w: In[f32], bias: In[f32], y: Out[f32], xp: InOut
         c1 = min(oh_n, (p0 + npr - 1) * psh - ppt + pkh)
         ncr = c1 - c0
         ih0 = c0 * sh - geom[G_PT]
-        for cr in range(c_in * kr_n):  # conv_stem's padding copy, phase-split
-            ih = ih0 + cr % kr_n
-            dst = base + cr * row_len
-            if ih < 0 or ih >= h_n:
-                for e in range(row_len):
-                    xp.flat[dst + e] = f32(0)
-            else:
-                src = ((nb * c_in + cr // kr_n) * h_n + ih) * w_n - pl
-                for s in range(sw):
-                    q_lo = min(wq_n, (pl - s + sw - 1) // sw)
-                    q_hi = max(q_lo, min(wq_n, (w_n + pl - s + sw - 1) // sw))
-                    at = dst + s * wq_n
-                    for q in range(q_lo):
-                        xp.flat[at + q] = f32(0)
-                    for q in range(q_lo, q_hi):
-                        xp.flat[at + q] = x.flat[src + q * sw + s]
-                    for q in range(q_hi, wq_n):
-                        xp.flat[at + q] = f32(0)
+        copy_rows_phase_split(x, xp, base, nb, ih0, c_in, kr_n, row_len, h_n, w_n, pl, sw, wq_n)
         for g in range(ocg_n):
             wg = g * ckk * NO
             for r0 in range(0, ncr, R):
