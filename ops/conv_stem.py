@@ -155,8 +155,7 @@ def conv_stem(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], 
         oh0 = (item % rows) * R
         nb = item // rows
         nr = min(R, oh_n - oh0)
-        # the item's input rows, zero-bordered and split by column phase: padded column
-        # q·SW + s at s·WQ + q, so a tap's V columns for V output pixels are one vector load
+        # the item's input rows, zero-bordered and split by column phase
         ih0 = oh0 * sh - geom[G_PT]
         copy_rows_phase_split(x, xp, base, nb, ih0, c_in, kr_n, row_len, h_n, w_n, pl, sw, wq_n)
         # each output row's origin in xp: rows past the image repeat the last one (not stored)

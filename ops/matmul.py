@@ -165,13 +165,12 @@ def _gemm(impl, a, b, c, y, trans_a, trans_b, alpha, beta, backend) -> None:
         packed_gemm(a, b, c, y, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta, backend=backend,
                     kernel=impl)
     elif impl == gemv_kernel:
-        m, n = y.shape[1], y.shape[2]
-        if n == 1:  # y = A·b is yᵀ = bᵀ·Aᵀ: b is the one row, A's rows the transposed B's
-            impl(b.reshape(b.shape[0], 1, k), a, c.reshape(c.shape[1], c.shape[0]), y.reshape(y.shape[0], 1, m),
-                 trans_b=1, alpha=float(alpha), beta=float(beta), backend=backend, grid=grid_for(y.size * k))
-            return
-        rows = a.reshape(a.shape[0], 1, k) if trans_a else a  # unit-stride rows: a transposed A has one
-        impl(rows, b, c, y, trans_b=trans_b, alpha=float(alpha), beta=float(beta), backend=backend,
+        if y.shape[2] == 1:  # y = A·b is yᵀ = bᵀ·Aᵀ: b is the one row, A's rows the transposed B's
+            a, b, c, y, trans_b = (b.reshape(b.shape[0], 1, k), a, c.reshape(c.shape[1], c.shape[0]),
+                                   y.reshape(y.shape[0], 1, y.shape[1]), 1)
+        elif trans_a:  # A's rows are read with unit stride: a transposed A has one row
+            a = a.reshape(a.shape[0], 1, k)
+        impl(a, b, c, y, trans_b=trans_b, alpha=float(alpha), beta=float(beta), backend=backend,
              grid=grid_for(y.size * k))
     else:
         impl(a, b, c, y, trans_a=trans_a, trans_b=trans_b, alpha=alpha, beta=beta, backend=backend,
