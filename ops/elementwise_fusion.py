@@ -127,11 +127,7 @@ def fusable(node) -> bool:
 @fusion_pass
 def fuse_elementwise(g) -> int:
     """Merge groups of fusable nodes into FusedElementwise nodes; returns how many nodes went."""
-    readers: Dict[int, list] = {}
-    for n in g.nodes:
-        for t in n.inputs:
-            if t is not None:
-                readers.setdefault(id(t), []).append(n)
+    readers = g.readers()
     outputs = {id(t) for t in g.outputs}
     taken: set = set()
     merged = 0

@@ -1,7 +1,7 @@
 """ONNX export: ``Graph.to_onnx()`` -> ``onnx.ModelProto`` that passes ``onnx.checker``.
 
-It reads graphs through their documented structure (dsl/opgraph/graph.py) without importing
-graph.py, which calls it.
+It reads graphs through their documented structure (dsl/opgraph/graph.py) and installs
+itself as ``Graph.to_onnx`` when imported (graph.py sits below it).
 
 * Inputs keep their names; ``None`` dims become symbolic dims (``<input>_d<axis>``).
 * Constants become initializers.
@@ -31,6 +31,7 @@ from typing import Dict, List, Tuple
 from dsl.onnx.attributes import c_order, node_attributes, value_info
 from dsl.onnx.lower import lower
 from dsl.onnx.subgraph_export import control_flow_node
+from dsl.opgraph import graph as _graph
 from dsl.opgraph.body import Body
 from dsl.opgraph.op import Op
 
@@ -164,3 +165,6 @@ class _Exporter:
                                   attributes=list(op.params))
         self.functions[(op.domain, fname)] = fn
         return fname
+
+
+_graph.install("to_onnx", export)

@@ -9,7 +9,7 @@ from typing import Optional
 
 from backends import base
 from dsl import config
-from dsl.opgraph import fusion, passes
+from dsl.opgraph import fusion, graph, passes
 from dsl.opgraph.body import configure_bodies
 from dsl.opgraph.limits import tensor_limit
 from dsl.opgraph.model import Model
@@ -36,3 +36,6 @@ def compile_graph(graph, backend: Optional[str] = None, formats: str = "auto", f
     stats["reorders"] = passes.assign_formats(g) if formats == "auto" else 0
     impls = passes.select_kernels(g, backend)
     return Model(g, backend, impls, stats, max_tensor_bytes=limit, tiling=tiling, concat_inplace=fusing)
+
+
+graph.install("compile", compile_graph)

@@ -1,7 +1,9 @@
 """Symbolic graphs: the same op calls that run eagerly on arrays build nodes here.
 
-Structure (documented for the compile passes, the model and the ONNX exporter, which take
-graphs without importing this module; treat as read-only outside graph.py and passes.py):
+This module is the graph data structure and nothing above it: the compile pipeline and the
+ONNX exporter sit above it and install themselves (``install``), so the passes can build and
+read graphs with ``Graph`` itself.  Structure (documented for the compile passes, the model and
+the ONNX exporter; treat as read-only outside graph.py and passes.py):
 
 ``Graph``
     ``name: str``
@@ -31,18 +33,40 @@ constants, nodes with params and output specs; Jupyter shows an SVG diagram.
 from __future__ import annotations
 
 import html
+import importlib
 import itertools
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from dsl.lang.types import as_dtype, from_numpy
-from dsl.onnx.export import export as export_onnx
-from dsl.opgraph.compiler import compile_graph
 from dsl.opgraph.host_values import is_host, kind_name
 from dsl.opgraph.op import Op, check_and_infer, check_arity
 from dsl.opgraph.spec import Symbolic, TensorSpec, VerifyError, describe
 from dsl.opgraph.values import shape_values
+
+
+
+# --------------------------------------------------------------------------- upper layers
+
+_HOOKS: Dict[str, Callable] = {}
+_PROVIDERS = {"compile": "dsl.opgraph.compiler", "to_onnx": "dsl.onnx.export"}
+"""Who installs each hook: the module is imported on first use, as ``backends.get`` loads a
+backend, so this layer never imports the layers above it."""
+
+
+def install(name: str, fn: Callable) -> None:
+    """Called by the module that implements ``Graph.compile`` (``"compile"``) or
+    ``Graph.to_onnx`` (``"to_onnx"``) when it is imported."""
+    if name not in _PROVIDERS:
+        raise ValueError(f"unknown graph hook {name!r}; expected one of {sorted(_PROVIDERS)}")
+    _HOOKS[name] = fn
+
+
+def _installed(name: str) -> Callable:
+    if name not in _HOOKS:
+        importlib.import_module(_PROVIDERS[name])
+    return _HOOKS[name]
 
 
 class Tensor(Symbolic):
@@ -291,7 +315,17 @@ class Graph:
         self.tensors[name] = tensor
 
     def consumers(self, tensor: Tensor) -> List[Node]:
+        """The nodes reading ``tensor``, in order (one scan; use ``readers()`` for many)."""
         return [n for n in self.nodes if any(t is tensor for t in n.inputs)]
+
+    def readers(self) -> Dict[int, List[Node]]:
+        """``id(tensor) -> the nodes reading it``, for every tensor read, in one pass."""
+        found: Dict[int, List[Node]] = {}
+        for n in self.nodes:
+            for t in n.inputs:
+                if t is not None:
+                    found.setdefault(id(t), []).append(n)
+        return found
 
     def compile(self, backend: Optional[str] = None, formats: str = "auto", fold: bool = True,
                 max_tensor_bytes: Optional[int] = None, fuse: Optional[bool] = None, tiling=None):
@@ -304,12 +338,12 @@ class Graph:
         may exceed ``max_tensor_bytes`` (default OPDSL_MAX_TENSOR_BYTES, 4 GiB).  ``tiling``: ops
         that declare tiling run as tiles across the cores (None: on unless OPDSL_NO_TILING=1;
         False: off; an int n: up to n tiles per op whatever the size; docs/ops.md "Tiling")."""
-        return compile_graph(self, backend=backend, formats=formats, fold=fold, max_tensor_bytes=max_tensor_bytes,
-                             fuse=fuse, tiling=tiling)
+        return _installed("compile")(self, backend=backend, formats=formats, fold=fold,
+                                     max_tensor_bytes=max_tensor_bytes, fuse=fuse, tiling=tiling)
 
     def to_onnx(self):
         """An ``onnx.ModelProto`` (custom domains kept, composed ops as FunctionProto)."""
-        return export_onnx(self)
+        return _installed("to_onnx")(self)
 
     def apply(self, op: Op, inputs: Sequence):
         """Add ``op`` applied to ``inputs`` (this graph's tensors, arrays, scalars) as a node;

@@ -22,6 +22,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from dsl.opgraph.formats import normalize_choice, to_nchwc16_ref
+from dsl.opgraph.graph import Graph
 from dsl.opgraph.limits import check_tensor_bytes, tensor_limit
 from dsl.opgraph.host_values import is_host
 from dsl.opgraph.op import check_and_infer
@@ -33,7 +34,7 @@ from dsl.opgraph.spec import VerifyError, describe
 
 def inline(src):
     """A copy of ``src`` with every composed node replaced by its body."""
-    g = type(src)(src.name)
+    g = Graph(src.name)
     g.opset_imports = dict(src.opset_imports)
     m: Dict[int, object] = {}
     for t in src.inputs:
@@ -196,11 +197,7 @@ def assign_formats(g) -> int:
 def _read_plain_only(g) -> set:
     """ids of the tensors every reader of which wants plain: graph outputs and inputs of ops
     without an nchwc16 format (the planner's cue for ``Op.writes_plain``)."""
-    readers: Dict[int, list] = {}
-    for n in g.nodes:
-        for t in n.inputs:
-            if t is not None:
-                readers.setdefault(id(t), []).append(n)
+    readers = g.readers()
     outputs = {id(t) for t in g.outputs}
     found = set()
     for n in g.nodes:
