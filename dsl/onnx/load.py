@@ -30,7 +30,6 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-import ops  # noqa: F401 (registers the built-in library that ONNX-domain nodes map to)
 from dsl.lang.types import DType, from_numpy
 from dsl.onnx import coverage, subgraph
 from dsl.onnx.errors import OnnxImportError

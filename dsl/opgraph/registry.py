@@ -1,7 +1,8 @@
 """Op registry: (domain, op_type, opset range) -> Op class (PPL.NN's OptKernelCreatorManager).
 
-Filled by ``@dsl.op`` / ``@dsl.composed`` in modules imported explicitly (``import ops``
-registers the built-ins).  Among registrations of one (domain, op_type) covering an
+Filled by ``@dsl.op`` / ``@dsl.composed`` in modules imported explicitly.  The built-in
+library (the ``ops`` package) is imported on the first question asked of the table, as
+``backends.get`` loads a backend, so importers such as ``dsl.onnx.load`` never import it.  Among registrations of one (domain, op_type) covering an
 opset, a user op beats a built-in (one registered while ``ops`` imports, inside
 ``builtin_library()``) whatever the import order, and otherwise the later registration wins; ``unregister``
 undoes an override.  The ONNX default domain is ``""`` (``"ai.onnx"`` is an alias).
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import importlib
 import threading
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
@@ -43,6 +45,22 @@ def _covers(cls, opset: Optional[int]) -> bool:
     if opset is None:
         return True
     return cls.since <= opset and (cls.until is None or opset <= cls.until)
+
+
+_LIBRARY = "ops"
+_library_state = {"loaded": False}
+
+
+def load_builtin_library() -> None:
+    """Import the built-in op library once (its imports register it inside ``builtin_library()``)."""
+    if _library_state["loaded"]:
+        return
+    _library_state["loaded"] = True  # set first: the library's own imports may ask the table
+    try:
+        importlib.import_module(_LIBRARY)
+    except BaseException:
+        _library_state["loaded"] = False
+        raise
 
 
 # classes registered inside builtin_library() (the ops package's imports)
@@ -94,6 +112,7 @@ def lookup(domain: Optional[str], op_type: str, opset: Optional[int] = None) -> 
     """The op class for ``domain::op_type`` at ``opset`` (None: the newest registration).
 
     Among registrations covering ``opset`` the most recent wins (overrides)."""
+    load_builtin_library()
     domain = normalize_domain(domain)
     entries = _TABLE.get((domain, op_type), [])
     for builtin_pass in (False, True):
@@ -134,14 +153,16 @@ def _unknown_message(domain: str, op_type: str, opset: Optional[int]) -> str:
         hints.append(f"closest known ops: {', '.join(close)}")
     if not hints:
         known = sorted({d or "ai.onnx" for (d, _) in _TABLE})
-        hints.append(f"known domains: {', '.join(known) or 'none (import ops to register the built-ins)'}")
+        hints.append(f"known domains: {', '.join(known) or 'none'}")
     return msg + "; " + "; ".join(hints)
 
 
 def all_ops() -> List[type]:
     """Every registered op class, newest registration of each (domain, type) last."""
+    load_builtin_library()
     return [c for entries in _TABLE.values() for c in entries]
 
 
 def domains() -> List[str]:
+    load_builtin_library()
     return sorted({d for d, _ in _TABLE})
