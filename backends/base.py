@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Callable, Dict, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
 from dsl.lang import ir
 from dsl.lang.grid import Grid
@@ -28,8 +28,33 @@ class CompileRequest:
     interrupt: bool = True   # poll the Ctrl-C flag at loop back-edges (backends/interrupt.py)
 
 
+MAX_LOGICAL_THREADS = 2 ** 63 - 1
+"""The most logical threads (grid x team size) a launch may have: thread indexes (tile * threads
++ thread) are i64 on every backend, and a larger launch would wrap around (numba's prange over
+grid * threads ran zero iterations for grid=2**62).  A device may allow fewer
+(``Launcher.max_logical_threads``)."""
+
+
 class Launcher(ABC):
-    """A compiled specialization, ready to run."""
+    """A compiled specialization, ready to run: the launcher protocol.
+
+    Every launcher implements ``__call__``.  The other members are optional capabilities; the
+    defaults here say what a launcher without them means, so the layers above (kernel launches,
+    model plans, tiling) ask the launcher what it can do and never test a backend's name:
+
+    * ``kernel_ir``: the typed IR it runs (which tensors it reads and writes), or None;
+    * ``max_logical_threads``: the most logical threads (grid x team) one launch may have;
+    * ``can_run_parallel``: ``run_serial`` (the team's threads take turns on one core) and
+      ``run_parallel`` (they run across the cores) are distinct entries; a model runs its tiles
+      concurrently, each on the serial entry.  Without it both entries are ``__call__``;
+    * ``freeze(values)``: the values a model's plan launches on every run, prepared once (numba
+      checks them against the compiled signature so runs skip its dispatcher); by default the
+      values themselves.
+    """
+
+    kernel_ir: Optional[ir.Kernel] = None
+    max_logical_threads: int = MAX_LOGICAL_THREADS
+    can_run_parallel: bool = False
 
     @abstractmethod
     def __call__(self, args: Sequence, grid: Grid) -> None:
@@ -38,9 +63,25 @@ class Launcher(ABC):
         tensors, 1-D arrays for Vec params, numpy scalars of the param dtype for scalars.
         Outputs are written in place."""
 
+    def run_serial(self, args: Sequence, grid: Grid) -> None:
+        """The launch with the team's threads on one core (tiles running side by side use it)."""
+        self(args, grid)
+
+    def run_parallel(self, args: Sequence, grid: Grid) -> None:
+        """The launch with the team's threads across the cores."""
+        self(args, grid)
+
+    def freeze(self, values: Sequence) -> Sequence:
+        """``values`` as a model plan keeps them for every run of this launch."""
+        return values
+
 
 class Backend(ABC):
     name: str = ""
+    # Its launchers run a team's threads across the host's cores (``Launcher.can_run_parallel``),
+    # so a model cuts big nodes into tiles that run side by side (dsl/opgraph/tiling.py); a backend
+    # that runs elsewhere (a device) or one thread at a time leaves it False.
+    parallel: bool = False
     # The folder of the on-disk compile cache (backends/cache.py) under which this backend keeps its
     # compiled code, each entry named from ``CompileRequest.key`` plus whatever version of its own
     # code generator the backend adds; "" for a backend that keeps nothing on disk.  ``opdsl cache

@@ -363,7 +363,7 @@ def _wrap_exception(launch: _Launch, exc: BaseException, tid: int, tile: int) ->
 
 class InterpreterLauncher(Launcher):
     def __init__(self, request: CompileRequest):
-        self.kernel = request.kernel
+        self.kernel = self.kernel_ir = request.kernel
         self.pyfunc = request.pyfunc
         self.log_level = request.log_level
         self.print_lock = threading.Lock()

@@ -269,11 +269,13 @@ def _save_source(stem: str, source: str) -> Optional[Path]:
 class NumbaLauncher(Launcher):
     """Runs one specialization; the per-launch Python work is a few attribute reads."""
 
+    can_run_parallel = True  # a serial and a parallel entry point (run_serial / run_parallel)
+
     def __init__(self, mod, request: CompileRequest, path, sites=None, source: str = "", pending: bool = False):
         k = request.kernel
         self._sites = sites  # debug mode: what each bounds check reports (backends/bounds.py)
         self.name = k.name
-        self._kernel = k
+        self.kernel_ir = k
         self._request = request
         self._stem = f"{request.key}_{CODEGEN_VERSION}"
         self._ready: Dict[str, Callable] = {}
@@ -328,7 +330,7 @@ class NumbaLauncher(Launcher):
             return
         if which == "launch_serial" and not self._pending:
             return
-        sig = signature(self._kernel, self._sites is not None, nd=which.endswith("_nd"))
+        sig = signature(self.kernel_ir, self._sites is not None, nd=which.endswith("_nd"))
         fn = self._module.launch_serial if which == "launch_serial" else self._entries[which]
         if not parallel_compile.wanted() or machine_cache.cached(fn, sig):
             return
@@ -496,7 +498,7 @@ class NumbaLauncher(Launcher):
             fn(*args, grid, interrupt.COUNTER, start, record)
             if record[bounds.STATE]:
                 interrupt.check(start)  # an interrupt first: the record may be one of its casualties
-                raise bounds.error(record, self._sites, self._kernel,
+                raise bounds.error(record, self._sites, self.kernel_ir,
                                    args if kernel_args is None else kernel_args).with_traceback(None)
         interrupt.check(start)
 
@@ -505,12 +507,12 @@ class NumbaLauncher(Launcher):
             if which not in self._ready:
                 parallel_compile.wait(self._jobs.pop(which, None))  # then a cache hit, unless it failed there
                 fn = self._entries[which]
-                sig = signature(self._kernel, self._sites is not None, nd=which.endswith("_nd"))
+                sig = signature(self.kernel_ir, self._sites is not None, nd=which.endswith("_nd"))
                 if self._disk:
                     with cache.lock(CACHE_TAG, self._stem):
-                        _compile_entry(fn, sig, self._kernel, which)
+                        _compile_entry(fn, sig, self.kernel_ir, which)
                 else:
-                    _compile_entry(fn, sig, self._kernel, which)
+                    _compile_entry(fn, sig, self.kernel_ir, which)
                 _check_threading_layer()
                 self._ready[which] = fn
         return self._ready[which]
@@ -562,6 +564,7 @@ def _deferred(request: CompileRequest, source: str, sites, batch) -> Optional[Nu
 
 class NumbaBackend(Backend):
     name = "numba"
+    parallel = True  # team threads run across the cores (parallel entry points)
     cache_tag = CACHE_TAG
 
     def source(self, request: CompileRequest) -> str:

@@ -280,8 +280,8 @@ def _launcher_method(fn) -> bool:
 def _param_access(launcher) -> Optional[List[str]]:
     """Per kernel parameter: 'in', 'out', 'inout' or '' (not a tensor); None if unknown."""
     from dsl.lang import ir
-    k = getattr(launcher, "_kernel", None) or getattr(launcher, "kernel_ir", None) or getattr(launcher, "kernel", None)
-    if not isinstance(k, ir.Kernel):
+    k = launcher.kernel_ir if isinstance(launcher, Launcher) else None
+    if k is None:
         return None
     return [p.access if isinstance(p, ir.TensorParam) else "" for p in k.params]
 

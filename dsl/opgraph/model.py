@@ -703,8 +703,7 @@ def _prepare(kernel, args, kwargs, backend):
     launcher, values, grid = kernel.prepare(args, kwargs, backend=backend, grid=grid)
     if grid == 0:
         return _noop, ()
-    freeze = getattr(launcher, "freeze", None)  # numba: every run launches these very values
-    return launcher, (values if freeze is None else freeze(values), grid)
+    return launcher, (launcher.freeze(values), grid)  # every run launches these very values
 
 
 def _noop():

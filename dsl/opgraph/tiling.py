@@ -36,6 +36,8 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from backends import base
+from backends.base import Launcher
 from dsl import config
 from dsl.opgraph.op import Op
 from dsl.opgraph.spec import TensorSpec, VerifyError, describe
@@ -48,8 +50,12 @@ HOOKS = ("tiling", "map_tiles")
 # eats most of the gain (bench_tiling --quick: 131K elements, 1.6x for the node alone).
 MIN_ELEMENTS = 1 << 16
 
-# Backends whose tiles run concurrently (see the module docstring for the others).
-PARALLEL_BACKENDS = frozenset({"numba"})
+
+
+def runs_tiles_concurrently(backend: str) -> bool:
+    """The backend's launchers run across the host's cores (``Backend.parallel``); elsewhere
+    tiles only add launches (see the module docstring)."""
+    return base.get(backend).parallel
 
 Slices = Tuple[slice, ...]
 
@@ -96,7 +102,7 @@ def plan_tiles(op, in_specs: Sequence[Optional[TensorSpec]], out_specs: Sequence
     it accepts."""
     if limit == 0 or not declared(op) or not out_specs:
         return None
-    if limit < 0 and backend not in PARALLEL_BACKENDS:
+    if limit < 0 and not runs_tiles_concurrently(backend):
         return None
     if any(s is not None and s.format != "plain" for s in (*in_specs, *out_specs)):
         return None  # slices are logical: a channel-blocked tensor is not cut
@@ -259,7 +265,7 @@ def tile_steps(op, impl, ins, outs, tiles, backend: str,
                capture: Callable) -> Tuple[Callable, tuple]:
     """One plan step running every tile of a node.  ``capture(op, impl, ins, outs)`` -> the
     tile's launch steps [(fn, args)] (the model's launch capture, or a plain ``op.run``)."""
-    parallel = backend in PARALLEL_BACKENDS
+    parallel = runs_tiles_concurrently(backend)
     work = []
     for tile in tiles:
         t_ins, t_outs, before, after = tile_arrays(ins, outs, tile)
@@ -269,8 +275,8 @@ def tile_steps(op, impl, ins, outs, tiles, backend: str,
 
 
 def _serial_entry(fn):
-    """A numba launcher's serial variant: one core per tile, its team looping on it."""
-    return getattr(fn, "run_serial", fn)
+    """A launcher's serial entry: one core per tile, its team taking turns on it."""
+    return fn.run_serial if isinstance(fn, Launcher) else fn
 
 
 def _run_tile(tile) -> None:

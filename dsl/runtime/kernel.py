@@ -138,8 +138,7 @@ class Kernel:
                 hit = None
             if hit is not None:
                 launcher = self._fast_variants.get((backend or config.default_backend(), hit[1]))
-                if launcher is not None and g * self.threads <= getattr(launcher, "max_logical_threads",
-                                                                        MAX_LOGICAL_THREADS):
+                if launcher is not None and g * self.threads <= launcher.max_logical_threads:
                     if g:
                         launcher(hit[0], g)
                     return
@@ -166,9 +165,10 @@ class Kernel:
         if callable(g):
             g = g(dict(zip(self._names, values)))
         g = launch_grid.normalize(self.__name__, g)
-        limit = getattr(launcher, "max_logical_threads", MAX_LOGICAL_THREADS)
+        limit = launcher.max_logical_threads
         total = launch_grid.size(g) * self.threads
         if total > limit:
+            from backends.base import MAX_LOGICAL_THREADS
             raise ValueError(f"{self.__name__}: grid={launch_grid.describe(g)} x threads={self.threads} = {total} "
                              f"logical threads exceeds the {backend} backend's limit of {limit} (thread indexes are "
                              f"{'64-bit signed' if limit == MAX_LOGICAL_THREADS else 'limited by the device'})")
@@ -441,10 +441,6 @@ def _check_tensor(kname: str, p, v, typevars: Dict) -> T.DType:
         raise ValueError(f"{kname}(): argument '{p.name}' is {ann!r} but the array is read-only")
     return dt
 
-
-# Thread indexes (tile * threads + thread) are i64 on every backend: a larger launch would wrap
-# around (numba's prange over grid * threads ran zero iterations for grid=2**62).
-MAX_LOGICAL_THREADS = 2 ** 63 - 1
 
 # Set by dsl.Model around launches whose output the memory plan put in place of an input
 # (the op's ``inplace`` promise): exactly coinciding In and Out memory is then allowed.
