@@ -443,7 +443,7 @@ class NumbaLauncher(Launcher):
         the parallel entry now (tests, benchmarks)."""
         if grid * self._team > SERIAL_MAX_THREADS or elements >= SERIAL_MAX_ELEMENTS:
             return True
-        return self._timed and self._choice.phase((grid, elements)) == entry_choice.PARALLEL
+        return self._timed and self._choice.settled((grid, elements)) == entry_choice.PARALLEL
 
     def run_serial(self, args: Sequence, grid: Grid) -> None:
         """Force the serial variant (tests, benchmarks)."""

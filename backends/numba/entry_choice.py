@@ -12,7 +12,10 @@ do much work per element (nested loops), each launch signature (grid, elements) 
 2. ``TRYING``: ``TRIALS`` parallel runs are timed; the parallel entry is kept if its best run
    beats ``PARALLEL_GAIN`` times the best serial run, else the serial one.  On a machine
    whose other cores are busy the parallel runs are no faster, and the launch stays serial.
-3. ``SERIAL`` or ``PARALLEL``: settled, no more timing.
+3. ``SERIAL`` or ``PARALLEL``: settled for ``RECHECK_AFTER`` launches, untimed.  Then the
+   signature is forgotten and goes through 1-2 again: a choice made while a neighbour held the
+   other core (trials no faster, so serial; or a busy serial run) does not stick for the life of
+   the process.  A recheck costs ``HEAVY_AFTER + TRIALS`` timed runs, under 1 % of the launches.
 
 Best times, not means: a run slowed by other processes does not decide.  Results are the same
 on either entry (the team split does not depend on it).
@@ -30,6 +33,7 @@ HEAVY_AFTER = 3
 TRIALS = 3
 PARALLEL_GAIN = 0.8
 MAX_KEYS = 256  # launch signatures remembered per launcher; beyond, start over rather than grow
+RECHECK_AFTER = 1024  # settled launches of one signature before its choice is timed again
 
 TIMING, TRYING, SERIAL, PARALLEL = range(4)
 
@@ -43,6 +47,19 @@ class EntryChoice:
         self.states: Dict[Tuple[int, int], List] = {}
 
     def phase(self, key: Tuple[int, int]) -> int:
+        """The phase of the launch about to run; counts settled launches (``RECHECK_AFTER``)."""
+        st = self.states.get(key)
+        if st is None:
+            return TIMING
+        if st[0] >= SERIAL:
+            st[1] += 1
+            if st[1] > RECHECK_AFTER:
+                self.states.pop(key, None)  # time it again, from the start
+                return TIMING
+        return st[0]
+
+    def settled(self, key: Tuple[int, int]) -> int:
+        """The phase of ``key`` without counting a launch (tests, ``goes_parallel``)."""
         st = self.states.get(key)
         return TIMING if st is None else st[0]
 
@@ -70,4 +87,4 @@ class EntryChoice:
         st[1] += 1
         st[3] = min(st[3], seconds)
         if st[1] >= TRIALS:
-            st[0] = PARALLEL if st[3] < PARALLEL_GAIN * st[2] else SERIAL
+            st[0], st[1] = (PARALLEL if st[3] < PARALLEL_GAIN * st[2] else SERIAL), 0

@@ -155,3 +155,37 @@ def test_the_state_machine_alone():
     choice.parallel_took(key, 0.1)  # a late trial from another thread changes nothing
     choice.parallel_took((9, 9), 0.1)  # nor one for a signature forgotten meanwhile
     assert choice.phase(key) == ec.PARALLEL and choice.states[key][3] == 0.3
+
+
+def test_a_settled_choice_is_timed_again_after_a_while(monkeypatch):
+    """A choice made while a neighbour held the other core must not stick for the process's life."""
+    monkeypatch.setattr(ec, "RECHECK_AFTER", 5)
+    choice = ec.EntryChoice()
+    key = (1, 4096)
+    for _ in range(ec.HEAVY_AFTER):
+        choice.serial_took(key, 1.0)
+    for _ in range(ec.TRIALS):
+        choice.parallel_took(key, 1.0)  # the other core was busy: parallel no faster
+    assert choice.settled(key) == ec.SERIAL
+    assert [choice.phase(key) for _ in range(5)] == [ec.SERIAL] * 5
+    assert choice.phase(key) == ec.TIMING and key not in choice.states  # timed again from the start
+    for _ in range(ec.HEAVY_AFTER):
+        choice.serial_took(key, 1.0)
+    for _ in range(ec.TRIALS):
+        choice.parallel_took(key, 0.4)  # the neighbour is gone
+    assert choice.settled(key) == ec.PARALLEL
+
+
+def test_a_launcher_rechecks_its_settled_entry(monkeypatch):
+    monkeypatch.setattr(ec, "SERIAL_HEAVY_S", -1.0)
+    monkeypatch.setattr(ec, "PARALLEL_GAIN", 0.0)  # parallel never wins: settles serial
+    monkeypatch.setattr(ec, "RECHECK_AFTER", 2)
+    x = np.linspace(-2, 2, 1000, dtype=np.float32)
+    y = np.empty_like(x)
+    launcher, values, grid = bound(x, y)
+    seen = entries(monkeypatch, launcher)
+    trial = ["launch_serial"] * ec.HEAVY_AFTER + ["launch_parallel"] * ec.TRIALS
+    for _ in range(2 * (len(trial) + 2)):
+        launcher(values, grid)
+    assert seen == (trial + ["launch_serial"] * 2) * 2
+    np.testing.assert_allclose(y, reference(x, 3), rtol=1e-5, atol=1e-6)
