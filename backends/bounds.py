@@ -20,18 +20,12 @@ import numpy as np
 
 from dsl.lang import ir
 from dsl.lang.errors import UNKNOWN, LaunchError, SourceLoc
+from dsl.lang.errors import KernelIndexError  # noqa: F401  (every error: dsl/lang/errors.py)
 
 # record layout (int64 slots)
 STATE, SITE, AXIS, TID, TILE, INDEX = 0, 1, 2, 3, 4, 5
 MAX_RANK = 8                  # index components kept for the message (higher ranks: the failing axis only)
 RECORD_LEN = INDEX + MAX_RANK + 3
-
-
-class KernelIndexError(LaunchError, IndexError):
-    """An out-of-range index in a debug-mode launch: both a ``dsl.LaunchError`` and an ``IndexError``.
-
-    Attributes: ``tensor``, ``index`` (tuple), ``shape``, ``loc`` (the SourceLoc of the access),
-    ``thread_id``, ``tile_id``."""
 
 
 @dataclass(frozen=True)

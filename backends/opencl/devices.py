@@ -31,6 +31,8 @@ import warnings
 from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from dsl.lang.errors import DriverError, NoDevice  # noqa: F401  (every error: dsl/lang/errors.py)
+
 PROBE_SOURCE = """
 __kernel __attribute__((reqd_work_group_size(4, 1, 1)))
 void opdsl_probe(__global long* out) {
@@ -51,14 +53,6 @@ SIMULATOR_PLATFORMS = ("oclgrind",)  # platform-name substrings (lower case) of 
 # Build-log fragments that mean the driver, not the program, is broken.
 DRIVER_FAILURE_MARKERS = ("unknown target cpu", "llvm error", "cannot find the bitcode", "invalid_device",
                           "out of host memory", "could not load", "unable to load")
-
-
-class NoDevice(RuntimeError):
-    """No OpenCL device can be used here; the message says why, device by device."""
-
-
-class DriverError(NoDevice):
-    """The OpenCL driver failed on a program it should build or run: not the user's fault."""
 
 
 class SimulatorWarning(UserWarning):
@@ -208,7 +202,8 @@ def probe_in_child(reports: Sequence[DeviceReport]) -> Dict[Tuple[int, int], str
     """
     results: Dict[Tuple[int, int], str] = {}
     pending = list(reports)
-    boot = ("import importlib.util, sys\n"
+    boot = ("import importlib.util, os, sys\n"  # the checkout or site-packages holding dsl/ first
+            "sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(sys.argv[1]))))\n"
             "spec = importlib.util.spec_from_file_location('opdsl_probe_child', sys.argv[1])\n"
             "m = sys.modules[spec.name] = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
             "m._child_main(sys.argv[2:])\n")

@@ -28,6 +28,7 @@ import numpy as np
 from backends import cache
 from backends.opencl import devices as devices
 from backends.opencl.sanitizer import OclgrindLog, SanitizerError  # noqa: F401  (re-exported)
+from dsl.lang.errors import BuildError  # noqa: F401  (every error: dsl/lang/errors.py)
 from backends.opencl.devices import DriverError, NoDevice  # noqa: F401  (re-exported)
 from dsl import config
 
@@ -41,14 +42,6 @@ except ImportError as e:  # pragma: no cover - the opencl extra is not installed
     _IMPORT_ERROR = f"pyopencl is not installed ({e}); pip install 'opdsl[opencl]'"
 
 BUILD_OPTIONS = "-cl-std=CL1.2"
-
-
-class BuildError(RuntimeError):
-    """The OpenCL compiler rejected a program; ``log`` holds its output."""
-
-    def __init__(self, log: str):
-        self.log = log
-        super().__init__(log)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from dsl.lang import builtins as B
 from dsl.lang import ir
 from dsl.lang import log_format as LF
 from dsl.lang import types as T
-from dsl.lang.errors import CompileError, SourceLoc
+from dsl.lang.errors import CompileError, SourceLoc, TypeMismatch
 from dsl.lang.check_arrays import LocalArrays
 from dsl.lang.check_funcs import FuncCalls
 from dsl.lang.check_simd import SimdRules, elem
@@ -128,8 +128,9 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
         return typed, local_types
 
     # ------------------------------------------------------------------ helpers
-    def error(self, node, msg, note=None) -> CompileError:
-        return CompileError(msg, getattr(node, "loc", None), note)
+    def error(self, node, msg, note=None, kind=CompileError) -> CompileError:
+        """``kind``: the CompileError subclass (``TypeMismatch`` when types do not fit)."""
+        return kind(msg, getattr(node, "loc", None), note)
 
     def cast(self, e: ir.Expr, to: T.DType) -> ir.Expr:
         if isinstance(to, T.SimdType):
@@ -148,7 +149,7 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
         if isinstance(t, T.SimdType):
             raise self.error(e, f"a SIMD value ({t}) has no single truth value",
                              "test one lane (v[k]), reduce (dsl.reduce_max(dsl.i32(mask))) or pick lanes with "
-                             "dsl.where(mask, a, b)")
+                             "dsl.where(mask, a, b)", kind=TypeMismatch)
         if t.is_bool:
             return self.cast(e, T.bool_)
         zero = ir.Const(_convert_const(0, t.strong), type=t.strong, loc=e.loc)
@@ -216,7 +217,8 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
         for ix in index:
             e, t = self.expr(ix)
             if t is not None and (isinstance(t, T.SimdType) or not (t.is_int or t.is_bool)):
-                raise self.error(ix, f"index of '{name}' must be an integer, got {t}; convert with int(...)")
+                raise self.error(ix, f"index of '{name}' must be an integer, got {t}; convert with int(...)",
+                                 kind=TypeMismatch)
             out.append(self.cast(e, T.i64) if t is not None else e)
         return tuple(out)
 
@@ -257,7 +259,7 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
         value, t = self.expr(s.value)
         if isinstance(t, T.SimdType):
             raise self.error(s, f"dsl.atomic_add on '{s.tensor}' adds a scalar; {t} is a SIMD value "
-                                "(reduce it first: dsl.reduce_add(v))")
+                                "(reduce it first: dsl.reduce_add(v))", kind=TypeMismatch)
         return b.dtype, index, self.cast(value, b.dtype)
 
     def visit_AtomicAdd(self, s: ir.AtomicAdd):
@@ -286,11 +288,12 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
         for b in (s.start, s.stop, s.step):
             e, t = self.expr(b)
             if t is not None and not (t.is_int or t.is_bool):
-                raise self.error(b, f"range() takes integers, got {t}; convert with int(...)")
+                raise self.error(b, f"range() takes integers, got {t}; convert with int(...)", kind=TypeMismatch)
             bounds.append(self.cast(e, T.i64) if t is not None else e)
         vt = self.assign_type(s.var, T.WEAK_INT, s)
         if vt is not None and not vt.is_int:
-            raise self.error(s, f"loop variable '{s.var}' is also assigned a {vt} value; use another name")
+            raise self.error(s, f"loop variable '{s.var}' is also assigned a {vt} value; use another name",
+                             kind=TypeMismatch)
         if self.final:
             self.seen.add(s.var)
         body = self.stmts(s.body)
@@ -306,7 +309,7 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
             e, t = self.expr(b)
             v = _fold(e)
             if t is not None and not (t.is_int or t.is_bool) or isinstance(v, float):
-                raise self.error(b, f"dsl.static_range {label} must be an integer, got {t}")
+                raise self.error(b, f"dsl.static_range {label} must be an integer, got {t}", kind=TypeMismatch)
             if v is None:
                 raise self.error(b, f"dsl.static_range {label} is not known at compile time",
                                  "accepted: integer literals, dsl.const parameters, module-level int constants, "
@@ -447,11 +450,11 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
             return ir.Unary("not", self.truth(v, t), type=T.bool_, loc=e.loc), T.bool_
         if e.op == "neg":
             if t.is_bool:
-                raise self.error(e, "cannot negate a bool; use 'not'")
+                raise self.error(e, "cannot negate a bool; use 'not'", kind=TypeMismatch)
             return ir.Unary("neg", v, type=t.strong, loc=e.loc), t
         # invert
         if t.is_float:
-            raise self.error(e, f"'~' needs an integer or bool, got {t}")
+            raise self.error(e, f"'~' needs an integer or bool, got {t}", kind=TypeMismatch)
         if t.is_bool:
             return ir.Unary("not", self.cast(v, T.bool_), type=T.bool_, loc=e.loc), t
         return ir.Unary("invert", v, type=t.strong, loc=e.loc), t
@@ -467,17 +470,17 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
         sym = ir._SYMBOLS[op]
         if op in _ARITH or op == "truediv":
             if lt.is_bool and rt.is_bool:
-                raise self.error(e, f"'{sym}' on two bools; convert one with int(...)")
+                raise self.error(e, f"'{sym}' on two bools; convert one with int(...)", kind=TypeMismatch)
             t = T.promote(lt, rt)
             if op == "truediv" and not t.is_float:
                 t = T.WEAK_FLOAT if t.weak else T.f64
         elif op in _BITWISE:
             if lt.is_float or rt.is_float:
-                raise self.error(e, f"'{sym}' needs integers or bools, got {lt} and {rt}")
+                raise self.error(e, f"'{sym}' needs integers or bools, got {lt} and {rt}", kind=TypeMismatch)
             t = T.promote(lt, rt)
         else:  # shifts
             if not (lt.is_int and rt.is_int):
-                raise self.error(e, f"'{sym}' needs integers, got {lt} and {rt}")
+                raise self.error(e, f"'{sym}' needs integers, got {lt} and {rt}", kind=TypeMismatch)
             t = T.promote(lt, rt)
         if op == "pow":
             _check_exponent(t, r, e)
@@ -533,7 +536,8 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
         return self.cast(v, target), target
 
     def visit_TensorRef(self, e: ir.TensorRef):
-        raise self.error(e, f"tensor '{e.tensor}' used as a value; read an element: {e.tensor}[i]")
+        raise self.error(e, f"tensor '{e.tensor}' used as a value; read an element: {e.tensor}[i]",
+                         kind=TypeMismatch)
 
     def visit_NDim(self, e: ir.NDim):
         b = self.buffer(e.tensor, e)
@@ -549,12 +553,12 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
             return ir.Const(0, type=None, loc=e.loc), None
         if any(isinstance(t, T.SimdType) for _, t in typed):
             if spec.kind != "call":
-                raise self.error(e, f"{e.name}() takes no SIMD values")
+                raise self.error(e, f"{e.name}() takes no SIMD values", kind=TypeMismatch)
             return self.vector_call(e, spec, typed)
         try:
             argt, rest = spec.rule([t for _, t in typed])
         except B.BuiltinTypeError as err:
-            raise self.error(e, f"{e.name}(): {err}") from None
+            raise self.error(e, f"{e.name}(): {err}", kind=TypeMismatch) from None
         args = tuple(self.cast(a, argt) for a, _ in typed)
         if e.name == "pow":
             _check_exponent(argt, args[1], e)

@@ -1,15 +1,21 @@
-"""Source locations and the user-facing compile error.
+"""Source locations and every error opdsl raises on purpose: one hierarchy, rooted at ``Error``.
 
-Every frontend, type, uniformity and backend-build error is a ``CompileError``
-that points at the user's kernel source (file:line:col, the line, a caret) and
-is raised ``from None`` so no compiler frames reach the user.
+Each class also subclasses the built-in exception a user would try first where it behaves like
+one (``VerifyError`` is a ``ValueError``, ``LaunchError`` a ``RuntimeError``), so ``except
+ValueError`` keeps working while ``except dsl.Error`` catches everything opdsl raises.  The
+table in docs/language.md (Errors) lists them.  They live here, at the bottom of the layers, so
+every layer raises the same classes; the modules that raised them first re-export them.
+
+Every frontend, type, uniformity and backend-build error is a ``CompileError`` that points at the
+user's kernel source (file:line:col, the line, a caret) and is raised ``from None`` so no compiler
+frames reach the user.
 """
 from __future__ import annotations
 
 import linecache
 import sys
 from dataclasses import dataclass
-from typing import Optional
+from typing import List, Optional
 
 
 @dataclass(frozen=True)
@@ -42,7 +48,11 @@ def _cell_name(file: str) -> str:
 UNKNOWN = SourceLoc("<unknown>", 0, 0, "")
 
 
-class CompileError(Exception):
+class Error(Exception):
+    """The root of every error opdsl raises on purpose (``except dsl.Error``)."""
+
+
+class CompileError(Error):
     """A kernel that cannot be compiled, with where and why.
 
     ``str(err)`` reads::
@@ -79,9 +89,82 @@ class CompileError(Exception):
         return [f"{type(self).__name__}: {line}" if k == 0 else line
                 for k, line in enumerate(str(self).splitlines())]
 
-    def __reduce__(self):  # picklable across processes
-        return (CompileError, (self.message, self.loc, self.note))
+    def __reduce__(self):  # picklable across processes, subclass kept
+        return (type(self), (self.message, self.loc, self.note))
 
 
-class LaunchError(RuntimeError):
+class UnsupportedSyntax(CompileError):
+    """A Python construct the kernel language does not have (a ``with``, a slice, a generator...)."""
+
+
+class TypeMismatch(CompileError):
+    """Values whose types do not fit where they are used (a float index, a bool negated...)."""
+
+
+class NotDifferentiable(CompileError):
+    """``dsl.grad`` met code it cannot differentiate (a ``sync()``, scratch, atomics...)."""
+
+
+class LaunchError(Error, RuntimeError):
     """A kernel failed while running (interpreter thread errors, deadlocks at sync())."""
+
+
+class KernelIndexError(LaunchError, IndexError):
+    """An out-of-range index in a debug-mode launch: both a ``dsl.LaunchError`` and an ``IndexError``.
+
+    Attributes: ``tensor``, ``index`` (tuple), ``shape``, ``loc`` (the SourceLoc of the access),
+    ``thread_id``, ``tile_id``."""
+
+
+class VerifyError(Error, ValueError):
+    """An op rejects its inputs or params (raised by ``Op.verify``)."""
+
+
+class TensorSizeError(Error, ValueError):
+    """A tensor the graph would make opdsl allocate is larger than the configured cap."""
+
+
+class UnknownOpError(Error, LookupError):
+    """No registered op for a (domain, op_type, opset); the message lists the closest ones."""
+
+    def __init__(self, message: str, domain: str = "", op_type: str = "", opset: Optional[int] = None):
+        super().__init__(message)
+        self.domain, self.op_type, self.opset = domain, op_type, opset
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+class OnnxImportError(Error, ValueError):
+    """The ONNX model cannot be turned into a graph; the message says which part and why.
+    ``missing``: the ``coverage.MissingOp`` list when the cause is ops no registered op answers."""
+
+    missing: List = []
+
+
+class PackageError(Error, ValueError):
+    """An op package cannot be loaded; ``manifest``, ``line`` and ``key`` say where.
+
+    The message always starts ``<manifest path>:<line>: `` (line 0: the file as a whole) so an
+    editor or a terminal can jump to the place, then names the key and what is accepted."""
+
+    def __init__(self, manifest: str, line: int, key: Optional[str], problem: str):
+        self.manifest, self.line, self.key, self.problem = str(manifest), int(line), key, problem
+        where = f"{self.manifest}:{self.line}: "
+        super().__init__(where + (f"{key}: {problem}" if key else problem))
+
+
+class NoDevice(Error, RuntimeError):
+    """No OpenCL device can be used here; the message says why, device by device."""
+
+
+class DriverError(NoDevice):
+    """The OpenCL driver failed on a program it should build or run: not the user's fault."""
+
+
+class BuildError(Error, RuntimeError):
+    """The OpenCL compiler rejected a program; ``log`` holds its output."""
+
+    def __init__(self, log: str):
+        self.log = log
+        super().__init__(log)

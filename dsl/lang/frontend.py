@@ -21,7 +21,7 @@ import numpy as np
 from dsl.lang import ir
 from dsl.lang import nesting
 from dsl.lang import types as T
-from dsl.lang.errors import CompileError, SourceLoc
+from dsl.lang.errors import CompileError, SourceLoc, UnsupportedSyntax
 from dsl.lang.resolve import Resolver
 from dsl.lang.signature import ParamDecl, param_decls
 from dsl.lang.frontend_calls import Calls
@@ -152,7 +152,7 @@ def parse(fn, *, is_kernel: bool, log_level: str, tensors: Optional[FrozenSet[in
     v.fdef = fdef
     v.returns_value = any(isinstance(n, ast.Return) and n.value is not None for n in ast.walk(fdef))
     if isinstance(fdef, ast.AsyncFunctionDef):
-        raise v.error(fdef, "async functions are not supported in kernels")
+        raise v.error(fdef, "async functions are not supported in kernels", kind=UnsupportedSyntax)
     nesting.check_depth(fdef, v.error)  # before anything recurses over the tree
     body = v.block(fdef.body, top=True)
     return Parsed(fn.__name__, params, tuple(body), v.scratch, v.funcs, v.resolve.captured, v.shape_unpacks, filename,
@@ -193,8 +193,9 @@ class _Visitor(Declarations, Calls, Visitor):
         line = self.lines[k].rstrip("\n") if 0 <= k < len(self.lines) else None
         return SourceLoc(self.filename, self.firstline + k, getattr(node, "col_offset", 0) + 1 + self.indent, line)
 
-    def error(self, node, msg: str, note: Optional[str] = None) -> CompileError:
-        return CompileError(msg, self.loc(node), note)
+    def error(self, node, msg: str, note: Optional[str] = None, kind=CompileError) -> CompileError:
+        """``kind``: the CompileError subclass (``UnsupportedSyntax`` for Python the language lacks)."""
+        return kind(msg, self.loc(node), note)
 
     def tmp(self) -> str:
         self.tmp_count += 1
@@ -215,9 +216,9 @@ class _Visitor(Declarations, Calls, Visitor):
     def unsupported(self, node):
         if isinstance(node, ast.stmt):
             raise self.error(node, f"construct '{_construct_name(node)}' is not supported in kernels",
-                             "see the supported Python subset in docs/language.md")
+                             "see the supported Python subset in docs/language.md", UnsupportedSyntax)
         raise self.error(node, f"expression '{_construct_name(node)}' is not supported in kernels",
-                         "see the supported Python subset in docs/language.md")
+                         "see the supported Python subset in docs/language.md", UnsupportedSyntax)
 
     # ---- statements
     def block(self, stmts, top: bool = False) -> List[ir.Stmt]:
@@ -267,7 +268,7 @@ class _Visitor(Declarations, Calls, Visitor):
     def visit_AugAssign(self, s):
         op = _BINOPS.get(type(s.op))
         if op is None:
-            raise self.error(s, f"operator {type(s.op).__name__} is not supported")
+            raise self.error(s, f"operator {type(s.op).__name__} is not supported", kind=UnsupportedSyntax)
         if isinstance(s.target, ast.Name):
             cur = self.expr(s.target)
             return self.assign_to(s.target, ir.Binary(op, cur, self.expr(s.value), loc=self.loc(s)), s)
@@ -342,7 +343,7 @@ class _Visitor(Declarations, Calls, Visitor):
 
     def visit_For(self, s):
         if s.orelse:
-            raise self.error(s, "for ... else is not supported in kernels")
+            raise self.error(s, "for ... else is not supported in kernels", kind=UnsupportedSyntax)
         if not isinstance(s.target, ast.Name):
             raise self.error(s.target, "a for loop needs one variable: for i in range(n)")
         it = s.iter
@@ -388,7 +389,7 @@ class _Visitor(Declarations, Calls, Visitor):
 
     def visit_While(self, s):
         if s.orelse:
-            raise self.error(s, "while ... else is not supported in kernels")
+            raise self.error(s, "while ... else is not supported in kernels", kind=UnsupportedSyntax)
         return ir.While(self.expr(s.test), tuple(self.block(s.body)), loc=self.loc(s))
 
     def visit_Break(self, s):
@@ -420,7 +421,7 @@ class _Visitor(Declarations, Calls, Visitor):
         if isinstance(v, bool) or isinstance(v, (int, float)):
             return ir.Const(v, loc=self.loc(e))
         raise self.error(e, f"constant {v!r} of type {type(v).__name__} is not supported in kernel expressions; "
-                            "numbers and booleans are")
+                            "numbers and booleans are", kind=UnsupportedSyntax)
 
     def visit_Name(self, e):
         name = e.id
@@ -447,7 +448,7 @@ class _Visitor(Declarations, Calls, Visitor):
     def visit_BinOp(self, e):
         op = _BINOPS.get(type(e.op))
         if op is None:
-            raise self.error(e, f"operator {type(e.op).__name__} is not supported in kernels")
+            raise self.error(e, f"operator {type(e.op).__name__} is not supported in kernels", kind=UnsupportedSyntax)
         return ir.Binary(op, self.expr(e.left), self.expr(e.right), loc=self.loc(e))
 
     def visit_UnaryOp(self, e):
@@ -474,7 +475,7 @@ class _Visitor(Declarations, Calls, Visitor):
             name = _CMPOPS.get(type(op))
             if name is None:
                 raise self.error(e, f"comparison '{type(op).__name__}' is not supported in kernels "
-                                    "(use == != < <= > >=)")
+                                    "(use == != < <= > >=)", kind=UnsupportedSyntax)
             right = self.expr(comp)
             parts.append(ir.Compare(name, left, right, loc=self.loc(e)))
             left = right
@@ -516,7 +517,8 @@ class _Visitor(Declarations, Calls, Visitor):
                                 "and scratch buffers can")
         idx = e.slice
         if isinstance(idx, ast.Slice) or (isinstance(idx, ast.Tuple) and any(isinstance(x, ast.Slice) for x in idx.elts)):
-            raise self.error(idx, "slices are not supported in kernels; index one element at a time")
+            raise self.error(idx, "slices are not supported in kernels; index one element at a time",
+                             kind=UnsupportedSyntax)
         elts = idx.elts if isinstance(idx, ast.Tuple) else [idx]
         if flat and len(elts) != 1:
             raise self.error(idx, f"{base.id}.flat takes one index")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, List
 
 from dsl.lang import types as T
-from dsl.lang.errors import CompileError, SourceLoc
+from dsl.lang.errors import CompileError, SourceLoc, UnsupportedSyntax
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ def param_decls(fn, filename: str, firstline: int, lines: List[str], require: bo
     for p in sig.parameters.values():
         loc = _param_loc(p.name, filename, firstline, lines)
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            raise CompileError(f"*{p.name} / **{p.name} parameters are not supported in kernels", loc)
+            raise UnsupportedSyntax(f"*{p.name} / **{p.name} parameters are not supported in kernels", loc)
         a = ann.get(p.name, inspect.Parameter.empty)
         if a is inspect.Parameter.empty and not require:
             decls.append(ParamDecl(p.name, "scalar", None, p.default, loc))

@@ -3,11 +3,4 @@
 
 from __future__ import annotations
 
-from typing import List
-
-
-class OnnxImportError(ValueError):
-    """The ONNX model cannot be turned into a graph; the message says which part and why.
-    ``missing``: the ``coverage.MissingOp`` list when the cause is ops no registered op answers."""
-
-    missing: List = []
+from dsl.lang.errors import OnnxImportError  # noqa: F401  (defined with every error: dsl/lang/errors.py)

@@ -10,10 +10,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from dsl import config
-
-
-class TensorSizeError(ValueError):
-    """A tensor the graph would make opdsl allocate is larger than the configured cap."""
+from dsl.lang.errors import TensorSizeError  # noqa: F401  (every error: dsl/lang/errors.py)
 
 
 def tensor_limit(max_tensor_bytes: Optional[int]) -> int:

@@ -15,21 +15,12 @@ import importlib
 import threading
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
+from dsl.lang.errors import UnknownOpError  # noqa: F401  (every error: dsl/lang/errors.py)
+
 _ONNX_ALIASES = ("ai.onnx",)
 
 # (domain, op_type) -> entries, most recent registration last
 _TABLE: Dict[Tuple[str, str], List[type]] = {}
-
-
-class UnknownOpError(LookupError):
-    """No registered op for a (domain, op_type, opset); the message lists the closest ones."""
-
-    def __init__(self, message: str, domain: str = "", op_type: str = "", opset: Optional[int] = None):
-        super().__init__(message)
-        self.domain, self.op_type, self.opset = domain, op_type, opset
-
-    def __str__(self) -> str:
-        return self.args[0]
 
 
 def normalize_domain(domain: Optional[str]) -> str:

@@ -13,12 +13,9 @@ from typing import NamedTuple, Optional, Tuple, Union
 import numpy as np
 
 from dsl.lang.types import DType, as_dtype, from_numpy, i8, i16, u8, u16
+from dsl.lang.errors import VerifyError  # noqa: F401  (every error: dsl/lang/errors.py)
 
 FORMATS = ("plain", "nchwc16")
-
-
-class VerifyError(ValueError):
-    """An op rejects its inputs or params (raised by ``Op.verify``)."""
 
 
 # --------------------------------------------------------------------------- quantization

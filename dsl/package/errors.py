@@ -5,13 +5,4 @@ editor or a terminal can jump to the place, then names the key and what is accep
 """
 from __future__ import annotations
 
-from typing import Optional
-
-
-class PackageError(ValueError):
-    """An op package cannot be loaded; ``manifest``, ``line`` and ``key`` say where."""
-
-    def __init__(self, manifest: str, line: int, key: Optional[str], problem: str):
-        self.manifest, self.line, self.key, self.problem = str(manifest), int(line), key, problem
-        where = f"{self.manifest}:{self.line}: "
-        super().__init__(where + (f"{key}: {problem}" if key else problem))
+from dsl.lang.errors import PackageError  # noqa: F401  (defined with every error: dsl/lang/errors.py)
