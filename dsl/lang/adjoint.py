@@ -207,7 +207,10 @@ class Adjoint(Visitor):
         backward = self.rev(renamed, frozenset())
         init = [ir.Assign(a, zero(self.types[a])) for a in self.adj.values()]
         init += [ir.Assign(f, ir.Const(False, type=T.bool_)) for f in self.taken_flags.values()]
-        body, _ = dead_code(tuple(forward) + tuple(init) + tuple(backward), set())
+        # every local starts defined: the adjoint of a branch reads values its forward branch made,
+        # and the checker cannot know the two take the same side (dead_code drops the unneeded)
+        defined = [ir.Assign(n, zero(t)) for n, t in self.types.items() if isinstance(t, T.DType)]
+        body, _ = dead_code(tuple(defined) + tuple(forward) + tuple(init) + tuple(backward), set())
         return body
 
     def check_tensors(self, body) -> None:
