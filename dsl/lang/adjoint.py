@@ -14,7 +14,7 @@ that thread's own output element) gets its gradient with a plain ``+=``; any oth
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Set, Tuple
 
 from dsl.lang import derivatives
@@ -138,7 +138,6 @@ class RFor:
     body: Tuple
     carries: List[Carry]
     loc: object = None
-    updates: Dict[str, Carry] = field(default_factory=dict)  # name made by a max/min update -> its carry
 
 
 @dataclass
@@ -173,10 +172,9 @@ class Adjoint(Visitor):
         self.orig_of: Dict[str, str] = {}
         self.adj: Dict[str, str] = {}
         self.loop_keys: Dict[str, tuple] = {}   # renamed loop var -> its range, for the ownership test
-        self.taken_flags: Dict[str, str] = {}
         self.owned: Dict[str, bool] = {}
         self.pending: Dict[tuple, tuple] = {}  # owned gradient elements the current statement adds to
-        self.updates: Dict[str, Carry] = {}  # max/min accumulation updates of the loops being reversed
+        self.through: Dict[str, dict] = {}  # accumulations of the loops being reversed, by original name
 
     # ------------------------------------------------------------------ names
     def fresh(self, base: str, t: T.DType) -> str:
@@ -206,7 +204,6 @@ class Adjoint(Visitor):
         forward = self.replay(renamed)
         backward = self.rev(renamed, frozenset())
         init = [ir.Assign(a, zero(self.types[a])) for a in self.adj.values()]
-        init += [ir.Assign(f, ir.Const(False, type=T.bool_)) for f in self.taken_flags.values()]
         # every local starts defined: the adjoint of a branch reads values its forward branch made,
         # and the checker cannot know the two take the same side (dead_code drops the unneeded)
         defined = [ir.Assign(n, zero(t)) for n, t in self.types.items() if isinstance(t, T.DType)]
@@ -301,11 +298,6 @@ class Adjoint(Visitor):
         loop = RFor(var, start, stop, step, tuple(body), carries, s.loc)
         for c in carries:
             c.last = body_env[c.orig]
-            if c.kind in ("max", "min"):
-                for n in _walk_all(body):
-                    if isinstance(n, ir.Assign) and self.orig_of.get(n.name) == c.orig and isinstance(
-                            n.value, ir.Call):
-                        loop.updates[n.name] = c
         for v in inner - set(carried):
             if v in body_env and v != s.var:
                 env[v] = body_env[v]
@@ -399,15 +391,14 @@ class Adjoint(Visitor):
         t = self.types[s.name]
         if not t.is_float:
             return []
+        self.pending = {}
+        through = self.through.get(self.orig_of.get(s.name))
+        if through is not None:  # an accumulation's update: its adjoint is the loop's, unchanged
+            return self.flush(self.accumulated(s, through))
         a = self.adj_of(s.name)
         seed = self.fresh("seed", t)
         out: List[ir.Stmt] = [ir.Assign(seed, ir.Name(a, type=t)), ir.Assign(a, zero(t))]
-        self.pending = {}
-        carry = self.updates.get(s.name)
-        if carry is not None:
-            out.extend(self.pick_accumulated(s, carry, ir.Name(seed, type=t)))
-        else:
-            self.expr(s.value, ir.Name(seed, type=t), out)
+        self.expr(s.value, ir.Name(seed, type=t), out)
         return self.flush(out)
 
     def visit_Store(self, s: ir.Store, acc) -> List[ir.Stmt]:
@@ -439,20 +430,32 @@ class Adjoint(Visitor):
 
     def visit_RFor(self, f: RFor, acc) -> List[ir.Stmt]:
         out: List[ir.Stmt] = []
+        saved = dict(self.through)
+        mine = []  # accumulations this loop is the outermost of
         for c in f.carries:
-            if c.kind in ("max", "min") and c.orig not in acc:
-                flag = self.taken_flags.setdefault(c.orig, self.fresh(f"taken_{c.orig}", T.bool_))
-                out.append(ir.Assign(flag, ir.Const(False, type=T.bool_)))
-        inner_acc = acc | {c.orig for c in f.carries if c.kind in ("max", "min")}
-        trips = self.fresh("trips", T.i64)
-        out.append(ir.Assign(trips, self.trip_count(f)))
-        t = self.fresh("rev", T.i64)
-        tn = ir.Name(t, type=T.i64)
-        at = ir.Assign(f.var, bin_("add", f.start, bin_("mul", tn, f.step)))
-        body: List[ir.Stmt] = [at]
+            if c.kind is None:
+                continue
+            if c.orig in self.through:  # nested in a loop accumulating the same value
+                self.through[c.orig] = {**self.through[c.orig], "final": c.loop}
+                continue
+            ty = self.types[c.loop]
+            through = {"kind": c.kind, "final": c.loop, "seed": self.fresh(f"adj_{c.orig}_through", ty)}
+            out.append(ir.Assign(through["seed"], ir.Name(self.adj_of(c.loop), type=ty)))
+            if c.kind in ("max", "min"):
+                through["flag"] = self.fresh(f"taken_{c.orig}", T.bool_)
+                out.append(ir.Assign(through["flag"], ir.Const(False, type=T.bool_)))
+            self.through[c.orig] = through
+            mine.append((c, through))
         general = [c for c in f.carries if c.kind is None]
-        if general:
+        body: List[ir.Stmt] = []
+        if general:  # iterations depend on each other: run them backwards, each restoring its carry
+            trips = self.fresh("trips", T.i64)
+            out.append(ir.Assign(trips, self.trip_count(f)))
+            t = self.fresh("rev", T.i64)
+            tn = ir.Name(t, type=T.i64)
+            at = ir.Assign(f.var, bin_("add", f.start, bin_("mul", tn, f.step)))
             t2 = self.fresh("redo", T.i64)
+            body.append(at)
             body += [ir.Assign(c.loop, self.entry_value(c)) for c in general]
             redo = [ir.Assign(f.var, bin_("add", f.start, bin_("mul", ir.Name(t2, type=T.i64), f.step)))]
             redo += self.replay(f.body)
@@ -460,26 +463,36 @@ class Adjoint(Visitor):
             body.append(ir.For(t2, i64(0), tn, i64(1), tuple(redo)))
             body.append(at)
         body += self.replay(f.body)
-        for c in f.carries:
+        for c in general:
             ty = self.types[c.loop]
             if not ty.is_float:
                 continue
             al, ae = self.adj_of(c.loop), self.adj_of(c.last)
             body.append(ir.Assign(ae, bin_("add", ir.Name(ae, type=ty), ir.Name(al, type=ty))))
             body.append(ir.Assign(al, zero(ty)))
-        saved = self.updates
-        self.updates = {**saved, **f.updates}
-        body += self.rev(f.body, inner_acc)
-        self.updates = saved
-        out.append(ir.For(t, bin_("sub", ir.Name(trips, type=T.i64), i64(1)), i64(-1), i64(-1), tuple(body),
-                          loc=f.loc))
+        body += self.rev(f.body, acc)
+        self.through = saved
+        if general:
+            out.append(ir.For(t, bin_("sub", ir.Name(trips, type=T.i64), i64(1)), i64(-1), i64(-1), tuple(body),
+                              loc=f.loc))
+        else:
+            # only accumulations cross iterations and their adjoints pass through unchanged, so the
+            # reversed iterations may run in the forward's order (which vectorizes like it)
+            out.append(ir.For(f.var, f.start, f.stop, f.step, tuple(body), loc=f.loc))
         for c in f.carries:
             ty = self.types[c.loop]
-            if ty.is_float and c.entry is not None:
-                al, ae = self.adj_of(c.loop), self.adj_of(c.entry) if c.entry in self.types else None
-                if ae is not None:
-                    out.append(ir.Assign(ae, bin_("add", ir.Name(ae, type=ty), ir.Name(al, type=ty))))
-                out.append(ir.Assign(al, zero(ty)))
+            if not ty.is_float or (c.kind is not None and c.orig in saved):
+                continue
+            al = self.adj_of(c.loop)
+            if c.entry is not None and c.entry in self.types:
+                ae = self.adj_of(c.entry)
+                add = ir.Assign(ae, bin_("add", ir.Name(ae, type=ty), ir.Name(al, type=ty)))
+                through = {id(k): v for k, v in mine}.get(id(c))
+                if through is not None and "flag" in through:  # no element was the extreme: the entry was
+                    out.append(ir.If(ir.Unary("not", ir.Name(through["flag"], type=T.bool_), type=T.bool_), (add,)))
+                else:
+                    out.append(add)
+            out.append(ir.Assign(al, zero(ty)))
         return out
 
     def trip_count(self, f: RFor) -> ir.Expr:
@@ -494,22 +507,31 @@ class Adjoint(Visitor):
         down = count(hi, lo, ir.Unary("neg", st, type=T.i64))
         return ir.Conditional(ir.Compare("gt", st, i64(0), type=T.bool_), up, down, type=T.i64)
 
-    def pick_accumulated(self, s: ir.Assign, c: Carry, seed: ir.Expr) -> List[ir.Stmt]:
-        """``m_k = max(m_prev, e)`` in a loop: the gradient goes to the one ``e`` equal to the
-        loop's final maximum (the first met in reverse), else on to ``m_prev``."""
-        call = s.value.value if isinstance(s.value, ir.Cast) else s.value
-        a, b = call.args
-        prev, e = (a, b) if isinstance(a, ir.Name) and self.orig_of.get(a.name) == c.orig else (b, a)
-        flag = ir.Name(self.taken_flags[c.orig], type=T.bool_)
-        final = ir.Name(c.loop, type=self.types[c.loop])
-        take: List[ir.Stmt] = []
-        self.expr(e, seed, take)
-        take.append(ir.Assign(flag.name, ir.Const(True, type=T.bool_)))
-        keep: List[ir.Stmt] = []
-        self.expr(prev, seed, keep)
-        cond = ir.Logical("and", ir.Unary("not", flag, type=T.bool_),
-                          ir.Compare("eq", _as(e, final.type), final, type=T.bool_), type=T.bool_)
-        return [ir.If(cond, tuple(take), tuple(keep), loc=s.loc)]
+    def accumulated(self, s: ir.Assign, through: dict) -> List[ir.Stmt]:
+        """The adjoint of an update of an accumulation ``v`` (``v = v + e``, ``v = max(v, e)``):
+        ``e`` gets the loop's adjoint of ``v`` (for max/min only the one ``e`` equal to the final
+        value, the first met); copies of ``v`` between branches pass it on unchanged."""
+        value = s.value.value if isinstance(s.value, ir.Cast) else s.value
+        orig = self.orig_of[s.name]
+        seed = ir.Name(through["seed"], type=self.types[through["seed"]])
+        mine = [isinstance(x, ir.Name) and self.orig_of.get(x.name) == orig for x in getattr(value, "args", ())]
+        out: List[ir.Stmt] = []
+        if isinstance(value, ir.Binary):
+            mine = [isinstance(x, ir.Name) and self.orig_of.get(x.name) == orig for x in (value.left, value.right)]
+            e = value.right if mine[0] else value.left
+            self.expr(e, _as(seed if value.op == "add" else ir.Unary("neg", seed, type=seed.type), e.type), out)
+        elif isinstance(value, ir.Call):
+            e = value.args[1] if mine[0] else value.args[0]
+            flag = ir.Name(through["flag"], type=T.bool_)
+            final = ir.Name(through["final"], type=self.types[through["final"]])
+            take: List[ir.Stmt] = []
+            self.expr(e, _as(seed, e.type), take)
+            take = self.flush(take)  # the gradient element is written in this branch only
+            take.append(ir.Assign(flag.name, ir.Const(True, type=T.bool_)))
+            cond = ir.Logical("and", ir.Unary("not", flag, type=T.bool_),
+                              ir.Compare("eq", _as(e, final.type), final, type=T.bool_), type=T.bool_)
+            out.append(ir.If(cond, tuple(take), (), loc=s.loc))
+        return out
 
     # ------------------------------------------------------------------ expressions
     def share(self, seed: ir.Expr, out: List[ir.Stmt]) -> ir.Expr:
