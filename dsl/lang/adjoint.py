@@ -279,8 +279,9 @@ class Adjoint(Visitor):
         if isinstance(e, ir.Call):
             changes["args"] = tuple(self.hoist(a, out) for a in e.args)
         e = replace(e, **changes) if changes else e
-        if (not top and isinstance(e, ir.Call) and e.type is not None and e.type.is_float
-                and derivatives.formulas_or_none(e.name) not in (None, derivatives.PICK)):
+        costly = (isinstance(e, ir.Call) and derivatives.formulas_or_none(e.name) not in (None, derivatives.PICK)
+                  or isinstance(e, ir.Binary) and e.op in ("truediv", "pow"))
+        if not top and costly and e.type is not None and e.type.is_float:
             name = self.version("call", e.type)
             out.append(ir.Assign(name, e, loc=e.loc))
             return ir.Name(name, type=e.type, loc=e.loc)
