@@ -14,10 +14,6 @@ from tests.dsl import grad_kernels as K
 RNG = np.random.default_rng(7)
 
 
-def _call(kernel, args, backend="numba"):
-    kernel(**args, backend=backend)
-
-
 def _outputs(kernel, args):
     """Run the forward (numba) and return its float outputs."""
     outs = {p.name: np.zeros_like(args[p.name]) for p in kernel.params
@@ -78,15 +74,6 @@ def check(kernel, args, backend, torch_fn=None, rtol=1e-6, atol=1e-7):
             np.testing.assert_allclose(grads[name], tens[name].grad.numpy(), rtol=rtol, atol=atol,
                                        err_msg=f"grad_{name} vs torch")
     return seeds, grads
-
-
-def _tensor_args(kernel, **given):
-    args = dict(given)
-    for p in kernel.params:
-        if p.kind == "tensor" and p.annotation.access == "out" and p.name not in args:
-            like = given[next(iter(given))]
-            args[p.name] = np.zeros(like.shape[:1] if p.annotation.ndim == 1 else like.shape, like.dtype)
-    return args
 
 
 def test_elementwise(backend):
