@@ -159,7 +159,7 @@ def test_pickles_caches_and_shows_source():
     gx2 = np.zeros(7)
     again(x, np.zeros(7), 0.5, gy, gx2)
     np.testing.assert_array_equal(gx, gx2)
-    assert len(g._variants) == 1  # compiled once for this specialization
+    assert len([k for k in g._variants if k[0] == "numba"]) == 1  # compiled once for this specialization
     python = g.source("python")
     assert python.startswith("def elementwise_grad(x: dsl.In[dsl.f64, 1], y: dsl.Out[dsl.f64, 1], alpha: dsl.f64, "
                              "grad_y: dsl.In[dsl.f64, 1], grad_x: dsl.InOut[dsl.f64, 1]):")
