@@ -202,3 +202,11 @@ def test_parameter_convention():
     g(x, k, np.zeros(5), count, 2.5, gy, gx)
     np.testing.assert_allclose(gx, 2.5 * gy)
     assert (count == -7).all()  # the gradient kernel writes only the gradients
+
+
+def test_continue_nested_max_integer_while_and_a_backward_range(backend):
+    x = RNG.uniform(0.2, 1.0, 5)
+    check(K.skip_self, dict(x=x, y=np.zeros(5)), backend)
+    check(K.max_2d, dict(x=RNG.standard_normal((3, 4)), y=np.zeros(1)), backend,
+          lambda x, y: {"y": (2 * x).amax().reshape(1)})
+    check(K.integer_while_then_backwards, dict(x=x, y=np.zeros(1)), backend)
