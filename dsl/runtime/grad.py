@@ -162,8 +162,10 @@ class GradKernel(Kernel):
         return self.generated(values).specialize(values)
 
     def cache_key(self, backend: str, key: Tuple) -> str:
-        raise TypeError(f"{self.__name__}: the compile cache keys the generated kernel "
-                        "(.generated(values).cache_key)")
+        """A digest of the forward's key and this specialization.  (What compiles is the generated
+        kernel, whose own key hashes the source ``dsl.grad`` wrote: that is the disk cache's.)"""
+        h = hashlib.sha256(repr(("dsl.grad", self.forward.cache_key(backend, ()), key)).encode())
+        return h.hexdigest()[:32]
 
     def source(self, backend: str = "numba", *args, **kwargs) -> str:
         """Generated code, as for any kernel; ``backend="python"`` gives the kernel Python
