@@ -98,6 +98,7 @@ class GradKernel(Kernel):
         self.__doc__ = f"Gradient of {forward.__name__} (dsl.grad)."
         self.threads, self.grid, self.log_level = forward.threads, forward.grid, forward.log_level
         self.fastmath, self.debug = forward.fastmath, forward.debug
+        self.defines, self.features = forward.defines, forward.features  # a variant's gradient needs what it needs
         self._extra = gradient_params(forward)
         self.params = list(forward.params) + [d for d, _ in self._extra]
         self._names = [p.name for p in self.params]
