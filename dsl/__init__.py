@@ -40,6 +40,7 @@ _LAZY = {
     "RawOpenCL": "backends.opencl.raw",
     "target": "dsl.runtime.target", "Target": "dsl.runtime.target",
     "autotune": "dsl.runtime.autotune",
+    "grad": "dsl.runtime.grad",
 }
 
 

@@ -102,7 +102,8 @@ class TypeMismatch(CompileError):
 
 
 class NotDifferentiable(CompileError):
-    """``dsl.grad`` met code it cannot differentiate (a ``sync()``, scratch, atomics...)."""
+    """``dsl.grad`` of a kernel that cannot be differentiated: the message says what, where and why
+    (a ``sync()``, scratch, atomics...)."""
 
 
 class LaunchError(Error, RuntimeError):
