@@ -1,8 +1,9 @@
 """Opening files that someone else may have put there: regular files only, never blocking, capped.
 
-``open()`` on a FIFO waits for a writer forever, and reading ``/dev/zero`` never ends.  Every
-file opdsl reads without having just written it (compile cache entries, autotune records, the
-OpenCL probe record, ONNX models and their external data) goes through ``open_regular``: the
+``open()`` on a FIFO waits for a writer forever, and reading ``/dev/zero`` never ends.  Files
+opdsl reads that someone else may have placed (compile cache entries, autotune records, the
+OpenCL probe record, ONNX models and their external data, the files a pickled op package
+carries) go through ``open_regular``: the
 path is opened with ``O_NONBLOCK`` (a FIFO opens at once), the type is checked with ``fstat``
 on the open descriptor (no window between a check and the open), and anything but a regular
 file is refused with ``NotARegularFile``.  ``read_regular`` then reads at most ``limit`` bytes.

@@ -32,6 +32,7 @@ import weakref
 from pathlib import Path
 from typing import Dict, Tuple
 
+from dsl.files import FileTooLarge, NotARegularFile, read_regular
 from dsl.opgraph import registry
 from dsl.package.errors import PackageError
 from dsl.package.loader import private_name
@@ -74,12 +75,16 @@ def _read_files(root: Path, op_type: str) -> Dict[str, bytes]:
             if name.startswith(".") or name.endswith(".pyc"):
                 continue
             path = Path(folder) / name
-            data = path.read_bytes()
-            total += len(data)
-            if total > MAX_BYTES:
+            try:  # a FIFO or device in the folder is refused, not waited on or read forever
+                data = read_regular(path, MAX_BYTES - total)
+            except NotARegularFile as e:
+                raise PackageError(str(root), 0, None, f"pickling op {op_type}: {path.name} is {e.kind}, not a "
+                                   "regular file; accepted: a package folder of plain files") from None
+            except FileTooLarge:
                 raise PackageError(str(root), 0, None, f"pickling op {op_type}: the package folder holds more "
                                    f"than {MAX_BYTES >> 20} MiB, which would travel with every pickled model; "
-                                   "accepted: keep data files out of the package folder")
+                                   "accepted: keep data files out of the package folder") from None
+            total += len(data)
             files[path.relative_to(root).as_posix()] = data
     return files
 
