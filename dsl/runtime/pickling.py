@@ -27,6 +27,7 @@ pass their class along.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import copyreg
 import importlib
 import inspect
@@ -278,12 +279,23 @@ def _global_names(code: types.CodeType) -> set:
     return names
 
 
+_SOURCES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # function -> its source, once found
+
+
 def _source_or_none(fn) -> Optional[Tuple[str, int, list]]:
+    """The function's (file, first line, lines), looked up once per function: ``inspect`` tokenizes
+    the file each time, and a kernel of the user's module is pickled with every task that uses it."""
+    hit = _SOURCES.get(fn)
+    if hit is not None and hit[0] is fn.__code__:
+        return hit[1]
     try:
         lines, first = inspect.getsourcelines(fn)
     except (OSError, TypeError):
         return None
-    return (fn.__code__.co_filename, first, lines)
+    found = (fn.__code__.co_filename, first, lines)
+    with contextlib.suppress(TypeError):  # a function that cannot be weakly referenced is looked up every time
+        _SOURCES[fn] = (fn.__code__, found)
+    return found
 
 
 def _source_of(fn, what: str) -> Tuple[str, int, list]:
