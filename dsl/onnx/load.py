@@ -167,8 +167,9 @@ def read_model(model, limit: Optional[int] = None) -> Tuple[Any, Optional[str]]:
                                   "model is trusted)") from None
         except OSError as e:
             raise OnnxImportError(f"cannot read ONNX model {path!r}: {e.strerror or e}") from None
-        try:
-            proto = onnx.load_model_from_string(data)
+        try:  # the format from the extension, as onnx.load picks it (.onnx, .textproto, .json, ...)
+            fmt = onnx.serialization.registry.get_format_from_file_extension(os.path.splitext(path)[1])
+            proto = onnx.load_model_from_string(data, format=fmt or "protobuf")
         except Exception as e:
             raise OnnxImportError(f"{path!r} is not a readable ONNX model: {type(e).__name__}: {e}") from None
         return proto, os.path.dirname(os.path.realpath(path))
