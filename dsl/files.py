@@ -28,7 +28,7 @@ class NotARegularFile(OSError):
 
     def __init__(self, path: str, kind: str):
         super().__init__(f"{path} is {kind}, not a regular file")
-        self.filename, self.kind = path, kind
+        self.path, self.kind = path, kind
 
 
 class FileTooLarge(OSError):
@@ -36,7 +36,7 @@ class FileTooLarge(OSError):
 
     def __init__(self, path: str, limit: int):
         super().__init__(f"{path} holds more than {limit} bytes")
-        self.filename, self.limit = path, limit
+        self.path, self.limit = path, limit
 
 
 def kind_of(st: os.stat_result) -> str:
