@@ -12,8 +12,11 @@ never raise on a bad disk, so every backend gets that fallback by calling them.
 Writes go to a 0600 temporary file in the same folder that is renamed into
 place (readers see old or new, never half, and a failed write leaves nothing);
 folders are created 0700; files are opened without following symlinks and
-read only if this user owns them.  Blobs written with ``store`` carry a
-checksum: a truncated or corrupt entry reads as missing (and is removed).
+read only if this user owns them and they are regular files (a FIFO or device in
+their place is a miss with one ``CacheEntryWarning``, never a hang: dsl/files.py).
+Blobs written with ``store`` carry a checksum and the digest of their own name (key): a
+truncated or corrupt entry reads as missing, another key's entry (a swapped file) as
+missing with one warning; both are removed.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ import warnings
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple, Union
 
-from dsl import config
+from dsl import config, files
 
 try:  # POSIX advisory locks; Windows falls back to msvcrt byte-range locks
     import fcntl as _fcntl
@@ -51,8 +54,9 @@ MARKER = ".opdsl-cache"
 _MARKER_TEXT = ("This folder is an opdsl compile cache. `opdsl cache clear` deletes the folders "
                 + ", ".join(KNOWN_FOLDERS) + " in it and nothing else.\n")
 
-_MAGIC = b"OPDSL-CACHE-1\n"
-_DIGEST = 32  # sha256 bytes after the magic line
+_MAGIC = b"OPDSL-CACHE-2\n"
+_DIGEST = 32  # sha256 bytes: after the magic line, the digest of the entry's name, then of its data
+MAX_ENTRY_BYTES = 1 << 30  # a cache file larger than this is not one opdsl wrote
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _BINARY = getattr(os, "O_BINARY", 0)
@@ -65,6 +69,10 @@ _thread_locks_guard = threading.Lock()
 
 class CacheWarning(UserWarning):
     """The disk cache cannot be used safely; this process compiles in memory."""
+
+
+class CacheEntryWarning(UserWarning):
+    """One cache entry was not what its name says (another key's entry, a FIFO, too large): a miss."""
 
 
 class CacheUnusable(OSError):
@@ -308,27 +316,43 @@ def atomic_write(target: Union[str, Path], data: Union[bytes, str]) -> Path:
     return target
 
 
-def read_private(p: Union[str, Path]) -> Optional[bytes]:
+def read_private(p: Union[str, Path], limit: int = MAX_ENTRY_BYTES) -> Optional[bytes]:
     """The bytes of a regular file this user owns and only this user can write; None otherwise
-    (missing, a symlink, foreign, or unreadable).  Opened once, checked on the open file."""
+    (missing, a symlink, foreign, unreadable).  Opened once without blocking and checked on the
+    open file (dsl/files.py): a FIFO, a device or a file over ``limit`` bytes is a miss with one
+    ``CacheEntryWarning`` naming it, never a hang."""
     try:
-        fd = os.open(p, os.O_RDONLY | _NOFOLLOW | _CLOEXEC | _BINARY)
+        fd, st = files.open_regular(p, follow_symlinks=False)
+    except files.NotARegularFile as e:
+        entry_warning(p, f"it is {e.kind}, not a regular file")
+        return None
     except OSError:
         return None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or _private_problem(st, "it"):
+        if _private_problem(st, "it"):
             return None
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
+        return files.read_fd(fd, limit, str(p), st.st_size)
+    except files.FileTooLarge:
+        entry_warning(p, f"it holds more than {limit} bytes")
+        return None
     except OSError:
         return None
     finally:
         os.close(fd)
+
+
+_warned_entries: set = set()
+
+
+def entry_warning(p: Union[str, Path], why: str) -> None:
+    """One ``CacheEntryWarning`` per entry and reason in this process: the entry is used as a miss."""
+    key = (str(p), why)
+    with _thread_locks_guard:
+        if key in _warned_entries:
+            return
+        _warned_entries.add(key)
+    warnings.warn(f"opdsl: ignoring the cache entry {p} ({why}); it counts as a miss and is rebuilt",
+                  CacheEntryWarning, stacklevel=3)
 
 
 def write_failed(err: OSError, what: str) -> None:
@@ -337,14 +361,37 @@ def write_failed(err: OSError, what: str) -> None:
         disable(f"writing {what} failed: {_describe(err)}")
 
 
+def frame(label: str, data: bytes) -> bytes:
+    """``data`` with the header ``unframe`` checks: the digest of ``label`` (what the entry is
+    the entry of: its key) and the digest of ``data`` (a truncated or damaged file)."""
+    return _MAGIC + hashlib.sha256(label.encode("utf-8")).digest() + hashlib.sha256(data).digest() + data
+
+
+def unframe(label: str, raw: bytes, p: Union[str, Path]) -> Optional[bytes]:
+    """The data ``frame(label, ...)`` wrapped, or None: a damaged entry silently, another key's
+    entry (a swapped or copied file) with one ``CacheEntryWarning``; either way ``p`` is removed
+    so that the rebuilt entry replaces it."""
+    head = len(_MAGIC) + 2 * _DIGEST
+    if (len(raw) < head or not raw.startswith(_MAGIC)
+            or hashlib.sha256(raw[head:]).digest() != raw[head - _DIGEST:head]):
+        discard(p)
+        return None
+    if raw[len(_MAGIC):len(_MAGIC) + _DIGEST] != hashlib.sha256(label.encode("utf-8")).digest():
+        entry_warning(p, "it is the entry of another key (a swapped or copied file)")
+        discard(p)
+        return None
+    return raw[head:]
+
+
 def store(backend: str, name: str, data: bytes) -> Optional[Path]:
-    """Save a blob with a checksum header (read it back with ``load``); None if the cache is off
-    or the write failed (a full disk: one warning, then memory only).  Never raises OSError."""
+    """Save a blob that names its own key and carries a checksum (read it back with ``load``);
+    None if the cache is off or the write failed (a full disk: one warning, then memory only).
+    Never raises OSError."""
     if not enabled():
         return None
     try:
         p = path(backend, name)
-        return atomic_write(p, _MAGIC + hashlib.sha256(data).digest() + data)
+        return atomic_write(p, frame(f"{backend}/{name}", data))
     except CacheUnusable:
         return None
     except OSError as e:
@@ -353,8 +400,9 @@ def store(backend: str, name: str, data: bytes) -> Optional[Path]:
 
 
 def load(backend: str, name: str) -> Optional[bytes]:
-    """The blob saved by ``store``, or None when the cache is off, or the entry is missing,
-    foreign or corrupt (a corrupt entry is removed).  Never raises OSError."""
+    """The blob saved by ``store`` under this name, or None when the cache is off, or the entry
+    is missing, foreign, corrupt (removed) or another name's (removed, one warning).  Never
+    raises OSError."""
     if not enabled():
         return None
     try:
@@ -362,14 +410,7 @@ def load(backend: str, name: str) -> Optional[bytes]:
     except CacheUnusable:
         return None
     raw = read_private(p)
-    if raw is None:
-        return None
-    head = len(_MAGIC) + _DIGEST
-    if (len(raw) < head or not raw.startswith(_MAGIC)
-            or hashlib.sha256(raw[head:]).digest() != raw[len(_MAGIC):head]):
-        discard(p)
-        return None
-    return raw[head:]
+    return None if raw is None else unframe(f"{backend}/{name}", raw, p)
 
 
 def discard(p: Union[str, Path]) -> None:

@@ -156,7 +156,8 @@ def map_blocks(kernel, *arrays, out_dtype=None, backend: Optional[str] = None, *
 
     For element-wise or row-wise kernels whose one output has the shape of their first input
     (chunk whole rows for a row-wise kernel).  ``out_dtype`` defaults to the first input's dtype;
-    numpy inputs are chunked like the first dask input."""
+    numpy inputs are chunked like the first dask input, and dask inputs chunked differently from
+    the first input are rechunked to match it (the result has the first input's chunks)."""
     from dsl.runtime.autotune import Autotuner
     from dsl.runtime.kernel import Kernel
     _, da = _dask()
@@ -173,6 +174,9 @@ def map_blocks(kernel, *arrays, out_dtype=None, backend: Optional[str] = None, *
         if a.shape != inputs[0].shape:
             raise ValueError(f"dsl.dask.map_blocks({kernel.__name__}): input {k} has shape {a.shape}, the first "
                              f"input {inputs[0].shape}; inputs are cut into matching blocks, so shapes must agree")
+    # blocks are paired by index: inputs cut differently (250 vs 300 rows) are cut again like the
+    # first one, or block k of one would meet the elements of another block of the other
+    inputs = [a if a.chunks == inputs[0].chunks else a.rechunk(inputs[0].chunks) for a in inputs]
     dtype = np.dtype(inputs[0].dtype if out_dtype is None else getattr(out_dtype, "np", out_dtype))
     if isinstance(kernel, Kernel):  # a wrong dtype, rank or scalar fails now, naming the parameter
         empty = [np.empty((0,) * a.ndim, a.dtype) for a in inputs]

@@ -122,6 +122,23 @@ def test_map_blocks_on_the_local_scheduler(backend):
     np.testing.assert_allclose(y.compute(), 2 * x + 0.5, rtol=1e-6)
 
 
+@dsl.kernel
+def weighted_sum(x: In[f32], w: In[f32], y: Out[f32]):
+    lo, hi = dsl.split(x.size)
+    for i in range(lo, hi):
+        y.flat[i] = x.flat[i] + 10.0 * w.flat[i]
+
+
+def test_map_blocks_pairs_inputs_chunked_differently_element_by_element(backend):
+    """250- vs 300-element chunks: block k of one input used to meet block k of the other."""
+    x = np.arange(1000, dtype=np.float32)
+    w = np.random.default_rng(2).standard_normal(1000).astype(np.float32)
+    y = dsl.dask.map_blocks(weighted_sum, da.from_array(x, chunks=250), da.from_array(w, chunks=300),
+                            backend=backend)
+    assert y.chunks == ((250, 250, 250, 250),)  # the first input's chunks
+    np.testing.assert_allclose(y.compute(), x + 10.0 * w, rtol=1e-6)
+
+
 # ---------------------------------------------------------------- a cluster of 2 processes
 
 def test_package_model_on_the_cluster_matches_single_process(client, tmp_path):

@@ -278,3 +278,83 @@ def test_a_local_op_class_travels_by_value_with_super_closures_and_kernels(backe
     assert back.weight() == 18.0
     x = np.arange(5, dtype=np.float32)
     np.testing.assert_array_equal(back(x, backend=backend), 3 * x)
+
+
+# ---------------------------------------------------------------- a worker without the user's module
+
+USER_MODULE = '''
+import numpy as np
+import dsl
+from dsl import In, Out, f32
+
+OFFSET = 0.5
+
+@dsl.func
+def shifted(v):
+    return v + OFFSET
+
+@dsl.kernel
+def scale_shift(x: In[f32], y: Out[f32], alpha: f32 = 1.0):
+    lo, hi = dsl.split(x.size)
+    for i in range(lo, hi):
+        y.flat[i] = shifted(x.flat[i] * alpha)
+
+@dsl.autotune(configs=[{"STEP": 1}, {"STEP": 2}])
+@dsl.kernel
+def tripled(x: In[f32], y: Out[f32], STEP: dsl.const[dsl.i32] = 1):
+    lo, hi = dsl.split(x.size)
+    for i in range(lo, hi):
+        y.flat[i] = x.flat[i] * 3.0
+
+@dsl.op("UserScale", domain="test.user_module")
+class UserScale(dsl.Op):
+    alpha: float = 1.0
+    def infer(self, x):
+        return x.spec
+    kernels = {"default": scale_shift}
+'''
+
+MAKE_WITH_MODULE = '''
+import pickle, sys
+sys.path.insert(0, sys.argv[1])
+import user_kernels_for_pickle as U
+objects = {"kernel": U.scale_shift, "tuned": U.tripled, "op": U.UserScale(alpha=2.0)}
+for name, obj in objects.items():  # where the module exists, it is still the same object
+    back = pickle.loads(pickle.dumps(obj))
+    assert back is obj or back == obj, name
+with open(sys.argv[2], "wb") as f:
+    pickle.dump(objects, f)
+'''
+
+LOAD_WITHOUT_MODULE = '''
+import pickle, sys
+import numpy as np
+BACKEND = sys.argv[2]
+try:
+    import user_kernels_for_pickle
+    raise SystemExit("the module is importable here: this test proves nothing")
+except ModuleNotFoundError:
+    pass
+d = pickle.load(open(sys.argv[1], "rb"))
+x = np.linspace(-2, 2, 16).astype(np.float32)
+y = np.empty_like(x)
+d["kernel"](x, y, alpha=2.0, backend=BACKEND)
+np.testing.assert_allclose(y, x * 2.0 + 0.5, rtol=1e-6)
+d["tuned"](x, y, backend=BACKEND)
+np.testing.assert_allclose(y, 3 * x, rtol=1e-6)
+np.testing.assert_allclose(d["op"](x, backend=BACKEND), x * 2.0 + 0.5, rtol=1e-6)
+assert "user_kernels_for_pickle" not in sys.modules
+print("rebuilt from the carried source")
+'''
+
+
+def test_objects_of_a_module_the_worker_lacks_are_rebuilt_from_carried_source(backend, tmp_path):
+    here, elsewhere = tmp_path / "client", tmp_path / "worker"
+    here.mkdir()
+    elsewhere.mkdir()
+    (here / "user_kernels_for_pickle.py").write_text(USER_MODULE)
+    for name, text in (("make.py", MAKE_WITH_MODULE), ("load.py", LOAD_WITHOUT_MODULE)):
+        (tmp_path / name).write_text(text)
+    out = tmp_path / "objects.pkl"
+    _python(tmp_path / "make.py", here, out, cwd=tmp_path)
+    assert "rebuilt from the carried source" in _python(tmp_path / "load.py", out, backend, cwd=elsewhere)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import pickle
 import sys
 from contextlib import contextmanager
@@ -61,13 +62,39 @@ class _PinnedLocator(caching._CacheLocator):
 
 
 class _PrivateIndex(caching.IndexDataCacheFile):
-    """numba's index/data files, read only when private and written atomically with mode 0600."""
+    """numba's index/data files, read only when private and written atomically with mode 0600.
+
+    Each data file carries the digest of what it is the machine code of (the index, the source
+    stamp and numba's key: signature, CPU, dependencies; ``cache.frame``): a data file swapped
+    or copied from another kernel or signature is a miss with one warning, never run."""
+
+    def save(self, key, data):
+        overloads = self._load_index()
+        name = overloads.get(key)
+        if name is None:
+            taken = set(overloads.values())
+            name = next(n for n in map(self._data_name, itertools.count(1)) if n not in taken)
+            overloads[key] = name
+            self._save_index(overloads)
+        cache.atomic_write(self._data_path(name), cache.frame(self._label(key), self._dump(data)))
 
     def load(self, key):
         try:
-            return super().load(key)
+            name = self._load_index().get(key)
+            if name is None:
+                return None
+            path = self._data_path(name)
+            raw = cache.read_private(path)
+            payload = None if raw is None else cache.unframe(self._label(key), raw, path)
+            return None if payload is None else pickle.loads(payload)
         except Exception:  # a damaged index or data pickle: as if absent, numba recompiles
             return None
+
+    def _label(self, key) -> str:
+        """What a data file must be the entry of; numba's key prints the same in every process
+        (types, CPU name and features, hashes), an address would not and is left out."""
+        text = repr(key)
+        return f"numba|{self._index_name}|{self._source_stamp.hex()}|{'' if ' at 0x' in text else text}"
 
     def _load_index(self):
         raw = cache.read_private(self._index_path)
@@ -81,12 +108,6 @@ class _PrivateIndex(caching.IndexDataCacheFile):
         except Exception:  # a damaged index: as if absent (saving then writes a fresh one)
             return {}
         return overloads if stamp == self._source_stamp and isinstance(overloads, dict) else {}
-
-    def _load_data(self, name):
-        raw = cache.read_private(self._data_path(name))
-        if raw is None:
-            raise FileNotFoundError(self._data_path(name))
-        return pickle.loads(raw)
 
     @contextmanager
     def _open_for_write(self, filepath):

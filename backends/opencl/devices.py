@@ -276,7 +276,7 @@ def _load_remembered(identity: str) -> Optional[str]:
         if isinstance(data, dict) and data.get("identity") == identity and isinstance(data.get("reason"), str):
             return data["reason"]
         return None  # another identity's entry or not ours: probe again
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested too deep to parse
         return None
 
 

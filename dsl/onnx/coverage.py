@@ -13,6 +13,10 @@ from typing import Dict, List, Optional, Tuple
 
 from dsl.opgraph import registry
 
+# Model-local functions calling functions: the importer refuses more levels than this, and the
+# walk below stops there too (2,000 chained functions must give that error, not a RecursionError).
+MAX_FUNCTION_DEPTH = 32
+
 
 @dataclass
 class MissingOp:
@@ -47,7 +51,7 @@ def missing_ops(proto, opsets: Dict[str, int]) -> List[MissingOp]:
     found: Dict[Tuple[str, str, int], MissingOp] = {}
     expanded = set()
 
-    def walk(nodes, opsets: Dict[str, int], prefix: str) -> None:
+    def walk(nodes, opsets: Dict[str, int], prefix: str, depth: int = 0) -> None:
         for node in nodes:
             domain = registry.normalize_domain(node.domain)
             opset = opsets.get(domain)
@@ -56,12 +60,13 @@ def missing_ops(proto, opsets: Dict[str, int]) -> List[MissingOp]:
                     and registry.find(domain, node.op_type, opset) is None:
                 fn = functions.get((domain, node.op_type))
                 if fn is not None:
-                    if (domain, node.op_type) not in expanded:  # each body once (and no recursion)
+                    # each body once (and no recursion); past the importer's depth limit its error says it
+                    if (domain, node.op_type) not in expanded and depth <= MAX_FUNCTION_DEPTH:
                         expanded.add((domain, node.op_type))
                         fn_opsets = dict(opsets)
                         fn_opsets.update({registry.normalize_domain(o.domain): int(o.version)
                                           for o in fn.opset_import})
-                        walk(fn.node, fn_opsets, f"{name}/")
+                        walk(fn.node, fn_opsets, f"{name}/", depth + 1)
                 else:
                     key = (domain, node.op_type, opset)
                     if key in found:
@@ -71,7 +76,7 @@ def missing_ops(proto, opsets: Dict[str, int]) -> List[MissingOp]:
             for a in node.attribute:  # control-flow bodies share the model's opsets
                 graphs = ([a.g] if a.HasField("g") else []) + list(a.graphs)
                 for k, g in enumerate(graphs):
-                    walk(g.node, opsets, f"{name}/{a.name}{'' if len(graphs) == 1 else f'[{k}]'}/")
+                    walk(g.node, opsets, f"{name}/{a.name}{'' if len(graphs) == 1 else f'[{k}]'}/", depth)
 
     walk(proto.graph.node, opsets, "")
     return list(found.values())

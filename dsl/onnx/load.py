@@ -19,17 +19,19 @@ A model becomes a ``dsl.Graph`` and is compiled like any other graph:
 
 Untrusted models (docs/onnx.md): external tensor data is read only from files inside
 the model's folder (a model given as bytes or a proto reads none unless ``base_dir`` is
-passed), and no tensor larger than ``max_tensor_bytes`` is read, folded or planned.
+passed), and no tensor larger than ``max_tensor_bytes`` is read, folded or planned.  The
+model file and its data files are read only if they are regular files (a FIFO or a device is
+refused at once), and the model file only up to ``max_tensor_bytes``.
 """
 from __future__ import annotations
 
 import functools
 import os
-import stat
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from dsl import files
 from dsl.lang.types import DType, from_numpy
 from dsl.onnx import coverage, subgraph
 from dsl.onnx.errors import OnnxImportError
@@ -83,8 +85,9 @@ class _Reader:
 def to_graph(model, packages: Sequence = (), base_dir: Optional[str] = None,
              max_tensor_bytes: Optional[int] = None) -> Graph:
     """The ``dsl.Graph`` of an ONNX model (not compiled); see the module docstring."""
-    proto, model_dir = read_model(model)
-    reader = _Reader(base_dir if base_dir is not None else model_dir, tensor_limit(max_tensor_bytes))
+    limit = tensor_limit(max_tensor_bytes)
+    proto, model_dir = read_model(model, limit)
+    reader = _Reader(base_dir if base_dir is not None else model_dir, limit)
     _register_packages(packages)
     _check_structure(proto)
     opsets = _opsets(proto.opset_import, "opset_import")
@@ -133,9 +136,11 @@ def to_graph(model, packages: Sequence = (), base_dir: Optional[str] = None,
 
 # --------------------------------------------------------------------------- reading
 
-def read_model(model) -> Tuple[Any, Optional[str]]:
+def read_model(model, limit: Optional[int] = None) -> Tuple[Any, Optional[str]]:
     """(``onnx.ModelProto``, the folder its external data may come from) for a path, bytes or
-    a proto.  External data is never loaded here: ``_tensor_value`` reads it under checks."""
+    a proto.  External data is never loaded here: ``_tensor_value`` reads it under checks.
+    A path is read only if it is a regular file (a FIFO or device is refused at once, never
+    waited on) and only up to ``limit`` bytes (default OPDSL_MAX_TENSOR_BYTES)."""
     import onnx
     if isinstance(model, onnx.ModelProto):
         return model, None
@@ -148,8 +153,22 @@ def read_model(model) -> Tuple[Any, Optional[str]]:
         path = os.fspath(model)
         if not os.path.exists(path):
             raise FileNotFoundError(f"ONNX model {path!r} does not exist")
+        limit = tensor_limit(None) if limit is None else limit
         try:
-            proto = onnx.load(path, load_external_data=False)
+            data = files.read_regular(path, limit)
+        except files.NotARegularFile as e:
+            raise OnnxImportError(f"ONNX model {path!r} is {e.kind}, not a regular file; opdsl reads models only "
+                                  f"from regular files, of at most {limit} bytes (max_tensor_bytes / "
+                                  "OPDSL_MAX_TENSOR_BYTES); save the model to a file, or pass its bytes") from None
+        except files.FileTooLarge:
+            raise OnnxImportError(f"ONNX model {path!r} is larger than the cap of {limit} bytes; nothing was "
+                                  "parsed (raise it with max_tensor_bytes= or OPDSL_MAX_TENSOR_BYTES if this "
+                                  "model is trusted)") from None
+        except OSError as e:
+            raise OnnxImportError(f"cannot read ONNX model {path!r}: {e.strerror or e}") from None
+        try:  # the format from the extension, as onnx.load picks it (.onnx, .textproto, .json, ...)
+            fmt = onnx.serialization.registry.get_format_from_file_extension(os.path.splitext(path)[1])
+            proto = onnx.load_model_from_string(data, format=fmt or "protobuf")
         except Exception as e:
             raise OnnxImportError(f"{path!r} is not a readable ONNX model: {type(e).__name__}: {e}") from None
         return proto, os.path.dirname(os.path.realpath(path))
@@ -297,14 +316,12 @@ def _with_external_data(tensor, where: str, reader: _Reader):
                               f"{info.get('offset')!r}/{info.get('length')!r}") from None
     if offset < 0 or (length is not None and length < 0):
         raise OnnxImportError(f"{where}: external_data offset/length must be >= 0, got {offset}/{length}")
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    try:  # without blocking: a FIFO is refused at once instead of waiting for a writer (dsl/files.py)
+        fd, st = files.open_regular(path, follow_symlinks=False)
+    except files.NotARegularFile as e:
+        raise OnnxImportError(f"{where}: external data {location!r} is {e.kind}, not a regular file") from None
     except OSError as e:
         raise OnnxImportError(f"{where}: cannot open external data file {location!r}: {e.strerror}") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise OnnxImportError(f"{where}: external data {location!r} is not a regular file")
     with os.fdopen(fd, "rb") as f:
         size = st.st_size
         length = size - offset if length is None else length
@@ -482,8 +499,9 @@ def _expand_function(g: Graph, node, fn, ins: List, env, opsets, functions,
                      prefix: str, depth: int, reader: _Reader) -> None:
     """Inline a model-local FunctionProto for one calling node."""
     import onnx
-    if depth > 32:
-        raise OnnxImportError(f"node {_node_label(node)}: functions nest deeper than 32 levels (recursion?)")
+    if depth > coverage.MAX_FUNCTION_DEPTH:
+        raise OnnxImportError(f"node {_node_label(node)}: functions nest deeper than {coverage.MAX_FUNCTION_DEPTH} "
+                              "levels (recursion?)")
     if len(ins) > len(fn.input):
         raise OnnxImportError(f"node {_node_label(node)}: function {fn.name!r} takes {len(fn.input)} inputs, "
                               f"got {len(ins)}")

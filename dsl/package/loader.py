@@ -5,10 +5,15 @@ and ``kernels.py`` is imported as ``<that>.kernels``: two packages may both have
 ``kernels.py`` (or a ``helpers.py`` they import relatively), and neither shadows a module
 of the user's.  The same folder always gets the same name, so registering it again
 re-imports its files and replaces its ops in the registry rather than adding copies.
+
+Package modules are always compiled from their ``.py`` source (``SourceOnlyLoader``, for the
+files the manifest names and for what they import relatively): a ``__pycache__/*.pyc`` in the
+folder, which whoever could write there may have planted, is never read, and none is written.
 """
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import importlib.util
 import sys
 import traceback
@@ -42,6 +47,10 @@ class Loader:
         mod.__path__ = [str(folder)]
         mod.__package__ = name
         sys.modules[name] = mod
+        # relative imports search __path__ through this finder: sources and extensions, no bytecode
+        sys.path_importer_cache[str(folder)] = importlib.machinery.FileFinder(
+            str(folder), (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES),
+            (SourceOnlyLoader, importlib.machinery.SOURCE_SUFFIXES))
 
     def module(self, path: Path, where: Where) -> types.ModuleType:
         """The module of ``path`` (a file inside the package, already checked by paths.py)."""
@@ -56,7 +65,7 @@ class Loader:
                 self._synthetic(child, self.root.joinpath(*rel.parts[:rel.parts.index(part) + 1]))
             parent = child
         name = f"{parent}.{_ident(rel.parts[-1])}"
-        spec = importlib.util.spec_from_file_location(name, path)
+        spec = importlib.util.spec_from_file_location(name, path, loader=SourceOnlyLoader(name, str(path)))
         mod = importlib.util.module_from_spec(spec)
         sys.modules[name] = mod
         try:
@@ -74,6 +83,14 @@ class Loader:
                                f"{type(e).__name__}: {detail}") from None
         self.modules[path] = mod
         return mod
+
+
+class SourceOnlyLoader(importlib.machinery.SourceFileLoader):
+    """Compiles the ``.py`` file on every import: no ``__pycache__`` entry is read or written."""
+
+    def get_code(self, fullname):
+        path = self.get_filename(fullname)
+        return self.source_to_code(self.get_data(path), path)
 
 
 def _ident(part: str) -> str:

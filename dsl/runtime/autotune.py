@@ -71,10 +71,9 @@ class Autotuner:
 
     def __reduce__(self):
         """The kernel and configs; winners are found again (or read from disk) where it lands."""
+        by_value = (type(self), (self.kernel, pickling.portable(self.configs), self.key, self.reps))
         ref = pickling.by_reference(self)
-        if ref:
-            return (pickling.lookup, ref)
-        return (type(self), (self.kernel, pickling.portable(self.configs), self.key, self.reps))
+        return pickling.with_fallback(ref, *by_value) if ref else by_value
 
     def __copy__(self) -> "Autotuner":
         new = object.__new__(type(self))

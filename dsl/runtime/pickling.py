@@ -4,7 +4,10 @@ unpickles) can run what this process defined (docs/dask.md, "Pickling").
 Two ways to send a Python object:
 
 * **By reference** (module and qualified name) when it can be imported from a real module: the
-  receiving process imports it.  This is what ``pickle`` does for functions and classes.
+  receiving process imports it.  This is what ``pickle`` does for functions and classes.  An
+  object of the user's own modules (not opdsl's, the standard library's or an installed
+  package's) also carries its by-value form as a fallback: a worker that lacks the module
+  rebuilds it from that (``lookup_or_fallback``) instead of failing with ModuleNotFoundError.
 * **By value** otherwise: kernels and ops defined in ``__main__``, a notebook cell or a
   function body, and the files of an op package (``_opdsl_pkg_*`` modules exist only where the
   package was registered).  A function goes as its code object (``marshal``, so the receiving
@@ -24,6 +27,7 @@ pass their class along.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import copyreg
 import importlib
 import inspect
@@ -37,6 +41,7 @@ import threading
 import types
 import uuid
 import weakref
+from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
 from backends.opencl.raw import RawOpenCL
@@ -75,6 +80,50 @@ def lookup(module: str, qualname: str):
     return found
 
 
+# Top-level packages whose objects never need a fallback: opdsl's own, present wherever it runs.
+_OWN_PACKAGES = frozenset({"dsl", "backends", "ops"})
+
+
+def carries_fallback(module: str) -> bool:
+    """Whether objects of ``module`` travel with a by-value fallback: the user's own code (a
+    script's sibling module, a test module), not opdsl, the standard library or site-packages,
+    which a worker has as surely as it has opdsl."""
+    top = module.split(".", 1)[0]
+    if top in _OWN_PACKAGES or top in sys.stdlib_module_names:
+        return False
+    file = getattr(sys.modules.get(module), "__file__", None)
+    return bool(file) and not any(p in ("site-packages", "dist-packages") for p in Path(file).parts)
+
+
+def with_fallback(ref: Tuple[str, str], rebuild, args: tuple):
+    """The reduce value of an object found at ``ref``: by reference, plus ``rebuild(*args)`` (its
+    by-value form) when its module is the user's own (``carries_fallback``)."""
+    if not carries_fallback(ref[0]):
+        return (lookup, ref)
+    return (lookup_or_fallback, (*ref, _Rebuilt(rebuild, args)))
+
+
+class _Rebuilt:
+    """Pickles as ``rebuild(*args)``: the fallback travels as the by-value form itself."""
+
+    def __init__(self, rebuild, args: tuple):
+        self.rebuild, self.args = rebuild, args
+
+    def __reduce__(self):
+        return (self.rebuild, self.args)
+
+
+def lookup_or_fallback(module: str, qualname: str, fallback):
+    """The imported object, or ``fallback`` (rebuilt from the carried source) when ``module`` is
+    not installed here; any other import failure is the module's own error and is raised."""
+    try:
+        return lookup(module, qualname)
+    except ModuleNotFoundError as e:
+        if e.name is None or not (module == e.name or module.startswith(e.name + ".")):
+            raise
+        return fallback
+
+
 # ---------------------------------------------------------------------- portable values
 
 def portable(value):
@@ -84,7 +133,11 @@ def portable(value):
     if isinstance(value, types.ModuleType):
         return _ModuleRef(value.__name__)
     if isinstance(value, types.FunctionType):
-        return value if by_reference(value) else function_by_value(value)
+        ref = by_reference(value)
+        if ref is None:
+            return function_by_value(value)
+        return _Reduced(with_fallback(ref, _identity, (function_by_value(value),))) if carries_fallback(ref[0]) \
+            else value
     if isinstance(value, type):
         return portable_class(value)
     if isinstance(value, (staticmethod, classmethod)):
@@ -95,6 +148,20 @@ def portable(value):
         return type(value)(portable(v) for v in value)
     if type(value) is dict:
         return {k: portable(v) for k, v in value.items()}
+    return value
+
+
+class _Reduced:
+    """Pickles as a reduce value computed beforehand."""
+
+    def __init__(self, reduced: tuple):
+        self.reduced = reduced
+
+    def __reduce__(self):
+        return self.reduced
+
+
+def _identity(value):
     return value
 
 
@@ -212,12 +279,23 @@ def _global_names(code: types.CodeType) -> set:
     return names
 
 
+_SOURCES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # function -> its source, once found
+
+
 def _source_or_none(fn) -> Optional[Tuple[str, int, list]]:
+    """The function's (file, first line, lines), looked up once per function: ``inspect`` tokenizes
+    the file each time, and a kernel of the user's module is pickled with every task that uses it."""
+    hit = _SOURCES.get(fn)
+    if hit is not None and hit[0] is fn.__code__:
+        return hit[1]
     try:
         lines, first = inspect.getsourcelines(fn)
     except (OSError, TypeError):
         return None
-    return (fn.__code__.co_filename, first, lines)
+    found = (fn.__code__.co_filename, first, lines)
+    with contextlib.suppress(TypeError):  # a function that cannot be weakly referenced is looked up every time
+        _SOURCES[fn] = (fn.__code__, found)
+    return found
 
 
 def _source_of(fn, what: str) -> Tuple[str, int, list]:
@@ -312,11 +390,16 @@ _SKIPPED = frozenset({"__dict__", "__weakref__", "_param_table", "__module__", "
 def portable_class(cls: type):
     """``cls`` itself when importable, its own ``_opdsl_portable_class()`` stand-in if it has one
     (op packages carry their files), else a wrapper that pickles the class by value."""
-    if by_reference(cls):
-        return cls
+    ref = by_reference(cls)
+    if ref:
+        return _Reduced(with_fallback(ref, _identity, (_class_by_value(cls),))) if carries_fallback(ref[0]) else cls
     own = getattr(cls, "_opdsl_portable_class", None)
     if own is not None:
         return own()
+    return _class_by_value(cls)
+
+
+def _class_by_value(cls: type) -> "_ClassByValue":
     with _LOCK:
         w = _CLASS_WRAPPERS.get(cls)
         if w is None:
@@ -360,14 +443,16 @@ def reduce_kernel(kernel):
     """``Kernel.__reduce__``: by reference when importable; a variant as its base plus its
     defines and features; otherwise the function by value with its source."""
     ref = by_reference(kernel)
-    if ref:
-        return (lookup, ref)
+    if ref and (not carries_fallback(ref[0]) or _source_or_none(kernel.fn) is None):
+        return (lookup, ref)  # opdsl's own, or nothing to rebuild from: by reference only
     options = {"threads": kernel.threads, "grid": portable(kernel.grid), "log_level": kernel.log_level,
                "fastmath": kernel.fastmath, "debug": kernel.debug}
     base = kernel.base
     if base is not kernel:
-        return (restore_variant, (base, options, kernel.defines, kernel.features))
-    return (restore_kernel, (type(kernel), function_by_value(kernel.fn, "kernel", source=True), options))
+        by_value = (restore_variant, (base, options, kernel.defines, kernel.features))
+    else:
+        by_value = (restore_kernel, (type(kernel), function_by_value(kernel.fn, "kernel", source=True), options))
+    return with_fallback(ref, *by_value) if ref else by_value
 
 
 _KERNELS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # function made here -> its kernel
@@ -392,9 +477,10 @@ def restore_variant(base, options, defines, features):
 
 def _reduce_func(f: Func):
     ref = by_reference(f)
-    if ref:
+    if ref and (not carries_fallback(ref[0]) or _source_or_none(f.fn) is None):
         return (lookup, ref)
-    return (type(f), (function_by_value(f.fn, "@dsl.func", source=True),))
+    by_value = (type(f), (function_by_value(f.fn, "@dsl.func", source=True),))
+    return with_fallback(ref, *by_value) if ref else by_value
 
 
 copyreg.pickle(Func, _reduce_func)

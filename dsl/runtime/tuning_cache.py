@@ -6,8 +6,10 @@ the winner belongs to the code that backend generates, so ``opdsl cache clear --
 forgets it together with that code, and the folder's safety checks (docs/cache.md) apply
 unchanged.  A backend without a cache folder (the interpreter) keeps winners in memory only.
 
-A file that cannot be parsed or does not carry its own digest is ignored with a
-``TuningCacheWarning`` and overwritten by the next winner; reading or writing never raises.
+A file that cannot be parsed (nested too deep for the parser included) or does not carry its
+own digest is ignored with a ``TuningCacheWarning`` and overwritten by the next winner; a FIFO,
+a device or a file over ``MAX_BYTES`` in its place is a miss with one ``CacheEntryWarning``
+(backends/cache.py ``read_private``), never a hang.  Reading or writing never raises.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from backends import cache
 
 FORMAT = 1
 PREFIX = "autotune-"
+MAX_BYTES = 1 << 20  # a record is a few hundred bytes; anything this large was not written by opdsl
 
 
 class TuningCacheWarning(UserWarning):
@@ -56,17 +59,21 @@ def load(rec: Optional[Record]) -> Optional[int]:
     """The stored winner's index, or None when there is none (or it was unreadable: one warning)."""
     if rec is None:
         return None
-    raw = cache.read_private(rec.path)  # None: missing, a symlink, or not this user's
+    # None: missing, a symlink, not this user's, a FIFO or device, or over MAX_BYTES (one warning)
+    raw = cache.read_private(rec.path, MAX_BYTES)
     if raw is None:
         return None
     try:
         data = json.loads(raw.decode("utf-8"))
+        if not isinstance(data, dict):
+            raise ValueError(f"it holds a JSON {type(data).__name__}, not an object")
         best = data["best"]
         if data.get("id") != rec.digest:
             raise ValueError(f"it records id {data.get('id')!r}, expected {rec.digest!r}")
         if not isinstance(best, int) or isinstance(best, bool) or not 0 <= best < rec.configs:
             raise ValueError(f"'best' is {best!r}, not the index of one of {rec.configs} configs")
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+    # JSONDecodeError is a ValueError; a deeply nested record makes the parser raise RecursionError
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError) as e:
         warnings.warn(f"opdsl autotune: ignoring the unreadable record {rec.path} ({type(e).__name__}: {e}); "
                       "the configs are timed again and the record is rewritten", TuningCacheWarning, stacklevel=2)
         return None

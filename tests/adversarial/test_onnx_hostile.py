@@ -267,3 +267,56 @@ def test_a_float_shape_tensor_is_refused_by_name():
                    [shape])
     with pytest.raises(dsl.OnnxImportError, match="'reshape'"):
         dsl.load_onnx(model.SerializeToString())
+
+
+# --------------------------------------------------------------------------- FIFOs, devices, endless files
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_fifos_and_devices_are_refused_at_once_not_waited_on(tmp_path):
+    """A FIFO as the model or its external data hung in open(); /dev/zero was read until the OOM killer came."""
+    onnx.save(_external_weight_model("w.bin"), str(tmp_path / "m.onnx"))
+    os.mkfifo(tmp_path / "w.bin")
+    os.mkfifo(tmp_path / "fifo.onnx")
+    code = f"""
+import dsl
+for path, says in [({str(tmp_path / "m.onnx")!r}, "external data 'w.bin' is a FIFO (named pipe), not a regular file"),
+                   ({str(tmp_path / "fifo.onnx")!r}, "fifo.onnx' is a FIFO (named pipe), not a regular file"),
+                   ("/dev/zero", "'/dev/zero' is a character device, not a regular file")]:
+    try:
+        dsl.load_onnx(path, backend="interpreter")
+    except dsl.OnnxImportError as e:
+        assert says in str(e), e
+        print("refused")
+"""
+    out = isolated.run(code, timeout=120)
+    assert out.stdout.split() == ["refused"] * 3, out.describe()
+
+
+def test_a_model_file_is_read_only_up_to_the_cap(tmp_path):
+    path = tmp_path / "big.onnx"
+    onnx.save(_model([H.make_node("Relu", ["x"], ["y"])], [H.make_tensor_value_info("x", TP.FLOAT, [4])],
+                     [H.make_tensor_value_info("y", TP.FLOAT, [4])]), str(path))
+    with open(path, "ab") as f:
+        f.truncate(1 << 20)  # sparse: a MiB the parser would have to read
+    with pytest.raises(dsl.OnnxImportError, match=r"big.onnx' is larger than the cap of 65536 bytes"):
+        dsl.load_onnx(str(path), backend="interpreter", max_tensor_bytes=65536)
+
+
+def _chained_functions(n: int):
+    """f0 calls f1 calls ... f(n-1), which calls Relu: n levels of model-local functions."""
+    opsets = [H.make_opsetid("", 17), H.make_opsetid("local", 1)]
+    fns = [H.make_function("local", f"f{i}", ["x"], ["y"],
+                           [H.make_node("Relu", ["x"], ["y"]) if i == n - 1
+                            else H.make_node(f"f{i + 1}", ["x"], ["y"], domain="local")], opsets)
+           for i in range(n)]
+    graph = H.make_graph([H.make_node("f0", ["x"], ["y"], domain="local")], "chain",
+                         [H.make_tensor_value_info("x", TP.FLOAT, [4])], [H.make_tensor_value_info("y", TP.FLOAT, [4])])
+    return H.make_model(graph, functions=fns, opset_imports=opsets)
+
+
+@pytest.mark.parametrize("levels", [50, 2000])
+def test_deeply_chained_functions_are_refused_by_name(levels):
+    with pytest.raises(dsl.OnnxImportError, match="functions nest deeper than 32 levels"):
+        dsl.load_onnx(_chained_functions(levels), backend="interpreter")
+    np.testing.assert_array_equal(  # control: a chain inside the limit runs
+        _run(_chained_functions(8)), np.zeros(4, np.float32))

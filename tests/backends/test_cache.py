@@ -179,9 +179,7 @@ def test_an_old_default_cache_is_adopted_but_not_a_custom_one(tmp_path, monkeypa
 
 def _plant_valid_entry(root: Path) -> None:
     (root / "opencl").mkdir(parents=True, exist_ok=True)
-    data = b"planted"
-    import hashlib
-    (root / "opencl" / "k.bin").write_bytes(cache._MAGIC + hashlib.sha256(data).digest() + data)
+    (root / "opencl" / "k.bin").write_bytes(cache.frame("opencl/k.bin", b"planted"))
 
 
 @pytest.mark.parametrize("mode,who", [(0o777, "its group and other users"), (0o770, "its group"), (0o702, "other users (mode 0702)")])
