@@ -212,7 +212,7 @@ def test_refuses_a_non_empty_folder_and_models_without_custom_ops(tmp_path, cli)
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine")
     code, _, err = cli("new-package", model, "-o", tmp_path / "full")
-    assert code == 1 and err.strip() == (f"opdsl: error: -o {tmp_path / 'full'}: the folder is not empty; "
+    assert code == 2 and err.strip() == (f"opdsl: error: -o {tmp_path / 'full'}: the folder is not empty; "
                                          "new-package never overwrites files (give a new or empty folder)")
     assert [p.name for p in (tmp_path / "full").iterdir()] == ["keep.txt"]
     (tmp_path / "empty").mkdir()
@@ -223,15 +223,15 @@ def test_refuses_a_non_empty_folder_and_models_without_custom_ops(tmp_path, cli)
                      [H.make_tensor_value_info("y", TP.FLOAT, [2])])
     onnx.save(H.make_model(g, opset_imports=[H.make_opsetid("", 17)]), str(tmp_path / "std.onnx"))
     code, _, err = cli("new-package", tmp_path / "std.onnx", "-o", tmp_path / "new")
-    assert code == 1 and err.strip() == (
+    assert code == 2 and err.strip() == (
         f"opdsl: error: {tmp_path / 'std.onnx'} has no op of a custom domain (its nodes use \"\" domain); "
         "new-package writes packages for ops outside the standard ONNX domain")
     assert not (tmp_path / "new").exists()
     code, _, err = cli("new-package", tmp_path / "nope.onnx", "-o", tmp_path / "new")
-    assert code == 1 and err.strip() == f"opdsl: error: no such file: {tmp_path / 'nope.onnx'}"
+    assert code == 2 and err.strip() == f"opdsl: error: no such file: {tmp_path / 'nope.onnx'}"
     (tmp_path / "afile").write_text("")
     code, _, err = cli("new-package", model, "-o", tmp_path / "afile")
-    assert code == 1 and err.strip() == f"opdsl: error: -o {tmp_path / 'afile'}: exists and is not a folder"
+    assert code == 2 and err.strip() == f"opdsl: error: -o {tmp_path / 'afile'}: exists and is not a folder; give a folder (created if missing)"
 
 
 def test_yaml_values_read_back():
@@ -271,9 +271,9 @@ def test_subgraph_ops_are_found_and_local_functions_need_no_package(tmp_path, cl
     onnx.save(H.make_model(only_local, opset_imports=[H.make_opsetid("", 17), H.make_opsetid("com.local", 1)],
                            functions=[fn]), str(tmp_path / "local.onnx"))
     code, _, err = cli("new-package", tmp_path / "local.onnx", "-o", tmp_path / "q")
-    assert code == 1 and err.strip() == (f"opdsl: error: {tmp_path / 'local.onnx'}: its custom ops (com.local::Double) "
+    assert code == 2 and err.strip() == (f"opdsl: error: {tmp_path / 'local.onnx'}: its custom ops (com.local::Double) "
                                          "are functions the model defines, which opdsl runs from their bodies; "
                                          "no package is needed")
     code, _, err = cli("new-package", tmp_path / "m.onnx", "-o", tmp_path / "r", "--name", "my-ops")
-    assert code == 1 and err.strip() == ("opdsl: error: --name 'my-ops': a package name is a Python identifier "
+    assert code == 2 and err.strip() == ("opdsl: error: --name 'my-ops': a package name is a Python identifier "
                                          "(letters, digits, '_', not starting with a digit), e.g. my_ops")
