@@ -25,7 +25,7 @@ from dsl.runtime.kernel import Kernel
 # Op hooks a package's ``functions`` module may define, each called as hook(op, ...) with the
 # arguments dsl.Op gives it.  verify/infer/select combine with the manifest's declarations
 # (see PackageOp); any other name listed here simply becomes the op's method.
-PACKAGE_HOOKS = ("verify", "infer", "select", "select_format", "run") + tiling.HOOKS
+PACKAGE_HOOKS = ("verify", "infer", "select", "select_format", "can_execute", "run") + tiling.HOOKS
 COMBINED_HOOKS = ("verify", "infer", "select")
 
 BOUND_ATTR = "_opdsl_package_params"  # params filled from quantization, on a bound implementation
