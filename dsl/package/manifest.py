@@ -440,7 +440,8 @@ class _Reader:
             if not file.endswith(".py") or not attr.isidentifier():
                 self.fail(m.lines["kernel"], _join(key, "kernel"), f"{spec!r} is not accepted; accepted: "
                           "\"file.py:name\" (a file of the package and a function defined in it)")
-            return ImplDecl(backend, (file, attr), where=where, file_where=Where(m.lines["kernel"], _join(key, "kernel")),
+            return ImplDecl(backend, (file, attr), where=where,
+                            file_where=Where(m.lines["kernel"], _join(key, "kernel")),
                             defines=self.defines(m, key, raw=False), options=self.options(m, key),
                             memory=self.memory(m, key, buffers))
         if backend != "opencl":

@@ -77,8 +77,8 @@ def load(text: str, manifest: str) -> Any:
                            "(remove the '---' separator)") from None
     except yaml.reader.ReaderError as e:  # a character YAML does not allow (NUL, other controls)
         line = text.count("\n", 0, e.position) + 1
-        raise PackageError(manifest, line, None, f"not valid YAML: character U+{_code(e.character):04X} at offset {e.position} "
-                           "is not allowed; accepted: printable UTF-8 text") from None
+        raise PackageError(manifest, line, None, f"not valid YAML: character U+{_code(e.character):04X} at offset "
+                           f"{e.position} is not allowed; accepted: printable UTF-8 text") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = mark.line + 1 if mark else 0
