@@ -64,9 +64,15 @@ def describe_op(cls) -> str:
             ps.append(f"{p.name}: {t}{src}{dflt}")
         lines.append(f"    params:  {', '.join(ps)}")
     if d.scratch:
-        lines.append(f"    scratch: {', '.join(f'{s.name} ({s.bytes} bytes)' for s in d.scratch)}")
+        shown = [f"{s.name} ({s.dtype}{list(s.shape)}, {s.bytes} bytes)" if s.typed else f"{s.name} ({s.bytes} bytes)"
+                 for s in d.scratch]
+        lines.append(f"    scratch: {', '.join(shown)}")
     if cls._hooks:
         lines.append(f"    hooks:   {', '.join(cls._hooks)} ({d.functions})")
-    impls = [f"{i.backend} {i.name}" + (" (raw OpenCL)" if i.source else "") for i in d.implementations]
+    impls = [f"{i.backend} {i.name}" + (" (raw OpenCL)" if i.source else "")
+             + "".join(f" {k}={v}" for k, v in i.defines)
+             + (f" options {dict(i.options)}" if i.options else "")
+             + (f" memory {dict(i.memory)} (ignored on these targets)" if i.memory else "")
+             for i in d.implementations]
     lines.append(f"    implementations: {', '.join(impls)}")
     return "\n".join(lines)
