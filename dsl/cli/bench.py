@@ -77,10 +77,8 @@ def run(args, out=None) -> int:
     """The ``bench`` subcommand; returns the exit code (1 when the outputs disagree)."""
     import onnx
 
-    import dsl
-    from dsl.onnx.load import OnnxImportError
+    from dsl.cli.run import load_model
     from dsl.opgraph.profile import format_seconds as fmt
-    from dsl.package import PackageError
 
     out = out or sys.stdout
     say = lambda *a: print(*a, file=out)  # noqa: E731
@@ -99,15 +97,13 @@ def run(args, out=None) -> int:
         say(f"input: {n}")
 
     t0 = time.perf_counter()
-    try:
-        model = dsl.load_onnx(path, packages=packages, backend=args.backend)
-    except OnnxImportError as e:
-        raise BenchError(f"opdsl cannot load {path}: {e}") from None
-    except PackageError as e:  # "<manifest>:<line>: ..." already says where
-        raise BenchError(str(e)) from None
+    model = load_model(path, packages, args.backend)
     t_load = time.perf_counter() - t0
     t0 = time.perf_counter()
-    got = model.run(feeds)
+    try:
+        got = model.run(feeds)
+    except Exception as e:  # feeds the model rejects, a package kernel that raised
+        raise BenchError(f"running {path}: {type(e).__name__}: {e}") from e
     t_first = time.perf_counter() - t0
     say(f"opdsl graph: {len(model.graph.nodes)} nodes after rewrites ("
         + ", ".join(f"{k}={v}" for k, v in model.stats.items()) + ")")
@@ -169,8 +165,9 @@ def register(sub) -> None:
                        epilog="example: opdsl bench model.onnx --dim batch=8 --repeat 50 --profile")
     b.add_argument("model", help="an .onnx file")
     b.add_argument("--backend", default="numba", choices=base.names(), help="opdsl backend (default numba)")
-    b.add_argument("--package", action="append", metavar="FOLDER", default=[],
-                   help="an op package folder (opdsl-package.yaml) defining the model's custom ops (repeatable)")
+    b.add_argument("--package", action="append", metavar="PKG", default=[],
+                   help="an op package folder, or its opdsl-package.yaml, defining the model's custom ops "
+                        "(repeatable)")
     b.add_argument("--repeat", type=int, default=20, help="timed runs of each (default 20)")
     b.add_argument("--warmup", type=int, default=2, help="untimed runs first (default 2)")
     b.add_argument("--input", action="append", metavar="NAME=FILE.npy",

@@ -1,6 +1,6 @@
 """``opdsl check PKG``: validate an op package (manifest, paths, modules, kernel parameters)
 without running a model, and list its ops.  A problem prints the package error alone
-(``<manifest>:<line>: <key>: ...``) and exits 1."""
+(``opdsl: error: <manifest>:<line>: <key>: ...``) and exits 2, as every CLI user error."""
 from __future__ import annotations
 
 import os
@@ -14,7 +14,7 @@ def register(subparsers) -> None:
         "check", help="validate an op package folder without running a model",
         description="Validate an op package: the opdsl-package.yaml schema, that every file it names stays "
                     "inside the folder, that its modules import and that each kernel takes the declared "
-                    "inputs, outputs, scratch and params. Lists the ops; errors exit 1.",
+                    "inputs, outputs, scratch and params. Lists the ops; errors exit 2.",
         epilog="example:\n  opdsl check examples/qaic_package\n  opdsl check my_ops/opdsl-package.yaml",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("package", help="a package folder (or its opdsl-package.yaml)")
@@ -27,8 +27,8 @@ def run(args, out: TextIO = None) -> int:
     try:
         pkg = check_package(args.package)
     except PackageError as e:
-        print(str(e), file=sys.stderr)
-        return 1
+        print(f"opdsl: error: {e}", file=sys.stderr)
+        return 2
     print(f"{pkg.name} (format {pkg.version}) at {shown_path(pkg.path)}: {len(pkg.ops)} op(s) OK", file=out)
     for cls in pkg.ops:
         print(describe_op(cls), file=out)
@@ -64,9 +64,15 @@ def describe_op(cls) -> str:
             ps.append(f"{p.name}: {t}{src}{dflt}")
         lines.append(f"    params:  {', '.join(ps)}")
     if d.scratch:
-        lines.append(f"    scratch: {', '.join(f'{s.name} ({s.bytes} bytes)' for s in d.scratch)}")
+        shown = [f"{s.name} ({s.dtype}{list(s.shape)}, {s.bytes} bytes)" if s.typed else f"{s.name} ({s.bytes} bytes)"
+                 for s in d.scratch]
+        lines.append(f"    scratch: {', '.join(shown)}")
     if cls._hooks:
         lines.append(f"    hooks:   {', '.join(cls._hooks)} ({d.functions})")
-    impls = [f"{i.backend} {i.name}" + (" (raw OpenCL)" if i.source else "") for i in d.implementations]
+    impls = [f"{i.backend} {i.name}" + (" (raw OpenCL)" if i.source else "")
+             + "".join(f" {k}={v}" for k, v in i.defines)
+             + (f" options {dict(i.options)}" if i.options else "")
+             + (f" memory {dict(i.memory)} (ignored on these targets)" if i.memory else "")
+             for i in d.implementations]
     lines.append(f"    implementations: {', '.join(impls)}")
     return "\n".join(lines)

@@ -197,7 +197,8 @@ def run(args) -> int:
                 _build(k, args.backend, kwargs)
         except (CompileError, TypeError, ValueError) as e:
             failed += 1
-            print(f"{k.__name__}: {e}" if not isinstance(e, CompileError) else str(e), file=sys.stderr)
+            print("opdsl: error: " + (f"{k.__name__}: {e}" if not isinstance(e, CompileError) else str(e)),
+                  file=sys.stderr)
             continue
         binding = ", ".join(f"{n}={d}" for n, d in shown.items())
         if args.emit:
@@ -205,7 +206,7 @@ def run(args) -> int:
             print(text.rstrip("\n"))
         else:
             print(f"{k.__name__}: compiled for {args.backend}" + (f" ({binding})" if binding else ""))
-    return 1 if failed else 0
+    return 2 if failed else 0  # a kernel that does not compile is a user error (dsl/cli/main.py)
 
 
 def _build(k, backend: str, kwargs: dict) -> None:

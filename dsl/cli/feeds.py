@@ -9,6 +9,8 @@ import numpy as np
 
 from dsl.cli.errors import UserError
 
+MAX_RANDOM_BYTES = 4 << 30  # one random input; larger is a --dim typo more often than a wish
+
 
 def parse_pairs(items: Optional[List[str]], what: str) -> Dict[str, str]:
     """``["a=1", ...]`` -> {"a": "1"}; UserError for an item without NAME=VALUE."""
@@ -63,13 +65,25 @@ def _dims_text(dims) -> str:
 
 
 def load_npy(name: str, path: str, dtype: np.dtype) -> np.ndarray:
-    """The array of ``--input name=path``, checked to hold the dtype the model takes."""
+    """The array of ``--input name=path``, checked to hold the dtype the model takes.  An .npz
+    archive gives its array named like the input, or its only array."""
     if not os.path.isfile(path):
         raise UserError(f"--input {name}={path}: no such file")
     try:
         a = np.load(path, allow_pickle=False)
+        if isinstance(a, np.lib.npyio.NpzFile):
+            with a:
+                keys = list(a.files)
+                if name not in keys and len(keys) != 1:
+                    raise UserError(f"--input {name}={path}: the .npz archive holds {len(keys)} arrays "
+                                    f"({', '.join(keys) or 'none'}) and none is named {name!r}; save the input "
+                                    f"as {name} (np.savez(path, {name}=array)) or as an .npy file")
+                a = a[name if name in keys else keys[0]]
+    except UserError:
+        raise
     except Exception as e:
-        raise UserError(f"--input {name}={path}: not a .npy array ({type(e).__name__}: {e})") from None
+        raise UserError(f"--input {name}={path}: not a .npy array or .npz archive ({type(e).__name__}: {e})") \
+            from None
     if a.dtype != dtype:
         raise UserError(f"--input {name}={path}: the file holds {a.dtype}, the model takes {dtype}")
     return a
@@ -83,6 +97,8 @@ def make_feeds(proto, files: Dict[str, str], dims: Dict[str, str], seed: int = 0
     normal; integers: 0..3; bool: coin flips), seeded by ``seed``, when ``random``, else an
     error lists them.  Symbolic dims of random inputs come from ``dims``, else
     ``default_dim`` (None: an error naming the --dim to give)."""
+    if not isinstance(seed, int) or seed < 0:
+        raise UserError(f"--seed {seed}: the seed must be an integer >= 0")
     rng = np.random.default_rng(seed)
     inputs = model_inputs(proto)
     names = [n for n, _, _ in inputs]
@@ -110,6 +126,13 @@ def make_feeds(proto, files: Dict[str, str], dims: Dict[str, str], seed: int = 0
                             + (f"size of {', '.join(repr(d) for d in named)} with --dim {named[0]}=N"
                                if named else "array with --input " + name + "=FILE.npy (a dim has no name to set)"))
         shape = tuple(d if isinstance(d, int) else sizes.get(d, default_dim) for d in ds)
+        nbytes = dtype.itemsize
+        for d in shape:
+            nbytes *= d  # exact Python ints: a huge --dim cannot wrap
+        if nbytes > MAX_RANDOM_BYTES:
+            raise UserError(f"input {name!r}: random data of shape {list(shape)} ({dtype}) needs {nbytes} bytes, "
+                            f"more than {MAX_RANDOM_BYTES >> 30} GiB; give smaller --dim sizes or pass the array "
+                            f"with --input {name}=FILE.npy")
         if dtype.kind == "f":
             a = rng.standard_normal(shape).astype(dtype)
             how = "random normal"

@@ -9,6 +9,7 @@ files.
 from __future__ import annotations
 
 import argparse
+import keyword
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,9 @@ class TensorSketch:
     shape: Optional[Tuple] = None                   # dims in the first node (int / name / None)
     constant: bool = False                          # an initializer in every node
     like: Optional[str] = None                      # outputs: same shape and dtype as this input
+    assumed: bool = False                           # type taken from a custom producer's input
+    quant: Optional[Tuple[List[float], List[int], str]] = None  # (scales, zero points, dtype) of a
+                                                    # QuantizeLinear feeding it in the first node
 
 
 @dataclass
@@ -41,6 +45,7 @@ class ParamSketch:
     default: object     # the first node's value
     size: Optional[int] = None  # a vector's length
     varies: bool = False        # nodes disagree on the value
+    source: Optional[str] = None  # "x.scale" / "x.zero_point": filled from the input's quantization
 
 
 @dataclass
@@ -86,8 +91,45 @@ def _dtype_name(elem_type: int) -> Optional[str]:
         return None
 
 
-def _types(proto) -> Dict[str, Tuple[Optional[str], Optional[Tuple]]]:
-    """Tensor name -> (opdsl dtype name or None, dims or None) from everything the model declares."""
+def _types(proto, assumed: Optional[set] = None) -> Dict[str, Tuple[Optional[str], Optional[Tuple]]]:
+    """Tensor name -> (opdsl dtype name or None, dims or None) from everything the model declares.
+
+    ONNX shape inference stops at custom ops; an output of one that the model types nowhere is
+    assumed to have the type of the op's first input (most custom ops are elementwise), so the
+    ops it feeds get a rank; those names are added to ``assumed``."""
+    import onnx
+    proto_in = proto
+    for _ in range(64):  # one more custom op typed per round at least, or done
+        types = _declared_types(proto)
+        extra = []
+        for node in (n for g in graphs(proto.graph) for n in g.node):
+            if node.domain in STANDARD_DOMAINS or not node.input or not node.input[0]:
+                continue
+            src = types.get(node.input[0], (None, None))
+            for out in node.output:
+                if out and types.get(out, (None, None)) == (None, None) and src[0] and src[1] is not None:
+                    extra.append((out, src))
+        if not extra:
+            return types
+        if proto is proto_in:
+            proto = onnx.ModelProto()
+            proto.CopyFrom(proto_in)
+        for out, (dt, dims) in extra:
+            elem = onnx.helper.np_dtype_to_tensor_dtype(_np_dtype(dt))
+            proto.graph.value_info.append(onnx.helper.make_tensor_value_info(
+                out, elem, [d if isinstance(d, int) else (d or None) for d in dims]))
+            if assumed is not None:
+                assumed.add(out)
+    return _declared_types(proto)
+
+
+def _np_dtype(name: str):
+    import numpy as np
+    from dsl.lang import types as T
+    return np.dtype(T.as_dtype(name).np)
+
+
+def _declared_types(proto) -> Dict[str, Tuple[Optional[str], Optional[Tuple]]]:
     import onnx
     try:  # fills value_info for tensors made by standard ops; custom ones stay unknown
         inferred = onnx.shape_inference.infer_shapes(proto, strict_mode=False)
@@ -121,11 +163,12 @@ def graphs(graph):
 
 
 def snake(name: str) -> str:
-    """CustomRelu -> custom_relu, RMSNorm -> rms_norm: the stub kernel's name."""
+    """CustomRelu -> custom_relu, RMSNorm -> rms_norm: the stub kernel's name (never a keyword)."""
     s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
     s = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", s)
     s = re.sub(r"\W+", "_", s).strip("_").lower() or "op"
-    return "op_" + s if s[0].isdigit() else s
+    s = "op_" + s if s[0].isdigit() else s
+    return s + "_op" if keyword.iskeyword(s) else s
 
 
 def _f32(v) -> float:
@@ -138,6 +181,12 @@ def _param(attr) -> Tuple[Optional[ParamSketch], Optional[str]]:
     """A node attribute as a package param, or (None, why not)."""
     from onnx import AttributeProto as A
     from onnx import helper
+
+    from dsl.opgraph.op import Op
+    if not attr.name.isidentifier() or keyword.iskeyword(attr.name) or attr.name == "backend" \
+            or hasattr(Op, attr.name):
+        return None, (f"{attr.name} (a package param is a Python identifier, not a keyword, 'backend' or a "
+                      "dsl.Op attribute; read it in a run hook instead)")
     v = helper.get_attribute_value(attr)
     if attr.type == A.FLOAT:
         return ParamSketch(attr.name, "f32", _f32(v)), None
@@ -168,11 +217,27 @@ def _same_type(types, a: str, b: str) -> bool:
     return bool(a and b and ta and ta == tb and ta[0] and ta[1] is not None and None not in ta[1])
 
 
+def _quant_of(node, values, dtype: Optional[str]) -> Tuple[List[float], List[int], str]:
+    """(scales, zero points, quantized dtype) of a QuantizeLinear node: its constant inputs, or
+    a scale of 1/64 and zero point 0 where they are computed at run time."""
+    from onnx import numpy_helper
+    scale = values.get(node.input[1]) if len(node.input) > 1 else None
+    zp = values.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    scales = [_f32(v) for v in numpy_helper.to_array(scale).ravel()] if scale is not None else [0.015625]
+    zps = [int(v) for v in numpy_helper.to_array(zp).ravel()] if zp is not None else [0]
+    qdtype = dtype or (_dtype_name(zp.data_type) if zp is not None else "u8")
+    return scales, zps, qdtype
+
+
 def sketch_ops(proto) -> List[OpSketch]:
     """One OpSketch per (domain, op type) of a custom domain, in order of first use (subgraphs
     included; ops the model defines as local functions are left out: opdsl runs their bodies)."""
-    types = _types(proto)
+    assumed: set = set()
+    types = _types(proto, assumed)
     nodes = [n for g in graphs(proto.graph) for n in g.node]
+    quantizers = {n.output[0]: n for n in nodes if n.op_type == "QuantizeLinear" and n.domain in STANDARD_DOMAINS
+                  and n.output}
+    values = {t.name: t for g in graphs(proto.graph) for t in g.initializer}
     consts = {t.name for g in graphs(proto.graph) for t in g.initializer}
     consts |= {o for n in nodes if n.op_type == "Constant" and n.domain in STANDARD_DOMAINS for o in n.output}
     opsets = {o.domain: o.version for o in proto.opset_import}
@@ -181,6 +246,9 @@ def sketch_ops(proto) -> List[OpSketch]:
     for i, node in enumerate(nodes):
         if node.domain in STANDARD_DOMAINS or (node.domain, node.op_type) in local:
             continue
+        if not node.op_type.isidentifier() or keyword.iskeyword(node.op_type):
+            raise UserError(f"node {node.name or '#' + str(i)}: op type {node.op_type!r} is not a Python identifier, "
+                            "which a package op type must be; rename the op in the model")
         key = (node.domain, node.op_type)
         op = ops.get(key)
         if op is None:
@@ -192,6 +260,11 @@ def sketch_ops(proto) -> List[OpSketch]:
                 tensors.append(TensorSketch(prefix, constant=prefix == "x"))
             for t, tname in zip(tensors, names):
                 dt, dims = types.get(tname, (None, None)) if tname else (None, None)
+                if tname in assumed and prefix == "y":
+                    dt, dims = None, None  # a guess helps the ops it feeds, not the op that makes it
+                t.assumed = t.assumed or tname in assumed
+                if prefix == "x" and len(op.nodes) == 1 and tname in quantizers:
+                    t.quant = _quant_of(quantizers[tname], values, dt)
                 if dt and dt not in t.dtypes:
                     t.dtypes.append(dt)
                 if dims is not None:
@@ -199,7 +272,8 @@ def sketch_ops(proto) -> List[OpSketch]:
                     t.shape = t.shape or dims
                 t.constant = t.constant and tname in consts
         for pos, t in enumerate(op.outputs):  # like: an input of the same type in every node so far
-            cands = [k for k, tname in enumerate(node.input) if _same_type(types, tname, node.output[pos])]
+            cands = [k for k, tname in enumerate(node.input)
+                     if node.output[pos] not in assumed and _same_type(types, tname, node.output[pos])]
             pick = cands[0] if cands else None
             if len(op.nodes) == 1:
                 t.like = pick
@@ -223,6 +297,19 @@ def sketch_ops(proto) -> List[OpSketch]:
                 t.name = prefix if len(tensors) == 1 else f"{prefix}{k}"
         for t in op.outputs:
             t.like = op.inputs[t.like].name if isinstance(t.like, int) else None
+        taken = {p.name for p in op.params} | {t.name for t in op.inputs + op.outputs}
+        for t in op.inputs:  # QuantizeLinear -> custom op: its scale and zero point as params
+            if t.quant is None:
+                continue
+            scales, zero_points, _ = t.quant
+            for field_name, dtype, value in (("scale", "f32", scales), ("zero_point", "i64", zero_points)):
+                name = f"{t.name}_{field_name}"
+                while name in taken:
+                    name += "_q"
+                taken.add(name)
+                size = len(value) if len(value) > 1 else None
+                op.params.append(ParamSketch(name, dtype, value if size else value[0], size=size,
+                                             source=f"{t.name}.{field_name}"))
     names = [op.kernel for op in result]
     for op in result:  # the same op type in two domains
         if names.count(op.kernel) > 1:

@@ -28,8 +28,8 @@ def register(sub) -> None:
                                    "Every model input needs --input NAME=FILE.npy unless --random is given.",
                        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
     r.add_argument("model", help="an .onnx file")
-    r.add_argument("--package", action="append", metavar="FOLDER", default=[],
-                   help="an op package folder (opdsl-package.yaml) defining custom ops (repeatable)")
+    r.add_argument("--package", action="append", metavar="PKG", default=[],
+                   help="an op package folder, or its opdsl-package.yaml, defining custom ops (repeatable)")
     r.add_argument("--input", action="append", metavar="NAME=FILE.npy",
                    help="feed this model input from a .npy file (repeatable)")
     r.add_argument("--output-dir", required=True, metavar="DIR", help="folder for the outputs (created if missing)")
@@ -38,7 +38,7 @@ def register(sub) -> None:
                    help="feed inputs without --input with seeded random data (dtype and shape from the model)")
     r.add_argument("--dim", action="append", metavar="NAME=SIZE",
                    help="size of a symbolic dimension of a random input (repeatable; required for each)")
-    r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (an integer >= 0, default 0)")
     r.set_defaults(func=run)
 
 
@@ -61,13 +61,9 @@ def file_names(outputs: List[str]) -> Dict[str, str]:
 def run(args) -> int:
     import onnx
 
-    import dsl
-    from dsl.onnx.load import OnnxImportError
-    from dsl.package import PackageError
-
     path = require_file(args.model)
     packages = require_packages(args.package)
-    out_dir = require_folder_or_nothing(args.output_dir, "--output-dir")
+    out_dir = require_folder_or_nothing(args.output_dir, "--output-dir", writable=True)
     try:
         proto = onnx.load(path, load_external_data=False)
     except Exception as e:
@@ -76,19 +72,38 @@ def run(args) -> int:
                               args.seed, random=args.random, default_dim=None)
     for n in notes:
         print(f"input: {n}")
-    try:
-        model = dsl.load_onnx(path, packages=packages, backend=args.backend)
-    except OnnxImportError as e:
-        raise UserError(f"opdsl cannot load {path}: {e}") from None
-    except PackageError as e:  # "<manifest>:<line>: ..." already says where
-        raise UserError(str(e)) from None
+    model = load_model(path, packages, args.backend)
     try:
         got = model.run(feeds)
     except (TypeError, ValueError) as e:  # feeds the model rejects (shape, rank)
         raise UserError(f"running {path}: {e}") from None
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name, file in file_names(list(got)).items():
-        a = np.asarray(got[name])
-        np.save(out_dir / file, a)
-        print(f"output: {name} {a.dtype}{list(a.shape)} -> {out_dir / file}")
+    except Exception as e:  # a package's kernel or hook that raised (a stub, a bug in it)
+        raise UserError(f"running {path}: {type(e).__name__}: {e}") from e
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, file in file_names(list(got)).items():
+            a = np.asarray(got[name])
+            np.save(out_dir / file, a)
+            print(f"output: {name} {a.dtype}{list(a.shape)} -> {out_dir / file}")
+    except OSError as e:
+        raise UserError(f"--output-dir {out_dir}: cannot write the outputs ({e.strerror or e}); give a folder "
+                        "you can write") from None
     return 0
+
+
+def load_model(path: str, packages, backend: str):
+    """``dsl.load_onnx`` with every way it can fail said as a user error (``run`` and ``bench``):
+    a missing op names ``--package``, a package error its manifest line, a package hook that
+    raised (a stub ``infer``) the exception."""
+    import dsl
+    from dsl.cli.errors import missing_op_hint
+    from dsl.onnx.load import OnnxImportError
+    from dsl.package import PackageError
+    try:
+        return dsl.load_onnx(path, packages=packages, backend=backend)
+    except OnnxImportError as e:
+        raise UserError(f"opdsl cannot load {path}: {missing_op_hint(str(e))}") from None
+    except PackageError as e:  # "<manifest>:<line>: ..." already says where
+        raise UserError(str(e)) from None
+    except Exception as e:
+        raise UserError(f"opdsl cannot load {path}: {type(e).__name__}: {e}") from e

@@ -63,7 +63,10 @@ def manifest(name: str, ops, model_name: str) -> str:
         for t in op.inputs:
             item = _flow(name=t.name, max_rank=t.rank if t.rank is not None else 8,
                          dtypes=t.dtypes or None, constant=True if t.constant else None)
-            lines.append(f"      - {item}" + ("   # rank not known from the model" if t.rank is None else ""))
+            note = ("   # rank not known from the model" if t.rank is None else
+                    "   # rank and dtype assumed: made by a custom op, typed like that op's first input"
+                    if t.assumed else "")
+            lines.append(f"      - {item}{note}")
         lines.append("    outputs:")
         for t in op.outputs:
             seen = ", ".join(t.dtypes) or "dtype ?"
@@ -73,6 +76,11 @@ def manifest(name: str, ops, model_name: str) -> str:
         if op.params:
             lines.append("    params:")
             for p in op.params:
+                if p.source:  # the model feeds this input from a QuantizeLinear
+                    note = f"   # the model's QuantizeLinear: {p.default}"
+                    lines.append(f"      - {_flow(name=p.name, dtype=p.dtype, size=p.size, **{'from': p.source})}"
+                                 f"{note}")
+                    continue
                 note = "   # the model's nodes use different values" if p.varies else ""
                 lines.append(f"      - {_flow(name=p.name, dtype=p.dtype, size=p.size, default=p.default)}{note}")
         lines.append(f"    functions: {functions_file(op)}")
@@ -194,16 +202,32 @@ def tests(name: str, ops, model_name: str, main_opset: int) -> str:
            'the interpreter and numba, and must match its numpy reference: write the references first."""',
            "from pathlib import Path", "", "import numpy as np", "import pytest", "", "import dsl", "",
            "HERE = Path(__file__).resolve().parent", f"OPSET = {main_opset}", "", "",
-           "def one_node_model(op_type, domain, version, inputs, constants, outputs, attrs):",
-           '    """A model of one node: ``inputs`` are fed, ``constants`` are initializers."""',
+           "def one_node_model(op_type, domain, version, inputs, constants, outputs, attrs, quant=None):",
+           '    """A model of one node: ``inputs`` are fed, ``constants`` are initializers; an input named in',
+           "    ``quant`` ({name: (scale, zero_point)}, as the model's QuantizeLinear) is fed as float",
+           '    ``<name>_float`` and quantized by a QuantizeLinear in front of the node."""',
            "    from onnx import helper, numpy_helper",
+           "    quant = quant or {}",
            "    node = helper.make_node(op_type, list(inputs) + list(constants), outputs, domain=domain, **attrs)",
-           "    feeds = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)",
-           "             for n, a in inputs.items()]",
-           "    graph = helper.make_graph([node], op_type, feeds, [helper.ValueInfoProto(name=o) for o in outputs],",
-           "                              [numpy_helper.from_array(a, n) for n, a in constants.items()])",
+           "    nodes, inits, feeds = [], [numpy_helper.from_array(a, n) for n, a in constants.items()], []",
+           "    for n, a in inputs.items():",
+           "        if n not in quant:",
+           "            feeds.append(helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape))",
+           "            continue",
+           "        scale, zero_point = quant[n]",
+           "        feeds.append(helper.make_tensor_value_info(n + '_float', helper.TensorProto.FLOAT, a.shape))",
+           "        inits += [numpy_helper.from_array(np.asarray(scale, np.float32), n + '_scale'),",
+           "                  numpy_helper.from_array(np.asarray(zero_point, a.dtype), n + '_zero_point')]",
+           "        nodes.append(helper.make_node('QuantizeLinear', [n + '_float', n + '_scale', n + '_zero_point'], [n]))",
+           "    graph = helper.make_graph(nodes + [node], op_type, feeds, [helper.ValueInfoProto(name=o) for o in outputs],",
+           "                              inits)",
            "    opsets = [helper.make_opsetid('', OPSET)] + ([helper.make_opsetid(domain, version)] if domain else [])",
            "    return helper.make_model(graph, opset_imports=opsets)",
+           "", "",
+           "def quantize(x, scale, zero_point, dtype):",
+           '    """QuantizeLinear in numpy (round half to even, saturate): the values the op receives."""',
+           "    info = np.iinfo(dtype)",
+           "    return np.clip(np.rint(x / np.float32(scale)) + zero_point, info.min, info.max).astype(dtype)",
            "", "",
            "def random(shape, dtype, rng):",
            "    dtype = np.dtype(dtype)",
@@ -215,8 +239,10 @@ def tests(name: str, ops, model_name: str, main_opset: int) -> str:
     for op in ops:
         feeds = [t for t in op.inputs if not t.constant]
         consts = [t for t in op.inputs if t.constant]
-        attrs = {p.name: p.default for p in op.params}
-        args = ", ".join([t.name for t in op.inputs] + [f"{p}" for p in attrs])
+        attrs = {p.name: p.default for p in op.params if not p.source}
+        qparams = {p.name: p.default for p in op.params if p.source}
+        quant = {t.name: (t.quant[0][0], t.quant[1][0]) for t in feeds if t.quant}
+        args = ", ".join([t.name for t in op.inputs] + [f"{p}" for p in attrs] + list(qparams))
         dt = lambda t: _NP.get(t.dtypes[0], "float32") if t.dtypes else "float32"  # noqa: E731
         out += ["",
                 f"def reference_{op.kernel}({args}):",
@@ -228,13 +254,21 @@ def tests(name: str, ops, model_name: str, main_opset: int) -> str:
                 f"def test_{op.kernel}(backend):",
                 "    rng = np.random.default_rng(0)",
                 "    inputs = {" + ", ".join(f"{t.name!r}: random({tuple(_dims(t))}, {dt(t)!r}, rng)" for t in feeds) + "}",
+                f"    quant = {quant!r}  # input -> (scale, zero point) of the model's QuantizeLinear",
+                "    floats = {n + '_float': rng.standard_normal(a.shape).astype(np.float32) for n, a in inputs.items()",
+                "              if n in quant}",
+                "    for n, (scale, zero_point) in quant.items():  # the values the QuantizeLinear gives the op",
+                "        inputs[n] = quantize(floats[n + '_float'], scale, zero_point, inputs[n].dtype)",
                 "    constants = {" + ", ".join(f"{t.name!r}: random({tuple(_dims(t))}, {dt(t)!r}, rng)"
                                                for t in consts) + "}",
                 f"    attrs = {attrs!r}",
                 f"    outputs = {[t.name for t in op.outputs]!r}",
-                f"    model = one_node_model({op.type!r}, {op.domain!r}, {op.since or 1}, inputs, constants, outputs, attrs)",
-                "    got = dsl.load_onnx(model, packages=[HERE], backend=backend).run(inputs)",
-                f"    want = reference_{op.kernel}(**inputs, **constants, **attrs)",
+                f"    model = one_node_model({op.type!r}, {op.domain!r}, {op.since or 1}, inputs, constants, outputs, attrs,"
+                " quant)",
+                "    feeds = {**{n: a for n, a in inputs.items() if n not in quant}, **floats}",
+                "    got = dsl.load_onnx(model, packages=[HERE], backend=backend).run(feeds)",
+                f"    qparams = {qparams!r}  # filled from the quantization (from: <input>.scale / .zero_point)",
+                f"    want = reference_{op.kernel}(**inputs, **constants, **attrs, **qparams)",
                 "    for name, ref in zip(outputs, want if len(outputs) > 1 else [want]):",
                 "        np.testing.assert_allclose(got[name], ref, rtol=1e-5, atol=1e-6)", ""]
     return "\n".join(out)

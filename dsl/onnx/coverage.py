@@ -98,9 +98,12 @@ def _hint(domain: str, op_type: str, opset: int) -> str:
     return "registered"  # pragma: no cover (find() said no)
 
 
+REGISTER_HINT = "(@dsl.op, or packages=[...])"  # the CLI says --package instead (dsl/cli/errors.py)
+
+
 def describe_missing(missing: List[MissingOp]) -> str:
     """The one error message for all of them."""
     total = sum(m.count for m in missing)
     head = (f"the model uses {len(missing)} op type(s) that no registered op answers at the model's opset "
-            f"({total} node(s)); register ops for them (@dsl.op, or packages=[...]) or convert the model:")
+            f"({total} node(s)); register ops for them {REGISTER_HINT} or convert the model:")
     return "\n  ".join([head] + [str(m) for m in sorted(missing, key=lambda m: (m.domain, m.op_type, m.opset))])

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import os
+import types
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -229,8 +230,11 @@ def _check_structure(proto) -> None:
 def _register_packages(packages: Sequence) -> None:
     """Register op-package folders (``dsl.register_package``); imported modules and loaded
     ``Package`` objects registered their ops already and are accepted as they are."""
-    if isinstance(packages, (str, os.PathLike)) or hasattr(packages, "ops"):
+    if isinstance(packages, (str, os.PathLike, types.ModuleType)) or hasattr(packages, "ops"):
         packages = [packages]
+    if packages is not None and not hasattr(packages, "__iter__"):
+        raise TypeError(f"packages: expected a list of op package folders (str or Path), dsl.package.Package "
+                        f"objects or imported modules, or one of them, got {type(packages).__name__} {packages!r}")
     for pkg in packages or ():
         if isinstance(pkg, (str, os.PathLike)):
             from dsl.package import register_package

@@ -45,7 +45,7 @@ from dsl.opgraph.concat_inplace import concat_views
 from dsl.opgraph.limits import check_tensor_bytes, tensor_limit
 from dsl.opgraph.host_values import check_value, is_host, runs_on_host
 from dsl.opgraph.memory import MemoryPlan, copies_onto_itself, physical_layout, plan_memory
-from dsl.opgraph.op import Op, check_and_infer, run_op
+from dsl.opgraph.op import Op, check_and_infer, node_runs, run_op
 from dsl.opgraph.spec import TensorSpec, VerifyError, describe
 from dsl.opgraph import tiling as tiles
 from dsl.opgraph.values import shape_values
@@ -140,12 +140,17 @@ class Model:
                                   tiling, self.concat_inplace))
 
     # ------------------------------------------------------------------ running
-    def run(self, feeds: Mapping[str, Any]) -> Dict[str, np.ndarray]:
+    def run(self, feeds: Mapping[str, Any], trace=None) -> Dict[str, np.ndarray]:
         """Run the graph on ``feeds`` (input name -> array); returns output name -> array.
 
         Feeds are never written; large C-contiguous ones are read where they are (no copy),
-        and every output is a new array per run, large ones written in place (binding.py)."""
+        and every output is a new array per run, large ones written in place (binding.py).
+        ``trace``: a callable or a folder given every node's inputs, outputs and params in
+        order (dsl/opgraph/trace.py); the run then goes node by node."""
         arrays = self._check_feeds(feeds)
+        if trace is not None:
+            from dsl.opgraph.trace import traced_run
+            return traced_run(self, arrays, trace)
         if self._host:
             return self._run_by_node(arrays)
         key = tuple(a.shape for a in arrays)
@@ -336,6 +341,12 @@ class Model:
             if n.outputs and all(arrays[t.name].size == 0 for t in n.outputs):
                 spans.append((n, first, first))
                 continue  # every output is empty: nothing to compute (ONNX empty-tensor rule)
+            in_specs = tuple(None if t is None else specs[t.name] for t in n.inputs)
+            if not node_runs(n.op, in_specs, f"node {n.name!r}"):
+                outs = [arrays[t.name] for t in n.outputs]
+                steps.append((_run, (_Skipped(n.op), None, [], outs, self.backend, ())))
+                spans.append((n, first, len(steps)))
+                continue  # can_execute said no: its outputs are zero-filled at every run
             if n.inputs and all(t is not None and t.name in memory.views for t in n.inputs):
                 spans.append((n, first, first))
                 continue  # a Concat whose inputs were written in place: nothing left to copy
@@ -344,7 +355,6 @@ class Model:
                 continue  # a Reshape run in place: its output already holds its input's bytes
             ins = [None if t is None else arrays[t.name] for t in n.inputs]
             outs = _outputs_to_write(n, arrays, read)
-            in_specs = tuple(None if t is None else specs[t.name] for t in n.inputs)
             inplace = any(t.name in inplace_outputs for t in n.outputs)  # launches may bind In == Out
             impl = self._impl_for(n, list(in_specs))
             node_steps = None if inplace else self._tiled(n, impl, ins, outs, specs, tiled, in_specs)
@@ -426,7 +436,12 @@ class Model:
                 check_tensor_bytes(F.physical_shape(s.shape, s.format), s.dtype.np,
                                    f"node {n.name!r} ({describe(n.op)}) output {t.name!r}", self.max_tensor_bytes)
             arrs = [np.empty(F.physical_shape(s.shape, s.format), s.dtype.np) for s in outs]
-            if not arrs or any(a.size for a in arrs):
+            if arrs and not any(a.size for a in arrs):
+                pass  # every output is empty: nothing to compute
+            elif not node_runs(n.op, in_specs, f"node {n.name!r}"):
+                for a in arrs:
+                    a.fill(0)
+            else:
                 run_op(n.op, impl, ins, _outputs_to_write(n, dict(zip(
                     (t.name for t in n.outputs), arrs)), read), self.backend, in_specs)
                 if not type(n.op).keeps_padding:
@@ -587,6 +602,18 @@ def _outputs_to_write(node, arrays, read) -> list:
     """The node's output buffers, ``None`` for the ones nothing reads when its op skips those."""
     skip = type(node.op).skips_unused_outputs
     return [None if skip and t.name not in read else arrays[t.name] for t in node.outputs]
+
+
+class _Skipped:
+    """Stands in a plan for a node ``can_execute`` declined: its run zero-fills the outputs
+    (a plan's buffers are reused, so skipping must still define them at every run)."""
+
+    def __init__(self, op: Op):
+        self.op = op
+
+    def run(self, impl, inputs, outputs, backend) -> None:
+        for o in outputs:
+            o.fill(0)
 
 
 def _run(op: Op, impl, ins, outs, backend, specs) -> None:

@@ -332,6 +332,13 @@ class Op:
         raise NotImplementedError(f"{type(self).__name__} declares tiling() but no "
                                   "map_tiles(self, out_tile, *inputs) -> per input slices or None")
 
+    def can_execute(self, *inputs) -> bool:
+        """Whether the node runs for these input specs (PPL.NN's ``CanDoExecute``), on top of the
+        rule that a node whose outputs are all empty never runs.  A node that does not run gets
+        zero-filled outputs.  Decided from specs (shapes, dtypes, constant values, quantization),
+        so a compiled model decides once per input-shape signature (docs/ops.md)."""
+        return True
+
     def run(self, impl, inputs: Sequence, outputs: Sequence, backend: str) -> None:
         """Launch ``impl``.  A ``run`` that also accepts ``specs=`` is given the inputs'
         TensorSpecs (with their ``quant``) by the model and the eager call: see run_op."""
@@ -368,7 +375,10 @@ class Op:
             if not s.known:
                 raise VerifyError(f"{describe(self)}: infer left output {i} shape {s} unknown on concrete inputs")
         outputs = [np.empty(s.shape, s.dtype.np) for s in out_specs]
-        if not outputs or any(o.size for o in outputs):
+        if (outputs and not any(o.size for o in outputs)) or not node_runs(self, specs, "eager call"):
+            for o in outputs:
+                o.fill(0)  # skipped by can_execute: defined contents, as Model.run gives
+        else:
             impl = self.implementation(specs, backend)
             token = _EAGER_BACKEND.set(backend)
             try:
@@ -427,6 +437,18 @@ def takes_specs(cls) -> bool:
         hit = "specs" in params
         _TAKES_SPECS[cls] = hit
     return hit
+
+
+def node_runs(op: "Op", specs: Sequence, where: str) -> bool:
+    """``op.can_execute(*specs)``, checked to answer True or False (an op that does not define
+    the hook costs one attribute comparison)."""
+    if type(op).can_execute is Op.can_execute:
+        return True
+    answer = op.can_execute(*specs)
+    if not isinstance(answer, (bool, np.bool_)):
+        raise VerifyError(f"{where}: {describe(op)}.can_execute returned {answer!r}; accepted: True (the node "
+                          "runs) or False (it is skipped, its outputs zero-filled)")
+    return bool(answer)
 
 
 def run_op(op: "Op", impl, inputs: Sequence, outputs: Sequence, backend: str, specs: Sequence) -> None:

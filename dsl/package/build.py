@@ -4,6 +4,7 @@ subclass (params as annotated class attributes, so they are ONNX attributes by n
 """
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
@@ -106,7 +107,12 @@ def _implementation(manifest: Manifest, decl: OpDecl, impl: ImplDecl, files, loa
                            f"{', '.join(defined) or 'nothing callable'}")
     if isinstance(obj, Kernel):
         _check_kernel(manifest, decl, impl, obj)
+        obj = _with_options(manifest, impl, obj)
     elif callable(obj) and not isinstance(obj, type):
+        for k, given in (("defines", impl.defines), ("options", impl.options)):
+            if given:
+                raise PackageError(manifest.path, where.line, f"{impl.where.key}.{k}", f"{file}:{attr} is a plain "
+                                   f"Python function; {k} apply to @dsl.kernel implementations only")
         if impl.backend != "interpreter":
             raise PackageError(manifest.path, where.line, where.key, f"{file}:{attr} is a plain Python "
                                f"function, accepted for backend interpreter only; for {impl.backend} decorate "
@@ -133,6 +139,67 @@ def _mismatch(manifest: Manifest, decl: OpDecl, impl: ImplDecl, got: List[str], 
                        f"order, then params{' other than str ones' if not with_str else ''} by name; {problem}")
 
 
+def _with_options(manifest: Manifest, impl: ImplDecl, k: Kernel) -> Kernel:
+    """The kernel compiled with the implementation's ``defines`` and ``options`` (a variant:
+    the decorated kernel, and other entries naming it, keep their own)."""
+    if not impl.defines and not impl.options:
+        return k
+    options = dict(impl.options)
+    base = k
+    if "fastmath" in options or "threads" in options:
+        base = copy.copy(k)  # variant() compiles with the copy's fastmath / threads
+        base.fastmath = bool(options.get("fastmath", k.fastmath))
+        base.threads = int(options.get("threads", k.threads))
+    try:
+        variant = base.variant(defines=dict(impl.defines) or None, features=options.get("features"))
+    except (TypeError, ValueError) as e:
+        raise PackageError(manifest.path, impl.where.line, f"{impl.where.key}.defines", str(e)) from None
+    variant.base = k.base  # the decorated kernel, not the copy that carried the options
+    return variant
+
+
+def _roles(decl: OpDecl):
+    """(name, role, accepted dtype names or None, scratch decl or None) of each tensor parameter."""
+    by_input = {i.name: i for i in decl.inputs}
+    out = [(i.name, "input", i.dtypes, None) for i in decl.inputs]
+    out += [(o.name, "output", by_input[o.like].dtypes if o.like else None, None) for o in decl.outputs]
+    out += [(s.name, "scratch", (s.dtype,), s) for s in decl.scratch]
+    return out
+
+
+def _check_tensors(manifest: Manifest, decl: OpDecl, impl: ImplDecl, k: Kernel, got: List[str]) -> None:
+    """Names in order, In for inputs, Out for outputs and scratch, dtypes the manifest accepts:
+    a kernel taking ``(y: Out, x: In)`` for inputs x then outputs y would write the caller's x."""
+    k_tensors = [p for p in k.params if p.kind == "tensor"]
+    roles = _roles(decl)
+    if [p.name for p in k_tensors] != [r[0] for r in roles]:
+        _mismatch(manifest, decl, impl, got, f"its tensor parameters are ({', '.join(p.name for p in k_tensors)}); "
+                  f"declared: ({', '.join(r[0] for r in roles)})", False)
+    for p, (name, role, dtypes, scratch) in zip(k_tensors, roles):
+        ann = p.annotation
+        shown = repr(ann).replace("dsl.", "")
+        if role == "input" and ann.access != "in":
+            _mismatch(manifest, decl, impl, got, f"input {name} is {shown}; accepted: In[...] (the kernel must "
+                      "not write the caller's input)", False)
+        if role != "input" and not ann.writable:
+            _mismatch(manifest, decl, impl, got, f"{role} {name} is {shown}; accepted: Out[...]", False)
+        kernel_dtypes = ([ann.dtype] if isinstance(ann.dtype, T.DType)
+                         else list(getattr(ann.dtype, "allowed", ()) or ()))
+        names = [_manifest_dtype(d) for d in kernel_dtypes]
+        if dtypes is not None and names and not set(names) & set(dtypes):
+            _mismatch(manifest, decl, impl, got, f"{role} {name} is {shown}; the manifest accepts "
+                      f"{'|'.join(dtypes)}", False)
+        if scratch is not None:
+            ndim = len(scratch.shape)
+            if ann.ndim is not None and ann.ndim != ndim:
+                want = f"Out[{scratch.dtype}, {ndim}]" if scratch.typed else "Out[u8] (bytes: a 1-D u8 buffer)"
+                _mismatch(manifest, decl, impl, got, f"scratch {name} is {shown}; accepted: {want}", False)
+
+
+def _manifest_dtype(d: T.DType) -> str:
+    return "bool" if d.name == "bool_" else d.name
+
+
 def _check_kernel(manifest: Manifest, decl: OpDecl, impl: ImplDecl, k: Kernel) -> None:
     tensors, scalars = _expected(decl, with_str=False)
     got = [p.name for p in k.params]
@@ -141,6 +208,7 @@ def _check_kernel(manifest: Manifest, decl: OpDecl, impl: ImplDecl, k: Kernel) -
     if [p.name for p in k.params[:len(k_tensors)]] != [p.name for p in k_tensors] or len(k_tensors) != len(tensors):
         _mismatch(manifest, decl, impl, got, f"it has {len(k_tensors)} tensor parameter(s), {len(tensors)} "
                   "expected first", False)
+    _check_tensors(manifest, decl, impl, k, got)
     if set(k_scalars) != set(scalars):
         missing, extra = sorted(set(scalars) - set(k_scalars)), sorted(set(k_scalars) - set(scalars))
         what = "; ".join(x for x in (f"missing {', '.join(missing)}" if missing else "",
@@ -203,7 +271,8 @@ def _raw_opencl(manifest: Manifest, decl: OpDecl, impl: ImplDecl, source: Path):
             raise PackageError(manifest.path, where.line, where.key, f"param {p.name} is a vector (size: {p.size}); "
                                "raw OpenCL implementations take scalar params only")
         params.append(Param(p.name, _CL_DTYPE[p.dtype]))
-    function, options = impl.function, impl.build_options
+    function = impl.function
+    options = " ".join(filter(None, [impl.build_options, *(_cl_define(k, v) for k, v in impl.defines)]))
     return RawOpenCL(
         f"{decl.type}.{impl.function}", source,
         inputs=tuple(i.name for i in decl.inputs),
@@ -212,3 +281,10 @@ def _raw_opencl(manifest: Manifest, decl: OpDecl, impl: ImplDecl, source: Path):
         select=lambda dtypes, values: (function, options),
         enqueue=lambda ins, outs, values: ((outs[0].size,), None),
     )
+
+
+def _cl_define(name: str, value) -> str:
+    """``defines:`` of a raw OpenCL implementation as a compiler option (``-DTILE=16``)."""
+    if isinstance(value, bool):
+        value = int(value)
+    return f"-D{name}={value}"

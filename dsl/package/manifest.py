@@ -11,11 +11,13 @@ import keyword
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from dsl.lang import types as T
 from dsl.package import yaml_lines
 from dsl.package.errors import PackageError
 from dsl.package.yaml_lines import LDict, LList
 
 FORMAT_VERSION = 1  # the newest package format this opdsl reads
+MAX_SCRATCH_BYTES = 1 << 30  # one typed scratch buffer, allocated per launch
 
 PARAM_DTYPES = ("f32", "f64", "i64", "bool", "str")
 TENSOR_DTYPES = ("bool", "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64", "f16", "bf16", "f32", "f64")
@@ -27,8 +29,12 @@ OP_KEYS = ("type", "domain", "since", "until", "inputs", "outputs", "params", "s
 INPUT_KEYS = ("name", "max_rank", "dtypes", "constant")
 OUTPUT_KEYS = ("name", "like")
 PARAM_KEYS = ("name", "dtype", "default", "size", "from")
-SCRATCH_KEYS = ("name", "bytes")
-IMPL_KEYS = ("backend", "kernel", "source", "function", "build_options")
+SCRATCH_KEYS = ("name", "bytes", "dtype", "shape")
+IMPL_KEYS = ("backend", "kernel", "source", "function", "build_options", "defines", "options", "memory")
+KERNEL_OPTIONS = ("fastmath", "threads", "features")  # options: of a DSL kernel implementation
+# memory: placements (the Cloud AI 100 guide's memoryConfig).  Every buffer here is host memory
+# (numba, interpreter) or OpenCL global memory, so they are accepted, checked and ignored.
+MEMORY_PLACES = ("ddr", "cacheable_ddr", "vtcm", "global", "local", "any")
 
 
 @dataclass(frozen=True)
@@ -77,9 +83,21 @@ class ParamDecl:
 
 @dataclass(frozen=True)
 class ScratchDecl:
+    """A zeroed buffer per launch: ``bytes`` of u8 (``shape == (bytes,)``), or typed with
+    ``dtype`` and ``shape`` (the guide's ``float*`` in VTCM)."""
+
     name: str
-    bytes: int
+    dtype: str
+    shape: Tuple[int, ...]
     where: Where = None
+    typed: bool = False  # declared with dtype/shape (else bytes)
+
+    @property
+    def bytes(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n * T.as_dtype(self.dtype).np.itemsize
 
 
 @dataclass(frozen=True)
@@ -93,6 +111,9 @@ class ImplDecl:
     build_options: str = ""
     where: Where = None
     file_where: Where = None  # the key naming the file (kernel or source)
+    defines: Tuple[Tuple[str, Any], ...] = ()   # module constants (DSL) or -D macros (raw OpenCL)
+    options: Tuple[Tuple[str, Any], ...] = ()   # KERNEL_OPTIONS of a DSL kernel
+    memory: Tuple[Tuple[str, str], ...] = ()    # buffer name -> MEMORY_PLACES entry (ignored here)
 
     @property
     def name(self) -> str:
@@ -163,12 +184,13 @@ class _Reader:
             self.fail(line, key, "the list is empty; at least one entry is needed")
         return [(v, f"{key}[{i}]", value.lines[i]) for i, v in enumerate(value)]
 
-    def string(self, m: LDict, k: str, key: str, ident: bool = False, default=None) -> Optional[str]:
+    def string(self, m: LDict, k: str, key: str, ident: bool = False, default=None,
+               empty: bool = False) -> Optional[str]:
         if k not in m:
             return default
         v, line = m[k], m.lines[k]
-        if not isinstance(v, str) or not v:
-            self.fail(line, _join(key, k), f"expected a non-empty string, got {_kind(v)}")
+        if not isinstance(v, str) or not (v or empty):
+            self.fail(line, _join(key, k), f"expected a {'' if empty else 'non-empty '}string, got {_kind(v)}")
         if ident and (not v.isidentifier() or keyword.iskeyword(v) or v == "backend"):
             self.fail(line, _join(key, k), f"{v!r} is not accepted; accepted: a Python identifier "
                       "(letters, digits, '_'), not a keyword and not 'backend'")
@@ -217,7 +239,7 @@ class _Reader:
     def op(self, m, key: str, line: int) -> OpDecl:
         m = self.mapping(m, key, line, OP_KEYS, ("type", "outputs", "implementations"))
         op_type = self.string(m, "type", key, ident=True)
-        domain = self.string(m, "domain", key, default="")
+        domain = self.string(m, "domain", key, default="", empty=True)
         if domain == "ai.onnx":
             domain = ""
         since = self.integer(m, "since", key, 1, default=1)
@@ -227,6 +249,7 @@ class _Reader:
         params = tuple(self.param(v, k, ln) for v, k, ln in self.items(m, "params", key))
         scratch = tuple(self.scratch(v, k, ln) for v, k, ln in self.items(m, "scratch", key))
         seen: Dict[str, Where] = {}
+        buffers = {d.name for d in (*inputs, *outputs, *scratch)}
         for d in (*inputs, *outputs, *params, *scratch):
             if d.name in seen:
                 self.fail(d.where.line, d.where.key, f"name {d.name!r} is already used at line "
@@ -244,7 +267,7 @@ class _Reader:
                           f"{', '.join(names) or 'none (the op has no inputs)'}")
         functions = self.string(m, "functions", key)
         fwhere = Where(m.lines["functions"], _join(key, "functions")) if functions else None
-        impls = tuple(self.implementation(v, k, ln)
+        impls = tuple(self.implementation(v, k, ln, buffers)
                       for v, k, ln in self.items(m, "implementations", key, nonempty=True))
         per_backend: Dict[Tuple[str, str], ImplDecl] = {}
         for i in impls:
@@ -321,10 +344,84 @@ class _Reader:
         return tuple(one(x) for x in v)
 
     def scratch(self, m, key: str, line: int) -> ScratchDecl:
-        m = self.mapping(m, key, line, SCRATCH_KEYS, ("name", "bytes"))
-        return ScratchDecl(self.string(m, "name", key, ident=True), self.integer(m, "bytes", key, 1), Where(line, key))
+        m = self.mapping(m, key, line, SCRATCH_KEYS, ("name",))
+        name = self.string(m, "name", key, ident=True)
+        if ("bytes" in m) == ("dtype" in m or "shape" in m):
+            self.fail(line, key, "give either bytes: N (a u8 buffer) or dtype and shape (a typed buffer, e.g. "
+                      "{name: tmp, dtype: f32, shape: [256]})")
+        if "bytes" in m:
+            return ScratchDecl(name, "u8", (self.integer(m, "bytes", key, 1),), Where(line, key))
+        if "dtype" not in m or "shape" not in m:
+            self.fail(line, key, f"missing required key '{'shape' if 'dtype' in m else 'dtype'}'; a typed scratch "
+                      "buffer needs both dtype and shape")
+        dtype = m["dtype"]
+        if dtype not in TENSOR_DTYPES:
+            self.fail(m.lines["dtype"], _join(key, "dtype"), f"unknown dtype {_kind(dtype)}; accepted: "
+                      f"{', '.join(TENSOR_DTYPES)}")
+        shape = []
+        for v, k, ln in self.items(m, "shape", key, nonempty=True):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                self.fail(ln, k, f"expected a dimension, an integer >= 1, got {_kind(v)}")
+            shape.append(v)
+        decl = ScratchDecl(name, dtype, tuple(shape), Where(line, key), typed=True)
+        if decl.bytes > MAX_SCRATCH_BYTES:
+            self.fail(m.lines["shape"], _join(key, "shape"), f"{decl.bytes} bytes per launch; accepted: at most "
+                      f"{MAX_SCRATCH_BYTES} (1 GiB)")
+        return decl
 
-    def implementation(self, m, key: str, line: int) -> ImplDecl:
+    def defines(self, m: LDict, key: str, raw: bool) -> Tuple[Tuple[str, Any], ...]:
+        """``defines: {NAME: value}``: module constants of a DSL kernel, or -D macros of OpenCL C."""
+        if "defines" not in m:
+            return ()
+        v, line, key = m["defines"], m.lines["defines"], _join(key, "defines")
+        if not isinstance(v, LDict):
+            self.fail(line, key, f"expected a mapping NAME: value, got {_kind(v)}")
+        for name, value in v.items():
+            ok = isinstance(value, (int, float)) or (raw and isinstance(value, str) and value.split() == [value])
+            if not name.isidentifier() or not ok:
+                self.fail(v.lines[name], _join(key, name), f"{name}: {_kind(value)} is not accepted; accepted: an "
+                          "identifier and " + ("a number, bool or a string without spaces (-DNAME=value)" if raw else
+                                               "an int, float or bool (a module constant the kernel reads)"))
+        return tuple(sorted(v.items()))
+
+    def options(self, m: LDict, key: str) -> Tuple[Tuple[str, Any], ...]:
+        """``options: {fastmath, threads, features}`` of a DSL kernel (as @dsl.kernel takes them)."""
+        if "options" not in m:
+            return ()
+        v, line, key = m["options"], m.lines["options"], _join(key, "options")
+        if not isinstance(v, LDict):
+            self.fail(line, key, f"expected a mapping with keys {', '.join(KERNEL_OPTIONS)}, got {_kind(v)}")
+        self.mapping(v, key, line, KERNEL_OPTIONS, ())
+        if "fastmath" in v:
+            self.boolean(v, "fastmath", key, False)
+        if "threads" in v:
+            threads = self.integer(v, "threads", key, 1)
+            if threads > 1024:
+                self.fail(v.lines["threads"], _join(key, "threads"), f"{threads}; accepted: 1 to 1024")
+        if "features" in v:
+            for f, k, ln in self.items(v, "features", key):
+                if not isinstance(f, str) or not f:
+                    self.fail(ln, k, f"expected a feature name such as avx2, got {_kind(f)}")
+            v = LDict(v, features=tuple(v["features"] or ()))
+        return tuple(sorted(v.items()))
+
+    def memory(self, m: LDict, key: str, buffers) -> Tuple[Tuple[str, str], ...]:
+        """``memory: {buffer: place}``: accepted and checked; every place is ignored on these targets."""
+        if "memory" not in m:
+            return ()
+        v, line, key = m["memory"], m.lines["memory"], _join(key, "memory")
+        if not isinstance(v, LDict):
+            self.fail(line, key, f"expected a mapping buffer: place, got {_kind(v)}")
+        for name, place in v.items():
+            if name not in buffers:
+                self.fail(v.lines[name], _join(key, name), f"{name!r} is not an input, output or scratch buffer; "
+                          f"accepted: {', '.join(sorted(buffers))}")
+            if place not in MEMORY_PLACES:
+                self.fail(v.lines[name], _join(key, name), f"unknown place {_kind(place)}; accepted: "
+                          f"{', '.join(MEMORY_PLACES)}")
+        return tuple(v.items())
+
+    def implementation(self, m, key: str, line: int, buffers=()) -> ImplDecl:
         m = self.mapping(m, key, line, IMPL_KEYS, ("backend",))
         backend = self.string(m, "backend", key)
         if backend not in self.backends:
@@ -343,8 +440,10 @@ class _Reader:
             if not file.endswith(".py") or not attr.isidentifier():
                 self.fail(m.lines["kernel"], _join(key, "kernel"), f"{spec!r} is not accepted; accepted: "
                           "\"file.py:name\" (a file of the package and a function defined in it)")
-            return ImplDecl(backend, (file, attr), where=where, file_where=Where(m.lines["kernel"],
-                                                                                _join(key, "kernel")))
+            return ImplDecl(backend, (file, attr), where=where,
+                            file_where=Where(m.lines["kernel"], _join(key, "kernel")),
+                            defines=self.defines(m, key, raw=False), options=self.options(m, key),
+                            memory=self.memory(m, key, buffers))
         if backend != "opencl":
             self.fail(m.lines["source"], _join(key, "source"), f"raw OpenCL source is for backend opencl, not "
                       f"{backend}; accepted here: kernel: \"file.py:name\"")
@@ -355,8 +454,13 @@ class _Reader:
         if not isinstance(options, str):
             self.fail(m.lines["build_options"], _join(key, "build_options"), f"expected a string of compiler "
                       f"options such as \"-DX=1\", got {_kind(options)}")
+        if "options" in m:
+            self.fail(m.lines["options"], _join(key, "options"), "options are for DSL kernels; a raw OpenCL "
+                      "implementation takes compiler options as build_options: \"-cl-fast-relaxed-math\"")
+        defines = self.defines(m, key, raw=True)
         return ImplDecl(backend, None, self.string(m, "source", key), function, options, where,
-                        Where(m.lines["source"], _join(key, "source")))
+                        Where(m.lines["source"], _join(key, "source")), defines=defines,
+                        memory=self.memory(m, key, buffers))
 
 
 def _join(key: str, k: str) -> str:

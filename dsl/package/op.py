@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from dsl.lang import types as T
 from dsl.opgraph import tiling
 from dsl.opgraph.op import Op
 from dsl.opgraph.spec import TensorSpec, VerifyError, describe
@@ -24,7 +25,7 @@ from dsl.runtime.kernel import Kernel
 # Op hooks a package's ``functions`` module may define, each called as hook(op, ...) with the
 # arguments dsl.Op gives it.  verify/infer/select combine with the manifest's declarations
 # (see PackageOp); any other name listed here simply becomes the op's method.
-PACKAGE_HOOKS = ("verify", "infer", "select", "select_format", "run") + tiling.HOOKS
+PACKAGE_HOOKS = ("verify", "infer", "select", "select_format", "can_execute", "run") + tiling.HOOKS
 COMBINED_HOOKS = ("verify", "infer", "select")
 
 BOUND_ATTR = "_opdsl_package_params"  # params filled from quantization, on a bound implementation
@@ -160,8 +161,9 @@ class PackageOp(Op):
         impl(*inputs, *outputs, *self.scratch_buffers(), **self.kernel_kwargs(impl, backend))
 
     def scratch_buffers(self) -> List[np.ndarray]:
-        """One zeroed u8 buffer of ``bytes`` per declared scratch entry, passed after the outputs."""
-        return [np.zeros(s.bytes, np.uint8) for s in self._decl.scratch]
+        """One zeroed buffer per declared scratch entry (``bytes`` of u8, or its dtype and shape),
+        passed after the outputs."""
+        return [np.zeros(s.shape, T.as_dtype(s.dtype).np) for s in self._decl.scratch]
 
     def kernel_kwargs(self, impl, backend: Optional[str] = None) -> Dict[str, Any]:
         kw = super().kernel_kwargs(impl, backend)

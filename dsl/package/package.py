@@ -14,7 +14,7 @@ from typing import List, Union
 
 from dsl.opgraph import registry
 from dsl.package import manifest as schema
-from dsl.package import paths
+from dsl.package import paths, yaml_lines
 from dsl.package.build import build_ops
 from dsl.package.errors import PackageError
 from dsl.package.loader import Loader
@@ -64,7 +64,12 @@ def check_package(path: Union[str, os.PathLike]) -> Package:
         raise PackageError(shown, 0, None, f"{MANIFEST} is a symlink out of the package folder; accepted: a file "
                            "inside it")
     try:
-        text = mpath.read_text(encoding="utf-8")
+        with open(mpath, "rb") as f:  # is_file() above: a regular file, so this cannot block
+            data = f.read(yaml_lines.MAX_BYTES + 1)
+        if len(data) > yaml_lines.MAX_BYTES:
+            raise PackageError(shown, 0, None, f"the manifest is larger than {yaml_lines.MAX_BYTES} bytes; "
+                               "accepted: a manifest of a package (a few KB)")
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise PackageError(shown, 0, None, f"cannot read the manifest: {e}") from None
     decl = schema.read(shown, text, _backends())

@@ -90,7 +90,7 @@ def test_compile_error_is_printed_without_traceback(tmp_path):
     bad = tmp_path / "broken.py"
     bad.write_text(BROKEN)
     r = opdsl("compile", bad, "--backend", "ir", "--emit")
-    assert r.returncode == 1
+    assert r.returncode == 2
     assert f"{bad}:7:5: error: writing to 'x'" in r.stderr
     assert "    x[0] = 1.0\n    ^" in r.stderr
     assert "Traceback" not in r.stderr and "dsl/" not in r.stderr
@@ -98,9 +98,9 @@ def test_compile_error_is_printed_without_traceback(tmp_path):
 
 def test_missing_file_and_unknown_kernel_are_clean_errors(kernels_file):
     r = opdsl("compile", "no/such/file.py")
-    assert r.returncode == 1 and r.stderr.strip() == "opdsl: error: no such file: no/such/file.py"
+    assert r.returncode == 2 and r.stderr.strip() == "opdsl: error: no such file: no/such/file.py"
     r = opdsl("compile", kernels_file, "--kernel", "nope", "--backend", "ir")
-    assert r.returncode == 1 and "no @dsl.kernel named nope" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "no @dsl.kernel named nope" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_only_implemented_commands_exist(capsys):
@@ -124,7 +124,7 @@ def test_cache_info_and_clear(tmp_path):
     assert r.returncode == 0, r.stderr
     assert str(tmp_path) in r.stdout and "numba" in r.stdout
     r = opdsl("cache", "clear", cache=tmp_path)  # no marker: opdsl did not create this folder
-    assert r.returncode == 1 and ".opdsl-cache" in r.stderr and "Nothing was deleted" in r.stderr
+    assert r.returncode == 2 and ".opdsl-cache" in r.stderr and "Nothing was deleted" in r.stderr
     assert entry.exists()
     (tmp_path / ".opdsl-cache").write_text("made by opdsl")
     r = opdsl("cache", "clear", cache=tmp_path)
@@ -222,9 +222,9 @@ def test_bench_argument_and_model_errors_are_clean(tiny, tmp_path, capsys):
                        (["--dim", "seq=4"], "--dim seq: the model has no symbolic dimension 'seq'; symbolic dims: batch"),
                        (["--dim", "batch=two"], "--dim batch=two: the size must be an integer"),
                        (["--repeat", "0"], "--repeat must be >= 1, --warmup and --top >= 0")):
-        assert cli.main(["bench", str(tiny), "--backend", "interpreter", *args]) == 1
+        assert cli.main(["bench", str(tiny), "--backend", "interpreter", *args]) == 2
         assert capsys.readouterr().err.strip() == f"opdsl: error: {says}", args
-    assert cli.main(["bench", str(tmp_path / "nope.onnx")]) == 1
+    assert cli.main(["bench", str(tmp_path / "nope.onnx")]) == 2
     assert "no such file" in capsys.readouterr().err
     from onnx import helper as H
     missing = tiny_model(tmp_path / "missing.onnx", extra_nodes=[
@@ -234,7 +234,7 @@ def test_bench_argument_and_model_errors_are_clean(tiny, tmp_path, capsys):
     m = onnx.load(str(missing))
     m.opset_import.append(H.make_opsetid("com.nowhere", 1))
     onnx.save(m, str(missing))
-    assert cli.main(["bench", str(missing), "--backend", "interpreter"]) == 1
+    assert cli.main(["bench", str(missing), "--backend", "interpreter"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"opdsl: error: opdsl cannot load {missing}: the model uses 2 op type(s) that no "
                           "registered op answers")
@@ -260,7 +260,7 @@ def test_bench_runs_a_model_with_custom_ops_from_a_package(tmp_path):
     assert "onnxruntime latency:   n/a (onnxruntime cannot run the custom ops of com.qaic.example" in r.stdout
     assert "slowest 3 of 3 nodes" in r.stdout and "RMSNorm" in r.stdout
     r = opdsl("bench", path, "--package", tmp_path / "nope", "--backend", "interpreter")
-    assert r.returncode == 1 and f"--package {tmp_path / 'nope'}: no such folder" in r.stderr
+    assert r.returncode == 2 and f"--package {tmp_path / 'nope'}: no such folder" in r.stderr
 
 
 def test_bench_without_onnxruntime_says_how_to_install_it(tiny, tmp_path):

@@ -60,16 +60,16 @@ def test_the_bound_specialization_is_the_one_emitted_and_run(generic, cli):
 
 def test_unbound_and_bad_dtypes_are_clean_errors(generic, cli):
     code, out, err = cli("compile", generic, "--backend", "ir")
-    assert code == 1 and out == ""
+    assert code == 2 and out == ""
     assert err.splitlines() == [
-        "axpy: generic kernel: unbound dtype T (of x, y, a); bind it with --dtype PARAM=DTYPE, e.g. --dtype x=f32",
-        "half: generic kernel: unbound dtype U (of x, y); bind it with --dtype PARAM=DTYPE, e.g. --dtype x=f32",
-        "count: generic kernel: unbound dtype x (bare In/Out); bind it with --dtype PARAM=DTYPE, e.g. --dtype x=f32"]
+        "opdsl: error: axpy: generic kernel: unbound dtype T (of x, y, a); bind it with --dtype PARAM=DTYPE, e.g. --dtype x=f32",
+        "opdsl: error: half: generic kernel: unbound dtype U (of x, y); bind it with --dtype PARAM=DTYPE, e.g. --dtype x=f32",
+        "opdsl: error: count: generic kernel: unbound dtype x (bare In/Out); bind it with --dtype PARAM=DTYPE, e.g. --dtype x=f32"]
     code, out, err = cli("compile", generic, "--backend", "ir", "--dtype", "x=i32", "--kernel", "half")
-    assert code == 1 and err.strip() == "half: --dtype x=i32: x has dtype U, which accepts f32, f64"
+    assert code == 2 and err.strip() == "opdsl: error: half: --dtype x=i32: x has dtype U, which accepts f32, f64"
     code, out, err = cli("compile", generic, "--backend", "ir", "--dtype", "x=f32", "--dtype", "y=f64",
                          "--kernel", "axpy")
-    assert code == 1 and err.strip() == "axpy: --dtype x=f32 and --dtype y=f64 disagree: both are T in axpy"
+    assert code == 2 and err.strip() == "opdsl: error: axpy: --dtype x=f32 and --dtype y=f64 disagree: both are T in axpy"
     for args, says in ((["--dtype", "z=i32"], "--dtype z: no kernel compiled here has a generic (TypeVar) parameter "
                                               "'z'; generic parameters: a, k, x, y"),
                        (["--dtype", "n=i32"], "--dtype n: no kernel compiled here has a generic (TypeVar) parameter "
@@ -79,7 +79,7 @@ def test_unbound_and_bad_dtypes_are_clean_errors(generic, cli):
                        (["--dtype", "x"], "--dtype expects PARAM=DTYPE (e.g. x=f32), got 'x'"),
                        (["--dtype", "x=f32", "--dtype", "x=f64"], "--dtype x is given twice (f32 and f64)")):
         code, out, err = cli("compile", generic, "--backend", "ir", *args)
-        assert (code, err.strip()) == (1, f"opdsl: error: {says}"), args
+        assert (code, err.strip()) == (2, f"opdsl: error: {says}"), args
 
 
 def test_concrete_kernels_keep_their_specialization_and_output(cli, tmp_path):

@@ -47,7 +47,7 @@ def test_cache_clear_with_a_bogus_backend_names_the_accepted_ones(cli):
 
 def test_cache_info_takes_no_backend(cli):
     code, _, err = cli("cache", "info", "--backend", "numba")
-    assert code == 1
+    assert code == 2
     assert err.strip() == ("opdsl: error: --backend numba: only `opdsl cache clear` takes a backend; "
                            "`opdsl cache info` shows every backend's entries")
 

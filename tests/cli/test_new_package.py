@@ -1,6 +1,7 @@
 """``opdsl new-package``: a package skeleton from a model's custom-domain ops."""
 import importlib.util
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,18 +14,22 @@ from onnx import TensorProto as TP  # noqa: E402
 from onnx import helper as H  # noqa: E402
 from onnx import numpy_helper as NH  # noqa: E402
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def custom_model(path):
     """Relu -> CustomRelu (twice, alpha the same, beta not) -> RMSNorm (constant weight, ints and
-    string attributes; onnx sorts a node's attributes by name) -> Pair (two outputs, types unknown) -> Frob (input type unknown)."""
+    string attributes; onnx sorts a node's attributes by name) -> Pair (two outputs, types unknown); Frob (its
+    input u a graph input of unknown type)."""
     nodes = [H.make_node("Relu", ["x"], ["r"], name="relu"),
              H.make_node("CustomRelu", ["r"], ["c"], domain="com.example", name="cr1", alpha=0.5, beta=0.2),
              H.make_node("RMSNorm", ["c", "w"], ["n"], domain="com.example", name="rms", epsilon=1e-5,
                          mode="fast", axes=[-1]),
              H.make_node("CustomRelu", ["n"], ["y"], domain="com.example", name="cr2", alpha=0.5, beta=0.3),
              H.make_node("Pair", ["y"], ["p0", "p1"], domain="org.other", name="pair", count=3),
-             H.make_node("Frob", ["p0"], ["z"], domain="org.other", name="frob")]
-    g = H.make_graph(nodes, "m", [H.make_tensor_value_info("x", TP.FLOAT, ["batch", 8])],
+             H.make_node("Frob", ["u"], ["z"], domain="org.other", name="frob")]
+    g = H.make_graph(nodes, "m", [H.make_tensor_value_info("x", TP.FLOAT, ["batch", 8]),
+                                  H.make_tensor_value_info("u", TP.UNDEFINED, None)],
                      [H.make_tensor_value_info("y", TP.FLOAT, ["batch", 8]),
                       H.make_tensor_value_info("p1", TP.INT64, [2]),
                       H.make_tensor_value_info("z", TP.FLOAT16, None)],
@@ -212,7 +217,7 @@ def test_refuses_a_non_empty_folder_and_models_without_custom_ops(tmp_path, cli)
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine")
     code, _, err = cli("new-package", model, "-o", tmp_path / "full")
-    assert code == 1 and err.strip() == (f"opdsl: error: -o {tmp_path / 'full'}: the folder is not empty; "
+    assert code == 2 and err.strip() == (f"opdsl: error: -o {tmp_path / 'full'}: the folder is not empty; "
                                          "new-package never overwrites files (give a new or empty folder)")
     assert [p.name for p in (tmp_path / "full").iterdir()] == ["keep.txt"]
     (tmp_path / "empty").mkdir()
@@ -223,15 +228,15 @@ def test_refuses_a_non_empty_folder_and_models_without_custom_ops(tmp_path, cli)
                      [H.make_tensor_value_info("y", TP.FLOAT, [2])])
     onnx.save(H.make_model(g, opset_imports=[H.make_opsetid("", 17)]), str(tmp_path / "std.onnx"))
     code, _, err = cli("new-package", tmp_path / "std.onnx", "-o", tmp_path / "new")
-    assert code == 1 and err.strip() == (
+    assert code == 2 and err.strip() == (
         f"opdsl: error: {tmp_path / 'std.onnx'} has no op of a custom domain (its nodes use \"\" domain); "
         "new-package writes packages for ops outside the standard ONNX domain")
     assert not (tmp_path / "new").exists()
     code, _, err = cli("new-package", tmp_path / "nope.onnx", "-o", tmp_path / "new")
-    assert code == 1 and err.strip() == f"opdsl: error: no such file: {tmp_path / 'nope.onnx'}"
+    assert code == 2 and err.strip() == f"opdsl: error: no such file: {tmp_path / 'nope.onnx'}"
     (tmp_path / "afile").write_text("")
     code, _, err = cli("new-package", model, "-o", tmp_path / "afile")
-    assert code == 1 and err.strip() == f"opdsl: error: -o {tmp_path / 'afile'}: exists and is not a folder"
+    assert code == 2 and err.strip() == f"opdsl: error: -o {tmp_path / 'afile'}: exists and is not a folder; give a folder (created if missing)"
 
 
 def test_yaml_values_read_back():
@@ -271,9 +276,64 @@ def test_subgraph_ops_are_found_and_local_functions_need_no_package(tmp_path, cl
     onnx.save(H.make_model(only_local, opset_imports=[H.make_opsetid("", 17), H.make_opsetid("com.local", 1)],
                            functions=[fn]), str(tmp_path / "local.onnx"))
     code, _, err = cli("new-package", tmp_path / "local.onnx", "-o", tmp_path / "q")
-    assert code == 1 and err.strip() == (f"opdsl: error: {tmp_path / 'local.onnx'}: its custom ops (com.local::Double) "
+    assert code == 2 and err.strip() == (f"opdsl: error: {tmp_path / 'local.onnx'}: its custom ops (com.local::Double) "
                                          "are functions the model defines, which opdsl runs from their bodies; "
                                          "no package is needed")
     code, _, err = cli("new-package", tmp_path / "m.onnx", "-o", tmp_path / "r", "--name", "my-ops")
-    assert code == 1 and err.strip() == ("opdsl: error: --name 'my-ops': a package name is a Python identifier "
+    assert code == 2 and err.strip() == ("opdsl: error: --name 'my-ops': a package name is a Python identifier "
                                          "(letters, digits, '_', not starting with a digit), e.g. my_ops")
+
+
+def quant_model(path):
+    """x (f32) -> QuantizeLinear(0.05, 128) -> QAdd (a param named `import`, gain) -> Twice (its input made
+    by a custom op, typed nowhere in the model) -> y."""
+    nodes = [H.make_node("QuantizeLinear", ["x", "s", "zp"], ["xq"], name="q"),
+             H.make_node("QAdd", ["xq"], ["h"], domain="com.q", name="qadd", **{"import": 1, "gain": 2.0}),
+             H.make_node("Twice", ["h"], ["y"], domain="com.q", name="twice")]
+    g = H.make_graph(nodes, "m", [H.make_tensor_value_info("x", TP.FLOAT, [2, 8])],
+                     [H.make_tensor_value_info("y", TP.UINT8, None)],
+                     [NH.from_array(np.array(0.05, np.float32), "s"), NH.from_array(np.array(128, np.uint8), "zp")])
+    onnx.save(H.make_model(g, opset_imports=[H.make_opsetid("", 17), H.make_opsetid("com.q", 1)]), str(path))
+    return path
+
+
+def test_quantized_inputs_chained_ops_and_keyword_attributes(tmp_path, cli):
+    """QuantizeLinear -> custom op gives `from: x.scale` / `x.zero_point` params; an input made by
+    another custom op gets that op's input type (not 'rank not known'); an attribute named like a
+    Python keyword is left out with a note, so `opdsl check` accepts what new-package writes; and
+    the generated test, once its kernels and references are written, feeds quantized data and passes."""
+    import re
+    import subprocess
+    folder = tmp_path / "qpkg"
+    code, out, err = cli("new-package", quant_model(tmp_path / "q.onnx"), "-o", folder)
+    assert code == 0, err
+    assert "note: attribute import (a package param is a Python identifier, not a keyword" in out
+    m = yaml.safe_load((folder / "opdsl-package.yaml").read_text())
+    qadd, twice = m["ops"]
+    assert qadd["params"] == [{"name": "gain", "dtype": "f32", "default": 2.0},
+                              {"name": "x_scale", "dtype": "f32", "from": "x.scale"},
+                              {"name": "x_zero_point", "dtype": "i64", "from": "x.zero_point"}]
+    assert twice["inputs"] == [{"name": "x", "max_rank": 2, "dtypes": ["u8"]}]
+    assert "rank and dtype assumed: made by a custom op" in (folder / "opdsl-package.yaml").read_text()
+    code, _, err = cli("check", folder)
+    assert code == 0, err
+    # write the bodies the way a user would: QAdd y = x - zero point, Twice y = 2x (u8 wraps)
+    k = (folder / "kernels.py").read_text()
+    k = re.sub(r"@dsl.kernel\(grid=stub\(.*\)\)\n", "@dsl.kernel\n", k)
+    k = k.replace("y.flat[i] = 0  # TODO QAdd", "y.flat[i] = x.flat[i] - u8(x_zero_point)")
+    k = k.replace("y.flat[i] = 0  # TODO Twice", "y.flat[i] = x.flat[i] + x.flat[i]")
+    (folder / "kernels.py").write_text(k)
+    for f in ("q_add_functions.py", "twice_functions.py"):
+        text = (folder / f).read_text()
+        (folder / f).write_text(re.sub(r"    raise NotImplementedError\(.*\)\n", "    return specs[0]\n", text))
+    t = (folder / "test_qpkg.py").read_text()
+    t = t.replace("    raise NotImplementedError('QAdd: write the numpy reference in ' + __file__)",
+                  "    assert x.dtype == np.uint8 and x_zero_point == 128 and abs(x_scale - 0.05) < 1e-7\n"
+                  "    return (x - np.uint8(x_zero_point)).astype(np.uint8)")
+    t = t.replace("    raise NotImplementedError('Twice: write the numpy reference in ' + __file__)",
+                  "    return (x + x).astype(np.uint8)")
+    (folder / "test_qpkg.py").write_text(t)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
+                        str(folder / "test_qpkg.py"), "-k", "interpreter"],
+                       capture_output=True, text=True, timeout=600, cwd=str(ROOT))
+    assert r.returncode == 0 and "2 passed" in r.stdout, r.stdout + r.stderr

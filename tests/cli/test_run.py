@@ -68,11 +68,11 @@ def test_file_inputs_win_over_random(model, tmp_path, cli):
 def test_missing_inputs_are_listed(model, tmp_path, cli):
     np.save(tmp_path / "x.npy", np.ones((2, 4), np.float32))
     code, _, err = cli("run", model, "--output-dir", tmp_path / "o", "--backend", "interpreter")
-    assert code == 1
+    assert code == 2
     assert err.strip() == ("opdsl: error: no --input for 2 of the model's 2 input(s): x (float32[batch, 4]), "
                            "b (float32[4]); give each with --input NAME=FILE.npy, or --random for seeded random data")
     code, _, err = cli("run", model, "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", tmp_path / "o")
-    assert code == 1 and "no --input for 1 of the model's 2 input(s): b (float32[4])" in err
+    assert code == 2 and "no --input for 1 of the model's 2 input(s): b (float32[4])" in err
     assert not (tmp_path / "o").exists()  # nothing written before the inputs are complete
 
 
@@ -88,13 +88,14 @@ def test_argument_errors(model, tmp_path, cli):
              f"--input x={tmp_path / 'x64.npy'}: the file holds float64, the model takes float32"),
             (["--random", "--input", f"x={tmp_path / 'no.npy'}"], f"--input x={tmp_path / 'no.npy'}: no such file"),
             (["--random", "--dim", "batch=2", "--package", tmp_path / "nope"],
-             f"--package {tmp_path / 'nope'}: no such folder (an op package is a folder holding opdsl-package.yaml)")):
+             f"--package {tmp_path / 'nope'}: no such folder or manifest; give an op package folder (holding "
+             "opdsl-package.yaml) or its .yaml manifest file")):
         code, _, err = cli("run", model, *args, *common)
-        assert (code, err.strip()) == (1, f"opdsl: error: {says}"), args
+        assert (code, err.strip()) == (2, f"opdsl: error: {says}"), args
     code, _, err = cli("run", model, "--random", "--dim", "batch=2", "--output-dir", tmp_path / "file")
-    assert code == 1 and err.strip() == f"opdsl: error: --output-dir {tmp_path / 'file'}: exists and is not a folder"
+    assert code == 2 and err.strip() == f"opdsl: error: --output-dir {tmp_path / 'file'}: exists and is not a folder; give a folder (created if missing)"
     code, _, err = cli("run", tmp_path / "none.onnx", "--output-dir", tmp_path / "o")
-    assert code == 1 and err.strip() == f"opdsl: error: no such file: {tmp_path / 'none.onnx'}"
+    assert code == 2 and err.strip() == f"opdsl: error: no such file: {tmp_path / 'none.onnx'}"
     code, _, err = cli("run", model, "--random", "--dim", "batch=2")
     assert code == 2 and "the following arguments are required: --output-dir" in err
 
@@ -103,7 +104,7 @@ def test_a_wrong_shape_is_a_clean_error(model, tmp_path, cli):
     np.save(tmp_path / "x.npy", np.ones((2, 5), np.float32))
     code, _, err = cli("run", model, "--input", f"x={tmp_path / 'x.npy'}", "--random",
                        "--output-dir", tmp_path / "o", "--backend", "interpreter")
-    assert code == 1 and err.startswith(f"opdsl: error: running {model}: input 'x' has shape (2, 5)")
+    assert code == 2 and err.startswith(f"opdsl: error: running {model}: input 'x' has shape (2, 5)")
     assert "Traceback" not in err
 
 
@@ -132,7 +133,7 @@ def test_a_model_with_unknown_ops_names_them(tmp_path, cli):
     m = H.make_model(g, opset_imports=[H.make_opsetid("", 17), H.make_opsetid("com.nowhere", 1)])
     onnx.save(m, str(tmp_path / "m.onnx"))
     code, _, err = cli("run", tmp_path / "m.onnx", "--random", "--output-dir", tmp_path / "o", "--backend", "interpreter")
-    assert code == 1 and err.startswith(f"opdsl: error: opdsl cannot load {tmp_path / 'm.onnx'}: ")
+    assert code == 2 and err.startswith(f"opdsl: error: opdsl cannot load {tmp_path / 'm.onnx'}: ")
     assert "com.nowhere::Frob (opset 1): 1 node, first 'f'" in err
 
 
@@ -153,6 +154,6 @@ def test_a_package_error_is_printed_as_it_is(model, tmp_path, cli):
         "    implementations:\n      - {backend: interpreter, kernel: \"k.py:f\"}\n")
     code, _, err = cli("run", model, "--random", "--dim", "batch=1", "--package", pkg,
                        "--output-dir", tmp_path / "o", "--backend", "interpreter")
-    assert code == 1
+    assert code == 2
     assert err.startswith(f"opdsl: error: {pkg / 'opdsl-package.yaml'}:7: ") and "f33" in err
     assert "Traceback" not in err

@@ -47,9 +47,9 @@ def test_check_accepts_the_manifest_file_itself():
 
 def test_check_errors_print_the_message_alone(make_package, capsys):
     root = make_package("name: bad\nversion: 1\nops:\n  - type: X\n    colour: red\n")
-    assert check.run(_parser().parse_args(["check", str(root)])) == 1
+    assert check.run(_parser().parse_args(["check", str(root)])) == 2
     err = capsys.readouterr().err
-    assert err == f"{root / 'opdsl-package.yaml'}:5: ops[0].colour: unknown key; accepted: type, domain, since, " \
+    assert err == f"opdsl: error: {root / 'opdsl-package.yaml'}:5: ops[0].colour: unknown key; accepted: type, domain, since, " \
                   "until, inputs, outputs, params, scratch, functions, implementations\n"
 
 

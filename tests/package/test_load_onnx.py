@@ -86,3 +86,9 @@ def test_graph_with_package_ops_round_trips_through_onnx():
     h = np.clip(np.float32(0.3) * xv + np.float32(0.2), 0, 1)
     ref = np.linspace(1, 2, 8, dtype=np.float32) * h / np.sqrt((h * h).mean(-1, keepdims=True) + 1e-3)
     np.testing.assert_allclose(model.run({"x": xv})["y"], ref, rtol=1e-5, atol=1e-6)
+
+
+def test_packages_must_be_folders_packages_or_modules():
+    with pytest.raises(TypeError, match=r"packages: expected a list of op package folders \(str or Path\), "
+                                        r"dsl.package.Package objects or imported modules, or one of them, got int 42"):
+        dsl.load_onnx(b"", packages=42)
