@@ -82,6 +82,13 @@ class Backend(ABC):
     # so a model cuts big nodes into tiles that run side by side (dsl/opgraph/tiling.py); a backend
     # that runs elsewhere (a device) or one thread at a time leaves it False.
     parallel: bool = False
+    # Its SIMD register tiles (``dsl.simd`` values) become the host's vector registers, so kernels
+    # that pack their operands once (ops/gemm_packed.py, the im2col convolution) are the fast path;
+    # elsewhere they run, correctly, slower than the plain kernels.
+    packed_kernels: bool = False
+    # ``fastmath=True`` only reorders float arithmetic here: inf and NaN keep their meaning (numba
+    # gives LLVM no nnan/ninf flags; OpenCL's -cl-fast-relaxed-math drops them as well).
+    fastmath_keeps_inf_nan: bool = False
     # The folder of the on-disk compile cache (backends/cache.py) under which this backend keeps its
     # compiled code, each entry named from ``CompileRequest.key`` plus whatever version of its own
     # code generator the backend adds; "" for a backend that keeps nothing on disk.  ``opdsl cache

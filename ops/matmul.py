@@ -178,10 +178,10 @@ def _gemm(impl, a, b, c, y, trans_a, trans_b, alpha, beta, backend) -> None:
 
 
 def _select(dtype, m, n, k, backend, trans_a: bool = False) -> str:
-    """The packed SIMD kernel on numba for float data big enough to pay for packing; the SIMD
-    matrix-vector kernel for float products of few rows (a transposed A only with one row) or
-    of one column (A·b, run as bᵀ·Aᵀ)."""
-    if backend == "numba" and dtype in PACKED_TYPES and worth_packing(m, n, k):
+    """The packed SIMD kernel where it is the fast path (``Target.packed_kernels``: numba) for float
+    data big enough to pay for packing; the SIMD matrix-vector kernel for float products of few
+    rows (a transposed A only with one row) or of one column (A·b, run as bᵀ·Aᵀ)."""
+    if dtype in PACKED_TYPES and worth_packing(m, n, k) and dsl.target(backend).packed_kernels:
         return "packed"
     if dtype in PACKED_TYPES and (worth_gemv(m, n, k) and (not trans_a or m == 1)
                                   or n == 1 and worth_gemv(n, m, k) and not trans_a):

@@ -322,8 +322,8 @@ class Conv(ConvAttributes):
             return "stem" if stem_supported(x, w, self.group, Conv.infer(self, x, w).shape[-1]) else "direct"
         if x.format == "nchwc16":
             return "nchwc16"
-        if backend == "numba" and (self.group == 1 or self._wide_groups(x)) and x.dtype in PACKED_TYPES \
-                and x.ndim <= 4:
+        if dsl.target(backend).packed_kernels and (self.group == 1 or self._wide_groups(x)) \
+                and x.dtype in PACKED_TYPES and x.ndim <= 4:
             return "gemm"
         return "plain"
 
@@ -331,7 +331,7 @@ class Conv(ConvAttributes):
         """Direct unless an unpadded 1×1 convolution on numba (2-D ones took "pointwise"
         before): with stride 1 that is a plain GEMM reading x in place (ops/gemm_packed.py),
         with stride 2 one whose B panels are gathered."""
-        if backend != "numba":
+        if not dsl.target(backend).packed_kernels:
             return True
         k, _, _, pads = self._attrs(w)
         pointwise = all(d == 1 for d in k) and not any(pads) and self.auto_pad in ("NOTSET", "VALID")

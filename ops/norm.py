@@ -317,7 +317,7 @@ norm_rows_kernel = dsl.kernel(fastmath=True)(norm_kernel.fn)
 
 
 def _select_rows(backend) -> str:
-    return "rows" if backend == "numba" else "default"
+    return "rows" if dsl.target(backend).fastmath_keeps_inf_nan else "default"
 
 
 STASH = {1: dsl.f32, 11: dsl.f64, 16: dsl.bf16, 10: dsl.f16}  # ONNX element types allowed as stash_type

@@ -578,6 +578,8 @@ def _lazy(request: CompileRequest, source: str, sites) -> NumbaLauncher:
 class NumbaBackend(Backend):
     name = "numba"
     parallel = True  # team threads run across the cores (parallel entry points)
+    packed_kernels = True
+    fastmath_keeps_inf_nan = True
     cache_tag = CACHE_TAG
 
     def source(self, request: CompileRequest) -> str:

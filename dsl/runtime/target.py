@@ -36,6 +36,10 @@ class Target:
     local_mem_bytes: int = 0  # OpenCL local memory; 0 on CPUs
     cache_bytes: int = 0      # the largest CPU cache level; 0 when unknown or not a CPU
     cpu: str = ""             # LLVM's name of the host CPU (e.g. 'skylake-avx512'); '' on devices
+    # what the backend's code generation makes of it (backends/base.py, Backend):
+    parallel: bool = False               # team threads run across the cores; a model's tiles run side by side
+    packed_kernels: bool = False         # packed SIMD GEMM/convolution kernels are the fast path
+    fastmath_keeps_inf_nan: bool = False  # fastmath=True only reorders: inf and NaN keep their meaning
 
     @property
     def cores(self) -> int:
@@ -71,13 +75,16 @@ def target(backend: Optional[str] = None) -> Target:
     the ``ValueError`` every backend lookup gives; a backend with no usable device raises its own
     error with the reason (OpenCL: ``NoDevice``, device by device)."""
     name = config.default_backend() if backend is None else backend
-    info = base.get(name).target()
+    backend_obj = base.get(name)
+    info = backend_obj.target()
     made = _made.get(name)
     if made is not None and made[0] is info:
         return made[1]
     result = Target(backend=name, device=info.device, features=frozenset(info.features),
                     vector_bits=int(info.vector_bits), compute_units=int(info.compute_units),
                     local_mem_bytes=int(getattr(info, "local_mem_bytes", 0)),
-                    cache_bytes=int(getattr(info, "cache_bytes", 0)), cpu=str(getattr(info, "cpu", "")))
+                    cache_bytes=int(getattr(info, "cache_bytes", 0)), cpu=str(getattr(info, "cpu", "")),
+                    parallel=bool(backend_obj.parallel), packed_kernels=bool(backend_obj.packed_kernels),
+                    fastmath_keeps_inf_nan=bool(backend_obj.fastmath_keeps_inf_nan))
     _made[name] = (info, result)
     return result

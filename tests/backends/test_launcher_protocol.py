@@ -129,3 +129,18 @@ def test_a_model_plans_and_tiles_on_the_double(double, monkeypatch):
         y = model.run({"x": xv})["y"]
         np.testing.assert_allclose(y[:, 0], xv.sum(axis=1), rtol=1e-5, atol=1e-5)
     assert len(serial_runs) >= 2  # each tile launched on the serial entry
+
+
+def test_builtin_backends_state_their_capabilities_and_ops_read_them_not_names(double, monkeypatch):
+    import ops.matmul
+    import ops.norm
+    assert (dsl.target("numba").parallel, dsl.target("numba").packed_kernels,
+            dsl.target("numba").fastmath_keeps_inf_nan) == (True, True, True)
+    assert not (dsl.target("interpreter").parallel or dsl.target("interpreter").packed_kernels)
+    big = (dsl.f32, 512, 512, 512)
+    assert ops.matmul._select(*big, "double") != "packed" and ops.norm._select_rows("double") == "default"
+    monkeypatch.setattr(DoubleBackend, "packed_kernels", True)
+    monkeypatch.setattr(DoubleBackend, "fastmath_keeps_inf_nan", True)
+    from dsl.runtime import target
+    monkeypatch.setattr(target, "_made", {})
+    assert ops.matmul._select(*big, "double") == "packed" and ops.norm._select_rows("double") == "rows"
