@@ -22,6 +22,7 @@ import numpy as np
 from dsl import config
 from backends import compile_batch
 from dsl.runtime import fastpath
+from dsl.runtime import foreign
 from dsl.runtime import pickling
 from dsl.runtime import grid as launch_grid
 from dsl.lang import check, frontend
@@ -206,12 +207,16 @@ class Kernel:
         typevars: Dict[T.TypeVar, T.DType] = {}
         key: List[Any] = []
         # tensors first: they bind TypeVars that scalars may use
-        for p, v in zip(params, raw):
+        for i, (p, v) in enumerate(zip(params, raw)):
             if p.kind != "tensor":
                 continue
             if v is _EMPTY:
                 raise TypeError(f"{self.__name__}() missing argument '{p.name}' ({p.annotation!r})")
-            dt = _check_tensor(self.__name__, p, v, typevars)
+            hint = None
+            if not isinstance(v, np.ndarray) and foreign.is_foreign(v):  # torch, JAX, buffers: a zero-copy view
+                hint = foreign.contiguity_hint(v, p.name)
+                v = raw[i] = foreign.as_numpy(self.__name__, p.name, p.annotation, v)
+            dt = _check_tensor(self.__name__, p, v, typevars, hint)
             key.append((dt, v.ndim))
         values: List[Any] = []
         for p, v in zip(params, raw):
@@ -408,10 +413,11 @@ def kernel(fn: Optional[Callable] = None, *, threads: int = 4, grid: Any = 1, lo
 
 # ---------------------------------------------------------------------- argument checks
 
-def _check_tensor(kname: str, p, v, typevars: Dict) -> T.DType:
+def _check_tensor(kname: str, p, v, typevars: Dict, hint: Optional[str] = None) -> T.DType:
     ann = p.annotation
     if not isinstance(v, np.ndarray):
-        raise TypeError(f"{kname}(): argument '{p.name}' must be a numpy array ({ann!r}), got {type(v).__name__}")
+        raise TypeError(f"{kname}(): argument '{p.name}' must be a numpy array ({ann!r}) or a CPU array with "
+                        f"__dlpack__ or the buffer protocol (torch.Tensor, array.array...), got {type(v).__name__}")
     if isinstance(v, np.ma.MaskedArray):
         raise TypeError(f"{kname}(): argument '{p.name}' is a masked array; kernels ignore masks, so pass "
                         f"{p.name}.filled(value) (masked elements replaced) or {p.name}.data (the raw values)")
@@ -436,7 +442,8 @@ def _check_tensor(kname: str, p, v, typevars: Dict) -> T.DType:
     if ann.ndim is not None and v.ndim != ann.ndim:
         raise ValueError(f"{kname}(): argument '{p.name}' has {v.ndim} dimension(s); expected {ann.ndim} ({ann!r})")
     if not v.flags.c_contiguous:
-        raise ValueError(f"{kname}(): argument '{p.name}' is not C-contiguous; pass np.ascontiguousarray({p.name})")
+        raise ValueError(f"{kname}(): argument '{p.name}' is not C-contiguous; pass "
+                         f"{hint or f'np.ascontiguousarray({p.name})'}")
     if ann.writable and not v.flags.writeable:
         raise ValueError(f"{kname}(): argument '{p.name}' is {ann!r} but the array is read-only")
     return dt
