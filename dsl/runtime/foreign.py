@@ -114,3 +114,8 @@ def contiguity_hint(value: Any, pname: str) -> str:
     if _is_torch(value):
         return f"{pname}.contiguous()"
     return f"np.ascontiguousarray({pname})"
+
+
+def torch_numpy(t) -> np.ndarray:
+    """A torch CPU tensor's memory as a numpy array (detached; bfloat16 as ml_dtypes' bfloat16)."""
+    return _torch_view("tensor", "tensor", False, t.detach())
