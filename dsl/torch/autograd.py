@@ -24,8 +24,26 @@ from dsl.torch.builtin_grads import builtin_grad
 
 
 def attach(reg) -> None:
-    """Register autograd for a Registration (custom_op.py)."""
+    """Register autograd for a Registration (custom_op.py).  The backward is itself an opaque
+    custom op (``<name>_backward``), so ``torch.compile`` traces it from its fake
+    implementation instead of tracing into kernel launches."""
     n_out = reg.num_outputs
+    sig = reg.signature
+    params = sig.schema.split("*, ", 1)[1].rsplit(") ->", 1)[0]
+
+    def run_backward(grads, inputs, outputs, needs, **kwargs):
+        op = sig.decode(reg.cls, kwargs)
+        found = input_grads(op, kwargs.get("backend"), grads, inputs, outputs, needs)
+        return [torch.zeros_like(x) if g is None else g.contiguous()
+                for g, x in zip(found, inputs) if x is not None]
+
+    def fake_backward(grads, inputs, outputs, needs, **kwargs):
+        return [torch.empty_like(x) for x in inputs if x is not None]
+
+    grad_op = torch.library.custom_op(
+        f"opdsl::{sig.name}_backward", run_backward, mutates_args=(),
+        schema=f"(Tensor[] grads, Tensor?[] inputs, Tensor[] outputs, bool[] needs, *, {params}) -> Tensor[]")
+    grad_op.register_fake(fake_backward)
 
     def setup_context(ctx, inputs, keyword_only_inputs, output):
         outs = output if isinstance(output, tuple) else (output,)
@@ -38,11 +56,24 @@ def attach(reg) -> None:
         saved = list(ctx.saved_tensors)
         inputs = [None if absent else saved.pop(0) for absent in ctx.opdsl_absent]
         outputs = saved[:n_out]
-        op = reg.signature.decode(reg.cls, ctx.opdsl_kwargs)
-        return input_grads(op, ctx.opdsl_kwargs.get("backend"), grads, inputs, outputs,
-                           ctx.needs_input_grad[:ctx.opdsl_inputs])
+        needs = [bool(n) for n in ctx.needs_input_grad[:ctx.opdsl_inputs]]
+        if _traceable(reg.cls):  # torch operations (and opdsl ops): autograd and torch.compile see through
+            op = sig.decode(reg.cls, ctx.opdsl_kwargs)
+            return input_grads(op, ctx.opdsl_kwargs.get("backend"), grads, inputs, outputs, needs)
+        found = iter(grad_op(list(grads), inputs, outputs, needs, **ctx.opdsl_kwargs))
+        result = []
+        for x, need in zip(inputs, needs):
+            g = None if x is None else next(found)
+            result.append(g if need else None)
+        return tuple(result)
 
     reg.custom_op.register_autograd(backward, setup_context=setup_context)
+
+
+def _traceable(cls) -> bool:
+    """Backwards made of torch operations and ops: composed bodies and the built-in table."""
+    return not callable(getattr(cls, "backward", None)) and (
+        getattr(cls, "composed", False) or builtin_grad(cls) is not None)
 
 
 def input_grads(op: Op, backend: Optional[str], grads: Sequence, inputs: Sequence, outputs: Sequence,

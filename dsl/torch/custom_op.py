@@ -91,8 +91,16 @@ def _check_count(reg: Registration, op: Op, count: int) -> None:
                           f"opdsl::{reg.signature.name} was registered with num_outputs={reg.num_outputs}")
 
 
+def _device_of(t: torch.Tensor) -> str:
+    return str(t.device)
+
+
 def _forward(reg: Registration, op: Op, args, backend: Optional[str]):
     """The eager kernel: numpy views of the inputs, outputs allocated by torch and written in place."""
+    for name, t in zip(reg.signature.inputs, args):
+        if t is not None and _device_of(t) != "cpu":
+            raise TypeError(f"{describe(op)}: input {reg.signature.inputs.index(name)} ({name}) is on device "
+                            f"'{_device_of(t)}'; opdsl ops run on the CPU: pass {name}.cpu()")
     arrays = [None if t is None else tensors.as_numpy(t) for t in args]
     token = _EAGER_BACKEND.set(backend or _EAGER_BACKEND.get())
     try:
