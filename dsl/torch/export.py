@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 from typing import Any, Dict, List, Optional
 
 import torch
@@ -40,7 +41,10 @@ def export(module, args, f=None, *, dynamo: bool = False, custom_opsets: Optiona
             model = _export_dynamo(module, args, custom_opsets, kwargs)
         else:
             buffer = io.BytesIO()
-            torch.onnx.export(module, args, buffer, dynamo=False, custom_opsets=custom_opsets, **kwargs)
+            with warnings.catch_warnings():  # torch deprecates this exporter; it is the one without onnxscript
+                warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
+                warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.onnx")
+                torch.onnx.export(module, args, buffer, dynamo=False, custom_opsets=custom_opsets, **kwargs)
             model = onnx.load_from_string(buffer.getvalue())
             _set_versions(model, custom_opsets or {})
     finally:
