@@ -10,7 +10,7 @@ from dsl.lang.types import (  # noqa: F401
     DType, TypeVar, In, Out, InOut, Zeroed, Vec, const,
     bool_, i8, u8, i16, u16, i32, u32, i64, u64, f16, bf16, f32, f64,
 )
-from dsl.lang.errors import CompileError, LaunchError, SourceLoc  # noqa: F401
+from dsl.lang.errors import CompileError, LaunchError, NotDifferentiable, SourceLoc  # noqa: F401
 from dsl.lang.builtins import BUILTINS as _BUILTINS
 
 # Every builtin of the registry under its dsl name (dsl.exp, dsl.min, dsl.thread_id, dsl.log, ...):
@@ -39,6 +39,7 @@ _LAZY = {
     "RawOpenCL": "backends.opencl.raw",
     "target": "dsl.runtime.target", "Target": "dsl.runtime.target",
     "autotune": "dsl.runtime.autotune",
+    "grad": "dsl.runtime.grad",
 }
 
 

@@ -488,7 +488,9 @@ class Builtin:
     * ``spelling`` maps target names (``TARGETS``, or a more specific one such as ``"opencl"``)
       to a ``Spelling``;
     * ``kind`` is one of ``KINDS``; a ``"lowered"`` builtin gives the ``reason`` instead of
-      spellings.
+      spellings;
+    * ``derivative`` is how ``dsl.grad`` differentiates a float call (``DERIVATIVES``); a float
+      builtin without one cannot be differentiated.
     """
 
     name: str            # name in the IR (ir.Call.name) and in docs/language.md
@@ -502,6 +504,7 @@ class Builtin:
     varying: bool = False  # its value may differ between the threads of a team (the sync() check)
     positive: bool = False  # its value is always >= 1 (a loop stepping by it counts up)
     literal_arg: Tuple[int, ...] = ()  # its optional argument must fold to one of these at compile time
+    derivative: Union[str, Tuple[str, ...]] = ()  # d(result)/d(argument k), one formula per argument (DERIVATIVES)
 
     def spelled(self, targets: Sequence[str]) -> Optional[Spelling]:
         for t in targets:
@@ -544,6 +547,13 @@ RULES: Dict[str, Callable] = {
     "same": _same_rule,          # arguments promoted together (NEP 50), result the promoted type
     "team": _team_rule,          # no arguments (tile_id/num_tiles: a grid axis), i64
 }
+
+DERIVATIVES = """A builtin's ``derivative`` is one formula per argument, the partial derivative of the
+result with respect to that argument, written in kernel Python over ``x`` (the first argument),
+``a``, ``b``, ``c`` (the arguments in order), ``y`` (the result) and float literals, with
+arithmetic, comparisons, ``and``/``or``, ``where`` and the registered builtins (dsl/lang/derivatives.py
+reads it).  ``"pick"`` says the result is one of the arguments (min, max): the gradient goes to the
+first argument equal to the result.  Integer arguments never receive a gradient."""
 
 BUILTINS: Dict[str, Builtin] = {}
 _BY_RUNTIME: Dict[int, str] = {}  # id(runtime function) -> name, for resolution
@@ -588,46 +598,51 @@ def spelling(name: str, targets: Sequence[str], loc=None) -> Spelling:
     return s
 
 
-def _float_math(name, runtime, doc, numba, c):
-    register(Builtin(name, runtime, doc, arity=(1,), rule=_float_rule, spelling={"numba": numba, "c": c}))
+def _float_math(name, runtime, doc, numba, c, derivative):
+    register(Builtin(name, runtime, doc, arity=(1,), rule=_float_rule, spelling={"numba": numba, "c": c},
+                     derivative=(derivative,)))
 
 
-_float_math("exp", exp, "e**x", "math.exp({0})", "exp({0})")
-_float_math("log", log, "natural logarithm", "math.log({0})", "log({0})")
-_float_math("sqrt", sqrt, "square root", "math.sqrt({0})", "sqrt({0})")
+_float_math("exp", exp, "e**x", "math.exp({0})", "exp({0})", "y")
+_float_math("log", log, "natural logarithm", "math.log({0})", "log({0})", "1 / x")
+_float_math("sqrt", sqrt, "square root", "math.sqrt({0})", "sqrt({0})", "0.5 / y")
 register(Builtin("rsqrt", rsqrt, "1/sqrt(x)", arity=(1,), rule=_float_rule,
-                 spelling={"numba": "({T}(1.0) / math.sqrt({0}))", "opencl": "rsqrt({0})", "c": "(({T})1 / sqrt({0}))"}))
-_float_math("tanh", tanh, "hyperbolic tangent", "math.tanh({0})", "tanh({0})")
-_float_math("erf", erf, "error function", "math.erf({0})", "erf({0})")
-_float_math("erfc", erfc, "1 - erf(x), accurate where erf(x) is near 1", "math.erfc({0})", "erfc({0})")
-_float_math("sin", sin, "sine", "math.sin({0})", "sin({0})")
-_float_math("cos", cos, "cosine", "math.cos({0})", "cos({0})")
-_float_math("floor", floor, "largest integral value <= x (a float)", "np.floor({0})", "floor({0})")
-_float_math("ceil", ceil, "smallest integral value >= x (a float)", "np.ceil({0})", "ceil({0})")
-_float_math("rint", rint, "nearest integral value, ties to even (a float)", "np.rint({0})", "rint({0})")
-_float_math("tan", tan, "tangent", "math.tan({0})", "tan({0})")
-_float_math("asin", asin, "arc sine (NaN outside [-1, 1])", "math.asin({0})", "asin({0})")
-_float_math("acos", acos, "arc cosine (NaN outside [-1, 1])", "math.acos({0})", "acos({0})")
-_float_math("atan", atan, "arc tangent", "math.atan({0})", "atan({0})")
-_float_math("sinh", sinh, "hyperbolic sine", "math.sinh({0})", "sinh({0})")
-_float_math("cosh", cosh, "hyperbolic cosine", "math.cosh({0})", "cosh({0})")
-_float_math("asinh", asinh, "inverse hyperbolic sine", "math.asinh({0})", "asinh({0})")
-_float_math("acosh", acosh, "inverse hyperbolic cosine (NaN below 1)", "math.acosh({0})", "acosh({0})")
-_float_math("atanh", atanh, "inverse hyperbolic tangent (NaN outside [-1, 1])", "math.atanh({0})", "atanh({0})")
-_float_math("expm1", expm1, "e**x - 1, accurate near 0", "math.expm1({0})", "expm1({0})")
-_float_math("log1p", log1p, "log(1 + x), accurate near 0", "math.log1p({0})", "log1p({0})")
+                 spelling={"numba": "({T}(1.0) / math.sqrt({0}))", "opencl": "rsqrt({0})", "c": "(({T})1 / sqrt({0}))"},
+                 derivative=("-0.5 * y * y * y",)))
+_float_math("tanh", tanh, "hyperbolic tangent", "math.tanh({0})", "tanh({0})", "1 - y * y")
+_float_math("erf", erf, "error function", "math.erf({0})", "erf({0})", "1.1283791670955126 * exp(-(x * x))")
+_float_math("erfc", erfc, "1 - erf(x), accurate where erf(x) is near 1", "math.erfc({0})", "erfc({0})", "-1.1283791670955126 * exp(-(x * x))")
+_float_math("sin", sin, "sine", "math.sin({0})", "sin({0})", "cos(x)")
+_float_math("cos", cos, "cosine", "math.cos({0})", "cos({0})", "-sin(x)")
+_float_math("floor", floor, "largest integral value <= x (a float)", "np.floor({0})", "floor({0})", "0")
+_float_math("ceil", ceil, "smallest integral value >= x (a float)", "np.ceil({0})", "ceil({0})", "0")
+_float_math("rint", rint, "nearest integral value, ties to even (a float)", "np.rint({0})", "rint({0})", "0")
+_float_math("tan", tan, "tangent", "math.tan({0})", "tan({0})", "1 + y * y")
+_float_math("asin", asin, "arc sine (NaN outside [-1, 1])", "math.asin({0})", "asin({0})", "1 / sqrt(1 - x * x)")
+_float_math("acos", acos, "arc cosine (NaN outside [-1, 1])", "math.acos({0})", "acos({0})", "-1 / sqrt(1 - x * x)")
+_float_math("atan", atan, "arc tangent", "math.atan({0})", "atan({0})", "1 / (1 + x * x)")
+_float_math("sinh", sinh, "hyperbolic sine", "math.sinh({0})", "sinh({0})", "cosh(x)")
+_float_math("cosh", cosh, "hyperbolic cosine", "math.cosh({0})", "cosh({0})", "sinh(x)")
+_float_math("asinh", asinh, "inverse hyperbolic sine", "math.asinh({0})", "asinh({0})", "1 / sqrt(x * x + 1)")
+_float_math("acosh", acosh, "inverse hyperbolic cosine (NaN below 1)", "math.acosh({0})", "acosh({0})", "1 / sqrt(x * x - 1)")
+_float_math("atanh", atanh, "inverse hyperbolic tangent (NaN outside [-1, 1])", "math.atanh({0})", "atanh({0})", "1 / (1 - x * x)")
+_float_math("expm1", expm1, "e**x - 1, accurate near 0", "math.expm1({0})", "expm1({0})", "y + 1")
+_float_math("log1p", log1p, "log(1 + x), accurate near 0", "math.log1p({0})", "log1p({0})", "1 / (1 + x)")
 register(Builtin("abs", abs_, "absolute value, same type", arity=(1,), rule=_same_rule,
-                 spelling={"numba": "abs({0})", "c": Helper("abs")}))
+                 spelling={"numba": "abs({0})", "c": Helper("abs")},
+                 derivative=("where(x > 0, 1, where(x < 0, -1, 0))",)))
 register(Builtin("min", min_, "smallest argument, promoted type", arity=tuple(range(2, 9)), rule=_same_rule,
-                 spelling={"numba": Helper("min"), "c": Helper("min")}))
+                 spelling={"numba": Helper("min"), "c": Helper("min")}, derivative="pick"))
 register(Builtin("max", max_, "largest argument, promoted type", arity=tuple(range(2, 9)), rule=_same_rule,
-                 spelling={"numba": Helper("max"), "c": Helper("max")}))
+                 spelling={"numba": Helper("max"), "c": Helper("max")}, derivative="pick"))
 register(Builtin("clamp", clamp, "min(max(x, lo), hi), promoted type", arity=(3,), rule=_same_rule,
-                 spelling={"numba": Helper("clamp"), "c": Helper("clamp")}))
+                 spelling={"numba": Helper("clamp"), "c": Helper("clamp")},
+                 derivative=("where(a >= b and a <= c, 1, 0)", "where(a < b, 1, 0)", "where(a > c and a >= b, 1, 0)")))
 register(Builtin("fma", fma, "a * b + c rounded once (floats; a fused multiply-add), promoted type", arity=(3,),
-                 rule=_same_rule, spelling={"numba": Helper("fma"), "c": Helper("fma")}))
+                 rule=_same_rule, spelling={"numba": Helper("fma"), "c": Helper("fma")}, derivative=("b", "a", "1")))
 register(Builtin("pow", pow_, "x ** y, promoted type (integer edge cases as for **)", arity=(2,), rule=_same_rule,
-                 spelling={"numba": Helper("pow"), "c": Helper("pow")}))
+                 spelling={"numba": Helper("pow"), "c": Helper("pow")},
+                 derivative=("where(b == 0, 0, b * pow(a, b - 1))", "where(a > 0, y * log(a), 0)")))
 for _fn in (thread_id, num_threads, tile_id, num_tiles):
     _per_axis = _fn in (tile_id, num_tiles)  # tile_id(axis), num_tiles(axis): axis a literal 0, 1 or 2
     register(Builtin(_fn.__name__, _fn, _fn.__doc__, kind="team", arity=(0, 1) if _per_axis else (0,),

@@ -85,3 +85,10 @@ class CompileError(Exception):
 
 class LaunchError(RuntimeError):
     """A kernel failed while running (interpreter thread errors, deadlocks at sync())."""
+
+
+class NotDifferentiable(CompileError):
+    """``dsl.grad`` of a kernel that cannot be differentiated: the message says what, where and why."""
+
+    def __reduce__(self):
+        return (NotDifferentiable, (self.message, self.loc, self.note))
