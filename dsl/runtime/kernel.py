@@ -133,20 +133,48 @@ class Kernel:
         # that needs no check beyond its sign and the launcher's thread limit)
         g = self.grid if grid is None else grid
         if self._fast is not None and type(g) is int and g >= 0:
-            try:
-                hit = self._fast(*args, **kwargs)
-            except Exception:  # any binding problem: the full check below explains it
-                hit = None
-            if hit is not None:
-                launcher = self._fast_variants.get((backend or config.default_backend(), hit[1]))
-                if launcher is not None and g * self.threads <= getattr(launcher, "max_logical_threads",
-                                                                        MAX_LOGICAL_THREADS):
-                    if g:
-                        launcher(hit[0], g)
-                    return
+            if self._fast_launch(args, kwargs, backend, g):
+                return
+            views = self._foreign_views(args, kwargs)  # torch tensors...: numpy views, then the fast path again
+            if views is not None and self._fast_launch(views[0], views[1], backend, g):
+                return
         launcher, values, g = self.prepare(args, kwargs, backend=backend, grid=grid)
         if g:
             launcher(values, g)
+
+    def _fast_launch(self, args, kwargs, backend, g: int) -> bool:
+        """Launch through the fast binder when it knows these argument types; False otherwise."""
+        try:
+            hit = self._fast(*args, **kwargs)
+        except Exception:  # any binding problem: the full check explains it
+            return False
+        if hit is None:
+            return False
+        launcher = self._fast_variants.get((backend or config.default_backend(), hit[1]))
+        if launcher is None or g * self.threads > getattr(launcher, "max_logical_threads", MAX_LOGICAL_THREADS):
+            return False
+        if g:
+            launcher(hit[0], g)
+        return True
+
+    def _foreign_views(self, args: tuple, kwargs: dict):
+        """(args, kwargs) with other libraries' arrays as numpy views, or None when there are none
+        or one is refused (``bind`` then says why)."""
+        params = self.params
+        found = False
+
+        def view(p, v):
+            nonlocal found
+            if p.kind != "tensor" or isinstance(v, np.ndarray) or not foreign.is_foreign(v):
+                return v
+            found = True
+            return foreign.as_numpy(self.__name__, p.name, p.annotation, v)
+        try:
+            new_args = tuple(view(p, v) for p, v in zip(params, args))
+            new_kwargs = {k: view(params[self._index[k]], v) if k in self._index else v for k, v in kwargs.items()}
+        except (TypeError, ValueError):
+            return None
+        return (new_args + tuple(args[len(params):]), new_kwargs) if found else None
 
     def prepare(self, args: tuple, kwargs: dict, backend: Optional[str] = None, grid: Any = None):
         """Check and bind a launch without running it -> (launcher, values, grid).
@@ -163,6 +191,9 @@ class Kernel:
             except CompileError as e:  # the message points at user code; compiler frames are noise
                 raise e.with_traceback(None) from None
             self._remember_fast(args, kwargs, backend, launcher)
+            views = self._foreign_views(args, kwargs)
+            if views is not None:
+                self._remember_fast(views[0], views[1], backend, launcher)
         g = self.grid if grid is None else grid
         if callable(g):
             g = g(dict(zip(self._names, values)))
