@@ -91,3 +91,16 @@ def test_import_dsl_does_not_import_torch():
     code = "import sys, dsl, dsl.runtime.foreign; dsl.Op; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_repeated_torch_launches_keep_every_check(backend):
+    """The second launch takes the fast path through numpy views: results and errors stay the same."""
+    for k in range(3):
+        x, y = torch.full((5,), float(k)), torch.zeros(5)
+        axpy(x, y, a=2.0, backend=backend)
+        assert y.tolist() == [2.0 * k] * 5
+    with pytest.raises(TypeError, match="requires grad"):
+        axpy(torch.ones(5), torch.zeros(5, requires_grad=True), backend=backend)
+    buf = torch.zeros(8)
+    with pytest.raises(ValueError, match="overlap in memory"):
+        axpy(buf[:4], buf[2:6], backend=backend)
