@@ -123,9 +123,7 @@ def _symbolic(reg):
         specs = [None if v is None else _value_spec(v) for v in present]
         op_type = op.op_type
         if getattr(reg.cls, "composed", False):
-            store = _COMPOSED.get()
-            if store is not None:
-                op_type = _function_name(store, op, specs)
+            op_type = note_composed(op, specs) or op_type
         name = f"{op.domain}::{op_type}" if op.domain else op_type
         outs = g.op(name, *onnx_inputs, outputs=reg.num_outputs, **_attributes(op))
         outs = outs if isinstance(outs, (tuple, list)) else (outs,)
@@ -138,6 +136,14 @@ def _symbolic(reg):
                 o.setType(present[0].type().with_dtype(torch_dtype(s.dtype)).with_sizes(list(s.shape)))
         return outs[0] if reg.num_outputs == 1 else tuple(outs)
     return symbolic
+
+
+def note_composed(op, specs) -> Optional[str]:
+    """Note a composed node of the export in progress -> the name of its FunctionProto."""
+    store = _COMPOSED.get()
+    if store is None or any(s is None for s in specs):
+        return None
+    return _function_name(store, op, specs)
 
 
 def slot_optional(sig, name: str) -> bool:

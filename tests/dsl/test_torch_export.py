@@ -135,7 +135,11 @@ def test_export_passes_torch_keywords_through(trained, tmp_path):
 def test_dynamo_exporter(trained, tmp_path):
     net, x, _ = trained
     path = tmp_path / "dynamo.onnx"
-    dsl.torch.export(net, (x[:8],), path, dynamo=True, input_names=["x"], output_names=["y"])
+    model = dsl.torch.export(net, (x[:8],), path, dynamo=True, input_names=["x"], output_names=["y"])
+    assert {(n.domain, n.op_type) for n in model.graph.node} >= {("test.export", "ScaledSoftsign"),
+                                                                ("test.export", "TanhShift")}
+    assert [(f.domain, f.name) for f in model.functions if f.domain == "test.export"] == [("test.export", "TanhShift")]
+    assert {o.domain: o.version for o in model.opset_import}["test.export"] == 2
     got = dsl.load_onnx(str(path)).run({"x": x[:8].numpy()})["y"]
     np.testing.assert_allclose(got, net(x[:8]).detach().numpy(), rtol=1e-4, atol=1e-5)
 
