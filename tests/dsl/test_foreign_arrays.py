@@ -104,3 +104,29 @@ def test_repeated_torch_launches_keep_every_check(backend):
     buf = torch.zeros(8)
     with pytest.raises(ValueError, match="overlap in memory"):
         axpy(buf[:4], buf[2:6], backend=backend)
+
+
+class DLPackOnly:
+    """Another library's array: only the DLPack protocol (as JAX's CPU arrays expose it)."""
+
+    def __init__(self, array, device=(1, 0)):
+        self.array, self.device = array, device
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.device
+
+
+def test_any_dlpack_array_binds(backend):
+    x = DLPackOnly(np.arange(6, dtype=np.float32))
+    target = np.zeros(6, np.float32)
+    y = DLPackOnly(target)
+    axpy(x, y, a=0.5, backend=backend)
+    np.testing.assert_allclose(target, 0.5 * np.arange(6))
+
+
+def test_dlpack_array_on_a_device_names_it():
+    with pytest.raises(TypeError, match=r"argument 'x' \(In\[dsl.f32\]\) is a DLPackOnly on device 'cuda:1'"):
+        axpy(DLPackOnly(np.zeros(2, np.float32), device=(2, 1)), np.zeros(2, np.float32))
