@@ -7,7 +7,8 @@ Cases: an elementwise kernel (the generated backward replays the forward and add
 ``grad_x`` with a plain ``+=``), and a row softmax (the generated backward recomputes the row's
 max and sum, then runs the three loops in reverse).  The softmax is compared with two hand-written
 backwards: one that recomputes the softmax from ``x`` (the information the generated one uses)
-and one that reads the forward's output ``y`` (``dx = y * (dy - sum(dy * y))``).
+and one that reads the forward's output ``y`` (``dx = y * (dy - sum(dy * y))``); then both
+recomputing kernels again with ``fastmath=True``.
 """
 from __future__ import annotations
 
@@ -124,6 +125,16 @@ def main(argv=None) -> int:
                              "from_y": lambda: softmax_backward_from_y(y, gy, g3)}, repeat=args.repeat)
     _row(f"row softmax {args.rows}x{args.cols} vs hand recomputing from x", t["gen"], t["recompute"])
     _row(f"row softmax {args.rows}x{args.cols} vs hand reading y", t["gen"], t["from_y"])
+
+    # fastmath=True on both sides (the gradient kernel inherits the forward's options): the
+    # reductions of the reversed loops may then vectorize, as the hand-written ones do
+    fast_gen = dsl.grad(dsl.kernel(threads=64, fastmath=True)(softmax.fn))
+    fast_hand = dsl.kernel(threads=64, fastmath=True)(softmax_backward_recompute.fn)
+    fast_gen(x, y, gy, g1)
+    fast_hand(x, y, gy, g2)
+    t = measure_interleaved({"gen": lambda: fast_gen(x, y, gy, g1), "hand": lambda: fast_hand(x, y, gy, g2)},
+                            repeat=args.repeat)
+    _row(f"row softmax {args.rows}x{args.cols}, fastmath=True, vs hand recomputing from x", t["gen"], t["hand"])
     print(f"load after: {load_text()}")
     return 0
 

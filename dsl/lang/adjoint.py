@@ -245,10 +245,12 @@ class Adjoint(Visitor):
         for s in stmts:
             if isinstance(s, ir.Assign):
                 value = self.sub(s.value, env)
+                value = self.hoist(value, out, top=True)
                 name = env[s.name] = self.version(s.name, s.value.type)
                 out.append(ir.Assign(name, value, loc=s.loc))
             elif isinstance(s, ir.Store):
-                out.append(replace(s, index=tuple(self.sub(i, env) for i in s.index), value=self.sub(s.value, env)))
+                value = self.hoist(self.sub(s.value, env), out, top=True)
+                out.append(replace(s, index=tuple(self.sub(i, env) for i in s.index), value=value))
             elif isinstance(s, ir.If):
                 out.extend(self.ssa_if(s, env))
             elif isinstance(s, ir.For):
@@ -260,6 +262,30 @@ class Adjoint(Visitor):
             else:
                 raise NotDifferentiable(f"{type(s).__name__} statements are not differentiable", s.loc, NOTE)
         return out
+
+    def hoist(self, e: ir.Expr, out: List, top: bool = False) -> ir.Expr:
+        """``e`` with each float builtin call computed first into a local of its own, so that the
+        adjoint reads its value (d exp(x) = exp(x)) instead of calling it again.  Sides of a
+        conditional expression stay in place: only the taken one runs."""
+        if isinstance(e, ir.Conditional):
+            return replace(e, cond=self.hoist(e.cond, out))
+        if isinstance(e, ir.Logical):
+            return replace(e, left=self.hoist(e.left, out))
+        changes = {}
+        for name in ("operand", "left", "right", "value", "cond", "if_true", "if_false"):
+            v = getattr(e, name, None)
+            if isinstance(v, ir.Expr):
+                changes[name] = self.hoist(v, out)
+        if isinstance(e, ir.Call):
+            changes["args"] = tuple(self.hoist(a, out) for a in e.args)
+        e = replace(e, **changes) if changes else e
+        costly = (isinstance(e, ir.Call) and derivatives.formulas_or_none(e.name) not in (None, derivatives.PICK)
+                  or isinstance(e, ir.Binary) and e.op in ("truediv", "pow"))
+        if not top and costly and e.type is not None and e.type.is_float:
+            name = self.version("call", e.type)
+            out.append(ir.Assign(name, e, loc=e.loc))
+            return ir.Name(name, type=e.type, loc=e.loc)
+        return e
 
     def ssa_if(self, s: ir.If, env) -> List:
         cond = self.fresh("cond", T.bool_)
@@ -398,7 +424,7 @@ class Adjoint(Visitor):
         a = self.adj_of(s.name)
         seed = self.fresh("seed", t)
         out: List[ir.Stmt] = [ir.Assign(seed, ir.Name(a, type=t)), ir.Assign(a, zero(t))]
-        self.expr(s.value, ir.Name(seed, type=t), out)
+        self.expr(s.value, ir.Name(seed, type=t), out, result=ir.Name(s.name, type=t))
         return self.flush(out)
 
     def visit_Store(self, s: ir.Store, acc) -> List[ir.Stmt]:
@@ -541,8 +567,9 @@ class Adjoint(Visitor):
         out.append(ir.Assign(name, seed))
         return ir.Name(name, type=seed.type)
 
-    def expr(self, e: ir.Expr, seed: ir.Expr, out: List[ir.Stmt]) -> None:
-        """Statements adding ``seed`` * d(e)/d(leaf) into every leaf's adjoint."""
+    def expr(self, e: ir.Expr, seed: ir.Expr, out: List[ir.Stmt], result: Optional[ir.Expr] = None) -> None:
+        """Statements adding ``seed`` * d(e)/d(leaf) into every leaf's adjoint (``result``: a local
+        holding the value of ``e``, when there is one)."""
         if e.type is None or not e.type.is_float:
             return
         if isinstance(e, ir.Name):
@@ -574,7 +601,7 @@ class Adjoint(Visitor):
                 self.expr(v, ir.Cast(seed, type=v.type), out)
             return
         if isinstance(e, ir.Binary):
-            self.binary(e, seed, out)
+            self.binary(e, seed, out, result or e)
             return
         if isinstance(e, (ir.Select, ir.Conditional)):
             seed = self.share(seed, out)
@@ -585,13 +612,13 @@ class Adjoint(Visitor):
                 out.append(ir.If(e.cond, tuple(b), tuple(o), loc=e.loc))
             return
         if isinstance(e, ir.Call):
-            self.call(e, seed, out)
+            self.call(e, seed, out, result or e)
             return
         if isinstance(e, (ir.Const, ir.Shape, ir.Size)):
             return
         raise NotDifferentiable(f"{ir.fmt(e)} ({type(e).__name__}) is not differentiable", e.loc, NOTE)
 
-    def binary(self, e: ir.Binary, seed: ir.Expr, out: List[ir.Stmt]) -> None:
+    def binary(self, e: ir.Binary, seed: ir.Expr, out: List[ir.Stmt], result: ir.Expr) -> None:
         a, b = e.left, e.right
         if e.op in ("add", "sub"):
             seed = self.share(seed, out)
@@ -605,9 +632,9 @@ class Adjoint(Visitor):
             seed = self.share(seed, out)
             q = self.share(bin_("truediv", seed, b), out)
             self.expr(a, q, out)
-            self.expr(b, ir.Unary("neg", bin_("mul", q, e), type=e.type), out)
+            self.expr(b, ir.Unary("neg", bin_("mul", q, result), type=e.type), out)
         elif e.op == "pow":
-            self.call(ir.Call("pow", (a, b), type=e.type, loc=e.loc), seed, out)
+            self.call(ir.Call("pow", (a, b), type=e.type, loc=e.loc), seed, out, result)
         elif e.op == "mod":  # a - floor(a / b) * b
             seed = self.share(seed, out)
             self.expr(a, seed, out)
@@ -618,7 +645,7 @@ class Adjoint(Visitor):
         else:
             raise NotDifferentiable(f"operator {e.op} is not differentiable", e.loc, NOTE)
 
-    def call(self, e: ir.Call, seed: ir.Expr, out: List[ir.Stmt]) -> None:
+    def call(self, e: ir.Call, seed: ir.Expr, out: List[ir.Stmt], result: ir.Expr) -> None:
         try:
             spec = derivatives.formulas(e.name)
         except derivatives.NoDerivative:
@@ -636,7 +663,7 @@ class Adjoint(Visitor):
                     else body
             out.extend(branches or [])
             return
-        for arg, d in zip(e.args, derivatives.partials(e)):
+        for arg, d in zip(e.args, derivatives.partials(e, result)):
             if d is not None:
                 self.expr(arg, bin_("mul", seed, d), out)
 

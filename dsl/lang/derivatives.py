@@ -37,15 +37,21 @@ def formulas(name: str) -> Tuple[str, ...] | str:
     return b.derivative
 
 
-def partials(call: ir.Call) -> List[Optional[ir.Expr]]:
-    """d(call)/d(arg k) as typed IR for each argument (None: no gradient flows to it).
+def formulas_or_none(name: str):
+    b = B.BUILTINS.get(name)
+    return b.derivative if b is not None and b.derivative else None
+
+
+def partials(call: ir.Call, result: Optional[ir.Expr] = None) -> List[Optional[ir.Expr]]:
+    """d(call)/d(arg k) as typed IR for each argument (None: no gradient flows to it);
+    ``result`` is an expression holding the call's value (the call itself by default).
     Raises NoDerivative for a builtin whose entry declares none, ValueError for ``"pick"``
     builtins (the adjoint routes those itself)."""
     spec = formulas(call.name)
     if spec == PICK:
         raise ValueError(f"{call.name} picks an argument; route its gradient instead")
     t = call.type
-    names: Dict[str, ir.Expr] = {"y": call}
+    names: Dict[str, ir.Expr] = {"y": call if result is None else result}
     for k, a in enumerate(call.args):
         names["abc"[k] if k < 3 else f"a{k}"] = a
     if call.args:

@@ -98,6 +98,7 @@ class GradKernel(Kernel):
         self.__doc__ = f"Gradient of {forward.__name__} (dsl.grad)."
         self.threads, self.grid, self.log_level = forward.threads, forward.grid, forward.log_level
         self.fastmath, self.debug = forward.fastmath, forward.debug
+        self.defines, self.features = forward.defines, forward.features  # a variant's gradient needs what it needs
         self._extra = gradient_params(forward)
         self.params = list(forward.params) + [d for d, _ in self._extra]
         self._names = [p.name for p in self.params]
@@ -162,8 +163,10 @@ class GradKernel(Kernel):
         return self.generated(values).specialize(values)
 
     def cache_key(self, backend: str, key: Tuple) -> str:
-        raise TypeError(f"{self.__name__}: the compile cache keys the generated kernel "
-                        "(.generated(values).cache_key)")
+        """A digest of the forward's key and this specialization.  (What compiles is the generated
+        kernel, whose own key hashes the source ``dsl.grad`` wrote: that is the disk cache's.)"""
+        h = hashlib.sha256(repr(("dsl.grad", self.forward.cache_key(backend, ()), key)).encode())
+        return h.hexdigest()[:32]
 
     def source(self, backend: str = "numba", *args, **kwargs) -> str:
         """Generated code, as for any kernel; ``backend="python"`` gives the kernel Python

@@ -141,3 +141,35 @@ def int_and_scalar(x: In[f64], k: In[i64], y: Out[f64], count: Out[i64], scale: 
     for i in range(lo, hi):
         y[i] = x[i] * scale + k[i]
         count[i] = k[i] + 1
+
+
+@dsl.kernel(threads=2)
+def skip_self(x: In[f64], y: Out[f64]):
+    lo, hi = dsl.split(x.shape[0])
+    for i in range(lo, hi):
+        acc = 0.0
+        for j in range(x.shape[0]):
+            if j == i:
+                continue
+            acc += x[j] * x[i]
+        y[i] = acc
+
+
+@dsl.kernel(threads=1)
+def max_2d(x: In[f64, 2], y: Out[f64]):
+    m = -1e300
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            m = max(m, x[i, j] * 2.0)
+    y[0] = m
+
+
+@dsl.kernel(threads=1)
+def integer_while_then_backwards(x: In[f64], y: Out[f64]):
+    k = 0
+    while k < x.shape[0]:  # integers only: replayed, not differentiated
+        k += 2
+    h = 0.0
+    for i in range(k // 2 - 1, -1, -1):
+        h = h * x[i] + x[i] * x[i]
+    y[0] = h

@@ -14,10 +14,6 @@ from tests.dsl import grad_kernels as K
 RNG = np.random.default_rng(7)
 
 
-def _call(kernel, args, backend="numba"):
-    kernel(**args, backend=backend)
-
-
 def _outputs(kernel, args):
     """Run the forward (numba) and return its float outputs."""
     outs = {p.name: np.zeros_like(args[p.name]) for p in kernel.params
@@ -78,15 +74,6 @@ def check(kernel, args, backend, torch_fn=None, rtol=1e-6, atol=1e-7):
             np.testing.assert_allclose(grads[name], tens[name].grad.numpy(), rtol=rtol, atol=atol,
                                        err_msg=f"grad_{name} vs torch")
     return seeds, grads
-
-
-def _tensor_args(kernel, **given):
-    args = dict(given)
-    for p in kernel.params:
-        if p.kind == "tensor" and p.annotation.access == "out" and p.name not in args:
-            like = given[next(iter(given))]
-            args[p.name] = np.zeros(like.shape[:1] if p.annotation.ndim == 1 else like.shape, like.dtype)
-    return args
 
 
 def test_elementwise(backend):
@@ -215,3 +202,11 @@ def test_parameter_convention():
     g(x, k, np.zeros(5), count, 2.5, gy, gx)
     np.testing.assert_allclose(gx, 2.5 * gy)
     assert (count == -7).all()  # the gradient kernel writes only the gradients
+
+
+def test_continue_nested_max_integer_while_and_a_backward_range(backend):
+    x = RNG.uniform(0.2, 1.0, 5)
+    check(K.skip_self, dict(x=x, y=np.zeros(5)), backend)
+    check(K.max_2d, dict(x=RNG.standard_normal((3, 4)), y=np.zeros(1)), backend,
+          lambda x, y: {"y": (2 * x).amax().reshape(1)})
+    check(K.integer_while_then_backwards, dict(x=x, y=np.zeros(1)), backend)

@@ -159,7 +159,7 @@ def test_pickles_caches_and_shows_source():
     gx2 = np.zeros(7)
     again(x, np.zeros(7), 0.5, gy, gx2)
     np.testing.assert_array_equal(gx, gx2)
-    assert len(g._variants) == 1  # compiled once for this specialization
+    assert len([k for k in g._variants if k[0] == "numba"]) == 1  # compiled once for this specialization
     python = g.source("python")
     assert python.startswith("def elementwise_grad(x: dsl.In[dsl.f64, 1], y: dsl.Out[dsl.f64, 1], alpha: dsl.f64, "
                              "grad_y: dsl.In[dsl.f64, 1], grad_x: dsl.InOut[dsl.f64, 1]):")
@@ -173,8 +173,6 @@ def test_pickles_caches_and_shows_source():
 
 
 def test_pickles_by_value_for_a_kernel_defined_in_a_function():
-    from dsl.runtime import pickling
-
     @dsl.kernel(threads=1)
     def square(x: In[f64], y: Out[f64]):
         for i in range(x.shape[0]):
@@ -183,4 +181,3 @@ def test_pickles_by_value_for_a_kernel_defined_in_a_function():
     gx = np.zeros(3)
     g(np.array([1.0, 2.0, 3.0]), np.zeros(3), np.ones(3), gx)
     np.testing.assert_allclose(gx, [2.0, 4.0, 6.0])
-    assert pickling is not None
