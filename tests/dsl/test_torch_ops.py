@@ -237,3 +237,19 @@ def test_register_rejects_what_a_torch_schema_cannot_express():
         dsl.torch.register(ops.Concat)
     with pytest.raises(TypeError, match="expects a dsl.Op subclass"):
         dsl.torch.register(squareplus_kernel)
+
+
+def test_torch_compile_of_a_composed_op_and_its_body_backward():
+    f = dsl.torch.register(soft_bias)                  # a composed op class
+
+    def model(x, bias):
+        return f(x, bias, b=2.0).sum()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager", dynamic=True)
+    for batch in (2, 5):
+        x = torch.randn(batch, 3, dtype=torch.float64, requires_grad=True)
+        bias = torch.randn(3, dtype=torch.float64, requires_grad=True)
+        compiled(x, bias).backward()
+        xr, br = x.detach().clone().requires_grad_(), bias.detach().clone().requires_grad_()
+        squareplus_ref(xr + br, 2.0).sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), xr.grad.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(bias.grad.numpy(), br.grad.numpy(), rtol=1e-12)
