@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 import os
 import warnings
-from typing import Any, Dict, List, Optional
+from typing import Dict, List, Optional
 
 import torch
 

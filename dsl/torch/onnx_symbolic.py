@@ -10,8 +10,6 @@ from __future__ import annotations
 import contextvars
 from typing import Any, Dict, List, Optional
 
-import torch
-
 from dsl.opgraph.op import check_and_infer
 from dsl.opgraph.spec import TensorSpec
 from dsl.torch.schema import DSL_DTYPES, ParamSlot, torch_dtype
