@@ -41,9 +41,12 @@ def export(module, args, f=None, *, dynamo: bool = False, custom_opsets: Optiona
             model = _export_dynamo(module, args, custom_opsets, kwargs)
         else:
             buffer = io.BytesIO()
-            with warnings.catch_warnings():  # torch deprecates this exporter; it is the one without onnxscript
-                warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.onnx")
-                warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.onnx")
+            with warnings.catch_warnings():
+                # torch deprecates this exporter (it is the one that needs no onnxscript), and the
+                # tracer warns about the op's kernels reading numpy views: they are one opaque node
+                warnings.filterwarnings("ignore", message=".*legacy TorchScript-based ONNX export")
+                warnings.filterwarnings("ignore", message="The feature will be removed", category=DeprecationWarning)
+                warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
                 torch.onnx.export(module, args, buffer, dynamo=False, custom_opsets=custom_opsets, **kwargs)
             model = onnx.load_from_string(buffer.getvalue())
             _set_versions(model, custom_opsets or {})
