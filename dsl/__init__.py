@@ -44,7 +44,7 @@ _LAZY = {
 }
 
 
-_LAZY_MODULES = {"onnx": "dsl.onnx", "dask": "dsl.dask"}  # dsl.onnx.to_graph without importing dsl.onnx first
+_LAZY_MODULES = {"onnx": "dsl.onnx", "dask": "dsl.dask", "torch": "dsl.torch"}  # dsl.onnx.to_graph without importing dsl.onnx first
 
 
 def __getattr__(name):

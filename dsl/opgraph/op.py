@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextvars
 import difflib
+import importlib
 import inspect
+import sys
 import typing
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple
@@ -360,9 +362,12 @@ class Op:
             if backend is not None:
                 raise TypeError(f"{type(self).__name__}: backend= is chosen by Graph.compile, not per node")
             return graph.apply(self, inputs)
+        if _has_torch_tensor(inputs):  # through its torch.library op: torch outputs, autograd (docs/torch.md)
+            return importlib.import_module("dsl.torch.eager").call(self, inputs, backend)
         return self.apply_eager(inputs, backend)
 
-    def apply_eager(self, inputs: Sequence, backend: Optional[str] = None):
+    def apply_eager(self, inputs: Sequence, backend: Optional[str] = None, allocate=None):
+        """Run now on arrays; ``allocate(spec) -> array`` makes each output (default numpy.empty)."""
         check_arity(self, len(inputs), "eager call")
         if type(self).host_values == "always" or (type(self).host_values and any(
                 isinstance(x, list) and all(isinstance(e, np.ndarray) for e in x) for x in inputs)):
@@ -374,7 +379,7 @@ class Op:
         for i, s in enumerate(out_specs):
             if not s.known:
                 raise VerifyError(f"{describe(self)}: infer left output {i} shape {s} unknown on concrete inputs")
-        outputs = [np.empty(s.shape, s.dtype.np) for s in out_specs]
+        outputs = [np.empty(s.shape, s.dtype.np) if allocate is None else allocate(s) for s in out_specs]
         if (outputs and not any(o.size for o in outputs)) or not node_runs(self, specs, "eager call"):
             for o in outputs:
                 o.fill(0)  # skipped by can_execute: defined contents, as Model.run gives
@@ -400,6 +405,12 @@ class Op:
             if problem:
                 raise VerifyError(f"{describe(self)}: implementation {name!r}: {problem}")
         return impl
+
+
+def _has_torch_tensor(inputs: Sequence) -> bool:
+    """Whether an eager input is a torch tensor (torch already imported; never imports it)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and any(isinstance(x, torch.Tensor) for x in inputs)
 
 
 def _rebuild(cls, params):

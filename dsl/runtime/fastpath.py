@@ -57,6 +57,15 @@ def build(params) -> Optional[Callable]:
         values.append(p.name)
     if not tensors:
         return None
+    # a required parameter after a defaulted one (dsl.grad appends grad_<name> tensors after the
+    # forward's scalars): Python forbids that order, so it defaults to MISSING and falls back
+    defaulted = False
+    for k, text in enumerate(sig):
+        if "=" in text:
+            defaulted = True
+        elif defaulted:
+            sig[k] = f"{text}=MISSING"
+            body.insert(0, f"    if {text} is MISSING: return None")
     checks = " or ".join(f"type({p.name}) is not ndarray" for p in tensors)
     flags = " and ".join(f"{p.name}.flags.c_contiguous" + (f" and {p.name}.flags.writeable" if p.annotation.writable
                                                            else "") for p in tensors)

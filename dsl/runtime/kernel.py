@@ -22,6 +22,7 @@ import numpy as np
 from dsl import config
 from backends import compile_batch
 from dsl.runtime import fastpath
+from dsl.runtime import foreign
 from dsl.runtime import pickling
 from dsl.runtime import grid as launch_grid
 from dsl.lang import check, frontend
@@ -132,19 +133,48 @@ class Kernel:
         # that needs no check beyond its sign and the launcher's thread limit)
         g = self.grid if grid is None else grid
         if self._fast is not None and type(g) is int and g >= 0:
-            try:
-                hit = self._fast(*args, **kwargs)
-            except Exception:  # any binding problem: the full check below explains it
-                hit = None
-            if hit is not None:
-                launcher = self._fast_variants.get((backend or config.default_backend(), hit[1]))
-                if launcher is not None and g * self.threads <= launcher.max_logical_threads:
-                    if g:
-                        launcher(hit[0], g)
-                    return
+            if self._fast_launch(args, kwargs, backend, g):
+                return
+            views = self._foreign_views(args, kwargs)  # torch tensors...: numpy views, then the fast path again
+            if views is not None and self._fast_launch(views[0], views[1], backend, g):
+                return
         launcher, values, g = self.prepare(args, kwargs, backend=backend, grid=grid)
         if g:
             launcher(values, g)
+
+    def _fast_launch(self, args, kwargs, backend, g: int) -> bool:
+        """Launch through the fast binder when it knows these argument types; False otherwise."""
+        try:
+            hit = self._fast(*args, **kwargs)
+        except Exception:  # any binding problem: the full check explains it
+            return False
+        if hit is None:
+            return False
+        launcher = self._fast_variants.get((backend or config.default_backend(), hit[1]))
+        if launcher is None or g * self.threads > launcher.max_logical_threads:
+            return False
+        if g:
+            launcher(hit[0], g)
+        return True
+
+    def _foreign_views(self, args: tuple, kwargs: dict):
+        """(args, kwargs) with other libraries' arrays as numpy views, or None when there are none
+        or one is refused (``bind`` then says why)."""
+        params = self.params
+        found = False
+
+        def view(p, v):
+            nonlocal found
+            if p.kind != "tensor" or isinstance(v, np.ndarray) or not foreign.is_foreign(v):
+                return v
+            found = True
+            return foreign.as_numpy(self.__name__, p.name, p.annotation, v)
+        try:
+            new_args = tuple(view(p, v) for p, v in zip(params, args))
+            new_kwargs = {k: view(params[self._index[k]], v) if k in self._index else v for k, v in kwargs.items()}
+        except (TypeError, ValueError):
+            return None
+        return (new_args + tuple(args[len(params):]), new_kwargs) if found else None
 
     def prepare(self, args: tuple, kwargs: dict, backend: Optional[str] = None, grid: Any = None):
         """Check and bind a launch without running it -> (launcher, values, grid).
@@ -161,6 +191,9 @@ class Kernel:
             except CompileError as e:  # the message points at user code; compiler frames are noise
                 raise e.with_traceback(None) from None
             self._remember_fast(args, kwargs, backend, launcher)
+            views = self._foreign_views(args, kwargs)
+            if views is not None:
+                self._remember_fast(views[0], views[1], backend, launcher)
         g = self.grid if grid is None else grid
         if callable(g):
             g = g(dict(zip(self._names, values)))
@@ -206,12 +239,16 @@ class Kernel:
         typevars: Dict[T.TypeVar, T.DType] = {}
         key: List[Any] = []
         # tensors first: they bind TypeVars that scalars may use
-        for p, v in zip(params, raw):
+        for i, (p, v) in enumerate(zip(params, raw)):
             if p.kind != "tensor":
                 continue
             if v is _EMPTY:
                 raise TypeError(f"{self.__name__}() missing argument '{p.name}' ({p.annotation!r})")
-            dt = _check_tensor(self.__name__, p, v, typevars)
+            hint = None
+            if not isinstance(v, np.ndarray) and foreign.is_foreign(v):  # torch, JAX, buffers: a zero-copy view
+                hint = foreign.contiguity_hint(v, p.name)
+                v = raw[i] = foreign.as_numpy(self.__name__, p.name, p.annotation, v)
+            dt = _check_tensor(self.__name__, p, v, typevars, hint)
             key.append((dt, v.ndim))
         values: List[Any] = []
         for p, v in zip(params, raw):
@@ -408,10 +445,11 @@ def kernel(fn: Optional[Callable] = None, *, threads: int = 4, grid: Any = 1, lo
 
 # ---------------------------------------------------------------------- argument checks
 
-def _check_tensor(kname: str, p, v, typevars: Dict) -> T.DType:
+def _check_tensor(kname: str, p, v, typevars: Dict, hint: Optional[str] = None) -> T.DType:
     ann = p.annotation
     if not isinstance(v, np.ndarray):
-        raise TypeError(f"{kname}(): argument '{p.name}' must be a numpy array ({ann!r}), got {type(v).__name__}")
+        raise TypeError(f"{kname}(): argument '{p.name}' must be a numpy array ({ann!r}) or a CPU array with "
+                        f"__dlpack__ or the buffer protocol (torch.Tensor, array.array...), got {type(v).__name__}")
     if isinstance(v, np.ma.MaskedArray):
         raise TypeError(f"{kname}(): argument '{p.name}' is a masked array; kernels ignore masks, so pass "
                         f"{p.name}.filled(value) (masked elements replaced) or {p.name}.data (the raw values)")
@@ -436,7 +474,8 @@ def _check_tensor(kname: str, p, v, typevars: Dict) -> T.DType:
     if ann.ndim is not None and v.ndim != ann.ndim:
         raise ValueError(f"{kname}(): argument '{p.name}' has {v.ndim} dimension(s); expected {ann.ndim} ({ann!r})")
     if not v.flags.c_contiguous:
-        raise ValueError(f"{kname}(): argument '{p.name}' is not C-contiguous; pass np.ascontiguousarray({p.name})")
+        raise ValueError(f"{kname}(): argument '{p.name}' is not C-contiguous; pass "
+                         f"{hint or f'np.ascontiguousarray({p.name})'}")
     if ann.writable and not v.flags.writeable:
         raise ValueError(f"{kname}(): argument '{p.name}' is {ann!r} but the array is read-only")
     return dt
