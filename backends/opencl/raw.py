@@ -239,7 +239,8 @@ class RawOpenCL:
             lsize = tuple(int(v) for v in (lsize if isinstance(lsize, (tuple, list)) else (lsize,)))
         if any(g == 0 for g in gsize):
             return
-        with rt.launch() as bufs:
+        from backends import interrupt
+        with rt.launch(interrupt.arm()) as bufs:  # waiting behind other launches, a Ctrl-C stops this one
             cargs: List[Any] = [bufs.wrap(a, writable=False) for a in inputs]
             cargs += [bufs.wrap(a, writable=True, readable=False) for a in outputs]
             for p in self.params:

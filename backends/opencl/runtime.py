@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from backends import cache
+from backends import cache, interrupt
 from backends.opencl import devices as devices
 from backends.opencl.sanitizer import OclgrindLog, SanitizerError  # noqa: F401  (re-exported)
 from backends.opencl.devices import DriverError, NoDevice  # noqa: F401  (re-exported)
@@ -98,6 +98,7 @@ def device() -> Device:
             with checker.attached() if checker else contextlib.nullcontext():
                 ctx = cl.Context([dev])
             queue = cl.CommandQueue(ctx)
+            interrupt.refresh()  # PoCL replaced SIGINT's C handler: put the Ctrl-C counter back in front
             ext = frozenset(dev.extensions.split())
             # Zero-copy on CPU devices, Oclgrind included (it sets the CPU bit): the device then sees
             # host memory live, which the Ctrl-C flag relies on (backends/interrupt.py).
@@ -324,13 +325,18 @@ class Buffers:
 
 
 @contextlib.contextmanager
-def launch():
+def launch(interrupt_start: Optional[int] = None):
     """``with launch() as bufs: ... run(...)``: wrap, run and read back as one step under ``device_lock``.
 
     Results are read back only when the body succeeds; buffers are released either way.
+    ``interrupt_start`` is the Ctrl-C counter read when the caller's launch began, before it
+    waited for the lock: launches queue behind each other, and one that was waiting when SIGINT
+    came raises KeyboardInterrupt here instead of starting (backends/interrupt.py).
     """
     dev = device()
     with device_lock:
+        if interrupt_start is not None:
+            interrupt.check(interrupt_start)
         bufs = Buffers(dev)
         try:
             yield bufs
