@@ -180,7 +180,8 @@ try:
 except KeyboardInterrupt:
     sent = time.monotonic()
     for t in threads: t.join(timeout=5)
-    print(f"stopped {len(stopped)} of {n_threads}; the last {max(stopped, default=sent) - sent:.3f} s after the main thread's KeyboardInterrupt", flush=True)
+    last = max(stopped, default=sent) - sent
+    print(f"stopped {len(stopped)} of {n_threads}; the last {last:.3f} s after the main thread's interrupt", flush=True)
     sys.exit(0 if len(stopped) == n_threads else 1)
 sys.exit(1)
 '''
