@@ -243,8 +243,11 @@ class RawOpenCL:
 
     def kernel_params(self, in_dtypes: Tuple[T.DType, ...], params: Dict[str, Any]) -> List[raw_checks.KernelParam]:
         """The parameter list of the ``__kernel`` the select hook picks, as the compiler saw it."""
-        fname, k = self.kernel(in_dtypes, params)
-        return next(hit[2] for hit in self._kernels.values() if hit[1] is k)
+        return self._params_of(self.kernel(in_dtypes, params)[1])
+
+    def _params_of(self, k) -> List[raw_checks.KernelParam]:
+        with self._lock:
+            return next(hit[2] for hit in self._kernels.values() if hit[1] is k)
 
     def launch(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], params: Dict[str, Any]) -> None:
         from backends.opencl import runtime as rt
@@ -255,7 +258,8 @@ class RawOpenCL:
         if lsize is not None:
             lsize = tuple(int(v) for v in (lsize if isinstance(lsize, (tuple, list)) else (lsize,)))
         dev = rt.device()
-        raw_checks.check_work_sizes(self.name, fname, gsize, lsize, k, dev.device)
+        with rt.device_lock:  # it queries the kernel: a driver call, like every other one of a launch
+            raw_checks.check_work_sizes(self.name, fname, gsize, lsize, k, dev.device)
         if any(g == 0 for g in gsize):
             return
         scalars = [(_C_SCALARS.get(p.dtype.name) or p.dtype.np.type)(params[p.name]) for p in self.params]
@@ -272,7 +276,7 @@ class RawOpenCL:
         passed += [raw_checks.Passed(f"param {p.name!r}", "scalar", np.dtype(type(v)))
                    for p, v in zip(self.params, scalars)]
         passed += [raw_checks.Passed(f"args()[{i}]", "scalar", v.dtype) for i, v in enumerate(extra)]
-        raw_checks.check_arguments(self.name, fname, self.kernel_params(in_dtypes, params), passed, self.source_text)
+        raw_checks.check_arguments(self.name, fname, self._params_of(k), passed, self.source_text)
         from backends import interrupt
         with rt.launch(interrupt.arm()) as bufs:  # waiting behind other launches, a Ctrl-C stops this one
             cargs: List[Any] = []
