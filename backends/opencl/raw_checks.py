@@ -134,7 +134,7 @@ def check_arguments(op: str, function: str, params: Sequence[KernelParam], passe
         if p.is_image:
             raise RawArgumentError(f"{where} is an image, but the op passes {a.what} as a "
                                    f"{'buffer' if a.kind == 'buffer' else 'scalar'}; declare it with "
-                                   f"Image('{p.name}', '{p.type_name}', order=..., dtype=...) in inputs or outputs")
+                                   f"Image('{p.name}', '{p.type_name}', order='R') (its channel order) in inputs or outputs")
         want = _element_type(p.type_name, typedefs)
         if a.kind == "buffer":
             if not p.is_pointer or p.address not in ("global", "constant"):
