@@ -113,9 +113,10 @@ def make(op: str, spec: Image, array: np.ndarray, dev, writable: bool):
     fmt = check_device(op, spec, array, dev, writable)
     shape = spec.extent(array.shape)
     is_array = spec.kind == "image2d_array_t"
+    create = getattr(cl, "create_image", cl.Image)  # pyopencl >= 2024.3 deprecates calling cl.Image
     if writable:
-        return cl.Image(dev.context, cl.mem_flags.WRITE_ONLY, fmt, shape=shape, is_array=is_array)
-    return cl.Image(dev.context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, fmt, shape=shape,
+        return create(dev.context, cl.mem_flags.WRITE_ONLY, fmt, shape=shape, is_array=is_array)
+    return create(dev.context, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, fmt, shape=shape,
                     hostbuf=np.ascontiguousarray(array), is_array=is_array)
 
 
