@@ -14,9 +14,11 @@ stop; afterwards ``check`` raises KeyboardInterrupt.  A counter rather than a fl
 ever clears it, so concurrent launches in several threads each see the interrupt, and a
 SIGINT that arrived before a launch does not stop it.
 
-The handler is installed lazily, at the first compiled launch made from the main thread, and
-again whenever the Python-level handler changed since (``signal.signal`` replaces the C
-handler, which is detected by the identity of ``signal.getsignal``).  Where SIGINT is ignored
+The handler is installed lazily, at the first compiled launch made from any thread (sigaction
+is process-wide; a program whose main thread only waits for worker threads that launch must
+be interruptible too), and again whenever the Python-level handler changed since
+(``signal.signal`` replaces the C handler, which is detected by the identity of
+``signal.getsignal``).  Where SIGINT is ignored
 or has its default action, nothing is installed.  Linux and macOS only (sigaction); elsewhere
 launches are not interruptible.
 """
@@ -85,6 +87,13 @@ def arm() -> int:
     return _read[0]
 
 
+def refresh() -> None:
+    """Check SIGINT's C handler again at the next ``arm``: a driver replaced it behind Python's
+    back (PoCL installs its own SIGINT handler when its device is created)."""
+    global _seen
+    _seen = _UNSET
+
+
 def interrupted(start: int) -> bool:
     return _read[0] != start
 
@@ -140,12 +149,15 @@ def _compile():
 
 
 def _install() -> None:
-    """Put our handler in front of SIGINT's current C handler (main thread only)."""
+    """Put our handler in front of SIGINT's current C handler (from any thread: sigaction is
+    process-wide, and the lock keeps two threads from chaining our handler to itself)."""
     global _seen, _failure
-    if _Sigaction is None or threading.current_thread() is not threading.main_thread():
-        return  # other threads: try again at a later launch from the main thread
+    if _Sigaction is None:
+        return
     with _lock:
         python_handler = _signal.getsignal(_SIGINT)
+        if python_handler is _seen:
+            return  # another thread installed it while this one waited
         try:
             _, ours, glob = _compile()
             old = _current()

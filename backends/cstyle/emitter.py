@@ -48,7 +48,8 @@ class Arg:
     """How one kernel parameter travels to the C function.
 
     kind: 'tensor' (a buffer then ``ndim`` i64 shape values), 'scalar', 'vec'
-    (``length`` scalars), or 'const' (specialized: compiled in, passes nothing).
+    (``length`` scalars), 'vec_buffer' (a long vec: one read-only buffer of ``length``
+    elements of the scalar argument type), or 'const' (specialized: compiled in, passes nothing).
     """
 
     kind: str
@@ -128,6 +129,7 @@ class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBu
     owned_prefixes = ("opdsl_", "__")  # prefixes of names the emitter or target generates
     reserved_pattern = None       # a regex of further reserved names (e.g. vector types)
     size_type = "long"            # shape arguments, loop counters
+    vec_buffer_min = 0            # a dsl.Vec this long or longer travels as a buffer (0: always as scalars)
     type_map: Dict[str, str] = {
         "bool_": "bool", "i8": "char", "u8": "uchar", "i16": "short", "u16": "ushort", "i32": "int",
         "u32": "uint", "i64": "long", "u64": "ulong", "f16": "float", "bf16": "float", "f32": "float",
@@ -266,6 +268,10 @@ class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBu
                 params.append(", ".join([f"{self.buffer_prefix}{const}{self.stype(p.dtype)}* {cname}"]
                                         + [f"{self.size_type} {s}" for s in self.shape_names[p.name]]))
                 self.args.append(Arg("tensor", p.name, p.dtype, p.ndim, p.access))
+            elif isinstance(p, ir.VecParam) and self.vec_buffer_min and p.length >= self.vec_buffer_min:
+                # one read-only buffer: a kernel argument per element makes compile time explode
+                params.append(f"{self.buffer_prefix}const {self.arg_type(p.dtype)}* {cname}")
+                self.args.append(Arg("vec_buffer", p.name, p.dtype, length=p.length))
             elif isinstance(p, ir.VecParam):
                 elems = [self.names.fresh(f"{cname}_{i}") for i in range(p.length)]
                 params.append(", ".join(f"{self.arg_type(p.dtype)} {e}" for e in elems))
@@ -393,7 +399,8 @@ class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBu
         """dsl.local(...) of an array indexed at run time: every element zero each time it runs."""
         a = self.k.buffer(s.name)
         n = int(np.prod(a.shape))
-        self.emit(f"for (int opdsl_z = 0; opdsl_z < {n}; opdsl_z++) {self.names.user(s.name)}[opdsl_z] = 0;")
+        # a size_type counter: an int one never reaches a count above 2**31 - 1 (the launch never returned)
+        self.emit(f"for ({self.size_type} opdsl_z = 0; opdsl_z < {n}L; opdsl_z++) {self.names.user(s.name)}[opdsl_z] = 0;")
 
     def visit_AtomicAdd(self, s: ir.AtomicAdd) -> None:
         buf = self.k.buffer(s.tensor)

@@ -109,7 +109,8 @@ class OpenCLLauncher(Launcher):
         if min(global_size) <= 0:
             return
         cargs = []
-        with rt.launch() as bufs:
+        start = interrupt.arm()  # before waiting for the device lock: a SIGINT meanwhile stops this launch too
+        with rt.launch(start) as bufs:
             for spec, value in zip(self.plan, args):
                 if spec.kind == "tensor":
                     arr = np.asarray(value)
@@ -120,7 +121,9 @@ class OpenCLLauncher(Launcher):
                 elif spec.kind == "vec":
                     conv = _scalar_type(spec.dtype)
                     cargs += [conv(v) for v in np.asarray(value).reshape(-1)[:spec.length]]
-            start = interrupt.arm()
+                elif spec.kind == "vec_buffer":  # the scalar argument type (float for f16, uchar for bool)
+                    flat = np.ascontiguousarray(np.asarray(value).reshape(-1)[:spec.length], _scalar_type(spec.dtype))
+                    cargs.append(bufs.wrap(flat, writable=False))
             record = None
             if "interrupt" in self.rendered.hidden:  # host-shared where the device allows (it sees a SIGINT)
                 cargs += [bufs.wrap(interrupt.COUNTER, writable=False), np.int64(start)]

@@ -29,6 +29,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from backends.opencl import raw_checks
+from backends.opencl.images import Image
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError, SourceLoc
 
@@ -62,7 +64,8 @@ def _as_param(p) -> Param:
 class RawOpenCL:
     """An operator implemented in hand-written OpenCL C; see the module docstring."""
 
-    def __init__(self, name: str, source: Union[str, Path], *, inputs: Sequence[str], outputs: Sequence[str],
+    def __init__(self, name: str, source: Union[str, Path], *, inputs: Sequence[Union[str, Image]],
+                 outputs: Sequence[Union[str, Image]],
                  select: Callable, enqueue: Callable, shape: Optional[Callable] = None,
                  params: Sequence = (), args: Optional[Callable] = None, build_options: str = ""):
         self.name = name
@@ -72,8 +75,12 @@ class RawOpenCL:
         else:
             self.filename = f"<raw opencl {name}>"
         self.source_text = source
-        self.inputs = tuple(inputs)
-        self.outputs = tuple(outputs)
+        self.images = {a.name: a for a in (*inputs, *outputs) if isinstance(a, Image)}
+        for a in (*inputs, *outputs):
+            if not isinstance(a, (str, Image)):
+                raise TypeError(f"raw OpenCL op {name}: an input or output is a name or an Image(...), got {a!r}")
+        self.inputs = tuple(a.name if isinstance(a, Image) else a for a in inputs)
+        self.outputs = tuple(a.name if isinstance(a, Image) else a for a in outputs)
         self.params = tuple(_as_param(p) for p in params)
         names = [*self.inputs, *self.outputs, *(p.name for p in self.params)]
         dup = {n for n in names if names.count(n) > 1}
@@ -206,7 +213,11 @@ class RawOpenCL:
         if problem:
             raise ValueError(problem)
         fname, options = self.select(in_dtypes, params)
-        options = " ".join(o for o in (rt.BUILD_OPTIONS, self.build_options, options or "") if o)
+        dev = rt.device()
+        options = raw_checks.check_cl_std(self.name, rt.BUILD_OPTIONS,
+                                          " ".join(o for o in (self.build_options, options or "") if o),
+                                          dev.device, dev.description)
+        options += " -cl-kernel-arg-info"  # the parameter list the arguments are checked against
         try:
             program = rt.build(self.source_text, options)
         except rt.BuildError as e:  # rt.DriverError (the driver, not this source, failed) passes through
@@ -223,11 +234,20 @@ class RawOpenCL:
                 try:
                     with rt.device_lock:
                         k = cl.Kernel(program, fname)
+                        kparams = raw_checks.kernel_params(k, dev.device)
                 except cl.Error:
                     raise ValueError(f"raw OpenCL op {self.name}: select() chose {fname!r}, which the source "
                                      f"does not define as a __kernel") from None
-                hit = self._kernels[key] = (program, k)  # the program stays alive with its kernel
+                hit = self._kernels[key] = (program, k, kparams)  # the program stays alive with its kernel
         return fname, hit[1]
+
+    def kernel_params(self, in_dtypes: Tuple[T.DType, ...], params: Dict[str, Any]) -> List[raw_checks.KernelParam]:
+        """The parameter list of the ``__kernel`` the select hook picks, as the compiler saw it."""
+        return self._params_of(self.kernel(in_dtypes, params)[1])
+
+    def _params_of(self, k) -> List[raw_checks.KernelParam]:
+        with self._lock:
+            return next(hit[2] for hit in self._kernels.values() if hit[1] is k)
 
     def launch(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], params: Dict[str, Any]) -> None:
         from backends.opencl import runtime as rt
@@ -237,19 +257,35 @@ class RawOpenCL:
         gsize = tuple(int(g) for g in (gsize if isinstance(gsize, (tuple, list)) else (gsize,)))
         if lsize is not None:
             lsize = tuple(int(v) for v in (lsize if isinstance(lsize, (tuple, list)) else (lsize,)))
+        dev = rt.device()
+        with rt.device_lock:  # it queries the kernel: a driver call, like every other one of a launch
+            raw_checks.check_work_sizes(self.name, fname, gsize, lsize, k, dev.device)
         if any(g == 0 for g in gsize):
             return
-        with rt.launch() as bufs:
-            cargs: List[Any] = [bufs.wrap(a, writable=False) for a in inputs]
-            cargs += [bufs.wrap(a, writable=True, readable=False) for a in outputs]
-            for p in self.params:
-                conv = _C_SCALARS.get(p.dtype.name) or p.dtype.np.type
-                cargs.append(conv(params[p.name]))
-            for v in self.extra_args(inputs, outputs, params):
-                if not isinstance(v, np.generic):
-                    raise TypeError(f"raw OpenCL op {self.name}: args() must return numpy scalars "
-                                    f"(their dtype is the C type), got {v!r}")
-                cargs.append(v)
+        scalars = [(_C_SCALARS.get(p.dtype.name) or p.dtype.np.type)(params[p.name]) for p in self.params]
+        extra = self.extra_args(inputs, outputs, params)
+        for v in extra:
+            if not isinstance(v, np.generic):
+                raise TypeError(f"raw OpenCL op {self.name}: args() must return numpy scalars "
+                                f"(their dtype is the C type), got {v!r}")
+        arrays = [(n, a, False) for n, a in zip(self.inputs, inputs)] + \
+                 [(n, a, True) for n, a in zip(self.outputs, outputs)]
+        passed = [raw_checks.Passed(f"{'output' if w else 'input'} {n!r}", "image" if n in self.images else "buffer",
+                                    a.dtype, self.images[n].kind if n in self.images else "", w)
+                  for n, a, w in arrays]
+        passed += [raw_checks.Passed(f"param {p.name!r}", "scalar", np.dtype(type(v)))
+                   for p, v in zip(self.params, scalars)]
+        passed += [raw_checks.Passed(f"args()[{i}]", "scalar", v.dtype) for i, v in enumerate(extra)]
+        raw_checks.check_arguments(self.name, fname, self._params_of(k), passed, self.source_text)
+        from backends import interrupt
+        with rt.launch(interrupt.arm()) as bufs:  # waiting behind other launches, a Ctrl-C stops this one
+            cargs: List[Any] = []
+            for n, a, w in arrays:
+                if n in self.images:
+                    cargs.append(bufs.image(self.name, self.images[n], a, writable=w))
+                else:
+                    cargs.append(bufs.wrap(a, writable=w, readable=not w))
+            cargs += scalars + list(extra)
             try:
                 rt.run(k, cargs, gsize, lsize)
             except rt.SanitizerError as e:  # Oclgrind's findings, at lines of the .cl source

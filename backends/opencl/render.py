@@ -33,6 +33,9 @@ class OpenCLRenderer(CStyleRenderer):
     reserved_pattern = _SIMD_PATTERN
     vector_dialect = True  # OpenCL C's own vectors: backends/cstyle/simd.py
     vector_call_bits = 256  # PoCL 3.0 passes 512-bit vectors to its built-ins wrongly (simd.py)
+    # Vec params of 16+ elements are a __global buffer: as scalars, N=10,000 took 168 s to compile
+    # and 100,000 exceeded the device's argument limit (CL_DEVICE_MAX_PARAMETER_SIZE, >= 1 KiB)
+    vec_buffer_min = 16
     targets = ("opencl", "c")  # builtin spellings (dsl/lang/builtins.py): OpenCL's own, else C's
     barrier = "barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);"
     scratch_storage = {"f16": "ushort"}  # no half variables without cl_khr_fp16, half pointers are fine

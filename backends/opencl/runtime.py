@@ -17,7 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
+import os
 import re
+import sys
+import tempfile
 import threading
 import warnings
 from dataclasses import dataclass
@@ -25,7 +29,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from backends import cache
+from backends import cache, interrupt
 from backends.opencl import devices as devices
 from backends.opencl.sanitizer import OclgrindLog, SanitizerError  # noqa: F401  (re-exported)
 from dsl.lang.errors import BuildError  # noqa: F401  (every error: dsl/lang/errors.py)
@@ -91,6 +95,7 @@ def device() -> Device:
             with checker.attached() if checker else contextlib.nullcontext():
                 ctx = cl.Context([dev])
             queue = cl.CommandQueue(ctx)
+            interrupt.refresh()  # PoCL replaced SIGINT's C handler: put the Ctrl-C counter back in front
             ext = frozenset(dev.extensions.split())
             # Zero-copy on CPU devices, Oclgrind included (it sets the CPU bit): the device then sees
             # host memory live, which the Ctrl-C flag relies on (backends/interrupt.py).
@@ -180,7 +185,7 @@ def build(source: str, options: str = BUILD_OPTIONS, extra_key: str = "") -> "cl
         if prg is None:
             prg = cl.Program(dev.context, source)
             try:
-                with warnings.catch_warnings():
+                with warnings.catch_warnings(), compiler_stderr():
                     warnings.simplefilter("ignore")
                     prg.build(options=options, cache_dir=False)
             except cl.RuntimeError as e:
@@ -194,12 +199,51 @@ def build(source: str, options: str = BUILD_OPTIONS, extra_key: str = "") -> "cl
     return prg
 
 
+_COMPILER_TALLY = re.compile(r"^\d+ (warning|error)s?( and \d+ (warning|error)s?)? generated\.$")
+_log = logging.getLogger("opdsl.opencl")
+
+
+@contextlib.contextmanager
+def compiler_stderr():
+    """Keep the OpenCL compiler's own stderr lines ("1 error generated.", "2 warnings generated.",
+    which PoCL's and Oclgrind's clang print) off the process's stderr: file descriptor 2 goes to
+    a temporary file while the block runs; those lines then go to the ``opdsl.opencl`` debug log
+    (the diagnostics themselves are in the build log, which errors carry) and anything else
+    written meanwhile (another thread's output) is written back to stderr."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no fd 2 to redirect: nothing can leak either
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            text = tmp.read().decode(errors="replace")
+            other = []
+            for line in text.splitlines(keepends=True):
+                if _COMPILER_TALLY.match(line.strip()):
+                    _log.debug("OpenCL compiler: %s", line.strip())
+                else:
+                    other.append(line)
+            if other:
+                try:
+                    os.write(2, "".join(other).encode())
+                except OSError:
+                    pass
+
+
 def _from_binary(dev: Device, binary: Optional[bytes], options: str):
     if binary is None:
         return None
     try:
         prg = cl.Program(dev.context, [dev.device], [binary])
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), compiler_stderr():
             warnings.simplefilter("ignore")
             prg.build(options=options)
         return prg
@@ -294,13 +338,27 @@ class Buffers:
             self.bufs.append(buf)
         return buf
 
+    def image(self, op: str, spec, array: np.ndarray, writable: bool):
+        """An OpenCL image for a raw op's input (filled from ``array``) or output (read back into
+        it); backends/opencl/images.py."""
+        from backends.opencl import images
+        with device_lock:
+            img = images.make(op, spec, array, self.dev, writable)
+            self.bufs.append(img)
+            if writable:
+                self.readback.append((img, (spec, array)))
+        return img
+
     def finish(self) -> None:
         """Make results visible in the numpy arrays, then release device memory."""
         q = self.dev.queue
         with device_lock:
             try:
                 for buf, array in self.readback:
-                    if self.dev.host_unified:
+                    if isinstance(array, tuple):  # an output image: (its Image spec, the array)
+                        from backends.opencl import images
+                        images.read_back(q, buf, array[0], array[1])
+                    elif self.dev.host_unified:
                         mapped, event = cl.enqueue_map_buffer(q, buf, cl.map_flags.READ, 0, array.shape,
                                                               array.dtype, is_blocking=True)
                         if mapped.__array_interface__["data"][0] != array.__array_interface__["data"][0]:
@@ -317,13 +375,18 @@ class Buffers:
 
 
 @contextlib.contextmanager
-def launch():
+def launch(interrupt_start: Optional[int] = None):
     """``with launch() as bufs: ... run(...)``: wrap, run and read back as one step under ``device_lock``.
 
     Results are read back only when the body succeeds; buffers are released either way.
+    ``interrupt_start`` is the Ctrl-C counter read when the caller's launch began, before it
+    waited for the lock: launches queue behind each other, and one that was waiting when SIGINT
+    came raises KeyboardInterrupt here instead of starting (backends/interrupt.py).
     """
     dev = device()
     with device_lock:
+        if interrupt_start is not None:
+            interrupt.check(interrupt_start)
         bufs = Buffers(dev)
         try:
             yield bufs

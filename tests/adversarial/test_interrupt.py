@@ -155,3 +155,67 @@ def test_user_handler_still_runs_and_later_launches_work(tmp_path):
             p.kill()
     assert p.returncode == 0, err
     assert "handler calls: 1" in out
+
+
+THREADS = KERNELS.split("KERNEL = ")[0] + '''
+import threading
+backend, n_threads = sys.argv[1], int(sys.argv[2])
+x = np.ones(64, np.float32)
+warm = [threading.Thread(target=spin, args=(x, np.zeros(64, np.float32), 1), kwargs={"backend": backend})
+        for _ in range(n_threads)]  # compiled, every entry, and the device created in workers:
+for t in warm: t.start()            # the main thread never launches
+for t in warm: t.join()
+stopped = []
+def work(k):
+    try:
+        spin(x, np.zeros(64, np.float32), 10 ** 12, backend=backend)
+    except KeyboardInterrupt:
+        stopped.append(time.monotonic())
+threads = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(n_threads)]
+for t in threads: t.start()
+time.sleep(1.0)
+print("started", flush=True)
+try:
+    for t in threads: t.join()
+except KeyboardInterrupt:
+    sent = time.monotonic()
+    for t in threads: t.join(timeout=5)
+    last = max(stopped, default=sent) - sent
+    print(f"stopped {len(stopped)} of {n_threads}; the last {last:.3f} s after the main thread's interrupt", flush=True)
+    sys.exit(0 if len(stopped) == n_threads else 1)
+sys.exit(1)
+'''
+
+
+@pytest.mark.parametrize("backend", ["opencl"])
+def test_sigint_stops_launches_in_every_thread(backend, tmp_path):
+    """Three worker threads each run a long launch while the main thread only joins them: one Ctrl-C
+    stops all three. On OpenCL the launches queue on the device lock, so the ones still waiting must
+    stop too, and the handler must be installed from a worker thread (and again after PoCL replaced
+    it when its device was created)."""
+    script = tmp_path / "threads.py"
+    script.write_text(THREADS)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen([sys.executable, "-X", "faulthandler", str(script), backend, "3"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        line = p.stdout.readline()
+        if "started" not in line:
+            p.kill()
+            out, err = p.communicate()
+            if backend == "opencl" and "no usable" in (line + out + err).lower():
+                pytest.skip("no OpenCL device")
+            raise AssertionError(f"child did not start: {line}{out}\n{err}")
+        time.sleep(1.0)
+        p.send_signal(signal.SIGINT)
+        try:
+            out, err = p.communicate(timeout=8)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            raise AssertionError(f"launches ran on after SIGINT\n{out}\n{err}") from None
+        assert p.returncode == 0, f"exit status {p.returncode}\n{out}\n{err}"
+        assert "stopped 3 of 3" in out, out
+    finally:
+        if p.poll() is None:
+            p.kill()
