@@ -283,6 +283,7 @@ def test_a_local_op_class_travels_by_value_with_super_closures_and_kernels(backe
 # ---------------------------------------------------------------- a worker without the user's module
 
 USER_MODULE = '''
+from __future__ import annotations  # annotations as text: the rebuilt kernel still finds In, Out, f32
 import numpy as np
 import dsl
 from dsl import In, Out, f32

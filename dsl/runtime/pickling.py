@@ -26,6 +26,7 @@ pass their class along.
 """
 from __future__ import annotations
 
+import ast
 import builtins
 import contextlib
 import copyreg
@@ -100,28 +101,19 @@ def with_fallback(ref: Tuple[str, str], rebuild, args: tuple):
     by-value form) when its module is the user's own (``carries_fallback``)."""
     if not carries_fallback(ref[0]):
         return (lookup, ref)
-    return (lookup_or_fallback, (*ref, _Rebuilt(rebuild, args)))
+    return (lookup_or_fallback, (*ref, rebuild, args))
 
 
-class _Rebuilt:
-    """Pickles as ``rebuild(*args)``: the fallback travels as the by-value form itself."""
-
-    def __init__(self, rebuild, args: tuple):
-        self.rebuild, self.args = rebuild, args
-
-    def __reduce__(self):
-        return (self.rebuild, self.args)
-
-
-def lookup_or_fallback(module: str, qualname: str, fallback):
-    """The imported object, or ``fallback`` (rebuilt from the carried source) when ``module`` is
-    not installed here; any other import failure is the module's own error and is raised."""
+def lookup_or_fallback(module: str, qualname: str, rebuild, args: tuple):
+    """The imported object, or ``rebuild(*args)`` (from the carried source) when ``module`` is not
+    installed here; any other import failure is the module's own error and is raised.  The
+    fallback is built only then: building a kernel parses and checks its source."""
     try:
         return lookup(module, qualname)
     except ModuleNotFoundError as e:
         if e.name is None or not (module == e.name or module.startswith(e.name + ".")):
             raise
-        return fallback
+        return rebuild(*args)
 
 
 # ---------------------------------------------------------------------- portable values
@@ -213,8 +205,8 @@ class _FunctionByValue:
         code = fn.__code__
         text = _source_of(fn, self.what) if self.source else _source_or_none(fn)
         state = {
-            "globals": {name: portable(fn.__globals__[name]) for name in sorted(_global_names(code))
-                        if name in fn.__globals__},
+            "globals": {name: portable(fn.__globals__[name])
+                        for name in sorted(_global_names(code) | _annotation_names(fn)) if name in fn.__globals__},
             "closure": tuple(portable(_cell_value(c)) for c in (fn.__closure__ or ())),
             "defaults": portable(fn.__defaults__), "kwdefaults": portable(fn.__kwdefaults__),
             "annotations": portable(dict(fn.__annotations__)), "qualname": fn.__qualname__, "doc": fn.__doc__,
@@ -276,6 +268,20 @@ def _global_names(code: types.CodeType) -> set:
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names |= _global_names(const)
+    return names
+
+
+def _annotation_names(fn) -> set:
+    """Names that annotations written as text (``from __future__ import annotations``) read: a
+    kernel evaluates ``"In[f64]"`` against its globals when it is rebuilt, not only what its body reads."""
+    names: set = set()
+    for text in fn.__annotations__.values():
+        if isinstance(text, str):
+            try:
+                tree = ast.parse(text, mode="eval")
+            except SyntaxError:
+                continue
+            names |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     return names
 
 
