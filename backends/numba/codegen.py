@@ -22,6 +22,7 @@ llvm.maximum, so a running maximum vectorizes too.
 """
 from __future__ import annotations
 
+import ast
 import math
 from typing import Callable, Dict, List, Optional, Sequence, Set
 
@@ -36,8 +37,34 @@ from dsl.lang import log_format as LF
 from dsl.lang.visitor import Visitor
 from backends.bounds import Sites
 from backends.func_view import FuncView
-from backends.naming import PyNames as Names, ident
+from backends.naming import PyNames, ident
 from backends.spelling import row_major
+
+# The generated module's imports, written once here: the module header is made from them and the
+# names they bind are reserved, so a kernel local called ``sm`` or ``np`` is renamed rather than
+# shadowing a module the generated code calls.
+MODULE_IMPORTS = ("import math", "", "import numpy as np", "from numba import njit, prange", "",
+                  "from backends.numba import arith as ar", "from backends.numba import format as fmt",
+                  "from backends.numba import math as nm", "from backends.numba import runtime as rt",
+                  "from backends.numba import simd as sm")
+# The functions and constants every generated module defines at its top level (helpers of the
+# form ``_x``, ``region_N`` and ``func_x`` are covered by naming.PYTHON_INTERNAL).
+MODULE_DEFINES = ("CACHE", "JIT", "ix", "thread", "dispatch", "run_threads", "launch_team", "team_serial",
+                  "launch_serial", "launch_parallel", "launch_serial_nd", "launch_parallel_nd")
+
+
+def _bound_by(lines: Sequence[str]) -> Set[str]:
+    tree = ast.parse("\n".join(lines))
+    return {a.asname or a.name.split(".")[0] for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+            for a in n.names}
+
+
+MODULE_NAMES = frozenset(_bound_by(MODULE_IMPORTS)) | frozenset(MODULE_DEFINES)
+
+
+def Names(user: Sequence[str]) -> PyNames:
+    """User names -> generated-module names, never one the module itself binds (MODULE_NAMES)."""
+    return PyNames(user, reserved=MODULE_NAMES)
 
 # numba's fastmath flags for fastmath=True kernels: all of LLVM's "fast" but nnan and ninf,
 # which would let LLVM assume no NaN/inf ever appears (and fold isnan-style checks away).

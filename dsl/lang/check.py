@@ -22,7 +22,7 @@ from dsl.lang import ir
 from dsl.lang import log_format as LF
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError, SourceLoc
-from dsl.lang.check_arrays import LocalArrays
+from dsl.lang.check_arrays import LocalArrays, check_storage
 from dsl.lang.check_funcs import FuncCalls
 from dsl.lang.check_simd import SimdRules, elem
 from dsl.lang.fold import convert_const as _convert_const, fold as _fold
@@ -74,6 +74,7 @@ def check_kernel(parsed: Parsed, binding: Binding, threads: int, func_parser) ->
     scratch = tuple(c.scratch_decl(s, binding) for s in parsed.scratch)
     c.buffers.update({s.name: s for s in scratch})
     c.buffers.update({a.name: c.array_decl(a, binding) for a in parsed.arrays})
+    check_storage(scratch, [c.buffers[a.name] for a in parsed.arrays])
     body, local_types = c.run(parsed.body)
     funcs = tuple(c.funcs_done.values())
     varying = _Uniformity(c.buffers, funcs).run(body)
