@@ -240,7 +240,7 @@ class Gen(SimdGen, Visitor):
         idx = [f"np.int64({self.visit(i, scope)})" for i in node.index]
         shape = [self.size_code(node.tensor)] if node.flat else self.shape_names(node.tensor)
         loc = node.loc if getattr(node, "loc", None) is not None and node.loc.line > 0 else self.stmt_loc
-        site = self.sites.add(node.tensor, kind, node.flat, len(idx), loc)
+        site = self.sites.add(node.tensor, kind, node.flat, len(idx), loc, getattr(self.k, "func_name", ""))
         tup = lambda xs: f"({xs[0]},)" if len(xs) == 1 else f"({', '.join(xs)})"  # noqa: E731
         mid = f", {middle}" if middle else ""
         return f"{tup(idx)}, {tup(shape)}{mid}, _err, {site}, {scope.tid}, _tile"

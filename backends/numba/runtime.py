@@ -229,10 +229,10 @@ def trip_count(start, stop, step):
 
 
 # --------------------------------------------------------------------------- debug-mode bounds checks
-# The record layout is backends/bounds.py's: [claimed, site, axis, tid, tile, index...].
+# The record layout is backends/bounds.py's: [claimed, site, axis, tid, tile, index x 8, shape x 8, ...].
 
 @njit(**_JIT)
-def record_oob(err, site, axis, tid, tile, idx):
+def record_oob(err, site, axis, tid, tile, idx, shape):
     """Keep the first failing access of the launch (later ones lose the CAS and are dropped)."""
     if cas(err, 0, np.int64(0), np.int64(1)) == 0:
         err[1] = site
@@ -241,6 +241,7 @@ def record_oob(err, site, axis, tid, tile, idx):
         err[4] = tile
         for d in range(min(len(idx), 8)):
             err[5 + d] = idx[d]
+            err[13 + d] = shape[d]
 
 
 @njit(**_JIT)
@@ -251,7 +252,7 @@ def checked_offset(idx, shape, err, site, tid, tile):
         i = idx[d]
         n = shape[d]
         if i < 0 or i >= n:
-            record_oob(err, site, d, tid, tile, idx)
+            record_oob(err, site, d, tid, tile, idx, shape)
             return np.int64(-1)
         off = off * n + i
     return off
