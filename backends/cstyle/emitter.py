@@ -439,6 +439,9 @@ class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBu
         assigned = {n.name for n in ir.walk(list(s.body)) if isinstance(n, ir.Assign)} | \
                    {n.var for n in ir.walk(list(s.body)) if isinstance(n, ir.For)} | {s.var}
         step_c = self._known_step(s.step)
+        if step_c not in (1, -1):
+            self._counted_for(s, var, start)
+            return
         inits = [f"{st} {it} = {start}"]
         stop = self.operand_text(s.stop, _PREC["lt"])
         if not self._invariant(s.stop, assigned):
@@ -467,6 +470,28 @@ class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBu
         self.block(s.body)
         self.depth -= 1
         self.emit("}")
+
+    def _counted_for(self, s: ir.For, var: str, start: str) -> None:
+        """A step other than 1 or -1: the trip count first (exact near the int64 limits, where
+        ``i += step`` would wrap and never reach ``stop``), then ``var = start + k * step``."""
+        k, n = self.names.fresh(f"{var}_k"), self.names.fresh(f"{var}_n")
+        a, step = self.names.fresh(f"{var}_start"), self.names.fresh(f"{var}_step")
+        self.emit(f"{{ const long {a} = {start}, {step} = {self.bare(s.step)};")
+        self.emit(f"for (ulong {k} = 0, {n} = {self.helper('trip_count')}({a}, {self.bare(s.stop)}, {step}); "
+                  f"{k} < {n}; {k}++) {{")
+        self.depth += 1
+        self.poll(s.body)
+        self.emit(f"{var} = (long)((ulong){a} + {k} * (ulong){step});")
+        self.block(s.body)
+        self.depth -= 1
+        self.emit("}}")
+
+    def helper_trip_count(self, name, t, dtype, extra):
+        return (f"{self.func_prefix}ulong {name}(long a, long b, long s) {{\n"
+                f"  // len(range(a, b, s)), exact for every long (the distance taken unsigned); 0 when s == 0\n"
+                f"  if (s > 0) return b > a ? ((ulong)b - (ulong)a - 1) / (ulong)s + 1 : 0;\n"
+                f"  if (s < 0) return a > b ? ((ulong)a - (ulong)b - 1) / (0 - (ulong)s) + 1 : 0;\n"
+                f"  return 0;\n}}")
 
     def _known_step(self, e: ir.Expr):
         """The step's value when known at compile time (its sign is what matters)."""

@@ -543,11 +543,15 @@ class Gen(SimdGen, Visitor):
         pad, depth = self.pad, self.depth
         var = self.names[s.var]
         vt = self.types.get(s.var, T.i64)
-        args = ", ".join(self.typed(x, T.i64, scope) for x in (s.start, s.stop, s.step))
-        if ctype(vt) == T.i64:
-            self.emit(f"for {var} in range({args}):")
-        else:  # a loop variable typed narrower than the i64 counter
-            self.emit(f"for _i{depth} in range({args}):", f"    {var} = {cast(f'_i{depth}', T.i64, vt)}")
+        start, stop, step = (self.typed(x, T.i64, scope) for x in (s.start, s.stop, s.step))
+        if isinstance(s.step, ir.Const) and s.step.value in (1, -1):
+            value = f"_i{depth}"
+            self.emit(f"for {value} in range({start}, {stop}, {step}):")
+        else:  # numba's own range count overflows near the int64 limits: count exactly, then step
+            self.emit(f"_a{depth} = {start}", f"_s{depth} = {step}",
+                      f"for _k{depth} in range(rt.trip_count(_a{depth}, {stop}, _s{depth})):")
+            value = f"_a{depth} + _k{depth} * _s{depth}"
+        self.emit(f"    {var} = {value if ctype(vt) == T.i64 else cast(value, T.i64, vt)}")
         self.poll(self.hooks, pad + "    ", self.out)
         self.nested(s.body, scope, loop=True)
 

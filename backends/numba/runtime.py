@@ -220,12 +220,20 @@ def interrupted(typingctx, flag, start):
 
 @njit(**_JIT)
 def trip_count(start, stop, step):
-    """len(range(start, stop, step)) without overflow (the strip-mined loops count iterations)."""
+    """len(range(start, stop, step)), exact for every int64 bound (the distance is taken in uint64, where
+    ``stop - start`` cannot overflow; counts past int64 max, which no loop reaches, are capped)."""
     if step == 0:
         raise ValueError("range() arg 3 must not be zero")
+    one = np.uint64(1)
     if step > 0:
-        return (stop - start + step - 1) // step if stop > start else 0
-    return (start - stop - step - 1) // (-step) if start > stop else 0
+        if stop <= start:
+            return np.int64(0)
+        n = (np.uint64(stop) - np.uint64(start) - one) // np.uint64(step) + one
+    else:
+        if start <= stop:
+            return np.int64(0)
+        n = (np.uint64(start) - np.uint64(stop) - one) // (np.uint64(0) - np.uint64(step)) + one
+    return np.int64(min(n, np.uint64(9223372036854775807)))
 
 
 # --------------------------------------------------------------------------- debug-mode bounds checks
