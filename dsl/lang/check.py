@@ -29,9 +29,11 @@ from dsl.lang.fold import convert_const as _convert_const, fold as _fold
 from dsl.lang.frontend import Parsed
 from dsl.lang.visitor import Visitor
 
-MAX_UNROLL = 4096
-"""Most iterations one ``dsl.static_range`` loop may unroll to (a typo must not hang the compiler)."""
-MAX_UNROLL_TOTAL = 16384
+MAX_UNROLL = 256
+"""Most iterations one ``dsl.static_range`` loop may unroll to.  numba's type inference takes
+about 20 ms of CPU per copy of even a one-line body (1024 copies: 18 s, 4096: 398 s), so a
+limit a kernel can reach must stay at a few seconds (docs/language.md, Unrolled loops)."""
+MAX_UNROLL_TOTAL = 1024
 """Most unrolled body copies in one kernel or @dsl.func, nested loops counted per copy."""
 
 _ARITH = ("add", "sub", "mul", "floordiv", "mod", "pow")
