@@ -30,8 +30,8 @@ from dsl.lang.frontend import Parsed
 from dsl.lang.visitor import Visitor
 
 MAX_UNROLL = 256
-"""Most iterations one ``dsl.static_range`` loop may unroll to.  numba's type inference takes
-about 20 ms of CPU per copy of even a one-line body (1024 copies: 18 s, 4096: 398 s), so a
+"""Most iterations one ``dsl.static_range`` loop may unroll to.  numba's type inference grows
+faster than the copies (a one-line body: 256 copies 6 s of CPU, 512 16 s, 4096 398 s), so a
 limit a kernel can reach must stay at a few seconds (docs/language.md, Unrolled loops)."""
 MAX_UNROLL_TOTAL = 1024
 """Most unrolled body copies in one kernel or @dsl.func, nested loops counted per copy."""
