@@ -1,4 +1,5 @@
-"""Checker rules of ``dsl.local`` arrays, mixed into the checker (dsl/lang/check.py).
+"""Checker rules of ``dsl.local`` arrays, mixed into the checker (dsl/lang/check.py), and the
+storage limits of a kernel's local arrays and scratch (checked with exact Python integers).
 
 An array whose every access has indexes known at compile time (after ``static_range``
 unrolling) becomes plain locals ``name__k``, one per element, so it lives in registers; an
