@@ -25,7 +25,8 @@ from dsl.lang.errors import KernelIndexError  # noqa: F401  (every error: dsl/la
 # record layout (int64 slots)
 STATE, SITE, AXIS, TID, TILE, INDEX = 0, 1, 2, 3, 4, 5
 MAX_RANK = 8                  # index components kept for the message (higher ranks: the failing axis only)
-RECORD_LEN = INDEX + MAX_RANK + 3
+SHAPE = INDEX + MAX_RANK      # the extents checked against: a @dsl.func's tensor parameter has no other shape
+RECORD_LEN = SHAPE + MAX_RANK + 3
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Site:
     flat: bool       # t.flat[i] (checked against the size) rather than t[i, j, ...]
     rank: int        # number of index components
     loc: SourceLoc
+    func: str = ""   # the @dsl.func whose tensor parameter ``tensor`` is ("" in the kernel body)
 
 
 class Sites:
@@ -43,8 +45,8 @@ class Sites:
     def __init__(self) -> None:
         self.table: List[Site] = []
 
-    def add(self, tensor: str, kind: str, flat: bool, rank: int, loc) -> int:
-        self.table.append(Site(tensor, kind, flat, rank, loc if loc is not None else UNKNOWN))
+    def add(self, tensor: str, kind: str, flat: bool, rank: int, loc, func: str = "") -> int:
+        self.table.append(Site(tensor, kind, flat, rank, loc if loc is not None else UNKNOWN, func))
         return len(self.table) - 1
 
 
@@ -67,12 +69,18 @@ def error(record: np.ndarray, sites: Sequence[Site], kernel: ir.Kernel, args: Se
     """The exception describing a failed record (slot 0 set)."""
     site = sites[int(record[SITE])]
     axis = int(record[AXIS])
-    shape = shape_of(kernel, site.tensor, args)
     n = min(site.rank, MAX_RANK)
     index = tuple(int(v) for v in record[INDEX:INDEX + n])
-    buf = kernel.buffer(site.tensor)
-    what = ("scratch" if isinstance(buf, ir.Scratch) else "Vec parameter" if isinstance(buf, ir.VecParam)
-            else "dsl.local array" if isinstance(buf, ir.LocalArray) else "tensor")
+    if site.func:  # a @dsl.func's parameter: whatever the call passed, with the extents the check used
+        shape = tuple(int(v) for v in record[SHAPE:SHAPE + n])
+        what = f"@dsl.func {site.func!r} tensor parameter"
+        if site.flat:
+            shape = (shape[0],) if shape else ()
+    else:
+        shape = shape_of(kernel, site.tensor, args)
+        buf = kernel.buffer(site.tensor)
+        what = ("scratch" if isinstance(buf, ir.Scratch) else "Vec parameter" if isinstance(buf, ir.VecParam)
+                else "dsl.local array" if isinstance(buf, ir.LocalArray) else "tensor")
     size = int(np.prod(shape)) if shape else 1
     if site.flat:
         msg = (f"index {index[0]} out of bounds for {site.tensor}.flat: {what} {site.tensor!r} has shape "

@@ -13,6 +13,8 @@ class FuncView:
 
     def __init__(self, kernel: ir.Kernel, f: ir.Function):
         self._kernel, self._f = kernel, f
+        # debug-mode sites name the function whose parameter failed a check, as the user wrote it
+        self.func_name = f.origin.qualname if f.origin is not None else f.name
 
     def buffer(self, name: str):
         return self._f.buffer(name)

@@ -50,12 +50,10 @@ get_image_height get_image_depth get_image_channel_data_type get_image_channel_o
 """.split())
 OPENCL_VECTOR_TYPES = re.compile(r"^(char|uchar|short|ushort|int|uint|long|ulong|float|double|half)(2|3|4|8|16)$")
 
-# Names a generated numba module defines or uses itself (imports, helpers, entry points) and the
-# Python builtins it calls; Python keywords are reserved too (``keyword.iskeyword``).
+# The Python builtins generated numba code calls; Python keywords are reserved too
+# (``keyword.iskeyword``), and each generator adds the names its module binds (``PyNames(reserved=)``).
 PYTHON_RESERVED = frozenset({
-    "np", "math", "nm", "ar", "njit", "prange", "rt", "fmt", "ix", "JIT", "CACHE", "thread", "launch_serial",
-    "launch_parallel", "launch_team", "team_serial", "dispatch", "run_threads", "range", "min", "max",
-    "abs", "print", "str", "chr", "len", "True", "False", "None", "int", "float", "bool"})
+    "range", "min", "max", "abs", "print", "str", "chr", "len", "True", "False", "None", "int", "float", "bool"})
 
 
 def ident(name: str, empty: str = "kernel") -> str:
@@ -113,26 +111,26 @@ class CNames:
 PYTHON_INTERNAL = re.compile(r"^_|_(shape\d+|size|nd)$|^(region|func)_\d*")
 
 
-def python_reserved(name: str) -> bool:
-    return name in PYTHON_RESERVED or keyword.iskeyword(name)
-
-
 class PyNames:
     """User identifiers -> names in a generated Python module, never clashing with internals.
 
-    A clashing name gets ``_u`` appended (``u`` prepended when it starts with ``_``), then a
-    counter until free."""
+    A clashing name gets ``_u`` appended (``u`` prepended when it starts with ``_`` or names an
+    internal prefix), then a counter until free."""
 
-    def __init__(self, user: Sequence[str], internal: Callable[[str], bool] = PYTHON_INTERNAL.search):
+    def __init__(self, user: Sequence[str], internal: Callable[[str], bool] = PYTHON_INTERNAL.search,
+                 reserved: Iterable[str] = ()):
         self.map: Dict[str, str] = {}
         taken: Set[str] = set(user)
+        reserved = PYTHON_RESERVED | frozenset(reserved)
         for n in user:
             if n in self.map:
                 continue
-            if python_reserved(n) or internal(n):
+            if n in reserved or keyword.iskeyword(n) or internal(n):
                 base = ("u" + n) if n.startswith("_") else n + "_u"
+                if internal(base):  # a prefix the generator owns (``func_x`` -> ``ufunc_x_u``)
+                    base = "u" + base
                 cand, k = base, 1
-                while cand in taken or cand in PYTHON_RESERVED or internal(cand):
+                while cand in taken or cand in reserved or internal(cand):
                     k += 1
                     cand = f"{base}{k}"
                 taken.add(cand)

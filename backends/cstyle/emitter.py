@@ -446,6 +446,9 @@ class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBu
         assigned = {n.name for n in ir.walk(list(s.body)) if isinstance(n, ir.Assign)} | \
                    {n.var for n in ir.walk(list(s.body)) if isinstance(n, ir.For)} | {s.var}
         step_c = self._known_step(s.step)
+        if step_c not in (1, -1):
+            self._counted_for(s, var, start)
+            return
         inits = [f"{st} {it} = {start}"]
         stop = self.operand_text(s.stop, _PREC["lt"])
         if not self._invariant(s.stop, assigned):
@@ -474,6 +477,28 @@ class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBu
         self.block(s.body)
         self.depth -= 1
         self.emit("}")
+
+    def _counted_for(self, s: ir.For, var: str, start: str) -> None:
+        """A step other than 1 or -1: the trip count first (exact near the int64 limits, where
+        ``i += step`` would wrap and never reach ``stop``), then ``var = start + k * step``."""
+        k, n = self.names.fresh(f"{var}_k"), self.names.fresh(f"{var}_n")
+        a, step = self.names.fresh(f"{var}_start"), self.names.fresh(f"{var}_step")
+        self.emit(f"{{ const long {a} = {start}, {step} = {self.bare(s.step)};")
+        self.emit(f"for (ulong {k} = 0, {n} = {self.helper('trip_count')}({a}, {self.bare(s.stop)}, {step}); "
+                  f"{k} < {n}; {k}++) {{")
+        self.depth += 1
+        self.poll(s.body)
+        self.emit(f"{var} = (long)((ulong){a} + {k} * (ulong){step});")
+        self.block(s.body)
+        self.depth -= 1
+        self.emit("}}")
+
+    def helper_trip_count(self, name, t, dtype, extra):
+        return (f"{self.func_prefix}ulong {name}(long a, long b, long s) {{\n"
+                f"  // len(range(a, b, s)), exact for every long (the distance taken unsigned); 0 when s == 0\n"
+                f"  if (s > 0) return b > a ? ((ulong)b - (ulong)a - 1) / (ulong)s + 1 : 0;\n"
+                f"  if (s < 0) return a > b ? ((ulong)a - (ulong)b - 1) / (0 - (ulong)s) + 1 : 0;\n"
+                f"  return 0;\n}}")
 
     def _known_step(self, e: ir.Expr):
         """The step's value when known at compile time (its sign is what matters)."""
@@ -580,8 +605,9 @@ class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBu
     def visit_Load(self, e: ir.Load) -> str:
         buf = self.k.buffer(e.tensor)
         ptr = self.pointer(e.tensor)
-        # debug: a failed check reads element 0 (every buffer has one) and the launch raises
-        off = f"max({self.checked_offset(e, 'load')}, 0L)" if self.debug else self.offset(e.tensor, e.index, e.flat)
+        if self.debug:
+            return self.checked_load(e, buf, ptr)
+        off = self.offset(e.tensor, e.index, e.flat)
         name = buf.dtype.name
         if name == "f16" and not isinstance(buf, ir.VecParam):
             return self.load_f16(ptr, off)
@@ -590,6 +616,35 @@ class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBu
         if name == "bool_" and not isinstance(buf, ir.VecParam):
             return f"({ptr}[{off}] != 0)"
         return f"{ptr}[{off}]"
+
+    def checked_load(self, e: ir.Load, buf, ptr: str) -> str:
+        """Debug mode: the element, or 0 when its index failed the check (recorded; the launch raises).
+        A helper reads it, so the checked offset is computed once."""
+        space = ("scratch" if isinstance(buf, ir.Scratch) else "tensor" if isinstance(buf, ir.TensorParam)
+                 else "private")
+        name = buf.dtype.name
+        private = space == "private"
+        elem = self.ctype(buf.dtype.compute) if private else "half" if name == "f16" else self.stype(buf.dtype)
+        read = self.helper("ld", None, f"{space}_{elem}")
+        value = f"{read}({ptr}, {self.checked_offset(e, 'load')})"
+        if private:
+            return value
+        if name == "bf16":
+            return f"{self.helper('bf16_to_f32')}({value})"
+        if name == "bool_":
+            return f"({value} != 0)"
+        return value
+
+    def helper_ld(self, name, t, dtype, extra):
+        space, elem = extra.split("_", 1)
+        qual = {"tensor": self.buffer_prefix, "scratch": self.local_prefix, "private": ""}[space]
+        if elem == "half":  # f16 storage: converted to float as it is read
+            return (f"{self.func_prefix}float {name}({qual}const half* p, long o) {{\n"
+                    f"  // debug mode: o < 0 is an index that failed its check (recorded); it reads as 0\n"
+                    f"  return o < 0 ? 0.0f : {self.load_f16('p', 'o')};\n}}")
+        return (f"{self.func_prefix}{elem} {name}({qual}const {elem}* p, long o) {{\n"
+                f"  // debug mode: o < 0 is an index that failed its check (recorded); it reads as 0\n"
+                f"  return o < 0 ? ({elem})0 : p[o];\n}}")
 
     def visit_AtomicFetchAdd(self, e: ir.AtomicFetchAdd) -> str:
         buf = self.k.buffer(e.tensor)

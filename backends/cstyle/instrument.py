@@ -14,7 +14,7 @@ import numpy as np
 
 from dsl.lang import ir
 from dsl.lang.errors import UNKNOWN
-from backends.bounds import MAX_RANK
+from backends.bounds import INDEX, MAX_RANK, SHAPE
 from backends.spelling import row_major
 
 
@@ -79,7 +79,7 @@ class CInstrumentation:
         else:
             dims = [f"{n}L" for n in buf.shape]
         loc = node.loc if node.loc is not UNKNOWN and node.loc.line > 0 else self.cur_loc
-        site = self.sites.add(node.tensor, kind, node.flat, len(node.index), loc)
+        site = self.sites.add(node.tensor, kind, node.flat, len(node.index), loc, getattr(self.k, "func_name", ""))
         pairs = ", ".join(f"(long)({self.bare(i)}), {n}" for i, n in zip(node.index, dims))
         return f"{self.helper('at', None, str(len(node.index)))}({self.err_name}, {site}L, {pairs})"
 
@@ -96,7 +96,7 @@ class CInstrumentation:
         params = ", ".join(f"long i{d}, long n{d}" for d in range(rank))
         off = row_major([f"i{d}" for d in range(rank)], [f"n{d}" for d in range(rank)])
         checks = "".join(f"  if (i{d} < 0 || i{d} >= n{d}) axis = {d};\n" for d in reversed(range(rank)))
-        keep = "".join(f" err[{5 + d}] = i{d};" for d in range(min(rank, MAX_RANK)))
+        keep = "".join(f" err[{INDEX + d}] = i{d}; err[{SHAPE + d}] = n{d};" for d in range(min(rank, MAX_RANK)))
         return (f"{self.func_prefix}long {name}({self.buffer_prefix}long* err, long site, {params}) {{\n"
                 f"  // debug mode: the row-major offset, or -1 after the launch's first failure is recorded\n"
                 f"  long axis = -1;\n{checks}"

@@ -171,7 +171,8 @@ class CSimd:
 
     def _span(self, node, lanes: int, kind: str) -> str:
         """Debug mode: the offset of ``node``'s lanes, or -1 after recording its first lane out of range."""
-        site = self.sites.add(node.tensor, kind, True, 1, node.loc if node.loc.line > 0 else self.cur_loc)
+        site = self.sites.add(node.tensor, kind, True, 1, node.loc if node.loc.line > 0 else self.cur_loc,
+                              getattr(self.k, "func_name", ""))
         return (f"{self.helper('span', None, str(lanes))}({self.err_name}, {site}L, (long)({self.bare(node.index)}), "
                 f"{self.size_name(node.tensor)})")
 

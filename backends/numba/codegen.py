@@ -22,6 +22,7 @@ llvm.maximum, so a running maximum vectorizes too.
 """
 from __future__ import annotations
 
+import ast
 import math
 from typing import Callable, Dict, List, Optional, Sequence, Set
 
@@ -36,8 +37,34 @@ from dsl.lang import log_format as LF
 from dsl.lang.visitor import Visitor
 from backends.bounds import Sites
 from backends.func_view import FuncView
-from backends.naming import PyNames as Names, ident
+from backends.naming import PyNames, ident
 from backends.spelling import row_major
+
+# The generated module's imports, written once here: the module header is made from them and the
+# names they bind are reserved, so a kernel local called ``sm`` or ``np`` is renamed rather than
+# shadowing a module the generated code calls.
+MODULE_IMPORTS = ("import math", "", "import numpy as np", "from numba import njit, prange", "",
+                  "from backends.numba import arith as ar", "from backends.numba import format as fmt",
+                  "from backends.numba import math as nm", "from backends.numba import runtime as rt",
+                  "from backends.numba import simd as sm")
+# The functions and constants every generated module defines at its top level (helpers of the
+# form ``_x``, ``region_N`` and ``func_x`` are covered by naming.PYTHON_INTERNAL).
+MODULE_DEFINES = ("CACHE", "JIT", "ix", "thread", "dispatch", "run_threads", "launch_team", "team_serial",
+                  "launch_serial", "launch_parallel", "launch_serial_nd", "launch_parallel_nd")
+
+
+def _bound_by(lines: Sequence[str]) -> Set[str]:
+    tree = ast.parse("\n".join(lines))
+    return {a.asname or a.name.split(".")[0] for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+            for a in n.names}
+
+
+MODULE_NAMES = frozenset(_bound_by(MODULE_IMPORTS)) | frozenset(MODULE_DEFINES)
+
+
+def Names(user: Sequence[str]) -> PyNames:
+    """User names -> generated-module names, never one the module itself binds (MODULE_NAMES)."""
+    return PyNames(user, reserved=MODULE_NAMES)
 
 # numba's fastmath flags for fastmath=True kernels: all of LLVM's "fast" but nnan and ninf,
 # which would let LLVM assume no NaN/inf ever appears (and fold isnan-style checks away).
@@ -213,7 +240,7 @@ class Gen(SimdGen, Visitor):
         idx = [f"np.int64({self.visit(i, scope)})" for i in node.index]
         shape = [self.size_code(node.tensor)] if node.flat else self.shape_names(node.tensor)
         loc = node.loc if getattr(node, "loc", None) is not None and node.loc.line > 0 else self.stmt_loc
-        site = self.sites.add(node.tensor, kind, node.flat, len(idx), loc)
+        site = self.sites.add(node.tensor, kind, node.flat, len(idx), loc, getattr(self.k, "func_name", ""))
         tup = lambda xs: f"({xs[0]},)" if len(xs) == 1 else f"({', '.join(xs)})"  # noqa: E731
         mid = f", {middle}" if middle else ""
         return f"{tup(idx)}, {tup(shape)}{mid}, _err, {site}, {scope.tid}, _tile"
@@ -516,11 +543,15 @@ class Gen(SimdGen, Visitor):
         pad, depth = self.pad, self.depth
         var = self.names[s.var]
         vt = self.types.get(s.var, T.i64)
-        args = ", ".join(self.typed(x, T.i64, scope) for x in (s.start, s.stop, s.step))
-        if ctype(vt) == T.i64:
-            self.emit(f"for {var} in range({args}):")
-        else:  # a loop variable typed narrower than the i64 counter
-            self.emit(f"for _i{depth} in range({args}):", f"    {var} = {cast(f'_i{depth}', T.i64, vt)}")
+        start, stop, step = (self.typed(x, T.i64, scope) for x in (s.start, s.stop, s.step))
+        if isinstance(s.step, ir.Const) and s.step.value in (1, -1):
+            value = f"_i{depth}"
+            self.emit(f"for {value} in range({start}, {stop}, {step}):")
+        else:  # numba's own range count overflows near the int64 limits: count exactly, then step
+            self.emit(f"_a{depth} = {start}", f"_s{depth} = {step}",
+                      f"for _k{depth} in range(rt.trip_count(_a{depth}, {stop}, _s{depth})):")
+            value = f"_a{depth} + _k{depth} * _s{depth}"
+        self.emit(f"    {var} = {value if ctype(vt) == T.i64 else cast(value, T.i64, vt)}")
         self.poll(self.hooks, pad + "    ", self.out)
         self.nested(s.body, scope, loop=True)
 

@@ -23,7 +23,7 @@ from dsl.lang import ir
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError
 from backends.numba.simd_codegen import check_regions
-from backends.numba.codegen import FASTMATH, Gen, Hooks, Scope, cast, ctype, emit_function, storage_np
+from backends.numba.codegen import FASTMATH, MODULE_IMPORTS, Gen, Hooks, Scope, cast, ctype, emit_function, storage_np
 
 FALL, BREAK, CONTINUE = 0, 1, 2
 
@@ -336,16 +336,7 @@ class Program:
                f"Generated from {k.filename}:{k.firstline} (specialization {self.key or '-'}).",
                "Edit the kernel, not this file; `# py:N` comments point at its source lines.",
                '"""',
-               "import math",
-               "",
-               "import numpy as np",
-               "from numba import njit, prange",
-               "",
-               "from backends.numba import arith as ar",
-               "from backends.numba import format as fmt",
-               "from backends.numba import math as nm",
-               "from backends.numba import runtime as rt",
-               "from backends.numba import simd as sm",
+               *MODULE_IMPORTS,
                "",
                "CACHE = True  # numba stores machine code beside this file (False without a disk cache)",
                *self.jit_options(),

@@ -220,19 +220,27 @@ def interrupted(typingctx, flag, start):
 
 @njit(**_JIT)
 def trip_count(start, stop, step):
-    """len(range(start, stop, step)) without overflow (the strip-mined loops count iterations)."""
+    """len(range(start, stop, step)), exact for every int64 bound (the distance is taken in uint64, where
+    ``stop - start`` cannot overflow; counts past int64 max, which no loop reaches, are capped)."""
     if step == 0:
         raise ValueError("range() arg 3 must not be zero")
+    one = np.uint64(1)
     if step > 0:
-        return (stop - start + step - 1) // step if stop > start else 0
-    return (start - stop - step - 1) // (-step) if start > stop else 0
+        if stop <= start:
+            return np.int64(0)
+        n = (np.uint64(stop) - np.uint64(start) - one) // np.uint64(step) + one
+    else:
+        if start <= stop:
+            return np.int64(0)
+        n = (np.uint64(start) - np.uint64(stop) - one) // (np.uint64(0) - np.uint64(step)) + one
+    return np.int64(min(n, np.uint64(9223372036854775807)))
 
 
 # --------------------------------------------------------------------------- debug-mode bounds checks
-# The record layout is backends/bounds.py's: [claimed, site, axis, tid, tile, index...].
+# The record layout is backends/bounds.py's: [claimed, site, axis, tid, tile, index x 8, shape x 8, ...].
 
 @njit(**_JIT)
-def record_oob(err, site, axis, tid, tile, idx):
+def record_oob(err, site, axis, tid, tile, idx, shape):
     """Keep the first failing access of the launch (later ones lose the CAS and are dropped)."""
     if cas(err, 0, np.int64(0), np.int64(1)) == 0:
         err[1] = site
@@ -241,6 +249,7 @@ def record_oob(err, site, axis, tid, tile, idx):
         err[4] = tile
         for d in range(min(len(idx), 8)):
             err[5 + d] = idx[d]
+            err[13 + d] = shape[d]
 
 
 @njit(**_JIT)
@@ -251,7 +260,7 @@ def checked_offset(idx, shape, err, site, tid, tile):
         i = idx[d]
         n = shape[d]
         if i < 0 or i >= n:
-            record_oob(err, site, d, tid, tile, idx)
+            record_oob(err, site, d, tid, tile, idx, shape)
             return np.int64(-1)
         off = off * n + i
     return off

@@ -6,6 +6,7 @@ grid ``(gx, gy, gz)`` is a 3-d NDRange ``(threads * gx, gy, gz)`` of ``(threads,
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -47,7 +48,7 @@ def check_scratch(kernel: ir.Kernel, dev: rt.Device) -> None:
     """Scratch is __local memory: a CompileError naming the buffer that does not fit in the device's."""
     total = 0
     for s in kernel.scratch:
-        size = int(np.prod(s.shape, dtype=np.int64)) * np.dtype(s.dtype.np).itemsize
+        size = math.prod(s.shape) * np.dtype(s.dtype.np).itemsize  # exact: an int64 product could wrap
         total += size
         if total > dev.local_mem_size:
             loc = s.loc if s.loc.line > 0 else SourceLoc(kernel.filename, kernel.firstline)

@@ -20,6 +20,10 @@ from dsl.lang import types as T
 
 # Built-ins the vector spellings (backends/cstyle/simd.py) call: user names must not take them.
 _SIMD_RESERVED = frozenset("select fma isnan fmax fmin as_int as_ushort".split())
+# Prefixes of the macros OpenCL C predefines (CLK_LOCAL_MEM_FENCE, FLT_MAX, M_PI_F, INT_MIN...): a
+# user name such as ``CLK_GLOBAL_MEM_FENCE`` would be replaced by the preprocessor.
+OPENCL_MACRO_PREFIXES = ("CL_", "CLK_", "FLT_", "DBL_", "HALF_", "M_", "FP_", "CHAR_", "SCHAR_", "UCHAR_", "SHRT_",
+                         "USHRT_", "INT_", "UINT_", "LONG_", "ULONG_", "MAXFLOAT", "HUGE_VAL")
 _SIMD_PATTERN = re.compile(OPENCL_VECTOR_TYPES.pattern + r"|^(vload|vstore)(_half)?\d+(_rte)?$|^(convert|as)_\w+$")
 
 
@@ -29,7 +33,7 @@ class OpenCLRenderer(CStyleRenderer):
     local_prefix = "__local "
     func_prefix = "static "
     reserved = C_RESERVED | OPENCL_RESERVED | _SIMD_RESERVED
-    owned_prefixes = ("opdsl_", "__", "get_")  # OpenCL's work-item queries are get_*
+    owned_prefixes = ("opdsl_", "__", "get_") + OPENCL_MACRO_PREFIXES  # work-item queries are get_*
     reserved_pattern = _SIMD_PATTERN
     vector_dialect = True  # OpenCL C's own vectors: backends/cstyle/simd.py
     vector_call_bits = 256  # PoCL 3.0 passes 512-bit vectors to its built-ins wrongly (simd.py)

@@ -117,6 +117,8 @@ def split(n, align: int = 1, grid: bool = False):
     """(lo, hi): this thread's contiguous share of range(n); shares are multiples of ``align``.
 
     The team's threads share range(n); with ``grid=True`` every thread of every team does."""
+    if align < 1:
+        raise ValueError(f"dsl.split(n, align): align is {align}; it must be an integer >= 1")
     ctx = current()
     parts, index = ctx.num_threads, ctx.thread_id
     if grid:  # the flattened grid: every thread of every team, whatever the grid's shape

@@ -22,16 +22,18 @@ from dsl.lang import ir
 from dsl.lang import log_format as LF
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError, SourceLoc, TypeMismatch
-from dsl.lang.check_arrays import LocalArrays
+from dsl.lang.check_arrays import LocalArrays, check_storage
 from dsl.lang.check_funcs import FuncCalls
 from dsl.lang.check_simd import SimdRules, elem
 from dsl.lang.fold import convert_const as _convert_const, fold as _fold
 from dsl.lang.frontend import Parsed
 from dsl.lang.visitor import Visitor
 
-MAX_UNROLL = 4096
-"""Most iterations one ``dsl.static_range`` loop may unroll to (a typo must not hang the compiler)."""
-MAX_UNROLL_TOTAL = 16384
+MAX_UNROLL = 256
+"""Most iterations one ``dsl.static_range`` loop may unroll to.  numba's type inference grows
+faster than the copies (a one-line body: 256 copies 6 s of CPU, 512 16 s, 4096 398 s), so a
+limit a kernel can reach must stay at a few seconds (docs/language.md, Unrolled loops)."""
+MAX_UNROLL_TOTAL = 1024
 """Most unrolled body copies in one kernel or @dsl.func, nested loops counted per copy."""
 
 _ARITH = ("add", "sub", "mul", "floordiv", "mod", "pow")
@@ -74,6 +76,8 @@ def check_kernel(parsed: Parsed, binding: Binding, threads: int, func_parser) ->
     scratch = tuple(c.scratch_decl(s, binding) for s in parsed.scratch)
     c.buffers.update({s.name: s for s in scratch})
     c.buffers.update({a.name: c.array_decl(a, binding) for a in parsed.arrays})
+    check_storage(scratch, [c.buffers[a.name] for a in parsed.arrays])
+    c.check_split_aligns(parsed.split_aligns)
     body, local_types = c.run(parsed.body)
     funcs = tuple(c.funcs_done.values())
     varying = _Uniformity(c.buffers, funcs).run(body)
@@ -565,6 +569,19 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
         if spec.literal_arg and args:
             args = _literal_arg(spec, *typed[0])
         return ir.Call(e.name, args, type=rest.strong, loc=e.loc), rest
+
+    def check_split_aligns(self, aligns) -> None:
+        """``dsl.split(n, align)`` with an align known at compile time below 1: a CompileError (0 would
+        give every thread an empty share, a negative one drop elements).  Run-time aligns are checked
+        where the backend can raise (docs/language.md, Semantics)."""
+        for a in aligns:
+            try:
+                v = _fold(self.expr(a)[0])
+            except CompileError:
+                continue  # reads a local: known at run time only
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 1:
+                raise CompileError(f"dsl.split(n, align): align is {v}; it must be an integer >= 1 (the share of "
+                                   "each thread is a multiple of it)", a.loc)
 
     # ------------------------------------------------------------------ scratch
     def scratch_decl(self, s, binding: Binding) -> ir.Scratch:

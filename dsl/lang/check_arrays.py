@@ -1,4 +1,5 @@
-"""Checker rules of ``dsl.local`` arrays, mixed into the checker (dsl/lang/check.py).
+"""Checker rules of ``dsl.local`` arrays, mixed into the checker (dsl/lang/check.py), and the
+storage limits of a kernel's local arrays and scratch (checked with exact Python integers).
 
 An array whose every access has indexes known at compile time (after ``static_range``
 unrolling) becomes plain locals ``name__k``, one per element, so it lives in registers; an
@@ -14,11 +15,46 @@ from dsl.lang.errors import CompileError
 from dsl.lang.fold import convert_const as _convert_const, fold as _fold
 
 
+MAX_LOCAL_BYTES = 16384
+"""Most bytes of ``dsl.local`` arrays one thread may declare (all of a kernel's arrays together).
+They are registers or stack/private memory on every backend: past a few KiB they spill, and
+PoCL crashes on private arrays of a few MiB; bigger per-thread data belongs in scratch or a tensor."""
+MAX_SCRATCH_BYTES = 2 ** 31
+"""Most bytes of ``dsl.scratch`` one team may declare on any backend (OpenCL devices allow far less:
+their local memory size, checked when the kernel is built for one)."""
+
+
 def size_of(shape) -> int:
+    """Elements of ``shape``, an exact Python int (never wraps as an int64 product does)."""
     n = 1
     for d in shape:
-        n *= d
+        n *= int(d)
     return n
+
+
+def nbytes(shape, dtype) -> int:
+    """Bytes of an array of ``shape`` and ``dtype`` (a DType or SimdType), exactly."""
+    lanes = dtype.lanes if isinstance(dtype, T.SimdType) else 1
+    return size_of(shape) * lanes * max(1, elem_of(dtype).bits // 8)
+
+
+def check_storage(scratch, arrays) -> None:
+    """A CompileError at the declaration that takes a kernel's scratch or dsl.local arrays past
+    their limit (MAX_SCRATCH_BYTES per team, MAX_LOCAL_BYTES per thread), naming both sizes."""
+    for decls, limit, what, per, instead in (
+            (scratch, MAX_SCRATCH_BYTES, "scratch", "team", "split the work over more tiles, or use a tensor"),
+            (arrays, MAX_LOCAL_BYTES, "dsl.local arrays", "thread",
+             "use dsl.scratch (shared by the team) or an Out tensor for bigger per-thread data")):
+        total = 0
+        for d in decls:
+            size = nbytes(d.shape, d.dtype)
+            total += size
+            if total > limit:
+                shape = "x".join(map(str, d.shape))
+                before = f"; with the earlier ones {total} bytes" if total != size else ""
+                raise CompileError(f"{what.split()[0]} '{d.name}' ({d.dtype}[{shape}]) takes {size} bytes{before}: "
+                                   f"more than the {limit} bytes a kernel's {what} may take per {per}", d.loc,
+                                   note=instead)
 
 
 def elem_of(t):

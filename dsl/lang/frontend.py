@@ -14,7 +14,7 @@ import dataclasses
 import inspect
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Dict, FrozenSet, List, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, Optional, Set, Tuple
 
 import numpy as np
 
@@ -81,6 +81,7 @@ class Parsed:
     loc: SourceLoc = None
     arrays: List[LocalDecl] = field(default_factory=list)  # dsl.local declarations
     returns_value: bool = True  # a @dsl.func with no 'return value' is a statement function
+    split_aligns: List[ir.Expr] = field(default_factory=list)  # dsl.split align= arguments (checked >= 1)
 
 
 # --------------------------------------------------------------------------- entry point
@@ -156,7 +157,7 @@ def parse(fn, *, is_kernel: bool, log_level: str, tensors: Optional[FrozenSet[in
     nesting.check_depth(fdef, v.error)  # before anything recurses over the tree
     body = v.block(fdef.body, top=True)
     return Parsed(fn.__name__, params, tuple(body), v.scratch, v.funcs, v.resolve.captured, v.shape_unpacks, filename,
-                  firstline, src, log_level, v.loc(fdef), v.arrays, v.returns_value)
+                  firstline, src, log_level, v.loc(fdef), v.arrays, v.returns_value, v.split_aligns)
 
 
 # --------------------------------------------------------------------------- the visitor
@@ -184,6 +185,8 @@ class _Visitor(Declarations, Calls, Visitor):
         self.returns_value = True  # (set by parse) False: a @dsl.func without 'return value'
         self.assigned = _assigned_names(fn)
         self.tmp_count = 0
+        self.split_aligns: List[ir.Expr] = []  # dsl.split align arguments: the checker rejects constants < 1
+        self.source_names: Optional[Set[str]] = None  # every name the source uses (tmp() avoids them)
         self.shape_unpacks: List[Tuple[str, int, SourceLoc]] = []  # (tensor, names, loc): needs ndim == names
         self.resolve = Resolver(fn, lambda n: n in self.params or n in self.assigned, self.error)
 
@@ -198,8 +201,16 @@ class _Visitor(Declarations, Calls, Visitor):
         return kind(msg, self.loc(node), note)
 
     def tmp(self) -> str:
-        self.tmp_count += 1
-        return f"_t{self.tmp_count}"
+        """A new temporary's name, never one the function's source uses (a user may call a local ``_t1``)."""
+        if self.source_names is None and self.fdef is not None:
+            nodes = list(ast.walk(self.fdef))
+            self.source_names = {n.id for n in nodes if isinstance(n, ast.Name)} | \
+                {a.arg for a in nodes if isinstance(a, ast.arg)}
+        while True:
+            self.tmp_count += 1
+            name = f"_t{self.tmp_count}"
+            if name not in (self.source_names or ()):
+                return name
 
     def is_tensor(self, name: str) -> bool:
         p = self.params.get(name)

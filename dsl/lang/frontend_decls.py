@@ -81,6 +81,7 @@ class Declarations:
         out = [ir.Assign(n, args["n"], loc=loc)]
         c = ceil_div(ir.Name(n, loc=loc), parts)
         if "align" in args:
+            self.split_aligns.append(args["align"])
             c = mul(ceil_div(c, args["align"]), args["align"])
         out.append(ir.Assign(chunk, c, loc=loc))
         out.append(ir.Assign(lo, ir.Call("min", (mul(index, ir.Name(chunk, loc=loc)), ir.Name(n, loc=loc)),
