@@ -254,8 +254,8 @@ def _pack_b(b3: np.ndarray, bzp2: np.ndarray, tile: Int8Tile, backend) -> tuple:
 
 def packed_b(b3: np.ndarray, bzp2: np.ndarray, tile: Int8Tile, backend) -> tuple:
     """(bp, bu, bz) of ``pack_b_int8``: made once per constant B and zero point (kept while
-    the array lives), at every call for any other."""
-    if not (_immutable(b3) and _immutable(bzp2)):
+    the array lives; the zero point's values are part of the key), at every call for any other."""
+    if not _immutable(b3):
         return _pack_b(b3, bzp2, tile, backend)
     root = _root(b3)
     key = (b3.__array_interface__["data"][0], b3.shape, b3.strides, b3.dtype.str, bzp2.tobytes(),
