@@ -115,12 +115,12 @@ def pack_b_int8(b: In[B, 3], b_zp: In[B, 2], bp: Out[i32, 2], bu: Out[i32, 2], b
 @dsl.kernel(threads=THREADS)
 def qgemm_packed(a: In[A, 3], a_zp: In[A, 2], bp: In[i32, 2], bu: In[i32, 2], bz: In[i32, 2],
                  mult: In[f32, 2], bias: In[i32, 2], y: Out[Y, 3], ap: InOut[i32, 2], rows: InOut[i32, 2],
-                 flip: i32, requantize: i32, y_zp: f32, q_lo: f32, q_hi: f32,
+                 flip: i32, requantize: i32, per_row: i32, y_zp: f32, q_lo: f32, q_hi: f32,
                  V: dsl.const[i64], MR: dsl.const[i64]):
     """y[t] = A[t]·B[t] with zero points (module docstring); ``ap`` (batch·Mp, K/4) and ``rows``
     (batch·Mp, 2) are the packed A and its (row sum, zero point), Mp = M rounded up to MR.
-    bp/bu/bz/mult/bias have one row per B entry (or one for all); mult and bias are per column
-    (size 1: per tensor)."""
+    bp/bu/bz/mult/bias have one row per B entry (or one for all); mult and bias are per column, or
+    per row of A with per_row = 1 (a convolution's output channels), size 1: per tensor."""
     batch = y.shape[0]
     m_rows = y.shape[1]
     n = y.shape[2]
@@ -196,15 +196,18 @@ def qgemm_packed(a: In[A, 3], a_zp: In[A, 2], bp: In[i32, 2], bu: In[i32, 2], bz
                         cu = tb * bu.shape[1] + n0
                         acc_v = acc[2 * i + h] + za * bu.vload(cu, V) - rs * bz.vload(cu, V)
                         if requantize == 1:
-                            tm = tb if mult.shape[0] > 1 else 0
-                            if bias.shape[1] > 1:
-                                acc_v = acc_v + bias.vload((tb if bias.shape[0] > 1 else 0) * bias.shape[1] + n0, V)
+                            if per_row == 1:
+                                acc_v = acc_v + bias.flat[m if bias.shape[1] > 1 else 0]
+                                f = dsl.f32(acc_v) * mult.flat[m if mult.shape[1] > 1 else 0]
                             else:
-                                acc_v = acc_v + bias.flat[0]
-                            if mult.shape[1] > 1:
-                                f = dsl.f32(acc_v) * mult.vload(tm * mult.shape[1] + n0, V)
-                            else:
-                                f = dsl.f32(acc_v) * mult.flat[0]
+                                if bias.shape[1] > 1:
+                                    acc_v = acc_v + bias.vload((tb if bias.shape[0] > 1 else 0) * bias.shape[1] + n0, V)
+                                else:
+                                    acc_v = acc_v + bias.flat[0]
+                                if mult.shape[1] > 1:
+                                    f = dsl.f32(acc_v) * mult.vload((tb if mult.shape[0] > 1 else 0) * mult.shape[1] + n0, V)
+                                else:
+                                    f = dsl.f32(acc_v) * mult.flat[0]
                             f = dsl.clamp(dsl.rint(f) + y_zp, q_lo, q_hi)
                             if n0 + V <= n:
                                 y.vstore(yrow + n0, f)
@@ -275,7 +278,8 @@ def packed_b(b3: np.ndarray, bzp2: np.ndarray, tile: Int8Tile, backend) -> tuple
 
 
 def _per_column(x: Optional[np.ndarray], n: int, np_cols: int, dtype, default) -> np.ndarray:
-    """A per-tensor or per-column vector as the kernel reads it: (1, 1), or (1, np_cols) zero-padded."""
+    """A per-tensor, per-column (or per-row) vector as the kernel reads it: (1, 1), or (1, np_cols)
+    zero-padded past n."""
     if x is None:
         return np.full((1, 1), default, dtype)
     x = np.asarray(x, dtype).reshape(-1)
@@ -288,18 +292,21 @@ def _per_column(x: Optional[np.ndarray], n: int, np_cols: int, dtype, default) -
 
 def qgemm_int8(a3: np.ndarray, b3: np.ndarray, y3: np.ndarray, a_zp=None, b_zp=None, mult=None,
                bias=None, y_zp: int = 0, q_lo=None, q_hi=None, backend=None, kernel=qgemm_packed,
-               tile: Optional[Int8Tile] = None) -> None:
+               tile: Optional[Int8Tile] = None, per_row: bool = False, packed=None) -> None:
     """y3 (batch, M, N) = a3 (batch, M, K) · b3 (1|batch, K, N) with zero points ``a_zp`` (scalar or
     per row, M), ``b_zp`` (scalar or per column, N); with ``mult`` (scalar or per column, f32)
     the sums (plus ``bias``, i32 per column) are requantized to y3's dtype around ``y_zp`` and
-    clamped to [q_lo, q_hi] (default: the type's range).  ``kernel`` is what to launch (a graph's
-    recorder stands in for it); ``tile`` overrides the target's."""
+    clamped to [q_lo, q_hi] (default: the type's range); ``per_row``: mult and bias are per row
+    (M) instead.  ``kernel`` is what to launch (a graph's recorder stands in for it); ``tile``
+    overrides the target's; ``packed`` is B already packed as (bp, bu, bz) (ops/conv_int8.py)."""
     backend = backend or "numba"
     tile = tile or int8_tile(backend)
     batch, m, kk = a3.shape
-    n = b3.shape[2]
-    zb = np.zeros(1, b3.dtype) if b_zp is None else np.asarray(b_zp, b3.dtype).reshape(-1)
-    bp, bu, bz = packed_b(b3, zb.reshape(1, -1), tile, backend)
+    n = y3.shape[2]
+    if packed is None:
+        zb = np.zeros(1, b3.dtype) if b_zp is None else np.asarray(b_zp, b3.dtype).reshape(-1)
+        packed = packed_b(b3, zb.reshape(1, -1), tile, backend)
+    bp, bu, bz = packed
     za = np.zeros((1, 1), a3.dtype) if a_zp is None else np.asarray(a_zp, a3.dtype).reshape(1, -1)
     mp = -(-m // tile.MR) * tile.MR
     ap = np.empty((batch * mp, -(-kk // 4)), np.int32)
@@ -312,6 +319,8 @@ def qgemm_int8(a3: np.ndarray, b3: np.ndarray, y3: np.ndarray, a_zp=None, b_zp=N
         hi = float(info.max) if q_hi is None else min(float(info.max), float(q_hi))
     else:
         lo = hi = 0.0
-    kernel(np.ascontiguousarray(a3), za, bp, bu, bz, _per_column(mult, n, np_cols, np.float32, 1.0),
-           _per_column(bias, n, np_cols, np.int32, 0), y3, ap, rows, 0x80 if a3.dtype == np.int8 else 0,
-           int(requantize), float(y_zp), lo, hi, V=tile.V, MR=tile.MR, backend=backend)
+    width = m if per_row else n
+    cols = m if per_row else np_cols
+    kernel(np.ascontiguousarray(a3), za, bp, bu, bz, _per_column(mult, width, cols, np.float32, 1.0),
+           _per_column(bias, width, cols, np.int32, 0), y3, ap, rows, 0x80 if a3.dtype == np.int8 else 0,
+           int(requantize), int(per_row), float(y_zp), lo, hi, V=tile.V, MR=tile.MR, backend=backend)

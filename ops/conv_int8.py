@@ -1,0 +1,101 @@
+"""Int8 2-D convolution as the packed u8×i8 GEMM (ops/gemm_int8.py): QLinearConv and ConvInteger.
+
+Per image, Y (M, OH·OW) = W (M, C·KH·KW) · im2col(X) (C·KH·KW, OH·OW), so the output lands in
+NCHW with no transpose.  The weights are the GEMM's A side (packed by the GEMM's team at each
+run: M·K bytes, small next to the product), with their zero point per row (per output channel)
+and the requantization scale and bias per row as well.  The image is the B side: ``pack_im2col_int8``
+writes its im2col matrix straight into the GEMM's B panels (4 window taps per i32 word, the
+padding as the zero point, so it adds nothing) with the column sums the zero-point terms need,
+one panel column (output pixel) per work item; it walks the taps with counters, no division per
+byte.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import dsl
+from dsl import In, Out, i32, i64
+from ops.gemm_int8 import THREADS, int8_tile, qgemm_int8
+
+X = dsl.TypeVar("X")
+
+
+@dsl.kernel(threads=THREADS)
+def pack_im2col_int8(x: In[X, 4], x_zp: In[X, 1], bp: Out[i32, 2], bu: Out[i32, 2], bz: Out[i32, 2],
+                     geom: dsl.Vec[i64, 10], flip: i32, NR: dsl.const[i64]):
+    """im2col of every image of x (N, C, H, W) in qgemm_packed's B layout: column = output pixel,
+    row = (c, kh, kw); geom = (KH, KW, stride h, stride w, pad h, pad w, dilation h, dilation w, OH, OW)."""
+    cn = x.shape[1]
+    hh = x.shape[2]
+    ww = x.shape[3]
+    kh_n = geom[0]
+    kw_n = geom[1]
+    kk = cn * kh_n * kw_n
+    k4 = (kk + 3) // 4
+    np_cols = bu.shape[1]
+    pixels = geom[8] * geom[9]
+    zi = (i32(x_zp.flat[0]) & 0xFF) ^ flip
+    zb = zi - ((zi & 0x80) << 1)
+    lo, hi = dsl.split(x.shape[0] * np_cols, grid=True)
+    for item in range(lo, hi):
+        t = item // np_cols
+        col = item - t * np_cols
+        panel = col // NR
+        dst = t * bp.shape[1] + panel * k4 * NR + (col - panel * NR)
+        s = i32(0)
+        oh = col // geom[9]
+        ih0 = oh * geom[2] - geom[4]
+        iw0 = (col - oh * geom[9]) * geom[3] - geom[5]
+        ci = 0
+        kh = 0
+        kw = 0
+        for q in range(k4):
+            w = i32(0)
+            if col < pixels:
+                for j in dsl.static_range(4):
+                    if 4 * q + j < kk:
+                        ih = ih0 + kh * geom[6]
+                        iw = iw0 + kw * geom[7]
+                        v = zi
+                        if ih >= 0 and ih < hh and iw >= 0 and iw < ww:
+                            v = (i32(x.flat[((t * cn + ci) * hh + ih) * ww + iw]) & 0xFF) ^ flip
+                        s += v - ((v & 0x80) << 1)
+                        w = w | (v << (8 * j))
+                        kw += 1
+                        if kw == kw_n:
+                            kw = 0
+                            kh += 1
+                            if kh == kh_n:
+                                kh = 0
+                                ci += 1
+            bp.flat[dst + q * NR] = w
+        bu.flat[t * np_cols + col] = i32(kk) * zb - s if col < pixels else i32(0)
+        bz.flat[t * np_cols + col] = zb if col < pixels else i32(0)
+
+
+def packed_conv_ok(x, w, group: int, backend) -> bool:
+    """Whether conv_int8 takes this convolution: 2-D, one group, compiled backends, known shapes."""
+    return (backend in ("numba", "opencl") and x.ndim == 4 and group == 1
+            and all(d is not None for d in tuple(x.shape) + tuple(w.shape)))
+
+
+def conv_int8(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backend=None, kernel=None) -> None:
+    """y (N, M, OH, OW) = conv(x, w) (N, C, H, W), (M, C, KH, KW) with zero points, requantized when
+    ``mult`` (per tensor or per output channel) is given; ``geom`` as pack_im2col_int8's; ``kernel``:
+    the GEMM launch (a graph's recorder stands in for it)."""
+    backend = backend or "numba"
+    tile = int8_tile(backend)
+    n, m = y.shape[:2]
+    pixels = y.shape[2] * y.shape[3]
+    kk = w.shape[1] * w.shape[2] * w.shape[3]
+    np_cols = -(-pixels // tile.NR) * tile.NR
+    bp = np.empty((n, np_cols * -(-kk // 4)), np.int32)
+    bu = np.empty((n, np_cols), np.int32)
+    bz = np.empty((n, np_cols), np.int32)
+    xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
+    pack_im2col_int8(np.ascontiguousarray(x), xz, bp, bu, bz, np.asarray(geom, np.int64),
+                     0x80 if x.dtype == np.uint8 else 0, NR=tile.NR, backend=backend)
+    a = np.ascontiguousarray(np.broadcast_to(w.reshape(1, m, kk), (n, m, kk)))
+    extra = {} if kernel is None else {"kernel": kernel}
+    qgemm_int8(a, None, y.reshape(n, m, pixels), a_zp=w_zp, mult=mult, bias=bias, y_zp=y_zp, backend=backend,
+               tile=tile, per_row=True, packed=(bp, bu, bz), **extra)
