@@ -147,3 +147,65 @@ def test_dynamic_quantize_matmul_integer_matches_onnxruntime():
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = dsl.load_onnx(model, backend="numba").run({"x": x})["y"]
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- convolutions (ops/conv_int8.py)
+
+def conv_exact(x, w, xz, wz, strides, pads, dil):
+    """Σ (x - xz)(w - wz[m]) over each window, in i64, padding contributing nothing."""
+    n, c, h, wd = x.shape
+    m, _, kh, kw = w.shape
+    xp = np.pad(x.astype(np.int64) - int(xz), ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    oh = (h + pads[0] + pads[2] - (kh - 1) * dil[0] - 1) // strides[0] + 1
+    ow = (wd + pads[1] + pads[3] - (kw - 1) * dil[1] - 1) // strides[1] + 1
+    wv = w.astype(np.int64) - np.asarray(wz, np.int64).reshape(-1, 1, 1, 1)
+    y = np.zeros((n, m, oh, ow), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            win = xp[:, :, i * dil[0]: i * dil[0] + strides[0] * oh: strides[0],
+                     j * dil[1]: j * dil[1] + strides[1] * ow: strides[1]]
+            y += np.einsum("nchw,mc->nmhw", win, wv[:, :, i, j])
+    return y
+
+
+def test_conv_integer_runs_as_the_packed_gemm(compiled_backend):
+    from dsl.opgraph.spec import TensorSpec
+    x, w = data(np.uint8, (2, 5, 9, 8), 255), data(np.int8, (6, 5, 3, 3), -128)
+    xz, wz = np.array(7, np.uint8), data(np.int8, (6,))
+    op = ops.ConvInteger(pads=[1, 0, 2, 1], strides=[2, 1], dilations=[1, 2])
+    assert op.select(*[TensorSpec.of(a) for a in (x, w, xz, wz)], backend=compiled_backend) == "packed"
+    y = op(x, w, xz, wz, backend=compiled_backend)
+    np.testing.assert_array_equal(y, conv_exact(x, w, 7, wz, (2, 1), (1, 0, 2, 1), (1, 2)))
+
+
+def test_qlinear_conv_per_channel_matches_numpy(compiled_backend):
+    x, w = data(np.uint8, (1, 6, 7, 7)), data(np.int8, (5, 6, 3, 3))
+    sx, zx = np.array(0.02, np.float32), np.array(128, np.uint8)
+    sw, zw = RNG.uniform(0.001, 0.01, 5).astype(np.float32), np.zeros(5, np.int8)
+    sy, zy = np.array(0.1, np.float32), np.array(3, np.int8)
+    bias = RNG.integers(-3000, 3000, 5).astype(np.int32)
+    y = ops.QLinearConv(pads=[1, 1, 1, 1])(x, sx, zx, w, sw, zw, sy, zy, bias, backend=compiled_backend)
+    acc = conv_exact(x, w, 128, 0, (1, 1), (1, 1, 1, 1), (1, 1)) + bias.reshape(1, -1, 1, 1)
+    mult = (sx * sw / sy).astype(np.float32).reshape(1, -1, 1, 1)
+    want = np.clip(np.rint(acc.astype(np.float32) * mult) + np.float32(3), -128, 127).astype(np.int8)
+    np.testing.assert_array_equal(y, want)
+
+
+def test_qlinear_conv_model_matches_onnxruntime():
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    import dsl
+    from onnx import TensorProto, helper
+    x = data(np.uint8, (1, 8, 10, 10))
+    inits = {"sx": np.array(0.02, np.float32), "zx": np.array(120, np.uint8),
+             "w": RNG.integers(-64, 64, (16, 8, 3, 3)).astype(np.int8),  # 7 bits: onnxruntime's AVX2 path is exact
+             "sw": RNG.uniform(0.001, 0.01, 16).astype(np.float32), "zw": np.zeros(16, np.int8),
+             "sy": np.array(0.2, np.float32), "zy": np.array(128, np.uint8),
+             "b": RNG.integers(-2000, 2000, 16).astype(np.int32)}
+    node = helper.make_node("QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "b"], ["y"],
+                            pads=[1, 1, 1, 1])
+    model = _model([node], [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 8, 10, 10])],
+                   [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 16, 10, 10])], inits)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = dsl.load_onnx(model, backend="numba").run({"x": x})["y"]
+    np.testing.assert_array_equal(got, want)
