@@ -209,3 +209,14 @@ def test_qlinear_conv_model_matches_onnxruntime():
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = dsl.load_onnx(model, backend="numba").run({"x": x})["y"]
     np.testing.assert_array_equal(got, want)
+
+
+def test_conv_int8_packing_on_every_backend(backend):
+    """ops/conv_int8.py launched directly: vector-packed words (in-image stretches of a row) and
+    pixel-by-pixel ones (padding, panels crossing rows, the ragged last panel)."""
+    from ops.conv_int8 import conv_int8
+    x, w = data(np.uint8, (1, 2, 5, 37), 0), data(np.int8, (3, 2, 3, 3), 127)  # panel 48..63: vectors
+    wz = data(np.int8, (3,))
+    y = np.zeros((1, 3, 5, 37), np.int32)
+    conv_int8(x, w, y, np.array(200, np.uint8), wz, [3, 3, 1, 1, 1, 1, 1, 1, 5, 37], backend=backend)
+    np.testing.assert_array_equal(y, conv_exact(x, w, 200, wz, (1, 1), (1, 1, 1, 1), (1, 1)))
