@@ -8,7 +8,9 @@ writes its im2col matrix straight into the GEMM's B panels (4 window taps per i3
 padding as the zero point, so it adds nothing) with the column sums the zero-point terms need,
 one panel (NR output pixels) per work item: a word whose pixels read one in-image stretch of an
 input row is built from vector loads of V pixels, widened and shifted into place; the rest pixel
-by pixel.  Taps are walked with counters, no division per byte.
+by pixel.  A padded convolution first copies the image inside a border of its zero point
+(``pad_image_int8``), so the padding's words are vectors too.  Taps are walked with counters, no
+division per byte.
 """
 from __future__ import annotations
 
@@ -140,6 +142,33 @@ def pack_im2col_int8(x: In[X, 4], x_zp: In[X, 1], bp: Out[i32, 2], bu: Out[i32, 
                 bz.flat[t * np_cols + col] = zb if col < pixels else i32(0)
 
 
+@dsl.kernel(threads=THREADS)
+def pad_image_int8(x: In[X, 4], x_zp: In[X, 1], xp: Out[X, 4], ph: i64, pw: i64):
+    """x inside a border of its zero point (xp is x's size plus the pads), so that every window
+    tap of the packing reads the image: the padding's words are vectors too."""
+    hh = x.shape[2]
+    ww = x.shape[3]
+    hp = xp.shape[2]
+    wp = xp.shape[3]
+    z = x_zp.flat[0]
+    lo, hi = dsl.split(xp.shape[0] * xp.shape[1] * hp, grid=True)
+    for r in range(lo, hi):
+        plane = r // hp
+        ih = r - plane * hp - ph
+        dst = r * wp
+        if ih < 0 or ih >= hh:
+            for j in range(wp):
+                xp.flat[dst + j] = z
+        else:
+            src = (plane * hh + ih) * ww
+            for j in range(pw):
+                xp.flat[dst + j] = z
+            for j in range(ww):
+                xp.flat[dst + pw + j] = x.flat[src + j]
+            for j in range(pw + ww, wp):
+                xp.flat[dst + j] = z
+
+
 def packed_conv_ok(x, w, group: int, backend) -> bool:
     """Whether conv_int8 takes this convolution: 2-D, one group, compiled backends, known shapes."""
     return (backend in ("numba", "opencl") and x.ndim == 4 and group == 1
@@ -160,6 +189,15 @@ def conv_int8(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backend=N
     bu = np.empty((n, np_cols), np.int32)
     bz = np.empty((n, np_cols), np.int32)
     xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
+    geom = [int(g) for g in geom]
+    if geom[4] or geom[5]:  # pad with the zero point once, then pack without padding
+        span_h = (geom[0] - 1) * geom[6] + 1
+        span_w = (geom[1] - 1) * geom[7] + 1
+        hp = max(x.shape[2] + geom[4], (geom[8] - 1) * geom[2] + span_h)
+        wp = max(x.shape[3] + geom[5], (geom[9] - 1) * geom[3] + span_w)
+        xp = np.empty(x.shape[:2] + (hp, wp), x.dtype)
+        pad_image_int8(np.ascontiguousarray(x), xz, xp, geom[4], geom[5], backend=backend)
+        x, geom = xp, geom[:4] + [0, 0] + geom[6:]
     pack_im2col_int8(np.ascontiguousarray(x), xz, bp, bu, bz, np.asarray(geom, np.int64),
                      0x80 if x.dtype == np.uint8 else 0, V=tile.V, backend=backend)
     a = np.ascontiguousarray(np.broadcast_to(w.reshape(1, m, kk), (n, m, kk)))
