@@ -5,7 +5,9 @@ Each case is one ONNX model run by ``dsl.load_onnx(..., backend="numba")`` and b
 session with as many threads as cores; the two sides alternate, round by round, each keeping its
 best time.  Weights are 7-bit (-64..63) so that onnxruntime's AVX2 u8·i8 path (vpmaddubsw, which
 saturates on full-range weights) gives exact sums; both sides' outputs are compared.
-Usage: PYTHONPATH=. python benchmarks/bench_int8.py [rounds] [case-filter]"""
+With a third argument ``1`` both sides run on one thread (onnxruntime's intra-op pool and numba's
+workers), which a loaded machine disturbs far less than two threads that wait for each other.
+Usage: PYTHONPATH=. python benchmarks/bench_int8.py [rounds] [case-filter] [threads]"""
 import os
 import sys
 import time
@@ -81,8 +83,10 @@ CASES = {
 def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 10
     pick = sys.argv[2] if len(sys.argv) > 2 else ""
-    cores = dsl.target("numba").compute_units
-    print(f"cpu {dsl.target('numba').cpu}, {cores} cores, load average {os.getloadavg()[0]:.1f}; "
+    cores = int(sys.argv[3]) if len(sys.argv) > 3 else dsl.target("numba").compute_units
+    import numba
+    numba.set_num_threads(min(cores, numba.config.NUMBA_NUM_THREADS))
+    print(f"cpu {dsl.target('numba').cpu}, {cores} threads a side, load average {os.getloadavg()[0]:.1f}; "
           f"rounds {rounds}, best of each")
     for name, make in CASES.items():
         if pick not in name:

@@ -248,9 +248,13 @@ def vcompare(typingctx, op, a, b):
     return sig, codegen
 
 
+_FLOAT_UNARY = {"abs": "fabs", "sqrt": "sqrt", "rint": "rint", "floor": "floor", "ceil": "ceil"}  # exact LLVM forms
+
+
 @intrinsic(prefer_literal=True)
 def vunary(typingctx, op, a):
-    """Element-wise ``neg`` / ``invert`` / ``not`` (bool lanes) / ``abs`` / ``sqrt``."""
+    """Element-wise ``neg`` / ``invert`` / ``not`` (bool lanes) / ``abs`` / ``sqrt`` / ``rint`` /
+    ``floor`` / ``ceil`` (the last three for floats: llvm.rint rounds half to even, as np.rint)."""
     name = _literal(op)
     if name is None or not isinstance(a, Simd):
         return None
@@ -263,8 +267,8 @@ def vunary(typingctx, op, a):
             return builder.fneg(x) if _is_float(a.elem) else builder.sub(llir.Constant(vty, None), x)
         if name in ("invert", "not"):
             return builder.xor(x, _vec(builder, vty, llir.Constant(vty.element, -1)))
-        if name in ("abs", "sqrt") and _is_float(a.elem):
-            return builder.call(_llvm_intrinsic(builder, "fabs" if name == "abs" else "sqrt", vty, 1), [x])
+        if name in _FLOAT_UNARY and _is_float(a.elem):
+            return builder.call(_llvm_intrinsic(builder, _FLOAT_UNARY[name], vty, 1), [x])
         if name == "abs":  # integers: wraps at the minimum, as the scalar abs does
             if not _signed(a.elem):
                 return x
@@ -344,6 +348,35 @@ def vconvert(typingctx, v, dtype):
         if to.bitwidth < src.bitwidth:
             return builder.trunc(x, vty)
         return builder.sext(x, vty) if _signed(src) else builder.zext(x, vty)
+    return sig, codegen
+
+
+@intrinsic(prefer_literal=True)
+def vf2i(typingctx, v, dtype):
+    """Float lanes -> integer lanes of at most 32 bits named ``dtype``, as ``int()`` converts one
+    value: truncated toward zero, saturated at the type's range, NaN -> 0 (LLVM's fptosi alone is
+    undefined outside the range, so the lanes are range-checked first)."""
+    name = _literal(dtype)
+    if name is None or not isinstance(v, Simd) or not _is_float(v.elem):
+        return None
+    to = getattr(types, name, None)
+    if not isinstance(to, types.Integer) or to.bitwidth > 32:
+        return None
+    sig = Simd(to, v.lanes)(v, dtype)
+    info = (0, (1 << to.bitwidth) - 1) if not to.signed else (-(1 << to.bitwidth - 1), (1 << to.bitwidth - 1) - 1)
+
+    def codegen(context, builder, sig, args):
+        x = args[0]
+        fty, n = x.type.element, v.lanes
+        i64 = llir.VectorType(llir.IntType(64), n)
+        below = builder.fcmp_ordered("<", x, _vec(builder, x.type, llir.Constant(fty, float(info[0]))))
+        above = builder.fcmp_ordered(">=", x, _vec(builder, x.type, llir.Constant(fty, float(info[1] + 1))))
+        nan = builder.fcmp_unordered("uno", x, x)
+        safe = builder.select(builder.or_(builder.or_(below, above), nan), llir.Constant(x.type, None), x)
+        wide = builder.fptosi(safe, i64)
+        wide = builder.select(below, _vec(builder, i64, llir.Constant(llir.IntType(64), info[0])), wide)
+        wide = builder.select(above, _vec(builder, i64, llir.Constant(llir.IntType(64), info[1])), wide)
+        return builder.trunc(wide, context.get_value_type(sig.return_type))
     return sig, codegen
 
 
@@ -469,5 +502,5 @@ def wide_registers(typingctx):
 
 
 __all__ = ["Simd", "vload", "vstore", "bf16_to_f32", "f32_to_bf16", "vsplat", "vget", "vset", "vbinary",
-           "vcompare", "vunary", "vfma", "fma", "vselect", "vconvert", "vreduce", "wide_registers", "dot4",
+           "vcompare", "vunary", "vfma", "fma", "vselect", "vconvert", "vf2i", "vreduce", "wide_registers", "dot4",
            "DOT4_LOWERINGS"]

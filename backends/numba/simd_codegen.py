@@ -101,7 +101,8 @@ class SimdGen:
             return f'sm.vbinary("{op}", {args[0]}, {args[1]})'
         if op in _COMPARE:
             return f'sm.vcompare("{op}", {args[0]}, {args[1]})'
-        if op in _NATIVE_UNARY or (op in ("abs", "sqrt") and e.type.is_float) or (op == "abs" and e.type.is_int):
+        if op in _NATIVE_UNARY or (op in ("abs", "sqrt", "rint", "floor", "ceil") and e.type.is_float) \
+                or (op == "abs" and e.type.is_int):
             return f'sm.vunary("{op}", {args[0]})'
         if op == "where":
             return f"sm.vselect({args[0]}, {args[1]}, {args[2]})"
@@ -114,6 +115,8 @@ class SimdGen:
             return f'sm.vbinary("min", sm.vbinary("max", {args[0]}, {args[1]}), {args[2]})'
         if op == "cast" and not (e.args[0].type.is_float and e.type.elem.is_int):
             return f'sm.vconvert({args[0]}, "{numba_name(e.type.elem)}")'
+        if op == "cast" and e.type.elem.bits <= 32:  # float -> int: range-checked, saturating
+            return f'sm.vf2i({args[0]}, "{numba_name(e.type.elem)}")'
         return self._lanewise(e, args, scope)
 
     def _lanewise(self, e: ir.VecOp, args: List[str], scope) -> str:

@@ -155,3 +155,30 @@ def bad(acc: In[i32], x: In[f32], w: In[i64], y: Out[i32]):
     assert "bad_dot4.py:6" in text, text
     for w in words:
         assert w in text, text
+
+
+@dsl.kernel(threads=1)
+def narrow_floats(x: In[dsl.f32], r: Out[dsl.f32], q8: Out[u8], s8: Out[dsl.i8], q32: Out[i32]):
+    """Requantization's steps on f32 lanes: rint (half to even), then int() conversions that
+    truncate, saturate and map NaN to 0."""
+    for i in range(0, x.size, 8):
+        v = x.vload(i, 8)
+        r.vstore(i, dsl.rint(v))
+        q8.vstore(i, dsl.u8(v))
+        s8.vstore(i, dsl.i8(v))
+        q32.vstore(i, dsl.i32(v))
+
+
+def test_float_lanes_round_and_narrow_with_saturation(backend):
+    x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 254.7, 255.5, 256.0, -0.9, -1.0, -129.0, 127.9, np.nan, np.inf,
+                  -np.inf, 3e9], np.float32)
+    r, q8, s8, q32 = np.zeros(16, np.float32), np.zeros(16, np.uint8), np.zeros(16, np.int8), np.zeros(16, np.int32)
+    narrow_floats(x, r, q8, s8, q32, backend=backend)
+    np.testing.assert_array_equal(r, np.rint(x))
+
+    def sat(v, t):
+        info = np.iinfo(t)
+        return np.array([0 if np.isnan(e) else min(max(np.trunc(e), info.min), info.max) for e in v]).astype(t)
+    np.testing.assert_array_equal(q8, sat(x, np.uint8))
+    np.testing.assert_array_equal(s8, sat(x, np.int8))
+    np.testing.assert_array_equal(q32, sat(x, np.int32))
