@@ -2,7 +2,8 @@
 DynamicQuantizeLinear -> MatMulInteger at 256×1024×1024 (the packed u8×i8 GEMM, ops/gemm_int8.py),
 and QLinearConv 64×56×56 and 256×14×14 3×3 (still the scalar direct kernel, ops/quant_conv.py).
 Each case is one ONNX model run by ``dsl.load_onnx(..., backend="numba")`` and by an onnxruntime
-session with as many threads as cores; the two sides alternate, round by round, each keeping its
+session with as many threads as cores (not spinning between runs, which would take the cores from
+the opdsl round that follows); the two sides alternate, round by round, each keeping its
 best time.  Weights are 7-bit (-64..63) so that onnxruntime's AVX2 u8·i8 path (vpmaddubsw, which
 saturates on full-range weights) gives exact sums; both sides' outputs are compared.
 With a third argument ``1`` both sides run on one thread (onnxruntime's intra-op pool and numba's
@@ -94,6 +95,8 @@ def main():
         proto, feeds = make()
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = cores
+        # its pool's threads spin after each run: they would take the cores from the next opdsl round
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
         ours = dsl.load_onnx(proto, backend="numba")
         got = list(ours.run(feeds).values())[0]
