@@ -5,8 +5,9 @@ and groups: each output element sums (x - x_zp)·(w - w_zp[m]) exactly in i32 ov
 input channels and the window's taps inside the image (padding contributes x_zp, i.e. zero
 after the shift), adds the i32 bias, and either stores the sum (ConvInteger) or requantizes
 it, y = saturate(rint(sum · x_scale·w_scale[m]/y_scale) + y_zp), with the scale product in
-f32 and the rest in f64 as onnx's reference does.  It is the conformance-grade path: a
-u8×i8 im2col GEMM is future work.
+f32 and the rest in f64 as onnx's reference does.  It serves 1-D, 3-D and grouped convolutions
+and the interpreter; 2-D ungrouped ones on numba and OpenCL run as the packed u8×i8 GEMM
+(ops/conv_int8.py), requantized in f32 as onnxruntime does.
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import dsl
 from dsl import In, Out, bool_, f32, f64, i32, i64
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.nn import ConvAttributes, conv_geometry
+from ops.conv_int8 import conv_int8, packed_conv_ok
+from ops.gemm_int8 import qgemm_packed
 from ops.quant import constant_quant, round_half_even
 
 A = dsl.TypeVar("A")
@@ -74,7 +77,11 @@ def qconv_kernel(x: In[A, 5], w: In[B, 5], x_zp: In[A, 1], w_zp: In[B, 1], bias:
 class _QConv(ConvAttributes):
     """Checks, geometry and launch shared by ConvInteger and QLinearConv."""
 
-    kernels = {"default": qconv_kernel}
+    kernels = {"default": qconv_kernel, "packed": qgemm_packed}
+
+    def _select(self, x, w, backend, *scales) -> str:
+        ok = packed_conv_ok(x, w, self.group, backend) and all(s is None or s.dtype == dsl.f32 for s in scales)
+        return "packed" if ok else "default"
 
     def _check(self, x, w, x_zp, w_zp):
         op = self.op_type
@@ -104,6 +111,15 @@ class _QConv(ConvAttributes):
         wspec = TensorSpec(w.shape, dsl.lang.types.from_numpy(w.dtype))
         k, strides, dil, pads = self._attrs(wspec)
         _, begin, _ = conv_geometry(x.shape[2:], k, strides, dil, pads, self.auto_pad)
+        if impl == qgemm_packed:
+            geom = list(k) + list(strides) + list(begin) + list(dil) + list(y.shape[2:])
+            mult = None
+            if requantize:  # x_scale·w_scale[m]/y_scale in f32, as onnxruntime computes it
+                mult = (np.float32(np.asarray(x_scale).reshape(-1)[0]) * np.asarray(w_scale, np.float32).reshape(-1)
+                        / np.float32(np.asarray(y_scale).reshape(-1)[0])).astype(np.float32)
+            conv_int8(x, w, y, x_zp, w_zp, geom, mult, np.asarray(bias, np.int32).reshape(-1) if requantize else None,
+                      int(np.asarray(y_zp).reshape(-1)[0]) if requantize else 0, backend, impl)
+            return
         pad = 5 - x.ndim
 
         def five(a):
@@ -120,6 +136,9 @@ class _QConv(ConvAttributes):
 @dsl.op("ConvInteger", since=10)
 class ConvInteger(_QConv):
     """Conv of i8/u8 x and w minus their zero points, exact in i32."""
+
+    def select(self, x, w, x_zero_point=None, w_zero_point=None, backend=None):
+        return self._select(x, w, backend)
 
     def verify(self, x, w, x_zero_point=None, w_zero_point=None):
         self._check(x, w, x_zero_point, w_zero_point)
@@ -140,6 +159,10 @@ class ConvInteger(_QConv):
 @dsl.op("QLinearConv", since=10)
 class QLinearConv(_QConv):
     """Quantized Conv: i8/u8 in and out, f32 scales (w_scale per output channel allowed), i32 bias."""
+
+    def select(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None,
+               backend=None):
+        return self._select(x, w, backend, x_scale, w_scale, y_scale)
 
     def verify(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None):
         self._check(x, w, x_zero_point, w_zero_point)

@@ -18,6 +18,7 @@ import dsl
 from dsl import In, Out, f32, f64, i32, u8, i8
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.elementwise import broadcast_shape
+from ops.gemm_int8 import qgemm_int8, qgemm_packed, worth_packing
 from ops.quant import constant_quant, round_half_even
 
 A = dsl.TypeVar("A")
@@ -172,8 +173,45 @@ def _check_param(op: str, name: str, p: Optional[TensorSpec], operand: TensorSpe
     raise VerifyError(f"{op} {name} {p} must be a scalar or {what} of {operand}")
 
 
+def packed_ok(a: TensorSpec, b: TensorSpec, a_zp=None, b_zp=None, a_scale=None, b_scale=None,
+              backend: Optional[str] = None) -> bool:
+    """Whether the packed u8×i8 GEMM (ops/gemm_int8.py) takes this product: compiled backends,
+    A and B of rank >= 2, zero points per tensor, per row of A or per column of a 2-D B, f32
+    scales with a per-tensor a_scale, and enough work to pay for packing."""
+    if backend not in ("numba", "opencl") or a.ndim < 2 or b.ndim < 2:
+        return False
+    if b_zp is not None and b_zp.size != 1 and (b.ndim != 2 or b_zp.ndim != 1):
+        return False
+    if a_zp is not None and a_zp.size != 1 and (a.ndim != 2 or a_zp.ndim != 1):
+        return False
+    if a_scale is not None and (a_scale.size != 1 or a_scale.dtype != f32 or b_scale.dtype != f32):
+        return False
+    if b_scale is not None and b_scale.size != 1 and (b.ndim != 2 or b_scale.ndim != 1):
+        return False
+    return worth_packing(a.shape[-2], b.shape[-1], a.shape[-1])
+
+
+def _run_packed(a, a_zp, b, b_zp, y, mult, y_zp, backend, kernel) -> None:
+    """MatMul(Integer) through ops/gemm_int8.py: (batch, M, K) · (1|batch, K, N)."""
+    av, bv, full = _batch_views(a, b)
+    if av.shape[0] != full:
+        av = np.ascontiguousarray(np.broadcast_to(av, (full,) + av.shape[1:]))
+    qgemm_int8(av, bv, y.reshape(full, av.shape[1], bv.shape[2]), a_zp=a_zp, b_zp=b_zp, mult=mult,
+               y_zp=0 if y_zp is None else int(np.asarray(y_zp).reshape(-1)[0]), backend=backend, kernel=kernel)
+
+
+def requant_multiplier(a_scale, b_scale, y_scale) -> np.ndarray:
+    """a_scale·b_scale/y_scale in f32, per tensor or per column, as onnxruntime computes it."""
+    return (np.float32(np.asarray(a_scale, np.float32).reshape(-1)[0]) * np.asarray(b_scale, np.float32).reshape(-1)
+            / np.float32(np.asarray(y_scale, np.float32).reshape(-1)[0])).astype(np.float32)
+
+
 def _run_qgemm(impl, inputs, y: np.ndarray, requantize: bool, backend: str) -> None:
     a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp = inputs
+    if impl == qgemm_packed:
+        mult = requant_multiplier(a_scale, b_scale, y_scale) if requantize else None
+        _run_packed(a, a_zp, b, b_zp, y, mult, y_zp, backend, impl)
+        return
     av, bv, full = _batch_views(a, b)
     out = y.reshape(full, av.shape[1], bv.shape[2])
     scale_dt = a_scale.dtype if a_scale is not None else np.float32
@@ -197,7 +235,10 @@ def _run_qgemm(impl, inputs, y: np.ndarray, requantize: bool, backend: str) -> N
 class MatMulInteger(dsl.Op):
     """numpy.matmul of i8/u8 operands minus their zero points, exact in i32."""
 
-    kernels = {"default": qgemm_kernel}
+    kernels = {"default": qgemm_kernel, "packed": qgemm_packed}
+
+    def select(self, a, b, a_zero_point=None, b_zero_point=None, backend=None):
+        return "packed" if packed_ok(a, b, a_zero_point, b_zero_point, backend=backend) else "default"
 
     def verify(self, a, b, a_zero_point=None, b_zero_point=None):
         for name, t in (("A", a), ("B", b)):
@@ -219,7 +260,11 @@ class MatMulInteger(dsl.Op):
 class QLinearMatMul(dsl.Op):
     """Quantized numpy.matmul: i8/u8 in, i8/u8 out, scales f32 (f16/bf16 from opset 21)."""
 
-    kernels = {"default": qgemm_kernel}
+    kernels = {"default": qgemm_kernel, "packed": qgemm_packed}
+
+    def select(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, backend=None):
+        ok = packed_ok(a, b, a_zero_point, b_zero_point, a_scale, b_scale, backend=backend)
+        return "packed" if ok and y_scale.dtype == f32 else "default"
 
     def verify(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
         for name, t in (("a", a), ("b", b), ("y_zero_point", y_zero_point)):

@@ -69,6 +69,23 @@ class CBuiltinCalls:
             return f"(({args[0]} && {args[1]}) || {args[2]})"
         return self._wrap(t, f"(({args[0]}) * ({args[1]}) + ({args[2]}))")  # a * b + c, wrapping like '*' and '+'
 
+    def builtin_dot4(self, e: ir.Call, args: List[str]) -> str:
+        return f"{self.helper('dot4', T.i32)}({', '.join(args)})"
+
+    def helper_dot4(self, name, t, dtype, extra):
+        """dsl.dot4 on one i32: the device's packed u8·i8 dot product where it has one
+        (cl_khr_integer_dot_product, decided by the device compiler), else four byte products;
+        unsigned sums, so the i32 result wraps as the language says."""
+        plain = " + ".join(f"(uint)((int)((a >> {8 * j}) & 0xFFu) * (int)(char)(b >> {8 * j}))" for j in range(4))
+        return (f"{self.func_prefix}int {name}(int acc, int sa, int sb) {{\n"
+                f"  // acc + dot(4 unsigned bytes of a, 4 signed bytes of b), wrapping\n"
+                f"  uint a = (uint)sa, b = (uint)sb;\n"
+                f"#if defined(cl_khr_integer_dot_product) && defined(__opencl_c_integer_dot_product_input_4x8bit_packed)\n"
+                f"  return (int)((uint)acc + (uint)dot_4x8packed_us_int(a, b));\n"
+                f"#else\n"
+                f"  return (int)((uint)acc + {plain});\n"
+                f"#endif\n}}")
+
     def builtin_pow(self, e: ir.Call, args: List[str]) -> str:
         return self._pow(e.type, e.args[0], e.args[1])
 

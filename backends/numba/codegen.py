@@ -408,6 +408,9 @@ class Gen(SimdGen, Visitor):
             return f"sm.fma({', '.join(args)})"
         return f"({args[0]} * {args[1]} + {args[2]})"
 
+    def builtin_dot4(self, e, args, scope):
+        return f'sm.dot4({", ".join(args)}, "generic")'
+
     def builtin_pow(self, e, args, scope):
         return self.int_edge("pow", ctype(e.type), args[0], args[1], e.args[1]) or f"({args[0]} ** {args[1]})"
 

@@ -248,9 +248,13 @@ def vcompare(typingctx, op, a, b):
     return sig, codegen
 
 
+_FLOAT_UNARY = {"abs": "fabs", "sqrt": "sqrt", "rint": "rint", "floor": "floor", "ceil": "ceil"}  # exact LLVM forms
+
+
 @intrinsic(prefer_literal=True)
 def vunary(typingctx, op, a):
-    """Element-wise ``neg`` / ``invert`` / ``not`` (bool lanes) / ``abs`` / ``sqrt``."""
+    """Element-wise ``neg`` / ``invert`` / ``not`` (bool lanes) / ``abs`` / ``sqrt`` / ``rint`` /
+    ``floor`` / ``ceil`` (the last three for floats: llvm.rint rounds half to even, as np.rint)."""
     name = _literal(op)
     if name is None or not isinstance(a, Simd):
         return None
@@ -263,8 +267,8 @@ def vunary(typingctx, op, a):
             return builder.fneg(x) if _is_float(a.elem) else builder.sub(llir.Constant(vty, None), x)
         if name in ("invert", "not"):
             return builder.xor(x, _vec(builder, vty, llir.Constant(vty.element, -1)))
-        if name in ("abs", "sqrt") and _is_float(a.elem):
-            return builder.call(_llvm_intrinsic(builder, "fabs" if name == "abs" else "sqrt", vty, 1), [x])
+        if name in _FLOAT_UNARY and _is_float(a.elem):
+            return builder.call(_llvm_intrinsic(builder, _FLOAT_UNARY[name], vty, 1), [x])
         if name == "abs":  # integers: wraps at the minimum, as the scalar abs does
             if not _signed(a.elem):
                 return x
@@ -348,6 +352,35 @@ def vconvert(typingctx, v, dtype):
 
 
 @intrinsic(prefer_literal=True)
+def vf2i(typingctx, v, dtype):
+    """Float lanes -> integer lanes of at most 32 bits named ``dtype``, as ``int()`` converts one
+    value: truncated toward zero, saturated at the type's range, NaN -> 0 (LLVM's fptosi alone is
+    undefined outside the range, so the lanes are range-checked first)."""
+    name = _literal(dtype)
+    if name is None or not isinstance(v, Simd) or not _is_float(v.elem):
+        return None
+    to = getattr(types, name, None)
+    if not isinstance(to, types.Integer) or to.bitwidth > 32:
+        return None
+    sig = Simd(to, v.lanes)(v, dtype)
+    info = (0, (1 << to.bitwidth) - 1) if not to.signed else (-(1 << to.bitwidth - 1), (1 << to.bitwidth - 1) - 1)
+
+    def codegen(context, builder, sig, args):
+        x = args[0]
+        fty, n = x.type.element, v.lanes
+        i64 = llir.VectorType(llir.IntType(64), n)
+        below = builder.fcmp_ordered("<", x, _vec(builder, x.type, llir.Constant(fty, float(info[0]))))
+        above = builder.fcmp_ordered(">=", x, _vec(builder, x.type, llir.Constant(fty, float(info[1] + 1))))
+        nan = builder.fcmp_unordered("uno", x, x)
+        safe = builder.select(builder.or_(builder.or_(below, above), nan), llir.Constant(x.type, None), x)
+        wide = builder.fptosi(safe, i64)
+        wide = builder.select(below, _vec(builder, i64, llir.Constant(llir.IntType(64), info[0])), wide)
+        wide = builder.select(above, _vec(builder, i64, llir.Constant(llir.IntType(64), info[1])), wide)
+        return builder.trunc(wide, context.get_value_type(sig.return_type))
+    return sig, codegen
+
+
+@intrinsic(prefer_literal=True)
 def vreduce(typingctx, op, v):
     """Sum / largest / smallest lane: a tree of halvings (add reassociates: lanes summed in pairs;
     max/min give what max(v[0], v[1], ...) gives, NaN only when lane 0 is NaN)."""
@@ -380,6 +413,83 @@ def vreduce(typingctx, op, v):
     return sig, codegen
 
 
+# --------------------------------------------------------------------------- int8 dot products
+
+DOT4_LOWERINGS = ("vnni", "avx2", "generic")
+
+
+def _declared(builder, name: str, ret, params):
+    fn = builder.module.globals.get(name)
+    return fn if fn is not None else llir.Function(builder.module, llir.FunctionType(ret, params), name)
+
+
+def _dot4_generic(builder, acc, a, b):
+    """acc + Σ_j zext(byte j of a)·sext(byte j of b) in i32 arithmetic (scalars or vectors)."""
+    def k(c):
+        c = llir.Constant(llir.IntType(32), c)
+        return _vec(builder, acc.type, c) if isinstance(acc.type, llir.VectorType) else c
+    for j in range(4):
+        ua = builder.and_(builder.lshr(a, k(8 * j)), k(0xFF))
+        sb = builder.ashr(builder.shl(b, k(24 - 8 * j)), k(24))
+        acc = builder.add(acc, builder.mul(ua, sb))
+    return acc
+
+
+def _dot4_pmaddwd(builder, acc, a, b):
+    """The exact AVX2 form: the even and odd bytes widened to i16 in place (a zero-, b
+    sign-extended: two shifts or a mask each), then ``vpmaddwd`` twice, whose i16 products and
+    pair sums are exact in i32.  (``vpmaddubsw`` would add the u8·i8 pairs in saturating i16:
+    255·-128·2 does not fit, so it is not used.)"""
+    n = acc.type.count
+    if n == 16:  # two 256-bit halves
+        i32 = llir.IntType(32)
+
+        def half(v, h):
+            return builder.shuffle_vector(v, v, llir.Constant(llir.VectorType(i32, 8), list(range(8 * h, 8 * h + 8))))
+        lo = _dot4_pmaddwd(builder, half(acc, 0), half(a, 0), half(b, 0))
+        hi = _dot4_pmaddwd(builder, half(acc, 1), half(a, 1), half(b, 1))
+        return builder.shuffle_vector(lo, hi, llir.Constant(llir.VectorType(i32, 16), list(range(16))))
+    w = llir.VectorType(llir.IntType(16), 2 * n)
+    eight = _vec(builder, w, llir.Constant(llir.IntType(16), 8))
+    a16, b16 = builder.bitcast(a, w), builder.bitcast(b, w)
+    a_even = builder.and_(a16, _vec(builder, w, llir.Constant(llir.IntType(16), 0xFF)))
+    a_odd = builder.lshr(a16, eight)
+    b_even = builder.ashr(builder.shl(b16, eight), eight)
+    b_odd = builder.ashr(b16, eight)
+    name = "llvm.x86.avx2.pmadd.wd" if n == 8 else "llvm.x86.sse2.pmadd.wd"
+    pmadd = _declared(builder, name, acc.type, [w, w])
+    return builder.add(acc, builder.add(builder.call(pmadd, [a_even, b_even]), builder.call(pmadd, [a_odd, b_odd])))
+
+
+def _dot4_vnni(builder, acc, a, b):
+    n = acc.type.count
+    fn = _declared(builder, f"llvm.x86.avx512.vpdpbusd.{32 * n}", acc.type, [acc.type] * 3)
+    return builder.call(fn, [acc, a, b])
+
+
+@intrinsic(prefer_literal=True)
+def dot4(typingctx, acc, a, b, lowering):
+    """``dsl.dot4`` on i32 scalars or SIMD values: per lane, acc + the dot product of a's 4 bytes
+    (unsigned) and b's 4 bytes (signed), wrapping.  ``lowering`` is one of DOT4_LOWERINGS
+    (backends/numba/simd_codegen.py ``dot4_lowering``); scalars always use plain arithmetic."""
+    how = _literal(lowering)
+    if how not in DOT4_LOWERINGS or not (acc == a == b):
+        return None
+    if isinstance(acc, Simd):
+        if acc.elem != types.int32:
+            return None
+    elif acc != types.int32:
+        return None
+    sig = acc(acc, a, b, lowering)
+
+    def codegen(context, builder, sig, args):
+        x, y, z = args[:3]
+        if not isinstance(x.type, llir.VectorType) or how == "generic":
+            return _dot4_generic(builder, x, y, z)
+        return (_dot4_vnni if how == "vnni" else _dot4_pmaddwd)(builder, x, y, z)
+    return sig, codegen
+
+
 @intrinsic
 def wide_registers(typingctx):
     """Let the calling function keep 512-bit vectors whole: LLVM would split them into 256-bit
@@ -392,4 +502,5 @@ def wide_registers(typingctx):
 
 
 __all__ = ["Simd", "vload", "vstore", "bf16_to_f32", "f32_to_bf16", "vsplat", "vget", "vset", "vbinary",
-           "vcompare", "vunary", "vfma", "fma", "vselect", "vconvert", "vreduce", "wide_registers"]
+           "vcompare", "vunary", "vfma", "fma", "vselect", "vconvert", "vf2i", "vreduce", "wide_registers", "dot4",
+           "DOT4_LOWERINGS"]

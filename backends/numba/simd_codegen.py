@@ -13,6 +13,7 @@ from dsl.lang import builtins as B
 from dsl.lang import ir
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError
+from backends.host import host
 from backends.numba.typecode import const, np_type, storage_np
 
 # VecOp names with a vector instruction (backends/numba/simd.py); the rest go lane by lane
@@ -26,6 +27,17 @@ WIDE_REGISTERS = "    sm.wide_registers()  # SIMD values: keep 512-bit vectors w
 def numba_name(t: T.DType) -> str:
     """numba's name of a scalar type (``sm.vconvert``'s literal)."""
     return "bool" if t.is_bool else t.np.name
+
+
+def dot4_lowering(features, lanes: int) -> str:
+    """How ``dsl.dot4`` on ``lanes`` i32 lanes is lowered for a CPU with ``features``: ``vpdpbusd``
+    (AVX512-VNNI with VL, or AVX-VNNI for 4 and 8 lanes), the exact AVX2 pair (backends/numba/simd.py), or plain i32 arithmetic."""
+    if lanes in (4, 8, 16) and (("avx512vnni" in features and ("avx512vl" in features or lanes == 16))
+                                or ("avxvnni" in features and lanes in (4, 8))):
+        return "vnni"
+    if lanes in (8, 16) and "avx2" in features or lanes == 4 and "sse2" in features:
+        return "avx2"
+    return "generic"
 
 
 def uses_simd(stmts) -> bool:
@@ -89,16 +101,22 @@ class SimdGen:
             return f'sm.vbinary("{op}", {args[0]}, {args[1]})'
         if op in _COMPARE:
             return f'sm.vcompare("{op}", {args[0]}, {args[1]})'
-        if op in _NATIVE_UNARY or (op in ("abs", "sqrt") and e.type.is_float) or (op == "abs" and e.type.is_int):
+        if op in _NATIVE_UNARY or (op in ("abs", "sqrt", "rint", "floor", "ceil") and e.type.is_float) \
+                or (op == "abs" and e.type.is_int):
             return f'sm.vunary("{op}", {args[0]})'
         if op == "where":
             return f"sm.vselect({args[0]}, {args[1]}, {args[2]})"
         if op == "fma":
             return f"sm.vfma({args[0]}, {args[1]}, {args[2]})"
+        if op == "dot4":
+            how = dot4_lowering(host().features, e.type.lanes)
+            return f'sm.dot4({args[0]}, {args[1]}, {args[2]}, "{how}")'  # lowering for this CPU
         if op == "clamp":
             return f'sm.vbinary("min", sm.vbinary("max", {args[0]}, {args[1]}), {args[2]})'
         if op == "cast" and not (e.args[0].type.is_float and e.type.elem.is_int):
             return f'sm.vconvert({args[0]}, "{numba_name(e.type.elem)}")'
+        if op == "cast" and e.type.elem.bits <= 32:  # float -> int: range-checked, saturating
+            return f'sm.vf2i({args[0]}, "{numba_name(e.type.elem)}")'
         return self._lanewise(e, args, scope)
 
     def _lanewise(self, e: ir.VecOp, args: List[str], scope) -> str:

@@ -357,6 +357,23 @@ def bool_(v=False):
     return bool(v)
 
 
+def dot4(acc, a, b):
+    """acc + the dot product of the 4 bytes of ``a`` (unsigned) and of ``b`` (signed), per i32 lane.
+
+    Each i32 (lane) of ``a`` and ``b`` holds 4 packed bytes, byte j = (x >> 8·j) & 0xFF (a u8/i8
+    array viewed as i32 on a little-endian host).  The products are exact and the sum wraps
+    modulo 2**32 like i32 addition, with no intermediate saturation (VNNI's ``vpdpbusd``)."""
+    lanes = _has_lanes((acc, a, b))
+    ua = np.asarray(a).astype(np.int64) & 0xFFFFFFFF
+    ub = np.asarray(b).astype(np.int64) & 0xFFFFFFFF
+    total = np.asarray(acc).astype(np.int64)
+    for j in range(4):
+        sb = (ub >> (8 * j)) & 0xFF
+        total = total + ((ua >> (8 * j)) & 0xFF) * (sb - ((sb & 0x80) << 1))
+    out = (((total + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)).astype(np.int32)
+    return out.view(Lanes) if lanes else np.int32(out)
+
+
 # --------------------------------------------------------------------------- SIMD values
 
 class Lanes(np.ndarray):
@@ -540,6 +557,15 @@ def _same_rule(ts):
     return t, t
 
 
+def _dot4_rule(ts):
+    """dsl.dot4: i32 (or u32) accumulator and packed operands, integer literals; the result is i32."""
+    for t in ts:
+        if not (t.is_int and (t.weak or t.bits == 32)):
+            raise BuiltinTypeError(f"takes i32 values (a and b hold 4 packed bytes per i32: view u8/i8 data as "
+                                   f"i32, or pack it with shifts), got {t}")
+    return T.i32, T.i32
+
+
 def _team_rule(ts):
     return T.i64, T.i64
 
@@ -645,6 +671,8 @@ register(Builtin("fma", fma, "a * b + c rounded once (floats; a fused multiply-a
 register(Builtin("pow", pow_, "x ** y, promoted type (integer edge cases as for **)", arity=(2,), rule=_same_rule,
                  spelling={"numba": Helper("pow"), "c": Helper("pow")},
                  derivative=("where(b == 0, 0, b * pow(a, b - 1))", "where(a > 0, y * log(a), 0)")))
+register(Builtin("dot4", dot4, "acc + dot(4 u8 bytes of a, 4 i8 bytes of b) per i32 lane, wrapping (vpdpbusd)",
+                 arity=(3,), rule=_dot4_rule, spelling={"numba": Helper("dot4"), "c": Helper("dot4")}))
 for _fn in (thread_id, num_threads, tile_id, num_tiles):
     _per_axis = _fn in (tile_id, num_tiles)  # tile_id(axis), num_tiles(axis): axis a literal 0, 1 or 2
     register(Builtin(_fn.__name__, _fn, _fn.__doc__, kind="team", arity=(0, 1) if _per_axis else (0,),

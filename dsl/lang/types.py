@@ -74,6 +74,14 @@ class DType:
             return np.float32(self.np.type(value))
         if self.is_int and isinstance(value, (float, np.floating)):
             return self.np.type(saturated_int(float(value), self))
+        if self.is_int and isinstance(value, np.ndarray) and value.dtype.kind == "f":  # SIMD lanes, as one value
+            x = value.astype(np.float64)
+            lo, hi = int_range(self)
+            top = float(hi + 1)
+            out = np.where((x >= lo) & (x < top), x, 0).astype(self.np)
+            out[x >= top] = hi
+            out[x < lo] = lo
+            return out.view(type(value))
         return self.np.type(value)
 
     def __repr__(self) -> str:

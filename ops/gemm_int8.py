@@ -1,0 +1,326 @@
+"""The int8 GEMM: packed u8×i8 panels, ``dsl.dot4`` in a register tile, requantization fused.
+
+``qgemm_packed`` computes, per batch entry t, the exact i32 product
+
+    acc[m, n] = Σ_k (A[m, k] - za[m]) · (B[k, n] - zb[n])
+
+and either stores it (MatMulInteger, ConvInteger) or requantizes it in the same pass
+(QLinearMatMul, QLinearConv): y = clamp(rint(f32(acc + bias[n]) · mult[n]) + y_zp, lo, hi), in f32
+as onnxruntime's MLAS does, with ``mult[n] = a_scale·b_scale[n]/y_scale`` per tensor or per
+output channel and ``lo``/``hi`` the output type's range narrowed by a fused Relu/Clip.
+
+The layout follows MLAS's QgemmU8S8 (facts only, no code):
+
+* ``dot4`` multiplies unsigned bytes of A by signed bytes of B, so an i8 A is shifted to u8
+  (+128, its zero point too) while it is packed, and a u8 B to i8 (-128, at weight packing);
+  the differences A - za and B - zb do not change;
+* B (weights) is packed once per constant array by ``pack_b_int8``: panels of NR = 2·V columns,
+  each K/4 rows of NR i32 words (4 consecutive k of one column per word), zero-padded;
+* the zero points never enter the inner loop: Σ (A - za)(B - zb) = Σ A·B - za·colsum(B)
+  - zb·rowsum(A) + K·za·zb, so packing B keeps u[n] = K·zb[n] - colsum(B)[n] and packing A keeps
+  rowsum(A)[m] and za[m]; the epilogue adds za[m]·u[n] - rowsum(A)[m]·zb[n];
+* the team first packs A (every row: 4 bytes per i32 word, the row sum, the zero point), meets
+  at one ``sync()``, then each thread takes a share of (column panel, row panel) tiles, column
+  panel major, so consecutive tiles reuse a B panel from L1.  The micro-kernel keeps an MR × NR
+  tile in 2·MR i32 vectors: per 4 k, two vector loads of B, MR broadcasts of an A word,
+  2·MR ``dot4``.
+
+Tiles come from the target (``int8_tile``): V = 16, MR = 8 with AVX-512; V = 8 and MR = 6 with
+VNNI on 256 bits; V = 8, MR = 4 on plain AVX2, whose exact ``dot4`` (two ``vpmaddwd``) needs
+registers for the widened halves.
+"""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+import dsl
+from dsl import In, InOut, Out, f32, i32, i64
+
+A = dsl.TypeVar("A")
+B = dsl.TypeVar("B")
+Y = dsl.TypeVar("Y")
+
+THREADS = 4
+MIN_MACS = 1 << 15  # below this many multiply-adds the scalar kernel is as fast
+
+
+@dataclass(frozen=True)
+class Int8Tile:
+    """Register tile of the int8 GEMM: MR rows × 2·V i32 lanes (columns)."""
+
+    V: int
+    MR: int
+
+    @property
+    def NR(self) -> int:
+        return 2 * self.V
+
+
+def int8_tile(backend: str = "numba") -> Int8Tile:
+    """The tile for ``backend``'s target (module docstring)."""
+    feats = dsl.target(backend).features
+    if "avx512f" in feats and "avx512bw" in feats:
+        return Int8Tile(V=16, MR=8)
+    if "avxvnni" in feats or "avx512vnni" in feats and "avx512vl" in feats:
+        return Int8Tile(V=8, MR=6)
+    return Int8Tile(V=8, MR=4)
+
+
+def worth_packing(m, n, k) -> bool:
+    known = [d for d in (m, n, k) if d is not None]
+    return (m or 1) * (n or 1) * (k or 1) >= MIN_MACS and all(d >= 4 for d in known)
+
+
+@dsl.kernel(threads=THREADS)
+def pack_b_int8(b: In[B, 3], b_zp: In[B, 2], bp: Out[i32, 2], bu: Out[i32, 2], bz: Out[i32, 2],
+                flip: i32, NR: dsl.const[i64]):
+    """B (bb, K, N) as qgemm_packed reads it: per entry, panels of NR columns, each K/4 rows of NR
+    words (byte j of a word: row 4·q + j, shifted to i8 by ``flip`` = 0x80 for u8 data); with
+    bu[n] = K·zb[n] - colsum[n] and bz[n] = zb[n] (shifted alike), zero past N."""
+    kk = b.shape[1]
+    n = b.shape[2]
+    k4 = (kk + 3) // 4
+    np_cols = bu.shape[1]
+    lo, hi = dsl.split(b.shape[0] * np_cols, grid=True)
+    for item in range(lo, hi):
+        t = item // np_cols
+        col = item - t * np_cols
+        panel = col // NR
+        c = col - panel * NR
+        dst = t * bp.shape[1] + panel * k4 * NR + c
+        s = i32(0)
+        zb = i32(0)
+        if col < n:
+            zi = (i32(b_zp.flat[(t if b_zp.shape[0] > 1 else 0) * b_zp.shape[1] + (col if b_zp.shape[1] > 1 else 0)])
+                  & 0xFF) ^ flip
+            zb = zi - ((zi & 0x80) << 1)
+        for q in range(k4):
+            w = i32(0)
+            if col < n:
+                for j in dsl.static_range(4):
+                    k = 4 * q + j
+                    if k < kk:
+                        v = (i32(b.flat[(t * kk + k) * n + col]) & 0xFF) ^ flip
+                        s += v - ((v & 0x80) << 1)
+                        w = w | (v << (8 * j))
+            bp.flat[dst + q * NR] = w
+        bu.flat[t * np_cols + col] = i32(kk) * zb - s if col < n else i32(0)
+        bz.flat[t * np_cols + col] = zb
+
+
+@dsl.kernel(threads=THREADS)
+def qgemm_packed(a: In[A, 3], a_zp: In[A, 2], bp: In[i32, 2], bu: In[i32, 2], bz: In[i32, 2],
+                 mult: In[f32, 2], bias: In[i32, 2], y: Out[Y, 3], ap: InOut[i32, 2], rows: InOut[i32, 2],
+                 flip: i32, requantize: i32, per_row: i32, y_zp: f32, q_lo: f32, q_hi: f32,
+                 V: dsl.const[i64], MR: dsl.const[i64]):
+    """y[t] = A[t]·B[t] with zero points (module docstring); ``ap`` (batch·Mp, K/4) and ``rows``
+    (batch·Mp, 2) are the packed A and its (row sum, zero point), Mp = M rounded up to MR.
+    bp/bu/bz/mult/bias have one row per B entry (or one for all); mult and bias are per column, or
+    per row of A with per_row = 1 (a convolution's output channels), size 1: per tensor."""
+    batch = y.shape[0]
+    m_rows = y.shape[1]
+    n = y.shape[2]
+    kk = a.shape[2]
+    k4 = (kk + 3) // 4
+    mp = ap.shape[0] // batch
+    NR = 2 * V
+    # ---- pack A: 4 bytes per word (shifted to u8 by flip = 0x80 for i8 data), row sums, zero points
+    lo, hi = dsl.split(batch * mp)
+    for row in range(lo, hi):
+        t = row // mp
+        m = row - t * mp
+        s = i32(0)
+        za = i32(0)
+        dst = row * k4
+        if m < m_rows:
+            src = (t * m_rows + m) * kk
+            za = (i32(a_zp.flat[(t if a_zp.shape[0] > 1 else 0) * a_zp.shape[1] + (m if a_zp.shape[1] > 1 else 0)])
+                  & 0xFF) ^ flip
+            for q in range(kk // 4):
+                w = i32(0)
+                for j in dsl.static_range(4):
+                    v = (i32(a.flat[src + 4 * q + j]) & 0xFF) ^ flip
+                    s += v
+                    w = w | (v << (8 * j))
+                ap.flat[dst + q] = w
+            if kk % 4 != 0:
+                w = i32(0)
+                for j in dsl.static_range(4):
+                    k = (kk // 4) * 4 + j
+                    if k < kk:
+                        v = (i32(a.flat[src + k]) & 0xFF) ^ flip
+                        s += v
+                        w = w | (v << (8 * j))
+                ap.flat[dst + k4 - 1] = w
+        else:
+            for q in range(k4):
+                ap.flat[dst + q] = i32(0)
+        rows.flat[2 * row] = s
+        rows.flat[2 * row + 1] = za
+    dsl.sync()
+    # ---- tiles: column panel major, so a thread's consecutive tiles share a B panel
+    npan = bu.shape[1] // NR
+    mpan = mp // MR
+    per_entry = npan * mpan
+    lo, hi = dsl.split(batch * per_entry)
+    for item in range(lo, hi):
+        t = item // per_entry
+        r = item - t * per_entry
+        jp = r // mpan
+        ip = r - jp * mpan
+        tb = t if bp.shape[0] > 1 else 0
+        pb = tb * bp.shape[1] + jp * k4 * NR
+        pa = (t * mp + ip * MR) * k4
+        acc = dsl.local((2 * MR,), dsl.simd(i32, V))
+        for q in range(k4):
+            b0 = bp.vload(pb + q * NR, V)
+            b1 = bp.vload(pb + q * NR + V, V)
+            for i in dsl.static_range(MR):
+                av = dsl.splat(ap.flat[pa + i * k4 + q], V)
+                acc[2 * i] = dsl.dot4(acc[2 * i], av, b0)
+                acc[2 * i + 1] = dsl.dot4(acc[2 * i + 1], av, b1)
+        # ---- epilogue: zero-point terms, bias, requantization, store
+        for i in dsl.static_range(MR):
+            m = ip * MR + i
+            if m < m_rows:
+                rs = rows.flat[2 * (t * mp + m)]
+                za = rows.flat[2 * (t * mp + m) + 1]
+                yrow = (t * m_rows + m) * n
+                for h in dsl.static_range(2):
+                    n0 = jp * NR + h * V
+                    if n0 < n:
+                        cu = tb * bu.shape[1] + n0
+                        acc_v = acc[2 * i + h] + za * bu.vload(cu, V) - rs * bz.vload(cu, V)
+                        if requantize == 1:
+                            if per_row == 1:
+                                acc_v = acc_v + bias.flat[m if bias.shape[1] > 1 else 0]
+                                f = dsl.f32(acc_v) * mult.flat[m if mult.shape[1] > 1 else 0]
+                            else:
+                                if bias.shape[1] > 1:
+                                    acc_v = acc_v + bias.vload((tb if bias.shape[0] > 1 else 0) * bias.shape[1] + n0, V)
+                                else:
+                                    acc_v = acc_v + bias.flat[0]
+                                if mult.shape[1] > 1:
+                                    f = dsl.f32(acc_v) * mult.vload((tb if mult.shape[0] > 1 else 0) * mult.shape[1] + n0, V)
+                                else:
+                                    f = dsl.f32(acc_v) * mult.flat[0]
+                            f = dsl.clamp(dsl.rint(f) + y_zp, q_lo, q_hi)
+                            if n0 + V <= n:
+                                y.vstore(yrow + n0, f)
+                            else:
+                                for c in dsl.static_range(V):
+                                    if n0 + c < n:
+                                        y.flat[yrow + n0 + c] = f[c]
+                        else:
+                            if n0 + V <= n:
+                                y.vstore(yrow + n0, acc_v)
+                            else:
+                                for c in dsl.static_range(V):
+                                    if n0 + c < n:
+                                        y.flat[yrow + n0 + c] = acc_v[c]
+
+
+# --------------------------------------------------------------------------- host side
+
+_PACKED: dict = {}  # id(constant root array) -> (weakref to it, {key: packed arrays})
+
+
+def _immutable(x: np.ndarray) -> bool:
+    """Whether no one can change x's values (graph constants are read-only all the way down)."""
+    while isinstance(x, np.ndarray):
+        if x.flags.writeable:
+            return False
+        x = x.base
+    return True
+
+
+def _root(x: np.ndarray) -> np.ndarray:
+    while isinstance(x.base, np.ndarray):
+        x = x.base
+    return x
+
+
+def _pack_b(b3: np.ndarray, bzp2: np.ndarray, tile: Int8Tile, backend) -> tuple:
+    bb, kk, n = b3.shape
+    np_cols = -(-n // tile.NR) * tile.NR
+    bp = np.empty((bb, np_cols * -(-kk // 4)), np.int32)
+    bu = np.empty((bb, np_cols), np.int32)
+    bz = np.empty((bb, np_cols), np.int32)
+    flip = 0x80 if b3.dtype == np.uint8 else 0
+    pack_b_int8(np.ascontiguousarray(b3), np.ascontiguousarray(bzp2), bp, bu, bz, flip, NR=tile.NR, backend=backend)
+    return bp, bu, bz
+
+
+def packed_b(b3: np.ndarray, bzp2: np.ndarray, tile: Int8Tile, backend) -> tuple:
+    """(bp, bu, bz) of ``pack_b_int8``: made once per constant B and zero point (kept while
+    the array lives; the zero point's values are part of the key), at every call for any other."""
+    if not _immutable(b3):
+        return _pack_b(b3, bzp2, tile, backend)
+    root = _root(b3)
+    key = (b3.__array_interface__["data"][0], b3.shape, b3.strides, b3.dtype.str, bzp2.tobytes(),
+           bzp2.shape, tile, backend)
+    hit = _PACKED.get(id(root))
+    if hit is not None and hit[0]() is root and key in hit[1]:
+        return hit[1][key]
+    packed = _pack_b(b3, bzp2, tile, backend)
+    if hit is None or hit[0]() is not root:
+        try:
+            hit = (weakref.ref(root, lambda _, k=id(root): _PACKED.pop(k, None)), {})
+        except TypeError:
+            return packed
+        _PACKED[id(root)] = hit
+    hit[1][key] = packed
+    return packed
+
+
+def _per_column(x: Optional[np.ndarray], n: int, np_cols: int, dtype, default) -> np.ndarray:
+    """A per-tensor, per-column (or per-row) vector as the kernel reads it: (1, 1), or (1, np_cols)
+    zero-padded past n."""
+    if x is None:
+        return np.full((1, 1), default, dtype)
+    x = np.asarray(x, dtype).reshape(-1)
+    if x.size == 1:
+        return x.reshape(1, 1)
+    out = np.zeros((1, np_cols), dtype)
+    out[0, :n] = x
+    return out
+
+
+def qgemm_int8(a3: np.ndarray, b3: np.ndarray, y3: np.ndarray, a_zp=None, b_zp=None, mult=None,
+               bias=None, y_zp: int = 0, q_lo=None, q_hi=None, backend=None, kernel=qgemm_packed,
+               tile: Optional[Int8Tile] = None, per_row: bool = False, packed=None) -> None:
+    """y3 (batch, M, N) = a3 (batch, M, K) · b3 (1|batch, K, N) with zero points ``a_zp`` (scalar or
+    per row, M), ``b_zp`` (scalar or per column, N); with ``mult`` (scalar or per column, f32)
+    the sums (plus ``bias``, i32 per column) are requantized to y3's dtype around ``y_zp`` and
+    clamped to [q_lo, q_hi] (default: the type's range); ``per_row``: mult and bias are per row
+    (M) instead.  ``kernel`` is what to launch (a graph's recorder stands in for it); ``tile``
+    overrides the target's; ``packed`` is B already packed as (bp, bu, bz) (ops/conv_int8.py)."""
+    backend = backend or "numba"
+    tile = tile or int8_tile(backend)
+    batch, m, kk = a3.shape
+    n = y3.shape[2]
+    if packed is None:
+        zb = np.zeros(1, b3.dtype) if b_zp is None else np.asarray(b_zp, b3.dtype).reshape(-1)
+        packed = packed_b(b3, zb.reshape(1, -1), tile, backend)
+    bp, bu, bz = packed
+    za = np.zeros((1, 1), a3.dtype) if a_zp is None else np.asarray(a_zp, a3.dtype).reshape(1, -1)
+    mp = -(-m // tile.MR) * tile.MR
+    ap = np.empty((batch * mp, -(-kk // 4)), np.int32)
+    rows = np.empty((batch * mp, 2), np.int32)
+    requantize = mult is not None
+    np_cols = bu.shape[1]
+    if requantize:
+        info = np.iinfo(y3.dtype)
+        lo = float(info.min) if q_lo is None else max(float(info.min), float(q_lo))
+        hi = float(info.max) if q_hi is None else min(float(info.max), float(q_hi))
+    else:
+        lo = hi = 0.0
+    width = m if per_row else n
+    cols = m if per_row else np_cols
+    kernel(np.ascontiguousarray(a3), za, bp, bu, bz, _per_column(mult, width, cols, np.float32, 1.0),
+           _per_column(bias, width, cols, np.int32, 0), y3, ap, rows, 0x80 if a3.dtype == np.int8 else 0,
+           int(requantize), int(per_row), float(y_zp), lo, hi, V=tile.V, MR=tile.MR, backend=backend)

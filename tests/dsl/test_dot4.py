@@ -1,0 +1,184 @@
+"""dsl.dot4, the int8 dot product, and the small-integer SIMD values int8 kernels use, on every
+backend against numpy (docs/language.md, "Integer dot products"): signs, the i16 saturation
+corner that vpmaddubsw would hit, i32 wrap-around, every lowering this CPU can run."""
+import runpy
+
+import numpy as np
+import pytest
+
+import dsl
+from dsl import In, Out, i32, u8
+
+RNG = np.random.default_rng(29)
+
+
+@dsl.kernel(threads=2)
+def dot4_lanes(acc: In[i32], a: In[i32], b: In[i32], y4: Out[i32], y8: Out[i32], y16: Out[i32], ys: Out[i32]):
+    """dsl.dot4 on 4, 8 and 16 lanes and on scalars, over the same data."""
+    lo, hi = dsl.split(acc.size // 16)
+    for blk in range(lo, hi):
+        i = blk * 16
+        y16.vstore(i, dsl.dot4(acc.vload(i, 16), a.vload(i, 16), b.vload(i, 16)))
+        for h in dsl.static_range(2):
+            j = i + 8 * h
+            y8.vstore(j, dsl.dot4(acc.vload(j, 8), a.vload(j, 8), b.vload(j, 8)))
+        for q in dsl.static_range(4):
+            j = i + 4 * q
+            y4.vstore(j, dsl.dot4(acc.vload(j, 4), a.vload(j, 4), b.vload(j, 4)))
+        for j in range(i, i + 16):
+            ys.flat[j] = dsl.dot4(acc.flat[j], a.flat[j], b.flat[j])
+
+
+def reference(acc, a_bytes, b_bytes):
+    """acc + Σ u8·i8 per group of 4 bytes, wrapped to i32."""
+    s = acc.astype(np.int64) + (a_bytes.reshape(-1, 4).astype(np.int64) * b_bytes.reshape(-1, 4)).sum(1)
+    return ((s + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
+
+
+def corner_data(n=64):
+    acc = RNG.integers(-1000, 1000, n).astype(np.int32)
+    a = RNG.integers(0, 256, 4 * n).astype(np.uint8)
+    b = RNG.integers(-128, 128, 4 * n).astype(np.int8)
+    a[:16], b[:16] = 255, -128     # every pair 255·-128·2 = -65280: saturates in vpmaddubsw's i16
+    a[16:32], b[16:32] = 255, 127  # 64770 > 32767, the positive side
+    a[32:48:2], b[32:48:2] = 0, -128  # zero bytes next to extremes
+    a[48:64], b[48:64] = 255, 127
+    acc[12:16] = np.iinfo(np.int32).max  # the i32 sum wraps past INT_MAX ...
+    acc[16:20] = np.iinfo(np.int32).min  # ... and stays put at INT_MIN + a positive dot
+    acc[0:4] = np.iinfo(np.int32).min    # ... and wraps below INT_MIN
+    return acc, a, b
+
+
+def test_dot4_matches_numpy_with_saturation_and_wrap_corners(backend):
+    acc, a, b = corner_data()
+    outs = [np.zeros_like(acc) for _ in range(4)]
+    dot4_lanes(acc, a.view(np.int32), b.view(np.int32), *outs, backend=backend)
+    want = reference(acc, a, b)
+    assert want[0] > 0 and want[12] < 0  # the corners really wrap
+    for got in outs:
+        np.testing.assert_array_equal(got, want)
+
+
+@dsl.kernel(threads=1)
+def dot4_literal_acc(a: In[i32], b: In[i32], y: Out[i32]):
+    """A literal accumulator broadcasts; u32 operands are the same bits."""
+    for i in range(0, a.size, 8):
+        y.vstore(i, dsl.dot4(0, a.vload(i, 8), b.vload(i, 8)))
+
+
+def test_dot4_literal_accumulator(backend):
+    _, a, b = corner_data(16)
+    y = np.zeros(16, np.int32)
+    dot4_literal_acc(a.view(np.int32), b.view(np.int32), y, backend=backend)
+    np.testing.assert_array_equal(y, reference(np.zeros(16, np.int32), a, b))
+
+
+@dsl.kernel(threads=1)
+def requantize_u8(x: In[u8], w: In[i32], y: Out[u8], wide: Out[i32]):
+    """u8 lanes load, widen to i32, and narrow back with saturation (clamp, then the cast)."""
+    for i in range(0, x.size, 16):
+        v = dsl.i32(x.vload(i, 16))
+        wide.vstore(i, v)
+        s = v * w.vload(i, 16) - 300
+        y.vstore(i, dsl.u8(dsl.clamp(s, 0, 255)))
+
+
+def test_u8_lanes_widen_and_narrow_with_saturation(backend):
+    x = RNG.integers(0, 256, 32).astype(np.uint8)
+    x[:2] = (0, 255)
+    w = RNG.integers(-3, 4, 32).astype(np.int32)
+    y, wide = np.zeros(32, np.uint8), np.zeros(32, np.int32)
+    requantize_u8(x, w, y, wide, backend=backend)
+    np.testing.assert_array_equal(wide, x.astype(np.int32))
+    np.testing.assert_array_equal(y, np.clip(x.astype(np.int32) * w - 300, 0, 255).astype(np.uint8))
+
+
+def test_dot4_lowering_choice():
+    from backends.numba.simd_codegen import dot4_lowering
+    assert dot4_lowering({"avx2", "avx512vnni", "avx512vl"}, 8) == "vnni"
+    assert dot4_lowering({"avx2", "avx512vnni"}, 16) == "vnni"
+    assert dot4_lowering({"avx2", "avx512vnni"}, 8) == "avx2"  # no VL: 256-bit vpdpbusd needs it
+    assert dot4_lowering({"avx2", "avxvnni"}, 8) == "vnni"
+    assert dot4_lowering({"avx2", "avxvnni"}, 16) == "avx2"
+    assert dot4_lowering({"avx2", "sse2"}, 4) == "avx2"
+    assert dot4_lowering({"sse2"}, 8) == "generic"
+    assert dot4_lowering(set(), 2) == "generic"
+
+
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+def test_every_runnable_numba_lowering_is_exact(lanes):
+    """Each lowering this CPU can execute, called directly, on the saturation corners."""
+    numba = pytest.importorskip("numba")
+    from backends.numba import simd as sm
+    from backends.numba.simd_codegen import dot4_lowering
+    feats = dsl.target("numba").features
+    runnable = {"generic"} | {dot4_lowering(feats, lanes)}
+    acc, a, b = corner_data(lanes * 4)
+    want = reference(acc, a, b)
+    for how in sorted(runnable):
+        @numba.njit
+        def run(acc, a, b, out, how=how):
+            for i in range(0, acc.size, lanes):
+                sm.vstore(out, i, sm.dot4(sm.vload(acc, i, lanes), sm.vload(a, i, lanes), sm.vload(b, i, lanes), how))
+        out = np.zeros_like(acc)
+        run(acc, a.view(np.int32), b.view(np.int32), out)
+        np.testing.assert_array_equal(out, want, err_msg=how)
+        if how == "avx2" and lanes == 8:  # the exact pair: vpmaddwd, never the saturating vpmaddubsw
+            asm = next(iter(run.inspect_asm().values()))
+            assert "vpmaddwd" in asm and "vpmaddubsw" not in asm
+
+
+def test_opencl_source_uses_the_integer_dot_product_builtin_where_the_device_has_it():
+    src = dot4_lanes.source("opencl")
+    assert "dot_4x8packed_us_int" in src and "cl_khr_integer_dot_product" in src
+
+
+@pytest.mark.parametrize("args, words", [
+    ("acc.vload(0, 8), x.vload(0, 8), x.vload(0, 8)", ["dot4", "f32"]),
+    ("acc.vload(0, 8), w.vload(0, 8), acc.vload(0, 8)", ["dot4", "i64", "packed bytes"]),
+    ("acc.vload(0, 8), acc.vload(0, 4), acc.vload(0, 4)", ["4 and 8 lanes"]),
+])
+def test_dot4_errors_name_the_call_and_what_it_takes(args, words, tmp_path):
+    src = f'''
+import dsl
+from dsl import In, Out, f32, i32, i64
+@dsl.kernel(threads=1)
+def bad(acc: In[i32], x: In[f32], w: In[i64], y: Out[i32]):
+    y.vstore(0, dsl.dot4({args}))
+'''
+    path = tmp_path / "bad_dot4.py"
+    path.write_text(src)
+    scope = runpy.run_path(str(path))
+    with pytest.raises(dsl.CompileError) as err:
+        scope["bad"].source("numba")
+    text = str(err.value)
+    assert "bad_dot4.py:6" in text, text
+    for w in words:
+        assert w in text, text
+
+
+@dsl.kernel(threads=1)
+def narrow_floats(x: In[dsl.f32], r: Out[dsl.f32], q8: Out[u8], s8: Out[dsl.i8], q32: Out[i32]):
+    """Requantization's steps on f32 lanes: rint (half to even), then int() conversions that
+    truncate, saturate and map NaN to 0."""
+    for i in range(0, x.size, 8):
+        v = x.vload(i, 8)
+        r.vstore(i, dsl.rint(v))
+        q8.vstore(i, dsl.u8(v))
+        s8.vstore(i, dsl.i8(v))
+        q32.vstore(i, dsl.i32(v))
+
+
+def test_float_lanes_round_and_narrow_with_saturation(backend):
+    x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 254.7, 255.5, 256.0, -0.9, -1.0, -129.0, 127.9, np.nan, np.inf,
+                  -np.inf, 3e9], np.float32)
+    r, q8, s8, q32 = np.zeros(16, np.float32), np.zeros(16, np.uint8), np.zeros(16, np.int8), np.zeros(16, np.int32)
+    narrow_floats(x, r, q8, s8, q32, backend=backend)
+    np.testing.assert_array_equal(r, np.rint(x))
+
+    def sat(v, t):
+        info = np.iinfo(t)
+        return np.array([0 if np.isnan(e) else min(max(np.trunc(e), info.min), info.max) for e in v]).astype(t)
+    np.testing.assert_array_equal(q8, sat(x, np.uint8))
+    np.testing.assert_array_equal(s8, sat(x, np.int8))
+    np.testing.assert_array_equal(q32, sat(x, np.int32))

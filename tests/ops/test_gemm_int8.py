@@ -1,0 +1,222 @@
+"""The packed int8 GEMM (ops/gemm_int8.py) on every backend against numpy, and the ops that run
+on it (MatMulInteger, QLinearMatMul, DynamicQuantizeLinear -> MatMulInteger) against numpy and
+onnxruntime: zero-point corners, i8/u8 operands either way round, per-column scales and zero
+points, the u8·i8 saturation corner, M/K/N tails, the fused bias and clamp."""
+import numpy as np
+import pytest
+
+import ops
+from ops.gemm_int8 import Int8Tile, qgemm_int8
+from ops.quant_matmul import requant_multiplier
+
+RNG = np.random.default_rng(29)
+SMALL = Int8Tile(V=4, MR=2)  # small tiles: every tail of a tiny product is reached
+
+
+def data(dtype, shape, corner=None):
+    info = np.iinfo(dtype)
+    x = RNG.integers(info.min, info.max + 1, shape).astype(dtype)
+    if corner is not None:
+        x.reshape(-1)[: x.size // 3] = corner
+    return x
+
+
+def exact(a, b, za, zb):
+    """Σ (a - za)(b - zb) in i64; za per row (M) or scalar, zb per column (N) or scalar."""
+    za = np.asarray(za, np.int64).reshape(-1, 1) if np.size(za) > 1 else np.int64(np.asarray(za).reshape(-1)[0])
+    zb = np.asarray(zb, np.int64).reshape(1, -1) if np.size(zb) > 1 else np.int64(np.asarray(zb).reshape(-1)[0])
+    return np.matmul(a.astype(np.int64) - za, b.astype(np.int64) - zb)
+
+
+def requantized(acc, mult, bias, y_zp, dtype, lo=None, hi=None):
+    """onnxruntime's (MLAS's) requantization: f32(acc + bias) · mult, rounded half to even, + zp, clamped."""
+    info = np.iinfo(dtype)
+    lo = info.min if lo is None else lo
+    hi = info.max if hi is None else hi
+    f = (acc + (0 if bias is None else bias)).astype(np.float32) * np.asarray(mult, np.float32)
+    return np.clip(np.rint(f) + np.float32(y_zp), lo, hi).astype(dtype)
+
+
+CASES = [  # (A dtype, B dtype, a zero point, b zero point, A corner, B corner)
+    (np.uint8, np.int8, 255, 0, 255, -128),      # every pair 255·-128: vpmaddubsw would saturate
+    (np.uint8, np.int8, 128, "per-column", None, 127),
+    (np.int8, np.uint8, -128, 255, 127, 0),       # both operands shifted to u8·i8 while packing
+    (np.uint8, np.uint8, 0, 128, None, None),
+]
+
+
+@pytest.mark.parametrize("adt, bdt, za, zb, ca, cb", CASES)
+def test_packed_int8_gemm_exact_on_every_backend(backend, adt, bdt, za, zb, ca, cb):
+    m, k, n = 5, 9, 11  # K % 4 != 0, N not a multiple of the panel, M of the row tile
+    a, b = data(adt, (1, m, k), ca), data(bdt, (1, k, n), cb)
+    zbv = data(bdt, (n,)) if zb == "per-column" else np.array([zb], bdt)
+    y = np.zeros((1, m, n), np.int32)
+    qgemm_int8(a, b, y, np.array([za], adt), zbv, backend=backend, tile=SMALL)
+    np.testing.assert_array_equal(y[0], exact(a[0], b[0], za, zbv))
+
+
+def test_packed_int8_gemm_requantizes_per_channel_with_bias_and_clamp(backend):
+    m, k, n = 6, 17, 10
+    a, b = data(np.uint8, (2, m, k)), data(np.int8, (1, k, n), -128)  # a batch of 2, one B
+    za, zb = np.array([3], np.uint8), np.array([0], np.int8)
+    mult = RNG.uniform(1e-4, 3e-3, n).astype(np.float32)
+    bias = RNG.integers(-5000, 5000, n).astype(np.int32)
+    y = np.zeros((2, m, n), np.uint8)
+    qgemm_int8(a, b, y, za, zb, mult=mult, bias=bias, y_zp=100, q_lo=100, q_hi=250,  # a fused Relu + cap
+               backend=backend, tile=SMALL)
+    for t in range(2):
+        acc = exact(a[t], b[0], za, zb)
+        np.testing.assert_array_equal(y[t], requantized(acc, mult, bias, 100, np.uint8, 100, 250))
+
+
+# --------------------------------------------------------------------------- the ops (numba, opencl)
+
+M, K, N = 19, 67, 37  # big enough for the packed path, every tail ragged
+
+
+def test_matmul_integer_takes_the_packed_gemm(compiled_backend):
+    op = ops.MatMulInteger()
+    a, b = data(np.uint8, (M, K), 255), data(np.int8, (K, N), -128)
+    za, zb = np.array(128, np.uint8), data(np.int8, (N,))
+    from dsl.opgraph.spec import TensorSpec
+    specs = [TensorSpec.of(x) for x in (a, b, za, zb)]
+    assert op.select(*specs, backend=compiled_backend) == "packed"
+    y = op(a, b, za, zb, backend=compiled_backend)
+    np.testing.assert_array_equal(y, exact(a, b, 128, zb))
+
+
+def test_matmul_integer_batched_i8_activations(compiled_backend):
+    a, b = data(np.int8, (3, M, K), -128), data(np.int8, (K, N), 127)
+    za, zb = np.array(-3, np.int8), np.array(5, np.int8)
+    y = ops.MatMulInteger()(a, b, za, zb, backend=compiled_backend)
+    for t in range(3):
+        np.testing.assert_array_equal(y[t], exact(a[t], b, -3, 5))
+
+
+@pytest.mark.parametrize("ydt", [np.uint8, np.int8])
+def test_qlinear_matmul_per_channel_matches_numpy(compiled_backend, ydt):
+    a, b = data(np.uint8, (M, K)), data(np.int8, (K, N))
+    sa, za = np.array(0.02, np.float32), np.array(131, np.uint8)
+    sb, zb = RNG.uniform(0.001, 0.01, N).astype(np.float32), np.zeros(N, np.int8)
+    sy, zy = np.array(0.05, np.float32), np.array(3 if ydt == np.int8 else 120, ydt)
+    y = ops.QLinearMatMul()(a, sa, za, b, sb, zb, sy, zy, backend=compiled_backend)
+    want = requantized(exact(a, b, 131, 0), requant_multiplier(sa, sb, sy), None, zy, ydt)
+    np.testing.assert_array_equal(y, want)
+
+
+def _model(nodes, inputs, outputs, inits):
+    from onnx import helper, numpy_helper
+    return helper.make_model(helper.make_graph(nodes, "g", inputs, outputs,
+                                               [numpy_helper.from_array(v, k) for k, v in inits.items()]),
+                             opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_qlinear_matmul_model_matches_onnxruntime():
+    ort = pytest.importorskip("onnxruntime")
+    onnx = pytest.importorskip("onnx")
+    import dsl
+    from onnx import TensorProto, helper
+    a = data(np.uint8, (M, K))
+    inits = {"sa": np.array(0.02, np.float32), "za": np.array(128, np.uint8),
+             "b": RNG.integers(-64, 64, (K, N)).astype(np.int8),  # 7-bit weights: onnxruntime's AVX2 path is exact
+             "sb": RNG.uniform(0.001, 0.01, N).astype(np.float32), "zb": np.zeros(N, np.int8),
+             "sy": np.array(0.03, np.float32), "zy": np.array(128, np.uint8)}
+    node = helper.make_node("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"], ["y"])
+    model = _model([node], [helper.make_tensor_value_info("a", TensorProto.UINT8, [M, K])],
+                   [helper.make_tensor_value_info("y", TensorProto.UINT8, [M, N])], inits)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    got = dsl.load_onnx(model, backend="numba").run({"a": a})["y"]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_dynamic_quantize_matmul_integer_matches_onnxruntime():
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    import dsl
+    from onnx import TensorProto, helper
+    x = RNG.standard_normal((M, K)).astype(np.float32)
+    inits = {"w": RNG.integers(-64, 64, (K, N)).astype(np.int8), "wz": np.array(0, np.int8),
+             "ws": np.array(0.01, np.float32)}
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("MatMulInteger", ["xq", "w", "xz", "wz"], ["acc"]),
+             helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["xs", "ws"], ["s"]),
+             helper.make_node("Mul", ["accf", "s"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [M, K])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [M, N])], inits)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = dsl.load_onnx(model, backend="numba").run({"x": x})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- convolutions (ops/conv_int8.py)
+
+def conv_exact(x, w, xz, wz, strides, pads, dil):
+    """Σ (x - xz)(w - wz[m]) over each window, in i64, padding contributing nothing."""
+    n, c, h, wd = x.shape
+    m, _, kh, kw = w.shape
+    xp = np.pad(x.astype(np.int64) - int(xz), ((0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])))
+    oh = (h + pads[0] + pads[2] - (kh - 1) * dil[0] - 1) // strides[0] + 1
+    ow = (wd + pads[1] + pads[3] - (kw - 1) * dil[1] - 1) // strides[1] + 1
+    wv = w.astype(np.int64) - np.asarray(wz, np.int64).reshape(-1, 1, 1, 1)
+    y = np.zeros((n, m, oh, ow), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            win = xp[:, :, i * dil[0]: i * dil[0] + strides[0] * oh: strides[0],
+                     j * dil[1]: j * dil[1] + strides[1] * ow: strides[1]]
+            y += np.einsum("nchw,mc->nmhw", win, wv[:, :, i, j])
+    return y
+
+
+def test_conv_integer_runs_as_the_packed_gemm(compiled_backend):
+    from dsl.opgraph.spec import TensorSpec
+    x, w = data(np.uint8, (2, 5, 9, 8), 255), data(np.int8, (6, 5, 3, 3), -128)
+    xz, wz = np.array(7, np.uint8), data(np.int8, (6,))
+    op = ops.ConvInteger(pads=[1, 0, 2, 1], strides=[2, 1], dilations=[1, 2])
+    assert op.select(*[TensorSpec.of(a) for a in (x, w, xz, wz)], backend=compiled_backend) == "packed"
+    y = op(x, w, xz, wz, backend=compiled_backend)
+    np.testing.assert_array_equal(y, conv_exact(x, w, 7, wz, (2, 1), (1, 0, 2, 1), (1, 2)))
+
+
+def test_qlinear_conv_per_channel_matches_numpy(compiled_backend):
+    x, w = data(np.uint8, (1, 6, 7, 7)), data(np.int8, (5, 6, 3, 3))
+    sx, zx = np.array(0.02, np.float32), np.array(128, np.uint8)
+    sw, zw = RNG.uniform(0.001, 0.01, 5).astype(np.float32), np.zeros(5, np.int8)
+    sy, zy = np.array(0.1, np.float32), np.array(3, np.int8)
+    bias = RNG.integers(-3000, 3000, 5).astype(np.int32)
+    y = ops.QLinearConv(pads=[1, 1, 1, 1])(x, sx, zx, w, sw, zw, sy, zy, bias, backend=compiled_backend)
+    acc = conv_exact(x, w, 128, 0, (1, 1), (1, 1, 1, 1), (1, 1)) + bias.reshape(1, -1, 1, 1)
+    mult = (sx * sw / sy).astype(np.float32).reshape(1, -1, 1, 1)
+    want = np.clip(np.rint(acc.astype(np.float32) * mult) + np.float32(3), -128, 127).astype(np.int8)
+    np.testing.assert_array_equal(y, want)
+
+
+def test_qlinear_conv_model_matches_onnxruntime():
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    import dsl
+    from onnx import TensorProto, helper
+    x = data(np.uint8, (1, 8, 10, 10))
+    inits = {"sx": np.array(0.02, np.float32), "zx": np.array(120, np.uint8),
+             "w": RNG.integers(-64, 64, (16, 8, 3, 3)).astype(np.int8),  # 7 bits: onnxruntime's AVX2 path is exact
+             "sw": RNG.uniform(0.001, 0.01, 16).astype(np.float32), "zw": np.zeros(16, np.int8),
+             "sy": np.array(0.2, np.float32), "zy": np.array(128, np.uint8),
+             "b": RNG.integers(-2000, 2000, 16).astype(np.int32)}
+    node = helper.make_node("QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "b"], ["y"],
+                            pads=[1, 1, 1, 1])
+    model = _model([node], [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 8, 10, 10])],
+                   [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, 16, 10, 10])], inits)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = dsl.load_onnx(model, backend="numba").run({"x": x})["y"]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_conv_int8_packing_on_every_backend(backend):
+    """ops/conv_int8.py launched directly: vector-packed words (in-image stretches of a row) and
+    pixel-by-pixel ones (padding, panels crossing rows, the ragged last panel)."""
+    from ops.conv_int8 import conv_int8
+    x, w = data(np.uint8, (1, 2, 5, 37), 0), data(np.int8, (3, 2, 3, 3), 127)  # panel 48..63: vectors
+    wz = data(np.int8, (3,))
+    y = np.zeros((1, 3, 5, 37), np.int32)
+    conv_int8(x, w, y, np.array(200, np.uint8), wz, [3, 3, 1, 1, 1, 1, 1, 1, 5, 37], backend=backend)
+    np.testing.assert_array_equal(y, conv_exact(x, w, 200, wz, (1, 1), (1, 1, 1, 1), (1, 1)))
