@@ -268,7 +268,7 @@ class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBu
                 params.append(", ".join([f"{self.buffer_prefix}{const}{self.stype(p.dtype)}* {cname}"]
                                         + [f"{self.size_type} {s}" for s in self.shape_names[p.name]]))
                 self.args.append(Arg("tensor", p.name, p.dtype, p.ndim, p.access))
-            elif isinstance(p, ir.VecParam) and self.vec_buffer_min and p.length >= self.vec_buffer_min:
+            elif self.vec_is_buffer(p):
                 # one read-only buffer: a kernel argument per element makes compile time explode
                 params.append(f"{self.buffer_prefix}const {self.arg_type(p.dtype)}* {cname}")
                 self.args.append(Arg("vec_buffer", p.name, p.dtype, length=p.length))
@@ -617,9 +617,16 @@ class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBu
             return f"({ptr}[{off}] != 0)"
         return f"{ptr}[{off}]"
 
+    def vec_is_buffer(self, p) -> bool:
+        """A dsl.Vec param long enough to travel as one read-only buffer (``vec_buffer_min``)."""
+        return isinstance(p, ir.VecParam) and bool(self.vec_buffer_min) and p.length >= self.vec_buffer_min
+
     def checked_load(self, e: ir.Load, buf, ptr: str) -> str:
         """Debug mode: the element, or 0 when its index failed the check (recorded; the launch raises).
         A helper reads it, so the checked offset is computed once."""
+        if self.vec_is_buffer(buf):  # its elements are the scalar argument type, in the buffer space
+            read = self.helper("ld", None, f"tensor_{self.arg_type(buf.dtype)}")
+            return f"{read}({ptr}, {self.checked_offset(e, 'load')})"
         space = ("scratch" if isinstance(buf, ir.Scratch) else "tensor" if isinstance(buf, ir.TensorParam)
                  else "private")
         name = buf.dtype.name
