@@ -85,6 +85,7 @@ def test_matmul_integer_takes_the_packed_gemm(compiled_backend):
     np.testing.assert_array_equal(y, exact(a, b, 128, zb))
 
 
+@pytest.mark.slow  # its own compiles (~20 s); i8 activations are covered by the exact GEMM cases
 def test_matmul_integer_batched_i8_activations(compiled_backend):
     a, b = data(np.int8, (3, M, K), -128), data(np.int8, (K, N), 127)
     za, zb = np.array(-3, np.int8), np.array(5, np.int8)
@@ -93,7 +94,7 @@ def test_matmul_integer_batched_i8_activations(compiled_backend):
         np.testing.assert_array_equal(y[t], exact(a[t], b, -3, 5))
 
 
-@pytest.mark.parametrize("ydt", [np.uint8, np.int8])
+@pytest.mark.parametrize("ydt", [np.uint8, pytest.param(np.int8, marks=pytest.mark.slow)])  # ~20 s of compiles each
 def test_qlinear_matmul_per_channel_matches_numpy(compiled_backend, ydt):
     a, b = data(np.uint8, (M, K)), data(np.int8, (K, N))
     sa, za = np.array(0.02, np.float32), np.array(131, np.uint8)
@@ -178,6 +179,7 @@ def test_conv_integer_runs_as_the_packed_gemm(compiled_backend):
     np.testing.assert_array_equal(y, conv_exact(x, w, 7, wz, (2, 1), (1, 0, 2, 1), (1, 2)))
 
 
+@pytest.mark.slow  # its own compiles (~20 s); per-channel requantization is covered by the GEMM test above
 def test_qlinear_conv_per_channel_matches_numpy(compiled_backend):
     x, w = data(np.uint8, (1, 6, 7, 7)), data(np.int8, (5, 6, 3, 3))
     sx, zx = np.array(0.02, np.float32), np.array(128, np.uint8)
