@@ -76,7 +76,7 @@ def phases(repeat: int, shapes=SHAPES) -> str:
         np.testing.assert_allclose(model.run(feeds)["y"], a @ b, rtol=1e-4, atol=1e-3)
         plan = next(iter(model._plans.values())).first
         (launcher, (values, grid)), = plan.steps
-        names = [p.name for p in launcher._kernel.params]
+        names = [p.name for p in launcher.kernel_ir.params]
         unpacked = list(values)  # b_ready = 1: B taken as already packed (a dummy of the packed size)
         unpacked[names.index("b_ready")] = np.int32(1)
         npan = -(-sb[-1] // (2 * int(values[names.index("V")])))

@@ -115,7 +115,7 @@ def test_cache_clear_on_a_home_folder_deletes_nothing(tmp_path):
         (home / rel).write_text(text)
     out = run("import sys\nfrom dsl.cli import main as cli\nsys.exit(cli.main(['cache', 'clear']))",
               env={"OPDSL_CACHE_DIR": str(home)}, expect_ok=False)
-    assert out.returncode == 1, out.describe()
+    assert out.returncode == 2, out.describe()  # a user error (docs: every CLI user error exits 2)
     assert str(home) in out.stderr and ".opdsl-cache" in out.stderr and "Nothing was deleted" in out.stderr
     assert {str(p.relative_to(home)): p.read_text() for p in home.rglob("*") if p.is_file()} == files
 
