@@ -621,38 +621,6 @@ class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBu
         """A dsl.Vec param long enough to travel as one read-only buffer (``vec_buffer_min``)."""
         return isinstance(p, ir.VecParam) and bool(self.vec_buffer_min) and p.length >= self.vec_buffer_min
 
-    def checked_load(self, e: ir.Load, buf, ptr: str) -> str:
-        """Debug mode: the element, or 0 when its index failed the check (recorded; the launch raises).
-        A helper reads it, so the checked offset is computed once."""
-        if self.vec_is_buffer(buf):  # its elements are the scalar argument type, in the buffer space
-            read = self.helper("ld", None, f"tensor_{self.arg_type(buf.dtype)}")
-            return f"{read}({ptr}, {self.checked_offset(e, 'load')})"
-        space = ("scratch" if isinstance(buf, ir.Scratch) else "tensor" if isinstance(buf, ir.TensorParam)
-                 else "private")
-        name = buf.dtype.name
-        private = space == "private"
-        elem = self.ctype(buf.dtype.compute) if private else "half" if name == "f16" else self.stype(buf.dtype)
-        read = self.helper("ld", None, f"{space}_{elem}")
-        value = f"{read}({ptr}, {self.checked_offset(e, 'load')})"
-        if private:
-            return value
-        if name == "bf16":
-            return f"{self.helper('bf16_to_f32')}({value})"
-        if name == "bool_":
-            return f"({value} != 0)"
-        return value
-
-    def helper_ld(self, name, t, dtype, extra):
-        space, elem = extra.split("_", 1)
-        qual = {"tensor": self.buffer_prefix, "scratch": self.local_prefix, "private": ""}[space]
-        if elem == "half":  # f16 storage: converted to float as it is read
-            return (f"{self.func_prefix}float {name}({qual}const half* p, long o) {{\n"
-                    f"  // debug mode: o < 0 is an index that failed its check (recorded); it reads as 0\n"
-                    f"  return o < 0 ? 0.0f : {self.load_f16('p', 'o')};\n}}")
-        return (f"{self.func_prefix}{elem} {name}({qual}const {elem}* p, long o) {{\n"
-                f"  // debug mode: o < 0 is an index that failed its check (recorded); it reads as 0\n"
-                f"  return o < 0 ? ({elem})0 : p[o];\n}}")
-
     def visit_AtomicFetchAdd(self, e: ir.AtomicFetchAdd) -> str:
         buf = self.k.buffer(e.tensor)
         space = "scratch" if isinstance(buf, ir.Scratch) else "tensor"
