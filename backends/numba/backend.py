@@ -38,7 +38,6 @@ from backends.numba import entry_choice
 from backends.numba import frozen as frz
 from backends.numba import parallel_compile
 from backends.numba.regions import Program
-from backends import compile_batch
 
 # A launch runs serially when its tensors hold fewer elements than this in total and the
 # team count is small: below it, waking the worker threads costs more than it saves.
@@ -544,28 +543,12 @@ def _check_threading_layer() -> None:
         _serialize_parallel = True
 
 
-def _deferred(request: CompileRequest, source: str, sites, batch) -> Optional[NumbaLauncher]:
-    """Inside a compile batch: a launcher with nothing compiled yet, whose entry points compile in
-    worker processes as launches are prepared (``note_launch``), or None when that is pointless
-    (already compiled in this process, ``launch_serial`` on disk, no disk cache)."""
-    stem = f"{request.key}_{CODEGEN_VERSION}"
-    with _modules_lock:
-        if stem in _modules:
-            return None
-    mod, path = _make_module(stem, source)
-    sig = signature(request.kernel, request.debug)
-    if path is None or machine_cache.cached(mod.launch_serial, sig):
-        mod, path = load(request, source, (mod, path))
-        return NumbaLauncher(mod, request, path, sites, source)
-    # nothing compiles yet: Kernel.prepare reports the launch next (note_launch), and only the entry
-    # point it runs goes to a worker (a model's big GEMMs never run launch_serial)
-    return NumbaLauncher(mod, request, path, sites, source, pending=True)
-
-
 def _lazy(request: CompileRequest, source: str, sites) -> NumbaLauncher:
     """A launcher whose entry points compile on first use: the first launch compiles only the entry
     it runs (a big first launch never pays for ``launch_serial``; each entry re-optimizes the
-    kernel's body with it, so an unneeded one costs about a third of a cold first call)."""
+    kernel's body with it, so an unneeded one costs about a third of a cold first call).  Inside a
+    compile batch the same launcher sends the entry a prepared launch will run to a compile worker
+    (``note_launch``), and loads it from the disk cache when it is there."""
     stem = f"{request.key}_{CODEGEN_VERSION}"
     with _modules_lock:
         hit = _modules.get(stem)
@@ -594,11 +577,6 @@ class NumbaBackend(Backend):
         program = self.program(request)
         source = program.source()
         sites = program.gen.sites.table if request.debug else None
-        batch = compile_batch.current()
-        if batch is not None and parallel_compile.wanted():
-            launcher = _deferred(request, source, sites, batch)
-            if launcher is not None:
-                return launcher
         return _lazy(request, source, sites)
 
     def available(self) -> str:

@@ -8,18 +8,14 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 
-from dsl.opgraph import registry  # noqa: E402
-from tests.package.helpers import EXAMPLE  # noqa: E402
+from tests.package.helpers import EXAMPLE, registry_restored  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def _restore_registry():
     """`run --package` registers the package's ops; each test starts from the registry it found."""
-    before = {k: list(v) for k, v in registry._TABLE.items()}
-    yield
-    for cls in registry.all_ops():
-        if cls not in before.get((cls.domain, cls.op_type), []):
-            registry.unregister(cls)
+    with registry_restored():
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -5,16 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from dsl.opgraph import registry
+from tests.package.helpers import registry_restored
 
 
 @pytest.fixture(autouse=True)
 def _restore_registry():
-    before = {k: list(v) for k, v in registry._TABLE.items()}
-    yield
-    for cls in registry.all_ops():
-        if cls not in before.get((cls.domain, cls.op_type), []):
-            registry.unregister(cls)
+    with registry_restored():
+        yield
 
 
 @pytest.fixture
