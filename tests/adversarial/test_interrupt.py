@@ -165,6 +165,14 @@ warm = [threading.Thread(target=spin, args=(x, np.zeros(64, np.float32), 1), kwa
         for _ in range(n_threads)]  # compiled, every entry, and the device created in workers:
 for t in warm: t.start()            # the main thread never launches
 for t in warm: t.join()
+import backends.interrupt as ctrl_c
+armed = []                          # "started" once every launch has read the counter: on a loaded machine
+_arm = ctrl_c.arm                   # a thread may reach its launch seconds after it was started
+def counting_arm():
+    start = _arm()
+    armed.append(start)
+    return start
+ctrl_c.arm = counting_arm
 stopped = []
 def work(k):
     try:
@@ -173,7 +181,10 @@ def work(k):
         stopped.append(time.monotonic())
 threads = [threading.Thread(target=work, args=(k,), daemon=True) for k in range(n_threads)]
 for t in threads: t.start()
-time.sleep(1.0)
+deadline = time.monotonic() + 120
+while len(armed) < n_threads and time.monotonic() < deadline:
+    time.sleep(0.01)
+time.sleep(0.2)
 print("started", flush=True)
 try:
     for t in threads: t.join()
