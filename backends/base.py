@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Sequence
 
 from dsl.lang import ir
@@ -26,6 +26,9 @@ class CompileRequest:
     fastmath: bool = False   # @dsl.kernel(fastmath=True): reassociation and approximate math allowed
     debug: bool = False      # @dsl.kernel(debug=True) / OPDSL_DEBUG=1: bounds-check every access
     interrupt: bool = True   # poll the Ctrl-C flag at loop back-edges (backends/interrupt.py)
+    # the run-time log threshold launchers read at each launch (backends/log_gate.py); not part
+    # of what the code is: every threshold runs the same compiled code
+    log_gate: Optional[object] = field(default=None, compare=False, hash=False)
 
 
 MAX_LOGICAL_THREADS = 2 ** 63 - 1

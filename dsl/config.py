@@ -3,7 +3,9 @@
 OPDSL_BACKEND       default backend for launches (numba); read at import, see set_default_backend
 OPDSL_CACHE_DIR     on-disk compile cache (default ~/.cache/opdsl); a relative path is made absolute
                     once, at first use (a later os.chdir does not move it); see docs/cache.md
-OPDSL_LOG_LEVEL     lowest dsl.log level compiled in: debug|info|warn|error|off (default warn)
+OPDSL_LOG_LEVEL     dsl.log level: debug|info|warn|error|off (default warn); read when a kernel compiles
+                    (the lowest level compiled in, unless @dsl.kernel gives log_level or log_floor) and
+                    at every launch (the run-time threshold of kernels whose log_level is not set)
 OPDSL_OPENCL_DEVICE "platform-substring[:device-index]" choosing the OpenCL device
 OPDSL_OPENCL_PROBE  how OpenCL devices are probed: subprocess (default; a crashing driver is a reason) | inprocess
 OPDSL_NO_DISK_CACHE set to 1 to keep compiled code in memory only
@@ -89,6 +91,20 @@ def log_level() -> str:
     level = os.environ.get("OPDSL_LOG_LEVEL", "warn").lower()
     if level not in LOG_LEVELS:
         raise ValueError(f"OPDSL_LOG_LEVEL={level!r}; accepted: {', '.join(LOG_LEVELS)}")
+    return level
+
+
+_runtime_levels: dict = {}  # OPDSL_LOG_LEVEL as written -> its checked, lower-case level
+
+
+def runtime_log_level() -> str:
+    """OPDSL_LOG_LEVEL as read at a launch (every launch of a kernel with dsl.log calls asks, so
+    each spelling is checked once); a bad value is a ValueError naming the variable."""
+    raw = os.environ.get("OPDSL_LOG_LEVEL", "warn")
+    level = _runtime_levels.get(raw)
+    if level is None:
+        level = log_level()
+        _runtime_levels[raw] = level
     return level
 
 

@@ -31,6 +31,7 @@ from dsl.lang import ir
 from dsl.lang import types as T
 from dsl.lang.errors import UNKNOWN, CompileError, SourceLoc
 from dsl.lang.visitor import Visitor
+from backends import log_gate
 from backends.bounds import Sites
 from backends.cstyle.builtin_calls import CBuiltinCalls
 from backends.cstyle.functions import CFunctions
@@ -68,7 +69,8 @@ class Rendered:
     line_locs: Dict[int, SourceLoc]     # 1-based C line -> the Python statement it came from
     features: frozenset = frozenset()   # what the code needs of the device, e.g. 'fp64' (named by the target)
     feature_locs: Dict[str, SourceLoc] = field(default_factory=dict)  # where each feature is first used
-    hidden: Tuple[str, ...] = ()        # trailing arguments after the params: 'interrupt' (counter, start), 'errors'
+    hidden: Tuple[str, ...] = ()        # trailing arguments after the params: 'interrupt' (counter, start),
+                                        # 'errors', 'log_level' (the run-time dsl.log threshold)
     sites: tuple = ()                   # debug mode: what each bounds check reports (backends/bounds.py)
 
     def loc_of_line(self, line: int) -> Optional[SourceLoc]:
@@ -160,6 +162,7 @@ class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBu
         self.func_ret: Optional[T.DType] = None
         self.sites = Sites()
         self.in_func = False
+        self.gated = log_gate.uses_gate(kernel)  # dsl.log calls compare their level with a hidden argument
         for p in kernel.params:                # reserve user names first: they keep their spelling
             self.names.user(p.name)
         for s in kernel.scratch + kernel.arrays:
@@ -195,7 +198,8 @@ class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBu
         lines = head + funcs_text + body
         text = "\n".join(ln for ln, _ in lines) + "\n"
         locs = {i + 1: loc for i, (_, loc) in enumerate(lines) if loc is not UNKNOWN}
-        hidden = (("interrupt",) if self.interrupt else ()) + (("errors",) if self.debug else ())
+        hidden = (("interrupt",) if self.interrupt else ()) + (("errors",) if self.debug else ()) + (
+            ("log_level",) if self.gated else ())
         return Rendered(text, self.kname, tuple(self.args), locs, frozenset(self.features), dict(self.features),
                         hidden, tuple(self.sites.table))
 
@@ -533,8 +537,11 @@ class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBu
     def visit_Sync(self, s) -> None:
         self.emit(self.sync())
 
-    def visit_Log(self, s: ir.Log) -> None:  # the frontend already dropped calls below the requested level
-        self.emit(self.log(s))
+    def visit_Log(self, s: ir.Log) -> None:  # the frontend already dropped calls below the compile-time floor
+        if s.level == "print":
+            self.emit(self.log(s))
+        else:  # at or above the run-time level only
+            self.emit(f"if ({self.log_name} <= {log_gate.number(s.level)}) {self.log(s)}")
 
     # ---- expressions -------------------------------------------------------------------
     def bare(self, e: ir.Expr) -> str:

@@ -33,6 +33,8 @@ class CFunctions:
                 ps.append(f"{self.ctype(p.dtype.compute)} {cname}")
         if self.debug and f.tensors:
             ps.append(f"{self.buffer_prefix}long* {self.err_name}")
+        if self.gated:  # its dsl.log calls (or its callees') read the run-time threshold
+            ps.append(f"long {self.log_name}")
         return f"{self.func_prefix}{ret} {self.fnames[f.name]}({', '.join(ps) or 'void'})"
 
     def _function(self, f: ir.Function) -> None:
@@ -79,4 +81,6 @@ class CFunctions:
                 args += self.shape_names[a.tensor]
         if self.debug and any(isinstance(a, ir.TensorRef) for a in e.args):
             args.append(self.err_name)
+        if self.gated:
+            args.append(self.log_name)
         return f"{self.fnames[e.func]}({', '.join(args)})"

@@ -20,14 +20,19 @@ from backends.spelling import row_major
 
 class CInstrumentation:
     intr_name, intr0_name, err_name = "opdsl_intr", "opdsl_intr0", "opdsl_err"
+    log_name = "opdsl_loglvl"  # the run-time dsl.log threshold (backends/log_gate.py)
+    gated = False              # set per kernel by render(): it has levelled dsl.log calls
 
     def hidden_params(self) -> List[str]:
-        """The hidden trailing parameters: the Ctrl-C counter and its value at launch, the error record."""
+        """The hidden trailing parameters: the Ctrl-C counter and its value at launch, the error
+        record, the run-time log threshold."""
         out = []
         if self.interrupt:
             out += [f"{self.buffer_prefix}volatile const long* {self.intr_name}", f"long {self.intr0_name}"]
         if self.debug:
             out.append(f"{self.buffer_prefix}long* {self.err_name}")
+        if self.gated:
+            out.append(f"long {self.log_name}")
         return out
 
     def stop_condition(self) -> str:

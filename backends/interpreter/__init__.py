@@ -44,7 +44,7 @@ from dsl.lang.errors import LaunchError
 from dsl.lang.func import Func
 from dsl.lang.visitor import Visitor
 from backends.base import Backend, CompileRequest, Launcher, TargetInfo
-from backends import host
+from backends import host, log_gate
 from backends.interpreter.views import Tensor, local_array
 
 # --------------------------------------------------------------------------- Python builtins
@@ -243,7 +243,9 @@ class _Launch:
         self.threads = k.threads
         self.grid = grid_size(grid)  # tiles run in flat order, axis 0 fastest
         self.grid_shape = grid_shape(grid)
-        self.log_level = launcher.log_level
+        # the lowest dsl.log level printing now: the compile-time floor or the run-time threshold
+        gate = launcher.gate
+        self.log_level = launcher.log_level if gate is None else log_gate.effective(launcher.log_level, gate)
         self.cond = threading.Condition()
         self.print_lock = launcher.print_lock
         self.atomic_lock = threading.Lock()
@@ -366,6 +368,8 @@ class InterpreterLauncher(Launcher):
         self.kernel = self.kernel_ir = request.kernel
         self.pyfunc = request.pyfunc
         self.log_level = request.log_level
+        # kernels with dsl.log calls: where each launch reads the run-time threshold (backends/log_gate.py)
+        self.gate = log_gate.gate_of(request) if log_gate.uses_gate(request.kernel) else None
         self.print_lock = threading.Lock()
         self._params = tuple(request.kernel.params)
         self.local_decls: Dict[tuple, tuple] = {}  # dsl.local call site -> (name, checked type)

@@ -33,7 +33,7 @@ from backends import cache
 from backends.numba import cache as machine_cache
 from backends.base import Backend, CompileRequest, Launcher, TargetInfo
 from backends import host
-from backends import bounds, interrupt
+from backends import bounds, interrupt, log_gate
 from backends.numba import entry_choice
 from backends.numba import frozen as frz
 from backends.numba import parallel_compile
@@ -112,7 +112,7 @@ def _nb_storage(t: T.DType):
 def signature(kernel: ir.Kernel, debug: bool = False, nd: bool = False) -> Tuple:
     """numba argument types of the entry points, for the arrays/scalars the launcher passes
     (then the grid: the team count, or gx, gy, gz for the ``_nd`` entries; then the hidden
-    arguments: Ctrl-C counter and its start value, error record)."""
+    arguments: Ctrl-C counter and its start value, error record, run-time log threshold)."""
     out: List = []
     for p in kernel.params:  # writable types: a read-only input array makes numba compile once more
         if isinstance(p, ir.TensorParam):
@@ -124,6 +124,8 @@ def signature(kernel: ir.Kernel, debug: bool = False, nd: bool = False) -> Tuple
     out += [nbt.int64] * (3 if nd else 1) + [nbt.Array(nbt.int64, 1, "C"), nbt.int64]
     if debug:
         out.append(nbt.Array(nbt.int64, 1, "C"))
+    if log_gate.uses_gate(kernel):
+        out.append(nbt.int64)
     return tuple(out)
 
 
@@ -273,6 +275,8 @@ class NumbaLauncher(Launcher):
     def __init__(self, mod, request: CompileRequest, path, sites=None, source: str = "", pending: bool = False):
         k = request.kernel
         self._sites = sites  # debug mode: what each bounds check reports (backends/bounds.py)
+        # kernels with dsl.log calls: where each launch reads the run-time threshold (backends/log_gate.py)
+        self._gate = log_gate.gate_of(request) if log_gate.uses_gate(k) else None
         self.name = k.name
         self.kernel_ir = k
         self._request = request
@@ -489,12 +493,20 @@ class NumbaLauncher(Launcher):
         """One launch with its grid and hidden arguments; KeyboardInterrupt if SIGINT stopped it,
         IndexError (debug mode) if an access was out of range (``kernel_args``: the kernel's own
         arguments, when ``args`` carries more)."""
+        gate = self._gate
+        level = gate.threshold() if gate is not None else 0  # a bad OPDSL_LOG_LEVEL raises before anything runs
         start = interrupt.arm()
         if self._sites is None:
-            fn(*args, grid, interrupt.COUNTER, start)
+            if gate is None:
+                fn(*args, grid, interrupt.COUNTER, start)
+            else:
+                fn(*args, grid, interrupt.COUNTER, start, level)
         else:
             record = bounds.new_record()
-            fn(*args, grid, interrupt.COUNTER, start, record)
+            if gate is None:
+                fn(*args, grid, interrupt.COUNTER, start, record)
+            else:
+                fn(*args, grid, interrupt.COUNTER, start, record, level)
             if record[bounds.STATE]:
                 interrupt.check(start)  # an interrupt first: the record may be one of its casualties
                 raise bounds.error(record, self._sites, self.kernel_ir,

@@ -35,10 +35,13 @@ from backends.numba.simd_codegen import WIDE_REGISTERS, SimdGen, uses_simd
 from backends.numba.typecode import const, ctype, np_type, storage_np  # noqa: F401  (re-exported)
 from dsl.lang import log_format as LF
 from dsl.lang.visitor import Visitor
+from backends import log_gate
 from backends.bounds import Sites
 from backends.func_view import FuncView
 from backends.naming import PyNames, ident
 from backends.spelling import row_major
+
+LOG_ARG = "_loglvl"  # hidden argument: the run-time dsl.log threshold (backends/log_gate.py)
 
 # The generated module's imports, written once here: the module header is made from them and the
 # names they bind are reserved, so a kernel local called ``sm`` or ``np`` is renamed rather than
@@ -164,6 +167,7 @@ class Gen(SimdGen, Visitor):
         self.fastmath = fastmath
         self.debug = debug          # bounds-check every access into the error record _err
         self.interrupt = interrupt  # poll the Ctrl-C counter _intr at loop back-edges
+        self.gated = log_gate.uses_gate(kernel)  # dsl.log calls compare their level with _loglvl
         self.sites = Sites()        # what each check reports (backends/bounds.py)
         self.stmt_loc = None        # the statement being emitted: where a failed check points
         self.types: Dict[str, T.DType] = {n: t for n, t in kernel.locals}
@@ -423,7 +427,7 @@ class Gen(SimdGen, Visitor):
 
     def visit_FuncCall(self, e, scope):
         f = self.funcs[e.func]
-        args = ["_err"] if self.debug else []
+        args = (["_err"] if self.debug else []) + ([LOG_ARG] if self.gated else [])
         for a, p in zip(e.args, f.params):
             if isinstance(a, ir.TensorRef):
                 args += self.tensor_args(a.tensor)
@@ -610,8 +614,12 @@ class Gen(SimdGen, Visitor):
     def visit_ExprStmt(self, s, scope):
         self.emit(self.visit(s.value, scope))
 
-    def visit_Log(self, s, scope):  # the frontend already dropped calls below the requested level
-        self.emit(*self.log_lines(s, scope))
+    def visit_Log(self, s, scope):  # the frontend already dropped calls below the compile-time floor
+        if s.level == "print":
+            self.emit(*self.log_lines(s, scope))
+            return
+        self.emit(f"if {LOG_ARG} <= {log_gate.number(s.level)}:  # dsl.log.{s.level}: at or above the run-time level")
+        self.emit(*("    " + line for line in self.log_lines(s, scope)))
 
     # ----------------------------------------------------------------- logging
 
@@ -704,7 +712,8 @@ def emit_function(gen: Gen, f: ir.Function) -> List[str]:
     sub.local_names = set(sub.types)
     sub.params = {}
     scope = Scope(names)
-    hidden = ["_tid", "_tile", "_ntiles", "_intr", "_intr0"] + (["_err"] if gen.debug else [])
+    hidden = ["_tid", "_tile", "_ntiles", "_intr", "_intr0"] + (["_err"] if gen.debug else []) + (
+        [LOG_ARG] if gen.gated else [])
     plist = []
     for p in f.params:
         plist += sub.tensor_args(p.name) if not isinstance(p, ir.ScalarParam) else [names[p.name]]

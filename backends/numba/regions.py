@@ -23,7 +23,7 @@ from dsl.lang import ir
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError
 from backends.numba.simd_codegen import check_regions
-from backends.numba.codegen import FASTMATH, MODULE_IMPORTS, Gen, Hooks, Scope, cast, ctype, emit_function, storage_np
+from backends.numba.codegen import FASTMATH, LOG_ARG, MODULE_IMPORTS, Gen, Hooks, Scope, cast, ctype, emit_function, storage_np
 
 FALL, BREAK, CONTINUE = 0, 1, 2
 
@@ -215,8 +215,9 @@ class Program:
         self.fastmath = fastmath
         self.debug = debug
         self.gen = Gen(kernel, log_level, fastmath, debug, interrupt)
-        # hidden arguments of every function: the Ctrl-C counter and its value at launch, the error record
-        self.hidden = ["_intr", "_intr0"] + (["_err"] if debug else [])
+        # hidden arguments of every function: the Ctrl-C counter and its value at launch, the error
+        # record, the run-time log threshold (backends/log_gate.py)
+        self.hidden = ["_intr", "_intr0"] + (["_err"] if debug else []) + ([LOG_ARG] if self.gen.gated else [])
         self.names = self.gen.names
         self.threads = kernel.threads
         self.has_sync = ir.contains_sync(list(kernel.body))

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from backends import bounds, interrupt
+from backends import bounds, interrupt, log_gate
 from backends.opencl import runtime as rt
 from backends.base import Backend, CompileRequest, Launcher, TargetInfo
 from backends.cstyle.emitter import Rendered
@@ -89,8 +89,9 @@ def _scalar_type(dtype: T.DType):
 
 
 class OpenCLLauncher(Launcher):
-    def __init__(self, program, rendered: Rendered, kernel: ir.Kernel):
+    def __init__(self, program, rendered: Rendered, kernel: ir.Kernel, gate: log_gate.LogGate = log_gate.ENVIRONMENT):
         import pyopencl as cl
+        self.gate = gate  # the run-time dsl.log threshold, read at each launch
         with rt.device_lock:
             self.kernel = cl.Kernel(program, rendered.name)
         self.threads = kernel.threads
@@ -110,6 +111,8 @@ class OpenCLLauncher(Launcher):
         if min(global_size) <= 0:
             return
         cargs = []
+        # the run-time dsl.log threshold; a bad OPDSL_LOG_LEVEL raises before anything runs
+        level = np.int64(self.gate.threshold()) if "log_level" in self.rendered.hidden else None
         start = interrupt.arm()  # before waiting for the device lock: a SIGINT meanwhile stops this launch too
         with rt.launch(start) as bufs:
             for spec, value in zip(self.plan, args):
@@ -131,6 +134,8 @@ class OpenCLLauncher(Launcher):
             if "errors" in self.rendered.hidden:
                 record = bounds.new_record()
                 cargs.append(bufs.wrap(record, writable=True))
+            if level is not None:
+                cargs.append(level)
             try:
                 rt.run(self.kernel, cargs, global_size, local_size)
             except rt.SanitizerError as e:  # Oclgrind's findings, at the user's Python lines
@@ -186,7 +191,7 @@ class OpenCLBackend(Backend):
             program = rt.build(rendered.source, options, extra_key=request.key)
         except rt.BuildError as e:  # rt.DriverError (the driver, not the code, failed) passes through
             raise build_error(e, rendered, request.kernel, dev) from None
-        return OpenCLLauncher(program, rendered, request.kernel)
+        return OpenCLLauncher(program, rendered, request.kernel, log_gate.gate_of(request))
 
     def available(self) -> str:
         """'' when a device is usable, else why not, device by device."""

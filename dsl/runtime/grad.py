@@ -96,7 +96,8 @@ class GradKernel(Kernel):
         self.__qualname__ = f"{getattr(forward, '__qualname__', forward.__name__)}_grad"
         self.__module__ = forward.__module__
         self.__doc__ = f"Gradient of {forward.__name__} (dsl.grad)."
-        self.threads, self.grid, self.log_level = forward.threads, forward.grid, forward.log_level
+        self.threads, self.grid = forward.threads, forward.grid
+        self.follow_log_level(forward)  # the forward's dsl.log floor and run-time level
         self.fastmath, self.debug = forward.fastmath, forward.debug
         self.defines, self.features = forward.defines, forward.features  # a variant's gradient needs what it needs
         self._extra = gradient_params(forward)
@@ -150,8 +151,10 @@ class GradKernel(Kernel):
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         namespace = {"dsl": emit_python.namespace(), "__name__": fwd.__module__}
         exec(compile(source, filename, "exec"), namespace)
-        return Kernel(namespace[self.__name__], threads=self.threads, grid=self.grid, log_level=self.log_level,
-                      fastmath=self.fastmath, debug=self.debug)
+        inner = Kernel(namespace[self.__name__], threads=self.threads, grid=self.grid, fastmath=self.fastmath,
+                       debug=self.debug)
+        inner.follow_log_level(self)
+        return inner
 
     # ------------------------------------------------------------------ Kernel hooks
     def request(self, backend: str, key: Tuple, values: List[Any]):

@@ -21,6 +21,7 @@ import numpy as np
 
 from dsl import config
 from backends import compile_batch
+from backends import log_gate
 from dsl.runtime import fastpath
 from dsl.runtime import foreign
 from dsl.runtime import pickling
@@ -52,17 +53,20 @@ class Kernel:
     features: frozenset = frozenset()          # target features this implementation needs
 
     def __init__(self, fn: Callable, threads: int = 4, grid: Any = 1, log_level: Optional[str] = None,
-                 fastmath: bool = False, debug: Optional[bool] = None):
+                 fastmath: bool = False, debug: Optional[bool] = None, log_floor: Optional[str] = None):
         _require_function(fn, "@dsl.kernel")
         if not isinstance(threads, int) or not 1 <= threads <= 1024:
             raise ValueError(f"@dsl.kernel(threads={threads!r}): threads must be an int from 1 to 1024")
-        if log_level is not None and log_level not in config.LOG_LEVELS:
-            raise ValueError(f"@dsl.kernel(log_level={log_level!r}): accepted {', '.join(config.LOG_LEVELS)}")
+        log_gate.check_level(log_level, "@dsl.kernel(log_level)")
+        log_gate.check_level(log_floor, "@dsl.kernel(log_floor)")
         self.fn = fn
         functools.update_wrapper(self, fn)
         self.threads = threads
         self.grid = grid
-        self.log_level = log_level
+        # dsl.log: the compile-time floor (None: OPDSL_LOG_LEVEL when a specialization compiles)
+        # and the run-time threshold every launch reads (backends/log_gate.py)
+        self._floor_option = log_floor or log_level
+        self._gate = log_gate.LogGate(log_level)
         self.fastmath = bool(fastmath)
         self.debug = debug  # None: OPDSL_DEBUG decides at compile time
         src, lines, firstline, filename = frontend.source_of(fn)
@@ -85,11 +89,47 @@ class Kernel:
         owner = self.__name__
         merged = {**dict(self.defines), **dict(V.check_defines(owner, self.base.fn, defines))}
         k = Kernel(V.with_defines(self.base.fn, tuple(sorted(merged.items()))), threads=self.threads,
-                   grid=self.grid, log_level=self.log_level, fastmath=self.fastmath, debug=self.debug)
+                   grid=self.grid, fastmath=self.fastmath, debug=self.debug)
+        k.follow_log_level(self)
         k.base = self.base
         k.defines = tuple(sorted(merged.items()))
         k.features = self.features | check_features(owner, features)
         return k
+
+    # ------------------------------------------------------------------ dsl.log levels
+    @property
+    def log_level(self) -> Optional[str]:
+        """The run-time ``dsl.log`` threshold set on this kernel (None: it follows the kernel it
+        was made from, else ``OPDSL_LOG_LEVEL`` read at each launch, else "warn").  Setting it
+        filters the calls compiled in (those at or above ``log_floor``) without recompiling."""
+        return self._gate.level
+
+    @log_level.setter
+    def log_level(self, level: Optional[str]) -> None:
+        log_gate.check_level(level, f"{self.__name__}.log_level")
+        if level is not None and log_gate.number(level) < log_gate.number(self.log_floor):
+            import warnings
+            warnings.warn(f"{self.__name__}.log_level = {level!r} is below the kernel's compile-time floor "
+                          f"{self.log_floor!r}: dsl.log calls below {self.log_floor!r} are not in its code; "
+                          f"decorate with @dsl.kernel(log_floor={level!r}) to keep them", stacklevel=2)
+        self._gate.level = level
+
+    @property
+    def log_floor(self) -> str:
+        """The lowest ``dsl.log`` level compiled in: ``@dsl.kernel(log_floor=...)``, else its
+        ``log_level=``, else ``OPDSL_LOG_LEVEL`` when a specialization compiles, else "warn"."""
+        return self._level()
+
+    @property
+    def log_floor_option(self) -> Optional[str]:
+        """The floor this kernel was given (``log_floor=`` or ``log_level=``), None to read OPDSL_LOG_LEVEL."""
+        return self._floor_option
+
+    def follow_log_level(self, other: "Kernel") -> None:
+        """Compile with ``other``'s floor and follow its run-time threshold unless one is set here
+        (variants and gradients of a kernel)."""
+        self._floor_option = other._floor_option
+        self._gate = log_gate.LogGate(parent=other._gate)
 
     def __reduce__(self):
         """Pickles by reference when importable, else by source (dsl/runtime/pickling.py)."""
@@ -280,7 +320,7 @@ class Kernel:
 
     # ------------------------------------------------------------------ compiling
     def _level(self) -> str:
-        return self.log_level or config.log_level()
+        return self._floor_option or config.log_level()
 
     def parsed(self) -> frontend.Parsed:
         level = self._level()
@@ -332,7 +372,7 @@ class Kernel:
         from backends import base
         kernel_ir = self.specialize(values)
         return base.CompileRequest(kernel_ir, self.fn, self.cache_key(backend, key), self._level(), self.fastmath,
-                                   self._debug(), config.interrupt_polling())
+                                   self._debug(), config.interrupt_polling(), log_gate=self._gate)
 
     def _debug(self) -> bool:
         return config.debug() if self.debug is None else bool(self.debug)
@@ -427,8 +467,8 @@ class Kernel:
 
 
 def kernel(fn: Optional[Callable] = None, *, threads: int = 4, grid: Any = 1, log_level: Optional[str] = None,
-           fastmath: bool = False, debug: Optional[bool] = None):
-    """``@dsl.kernel`` or ``@dsl.kernel(threads=4, grid=1, log_level=None, fastmath=False, debug=None)``.
+           fastmath: bool = False, debug: Optional[bool] = None, log_floor: Optional[str] = None):
+    """``@dsl.kernel`` or ``@dsl.kernel(threads=4, grid=1, log_level=None, fastmath=False, debug=None, log_floor=None)``.
 
     ``grid`` is the teams a call launches when it does not say: an int, ``(gx, gy)`` or
     ``(gx, gy, gz)`` (``dsl.tile_id(axis)``), or a callable of the arguments by name returning one.
@@ -436,8 +476,12 @@ def kernel(fn: Optional[Callable] = None, *, threads: int = 4, grid: Any = 1, lo
     ``fastmath=True`` lets compiled backends reassociate float arithmetic (vectorized
     reductions) and use approximate math functions: faster, not bit-identical.
     ``debug=True`` (default: ``OPDSL_DEBUG``) bounds-checks every access in compiled code: an
-    out-of-range index raises IndexError naming the tensor, index, shape and line."""
-    options = dict(threads=threads, grid=grid, log_level=log_level, fastmath=fastmath, debug=debug)
+    out-of-range index raises IndexError naming the tensor, index, shape and line.
+    ``log_level`` is the ``dsl.log`` level: the lowest compiled in and the run-time threshold
+    (``kernel.log_level = ...`` changes the latter without recompiling); ``log_floor`` compiles
+    lower levels in, for a threshold lowered later (docs/language.md, Logging)."""
+    options = dict(threads=threads, grid=grid, log_level=log_level, fastmath=fastmath, debug=debug,
+                   log_floor=log_floor)
     if fn is None:
         return lambda f: Kernel(f, **options)
     return Kernel(fn, **options)

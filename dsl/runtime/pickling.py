@@ -452,7 +452,7 @@ def reduce_kernel(kernel):
     if ref and (not carries_fallback(ref[0]) or _source_or_none(kernel.fn) is None):
         return (lookup, ref)  # opdsl's own, or nothing to rebuild from: by reference only
     options = {"threads": kernel.threads, "grid": portable(kernel.grid), "log_level": kernel.log_level,
-               "fastmath": kernel.fastmath, "debug": kernel.debug}
+               "fastmath": kernel.fastmath, "debug": kernel.debug, "log_floor": kernel.log_floor_option}
     base = kernel.base
     if base is not kernel:
         by_value = (restore_variant, (base, options, kernel.defines, kernel.features))
@@ -478,6 +478,8 @@ def restore_variant(base, options, defines, features):
     value carries only the globals its own body reads, not every constant of its module."""
     k = type(base)(V.with_defines(base.fn, tuple(defines)), **options)
     k.base, k.defines, k.features = base, tuple(defines), frozenset(features)
+    if options.get("log_level") is None:  # no level of its own: it follows its base's, as it did
+        k.follow_log_level(base)
     return k
 
 
