@@ -49,8 +49,11 @@ class LogGate:
         return config.runtime_log_level()
 
     def threshold(self) -> int:
-        """The hidden argument of one launch."""
-        return _NUMBER[self.level_name()]
+        """The hidden argument of one launch (read on every launch of a kernel with dsl.log calls: kept short)."""
+        level = self.level
+        if level is None:
+            level = self.parent.level_name() if self.parent is not None else config.runtime_log_level()
+        return _NUMBER[level]
 
 
 ENVIRONMENT = LogGate()  # launchers compiled without a kernel's gate follow OPDSL_LOG_LEVEL alone

@@ -94,13 +94,18 @@ def log_level() -> str:
     return level
 
 
-_runtime_levels: dict = {}  # OPDSL_LOG_LEVEL as written -> its checked, lower-case level
+_runtime_levels: dict = {}  # OPDSL_LOG_LEVEL as stored -> its checked, lower-case level
+try:  # CPython keeps os.environ in a dict of encoded keys: reading it directly costs a tenth of .get()
+    _LOG_KEY = os.environ.encodekey("OPDSL_LOG_LEVEL")
+except AttributeError:  # pragma: no cover - another Python
+    _LOG_KEY = None
 
 
 def runtime_log_level() -> str:
     """OPDSL_LOG_LEVEL as read at a launch (every launch of a kernel with dsl.log calls asks, so
     each spelling is checked once); a bad value is a ValueError naming the variable."""
-    raw = os.environ.get("OPDSL_LOG_LEVEL", "warn")
+    data = getattr(os.environ, "_data", None)
+    raw = data.get(_LOG_KEY) if data is not None and _LOG_KEY is not None else os.environ.get("OPDSL_LOG_LEVEL")
     level = _runtime_levels.get(raw)
     if level is None:
         level = log_level()

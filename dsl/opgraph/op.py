@@ -207,6 +207,18 @@ class Op:
         cls._param_table = None  # resolved lazily: annotations may name later definitions
 
     @classmethod
+    def set_log_level(cls, level: Optional[str]) -> None:
+        """Set the run-time ``dsl.log`` threshold (``Kernel.log_level``) of every ``dsl.kernel`` in
+        ``kernels``; eager calls and models running this op follow it from their next launch,
+        without recompiling.  None: they follow OPDSL_LOG_LEVEL again (docs/language.md, Logging)."""
+        kernels = [k for k in cls.kernels.values() if isinstance(k, Kernel)]
+        if level is not None and not kernels:
+            raise ValueError(f"{cls.__name__}.set_log_level({level!r}): the op has no dsl.kernel in kernels "
+                             f"({', '.join(map(repr, cls.kernels)) or 'none'})")
+        for k in kernels:
+            k.log_level = level
+
+    @classmethod
     def param_table(cls) -> Dict[str, Param]:
         """name -> Param (annotation, default) for this op class, in declaration order."""
         if cls.__dict__.get("_param_table") is None:
