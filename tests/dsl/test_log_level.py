@@ -209,3 +209,19 @@ def test_set_log_level_on_an_op_without_kernels_says_so():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         NoKernels.set_log_level(None)
+
+
+def test_levels_survive_pickling_by_value():
+    import pickle
+
+    @dsl.kernel(threads=2, log_floor="debug", log_level="error")
+    def local_logger(x: In[f32], y: Out[f32]):
+        i = dsl.thread_id()
+        dsl.log.info("lvl-info %d", i)
+        y[i] = x[i]
+
+    back = pickle.loads(pickle.dumps(local_logger))
+    assert back is not local_logger and back.log_floor == "debug" and back.log_level == "error"
+    local_logger.log_level = None
+    back = pickle.loads(pickle.dumps(local_logger))
+    assert back.log_floor == "debug" and back.log_level is None
