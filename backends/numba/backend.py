@@ -277,6 +277,8 @@ class NumbaLauncher(Launcher):
         self._sites = sites  # debug mode: what each bounds check reports (backends/bounds.py)
         # kernels with dsl.log calls: where each launch reads the run-time threshold (backends/log_gate.py)
         self._gate = log_gate.gate_of(request) if log_gate.uses_gate(k) else None
+        if self._gate is not None:
+            self._run = self._run_logged
         self.name = k.name
         self.kernel_ir = k
         self._request = request
@@ -493,22 +495,30 @@ class NumbaLauncher(Launcher):
         """One launch with its grid and hidden arguments; KeyboardInterrupt if SIGINT stopped it,
         IndexError (debug mode) if an access was out of range (``kernel_args``: the kernel's own
         arguments, when ``args`` carries more)."""
-        gate = self._gate
-        level = gate.threshold() if gate is not None else 0  # a bad OPDSL_LOG_LEVEL raises before anything runs
         start = interrupt.arm()
         if self._sites is None:
-            if gate is None:
-                fn(*args, grid, interrupt.COUNTER, start)
-            else:
-                fn(*args, grid, interrupt.COUNTER, start, level)
+            fn(*args, grid, interrupt.COUNTER, start)
         else:
             record = bounds.new_record()
-            if gate is None:
-                fn(*args, grid, interrupt.COUNTER, start, record)
-            else:
-                fn(*args, grid, interrupt.COUNTER, start, record, level)
+            fn(*args, grid, interrupt.COUNTER, start, record)
             if record[bounds.STATE]:
                 interrupt.check(start)  # an interrupt first: the record may be one of its casualties
+                raise bounds.error(record, self._sites, self.kernel_ir,
+                                   args if kernel_args is None else kernel_args).with_traceback(None)
+        interrupt.check(start)
+
+    def _run_logged(self, fn, args: Sequence, grid: int, kernel_args: Sequence = None) -> None:
+        """``_run`` for kernels with dsl.log calls (it replaces ``_run`` on their launchers, so the
+        others run exactly the code above): the run-time log threshold is the last hidden argument."""
+        level = self._gate.threshold()  # a bad OPDSL_LOG_LEVEL raises before anything runs
+        start = interrupt.arm()
+        if self._sites is None:
+            fn(*args, grid, interrupt.COUNTER, start, level)
+        else:
+            record = bounds.new_record()
+            fn(*args, grid, interrupt.COUNTER, start, record, level)
+            if record[bounds.STATE]:
+                interrupt.check(start)
                 raise bounds.error(record, self._sites, self.kernel_ir,
                                    args if kernel_args is None else kernel_args).with_traceback(None)
         interrupt.check(start)
