@@ -15,6 +15,7 @@ import html
 import inspect
 import sys
 import threading
+import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -108,7 +109,6 @@ class Kernel:
     def log_level(self, level: Optional[str]) -> None:
         log_gate.check_level(level, f"{self.__name__}.log_level")
         if level is not None and log_gate.number(level) < log_gate.number(self.log_floor):
-            import warnings
             warnings.warn(f"{self.__name__}.log_level = {level!r} is below the kernel's compile-time floor "
                           f"{self.log_floor!r}: dsl.log calls below {self.log_floor!r} are not in its code; "
                           f"decorate with @dsl.kernel(log_floor={level!r}) to keep them", stacklevel=2)
