@@ -225,3 +225,30 @@ def test_levels_survive_pickling_by_value():
     local_logger.log_level = None
     back = pickle.loads(pickle.dumps(local_logger))
     assert back.log_floor == "debug" and back.log_level is None
+
+
+@dsl.kernel(threads=2, log_floor="debug")
+def team_logger(x: In[f32], y: Out[f32]):
+    s = dsl.scratch((2,), f32)
+    i = dsl.thread_id()
+    s[i] = x[i]
+    dsl.log.debug("lvl-debug %d", i)
+    dsl.sync()  # the numba backend splits the body into regions: each takes the threshold
+    dsl.log.error("lvl-error %d", i)
+    y[i] = s[1 - i]
+
+
+def test_team_kernels_with_sync_pass_the_threshold_to_every_region(backend, capfd, reset_team):
+    y = np.zeros(2, np.float32)
+    for level, want in (("error", {"lvl-error"}), ("debug", {"lvl-debug", "lvl-error"}), ("off", set())):
+        team_logger.log_level = level
+        team_logger(X, y, backend=backend)
+        out = capfd.readouterr().out
+        assert set(re.findall(r"lvl-[a-z]+", out)) == want, level
+        np.testing.assert_array_equal(y, X[::-1])
+
+
+@pytest.fixture
+def reset_team():
+    yield
+    team_logger.log_level = None
