@@ -252,3 +252,13 @@ def test_team_kernels_with_sync_pass_the_threshold_to_every_region(backend, capf
 def reset_team():
     yield
     team_logger.log_level = None
+
+
+def test_debug_mode_takes_the_threshold_after_its_error_record(compiled_backend, capfd):
+    checked = dsl.kernel(threads=2, log_floor="debug", log_level="info", debug=True)(every_level.fn)
+    seen, y = launch(checked, compiled_backend, capfd)
+    assert tags(seen) == expected("info")
+    np.testing.assert_array_equal(y, X * SCALE)
+    with pytest.raises(IndexError, match="out of bounds for tensor 'y'"):
+        checked(X, np.zeros(1, np.float32), backend=compiled_backend)  # the record still reports
+    capfd.readouterr()
