@@ -509,19 +509,10 @@ class NumbaLauncher(Launcher):
 
     def _run_logged(self, fn, args: Sequence, grid: int, kernel_args: Sequence = None) -> None:
         """``_run`` for kernels with dsl.log calls (it replaces ``_run`` on their launchers, so the
-        others run exactly the code above): the run-time log threshold is the last hidden argument."""
+        others run exactly the code above): the run-time log threshold follows the other hidden
+        arguments, last (backends/numba/regions.py)."""
         level = self._gate.threshold()  # a bad OPDSL_LOG_LEVEL raises before anything runs
-        start = interrupt.arm()
-        if self._sites is None:
-            fn(*args, grid, interrupt.COUNTER, start, level)
-        else:
-            record = bounds.new_record()
-            fn(*args, grid, interrupt.COUNTER, start, record, level)
-            if record[bounds.STATE]:
-                interrupt.check(start)
-                raise bounds.error(record, self._sites, self.kernel_ir,
-                                   args if kernel_args is None else kernel_args).with_traceback(None)
-        interrupt.check(start)
+        NumbaLauncher._run(self, lambda *hidden: fn(*hidden, level), args, grid, kernel_args)
 
     def _compile_lazily(self, which: str):
         with self._lock:

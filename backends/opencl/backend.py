@@ -134,7 +134,7 @@ class OpenCLLauncher(Launcher):
             if "errors" in self.rendered.hidden:
                 record = bounds.new_record()
                 cargs.append(bufs.wrap(record, writable=True))
-            if level is not None:
+            if level is not None:  # last, as CInstrumentation.hidden_params declares it
                 cargs.append(level)
             try:
                 rt.run(self.kernel, cargs, global_size, local_size)
