@@ -77,7 +77,6 @@ def check_kernel(parsed: Parsed, binding: Binding, threads: int, func_parser) ->
     c.buffers.update({s.name: s for s in scratch})
     c.buffers.update({a.name: c.array_decl(a, binding) for a in parsed.arrays})
     check_storage(scratch, [c.buffers[a.name] for a in parsed.arrays])
-    c.check_split_aligns(parsed.split_aligns)
     body, local_types = c.run(parsed.body)
     funcs = tuple(c.funcs_done.values())
     varying = _Uniformity(c.buffers, funcs).run(body)
@@ -380,6 +379,21 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
         value, _ = self.func_call(s.value, statement=True) if isinstance(s.value, ir.FuncCall) else self.expr(s.value)
         return ir.ExprStmt(value, loc=s.loc) if self.final else None
 
+    def visit_Require(self, s: ir.Require):
+        """A builtin's argument checked at run time (``dsl.split``'s align): dropped when known at
+        compile time and accepted, a CompileError at the call when known and refused."""
+        value, t = self.expr(s.value)
+        if t is None or not t.is_int or isinstance(t, T.SimdType):
+            raise self.error(s.value, f"dsl.split(n, align): align must be an integer, got {t}", kind=TypeMismatch)
+        value = self.cast(value, T.i64)
+        known = _fold(value)
+        if known is not None and known < s.least:
+            raise self.error(s.value, f"dsl.split(n, align): align is {known}; it must be an integer >= {s.least} "
+                                      "(the share of each thread is a multiple of it)")
+        if not self.final or known is not None:
+            return None
+        return ir.Require(value, s.least, s.what, loc=s.loc)
+
     def visit_Log(self, s: ir.Log):
         typed = [self.expr(a) for a in s.args]
         for a, t in typed:
@@ -569,19 +583,6 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
         if spec.literal_arg and args:
             args = _literal_arg(spec, *typed[0])
         return ir.Call(e.name, args, type=rest.strong, loc=e.loc), rest
-
-    def check_split_aligns(self, aligns) -> None:
-        """``dsl.split(n, align)`` with an align known at compile time below 1: a CompileError (0 would
-        give every thread an empty share, a negative one drop elements).  Run-time aligns are checked
-        where the backend can raise (docs/language.md, Semantics)."""
-        for a in aligns:
-            try:
-                v = _fold(self.expr(a)[0])
-            except CompileError:
-                continue  # reads a local: known at run time only
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 1:
-                raise CompileError(f"dsl.split(n, align): align is {v}; it must be an integer >= 1 (the share of "
-                                   "each thread is a multiple of it)", a.loc)
 
     # ------------------------------------------------------------------ scratch
     def scratch_decl(self, s, binding: Binding) -> ir.Scratch:
