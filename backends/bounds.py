@@ -172,7 +172,7 @@ def value_error(record: np.ndarray, site: Site, kernel: ir.Kernel) -> KernelValu
     value, tid, tile = int(record[INDEX]), int(record[TID]), int(record[TILE])
     inside = f"@dsl.func {site.func!r} called from kernel {kernel.name!r}" if site.func else f"kernel {kernel.name!r}"
     team = f"thread {tid}" + (f" of tile {tile}" if tile else "")
-    return make_value_error(f"{call}: {arg} is {value}; accepted: {accepted}: in {inside}, {team}{_where(site)}",
+    return make_value_error(f"{call}: {arg} is {value} (accepted: {accepted}) in {inside}, {team}{_where(site)}",
                             site.kind, value, site.loc, tid, tile)
 
 

@@ -216,7 +216,7 @@ class Program:
         self.debug = debug
         self.gen = Gen(kernel, log_level, fastmath, debug, interrupt)
         # hidden arguments of every function: the Ctrl-C counter and its value at launch, the error record
-        self.hidden = ["_intr", "_intr0"] + (["_err"] if debug else [])
+        self.hidden = ["_intr", "_intr0"] + (["_err"] if self.gen.record else [])
         self.names = self.gen.names
         self.threads = kernel.threads
         self.has_sync = ir.contains_sync(list(kernel.body))
