@@ -375,7 +375,8 @@ def _refused(launch: _Launch, exc: KernelValueError, frame, line: int, tid: int,
     (backends/bounds.py): the loop or call is found in the IR by the user's file and line."""
     file = frame.f_code.co_filename
     kind = ir.For if exc.what == "range_step" else ir.Require
-    places = [("", launch.kernel.body)] + [(f.name, f.body) for f in launch.kernel.funcs]
+    places = [("", launch.kernel.body)] + [(f.origin.qualname if f.origin is not None else f.name, f.body)
+                                           for f in launch.kernel.funcs]  # named as backends/func_view.py does
     site = None
     for func, body in places:
         for n in ir.walk(list(body)):
