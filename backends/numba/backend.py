@@ -273,6 +273,7 @@ class NumbaLauncher(Launcher):
     def __init__(self, mod, request: CompileRequest, path, sites=None, source: str = "", pending: bool = False):
         k = request.kernel
         self._sites = sites  # with an error record: what each check reports (backends/bounds.py)
+        self._debug = request.debug
         self.name = k.name
         self.kernel_ir = k
         self._request = request
@@ -380,7 +381,7 @@ class NumbaLauncher(Launcher):
         exactly the compiled types, a ``Frozen`` tuple that later launches take straight to the
         entry point's machine code (backends/numba/frozen.py); else the adapted values."""
         values = self._adapt(values)
-        if self._sites is not None:  # launches carry an error record (debug mode, or argument checks)
+        if self._debug:  # debug launches keep the dispatcher's checks (an argument-check record is fine)
             return values
         return frz.freeze(values, self._tensors, self._sig[:len(values)] if len(values) == self._nparams
                           else ()) or values
