@@ -29,12 +29,15 @@ from dsl.lang.fold import convert_const as _convert_const, fold as _fold
 from dsl.lang.frontend import Parsed
 from dsl.lang.visitor import Visitor
 
-MAX_UNROLL = 256
-"""Most iterations one ``dsl.static_range`` loop may unroll to.  numba's type inference grows
-faster than the copies (a one-line body: 256 copies 6 s of CPU, 512 16 s, 4096 398 s), so a
-limit a kernel can reach must stay at a few seconds (docs/language.md, Unrolled loops)."""
-MAX_UNROLL_TOTAL = 1024
-"""Most unrolled body copies in one kernel or @dsl.func, nested loops counted per copy."""
+MAX_UNROLL = 128
+"""Most iterations one ``dsl.static_range`` loop may unroll to.  numba compiles an unrolled copy
+in ~15-20 ms of CPU (type inference resolves every call and operator of it, lowering and LLVM's
+function passes grow faster than the copies on one long block: one loop of 256 one-line copies
+took 18 s on a loaded 2-core machine, 1024 copies 91 s), so a limit a kernel can reach must
+stay within seconds (docs/language.md, Unrolled loops)."""
+MAX_UNROLL_TOTAL = 512
+"""Most unrolled body copies in one kernel or @dsl.func, nested loops counted per copy (the
+largest op register tile, conv_pointwise's, unrolls to 351)."""
 
 _ARITH = ("add", "sub", "mul", "floordiv", "mod", "pow")
 _BITWISE = ("bitand", "bitor", "bitxor")
