@@ -296,6 +296,8 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
             if t is not None and not (t.is_int or t.is_bool):
                 raise self.error(b, f"range() takes integers, got {t}; convert with int(...)", kind=TypeMismatch)
             bounds.append(self.cast(e, T.i64) if t is not None else e)
+        if self.final and _fold(bounds[2]) == 0:  # a dsl.const or module constant: refused here, not at run time
+            raise self.error(s.step, "range() step must not be zero (it is 0 at compile time)")
         vt = self.assign_type(s.var, T.WEAK_INT, s)
         if vt is not None and not vt.is_int:
             raise self.error(s, f"loop variable '{s.var}' is also assigned a {vt} value; use another name",

@@ -177,6 +177,33 @@ def test_a_run_time_align_below_one_is_a_located_value_error(backend, align):
     assert out.tolist() == [8] * 24
 
 
+ZERO = 0
+
+
+@dsl.kernel(threads=1)
+def const_step(out: Out[i64], s: dsl.const[i64]):
+    for i in range(0, 4, s):  # E-const-step
+        out[0] += 1
+
+
+@dsl.kernel(threads=1)
+def module_zero_step(out: Out[i64]):
+    for i in range(0, 4, ZERO):  # E-module-step
+        out[0] += 1
+
+
+@pytest.mark.parametrize("backend", ALL)
+def test_a_step_of_zero_known_at_compile_time_is_a_compile_error(backend):
+    for kernel, extra, marker, word in ((const_step, (0,), "E-const-step", "s)"),
+                                        (module_zero_step, (), "E-module-step", "range")):
+        with pytest.raises(dsl.CompileError) as info:
+            kernel(np.zeros(1, np.int64), *extra, backend=backend)
+        assert where(marker, word) in str(info.value) and "step must not be zero" in str(info.value), str(info.value)
+    out = np.zeros(1, np.int64)
+    const_step(out, 2, backend=backend)
+    assert out[0] == 2
+
+
 @pytest.mark.parametrize("backend", ("numba", "opencl"))
 def test_only_run_time_steps_and_aligns_get_the_error_record(backend):
     """A kernel whose steps and aligns are all known at compile time is generated as before:
