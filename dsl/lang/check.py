@@ -30,14 +30,12 @@ from dsl.lang.frontend import Parsed
 from dsl.lang.visitor import Visitor
 
 MAX_UNROLL = 128
-"""Most iterations one ``dsl.static_range`` loop may unroll to.  numba compiles an unrolled copy
-in ~15-20 ms of CPU (type inference resolves every call and operator of it, lowering and LLVM's
-function passes grow faster than the copies on one long block: one loop of 256 one-line copies
-took 18 s on a loaded 2-core machine, 1024 copies 91 s), so a limit a kernel can reach must
-stay within seconds (docs/language.md, Unrolled loops)."""
+"""Most iterations of one ``dsl.static_range`` loop: numba's compile time grows faster than the
+copies (256 in one loop took 18 s, 1024 copies 91 s), so a reachable limit must compile in
+seconds (docs/language.md, Unrolled loops)."""
 MAX_UNROLL_TOTAL = 512
-"""Most unrolled body copies in one kernel or @dsl.func, nested loops counted per copy (the
-largest op register tile, conv_pointwise's, unrolls to 351)."""
+"""Most unrolled body copies in one kernel or @dsl.func, nested loops counted per copy (ops'
+largest tile, conv_pointwise's, unrolls to 351)."""
 
 _ARITH = ("add", "sub", "mul", "floordiv", "mod", "pow")
 _BITWISE = ("bitand", "bitor", "bitxor")
@@ -385,19 +383,17 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
         return ir.ExprStmt(value, loc=s.loc) if self.final else None
 
     def visit_Require(self, s: ir.Require):
-        """A builtin's argument checked at run time (``dsl.split``'s align): dropped when known at
-        compile time and accepted, a CompileError at the call when known and refused."""
+        """``dsl.split``'s align: dropped when known and accepted, a CompileError when known and refused."""
         value, t = self.expr(s.value)
-        if t is None or not t.is_int or isinstance(t, T.SimdType):
+        if t is not None and (isinstance(t, T.SimdType) or not t.is_int):
             raise self.error(s.value, f"dsl.split(n, align): align must be an integer, got {t}", kind=TypeMismatch)
-        value = self.cast(value, T.i64)
-        known = _fold(value)
+        known = _fold(self.cast(value, T.i64)) if t is not None else None
         if known is not None and known < s.least:
             raise self.error(s.value, f"dsl.split(n, align): align is {known}; it must be an integer >= {s.least} "
                                       "(the share of each thread is a multiple of it)")
         if not self.final or known is not None:
             return None
-        return ir.Require(value, s.least, s.what, loc=s.loc)
+        return ir.Require(self.cast(value, T.i64), s.least, s.what, loc=s.loc)
 
     def visit_Log(self, s: ir.Log):
         typed = [self.expr(a) for a in s.args]
