@@ -67,9 +67,6 @@ def _kernel_print(*args, sep=" ", end="\n", file=None, flush=False):
             out.flush()
 
 
-_KERNEL_BUILTINS = dict(vars(_py_builtins))
-# Python's min/max/abs and ** in a kernel are the registered builtins (dsl/lang/builtins.py)
-_KERNEL_BUILTINS.update({name: B.BUILTINS[name].runtime for name in ("min", "max", "abs")})
 def _kernel_range(*args):
     """range(), with a step of 0 refused as on the compiled backends (located by _wrap_exception)."""
     if len(args) == 3 and args[2] == 0:
@@ -79,6 +76,9 @@ def _kernel_range(*args):
     return range(*args)
 
 
+_KERNEL_BUILTINS = dict(vars(_py_builtins))
+# Python's min/max/abs and ** in a kernel are the registered builtins (dsl/lang/builtins.py)
+_KERNEL_BUILTINS.update({name: B.BUILTINS[name].runtime for name in ("min", "max", "abs")})
 _KERNEL_BUILTINS.update(int=B.int_, float=B.float_, bool=B.bool_, print=_kernel_print, range=_kernel_range,
                         __opdsl_pow__=B.BUILTINS["pow"].runtime)
 
