@@ -1,4 +1,5 @@
-"""Debug mode's bounds checks: the per-launch error record and the IndexError made from it.
+"""The per-launch error record: debug mode's bounds checks, and the always-on run-time argument
+checks (a ``range`` step of 0, a ``dsl.split`` align below 1), and the errors made from it.
 
 Compiled code cannot raise reliably from parallel regions (numba's prange/OpenMP) or at all
 (OpenCL), so a checked access that fails writes what went wrong into a small int64 array
@@ -10,6 +11,12 @@ record into a ``KernelIndexError``.
 Which access failed is a *site*: an index into the table the code generator builds while it
 emits checks (tensor, load/store/atomic, flat or per-axis, source location).  The table is a
 pure function of the kernel IR, so a launcher loaded from the disk cache rebuilds the same one.
+
+Argument checks use the same record (kind 'range_step' or 'split_align', the refused value in
+INDEX): a kernel gets the record only when it has such a check (``needs_record``) or is a debug
+build, so a kernel whose steps and aligns are all known at compile time is compiled exactly as
+before.  A thread that fails one records it and goes on with an empty loop or share; the
+launch then raises ``KernelValueError``.
 """
 from __future__ import annotations
 
@@ -18,9 +25,10 @@ from typing import List, Sequence
 
 import numpy as np
 
+from dsl.lang import builtins as B
 from dsl.lang import ir
 from dsl.lang.errors import UNKNOWN, LaunchError, SourceLoc
-from dsl.lang.errors import KernelIndexError  # noqa: F401  (every error: dsl/lang/errors.py)
+from dsl.lang.errors import KernelIndexError, KernelValueError  # noqa: F401  (every error: dsl/lang/errors.py)
 
 # record layout (int64 slots)
 STATE, SITE, AXIS, TID, TILE, INDEX = 0, 1, 2, 3, 4, 5
@@ -50,6 +58,49 @@ class Sites:
         return len(self.table) - 1
 
 
+VALUE_KINDS = {"range_step": ("range()", "step", "a step other than 0"),
+               "split_align": ("dsl.split(n, align)", "align", "an integer >= 1")}
+
+
+def step_checked(step: ir.Expr) -> bool:
+    """Whether a ``range`` step may be 0 at run time: not a constant and not a builtin that is
+    positive by definition (``dsl.num_threads()``).  Only such loops pay for a check."""
+    while isinstance(step, ir.Cast):
+        step = step.value
+    if isinstance(step, ir.Const):
+        return False
+    return not (isinstance(step, ir.Call) and step.name in B.BUILTINS and B.BUILTINS[step.name].positive)
+
+
+def has_value_checks(stmts) -> bool:
+    return any(isinstance(n, ir.Require) or (isinstance(n, ir.For) and step_checked(n.step))
+               for n in ir.walk(list(stmts)))
+
+
+def needs_record(kernel: ir.Kernel, debug: bool) -> bool:
+    """Whether launches of ``kernel`` carry the error record (a hidden argument)."""
+    return debug or has_value_checks(kernel.body) or any(has_value_checks(f.body) for f in kernel.funcs)
+
+
+def record_funcs(kernel: ir.Kernel, debug: bool) -> set:
+    """The @dsl.funcs that take the record: with a check of their own, or calling one that takes
+    it, or (debug mode) with a tensor parameter."""
+    need = {f.name for f in kernel.funcs if (debug and f.tensors) or has_value_checks(f.body)}
+    grew = True
+    while grew:
+        grew = False
+        for f in kernel.funcs:
+            if f.name not in need and any(isinstance(n, ir.FuncCall) and n.func in need for n in ir.walk(list(f.body))):
+                need.add(f.name)
+                grew = True
+    return need
+
+
+def value_site(sites: "Sites", what: str, loc, func: str = "") -> int:
+    """The site of a run-time argument check (``what``: a key of VALUE_KINDS)."""
+    return sites.add("", what, False, 1, loc, func)
+
+
 def new_record() -> np.ndarray:
     return np.zeros(RECORD_LEN, np.int64)
 
@@ -68,6 +119,8 @@ def shape_of(kernel: ir.Kernel, name: str, args: Sequence) -> tuple:
 def error(record: np.ndarray, sites: Sequence[Site], kernel: ir.Kernel, args: Sequence) -> KernelIndexError:
     """The exception describing a failed record (slot 0 set)."""
     site = sites[int(record[SITE])]
+    if site.kind in VALUE_KINDS:
+        return value_error(record, site, kernel)
     axis = int(record[AXIS])
     n = min(site.rank, MAX_RANK)
     index = tuple(int(v) for v in record[INDEX:INDEX + n])
@@ -103,4 +156,27 @@ def error(record: np.ndarray, sites: Sequence[Site], kernel: ir.Kernel, args: Se
     err = KernelIndexError(f"{msg}: {site.kind} in kernel {kernel.name!r}, {team}{where}")
     err.tensor, err.index, err.shape, err.loc = site.tensor, index, shape, site.loc
     err.thread_id, err.tile_id = tid, tile
+    return err
+
+
+def _where(site: Site) -> str:
+    if site.loc is UNKNOWN or site.loc.line <= 0:
+        return ""
+    text = site.loc.source_line().strip()
+    return f" at {site.loc}" + (f"\n    {text}" if text else "")
+
+
+def value_error(record: np.ndarray, site: Site, kernel: ir.Kernel) -> KernelValueError:
+    """A refused run-time argument: what, the value, the kernel (and @dsl.func), thread and place."""
+    call, arg, accepted = VALUE_KINDS[site.kind]
+    value, tid, tile = int(record[INDEX]), int(record[TID]), int(record[TILE])
+    inside = f"@dsl.func {site.func!r} called from kernel {kernel.name!r}" if site.func else f"kernel {kernel.name!r}"
+    team = f"thread {tid}" + (f" of tile {tile}" if tile else "")
+    return make_value_error(f"{call}: {arg} is {value} (accepted: {accepted}) in {inside}, {team}{_where(site)}",
+                            site.kind, value, site.loc, tid, tile)
+
+
+def make_value_error(message: str, what: str, value: int, loc, tid: int, tile: int) -> KernelValueError:
+    err = KernelValueError(message)
+    err.what, err.value, err.loc, err.thread_id, err.tile_id = what, value, loc, tid, tile
     return err

@@ -12,7 +12,8 @@ from dsl.lang.types import (  # noqa: F401
 )
 from dsl.lang.errors import (  # noqa: F401  (the whole hierarchy: docs/language.md, Errors)
     Error, CompileError, UnsupportedSyntax, TypeMismatch, NotDifferentiable, LaunchError, KernelIndexError,
-    VerifyError, TensorSizeError, UnknownOpError, OnnxImportError, PackageError, NoDevice, DriverError, BuildError,
+    KernelValueError, VerifyError, TensorSizeError, UnknownOpError, OnnxImportError, PackageError, NoDevice,
+    DriverError, BuildError,
     SourceLoc,
 )
 from dsl.lang.builtins import BUILTINS as _BUILTINS

@@ -31,7 +31,7 @@ from dsl.lang import ir
 from dsl.lang import types as T
 from dsl.lang.errors import UNKNOWN, CompileError, SourceLoc
 from dsl.lang.visitor import Visitor
-from backends import log_gate
+from backends import bounds, log_gate
 from backends.bounds import Sites
 from backends.cstyle.builtin_calls import CBuiltinCalls
 from backends.cstyle.functions import CFunctions
@@ -163,6 +163,8 @@ class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBu
         self.sites = Sites()
         self.in_func = False
         self.gated = log_gate.uses_gate(kernel)  # dsl.log calls compare their level with a hidden argument
+        self.record = bounds.needs_record(kernel, self.debug)  # the error record is a hidden argument
+        self.record_funcs = bounds.record_funcs(kernel, self.debug)
         for p in kernel.params:                # reserve user names first: they keep their spelling
             self.names.user(p.name)
         for s in kernel.scratch + kernel.arrays:
@@ -198,7 +200,7 @@ class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBu
         lines = head + funcs_text + body
         text = "\n".join(ln for ln, _ in lines) + "\n"
         locs = {i + 1: loc for i, (_, loc) in enumerate(lines) if loc is not UNKNOWN}
-        hidden = (("interrupt",) if self.interrupt else ()) + (("errors",) if self.debug else ()) + (
+        hidden = (("interrupt",) if self.interrupt else ()) + (("errors",) if self.record else ()) + (
             ("log_level",) if self.gated else ())
         return Rendered(text, self.kname, tuple(self.args), locs, frozenset(self.features), dict(self.features),
                         hidden, tuple(self.sites.table))
@@ -488,6 +490,8 @@ class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBu
         k, n = self.names.fresh(f"{var}_k"), self.names.fresh(f"{var}_n")
         a, step = self.names.fresh(f"{var}_start"), self.names.fresh(f"{var}_step")
         self.emit(f"{{ const long {a} = {start}, {step} = {self.bare(s.step)};")
+        if bounds.step_checked(s.step):  # 0 runs no iteration (trip_count) and the launch raises
+            self.refuse_if(f"{step} == 0", step, "range_step", s.loc)
         self.emit(f"for (ulong {k} = 0, {n} = {self.helper('trip_count')}({a}, {self.bare(s.stop)}, {step}); "
                   f"{k} < {n}; {k}++) {{")
         self.depth += 1
@@ -503,6 +507,11 @@ class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBu
                 f"  if (s > 0) return b > a ? ((ulong)b - (ulong)a - 1) / (ulong)s + 1 : 0;\n"
                 f"  if (s < 0) return a > b ? ((ulong)a - (ulong)b - 1) / (0 - (ulong)s) + 1 : 0;\n"
                 f"  return 0;\n}}")
+
+    def visit_Require(self, s: ir.Require) -> None:
+        """A run-time argument check (its value is a name or a constant: evaluating it twice is free)."""
+        value = f"(long)({self.bare(s.value)})"
+        self.refuse_if(f"{value} < {s.least}", value, s.what, s.loc)
 
     def _known_step(self, e: ir.Expr):
         """The step's value when known at compile time (its sign is what matters)."""

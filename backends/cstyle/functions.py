@@ -31,7 +31,7 @@ class CFunctions:
                 ps.append(f"{self.local_prefix}{self.scratch_storage.get(p.dtype.name, self.stype(p.dtype))}* {cname}")
             else:
                 ps.append(f"{self.ctype(p.dtype.compute)} {cname}")
-        if self.debug and f.tensors:
+        if f.name in self.record_funcs:
             ps.append(f"{self.buffer_prefix}long* {self.err_name}")
         if self.gated:  # its dsl.log calls (or its callees') read the run-time threshold
             ps.append(f"long {self.log_name}")
@@ -79,7 +79,7 @@ class CFunctions:
             args.append(self.names.user(a.tensor))  # the pointer, then a kernel tensor's shape
             if isinstance(self.k.buffer(a.tensor), ir.TensorParam):
                 args += self.shape_names[a.tensor]
-        if self.debug and any(isinstance(a, ir.TensorRef) for a in e.args):
+        if e.func in self.record_funcs:
             args.append(self.err_name)
         if self.gated:
             args.append(self.log_name)

@@ -14,6 +14,7 @@ import numpy as np
 
 from dsl.lang import ir
 from dsl.lang.errors import UNKNOWN
+from backends import bounds
 from backends.bounds import INDEX, MAX_RANK, SHAPE
 from backends.spelling import row_major
 
@@ -29,7 +30,7 @@ class CInstrumentation:
         out = []
         if self.interrupt:
             out += [f"{self.buffer_prefix}volatile const long* {self.intr_name}", f"long {self.intr0_name}"]
-        if self.debug:
+        if self.record:
             out.append(f"{self.buffer_prefix}long* {self.err_name}")
         if self.gated:
             out.append(f"long {self.log_name}")
@@ -71,6 +72,21 @@ class CInstrumentation:
             return []
         return [f"{self.local_prefix}int opdsl_stop[2];  // team-wide Ctrl-C decisions, used in turn",
                 "int opdsl_turn = 0;"]
+
+    def refuse_if(self, cond: str, value: str, what: str, loc) -> None:
+        """Always on, where an argument is known at run time only: when ``cond`` holds, record
+        ``value`` as refused (the launch raises KernelValueError, backends/bounds.py)."""
+        site = bounds.value_site(self.sites, what, loc if loc is not UNKNOWN and loc.line > 0 else self.cur_loc,
+                                 getattr(self.k, "func_name", ""))
+        self.emit(f"if ({cond}) {self.helper('refuse')}({self.err_name}, {site}L, {value});  // {what}")
+
+    def helper_refuse(self, name, t, dtype, extra):
+        return (f"{self.func_prefix}void {name}({self.buffer_prefix}long* err, long site, long value) {{\n"
+                f"  // a refused run-time argument (range step 0, dsl.split align < 1): the launch's first is kept\n"
+                f"  if ({self.claim('err')} == 0) {{\n"
+                f"    err[1] = site; err[2] = -1; err[3] = {self.code_for_team['thread_id']}; "
+                f"err[4] = {self.code_for_team['flat_tile_id']}; err[{INDEX}] = value;\n"
+                f"  }}\n}}")
 
     def checked_offset(self, node, kind: str) -> str:
         """Debug mode: the offset of ``node``'s index, or -1 after recording a failure (helper at_<rank>)."""

@@ -40,11 +40,11 @@ from dsl.lang import builtins as B
 from dsl.lang import ir
 from dsl.lang.grid import Grid, shape as grid_shape, size as grid_size
 from dsl.lang import types as T
-from dsl.lang.errors import LaunchError
+from dsl.lang.errors import KernelValueError, LaunchError, SourceLoc
 from dsl.lang.func import Func
 from dsl.lang.visitor import Visitor
 from backends.base import Backend, CompileRequest, Launcher, TargetInfo
-from backends import host, log_gate
+from backends import bounds, host, log_gate
 from backends.interpreter.views import Tensor, local_array
 
 # --------------------------------------------------------------------------- Python builtins
@@ -67,10 +67,19 @@ def _kernel_print(*args, sep=" ", end="\n", file=None, flush=False):
             out.flush()
 
 
+def _kernel_range(*args):
+    """range(), with a step of 0 refused as on the compiled backends (located by _wrap_exception)."""
+    if len(args) == 3 and args[2] == 0:
+        err = KernelValueError("range(): step is 0; accepted: a step other than 0")
+        err.what, err.value, err.loc = "range_step", 0, None
+        raise err
+    return range(*args)
+
+
 _KERNEL_BUILTINS = dict(vars(_py_builtins))
 # Python's min/max/abs and ** in a kernel are the registered builtins (dsl/lang/builtins.py)
 _KERNEL_BUILTINS.update({name: B.BUILTINS[name].runtime for name in ("min", "max", "abs")})
-_KERNEL_BUILTINS.update(int=B.int_, float=B.float_, bool=B.bool_, print=_kernel_print,
+_KERNEL_BUILTINS.update(int=B.int_, float=B.float_, bool=B.bool_, print=_kernel_print, range=_kernel_range,
                         __opdsl_pow__=B.BUILTINS["pow"].runtime)
 
 # Frames in these files are ours, not the user's: skipped when naming call sites
@@ -347,6 +356,8 @@ def _wrap_exception(launch: _Launch, exc: BaseException, tid: int, tile: int) ->
     while tb is not None:
         last = tb
         tb = tb.tb_next
+    if isinstance(exc, KernelValueError) and getattr(exc, "loc", 0) is None and last is not None:
+        return _refused(launch, exc, last.tb_frame, last.tb_lineno, tid, tile)
     where = ""
     if last is not None:
         import linecache
@@ -358,6 +369,30 @@ def _wrap_exception(launch: _Launch, exc: BaseException, tid: int, tile: int) ->
     err.__cause__ = exc
     err.thread_id = tid
     err.tile_id = tile
+    return err
+
+
+def _refused(launch: _Launch, exc: KernelValueError, frame, line: int, tid: int, tile: int) -> KernelValueError:
+    """A refused range step or dsl.split align, worded and located as the compiled backends do
+    (backends/bounds.py): the loop or call is found in the IR by the user's file and line."""
+    file = frame.f_code.co_filename
+    kind = ir.For if exc.what == "range_step" else ir.Require
+    places = [("", launch.kernel.body)] + [(f.origin.qualname if f.origin is not None else f.name, f.body)
+                                           for f in launch.kernel.funcs]  # named as backends/func_view.py does
+    site = None
+    for func, body in places:
+        for n in ir.walk(list(body)):
+            if isinstance(n, kind) and n.loc is not None and n.loc.file == file and n.loc.line == line:
+                site = bounds.Site("", exc.what, False, 1, n.loc, func)
+                break
+        if site is not None:
+            break
+    if site is None:
+        site = bounds.Site("", exc.what, False, 1, SourceLoc(file, line), "")
+    record = bounds.new_record()
+    record[bounds.INDEX], record[bounds.TID], record[bounds.TILE] = exc.value, tid, tile
+    err = bounds.value_error(record, site, launch.kernel)
+    err.__cause__ = None
     return err
 
 

@@ -89,7 +89,7 @@ def _codegen_version() -> str:
     h = hashlib.sha256(numba.__version__.encode())
     here = Path(__file__).resolve().parent
     for name in ("codegen.py", "regions.py", "runtime.py", "format.py", "math.py", "arith.py", "simd.py",
-                 "simd_codegen.py", "typecode.py", "../naming.py", "../spelling.py"):
+                 "simd_codegen.py", "typecode.py", "../naming.py", "../spelling.py", "../bounds.py"):
         h.update((here / name).read_bytes())
     return h.hexdigest()[:10]
 
@@ -109,7 +109,7 @@ def _nb_storage(t: T.DType):
     return nbt.uint16 if t.is_storage_only else _nb_scalar(t)
 
 
-def signature(kernel: ir.Kernel, debug: bool = False, nd: bool = False) -> Tuple:
+def signature(kernel: ir.Kernel, record: bool = False, nd: bool = False) -> Tuple:
     """numba argument types of the entry points, for the arrays/scalars the launcher passes
     (then the grid: the team count, or gx, gy, gz for the ``_nd`` entries; then the hidden
     arguments: Ctrl-C counter and its start value, error record, run-time log threshold)."""
@@ -122,7 +122,7 @@ def signature(kernel: ir.Kernel, debug: bool = False, nd: bool = False) -> Tuple
         else:
             out.append(_nb_scalar(p.dtype))
     out += [nbt.int64] * (3 if nd else 1) + [nbt.Array(nbt.int64, 1, "C"), nbt.int64]
-    if debug:
+    if record:  # debug mode, or a run-time argument check (backends/bounds.py)
         out.append(nbt.Array(nbt.int64, 1, "C"))
     if log_gate.uses_gate(kernel):
         out.append(nbt.int64)
@@ -232,7 +232,7 @@ def load(request: CompileRequest, source: str, made=None) -> Tuple[pytypes.Modul
         hit = _modules.get(stem)
     if hit is not None:
         return hit
-    sig = signature(k, request.debug)
+    sig = signature(k, bounds.needs_record(k, request.debug))
     with cache.lock(CACHE_TAG, stem):
         mod, path = made or _make_module(stem, source)
         _compile_entry(mod.launch_serial, sig, k, "launch_serial")
@@ -274,7 +274,8 @@ class NumbaLauncher(Launcher):
 
     def __init__(self, mod, request: CompileRequest, path, sites=None, source: str = "", pending: bool = False):
         k = request.kernel
-        self._sites = sites  # debug mode: what each bounds check reports (backends/bounds.py)
+        self._sites = sites  # with an error record: what each check reports (backends/bounds.py)
+        self._debug = request.debug
         # kernels with dsl.log calls: where each launch reads the run-time threshold (backends/log_gate.py)
         self._gate = log_gate.gate_of(request) if log_gate.uses_gate(k) else None
         if self._gate is not None:
@@ -289,7 +290,7 @@ class NumbaLauncher(Launcher):
         self._tensors = [i for i, p in enumerate(k.params) if isinstance(p, ir.TensorParam)]
         self._team = k.threads
         self._choice = entry_choice.EntryChoice()  # small launches: serial or parallel, by timing (entry_choice.py)
-        self._sig = signature(k, request.debug)
+        self._sig = signature(k, bounds.needs_record(k, request.debug))
         self._nparams = len(k.params)
         # only kernels with nested loops can do much work on few elements: the others are never timed
         self._timed = k.threads > 1 and (_loop_depth(k.body) > 1 or any(_loop_depth(f.body) for f in k.funcs))
@@ -386,7 +387,7 @@ class NumbaLauncher(Launcher):
         exactly the compiled types, a ``Frozen`` tuple that later launches take straight to the
         entry point's machine code (backends/numba/frozen.py); else the adapted values."""
         values = self._adapt(values)
-        if self._sites is not None:  # debug mode: launches carry an error record
+        if self._debug:  # debug launches keep the dispatcher's checks (an argument-check record is fine)
             return values
         return frz.freeze(values, self._tensors, self._sig[:len(values)] if len(values) == self._nparams
                           else ()) or values
@@ -589,7 +590,7 @@ class NumbaBackend(Backend):
     def compile(self, request: CompileRequest) -> Launcher:
         program = self.program(request)
         source = program.source()
-        sites = program.gen.sites.table if request.debug else None
+        sites = program.gen.sites.table if program.gen.record else None  # launches carry an error record
         return _lazy(request, source, sites)
 
     def available(self) -> str:

@@ -35,7 +35,7 @@ from backends.numba.simd_codegen import WIDE_REGISTERS, SimdGen, uses_simd
 from backends.numba.typecode import const, ctype, np_type, storage_np  # noqa: F401  (re-exported)
 from dsl.lang import log_format as LF
 from dsl.lang.visitor import Visitor
-from backends import log_gate
+from backends import bounds, log_gate
 from backends.bounds import Sites
 from backends.func_view import FuncView
 from backends.naming import PyNames, ident
@@ -169,6 +169,7 @@ class Gen(SimdGen, Visitor):
         self.interrupt = interrupt  # poll the Ctrl-C counter _intr at loop back-edges
         self.gated = log_gate.uses_gate(kernel)  # dsl.log calls compare their level with _loglvl
         self.sites = Sites()        # what each check reports (backends/bounds.py)
+        self.record = bounds.needs_record(kernel, debug)  # _err is a hidden argument of every function
         self.stmt_loc = None        # the statement being emitted: where a failed check points
         self.types: Dict[str, T.DType] = {n: t for n, t in kernel.locals}
         self.params = {p.name: p for p in kernel.params}
@@ -427,7 +428,7 @@ class Gen(SimdGen, Visitor):
 
     def visit_FuncCall(self, e, scope):
         f = self.funcs[e.func]
-        args = (["_err"] if self.debug else []) + ([LOG_ARG] if self.gated else [])
+        args = (["_err"] if self.record else []) + ([LOG_ARG] if self.gated else [])
         for a, p in zip(e.args, f.params):
             if isinstance(a, ir.TensorRef):
                 args += self.tensor_args(a.tensor)
@@ -555,12 +556,29 @@ class Gen(SimdGen, Visitor):
             value = f"_i{depth}"
             self.emit(f"for {value} in range({start}, {stop}, {step}):")
         else:  # numba's own range count overflows near the int64 limits: count exactly, then step
-            self.emit(f"_a{depth} = {start}", f"_s{depth} = {step}",
-                      f"for _k{depth} in range(rt.trip_count(_a{depth}, {stop}, _s{depth})):")
+            self.emit(f"_a{depth} = {start}", f"_s{depth} = {step}")
+            self.refuse_zero_step(s, f"_s{depth}", scope)
+            self.emit(f"for _k{depth} in range(rt.trip_count(_a{depth}, {stop}, _s{depth})):")
             value = f"_a{depth} + _k{depth} * _s{depth}"
         self.emit(f"    {var} = {value if ctype(vt) == T.i64 else cast(value, T.i64, vt)}")
         self.poll(self.hooks, pad + "    ", self.out)
         self.nested(s.body, scope, loop=True)
+
+    def refuse_zero_step(self, s: ir.For, step: str, scope) -> None:
+        """A step known at run time only: 0 runs no iteration (rt.trip_count) and is recorded, so
+        the launch raises KernelValueError naming this loop (backends/bounds.py)."""
+        if bounds.step_checked(s.step):
+            self.refuse(f"{step} == 0", step, "range_step", s.loc, scope)
+
+    def refuse(self, cond: str, value: str, what: str, loc, scope) -> None:
+        loc = loc if loc is not None and loc.line > 0 else self.stmt_loc
+        site = bounds.value_site(self.sites, what, loc, getattr(self.k, "func_name", ""))
+        self.emit(f"if {cond}:  # {what}: refused, the launch raises",
+                  f"    rt.refuse(_err, {site}, np.int64({value}), {scope.tid}, _tile)")
+
+    def visit_Require(self, s, scope):
+        value = self.typed(s.value, T.i64, scope)
+        self.refuse(f"{value} < {s.least}", value, s.what, s.loc, scope)
 
     def strip_mined(self, s: ir.For) -> bool:
         """Whether ``s`` polls once per POLL_CHUNK iterations instead of at every back-edge.
@@ -586,6 +604,7 @@ class Gen(SimdGen, Visitor):
                   "Ctrl-C is polled between chunks")
         if not literal_step:
             self.emit(f"{st} = {step}")
+            self.refuse_zero_step(s, st, scope)
         self.emit(f"{n} = rt.trip_count({a}, {stop}, {st})", f"for {o} in range(0, {n}, {POLL_CHUNK}):")
         self.poll(self.hooks, pad + "    ", self.out, guard=f"{o} != 0")  # the first chunk: the enclosing loop just polled
         value = f"{a} + {k}" if st in ("1", "np.int64(1)") else f"{a} + {k} * {st}"
@@ -712,7 +731,7 @@ def emit_function(gen: Gen, f: ir.Function) -> List[str]:
     sub.local_names = set(sub.types)
     sub.params = {}
     scope = Scope(names)
-    hidden = ["_tid", "_tile", "_ntiles", "_intr", "_intr0"] + (["_err"] if gen.debug else []) + (
+    hidden = ["_tid", "_tile", "_ntiles", "_intr", "_intr0"] + (["_err"] if gen.record else []) + (
         [LOG_ARG] if gen.gated else [])
     plist = []
     for p in f.params:

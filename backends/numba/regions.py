@@ -217,7 +217,7 @@ class Program:
         self.gen = Gen(kernel, log_level, fastmath, debug, interrupt)
         # hidden arguments of every function: the Ctrl-C counter and its value at launch, the error
         # record, the run-time log threshold (backends/log_gate.py; last: NumbaLauncher._run_logged appends it)
-        self.hidden = ["_intr", "_intr0"] + (["_err"] if debug else []) + ([LOG_ARG] if self.gen.gated else [])
+        self.hidden = ["_intr", "_intr0"] + (["_err"] if self.gen.record else []) + ([LOG_ARG] if self.gen.gated else [])
         self.names = self.gen.names
         self.threads = kernel.threads
         self.has_sync = ir.contains_sync(list(kernel.body))

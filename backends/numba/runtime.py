@@ -222,8 +222,8 @@ def interrupted(typingctx, flag, start):
 def trip_count(start, stop, step):
     """len(range(start, stop, step)), exact for every int64 bound (the distance is taken in uint64, where
     ``stop - start`` cannot overflow; counts past int64 max, which no loop reaches, are capped)."""
-    if step == 0:
-        raise ValueError("range() arg 3 must not be zero")
+    if step == 0:  # refused where the step is known at run time only (Gen.refuse_zero_step)
+        return np.int64(0)
     one = np.uint64(1)
     if step > 0:
         if stop <= start:
@@ -250,6 +250,17 @@ def record_oob(err, site, axis, tid, tile, idx, shape):
         for d in range(min(len(idx), 8)):
             err[5 + d] = idx[d]
             err[13 + d] = shape[d]
+
+
+@njit(**_JIT)
+def refuse(err, site, value, tid, tile):
+    """Keep the launch's first refused run-time argument (a range step of 0, a dsl.split align < 1)."""
+    if cas(err, 0, np.int64(0), np.int64(1)) == 0:
+        err[1] = site
+        err[2] = -1
+        err[3] = tid
+        err[4] = tile
+        err[5] = value
 
 
 @njit(**_JIT)

@@ -257,8 +257,8 @@ class Adjoint(Visitor):
                 out.append(self.ssa_for(s, env))
             elif isinstance(s, ir.While):
                 out.extend(self.ssa_while(s, env))
-            elif isinstance(s, (ir.ExprStmt, ir.Log)):
-                continue  # no value flows out of them
+            elif isinstance(s, (ir.ExprStmt, ir.Log, ir.Require)):
+                continue  # no value flows out of them (a Require is not repeated in the adjoint)
             else:
                 raise NotDifferentiable(f"{type(s).__name__} statements are not differentiable", s.loc, NOTE)
         return out

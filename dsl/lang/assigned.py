@@ -111,7 +111,7 @@ class _Flow:
         if isinstance(s, ir.Log):
             self.read(s.args, state)
             return state
-        if isinstance(s, ir.ExprStmt):
+        if isinstance(s, (ir.ExprStmt, ir.Require)):
             self.read([s.value], state)
             return state
         return state

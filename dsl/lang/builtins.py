@@ -19,6 +19,7 @@ import numpy as np
 
 from dsl.lang import quantize as _quantize
 from dsl.lang import types as T
+from dsl.lang.errors import KernelValueError
 from dsl.lang.grid import AXES, tile_coords
 
 # --------------------------------------------------------------------------- team context
@@ -117,8 +118,10 @@ def split(n, align: int = 1, grid: bool = False):
     """(lo, hi): this thread's contiguous share of range(n); shares are multiples of ``align``.
 
     The team's threads share range(n); with ``grid=True`` every thread of every team does."""
-    if align < 1:
-        raise ValueError(f"dsl.split(n, align): align is {align}; it must be an integer >= 1")
+    if align < 1:  # the interpreter adds the kernel and the place (backends/interpreter)
+        err = KernelValueError(f"dsl.split(n, align): align is {align}; accepted: an integer >= 1")
+        err.what, err.value, err.loc = "split_align", int(align), None
+        raise err
     ctx = current()
     parts, index = ctx.num_threads, ctx.thread_id
     if grid:  # the flattened grid: every thread of every team, whatever the grid's shape

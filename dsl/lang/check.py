@@ -29,12 +29,13 @@ from dsl.lang.fold import convert_const as _convert_const, fold as _fold
 from dsl.lang.frontend import Parsed
 from dsl.lang.visitor import Visitor
 
-MAX_UNROLL = 256
-"""Most iterations one ``dsl.static_range`` loop may unroll to.  numba's type inference grows
-faster than the copies (a one-line body: 256 copies 6 s of CPU, 512 16 s, 4096 398 s), so a
-limit a kernel can reach must stay at a few seconds (docs/language.md, Unrolled loops)."""
-MAX_UNROLL_TOTAL = 1024
-"""Most unrolled body copies in one kernel or @dsl.func, nested loops counted per copy."""
+MAX_UNROLL = 128
+"""Most iterations of one ``dsl.static_range`` loop: numba's compile time grows faster than the
+copies (256 in one loop took 18 s, 1024 copies 91 s), so a reachable limit must compile in
+seconds (docs/language.md, Unrolled loops)."""
+MAX_UNROLL_TOTAL = 512
+"""Most unrolled body copies in one kernel or @dsl.func, nested loops counted per copy (ops'
+largest tile, conv_pointwise's, unrolls to 351)."""
 
 _ARITH = ("add", "sub", "mul", "floordiv", "mod", "pow")
 _BITWISE = ("bitand", "bitor", "bitxor")
@@ -77,7 +78,6 @@ def check_kernel(parsed: Parsed, binding: Binding, threads: int, func_parser) ->
     c.buffers.update({s.name: s for s in scratch})
     c.buffers.update({a.name: c.array_decl(a, binding) for a in parsed.arrays})
     check_storage(scratch, [c.buffers[a.name] for a in parsed.arrays])
-    c.check_split_aligns(parsed.split_aligns)
     body, local_types = c.run(parsed.body)
     funcs = tuple(c.funcs_done.values())
     varying = _Uniformity(c.buffers, funcs).run(body)
@@ -294,6 +294,8 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
             if t is not None and not (t.is_int or t.is_bool):
                 raise self.error(b, f"range() takes integers, got {t}; convert with int(...)", kind=TypeMismatch)
             bounds.append(self.cast(e, T.i64) if t is not None else e)
+        if self.final and _fold(bounds[2]) == 0:  # a dsl.const or module constant: refused here, not at run time
+            raise self.error(s.step, "range() step must not be zero (it is 0 at compile time)")
         vt = self.assign_type(s.var, T.WEAK_INT, s)
         if vt is not None and not vt.is_int:
             raise self.error(s, f"loop variable '{s.var}' is also assigned a {vt} value; use another name",
@@ -379,6 +381,19 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
     def visit_ExprStmt(self, s: ir.ExprStmt):
         value, _ = self.func_call(s.value, statement=True) if isinstance(s.value, ir.FuncCall) else self.expr(s.value)
         return ir.ExprStmt(value, loc=s.loc) if self.final else None
+
+    def visit_Require(self, s: ir.Require):
+        """``dsl.split``'s align: dropped when known and accepted, a CompileError when known and refused."""
+        value, t = self.expr(s.value)
+        if t is not None and (isinstance(t, T.SimdType) or not t.is_int):
+            raise self.error(s.value, f"dsl.split(n, align): align must be an integer, got {t}", kind=TypeMismatch)
+        known = _fold(self.cast(value, T.i64)) if t is not None else None
+        if known is not None and known < s.least:
+            raise self.error(s.value, f"dsl.split(n, align): align is {known}; it must be an integer >= {s.least} "
+                                      "(the share of each thread is a multiple of it)")
+        if not self.final or known is not None:
+            return None
+        return ir.Require(self.cast(value, T.i64), s.least, s.what, loc=s.loc)
 
     def visit_Log(self, s: ir.Log):
         typed = [self.expr(a) for a in s.args]
@@ -569,19 +584,6 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
         if spec.literal_arg and args:
             args = _literal_arg(spec, *typed[0])
         return ir.Call(e.name, args, type=rest.strong, loc=e.loc), rest
-
-    def check_split_aligns(self, aligns) -> None:
-        """``dsl.split(n, align)`` with an align known at compile time below 1: a CompileError (0 would
-        give every thread an empty share, a negative one drop elements).  Run-time aligns are checked
-        where the backend can raise (docs/language.md, Semantics)."""
-        for a in aligns:
-            try:
-                v = _fold(self.expr(a)[0])
-            except CompileError:
-                continue  # reads a local: known at run time only
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 1:
-                raise CompileError(f"dsl.split(n, align): align is {v}; it must be an integer >= 1 (the share of "
-                                   "each thread is a multiple of it)", a.loc)
 
     # ------------------------------------------------------------------ scratch
     def scratch_decl(self, s, binding: Binding) -> ir.Scratch:

@@ -117,6 +117,14 @@ class KernelIndexError(LaunchError, IndexError):
     ``thread_id``, ``tile_id``."""
 
 
+class KernelValueError(LaunchError, ValueError):
+    """A run-time argument a kernel builtin refuses (a ``range`` step of 0, a ``dsl.split`` align
+    below 1), on every backend: both a ``dsl.LaunchError`` and a ``ValueError``.
+
+    Attributes: ``what`` ('range_step' | 'split_align'), ``value``, ``loc`` (the SourceLoc of the
+    loop or call), ``thread_id``, ``tile_id``."""
+
+
 class VerifyError(Error, ValueError):
     """An op rejects its inputs or params (raised by ``Op.verify``)."""
 

@@ -81,7 +81,6 @@ class Parsed:
     loc: SourceLoc = None
     arrays: List[LocalDecl] = field(default_factory=list)  # dsl.local declarations
     returns_value: bool = True  # a @dsl.func with no 'return value' is a statement function
-    split_aligns: List[ir.Expr] = field(default_factory=list)  # dsl.split align= arguments (checked >= 1)
 
 
 # --------------------------------------------------------------------------- entry point
@@ -157,7 +156,7 @@ def parse(fn, *, is_kernel: bool, log_level: str, tensors: Optional[FrozenSet[in
     nesting.check_depth(fdef, v.error)  # before anything recurses over the tree
     body = v.block(fdef.body, top=True)
     return Parsed(fn.__name__, params, tuple(body), v.scratch, v.funcs, v.resolve.captured, v.shape_unpacks, filename,
-                  firstline, src, log_level, v.loc(fdef), v.arrays, v.returns_value, v.split_aligns)
+                  firstline, src, log_level, v.loc(fdef), v.arrays, v.returns_value)
 
 
 # --------------------------------------------------------------------------- the visitor
@@ -185,7 +184,6 @@ class _Visitor(Declarations, Calls, Visitor):
         self.returns_value = True  # (set by parse) False: a @dsl.func without 'return value'
         self.assigned = _assigned_names(fn)
         self.tmp_count = 0
-        self.split_aligns: List[ir.Expr] = []  # dsl.split align arguments: the checker rejects constants < 1
         self.source_names: Optional[Set[str]] = None  # every name the source uses (tmp() avoids them)
         self.shape_unpacks: List[Tuple[str, int, SourceLoc]] = []  # (tensor, names, loc): needs ndim == names
         self.resolve = Resolver(fn, lambda n: n in self.params or n in self.assigned, self.error)

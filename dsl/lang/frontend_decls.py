@@ -80,9 +80,14 @@ class Declarations:
         n, chunk, lo = self.tmp(), self.tmp(), self.tmp()
         out = [ir.Assign(n, args["n"], loc=loc)]
         c = ceil_div(ir.Name(n, loc=loc), parts)
-        if "align" in args:
-            self.split_aligns.append(args["align"])
-            c = mul(ceil_div(c, args["align"]), args["align"])
+        if "align" in args:  # checked >= 1: at compile time when known, else at run time (ir.Require)
+            align = args["align"]
+            if not isinstance(align, (ir.Const, ir.Name)):  # evaluated once, by the check and the chunk
+                a = self.tmp()
+                out.append(ir.Assign(a, align, loc=loc))
+                align = ir.Name(a, loc=loc)
+            out.append(ir.Require(align, 1, "split_align", loc=loc))
+            c = mul(ceil_div(c, align), align)
         out.append(ir.Assign(chunk, c, loc=loc))
         out.append(ir.Assign(lo, ir.Call("min", (mul(index, ir.Name(chunk, loc=loc)), ir.Name(n, loc=loc)),
                                          loc=loc), loc=loc))

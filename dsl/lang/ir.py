@@ -315,6 +315,18 @@ class StaticFor(Stmt):
 
 
 @dataclass(frozen=True)
+class Require(Stmt):
+    """A run-time argument check of a builtin: ``value >= least``, else the launch raises
+    ``KernelValueError`` naming ``what`` ('split_align') and ``loc``, on every backend (compiled
+    code records it in the launch's error record, backends/bounds.py).  The checker drops it when
+    ``value`` is known at compile time and accepted, and raises a CompileError when refused."""
+
+    value: Expr
+    least: int
+    what: str
+
+
+@dataclass(frozen=True)
 class While(Stmt):
     cond: Expr
     body: Tuple[Stmt, ...]
@@ -624,6 +636,8 @@ def _dump_body(stmts, depth: int, out: list) -> None:
             out.append(f"{pad}{s.tensor}.vstore({fmt(s.index)}, {fmt(s.value)})")
         elif isinstance(s, LocalInit):
             out.append(f"{pad}{s.name} = local(zeros)")
+        elif isinstance(s, Require):
+            out.append(f"{pad}require {s.what}: {fmt(s.value)} >= {s.least}")
         elif isinstance(s, Return):
             out.append(f"{pad}return" + (f" {fmt(s.value)}" if s.value is not None else ""))
         elif isinstance(s, Log):

@@ -67,6 +67,25 @@ def test_debug_launchers_keep_their_checks():
     np.testing.assert_array_equal(y, 2 * x)
 
 
+@dsl.kernel(threads=2)
+def strided(x: In[f32], y: Out[f32], step: dsl.i64):
+    for i in range(dsl.thread_id(), x.size, step):
+        y[i] = x[i] + 1
+
+
+def test_frozen_values_keep_the_run_time_argument_checks():
+    """A run-time range step carries the error record to the entry point: frozen values too."""
+    x, y = np.arange(8, dtype=np.float32), np.zeros(8, np.float32)
+    launcher, values, grid = strided.prepare((x, y, 0), {}, backend="numba")
+    fv = launcher.freeze(values)
+    assert type(fv) is frozen.Frozen
+    with pytest.raises(dsl.KernelValueError, match="step is 0"):
+        launcher(fv, grid)
+    launcher, values, grid = strided.prepare((x, y, 2), {}, backend="numba")
+    launcher(launcher.freeze(values), grid)
+    np.testing.assert_array_equal(y, x + 1)
+
+
 def test_a_model_plan_launches_frozen_values(backend):
     """On numba every kernel step of a plan holds frozen values; the other backends keep theirs."""
     g = dsl.Graph("mm")

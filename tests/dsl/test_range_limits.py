@@ -3,7 +3,9 @@
 A loop's iterations are Python's ``len(range(start, stop, step))`` even when ``i += step`` would
 overflow (numba used to run 0 iterations of ``range(0, 2**63 - 1, 2**62)`` and OpenCL forever).
 An ``align`` below 1 known at compile time is a CompileError (0 gave every thread an empty share,
--3 dropped elements).
+-3 dropped elements).  A step of 0 or an align below 1 known at run time only is the same
+``KernelValueError`` (a ValueError and a LaunchError) on every backend, naming the kernel and the
+loop or call (OpenCL used to run 0 iterations, numba said only "range() arg 3 must not be zero").
 """
 import numpy as np
 import pytest
@@ -21,7 +23,7 @@ NEGATIVE_ALIGN = -3
 def walk(out: Out[i64], start: i64, stop: i64, step: i64):
     n = 0
     last = 0
-    for i in range(start, stop, step):
+    for i in range(start, stop, step):  # E-loop
         n += 1
         last = i
         if n > 10:
@@ -97,11 +99,119 @@ def test_an_align_below_one_known_at_compile_time_is_rejected(backend, kernel, e
     assert f"align is {value}" in text and ">= 1" in text, text
 
 
-def test_a_run_time_align_below_one_is_a_value_error_in_the_interpreter():
-    from tests.dsl.test_team import split_aligned
-    with pytest.raises(Exception) as info:
-        split_aligned(np.zeros((4, 2), np.int64), 32, 0, backend="interpreter")
-    assert "align is 0" in str(info.value)
+def where(marker: str, word: str) -> str:
+    """file:line:col of ``word`` on the line ending in ``# marker``."""
+    line = next(i for i, s in enumerate(SRC) if s.rstrip().endswith("# " + marker))
+    return f"test_range_limits.py:{line + 1}:{SRC[line].index(word) + 1}"
+
+
+def assert_refused(info, kernel: str, marker: str, word: str, what: str, value: int, func: str = ""):
+    err = info.value
+    assert isinstance(err, ValueError) and isinstance(err, dsl.LaunchError), type(err)
+    text = str(err)
+    assert where(marker, word) in text, text
+    assert f"kernel {kernel!r}" in text and f"is {value} (accepted: " in text, text
+    assert (f"@dsl.func {func!r}" in text) == bool(func), text
+    assert err.what == what and err.value == value and err.thread_id >= 0, (err.what, err.value)
+
+
+@pytest.mark.parametrize("backend", ALL)
+def test_a_run_time_step_of_zero_is_a_located_value_error(backend):
+    with pytest.raises(dsl.KernelValueError) as info:
+        walk(np.zeros(2, np.int64), 0, 10, 0, backend=backend)
+    assert_refused(info, "walk", "E-loop", "for", "range_step", 0)
+
+
+@dsl.func
+def count_steps(n: i64, step: i64) -> i64:
+    c = 0
+    for i in range(0, n, step):  # E-func-loop
+        c += 1
+    return c
+
+
+@dsl.kernel(threads=2)
+def steps_in_func(out: Out[i64], step: i64):
+    out[dsl.thread_id()] = count_steps(8, step)
+
+
+@pytest.mark.parametrize("backend", ALL)
+def test_a_run_time_step_of_zero_in_a_func_names_the_func(backend):
+    with pytest.raises(dsl.KernelValueError) as info:
+        steps_in_func(np.zeros(2, np.int64), 0, backend=backend)
+    assert_refused(info, "steps_in_func", "E-func-loop", "for", "range_step", 0, func="count_steps")
+    out = np.zeros(2, np.int64)
+    steps_in_func(out, -3, backend=backend)  # a negative step counts like Python: range(0, 8, -3) is empty
+    steps_in_func(out, 3, backend=backend)
+    assert out.tolist() == [3, 3]
+
+
+@dsl.kernel(threads=4)
+def split_run_time(out: Out[i64, 2], n: i64, align: i64):
+    lo, hi = dsl.split(n, align=align)  # E-run-time
+    out[dsl.thread_id(), 0] = lo
+    out[dsl.thread_id(), 1] = hi
+
+
+@dsl.kernel(threads=2)
+def split_synced(out: Out[i64], align: i64):
+    buf = dsl.scratch((2,), i64)
+    lo, hi = dsl.split(out.size, align=align + 0, grid=True)  # E-synced
+    buf[dsl.thread_id()] = hi - lo
+    dsl.sync()
+    for i in range(lo, hi):
+        out[i] = buf[0] + buf[1]
+
+
+@pytest.mark.parametrize("backend", ALL)
+@pytest.mark.parametrize("align", [0, -3])
+def test_a_run_time_align_below_one_is_a_located_value_error(backend, align):
+    with pytest.raises(dsl.KernelValueError) as info:
+        split_run_time(np.zeros((4, 2), np.int64), 32, align, backend=backend)
+    assert_refused(info, "split_run_time", "E-run-time", "dsl.split", "split_align", align)
+    with pytest.raises(dsl.KernelValueError) as info:  # an expression, a team with sync(), 3 tiles
+        split_synced(np.zeros(24, np.int64), align, grid=3, backend=backend)
+    assert_refused(info, "split_synced", "E-synced", "dsl.split", "split_align", align)
+    out = np.zeros(24, np.int64)
+    split_synced(out, 4, grid=3, backend=backend)
+    assert out.tolist() == [8] * 24
+
+
+ZERO = 0
+
+
+@dsl.kernel(threads=1)
+def const_step(out: Out[i64], s: dsl.const[i64]):
+    for i in range(0, 4, s):  # E-const-step
+        out[0] += 1
+
+
+@dsl.kernel(threads=1)
+def module_zero_step(out: Out[i64]):
+    for i in range(0, 4, ZERO):  # E-module-step
+        out[0] += 1
+
+
+@pytest.mark.parametrize("backend", ALL)
+def test_a_step_of_zero_known_at_compile_time_is_a_compile_error(backend):
+    for kernel, extra, marker, word in ((const_step, (0,), "E-const-step", "s)"),
+                                        (module_zero_step, (), "E-module-step", "range")):
+        with pytest.raises(dsl.CompileError) as info:
+            kernel(np.zeros(1, np.int64), *extra, backend=backend)
+        assert where(marker, word) in str(info.value) and "step must not be zero" in str(info.value), str(info.value)
+    out = np.zeros(1, np.int64)
+    const_step(out, 2, backend=backend)
+    assert out[0] == 2
+
+
+@pytest.mark.parametrize("backend", ("numba", "opencl"))
+def test_only_run_time_steps_and_aligns_get_the_error_record(backend):
+    """A kernel whose steps and aligns are all known at compile time is generated as before:
+    no hidden record argument, no check."""
+    record = {"numba": "_err", "opencl": "opdsl_err"}[backend]
+    assert record not in walk_constant_step.source(backend)
+    assert record not in split_const_param.source(backend, np.zeros((4, 2), np.int64), 37, 8)
+    assert record in walk.source(backend) and record in split_run_time.source(backend)
 
 
 @pytest.mark.parametrize("backend", ALL)
