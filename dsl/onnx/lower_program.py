@@ -13,7 +13,8 @@ round only where the value is of another dtype, and the result is cast to the no
 
 ``lower_fused_elementwise(node, opset, emit) -> bool`` (False: the program needs an op the
 opset lacks), called through dsl/onnx/lower.py's registry.  Only ``ast`` is used: the op
-library is never imported here.
+library is never imported here; ops/elementwise_table.py registers which call is which ONNX op
+and each op's first opset (``register_call``, ``register_op``) when ``ops`` is imported.
 """
 from __future__ import annotations
 
