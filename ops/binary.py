@@ -8,6 +8,10 @@ They broadcast like Add (the 4-D collapse of ops/elementwise.py) through two ker
   compiles only its own loop, so each (op, dtype) is a small compile and none makes
   Add's variants bigger.  Max/Min/Sum/Mean fold their inputs pairwise through it.
 * ``pow_kernel``: base and exponent have their own TypeVars (ONNX Pow opset 12+).
+
+Both are written by ops/generated_kernel.py's broadcast loop; BitwiseAnd/Or/Xor are the
+``bitwise`` rows of ops/elementwise_table.py (classes and ladder branches made from them), and
+Div, Pow, Max and Min bind to ``custom`` rows, which say how they fuse.
 """
 from __future__ import annotations
 

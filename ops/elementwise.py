@@ -14,6 +14,11 @@ Add, Sub and Mul of one dtype share one compiled variant:
 Both read element i before writing element i, so outputs may share an input's
 buffer (``inplace``), and both accept NCHWc16 tensors, which are flat arrays of
 identical layout when shapes match.
+
+Add, Sub and Mul are the ``arith`` rows of ops/elementwise_table.py: their classes and
+``binary_kernel``'s op-code ladder are made from the rows, its 4-D loop by
+ops/generated_kernel.py (which every broadcasting kernel shares); the activations and Clip bind
+to their ``custom`` rows, which say how they fuse.
 """
 from __future__ import annotations
 

@@ -187,6 +187,11 @@ def codes(family: str) -> Dict[str, int]:
     return out
 
 
+def class_of(row: Elementwise) -> Optional[type]:
+    """The op class made from or bound to ``row``, None before that."""
+    return _CLASS.get(row)
+
+
 def row_of(cls: type) -> Optional[Elementwise]:
     """The row an op class was made from or bound to (exactly that class: a subclass may mean
     something else), None for any other class."""

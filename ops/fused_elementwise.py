@@ -46,6 +46,7 @@ def _check_program(program: str, n_inputs: int) -> List[str]:
     if len(lines) > MAX_STEPS:
         raise VerifyError(f"FusedElementwise program has {len(lines)} lines; at most {MAX_STEPS} accepted")
     known = {f"x{k}" for k in range(n_inputs)}
+    calls = _calls()
     for k, line in enumerate(lines):
         where = f"FusedElementwise program line {k + 1} {line!r}"
         try:
@@ -57,20 +58,20 @@ def _check_program(program: str, n_inputs: int) -> List[str]:
                 and st.targets[0].id == f"t{k}"):
             raise VerifyError(f"{where}: accepted only 't{k} = <expression>' (values are numbered in order)")
         for node in ast.walk(st.value):
-            _check_node(node, known, where)
+            _check_node(node, known, where, calls)
         known.add(f"t{k}")
     return lines
 
 
-def _calls():
+def _calls() -> Tuple[frozenset, Tuple[str, ...]]:
     """(dsl.<name> calls, bare calls) a program may make: the builtins of the rows that fuse
     (ops/elementwise_table.py) and the f32/f64 casts."""
     dsl_calls, bare = table.fused_calls()
-    return dsl_calls, bare | _CASTS
+    return dsl_calls, tuple(sorted(_CASTS)) + tuple(sorted(bare - _CASTS))
 
 
-def _check_node(node, known, where: str) -> None:
-    dsl_calls, bare_calls = _calls()
+def _check_node(node, known, where: str, calls) -> None:
+    dsl_calls, bare_calls = calls
     ok = isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Compare, ast.IfExp, ast.BoolOp, ast.Call, ast.Load,
                            ast.And, ast.Or, ast.USub, ast.UAdd, ast.Not) + _BINOPS + _CMPOPS)
     if isinstance(node, ast.Name):
@@ -90,7 +91,7 @@ def _check_node(node, known, where: str) -> None:
     if not ok:
         raise VerifyError(f"{where}: {ast.unparse(node) if isinstance(node, ast.expr) else type(node).__name__!s} "
                           f"is not accepted; programs use arithmetic (+ - * /), comparisons, 'a if c else b', "
-                          f"{'/'.join(sorted(bare_calls))} and dsl.{', dsl.'.join(sorted(dsl_calls))}")
+                          f"{'/'.join(bare_calls)} and dsl.{', dsl.'.join(sorted(dsl_calls))}")
 
 
 def _kinds(specs: Sequence[TensorSpec], out_shape: Tuple) -> Tuple[str, ...]:

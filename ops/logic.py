@@ -5,7 +5,9 @@ Three kernels serve the family.  ``compare_kernel`` and ``where_kernel`` use the
 broadcast scheme of ops/elementwise.py (``launch_broadcast`` collapses any number of
 inputs' broadcast patterns, so Where's three-way broadcast is the same machinery);
 ``predicate_kernel`` is a flat loop.  The op code is a ``dsl.const``: each variant holds
-only its own test.
+only its own test.  The comparisons and And/Or/Xor are the ``compare`` rows of
+ops/elementwise_table.py (their classes and ``compare_kernel``'s ladder are made from them);
+Not, IsNaN and Where bind to ``custom`` rows.
 """
 from __future__ import annotations
 

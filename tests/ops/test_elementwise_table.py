@@ -35,7 +35,7 @@ def row(request):
 
 def test_families_are_made_from_the_rows():
     for r in table.ROWS:
-        cls = table._CLASS[r]
+        cls = table.class_of(r)
         assert (cls.op_type, cls.since, cls.until) == (r.onnx, r.since, r.until)
         assert table.row_of(cls) is r
         if r.family != "custom":
