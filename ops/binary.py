@@ -24,7 +24,7 @@ from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops import elementwise_table as table
 from ops.elementwise import (FLOATS, INTEGERS, MAX_RANK, NUMERIC, UNSIGNED, Add, Mul, Sub, _Binary,
                              broadcast_shape, launch_broadcast, require_dtype, same_dtype)
-from ops.generated_kernel import broadcast_loop, compile_kernel, indent, kernel_text, ladder
+from ops.generated_kernel import broadcast_loop, compile_kernel, indent, kernel_text, ladder, with_loads
 
 T = dsl.TypeVar("T")
 U = dsl.TypeVar("U")
@@ -50,7 +50,7 @@ BXOR = 15
 
 # --------------------------------------------------------------------------- kernels
 
-_LOAD = ["va = a.flat[p_a + j * s_a3]", "vb = b.flat[p_b + j * s_b3]"]
+_LOADS = {"va": "a.flat[p_a + j * s_a3]", "vb": "b.flat[p_b + j * s_b3]"}
 
 # the ops' own loops; the arith and bitwise rows' loops come from their expressions
 _LOOPS = {
@@ -71,7 +71,7 @@ _LOOPS = {
 
 def _op_kernel(name: str, branches, doc: str):
     """A 4-D broadcast kernel whose ``op`` is a compile-time constant: one loop per branch."""
-    row = ladder([(code, ["for j in range(j0, jn):"] + indent(_LOAD + lines)) for code, lines in branches])
+    row = ladder([(code, ["for j in range(j0, jn):"] + indent(with_loads(lines, _LOADS))) for code, lines in branches])
     body = broadcast_loop("y", ("a", "b"), row)
     return compile_kernel(kernel_text(f"{name}(a: In[T, 4], b: In[T, 4], y: Out[T, 4], op: dsl.const[i32])", doc, body),
                           name, __name__, {"T": T})

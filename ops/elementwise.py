@@ -212,9 +212,7 @@ def arith_class(row: table.Elementwise) -> type:
     return dsl.op(row.onnx, since=row.since, until=row.until)(type(row.class_name, (_Binary,), attrs))
 
 
-Add = table.register(table.rows("arith")[0])
-Sub = table.register(table.rows("arith")[1])
-Mul = table.register(table.rows("arith")[2])
+Add, Sub, Mul = (table.register(r) for r in table.rows("arith"))
 
 
 class _Unary(dsl.Op):

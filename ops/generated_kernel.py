@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import linecache
+import re
 import threading
 from typing import Dict, List, Optional, Sequence
 
@@ -80,3 +81,12 @@ def ladder(branches: Sequence[tuple], code: str = "op") -> List[str]:
             out.append("else:")
         out += indent(lines)
     return out
+
+
+def with_loads(lines: Sequence[str], loads: Dict[str, str]) -> List[str]:
+    """``lines`` reading ``loads`` (name -> load expression): a one-line body that reads each name
+    once gets the loads in place (the interpreter runs no extra statement per element), any other
+    body assigns them first."""
+    if len(lines) == 1 and all(len(re.findall(rf"\b{n}\b", lines[0])) == 1 for n in loads):
+        return [re.sub(r"\b(" + "|".join(map(re.escape, loads)) + r")\b", lambda m: loads[m.group(1)], lines[0])]
+    return [f"{n} = {e}" for n, e in loads.items()] + list(lines)

@@ -22,7 +22,7 @@ from typing import Dict, List
 import dsl
 from ops import elementwise_table as table
 from ops.elementwise import FLOATS, require_dtype
-from ops.generated_kernel import compile_kernel, kernel_text, ladder
+from ops.generated_kernel import compile_kernel, indent, kernel_text, ladder, with_loads
 
 F = dsl.TypeVar("F")
 I = dsl.TypeVar("I")  # noqa: E741
@@ -44,7 +44,8 @@ def _math_kernel(name: str, tv: str, rows: List[table.Elementwise], ints: bool, 
         if expr is None:
             continue
         code = CODES.get(row.onnx, 0) if len(rows) > 1 else 0
-        branches.append((code, ["for i in range(lo, hi):", "    v = x.flat[i]", f"    y.flat[i] = {expr.format('v')}"]))
+        store = with_loads([f"y.flat[i] = {expr.format('v')}"], {"v": "x.flat[i]"})
+        branches.append((code, ["for i in range(lo, hi):"] + indent(store)))
     body = ["lo, hi = dsl.split(x.size)"] + ladder(branches)
     source = kernel_text(f"{name}(x: In[{tv}], y: Out[{tv}], op: i32)", doc, body)
     return compile_kernel(source, name, __name__, {"F": F, "I": I})
