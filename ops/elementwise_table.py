@@ -25,6 +25,7 @@ from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import dsl
 from dsl.onnx import lower_program
+from dsl.opgraph import registry
 from ops import elementwise_emitters as em
 
 FLOATS = (dsl.f16, dsl.bf16, dsl.f32, dsl.f64)
@@ -239,7 +240,6 @@ def implements(cls: type) -> type:
 
 def unregister(cls: type) -> None:
     """Take back a row added with ``register``: its class, its fusion and its export entries."""
-    from dsl.opgraph import registry
     row = _ROW_OF.pop(cls, None)
     if row is None:
         return
