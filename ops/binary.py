@@ -8,6 +8,10 @@ They broadcast like Add (the 4-D collapse of ops/elementwise.py) through two ker
   compiles only its own loop, so each (op, dtype) is a small compile and none makes
   Add's variants bigger.  Max/Min/Sum/Mean fold their inputs pairwise through it.
 * ``pow_kernel``: base and exponent have their own TypeVars (ONNX Pow opset 12+).
+
+Both are written by ops/generated_kernel.py's broadcast loop; BitwiseAnd/Or/Xor are the
+``bitwise`` rows of ops/elementwise_table.py (classes and ladder branches made from them), and
+Div, Pow, Max and Min bind to ``custom`` rows, which say how they fuse.
 """
 from __future__ import annotations
 
@@ -16,10 +20,11 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 
 import dsl
-from dsl import In, Out, i32
 from dsl.opgraph.spec import TensorSpec, VerifyError
+from ops import elementwise_table as table
 from ops.elementwise import (FLOATS, INTEGERS, MAX_RANK, NUMERIC, UNSIGNED, Add, Mul, Sub, _Binary,
                              broadcast_shape, launch_broadcast, require_dtype, same_dtype)
+from ops.generated_kernel import broadcast_loop, compile_kernel, indent, kernel_text, ladder, with_loads
 
 T = dsl.TypeVar("T")
 U = dsl.TypeVar("U")
@@ -45,137 +50,56 @@ BXOR = 15
 
 # --------------------------------------------------------------------------- kernels
 
-@dsl.kernel
-def binary_op_kernel(a: In[T, 4], b: In[T, 4], y: Out[T, 4], op: dsl.const[i32]):
+_LOADS = {"va": "a.flat[p_a + j * s_a3]", "vb": "b.flat[p_b + j * s_b3]"}
+
+# the ops' own loops; the arith and bitwise rows' loops come from their expressions
+_LOOPS = {
+    DIV: ["y.flat[base + j] = va / vb"],  # floats: true division
+    IDIV: ["q = va // vb",  # integers: truncate toward zero (C, ONNX); x / 0 gives 0 as numpy
+           "if va % vb != 0 and (va < 0) != (vb < 0):", "    q += 1", "y.flat[base + j] = q"],
+    MAX: ["y.flat[base + j] = va if va >= vb or va != va else vb"],  # NaN in either input gives NaN (np.maximum)
+    MIN: ["y.flat[base + j] = va if va <= vb or va != va else vb"],
+    MOD: ["y.flat[base + j] = va % vb"],  # floor remainder, the sign of b (Python, np.mod)
+    IFMOD: ["m = va % vb",  # C fmod of integers: the sign of a
+            "if m != 0 and (m < 0) != (va < 0):", "    m -= vb", "y.flat[base + j] = m"],
+    FMOD: ["m = abs(va) % abs(vb)", "y.flat[base + j] = -m if va < 0 else m"],  # |a| mod |b| exact, sign of a
+    SHL: ["y.flat[base + j] = dsl.i64(va) << dsl.i64(vb)"],  # counts outside [0, bits) give 0; wraps into T
+    SHR: ["y.flat[base + j] = dsl.i64(va) >> dsl.i64(vb)"],  # signed: sign fill, also for counts outside
+    SHRU: ["y.flat[base + j] = dsl.u64(va) >> dsl.u64(vb)"],  # unsigned, zero fill
+}
+
+
+def _op_kernel(name: str, branches, doc: str):
+    """A 4-D broadcast kernel whose ``op`` is a compile-time constant: one loop per branch."""
+    row = ladder([(code, ["for j in range(j0, jn):"] + indent(with_loads(lines, _LOADS))) for code, lines in branches])
+    body = broadcast_loop("y", ("a", "b"), row)
+    return compile_kernel(kernel_text(f"{name}(a: In[T, 4], b: In[T, 4], y: Out[T, 4], op: dsl.const[i32])", doc, body),
+                          name, __name__, {"T": T})
+
+
+def _row_loop(row) -> list:
+    return [f"y.flat[base + j] = {row.expr.format('va', 'vb')}"]
+
+
+_BITWISE = table.codes("bitwise")  # ONNX name -> its code, counted from BAND
+binary_op_kernel = _op_kernel("binary_op_kernel", sorted(
+    [(ADD + k, _row_loop(r)) for k, r in enumerate(table.rows("arith"))] + list(_LOOPS.items())
+    + [(BAND + _BITWISE[r.onnx], _row_loop(r)) for r in table.rows("bitwise")]),
     """y = a (op) b for the rarer binary ops, broadcasting like binary_kernel.
 
     ``op`` is a compile-time constant: a variant holds only its own loop, so each
     (op, dtype) costs a small compile instead of every op making every variant large.
     Every op's code type-checks for every numeric T (shifts go through i64/u64), though
-    the ops only pick the codes that make sense for the dtype."""
-    n1 = y.shape[1]
-    n2 = y.shape[2]
-    n3 = y.shape[3]
-    sa3 = 1 if a.shape[3] > 1 else 0
-    sa2 = a.shape[3] if a.shape[2] > 1 else 0
-    sa1 = a.shape[2] * a.shape[3] if a.shape[1] > 1 else 0
-    sa0 = a.shape[1] * a.shape[2] * a.shape[3] if a.shape[0] > 1 else 0
-    sb3 = 1 if b.shape[3] > 1 else 0
-    sb2 = b.shape[3] if b.shape[2] > 1 else 0
-    sb1 = b.shape[2] * b.shape[3] if b.shape[1] > 1 else 0
-    sb0 = b.shape[1] * b.shape[2] * b.shape[3] if b.shape[0] > 1 else 0
-    lo, hi = dsl.split(y.size)
-    i = lo
-    while i < hi:
-        r = i // n3
-        j0 = i - r * n3
-        jn = min(n3, j0 + hi - i)
-        i2 = r % n2
-        r = r // n2
-        i1 = r % n1
-        i0 = r // n1
-        pa = i0 * sa0 + i1 * sa1 + i2 * sa2
-        pb = i0 * sb0 + i1 * sb1 + i2 * sb2
-        base = i - j0
-        if op == ADD:
-            for j in range(j0, jn):
-                y.flat[base + j] = a.flat[pa + j * sa3] + b.flat[pb + j * sb3]
-        elif op == SUB:
-            for j in range(j0, jn):
-                y.flat[base + j] = a.flat[pa + j * sa3] - b.flat[pb + j * sb3]
-        elif op == MUL:
-            for j in range(j0, jn):
-                y.flat[base + j] = a.flat[pa + j * sa3] * b.flat[pb + j * sb3]
-        elif op == DIV:  # floats: true division
-            for j in range(j0, jn):
-                y.flat[base + j] = a.flat[pa + j * sa3] / b.flat[pb + j * sb3]
-        elif op == IDIV:  # integers: truncate toward zero (C, ONNX); x / 0 gives 0 as numpy
-            for j in range(j0, jn):
-                va = a.flat[pa + j * sa3]
-                vb = b.flat[pb + j * sb3]
-                q = va // vb
-                if va % vb != 0 and (va < 0) != (vb < 0):
-                    q += 1
-                y.flat[base + j] = q
-        elif op == MAX:  # NaN in either input gives NaN (np.maximum)
-            for j in range(j0, jn):
-                va = a.flat[pa + j * sa3]
-                vb = b.flat[pb + j * sb3]
-                y.flat[base + j] = va if va >= vb or va != va else vb
-        elif op == MIN:
-            for j in range(j0, jn):
-                va = a.flat[pa + j * sa3]
-                vb = b.flat[pb + j * sb3]
-                y.flat[base + j] = va if va <= vb or va != va else vb
-        elif op == MOD:  # floor remainder, the sign of b (Python, np.mod)
-            for j in range(j0, jn):
-                y.flat[base + j] = a.flat[pa + j * sa3] % b.flat[pb + j * sb3]
-        elif op == IFMOD:  # C fmod of integers: the sign of a
-            for j in range(j0, jn):
-                va = a.flat[pa + j * sa3]
-                vb = b.flat[pb + j * sb3]
-                m = va % vb
-                if m != 0 and (m < 0) != (va < 0):
-                    m -= vb
-                y.flat[base + j] = m
-        elif op == FMOD:  # C fmod of floats: |a| mod |b| is exact, then the sign of a
-            for j in range(j0, jn):
-                va = a.flat[pa + j * sa3]
-                m = abs(va) % abs(b.flat[pb + j * sb3])
-                y.flat[base + j] = -m if va < 0 else m
-        elif op == SHL:  # counts outside [0, bits) give 0; the i64 result wraps into T
-            for j in range(j0, jn):
-                y.flat[base + j] = dsl.i64(a.flat[pa + j * sa3]) << dsl.i64(b.flat[pb + j * sb3])
-        elif op == SHR:  # signed: sign fill, also for counts outside [0, bits)
-            for j in range(j0, jn):
-                y.flat[base + j] = dsl.i64(a.flat[pa + j * sa3]) >> dsl.i64(b.flat[pb + j * sb3])
-        elif op == BAND:  # through i64 like the shifts: the bits wrap back into T
-            for j in range(j0, jn):
-                y.flat[base + j] = dsl.i64(a.flat[pa + j * sa3]) & dsl.i64(b.flat[pb + j * sb3])
-        elif op == BOR:
-            for j in range(j0, jn):
-                y.flat[base + j] = dsl.i64(a.flat[pa + j * sa3]) | dsl.i64(b.flat[pb + j * sb3])
-        elif op == BXOR:
-            for j in range(j0, jn):
-                y.flat[base + j] = dsl.i64(a.flat[pa + j * sa3]) ^ dsl.i64(b.flat[pb + j * sb3])
-        else:  # SHRU: unsigned, zero fill
-            for j in range(j0, jn):
-                y.flat[base + j] = dsl.u64(a.flat[pa + j * sa3]) >> dsl.u64(b.flat[pb + j * sb3])
-        i = base + jn
+    the ops only pick the codes that make sense for the dtype.""")
 
-
-@dsl.kernel
-def pow_kernel(a: In[T, 4], b: In[U, 4], y: Out[T, 4]):
+pow_kernel = compile_kernel(kernel_text(
+    "pow_kernel(a: In[T, 4], b: In[U, 4], y: Out[T, 4])",
     """y = a ** b with broadcasting; the exponent's dtype may differ from the base's
     (ONNX Pow opset 12+), the result takes the base's (float math for any float operand,
-    integer power by squaring for two integers)."""
-    n1 = y.shape[1]
-    n2 = y.shape[2]
-    n3 = y.shape[3]
-    sa3 = 1 if a.shape[3] > 1 else 0
-    sa2 = a.shape[3] if a.shape[2] > 1 else 0
-    sa1 = a.shape[2] * a.shape[3] if a.shape[1] > 1 else 0
-    sa0 = a.shape[1] * a.shape[2] * a.shape[3] if a.shape[0] > 1 else 0
-    sb3 = 1 if b.shape[3] > 1 else 0
-    sb2 = b.shape[3] if b.shape[2] > 1 else 0
-    sb1 = b.shape[2] * b.shape[3] if b.shape[1] > 1 else 0
-    sb0 = b.shape[1] * b.shape[2] * b.shape[3] if b.shape[0] > 1 else 0
-    lo, hi = dsl.split(y.size)
-    i = lo
-    while i < hi:
-        r = i // n3
-        j0 = i - r * n3
-        jn = min(n3, j0 + hi - i)
-        i2 = r % n2
-        r = r // n2
-        i1 = r % n1
-        i0 = r // n1
-        pa = i0 * sa0 + i1 * sa1 + i2 * sa2
-        pb = i0 * sb0 + i1 * sb1 + i2 * sb2
-        base = i - j0
-        for j in range(j0, jn):
-            y.flat[base + j] = dsl.pow(a.flat[pa + j * sa3], b.flat[pb + j * sb3])
-        i = base + jn
+    integer power by squaring for two integers).""",
+    broadcast_loop("y", ("a", "b"), ["for j in range(j0, jn):",
+                                     "    y.flat[base + j] = dsl.pow(a.flat[p_a + j * s_a3], b.flat[p_b + j * s_b3])"])),
+    "pow_kernel", __name__, {"T": T, "U": U})
 
 
 # --------------------------------------------------------------------------- ops
@@ -184,6 +108,7 @@ def _is_float(dtype: np.dtype) -> bool:
     return dtype.kind in "fV"  # V: ml_dtypes' bfloat16
 
 
+@table.implements
 @dsl.op("Div", since=7)
 class Div(_Binary):
     """a / b; integers truncate toward zero (as C and onnx's reference) and x / 0 is 0."""
@@ -265,21 +190,23 @@ class _Bitwise(_Binary):
         return self.code
 
 
-@dsl.op("BitwiseAnd", since=18)
-class BitwiseAnd(_Bitwise):
-    code = BAND
+@table.builder("bitwise")
+def bitwise_class(row: table.Elementwise) -> type:
+    """BitwiseAnd/Or/Xor, and bitwise rows added later (those get a kernel of their own)."""
+    attrs = {"allowed": row.dtypes, "keeps_padding": row.keeps_padding, "__module__": __name__,
+             "__qualname__": row.class_name, "__doc__": row.doc or f"{row.onnx}(a, b) with numpy broadcasting."}
+    if row in table.ROWS:
+        attrs["code"] = BAND + _BITWISE[row.onnx]
+    else:
+        attrs["code"] = 0
+        attrs["kernels"] = {"default": _op_kernel(f"{row.class_name.lower()}_kernel", [(0, _row_loop(row))], row.onnx)}
+    return dsl.op(row.onnx, since=row.since, until=row.until)(type(row.class_name, (_Bitwise,), attrs))
 
 
-@dsl.op("BitwiseOr", since=18)
-class BitwiseOr(_Bitwise):
-    code = BOR
+BitwiseAnd, BitwiseOr, BitwiseXor = (table.register(r) for r in table.rows("bitwise"))
 
 
-@dsl.op("BitwiseXor", since=18)
-class BitwiseXor(_Bitwise):
-    code = BXOR
-
-
+@table.implements
 @dsl.op("Pow", since=7)
 class Pow(dsl.Op):
     """a ** b; b may have another dtype (opset 12+), the result has a's."""
@@ -335,12 +262,14 @@ class _Variadic(dsl.Op):
             launch_broadcast(impl, [acc, n], y, MAX_RANK, op=DIV, backend=backend)
 
 
+@table.implements
 @dsl.op("Max", since=8)
 class Max(_Variadic):
     """Elementwise largest of the inputs; NaN wins (np.maximum)."""
     code = MAX
 
 
+@table.implements
 @dsl.op("Min", since=8)
 class Min(_Variadic):
     """Elementwise smallest of the inputs; NaN wins (np.minimum)."""

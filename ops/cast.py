@@ -16,6 +16,7 @@ import dsl
 from dsl import In, Out
 from dsl.lang.types import DType
 from dsl.opgraph.spec import VerifyError
+from ops import elementwise_table as table
 
 T = dsl.TypeVar("T")
 U = dsl.TypeVar("U")
@@ -47,6 +48,7 @@ class _Cast(dsl.Op):
         impl(inputs[0], outputs[0], backend=backend)
 
 
+@table.implements
 @dsl.op("Cast", since=6, until=12)
 class CastV6(_Cast):
     """Cast of opsets 6-12: every opdsl dtype but bf16."""
@@ -61,6 +63,7 @@ class CastV6(_Cast):
         return x.spec.with_(dtype=self.to, quant=None)
 
 
+@table.implements
 @dsl.op("Cast", since=13)
 class Cast(_Cast):
     """Cast of opset 13+ (bf16).  ``saturate`` (19+) and ``round_mode`` (24+) only affect

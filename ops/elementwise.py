@@ -14,6 +14,11 @@ Add, Sub and Mul of one dtype share one compiled variant:
 Both read element i before writing element i, so outputs may share an input's
 buffer (``inplace``), and both accept NCHWc16 tensors, which are flat arrays of
 identical layout when shapes match.
+
+Add, Sub and Mul are the ``arith`` rows of ops/elementwise_table.py: their classes and
+``binary_kernel``'s op-code ladder are made from the rows, its 4-D loop by
+ops/generated_kernel.py (which every broadcasting kernel shares); the activations and Clip bind
+to their ``custom`` rows, which say how they fuse.
 """
 from __future__ import annotations
 
@@ -23,69 +28,39 @@ from typing import Optional, Sequence, Tuple
 import numpy as np
 
 import dsl
-from dsl import In, Out, f16, bf16, f32, f64, i32
+from dsl import In, Out, f32, i32
 from dsl.opgraph.spec import TensorSpec, VerifyError
+from ops import elementwise_table as table
+from ops.elementwise_table import FLOATS, INTEGERS, NUMERIC, UNSIGNED  # noqa: F401 (the families import them from here)
+from ops.generated_kernel import broadcast_loop, compile_kernel, indent, kernel_text, ladder
 
 T = dsl.TypeVar("T")
 F = dsl.TypeVar("F")
 
-# operation codes of binary_kernel / unary_kernel (module constants fold into kernels)
-ADD = 0
-SUB = 1
-MUL = 2
+# operation codes of unary_kernel (module constants fold into kernels)
 RELU = 0
 LEAKY_RELU = 1
 SIGMOID = 2
 TANH = 3
 
-FLOATS = (f16, bf16, f32, f64)
-UNSIGNED = (dsl.u8, dsl.u16, dsl.u32, dsl.u64)
-INTEGERS = (dsl.i8, dsl.u8, dsl.i16, dsl.u16, dsl.i32, dsl.u32, dsl.i64, dsl.u64)
-NUMERIC = INTEGERS + FLOATS
 MAX_RANK = 4  # axes binary_kernel handles after collapsing
 
 
 # --------------------------------------------------------------------------- kernels
 
-@dsl.kernel
-def binary_kernel(a: In[T, 4], b: In[T, 4], y: Out[T, 4], op: i32):
-    """y = a (op) b; an axis of size 1 in a or b is broadcast along y."""
-    n1 = y.shape[1]
-    n2 = y.shape[2]
-    n3 = y.shape[3]
-    # element strides, 0 along broadcast axes
-    sa3 = 1 if a.shape[3] > 1 else 0
-    sa2 = a.shape[3] if a.shape[2] > 1 else 0
-    sa1 = a.shape[2] * a.shape[3] if a.shape[1] > 1 else 0
-    sa0 = a.shape[1] * a.shape[2] * a.shape[3] if a.shape[0] > 1 else 0
-    sb3 = 1 if b.shape[3] > 1 else 0
-    sb2 = b.shape[3] if b.shape[2] > 1 else 0
-    sb1 = b.shape[2] * b.shape[3] if b.shape[1] > 1 else 0
-    sb0 = b.shape[1] * b.shape[2] * b.shape[3] if b.shape[0] > 1 else 0
-    lo, hi = dsl.split(y.size)
-    i = lo
-    while i < hi:
-        # one run along the last axis: index math once per row, not per element
-        r = i // n3
-        j0 = i - r * n3
-        jn = min(n3, j0 + hi - i)
-        i2 = r % n2
-        r = r // n2
-        i1 = r % n1
-        i0 = r // n1
-        pa = i0 * sa0 + i1 * sa1 + i2 * sa2
-        pb = i0 * sb0 + i1 * sb1 + i2 * sb2
-        base = i - j0
-        for j in range(j0, jn):
-            va = a.flat[pa + j * sa3]
-            vb = b.flat[pb + j * sb3]
-            if op == ADD:
-                y.flat[base + j] = va + vb
-            elif op == SUB:
-                y.flat[base + j] = va - vb
-            else:
-                y.flat[base + j] = va * vb
-        i = base + jn
+def arith_kernel(name: str, rows, doc: str):
+    """The 4-D broadcast kernel of ``arith`` rows, a run-time op code choosing the row (inside the
+    inner loop: the compilers hoist the loop-invariant branch)."""
+    branches = [(CODES.get(r.onnx, 0), [f"y.flat[base + j] = {r.expr.format('va', 'vb')}"]) for r in rows]
+    inner = ["for j in range(j0, jn):", "    va = a.flat[p_a + j * s_a3]", "    vb = b.flat[p_b + j * s_b3]"]
+    body = broadcast_loop("y", ("a", "b"), inner + indent(ladder(branches)))
+    return compile_kernel(kernel_text(f"{name}(a: In[T, 4], b: In[T, 4], y: Out[T, 4], op: i32)", doc, body),
+                          name, __name__, {"T": T})
+
+
+CODES = table.codes("arith")  # ONNX name -> op code of binary_kernel
+binary_kernel = arith_kernel("binary_kernel", table.rows("arith"),
+                             "y = a (op) b; an axis of size 1 in a or b is broadcast along y.")
 
 
 @dsl.kernel
@@ -202,7 +177,7 @@ def require_dtype(what: str, spec: TensorSpec, allowed: Sequence, name: str = "i
 # --------------------------------------------------------------------------- ops
 
 class _Binary(dsl.Op):
-    code = ADD
+    code = 0
     allowed = NUMERIC
     formats = ("plain", "nchwc16")
     inplace = {0: 0}
@@ -225,22 +200,19 @@ class _Binary(dsl.Op):
         launch_broadcast(impl, inputs, outputs[0], MAX_RANK, op=self.opcode(outputs[0].dtype), backend=backend)
 
 
-@dsl.op("Add", since=7)
-class Add(_Binary):
-    """a + b with numpy broadcasting (integers wrap)."""
-    code = ADD
+@table.builder("arith")
+def arith_class(row: table.Elementwise) -> type:
+    """Add, Sub, Mul and arith rows added later (those get a kernel of their own)."""
+    attrs = {"allowed": row.dtypes, "keeps_padding": row.keeps_padding, "__module__": __name__,
+             "__qualname__": row.class_name, "__doc__": row.doc or f"{row.onnx}(a, b) with numpy broadcasting."}
+    if row in table.ROWS:
+        attrs["code"] = CODES[row.onnx]
+    else:
+        attrs["kernels"] = {"default": arith_kernel(f"{row.class_name.lower()}_kernel", [row], row.onnx)}
+    return dsl.op(row.onnx, since=row.since, until=row.until)(type(row.class_name, (_Binary,), attrs))
 
 
-@dsl.op("Sub", since=7)
-class Sub(_Binary):
-    """a - b with numpy broadcasting."""
-    code = SUB
-
-
-@dsl.op("Mul", since=7)
-class Mul(_Binary):
-    """a * b with numpy broadcasting."""
-    code = MUL
+Add, Sub, Mul = (table.register(r) for r in table.rows("arith"))
 
 
 class _Unary(dsl.Op):
@@ -261,6 +233,7 @@ class _Unary(dsl.Op):
         impl(inputs[0], outputs[0], op=self.code, alpha=float(getattr(self, "alpha", 0.0)), backend=backend)
 
 
+@table.implements
 @dsl.op("Relu", since=6)
 class Relu(_Unary):
     """max(x, 0); integers too (ONNX opset 14)."""
@@ -271,6 +244,7 @@ class Relu(_Unary):
         impl(inputs[0], outputs[0], backend=backend)
 
 
+@table.implements
 @dsl.op("LeakyRelu", since=6)
 class LeakyRelu(_Unary):
     """x if x >= 0 else alpha * x."""
@@ -278,6 +252,7 @@ class LeakyRelu(_Unary):
     code = LEAKY_RELU
 
 
+@table.implements
 @dsl.op("Sigmoid", since=6)
 class Sigmoid(_Unary):
     """1 / (1 + exp(-x)), evaluated without overflow."""
@@ -285,6 +260,7 @@ class Sigmoid(_Unary):
     keeps_padding = False  # sigmoid(0) = 0.5
 
 
+@table.implements
 @dsl.op("Tanh", since=6)
 class Tanh(_Unary):
     code = TANH
@@ -304,6 +280,7 @@ class _Clip(dsl.Op):
         return np.full((1,), info.min, dtype), np.full((1,), info.max, dtype)
 
 
+@table.implements
 @dsl.op("Clip", since=6, until=10)
 class ClipV6(_Clip):
     """Clip with ``min``/``max`` attributes (opsets 6-10)."""
@@ -322,6 +299,7 @@ class ClipV6(_Clip):
         impl(inputs[0], lo, hi, outputs[0], backend=backend)
 
 
+@table.implements
 @dsl.op("Clip", since=11)
 class Clip(_Clip):
     """Clip with optional scalar ``min``/``max`` inputs (opset 11+); absent: unbounded."""

@@ -21,26 +21,21 @@ math builtins below; anything else is a VerifyError, so a model file cannot smug
 from __future__ import annotations
 
 import ast
-import hashlib
-import linecache
-import threading
-from typing import Dict, List, Sequence, Tuple
+from typing import List, Sequence, Tuple
 
 import dsl
 from dsl.opgraph.spec import TensorSpec, VerifyError
+from ops import elementwise_table as table
 from ops.elementwise import FLOATS, broadcast_shape, launch_broadcast
+from ops.generated_kernel import broadcast_loop, compile_kernel
 
-# calls a program may make (dsl.<name> or a bare cast / builtin)
-_DSL_CALLS = frozenset({"exp", "log", "sqrt", "tanh", "erf", "sin", "cos", "floor", "ceil", "rint", "pow"})
-_BARE_CALLS = frozenset({"f32", "f64", "abs"})
+_CASTS = frozenset({"f32", "f64"})  # bare calls every program may make; the builtins come from the table
 _BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.Div)
 _CMPOPS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq)
 INPUT_DTYPES = FLOATS + (dsl.bool_,)
 MAX_INPUTS = 12
 MAX_STEPS = 64
 
-_KERNELS: Dict[str, object] = {}  # kernel source -> dsl.Kernel (identical chains share one)
-_LOCK = threading.Lock()
 
 
 def _check_program(program: str, n_inputs: int) -> List[str]:
@@ -51,6 +46,7 @@ def _check_program(program: str, n_inputs: int) -> List[str]:
     if len(lines) > MAX_STEPS:
         raise VerifyError(f"FusedElementwise program has {len(lines)} lines; at most {MAX_STEPS} accepted")
     known = {f"x{k}" for k in range(n_inputs)}
+    calls = _calls()
     for k, line in enumerate(lines):
         where = f"FusedElementwise program line {k + 1} {line!r}"
         try:
@@ -62,32 +58,40 @@ def _check_program(program: str, n_inputs: int) -> List[str]:
                 and st.targets[0].id == f"t{k}"):
             raise VerifyError(f"{where}: accepted only 't{k} = <expression>' (values are numbered in order)")
         for node in ast.walk(st.value):
-            _check_node(node, known, where)
+            _check_node(node, known, where, calls)
         known.add(f"t{k}")
     return lines
 
 
-def _check_node(node, known, where: str) -> None:
+def _calls() -> Tuple[frozenset, Tuple[str, ...]]:
+    """(dsl.<name> calls, bare calls) a program may make: the builtins of the rows that fuse
+    (ops/elementwise_table.py) and the f32/f64 casts."""
+    dsl_calls, bare = table.fused_calls()
+    return dsl_calls, tuple(sorted(_CASTS)) + tuple(sorted(bare - _CASTS))
+
+
+def _check_node(node, known, where: str, calls) -> None:
+    dsl_calls, bare_calls = calls
     ok = isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Compare, ast.IfExp, ast.BoolOp, ast.Call, ast.Load,
                            ast.And, ast.Or, ast.USub, ast.UAdd, ast.Not) + _BINOPS + _CMPOPS)
     if isinstance(node, ast.Name):
-        ok = node.id in known or node.id in _BARE_CALLS or node.id == "dsl"
+        ok = node.id in known or node.id in bare_calls or node.id == "dsl"
         if not ok:
             raise VerifyError(f"{where}: unknown name {node.id!r}; accepted: the inputs x0..x{len(known)}, "
-                              f"earlier values t<k>, {', '.join(sorted(_BARE_CALLS))}")
+                              f"earlier values t<k>, {', '.join(sorted(bare_calls))}")
     elif isinstance(node, ast.Constant):
         ok = type(node.value) in (int, float)
     elif isinstance(node, ast.Attribute):
-        ok = isinstance(node.value, ast.Name) and node.value.id == "dsl" and node.attr in _DSL_CALLS
+        ok = isinstance(node.value, ast.Name) and node.value.id == "dsl" and node.attr in dsl_calls
     elif isinstance(node, ast.Call):
         f = node.func
-        ok = not node.keywords and ((isinstance(f, ast.Name) and f.id in _BARE_CALLS) or (
+        ok = not node.keywords and ((isinstance(f, ast.Name) and f.id in bare_calls) or (
             isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "dsl"
-            and f.attr in _DSL_CALLS))
+            and f.attr in dsl_calls))
     if not ok:
         raise VerifyError(f"{where}: {ast.unparse(node) if isinstance(node, ast.expr) else type(node).__name__!s} "
                           f"is not accepted; programs use arithmetic (+ - * /), comparisons, 'a if c else b', "
-                          f"f32/f64/abs and dsl.{', dsl.'.join(sorted(_DSL_CALLS))}")
+                          f"{'/'.join(bare_calls)} and dsl.{', dsl.'.join(sorted(dsl_calls))}")
 
 
 def _kinds(specs: Sequence[TensorSpec], out_shape: Tuple) -> Tuple[str, ...]:
@@ -122,41 +126,18 @@ def kernel_source(lines: Sequence[str], dtypes: Sequence[str], out_dtype: str, k
         body += ["lo, hi = dsl.split(y.size)", "for i in range(lo, hi):"]
         body += ["    " + ln for ln in loads + list(lines) + [f"y.flat[i] = t{len(lines) - 1}"]]
     else:
-        body += ["n1 = y.shape[1]", "n2 = y.shape[2]", "n3 = y.shape[3]"]
-        strided = [k for k, kind in enumerate(kinds) if kind == "bcast"]
-        for k in strided:
-            a = f"a{k}"
-            body += [f"s{k}_3 = 1 if {a}.shape[3] > 1 else 0",
-                     f"s{k}_2 = {a}.shape[3] if {a}.shape[2] > 1 else 0",
-                     f"s{k}_1 = {a}.shape[2] * {a}.shape[3] if {a}.shape[1] > 1 else 0",
-                     f"s{k}_0 = {a}.shape[1] * {a}.shape[2] * {a}.shape[3] if {a}.shape[0] > 1 else 0"]
-        body += ["lo, hi = dsl.split(y.size)", "i = lo", "while i < hi:"]
-        row = ["r = i // n3", "j0 = i - r * n3", "jn = min(n3, j0 + hi - i)", "i2 = r % n2", "r = r // n2",
-               "i1 = r % n1", "i0 = r // n1", "base = i - j0"]
-        row += [f"p{k} = i0 * s{k}_0 + i1 * s{k}_1 + i2 * s{k}_2" for k in strided]
-        loads = [f"x{k} = a{k}.flat[p{k} + j * s{k}_3]" if kind == "bcast" else f"x{k} = a{k}.flat[base + j]"
+        strided = [f"a{k}" for k, kind in enumerate(kinds) if kind == "bcast"]
+        loads = [f"x{k} = a{k}.flat[p_a{k} + j * s_a{k}3]" if kind == "bcast" else f"x{k} = a{k}.flat[base + j]"
                  for k, kind in enumerate(kinds) if kind != "one"]
         inner = ["for j in range(j0, jn):"] + ["    " + ln for ln in loads + list(lines)
                                                  + [f"y.flat[base + j] = t{len(lines) - 1}"]]
-        body += ["    " + ln for ln in row + inner + ["i = base + jn"]]
+        body += broadcast_loop("y", strided, inner)
     return "\n".join(src + ["    " + ln for ln in body]) + "\n"
 
 
 def compiled(source: str):
-    """The dsl.Kernel of generated ``source``, made once per distinct text.  The text is
-    registered with linecache under a name derived from its hash, so the frontend (and
-    tracebacks, pdb) read it like a file's."""
-    with _LOCK:
-        hit = _KERNELS.get(source)
-        if hit is not None:
-            return hit
-        filename = f"<opdsl fused elementwise {hashlib.sha256(source.encode()).hexdigest()[:16]}>"
-        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        env = {"dsl": dsl, "In": dsl.In, "Out": dsl.Out}
-        env.update({dt.name: dt for dt in INPUT_DTYPES})
-        exec(compile(source, filename, "exec"), env)  # noqa: S102 -- our own text, from a checked program
-        hit = _KERNELS[source] = env["fused_elementwise"]
-        return hit
+    """The dsl.Kernel of generated ``source``, made once per distinct text (ops/generated_kernel.py)."""
+    return compile_kernel(source, "fused_elementwise", __name__)
 
 
 @dsl.op("FusedElementwise", domain="com.opdsl", since=1)

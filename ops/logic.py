@@ -5,122 +5,55 @@ Three kernels serve the family.  ``compare_kernel`` and ``where_kernel`` use the
 broadcast scheme of ops/elementwise.py (``launch_broadcast`` collapses any number of
 inputs' broadcast patterns, so Where's three-way broadcast is the same machinery);
 ``predicate_kernel`` is a flat loop.  The op code is a ``dsl.const``: each variant holds
-only its own test.
+only its own test.  The comparisons and And/Or/Xor are the ``compare`` rows of
+ops/elementwise_table.py (their classes and ``compare_kernel``'s ladder are made from them);
+Not, IsNaN and Where bind to ``custom`` rows.
 """
 from __future__ import annotations
 
 import dsl
 from dsl import In, Out, bool_, i32
 from dsl.opgraph.spec import TensorSpec
+from ops import elementwise_table as table
 from ops.elementwise import (FLOATS, INTEGERS, MAX_RANK, NUMERIC, broadcast_shape, launch_broadcast,
                              require_dtype, same_dtype)
+from ops.generated_kernel import broadcast_loop, compile_kernel, indent, kernel_text, ladder
 
 T = dsl.TypeVar("T")
 
-# op codes of compare_kernel
-EQ = 0
-LT = 1
-LE = 2
-GT = 3
-GE = 4
-AND = 5
-OR = 6
-XOR = 7
 # op codes of predicate_kernel
 ISNAN = 0
 ISINF = 1
 NOT = 2
 
-BOOL = (bool_,)
+BOOL = table.BOOL
 
 
 # --------------------------------------------------------------------------- kernels
 
-@dsl.kernel
-def compare_kernel(a: In[T, 4], b: In[T, 4], y: Out[bool_, 4], op: dsl.const[i32]):
-    """y = a (op) b as bool; an axis of size 1 in a or b is broadcast along y.  NaN
-    compares unequal to everything (IEEE)."""
-    n1 = y.shape[1]
-    n2 = y.shape[2]
-    n3 = y.shape[3]
-    sa3 = 1 if a.shape[3] > 1 else 0
-    sa2 = a.shape[3] if a.shape[2] > 1 else 0
-    sa1 = a.shape[2] * a.shape[3] if a.shape[1] > 1 else 0
-    sa0 = a.shape[1] * a.shape[2] * a.shape[3] if a.shape[0] > 1 else 0
-    sb3 = 1 if b.shape[3] > 1 else 0
-    sb2 = b.shape[3] if b.shape[2] > 1 else 0
-    sb1 = b.shape[2] * b.shape[3] if b.shape[1] > 1 else 0
-    sb0 = b.shape[1] * b.shape[2] * b.shape[3] if b.shape[0] > 1 else 0
-    lo, hi = dsl.split(y.size)
-    i = lo
-    while i < hi:
-        r = i // n3
-        j0 = i - r * n3
-        jn = min(n3, j0 + hi - i)
-        i2 = r % n2
-        r = r // n2
-        i1 = r % n1
-        i0 = r // n1
-        pa = i0 * sa0 + i1 * sa1 + i2 * sa2
-        pb = i0 * sb0 + i1 * sb1 + i2 * sb2
-        base = i - j0
-        for j in range(j0, jn):
-            va = a.flat[pa + j * sa3]
-            vb = b.flat[pb + j * sb3]
-            if op == EQ:
-                y.flat[base + j] = va == vb
-            elif op == LT:
-                y.flat[base + j] = va < vb
-            elif op == LE:
-                y.flat[base + j] = va <= vb
-            elif op == GT:
-                y.flat[base + j] = va > vb
-            elif op == GE:
-                y.flat[base + j] = va >= vb
-            elif op == AND:  # bool() keeps every branch well typed for every T
-                y.flat[base + j] = bool(va) and bool(vb)
-            elif op == OR:
-                y.flat[base + j] = bool(va) or bool(vb)
-            else:
-                y.flat[base + j] = bool(va) != bool(vb)
-        i = base + jn
+def compare_kernel_of(name: str, rows, doc: str):
+    """The 4-D broadcast kernel of ``compare`` rows (bool result), the code a ``dsl.const``."""
+    first = {}
+    for r in rows:  # versions of one op share its branch
+        first.setdefault(r.onnx, r)
+    branches = [(CODES.get(o, 0), [f"y.flat[base + j] = {r.expr.format('va', 'vb')}"]) for o, r in first.items()]
+    inner = ["for j in range(j0, jn):", "    va = a.flat[p_a + j * s_a3]", "    vb = b.flat[p_b + j * s_b3]"]
+    body = broadcast_loop("y", ("a", "b"), inner + indent(ladder(branches)))
+    header = f"{name}(a: In[T, 4], b: In[T, 4], y: Out[bool_, 4], op: dsl.const[i32])"
+    return compile_kernel(kernel_text(header, doc, body), name, __name__, {"T": T})
 
 
-@dsl.kernel
-def where_kernel(c: In[bool_, 4], a: In[T, 4], b: In[T, 4], y: Out[T, 4]):
-    """y = a where c else b, each of the three broadcast along y."""
-    n1 = y.shape[1]
-    n2 = y.shape[2]
-    n3 = y.shape[3]
-    sc3 = 1 if c.shape[3] > 1 else 0
-    sc2 = c.shape[3] if c.shape[2] > 1 else 0
-    sc1 = c.shape[2] * c.shape[3] if c.shape[1] > 1 else 0
-    sc0 = c.shape[1] * c.shape[2] * c.shape[3] if c.shape[0] > 1 else 0
-    sa3 = 1 if a.shape[3] > 1 else 0
-    sa2 = a.shape[3] if a.shape[2] > 1 else 0
-    sa1 = a.shape[2] * a.shape[3] if a.shape[1] > 1 else 0
-    sa0 = a.shape[1] * a.shape[2] * a.shape[3] if a.shape[0] > 1 else 0
-    sb3 = 1 if b.shape[3] > 1 else 0
-    sb2 = b.shape[3] if b.shape[2] > 1 else 0
-    sb1 = b.shape[2] * b.shape[3] if b.shape[1] > 1 else 0
-    sb0 = b.shape[1] * b.shape[2] * b.shape[3] if b.shape[0] > 1 else 0
-    lo, hi = dsl.split(y.size)
-    i = lo
-    while i < hi:
-        r = i // n3
-        j0 = i - r * n3
-        jn = min(n3, j0 + hi - i)
-        i2 = r % n2
-        r = r // n2
-        i1 = r % n1
-        i0 = r // n1
-        pc = i0 * sc0 + i1 * sc1 + i2 * sc2
-        pa = i0 * sa0 + i1 * sa1 + i2 * sa2
-        pb = i0 * sb0 + i1 * sb1 + i2 * sb2
-        base = i - j0
-        for j in range(j0, jn):
-            y.flat[base + j] = dsl.where(c.flat[pc + j * sc3], a.flat[pa + j * sa3], b.flat[pb + j * sb3])
-        i = base + jn
+CODES = table.codes("compare")  # ONNX name -> op code of compare_kernel
+compare_kernel = compare_kernel_of("compare_kernel", table.rows("compare"),
+                                   """y = a (op) b as bool; an axis of size 1 in a or b is broadcast along y.  NaN
+    compares unequal to everything (IEEE).""")
+where_kernel = compile_kernel(kernel_text(
+    "where_kernel(c: In[bool_, 4], a: In[T, 4], b: In[T, 4], y: Out[T, 4])",
+    "y = a where c else b, each of the three broadcast along y.",
+    broadcast_loop("y", ("c", "a", "b"), [
+        "for j in range(j0, jn):",
+        "    y.flat[base + j] = dsl.where(c.flat[p_c + j * s_c3], a.flat[p_a + j * s_a3], b.flat[p_b + j * s_b3])"])),
+    "where_kernel", __name__, {"T": T})
 
 
 @dsl.kernel
@@ -144,7 +77,7 @@ def predicate_kernel(x: In[T], y: Out[bool_], op: dsl.const[i32], neg: bool_, po
 
 class _Compare(dsl.Op):
     """a (op) b -> bool with numpy broadcasting."""
-    code = EQ
+    code = 0
     allowed = NUMERIC
     kernels = {"default": compare_kernel}
 
@@ -160,69 +93,25 @@ class _Compare(dsl.Op):
         launch_broadcast(impl, inputs, outputs[0], MAX_RANK, op=self.code, backend=backend)
 
 
-@dsl.op("Equal", since=7, until=10)
-class EqualV7(_Compare):
-    """Equal of opsets 7-10: bool and integers."""
-    allowed = BOOL + INTEGERS
+@table.builder("compare")
+def compare_class(row: table.Elementwise) -> type:
+    """The comparisons and And/Or/Xor; a compare row added later gets a kernel of its own."""
+    attrs = {"allowed": row.dtypes, "__module__": __name__, "__qualname__": row.class_name,
+             "__doc__": row.doc or f"{row.onnx}(a, b) -> bool with numpy broadcasting."}
+    if row in table.ROWS:
+        attrs["code"] = CODES[row.onnx]
+    else:
+        attrs["code"] = 0
+        attrs["kernels"] = {"default": compare_kernel_of(f"{row.class_name.lower()}_kernel", [row], row.onnx)}
+    return dsl.op(row.onnx, since=row.since, until=row.until)(type(row.class_name, (_Compare,), attrs))
 
 
-@dsl.op("Equal", since=11)
-class Equal(_Compare):
-    """a == b; every numeric dtype and bool (opset 11+)."""
-    allowed = BOOL + NUMERIC
+def _declare() -> None:
+    for row in table.rows("compare"):
+        globals()[row.class_name] = table.register(row)
 
 
-@dsl.op("Less", since=7, until=8)
-class LessV7(_Compare):
-    """Less of opsets 7-8: floats."""
-    code = LT
-    allowed = FLOATS
-
-
-@dsl.op("Less", since=9)
-class Less(_Compare):
-    code = LT
-
-
-@dsl.op("LessOrEqual", since=12)
-class LessOrEqual(_Compare):
-    code = LE
-
-
-@dsl.op("Greater", since=7, until=8)
-class GreaterV7(_Compare):
-    """Greater of opsets 7-8: floats."""
-    code = GT
-    allowed = FLOATS
-
-
-@dsl.op("Greater", since=9)
-class Greater(_Compare):
-    code = GT
-
-
-@dsl.op("GreaterOrEqual", since=12)
-class GreaterOrEqual(_Compare):
-    code = GE
-
-
-@dsl.op("And", since=7)
-class And(_Compare):
-    """Logical and of bool tensors."""
-    code = AND
-    allowed = BOOL
-
-
-@dsl.op("Or", since=7)
-class Or(_Compare):
-    code = OR
-    allowed = BOOL
-
-
-@dsl.op("Xor", since=7)
-class Xor(_Compare):
-    code = XOR
-    allowed = BOOL
+_declare()
 
 
 class _Predicate(dsl.Op):
@@ -242,6 +131,7 @@ class _Predicate(dsl.Op):
              pos=bool(getattr(self, "detect_positive", True)), backend=backend)
 
 
+@table.implements
 @dsl.op("Not", since=1)
 class Not(_Predicate):
     code = NOT
@@ -249,6 +139,7 @@ class Not(_Predicate):
     inplace = {0: 0}
 
 
+@table.implements
 @dsl.op("IsNaN", since=9)
 class IsNaN(_Predicate):
     code = ISNAN
@@ -262,6 +153,7 @@ class IsInf(_Predicate):
     detect_positive: int = 1
 
 
+@table.implements
 @dsl.op("Where", since=9)
 class Where(dsl.Op):
     """x where condition else y, the three broadcast together (numpy.where)."""

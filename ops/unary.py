@@ -1,143 +1,59 @@
 """Unary math ops: Neg, Abs, Sign (integers and floats), Reciprocal, Sqrt, Exp, Log, Floor,
-Ceil, Round, Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, Erf (floats).
+Ceil, Round, Sin, Cos, Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, Erf (floats),
+BitwiseNot (integers): the ``math`` rows of ops/elementwise_table.py, whose classes and kernels are
+made here.
 
 Two kernels serve the whole family, one for floats and one for integers, specialized by
 dtype through a TypeVar; the function is a run-time code, tested once outside the loops, so
-every float op of one dtype shares one compiled variant.  f16/bf16 load as f32, are computed in
+every float op of one dtype shares one compiled variant.  Their op-code ladders are written from
+the table's rows (one branch per row, in table order).  f16/bf16 load as f32, are computed in
 f32 and stored rounded; f64 is computed in f64.  Special values follow IEEE/numpy: NaN
 passes through, Sqrt/Log/Asin... outside their domain give NaN, Log(0) and Reciprocal(0)
 give -inf/inf, Round rounds half to even, and -0.0 keeps its sign (Neg, Floor, Ceil, Round,
 Sin...).  Integers wrap as numpy does (Neg and Abs of the smallest value give it back).
+
+A math row registered after the library loaded gets kernels of its own, written the same way
+with only its branch.
 """
 from __future__ import annotations
 
+from typing import Dict, List
+
 import dsl
-from dsl import In, Out, i32, i64
-from ops.elementwise import FLOATS, INTEGERS, require_dtype
+from ops import elementwise_table as table
+from ops.elementwise import FLOATS, require_dtype
+from ops.generated_kernel import compile_kernel, indent, kernel_text, ladder, with_loads
 
 F = dsl.TypeVar("F")
 I = dsl.TypeVar("I")  # noqa: E741
 
-# operation codes of float_math_kernel / int_math_kernel (module constants fold into kernels)
-NEG = 0
-ABS = 1
-SIGN = 2
-RECIPROCAL = 3
-SQRT = 4
-EXP = 5
-LOG = 6
-FLOOR = 7
-CEIL = 8
-ROUND = 9
-SIN = 10
-COS = 11
-TAN = 12
-ASIN = 13
-ACOS = 14
-ATAN = 15
-SINH = 16
-COSH = 17
-ASINH = 18
-ACOSH = 19
-ATANH = 20
-ERF = 21
-BITWISE_NOT = 22
+CODES = table.codes("math")  # ONNX name -> op code of float_math_kernel / int_math_kernel
+NEG = CODES["Neg"]
+EXP = CODES["Exp"]
 
-SIGNED = (dsl.i8, dsl.i16, dsl.i32, dsl.i64)
-UNSIGNED = (dsl.u8, dsl.u16, dsl.u32, dsl.u64)
+_FLOAT_DOC = ("y = f(x) for a float dtype, f chosen by ``op``.  The choice is made once, outside the\n"
+              "    loops, so each loop is simple enough to vectorize (Exp, Sqrt, Neg... run at memory speed).")
+_INT_DOC = "Neg, Abs, Sign, BitwiseNot of an integer dtype (wrapping as numpy: -(-128) is -128 in i8)."
 
 
-@dsl.kernel
-def float_math_kernel(x: In[F], y: Out[F], op: i32):
-    """y = f(x) for a float dtype, f chosen by ``op``.  The choice is made once, outside the
-    loops, so each loop is simple enough to vectorize (Exp, Sqrt, Neg... run at memory speed)."""
-    lo, hi = dsl.split(x.size)
-    if op == NEG:
-        for i in range(lo, hi):
-            y.flat[i] = -x.flat[i]
-    elif op == ABS:
-        for i in range(lo, hi):
-            y.flat[i] = abs(x.flat[i])
-    elif op == SIGN:  # numpy's: 0 for +-0, NaN for NaN
-        for i in range(lo, hi):
-            v = x.flat[i]
-            y.flat[i] = 1.0 if v > 0 else (-1.0 if v < 0 else (v if v != v else 0.0))
-    elif op == RECIPROCAL:
-        for i in range(lo, hi):
-            y.flat[i] = 1 / x.flat[i]
-    elif op == SQRT:
-        for i in range(lo, hi):
-            y.flat[i] = dsl.sqrt(x.flat[i])
-    elif op == EXP:
-        for i in range(lo, hi):
-            y.flat[i] = dsl.exp(x.flat[i])
-    elif op == LOG:
-        for i in range(lo, hi):
-            y.flat[i] = dsl.log(x.flat[i])
-    elif op == FLOOR:
-        for i in range(lo, hi):
-            y.flat[i] = dsl.floor(x.flat[i])
-    elif op == CEIL:
-        for i in range(lo, hi):
-            y.flat[i] = dsl.ceil(x.flat[i])
-    elif op == ROUND:
-        for i in range(lo, hi):
-            y.flat[i] = dsl.rint(x.flat[i])
-    elif op == SIN:
-        for i in range(lo, hi):
-            y.flat[i] = dsl.sin(x.flat[i])
-    elif op == COS:
-        for i in range(lo, hi):
-            y.flat[i] = dsl.cos(x.flat[i])
-    elif op == TAN:
-        for i in range(lo, hi):
-            y.flat[i] = dsl.tan(x.flat[i])
-    elif op == ASIN:
-        for i in range(lo, hi):
-            y.flat[i] = dsl.asin(x.flat[i])
-    elif op == ACOS:
-        for i in range(lo, hi):
-            y.flat[i] = dsl.acos(x.flat[i])
-    elif op == ATAN:
-        for i in range(lo, hi):
-            y.flat[i] = dsl.atan(x.flat[i])
-    elif op == SINH:
-        for i in range(lo, hi):
-            y.flat[i] = dsl.sinh(x.flat[i])
-    elif op == COSH:
-        for i in range(lo, hi):
-            y.flat[i] = dsl.cosh(x.flat[i])
-    elif op == ASINH:
-        for i in range(lo, hi):
-            y.flat[i] = dsl.asinh(x.flat[i])
-    elif op == ACOSH:
-        for i in range(lo, hi):
-            y.flat[i] = dsl.acosh(x.flat[i])
-    elif op == ATANH:
-        for i in range(lo, hi):
-            y.flat[i] = dsl.atanh(x.flat[i])
-    else:  # ERF
-        for i in range(lo, hi):
-            y.flat[i] = dsl.erf(x.flat[i])
+def _math_kernel(name: str, tv: str, rows: List[table.Elementwise], ints: bool, doc: str):
+    """The kernel of ``rows`` (their codes in CODES, or 0 for a single row) over TypeVar ``tv``."""
+    branches = []
+    for row in rows:
+        expr = row.int_expr if ints else row.expr
+        if expr is None:
+            continue
+        code = CODES.get(row.onnx, 0) if len(rows) > 1 else 0
+        store = with_loads([f"y.flat[i] = {expr.format('v')}"], {"v": "x.flat[i]"})
+        branches.append((code, ["for i in range(lo, hi):"] + indent(store)))
+    body = ["lo, hi = dsl.split(x.size)"] + ladder(branches)
+    source = kernel_text(f"{name}(x: In[{tv}], y: Out[{tv}], op: i32)", doc, body)
+    return compile_kernel(source, name, __name__, {"F": F, "I": I})
 
 
-@dsl.kernel
-def int_math_kernel(x: In[I], y: Out[I], op: i32):
-    """Neg, Abs, Sign, BitwiseNot of an integer dtype (wrapping as numpy: -(-128) is -128 in i8)."""
-    lo, hi = dsl.split(x.size)
-    if op == NEG:
-        for i in range(lo, hi):
-            y.flat[i] = -x.flat[i]
-    elif op == ABS:
-        for i in range(lo, hi):
-            y.flat[i] = abs(x.flat[i])
-    elif op == BITWISE_NOT:
-        for i in range(lo, hi):
-            y.flat[i] = ~x.flat[i]
-    else:  # SIGN; -1 is never stored for unsigned dtypes
-        for i in range(lo, hi):
-            v = x.flat[i]
-            y.flat[i] = i64(v > 0) - i64(v < 0)
+_BUILTIN = table.rows("math")
+float_math_kernel = _math_kernel("float_math_kernel", "F", _BUILTIN, False, _FLOAT_DOC)
+int_math_kernel = _math_kernel("int_math_kernel", "I", _BUILTIN, True, _INT_DOC)
 
 
 class _Math(dsl.Op):
@@ -163,133 +79,28 @@ class _Math(dsl.Op):
         impl(inputs[0], outputs[0], op=self.code, backend=backend)
 
 
-@dsl.op("Neg", since=6)
-class Neg(_Math):
-    """-x for signed integers (wrapping) and floats."""
-    code = NEG
-    allowed = SIGNED + FLOATS
+@table.builder("math")
+def math_class(row: table.Elementwise) -> type:
+    """The op class of a math row: a code into the shared kernels for the library's own rows, a
+    kernel pair of its own for a row added later."""
+    attrs: Dict[str, object] = {"allowed": row.dtypes, "keeps_padding": row.keeps_padding,
+                                "__module__": __name__, "__qualname__": row.class_name,
+                                "__doc__": row.doc or f"{row.onnx}(x) elementwise."}
+    if row in _BUILTIN:
+        attrs["code"] = CODES[row.onnx]
+    else:
+        attrs["code"] = 0
+        stem = f"{row.class_name.lower()}_kernel"
+        made = {"float": row.expr and _math_kernel(f"{stem}_float", "F", [row], False, f"{row.onnx} of a float dtype."),
+                "int": row.int_expr and _math_kernel(f"{stem}_int", "I", [row], True, f"{row.onnx} of an integer dtype.")}
+        attrs["kernels"] = {k: v for k, v in made.items() if v}
+    cls = type(row.class_name, (_Math,), attrs)
+    return dsl.op(row.onnx, since=row.since, until=row.until)(cls)
 
 
-@dsl.op("Abs", since=6)
-class Abs(_Math):
-    """|x| for every integer (wrapping at the smallest signed value) and float dtype."""
-    code = ABS
-    allowed = SIGNED + UNSIGNED + FLOATS
+def _declare() -> None:
+    for row in _BUILTIN:
+        globals()[row.class_name] = table.register(row)
 
 
-@dsl.op("Sign", since=9)
-class Sign(_Math):
-    """-1, 0 or 1 (NaN stays NaN) for every integer and float dtype."""
-    code = SIGN
-    allowed = SIGNED + UNSIGNED + FLOATS
-
-
-@dsl.op("Reciprocal", since=6)
-class Reciprocal(_Math):
-    code = RECIPROCAL
-    keeps_padding = False
-
-
-@dsl.op("Sqrt", since=6)
-class Sqrt(_Math):
-    code = SQRT
-
-
-@dsl.op("Exp", since=6)
-class Exp(_Math):
-    code = EXP
-    keeps_padding = False
-
-
-@dsl.op("Log", since=6)
-class Log(_Math):
-    code = LOG
-    keeps_padding = False
-
-
-@dsl.op("Floor", since=6)
-class Floor(_Math):
-    code = FLOOR
-
-
-@dsl.op("Ceil", since=6)
-class Ceil(_Math):
-    code = CEIL
-
-
-@dsl.op("Round", since=11)
-class Round(_Math):
-    """Nearest integral value, halves to even (numpy's rint)."""
-    code = ROUND
-
-
-@dsl.op("Sin", since=7)
-class Sin(_Math):
-    code = SIN
-
-
-@dsl.op("Cos", since=7)
-class Cos(_Math):
-    code = COS
-    keeps_padding = False
-
-
-@dsl.op("Tan", since=7)
-class Tan(_Math):
-    code = TAN
-
-
-@dsl.op("Asin", since=7)
-class Asin(_Math):
-    code = ASIN
-
-
-@dsl.op("Acos", since=7)
-class Acos(_Math):
-    code = ACOS
-    keeps_padding = False
-
-
-@dsl.op("Atan", since=7)
-class Atan(_Math):
-    code = ATAN
-
-
-@dsl.op("Sinh", since=9)
-class Sinh(_Math):
-    code = SINH
-
-
-@dsl.op("Cosh", since=9)
-class Cosh(_Math):
-    code = COSH
-    keeps_padding = False
-
-
-@dsl.op("Asinh", since=9)
-class Asinh(_Math):
-    code = ASINH
-
-
-@dsl.op("Acosh", since=9)
-class Acosh(_Math):
-    code = ACOSH
-    keeps_padding = False
-
-
-@dsl.op("Atanh", since=9)
-class Atanh(_Math):
-    code = ATANH
-
-
-@dsl.op("Erf", since=9)
-class Erf(_Math):
-    code = ERF
-
-
-@dsl.op("BitwiseNot", since=18)
-class BitwiseNot(_Math):
-    """~x of an integer dtype (every bit flipped)."""
-    code = BITWISE_NOT
-    allowed = INTEGERS
-    keeps_padding = False  # ~0 is -1
+_declare()

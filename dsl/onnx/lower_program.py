@@ -13,7 +13,8 @@ round only where the value is of another dtype, and the result is cast to the no
 
 ``lower_fused_elementwise(node, opset, emit) -> bool`` (False: the program needs an op the
 opset lacks), called through dsl/onnx/lower.py's registry.  Only ``ast`` is used: the op
-library is never imported here.
+library is never imported here; ops/elementwise_table.py registers which call is which ONNX op
+and each op's first opset (``register_call``, ``register_op``) when ``ops`` is imported.
 """
 from __future__ import annotations
 
@@ -22,18 +23,32 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
-# ONNX op -> the first ai.onnx opset where it takes float inputs with numpy broadcasting
-_SINCE = {"Add": 7, "Sub": 7, "Mul": 7, "Div": 7, "Pow": 7, "Less": 7, "Greater": 7, "And": 7, "Or": 7,
-          "Not": 1, "Neg": 6, "Abs": 6, "Exp": 6, "Log": 6, "Sqrt": 6, "Tanh": 6, "Sin": 7, "Cos": 7,
-          "Floor": 6, "Ceil": 6, "Reciprocal": 6, "Relu": 6, "LeakyRelu": 6, "Sigmoid": 6, "Max": 8,
-          "Min": 8, "Erf": 9, "Where": 9, "IsNaN": 9, "Cast": 9, "Round": 11, "Equal": 11,
-          "LessOrEqual": 12, "GreaterOrEqual": 12, "Identity": 1}
+# ONNX op -> the first ai.onnx opset where a fused program may write it (float inputs with numpy
+# broadcasting).  The elementwise ops fill this and _CALLS through register_op / register_call
+# (ops/elementwise_table.py declares them); the structural ops this writer adds are known here.
+_SINCE: Dict[str, int] = {"Identity": 1}
 _BINARY = {ast.Add: "Add", ast.Sub: "Sub", ast.Mult: "Mul", ast.Div: "Div"}
 _COMPARE = {ast.Lt: "Less", ast.Gt: "Greater", ast.LtE: "LessOrEqual", ast.GtE: "GreaterOrEqual",
             ast.Eq: "Equal"}
-_CALLS = {"exp": "Exp", "log": "Log", "sqrt": "Sqrt", "tanh": "Tanh", "erf": "Erf", "sin": "Sin",
-          "cos": "Cos", "floor": "Floor", "ceil": "Ceil", "rint": "Round", "abs": "Abs"}
+_CALLS: Dict[str, str] = {}  # a program's call (dsl.<name> or a bare builtin) -> its ONNX op
 _STORAGE = {"f16": "f32", "bf16": "f32"}  # loads of these give f32 in the kernel
+
+
+def register_op(op_type: str, since: Optional[int]) -> None:
+    """The first opset where ``op_type`` may be written (None: it may not be any more)."""
+    if since is None:
+        _SINCE.pop(op_type, None)
+    else:
+        _SINCE[op_type] = since
+
+
+def register_call(name: str, op_type: Optional[str]) -> None:
+    """A program's call ``name`` (``exp`` for dsl.exp, ``abs``) is written as ``op_type``, of one or
+    two inputs as the call has (None: forget it)."""
+    if op_type is None:
+        _CALLS.pop(name, None)
+    else:
+        _CALLS[name] = op_type
 
 
 class _Unsupported(Exception):
@@ -99,7 +114,8 @@ class _Writer:
     # ----------------------------------------------------------------- emitting
 
     def op(self, op_type: str, inputs: List[_Value], dtype: str, **attrs) -> _Value:
-        if self.opset < _SINCE[op_type]:
+        since = _SINCE.get(op_type)
+        if since is None or self.opset < since:
             raise _Unsupported(op_type)
         out = self.emit.temp(op_type.lower())
         self.emit(op_type, [v.name for v in inputs], [out], **attrs)
@@ -251,8 +267,8 @@ class _Writer:
         name = f.attr if isinstance(f, ast.Attribute) else f.id
         if name in ("f32", "f64") and len(e.args) == 1:
             return self.cast(self.expr(e.args[0]), name)
-        if name == "pow" and len(e.args) == 2:
-            return self.binary("Pow", e.args[0], e.args[1])
+        if name in _CALLS and len(e.args) == 2:
+            return self.binary(_CALLS[name], e.args[0], e.args[1])
         if name in _CALLS and len(e.args) == 1:
             x = self.expr(e.args[0])
             return self.op(_CALLS[name], [x], x.dtype)
@@ -269,7 +285,7 @@ class _Writer:
         if cmp is ast.NotEq:
             return self.op("Not", [self.op("Equal", [x, y], "bool")], "bool")
         name = _COMPARE[cmp]
-        if self.opset < _SINCE[name] and name in ("LessOrEqual", "GreaterOrEqual"):
+        if self.opset < _SINCE.get(name, 1 << 30) and name in ("LessOrEqual", "GreaterOrEqual"):
             strict = self.op(name.replace("OrEqual", ""), [x, y], "bool")
             return self.op("Or", [strict, self.op("Equal", [x, y], "bool")], "bool")
         return self.op(name, [x, y], "bool")
