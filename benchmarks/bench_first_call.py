@@ -1,12 +1,17 @@
-"""Time to a new kernel's first result (issue 28): opdsl's import + first call of a new elementwise
-kernel against numba's ``njit(parallel=True)`` of the same loop, import included, each in a fresh
-process with an empty compile cache.
+"""Time to a new kernel's first result and the cost of a small launch (issue 28).
+
+- ``elementwise`` and ``softmax``: opdsl's import + first call of a new kernel (an elementwise
+  loop; a 3-loop row softmax) against numba's ``njit(parallel=True)`` of the same loops, import
+  included, each in a fresh process with an empty compile cache.  The two sides alternate round by
+  round and each keeps its best; CPU time (``time.process_time``) is printed beside wall time
+  because it moves less when other processes share the cores.
+- ``launch``: a 64-element launch of a compiled elementwise kernel against a bare ``njit`` call
+  of the same loop, in one process, the two sides alternating in blocks (best and median).
 
     python -m benchmarks.bench_first_call --rounds 5
+    python -m benchmarks.bench_first_call --only launch
 
-The two sides alternate round by round and each keeps its best; CPU time (``time.process_time``)
-is printed beside wall time because it moves less when other processes share the cores.  Timing
-script, not a test; results go to benchmarks/RESULTS.md by hand.
+Timing script, not a test; results go to benchmarks/RESULTS.md by hand.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Dict, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,32 +63,159 @@ print(json.dumps({"wall": time.perf_counter() - w0, "cpu": time.process_time() -
 '''
 
 
-def run(code: str) -> dict:
-    """One fresh process running ``code`` from a file (kernels need their source) with an empty cache."""
+SOFTMAX_OPDSL = '''
+import time, json
+w0, c0 = time.perf_counter(), time.process_time()
+import numpy as np
+import dsl
+from dsl import In, Out, f32
+
+@dsl.kernel(threads=4)
+def softmax_rows(x: In[f32, 2], y: Out[f32, 2]):
+    rows, n = x.shape
+    lo, hi = dsl.split(rows)
+    for r in range(lo, hi):
+        base = r * n
+        m = x.flat[base]
+        for j in range(1, n):
+            m = max(m, x.flat[base + j])
+        s = f32(0)
+        for j in range(n):
+            e = dsl.exp(x.flat[base + j] - m)
+            y.flat[base + j] = e
+            s += e
+        inv = 1.0 / s
+        for j in range(n):
+            y.flat[base + j] *= inv
+
+x = np.ones((256, 256), np.float32); y = np.empty_like(x)
+softmax_rows(x, y)
+assert abs(y[0, 0] - 1 / 256) < 1e-6
+print(json.dumps({"wall": time.perf_counter() - w0, "cpu": time.process_time() - c0}))
+'''
+
+SOFTMAX_NUMBA = '''
+import time, json
+w0, c0 = time.perf_counter(), time.process_time()
+import numpy as np
+import numba
+
+@numba.njit(parallel=True)
+def softmax_rows(x, y):
+    rows, n = x.shape
+    for r in numba.prange(rows):
+        m = x[r, 0]
+        for j in range(1, n):
+            m = max(m, x[r, j])
+        s = np.float32(0)
+        for j in range(n):
+            e = np.exp(x[r, j] - m)
+            y[r, j] = e
+            s += e
+        inv = np.float32(1.0) / s
+        for j in range(n):
+            y[r, j] *= inv
+
+x = np.ones((256, 256), np.float32); y = np.empty_like(x)
+softmax_rows(x, y)
+assert abs(y[0, 0] - 1 / 256) < 1e-6
+print(json.dumps({"wall": time.perf_counter() - w0, "cpu": time.process_time() - c0}))
+'''
+
+CASES = {"elementwise": (OPDSL, NUMBA), "softmax": (SOFTMAX_OPDSL, SOFTMAX_NUMBA)}
+
+
+def run(code: str, tree: Path = ROOT) -> dict:
+    """One fresh process running ``code`` from a file (kernels need their source) with an empty cache,
+    importing opdsl from ``tree``."""
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o700)
         script = Path(tmp) / "first_call.py"
         script.write_text(code)
-        env = dict(os.environ, OPDSL_CACHE_DIR=str(Path(tmp) / "cache"), PYTHONPATH=str(ROOT))
+        env = dict(os.environ, OPDSL_CACHE_DIR=str(Path(tmp) / "cache"), PYTHONPATH=str(tree))
         out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def first_calls(case: str, rounds: int, baseline: Optional[Path] = None) -> None:
+    """Best of ``rounds`` fresh processes per side, the sides alternating (with ``baseline``: also
+    opdsl imported from that tree, e.g. an export of main, for a before/after in one run)."""
+    opdsl_code, numba_code = CASES[case]
+    sides = [("opdsl", opdsl_code, ROOT), ("numba", numba_code, ROOT)]
+    if baseline is not None:
+        sides.insert(1, ("baseline", opdsl_code, baseline))
+    best: Dict[str, dict] = {}
+    for _ in range(rounds):
+        for name, code, tree in sides:
+            got = run(code, tree)
+            old = best.get(name)
+            best[name] = got if old is None else {k: min(old[k], got[k]) for k in got}
+    load = os.getloadavg()[0]
+    print(f"{case}: best of {rounds} fresh processes, empty caches (1-minute load average {load:.1f}):")
+    for kind in ("wall", "cpu"):
+        n = best["numba"][kind]
+        line = f"  {kind:4}: numba njit(parallel=True) {n:.2f} s; opdsl {best['opdsl'][kind]:.2f} s, ratio " \
+               f"{best['opdsl'][kind] / n:.2f}x"
+        if baseline is not None:
+            line += f"; baseline {best['baseline'][kind]:.2f} s, ratio {best['baseline'][kind] / n:.2f}x"
+        print(line)
+
+
+def launch_overhead(rounds: int, n: int = 64) -> None:
+    """A steady-state launch of ``n`` elements: ``kernel(...)`` against a bare njit call of the same loop."""
+    import time
+
+    import numba
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.kernels import scale_add_launch as kernel
+
+    @numba.njit
+    def bare(x, y, a):
+        for i in range(x.size):
+            y[i] = a * x[i] + np.float32(1.0)
+
+    x = np.linspace(-1, 1, n, dtype=np.float32)
+    y = np.empty_like(x)
+    a = np.float32(2.0)
+    bare(x, y, a)
+    want = y.copy()
+    y[:] = 0
+    kernel(x, y, 2.0)
+    assert np.array_equal(y, want), "the kernel and the njit loop disagree"
+    sides = {"opdsl kernel(x, y, 2.0)": lambda: kernel(x, y, 2.0), "bare njit call": lambda: bare(x, y, a)}
+    inner = 2000
+    samples = {k: [] for k in sides}
+    for _ in range(rounds * 10):
+        for name, fn in sides.items():
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            samples[name].append((time.perf_counter() - t0) / inner)
+    load = os.getloadavg()[0]
+    print(f"launch of {n} f32 elements, one process, sides alternating ({rounds * 10} samples of {inner} calls; "
+          f"1-minute load average {load:.1f}):")
+    base = min(samples["bare njit call"])
+    base_med = sorted(samples["bare njit call"])[len(samples["bare njit call"]) // 2]
+    for name, v in samples.items():
+        best, med = min(v), sorted(v)[len(v) // 2]
+        print(f"  {name:24} best {best * 1e6:6.2f} us  median {med * 1e6:6.2f} us  "
+              f"ratio best {best / base:5.2f}x  median {med / base_med:5.2f}x")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--only", choices=(*CASES, "launch"), default=None, help="one section")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="also time opdsl imported from this tree (e.g. `git archive main` unpacked)")
     args = ap.parse_args(argv)
-    best = {"opdsl": None, "numba": None}
-    for _ in range(args.rounds):
-        for name, code in (("opdsl", OPDSL), ("numba", NUMBA)):
-            got = run(code)
-            old = best[name]
-            best[name] = got if old is None else {k: min(old[k], got[k]) for k in got}
-    load = os.getloadavg()[0]
-    print(f"best of {args.rounds} fresh processes, empty caches (1-minute load average {load:.1f}):")
-    for kind in ("wall", "cpu"):
-        o, n = best["opdsl"][kind], best["numba"][kind]
-        print(f"  {kind:4}: opdsl {o:.2f} s, numba njit(parallel=True) {n:.2f} s, ratio {o / n:.2f}x")
+    for case in ([args.only] if args.only else [*CASES, "launch"]):
+        if case == "launch":
+            launch_overhead(args.rounds)
+        else:
+            first_calls(case, args.rounds, args.baseline)
     return 0
 
 

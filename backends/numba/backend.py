@@ -31,7 +31,7 @@ from dsl.lang import types as T
 from dsl.lang.errors import CompileError
 from backends import cache
 from backends.numba import cache as machine_cache
-from backends.base import Backend, CompileRequest, Launcher, TargetInfo
+from backends.base import Backend, CompileRequest, DirectEntry, Launcher, TargetInfo
 from backends import host
 from backends import bounds, interrupt
 from backends.numba import entry_choice
@@ -384,6 +384,18 @@ class NumbaLauncher(Launcher):
             return values
         return frz.freeze(values, self._tensors, self._sig[:len(values)] if len(values) == self._nparams
                           else ()) or values
+
+    def direct_entry(self, values: Sequence, grid: Grid):
+        """The serial entry's machine code for small launches of ``grid`` teams like ``values``
+        (a kernel's one-hop binder, dsl/runtime/hop.py): only where ``__call__`` would run it with
+        nothing else to do (no debug record, no timing of the entry choice, no f16 bits, compiled)."""
+        if (self._sites is not None or self._timed or self._pending or self._halves or type(grid) is not int
+                or not 0 < grid * self._team <= SERIAL_MAX_THREADS or len(values) != self._nparams):
+            return None
+        cres = getattr(self._serial, "overloads", {}).get(self._sig)
+        if cres is None:
+            return None
+        return DirectEntry(cres.entry_point, grid, SERIAL_MAX_ELEMENTS, interrupt.COUNTER)
 
     def _entry(self, which: str, args: Sequence, grid: int):
         """What runs entry ``which``: its compiled entry point for ``Frozen`` values (the
