@@ -116,6 +116,20 @@ def _nan_propagating(name: str, args: List[str]) -> str:
     return code
 
 
+def _same_numbers(e: ir.Call) -> bool:
+    """Whether min/max call ``e`` takes ints or floats of its own result type only (arith.min2/max2)."""
+    t = ctype(e.type)
+    return (t.is_int or t.is_float) and all(ctype(a.type) == t for a in e.args)
+
+
+def _pairwise(fn: str, args: List[str]) -> str:
+    """``fn`` folded over ``args`` left to right, as numba's min/max reduce their arguments."""
+    code = args[0]
+    for a in args[1:]:
+        code = f"{fn}({code}, {a})"
+    return code
+
+
 def _wraps(t: T.DType) -> bool:
     """Whether numba's result of int arithmetic on ``t`` must be narrowed back to ``t``."""
     return t.is_int and t.bits < 64
@@ -393,11 +407,15 @@ class Gen(SimdGen, Visitor):
     def builtin_min(self, e, args, scope):
         if self.fastmath and ctype(e.type).is_float:
             return _nan_propagating("min", args)
+        if _same_numbers(e):  # an intrinsic: numba's min would compile its generic version as a function
+            return _pairwise("ar.min2", args)
         return f"min({', '.join(args)})"
 
     def builtin_max(self, e, args, scope):
         if self.fastmath and ctype(e.type).is_float:
             return _nan_propagating("max", args)
+        if _same_numbers(e):
+            return _pairwise("ar.max2", args)
         return f"max({', '.join(args)})"
 
     def builtin_clamp(self, e, args, scope):
@@ -593,7 +611,7 @@ class Gen(SimdGen, Visitor):
         self.emit(f"for {o} in range(0, {n}, {POLL_CHUNK}):")
         self.poll(self.hooks, pad + "    ", self.out, guard=f"{o} != 0")  # the first chunk: the enclosing loop just polled
         value = f"{a} + {k}" if st in ("1", "np.int64(1)") else f"{a} + {k} * {st}"
-        self.emit(f"    for {k} in range({o}, {o} + min({POLL_CHUNK}, {n} - {o})):",
+        self.emit(f"    for {k} in range({o}, {o} + ar.min2(np.int64({POLL_CHUNK}), {n} - {o})):",
                   f"        {var} = {cast(value, T.i64, vt) if ctype(vt) != T.i64 else value}")
         self.nested(s.body, scope, indent=2, loop=True)
 
