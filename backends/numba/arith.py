@@ -14,7 +14,8 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
-_JIT = dict(nogil=True, cache=False, error_model="numpy")
+# only compiled code calls these: no Python or C wrapper to build and optimize on every cold compile
+_JIT = dict(nogil=True, cache=False, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
 
 
 @njit(**_JIT)

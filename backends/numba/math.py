@@ -40,7 +40,8 @@ from numba.extending import intrinsic
 
 from backends.numba.runtime import bits_f32, f32_bits
 
-_JIT = dict(nogil=True, cache=False, error_model="numpy")
+# only compiled code calls these: no Python or C wrapper to build and optimize on every cold compile
+_JIT = dict(nogil=True, cache=False, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
 
 F32 = np.float32
 
