@@ -6,7 +6,8 @@
   round and each keeps its best; CPU time (``time.process_time``) is printed beside wall time
   because it moves less when other processes share the cores.
 - ``launch``: a 64-element launch of a compiled elementwise kernel against a bare ``njit`` call
-  of the same loop, in one process, the two sides alternating in blocks (best and median).
+  of the same loop, in one fresh process per tree, the two sides alternating in ~1 ms samples
+  (best and median per call).
 
     python -m benchmarks.bench_first_call --rounds 5
     python -m benchmarks.bench_first_call --only launch
@@ -161,47 +162,65 @@ def first_calls(case: str, rounds: int, baseline: Optional[Path] = None) -> None
         print(line)
 
 
-def launch_overhead(rounds: int, n: int = 64) -> None:
-    """A steady-state launch of ``n`` elements: ``kernel(...)`` against a bare njit call of the same loop."""
-    import time
+LAUNCH = '''
+import json, sys, time
+import numba
+import numpy as np
+import dsl
+from dsl import In, Out, f32
 
-    import numba
-    import numpy as np
+@dsl.kernel
+def scale_add(x: In[f32], y: Out[f32], a: f32):
+    lo, hi = dsl.split(x.size)
+    for i in range(lo, hi):
+        y.flat[i] = a * x.flat[i] + 1.0
 
-    sys.path.insert(0, str(ROOT))
-    from benchmarks.kernels import scale_add_launch as kernel
+@numba.njit
+def bare(x, y, a):
+    for i in range(x.size):
+        y[i] = a * x[i] + np.float32(1.0)
 
-    @numba.njit
-    def bare(x, y, a):
-        for i in range(x.size):
-            y[i] = a * x[i] + np.float32(1.0)
+n, rounds = {n}, {rounds}
+x = np.linspace(-1, 1, n, dtype=np.float32)
+y = np.empty_like(x)
+a = np.float32(2.0)
+bare(x, y, a)
+want = y.copy()
+y[:] = 0
+scale_add(x, y, 2.0)
+assert np.array_equal(y, want), "the kernel and the njit loop disagree"
+sides = {{"opdsl": lambda: scale_add(x, y, 2.0), "njit": lambda: bare(x, y, a)}}
+inner = {{}}
+for name, fn in sides.items():  # calls per sample: ~1 ms each side, so a preemption hits both alike
+    t0 = time.perf_counter()
+    for _ in range(200):
+        fn()
+    inner[name] = max(50, int(1e-3 / ((time.perf_counter() - t0) / 200)))
+samples = {{k: [] for k in sides}}
+for _ in range(rounds):
+    for name, fn in sides.items():
+        t0 = time.perf_counter()
+        for _ in range(inner[name]):
+            fn()
+        samples[name].append((time.perf_counter() - t0) / inner[name])
+print(json.dumps(samples))
+'''
 
-    x = np.linspace(-1, 1, n, dtype=np.float32)
-    y = np.empty_like(x)
-    a = np.float32(2.0)
-    bare(x, y, a)
-    want = y.copy()
-    y[:] = 0
-    kernel(x, y, 2.0)
-    assert np.array_equal(y, want), "the kernel and the njit loop disagree"
-    sides = {"opdsl kernel(x, y, 2.0)": lambda: kernel(x, y, 2.0), "bare njit call": lambda: bare(x, y, a)}
-    inner = 2000
-    samples = {k: [] for k in sides}
-    for _ in range(rounds * 10):
-        for name, fn in sides.items():
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                fn()
-            samples[name].append((time.perf_counter() - t0) / inner)
+
+def launch_overhead(rounds: int, baseline: Optional[Path] = None, n: int = 64) -> None:
+    """A steady-state launch of ``n`` elements: ``kernel(x, y, 2.0)`` against a bare njit call of the
+    same loop, the two alternating in one fresh process per tree (``baseline``: also that tree)."""
+    trees = [("opdsl", ROOT)] + ([("baseline", baseline)] if baseline is not None else [])
     load = os.getloadavg()[0]
-    print(f"launch of {n} f32 elements, one process, sides alternating ({rounds * 10} samples of {inner} calls; "
-          f"1-minute load average {load:.1f}):")
-    base = min(samples["bare njit call"])
-    base_med = sorted(samples["bare njit call"])[len(samples["bare njit call"]) // 2]
-    for name, v in samples.items():
-        best, med = min(v), sorted(v)[len(v) // 2]
-        print(f"  {name:24} best {best * 1e6:6.2f} us  median {med * 1e6:6.2f} us  "
-              f"ratio best {best / base:5.2f}x  median {med / base_med:5.2f}x")
+    print(f"launch of {n} f32 elements ({rounds * 10} samples of ~1 ms per side, alternating in one "
+          f"process; 1-minute load average {load:.1f}):")
+    for label, tree in trees:
+        samples = run(LAUNCH.format(n=n, rounds=rounds * 10), tree)
+        med = {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
+        best = {k: min(v) for k, v in samples.items()}
+        print(f"  {label:8}: kernel(x, y, 2.0) best {best['opdsl'] * 1e6:5.2f} us, median {med['opdsl'] * 1e6:5.2f} us; "
+              f"bare njit best {best['njit'] * 1e6:5.2f} us, median {med['njit'] * 1e6:5.2f} us; "
+              f"ratio best {best['opdsl'] / best['njit']:.2f}x, median {med['opdsl'] / med['njit']:.2f}x")
 
 
 def main(argv=None) -> int:
@@ -213,7 +232,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     for case in ([args.only] if args.only else [*CASES, "launch"]):
         if case == "launch":
-            launch_overhead(args.rounds)
+            launch_overhead(args.rounds, args.baseline)
         else:
             first_calls(case, args.rounds, args.baseline)
     return 0

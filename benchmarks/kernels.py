@@ -18,14 +18,6 @@ def leaky_relu(x: In[f32], y: Out[f32], alpha: f32 = 0.01):
         y.flat[i] = v if v > 0 else alpha * v
 
 
-@dsl.kernel
-def scale_add_launch(x: In[f32], y: Out[f32], a: f32):
-    """bench_first_call's elementwise kernel, compiled once: what a small steady-state launch costs."""
-    lo, hi = dsl.split(x.size)
-    for i in range(lo, hi):
-        y.flat[i] = a * x.flat[i] + 1.0
-
-
 # the same function as a team of one: launch overhead without the parallel region
 leaky_relu_t1 = dsl.kernel(threads=1)(leaky_relu.fn)
 
