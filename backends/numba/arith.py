@@ -25,31 +25,34 @@ def where(c, a, b):
 
 
 def _pick(less: bool):
-    """An intrinsic for ``min(a, b)`` (or ``max``) of two ints or two floats of one type, lowered as
-    numba lowers its own: ``b`` when ``b < a`` (``b > a``) by an ordered compare, else ``a`` (so a NaN
-    in ``b`` is skipped and one in ``a`` kept, as Python does), without compiling numba's generic
-    implementation as one more function (~50 ms of a cold compile per argument type)."""
+    """An intrinsic for ``min(a, b)`` (or ``max``) of two numbers, lowered as numba lowers its own: both
+    converted to their common type, then ``b`` when ``b < a`` (``b > a``) by an ordered compare, else
+    ``a`` (so a NaN in ``b`` is skipped and one in ``a`` kept, as Python does), without compiling
+    numba's generic implementation as one more function (~50 ms of a cold compile per type)."""
     def pick(typingctx, a, b):
-        a, b = types.unliteral(a), types.unliteral(b)
-        if not (isinstance(a, (types.Integer, types.Float)) and a == b):
+        kinds = (types.Integer, types.Float)
+        if not (isinstance(a, kinds) and isinstance(b, kinds)):
+            return None
+        t = typingctx.unify_types(types.unliteral(a), types.unliteral(b))  # as numba's min: one common type
+        if not isinstance(t, kinds):
             return None
 
         def codegen(context, builder, sig, args):
-            x, y = args
+            x, y = (context.cast(builder, v, ty, t) for v, ty in zip(args, sig.args))
             op = "<" if less else ">"
-            if isinstance(a, types.Float):
+            if isinstance(t, types.Float):
                 better = builder.fcmp_ordered(op, y, x)
             else:
-                better = builder.icmp_signed(op, y, x) if a.signed else builder.icmp_unsigned(op, y, x)
+                better = builder.icmp_signed(op, y, x) if t.signed else builder.icmp_unsigned(op, y, x)
             return builder.select(better, y, x)
-        return a(a, b), codegen
+        return t(a, b), codegen
     return intrinsic(pick)
 
 
 min2 = _pick(True)
-min2.__doc__ = """``min(a, b)`` of two ints or two floats of the same type (NaN as Python's ``min``)."""
+min2.__doc__ = """``min(a, b)`` of two ints or floats, exactly as numba's ``min`` (NaN as Python's)."""
 max2 = _pick(False)
-max2.__doc__ = """``max(a, b)`` of two ints or two floats of the same type (NaN as Python's ``max``)."""
+max2.__doc__ = """``max(a, b)`` of two ints or floats, exactly as numba's ``max`` (NaN as Python's)."""
 
 
 @njit(**_JIT)
