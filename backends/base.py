@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence
 
 from dsl.lang import ir
 from dsl.lang.grid import Grid
@@ -52,7 +52,9 @@ class Launcher(ABC):
       concurrently, each on the serial entry.  Without it both entries are ``__call__``;
     * ``freeze(values)``: the values a model's plan launches on every run, prepared once (numba
       checks them against the compiled signature so runs skip its dispatcher); by default the
-      values themselves.
+      values themselves;
+    * ``direct_entry(values, grid)``: machine code that launches like these values and grid may
+      call straight (dsl/runtime/hop.py), or None; by default None.
     """
 
     kernel_ir: Optional[ir.Kernel] = None
@@ -77,6 +79,21 @@ class Launcher(ABC):
     def freeze(self, values: Sequence) -> Sequence:
         """``values`` as a model plan keeps them for every run of this launch."""
         return values
+
+    def direct_entry(self, values: Sequence, grid: Grid) -> Optional["DirectEntry"]:
+        """How a generated binder may run launches like this one without this launcher's Python
+        work, or None (then every launch goes through ``__call__``)."""
+        return None
+
+
+class DirectEntry(NamedTuple):
+    """A compiled entry a kernel's one-hop binder calls as ``fn(*values, grid, counter, start)``
+    (values of exactly the compiled types), for launches of ``grid`` teams whose tensors hold
+    fewer than ``max_elements`` elements in total; ``counter``: the Ctrl-C counter it polls."""
+    fn: Callable
+    grid: int
+    max_elements: int
+    counter: Any
 
 
 class Backend(ABC):

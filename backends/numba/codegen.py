@@ -52,7 +52,7 @@ MODULE_IMPORTS = ("import math", "", "import numpy as np", "from numba import nj
                   "from backends.numba import simd as sm")
 # The functions and constants every generated module defines at its top level (helpers of the
 # form ``_x``, ``region_N`` and ``func_x`` are covered by naming.PYTHON_INTERNAL).
-MODULE_DEFINES = ("CACHE", "JIT", "ix", "thread", "dispatch", "run_threads", "launch_team", "team_serial",
+MODULE_DEFINES = ("CACHE", "JIT", "BODY", "ix", "thread", "dispatch", "run_threads", "launch_team", "team_serial",
                   "launch_serial", "launch_parallel", "launch_serial_nd", "launch_parallel_nd")
 
 
@@ -113,6 +113,20 @@ def _nan_propagating(name: str, args: List[str]) -> str:
     if name == "clamp":
         return f"nm.minimum(nm.maximum({args[0]}, {args[1]}), {args[2]})"
     fn = "nm.maximum" if name == "max" else "nm.minimum"
+    code = args[0]
+    for a in args[1:]:
+        code = f"{fn}({code}, {a})"
+    return code
+
+
+def _same_numbers(e: ir.Call) -> bool:
+    """Whether min/max call ``e`` takes ints or floats of its own result type only (arith.min2/max2)."""
+    t = ctype(e.type)
+    return (t.is_int or t.is_float) and all(ctype(a.type) == t for a in e.args)
+
+
+def _pairwise(fn: str, args: List[str]) -> str:
+    """``fn`` folded over ``args`` left to right, as numba's min/max reduce their arguments."""
     code = args[0]
     for a in args[1:]:
         code = f"{fn}({code}, {a})"
@@ -330,6 +344,8 @@ class Gen(SimdGen, Visitor):
         if not t.is_int:
             return None
         k = right.value if isinstance(right, ir.Const) else None
+        if k is None and b.isdigit():  # a team query spelled as a literal (dsl.split's num_threads())
+            k = int(b)
         if op in ("floordiv", "mod") and t == T.i64 and k in (None, 0, -1):
             return f"(ar.{op}_i64({a}, {b}))"
         if op in ("lshift", "rshift") and not (k is not None and 0 <= k < t.bits):
@@ -396,11 +412,15 @@ class Gen(SimdGen, Visitor):
     def builtin_min(self, e, args, scope):
         if self.fastmath and ctype(e.type).is_float:
             return _nan_propagating("min", args)
+        if _same_numbers(e):  # an intrinsic: numba's min would compile its generic version as a function
+            return _pairwise("ar.min2", args)
         return f"min({', '.join(args)})"
 
     def builtin_max(self, e, args, scope):
         if self.fastmath and ctype(e.type).is_float:
             return _nan_propagating("max", args)
+        if _same_numbers(e):
+            return _pairwise("ar.max2", args)
         return f"max({', '.join(args)})"
 
     def builtin_clamp(self, e, args, scope):
@@ -605,10 +625,16 @@ class Gen(SimdGen, Visitor):
         if not literal_step:
             self.emit(f"{st} = {step}")
             self.refuse_zero_step(s, st, scope)
-        self.emit(f"{n} = rt.trip_count({a}, {stop}, {st})", f"for {o} in range(0, {n}, {POLL_CHUNK}):")
+        if st in ("1", "np.int64(1)"):  # the count inline: a helper call is a whole numba compile more
+            e, d = f"_e{depth}", f"_d{depth}"  # exact at the int64 limits, as rt.trip_count
+            self.emit(f"{e} = {stop}", f"{d} = np.uint64({e}) - np.uint64({a}) if {e} > {a} else np.uint64(0)",
+                      f"{n} = np.int64({d}) if {d} < np.uint64({2 ** 63}) else np.int64({2 ** 63 - 1})")
+        else:
+            self.emit(f"{n} = rt.trip_count({a}, {stop}, {st})")
+        self.emit(f"for {o} in range(0, {n}, {POLL_CHUNK}):")
         self.poll(self.hooks, pad + "    ", self.out, guard=f"{o} != 0")  # the first chunk: the enclosing loop just polled
         value = f"{a} + {k}" if st in ("1", "np.int64(1)") else f"{a} + {k} * {st}"
-        self.emit(f"    for {k} in range({o}, {o} + min({POLL_CHUNK}, {n} - {o})):",
+        self.emit(f"    for {k} in range({o}, {o} + ar.min2(np.int64({POLL_CHUNK}), {n} - {o})):",
                   f"        {var} = {cast(value, T.i64, vt) if ctype(vt) != T.i64 else value}")
         self.nested(s.body, scope, indent=2, loop=True)
 
@@ -736,7 +762,7 @@ def emit_function(gen: Gen, f: ir.Function) -> List[str]:
     plist = []
     for p in f.params:
         plist += sub.tensor_args(p.name) if not isinstance(p, ir.ScalarParam) else [names[p.name]]
-    out = ["@njit(**JIT)", f"def {gen.func_names[f.name]}({', '.join(hidden + plist)}):"]
+    out = ["@njit(**BODY)", f"def {gen.func_names[f.name]}({', '.join(hidden + plist)}):"]
     doc = f"    \"\"\"@dsl.func {f.name}({', '.join(ir.param_text(p) for p in f.params)}) -> {f.ret}\"\"\""
     out.append(doc)
     out += gen.wide_vectors(f.body)

@@ -362,19 +362,22 @@ class Program:
         return "\n".join(out).rstrip() + "\n"
 
     def jit_options(self) -> List[str]:
+        body = ["# functions only other compiled functions call: no Python or C wrapper to build (a cold",
+                "# compile builds and optimizes each wrapper, and the entries only need their own)",
+                "BODY = dict(JIT, no_cpython_wrapper=True, no_cfunc_wrapper=True)"]
         if not self.fastmath:
-            return ['JIT = dict(nogil=True, error_model="numpy", cache=CACHE)']
+            return ['JIT = dict(nogil=True, error_model="numpy", cache=CACHE)', *body]
         flags = ", ".join(f'"{f}"' for f in FASTMATH)
         return ["# fastmath=True: float arithmetic may be reassociated (vectorized sums); NaN and inf keep",
                 "# their meaning (no nnan/ninf flags)",
-                f'JIT = dict(nogil=True, error_model="numpy", cache=CACHE, fastmath={{{flags}}})']
+                f'JIT = dict(nogil=True, error_model="numpy", cache=CACHE, fastmath={{{flags}}})', *body]
 
     # ----------------------------------------------------------------- no sync: one thread function
 
     def thread_function(self) -> List[str]:
         u = self.uses(self.k.body)
         args = ["_tid", "_tile", "_ntiles"] + self.flat_args(u) + self.hidden
-        out = ["@njit(**JIT)", f"def thread({', '.join(args)}):",
+        out = ["@njit(**BODY)", f"def thread({', '.join(args)}):",
                f'    """The body of {self.k.name} for thread _tid of tile _tile."""']
         out += self.gen.wide_vectors(self.k.body)
         return self.gen.block(self.k.body, Scope(self.names), Hooks(), 1, out=out)
@@ -396,7 +399,7 @@ class Program:
         u, states, args, esc = self.region_args(r)
         lines = [s.loc.line for s in ir.walk(list(r.stmts)) if getattr(s, "loc", None) and s.loc.line > 0]
         where = f" (py:{min(lines)}-{max(lines)})" if lines else ""
-        out = ["@njit(**JIT)", f"def region_{r.index}({', '.join(['_tid', '_tile', '_ntiles'] + args)}):",
+        out = ["@njit(**BODY)", f"def region_{r.index}({', '.join(['_tid', '_tile', '_ntiles'] + args)}):",
                f'    """Region {r.index}{where}: run by every live thread between barriers."""']
         out += self.gen.wide_vectors(r.stmts)
         if self.has_return:
@@ -425,7 +428,7 @@ class Program:
         (slow to compile, and prone to reordering array reads around loops) away from it.
         """
         args = ", ".join(["_which", "_t", "_tile", "_ntiles"] + self.team_args())
-        out = ["@njit(**JIT)", f"def dispatch({args}):",
+        out = ["@njit(**BODY)", f"def dispatch({args}):",
                '    """Run region _which for thread _t."""']
         for r in self.regions:
             _u, _s, rargs, _e = self.region_args(r)
@@ -451,7 +454,7 @@ class Program:
             # np.int64(): a plain 0 would make numba compile literal-typed copies of every callee
             out += self.prelude() + self.grid_prelude() + ["    _tile = np.int64(0)"]
         else:
-            out = ["@njit(**JIT)",
+            out = ["@njit(**BODY)",
                    f"def team_serial({', '.join(['_tile', '_ntiles'] + self.flat_args_without_scratch() + self.hidden)}):",
                    f'    """One team of {T_} threads, one after the other in each region."""']
         out += self.scratch_alloc("    ")

@@ -13,7 +13,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-_JIT = dict(nogil=True, cache=False, error_model="numpy")
+# only compiled code calls these: no Python or C wrapper to build and optimize on every cold compile
+_JIT = dict(nogil=True, cache=False, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
 
 
 # --------------------------------------------------------------------------- bit casts

@@ -134,7 +134,7 @@ class SimdGen:
                 return self.visit(ir.Call(e.op, lanes, type=e.type.elem, loc=e.loc), scope)
             if e.op != "cast" and e.op not in B.BUILTINS:
                 raise CompileError(f"the numba backend has no SIMD form of {e.op!r}", e.loc)
-            self.simd_helpers[name] = ["@njit(**JIT)", f"def {name}({', '.join(params)}):",
+            self.simd_helpers[name] = ["@njit(**BODY)", f"def {name}({', '.join(params)}):",
                                        f"    return {self._lanes(e.type, lane)}"]
         return f"{name}({', '.join(args)})"
 

@@ -13,12 +13,19 @@ from typing import Any, Optional
 
 import numpy as np
 
-try:  # bfloat16 as a numpy dtype; onnx depends on ml_dtypes, so it is present
-    import ml_dtypes as _ml_dtypes
+_BF16: list = []  # [numpy dtype of bfloat16, or None without ml_dtypes], filled on first use
 
-    _BF16_NP = np.dtype(_ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover - ml_dtypes ships with onnx
-    _BF16_NP = None
+
+def _bf16_np() -> Optional[np.dtype]:
+    """bfloat16 as a numpy dtype (ml_dtypes; onnx depends on it, so it is present), imported on
+    first use: importing ml_dtypes is about a sixth of ``import dsl``, which most programs never use."""
+    if not _BF16:
+        try:
+            import ml_dtypes
+            _BF16.append(np.dtype(ml_dtypes.bfloat16))
+        except ImportError:  # pragma: no cover - ml_dtypes ships with onnx
+            _BF16.append(None)
+    return _BF16[0]
 
 
 @dataclass(frozen=True)
@@ -34,9 +41,9 @@ class DType:
     def np(self) -> np.dtype:
         """The numpy dtype used for storage (bf16 through ml_dtypes)."""
         if self.name == "bf16":
-            if _BF16_NP is None:
+            if _bf16_np() is None:
                 raise TypeError("bf16 needs the ml_dtypes package")
-            return _BF16_NP
+            return _bf16_np()
         return np.dtype(_NP_NAMES[self.name])
 
     @property
@@ -134,14 +141,14 @@ def from_numpy(dt) -> DType:
 
 
 def _from_numpy(dt: np.dtype) -> DType:
-    if _BF16_NP is not None and dt == _BF16_NP:
-        return bf16
     for t in ALL_DTYPES:
         if t.name != "bf16" and np.dtype(_NP_NAMES[t.name]) == dt:
             return t
+    if dt.kind == "V" and _bf16_np() is not None and dt == _bf16_np():  # ml_dtypes' types are kind 'V'
+        return bf16
     raise TypeError(
         f"numpy dtype {dt} has no opdsl type; accepted: "
-        + ", ".join(str(t.np) for t in ALL_DTYPES if t.name != "bf16" or _BF16_NP is not None))
+        + ", ".join(str(t.np) for t in ALL_DTYPES if t.name != "bf16" or _bf16_np() is not None))
 
 
 def as_dtype(x) -> DType:

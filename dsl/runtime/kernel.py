@@ -24,6 +24,7 @@ from dsl import config
 from backends import compile_batch
 from backends import log_gate
 from dsl.runtime import fastpath
+from dsl.runtime import hop as hop_binder
 from dsl.runtime import foreign
 from dsl.runtime import pickling
 from dsl.runtime import grid as launch_grid
@@ -52,6 +53,7 @@ class Kernel:
 
     defines: Tuple[Tuple[str, Any], ...] = ()  # module constants overridden (Kernel.variant)
     features: frozenset = frozenset()          # target features this implementation needs
+    _hop = None  # the last small launch's types straight to machine code (dsl/runtime/hop.py)
 
     def __init__(self, fn: Callable, threads: int = 4, grid: Any = 1, log_level: Optional[str] = None,
                  fastmath: bool = False, debug: Optional[bool] = None, log_floor: Optional[str] = None):
@@ -169,6 +171,11 @@ class Kernel:
 
     def __call__(self, *args, backend: Optional[str] = None, grid: Any = None, **kwargs) -> None:
         __tracebackhide__ = True  # pytest and IPython hide this frame: errors point at user code
+        # one hop: the last small launch's types, straight to its machine code (dsl/runtime/hop.py)
+        hop = self._hop
+        if (hop is not None and len(args) == hop.arity and grid is None and backend is None and not kwargs
+                and config.default_backend() == hop.backend and hop(*args)):
+            return
         # the fast path: seen argument types and a plain int grid (the kernel's, or one given here
         # that needs no check beyond its sign and the launcher's thread limit)
         g = self.grid if grid is None else grid
@@ -195,7 +202,20 @@ class Kernel:
             return False
         if g:
             launcher(hit[0], g)
+            if g is self.grid and not kwargs and len(args) == len(self.params):
+                self._learn_hop(launcher, hit[0], g, backend or config.default_backend())
         return True
+
+    def _learn_hop(self, launcher, values, g: int, backend: str) -> None:
+        """After a fast-path launch: let launches of the same types go straight to the launcher's
+        machine code (dsl/runtime/hop.py) when it offers one for them; built once per entry."""
+        entry = launcher.direct_entry(values, g)
+        if entry is None or (self._hop is not None and self._hop.entry is entry.fn):
+            return
+        made = hop_binder.build(self.params, values, entry)
+        if made is not None:
+            made.backend, made.entry = backend, entry.fn
+            self._hop = made
 
     def _foreign_views(self, args: tuple, kwargs: dict):
         """(args, kwargs) with other libraries' arrays as numpy views, or None when there are none

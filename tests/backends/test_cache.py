@@ -394,7 +394,8 @@ out = {{}}
 for variant, n in (("serial", 100), ("parallel", 1 << 16)):
     x = np.linspace(-1, 1, n).astype(np.float32)
     y = np.zeros_like(x)
-    K.leaky_relu(x, y, alpha=0.5, backend="numba")
+    for _ in range(2 if variant == "parallel" else 1):  # a light kernel's first big launch runs serially
+        K.leaky_relu(x, y, alpha=0.5, backend="numba")
     ok = bool((y == np.where(x > 0, x, np.float32(0.5) * x)).all())
     launcher = K.leaky_relu._variants[next(iter(K.leaky_relu._variants))]
     fn = launcher._serial if variant == "serial" else launcher._ready["launch_parallel"]

@@ -1,0 +1,106 @@
+"""What a new kernel's first call compiles on numba (backends/numba/backend.py, issue 28), and the
+generated code that keeps cold compiles short (min/max as intrinsics, inline loop counts)."""
+import numpy as np
+import pytest
+
+import dsl
+from dsl import In, Out, f32, i64
+
+nb = pytest.importorskip("backends.numba.backend")
+
+
+@dsl.kernel
+def shift(x: In[f32], y: Out[f32]):
+    lo, hi = dsl.split(x.size)
+    for i in range(lo, hi):
+        y.flat[i] = x.flat[i] + 1.0
+
+
+@dsl.kernel
+def row_sums(x: In[f32, 2], y: Out[f32]):
+    rows, n = x.shape
+    lo, hi = dsl.split(rows)
+    for r in range(lo, hi):
+        s = f32(0)
+        for j in range(n):
+            s += x[r, j]
+        y[r] = s
+
+
+def _launcher(kernel):
+    (launcher,) = [v for (b, _), v in kernel._variants.items() if b == "numba"]
+    return launcher
+
+
+def _fresh(kernel):
+    return dsl.kernel(threads=kernel.threads)(kernel.fn)
+
+
+def test_a_light_kernels_first_big_launch_runs_serially_and_the_next_compiles_parallel(monkeypatch):
+    monkeypatch.setattr(nb.machine_cache, "cached", lambda fn, sig: False)  # as with an empty disk cache
+    k = _fresh(shift)
+    x = np.linspace(-1, 1, nb.SERIAL_MAX_ELEMENTS, dtype=np.float32)  # x and y: twice the serial limit
+    y = np.zeros_like(x)
+    k(x, y, backend="numba")
+    np.testing.assert_array_equal(y, x + 1)
+    launcher = _launcher(k)
+    assert "launch_parallel" not in launcher._ready  # nothing but the serial entry compiled
+    y.fill(0)
+    k(x, y, backend="numba")
+    np.testing.assert_array_equal(y, x + 1)
+    assert "launch_parallel" in launcher._ready
+
+
+def test_a_very_big_first_launch_compiles_the_parallel_entry(monkeypatch):
+    monkeypatch.setattr(nb, "SERIAL_FIRST_MAX_ELEMENTS", nb.SERIAL_MAX_ELEMENTS * 2)
+    k = _fresh(shift)
+    x = np.ones(nb.SERIAL_MAX_ELEMENTS, np.float32)
+    y = np.zeros_like(x)
+    k(x, y, backend="numba")
+    np.testing.assert_array_equal(y, 2.0)
+    assert "launch_parallel" in _launcher(k)._ready
+
+
+def test_nested_loop_kernels_run_big_first_launches_in_parallel():
+    k = _fresh(row_sums)
+    x = np.ones((512, 512), np.float32)
+    y = np.zeros(512, np.float32)
+    k(x, y, backend="numba")
+    np.testing.assert_array_equal(y, 512.0)
+    assert "launch_parallel" in _launcher(k)._ready
+
+
+@dsl.kernel(threads=1)
+def picks(a: In[f32], b: In[f32], c: In[f32], lo: Out[f32], hi: Out[f32], m: In[i64], n: In[i64],
+          ilo: Out[i64], ihi: Out[i64]):
+    for i in range(a.size):
+        lo[i] = min(a[i], b[i])
+        hi[i] = max(a[i], b[i], c[i])
+    for i in range(m.size):
+        ilo[i] = min(m[i], n[i])
+        ihi[i] = max(m[i], n[i])
+
+
+def test_min_and_max_keep_pythons_order_with_nan_and_signed_zeros(backend):
+    if backend == "opencl":
+        pytest.skip("OpenCL's fmin/fmax return the number beside a NaN (docs/language.md)")
+    vals = np.array([np.nan, -0.0, 0.0, 1.5, -np.inf, np.inf], np.float32)
+    a, b = (g.ravel() for g in np.meshgrid(vals, vals))
+    c = np.roll(a, 1)
+    ints = np.array([-2**63, -1, 0, 5, 2**63 - 1], np.int64)
+    m, n = (g.ravel() for g in np.meshgrid(ints, ints))
+    lo, hi = np.empty_like(a), np.empty_like(a)
+    ilo, ihi = np.empty_like(m), np.empty_like(m)
+    picks(a, b, c, lo, hi, m, n, ilo, ihi, backend=backend)
+    want_lo = np.array([min(p, q) for p, q in zip(a, b)], np.float32)
+    want_hi = np.array([max(p, q, r) for p, q, r in zip(a, b, c)], np.float32)
+    assert want_lo.tobytes() == lo.tobytes() and want_hi.tobytes() == hi.tobytes()  # NaN and -0.0 bit for bit
+    np.testing.assert_array_equal(ilo, np.minimum(m, n))
+    np.testing.assert_array_equal(ihi, np.maximum(m, n))
+
+
+def test_generated_code_calls_no_numba_min_and_counts_step_1_loops_inline():
+    x = np.ones(8, np.float32)
+    src = shift.source("numba", x, np.empty_like(x))
+    assert "ar.min2(" in src and "min(" not in src.replace("ar.min2(", "")
+    assert "rt.trip_count" not in src and "ar.floordiv_i64" not in src  # split divides by the team size
