@@ -67,7 +67,12 @@ def check_outputs(nb, name: str) -> None:
         f"{name} drew {figures(nb)} figure(s), expected {FIGURES.get(name, 0)}"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+# A cluster start-up and a GEMM timing sweep: 2 minutes each on 2 cores, run with -m slow.
+SLOW_NOTEBOOKS = {"07_dask_scoring", "08_gemm_speed"}
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, marks=[pytest.mark.slow] if p.stem in SLOW_NOTEBOOKS else [])
+                                  for p in NOTEBOOKS], ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_runs(path, tmp_path):
     if path.stem == TORCH and not _torch_importable():
         pytest.skip("notebook 5 trains in PyTorch: pip install 'opdsl[torch]'")

@@ -81,6 +81,23 @@ def _run(tmp_path, cache, backend="numba", count=5, timeout=300):
     return out
 
 
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory):
+    """A folder whose numba cache holds every kernel of KERNELS, compiled once for the module: each
+    numba case starts from a copy (``_warm_cache``), so only the first pays the cold compiles."""
+    here = tmp_path_factory.mktemp("entries")
+    _run(here, here / "cache")
+    return here
+
+
+def _warm_cache(warm: Path) -> Path:
+    """A fresh copy of the warm cache beside the module's kernels (the same source file, so its
+    entries are hits)."""
+    cache = warm / f"cache-{len(list(warm.glob('cache-*')))}"
+    shutil.copytree(warm / "cache", cache, symlinks=True)
+    return cache
+
+
 def _warnings(out, category="CacheEntryWarning"):
     return [ln for ln in out.stdout.splitlines() if ln.startswith(f"WARNING {category}")]
 
@@ -100,18 +117,17 @@ def _data_files(folder: Path, kernel: str) -> dict:
     return found
 
 
-def test_swapped_numba_data_files_are_a_miss_with_one_warning(tmp_path):
-    cache = tmp_path / "cache"
-    _run(tmp_path, cache, count=2)
+def test_swapped_numba_data_files_are_a_miss_with_one_warning(warm):
+    cache = _warm_cache(warm)
     a, b = _data_files(cache / "numba", "twice"), _data_files(cache / "numba", "thrice")
     assert a.keys() == b.keys()
     for entry in a:  # the indexes still name these files: numba alone would load thrice's code for twice
         _swap(a[entry], b[entry])
-    out = _run(tmp_path, cache, count=2)
+    out = _run(warm, cache, count=2)
     assert "twice ok" in out.stdout and "thrice ok" in out.stdout
     swapped = [w for w in _warnings(out) if "another key" in w]
     assert swapped and len(swapped) == len(set(swapped)), out.describe()  # at most one per entry
-    out = _run(tmp_path, cache, count=2)  # the rebuilt entries are good again
+    out = _run(warm, cache, count=2)  # the rebuilt entries are good again
     assert not _warnings(out), out.describe()
 
 
@@ -133,14 +149,13 @@ def _fifo_in_place_of(p: Path) -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
-def test_fifos_in_place_of_numba_index_and_data_files_do_not_hang(tmp_path):
-    cache = tmp_path / "cache"
-    _run(tmp_path, cache, count=2)
+def test_fifos_in_place_of_numba_index_and_data_files_do_not_hang(warm):
+    cache = _warm_cache(warm)
     for data in _data_files(cache / "numba", "twice").values():  # twice: its machine code files
         _fifo_in_place_of(data)
     for data in _data_files(cache / "numba", "thrice").values():
         _fifo_in_place_of(Path(str(data)[:-len(".1.nbc")] + ".nbi"))  # thrice: its indexes
-    out = _run(tmp_path, cache, count=2, timeout=240)
+    out = _run(warm, cache, count=2, timeout=240)
     fifos = [w for w in _warnings(out) if "FIFO" in w]
     assert fifos and len(fifos) == len(set(fifos)), out.describe()  # one warning per file
 
@@ -164,33 +179,30 @@ def _autotune_records(cache: Path):
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
-def test_a_fifo_in_place_of_an_autotune_record_does_not_hang(tmp_path):
-    cache = tmp_path / "cache"
-    _run(tmp_path, cache)
+def test_a_fifo_in_place_of_an_autotune_record_does_not_hang(warm):
+    cache = _warm_cache(warm)
     (record,) = _autotune_records(cache)
     _fifo_in_place_of(record)
-    out = _run(tmp_path, cache, timeout=240)
+    out = _run(warm, cache, timeout=240)
     assert "tuned ok" in out.stdout and len([w for w in _warnings(out) if "FIFO" in w]) == 1, out.describe()
 
 
-def test_a_deeply_nested_autotune_record_is_a_miss_with_one_warning(tmp_path):
-    cache = tmp_path / "cache"
-    _run(tmp_path, cache)
+def test_a_deeply_nested_autotune_record_is_a_miss_with_one_warning(warm):
+    cache = _warm_cache(warm)
     (record,) = _autotune_records(cache)
     digest = json.loads(record.read_text())["id"]
     record.write_text('{"id": "%s", "best": 0, "deep": %s%s}' % (digest, "[" * 100000, "]" * 100000))
-    out = _run(tmp_path, cache)
+    out = _run(warm, cache)
     assert "tuned ok" in out.stdout and "RecursionError" in out.stdout, out.describe()
     assert len(_warnings(out, "TuningCacheWarning")) == 1, out.describe()
-    out = _run(tmp_path, cache)  # the winner was timed again and the record rewritten
+    out = _run(warm, cache)  # the winner was timed again and the record rewritten
     assert not _warnings(out, "TuningCacheWarning"), out.describe()
 
 
-def test_an_oversized_cache_entry_is_a_miss_with_one_warning(tmp_path):
-    cache = tmp_path / "cache"
-    _run(tmp_path, cache)
+def test_an_oversized_cache_entry_is_a_miss_with_one_warning(warm):
+    cache = _warm_cache(warm)
     (record,) = _autotune_records(cache)
     with open(record, "ab") as f:
         f.truncate(3 << 20)  # a sparse 3 MiB record: larger than any record opdsl writes
-    out = _run(tmp_path, cache)
+    out = _run(warm, cache)
     assert "tuned ok" in out.stdout and len([w for w in _warnings(out) if "more than" in w]) == 1, out.describe()

@@ -45,7 +45,14 @@ CASES = [  # (A dtype, B dtype, a zero point, b zero point, A corner, B corner)
 ]
 
 
-@pytest.mark.parametrize("adt, bdt, za, zb, ca, cb", CASES)
+# numba compiles each specialization of the packed kernels in 20-60 s: the default run keeps one
+# numba case per kernel family, and -m slow runs numba on every case.
+NUMBA_SLOW = [pytest.param("numba", marks=pytest.mark.slow), "opencl"]
+
+
+@pytest.mark.parametrize("backend, adt, bdt, za, zb, ca, cb", [
+    pytest.param(b, *case, marks=[pytest.mark.slow] if b == "numba" and i else [])
+    for i, case in enumerate(CASES) for b in ("interpreter", "numba", "opencl")], indirect=["backend"])
 def test_packed_int8_gemm_exact_on_every_backend(backend, adt, bdt, za, zb, ca, cb):
     m, k, n = 5, 9, 11  # K % 4 != 0, N not a multiple of the panel, M of the row tile
     a, b = data(adt, (1, m, k), ca), data(bdt, (1, k, n), cb)
@@ -55,6 +62,7 @@ def test_packed_int8_gemm_exact_on_every_backend(backend, adt, bdt, za, zb, ca, 
     np.testing.assert_array_equal(y[0], exact(a[0], b[0], za, zbv))
 
 
+@pytest.mark.parametrize("backend", ["interpreter"] + NUMBA_SLOW, indirect=True)
 def test_packed_int8_gemm_requantizes_per_channel_with_bias_and_clamp(backend):
     m, k, n = 6, 17, 10
     a, b = data(np.uint8, (2, m, k)), data(np.int8, (1, k, n), -128)  # a batch of 2, one B
@@ -74,6 +82,7 @@ def test_packed_int8_gemm_requantizes_per_channel_with_bias_and_clamp(backend):
 M, K, N = 19, 67, 37  # big enough for the packed path, every tail ragged
 
 
+@pytest.mark.parametrize("compiled_backend", NUMBA_SLOW, indirect=True)
 def test_matmul_integer_takes_the_packed_gemm(compiled_backend):
     op = ops.MatMulInteger()
     a, b = data(np.uint8, (M, K), 255), data(np.int8, (K, N), -128)
@@ -95,6 +104,7 @@ def test_matmul_integer_batched_i8_activations(compiled_backend):
 
 
 @pytest.mark.parametrize("ydt", [np.uint8, pytest.param(np.int8, marks=pytest.mark.slow)])  # ~20 s of compiles each
+@pytest.mark.parametrize("compiled_backend", NUMBA_SLOW, indirect=True)
 def test_qlinear_matmul_per_channel_matches_numpy(compiled_backend, ydt):
     a, b = data(np.uint8, (M, K)), data(np.int8, (K, N))
     sa, za = np.array(0.02, np.float32), np.array(131, np.uint8)
@@ -169,6 +179,7 @@ def conv_exact(x, w, xz, wz, strides, pads, dil):
     return y
 
 
+@pytest.mark.parametrize("compiled_backend", NUMBA_SLOW, indirect=True)
 def test_conv_integer_runs_as_the_packed_gemm(compiled_backend):
     from dsl.opgraph.spec import TensorSpec
     x, w = data(np.uint8, (2, 5, 9, 8), 255), data(np.int8, (6, 5, 3, 3), -128)
