@@ -35,7 +35,9 @@ def build(params, values: Sequence, entry) -> Optional[Callable[..., bool]]:
     for k, (p, v) in enumerate(zip(params, values)):
         name = f"a{k}"  # positional only: a parameter's own name could be one the binder uses
         if p.kind == "tensor":
-            if type(v) is not np.ndarray or v.dtype != np.dtype(p.annotation.dtype.np):
+            dt = p.annotation.dtype  # a DType, or a TypeVar (In[T]) that this launch bound to v's dtype
+            if type(v) is not np.ndarray or v.dtype.kind not in "biuf" or v.dtype == np.float16 or (
+                    isinstance(dt, T.DType) and v.dtype != np.dtype(dt.np)):
                 return None  # f16/bf16 travel as their bits: the launcher converts them
             env[f"T_{name}"] = v.dtype
             tensors.append((name, p))

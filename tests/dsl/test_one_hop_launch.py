@@ -151,3 +151,26 @@ def test_a_sigint_during_the_launch_raises_keyboard_interrupt(monkeypatch):
     made = hop_mod.build(k.params, values, real._replace(fn=entry_hit_by_sigint))
     with pytest.raises(KeyboardInterrupt):
         made(x, y, 1.0, 1)
+
+
+T = dsl.TypeVar("T")
+
+
+@dsl.kernel
+def generic_double(x: In[T], y: Out[T]):
+    lo, hi = dsl.split(x.size)
+    for i in range(lo, hi):
+        y.flat[i] = x.flat[i] + x.flat[i]
+
+
+def test_a_generic_kernel_takes_one_hop_per_dtype_and_falls_back_for_another(backend, monkeypatch):
+    """In[T] tensors: the binder checks the dtype this launch bound T to (it once read the
+    annotation's dtype, which a TypeVar does not have); another dtype takes the full path."""
+    from dsl import config
+    monkeypatch.setattr(config, "_default_backend", backend)
+    k = _fresh(generic_double)
+    for dtype in (np.float32, np.float32, np.float64, np.int32, np.float32, np.float64):
+        x = np.arange(-8, 8).astype(dtype)
+        y = np.zeros_like(x)
+        k(x, y)
+        np.testing.assert_array_equal(y, x + x)
