@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import dsl
-from backends.opencl.raw import Param, RawOpenCL
+from dsl.runtime.raw_opencl import Param, RawOpenCL
 
 
 @pytest.fixture(scope="module", autouse=True)
