@@ -38,7 +38,7 @@ _LAZY = {
     "Model": "dsl.opgraph.model",
     "load_onnx": "dsl.onnx.load",
     "register_package": "dsl.package", "check_package": "dsl.package",
-    "RawOpenCL": "backends.opencl.raw",
+    "RawOpenCL": "dsl.runtime.raw_opencl",
     "target": "dsl.runtime.target", "Target": "dsl.runtime.target",
     "autotune": "dsl.runtime.autotune",
     "grad": "dsl.runtime.grad",

@@ -155,7 +155,7 @@ def test_raw_opencl_op_on_the_cluster(client):
     reason = base.get("opencl").available()
     if reason:
         pytest.skip(f"opencl: {reason}")
-    from backends.opencl.raw import RawOpenCL
+    from dsl.runtime.raw_opencl import RawOpenCL
     source = "__kernel void twice(__global const float *x, __global float *y) " \
              "{ size_t i = get_global_id(0); y[i] = 2.0f * x[i]; }"
     raw = RawOpenCL("twice", source, inputs=["x"], outputs=["y"], select=lambda dtypes, params: ("twice", ""),

@@ -25,7 +25,7 @@ import pickle, sys
 import numpy as np
 import dsl, ops
 from dsl import In, Out, f32
-from backends.opencl.raw import RawOpenCL
+from dsl.runtime.raw_opencl import RawOpenCL
 
 BACKEND, PACKAGE, OUT = sys.argv[1], sys.argv[2], sys.argv[3]
 GAIN = 2.0

@@ -257,7 +257,7 @@ def _check_callable(manifest: Manifest, decl: OpDecl, impl: ImplDecl, fn) -> Non
 
 
 def _raw_opencl(manifest: Manifest, decl: OpDecl, impl: ImplDecl, source: Path):
-    from backends.opencl.raw import Param, RawOpenCL
+    from dsl.runtime.raw_opencl import Param, RawOpenCL
     where = impl.file_where
     text = source.read_text()
     if not re.search(r"__kernel\s+void\s+" + re.escape(impl.function) + r"\s*\(", text):

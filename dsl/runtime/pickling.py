@@ -45,7 +45,6 @@ import weakref
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
 
-from backends.opencl.raw import RawOpenCL
 from dsl.lang.func import Func
 from dsl.runtime import variant as V
 
@@ -496,13 +495,10 @@ copyreg.pickle(Func, _reduce_func)
 
 # ---------------------------------------------------------------------- raw OpenCL ops
 
-def _reduce_raw_opencl(op):
-    """A raw OpenCL op: its source text and hooks (by value when defined in __main__)."""
+def reduce_raw_opencl(op):
+    """``RawOpenCL.__reduce__``: its source text and hooks (by value when defined in __main__)."""
     return (_new_instance, (type(op),), portable(op.__getstate__()))
 
 
 def _new_instance(cls):
     return cls.__new__(cls)
-
-
-copyreg.pickle(RawOpenCL, _reduce_raw_opencl)

@@ -4,7 +4,7 @@
 float32 input runs ``hswish_F32toF32``; u8 / i8 input runs the quantized variant
 (dequant -> hswish -> quant), built from the same source with ``-D`` options.
 ``gemm(a, b, alpha=1.0)``: a[M, K] @ b[K, N] * alpha for f32 or f16 storage.
-Both are ``backends.opencl.raw.RawOpenCL`` objects: call them with inputs to get new
+Both are ``dsl.RawOpenCL`` objects: call them with inputs to get new
 outputs, or with inputs and outputs (the op-layer implementation signature).
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from dsl.lang import types as T
-from backends.opencl.raw import Param, RawOpenCL
+from dsl.runtime.raw_opencl import Param, RawOpenCL
 
 HERE = Path(__file__).resolve().parent
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import dsl
-from backends.opencl.raw import Param, RawOpenCL
+from dsl.runtime.raw_opencl import Param, RawOpenCL
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -167,3 +167,27 @@ def _check_hswish_op(HSwishCL):
     f = (q.astype(np.float32) - 128) * np.float32(0.05)
     ref = np.clip(np.round(_hswish_ref(f) / np.float32(0.03)) + 10, 0, 255).astype(np.uint8)
     np.testing.assert_array_equal(y, ref)
+
+
+def test_the_old_import_place_names_the_new_one():
+    """RawOpenCL and Param moved from the backend to the kernel runtime (issue 26); the backend
+    keeps RawProgram, and an import of the old place says where they went."""
+    import backends.opencl.raw as device
+    for name in ("RawOpenCL", "Param"):
+        with pytest.raises(ImportError, match=rf"from dsl\.runtime\.raw_opencl import {name}"):
+            getattr(device, name)
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        device.nothing
+    assert dsl.RawOpenCL is RawOpenCL and isinstance(axpb._device(), device.RawProgram)
+
+
+def test_a_raw_op_made_in_a_fresh_process_loads_no_opencl_until_it_runs():
+    """Defining a raw op (as `import ops` does) imports neither pyopencl nor the backend's runner."""
+    import subprocess
+    import sys
+    code = ("import sys; from dsl.runtime.raw_opencl import RawOpenCL\n"
+            "op = RawOpenCL('k', '__kernel void k(__global float* y) {}', inputs=(), outputs=('y',),\n"
+            "               select=lambda d, p: ('k', ''), enqueue=lambda i, o, p: ((1,), None))\n"
+            "print(sorted(m for m in ('pyopencl', 'backends.opencl.raw') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

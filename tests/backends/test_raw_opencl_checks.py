@@ -7,7 +7,7 @@ import pytest
 import dsl
 from backends.opencl import raw_checks
 from backends.opencl.images import Image
-from backends.opencl.raw import Param, RawOpenCL
+from dsl.runtime.raw_opencl import Param, RawOpenCL
 from tests.adversarial.isolated import run
 
 
@@ -237,7 +237,7 @@ def test_compiler_tallies_do_not_reach_stderr(tmp_path):
     """PoCL's and Oclgrind's clang print "1 warning generated." and "1 error generated." to stderr."""
     out = run("""
         import numpy as np, dsl
-        from backends.opencl.raw import RawOpenCL
+        from dsl.runtime.raw_opencl import RawOpenCL
         src = "__kernel void k(__global float* y) { int z = 3.5; y[get_global_id(0)] = (float)z; }"
         op = RawOpenCL("warns", src, inputs=(), outputs=("y",), select=lambda d, p: ("k", ""),
                        enqueue=lambda i, o, p: ((2,), None))

@@ -69,7 +69,7 @@ def test_bad_kernels_raise_sanitizer_errors_at_the_right_line(tmp_path):
     out = isolated(_script(tmp_path, """
         import numpy as np, dsl
         from dsl import In, Out, f32
-        from backends.opencl.raw import RawOpenCL
+        from dsl.runtime.raw_opencl import RawOpenCL
 
         @dsl.kernel(threads=4)
         def overshoot(x: In[f32], y: Out[f32]):

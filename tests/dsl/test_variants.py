@@ -161,7 +161,7 @@ def raw_op():
     reason = base.get("opencl").available()
     if reason:
         pytest.skip(f"opencl: {reason}")
-    from backends.opencl.raw import RawOpenCL
+    from dsl.runtime.raw_opencl import RawOpenCL
     return RawOpenCL("scale", RAW, inputs=("x",), outputs=("y",),
                      select=lambda dts, p: ("scale_f32", "-DBIAS=0.5f"),
                      enqueue=lambda ins, outs, p: ((ins[0].size,), None),
