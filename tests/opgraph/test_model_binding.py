@@ -128,7 +128,7 @@ def test_an_output_that_is_an_input_keeps_the_copy(backend):
 
 
 def test_tiled_node(backend):
-    from tests.ops.test_tiling import ColDiff, TiledRMSNorm, rms_ref
+    from tests.opgraph.test_tiling import ColDiff, TiledRMSNorm, rms_ref
     g = dsl.Graph("tiled")
     x = g.input("x", (3, 9, 5), dsl.f32)
     w = g.input("w", (5,), dsl.f32)

@@ -125,6 +125,9 @@ def test_registered_with_onnx_opsets():
 
 def test_nchwc16_keeps_the_zero_padding(backend):
     """Cos(0) = 1 would fill the padding channels (so they are re-zeroed); Sin and Neg keep them 0."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parents[1] / "opgraph"))  # tests/opgraph/oplayer_testops.py
     import oplayer_testops as L
     g = dsl.Graph("blocked")
     x = g.input("x", (1, 20, 2, 3), dsl.f32)

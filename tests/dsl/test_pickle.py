@@ -17,7 +17,7 @@ import dsl
 import ops
 from dsl import In, Out, f32
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # Defines everything in __main__, runs it, and pickles objects with the expected results.
 MAKE = '''

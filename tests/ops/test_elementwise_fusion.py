@@ -230,7 +230,7 @@ def test_fused_matmul_bad_bias():
 def test_a_chain_after_a_blocked_producer_stays_blocked(backend):
     """Sin -> Mul(0.5) -> Cos after an nchwc16 Conv is one FusedElementwise on the blocked
     arrays (the scalar stays plain); the padding lanes it fills (cos 0 = 1) are re-zeroed."""
-    sys.path.insert(0, str(Path(__file__).parents[1] / "ops"))  # tests/ops/oplayer_testops.py
+    sys.path.insert(0, str(Path(__file__).parents[1] / "opgraph"))  # tests/opgraph/oplayer_testops.py
     import oplayer_testops as L
     g = dsl.Graph("blocked")
     x = g.input("x", (1, 20, 2, 3), dsl.f32)

@@ -17,7 +17,7 @@ from dsl import In, Out, f32
 da = pytest.importorskip("dask.array")
 distributed = pytest.importorskip("distributed")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QAIC = ROOT / "examples" / "qaic_package"
 
 
