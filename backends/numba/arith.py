@@ -55,6 +55,26 @@ max2 = _pick(False)
 max2.__doc__ = """``max(a, b)`` of two ints or floats, exactly as numba's ``max`` (NaN as Python's)."""
 
 
+@intrinsic
+def count_up(typingctx, start, stop):
+    """``len(range(start, stop))`` of two i64 bounds, exact at the int64 limits (the distance is taken
+    in uint64, where ``stop - start`` cannot overflow, then capped at int64 max).  An intrinsic, so a
+    step-1 loop's count is three selects, not branches: every branch is numba IR blocks, and numba's
+    reaching-definitions pass grows with blocks times variables (a 1,300-line thread body spent
+    most of its cold compile there when these counts were conditional expressions)."""
+    if not (isinstance(start, types.Integer) and isinstance(stop, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        a, e = (context.cast(builder, v, ty, types.int64) for v, ty in zip(args, sig.args))
+        i64 = a.type
+        zero, cap = i64(0), i64(2 ** 63 - 1)
+        d = builder.sub(e, a)  # the uint64 distance, when e > a
+        n = builder.select(builder.icmp_unsigned(">", d, cap), cap, d)
+        return builder.select(builder.icmp_signed(">", e, a), n, zero)
+    return types.int64(start, stop), codegen
+
+
 @njit(**_JIT)
 def floordiv_i64(a, b):
     """Python ``a // b`` on i64: 0 when b == 0, and INT_MIN // -1 wraps to INT_MIN (numpy)."""

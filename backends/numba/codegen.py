@@ -626,9 +626,7 @@ class Gen(SimdGen, Visitor):
             self.emit(f"{st} = {step}")
             self.refuse_zero_step(s, st, scope)
         if st in ("1", "np.int64(1)"):  # the count inline: a helper call is a whole numba compile more
-            e, d = f"_e{depth}", f"_d{depth}"  # exact at the int64 limits, as rt.trip_count
-            self.emit(f"{e} = {stop}", f"{d} = np.uint64({e}) - np.uint64({a}) if {e} > {a} else np.uint64(0)",
-                      f"{n} = np.int64({d}) if {d} < np.uint64({2 ** 63}) else np.int64({2 ** 63 - 1})")
+            self.emit(f"{n} = ar.count_up({a}, {stop})")  # exact at the int64 limits, as rt.trip_count
         else:
             self.emit(f"{n} = rt.trip_count({a}, {stop}, {st})")
         self.emit(f"for {o} in range(0, {n}, {POLL_CHUNK}):")

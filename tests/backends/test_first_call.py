@@ -104,3 +104,4 @@ def test_generated_code_calls_no_numba_min_and_counts_step_1_loops_inline():
     src = shift.source("numba", x, np.empty_like(x))
     assert "ar.min2(" in src and "min(" not in src.replace("ar.min2(", "")
     assert "rt.trip_count" not in src and "ar.floordiv_i64" not in src  # split divides by the team size
+    assert "ar.count_up(" in src and " else " not in src  # step-1 counts are selects, not branches
