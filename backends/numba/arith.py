@@ -18,10 +18,22 @@ from numba.extending import intrinsic
 _JIT = dict(nogil=True, cache=False, error_model="numpy", no_cpython_wrapper=True, no_cfunc_wrapper=True)
 
 
-@njit(**_JIT)
-def where(c, a, b):
-    """``dsl.where(c, a, b)``: a call, so a and b are both evaluated (``a if c else b`` is not)."""
-    return a if c else b
+@intrinsic
+def where(typingctx, c, a, b):
+    """``dsl.where(c, a, b)`` of scalars: both operands are evaluated (``a if c else b`` is not),
+    then one LLVM ``select``, with no branch in numba's IR and no function to compile per type."""
+    kinds = (types.Integer, types.Float, types.Boolean)
+    if not (isinstance(c, kinds) and isinstance(a, kinds) and isinstance(b, kinds)):
+        return None
+    t = typingctx.unify_types(types.unliteral(a), types.unliteral(b))
+    if not isinstance(t, kinds):
+        return None
+
+    def codegen(context, builder, sig, args):
+        cond = context.cast(builder, args[0], sig.args[0], types.boolean)
+        x, y = (context.cast(builder, v, ty, t) for v, ty in zip(args[1:], sig.args[1:]))
+        return builder.select(cond, x, y)
+    return t(c, a, b), codegen
 
 
 def _pick(less: bool):

@@ -123,6 +123,20 @@ def bf16_to_f32(typingctx, v):
 
 
 @intrinsic
+def f16_to_f32(typingctx, v):
+    """IEEE half bits (uint16 lanes) -> float32 lanes, exact: one vector ``fpext half``
+    (``vcvtph2ps`` with F16C), as the scalar ``rt.f16_to_f32`` is for one lane."""
+    if not isinstance(v, Simd):
+        return None
+    sig = Simd(types.float32, v.lanes)(v)
+
+    def codegen(context, builder, sig, args):
+        halves = builder.bitcast(args[0], llir.VectorType(llir.HalfType(), v.lanes))
+        return builder.fpext(halves, llir.VectorType(llir.FloatType(), v.lanes))
+    return sig, codegen
+
+
+@intrinsic
 def f32_to_bf16(typingctx, v):
     """float32 lanes -> bfloat16 bits, round half to even, NaN kept quiet (as rt.f32_to_bf16)."""
     if not isinstance(v, Simd):

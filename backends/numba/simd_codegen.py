@@ -2,7 +2,7 @@
 
 Vector operations become calls of the intrinsics in backends/numba/simd.py (``sm.*``), which
 LLVM sees as plain vector instructions.  What has no vector instruction with the language's
-semantics (f16 lanes, float -> int conversion, most math builtins, every access in debug
+semantics (f16 stores, float -> int conversion, most math builtins, every access in debug
 mode) is spelled lane by lane from the scalar code, so it means exactly what the scalar does.
 """
 from __future__ import annotations
@@ -61,11 +61,13 @@ class SimdGen:
     def visit_VLoad(self, e, scope):
         st = self.storage(e.tensor)
         n = e.type.lanes
-        if self.debug or st.name == "f16":  # checked / converted per lane, as element loads are
+        if self.debug:  # checked per lane, as element loads are
             return self._lanes(e.type, lambda k: self.visit(
                 ir.Load(e.tensor, (self._lane_index(e.index, k),), True, type=e.type.elem, loc=e.loc), scope))
         code = f"sm.vload({self.names[e.tensor]}, ix({self.visit(e.index, scope)}), {n})"
-        return f"sm.bf16_to_f32({code})" if st.name == "bf16" else code
+        # half lanes widen in one vector instruction: a lane-by-lane load made numba's IR (and its
+        # cold compile) of an f16 kernel several times that of the f32 one
+        return f"sm.{st.name}_to_f32({code})" if st.name in ("bf16", "f16") else code
 
     def visit_VStore(self, s, scope):
         st = self.storage(s.tensor)
