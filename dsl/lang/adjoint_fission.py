@@ -90,13 +90,12 @@ def _accumulations(stmts, conditional: bool, found: List[Tuple[ir.Assign, bool]]
 
 
 def _accumulators(f: ir.For, types) -> List[Tuple[ir.Assign, bool]]:
-    """The statements ``a = a + t`` of ``f``'s body whose ``a`` is a float scalar the body touches
+    """The statements ``a = a + t`` of ``f``'s body whose ``a`` is an f32/f64 scalar the body touches
     nowhere else (so ``a`` is carried by the loop and only summed into), with whether each is
     under a branch."""
     found: List[Tuple[ir.Assign, bool]] = []
     _accumulations(f.body, False, found)
-    candidates = {s.name for s, _ in found
-                  if isinstance(types.get(s.name), T.DType) and types[s.name].is_float}
+    candidates = {s.name for s, _ in found if types.get(s.name) in (T.f32, T.f64)}
     own = {id(s) for s, _ in found}
     touched: Set[str] = set()
     _touched(f.body, own, touched)
