@@ -97,6 +97,8 @@ def _accumulators(f: ir.For, types) -> List[Tuple[ir.Assign, bool]]:
     _accumulations(f.body, False, found)
     candidates = {s.name for s, _ in found if types.get(s.name) in (T.f32, T.f64)}
     own = {id(s) for s, _ in found}
+    if len(own) != len(found):  # one statement object in two places: its slot would be ambiguous
+        return []
     touched: Set[str] = set()
     _touched(f.body, own, touched)
     return [(s, c) for s, c in found if s.name in candidates and s.name not in touched]
