@@ -17,7 +17,7 @@ import itertools
 from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Set, Tuple
 
-from dsl.lang import adjoint_fission, derivatives
+from dsl.lang import adjoint_first, adjoint_fission, derivatives
 from dsl.lang import ir
 from dsl.lang import types as T
 from dsl.lang.adjoint_prepare import NOTE, prepare, rebuild, rename
@@ -731,7 +731,7 @@ def differentiate(kernel: ir.Kernel, grads: Dict[str, str], seeds: Dict[str, str
     that they vectorize under strict math (dsl/lang/adjoint_fission.py); under fast math the
     compiler vectorizes the whole loops itself, faster."""
     a = Adjoint(kernel, grads, seeds)
-    body = a.run()
+    body = adjoint_first.search_first_extremes(a.run(), a.fresh)
     if not split:
         return body, []
     return adjoint_fission.split_accumulations(body, a.types, a.fresh)
