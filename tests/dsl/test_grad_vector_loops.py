@@ -1,6 +1,11 @@
-"""``dsl.grad`` under strict math splits the reversed loops that add into row adjoints
-(dsl/lang/adjoint_fission.py) so that they vectorize.  The split gradient must equal the unsplit
-one bit for bit on every backend: same terms, same order, ``-0.0`` for a branch not taken."""
+"""``dsl.grad`` writes its reversed loops in forms that vectorize, with the same results:
+
+* under strict math, loops that add into row adjoints are split (dsl/lang/adjoint_fission.py);
+  the split gradient must equal the unsplit one bit for bit on every backend (same terms, same
+  order, ``-0.0`` for a branch not taken);
+* the gradient of ``m = max(m, e)`` goes to the first ``e`` equal to the final ``m``, found by an
+  integer min search instead of a loop carrying a flag (dsl/lang/adjoint_first.py): ties go
+  to the first element, none equal to the value before the loop."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,6 +14,7 @@ import pytest
 import dsl
 from dsl import In, Out, f32, f64
 from dsl.lang import adjoint_fission
+from tests.dsl import grad_kernels as K
 
 
 @dsl.kernel(threads=2)
@@ -78,3 +84,43 @@ def test_which_loops_are_split():
     # fast math lets the compiler reassociate and vectorize the whole loop: nothing is split
     fast = dsl.grad(dsl.kernel(threads=2, fastmath=True)(softmax32.fn))
     assert "dsl.local" not in fast.source("python", x, x, x, x.copy())
+
+
+@dsl.kernel(threads=2)
+def row_extremes(x: In[f64, 2], hi: Out[f64], lo: Out[f64]):
+    rlo, rhi = dsl.split(x.shape[0])
+    for r in range(rlo, rhi):
+        m = x[r, 0]  # the value before the loop: it gets the gradient when no later element equals m
+        for j in range(1, x.shape[1]):
+            m = max(m, x[r, j])
+        n = 1e300
+        for j in range(x.shape[1]):
+            n = min(n, x[r, j])
+        hi[r] = m
+        lo[r] = n
+
+
+def test_extremes_give_the_gradient_to_the_first_equal_element(backend):
+    x = np.array([[1.0, 3.0, 0.5, 3.0, 0.5],     # max tied at 1 and 3, min tied at 2 and 4
+                  [7.0, 2.0, 2.0, 2.0, 2.0],     # the max before the loop; every later element ties the min
+                  [4.0, 4.0, 4.0, 4.0, 4.0],     # all equal: max to element 1 (the first e), min to 0
+                  [-1.0, -2.0, 5.0, -3.0, 5.0]])
+    ghi, glo = np.array([1.5, -2.0, 3.0, 0.25]), np.array([10.0, 20.0, 30.0, 40.0])
+    gx = np.zeros_like(x)
+    g = dsl.grad(row_extremes)
+    g(x, np.zeros(4), np.zeros(4), ghi, glo, gx, backend=backend)
+    expect = np.zeros_like(x)
+    for r in range(4):
+        later = x[r, 1:]
+        m = max(x[r, 0], later.max())
+        expect[r, 1 + int(np.argmax(later == m)) if (later == m).any() else 0] += ghi[r]
+        expect[r, int(np.argmin(x[r]))] += glo[r]
+    np.testing.assert_array_equal(gx, expect)
+    assert g.source("python", x, np.zeros(4), np.zeros(4), ghi, glo, gx).count("first_") >= 4  # both searches
+
+
+def test_extreme_of_a_loop_nest_goes_to_the_first_in_row_major_order(backend):
+    x = np.array([[0.0, 2.5, 1.0], [2.5, -1.0, 2.5]])
+    gx = np.zeros_like(x)
+    dsl.grad(K.max_2d)(x, np.zeros(1), np.array([3.0]), gx, backend=backend)
+    np.testing.assert_array_equal(gx, [[0.0, 6.0, 0.0], [0.0, 0.0, 0.0]])  # d(2 x)/dx * 3, at (0, 1) only
