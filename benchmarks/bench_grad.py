@@ -5,7 +5,9 @@ process so the machine's load hits both alike.
 
 Cases: an elementwise kernel (the generated backward replays the forward and adds into
 ``grad_x`` with a plain ``+=``), and a row softmax (the generated backward recomputes the row's
-max and sum, then runs the three loops in reverse).  The softmax is compared with two hand-written
+max and sum, then runs the three loops in reverse; under strict math the reversed loops that add
+into ``adj_s``/``adj_m`` are split so that their ``exp`` vectorizes, dsl/lang/adjoint_fission.py,
+and the row maximum's gradient finds its element with a search loop, dsl/lang/adjoint_first.py).  The softmax is compared with two hand-written
 backwards: one that recomputes the softmax from ``x`` (the information the generated one uses)
 and one that reads the forward's output ``y`` (``dx = y * (dy - sum(dy * y))``); then both
 recomputing kernels again with ``fastmath=True``.

@@ -17,7 +17,7 @@ import itertools
 from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Set, Tuple
 
-from dsl.lang import derivatives
+from dsl.lang import adjoint_first, adjoint_fission, derivatives
 from dsl.lang import ir
 from dsl.lang import types as T
 from dsl.lang.adjoint_prepare import NOTE, prepare, rebuild, rename
@@ -724,9 +724,14 @@ def _walk_all(stmts):
             yield from ir.walk(s)
 
 
-def differentiate(kernel: ir.Kernel, grads: Dict[str, str], seeds: Dict[str, str]):
-    """(body, local types) of the gradient of ``kernel``: ``grads`` maps each differentiated
-    input to its gradient tensor, ``seeds`` each differentiated output to its incoming gradient."""
+def differentiate(kernel: ir.Kernel, grads: Dict[str, str], seeds: Dict[str, str], split: bool = True):
+    """(body, its per-thread arrays) of the gradient of ``kernel``: ``grads`` maps each
+    differentiated input to its gradient tensor, ``seeds`` each differentiated output to its
+    incoming gradient.  With ``split``, reversed loops that add into row adjoints are split so
+    that they vectorize under strict math (dsl/lang/adjoint_fission.py); under fast math the
+    compiler vectorizes the whole loops itself, faster."""
     a = Adjoint(kernel, grads, seeds)
-    body = a.run()
-    return body, a.types
+    body = adjoint_first.search_first_extremes(a.run(), a.fresh)
+    if not split:
+        return body, []
+    return adjoint_fission.split_accumulations(body, a.types, a.fresh)

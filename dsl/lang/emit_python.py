@@ -42,19 +42,22 @@ def param_text(p: ir.Param) -> str:
     return f"{p.name}: dsl.{p.dtype.name}"
 
 
-def kernel_source(name: str, params: Sequence[ir.Param], body: Sequence[ir.Stmt], doc: str = "") -> str:
+def kernel_source(name: str, params: Sequence[ir.Param], body: Sequence[ir.Stmt], doc: str = "",
+                  arrays: Sequence[ir.LocalArray] = ()) -> str:
+    """The kernel's Python; ``arrays`` declares the ``dsl.local`` arrays the body's ``LocalInit``s name."""
     lines = [f"def {name}({', '.join(param_text(p) for p in params)}):"]
     if doc:
         lines.append(f"    {doc!r}")
-    Writer(lines).block(body, 1)
+    Writer(lines, arrays).block(body, 1)
     return "\n".join(lines) + "\n"
 
 
 class Writer(Visitor):
     """Statements as indented kernel Python, appended to ``lines``."""
 
-    def __init__(self, lines: List[str]):
+    def __init__(self, lines: List[str], arrays: Sequence[ir.LocalArray] = ()):
         self.lines = lines
+        self.arrays = {a.name: a for a in arrays}
 
     def block(self, stmts, depth: int) -> None:
         if not stmts:
@@ -67,6 +70,10 @@ class Writer(Visitor):
 
     def visit_Assign(self, s, depth):
         self.put(depth, f"{s.name} = {expr(s.value)}")
+
+    def visit_LocalInit(self, s, depth):
+        a = self.arrays[s.name]
+        self.put(depth, f"{s.name} = dsl.local(({', '.join(map(str, a.shape))},), dsl.{a.dtype.name})")
 
     def visit_Store(self, s, depth):
         self.put(depth, f"{target(s.tensor, s.index, s.flat)} = {expr(s.value)}")

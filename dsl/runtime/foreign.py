@@ -1,12 +1,13 @@
 """Arrays of other libraries as kernel arguments: a zero-copy numpy view of any CPU array that
 exposes ``__dlpack__`` (PyTorch, JAX, CuPy's host arrays...) or the buffer protocol
-(``array.array``, ``memoryview``, ``bytearray``).
+(``array.array``, ``memoryview``, ``bytearray``).  JAX arrays are immutable, so they bind as
+inputs only.
 
 The launch fast path only knows ``np.ndarray``; anything else falls back to ``Kernel.bind``,
 which calls ``as_numpy`` here, so a numpy launch never pays for this.  The view shares the
 caller's memory, so a kernel writes straight into a torch tensor, and the numpy checks
 (dtype, rank, contiguity, read-only outputs) then apply unchanged.  Nothing here imports torch:
-a tensor is recognised by the module its type comes from.
+a tensor (or a JAX array) is recognised by the module its type comes from.
 """
 from __future__ import annotations
 
@@ -35,8 +36,16 @@ def is_foreign(value: Any) -> bool:
         return False
 
 
+def _library(value: Any) -> str:
+    return type(value).__module__.split(".", 1)[0]
+
+
 def _is_torch(value: Any) -> bool:
-    return type(value).__module__.split(".", 1)[0] == "torch"
+    return _library(value) == "torch"
+
+
+def _is_jax(value: Any) -> bool:
+    return _library(value) in ("jax", "jaxlib")
 
 
 def device_of(value: Any) -> str:
@@ -55,10 +64,13 @@ def as_numpy(kname: str, pname: str, annotation, value: Any) -> np.ndarray:
     """A numpy view of ``value`` (no copy) for parameter ``pname`` of kernel ``kname``.
 
     Raises TypeError for an array on another device, for writing into a torch tensor that
-    requires grad, and for an object that is neither DLPack nor a buffer."""
+    requires grad or into a JAX array, for a JAX tracer, and for an object that is neither DLPack
+    nor a buffer."""
     writable = annotation.writable
     where = f"{kname}(): argument '{pname}' ({annotation!r})"
     if hasattr(value, "__dlpack__"):
+        if _is_jax(value):
+            _check_jax(where, pname, writable, value)
         torch_tensor = _is_torch(value)
         if torch_tensor:
             off_host = value.device.type != "cpu"
@@ -75,6 +87,8 @@ def as_numpy(kname: str, pname: str, annotation, value: Any) -> np.ndarray:
         try:
             return np.from_dlpack(value)
         except (BufferError, TypeError, RuntimeError) as e:
+            if _is_jax(value):  # bfloat16: DLPack's numpy importer does not know it
+                return _jax_host_view(where, value)
             raise TypeError(f"{where}: a {type(value).__name__} could not be shared through DLPack ({e})") from None
     try:
         view = memoryview(value)
@@ -109,6 +123,32 @@ def _torch_view(where: str, pname: str, writable: bool, t) -> np.ndarray:
         return t.numpy()  # zero-copy, and cheaper than the DLPack round trip
     except (BufferError, TypeError, RuntimeError) as e:
         raise TypeError(f"{where}: torch dtype {t.dtype} has no kernel dtype ({e})") from None
+
+
+def _check_jax(where: str, pname: str, writable: bool, a) -> None:
+    """A JAX array binds read-only: it is immutable, and a tracer (inside ``jax.jit``, ``jax.grad``,
+    ``jax.vmap``) has no values yet."""
+    import jax  # already imported: the value is a JAX array
+    if isinstance(a, jax.core.Tracer):
+        raise TypeError(f"{where} is a JAX tracer ({type(a).__name__}): a kernel runs on concrete arrays, not "
+                        f"inside jax.jit/grad/vmap; call it outside the traced function, or through "
+                        f"jax.pure_callback")
+    if writable:
+        raise TypeError(f"{where} would be written, but JAX arrays are immutable: pass a numpy array for "
+                        f"'{pname}' (np.empty(shape, dtype)) and make a JAX array of the result (jnp.asarray)")
+
+
+def _jax_host_view(where: str, a) -> np.ndarray:
+    """A CPU JAX array of a dtype DLPack cannot carry (bfloat16), through its ``__array__`` (no copy
+    on CPU), as the kernel's dtype."""
+    try:
+        view = np.asarray(a)
+    except Exception as e:
+        raise TypeError(f"{where}: a {type(a).__name__} could not be shared ({e})") from None
+    if view.dtype.itemsize == 2 and view.dtype.name == "bfloat16":
+        from dsl.lang.types import bf16
+        view = view.view(bf16.np)
+    return view
 
 
 def contiguity_hint(value: Any, pname: str) -> str:
