@@ -137,6 +137,29 @@ def f16_to_f32(typingctx, v):
 
 
 @intrinsic
+def f32_to_f16(typingctx, v):
+    """float32 lanes -> IEEE half bits, round half to even, overflow to inf (one vector ``fptrunc``:
+    ``vcvtps2ph`` with F16C), and every NaN the quiet NaN ``sign | 0x7E00``, as ``rt.f32_to_f16``
+    gives (the instruction would keep part of the payload).  Only for hosts that convert halves in
+    hardware: elsewhere LLVM would call a runtime routine numba may not link."""
+    if not isinstance(v, Simd):
+        return None
+    sig = Simd(types.uint16, v.lanes)(v)
+
+    def codegen(context, builder, sig, args):
+        i16 = llir.VectorType(llir.IntType(16), v.lanes)
+
+        def k(c):
+            return _vec(builder, i16, llir.Constant(llir.IntType(16), c))
+        x = args[0]
+        bits = builder.bitcast(builder.fptrunc(x, llir.VectorType(llir.HalfType(), v.lanes)), i16)
+        nan = builder.fcmp_unordered("uno", x, x)
+        quiet = builder.or_(builder.and_(bits, k(0x8000)), k(0x7E00))
+        return builder.select(nan, quiet, bits)
+    return sig, codegen
+
+
+@intrinsic
 def f32_to_bf16(typingctx, v):
     """float32 lanes -> bfloat16 bits, round half to even, NaN kept quiet (as rt.f32_to_bf16)."""
     if not isinstance(v, Simd):

@@ -2,7 +2,7 @@
 
 Vector operations become calls of the intrinsics in backends/numba/simd.py (``sm.*``), which
 LLVM sees as plain vector instructions.  What has no vector instruction with the language's
-semantics (f16 stores, float -> int conversion, most math builtins, every access in debug
+semantics (f16 stores on a CPU without half conversions, float -> int conversion, most math builtins, every access in debug
 mode) is spelled lane by lane from the scalar code, so it means exactly what the scalar does.
 """
 from __future__ import annotations
@@ -72,7 +72,7 @@ class SimdGen:
     def visit_VStore(self, s, scope):
         st = self.storage(s.tensor)
         value = self.visit(s.value, scope)
-        if self.debug or st.name == "f16":
+        if self.debug or st.name == "f16" and "f16" not in host().features:
             tmp = f"_v{len(self.out)}_{self.depth}"
             self.emit(f"{tmp} = {value}")
             lane_t = s.value.type.elem
@@ -80,8 +80,8 @@ class SimdGen:
                 lane = ir.Lane(ir.Name(tmp, type=s.value.type), ir.Const(k, type=T.i64), type=lane_t)
                 self.visit(ir.Store(s.tensor, (self._lane_index(s.index, k),), lane, True, loc=s.loc), scope)
             return
-        if st.name == "bf16":
-            value = f"sm.f32_to_bf16({value})"
+        if st.name in ("bf16", "f16"):
+            value = f"sm.f32_to_{st.name}({value})"
         self.emit(f"sm.vstore({self.names[s.tensor]}, ix({self.visit(s.index, scope)}), {value})")
 
     def visit_Splat(self, e, scope):
