@@ -100,7 +100,7 @@ def phases(repeat: int, shapes=SHAPES) -> str:
 def launch_cost(repeat: int) -> str:
     import numba
 
-    from backends import bounds, interrupt
+    from backends import interrupt
     from ops.gemm_packed import gemm_packed, packed_gemm
 
     a, b = np.ones((1, 8, 8), np.float32), np.ones((1, 8, 32), np.float32)
@@ -112,9 +112,7 @@ def launch_cost(repeat: int) -> str:
     kwargs.pop("backend")
     launcher, values, grid = gemm_packed.prepare(args, kwargs, backend="numba", grid=kwargs.pop("grid"))
     serial = launcher._serial
-    hidden = (grid, interrupt.COUNTER, 0) + (  # then the error record and log threshold, where the kernel takes them
-        (bounds.new_record(),) if launcher._sites is not None else ()) + (
-        (np.int64(launcher._gate.threshold()),) if launcher._gate is not None else ())
+    hidden = launcher.hidden_args(grid)
 
     @numba.njit(nogil=True)
     def empty(*args):

@@ -528,6 +528,15 @@ class NumbaLauncher(Launcher):
         else:
             self._run(fn, nd_args, gz, args)
 
+    def hidden_args(self, grid: int, start: int = 0) -> tuple:
+        """The arguments every compiled entry takes after the kernel's own, in order: the grid, the
+        Ctrl-C counter and its value at arming, then a fresh error record and the run-time log
+        threshold where this kernel takes them.  ``_run`` passes the same (it builds them inline:
+        it is the launch path); benchmarks that call an entry directly use this."""
+        return (grid, interrupt.COUNTER, start) + (
+            (bounds.new_record(),) if self._sites is not None else ()) + (
+            (np.int64(self._gate.threshold()),) if self._gate is not None else ())
+
     def _run(self, fn, args: Sequence, grid: int, kernel_args: Sequence = None) -> None:
         """One launch with its grid and hidden arguments; KeyboardInterrupt if SIGINT stopped it,
         IndexError (debug mode) if an access was out of range (``kernel_args``: the kernel's own
