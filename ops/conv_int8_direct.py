@@ -96,13 +96,14 @@ def pack_nchw4c_int8(x: In[X, 4], x_zp: In[X, 1], xp: Out[i32, 4], geom: dsl.Vec
 
 @dsl.kernel(threads=THREADS)
 def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In[dsl.f32, 2], bias: In[i32, 2],
-                      y: Out[Y, 4], kh_n: i64, kw_n: i64, rb: i64, zx: i32, requantize: i32, y_zp: dsl.f32,
-                      q_lo: dsl.f32, q_hi: dsl.f32, V: dsl.const[i64], MR: dsl.const[i64]):
+                      y: Out[Y, 4], rb: i64, zx: i32, requantize: i32, y_zp: dsl.f32, q_lo: dsl.f32, q_hi: dsl.f32,
+                      KH: dsl.const[i64], KW: dsl.const[i64], V: dsl.const[i64], MR: dsl.const[i64]):
     """y (N, M, OH, OW) = conv of the packed image xp (N, C/4, Hs, Wp) with the packed weights wp
-    (Mp, C/4·KH·KW) (module docstring), minus zx·wsum[m], plus bias, requantized (requantize = 1:
+    (Mp/MR, C/4·KH·KW·MR: a row tile's MR words of one tap side by side) (module docstring), minus zx·wsum[m], plus bias, requantized (requantize = 1:
     f32 scale ``mult`` per tensor or output channel, y_zp, clamp to [q_lo, q_hi]) or stored as i32.
-    Work items: per image, blocks of ``rb`` row tiles, each block over every panel of 2·V
-    positions, its row tiles innermost (their weights stay in L1, the panel's words too)."""
+    Work items: per image, (block of ``rb`` row tiles, panel of 2·V positions), panels of one
+    block consecutive; a block's row tiles run in turn on its panel (their weights stay in L1, the
+    panel's words too)."""
     NR = 2 * V
     n_img = y.shape[0]
     m_out = y.shape[1]
@@ -111,36 +112,38 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
     c4_n = xp.shape[1]
     wp_n = xp.shape[3]
     plane = xp.shape[2] * wp_n
-    k4 = wp.shape[1]
-    mtiles = wp.shape[0] // MR
+    k4 = wp.shape[1] // MR
+    mtiles = wp.shape[0]
     npan = (oh_n * wp_n + NR - 1) // NR
     nblk = (mtiles + rb - 1) // rb
-    per_img = nblk * npan * rb
+    per_img = nblk * npan
     lo, hi = dsl.split(n_img * per_img)
     for item in range(lo, hi):
         t = item // per_img
         r = item - t * per_img
-        blk = r // (npan * rb)
-        r = r - blk * (npan * rb)
-        pan = r // rb
-        tile = blk * rb + (r - pan * rb)
-        if tile < mtiles:
-            p0 = pan * NR
-            xb = t * c4_n * plane + p0
-            wb = tile * MR * k4
+        blk = r // npan
+        pan = r - blk * npan
+        p0 = pan * NR
+        xb = t * c4_n * plane + p0
+        # where the panel's two vectors of positions land: (output row, column) of their first lane
+        oh_a = p0 // wp_n
+        ow_a = p0 - oh_a * wp_n
+        oh_b = (p0 + V) // wp_n
+        ow_b = p0 + V - oh_b * wp_n
+        for tile in range(blk * rb, min(blk * rb + rb, mtiles)):
+            wb = tile * MR * k4  # the tile's MR rows, interleaved word by word
             acc = dsl.local((2 * MR,), dsl.simd(i32, V))
-            q = 0
             for c4 in range(c4_n):
-                for kh in range(kh_n):
-                    xo = xb + c4 * plane + kh * wp_n
-                    for kw in range(kw_n):
-                        b0 = xp.vload(xo + kw, V)
-                        b1 = xp.vload(xo + kw + V, V)
+                xo = xb + c4 * plane
+                wo = wb + c4 * (KH * KW * MR)
+                for kh in dsl.static_range(KH):
+                    for kw in dsl.static_range(KW):
+                        b0 = xp.vload(xo + kh * wp_n + kw, V)
+                        b1 = xp.vload(xo + kh * wp_n + kw + V, V)
                         for i in dsl.static_range(MR):
-                            wv = dsl.splat(wp.flat[wb + i * k4 + q], V)
+                            wv = dsl.splat(wp.flat[wo + (kh * KW + kw) * MR + i], V)
                             acc[2 * i] = dsl.dot4(acc[2 * i], b0, wv)
                             acc[2 * i + 1] = dsl.dot4(acc[2 * i + 1], b1, wv)
-                        q += 1
             # ---- epilogue: zero-point term, bias, requantization; positions past OW are dropped
             for i in dsl.static_range(MR):
                 m = tile * MR + i
@@ -149,8 +152,8 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
                     scale = mult.flat[m if mult.shape[1] > 1 else 0]
                     ybase = (t * m_out + m) * oh_n * ow_n
                     for h in dsl.static_range(2):
-                        oh = (p0 + h * V) // wp_n
-                        ow = p0 + h * V - oh * wp_n
+                        oh = oh_a if h == 0 else oh_b
+                        ow = ow_a if h == 0 else ow_b
                         v = acc[2 * i + h] + corr
                         if requantize == 1:
                             f = dsl.clamp(dsl.rint(dsl.f32(v) * scale) + y_zp, q_lo, q_hi)
@@ -191,12 +194,13 @@ def _pack_weights(w: np.ndarray, tile: Int8Tile) -> tuple:
     full[:m, :c] = ws.astype(np.int8)
     words = np.ascontiguousarray(full.reshape(mp, c4, 4, kh, kw).transpose(0, 1, 3, 4, 2))
     wp = words.view(np.int32).reshape(mp, c4 * kh * kw)  # little-endian: byte j is channel 4·c4 + j
+    wp = wp.reshape(mp // tile.MR, tile.MR, -1).transpose(0, 2, 1).reshape(mp // tile.MR, -1)
     wsum = full.astype(np.int32).reshape(mp, -1).sum(axis=1).reshape(1, mp)
     return np.ascontiguousarray(wp), np.ascontiguousarray(wsum.astype(np.int32))
 
 
 def packed_weights(w: np.ndarray, tile: Int8Tile) -> tuple:
-    """(wp, wsum) of ``w`` (M, C, KH, KW): packed once per constant array (kept while it lives),
+    """(wp, wsum) of ``w`` (M, C, KH, KW) as qconv_direct_int8 reads them: packed once per constant array (kept while it lives),
     at every call for any other."""
     if not _immutable(w):
         return _pack_weights(w, tile)
@@ -268,6 +272,6 @@ def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=Non
         lo = hi = 0.0
         mult = np.ones((1, 1), np.float32)
     bias = np.zeros((1, 1), np.int32) if bias is None else np.asarray(bias, np.int32).reshape(1, -1)
-    rb = max(1, min(wpk.shape[0] // tile.MR, L1_WEIGHT_BYTES // (tile.MR * wpk.shape[1] * 4)))
-    qconv_direct_int8(xp, wpk, wsum, mult, bias, y, kh, kw, rb, zx, int(requantize), float(y_zp), lo, hi,
-                      V=tile.V, MR=tile.MR, backend=backend)
+    rb = max(1, min(wpk.shape[0], L1_WEIGHT_BYTES // (wpk.shape[1] * 4)))
+    qconv_direct_int8(xp, wpk, wsum, mult, bias, y, rb, zx, int(requantize), float(y_zp), lo, hi,
+                      KH=kh, KW=kw, V=tile.V, MR=tile.MR, backend=backend)
