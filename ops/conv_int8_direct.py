@@ -220,16 +220,19 @@ def packed_weights(w: np.ndarray, tile: Int8Tile) -> tuple:
     return packed
 
 
-def direct_conv_ok(w: np.ndarray, w_zp, geom) -> bool:
-    """Whether ``conv_int8_direct`` takes this convolution (geom as pack_im2col_int8's: KH, KW,
-    strides, pads begin, dilations, OH, OW): stride 1 or a 1×1 kernel without padding, no
-    dilation, and the weights' zero point 0 once shifted to i8."""
+def direct_geometry_ok(geom) -> bool:
+    """Stride 1, or a 1×1 kernel without padding; no dilation (geom as pack_im2col_int8's: KH, KW,
+    strides, pads begin, dilations, OH, OW)."""
     kh, kw, sh, sw, ph, pw, dh, dw = (int(g) for g in geom[:8])
-    if dh != 1 or dw != 1:
+    return dh == 1 and dw == 1 and ((sh == 1 and sw == 1) or (kh == 1 and kw == 1 and ph == 0 and pw == 0))
+
+
+def direct_conv_ok(w: np.ndarray, w_zp, geom) -> bool:
+    """Whether ``conv_int8_direct`` takes this convolution: ``direct_geometry_ok`` and the weights'
+    zero point (None: 0) 0 once shifted to i8."""
+    if not direct_geometry_ok(geom):
         return False
-    if not ((sh == 1 and sw == 1) or (kh == 1 and kw == 1 and ph == 0 and pw == 0)):
-        return False
-    zw = np.zeros(1) if w_zp is None else np.asarray(w_zp).astype(np.int16).reshape(-1)
+    zw = np.zeros(1, np.int16) if w_zp is None else np.asarray(w_zp).astype(np.int16).reshape(-1)
     return bool(np.all(zw == (128 if w.dtype == np.uint8 else 0)))
 
 
@@ -238,8 +241,13 @@ def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=Non
     """y (N, M, OH, OW) = conv(x (N, C, H, W), w (M, C, KH, KW)) on ``qconv_direct_int8``, exact in
     i32 (y i32) or requantized with ``mult`` (f32, per tensor or per output channel), ``bias``
     (i32, per output channel), ``y_zp`` and the clamp [q_lo, q_hi] (default: y's type range).
-    ``direct_conv_ok`` must hold; ``geom`` as there."""
+    ``geom`` as ``direct_conv_ok``'s, which must hold for it and for the weights' zero point (which
+    is therefore not an argument)."""
     backend = backend or "numba"
+    if not direct_geometry_ok(geom):
+        raise ValueError(f"conv_int8_direct takes stride-1 convolutions, or 1x1 ones without padding, with "
+                         f"no dilation (geom KH, KW, strides, pads, dilations = {list(geom[:8])}): use "
+                         f"ops.conv_int8.conv_int8, which takes any 2-D convolution")
     tile = tile or int8_tile(backend)
     kh, kw, sh, sw, pt, pl = (int(g) for g in geom[:6])
     n, c = x.shape[:2]
