@@ -30,7 +30,7 @@ import numpy as np
 
 import dsl
 from dsl import In, Out, i32, i64
-from ops.gemm_int8 import THREADS, Int8Tile, _immutable, _root, int8_tile
+from ops.gemm_int8 import THREADS, Int8Tile, immutable_array, int8_tile, root_array
 
 X = dsl.TypeVar("X")
 Y = dsl.TypeVar("Y")
@@ -202,9 +202,9 @@ def _pack_weights(w: np.ndarray, tile: Int8Tile) -> tuple:
 def packed_weights(w: np.ndarray, tile: Int8Tile) -> tuple:
     """(wp, wsum) of ``w`` (M, C, KH, KW) as qconv_direct_int8 reads them: packed once per constant array (kept while it lives),
     at every call for any other."""
-    if not _immutable(w):
+    if not immutable_array(w):
         return _pack_weights(w, tile)
-    root = _root(w)
+    root = root_array(w)
     key = (w.__array_interface__["data"][0], w.shape, w.strides, w.dtype.str, tile)
     hit = _PACKED.get(id(root))
     if hit is not None and hit[0]() is root and key in hit[1]:
