@@ -1,6 +1,10 @@
 """int8 ops against onnxruntime in the same process (issue 29): QLinearMatMul, MatMulInteger and
 DynamicQuantizeLinear -> MatMulInteger at 256×1024×1024 (the packed u8×i8 GEMM, ops/gemm_int8.py),
-and QLinearConv 64×56×56 and 256×14×14 3×3 (still the scalar direct kernel, ops/quant_conv.py).
+QLinearConv and ConvInteger 64×56×56 and 256×14×14 3×3, QLinearConv on ResNet-50's eight conv
+shapes (ops/conv_int8_direct.py; the strided 7×7 stem on the im2col path, ops/conv_int8.py), and
+onnx's light_squeezenet quantized by onnxruntime's quantize_static (QDQ, u8 activations, i8
+weights, calibrated on 4 random images), whose float output is compared in units of the last
+QuantizeLinear's scale.
 Each case is one ONNX model run by ``dsl.load_onnx(..., backend="numba")`` and by an onnxruntime
 session with as many threads as cores (not spinning between runs, which would take the cores from
 the opdsl round that follows); the two sides alternate, round by round, each keeping its
@@ -62,14 +66,61 @@ def dynamic_matmul(m=256, k=1024, n=1024):
             {"x": RNG.standard_normal((m, k)).astype(np.float32)})
 
 
-def qlinear_conv(c, h, m):
-    inits = {"sx": np.array(0.02, np.float32), "zx": np.array(128, np.uint8), "w": weights(m, c, 3, 3),
-             "sw": np.array(0.004, np.float32), "zw": np.array(0, np.int8), "sy": np.array(0.5, np.float32),
-             "zy": np.array(128, np.uint8)}
-    node = helper.make_node("QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy"], ["y"], pads=[1, 1, 1, 1])
+def qlinear_conv(c, h, m, k=3, stride=1):
+    """QLinearConv with per-channel weight scales and a bias, padded to keep the size (k // 2)."""
+    inits = {"sx": np.array(0.02, np.float32), "zx": np.array(128, np.uint8), "w": weights(m, c, k, k),
+             "sw": RNG.uniform(0.002, 0.006, m).astype(np.float32), "zw": np.zeros(m, np.int8),
+             "sy": np.array(0.5, np.float32), "zy": np.array(128, np.uint8),
+             "b": RNG.integers(-3000, 3000, m).astype(np.int32)}
+    p, o = k // 2, (h + 2 * (k // 2) - k) // stride + 1
+    node = helper.make_node("QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "b"], ["y"],
+                            pads=[p] * 4, strides=[stride] * 2)
     return (model([node], [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, c, h, h])],
-                  [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, m, h, h])], inits),
+                  [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, m, o, o])], inits),
             {"x": RNG.integers(0, 256, (1, c, h, h)).astype(np.uint8)})
+
+
+def conv_integer(c, h, m, k=3):
+    inits = {"w": weights(m, c, k, k), "zx": np.array(128, np.uint8), "zw": np.array(0, np.int8)}
+    node = helper.make_node("ConvInteger", ["x", "w", "zx", "zw"], ["y"], pads=[k // 2] * 4)
+    return (model([node], [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, c, h, h])],
+                  [helper.make_tensor_value_info("y", TensorProto.INT32, [1, m, h, h])], inits),
+            {"x": RNG.integers(0, 256, (1, c, h, h)).astype(np.uint8)})
+
+
+class _Calibration:
+    """A few random images for quantize_static's calibration."""
+
+    def __init__(self, name, shape, count=4):
+        self.feeds = iter([{name: RNG.standard_normal(shape).astype(np.float32)} for _ in range(count)])
+
+    def get_next(self):
+        return next(self.feeds, None)
+
+
+def quantized_model(name):
+    """onnx's light_<name> quantized by onnxruntime's quantize_static: QDQ, u8 activations, i8
+    (symmetric) weights, calibrated on random images; -> (model, feeds)."""
+    import tempfile
+
+    import onnx
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+    path = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", f"light_{name}.onnx")
+    src = onnx.load(path)
+    inits = {i.name for i in src.graph.initializer}
+    inp = next(i for i in src.graph.input if i.name not in inits)
+    shape = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "q.onnx")
+        quantize_static(path, out, _Calibration(inp.name, shape), quant_format=QuantFormat.QDQ,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        q = onnx.load(out)
+    return q, {inp.name: RNG.standard_normal(shape).astype(np.float32)}
+
+
+# (C_in, H = W, C_out, k, stride): the distinct Conv layers of ResNet-50 at batch 1 (benchmarks/bench_ops.py)
+RESNET50_CONVS = ((3, 224, 64, 7, 2), (64, 56, 64, 1, 1), (64, 56, 64, 3, 1), (64, 56, 256, 1, 1),
+                  (128, 28, 128, 3, 1), (256, 14, 256, 3, 1), (512, 7, 512, 3, 1), (1024, 14, 256, 1, 1))
 
 
 CASES = {
@@ -78,6 +129,11 @@ CASES = {
     "DynamicQuantizeLinear->MatMulInteger 256x1024x1024": dynamic_matmul,
     "QLinearConv 64x56x56 3x3": lambda: qlinear_conv(64, 56, 64),
     "QLinearConv 256x14x14 3x3": lambda: qlinear_conv(256, 14, 256),
+    "ConvInteger 64x56x56 3x3": lambda: conv_integer(64, 56, 64),
+    "ConvInteger 256x14x14 3x3": lambda: conv_integer(256, 14, 256),
+    **{f"resnet50 QLinearConv {c}x{h}x{h}->{m} {k}x{k}/{s}": (lambda c=c, h=h, m=m, k=k, s=s: qlinear_conv(c, h, m, k, s))
+       for c, h, m, k, s in RESNET50_CONVS},
+    "light_squeezenet quantize_static QDQ": lambda: quantized_model("squeezenet"),
 }
 
 
@@ -102,9 +158,8 @@ def main():
         got = list(ours.run(feeds).values())[0]
         want = sess.run(None, feeds)[0]
         diff = float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max())
-        slow = "QLinearConv" in name  # the scalar kernel: few rounds are enough
         best = [float("inf"), float("inf")]
-        for _ in range(min(rounds, 3) if slow else rounds):
+        for _ in range(rounds):
             t = time.perf_counter()
             ours.run(feeds)
             best[0] = min(best[0], time.perf_counter() - t)

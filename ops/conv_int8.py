@@ -18,6 +18,7 @@ import numpy as np
 
 import dsl
 from dsl import In, Out, i32, i64
+from ops.conv_int8_direct import conv_int8_direct, direct_conv_ok
 from ops.gemm_int8 import THREADS, int8_tile, qgemm_int8
 
 X = dsl.TypeVar("X")
@@ -178,8 +179,12 @@ def packed_conv_ok(x, w, group: int, backend) -> bool:
 def conv_int8(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backend=None, kernel=None) -> None:
     """y (N, M, OH, OW) = conv(x, w) (N, C, H, W), (M, C, KH, KW) with zero points, requantized when
     ``mult`` (per tensor or per output channel) is given; ``geom`` as pack_im2col_int8's; ``kernel``:
-    the GEMM launch (a graph's recorder stands in for it)."""
+    the GEMM launch (a graph's recorder stands in for it).  Stride-1 and 1×1 convolutions with
+    weights whose zero point is 0 once shifted read the image in place (ops/conv_int8_direct.py)."""
     backend = backend or "numba"
+    if direct_conv_ok(w, w_zp, geom):
+        conv_int8_direct(x, w, y, x_zp, geom, mult, bias, y_zp, backend=backend)
+        return
     tile = int8_tile(backend)
     n, m = y.shape[:2]
     pixels = y.shape[2] * y.shape[3]

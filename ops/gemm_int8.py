@@ -229,7 +229,7 @@ def qgemm_packed(a: In[A, 3], a_zp: In[A, 2], bp: In[i32, 2], bu: In[i32, 2], bz
 _PACKED: dict = {}  # id(constant root array) -> (weakref to it, {key: packed arrays})
 
 
-def _immutable(x: np.ndarray) -> bool:
+def immutable_array(x: np.ndarray) -> bool:
     """Whether no one can change x's values (graph constants are read-only all the way down)."""
     while isinstance(x, np.ndarray):
         if x.flags.writeable:
@@ -238,7 +238,7 @@ def _immutable(x: np.ndarray) -> bool:
     return True
 
 
-def _root(x: np.ndarray) -> np.ndarray:
+def root_array(x: np.ndarray) -> np.ndarray:
     while isinstance(x.base, np.ndarray):
         x = x.base
     return x
@@ -258,9 +258,9 @@ def _pack_b(b3: np.ndarray, bzp2: np.ndarray, tile: Int8Tile, backend) -> tuple:
 def packed_b(b3: np.ndarray, bzp2: np.ndarray, tile: Int8Tile, backend) -> tuple:
     """(bp, bu, bz) of ``pack_b_int8``: made once per constant B and zero point (kept while
     the array lives; the zero point's values are part of the key), at every call for any other."""
-    if not _immutable(b3):
+    if not immutable_array(b3):
         return _pack_b(b3, bzp2, tile, backend)
-    root = _root(b3)
+    root = root_array(b3)
     key = (b3.__array_interface__["data"][0], b3.shape, b3.strides, b3.dtype.str, bzp2.tobytes(),
            bzp2.shape, tile, backend)
     hit = _PACKED.get(id(root))

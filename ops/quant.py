@@ -114,6 +114,27 @@ def dequantize_kernel(x: In[Q, 3], scale: In[S, 3], zp: In[Q, 3], y: Out[D, 3], 
         y.flat[i] = dsl.dequant(x.flat[i], scale.flat[p], zp.flat[p])
 
 
+@dsl.kernel
+def quantize_tensor_kernel(x: In[X], scale: In[S], zp: In[Q], y: Out[Q], qmin: f32, qmax: f32):
+    """quantize_kernel with one scale and zero point (per tensor, the common case): no lookup of
+    the parameters per element, so the loop vectorizes.  ``dsl.rint`` rounds ties to even too."""
+    s = scale.flat[0]
+    z = zp.flat[0]
+    lo, hi = dsl.split(x.size)
+    for i in range(lo, hi):
+        y.flat[i] = min(max(dsl.rint(x.flat[i] / s) + z, qmin), qmax)
+
+
+@dsl.kernel
+def dequantize_tensor_kernel(x: In[Q], scale: In[S], zp: In[Q], y: Out[D]):
+    """dequantize_kernel with one scale and zero point."""
+    s = scale.flat[0]
+    z = zp.flat[0]
+    lo, hi = dsl.split(x.size)
+    for i in range(lo, hi):
+        y.flat[i] = dsl.dequant(x.flat[i], s, z)
+
+
 # --------------------------------------------------------------------------- DataConvert
 
 @dsl.op("DataConvert", domain="com.opdsl", since=1)
@@ -246,7 +267,10 @@ class QuantizeLinear(dsl.Op):
     saturate: int = 1
     block_size: int = 0
     output_dtype: int = 0
-    kernels = {"default": quantize_kernel}
+    kernels = {"default": quantize_kernel, "per_tensor": quantize_tensor_kernel}
+
+    def select(self, x, y_scale, y_zero_point=None, backend=None):
+        return "per_tensor" if y_scale.size == 1 and not self.block_size else "default"
 
     def _out_dtype(self, zp: Optional[TensorSpec]) -> DType:
         if zp is not None:
@@ -281,6 +305,9 @@ class QuantizeLinear(dsl.Op):
         y = outputs[0]
         xv, sv, zv, block = _linear_views(self, inputs, y.dtype)
         qmin, qmax = quant_range(dsl.lang.types.from_numpy(y.dtype))
+        if impl == quantize_tensor_kernel:
+            impl(xv.reshape(-1), sv.reshape(-1), zv.reshape(-1), y.reshape(-1), qmin, qmax, backend=backend)
+            return
         impl(xv, sv, zv, y.reshape(xv.shape), block, qmin, qmax, backend=backend)
 
 
@@ -291,7 +318,10 @@ class DequantizeLinear(dsl.Op):
     axis: int = 1
     block_size: int = 0
     output_dtype: int = 0
-    kernels = {"default": dequantize_kernel}
+    kernels = {"default": dequantize_kernel, "per_tensor": dequantize_tensor_kernel}
+
+    def select(self, x, x_scale, x_zero_point=None, backend=None):
+        return "per_tensor" if x_scale.size == 1 and not self.block_size else "default"
 
     def _out_dtype(self, scale: TensorSpec) -> DType:
         if self.output_dtype:
@@ -322,4 +352,7 @@ class DequantizeLinear(dsl.Op):
     def run(self, impl, inputs, outputs, backend):
         y = outputs[0]
         xv, sv, zv, block = _linear_views(self, inputs, inputs[0].dtype)
+        if impl == dequantize_tensor_kernel:
+            impl(xv.reshape(-1), sv.reshape(-1), zv.reshape(-1), y.reshape(-1), backend=backend)
+            return
         impl(xv, sv, zv, y.reshape(xv.shape), block, backend=backend)

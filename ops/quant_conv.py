@@ -18,7 +18,7 @@ from dsl import In, Out, bool_, f32, f64, i32, i64
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.nn import ConvAttributes, conv_geometry
 from ops.conv_int8 import conv_int8, packed_conv_ok
-from ops.gemm_int8 import qgemm_packed
+from ops.gemm_int8 import immutable_array, qgemm_packed
 from ops.quant import constant_quant, round_half_even
 
 A = dsl.TypeVar("A")
@@ -26,6 +26,7 @@ B = dsl.TypeVar("B")
 Y = dsl.TypeVar("Y")
 
 INT8 = (dsl.i8, dsl.u8)
+_DERIVED: dict = {}  # (node, shapes, ids of its constant parameters) -> (parameters, conv_int8 arguments)
 
 
 @dsl.kernel
@@ -107,19 +108,39 @@ class _QConv(ConvAttributes):
         out, _, _ = conv_geometry(x.shape[2:], k, strides, dil, pads, self.auto_pad)
         return (x.shape[0], w.shape[0]) + tuple(out)
 
-    def _launch(self, impl, x, w, x_zp, w_zp, bias, x_scale, w_scale, y_scale, y_zp, y, requantize, backend):
+    def _packed_args(self, x, w, x_zp, w_zp, bias, x_scale, w_scale, y_scale, y_zp, y, requantize):
+        """conv_int8's geometry, multiplier, bias and output zero point: derived once per graph node
+        when every parameter is a constant (read-only) array, as in a loaded model."""
+        params = (w, w_zp, bias, x_scale, w_scale, y_scale, y_zp)
+        key = (id(self), x.shape, requantize) + tuple(id(a) for a in params)
+        hit = _DERIVED.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], params)):
+            return hit[1]
         wspec = TensorSpec(w.shape, dsl.lang.types.from_numpy(w.dtype))
         k, strides, dil, pads = self._attrs(wspec)
         _, begin, _ = conv_geometry(x.shape[2:], k, strides, dil, pads, self.auto_pad)
+        geom = list(k) + list(strides) + list(begin) + list(dil) + list(y.shape[2:])
+        mult = None
+        if requantize:  # x_scale·w_scale[m]/y_scale in f32, as onnxruntime computes it
+            mult = (np.float32(np.asarray(x_scale).reshape(-1)[0]) * np.asarray(w_scale, np.float32).reshape(-1)
+                    / np.float32(np.asarray(y_scale).reshape(-1)[0])).astype(np.float32)
+        derived = (geom, mult, np.asarray(bias, np.int32).reshape(-1) if requantize else None,
+                   int(np.asarray(y_zp).reshape(-1)[0]) if requantize else 0)
+        if all(isinstance(a, np.ndarray) and immutable_array(a) for a in params):
+            if len(_DERIVED) > 4096:
+                _DERIVED.clear()
+            _DERIVED[key] = (params, derived)
+        return derived
+
+    def _launch(self, impl, x, w, x_zp, w_zp, bias, x_scale, w_scale, y_scale, y_zp, y, requantize, backend):
         if impl == qgemm_packed:
-            geom = list(k) + list(strides) + list(begin) + list(dil) + list(y.shape[2:])
-            mult = None
-            if requantize:  # x_scale·w_scale[m]/y_scale in f32, as onnxruntime computes it
-                mult = (np.float32(np.asarray(x_scale).reshape(-1)[0]) * np.asarray(w_scale, np.float32).reshape(-1)
-                        / np.float32(np.asarray(y_scale).reshape(-1)[0])).astype(np.float32)
-            conv_int8(x, w, y, x_zp, w_zp, geom, mult, np.asarray(bias, np.int32).reshape(-1) if requantize else None,
-                      int(np.asarray(y_zp).reshape(-1)[0]) if requantize else 0, backend, impl)
+            geom, mult, b32, zy = self._packed_args(x, w, x_zp, w_zp, bias, x_scale, w_scale, y_scale, y_zp, y,
+                                                    requantize)
+            conv_int8(x, w, y, x_zp, w_zp, geom, mult, b32, zy, backend, impl)
             return
+        wspec = TensorSpec(w.shape, dsl.lang.types.from_numpy(w.dtype))
+        k, strides, dil, pads = self._attrs(wspec)
+        _, begin, _ = conv_geometry(x.shape[2:], k, strides, dil, pads, self.auto_pad)
         pad = 5 - x.ndim
 
         def five(a):

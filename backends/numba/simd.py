@@ -405,15 +405,19 @@ def vf2i(typingctx, v, dtype):
     def codegen(context, builder, sig, args):
         x = args[0]
         fty, n = x.type.element, v.lanes
-        i64 = llir.VectorType(llir.IntType(64), n)
+        # the range-checked lanes fit i32 unless the target is u32: converting to i32 keeps the
+        # vector form (AVX2 has no f32 -> i64 lane conversion; LLVM would go lane by lane)
+        bits = 64 if to.bitwidth == 32 and not to.signed else 32
+        wty = llir.VectorType(llir.IntType(bits), n)
         below = builder.fcmp_ordered("<", x, _vec(builder, x.type, llir.Constant(fty, float(info[0]))))
         above = builder.fcmp_ordered(">=", x, _vec(builder, x.type, llir.Constant(fty, float(info[1] + 1))))
         nan = builder.fcmp_unordered("uno", x, x)
         safe = builder.select(builder.or_(builder.or_(below, above), nan), llir.Constant(x.type, None), x)
-        wide = builder.fptosi(safe, i64)
-        wide = builder.select(below, _vec(builder, i64, llir.Constant(llir.IntType(64), info[0])), wide)
-        wide = builder.select(above, _vec(builder, i64, llir.Constant(llir.IntType(64), info[1])), wide)
-        return builder.trunc(wide, context.get_value_type(sig.return_type))
+        wide = builder.fptosi(safe, wty)
+        wide = builder.select(below, _vec(builder, wty, llir.Constant(llir.IntType(bits), info[0])), wide)
+        wide = builder.select(above, _vec(builder, wty, llir.Constant(llir.IntType(bits), info[1])), wide)
+        out = context.get_value_type(sig.return_type)
+        return wide if out.element.width == bits else builder.trunc(wide, out)
     return sig, codegen
 
 

@@ -492,3 +492,24 @@ def test_both_variants_agree_on_large_inputs():
     ys = np.zeros_like(small)
     leaky_relu(small, ys, alpha=0.2, backend="numba")  # the serial entry
     np.testing.assert_array_equal(ys, y[:3])
+
+
+NARROWED = dsl.TypeVar("NARROWED")
+
+
+@dsl.kernel(threads=1)
+def store_f32_lanes(x: In[f32, 1], out: Out[NARROWED, 1]):
+    out.vstore(0, x.vload(0, 8))
+    out.vstore(8, x.vload(8, 8))
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.uint8, np.int8, np.int16])
+def test_float_lanes_narrow_as_the_interpreter_does(dtype):
+    """f32 lanes stored to integer tensors (converted through i32 lanes, u32 through i64): truncated,
+    saturated at the range, NaN -> 0, at the edges of each type."""
+    x = np.array([np.nan, 1e30, -1e30, -2.7, 2.7, np.inf, -np.inf, 5.0, 2.0 ** 31, -2.0 ** 31, 255.9, 256.0,
+                  -0.5, -1.0, 127.5, -128.9], np.float32)
+    want, got = np.zeros(16, dtype), np.zeros(16, dtype)
+    store_f32_lanes(x, want, backend="interpreter")
+    store_f32_lanes(x, got, backend="numba")
+    np.testing.assert_array_equal(got, want)

@@ -87,6 +87,25 @@ def test_quantize_dequantize_linear_per_tensor_and_axis(backend, qtype):
     np.testing.assert_array_equal(ylast, quant_ref(x, np.float32(0.3), 0, qtype))
 
 
+@pytest.mark.parametrize("qtype", [np.uint8, np.int8])
+def test_per_tensor_quantize_dequantize_kernels(backend, qtype):
+    """One scale and zero point: the elementwise kernels (select "per_tensor"), with ties to even,
+    saturation on both sides and a length that is no multiple of a vector."""
+    from dsl.opgraph.spec import TensorSpec
+    s, z = np.float32(0.5), np.array(3 if qtype == np.int8 else 130, qtype)
+    x = np.concatenate([np.arange(-4, 4, 0.25), [1e6, -1e6, 0.25, 0.75, -0.25]]).astype(np.float32)  # k/2 ties
+    specs = [TensorSpec.of(a) for a in (x, np.asarray(s), z)]
+    assert ops.QuantizeLinear().select(*specs, backend=backend) == "per_tensor"
+    y = ops.QuantizeLinear(x, s, z, backend=backend)
+    np.testing.assert_array_equal(y, quant_ref(x, s, z, qtype))
+    assert ops.DequantizeLinear().select(*[TensorSpec.of(a) for a in (y, np.asarray(s), z)], backend=backend) == "per_tensor"
+    np.testing.assert_array_equal(ops.DequantizeLinear(y, s, z, backend=backend),
+                                  (y.astype(np.float32) - np.float32(z)) * s)
+    acc = RNG.integers(-3000, 3000, 37).astype(np.int32)  # i32 data, as a bias is quantized
+    np.testing.assert_array_equal(ops.DequantizeLinear(acc, np.float32(0.01), backend=backend),
+                                  acc.astype(np.float32) * np.float32(0.01))
+
+
 def test_quantize_linear_defaults_blocked_and_f16(backend):
     x = (RNG.standard_normal((2, 3, 5)) * 4).astype(np.float32)
     y = ops.QuantizeLinear(x, np.float32(0.1), backend=backend)  # no zero point: u8, zero point 0

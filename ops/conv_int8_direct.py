@@ -1,0 +1,285 @@
+"""Int8 2-D convolution that reads the activation in place: an implicit GEMM with ``dsl.dot4``.
+
+The im2col path (ops/conv_int8.py) writes every window tap of every pixel into GEMM panels, KH·KW
+times the image; here the image is repacked once, at its own size, and the micro-kernel reads it
+where it lies:
+
+* ``pack_nchw4c_int8`` writes x (N, C, H, W) as i32 words of 4 consecutive channels of one pixel
+  (u8 bytes; i8 data shifted by 128), laid out (N, C/4, Hs, Wp) with the padding as the zero
+  point, Wp the padded width and Hs the padded height plus the rows the last panel reads past it;
+* output position p = oh·Wp + ow runs over the padded width (the KW - 1 columns past OW are
+  computed and dropped), so the words a window tap (c4, kh, kw) needs for NR consecutive
+  positions are NR consecutive words at p + kh·Wp + kw: two vector loads, no gather;
+* the weights are packed once per constant array (``packed_weights``): per output channel,
+  K4 = C/4·KH·KW words in (c4, kh, kw) order, i8 bytes (u8 weights shifted by 128), with their
+  sums, so that Σ (x - zx)·w = Σ x·w - zx·Σ w (the padding, being zx, adds nothing);
+* ``qconv_direct_int8`` keeps an MR (output channels) × 2·V (positions) tile in 2·MR i32
+  vectors, as the GEMM does, and requantizes it in the store (bias, scale per tensor or per
+  output channel, zero point, and the clamp a fused Relu/Clip narrows).
+
+It takes stride-1 convolutions of any kernel size and padding, and 1×1 convolutions of any stride
+(the packing subsamples the image, so they are a GEMM on the activation), when the weights' zero
+point is 0 after the shift (symmetric i8 weights, or u8 ones around 128), which is what quantizers
+write; the others go to the im2col path.
+"""
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+import dsl
+from dsl import In, Out, i32, i64
+from ops.gemm_int8 import THREADS, Int8Tile, immutable_array, int8_tile, root_array
+
+X = dsl.TypeVar("X")
+Y = dsl.TypeVar("Y")
+
+L1_WEIGHT_BYTES = 16384  # weights of the row tiles that share one pass over a panel of positions
+
+
+@dsl.kernel(threads=THREADS)
+def pack_nchw4c_int8(x: In[X, 4], x_zp: In[X, 1], xp: Out[i32, 4], geom: dsl.Vec[i64, 5], flip: i32,
+                     V: dsl.const[i64]):
+    """xp (N, C/4, Hs, Wp) = x as words of 4 channels (byte j: channel 4·c4 + j, shifted to u8 by
+    ``flip`` = 0x80 for i8 data); geom = (stride h, stride w, pad top, pad left, Hp): row r < Hp,
+    column j read x[.., r·sh - pt, j·sw - pl]; the padding, channels past C and rows Hp..Hs hold
+    the zero point."""
+    cn = x.shape[1]
+    hh = x.shape[2]
+    ww = x.shape[3]
+    c4_n = xp.shape[1]
+    hs = xp.shape[2]
+    wp_n = xp.shape[3]
+    sh = geom[0]
+    sw = geom[1]
+    pt = geom[2]
+    pl = geom[3]
+    hp = geom[4]
+    zb = (i32(x_zp.flat[0]) & 0xFF) ^ flip
+    zword = zb | (zb << 8) | (zb << 16) | (zb << 24)
+    lo, hi = dsl.split(x.shape[0] * c4_n * hs, grid=True)
+    for item in range(lo, hi):
+        t = item // (c4_n * hs)
+        r = item - t * (c4_n * hs)
+        c4 = r // hs
+        r = r - c4 * hs
+        dst = item * wp_n
+        ih = r * sh - pt
+        if r >= hp or ih < 0 or ih >= hh:
+            for j in range(wp_n):
+                xp.flat[dst + j] = zword
+        else:
+            src = ((t * cn + 4 * c4) * hh + ih) * ww
+            j = 0
+            while j < wp_n:
+                iw = j * sw - pl
+                if sw == 1 and iw >= 0 and iw + V <= ww and j + V <= wp_n and 4 * c4 + 3 < cn:
+                    wv = dsl.splat(0, V, i32)
+                    for b in dsl.static_range(4):
+                        bv = (dsl.i32(x.vload(src + b * hh * ww + iw, V)) & 0xFF) ^ flip
+                        wv = wv | bv * (1 << (8 * b))
+                    xp.vstore(dst + j, wv)
+                    j += V
+                else:
+                    w = zword
+                    if iw >= 0 and iw < ww:
+                        w = i32(0)
+                        for b in dsl.static_range(4):
+                            v = zb
+                            if 4 * c4 + b < cn:
+                                v = (i32(x.flat[src + b * hh * ww + iw]) & 0xFF) ^ flip
+                            w = w | (v << (8 * b))
+                    xp.flat[dst + j] = w
+                    j += 1
+
+
+@dsl.kernel(threads=THREADS)
+def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In[dsl.f32, 2], bias: In[i32, 2],
+                      y: Out[Y, 4], rb: i64, zx: i32, requantize: i32, y_zp: dsl.f32, q_lo: dsl.f32, q_hi: dsl.f32,
+                      KH: dsl.const[i64], KW: dsl.const[i64], V: dsl.const[i64], MR: dsl.const[i64]):
+    """y (N, M, OH, OW) = conv of the packed image xp (N, C/4, Hs, Wp) with the packed weights wp
+    (Mp/MR, C/4·KH·KW·MR: a row tile's MR words of one tap side by side) (module docstring), minus zx·wsum[m], plus bias, requantized (requantize = 1:
+    f32 scale ``mult`` per tensor or output channel, y_zp, clamp to [q_lo, q_hi]) or stored as i32.
+    Work items: per image, (block of ``rb`` row tiles, panel of 2·V positions), panels of one
+    block consecutive; a block's row tiles run in turn on its panel (their weights stay in L1, the
+    panel's words too)."""
+    NR = 2 * V
+    n_img = y.shape[0]
+    m_out = y.shape[1]
+    oh_n = y.shape[2]
+    ow_n = y.shape[3]
+    c4_n = xp.shape[1]
+    wp_n = xp.shape[3]
+    plane = xp.shape[2] * wp_n
+    k4 = wp.shape[1] // MR
+    mtiles = wp.shape[0]
+    npan = (oh_n * wp_n + NR - 1) // NR
+    nblk = (mtiles + rb - 1) // rb
+    per_img = nblk * npan
+    lo, hi = dsl.split(n_img * per_img)
+    for item in range(lo, hi):
+        t = item // per_img
+        r = item - t * per_img
+        blk = r // npan
+        pan = r - blk * npan
+        p0 = pan * NR
+        xb = t * c4_n * plane + p0
+        # where the panel's two vectors of positions land: (output row, column) of their first lane
+        oh_a = p0 // wp_n
+        ow_a = p0 - oh_a * wp_n
+        oh_b = (p0 + V) // wp_n
+        ow_b = p0 + V - oh_b * wp_n
+        for tile in range(blk * rb, min(blk * rb + rb, mtiles)):
+            wb = tile * MR * k4  # the tile's MR rows, interleaved word by word
+            acc = dsl.local((2 * MR,), dsl.simd(i32, V))
+            for c4 in range(c4_n):
+                xo = xb + c4 * plane
+                wo = wb + c4 * (KH * KW * MR)
+                for kh in dsl.static_range(KH):
+                    for kw in dsl.static_range(KW):
+                        b0 = xp.vload(xo + kh * wp_n + kw, V)
+                        b1 = xp.vload(xo + kh * wp_n + kw + V, V)
+                        for i in dsl.static_range(MR):
+                            wv = dsl.splat(wp.flat[wo + (kh * KW + kw) * MR + i], V)
+                            acc[2 * i] = dsl.dot4(acc[2 * i], b0, wv)
+                            acc[2 * i + 1] = dsl.dot4(acc[2 * i + 1], b1, wv)
+            # ---- epilogue: zero-point term, bias, requantization; positions past OW are dropped
+            for i in dsl.static_range(MR):
+                m = tile * MR + i
+                if m < m_out:
+                    corr = bias.flat[m if bias.shape[1] > 1 else 0] - zx * wsum.flat[m]
+                    scale = mult.flat[m if mult.shape[1] > 1 else 0]
+                    ybase = (t * m_out + m) * oh_n * ow_n
+                    for h in dsl.static_range(2):
+                        oh = oh_a if h == 0 else oh_b
+                        ow = ow_a if h == 0 else ow_b
+                        v = acc[2 * i + h] + corr
+                        if requantize == 1:
+                            f = dsl.clamp(dsl.rint(dsl.f32(v) * scale) + y_zp, q_lo, q_hi)
+                            if oh < oh_n and ow + V <= ow_n:
+                                y.vstore(ybase + oh * ow_n + ow, f)
+                            else:
+                                for c in dsl.static_range(V):
+                                    if oh < oh_n and ow < ow_n:
+                                        y.flat[ybase + oh * ow_n + ow] = f[c]
+                                    ow += 1
+                                    if ow == wp_n:
+                                        ow = 0
+                                        oh += 1
+                        else:
+                            if oh < oh_n and ow + V <= ow_n:
+                                y.vstore(ybase + oh * ow_n + ow, v)
+                            else:
+                                for c in dsl.static_range(V):
+                                    if oh < oh_n and ow < ow_n:
+                                        y.flat[ybase + oh * ow_n + ow] = v[c]
+                                    ow += 1
+                                    if ow == wp_n:
+                                        ow = 0
+                                        oh += 1
+
+
+# --------------------------------------------------------------------------- host side
+
+_PACKED: dict = {}  # id(constant root weight array) -> (weakref to it, {key: (wp, wsum)})
+
+
+def _pack_weights(w: np.ndarray, tile: Int8Tile) -> tuple:
+    m, c, kh, kw = w.shape
+    c4 = -(-c // 4)
+    mp = -(-m // tile.MR) * tile.MR
+    ws = w.astype(np.int16) - (128 if w.dtype == np.uint8 else 0)  # i8 values
+    full = np.zeros((mp, c4 * 4, kh, kw), np.int8)
+    full[:m, :c] = ws.astype(np.int8)
+    words = np.ascontiguousarray(full.reshape(mp, c4, 4, kh, kw).transpose(0, 1, 3, 4, 2))
+    wp = words.view(np.int32).reshape(mp, c4 * kh * kw)  # little-endian: byte j is channel 4·c4 + j
+    wp = wp.reshape(mp // tile.MR, tile.MR, -1).transpose(0, 2, 1).reshape(mp // tile.MR, -1)
+    wsum = full.astype(np.int32).reshape(mp, -1).sum(axis=1).reshape(1, mp)
+    return np.ascontiguousarray(wp), np.ascontiguousarray(wsum.astype(np.int32))
+
+
+def packed_weights(w: np.ndarray, tile: Int8Tile) -> tuple:
+    """(wp, wsum) of ``w`` (M, C, KH, KW) as qconv_direct_int8 reads them: packed once per constant array (kept while it lives),
+    at every call for any other."""
+    if not immutable_array(w):
+        return _pack_weights(w, tile)
+    root = root_array(w)
+    key = (w.__array_interface__["data"][0], w.shape, w.strides, w.dtype.str, tile)
+    hit = _PACKED.get(id(root))
+    if hit is not None and hit[0]() is root and key in hit[1]:
+        return hit[1][key]
+    packed = _pack_weights(w, tile)
+    if hit is None or hit[0]() is not root:
+        try:
+            hit = (weakref.ref(root, lambda _, k=id(root): _PACKED.pop(k, None)), {})
+        except TypeError:
+            return packed
+        _PACKED[id(root)] = hit
+    hit[1][key] = packed
+    return packed
+
+
+def direct_geometry_ok(geom) -> bool:
+    """Stride 1, or a 1×1 kernel without padding; no dilation (geom as pack_im2col_int8's: KH, KW,
+    strides, pads begin, dilations, OH, OW)."""
+    kh, kw, sh, sw, ph, pw, dh, dw = (int(g) for g in geom[:8])
+    return dh == 1 and dw == 1 and ((sh == 1 and sw == 1) or (kh == 1 and kw == 1 and ph == 0 and pw == 0))
+
+
+def direct_conv_ok(w: np.ndarray, w_zp, geom) -> bool:
+    """Whether ``conv_int8_direct`` takes this convolution: ``direct_geometry_ok`` and the weights'
+    zero point (None: 0) 0 once shifted to i8."""
+    if not direct_geometry_ok(geom):
+        return False
+    zw = np.zeros(1, np.int16) if w_zp is None else np.asarray(w_zp).astype(np.int16).reshape(-1)
+    return bool(np.all(zw == (128 if w.dtype == np.uint8 else 0)))
+
+
+def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=None, q_hi=None,
+                     backend=None, tile=None) -> None:
+    """y (N, M, OH, OW) = conv(x (N, C, H, W), w (M, C, KH, KW)) on ``qconv_direct_int8``, exact in
+    i32 (y i32) or requantized with ``mult`` (f32, per tensor or per output channel), ``bias``
+    (i32, per output channel), ``y_zp`` and the clamp [q_lo, q_hi] (default: y's type range).
+    ``geom`` as ``direct_conv_ok``'s, which must hold for it and for the weights' zero point (which
+    is therefore not an argument)."""
+    backend = backend or "numba"
+    if not direct_geometry_ok(geom):
+        raise ValueError(f"conv_int8_direct takes stride-1 convolutions, or 1x1 ones without padding, with "
+                         f"no dilation (geom KH, KW, strides, pads, dilations = {list(geom[:8])}): use "
+                         f"ops.conv_int8.conv_int8, which takes any 2-D convolution")
+    tile = tile or int8_tile(backend)
+    kh, kw, sh, sw, pt, pl = (int(g) for g in geom[:6])
+    n, c = x.shape[:2]
+    m, oh, ow = y.shape[1:]
+    nr = tile.NR
+    if kh == 1 and kw == 1:  # a GEMM on the (subsampled) image: rows of OW words, no padding
+        hp, wp_n = oh, ow
+        pack_geom = [sh, sw, 0, 0, hp]
+    else:
+        wp_n = ow + kw - 1
+        hp = oh + kh - 1
+        pack_geom = [1, 1, pt, pl, hp]
+    positions = -(-(oh * wp_n) // nr) * nr
+    reach = positions + (kh - 1) * wp_n + kw - 1 + 2 * tile.V  # words the last panel's loads reach
+    hs = max(hp, -(-reach // wp_n))
+    c4 = -(-c // 4)
+    xp = np.empty((n, c4, hs, wp_n), np.int32)
+    xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
+    pack_nchw4c_int8(np.ascontiguousarray(x), xz, xp, np.asarray(pack_geom, np.int64),
+                     0x80 if x.dtype == np.int8 else 0, V=tile.V, backend=backend)
+    wpk, wsum = packed_weights(w, tile)
+    zx = (int(xz[0]) & 0xFF) ^ (0x80 if x.dtype == np.int8 else 0)
+    requantize = mult is not None
+    if requantize:
+        info = np.iinfo(y.dtype)
+        lo = float(info.min) if q_lo is None else max(float(info.min), float(q_lo))
+        hi = float(info.max) if q_hi is None else min(float(info.max), float(q_hi))
+        mult = np.asarray(mult, np.float32).reshape(1, -1)
+    else:
+        lo = hi = 0.0
+        mult = np.ones((1, 1), np.float32)
+    bias = np.zeros((1, 1), np.int32) if bias is None else np.asarray(bias, np.int32).reshape(1, -1)
+    rb = max(1, min(wpk.shape[0], L1_WEIGHT_BYTES // (wpk.shape[1] * 4)))
+    qconv_direct_int8(xp, wpk, wsum, mult, bias, y, rb, zx, int(requantize), float(y_zp), lo, hi,
+                      KH=kh, KW=kw, V=tile.V, MR=tile.MR, backend=backend)

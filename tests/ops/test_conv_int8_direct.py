@@ -1,0 +1,101 @@
+"""The int8 convolution that reads the activation in place (ops/conv_int8_direct.py) on every
+backend against numpy: 3×3 padded, 1×1 (strided too) and unpadded windows, u8/i8 activations and
+i8/u8 (around 128) weights, zero-point corners, the u8·i8 saturation corner, channel counts that
+are not a multiple of 4, per-channel requantization with bias and a fused clamp, and the ops
+(QLinearConv, ConvInteger) taking it, with 1×1 convolutions never building an im2col matrix."""
+import numpy as np
+import pytest
+
+import ops
+from ops.conv_int8_direct import conv_int8_direct, direct_conv_ok
+from ops.gemm_int8 import Int8Tile
+from test_gemm_int8 import NUMBA_SLOW, conv_exact, data, requantized
+
+RNG = np.random.default_rng(291)
+SMALL = Int8Tile(V=4, MR=2)  # the interpreter's tiles: every panel and row-tile tail is reached
+
+# (x dtype, w dtype, x zero point, C, M, H, W, k, stride, pad, x corner, w corner)
+CASES = [
+    (np.uint8, np.int8, 255, 5, 3, 6, 7, 3, 1, 1, 255, -128),   # 255·-128 everywhere: no i16 saturation
+    (np.int8, np.int8, -128, 8, 5, 5, 9, 1, 1, 0, 127, 127),    # i8 activations shifted while packed
+    (np.uint8, np.uint8, 0, 6, 3, 7, 8, 1, 2, 0, None, 0),      # 1x1 stride 2; u8 weights around 128
+    (np.uint8, np.int8, 128, 3, 2, 6, 6, 3, 1, 0, 0, None),     # no padding, C < 4
+]
+
+
+def geometry(h, wd, k, stride, pad):
+    oh = (h + 2 * pad - k) // stride + 1
+    ow = (wd + 2 * pad - k) // stride + 1
+    return oh, ow, [k, k, stride, stride, pad, pad, 1, 1, oh, ow]
+
+
+def tile_for(backend):
+    return SMALL if backend == "interpreter" else None
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "opencl", pytest.param("numba", marks=pytest.mark.slow)],
+                         indirect=True)
+@pytest.mark.parametrize("xdt, wdt, xz, c, m, h, wd, k, stride, pad, cx, cw", CASES)
+def test_direct_conv_is_exact(backend, xdt, wdt, xz, c, m, h, wd, k, stride, pad, cx, cw):
+    x, w = data(xdt, (2, c, h, wd), cx), data(wdt, (m, c, k, k), cw)
+    wz = np.array([128 if wdt == np.uint8 else 0], wdt)
+    oh, ow, geom = geometry(h, wd, k, stride, pad)
+    assert direct_conv_ok(w, wz, geom)
+    y = np.zeros((2, m, oh, ow), np.int32)
+    conv_int8_direct(x, w, y, np.array([xz], xdt), geom, backend=backend, tile=tile_for(backend))
+    np.testing.assert_array_equal(y, conv_exact(x, w, xz, wz, (stride, stride), (pad,) * 4, (1, 1)))
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "opencl", pytest.param("numba", marks=pytest.mark.slow)],
+                         indirect=True)
+@pytest.mark.parametrize("ydt", [np.uint8, np.int8])
+def test_direct_conv_requantizes_per_channel_with_bias_and_clamp(backend, ydt):
+    x, w = data(np.uint8, (1, 7, 9, 10)), data(np.int8, (5, 7, 3, 3), -128)
+    mult = RNG.uniform(1e-4, 2e-3, 5).astype(np.float32)  # x_scale·w_scale[m]/y_scale
+    bias = RNG.integers(-20000, 20000, 5).astype(np.int32)
+    lo, hi = (10, 240) if ydt == np.uint8 else (-5, 120)  # a fused Relu (zero point) and Clip cap
+    y = np.zeros((1, 5, 9, 10), ydt)
+    _, _, geom = geometry(9, 10, 3, 1, 1)
+    conv_int8_direct(x, w, y, np.array([17], np.uint8), geom, mult, bias, y_zp=lo, q_lo=lo, q_hi=hi,
+                     backend=backend, tile=tile_for(backend))
+    acc = conv_exact(x, w, 17, 0, (1, 1), (1, 1, 1, 1), (1, 1))
+    want = np.stack([requantized(acc[0, i], mult[i], bias[i], lo, ydt, lo, hi) for i in range(5)])
+    np.testing.assert_array_equal(y[0], want)
+
+
+def test_direct_conv_names_the_geometry_it_does_not_take():
+    x, w = data(np.uint8, (1, 4, 9, 9)), data(np.int8, (2, 4, 3, 3))
+    y = np.zeros((1, 2, 4, 4), np.int32)
+    with pytest.raises(ValueError, match=r"stride-1 convolutions, or 1x1 ones.*\[3, 3, 2, 2, 0, 0, 1, 1\].*conv_int8"):
+        conv_int8_direct(x, w, y, np.array([0], np.uint8), [3, 3, 2, 2, 0, 0, 1, 1, 4, 4], backend="interpreter")
+
+
+def test_direct_conv_needs_weights_centred_on_zero():
+    w8, wu = data(np.int8, (2, 4, 3, 3)), data(np.uint8, (2, 4, 3, 3))
+    _, _, geom = geometry(8, 8, 3, 1, 1)
+    assert direct_conv_ok(w8, None, geom) and direct_conv_ok(wu, np.array([128], np.uint8), geom)
+    assert not direct_conv_ok(w8, np.array([0, 3], np.int8), geom)  # per-channel zero points: im2col path
+    assert not direct_conv_ok(wu, None, geom)
+    assert not direct_conv_ok(w8, None, geometry(8, 8, 3, 2, 1)[2])  # strided 3x3: im2col path
+    assert not direct_conv_ok(w8, None, [3, 3, 1, 1, 2, 2, 2, 2, 8, 8])  # dilated
+
+
+@pytest.mark.parametrize("compiled_backend", NUMBA_SLOW, indirect=True)
+def test_pointwise_qlinear_conv_runs_on_the_activation_without_im2col(compiled_backend, monkeypatch):
+    """A strided 1x1 QLinearConv with per-channel scales through the op: the direct kernel, no
+    im2col packing (the spy would fail), results equal to numpy's requantization in f32."""
+    import ops.conv_int8 as conv_int8
+
+    def no_im2col(*args, **kwargs):
+        raise AssertionError("a 1x1 convolution built an im2col matrix")
+    monkeypatch.setattr(conv_int8, "pack_im2col_int8", no_im2col)
+    x, w = data(np.uint8, (1, 9, 8, 11)), data(np.int8, (6, 9, 1, 1), 127)
+    sx, zx = np.array(0.03, np.float32), np.array(200, np.uint8)
+    sw, zw = RNG.uniform(0.001, 0.01, 6).astype(np.float32), np.zeros(6, np.int8)
+    sy, zy = np.array(0.05, np.float32), np.array(100, np.uint8)
+    bias = RNG.integers(-500, 500, 6).astype(np.int32)
+    y = ops.QLinearConv(strides=[2, 2])(x, sx, zx, w, sw, zw, sy, zy, bias, backend=compiled_backend)
+    acc = conv_exact(x, w, 200, zw, (2, 2), (0, 0, 0, 0), (1, 1))
+    mult = (sx * sw / sy).astype(np.float32)
+    want = np.stack([requantized(acc[0, i], mult[i], bias[i], 100, np.uint8) for i in range(6)])
+    np.testing.assert_array_equal(y[0], want)
