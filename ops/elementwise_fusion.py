@@ -6,7 +6,8 @@ or MatMul first takes what it can do in its own epilogue (activation, bias) and 
 chain fuses here.  Starting from the last node, a group takes a producer when the producer is
 fusable and every reader of its output is already in the group (and that output is not a graph
 output): intermediates nobody else needs are never stored.  GELU spelled out (Div, Erf, Add,
-Mul, Mul) is one group; a value read outside the chain ends it there.
+Mul, Mul) is one group; a value read outside the chain ends it there.  The group becomes a
+program (dsl/lang/expr_tree.py): one step per node, made by its row's ``Fusion.build``.
 
 Fusable: the rows of ops/elementwise_table.py that say how they fuse (today Add, Sub, Mul, Div,
 Pow, Max/Min of two inputs, Neg, Abs, Reciprocal, Sqrt, Exp, Log, Erf, Tanh, Sin, Cos, Floor, Ceil,
