@@ -68,13 +68,21 @@ class Elementwise:
 
     def fusion(self) -> Optional[em.Fusion]:
         """How this op fuses (ops/elementwise_emitters.py), or None when it does not."""
-        if self.fuse is False:
-            return None
-        if self.fuse is True:
-            return em.template(self.expr)
-        if isinstance(self.fuse, (str, tuple)):
-            return em.template(self.fuse)
-        return self.fuse
+        hit = _FUSIONS.get(id(self))
+        if hit is None or hit[0] is not self:
+            if self.fuse is False:
+                made = None
+            elif self.fuse is True:
+                made = em.template(self.expr)
+            elif isinstance(self.fuse, (str, tuple)):
+                made = em.template(self.fuse)
+            else:
+                made = self.fuse
+            hit = _FUSIONS[id(self)] = (self, made)
+        return hit[1]
+
+
+_FUSIONS: Dict[int, Tuple["Elementwise", Optional[em.Fusion]]] = {}  # id(row) -> (row, its fusion), made once
 
 
 _SIGN = "1.0 if {0} > 0 else (-1.0 if {0} < 0 else ({0} if {0} != {0} else 0.0))"  # numpy's: NaN stays NaN
@@ -170,6 +178,7 @@ _ROWS: List[Elementwise] = list(ROWS)
 _CLASS: Dict[Elementwise, type] = {}   # row -> its op class
 _ROW_OF: Dict[type, Elementwise] = {}  # op class -> its row
 _BUILDERS: Dict[str, Callable[[Elementwise], type]] = {}  # family -> makes and registers a row's class
+_FUSING: Dict[Tuple[str, Optional[int]], Optional[Elementwise]] = {}  # fusing_row's answers until a row changes
 
 
 def rows(family: Optional[str] = None) -> List[Elementwise]:
@@ -245,6 +254,7 @@ def unregister(cls: type) -> None:
     if row in _ROWS and row not in ROWS:
         _ROWS.remove(row)
     registry.unregister(cls)
+    _FUSING.clear()
 
 
 def _bind(row: Elementwise, cls: type) -> None:
@@ -252,6 +262,7 @@ def _bind(row: Elementwise, cls: type) -> None:
     if old is not None:
         _ROW_OF.pop(old, None)
     _CLASS[row], _ROW_OF[cls] = cls, row
+    _FUSING.clear()
 
 
 # --------------------------------------------------------------------------- what others read
@@ -259,6 +270,13 @@ def _bind(row: Elementwise, cls: type) -> None:
 def fusing_row(onnx: str, since: Optional[int] = None) -> Optional[Elementwise]:
     """The row a program's step ``onnx`` (of version ``since``; None: the newest) stands for: the
     latest declared row of that op and version that has a class and fuses, None when none does."""
+    key = (onnx, since)
+    if key not in _FUSING:
+        _FUSING[key] = _find_fusing_row(onnx, since)
+    return _FUSING[key]
+
+
+def _find_fusing_row(onnx: str, since: Optional[int]) -> Optional[Elementwise]:
     best = None
     for r in _bound():  # declaration order: a row registered later wins a tie
         if r.onnx == onnx and r.fuse is not False and (since is None or r.since == since):
