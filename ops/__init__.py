@@ -68,6 +68,7 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.matmul_fusion import FusedMatMul  # noqa: F401  (MatMul -> Add(bias) as one GEMM)
     from ops.fused_elementwise import FusedElementwise  # noqa: F401
     from ops import elementwise_fusion  # noqa: F401  (elementwise DAGs -> one FusedElementwise kernel)
+    from ops import data_convert_export  # noqa: F401  (DataConvert's standard ONNX form)
     from ops.sequence import (SequenceEmpty, SequenceConstruct, SequenceInsert, SequenceAt,  # noqa: F401
                               SequenceErase, SequenceLength, SplitToSequence, ConcatFromSequence, SequenceMap)
     from ops.optional import (Optional, OptionalHasElement, OptionalHasElement15,  # noqa: F401

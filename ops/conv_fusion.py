@@ -24,6 +24,8 @@ from typing import Optional, Tuple
 import numpy as np
 
 import dsl
+from dsl.onnx.attributes import node_attributes
+from dsl.onnx.lower import names, register
 from dsl.opgraph.fusion import fusion_rule
 from dsl.opgraph.op import check_and_infer
 from dsl.opgraph.spec import TensorSpec, VerifyError
@@ -293,3 +295,43 @@ def _indices_unused(g, pool) -> bool:
 for _pool in (MaxPoolV1, MaxPoolV8, MaxPoolV10, MaxPoolV12, MaxPool):
     fusion_rule(Conv, _pool)(fuse_max_pool)
     fusion_rule(FusedConv, _pool)(fuse_max_pool)
+
+
+# --------------------------------------------------------------------------- the standard ONNX form
+
+_CONV_PARAMS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+
+
+@register("com.opdsl", "FusedConv", everywhere=True)
+def _fused_conv(node, opset, emit) -> bool:
+    """activation(Conv(X, W, B) + Z) as Conv, Add and Relu / Clip / LeakyRelu."""
+    op = node.op
+    ins, specs, (y,) = names(node)
+    x, w, b, z = (ins + [None, None])[:4]
+    if opset < 7:  # Add broadcasts from opset 7
+        return False
+    attrs = {a.name: a for a in node_attributes(op) if a.name in _CONV_PARAMS}
+    steps = [s for s in (z is not None, op.activation != "") if s]
+    out = emit.temp("conv") if steps else y
+    conv = [x, w] + ([b] if b else [])
+    emit("Conv", conv, [out])
+    emit.nodes[-1].attribute.extend(attrs.values())
+    if z is not None:
+        added = emit.temp("sum") if op.activation else y
+        emit("Add", [out, z], [added])
+        out = added
+    if op.activation == "Relu":
+        emit("Relu", [out], [y])
+    elif op.activation == "LeakyRelu":
+        emit("LeakyRelu", [out], [y], alpha=float(op.activation_params[0]))
+    elif op.activation == "Clip" and opset < 11:  # bounds were attributes before opset 11
+        lo, hi = (float(v) for v in op.activation_params)
+        emit("Clip", [out], [y], min=lo, max=hi)
+    elif op.activation == "Clip":
+        dt = specs[0].dtype.np
+        lo = emit.constant(np.array(op.activation_params[0], dt), "min")
+        hi = emit.constant(np.array(op.activation_params[1], dt), "max")
+        emit("Clip", [out, lo, hi], [y])
+    elif op.activation:
+        return False
+    return True

@@ -6,7 +6,8 @@ or MatMul first takes what it can do in its own epilogue (activation, bias) and 
 chain fuses here.  Starting from the last node, a group takes a producer when the producer is
 fusable and every reader of its output is already in the group (and that output is not a graph
 output): intermediates nobody else needs are never stored.  GELU spelled out (Div, Erf, Add,
-Mul, Mul) is one group; a value read outside the chain ends it there.
+Mul, Mul) is one group; a value read outside the chain ends it there.  The group becomes a
+program (dsl/lang/expr_tree.py): one step per node, made by its row's ``Fusion.build``.
 
 Fusable: the rows of ops/elementwise_table.py that say how they fuse (today Add, Sub, Mul, Div,
 Pow, Max/Min of two inputs, Neg, Abs, Reciprocal, Sqrt, Exp, Log, Erf, Tanh, Sin, Cos, Floor, Ceil,
@@ -17,8 +18,9 @@ steps stay in f32 until the final store (one rounding instead of one per node).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List
 
+from dsl.lang.expr_tree import Call, Input, Program, Ref
 from dsl.opgraph.fusion import fusion_pass
 from dsl.opgraph.op import check_and_infer
 from dsl.opgraph.spec import VerifyError
@@ -30,17 +32,16 @@ from ops.logic import Where
 MAX_NODES = 48  # nodes per group: keeps generated kernels small
 
 
-def emitter(op_class: type):
-    """How the fusion pass spells a node of ``op_class`` (its row of ops/elementwise_table.py),
-    None when it does not fuse."""
+def fusion(op_class: type):
+    """How a node of ``op_class`` fuses (its row of ops/elementwise_table.py), None when it does not."""
     row = table.row_of(op_class)
-    return None if row is None else row.emitter()
+    return None if row is None else row.fusion()
 
 
 def fusable(node) -> bool:
     """An elementwise node of a known class (exactly: a subclass may mean something else) whose
     values are floats (Where's condition: bool)."""
-    if emitter(type(node.op)) is None or len(node.outputs) != 1:
+    if fusion(type(node.op)) is None or len(node.outputs) != 1:
         return False
     if node.outputs[0].spec.dtype not in FLOATS:
         return False
@@ -88,36 +89,35 @@ def _grow(root, readers, outputs, taken) -> list:
 
 
 def _program(group: list, order: Dict[int, int]):
-    """(program text, external input tensors) of a group, or None when a node will not emit."""
+    """(Program, external input tensors) of a group, or None when a node will not fuse."""
     nodes = sorted(group, key=lambda n: order[id(n)])
     inside = {id(n.outputs[0]) for n in nodes}
-    names: Dict[int, str] = {}
+    values: Dict[int, object] = {}  # tensor -> Input or Ref
     externals: list = []
-    lines: List[str] = []
+    steps: List[Call] = []
     for n in nodes:
-        args: List[Optional[str]] = []
+        args: List[object] = []
         for t in n.inputs:
             if t is None:
                 args.append(None)
                 continue
-            if id(t) not in names:
+            if id(t) not in values:
                 if id(t) in inside:
                     return None  # cannot happen in node order; refuse rather than misread
-                names[id(t)] = f"x{len(externals)}"
+                values[id(t)] = Input(len(externals))
                 externals.append(t)
-            args.append(names[id(t)])
-        exprs = emitter(type(n.op))(n, args)
-        if exprs is None:
+            args.append(values[id(t)])
+        row = table.row_of(type(n.op))
+        built = row.fusion().build(n, args)
+        if built is None:
             return None
-        first = len(lines)
-        cast = "f64" if n.outputs[0].spec.dtype.name == "f64" else "f32"
-        for k, e in enumerate(exprs):
-            e = e.format(**{f"p{j}": f"t{first + j}" for j in range(k)})
-            lines.append(f"t{len(lines)} = {cast}({e})")
-        names[id(n.outputs[0])] = f"t{len(lines) - 1}"
-    if len(externals) > MAX_INPUTS or len(lines) > MAX_STEPS:
+        call_args, attrs = built
+        dtype = "f64" if n.outputs[0].spec.dtype.name == "f64" else "f32"
+        steps.append(Call(row.onnx, tuple(call_args), dtype, row.since, tuple(attrs.items())))
+        values[id(n.outputs[0])] = Ref(len(steps) - 1)
+    if len(externals) > MAX_INPUTS or len(steps) > MAX_STEPS:
         return None
-    return "\n".join(lines), externals
+    return Program(tuple(steps)), externals
 
 
 def _replace(g, group: list) -> bool:

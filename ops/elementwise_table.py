@@ -8,10 +8,10 @@ and how a fused program exports.  Everything else is made from these rows:
   that binds itself to its row with ``@implements``;
 * the op-code ladders of the shared kernels of those families (one compiled variant per dtype
   serves every op of a family: a row is a branch, not a kernel);
-* the fusion pass's spellings (ops/elementwise_fusion.py), the calls a FusedElementwise program
-  may make (ops/fused_elementwise.py), and the builtin -> ONNX op map and first opsets that
-  dsl/onnx/lower_program.py writes a fused program back with (registered into it, since
-  ``dsl.onnx`` sits below ``ops``).
+* how each op fuses (``row.fusion()``): the step of a FusedElementwise program
+  (dsl/lang/expr_tree.py) the fusion pass (ops/elementwise_fusion.py) makes of a node, the
+  kernel text ops/fused_elementwise.py writes for it, and the first opset where
+  ops/fused_elementwise_export.py may write it back as its ONNX op (``export_since``).
 
 Adding a fusable, exportable op is one ``register(Elementwise(...))`` (plus, for a new math
 function, its builtin in dsl/lang/builtins.py); ``unregister(cls)`` takes it back.  A row added
@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import dsl
-from dsl.onnx import lower_program
 from dsl.opgraph import registry
 from ops import elementwise_emitters as em
 
@@ -45,11 +44,10 @@ class Elementwise:
     ``expr`` is one element's value over ``{0}``, ``{1}`` (the inputs, already loaded); the
     family's kernel computes it, and unless ``fuse`` says otherwise the fusion pass writes it.
     ``int_expr``: the integer dtypes' version where it differs (math family).  ``builtin``: the
-    call ``expr`` makes (``"dsl.sqrt"``, ``"abs"``), which a fused program may then make and
-    export maps back to ``onnx``.  ``fuse``: True (fuse ``expr``), False, or a template / a tuple
-    of step templates / an emitter (ops/elementwise_emitters.py).  ``export_since``: the first
-    opset where a fused program may write this op (default: the lowest ``since`` among the rows of
-    this op that take f32, or among all of them)."""
+    call ``expr`` makes (``"dsl.sqrt"``, ``"abs"``).  ``fuse``: True (fuse ``expr``), False, or a
+    template / a tuple of step templates / a ``Fusion`` (ops/elementwise_emitters.py).
+    ``export_since``: the first opset where a fused program may write this op (default: the
+    lowest ``since`` among the rows of this op that take f32, or among all of them)."""
     onnx: str
     since: int
     until: Optional[int] = None
@@ -58,7 +56,7 @@ class Elementwise:
     int_expr: Optional[str] = None
     dtypes: Tuple = FLOATS
     builtin: Optional[str] = None
-    fuse: Union[bool, str, Tuple[str, ...], Callable] = False
+    fuse: Union[bool, str, Tuple[str, ...], em.Fusion] = False
     keeps_padding: bool = True  # f(0) == 0 (the nchwc16 padding lanes stay zero)
     export_since: Optional[int] = None
     name: Optional[str] = None  # the Python class name; default the ONNX name
@@ -68,15 +66,23 @@ class Elementwise:
     def class_name(self) -> str:
         return self.name or self.onnx
 
-    def emitter(self) -> Optional[em.Emitter]:
-        """How the fusion pass spells this op, or None when it does not fuse."""
-        if self.fuse is False:
-            return None
-        if self.fuse is True:
-            return em.template(self.expr)
-        if isinstance(self.fuse, (str, tuple)):
-            return em.template(self.fuse)
-        return self.fuse
+    def fusion(self) -> Optional[em.Fusion]:
+        """How this op fuses (ops/elementwise_emitters.py), or None when it does not."""
+        hit = _FUSIONS.get(id(self))
+        if hit is None or hit[0] is not self:
+            if self.fuse is False:
+                made = None
+            elif self.fuse is True:
+                made = em.template(self.expr)
+            elif isinstance(self.fuse, (str, tuple)):
+                made = em.template(self.fuse)
+            else:
+                made = self.fuse
+            hit = _FUSIONS[id(self)] = (self, made)
+        return hit[1]
+
+
+_FUSIONS: Dict[int, Tuple["Elementwise", Optional[em.Fusion]]] = {}  # id(row) -> (row, its fusion), made once
 
 
 _SIGN = "1.0 if {0} > 0 else (-1.0 if {0} < 0 else ({0} if {0} != {0} else 0.0))"  # numpy's: NaN stays NaN
@@ -161,7 +167,7 @@ ROWS: Tuple[Elementwise, ...] = (
     _custom("Tanh", 6, fuse="dsl.tanh({0})", builtin="dsl.tanh"),
     _custom("Clip", 6, 10, name="ClipV6", fuse=em.clip_v6),
     _custom("Clip", 11, fuse=em.clip, dtypes=NUMERIC),
-    _custom("Where", 9, fuse="{1} if {0} else {2}", dtypes=BOOL + NUMERIC),
+    _custom("Where", 9, fuse=em.template("{1} if {0} else {2}", conditions=(0,)), dtypes=BOOL + NUMERIC),
     _custom("IsNaN", 9),
     _custom("Not", 1, dtypes=BOOL),
     _custom("Cast", 6, 12, name="CastV6", fuse=em.cast, export_since=9),
@@ -172,6 +178,7 @@ _ROWS: List[Elementwise] = list(ROWS)
 _CLASS: Dict[Elementwise, type] = {}   # row -> its op class
 _ROW_OF: Dict[type, Elementwise] = {}  # op class -> its row
 _BUILDERS: Dict[str, Callable[[Elementwise], type]] = {}  # family -> makes and registers a row's class
+_FUSING: Dict[Tuple[str, Optional[int]], Optional[Elementwise]] = {}  # fusing_row's answers until a row changes
 
 
 def rows(family: Optional[str] = None) -> List[Elementwise]:
@@ -247,7 +254,7 @@ def unregister(cls: type) -> None:
     if row in _ROWS and row not in ROWS:
         _ROWS.remove(row)
     registry.unregister(cls)
-    _publish(row)
+    _FUSING.clear()
 
 
 def _bind(row: Elementwise, cls: type) -> None:
@@ -255,24 +262,40 @@ def _bind(row: Elementwise, cls: type) -> None:
     if old is not None:
         _ROW_OF.pop(old, None)
     _CLASS[row], _ROW_OF[cls] = cls, row
-    _publish(row)
+    _FUSING.clear()
 
 
 # --------------------------------------------------------------------------- what others read
 
-def fused_calls() -> Tuple[frozenset, frozenset]:
-    """(dsl.<name> calls, bare calls) a FusedElementwise program may make: the builtins of the
-    rows that fuse."""
-    names = [r.builtin for r in _bound() if r.builtin and r.fuse is not False]
-    return (frozenset(n[4:] for n in names if n.startswith("dsl.")),
-            frozenset(n for n in names if not n.startswith("dsl.")))
+def fusing_row(onnx: str, since: Optional[int] = None) -> Optional[Elementwise]:
+    """The row a program's step ``onnx`` (of version ``since``; None: the newest) stands for: the
+    latest declared row of that op and version that has a class and fuses, None when none does."""
+    key = (onnx, since)
+    if key not in _FUSING:
+        _FUSING[key] = _find_fusing_row(onnx, since)
+    return _FUSING[key]
+
+
+def _find_fusing_row(onnx: str, since: Optional[int]) -> Optional[Elementwise]:
+    best = None
+    for r in _bound():  # declaration order: a row registered later wins a tie
+        if r.onnx == onnx and r.fuse is not False and (since is None or r.since == since):
+            if best is None or r.since >= best.since or since is not None:
+                best = r
+    return best
+
+
+def fusing_ops() -> List[str]:
+    """'Op@since' of every row that fuses now: what a program's steps may call."""
+    return sorted({f"{r.onnx}@{r.since}" for r in _bound() if r.fuse is not False})
 
 
 def _bound() -> List[Elementwise]:
     return [r for r in _ROWS if r in _CLASS]
 
 
-def _export_since(onnx: str) -> Optional[int]:
+def export_since(onnx: str) -> Optional[int]:
+    """The first ai.onnx opset where a fused program may write ``onnx`` (None: no row has it)."""
     mine = [r for r in _bound() if r.onnx == onnx]
     if not mine:
         return None
@@ -281,12 +304,3 @@ def _export_since(onnx: str) -> Optional[int]:
         return min(given)
     floats = [r.since for r in mine if dsl.f32 in r.dtypes]
     return min(floats or [r.since for r in mine])
-
-
-def _publish(row: Elementwise) -> None:
-    """Tell dsl/onnx/lower_program.py what a fused program of this op is written back as."""
-    lower_program.register_op(row.onnx, _export_since(row.onnx))
-    if row.builtin:
-        bound = row in _CLASS and row.fuse is not False
-        name = row.builtin[4:] if row.builtin.startswith("dsl.") else row.builtin
-        lower_program.register_call(name, row.onnx if bound else None)

@@ -1,97 +1,90 @@
 """FusedElementwise: a chain (or DAG) of elementwise float ops run as ONE generated kernel.
 
 ops/elementwise_fusion.py's compile pass builds these nodes; the op is registered (com.opdsl
-domain) so fused graphs pickle and export.  ``program`` holds one DSL assignment per line, read
-in order: ``x0, x1, ...`` are the node's inputs (one element each, broadcast to the output),
-``t0, t1, ...`` the values computed; the last line's value is stored.  E.g. GELU:
+domain) so fused graphs pickle and export.  ``program`` is a ``dsl.lang.expr_tree.Program``:
+numbered steps, each a call of an elementwise op of ops/elementwise_table.py (``Add``, ``Erf``,
+``Sigmoid``...) over the node's inputs ``x0, x1, ...`` (one element each, broadcast to the
+output), number literals and earlier steps ``t<k>``; the last step's value is stored.  GELU:
 
-    t0 = f32(x0 / x1)
-    t1 = f32(dsl.erf(t0))
+    t0 = Div(x0, x1): f32
+    t1 = Erf(t0): f32
     ...
 
 Why generate a kernel: each unfused node is a launch plus a full pass over memory; the BERT
-layer's GELU is five of them over 131 K floats.  The kernel source is made from the program,
-the dtypes and how each input is indexed (whole, one element, or broadcast), and cached by that
-text, so identical chains share one compile (in memory here, on disk by the kernel cache).
+layer's GELU is five of them over 131 K floats.  The kernel source is written from the program
+(each row says how its op is spelt in the DSL), the dtypes and how each input is indexed (whole,
+one element, or broadcast), and cached by that text, so identical chains share one compile (in
+memory here, on disk by the kernel cache).
 
-The program is checked (``verify``) against a small grammar before any code is made from it:
-names x<k>/t<k>, number literals, arithmetic, comparisons, ``a if c else b`` and the casts and
-math builtins below; anything else is a VerifyError, so a model file cannot smuggle code in.
+The program is checked (``verify``) before any code is made from it: every step calls an op that
+fuses, with the arguments and attributes it takes, values of the step's dtype (bool only as a
+Where condition) and inputs the node has; anything else is a VerifyError naming the step.  A
+program is data (numbers and op names), so a model file cannot smuggle code in.  Its standard
+ONNX form is written by ops/fused_elementwise_export.py.
 """
 from __future__ import annotations
 
-import ast
 from typing import List, Sequence, Tuple
 
 import dsl
+from dsl.lang.expr_tree import Call, Const, Input, Program, ProgramBuilder, Ref  # noqa: F401  (the program's parts)
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops import elementwise_table as table
+from ops import fused_elementwise_export  # noqa: F401  (registers the standard ONNX form)
 from ops.elementwise import FLOATS, broadcast_shape, launch_broadcast
 from ops.generated_kernel import broadcast_loop, compile_kernel
 
-_CASTS = frozenset({"f32", "f64"})  # bare calls every program may make; the builtins come from the table
-_BINOPS = (ast.Add, ast.Sub, ast.Mult, ast.Div)
-_CMPOPS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq)
 INPUT_DTYPES = FLOATS + (dsl.bool_,)
 MAX_INPUTS = 12
 MAX_STEPS = 64
+_STORAGE = {"f16": "f32", "bf16": "f32"}  # loads of these give f32 in the kernel
 
 
+def step_dtype(dtype) -> str:
+    """The dtype a value of ``dtype`` has inside the kernel (f16/bf16 load as f32), by name."""
+    name = dtype.name if hasattr(dtype, "name") else str(dtype)
+    return "bool" if name.startswith("bool") else _STORAGE.get(name, name)
 
-def _check_program(program: str, n_inputs: int) -> List[str]:
-    """The program's lines, or a VerifyError naming the first offending line and construct."""
-    lines = [ln.strip() for ln in program.strip().splitlines() if ln.strip()]
-    if not lines:
-        raise VerifyError("FusedElementwise program is empty; it needs lines 't<k> = <expression>'")
-    if len(lines) > MAX_STEPS:
-        raise VerifyError(f"FusedElementwise program has {len(lines)} lines; at most {MAX_STEPS} accepted")
-    known = {f"x{k}" for k in range(n_inputs)}
-    calls = _calls()
-    for k, line in enumerate(lines):
-        where = f"FusedElementwise program line {k + 1} {line!r}"
-        try:
-            tree = ast.parse(line, mode="exec")
-        except SyntaxError:
-            raise VerifyError(f"{where}: not a Python assignment") from None
-        st = tree.body[0] if len(tree.body) == 1 else None
-        if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name)
-                and st.targets[0].id == f"t{k}"):
-            raise VerifyError(f"{where}: accepted only 't{k} = <expression>' (values are numbered in order)")
-        for node in ast.walk(st.value):
-            _check_node(node, known, where, calls)
-        known.add(f"t{k}")
+
+def program_lines(program: Program, input_dtypes: Sequence[str]) -> List[str]:
+    """The kernel lines of a program over inputs of ``input_dtypes`` (names), one
+    ``t<k> = f32(<expression>)`` per expression, or a VerifyError naming the first wrong step."""
+    if not isinstance(program, Program):
+        raise VerifyError(f"FusedElementwise program must be a dsl.lang.expr_tree.Program, "
+                          f"got {type(program).__name__}")
+    if len(program.steps) > MAX_STEPS:
+        raise VerifyError(f"FusedElementwise program has {len(program.steps)} steps; at most {MAX_STEPS} accepted")
+    dtypes = [step_dtype(d) for d in input_dtypes]
+    last: List[str] = []   # step -> the kernel name of its value
+    kinds: List[str] = []  # step -> its dtype
+    lines: List[str] = []
+    for k, step in enumerate(program.steps):
+        where = f"FusedElementwise program step t{k} = {step}"
+        row = table.fusing_row(step.op, step.since)
+        if row is None:
+            raise VerifyError(f"{where}: {step.op}{'' if step.since is None else '@' + str(step.since)} is not an "
+                              f"op that fuses; accepted: {', '.join(table.fusing_ops())}")
+        fusion = row.fusion()
+        names = []
+        for j, a in enumerate(step.args):
+            if isinstance(a, Input) and a.index >= len(dtypes):
+                raise VerifyError(f"{where}: reads x{a.index}, but the node has {len(dtypes)} input(s)")
+            got = dtypes[a.index] if isinstance(a, Input) else kinds[a.index] if isinstance(a, Ref) else None
+            want = "bool" if j in fusion.conditions else step.dtype
+            if got is not None and got != want and not (fusion.converts and got != "bool"):
+                raise VerifyError(f"{where}: argument {j} is {got}, the step takes {want} there")
+            names.append(None if a is None else str(a) if not isinstance(a, Ref) else last[a.index])
+        exprs = fusion.spell(names, dict(step.attrs)) if fusion.arity[0] <= len(names) <= fusion.arity[1] else None
+        if exprs is None or set(dict(step.attrs)) != set(fusion.attrs):
+            raise VerifyError(f"{where}: {fusion.usage(step.op)}"
+                              f"{'' if fusion.arity[0] == fusion.arity[1] else ' (None for an absent one)'}")
+        first = len(lines)
+        for e in exprs:
+            e = e.format(**{f"p{j}": f"t{first + j}" for j in range(len(lines) - first)})
+            lines.append(f"t{len(lines)} = {step.dtype}({e})")
+        last.append(f"t{len(lines) - 1}")
+        kinds.append(step.dtype)
     return lines
-
-
-def _calls() -> Tuple[frozenset, Tuple[str, ...]]:
-    """(dsl.<name> calls, bare calls) a program may make: the builtins of the rows that fuse
-    (ops/elementwise_table.py) and the f32/f64 casts."""
-    dsl_calls, bare = table.fused_calls()
-    return dsl_calls, tuple(sorted(_CASTS)) + tuple(sorted(bare - _CASTS))
-
-
-def _check_node(node, known, where: str, calls) -> None:
-    dsl_calls, bare_calls = calls
-    ok = isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Compare, ast.IfExp, ast.BoolOp, ast.Call, ast.Load,
-                           ast.And, ast.Or, ast.USub, ast.UAdd, ast.Not) + _BINOPS + _CMPOPS)
-    if isinstance(node, ast.Name):
-        ok = node.id in known or node.id in bare_calls or node.id == "dsl"
-        if not ok:
-            raise VerifyError(f"{where}: unknown name {node.id!r}; accepted: the inputs x0..x{len(known)}, "
-                              f"earlier values t<k>, {', '.join(sorted(bare_calls))}")
-    elif isinstance(node, ast.Constant):
-        ok = type(node.value) in (int, float)
-    elif isinstance(node, ast.Attribute):
-        ok = isinstance(node.value, ast.Name) and node.value.id == "dsl" and node.attr in dsl_calls
-    elif isinstance(node, ast.Call):
-        f = node.func
-        ok = not node.keywords and ((isinstance(f, ast.Name) and f.id in bare_calls) or (
-            isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "dsl"
-            and f.attr in dsl_calls))
-    if not ok:
-        raise VerifyError(f"{where}: {ast.unparse(node) if isinstance(node, ast.expr) else type(node).__name__!s} "
-                          f"is not accepted; programs use arithmetic (+ - * /), comparisons, 'a if c else b', "
-                          f"{'/'.join(bare_calls)} and dsl.{', dsl.'.join(sorted(dsl_calls))}")
 
 
 def _kinds(specs: Sequence[TensorSpec], out_shape: Tuple) -> Tuple[str, ...]:
@@ -143,9 +136,10 @@ def compiled(source: str):
 @dsl.op("FusedElementwise", domain="com.opdsl", since=1)
 class FusedElementwise(dsl.Op):
     """y = program(x0, x1, ...), the inputs broadcast together (numpy rules); float inputs
-    (bool for Where conditions), a float output of dtype ``dtype`` (a dsl dtype name)."""
+    (bool for Where conditions), a float output of dtype ``dtype`` (a dsl dtype name).
+    ``program``: a ``Program`` (dsl/lang/expr_tree.py; ``ProgramBuilder`` makes one)."""
 
-    program: str
+    program: Program
     dtype: str = "f32"
     # no ``inplace``: with y on top of an input, LLVM's runtime alias check sends the loop to its
     # scalar version (GELU's erf 4x slower); a buffer of its own keeps the loop vectorized
@@ -159,7 +153,7 @@ class FusedElementwise(dsl.Op):
                                   f"{', '.join(map(str, INPUT_DTYPES))}")
         if self.dtype not in {str(t) for t in FLOATS}:
             raise VerifyError(f"FusedElementwise dtype {self.dtype!r}; accepted: {', '.join(map(str, FLOATS))}")
-        _check_program(self.program, len(xs))
+        program_lines(self.program, [x.dtype for x in xs])
         broadcast_shape(*(x.shape for x in xs), what="FusedElementwise")
 
     def infer(self, *xs):
@@ -180,7 +174,7 @@ class FusedElementwise(dsl.Op):
         return tuple("plain" for _ in xs), "plain"
 
     def implementation(self, specs: Sequence, backend: str):
-        lines = _check_program(self.program, len(specs))
+        lines = program_lines(self.program, [s.dtype for s in specs])
         out = self.infer(*specs)
         kinds = _kinds(specs, out.shape)
         kernel = compiled(kernel_source(lines, [str(s.dtype) for s in specs], self.dtype, kinds))

@@ -19,6 +19,7 @@ import numpy as np
 
 import dsl
 from dsl import In, Out, f16, bf16, f32, f64, i32, i64, u32, u64
+from dsl.onnx.lower import names, register
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.elementwise import broadcast_shape, collapse_broadcast, require_dtype, same_dtype
 from ops.gemm_packed import PACKED_TYPES, gemm_packed, packed_gemm, worth_packing
@@ -368,3 +369,26 @@ class FullyConnected(dsl.Op):
         rows = int(np.prod(x.shape[:-1], dtype=np.int64))
         _gemm(impl, x.reshape(1, rows, k), w.reshape(1, units, k), bias, y.reshape(1, rows, units), 0, 1, 1, 1,
               backend)
+
+
+# --------------------------------------------------------------------------- the standard ONNX form
+
+@register("com.opdsl", "FullyConnected")
+def _fully_connected(node, opset, emit) -> bool:
+    """y = x·wᵀ + b: Gemm(transB=1) for 2-D float x, else MatMul with the transposed weights."""
+    (x, w, *rest), (xs, *_), (y,) = names(node)
+    b = rest[0] if rest else None
+    if opset < 13:
+        return False
+    if xs.ndim == 2 and xs.dtype.is_float:
+        emit("Gemm", [x, w] + ([b] if b else []), [y], transB=1)
+        return True
+    wt = emit.temp("w_t")
+    emit("Transpose", [w], [wt], perm=[1, 0])
+    if b is None:
+        emit("MatMul", [x, wt], [y])
+        return True
+    xw = emit.temp("xw")
+    emit("MatMul", [x, wt], [xw])
+    emit("Add", [xw, b], [y])
+    return True

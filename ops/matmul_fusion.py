@@ -11,6 +11,7 @@ optional bias.
 from __future__ import annotations
 
 import dsl
+from dsl.onnx.lower import names, register
 from dsl.opgraph.fusion import fusion_rule
 from dsl.opgraph.spec import VerifyError
 from ops.elementwise import Add
@@ -60,3 +61,21 @@ def fuse_bias(g, mm, add):
     if not _bias_vector(bias.spec, out.spec.shape[-1]) or bias.spec.ndim > out.spec.ndim:
         return None
     return FusedMatMul(), [mm.inputs[0], mm.inputs[1], bias]
+
+
+# --------------------------------------------------------------------------- the standard ONNX form
+
+@register("com.opdsl", "FusedMatMul", everywhere=True)
+def _fused_matmul(node, opset, emit) -> bool:
+    """numpy.matmul(A, B) + bias as MatMul and Add (bias along the last axis broadcasts)."""
+    (a, b, *rest), _, (y,) = names(node)
+    bias = rest[0] if rest else None
+    if opset < 7:  # Add broadcasts from opset 7
+        return False
+    if bias is None:
+        emit("MatMul", [a, b], [y])
+        return True
+    ab = emit.temp("matmul")
+    emit("MatMul", [a, b], [ab])
+    emit("Add", [ab, bias], [y])
+    return True

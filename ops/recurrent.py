@@ -20,6 +20,7 @@ from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.elementwise import FLOATS
 from ops.matmul import MatMul
 from ops.shape import Reshape, Transpose
+from ops import recurrent_export  # noqa: F401  (registers RecurrentScan's standard ONNX form)
 
 T = dsl.TypeVar("T")
 

@@ -25,17 +25,10 @@ from dsl.lang.errors import CompileError, SourceLoc, TypeMismatch
 from dsl.lang.check_arrays import LocalArrays, check_storage
 from dsl.lang.check_funcs import FuncCalls
 from dsl.lang.check_simd import SimdRules, elem
+from dsl.lang.check_unroll import MAX_UNROLL, MAX_UNROLL_TOTAL, StaticUnroll  # noqa: F401  (re-exported)
 from dsl.lang.fold import convert_const as _convert_const, fold as _fold
 from dsl.lang.frontend import Parsed
 from dsl.lang.visitor import Visitor
-
-MAX_UNROLL = 128
-"""Most iterations of one ``dsl.static_range`` loop: numba's compile time grows faster than the
-copies (256 in one loop took 18 s, 1024 copies 91 s), so a reachable limit must compile in
-seconds (docs/language.md, Unrolled loops)."""
-MAX_UNROLL_TOTAL = 512
-"""Most unrolled body copies in one kernel or @dsl.func, nested loops counted per copy (ops'
-largest tile, conv_pointwise's, unrolls to 351)."""
 
 _ARITH = ("add", "sub", "mul", "floordiv", "mod", "pow")
 _BITWISE = ("bitand", "bitor", "bitxor")
@@ -86,7 +79,7 @@ def check_kernel(parsed: Parsed, binding: Binding, threads: int, func_parser) ->
                      threads, frozenset(varying), parsed.filename, parsed.firstline, arrays)
 
 
-class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
+class _Checker(StaticUnroll, SimdRules, LocalArrays, FuncCalls, Visitor):
     """Types one kernel or @dsl.func body: ``visit_<ir class>`` per node; a statement returns
     its typed node (None before the final pass), an expression ``(typed node, semantic type)``
     where the semantic type may be weak and ``node.type`` never is."""
@@ -306,38 +299,6 @@ class _Checker(SimdRules, LocalArrays, FuncCalls, Visitor):
         if not self.final:
             return None
         return ir.For(s.var, bounds[0], bounds[1], bounds[2], body, loc=s.loc)
-
-    def visit_StaticFor(self, s: ir.StaticFor):
-        """Unroll: one copy of the body per iteration, the variable replaced by an int literal
-        (weakly typed, like a Python int in a kernel), each copy checked like straight-line code."""
-        bounds = []
-        for label, b in (("start", s.start), ("stop", s.stop), ("step", s.step)):
-            e, t = self.expr(b)
-            v = _fold(e)
-            if t is not None and not (t.is_int or t.is_bool) or isinstance(v, float):
-                raise self.error(b, f"dsl.static_range {label} must be an integer, got {t}", kind=TypeMismatch)
-            if v is None:
-                raise self.error(b, f"dsl.static_range {label} is not known at compile time",
-                                 "accepted: integer literals, dsl.const parameters, module-level int constants, "
-                                 "variables of an enclosing dsl.static_range and arithmetic of these; use range(...) "
-                                 "for a loop with run-time bounds")
-            bounds.append(int(v))
-        if bounds[2] == 0:
-            raise self.error(s.step, "dsl.static_range() step must not be zero")
-        iterations = range(*bounds)
-        if len(iterations) > MAX_UNROLL:
-            raise self.error(s, f"dsl.static_range{tuple(bounds)} unrolls to {len(iterations)} iterations; the limit "
-                                f"is {MAX_UNROLL} per loop (MAX_UNROLL in dsl/lang/check.py)",
-                             "use range(...) for long loops")
-        self.unrolled += len(iterations)
-        if self.unrolled > MAX_UNROLL_TOTAL:
-            raise self.error(s, f"dsl.static_range loops unroll to more than {MAX_UNROLL_TOTAL} body copies in this "
-                                "function (MAX_UNROLL_TOTAL in dsl/lang/check.py; nested loops count once per copy)",
-                             "use range(...) for some of them")
-        out: List[ir.Stmt] = []
-        for v in iterations:
-            out.extend(self.stmts(_substitute(s.body, s.var, v)))
-        return out if self.final else None
 
     def visit_While(self, s: ir.While):
         cond, t = self.expr(s.cond)
@@ -783,22 +744,3 @@ def _literal_arg(spec: B.Builtin, arg: ir.Expr, t: T.DType) -> Tuple[ir.Expr, ..
     raise CompileError(f"dsl.{spec.name}() takes an integer literal {accepted} (a grid axis), got {got}", arg.loc,
                        "the axis must be known at compile time: a literal, a dsl.const parameter, a module-level "
                        "int constant or a dsl.static_range variable")
-
-
-def _substitute(node, var: str, value: int):
-    """``node`` (a node or a tuple) with every read of ``var`` replaced by the literal ``value``."""
-    if isinstance(node, tuple):
-        items = tuple(_substitute(x, var, value) for x in node)
-        return node if all(a is b for a, b in zip(items, node)) else items
-    if not isinstance(node, ir.Node):
-        return node
-    if isinstance(node, ir.Name) and node.name == var:
-        return ir.Const(value, loc=node.loc)
-    changes = {}
-    for f in dataclasses.fields(node):
-        old = getattr(node, f.name)
-        if isinstance(old, (ir.Node, tuple)):
-            new = _substitute(old, var, value)
-            if new is not old:
-                changes[f.name] = new
-    return dataclasses.replace(node, **changes) if changes else node

@@ -18,10 +18,14 @@ def tensor_type(dtype: DType) -> int:
 
 
 def attribute(name: str, value, standard: bool = False):
-    """A param value as an AttributeProto (None when ONNX cannot hold it).  A DType is its
+    """A param value as an AttributeProto (None when ONNX cannot hold it).  A value whose class
+    has ``onnx_attribute()`` is written as what that returns (``from_onnx_attribute`` reads it
+    back on import: dsl/onnx/load.py).  A DType is its
     name ("u8") on custom-domain ops and, as the standard requires (Cast's ``to``), its
     TensorProto element type code on ai.onnx ops."""
     from onnx import helper, numpy_helper
+    if hasattr(type(value), "onnx_attribute"):  # a structured param (a FusedElementwise program) says its form
+        value = value.onnx_attribute()
     if isinstance(value, (TensorSpec, SequenceSpec)):  # ONNX Optional's `type`
         from dsl.onnx.value_types import type_proto
         return helper.make_attribute(name, type_proto(value))

@@ -381,6 +381,8 @@ def _param_value(cls, pname: str, ann, value):
         target = args[0] if len(args) == 1 else ann
     if target is DType and isinstance(value, int):
         return onnx_dtype(value, f"{cls.__name__} param {pname!r}")
+    if isinstance(target, type) and hasattr(target, "from_onnx_attribute"):  # a structured param's own form
+        return target.from_onnx_attribute(value)
     if target is bool and isinstance(value, int):
         return bool(value)
     return value
@@ -411,7 +413,12 @@ def _make_op(node, opsets: Dict[str, int], attrs: Dict[str, Any]) -> Op:
             accepted = ", ".join(table) or "none"
             raise OnnxImportError(f"node {_node_label(node)}: attribute {name!r} is not supported by "
                                   f"{cls.__name__} (params: {accepted})")
-        params[name] = _param_value(cls, name, table[name].annotation, value)
+        try:
+            params[name] = _param_value(cls, name, table[name].annotation, value)
+        except OnnxImportError:
+            raise
+        except (TypeError, ValueError) as e:  # a structured param's form that does not read back
+            raise OnnxImportError(f"node {_node_label(node)}: attribute {name!r}: {e}") from None
     if (domain == "" and node.op_type == "Split" and "num_outputs" in table and "num_outputs" not in params
             and "split" not in params and not (len(node.input) > 1 and node.input[1])):
         params["num_outputs"] = len(node.output)  # equal parts, as many as the node has outputs

@@ -9,6 +9,7 @@ import numpy as np
 
 import dsl
 from dsl.lang.types import In, InOut, Out, TypeVar, i64
+from dsl.onnx.lower import names, register
 from dsl.opgraph.formats import BLOCK
 from dsl.opgraph.op import Op
 from dsl.opgraph.spec import FORMATS
@@ -105,3 +106,11 @@ def fix_padding(y: np.ndarray, channels: int, backend: str) -> None:
         zero_padding(y, channels, backend=backend)
 
 
+# --------------------------------------------------------------------------- the standard ONNX form
+
+@register("com.opdsl", "Reorder", everywhere=True)
+def _reorder(node, opset, emit) -> bool:
+    """A format change (plain <-> nchwc16) keeps the logical values: Identity."""
+    (x,), _, (y,) = names(node)
+    emit("Identity", [x], [y])
+    return True

@@ -1,4 +1,4 @@
-"""The graph of a compiled model exports to standard ONNX (dsl/onnx/lower.py, lower_program.py):
+"""The graph of a compiled model exports to standard ONNX (dsl/onnx/lower.py and the lowerings beside the ops):
 FusedMatMul -> MatMul + Add, FusedElementwise -> its elementwise ops, FusedConv -> Conv + Add +
 activation, Reorder -> Identity.  Every export passes ``onnx.checker`` with ``full_check``,
 onnxruntime runs it, and its outputs match opdsl's run of the compiled model on every backend."""
@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 import dsl  # noqa: E402
 import ops  # noqa: E402
 from benchmarks.models import bert_layer_model  # noqa: E402
+from dsl.lang.expr_tree import ProgramBuilder  # noqa: E402
 
 RNG = np.random.default_rng(23)
 
@@ -156,22 +157,31 @@ def test_f64_and_f32_mix_keeps_the_program_types(backend):
     np.testing.assert_allclose(model.run(feeds)["y"], want, rtol=1e-6)
 
 
-def test_hand_written_program_with_generic_comparisons():
-    """Expressions the fusion pass does not spell as a known op are written node by node:
-    comparisons (<=, ==, != of two values), not/and/or, a literal on the left."""
+@pytest.mark.parametrize("opset", [9, 17])
+def test_hand_built_program_is_written_step_by_step(opset):
+    """A program built as data (dsl/lang/expr_tree.py) is written one standard node per step:
+    Clip with a literal bound and an absent one (an attribute before opset 11, an input after),
+    LeakyRelu with its alpha, Where on a bool input, a Cast to f64 and a literal in f64."""
     g = dsl.Graph("program")
-    x, y = g.input("x", (2, 4), dsl.f32), g.input("y", (4,), dsl.f32)
-    program = "\n".join(["t0 = f32(x0 if x0 <= x1 and not x0 == x1 else 2.0 - x1)",
-                         "t1 = f32(t0 * 3 if x0 != x1 or x1 > 0.5 else -t0)"])
-    g.output(ops.FusedElementwise(x, y, program=program), "z")
-    xv = np.array([[0.1, 0.7, 0.5, -2.0], [0.2, 0.6, 3.0, 1.0]], np.float32)
-    yv = np.array([0.1, 0.7, 0.25, 1.0], np.float32)
-    _, kinds, theirs = _export_run(g, {"x": xv, "y": yv})
-    assert {"LessOrEqual", "Equal", "Not", "And", "Or", "Greater", "Where"} <= {t for _, t in kinds}
-    t0 = np.where((xv <= yv) & ~(xv == yv), xv, 2.0 - yv)
-    want = np.where((xv != yv) | (yv > 0.5), t0 * 3, -t0).astype(np.float32)
+    g.opset_imports[""] = opset
+    x, y, c = g.input("x", (2, 4), dsl.f32), g.input("y", (4,), dsl.f32), g.input("c", (2, 4), dsl.bool_)
+    b = ProgramBuilder()
+    t0 = b.call("Clip", b.input(0), None, b.const(0.5))
+    t1 = b.call("LeakyRelu", b.call("Sub", t0, b.input(1)), alpha=0.25)
+    t2 = b.call("Where", b.input(2), t1, b.call("Neg", t1))
+    b.call("Mul", b.call("Cast", t2, dtype="f64"), b.const(3.0), dtype="f64")
+    g.output(ops.FusedElementwise(x, y, c, program=b.program(), dtype="f64"), "z")
+    feeds = {"x": RNG.standard_normal((2, 4)).astype(np.float32), "y": RNG.standard_normal(4).astype(np.float32),
+             "c": RNG.random((2, 4)) > 0.5}
+    model, kinds, theirs = _export_run(g, feeds)
+    assert {"Clip", "Sub", "LeakyRelu", "Neg", "Where", "Cast", "Mul"} == {t for _, t in kinds} - {"Constant"}
+    clip = next(n for n in model.graph.node if n.op_type == "Clip")
+    assert ([a.name for a in clip.attribute], len(clip.input)) == ((["max"], 1) if opset < 11 else ([], 3))
+    s = np.minimum(feeds["x"], np.float32(0.5)) - feeds["y"]
+    t1 = np.where(s >= 0, s, s * np.float32(0.25))
+    want = np.where(feeds["c"], t1, -t1).astype(np.float64) * 3
     np.testing.assert_allclose(theirs["z"], want, rtol=1e-6)
-    np.testing.assert_allclose(g.compile(backend="interpreter").run({"x": xv, "y": yv})["z"], want, rtol=1e-6)
+    np.testing.assert_allclose(g.compile(backend="interpreter").run(feeds)["z"], want, rtol=1e-6)
 
 
 def test_program_the_opset_cannot_express_stays_custom():

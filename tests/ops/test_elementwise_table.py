@@ -9,9 +9,8 @@ import pytest
 
 import dsl
 import ops
-from dsl.onnx import lower_program
 from ops import elementwise_table as table
-from ops.elementwise_fusion import emitter
+from ops.elementwise_fusion import fusion
 
 RNG = np.random.default_rng(31)
 
@@ -43,8 +42,9 @@ def test_families_are_made_from_the_rows():
             assert dsl.opgraph.registry.find("", r.onnx, r.since) is cls
     assert ops.Sqrt.kernels["float"] is ops.Exp.kernels["float"]  # one shared kernel, an op code each
     assert len({ops.Add.kernels["default"], ops.Sub.kernels["default"], ops.Mul.kernels["default"]}) == 1
-    assert lower_program._CALLS["rint"] == "Round" and lower_program._SINCE["Equal"] == 11
-    assert emitter(ops.Tan) is None and emitter(ops.Sqrt) is not None
+    assert table.export_since("Round") == 11 and table.export_since("Equal") == 11
+    assert fusion(ops.Tan) is None and fusion(ops.Sqrt) is not None
+    assert table.fusing_row("Clip") is table.row_of(ops.Clip) and table.fusing_row("Clip", 6) is table.row_of(ops.ClipV6)
 
 
 def test_a_row_runs_eagerly_in_a_graph_fused_and_exported(row, backend):
@@ -88,11 +88,11 @@ def test_a_row_runs_eagerly_in_a_graph_fused_and_exported(row, backend):
 
 def test_unregister_takes_the_row_back():
     cls = table.register(TAN)
-    assert dsl.opgraph.registry.find("", "Tan", 7) is cls and "tan" in table.fused_calls()[0]
+    assert dsl.opgraph.registry.find("", "Tan", 7) is cls and table.fusing_row("Tan") is TAN
     table.unregister(cls)
     assert dsl.opgraph.registry.find("", "Tan", 7) is ops.Tan
-    assert "tan" not in table.fused_calls()[0] and "tan" not in lower_program._CALLS
-    assert lower_program._SINCE["Tan"] == 7  # the built-in Tan still exports
+    assert table.fusing_row("Tan") is None and "Tan@7" not in table.fusing_ops()
+    assert table.export_since("Tan") == 7  # the built-in Tan still exports
     assert table.row_of(cls) is None and TAN not in table.rows()
 
 

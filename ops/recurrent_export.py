@@ -9,16 +9,19 @@ so X·Wᵀ gives back ``xw`` exactly and every other input and attribute passes 
 batch-major one (``layout=1``) is written sequence-major between Transposes, since ONNX Runtime
 does not run ``layout=1``.
 
-``lower_recurrent_scan(node, opset, emit) -> bool``, called through dsl/onnx/lower.py's registry.
+Registered through ``dsl.onnx.lower.register`` (ops/recurrent.py imports this module).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from dsl.onnx.lower import register
+
 _GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 _ATTRS = ("activation_alpha", "activation_beta", "activations", "clip", "direction")
 
 
+@register("com.opdsl", "RecurrentScan", everywhere=True)
 def lower_recurrent_scan(node, opset: int, emit) -> bool:
     op = node.op
     specs = [None if t is None else t.spec for t in node.inputs]
