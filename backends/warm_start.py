@@ -12,10 +12,12 @@ with one ``CacheEntryWarning`` and is removed; a truncated one is a silent miss 
 from __future__ import annotations
 
 import json
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from backends import cache
-from backends.base import Backend, CompileRequest, Launcher
+
+if TYPE_CHECKING:  # backends.base imports dsl, whose kernel runtime imports this module
+    from backends.base import Backend, CompileRequest, Launcher
 
 FOLDER_SUFFIX = "-frontend"  # <cache>/<backend cache_tag>-frontend/<key>.json
 FORMAT = 1

@@ -647,7 +647,8 @@ class NumbaBackend(Backend):
 
     def warm_launcher(self, record: dict, pyfunc, log_gate) -> Optional[Launcher]:
         from backends.numba import warm
-        return warm.launcher(record, pyfunc, log_gate)
+        request, source, facts = warm.restore(record, pyfunc, log_gate)
+        return lazy_launcher(request, source, None, facts)
 
     def available(self) -> str:
         return ""

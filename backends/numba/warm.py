@@ -59,10 +59,10 @@ def record(request, launcher) -> Optional[dict]:
             "log_level": request.log_level, "fastmath": request.fastmath, "interrupt": request.interrupt}
 
 
-def launcher(record: dict, pyfunc: Callable, log_gate):
-    """The launcher ``record`` describes; ValueError/KeyError/TypeError if it does not hold together."""
+def restore(record: dict, pyfunc: Callable, log_gate):
+    """(request, generated module, launcher facts) ``record`` describes, for ``lazy_launcher``;
+    ValueError/KeyError/TypeError if it does not hold together."""
     from backends.base import CompileRequest
-    from backends.numba import backend as nb
     source = record["source"]
     if record["backend"] != "numba" or not isinstance(source, str) or \
             hashlib.sha256(source.encode("utf-8")).hexdigest() != record["source_sha256"]:
@@ -72,4 +72,4 @@ def launcher(record: dict, pyfunc: Callable, log_gate):
                        body=(), locals=(), threads=int(record["threads"]))
     request = CompileRequest(kernel, pyfunc, str(record["cache_key"]), str(record["log_level"]),
                              bool(record["fastmath"]), False, bool(record["interrupt"]), log_gate=log_gate)
-    return nb.lazy_launcher(request, source, None, {k: bool(facts[k]) for k in ("gate", "timed", "serial_first")})
+    return request, source, {k: bool(facts[k]) for k in ("gate", "timed", "serial_first")}
