@@ -9,9 +9,13 @@ Each sample is a fresh process timed from its first line (``time.perf_counter`` 
 imports); the sides alternate round by round and each keeps its best.  One unrecorded round
 first fills the caches (and, with ``PYTHONDONTWRITEBYTECODE`` unset in the children, the
 ``.pyc`` files, as an installed package has them).  ``--baseline TREE`` adds opdsl imported from
-another source tree (an export of main) for a before/after in the same run.
+another source tree (an export of main) for a before/after in the same run; it gets a cache of
+its own (generated modules name their kernels' files, so two trees would overwrite each other's
+entries), made cold in the warm-up round.  ``--no-records`` adds this tree with its front-end
+records deleted before each of its runs (docs/cache.md, "Warm starts skip the front end"): the
+front end's share of the warm start, in the same cache.
 
-    python -m benchmarks.bench_warm_start --rounds 5
+    python -m benchmarks.bench_warm_start --rounds 5 --no-records
     python -m benchmarks.bench_warm_start --only kernel --baseline /tmp/main-export
 
 Timing script, not a test; results go to benchmarks/RESULTS.md by hand.
@@ -114,12 +118,15 @@ def alternate(sides: List[Tuple[str, str, Path]], rounds: int, argv: List[str], 
     """Best wall time per side over ``rounds`` alternating rounds, after one warm-up round."""
     scripts = {}
     for name, code, _ in sides:
-        scripts[name] = work / f"warm_{name}.py"
+        scripts[name] = work / f"warm_{name.replace(' ', '_')}.py"
         scripts[name].write_text(code)
     best: Dict[str, float] = {}
     for r in range(rounds + 1):
         for name, _, tree in sides:
-            t = run(scripts[name], tree, cache_dir, argv)
+            if name == "no records":
+                for p in (cache_dir / "numba-frontend").glob("*.json"):
+                    p.unlink()
+            t = run(scripts[name], tree, work / "baseline-cache" if name == "baseline" else cache_dir, argv)
             if r:  # round 0 fills the caches
                 best[name] = min(best.get(name, t), t)
     return best
@@ -138,6 +145,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--model", default="resnet50", help="a light_<name> model of the onnx wheel")
     ap.add_argument("--baseline", type=Path, help="another opdsl source tree to time beside this one")
+    ap.add_argument("--no-records", action="store_true", help="also time this tree without front-end records")
     ap.add_argument("--cache", type=Path, help="the warm cache folder (default: OPDSL_CACHE_DIR, else a new one)")
     args = ap.parse_args(argv)
     only = args.only.split(",")
@@ -149,11 +157,15 @@ def main(argv: Optional[List[str]] = None) -> int:
             sides = [("opdsl", KERNEL_OPDSL, ROOT), ("numba", KERNEL_NUMBA, ROOT)]
             if args.baseline:
                 sides.insert(1, ("baseline", KERNEL_OPDSL, args.baseline))
+            if args.no_records:
+                sides.insert(1, ("no records", KERNEL_OPDSL, ROOT))
             report("kernel warm first call", "numba", alternate(sides, args.rounds, [], cache_dir, work), args.rounds)
         if "model" in only:
             sides = [("opdsl", MODEL_OPDSL, ROOT), ("onnxruntime", MODEL_ORT, ROOT)]
             if args.baseline:
                 sides.insert(1, ("baseline", MODEL_OPDSL, args.baseline))
+            if args.no_records:
+                sides.insert(1, ("no records", MODEL_OPDSL, ROOT))
             report(f"light_{args.model} warm start", "onnxruntime",
                    alternate(sides, args.rounds, model_args(args.model), cache_dir, work), args.rounds)
     return 0
