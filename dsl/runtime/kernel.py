@@ -30,7 +30,7 @@ from dsl.runtime import foreign
 from dsl.runtime import pickling
 from dsl.runtime import warm_key
 from dsl.runtime import grid as launch_grid
-from dsl.lang import check, frontend
+from dsl.lang import frontend
 from dsl.lang.signature import param_decls
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError
@@ -371,6 +371,7 @@ class Kernel:
         for s in parsed.scratch:  # a scratch dtype may name a TypeVar no argument binds
             if isinstance(s.dtype, T.TypeVar) and s.dtype not in typevars:
                 raise CompileError(f"scratch '{s.name}' has dtype {s.dtype!r}, which no argument binds", s.loc)
+        from dsl.lang import check  # the checker: not imported by a process whose kernels all have records
         binding = check.Binding(tuple(typevars.items()), tuple(ndims), tuple(consts))
         level = self._level()
         return check.check_kernel(parsed, binding, self.threads,
