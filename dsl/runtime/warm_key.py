@@ -5,12 +5,13 @@ compiled entry without running the front end (parse, check, specialize, generate
 change whenever the code would: it hashes the kernel's source text, its parameters' annotations,
 and everything its code object can read by name -- globals and closure cells it names (a scalar
 constant by value, a ``@dsl.func`` by its own source and captures, recursively; an attribute of
-a module it names, at any depth, when the code names that attribute) -- plus the version of the
+a module, class or object it names, at any depth, when the code names that attribute) -- plus the version of the
 front end's own source files.  It reads more names than the front end resolves (every name the
 code object holds, attributes included), so it can only be more sensitive, never less.
 """
 from __future__ import annotations
 
+import enum
 import functools
 import hashlib
 import types as pytypes
@@ -22,7 +23,8 @@ import numpy as np
 from dsl.lang import types as T
 from dsl.lang.func import Func
 
-_MAX_MODULE_DEPTH = 4  # a.b.c.d: deeper module chains are described by type only
+_MAX_DEPTH = 4  # a.b.c.d: deeper attribute chains are described by type only
+_SCALARS = (bool, int, float, complex, str, bytes, np.generic, T.DType, T.TypeVar, enum.Enum)
 
 
 @functools.lru_cache(maxsize=1)
@@ -47,32 +49,46 @@ def _names(code: pytypes.CodeType) -> Set[str]:
 
 
 def _describe(value: Any) -> str:
-    """A value as the generated code sees it: scalars and dtypes by value, others by type."""
-    if isinstance(value, (bool, int, float, complex, str, bytes, np.generic, T.DType, T.TypeVar)):
+    """A value as the generated code sees it: scalars, enum members and dtypes by value, modules
+    by name, others by type (their attributes the code names are described beside them)."""
+    if isinstance(value, _SCALARS):
         return f"{type(value).__name__}:{value!r}"
+    if isinstance(value, pytypes.ModuleType):
+        return f"module:{value.__name__}"
     if isinstance(value, tuple) and len(value) <= 64:
         return "(" + ",".join(_describe(v) for v in value) + ")"
     return f"type:{type(value).__module__}.{type(value).__qualname__}"
 
 
-def _module_parts(prefix: str, mod: pytypes.ModuleType, names: Set[str], depth: int, seen: Set[int],
-                  funcs: List[Func]) -> Iterable[str]:
-    """``prefix.attr=value`` for each name of the code that ``mod`` has (a superset of the chains read)."""
-    if depth > _MAX_MODULE_DEPTH or id(mod) in seen:
+def _namespace(value) -> dict:
+    """The attributes of ``value`` the code could read as ``value.name`` without running code:
+    a module's or an object's own ``__dict__``, and for a class those of its bases too."""
+    if isinstance(value, type):
+        out: dict = {}
+        for klass in reversed(value.__mro__):
+            out.update(vars(klass))
+        return out
+    d = getattr(value, "__dict__", None)
+    return d if isinstance(d, dict) else {}
+
+
+def _attribute_parts(prefix: str, owner: Any, names: Set[str], depth: int, seen: Set[int],
+                     funcs: List[Func]) -> Iterable[str]:
+    """``prefix.attr=value`` for each name of the code that ``owner`` (a module, class or object)
+    holds, at any depth: a superset of the ``a.b.c`` chains the kernel reads."""
+    if depth > _MAX_DEPTH or id(owner) in seen:
         return
-    seen = seen | {id(mod)}
-    attrs = mod.__dict__
+    seen = seen | {id(owner)}
+    attrs = _namespace(owner)
     for name in sorted(names):
         if name not in attrs:
             continue
         value = attrs[name]
-        if isinstance(value, pytypes.ModuleType):
-            yield f"{prefix}.{name}=module:{value.__name__}"
-            yield from _module_parts(f"{prefix}.{name}", value, names, depth + 1, seen, funcs)
-        else:
-            if isinstance(value, Func):
-                funcs.append(value)
-            yield f"{prefix}.{name}={_describe(value)}"
+        if isinstance(value, Func):
+            funcs.append(value)
+        yield f"{prefix}.{name}={_describe(value)}"
+        if not isinstance(value, _SCALARS):
+            yield from _attribute_parts(f"{prefix}.{name}", value, names, depth + 1, seen, funcs)
 
 
 def _function_text(fn, seen: Set[int]) -> str:
@@ -92,13 +108,11 @@ def _function_text(fn, seen: Set[int]) -> str:
             value = g[name]
         else:
             continue  # a builtin, an attribute name, or a local: not a global of this function
-        if isinstance(value, pytypes.ModuleType):
-            parts.append(f"{name}=module:{value.__name__}")
-            parts.extend(_module_parts(name, value, names, 1, set(), funcs))
-            continue
         if isinstance(value, Func):
             funcs.append(value)
         parts.append(f"{name}={_describe(value)}")
+        if not isinstance(value, _SCALARS):
+            parts.extend(_attribute_parts(name, value, names, 1, set(), funcs))
     for f in funcs:
         if id(f) in seen:
             continue

@@ -255,6 +255,14 @@ def test_key_follows_constants_and_module_attributes():
     assert _key_of(BODY.replace("* C", "* C * 1.0"), C=2.0, cfg=cfg) != _key_of(BODY, C=2.0, cfg=cfg)
 
 
+def test_key_follows_class_attributes():
+    class Cfg:
+        LIMIT = 1.0
+    first = _key_of(BODY, C=2.0, cfg=Cfg)
+    Cfg.LIMIT = 4.0  # a class constant the front end would fold: the generated code changes with it
+    assert _key_of(BODY, C=2.0, cfg=Cfg) != first
+
+
 def test_key_follows_closures_and_nested_funcs():
     src = textwrap.dedent("""
         import dsl
