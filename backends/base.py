@@ -123,6 +123,15 @@ class Backend(ABC):
     def source(self, request: CompileRequest) -> str:
         """The generated code, as a user would read it."""
 
+    def warm_record(self, request: CompileRequest, launcher: Launcher) -> Optional[dict]:
+        """What a later process needs to rebuild ``launcher`` without the front end (JSON data,
+        backends/warm_start.py), or None when this backend or specialization has no such record."""
+        return None
+
+    def warm_launcher(self, record: dict, pyfunc: Callable, log_gate) -> Optional[Launcher]:
+        """The launcher ``record`` (from ``warm_record``) describes, or None to compile as usual."""
+        return None
+
     def available(self) -> str:
         """'' when usable here, else the reason (e.g. no OpenCL device)."""
         return ""

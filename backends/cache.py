@@ -45,7 +45,7 @@ except ImportError:  # pragma: no cover - not on Linux
 # table that needs no backend imported; a new folder name must be added here first
 # (``backend_dir`` refuses names not listed).
 FOLDERS: Dict[str, Tuple[str, ...]] = {
-    "numba": ("numba",),
+    "numba": ("numba", "numba-frontend"),
     "opencl": ("opencl", "opencl-probe"),
 }
 KNOWN_FOLDERS: Tuple[str, ...] = tuple(f for fs in FOLDERS.values() for f in fs)

@@ -115,10 +115,11 @@ def _nb_storage(t: T.DType):
     return nbt.uint16 if t.is_storage_only else _nb_scalar(t)
 
 
-def signature(kernel: ir.Kernel, record: bool = False, nd: bool = False) -> Tuple:
+def signature(kernel: ir.Kernel, record: bool = False, nd: bool = False, gate: Optional[bool] = None) -> Tuple:
     """numba argument types of the entry points, for the arrays/scalars the launcher passes
     (then the grid: the team count, or gx, gy, gz for the ``_nd`` entries; then the hidden
-    arguments: Ctrl-C counter and its start value, error record, run-time log threshold)."""
+    arguments: Ctrl-C counter and its start value, error record, run-time log threshold;
+    ``gate``: whether it takes the threshold, when the caller knows)."""
     out: List = []
     for p in kernel.params:  # writable types: a read-only input array makes numba compile once more
         if isinstance(p, ir.TensorParam):
@@ -130,7 +131,7 @@ def signature(kernel: ir.Kernel, record: bool = False, nd: bool = False) -> Tupl
     out += [nbt.int64] * (3 if nd else 1) + [nbt.Array(nbt.int64, 1, "C"), nbt.int64]
     if record:  # debug mode, or a run-time argument check (backends/bounds.py)
         out.append(nbt.Array(nbt.int64, 1, "C"))
-    if log_gate.uses_gate(kernel):
+    if log_gate.uses_gate(kernel) if gate is None else gate:
         out.append(nbt.int64)
     return tuple(out)
 
@@ -224,7 +225,8 @@ def _accept_read_only(dispatcher, sig: Tuple, kernel: ir.Kernel) -> None:
 _read_only_types: set = set()
 
 
-def load(request: CompileRequest, source: str, made=None) -> Tuple[pytypes.ModuleType, Optional[Path]]:
+def load(request: CompileRequest, source: str, made=None,
+         gate: Optional[bool] = None) -> Tuple[pytypes.ModuleType, Optional[Path]]:
     """(module, path of the readable copy or None) for this specialization, ``launch_serial`` compiled.
 
     With a usable disk cache, numba's machine code is loaded from (or saved to) opdsl's private
@@ -238,7 +240,7 @@ def load(request: CompileRequest, source: str, made=None) -> Tuple[pytypes.Modul
         hit = _modules.get(stem)
     if hit is not None:
         return hit
-    sig = signature(k, bounds.needs_record(k, request.debug))
+    sig = signature(k, bounds.needs_record(k, request.debug), gate=gate)
     with cache.lock(CACHE_TAG, stem):
         mod, path = made or _make_module(stem, source)
         _compile_entry(mod.launch_serial, sig, k, "launch_serial")
@@ -278,12 +280,15 @@ class NumbaLauncher(Launcher):
 
     can_run_parallel = True  # a serial and a parallel entry point (run_serial / run_parallel)
 
-    def __init__(self, mod, request: CompileRequest, path, sites=None, source: str = "", pending: bool = False):
+    def __init__(self, mod, request: CompileRequest, path, sites=None, source: str = "", pending: bool = False,
+                 facts: Optional[Dict[str, bool]] = None):
         k = request.kernel
+        # facts: what a front-end record says of the IR (backends/numba/warm.py); else read from it
+        facts = facts or _facts(k)
         self._sites = sites  # with an error record: what each check reports (backends/bounds.py)
         self._debug = request.debug
         # kernels with dsl.log calls: where each launch reads the run-time threshold (backends/log_gate.py)
-        self._gate = log_gate.gate_of(request) if log_gate.uses_gate(k) else None
+        self._gate = log_gate.gate_of(request) if facts["gate"] else None
         if self._gate is not None:
             self._run = self._run_logged
         self.name = k.name
@@ -296,12 +301,10 @@ class NumbaLauncher(Launcher):
         self._tensors = [i for i, p in enumerate(k.params) if isinstance(p, ir.TensorParam)]
         self._team = k.threads
         self._choice = entry_choice.EntryChoice()  # small launches: serial or parallel, by timing (entry_choice.py)
-        self._sig = signature(k, bounds.needs_record(k, request.debug))
+        self._sig = signature(k, sites is not None or request.debug, gate=facts["gate"])
         self._nparams = len(k.params)
-        # only kernels with nested loops can do much work on few elements: the others are never timed
-        self._timed = k.threads > 1 and (_loop_depth(k.body) > 1 or any(_loop_depth(f.body) for f in k.funcs))
-        # a light kernel's first big launch may run serially while no parallel entry exists (SERIAL_FIRST_...)
-        self._serial_first = _loop_depth(k.body) <= 1 and not any(_loop_depth(f.body) for f in k.funcs)
+        self._timed = facts["timed"]
+        self._serial_first = facts["serial_first"]
         # entry point -> its job in a compile worker (backends/numba/parallel_compile.py)
         self._jobs: Dict[str, parallel_compile.Job] = {}
         self._source = source  # the generated module (what a compile worker gets)
@@ -344,7 +347,7 @@ class NumbaLauncher(Launcher):
             return
         if which == "launch_serial" and not self._pending:
             return
-        sig = signature(self.kernel_ir, self._sites is not None, nd=which.endswith("_nd"))
+        sig = signature(self.kernel_ir, self._sites is not None, nd=which.endswith("_nd"), gate=self._gate is not None)
         fn = self._module.launch_serial if which == "launch_serial" else self._entries[which]
         if not parallel_compile.wanted() or machine_cache.cached(fn, sig):
             return
@@ -368,7 +371,7 @@ class NumbaLauncher(Launcher):
             if not self._pending:
                 return
             parallel_compile.wait(self._jobs.pop("launch_serial", None))
-            mod, path = load(self._request, self._source, (self._module, self.source_path))
+            mod, path = load(self._request, self._source, (self._module, self.source_path), self._gate is not None)
             self._bind(mod, path)
             self._pending = False
 
@@ -565,7 +568,7 @@ class NumbaLauncher(Launcher):
             if which not in self._ready:
                 parallel_compile.wait(self._jobs.pop(which, None))  # then a cache hit, unless it failed there
                 fn = self._entries[which]
-                sig = signature(self.kernel_ir, self._sites is not None, nd=which.endswith("_nd"))
+                sig = signature(self.kernel_ir, self._sites is not None, nd=which.endswith("_nd"), gate=self._gate is not None)
                 if self._disk:
                     with cache.lock(CACHE_TAG, self._stem):
                         _compile_entry(fn, sig, self.kernel_ir, which)
@@ -574,6 +577,15 @@ class NumbaLauncher(Launcher):
                 _check_threading_layer()
                 self._ready[which] = fn
         return self._ready[which]
+
+
+def _facts(k: ir.Kernel) -> Dict[str, bool]:
+    """What a launcher reads from the IR: the log threshold argument, and how it picks entries."""
+    return {"gate": log_gate.uses_gate(k),
+            # only kernels with nested loops can do much work on few elements: the others are never timed
+            "timed": k.threads > 1 and (_loop_depth(k.body) > 1 or any(_loop_depth(f.body) for f in k.funcs)),
+            # a light kernel's first big launch may run serially while no parallel entry exists (SERIAL_FIRST_...)
+            "serial_first": _loop_depth(k.body) <= 1 and not any(_loop_depth(f.body) for f in k.funcs)}
 
 
 def _loop_depth(body) -> int:
@@ -602,7 +614,7 @@ def _check_threading_layer() -> None:
         _serialize_parallel = True
 
 
-def _lazy(request: CompileRequest, source: str, sites) -> NumbaLauncher:
+def lazy_launcher(request: CompileRequest, source: str, sites, facts: Optional[Dict[str, bool]] = None) -> NumbaLauncher:
     """A launcher whose entry points compile on first use: the first launch compiles only the entry
     it runs (a big first launch never pays for ``launch_serial``; each entry re-optimizes the
     kernel's body with it, so an unneeded one costs about a third of a cold first call).  Inside a
@@ -612,9 +624,9 @@ def _lazy(request: CompileRequest, source: str, sites) -> NumbaLauncher:
     with _modules_lock:
         hit = _modules.get(stem)
     if hit is not None:
-        return NumbaLauncher(*hit[:1], request, hit[1], sites, source)
+        return NumbaLauncher(*hit[:1], request, hit[1], sites, source, facts=facts)
     mod, path = _make_module(stem, source)
-    return NumbaLauncher(mod, request, path, sites, source, pending=True)
+    return NumbaLauncher(mod, request, path, sites, source, pending=True, facts=facts)
 
 
 class NumbaBackend(Backend):
@@ -636,7 +648,16 @@ class NumbaBackend(Backend):
         program = self.program(request)
         source = program.source()
         sites = program.gen.sites.table if program.gen.record else None  # launches carry an error record
-        return _lazy(request, source, sites)
+        return lazy_launcher(request, source, sites)
+
+    def warm_record(self, request: CompileRequest, launcher: Launcher) -> Optional[dict]:
+        from backends.numba import warm
+        return warm.record(request, launcher) if isinstance(launcher, NumbaLauncher) else None
+
+    def warm_launcher(self, record: dict, pyfunc, log_gate) -> Optional[Launcher]:
+        from backends.numba import warm
+        request, source, facts = warm.restore(record, pyfunc, log_gate)
+        return lazy_launcher(request, source, None, facts)
 
     def available(self) -> str:
         return ""

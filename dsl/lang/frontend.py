@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import linecache
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Dict, FrozenSet, List, Optional, Set, Tuple
@@ -94,6 +95,19 @@ def source_of(fn) -> Tuple[str, List[str], int, str]:
         raise CompileError(f"cannot read the source of {fn.__name__}: kernels must be defined in a file, a "
                            "Jupyter cell or code registered with linecache", SourceLoc(filename, fn.__code__.co_firstlineno)) from None
     return textwrap.dedent("".join(lines)), lines, firstline, filename
+
+
+def header_of(fn) -> Tuple[List[str], int, str]:
+    """(lines from the first decorator line on, first line, filename) of ``fn``: enough to place its
+    parameters (signature.param_decls) without finding where its body ends, which tokenizes the
+    whole function (a few ms per kernel: the op library defines about a hundred at import)."""
+    code = fn.__code__
+    lines = linecache.getlines(code.co_filename, getattr(fn, "__globals__", None))
+    first = code.co_firstlineno
+    if not lines or first > len(lines) or not lines[first - 1].strip():
+        _, lines, first, filename = source_of(fn)  # what getsource finds, or its error
+        return lines, first, filename
+    return lines[first - 1:], first, code.co_filename
 
 
 def parse_func(f, log_level: str, tensors: FrozenSet[int] = frozenset()) -> "Parsed":

@@ -22,13 +22,15 @@ import numpy as np
 
 from dsl import config
 from backends import compile_batch
+from backends import warm_start
 from backends import log_gate
 from dsl.runtime import fastpath
 from dsl.runtime import hop as hop_binder
 from dsl.runtime import foreign
 from dsl.runtime import pickling
+from dsl.runtime import warm_key
 from dsl.runtime import grid as launch_grid
-from dsl.lang import check, frontend
+from dsl.lang import frontend
 from dsl.lang.signature import param_decls
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError
@@ -72,7 +74,7 @@ class Kernel:
         self._gate = log_gate.LogGate(log_level)
         self.fastmath = bool(fastmath)
         self.debug = debug  # None: OPDSL_DEBUG decides at compile time
-        src, lines, firstline, filename = frontend.source_of(fn)
+        lines, firstline, filename = frontend.header_of(fn)
         self.params = param_decls(fn, filename, firstline, lines)
         self._names = [p.name for p in self.params]
         self._index = {p.name: k for k, p in enumerate(self.params)}
@@ -369,6 +371,7 @@ class Kernel:
         for s in parsed.scratch:  # a scratch dtype may name a TypeVar no argument binds
             if isinstance(s.dtype, T.TypeVar) and s.dtype not in typevars:
                 raise CompileError(f"scratch '{s.name}' has dtype {s.dtype!r}, which no argument binds", s.loc)
+        from dsl.lang import check  # the checker: not imported by a process whose kernels all have records
         binding = check.Binding(tuple(typevars.items()), tuple(ndims), tuple(consts))
         level = self._level()
         return check.check_kernel(parsed, binding, self.threads,
@@ -383,10 +386,37 @@ class Kernel:
             problem = self.unsupported(backend) if self.features else None
             if problem:
                 raise CompileError(problem)
-            request = self.request(backend, key, values)
-            launcher = base.get(backend).compile(request)
+            be = base.get(backend)
+            warm = self.warm_key(backend, key)  # a record of this specialization: no front end (docs/cache.md)
+            launcher = warm_start.lookup(be, warm, self.fn, self._gate) if warm else None
+            if launcher is None:
+                request = self.request(backend, key, values)
+                launcher = be.compile(request)
+                if warm:
+                    warm_start.remember(be, warm, request, launcher)
             self._variants[(backend, key)] = launcher
             return launcher
+
+    def warm_key(self, backend: str, key: Tuple) -> Optional[str]:
+        """The front-end record's key of a specialization (backends/warm_start.py): the code cache
+        key's parts with the source and captures hashed without parsing (dsl/runtime/warm_key.py);
+        None where no record is kept (debug builds, kernels whose compile a subclass redefines)."""
+        cls = type(self)
+        if (cls.request is not Kernel.request or cls.specialize is not Kernel.specialize
+                or cls.cache_key is not Kernel.cache_key or self._debug()):
+            return None
+        text = self.__dict__.get("_source_key")
+        if text is None:
+            try:
+                text = self._source_key = warm_key.source_key(self.fn, self.params)
+            except Exception:  # an unreadable source: the front end reports it as it always has
+                return None
+        h = hashlib.sha256()
+        for part in (text, repr(key), self.threads, self._level(), self.fastmath, backend, _environment_tag(),
+                     config.interrupt_polling(), self.defines, sorted(self.features)):
+            h.update(repr(part).encode())
+            h.update(b"\0")
+        return h.hexdigest()[:32]
 
     def request(self, backend: str, key: Tuple, values: List[Any]):
         from backends import base

@@ -90,7 +90,7 @@ def test_entry_and_folder_names_must_be_known_and_plain(cache_dir):
         with pytest.raises(ValueError, match="plain file name"):
             cache.path("numba", bad)
     for bad in ("../up", "mine", ".ssh"):
-        with pytest.raises(ValueError, match="must be one of numba, opencl, opencl-probe"):
+        with pytest.raises(ValueError, match="must be one of numba, numba-frontend, opencl, opencl-probe"):
             cache.backend_dir(bad)
 
 
