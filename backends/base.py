@@ -114,6 +114,9 @@ class Backend(ABC):
     # code generator the backend adds; "" for a backend that keeps nothing on disk.  ``opdsl cache
     # clear`` deletes only folders listed in ``cache.FOLDERS``, so a new tag is added there too.
     cache_tag: str = ""
+    # A version of this backend's own code generator (a hash of its sources).  Front-end records
+    # (backends/warm_start.py) hold generated code, so one made by another generator is not used.
+    generator_version: str = ""
 
     @abstractmethod
     def compile(self, request: CompileRequest) -> Launcher:

@@ -27,6 +27,13 @@ hits = 0
 writes = 0
 
 
+def _entry_key(backend: Backend, key: str) -> str:
+    """``key`` with the backend's code-generator version: the front-end key hashes the front end's
+    own sources, not the backend's, and a record holds code that backend generated."""
+    version = backend.generator_version
+    return f"{key}-{version}" if version else key
+
+
 def _folder(backend: Backend) -> str:
     tag = backend.cache_tag
     folder = tag + FOLDER_SUFFIX if tag else ""
@@ -39,6 +46,7 @@ def lookup(backend: Backend, key: str, pyfunc: Callable, log_gate) -> Optional[L
     folder = _folder(backend)
     if not folder or not cache.enabled():
         return None
+    key = _entry_key(backend, key)
     name = key + ".json"
     data = cache.load(folder, name)
     if data is None:
@@ -74,6 +82,7 @@ def remember(backend: Backend, key: str, request: CompileRequest, launcher: Laun
     record = backend.warm_record(request, launcher)
     if record is None:
         return
+    key = _entry_key(backend, key)
     record = {"format": FORMAT, "key": key, **record}
     if cache.store(folder, key + ".json", json.dumps(record, sort_keys=True).encode("utf-8")) is not None:
         writes += 1

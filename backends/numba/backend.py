@@ -635,6 +635,7 @@ class NumbaBackend(Backend):
     packed_kernels = True
     fastmath_keeps_inf_nan = True
     cache_tag = CACHE_TAG
+    generator_version = CODEGEN_VERSION
 
     def source(self, request: CompileRequest) -> str:
         return self.program(request).source()

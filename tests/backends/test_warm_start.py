@@ -139,6 +139,24 @@ def test_record_hit_in_process_runs_no_front_end(private_cache, tmp_path, monkey
     np.testing.assert_array_equal(y2, y)
 
 
+def test_record_of_another_code_generator_is_not_used(private_cache, tmp_path, monkeypatch):
+    """A record holds generated code: after a change to the numba code generator (its
+    ``generator_version``) the old record is not found, and the kernel is generated again."""
+    from backends.numba import backend as nb
+    mod = _load(tmp_path, "warm_v")
+    x = np.linspace(-1, 1, 40).astype(np.float32)
+    y = np.empty_like(x)
+    mod.scaled(x, y)
+    monkeypatch.setattr(nb.NumbaBackend, "generator_version", "another")
+    hits, generated = warm_start.hits, []
+    program = nb.NumbaBackend.program
+    monkeypatch.setattr(nb.NumbaBackend, "program", staticmethod(lambda *a: generated.append(1) or program(*a)))
+    y2 = np.empty_like(x)
+    _fresh(mod.scaled)(x, y2)
+    assert warm_start.hits == hits and generated
+    np.testing.assert_array_equal(y2, y)
+
+
 def test_other_backends_keep_no_record_and_match(private_cache, tmp_path):
     mod = _load(tmp_path, "warm_b")
     x = np.linspace(-1, 1, 20).astype(np.float32)
