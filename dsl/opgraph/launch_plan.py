@@ -149,7 +149,13 @@ def refs(specs: Sequence, kind: str, arrays: Sequence) -> List[Optional[Ref]]:
 
 def plan_key(ins: Sequence[Optional[Ref]], outs: Sequence[Optional[Ref]]) -> tuple:
     """What a node's plan depends on besides the op and kernel: its buffers' layouts and specs."""
-    return tuple(None if r is None else (r.root[0], r.root[1].str, r.root[2], r.spec) for r in list(ins) + list(outs))
+    return tuple(None if r is None else (r.root[0], r.root[1].str, r.root[2]) + _spec_key(r.spec)
+                 for r in list(ins) + list(outs))
+
+
+def _spec_key(s) -> tuple:
+    """A spec's part of a plan key: logical shape, dtype, format, quantization (never its value)."""
+    return () if s is None else (tuple(s.shape), str(s.dtype), s.format, s.quant)
 
 
 def default_plan(op, impl, inputs, outputs, backend: str) -> Optional[List[Launch]]:

@@ -99,7 +99,8 @@ class Model:
     SequenceSpec / OptionalSpec for values fed and returned as lists of arrays / None."""
 
     def __init__(self, graph, backend: str, impls: Dict[str, Any], stats: Dict[str, int],
-                 max_tensor_bytes: Optional[int] = None, tiling=None, concat_inplace: bool = True):
+                 max_tensor_bytes: Optional[int] = None, tiling=None, concat_inplace: bool = True,
+                 launch_plans: Optional[Dict[Tuple, Any]] = None):
         self.graph = graph
         self.concat_inplace = concat_inplace  # Concat inputs written in place (concat_inplace.py)
         self.inplace_all = config.inplace_all()  # every op's `inplace` honoured (memory.py), else no-op ones only
@@ -127,7 +128,8 @@ class Model:
         # nodes whose compile-time input specs had unknown dims: select runs again per run-time shape
         self._reselect = {n.name for n in graph.nodes if any(t is not None and not t.spec.known for t in n.inputs)}
         self._chosen: Dict[Tuple, Any] = {}  # (node name, input shapes) -> implementation
-        self._launch_plans: Dict[Tuple, Any] = {}  # (node, impl, layouts) -> its declared launches or None
+        # (node, id(impl), layouts) -> its declared launches or None; seeded from the plan cache (plan_cache.py)
+        self._launch_plans: Dict[Tuple, Any] = dict(launch_plans or {})
         self._lock = threading.Lock()       # guards _plans only; runs do not take it
         if not self._host and all(t.spec.known for t in graph.tensors.values()):
             specs = {name: t.spec for name, t in graph.tensors.items()}
