@@ -77,19 +77,20 @@ def toolchain_key() -> str:
 
 
 def registry_digest() -> Optional[str]:
-    """sha256 of the op table so far (which class answers each op, in registration order; the
-    library's own ops are covered by ``code_digest``) and of the source files of the ops registered
-    outside opdsl's library; None when one has no source file (a notebook's op: its code is not
-    known, so no plan is cached)."""
+    """sha256 of the ops registered outside opdsl's library (users' ops and overrides, in
+    registration order) and of their source files; the library's own ops are covered by
+    ``code_digest``.  None when one has no source file (a notebook's op: its code is not known,
+    so no plan is cached)."""
     h = hashlib.sha256()
     files = set()
     for cls in registry.registered_now():
+        if registry.is_builtin(cls):
+            continue  # the library's ops: code_digest covers them, loaded or not
         h.update(f"{cls.domain}|{cls.op_type}|{cls.since}|{cls.until}|{cls.__module__}.{cls.__qualname__}\n".encode())
-        if not registry.is_builtin(cls):
-            try:
-                files.add(inspect.getsourcefile(cls))
-            except TypeError:
-                return None
+        try:
+            files.add(inspect.getsourcefile(cls))
+        except TypeError:
+            return None
     for f in sorted(files):
         try:
             h.update(Path(f).read_bytes())
@@ -237,13 +238,15 @@ def _fixed_bytes(v) -> int:
 
 def _restore(state: dict) -> Model:
     graph = state["graph"]
-    impls = {n.name: n.op.kernels[state["impls"][n.name]] for n in graph.nodes}
+    # kernels chosen again (as an unpickled model does): generated ones exist once selected
+    impls = {n.name: n.op.implementation([None if t is None else t.spec for t in n.inputs], state["backend"])
+             for n in graph.nodes}
     ops = {n.name: n.op for n in graph.nodes}
     seeded = {}
     for node, impl_name, key, launches in state["plans"]:
-        impl = ops[node].kernels.get(impl_name) if node in ops else None
-        if impl is None:
-            continue
+        impl = impls.get(node)
+        if impl is None or ops[node].kernels.get(impl_name) is not impl:
+            continue  # another choice than the cached plan's: asked again
         if launches is not None:
             launches = [Launch(impl if isinstance(x.kernel, str) else x.kernel, x.args, x.kwargs, x.grid, x.backend)
                         for x in launches]
