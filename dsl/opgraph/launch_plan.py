@@ -30,14 +30,15 @@ class Ref:
     """One tensor of a node by role -- ``kind`` "in", "out" or "scratch" and ``index`` -- and the
     view a launch takes of it (``views``: steps applied in order to the bound buffer)."""
 
-    __slots__ = ("kind", "index", "spec", "shape", "dtype", "views", "root")
+    __slots__ = ("kind", "index", "spec", "shape", "dtype", "views", "root", "init")
 
     def __init__(self, kind: str, index: int, shape: Tuple[int, ...], dtype, spec=None, views: tuple = (),
-                 root=None):
+                 root=None, init=None):
         self.kind, self.index, self.spec = kind, int(index), spec
         self.shape, self.dtype, self.views = tuple(int(d) for d in shape), np.dtype(dtype), views
         # the bound buffer's (shape, dtype, byte strides or None when C-contiguous)
         self.root = (self.shape, self.dtype, None) if root is None else root
+        self.init = init  # a scratch buffer's first contents (bytes of its root), None: zeros
 
     # array-like facts a plan computes launch arguments from
     @property
@@ -49,7 +50,7 @@ class Ref:
         return int(np.prod(self.shape, dtype=np.int64))
 
     def _derived(self, step, shape, dtype) -> "Ref":
-        return Ref(self.kind, self.index, shape, dtype, self.spec, self.views + (step,), self.root)
+        return Ref(self.kind, self.index, shape, dtype, self.spec, self.views + (step,), self.root, self.init)
 
     def reshape(self, *shape) -> "Ref":
         """The same memory as ``shape`` (one -1 allowed); binding fails if numpy would copy."""
@@ -108,7 +109,7 @@ class Ref:
         return f"<{base} {self.index} {self.dtype}{list(self.shape)}{views}>"
 
     def __reduce__(self):
-        return (Ref, (self.kind, self.index, self.shape, self.dtype, None, self.views, self.root))
+        return (Ref, (self.kind, self.index, self.shape, self.dtype, None, self.views, self.root, self.init))
 
 
 def _probe(ref: Ref) -> np.ndarray:
@@ -117,9 +118,12 @@ def _probe(ref: Ref) -> np.ndarray:
                                            writeable=False)
 
 
-def Scratch(index: int, shape, dtype) -> Ref:
-    """A buffer the node's launches write and read; each model plan instance has its own."""
-    return Ref("scratch", index, shape, dtype)
+def Scratch(index: int, shape, dtype, init: Optional[np.ndarray] = None) -> Ref:
+    """A buffer the node's launches write and read; each model plan instance has its own, holding
+    ``init`` (an array of that shape and dtype) or zeros when made."""
+    if init is not None:
+        init = np.ascontiguousarray(init, dtype).reshape(shape).view(np.uint8).reshape(-1)
+    return Ref("scratch", index, shape, dtype, init=init)
 
 
 @dataclass
@@ -218,12 +222,14 @@ class ScratchPool:
     def __init__(self):
         self._bufs: Dict[tuple, np.ndarray] = {}
 
-    def get(self, index: int, root, owner) -> np.ndarray:
+    def get(self, index: int, root, owner, init=None) -> np.ndarray:
         shape, dtype = root[0], root[1]
         key = (owner, index, shape, dtype.str)
         buf = self._bufs.get(key)
         if buf is None:
             buf = self._bufs[key] = np.zeros(shape, dtype)
+            if init is not None:
+                buf.reshape(-1).view(np.uint8)[:] = init
         return buf
 
 
@@ -244,7 +250,7 @@ def bind_plan(launches: Sequence[Launch], ins: Sequence, outs: Sequence, scratch
             else:
                 root = local.get(v.index)
                 if root is None:
-                    root = local[v.index] = scratch.get(v.index, v.root, owner)
+                    root = local[v.index] = scratch.get(v.index, v.root, owner, v.init)
             return v.bind(root)
         if type(v) in (tuple, list):
             return type(v)(value(x) for x in v)

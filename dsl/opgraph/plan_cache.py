@@ -32,7 +32,7 @@ import numpy as np
 from backends import cache
 from dsl import config
 from dsl.opgraph import registry
-from dsl.opgraph.launch_plan import Launch
+from dsl.opgraph.launch_plan import Launch, Ref
 from dsl.opgraph.model import Model
 from dsl.version import __version__
 
@@ -231,6 +231,8 @@ def _portable(launches, impl):
 def _fixed_bytes(v) -> int:
     if isinstance(v, np.ndarray):
         return v.nbytes
+    if isinstance(v, Ref):
+        return 0 if v.init is None else v.init.nbytes
     if type(v) in (tuple, list):
         return sum(_fixed_bytes(x) for x in v)
     return 0

@@ -163,7 +163,12 @@ def _as_ref(v, roots, writes: set, scratch: dict):
     for ref, root in roots:
         if _owner(root) is owner:
             return ref.strided(p - _address(root), v.shape, v.strides, v.dtype)
-    if id(owner) in writes:
-        k = scratch.setdefault(id(owner), (len(scratch), owner))[0]
-        return Scratch(k, (owner.nbytes,), np.uint8).strided(p - _address(owner), v.shape, v.strides, v.dtype)
+    if id(owner) in writes:  # a buffer a launch may write: each plan instance gets its own, starting
+        # with what run() put there (packed weights a kernel reads through an InOut parameter)
+        k, ref = scratch.get(id(owner), (None, None))
+        if ref is None:
+            flat = owner.reshape(-1).view(np.uint8) if owner.flags.c_contiguous else None
+            init = None if flat is None or not flat.any() else flat.copy()
+            k, ref = scratch[id(owner)] = (len(scratch), Scratch(len(scratch), (owner.nbytes,), np.uint8, init))
+        return ref.strided(p - _address(owner), v.shape, v.strides, v.dtype)
     return v
