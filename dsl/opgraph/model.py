@@ -396,6 +396,8 @@ class Model:
         if hit is self._launch_plans:
             hit = plan_of(n.op, impl, in_refs, out_refs, self.backend, f"node {n.name!r}")
             with self._lock:
+                if len(self._launch_plans) >= _MAX_PLANS * max(1, len(self.graph.nodes)):
+                    self._launch_plans.clear()  # many shape signatures: forget, as _plans does
                 self._launch_plans[key] = hit
         if hit is None:
             return None
