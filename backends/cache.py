@@ -47,6 +47,7 @@ except ImportError:  # pragma: no cover - not on Linux
 FOLDERS: Dict[str, Tuple[str, ...]] = {
     "numba": ("numba", "numba-frontend"),
     "opencl": ("opencl", "opencl-probe"),
+    "models": ("plans",),  # compiled models' plans (dsl/opgraph/plan_cache.py)
 }
 KNOWN_FOLDERS: Tuple[str, ...] = tuple(f for fs in FOLDERS.values() for f in fs)
 

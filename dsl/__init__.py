@@ -36,6 +36,8 @@ _LAZY = {
     "Tensor": "dsl.opgraph.graph",
     "composed": "dsl.opgraph.composed",
     "Model": "dsl.opgraph.model",
+    "Launch": "dsl.opgraph.launch_plan", "Scratch": "dsl.opgraph.launch_plan",
+    "recorded_plan": "dsl.opgraph.recorded_plan", "recorded_plan_when_constant": "dsl.opgraph.recorded_plan",
     "load_onnx": "dsl.onnx.load",
     "register_package": "dsl.package", "check_package": "dsl.package",
     "RawOpenCL": "dsl.runtime.raw_opencl",

@@ -174,6 +174,11 @@ class _Activation(dsl.Op):
         alpha, beta = self.scalars()
         impl(inputs[0], outputs[0], op=self.code, alpha=alpha, beta=beta, backend=backend)
 
+    def plan(self, impl, inputs, outputs, backend):
+        alpha, beta = self.scalars()
+        return [dsl.Launch(impl, (inputs[0], outputs[0]), {"op": self.code, "alpha": alpha, "beta": beta},
+                           backend=backend)]
+
 
 @dsl.op("Gelu", since=20)
 class Gelu(_Activation):
@@ -188,6 +193,10 @@ class Gelu(_Activation):
     def run(self, impl, inputs, outputs, backend):
         code = GELU_TANH if self.approximate == "tanh" else GELU
         impl(inputs[0], outputs[0], op=code, alpha=0.0, beta=0.0, backend=backend)
+
+    def plan(self, impl, inputs, outputs, backend):
+        code = GELU_TANH if self.approximate == "tanh" else GELU
+        return [dsl.Launch(impl, (inputs[0], outputs[0]), {"op": code, "alpha": 0.0, "beta": 0.0}, backend=backend)]
 
 
 @dsl.op("Elu", since=6)
@@ -294,6 +303,8 @@ class SwiGLU(dsl.Op):
     def run(self, impl, inputs, outputs, backend):
         impl(inputs[0], inputs[1], outputs[0], self.alpha, backend=backend)
 
+    plan = dsl.recorded_plan  # launches from shapes and params only
+
 
 @dsl.op("ThresholdedRelu", since=10)
 class ThresholdedRelu(_Activation):
@@ -336,6 +347,8 @@ class PRelu(dsl.Op):
         slope = slope.reshape(self.slope_shape(x.shape, slope.shape))
         launch_broadcast(impl, [x, slope], outputs[0], 4, backend=backend)
 
+    plan = dsl.recorded_plan  # launches from shapes and params only
+
 
 @dsl.op("PRelu", since=6, until=6)
 class PReluV6(PRelu):
@@ -365,3 +378,5 @@ class Shrink(dsl.Op):
 
     def run(self, impl, inputs, outputs, backend):
         impl(inputs[0], outputs[0], bias=self.bias, lambd=self.lambd, backend=backend)
+
+    plan = dsl.recorded_plan  # launches from shapes and params only

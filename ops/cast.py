@@ -47,6 +47,8 @@ class _Cast(dsl.Op):
     def run(self, impl, inputs, outputs, backend):
         impl(inputs[0], outputs[0], backend=backend)
 
+    plan = dsl.recorded_plan  # launches from shapes and params only
+
 
 @table.implements
 @dsl.op("Cast", since=6, until=12)
@@ -119,3 +121,5 @@ class BitCast(dsl.Op):
     def run(self, impl, inputs, outputs, backend):
         bits = _BITS[inputs[0].dtype.itemsize]
         impl(inputs[0].reshape(-1).view(bits), outputs[0].reshape(-1).view(bits), backend=backend)
+
+    plan = dsl.recorded_plan  # launches from shapes and params only

@@ -199,6 +199,8 @@ class _Binary(dsl.Op):
     def run(self, impl, inputs, outputs, backend):
         launch_broadcast(impl, inputs, outputs[0], MAX_RANK, op=self.opcode(outputs[0].dtype), backend=backend)
 
+    plan = dsl.recorded_plan  # the broadcast views depend on shapes only
+
 
 @table.builder("arith")
 def arith_class(row: table.Elementwise) -> type:
@@ -232,6 +234,10 @@ class _Unary(dsl.Op):
     def run(self, impl, inputs, outputs, backend):
         impl(inputs[0], outputs[0], op=self.code, alpha=float(getattr(self, "alpha", 0.0)), backend=backend)
 
+    def plan(self, impl, inputs, outputs, backend):
+        return [dsl.Launch(impl, (inputs[0], outputs[0]), {"op": self.code, "alpha": float(getattr(self, "alpha", 0.0))},
+                           backend=backend)]
+
 
 @table.implements
 @dsl.op("Relu", since=6)
@@ -242,6 +248,9 @@ class Relu(_Unary):
 
     def run(self, impl, inputs, outputs, backend):
         impl(inputs[0], outputs[0], backend=backend)
+
+    def plan(self, impl, inputs, outputs, backend):
+        return [dsl.Launch(impl, (inputs[0], outputs[0]), backend=backend)]
 
 
 @table.implements
@@ -298,6 +307,8 @@ class ClipV6(_Clip):
         lo, hi = np.full((1,), self.min, dt), np.full((1,), self.max, dt)
         impl(inputs[0], lo, hi, outputs[0], backend=backend)
 
+    plan = dsl.recorded_plan  # launches from shapes and params only
+
 
 @table.implements
 @dsl.op("Clip", since=11)
@@ -322,3 +333,5 @@ class Clip(_Clip):
         lo = lo if given[0] is None else given[0].reshape(1)
         hi = hi if given[1] is None else given[1].reshape(1)
         impl(inputs[0], lo, hi, outputs[0], backend=backend)
+
+    plan = dsl.recorded_plan  # launches from shapes and params only

@@ -92,6 +92,8 @@ class _Compare(dsl.Op):
     def run(self, impl, inputs, outputs, backend):
         launch_broadcast(impl, inputs, outputs[0], MAX_RANK, op=self.code, backend=backend)
 
+    plan = dsl.recorded_plan  # launches from shapes and params only
+
 
 @table.builder("compare")
 def compare_class(row: table.Elementwise) -> type:
@@ -129,6 +131,8 @@ class _Predicate(dsl.Op):
     def run(self, impl, inputs, outputs, backend):
         impl(inputs[0], outputs[0], op=self.code, neg=bool(getattr(self, "detect_negative", True)),
              pos=bool(getattr(self, "detect_positive", True)), backend=backend)
+
+    plan = dsl.recorded_plan  # launches from shapes and params only
 
 
 @table.implements
@@ -170,4 +174,6 @@ class Where(dsl.Op):
 
     def run(self, impl, inputs, outputs, backend):
         launch_broadcast(impl, inputs, outputs[0], MAX_RANK, backend=backend)
+
+    plan = dsl.recorded_plan  # launches from shapes and params only
 

@@ -232,6 +232,8 @@ class MatMul(dsl.Op):
     def run(self, impl, inputs, outputs, backend):
         run_matmul(impl, inputs[0], inputs[1], outputs[0], _zero_bias(outputs[0].dtype), backend)
 
+    plan = dsl.recorded_plan  # views and batch loops depend on shapes; a constant B is packed once
+
 
 def run_matmul(impl, a, b, y, bias, backend) -> None:
     """numpy.matmul(a, b) + bias into y, one GEMM launch per batch entry; ``bias`` is 2-D,
@@ -314,6 +316,8 @@ class Gemm(dsl.Op):
             alpha, beta = int(alpha), int(beta)
         _gemm(impl, a.reshape((1,) + a.shape), b.reshape((1,) + b.shape), c2, y.reshape((1,) + y.shape),
               int(bool(self.transA)), int(bool(self.transB)), alpha, beta, backend)
+
+    plan = dsl.recorded_plan  # views depend on shapes; a constant B is packed once
 
 
 @dsl.op("Gemm", since=6, until=6)

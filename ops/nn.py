@@ -341,6 +341,8 @@ class Conv(ConvAttributes):
         b = inputs[2] if len(inputs) > 2 else None
         launch_conv(self, impl, inputs[0], inputs[1], b, outputs[0], backend)
 
+    plan = dsl.recorded_plan_when_constant(1, 2)  # run() packs constant weights and bias once
+
 
 def _plain(specs) -> tuple:
     """Plain for the weights and bias (None where absent)."""

@@ -92,6 +92,8 @@ class BatchNormalization(dsl.Op):
         inner = int(np.prod(x.shape[2:4] if blocked else x.shape[2:], dtype=np.int64))
         impl(*inputs, y, epsilon=self.epsilon, inner=inner, blocked=blocked, backend=backend)
 
+    plan = dsl.recorded_plan  # shapes and the input's format only
+
 
 def _blocked(y, specs) -> bool:
     """Whether ``y`` is NCHWc16 storage. That storage is 5-D, but so is a plain (N, C, D, H, W)
@@ -220,8 +222,8 @@ class _AxisOp(dsl.Op):
     def infer(self, x):
         return x.spec.with_()
 
-    def run(self, impl, inputs, outputs, backend):
-        x = inputs[0]
+    def _view(self, x, impl) -> tuple:
+        """The (outer, n, inner) -- (outer, n) for the row kernel -- view the kernel takes."""
         if x.ndim == 0:
             shape = (1, 1, 1)
         else:
@@ -230,11 +232,20 @@ class _AxisOp(dsl.Op):
                 shape = (int(np.prod(x.shape[:a], dtype=np.int64)), int(np.prod(x.shape[a:], dtype=np.int64)), 1)
             else:
                 shape = axis_view(x.shape, a)
+        return shape[:2] if impl == softmax_rows_kernel else shape  # rows: inner is 1
+
+    def run(self, impl, inputs, outputs, backend):
         if outputs[0].size == 0:
             return
-        if impl == softmax_rows_kernel:
-            shape = shape[:2]  # inner is 1
-        impl(x.reshape(shape), outputs[0].reshape(shape), op=self.code, backend=backend)
+        shape = self._view(inputs[0], impl)
+        impl(inputs[0].reshape(shape), outputs[0].reshape(shape), op=self.code, backend=backend)
+
+    def plan(self, impl, inputs, outputs, backend):
+        if outputs[0].size == 0:
+            return []
+        shape = self._view(inputs[0], impl)
+        return [dsl.Launch(impl, (inputs[0].reshape(shape), outputs[0].reshape(shape)), {"op": self.code},
+                           backend=backend)]
 
 
 def _axis_family(name: str, code: int, doc: str):
@@ -265,6 +276,8 @@ class LpNormalization(_AxisOp):
         x = inputs[0]
         shape = axis_view(x.shape, normalize_axis(self.op_type, self.axis, x.ndim)) if x.ndim else (1, 1, 1)
         impl(x.reshape(shape), outputs[0].reshape(shape), op=LP1 if self.p == 1 else LP2, backend=backend)
+
+    plan = dsl.recorded_plan  # launches from shapes and params only
 
 
 # =========================================================================== row statistics
@@ -409,6 +422,8 @@ class LayerNormalization(dsl.Op):
         y, mean, inv = outputs
         _launch_norm(impl, x, _param_array(scale, norm_shape), _param_array(b, norm_shape), y, mean, inv,
                      n, self.epsilon, True, backend=backend)
+
+    plan = dsl.recorded_plan_when_constant(1, 2)  # a scale or bias to broadcast is copied from its values
 
 
 @dsl.op("RMSNormalization", since=23)

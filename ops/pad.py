@@ -139,6 +139,8 @@ class _PadAttr(_Pad):
         x = inputs[0]
         self.launch(impl, x, outputs[0], self._pads(), np.full(1, self.value, x.dtype), backend)
 
+    plan = dsl.recorded_plan  # launches from shapes and params only
+
 
 @dsl.op("Pad", since=1, until=1)
 class Pad1(_PadAttr):

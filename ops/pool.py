@@ -303,6 +303,8 @@ class _Pool(dsl.Op):
     def run(self, impl, inputs, outputs, backend):
         self._launch(impl, inputs[0], outputs[0], None, backend)
 
+    plan = dsl.recorded_plan  # window geometry from shapes and params
+
 
 class _MaxPool(_Pool):
     """MaxPool's choice of kernel: square 2-D windows without dilation or Indices take
@@ -524,6 +526,7 @@ class _GlobalPool(dsl.Op):
     max and average of f32 data take the SIMD kernels of ops/pool_fast.py, on plain or NCHWc16
     tensors; other dtypes and GlobalLpPool the shared ``pool_kernel``."""
 
+    plan = dsl.recorded_plan  # views from shapes and the input's format
     kernels = {"default": pool_kernel, "plain": global_pool_plain, "blocked": global_pool_blocked}
     formats = ("plain", "nchwc16")
     keeps_padding = True  # mean and max of zero padding channels are zero

@@ -340,6 +340,8 @@ class _ReduceAttr(_Reduce):
         x = inputs[0]
         launch_reduce(impl, x, outputs[0], self._reduced(x, self.axes), self.code, backend)
 
+    plan = dsl.recorded_plan  # launches from shapes and params only
+
 
 class _ReduceInput(_Reduce):
     """Reduce with an optional i64 ``axes`` input (opset 18+; ReduceSum 13+)."""
@@ -416,6 +418,8 @@ class _Arg(dsl.Op):
         x = inputs[0]
         view = x.reshape(axis_view(x.shape, normalize_axis(self.op_type, self.axis, x.ndim)))
         impl(view, outputs[0], op=self.code, last=bool(self.select_last_index), backend=backend)
+
+    plan = dsl.recorded_plan  # launches from shapes and params only
 
 
 @dsl.op("ArgMax", since=1)

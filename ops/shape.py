@@ -196,6 +196,9 @@ class Reshape(dsl.Op):
     def run(self, impl, inputs, outputs, backend):
         impl(inputs[0], outputs[0], backend=backend)
 
+    def plan(self, impl, inputs, outputs, backend):
+        return [dsl.Launch(impl, (inputs[0], outputs[0]), backend=backend)]
+
 
 @dsl.op("Reshape", since=1, until=4)
 class ReshapeV1(dsl.Op):
@@ -214,6 +217,9 @@ class ReshapeV1(dsl.Op):
 
     def run(self, impl, inputs, outputs, backend):
         impl(inputs[0], outputs[0], backend=backend)
+
+    def plan(self, impl, inputs, outputs, backend):
+        return [dsl.Launch(impl, (inputs[0], outputs[0]), backend=backend)]
 
 
 # The one Identity op lives beside dsl.Graph, which emits it for repeated outputs; registering
@@ -250,6 +256,8 @@ class Transpose(dsl.Op):
 
     def run(self, impl, inputs, outputs, backend):
         launch_transpose(impl, inputs[0], outputs[0], self._perm(inputs[0].ndim), backend=backend)
+
+    plan = dsl.recorded_plan  # the strides depend on shapes and perm only
 
 
 # --------------------------------------------------------------------------- Shape, Size
@@ -295,6 +303,10 @@ class Shape(dsl.Op):
         start, end = self._range(inputs[0].ndim)
         impl(np.array(inputs[0].shape[start:end], np.int64), outputs[0], backend=backend)
 
+    def plan(self, impl, inputs, outputs, backend):
+        start, end = self._range(inputs[0].ndim)
+        return [dsl.Launch(impl, (np.array(inputs[0].shape[start:end], np.int64), outputs[0]), backend=backend)]
+
 
 @dsl.op("Size", since=1)
 class Size(dsl.Op):
@@ -307,6 +319,9 @@ class Size(dsl.Op):
 
     def run(self, impl, inputs, outputs, backend):
         impl(np.array(inputs[0].size, np.int64), outputs[0], backend=backend)
+
+    def plan(self, impl, inputs, outputs, backend):
+        return [dsl.Launch(impl, (np.array(inputs[0].size, np.int64), outputs[0]), backend=backend)]
 
 
 # --------------------------------------------------------------------------- Flatten, Squeeze, Unsqueeze
@@ -328,6 +343,9 @@ class _Regroup(dsl.Op):
 
     def run(self, impl, inputs, outputs, backend):
         impl(inputs[0], outputs[0], backend=backend)
+
+    def plan(self, impl, inputs, outputs, backend):
+        return [dsl.Launch(impl, (inputs[0], outputs[0]), backend=backend)]
 
 
 @dsl.op("Flatten", since=1)
@@ -482,3 +500,5 @@ class Expand(dsl.Op):
         x, y = inputs[0], outputs[0]
         launch_strided(impl, x, y, y.shape, broadcast_strides(x.shape, y.shape), contiguous_strides(y.shape),
                        backend=backend)
+
+    plan = dsl.recorded_plan  # launches from shapes and params only

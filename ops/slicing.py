@@ -89,6 +89,8 @@ class _Concat(dsl.Op):
                            backend=backend)
             at += x.shape[axis]
 
+    plan = dsl.recorded_plan  # offsets and strides from shapes only
+
 
 @dsl.op("Concat", since=1, until=3)
 class ConcatV1(_Concat):
@@ -260,6 +262,8 @@ class SliceV1(dsl.Op):
     def run(self, impl, inputs, outputs, backend):
         _, picks = slice_plan(inputs[0].shape, self.starts, self.ends, self.axes, None)
         launch_slice(impl, inputs[0], outputs[0], picks, backend)
+
+    plan = dsl.recorded_plan  # launches from shapes and params only
 
 
 @dsl.op("Slice", since=10)

@@ -48,4 +48,7 @@ def _isolated_cache(tmp_path_factory):
     """Tests share one fresh on-disk cache so runs never see a stale user cache."""
     if "OPDSL_CACHE_DIR" not in os.environ:
         os.environ["OPDSL_CACHE_DIR"] = str(tmp_path_factory.mktemp("opdsl-cache"))
+    # no model plan cache (dsl/opgraph/plan_cache.py) across tests: a test that patches an op or a
+    # pass must build its model; tests/opgraph/test_plan_cache.py turns it on where it is tested
+    os.environ.setdefault("OPDSL_PLAN_CACHE", "0")
     yield

@@ -42,6 +42,7 @@ from dsl.opgraph import registry
 from dsl.opgraph.graph import Graph, Tensor, apply_op
 from dsl.opgraph.limits import TensorSizeError, check_tensor_bytes, tensor_limit
 from dsl.opgraph.op import Op, check_and_infer
+from dsl.opgraph import plan_cache
 from dsl.opgraph.spec import VerifyError
 
 
@@ -60,9 +61,14 @@ def load_onnx(model, packages: Sequence = (), backend: Optional[str] = None, for
     on unless OPDSL_NO_FUSION=1; see docs/ops.md, "Graph rewrites").  ``tiling``: run ops that
     declare tiles across the cores (default: on numba for large outputs; False: never; see
     docs/ops.md, "Tiling")."""
-    graph = to_graph(model, packages=packages, base_dir=base_dir, max_tensor_bytes=max_tensor_bytes)
-    return graph.compile(backend=backend, formats=formats, max_tensor_bytes=max_tensor_bytes, fuse=fuse,
-                         tiling=tiling)
+    def build():
+        graph = to_graph(model, packages=packages, base_dir=base_dir, max_tensor_bytes=max_tensor_bytes)
+        return graph.compile(backend=backend, formats=formats, max_tensor_bytes=max_tensor_bytes, fuse=fuse,
+                             tiling=tiling)
+    if packages:  # their ops' code is not in the plan cache's key
+        return build()
+    options = dict(backend=backend, formats=formats, max_tensor_bytes=max_tensor_bytes, fuse=fuse, tiling=tiling)
+    return plan_cache.cached_load(model, options, base_dir, build)  # a known model's plan from disk
 
 
 class _Reader:

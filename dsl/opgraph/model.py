@@ -6,11 +6,13 @@ inputs have staging buffers, intermediates live in a shared arena (memory.py
 ``plan_memory``), outputs have buffers of their own.  Large feeds are then read in place
 and large outputs written straight into fresh caller-owned arrays: the plan's steps are
 rebound to them per run (binding.py); the others are copied in and out.
-Because every array is fixed, each node's ``run`` is *captured* once: it is called
-with a recording stand-in for its kernel, and the launches it makes are bound
-(argument checks, specialization lookup) ahead of time, so a step is one compiled
-launcher call.  Nodes that cannot be captured (plain-callable kernels, run() doing
-numpy work on its outputs, ``replay = False``) call ``op.run`` on the fixed arrays.
+Because every array is fixed, each node's launches are bound (argument checks,
+specialization lookup, frozen values) ahead of time from what its op *declares*:
+``op.plan(impl, inputs, outputs, backend)`` lists the launches for those specs
+(launch_plan.py; computed once per node and layout, then bound to each plan instance's
+buffers), so a step is one compiled launcher call.  Nodes whose op answers None (launches
+that depend on input values, plain-callable kernels, ``replay = False``, a custom ``run``
+without a ``plan``) call ``op.run`` on the fixed arrays at every run.
 Graphs with ``None`` dims are planned on the first run of each shape signature; small
 values computed from shapes alone (Shape -> Gather -> Concat -> Reshape) are evaluated
 while planning (``shape_values``), so such graphs still get a plan.  A graph whose
@@ -42,6 +44,7 @@ from dsl import config
 from dsl.opgraph import formats as F
 from dsl.opgraph import binding, reorder
 from dsl.opgraph.concat_inplace import concat_views
+from dsl.opgraph.launch_plan import ScratchPool, bind_plan, plan_key, plan_of, refs
 from dsl.opgraph.limits import check_tensor_bytes, tensor_limit
 from dsl.opgraph.host_values import check_value, is_host, runs_on_host
 from dsl.opgraph.memory import MemoryPlan, copies_onto_itself, physical_layout, plan_memory
@@ -50,7 +53,7 @@ from dsl.opgraph.spec import TensorSpec, VerifyError, describe
 from dsl.opgraph import tiling as tiles
 from dsl.opgraph.values import shape_values
 from backends import compile_batch
-from dsl.runtime.kernel import Kernel, inplace_launches
+from dsl.runtime.kernel import inplace_launches
 
 _DYNAMIC = object()      # plan marker: shapes depend on run-time values
 _MAX_PLANS = 32
@@ -59,12 +62,13 @@ _MAX_PLANS = 32
 class _Plan:
     """Everything one shape signature needs: fixed buffers and a flat step list."""
 
-    __slots__ = ("inputs", "outputs", "steps", "memory", "specs", "captured", "spans", "tiled", "binding")
+    __slots__ = ("inputs", "outputs", "steps", "memory", "specs", "planned", "spans", "tiled", "binding")
 
-    def __init__(self, inputs, outputs, steps, memory, specs, captured, spans=(), tiled=None, binding=None):
+    def __init__(self, inputs, outputs, steps, memory, specs, planned, spans=(), tiled=None, binding=None):
         self.inputs, self.outputs, self.steps = inputs, outputs, steps
         self.binding = binding  # feeds read in place, outputs written in place (binding.py), or None
-        self.memory, self.specs, self.captured = memory, specs, captured
+        self.memory, self.specs = memory, specs
+        self.planned = planned  # nodes run from their declared launch plan (the others call run())
         self.spans = spans  # (node, first step, end step): which steps are whose (profile.py)
         self.tiled = tiled or {}  # node name -> number of tiles it runs as (tiling.py)
 
@@ -95,7 +99,8 @@ class Model:
     SequenceSpec / OptionalSpec for values fed and returned as lists of arrays / None."""
 
     def __init__(self, graph, backend: str, impls: Dict[str, Any], stats: Dict[str, int],
-                 max_tensor_bytes: Optional[int] = None, tiling=None, concat_inplace: bool = True):
+                 max_tensor_bytes: Optional[int] = None, tiling=None, concat_inplace: bool = True,
+                 launch_plans: Optional[Dict[Tuple, Any]] = None):
         self.graph = graph
         self.concat_inplace = concat_inplace  # Concat inputs written in place (concat_inplace.py)
         self.inplace_all = config.inplace_all()  # every op's `inplace` honoured (memory.py), else no-op ones only
@@ -123,6 +128,8 @@ class Model:
         # nodes whose compile-time input specs had unknown dims: select runs again per run-time shape
         self._reselect = {n.name for n in graph.nodes if any(t is not None and not t.spec.known for t in n.inputs)}
         self._chosen: Dict[Tuple, Any] = {}  # (node name, input shapes) -> implementation
+        # (node, id(impl), layouts) -> its declared launches or None; seeded from the plan cache (plan_cache.py)
+        self._launch_plans: Dict[Tuple, Any] = dict(launch_plans or {})
         self._lock = threading.Lock()       # guards _plans only; runs do not take it
         if not self._host and all(t.spec.known for t in graph.tensors.values()):
             specs = {name: t.spec for name, t in graph.tensors.items()}
@@ -333,7 +340,8 @@ class Model:
                     arrays[t.name] = arena[memory.assign[t.name]][:nbytes].view(dt).reshape(shape)
                 else:  # graph outputs (copied out after each run) and empty tensors
                     arrays[t.name] = np.empty(shape, dt)
-        steps, captured, spans, tiled = [], 0, [], {}
+        steps, planned, spans, tiled = [], 0, [], {}
+        scratch = ScratchPool()  # this instance's scratch buffers
         inplace_outputs = {out for out, _ in memory.inplace}
         read = _read_tensors(g)
         for n in g.nodes:
@@ -357,14 +365,15 @@ class Model:
             outs = _outputs_to_write(n, arrays, read)
             inplace = any(t.name in inplace_outputs for t in n.outputs)  # launches may bind In == Out
             impl = self._impl_for(n, list(in_specs))
-            node_steps = None if inplace else self._tiled(n, impl, ins, outs, specs, tiled, in_specs)
+            out_specs = [specs[t.name] for t in n.outputs]
+            node_steps = None if inplace else self._tiled(n, impl, ins, outs, specs, tiled, in_specs, scratch)
             if node_steps is None:
-                node_steps = _capture(n.op, impl, ins, outs, self.backend, inplace, in_specs)
+                node_steps = self._planned(n, impl, ins, outs, in_specs, out_specs, inplace, scratch, n.name)
             if node_steps is None:
                 run = _run_inplace if inplace else _run
                 node_steps = [(run, (n.op, impl, ins, outs, self.backend, in_specs))]
             else:
-                captured += 1
+                planned += 1
             steps += node_steps
             if not type(n.op).keeps_padding:
                 for t in n.outputs:
@@ -375,9 +384,30 @@ class Model:
         inputs = [arrays[t.name] for t in g.inputs]
         outputs = [(t.name, arrays[t.name]) for t in g.outputs]
         bound = binding.build(steps, inputs, outputs, list(g.constants.values()), (_run, _run_inplace), _noop)
-        return _Plan(inputs, outputs, steps, memory, specs, captured, spans, tiled, bound)
+        return _Plan(inputs, outputs, steps, memory, specs, planned, spans, tiled, bound)
 
-    def _tiled(self, n, impl, ins, outs, specs, tiled, in_specs) -> Optional[list]:
+    def _planned(self, n, impl, ins, outs, in_specs, out_specs, inplace, scratch, owner) -> Optional[list]:
+        """The node's declared launches (``op.plan``, asked once per layout) bound to these
+        buffers and prepared; None when the op has no plan for them (it calls run() each run)."""
+        in_refs = refs(in_specs, "in", ins)
+        out_refs = refs(out_specs, "out", outs)
+        key = (n.name, id(impl), plan_key(in_refs, out_refs))
+        hit = self._launch_plans.get(key, self._launch_plans)
+        if hit is self._launch_plans:
+            hit = plan_of(n.op, impl, in_refs, out_refs, self.backend, f"node {n.name!r}")
+            with self._lock:
+                if len(self._launch_plans) >= _MAX_PLANS * max(1, len(self.graph.nodes)):
+                    self._launch_plans.clear()  # many shape signatures: forget, as _plans does
+                self._launch_plans[key] = hit
+        if hit is None:
+            return None
+        steps = []
+        with inplace_launches() if inplace else contextlib.nullcontext():
+            for kernel, args, kwargs, backend in bind_plan(hit, ins, outs, scratch, owner):
+                steps.append(_prepare(kernel, args, kwargs, backend or self.backend))
+        return steps
+
+    def _tiled(self, n, impl, ins, outs, specs, tiled, in_specs, scratch) -> Optional[list]:
         """The node as one step running its tiles (tiling.py), or None when it runs untiled.
         A node the memory plan runs in place is never tiled: a tile could overwrite what
         another tile still reads."""
@@ -389,11 +419,15 @@ class Model:
         if plan is None:
             return None
         backend = self.backend
+        count = [0]
 
-        def capture(op, impl, t_ins, t_outs):  # a tile's run() sees its inputs' tile shapes
+        def capture(op, impl, t_ins, t_outs):  # a tile's plan sees its inputs' tile shapes
             t_specs = tuple(None if s is None or a is None else s.with_(shape=a.shape, quant=s.quant)
                             for s, a in zip(in_specs, t_ins))
-            return (_capture(op, impl, t_ins, t_outs, backend, False, t_specs)
+            o_specs = [specs[t.name].with_(shape=a.shape) if a is not None else specs[t.name]
+                       for t, a in zip(n.outputs, t_outs)]
+            count[0] += 1  # tiles may run at once: each has its own scratch
+            return (self._planned(n, impl, t_ins, t_outs, t_specs, o_specs, False, scratch, (n.name, count[0]))
                     or [(_run, (op, impl, t_ins, t_outs, backend, t_specs))])
         tiled[n.name] = len(plan)
         return [tiles.tile_steps(n.op, impl, ins, outs, plan, backend, capture)]
@@ -492,8 +526,8 @@ class Model:
         mem = self.memory_plan()
         plan = next((p.first for p in list(self._plans.values()) if p is not _DYNAMIC), None)
         if plan is not None:
-            lines.append(f"  launches: {len(plan.steps)} steps, {plan.captured} of "
-                         f"{len(g.nodes)} nodes captured")
+            lines.append(f"  launches: {len(plan.steps)} steps, {plan.planned} of "
+                         f"{len(g.nodes)} nodes planned")
         shared = {} if mem is None else mem.assign
         for n in g.nodes:
             impl = self._impls[n.name]
@@ -558,41 +592,6 @@ def run_data_dependent(op: Op, impl, ins, backend: str, where: str = "eager call
 
 
 
-class _Recorder:
-    """Stands in for a dsl.kernel during capture: records launches instead of running them."""
-
-    def __init__(self, kernel):
-        self.kernel = kernel
-        self.calls: List[Tuple[tuple, dict]] = []
-
-    def __call__(self, *args, **kwargs):
-        self.calls.append((args, kwargs))
-
-    def __getitem__(self, grid):
-        return lambda *args, **kwargs: self(*args, grid=grid, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self.kernel, name)
-
-    def __eq__(self, other):  # a run() that picks by `impl is/== some_kernel` sees its kernel
-        return other is self or other is self.kernel
-
-    def __hash__(self):
-        return hash(self.kernel)
-
-
-def _writable(a):
-    """Undo the capture-time write protection of output views (constants stay read-only)."""
-    if isinstance(a, np.ndarray) and not a.flags.writeable:
-        v = a.view()
-        try:
-            v.flags.writeable = True
-            return v
-        except ValueError:
-            return a
-    return a
-
-
 def _read_tensors(g) -> set:
     """Names of the tensors some node or the graph's outputs read."""
     return {t.name for n in g.nodes for t in n.inputs if t is not None} | {t.name for t in g.outputs}
@@ -624,103 +623,6 @@ def _run_inplace(op: Op, impl, ins, outs, backend, specs) -> None:
     """A node the memory plan runs in place: its launches may bind one buffer as In and Out."""
     with inplace_launches():
         run_op(op, impl, ins, outs, backend, specs)
-
-
-def _capture(op: Op, impl, ins, outs, backend, inplace: bool = False, specs=()):
-    """Record ``op.run``'s launches once; -> [(launcher, (values, grid)), ...] or None.
-
-    Outputs are passed write-protected, so a run() that computes with numpy, or launches
-    a kernel other than ``impl`` into an output, fails here.  run() is recorded twice with
-    the inputs filled with different values; if the launches differ (a scalar taken from
-    an input's value, say) the node is not replayable either.  In both cases, and with
-    ``replay = False``, the model calls run() for real at every run.  Any other exception
-    (a bug in run() or in a launch) propagates."""
-    if not isinstance(impl, Kernel) or not type(op).replay:
-        return None
-    protected = []
-    for o in outs:
-        v = None if o is None else o.view()
-        if v is not None:
-            v.flags.writeable = False
-        protected.append(v)
-    try:
-        recordings = []
-        for fill in (1, 2):
-            for a in ins:
-                if a is not None and a.flags.writeable and a.size:
-                    a.fill(fill)
-            rec = _Recorder(impl)
-            run_op(op, rec, ins, protected, backend, specs)
-            recordings.append(rec.calls)
-        if not _same_launches(impl, *recordings):
-            return None
-        steps = []
-        with inplace_launches() if inplace else contextlib.nullcontext():
-            for args, kwargs in recordings[0]:
-                kwargs = dict(kwargs)
-                run_backend = kwargs.pop("backend", None) or backend
-                steps.append(_prepare(impl, tuple(_writable(a) for a in args),
-                                      {k: _writable(v) for k, v in kwargs.items()}, run_backend))
-        return steps
-    except ValueError as e:  # run() wrote an output itself (numpy, or a kernel other than impl)
-        if _writes_protected_output(e):
-            return None
-        raise
-
-
-def _writes_protected_output(err: ValueError) -> bool:
-    """Whether ``err`` is a write into a capture-protected output: numpy's "assignment
-    destination is read-only" / "output array is read-only", or a kernel launch's "the array
-    is read-only".  Any other error in run() or in a launch is a bug and propagates."""
-    return "read-only" in str(err)
-
-
-def _same_launches(kernel, first, second) -> bool:
-    """Whether two recordings launch the same things.  Arrays match when they are the
-    same memory, or have equal content; arrays a launch writes (Out params, and memory an
-    earlier launch of the node wrote) only need the same shape and dtype."""
-    if len(first) != len(second):
-        return False
-    written = set()
-    names = [p.name for p in kernel.params]
-    writable = {p.name for p in kernel.params
-                if p.kind == "tensor" and getattr(p.annotation, "writable", False)}
-    for (a_args, a_kw), (b_args, b_kw) in zip(first, second):
-        if len(a_args) != len(b_args) or set(a_kw) != set(b_kw):
-            return False
-        pairs = list(zip(names, a_args, b_args)) + [(k, a_kw[k], b_kw[k]) for k in a_kw]
-        for name, x, y in pairs:
-            if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
-                if x.shape != y.shape or x.dtype != y.dtype:
-                    return False
-                if name in writable or (_address(x) in written and _address(y) in written):
-                    continue
-                if _address(x) == _address(y) and x.strides == y.strides:
-                    continue
-                if not np.array_equal(x, y, equal_nan=x.dtype.kind in "fc"):
-                    return False
-            elif isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
-                return False
-            elif not _equal_scalars(x, y):
-                return False
-        for name, x, _ in pairs:
-            if name in writable and isinstance(x, np.ndarray):
-                written.add(_address(x))
-        for name, _, y in pairs:
-            if name in writable and isinstance(y, np.ndarray):
-                written.add(_address(y))
-    return True
-
-
-def _address(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]
-
-
-def _equal_scalars(x, y) -> bool:
-    try:
-        return bool(x == y) or (x != x and y != y)
-    except Exception:
-        return x is y
 
 
 def _prepare(kernel, args, kwargs, backend):

@@ -23,6 +23,7 @@ from dsl.lang.types import DType, as_dtype, from_numpy
 from dsl.opgraph import registry
 from dsl.opgraph.formats import default_select_format
 from dsl.opgraph.host_values import is_host, reject_host_inputs, spec_of
+from dsl.opgraph.launch_plan import default_plan
 from dsl.opgraph.spec import Symbolic, TensorSpec, VerifyError, axis_kept, describe
 from dsl.runtime import pickling
 from dsl.runtime.kernel import Kernel
@@ -357,6 +358,15 @@ class Op:
         """Launch ``impl``.  A ``run`` that also accepts ``specs=`` is given the inputs'
         TensorSpecs (with their ``quant``) by the model and the eager call: see run_op."""
         impl(*inputs, *outputs, **self.kernel_kwargs(impl, backend))
+
+    def plan(self, impl, inputs, outputs, backend: str):
+        """The launches the op makes for these input/output ``Ref``s (their specs, shapes and
+        dtypes; dsl/opgraph/launch_plan.py), a model binds once and replays; None: the model calls
+        ``run`` at every run (launches that depend on input values).  The default covers the
+        default ``run``; an op overriding ``run`` declares ``plan`` too (docs/ops.md "Launch plans")."""
+        if type(self).run is not Op.run:
+            return None
+        return default_plan(self, impl, inputs, outputs, backend)
 
     def kernel_kwargs(self, impl, backend: Optional[str] = None) -> Dict[str, Any]:
         """The op params ``impl`` declares (plus ``backend=`` when it accepts one)."""

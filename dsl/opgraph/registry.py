@@ -148,6 +148,11 @@ def _unknown_message(domain: str, op_type: str, opset: Optional[int]) -> str:
     return msg + "; " + "; ".join(hints)
 
 
+def registered_now() -> List[type]:
+    """The classes registered so far, without loading the built-in library."""
+    return [c for entries in list(_TABLE.values()) for c in entries]
+
+
 def all_ops() -> List[type]:
     """Every registered op class, newest registration of each (domain, type) last."""
     load_builtin_library()

@@ -17,6 +17,7 @@ import numpy as np
 
 from dsl.lang import types as T
 from dsl.opgraph import tiling
+from dsl.opgraph.launch_plan import default_plan
 from dsl.opgraph.op import Op
 from dsl.opgraph.spec import TensorSpec, VerifyError, describe
 from dsl.package.manifest import OpDecl, ParamDecl
@@ -159,6 +160,13 @@ class PackageOp(Op):
     # running --------------------------------------------------------------------------------
     def run(self, impl, inputs, outputs, backend):
         impl(*inputs, *outputs, *self.scratch_buffers(), **self.kernel_kwargs(impl, backend))
+
+    def plan(self, impl, inputs, outputs, backend):
+        """The one launch, bound once by a model; None with scratch buffers, which are zeroed per
+        launch (docs/packages.md), so run() makes them at every run."""
+        if self._decl.scratch:
+            return None
+        return default_plan(self, impl, inputs, outputs, backend)
 
     def scratch_buffers(self) -> List[np.ndarray]:
         """One zeroed buffer per declared scratch entry (``bytes`` of u8, or its dtype and shape),

@@ -200,9 +200,9 @@ def test_user_graph_is_not_changed_by_compile():
     assert str(g) == before
 
 
-def test_runs_are_captured_once_or_called_each_time():
+def test_declared_plans_are_bound_once_other_runs_called_each_time():
     class TwiceCopy(dsl.Op):
-        """run() does numpy work on its output after the kernel: must not be replayed."""
+        """run() does numpy work on its output after the kernel, and declares no plan: run() each time."""
         kernels = {"default": L.copy_k}
 
         def infer(self, x):
@@ -217,17 +217,17 @@ def test_runs_are_captured_once_or_called_each_time():
     w = g.constant("w", np.eye(3, dtype=np.float32))
     g.output(L.FullyConnected(TwiceCopy(L.HardSigmoid(x)), w), "y")
     model = g.compile(backend="interpreter")
-    assert "3 steps, 2 of 3 nodes captured" in str(model)
+    assert "3 steps, 2 of 3 nodes planned" in str(model)
     for shift in (0.0, 1.0):
         xv = RNG.standard_normal((2, 3)).astype(np.float32) + shift
         np.testing.assert_allclose(model.run({"x": xv})["y"], 2 * L.hard_sigmoid_ref(xv), rtol=1e-6)
 
 
-def test_a_bug_in_a_launch_during_capture_is_raised_not_hidden(monkeypatch):
+def test_a_bug_in_a_planned_launch_is_raised_not_hidden(monkeypatch):
     from dsl.runtime.kernel import Kernel
     real_prepare, calls = Kernel.prepare, []
 
-    def prepare_failing_once(self, *args, **kwargs):  # a bug only the capture's launch hits
+    def prepare_failing_once(self, *args, **kwargs):  # a bug only the planned launch hits
         calls.append(self)
         if len(calls) == 1:
             raise RuntimeError("bug in a launch")
@@ -236,12 +236,12 @@ def test_a_bug_in_a_launch_during_capture_is_raised_not_hidden(monkeypatch):
     monkeypatch.setattr(Kernel, "prepare", prepare_failing_once)
     g = dsl.Graph("bug")
     g.output(L.HardSigmoid(g.input("x", (2, 3), dsl.f32)), "y")
-    with pytest.raises(RuntimeError, match="bug in a launch"):  # captured when the shapes are known
+    with pytest.raises(RuntimeError, match="bug in a launch"):  # bound when the shapes are known
         g.compile(backend="interpreter").run({"x": np.zeros((2, 3), np.float32)})
-    assert len(calls) == 1  # raised by the capture's launch, not a fallback to the slow path
+    assert len(calls) == 1  # raised by the planned launch, not a fallback to the slow path
 
 
-def test_runs_reading_input_values_are_not_replayed():
+def test_runs_reading_input_values_are_called_each_run():
     class AddFirst(dsl.Op):
         """Adds the first element of its second input, read in run(): value-dependent."""
         kernels = {"default": L.hard_sigmoid_k}
@@ -261,7 +261,7 @@ def test_runs_reading_input_values_are_not_replayed():
     for kv in (0.1, 0.5):
         np.testing.assert_allclose(model.run({"x": xv, "k": np.array([kv], np.float32)})["y"],
                                    np.clip(xv + kv, 0, 1), rtol=1e-6)
-    assert "0 of 1 nodes captured" in str(model)
+    assert "0 of 1 nodes planned" in str(model)
 
 
 def test_values_computed_by_infer_fold_and_feed_shape_inference():

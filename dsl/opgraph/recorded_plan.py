@@ -1,0 +1,174 @@
+"""``recorded_plan``: an op's launch plan written by its own ``run()``, for ops that declare that
+run()'s launches depend on specs, params and constant inputs only.
+
+Conv, MatMul, pooling and many more compute launch geometry, weight packing and views in
+helpers shared with their eager call.  Writing that again as a plan would duplicate it, so such
+an op says ``plan = recorded_plan``: its run() is called once on stand-in arrays of the
+node's shapes (constant inputs as their values, so weights are packed once), with a recorder in
+place of the selected kernel, and each recorded launch becomes a ``Launch`` whose array
+arguments are mapped back to roles by memory: inside input i or output j -> that Ref's view;
+memory a launch writes that is neither -> a Scratch buffer; anything else -> a fixed array
+(packed weights, a zero bias).
+
+Only the selected kernel is recorded; other kernels run() launches run now (packing constant
+weights, say).  The declaration is the op's promise that run() reads no non-constant input's
+values (``recorded_plan_when_constant`` answers None unless the named inputs are constants);
+one thing is checked: outputs are filled with a byte pattern that must survive the recording,
+and a run() that writes an output itself (numpy, or another kernel) gets no plan (None: the
+node calls run() at every run).
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import numpy as np
+
+from dsl.opgraph.launch_plan import Launch, Ref, Scratch
+from dsl.opgraph.op import run_op
+from dsl.runtime.kernel import Kernel
+
+_PATTERN = 0xA5  # output stand-ins hold this byte; run() must leave it for the launches to write
+
+
+class _Recorder:
+    """Stands in for the selected kernel while run() is recorded: keeps launches, runs none."""
+
+    def __init__(self, kernel: Kernel):
+        self.kernel = kernel
+        self.calls: list = []
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self(*args, grid=grid, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.kernel, name)
+
+    def __eq__(self, other):  # a run() choosing by `impl == some_kernel` sees its kernel
+        return other is self or other is self.kernel
+
+    def __hash__(self):
+        return hash(self.kernel)
+
+
+def recorded_plan(op, impl, inputs: List[Optional[Ref]], outputs: List[Optional[Ref]], backend: str):
+    """``Op.plan`` for ops whose run() launches depend on specs and constant inputs only."""
+    if not isinstance(impl, Kernel):
+        return None
+    ins = [None if r is None else _stand_in(r) for r in inputs]
+    outs = [None if r is None else _patterned(r) for r in outputs]
+    rec = _Recorder(impl)
+    specs = [None if r is None else r.spec for r in inputs]
+    run_op(op, rec, ins, outs, backend, specs)
+    if any(o is not None and o.size and _changed(o) for o in outs):
+        return None  # run() wrote an output itself (numpy, or a kernel other than impl): run() at every run
+    roots = [(r, a) for r, a in zip(list(inputs) + list(outputs), ins + outs) if r is not None and a is not None]
+    writes = _written_owners(impl, rec.calls)
+    scratch: dict = {}
+    launches = []
+    for args, kwargs in rec.calls:
+        kwargs = dict(kwargs)
+        grid = kwargs.pop("grid", None)
+        run_backend = kwargs.pop("backend", None)
+        mapped = tuple(_as_ref(a, roots, writes, scratch) for a in args)
+        launches.append(Launch(impl, mapped, {k: _as_ref(v, roots, writes, scratch) for k, v in kwargs.items()},
+                               grid, run_backend))
+    return launches
+
+
+recorded_plan.follows_run = True  # describes whatever run() the class has (launch_plan.plan_of)
+
+
+def recorded_plan_when_constant(*positions: int):
+    """A ``plan`` recording run() when the inputs at ``positions`` are constants or absent (run()
+    reads their values: packs weights, broadcasts a scale), else None (run() at every run)."""
+    def plan(op, impl, inputs, outputs, backend):
+        for i in positions:
+            r = inputs[i] if i < len(inputs) else None
+            if r is not None and (r.spec is None or r.spec.value is None):
+                return None
+        return recorded_plan(op, impl, inputs, outputs, backend)
+    plan.follows_run = True
+    return plan
+
+
+def _stand_in(ref: Ref) -> np.ndarray:
+    """A constant input's own value (read-only: run() may pack it once), else zeros, laid out
+    as the buffer the plan will bind."""
+    v = None if ref.spec is None else ref.spec.value
+    shape, dtype, strides = ref.root
+    if isinstance(v, np.ndarray) and v.shape == shape and v.dtype == dtype and strides is None and (
+            v.flags.c_contiguous):
+        return v
+    return _laid_out(ref.root, 0)
+
+
+def _patterned(ref: Ref) -> np.ndarray:
+    return _laid_out(ref.root, _PATTERN)
+
+
+def _laid_out(root, fill: int) -> np.ndarray:
+    """An array of ``root``'s shape, dtype and strides, every byte it spans set to ``fill``."""
+    shape, dtype, strides = root
+    if strides is None:
+        a = np.empty(shape, dtype)
+        a.view(np.uint8).reshape(-1).fill(fill)
+        return a
+    extent = dtype.itemsize + sum((d - 1) * abs(s) for d, s in zip(shape, strides)) if all(shape) else 0
+    low = sum((d - 1) * s for d, s in zip(shape, strides) if s < 0) if all(shape) else 0
+    buf = np.full(max(extent, 1), fill, np.uint8)
+    return np.ndarray(shape, dtype, buffer=buf, offset=-low, strides=strides)
+
+
+def _changed(a: np.ndarray) -> bool:
+    """Whether some byte of ``a`` lost the pattern."""
+    b = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+    return bool(np.any(b != _PATTERN))
+
+
+def _owner(a: np.ndarray) -> np.ndarray:
+    """The array owning ``a``'s memory."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def _written_owners(kernel: Kernel, calls) -> set:
+    """ids of the arrays owning memory some recorded launch binds to an Out/InOut parameter."""
+    writable = {p.name for p in kernel.params if p.kind == "tensor" and getattr(p.annotation, "writable", False)}
+    names = [p.name for p in kernel.params]
+    found = set()
+    for args, kwargs in calls:
+        pairs = list(zip(names, args)) + list(kwargs.items())
+        for name, v in pairs:
+            if name in writable and isinstance(v, np.ndarray):
+                found.add(id(_owner(v)))
+    return found
+
+
+def _as_ref(v, roots, writes: set, scratch: dict):
+    """A recorded argument as a plan value: a Ref view of a root, a Scratch view, or itself."""
+    if type(v) in (tuple, list):
+        return type(v)(_as_ref(x, roots, writes, scratch) for x in v)
+    if not isinstance(v, np.ndarray):
+        return v
+    p = _address(v)
+    owner = _owner(v)
+    for ref, root in roots:
+        if _owner(root) is owner:
+            return ref.strided(p - _address(root), v.shape, v.strides, v.dtype)
+    if id(owner) in writes:  # a buffer a launch may write: each plan instance gets its own, starting
+        # with what run() put there (packed weights a kernel reads through an InOut parameter)
+        k, ref = scratch.get(id(owner), (None, None))
+        if ref is None:
+            flat = owner.reshape(-1).view(np.uint8) if owner.flags.c_contiguous else None
+            init = None if flat is None or not flat.any() else flat.copy()
+            k, ref = scratch[id(owner)] = (len(scratch), Scratch(len(scratch), (owner.nbytes,), np.uint8, init))
+        return ref.strided(p - _address(owner), v.shape, v.strides, v.dtype)
+    return v

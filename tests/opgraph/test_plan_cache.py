@@ -1,0 +1,153 @@
+"""The model plan cache (dsl/opgraph/plan_cache.py): a second load_onnx of the same model reads
+its plan (counted, never timed), any change of model, op code or toolchain is a miss, and a
+damaged entry is a miss with one warning."""
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dsl
+from backends import cache
+from dsl.opgraph import plan_cache
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _model_bytes(scale: float = 2.0) -> bytes:
+    """y = Softmax(Relu(x) * w + b) on (2, 8): a constant, a broadcast, a library op with a plan."""
+    w = numpy_helper.from_array(np.full((8,), scale, np.float32), "w")
+    b = numpy_helper.from_array(np.linspace(-1, 1, 8, dtype=np.float32), "b")
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "w"], ["m"]),
+             helper.make_node("Add", ["m", "b"], ["a"]), helper.make_node("Softmax", ["a"], ["y"], axis=-1)]
+    graph = helper.make_graph(nodes, "plan_cache", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], [w, b])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+
+
+def _reference(x, scale=2.0):
+    a = np.maximum(x, 0) * scale + np.linspace(-1, 1, 8, dtype=np.float32)
+    e = np.exp(a - a.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+@pytest.fixture
+def plans_dir(tmp_path, monkeypatch):
+    """A cache of its own (kernels compiled in memory stay compiled) and zeroed counters."""
+    monkeypatch.setenv("OPDSL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("OPDSL_PLAN_CACHE", raising=False)
+    cache.reset()
+    monkeypatch.setattr(plan_cache, "stats", {"hits": 0, "misses": 0, "stores": 0})
+    yield tmp_path / "cache" / plan_cache.FOLDER
+    cache.reset()
+
+
+def _load(path, backend="interpreter"):
+    model = dsl.load_onnx(str(path), backend=backend)
+    x = np.random.default_rng(1).standard_normal((2, 8)).astype(np.float32)
+    np.testing.assert_allclose(model.run({"x": x})["y"], _reference(x), rtol=1e-5, atol=1e-6)
+    return model
+
+
+def test_second_load_reads_the_plan(backend, plans_dir, tmp_path, monkeypatch):
+    from dsl.opgraph import model as model_module
+    asked = []
+    real_plan_of = model_module.plan_of
+    monkeypatch.setattr(model_module, "plan_of", lambda *a, **k: asked.append(a[0]) or real_plan_of(*a, **k))
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_model_bytes())
+    first = _load(path, backend)
+    assert plan_cache.stats == {"hits": 0, "misses": 1, "stores": 1}
+    assert len(list(plans_dir.iterdir())) == 1 and asked
+    asked.clear()
+    second = _load(path, backend)
+    assert plan_cache.stats == {"hits": 1, "misses": 1, "stores": 1}
+    assert asked == []  # every node's launches came from the entry, no op was asked again
+    assert str(second) == str(first)  # same graph, kernels, memory and planned nodes
+
+
+def test_a_fresh_process_reads_the_plan(plans_dir, tmp_path):
+    """Two processes (the test process may have registered test ops, another key): the first
+    stores the plan, the second reads it."""
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_model_bytes())
+    script = ("import numpy as np, dsl\nfrom dsl.opgraph import plan_cache\n"
+              f"m = dsl.load_onnx({str(path)!r}, backend='numba')\n"
+              "m.run({'x': np.ones((2, 8), np.float32)})\nprint(plan_cache.stats)\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    seen = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", script], env=env, cwd=ROOT, capture_output=True, text=True,
+                             timeout=600)
+        assert out.returncode == 0, out.stderr
+        seen.append(out.stdout.strip().splitlines()[-1])
+    assert seen == ["{'hits': 0, 'misses': 1, 'stores': 1}", "{'hits': 1, 'misses': 0, 'stores': 0}"]
+
+
+@pytest.mark.parametrize("change", ["model", "op code", "toolchain", "options"])
+def test_a_change_is_a_miss(plans_dir, tmp_path, monkeypatch, change):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_model_bytes())
+    _load(path)
+    if change == "model":
+        path.write_bytes(_model_bytes(scale=3.0))
+        model = dsl.load_onnx(str(path), backend="interpreter")
+        x = np.ones((2, 8), np.float32)
+        np.testing.assert_allclose(model.run({"x": x})["y"], _reference(x, 3.0), rtol=1e-5)
+    else:
+        if change == "op code":
+            real = plan_cache.code_digest()
+            monkeypatch.setattr(plan_cache, "code_digest", lambda roots=None: real[::-1])
+        elif change == "toolchain":
+            real_key = plan_cache.toolchain_key
+            monkeypatch.setattr(plan_cache, "toolchain_key", lambda: real_key().replace("numba ", "numba 0."))
+        if change == "options":
+            dsl.load_onnx(str(path), backend="interpreter", fuse=False)
+        else:
+            _load(path)
+    assert plan_cache.stats["hits"] == 0 and plan_cache.stats["misses"] == 2
+    assert len(list(plans_dir.iterdir())) == 2  # the new key's entry beside the old one
+
+
+def test_code_digest_follows_an_edited_file(tmp_path):
+    src = tmp_path / "myops"
+    src.mkdir()
+    (src / "op.py").write_text("X = 1\n")
+    before = plan_cache.code_digest([src])
+    plan_cache._DIGEST.clear()
+    (src / "op.py").write_text("X = 22\n")  # another size (and time)
+    assert plan_cache.code_digest([src]) != before
+    plan_cache._DIGEST.clear()
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_a_damaged_entry_is_a_miss_with_one_warning(plans_dir, tmp_path, damage):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_model_bytes())
+    _load(path)
+    entry = next(plans_dir.iterdir())
+    raw = entry.read_bytes()
+    entry.write_bytes(b"not a plan" * 10 if damage == "garbage" else raw[:len(raw) // 2])
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        _load(path)
+    damaged = [w for w in seen if issubclass(w.category, cache.CacheEntryWarning)]
+    assert len(damaged) == 1 and "model plan cache entry" in str(damaged[0].message)
+    assert plan_cache.stats == {"hits": 0, "misses": 2, "stores": 2}  # built again and stored again
+    _load(path)
+    assert plan_cache.stats["hits"] == 1
+
+
+def test_cache_off_by_environment(plans_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPDSL_PLAN_CACHE", "0")
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_model_bytes())
+    _load(path)
+    _load(path)
+    assert plan_cache.stats == {"hits": 0, "misses": 0, "stores": 0} and not plans_dir.exists()
