@@ -10,12 +10,16 @@ arguments are mapped back to roles by memory: inside input i or output j -> that
 memory a launch writes that is neither -> a Scratch buffer; anything else -> a fixed array
 (packed weights, a zero bias).
 
-Only the selected kernel is recorded; other kernels run() launches run now (packing constant
-weights, say).  The declaration is the op's promise that run() reads no non-constant input's
-values (``recorded_plan_when_constant`` answers None unless the named inputs are constants);
-one thing is checked: outputs are filled with a byte pattern that must survive the recording,
-and a run() that writes an output itself (numpy, or another kernel) gets no plan (None: the
-node calls run() at every run).
+Only the selected kernel is recorded; other kernels run() launches run now, which is right only
+when they read constant inputs (packing weights).  That is checked, not promised: while run() is
+recorded every other launch is watched (``dsl.runtime.kernel.watching_launches``), and one whose array
+arguments overlap a non-constant input's stand-in or an output's gets no plan (None: the node
+calls run() at every run, always correct).  So does an ``impl`` launch on a buffer another
+kernel packed from an activation: that packing launch read the stand-in.  Outputs are also
+filled with a byte pattern that must survive the recording, so a run() writing an output
+itself (numpy, or another kernel) gets no plan.  What stays the op's promise is that run()'s
+numpy code reads no non-constant input's values (``recorded_plan_when_constant`` answers None
+unless the named inputs are constants) and copies none into a launch argument.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ import numpy as np
 
 from dsl.opgraph.launch_plan import Launch, Ref, Scratch
 from dsl.opgraph.op import run_op
-from dsl.runtime.kernel import Kernel
+from dsl.runtime.kernel import Kernel, watching_launches
 
 _PATTERN = 0xA5  # output stand-ins hold this byte; run() must leave it for the launches to write
 
@@ -61,7 +65,15 @@ def recorded_plan(op, impl, inputs: List[Optional[Ref]], outputs: List[Optional[
     outs = [None if r is None else _patterned(r) for r in outputs]
     rec = _Recorder(impl)
     specs = [None if r is None else r.spec for r in inputs]
-    run_op(op, rec, ins, outs, backend, specs)
+    varying = [a for r, a in zip(inputs, ins) if a is not None and a is not getattr(r.spec, "value", None)]
+    guard = _Guard(varying + [o for o in outs if o is not None])
+    try:
+        with watching_launches(guard):
+            run_op(op, rec, ins, outs, backend, specs)
+    except _Refused:
+        return None
+    if guard.refused:  # run() caught _Refused, or the launch ran on another thread
+        return None
     if any(o is not None and o.size and _changed(o) for o in outs):
         return None  # run() wrote an output itself (numpy, or a kernel other than impl): run() at every run
     roots = [(r, a) for r, a in zip(list(inputs) + list(outputs), ins + outs) if r is not None and a is not None]
@@ -76,6 +88,34 @@ def recorded_plan(op, impl, inputs: List[Optional[Ref]], outputs: List[Optional[
         launches.append(Launch(impl, mapped, {k: _as_ref(v, roots, writes, scratch) for k, v in kwargs.items()},
                                grid, run_backend))
     return launches
+
+
+class _Refused(BaseException):
+    """Raised into run() at a launch that would make the recording wrong (not an Exception: a
+    run() catching errors to try another path must not swallow it)."""
+
+
+class _Guard:
+    """Watches run()'s launches of kernels other than the recorded one: refuses any whose array
+    arguments overlap ``watched`` memory (non-constant inputs' and outputs' stand-ins)."""
+
+    def __init__(self, watched):
+        self.watched = [a for a in watched if a.size]
+        self.refused = False
+
+    def __call__(self, kernel, args, kwargs):
+        for v in list(args) + list(kwargs.values()):
+            if any(np.may_share_memory(a, w) for a in _arrays(v) for w in self.watched):
+                self.refused = True
+                raise _Refused(kernel)
+
+
+def _arrays(v):
+    if isinstance(v, np.ndarray):
+        yield v
+    elif type(v) in (tuple, list):
+        for x in v:
+            yield from _arrays(x)
 
 
 recorded_plan.follows_run = True  # describes whatever run() the class has (launch_plan.plan_of)

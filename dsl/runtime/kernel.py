@@ -173,6 +173,8 @@ class Kernel:
 
     def __call__(self, *args, backend: Optional[str] = None, grid: Any = None, **kwargs) -> None:
         __tracebackhide__ = True  # pytest and IPython hide this frame: errors point at user code
+        if _watchers:  # a plan is being recorded (dsl/opgraph/recorded_plan.py): it sees this launch
+            _notify(self, args, kwargs)
         # one hop: the last small launch's types, straight to its machine code (dsl/runtime/hop.py)
         hop = self._hop
         if (hop is not None and len(args) == hop.arity and grid is None and backend is None and not kwargs
@@ -244,6 +246,8 @@ class Kernel:
         ``launcher(values, grid)`` then runs it; graphs record this once per node and replay it.  The
         grid is an int (1-d, 0 when no team runs) or ``(gx, gy, gz)`` (dsl/runtime/grid.py)."""
         __tracebackhide__ = True
+        if _watchers:
+            _notify(self, args, kwargs)
         backend = backend or config.default_backend()
         values, key = self.bind(args, kwargs)
         launcher = self._variants.get((backend, key))
@@ -573,6 +577,30 @@ def _check_tensor(kname: str, p, v, typevars: Dict, hint: Optional[str] = None) 
     if ann.writable and not v.flags.writeable:
         raise ValueError(f"{kname}(): argument '{p.name}' is {ann!r} but the array is read-only")
     return dt
+
+
+# Callables that see every launch (any thread) before it runs, while a plan is recorded
+# (dsl/opgraph/recorded_plan.py guards it); empty otherwise, so a launch pays one truth test.
+_watchers: tuple = ()
+_watchers_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def watching_launches(watcher: Callable[["Kernel", tuple, dict], None]):
+    """Within this block ``watcher(kernel, args, kwargs)`` sees each launch first; raising refuses it."""
+    global _watchers
+    with _watchers_lock:
+        _watchers = _watchers + (watcher,)
+    try:
+        yield
+    finally:
+        with _watchers_lock:
+            _watchers = tuple(w for w in _watchers if w is not watcher)
+
+
+def _notify(kernel: "Kernel", args: tuple, kwargs: dict) -> None:
+    for watcher in _watchers:
+        watcher(kernel, args, kwargs)
 
 
 # Set by dsl.Model around launches whose output the memory plan put in place of an input

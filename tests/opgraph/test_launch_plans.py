@@ -17,6 +17,13 @@ def affine_k(x: In[f32], y: Out[f32], a: f32, b: f32):
 
 
 @dsl.kernel
+def add_k(x: In[f32], w: In[f32], y: Out[f32]):
+    lo, hi = dsl.split(x.size)
+    for i in range(lo, hi):
+        y.flat[i] = x.flat[i] + w.flat[i]
+
+
+@dsl.kernel
 def row_sum_k(x: In[f32, 2], y: Out[f32, 1]):
     lo, hi = dsl.split(y.size)
     for r in range(lo, hi):
@@ -104,6 +111,47 @@ class RunOnlyChild(AffineRowSums):
         outputs[0] += 1
 
 
+@dsl.kernel
+def scaled_copy_k(x: In[f32], y: Out[f32], a: f32):
+    lo, hi = dsl.split(x.size)
+    for i in range(lo, hi):
+        y.flat[i] = a * x.flat[i]
+
+
+class PacksItsActivation(dsl.Op):
+    """run() packs x with a second kernel, then launches impl on the packed copy: a plan recorded
+    on the stand-in would replay impl on zeros, so the guard must refuse it."""
+    kernels = {"default": affine_k}
+    plan = dsl.recorded_plan
+    calls = 0
+
+    def infer(self, x):
+        return x.spec.with_()
+
+    def run(self, impl, inputs, outputs, backend):
+        type(self).calls += 1
+        packed = np.empty(inputs[0].size, np.float32)
+        scaled_copy_k(inputs[0].reshape(-1), packed, 2.0, backend=backend)
+        impl(packed, outputs[0].reshape(-1), 1.0, 0.5, backend=backend)
+
+
+class PacksItsWeight(dsl.Op):
+    """run() packs w with a second kernel, then adds it to x with impl: plain ``recorded_plan``,
+    so the guard alone tells a constant w (packed once) from a graph input (run() every time)."""
+    kernels = {"default": add_k}
+    plan = dsl.recorded_plan
+    calls = 0
+
+    def infer(self, x, w):
+        return x.spec.with_()
+
+    def run(self, impl, inputs, outputs, backend):
+        type(self).calls += 1
+        packed = np.empty(inputs[1].size, np.float32)
+        scaled_copy_k(inputs[1].reshape(-1), packed, 3.0, backend=backend)
+        impl(inputs[0].reshape(-1), packed, outputs[0].reshape(-1), backend=backend)
+
+
 def _model(op_cls, backend, shape=(3, 5), **params):
     g = dsl.Graph("plans")
     x = g.input("x", shape, dsl.f32)
@@ -165,6 +213,58 @@ def test_recorded_run_writing_its_output_falls_back_to_run(backend):
     for _ in range(2):
         np.testing.assert_allclose(model.run({"x": xv})["y"], 2 * (3 * xv + 0.5), rtol=1e-6)
     assert DoubledAfter.calls == calls + 2
+
+
+def test_a_run_packing_its_activation_with_another_kernel_gets_no_plan(backend):
+    PacksItsActivation.calls = 0
+    model = _model(PacksItsActivation, backend)
+    assert "0 of 1 nodes planned" in str(model)
+    calls = PacksItsActivation.calls
+    for _ in range(2):  # different inputs: a plan replaying the stand-in's packing would repeat 0.5
+        xv = RNG.standard_normal((3, 5)).astype(np.float32)
+        np.testing.assert_allclose(model.run({"x": xv})["y"], 2 * xv + 0.5, rtol=1e-6)
+    assert PacksItsActivation.calls == calls + 2
+
+
+def test_a_run_packing_a_constant_weight_with_another_kernel_is_planned(backend):
+    PacksItsWeight.calls = 0
+    wv = RNG.standard_normal((3, 5)).astype(np.float32)
+    g = dsl.Graph("packs_weight")
+    x = g.input("x", (3, 5), dsl.f32)
+    g.output(PacksItsWeight()(x, g.constant("w", wv)), "y")
+    model = g.compile(backend=backend)
+    assert "1 of 1 nodes planned" in str(model) and PacksItsWeight.calls == 1
+    for _ in range(2):
+        xv = RNG.standard_normal((3, 5)).astype(np.float32)
+        np.testing.assert_allclose(model.run({"x": xv})["y"], xv + 3 * wv, rtol=1e-6)
+    assert PacksItsWeight.calls == 1  # the weight was packed once, while planning
+
+
+def test_the_guard_sees_launches_of_a_non_constant_weight(backend):
+    PacksItsWeight.calls = 0
+    g = dsl.Graph("packs_input")
+    x, w = g.input("x", (3, 5), dsl.f32), g.input("w", (3, 5), dsl.f32)
+    g.output(PacksItsWeight()(x, w), "y")
+    model = g.compile(backend=backend)
+    assert "0 of 1 nodes planned" in str(model)
+    xv = RNG.standard_normal((3, 5)).astype(np.float32)
+    for _ in range(2):
+        wv = RNG.standard_normal((3, 5)).astype(np.float32)
+        np.testing.assert_allclose(model.run({"x": xv, "w": wv})["y"], xv + 3 * wv, rtol=1e-6)
+
+
+def test_recording_guard_refuses_overlap_and_lets_other_memory_through():
+    """The guard itself: the recorded plan is None exactly when a watched buffer is touched."""
+    from dsl.opgraph.launch_plan import refs
+    from dsl.opgraph.recorded_plan import recorded_plan
+    x = np.zeros((3, 5), np.float32)
+    spec = dsl.TensorSpec((3, 5), dsl.f32)
+    ins, outs = refs([spec], "in", [x]), refs([spec], "out", [x])
+    assert recorded_plan(PacksItsActivation(), affine_k, ins, outs, "interpreter") is None
+    const = dsl.TensorSpec((3, 5), dsl.f32, value=np.ones((3, 5), np.float32))
+    ins2 = refs([spec, const], "in", [x, const.value])
+    plan = recorded_plan(PacksItsWeight(), add_k, ins2, outs, "interpreter")
+    assert plan is not None and len(plan) == 1 and plan[0].args[0].kind == "in"
 
 
 def test_a_subclass_overriding_run_only_does_not_inherit_the_plan():
