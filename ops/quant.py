@@ -268,6 +268,7 @@ class QuantizeLinear(dsl.Op):
     block_size: int = 0
     output_dtype: int = 0
     kernels = {"default": quantize_kernel, "per_tensor": quantize_tensor_kernel}
+    plan = dsl.recorded_plan_when_constant(1, 2)  # views of x, the scale and the zero point
 
     def select(self, x, y_scale, y_zero_point=None, backend=None):
         return "per_tensor" if y_scale.size == 1 and not self.block_size else "default"
@@ -319,6 +320,7 @@ class DequantizeLinear(dsl.Op):
     block_size: int = 0
     output_dtype: int = 0
     kernels = {"default": dequantize_kernel, "per_tensor": dequantize_tensor_kernel}
+    plan = dsl.recorded_plan_when_constant(1, 2)  # views of x, the scale and the zero point
 
     def select(self, x, x_scale, x_zero_point=None, backend=None):
         return "per_tensor" if x_scale.size == 1 and not self.block_size else "default"

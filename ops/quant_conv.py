@@ -158,6 +158,10 @@ class _QConv(ConvAttributes):
 class ConvInteger(_QConv):
     """Conv of i8/u8 x and w minus their zero points, exact in i32."""
 
+    # w and its zero point are read (packed); the packed paths also pack x with another kernel,
+    # which the recording refuses: those nodes call run() at every run
+    plan = dsl.recorded_plan_when_constant(1, 3)
+
     def select(self, x, w, x_zero_point=None, w_zero_point=None, backend=None):
         return self._select(x, w, backend)
 
@@ -180,6 +184,10 @@ class ConvInteger(_QConv):
 @dsl.op("QLinearConv", since=10)
 class QLinearConv(_QConv):
     """Quantized Conv: i8/u8 in and out, f32 scales (w_scale per output channel allowed), i32 bias."""
+
+    # run() reads the scales, w, its and y's zero points and the bias; as for ConvInteger,
+    # the packed paths (x packed by another kernel) are refused by the recording
+    plan = dsl.recorded_plan_when_constant(1, 3, 4, 5, 6, 7, 8)
 
     def select(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None,
                backend=None):

@@ -229,6 +229,23 @@ def _run_qgemm(impl, inputs, y: np.ndarray, requantize: bool, backend: str) -> N
          ys, yz, out, requantize, qmin, qmax, backend=backend)
 
 
+def _planned_when_constant(b_index: int, *positions: int):
+    """``dsl.recorded_plan_when_constant(*positions)`` for a product whose ``a`` (input 0) run()
+    takes as a view: C-contiguous and with the full batch.  Otherwise run() hands the kernel a
+    numpy copy of ``a``, which a recorded plan would freeze (None: run() at every run)."""
+    recorded = dsl.recorded_plan_when_constant(*positions)
+
+    def plan(op, impl, inputs, outputs, backend):
+        a, b = inputs[0], inputs[b_index]
+        a_batch = a.shape[:-2] if a.ndim > 2 else ()
+        full = np.broadcast_shapes(a_batch, b.shape[:-2] if b.ndim > 2 else ())
+        if a.root[2] is not None or a_batch != full:
+            return None
+        return recorded(op, impl, inputs, outputs, backend)
+    plan.follows_run = True
+    return plan
+
+
 # --------------------------------------------------------------------------- ops
 
 @dsl.op("MatMulInteger", since=10)
@@ -236,6 +253,7 @@ class MatMulInteger(dsl.Op):
     """numpy.matmul of i8/u8 operands minus their zero points, exact in i32."""
 
     kernels = {"default": qgemm_kernel, "packed": qgemm_packed}
+    plan = _planned_when_constant(1, 1, 3)  # B and its zero point: packed once; a_zero_point is a view
 
     def select(self, a, b, a_zero_point=None, b_zero_point=None, backend=None):
         return "packed" if packed_ok(a, b, a_zero_point, b_zero_point, backend=backend) else "default"
@@ -261,6 +279,7 @@ class QLinearMatMul(dsl.Op):
     """Quantized numpy.matmul: i8/u8 in, i8/u8 out, scales f32 (f16/bf16 from opset 21)."""
 
     kernels = {"default": qgemm_kernel, "packed": qgemm_packed}
+    plan = _planned_when_constant(3, 1, 3, 4, 5, 6, 7)  # run() reads scales, B, its and y's zero points
 
     def select(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, backend=None):
         ok = packed_ok(a, b, a_zero_point, b_zero_point, a_scale, b_scale, backend=backend)
