@@ -70,8 +70,10 @@ def recorded_plan(op, impl, inputs: List[Optional[Ref]], outputs: List[Optional[
     try:
         with watching_launches(guard):
             run_op(op, rec, ins, outs, backend, specs)
-    except _Refused:
-        return None
+    except (_Refused, Exception):
+        if guard.refused:  # _Refused, or what run() made of it (never a Ctrl-C)
+            return None
+        raise
     if guard.refused:  # run() caught _Refused, or the launch ran on another thread
         return None
     if any(o is not None and o.size and _changed(o) for o in outs):

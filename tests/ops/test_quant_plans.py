@@ -60,6 +60,20 @@ def test_matmul_integer_with_a_run_time_zero_point_is_planned(backend):
         np.testing.assert_array_equal(got, (av.astype(np.int64) - zv) @ (b.astype(np.int64) - 3))
 
 
+def test_a_product_broadcasting_a_over_b_batches_is_not_planned(backend):
+    """The packed GEMM gets a numpy copy of a broadcast over B's batch, which a plan would freeze:
+    MatMulInteger's plan declines a whose batch is not the output's (on every path)."""
+    b = RNG.integers(-128, 128, (2, 6, 5)).astype(np.int8)
+    g = dsl.Graph("mmi_bcast")
+    a = g.input("a", (4, 6), dsl.u8)
+    g.output(ops.MatMulInteger(a, g.constant("b", b)), "y")
+    model = g.compile(backend=backend)
+    assert _planned(model) == "0 of 1 nodes planned"
+    for _ in range(2):
+        av = RNG.integers(0, 256, (4, 6)).astype(np.uint8)
+        np.testing.assert_array_equal(model.run({"a": av})["y"], av.astype(np.int64) @ b.astype(np.int64))
+
+
 def test_a_non_constant_weight_is_not_planned():
     g = dsl.Graph("mmi_w")
     a, b = g.input("a", (4, 6), dsl.u8), g.input("b", (6, 5), dsl.i8)
