@@ -156,7 +156,7 @@ def _laid_out(root, fill: int) -> np.ndarray:
     shape, dtype, strides = root
     if strides is None:
         a = np.empty(shape, dtype)
-        a.view(np.uint8).reshape(-1).fill(fill)
+        a.reshape(-1).view(np.uint8).fill(fill)  # a 0-d array cannot change its itemsize: flatten first
         return a
     extent = dtype.itemsize + sum((d - 1) * abs(s) for d, s in zip(shape, strides)) if all(shape) else 0
     low = sum((d - 1) * s for d, s in zip(shape, strides) if s < 0) if all(shape) else 0

@@ -204,6 +204,14 @@ def test_recorded_plan_calls_run_once_while_planning(backend):
     assert RecordedAffine.calls == 1
 
 
+def test_recorded_plan_of_a_0d_tensor():
+    """0-d stand-ins (a DynamicQuantizeLinear scale): filled bytewise like any other."""
+    model = _model(RecordedAffine, "interpreter", shape=(), a=2.0)
+    assert "1 of 1 nodes planned" in str(model)
+    for v in (1.5, -4.0):
+        np.testing.assert_allclose(model.run({"x": np.array(v, np.float32)})["y"], 2 * v + 0.5)
+
+
 def test_recorded_run_writing_its_output_falls_back_to_run(backend):
     DoubledAfter.calls = 0
     model = _model(DoubledAfter, backend, a=3.0)
