@@ -182,6 +182,8 @@ class DataConvert(dsl.Op):
         quant = self._quant(x) if self._mode(x) == QUANTIZE else None
         return TensorSpec(x.shape, self.dtype, quant=quant)
 
+    plan = dsl.recorded_plan  # launches from the input's spec (its quantization) and params only
+
     def run(self, impl, inputs, outputs, backend, specs=()):
         x, y = inputs[0], outputs[0]
         quant = specs[0].quant if specs and specs[0] is not None else None

@@ -100,7 +100,7 @@ def test_dsl_kernel_gets_vector_bool_and_scratch(make_package, backend):
     for n in (4, 9):
         xs = np.arange(n, dtype=np.float32)
         np.testing.assert_allclose(model.run({"x": xs})["y"], 3 * xs - 1)
-    assert "1 of 1 nodes captured" in str(model)  # scratch buffers do not stop the launch replay
+    assert "0 of 1 nodes planned" in str(model)  # scratch is zeroed per launch (docs/packages.md): run() each time
     with pytest.raises(TypeError, match=r"Affine param 'coef' expects 2 values \(size: 2\), got 3"):
         Affine(coef=(1.0, 2.0, 3.0))
     with pytest.raises(TypeError, match=r"Affine param 'clip' expects bool"):

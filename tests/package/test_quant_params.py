@@ -78,7 +78,7 @@ def test_kernel_reads_the_input_quantization_in_a_graph(pkg, backend, dtype, sca
     qv = np.clip(np.rint(xv / np.float32(scale)) + zero_point, lo, hi)
     ref = 2 * (qv - zero_point).astype(np.float32) * np.float32(scale)
     np.testing.assert_allclose(model.run({"x": xv})["y"], ref, rtol=1e-6, atol=1e-6)
-    assert "2 of 2 nodes captured" in str(model)  # the bound kernel still replays its launches
+    assert "2 of 2 nodes planned" in str(model)  # the bound kernel still replays its launches
     assert f"impl=dequant[x_scale={scale}, x_offset={zero_point}]" in str(model)
 
 
