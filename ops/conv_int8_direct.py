@@ -24,13 +24,12 @@ write; the others go to the im2col path.
 """
 from __future__ import annotations
 
-import weakref
-
 import numpy as np
 
 import dsl
 from dsl import In, Out, i32, i64
-from ops.gemm_int8 import THREADS, Int8Tile, immutable_array, int8_tile, root_array
+from ops import packed_constants
+from ops.gemm_int8 import THREADS, Int8Tile, int8_tile
 
 X = dsl.TypeVar("X")
 Y = dsl.TypeVar("Y")
@@ -182,7 +181,6 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
 
 # --------------------------------------------------------------------------- host side
 
-_PACKED: dict = {}  # id(constant root weight array) -> (weakref to it, {key: (wp, wsum)})
 
 
 def _pack_weights(w: np.ndarray, tile: Int8Tile) -> tuple:
@@ -202,22 +200,10 @@ def _pack_weights(w: np.ndarray, tile: Int8Tile) -> tuple:
 def packed_weights(w: np.ndarray, tile: Int8Tile) -> tuple:
     """(wp, wsum) of ``w`` (M, C, KH, KW) as qconv_direct_int8 reads them: packed once per constant array (kept while it lives),
     at every call for any other."""
-    if not immutable_array(w):
+    if not packed_constants.immutable(w):
         return _pack_weights(w, tile)
-    root = root_array(w)
-    key = (w.__array_interface__["data"][0], w.shape, w.strides, w.dtype.str, tile)
-    hit = _PACKED.get(id(root))
-    if hit is not None and hit[0]() is root and key in hit[1]:
-        return hit[1][key]
-    packed = _pack_weights(w, tile)
-    if hit is None or hit[0]() is not root:
-        try:
-            hit = (weakref.ref(root, lambda _, k=id(root): _PACKED.pop(k, None)), {})
-        except TypeError:
-            return packed
-        _PACKED[id(root)] = hit
-    hit[1][key] = packed
-    return packed
+    key = ("conv_int8_direct W",) + packed_constants.view_key(w) + (tile,)
+    return packed_constants.once_per_array(w, key, lambda: _pack_weights(w, tile))
 
 
 def direct_geometry_ok(geom) -> bool:

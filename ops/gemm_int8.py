@@ -31,7 +31,6 @@ registers for the widened halves.
 """
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 from typing import Optional
 
@@ -39,6 +38,7 @@ import numpy as np
 
 import dsl
 from dsl import In, InOut, Out, f32, i32, i64
+from ops import packed_constants
 
 A = dsl.TypeVar("A")
 B = dsl.TypeVar("B")
@@ -226,24 +226,6 @@ def qgemm_packed(a: In[A, 3], a_zp: In[A, 2], bp: In[i32, 2], bu: In[i32, 2], bz
 
 # --------------------------------------------------------------------------- host side
 
-_PACKED: dict = {}  # id(constant root array) -> (weakref to it, {key: packed arrays})
-
-
-def immutable_array(x: np.ndarray) -> bool:
-    """Whether no one can change x's values (graph constants are read-only all the way down)."""
-    while isinstance(x, np.ndarray):
-        if x.flags.writeable:
-            return False
-        x = x.base
-    return True
-
-
-def root_array(x: np.ndarray) -> np.ndarray:
-    while isinstance(x.base, np.ndarray):
-        x = x.base
-    return x
-
-
 def _pack_b(b3: np.ndarray, bzp2: np.ndarray, tile: Int8Tile, backend) -> tuple:
     bb, kk, n = b3.shape
     np_cols = -(-n // tile.NR) * tile.NR
@@ -258,23 +240,10 @@ def _pack_b(b3: np.ndarray, bzp2: np.ndarray, tile: Int8Tile, backend) -> tuple:
 def packed_b(b3: np.ndarray, bzp2: np.ndarray, tile: Int8Tile, backend) -> tuple:
     """(bp, bu, bz) of ``pack_b_int8``: made once per constant B and zero point (kept while
     the array lives; the zero point's values are part of the key), at every call for any other."""
-    if not immutable_array(b3):
+    if not packed_constants.immutable(b3):
         return _pack_b(b3, bzp2, tile, backend)
-    root = root_array(b3)
-    key = (b3.__array_interface__["data"][0], b3.shape, b3.strides, b3.dtype.str, bzp2.tobytes(),
-           bzp2.shape, tile, backend)
-    hit = _PACKED.get(id(root))
-    if hit is not None and hit[0]() is root and key in hit[1]:
-        return hit[1][key]
-    packed = _pack_b(b3, bzp2, tile, backend)
-    if hit is None or hit[0]() is not root:
-        try:
-            hit = (weakref.ref(root, lambda _, k=id(root): _PACKED.pop(k, None)), {})
-        except TypeError:
-            return packed
-        _PACKED[id(root)] = hit
-    hit[1][key] = packed
-    return packed
+    key = ("gemm_int8 B",) + packed_constants.view_key(b3) + (bzp2.tobytes(), bzp2.shape, tile, backend)
+    return packed_constants.once_per_array(b3, key, lambda: _pack_b(b3, bzp2, tile, backend))
 
 
 def _per_column(x: Optional[np.ndarray], n: int, np_cols: int, dtype, default) -> np.ndarray:

@@ -30,13 +30,13 @@ tile), V = 8 and MR = 6 on AVX2 (12 of 16).
 """
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 import dsl
 from dsl import In, InOut, Out, f32, i32, i64
+from ops import packed_constants
 
 T = dsl.TypeVar("T")
 PACKED_TYPES = (dsl.f32, dsl.f16, dsl.bf16)
@@ -365,44 +365,16 @@ def workspace(teams: int, cfg: TileConfig, k: int, m: int, n: int, pack_a: bool 
 
 
 NO_GEOMETRY = np.zeros(11, np.int64)
-_PACKED_B: dict = {}  # id(constant array) -> (weakref to it, key, packed panels)
-
-
-def _immutable(x: np.ndarray) -> bool:
-    """Whether no one can change x's values: it and every array it views are read-only (graph
-    constants are; a read-only view of a writable array is not)."""
-    while isinstance(x, np.ndarray):
-        if x.flags.writeable:
-            return False
-        x = x.base
-    return True
-
-
-def _root(x: np.ndarray) -> np.ndarray:
-    while isinstance(x.base, np.ndarray):
-        x = x.base
-    return x
-
-
 def packed_b(b: np.ndarray, trans_b: int, cfg: TileConfig, backend) -> np.ndarray:
     """B (2-D) packed by ``pack_b_panels`` as a (1, K·panels·NR) array, made once per constant
     array and config (kept while the array lives) and at every call for any other."""
-    root = _root(b)
-    key = (b.__array_interface__["data"][0], b.shape, b.strides, b.dtype.str, trans_b, cfg)
-    hit = _PACKED_B.get(id(root))
-    if hit is not None and hit[0]() is root and key in hit[1]:
-        return hit[1][key]
-    kd, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
-    bp = np.empty((1, kd * -(-n // cfg.NR) * cfg.NR), np.float32)
-    pack_b_panels(b, bp.reshape(-1), trans_b, KC=cfg.KC, NR=cfg.NR, backend=backend)
-    if hit is None or hit[0]() is not root:
-        try:
-            hit = (weakref.ref(root, lambda _, k=id(root): _PACKED_B.pop(k, None)), {})
-        except TypeError:  # not weak-referenceable: pack at every call
-            return bp
-        _PACKED_B[id(root)] = hit
-    hit[1][key] = bp
-    return bp
+    def pack():
+        kd, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
+        bp = np.empty((1, kd * -(-n // cfg.NR) * cfg.NR), np.float32)
+        pack_b_panels(b, bp.reshape(-1), trans_b, KC=cfg.KC, NR=cfg.NR, backend=backend)
+        return bp
+    return packed_constants.once_per_array(b, ("gemm_packed B",) + packed_constants.view_key(b) + (trans_b, cfg),
+                                           pack)
 
 
 def packed_gemm(a, b, c, y, trans_a: int = 0, trans_b: int = 0, alpha=1.0, beta=1.0, backend=None,
@@ -420,7 +392,7 @@ def packed_gemm(a, b, c, y, trans_a: int = 0, trans_b: int = 0, alpha=1.0, beta=
     whole = whole_entries(batch, cores or dsl.target(backend or "numba").compute_units, y.shape[1] * y.shape[2] * k)
     teams = max(1, min(-(-batch // THREADS) if whole else batch, MAX_TEAMS))
     pack_a = a.dtype != np.float32
-    b_ready = geometry is None and b.shape[0] == 1 and _immutable(b)
+    b_ready = geometry is None and b.shape[0] == 1 and packed_constants.immutable(b)
     ap, bp, tn = workspace(teams, cfg, k, y.shape[1], y.shape[2], pack_a, whole, b_ready)
     if b_ready:
         bp = packed_b(b[0], trans_b, cfg, backend)

@@ -18,7 +18,8 @@ from dsl import In, Out, bool_, f32, f64, i32, i64
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.nn import ConvAttributes, conv_geometry
 from ops.conv_int8 import conv_int8, packed_conv_ok
-from ops.gemm_int8 import immutable_array, qgemm_packed
+from ops import packed_constants
+from ops.gemm_int8 import qgemm_packed
 from ops.quant import constant_quant, round_half_even
 
 A = dsl.TypeVar("A")
@@ -126,7 +127,7 @@ class _QConv(ConvAttributes):
                     / np.float32(np.asarray(y_scale).reshape(-1)[0])).astype(np.float32)
         derived = (geom, mult, np.asarray(bias, np.int32).reshape(-1) if requantize else None,
                    int(np.asarray(y_zp).reshape(-1)[0]) if requantize else 0)
-        if all(isinstance(a, np.ndarray) and immutable_array(a) for a in params):
+        if all(isinstance(a, np.ndarray) and packed_constants.immutable(a) for a in params):
             if len(_DERIVED) > 4096:
                 _DERIVED.clear()
             _DERIVED[key] = (params, derived)

@@ -148,7 +148,7 @@ def test_constant_b_is_packed_once(backend, trans_b, monkeypatch):
 
 def test_writable_b_behind_a_read_only_view_is_packed_every_call(backend):
     """A read-only view of a writable array may change under it: it is never cached."""
-    from ops.gemm_packed import _immutable
+    from ops.packed_constants import immutable as _immutable
     base = rand(1, 9, 10)
     view = base.view()
     view.flags.writeable = False
