@@ -39,7 +39,13 @@ def _reference(x, scale=2.0):
 
 @pytest.fixture
 def plans_dir(tmp_path, monkeypatch):
-    """A cache of its own (kernels compiled in memory stay compiled) and zeroed counters."""
+    """A cache of its own (kernels compiled in memory stay compiled), zeroed counters, and the
+    registry a fresh process has: ops other tests registered in this process (some from files
+    since deleted, some without a source file) would make every model uncacheable here."""
+    from dsl.opgraph import registry
+    registry.load_builtin_library()
+    builtin = [c for c in registry.registered_now() if registry.is_builtin(c)]
+    monkeypatch.setattr(registry, "registered_now", lambda: list(builtin))
     monkeypatch.setenv("OPDSL_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("OPDSL_PLAN_CACHE", raising=False)
     cache.reset()
