@@ -119,3 +119,14 @@ def _replace(g, producer, consumer, op: Op, inputs: Sequence) -> bool:
     del g.tensors[between.name]
     g.nodes = [producer if n is consumer else n for n in g.nodes if n is not producer]
     return True
+
+
+def rule_keys() -> List[Tuple[type, type]]:
+    """(producer class, consumer class) of every registered rewrite: the ops a model can reach
+    through fusion without naming them (the plan cache keys them, plan_cache.py)."""
+    return [(p, c) for p, c, _ in list(_RULES)]
+
+
+def rule_functions() -> List[Callable]:
+    """Every registered rewrite and whole-graph pass (whose code a compiled graph depends on)."""
+    return [rule for rules in list(_RULES.values()) for rule in rules] + list(_PASSES)

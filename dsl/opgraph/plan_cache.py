@@ -31,15 +31,13 @@ import numpy as np
 
 from backends import cache
 from dsl import config
-from dsl.opgraph import registry
-from dsl.opgraph.launch_plan import Launch, Ref
+from dsl.opgraph import fusion, model_state, registry
 from dsl.opgraph.model import Model
 from dsl.version import __version__
 
 FOLDER = "plans"
-FORMAT = 1              # bumped when the entry's layout changes
-MAX_FIXED_BYTES = 1 << 20  # a launch plan holding a larger fixed array is not stored
-_IMPL = "<impl>"       # a launch of the node's selected kernel: the kernel is not pickled
+FORMAT = 2              # bumped when the entry's layout changes
+MAX_FIXED_BYTES = model_state.MAX_FIXED_BYTES  # a launch plan holding a larger fixed array is not stored
 
 stats = {"hits": 0, "misses": 0, "stores": 0}  # what this process did (tests, benchmarks)
 _DIGEST: Dict[str, str] = {}
@@ -76,27 +74,77 @@ def toolchain_key() -> str:
             f"numpy {np.__version__}; python {sys.version_info[:3]}; code {code_digest()}")
 
 
-def registry_digest() -> Optional[str]:
-    """sha256 of the ops registered outside opdsl's library (users' ops and overrides, in
-    registration order) and of their source files; the library's own ops are covered by
-    ``code_digest``.  None when one has no source file (a notebook's op: its code is not known,
-    so no plan is cached)."""
+def registry_digest(names) -> Optional[str]:
+    """sha256 of the user-registered ops a model can reach -- those registered under a (domain,
+    op_type) in ``names`` (the model's nodes) and those a fusion rule names -- and of their source
+    files and of users' fusion rules; the library's own ops and rules are covered by
+    ``code_digest``.  None when one of them has no source file (a notebook's op: its code is not
+    known, so no plan is cached).  Ops the model does not name do not matter: a notebook op of
+    another domain leaves this model cacheable."""
+    names = {(registry.normalize_domain(d), t) for d, t in names}
+    fused = {c for key in fusion.rule_keys() for c in key}
     h = hashlib.sha256()
     files = set()
     for cls in registry.registered_now():
-        if registry.is_builtin(cls):
-            continue  # the library's ops: code_digest covers them, loaded or not
+        if registry.is_builtin(cls) or ((cls.domain, cls.op_type) not in names and cls not in fused):
+            continue  # the library's ops (code_digest covers them), or ops this model cannot reach
         h.update(f"{cls.domain}|{cls.op_type}|{cls.since}|{cls.until}|{cls.__module__}.{cls.__qualname__}\n".encode())
-        try:
-            files.add(inspect.getsourcefile(cls))
-        except TypeError:
-            return None
+        files.add(_source_file(cls))
+    for fn in fusion.rule_functions():
+        f = _source_file(fn)
+        if not _in_library(f):
+            h.update(f"rule {fn.__module__}.{fn.__qualname__}\n".encode())
+            files.add(f)
+    if None in files:
+        return None
     for f in sorted(files):
         try:
             h.update(Path(f).read_bytes())
-        except (OSError, TypeError):
+        except OSError:
             return None
     return h.hexdigest()
+
+
+def _source_file(obj) -> Optional[str]:
+    try:
+        return inspect.getsourcefile(obj)
+    except TypeError:
+        return None
+
+
+def _in_library(file: Optional[str]) -> bool:
+    if file is None:
+        return False
+    root = Path(__file__).resolve().parents[2]
+    try:
+        rel = Path(file).resolve().relative_to(root)
+    except ValueError:
+        return False
+    return rel.parts[0] in ("ops", "dsl", "backends")
+
+
+def model_op_names(data: bytes) -> Optional[set]:
+    """The (domain, op_type) of every node of the ONNX model ``data`` (graph attributes and
+    model-local functions included), or None if it does not parse."""
+    try:
+        import onnx
+        proto = onnx.load_model_from_string(data)
+    except Exception:
+        return None
+    names = set()
+
+    def walk(nodes):
+        for n in nodes:
+            names.add((n.domain, n.op_type))
+            for a in n.attribute:
+                if a.HasField("g"):
+                    walk(a.g.node)
+                for g in a.graphs:
+                    walk(g.node)
+    walk(proto.graph.node)
+    for f in proto.functions:
+        walk(f.node)
+    return names
 
 
 def model_bytes(model) -> Optional[bytes]:
@@ -117,13 +165,11 @@ def model_bytes(model) -> Optional[bytes]:
     return serialize()
 
 
-def entry_key(data: bytes, options: dict, base_dir: Optional[str]) -> Optional[str]:
-    """The cache entry's name for these model bytes and load options (None: not cacheable)."""
-    ops = registry_digest()
-    if ops is None:
-        return None
+def entry_key(data: bytes, options: dict, base_dir: Optional[str]) -> str:
+    """The cache entry's name for these model bytes and load options.  The user ops the model
+    reaches are checked against the entry's own record of them (``registry_digest``), so
+    registering an unrelated op changes nothing."""
     h = hashlib.sha256()
-    h.update(ops.encode())
     h.update(data)
     h.update(repr(sorted(options.items())).encode())
     h.update(repr((config.fusion_enabled(), config.inplace_all(), base_dir)).encode())
@@ -137,25 +183,29 @@ def cached_load(model, options: dict, base_dir: Optional[str], build: Callable[[
     if os.environ.get("OPDSL_PLAN_CACHE", "1") == "0" or not cache.enabled():
         return build()
     data = model_bytes(model)
-    name = None if data is None else entry_key(
-        data, dict(options, backend=options.get("backend") or config.default_backend()), base_dir)
-    if name is None:
+    if data is None:
         return build()
+    name = entry_key(data, dict(options, backend=options.get("backend") or config.default_backend()), base_dir)
     model_obj = _read(name)
     if model_obj is not None:
         stats["hits"] += 1
         return model_obj
     stats["misses"] += 1
     built = build()
-    _write(name, built)
+    _write(name, built, data)
     return built
 
 
 # --------------------------------------------------------------------------- the entry
 
-def _write(name: str, model: Model) -> None:
+def _write(name: str, model: Model, data: bytes) -> None:
+    names = model_op_names(data)
+    ops = None if names is None else registry_digest(names)
+    if ops is None:  # an op without a source file: its code is not known, nothing is cached
+        return
     try:
-        payload = pickle.dumps(_state(model), protocol=pickle.HIGHEST_PROTOCOL)
+        payload = pickle.dumps({"ops": sorted(names), "ops_digest": ops, "state": model_state.state_of(model)},
+                               protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # an op or kernel that does not pickle: this model is not cached
         return
     if cache.store(FOLDER, name, payload) is not None:
@@ -172,7 +222,10 @@ def _read(name: str) -> Optional[Model]:
     payload = cache.load(FOLDER, name)
     if payload is not None:
         try:
-            return _restore(pickle.loads(payload))
+            entry = pickle.loads(payload)
+            if registry_digest(entry["ops"]) != entry["ops_digest"]:
+                return None  # the user ops this model reaches changed: built again, entry replaced
+            return model_state.restore(entry["state"], Model)
         except Exception as e:  # written by a build whose classes no longer match
             why = f"it does not load ({type(e).__name__}: {e})"
     else:
@@ -181,78 +234,3 @@ def _read(name: str) -> Optional[Model]:
                                           f"and the entry replaced"), stacklevel=3)
     cache.discard(cache.path(FOLDER, name))
     return None
-
-
-def _state(model: Model) -> dict:
-    """What rebuilds ``model``: its graph and options, kernel names, picklable launch plans."""
-    names = {}
-    for n in model.graph.nodes:
-        impl = model._impls[n.name]
-        names[n.name] = next(k for k, v in n.op.kernels.items() if v is impl)
-    plans = []
-    impl_by_id = {id(model._impls[n.name]): names[n.name] for n in model.graph.nodes}
-    nodes = {n.name: n for n in model.graph.nodes}
-    for (node, impl_id, key), launches in list(model._launch_plans.items()):
-        impl_name = impl_by_id.get(impl_id)
-        if impl_name is None or node not in nodes or nodes[node].op.kernels.get(impl_name) is None:
-            continue
-        entry = _portable(launches, nodes[node].op.kernels[impl_name])
-        if entry is not _SKIP:
-            plans.append((node, impl_name, key, entry))
-    tiling = False if model.tiling == 0 else True if model.tiling < 0 else model.tiling
-    return {"graph": model.graph, "backend": model.backend, "stats": model.stats, "impls": names,
-            "max_tensor_bytes": model.max_tensor_bytes, "tiling": tiling, "concat_inplace": model.concat_inplace,
-            "plans": plans}
-
-
-_SKIP = object()
-
-
-def _portable(launches, impl):
-    """``launches`` with the node's kernel as a token, or _SKIP when they hold large arrays or
-    a kernel that would not pickle by reference."""
-    if launches is None:
-        return None
-    out = []
-    for launch in launches:
-        values = list(launch.args) + list(launch.kwargs.values())
-        if any(_fixed_bytes(v) > MAX_FIXED_BYTES for v in values):
-            return _SKIP
-        kernel = _IMPL if launch.kernel is impl else launch.kernel
-        if kernel is not _IMPL:
-            try:
-                pickle.dumps(kernel)
-            except Exception:
-                return _SKIP
-        out.append(Launch(kernel, launch.args, launch.kwargs, launch.grid, launch.backend))
-    return out
-
-
-def _fixed_bytes(v) -> int:
-    if isinstance(v, np.ndarray):
-        return v.nbytes
-    if isinstance(v, Ref):
-        return 0 if v.init is None else v.init.nbytes
-    if type(v) in (tuple, list):
-        return sum(_fixed_bytes(x) for x in v)
-    return 0
-
-
-def _restore(state: dict) -> Model:
-    graph = state["graph"]
-    # kernels chosen again (as an unpickled model does): generated ones exist once selected
-    impls = {n.name: n.op.implementation([None if t is None else t.spec for t in n.inputs], state["backend"])
-             for n in graph.nodes}
-    ops = {n.name: n.op for n in graph.nodes}
-    seeded = {}
-    for node, impl_name, key, launches in state["plans"]:
-        impl = impls.get(node)
-        if impl is None or ops[node].kernels.get(impl_name) is not impl:
-            continue  # another choice than the cached plan's: asked again
-        if launches is not None:
-            launches = [Launch(impl if isinstance(x.kernel, str) else x.kernel, x.args, x.kwargs, x.grid, x.backend)
-                        for x in launches]
-        seeded[(node, id(impl), key)] = launches
-    return Model(graph, state["backend"], impls, state["stats"], max_tensor_bytes=state["max_tensor_bytes"],
-                 tiling=state["tiling"], concat_inplace=state["concat_inplace"], launch_plans=seeded)
-
