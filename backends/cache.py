@@ -291,6 +291,26 @@ def path(backend: str, name: str) -> Path:
 
 # --------------------------------------------------------------------------- files
 
+_recorders: List[set] = []  # open ``recording()`` blocks: each collects the files read or written
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[set]:
+    """The cache files (absolute paths) read or written inside the block, by any thread: an
+    ahead-of-time artifact (dsl/opgraph/artifact_save.py) carries exactly the entries its model used."""
+    seen: set = set()
+    _recorders.append(seen)
+    try:
+        yield seen
+    finally:
+        _recorders.remove(seen)
+
+
+def _note(p) -> None:
+    for seen in list(_recorders):
+        seen.add(os.path.abspath(p))
+
+
 def atomic_write(target: Union[str, Path], data: Union[bytes, str]) -> Path:
     """Write ``data`` to ``target`` (mode 0600) via a temporary file and ``os.replace``.
 
@@ -298,6 +318,8 @@ def atomic_write(target: Union[str, Path], data: Union[bytes, str]) -> Path:
     temporary file is removed and the error is raised.  The folder must exist.
     """
     target = Path(target)
+    if _recorders:
+        _note(target)
     payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC | _BINARY, 0o600)
@@ -322,6 +344,8 @@ def read_private(p: Union[str, Path], limit: int = MAX_ENTRY_BYTES) -> Optional[
     (missing, a symlink, foreign, unreadable).  Opened once without blocking and checked on the
     open file (dsl/files.py): a FIFO, a device or a file over ``limit`` bytes is a miss with one
     ``CacheEntryWarning`` naming it, never a hang."""
+    if _recorders:
+        _note(p)
     try:
         fd, st = files.open_regular(p, follow_symlinks=False)
     except files.NotARegularFile as e:

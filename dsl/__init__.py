@@ -39,6 +39,8 @@ _LAZY = {
     "Launch": "dsl.opgraph.launch_plan", "Scratch": "dsl.opgraph.launch_plan",
     "recorded_plan": "dsl.opgraph.recorded_plan", "recorded_plan_when_constant": "dsl.opgraph.recorded_plan",
     "load_onnx": "dsl.onnx.load",
+    "load_model": "dsl.opgraph.artifact_load",
+    "ArtifactError": "dsl.opgraph.artifact_format", "ArtifactWarning": "dsl.opgraph.artifact_format",
     "register_package": "dsl.package", "check_package": "dsl.package",
     "RawOpenCL": "dsl.runtime.raw_opencl",
     "target": "dsl.runtime.target", "Target": "dsl.runtime.target",

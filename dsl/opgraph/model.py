@@ -146,6 +146,15 @@ class Model:
         return (_unpickle_model, (type(self), token, self.graph, self.backend, self.stats, self.max_tensor_bytes,
                                   tiling, self.concat_inplace))
 
+    def save(self, path, source=None, feeds=None, options=None):
+        """Write this model as one ``.opdsl`` file -- graph, launch plans, weights and its kernels'
+        machine code for this CPU -- that ``dsl.load_model(path)`` opens without compiling
+        (dsl/opgraph/artifact_save.py, docs/onnx.md).  ``source``: the ONNX file it came from,
+        carried to rebuild it under another opdsl version; ``feeds``: inputs for the one
+        run that collects its kernels (default zeros)."""
+        from dsl.opgraph.artifact_save import save
+        return save(self, path, source=source, feeds=feeds, options=options)
+
     # ------------------------------------------------------------------ running
     def run(self, feeds: Mapping[str, Any], trace=None) -> Dict[str, np.ndarray]:
         """Run the graph on ``feeds`` (input name -> array); returns output name -> array.

@@ -1,0 +1,209 @@
+"""The ``.opdsl`` container: a JSON header and raw sections, each with its sha256.
+
+    0   MAGIC (16 bytes)
+    16  header length H (8 bytes, little-endian)
+    24  sha256 of the header (32 bytes)
+    56  header: UTF-8 JSON, H bytes (the format number, what wrote it, the sections)
+    ... sections, each starting on a 64-byte boundary (weights load aligned, without a copy)
+
+The header lists every section as {"name", "offset", "size", "sha256"}.  ``read`` checks the
+magic, the header's digest and every section's digest before returning anything, so a truncated
+or corrupted file is an ``ArtifactError`` naming the file and the section and nothing of it is
+used.  Whether a section may then be unpickled is decided here too (``trust_problem``): the
+file must be this user's and not writable by anyone else, as the compile cache's entries
+(docs/cache.md), unless the caller says it trusts it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import struct
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple, Union
+
+from dsl import files
+from dsl.lang.errors import Error
+
+MAGIC = b"\x89OPDSL-ARTIFACT\n"
+FORMAT = 1          # the container and its sections' layout; another number is refused
+ALIGN = 64
+_FIXED = len(MAGIC) + 8 + 32
+MAX_HEADER_BYTES = 64 << 20
+
+
+class ArtifactError(Error):
+    """An ``.opdsl`` artifact that cannot be used: not one, damaged, from another format, not
+    trusted, or built for another toolchain or CPU when recompiling is not possible."""
+
+
+class ArtifactWarning(UserWarning):
+    """An artifact built for another CPU or opdsl/toolchain is recompiled instead of run."""
+
+
+Chunks = Union[bytes, bytearray, memoryview, Sequence]
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _size(chunks) -> int:
+    if isinstance(chunks, (bytes, bytearray, memoryview)):
+        return memoryview(chunks).nbytes
+    return sum(memoryview(c).nbytes for c in chunks)
+
+
+def pack_chunks(chunks: Sequence) -> Tuple[List, List[Tuple[int, int]]]:
+    """``chunks`` laid out one after another on 64-byte boundaries -> (pieces to write,
+    (offset, size) of each chunk inside the section)."""
+    pieces, spans, at = [], [], 0
+    for c in chunks:
+        view = memoryview(c).cast("B")
+        pad = _align(at) - at
+        if pad:
+            pieces.append(b"\0" * pad)
+            at += pad
+        pieces.append(view)
+        spans.append((at, view.nbytes))
+        at += view.nbytes
+    return pieces, spans
+
+
+def write(path: Union[str, os.PathLike], header: dict, sections: Dict[str, Chunks]) -> Path:
+    """Write ``header`` (plus the format and section table) and ``sections`` (name -> bytes or a
+    list of byte chunks) to ``path`` through a temporary file renamed into place (mode 0644 less
+    the umask: readable by others, writable only by its owner)."""
+    names = list(sections)
+    sizes = {n: _size(sections[n]) for n in names}
+    digests = {}
+    for n in names:
+        h = hashlib.sha256()
+        for c in ([sections[n]] if isinstance(sections[n], (bytes, bytearray, memoryview)) else sections[n]):
+            h.update(c)
+        digests[n] = h.hexdigest()
+    # offsets depend on the header's length, which depends on the offsets' digits: fix the
+    # table with wide placeholders first
+    table = [{"name": n, "offset": 0, "size": sizes[n], "sha256": digests[n]} for n in names]
+    head = dict(header, format=FORMAT, sections=table)
+    for _ in range(3):
+        blob = json.dumps(head, sort_keys=True).encode("utf-8")
+        at = _align(_FIXED + len(blob))
+        changed = False
+        for row in table:
+            if row["offset"] != at:
+                row["offset"], changed = at, True
+            at = _align(at + row["size"])
+        if not changed:
+            break
+    blob = json.dumps(head, sort_keys=True).encode("utf-8")
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(MAGIC + struct.pack("<Q", len(blob)) + hashlib.sha256(blob).digest() + blob)
+            for row in table:
+                f.write(b"\0" * (row["offset"] - f.tell()))
+                data = sections[row["name"]]
+                for c in ([data] if isinstance(data, (bytes, bytearray, memoryview)) else data):
+                    f.write(c)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return target
+
+
+def trust_problem(st: os.stat_result, folder: Path) -> str:
+    """Why a file with this stat, in ``folder``, may not be unpickled without ``trusted=True``
+    ("" when it may): the cache's rule, a file only this user can change."""
+    uid = os.geteuid() if hasattr(os, "geteuid") else -1
+    if uid >= 0 and st.st_uid != uid:
+        return f"it is owned by uid {st.st_uid}, not by this user (uid {uid})"
+    if st.st_mode & 0o022:
+        who = " and ".join(w for w, bit in (("its group", 0o020), ("other users", 0o002)) if st.st_mode & bit)
+        return f"it is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o})"
+    try:
+        fst = os.stat(folder)
+    except OSError:
+        return ""
+    if fst.st_mode & 0o002 and not fst.st_mode & stat.S_ISVTX:
+        return f"its folder {folder} is writable by everyone and not sticky (anyone can swap the file)"
+    return ""
+
+
+class Artifact:
+    """A checked artifact: ``header`` (dict), ``data`` (the whole file, writable) and
+    ``section(name)`` (a memoryview of it, or None if the file has no such section)."""
+
+    def __init__(self, path: str, header: dict, data: bytearray):
+        self.path, self.header, self.data = path, header, data
+        self._rows = {row["name"]: row for row in header["sections"]}
+
+    def section(self, name: str):
+        row = self._rows.get(name)
+        if row is None:
+            return None
+        return memoryview(self.data)[row["offset"]:row["offset"] + row["size"]]
+
+
+def read(path: Union[str, os.PathLike], trusted: bool = False) -> Artifact:
+    """The artifact at ``path``, every section checked; ``ArtifactError`` naming the file and
+    what is wrong (not an artifact, truncated or corrupted section, another format, not trusted)."""
+    name = os.fspath(path)
+    try:
+        fd, st = files.open_regular(name)
+    except files.NotARegularFile as e:
+        raise ArtifactError(f"{name}: it is {e.kind}, not an .opdsl file") from None
+    except OSError as e:
+        raise ArtifactError(f"{name}: cannot open it ({e.strerror or e})") from None
+    try:
+        why = "" if trusted else trust_problem(st, Path(os.path.abspath(name)).parent)
+        if why:
+            raise ArtifactError(f"{name}: refused, {why}. Loading an artifact runs code from it (like a pickle); "
+                                "pass trusted=True only for a file you made or trust")
+        data = bytearray(st.st_size)
+        view, got = memoryview(data), 0
+        while got < len(data):
+            n = os.readv(fd, [view[got:]])
+            if n == 0:
+                break
+            got += n
+        del data[got:]
+    finally:
+        os.close(fd)
+    if not data.startswith(MAGIC):
+        raise ArtifactError(f"{name}: not an .opdsl artifact (wrong magic bytes); make one with "
+                            "`opdsl compile MODEL.onnx -o MODEL.opdsl` or Model.save(path)")
+    if len(data) < _FIXED:
+        raise ArtifactError(f"{name}: truncated in its header ({len(data)} bytes)")
+    (length,) = struct.unpack_from("<Q", data, len(MAGIC))
+    if length > MAX_HEADER_BYTES or _FIXED + length > len(data):
+        raise ArtifactError(f"{name}: truncated in its header (it claims {length} bytes, the file has "
+                            f"{len(data) - _FIXED} after the fixed part)")
+    blob = bytes(data[_FIXED:_FIXED + length])
+    if hashlib.sha256(blob).digest() != bytes(data[len(MAGIC) + 8:_FIXED]):
+        raise ArtifactError(f"{name}: section 'header' is corrupted (its sha256 does not match)")
+    try:
+        header = json.loads(blob.decode("utf-8"))
+        rows = header["sections"]
+        fmt = header["format"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ArtifactError(f"{name}: section 'header' does not parse ({e})") from None
+    if fmt != FORMAT:
+        raise ArtifactError(f"{name}: artifact format {fmt}, this opdsl reads format {FORMAT}; compile the model "
+                            "again with this opdsl (`opdsl compile MODEL.onnx -o MODEL.opdsl`)")
+    for row in rows:
+        end = row["offset"] + row["size"]
+        if end > len(data):
+            raise ArtifactError(f"{name}: truncated: section {row['name']!r} ends at byte {end}, the file has "
+                                f"{len(data)} bytes")
+        h = hashlib.sha256(memoryview(data)[row["offset"]:end]).hexdigest()
+        if h != row["sha256"]:
+            raise ArtifactError(f"{name}: section {row['name']!r} is corrupted (its sha256 does not match)")
+    return Artifact(name, header, data)

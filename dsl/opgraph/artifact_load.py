@@ -1,0 +1,166 @@
+"""``dsl.load_model(path)``: open an ``.opdsl`` artifact (artifact_save.py) as a ``dsl.Model``.
+
+On the toolchain and CPU it was made for, nothing is parsed, folded, planned from scratch or
+compiled: the carried compile-cache entries are put into this user's cache (entries already
+there with the same bytes are left alone), the graph is unpickled with its weights read in place
+from the file, and the kernels' first launches load their machine code from the cache.
+
+Anything else is never run blindly (docs/onnx.md, "Ahead-of-time artifacts"):
+
+* another container format, a wrong magic, a truncated or corrupted section: ``ArtifactError``
+  (artifact_format.py), before anything is unpickled;
+* a file others can write or another user's file: ``ArtifactError`` unless ``trusted=True``
+  (unpickling the graph runs code, as any pickle does);
+* another opdsl version or toolchain (numba, llvmlite, numpy, Python, opdsl's source): the model
+  is rebuilt from its carried ONNX source with one ``ArtifactWarning``, or refused when the file
+  carries none or ``on_mismatch="refuse"``;
+* another CPU or device (its features differ): the carried code is not installed; the graph is
+  used and its kernels compile for this CPU on first run, with one ``ArtifactWarning`` (or
+  refused with ``on_mismatch="refuse"``).
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import warnings
+from typing import Optional, Sequence
+
+from backends import cache
+from dsl.opgraph import artifact_format, model_state, plan_cache
+from dsl.opgraph.artifact_format import ArtifactError, ArtifactWarning
+from dsl.opgraph.model import Model
+from dsl.version import __version__
+
+ON_MISMATCH = ("recompile", "refuse")
+
+stats = {"installed": 0, "kept": 0}  # cache entries written / already there (tests, benchmarks)
+
+
+def target_facts(backend: str) -> dict:
+    """The device facts machine code for ``backend`` depends on (``dsl.target``)."""
+    if backend == "interpreter":
+        return {}
+    from dsl.runtime.target import target
+    t = target(backend)
+    return {"device": t.device, "cpu": t.cpu, "features": sorted(t.features)}
+
+
+def load_model(path, trusted: bool = False, on_mismatch: str = "recompile", packages: Sequence = ()) -> Model:
+    """The model the ``.opdsl`` file at ``path`` holds.  ``trusted``: load a file that others can
+    write or another user owns (it runs code, like a pickle).  ``on_mismatch``: "recompile" (a
+    file for another toolchain is rebuilt from its ONNX source, one for another CPU compiles its
+    kernels again, each with one ``ArtifactWarning``) or "refuse" (``ArtifactError``).
+    ``packages``: the op packages the model's custom ops come from (``dsl.register_package``)."""
+    if on_mismatch not in ON_MISMATCH:
+        raise ValueError(f"on_mismatch={on_mismatch!r}: expected one of {', '.join(map(repr, ON_MISMATCH))}")
+    art = artifact_format.read(path, trusted=trusted)
+    header = art.header
+    if header.get("draft"):
+        raise ArtifactError(f"{art.path}: an unfinished draft, not an artifact")
+    for p in packages:
+        from dsl.package import register_package
+        register_package(p)
+    made_by = header.get("toolchain")
+    if made_by != plan_cache.toolchain_key():
+        return _rebuild(art, on_mismatch, f"it was made by another toolchain ({_diff(made_by)})", packages)
+    backend = header["backend"]
+    here = target_facts(backend)
+    if header.get("target") != here:
+        why = f"it was compiled for another {'CPU' if backend == 'numba' else 'device'} ({_target_diff(header.get('target'), here)})"
+        if on_mismatch == "refuse":
+            raise ArtifactError(f"{art.path}: refused, {why}")
+        warnings.warn(ArtifactWarning(f"{art.path}: {why}; its kernels compile again for this one on first run"),
+                      stacklevel=2)
+    else:
+        install_code(art)
+    return open_state(art)
+
+
+def open_state(art) -> Model:
+    """The model of a checked artifact's ``graph`` and ``weights`` sections."""
+    weights = art.section("weights")
+    buffers = [weights[at:at + size] for at, size in art.header["weights"]]
+    try:
+        state = pickle.loads(art.section("graph"), buffers=buffers)
+        return model_state.restore(state, Model)
+    except ArtifactError:
+        raise
+    except Exception as e:
+        raise ArtifactError(f"{art.path}: section 'graph' does not load in this process ({type(e).__name__}: {e}); "
+                            "are the op packages it uses registered (packages=...)?") from None
+
+
+def install_code(art) -> int:
+    """Put the carried cache entries into this user's compile cache; returns how many were written.
+    Without a usable disk cache nothing is written and the kernels compile in memory."""
+    if not cache.enabled():
+        if art.header.get("code"):
+            warnings.warn(ArtifactWarning(f"{art.path}: the compile cache is not used ({cache.unusable_reason()}); "
+                                          "the model's kernels compile in memory on first run"), stacklevel=3)
+        return 0
+    code = art.section("code")
+    written = 0
+    for folder, name, at, size in art.header.get("code", ()):
+        if folder not in cache.KNOWN_FOLDERS or folder == "plans":
+            raise ArtifactError(f"{art.path}: section 'code' names the folder {folder!r}, not a code folder")
+        try:
+            target = cache.path(folder, name)  # a plain file name, or ValueError
+            cache.backend_dir(folder)
+        except ValueError:
+            raise ArtifactError(f"{art.path}: section 'code' holds an entry named {name!r}") from None
+        except cache.CacheUnusable:
+            return written
+        data = code[at:at + size]
+        if cache.read_private(target) == data:
+            stats["kept"] += 1
+            continue
+        try:
+            cache.atomic_write(target, data)
+        except OSError as e:
+            cache.write_failed(e, f"{folder}/{name}")
+            return written
+        written += 1
+        stats["installed"] += 1
+    return written
+
+
+def _rebuild(art, on_mismatch: str, why: str, packages) -> Model:
+    source = art.section("source")
+    if on_mismatch == "refuse" or source is None:
+        hint = "" if source is not None else " and it carries no ONNX source to rebuild from"
+        raise ArtifactError(f"{art.path}: refused, {why}{hint}; compile it again with this opdsl "
+                            "(`opdsl compile MODEL.onnx -o MODEL.opdsl`)")
+    warnings.warn(ArtifactWarning(f"{art.path}: {why}; the model is rebuilt from the ONNX source it carries"),
+                  stacklevel=3)
+    from dsl.onnx.load import load_onnx
+    options = dict(art.header.get("load_options") or {})
+    return load_onnx(bytes(source), packages=packages, **options)
+
+
+def _diff(made_by: Optional[str]) -> str:
+    here = dict(_parts(plan_cache.toolchain_key()))
+    there = dict(_parts(made_by or ""))
+    changed = [f"{k} {there.get(k, '?')} here {v}" for k, v in here.items() if there.get(k) != v]
+    return "; ".join(changed) or "unknown"
+
+
+def _parts(key: str):
+    for part in key.split("; "):
+        name, _, value = part.partition(" ")
+        yield name, value
+
+
+def _target_diff(there: Optional[dict], here: dict) -> str:
+    there = there or {}
+    out = []
+    for k in ("device", "cpu"):
+        if there.get(k) != here.get(k):
+            out.append(f"{k} {there.get(k)!r}, here {here.get(k)!r}")
+    missing = sorted(set(there.get("features", ())) - set(here.get("features", ())))
+    if missing:
+        out.append("features missing here: " + ", ".join(missing[:8]))
+    extra = sorted(set(here.get("features", ())) - set(there.get("features", ())))
+    if extra and not missing:
+        out.append("features only here: " + ", ".join(extra[:8]))
+    return "; ".join(out) or json.dumps(there)

@@ -1,0 +1,114 @@
+"""``Model.save(path)`` and ``opdsl compile MODEL.onnx -o MODEL.opdsl``: one ``.opdsl`` file
+holding what a new process needs to run the model without compiling it.
+
+Sections (artifact_format.py):
+
+* ``graph``: the model's state (model_state.py: the graph after every pass, kernel choices,
+  launch plans) pickled with protocol 5, its arrays left out of band;
+* ``weights``: those arrays' bytes, raw, each on a 64-byte boundary (loaded without a copy);
+* ``code``: the compile-cache entries the model's kernels use on this machine -- numba's
+  machine code and index files, the numba front-end records (generated modules), OpenCL program
+  binaries -- raw, as the cache holds them (each still framed with its own checksum);
+* ``source`` (optional): the ONNX model's bytes, so another opdsl or toolchain rebuilds the
+  model from it instead of refusing.
+
+Which cache entries a model uses is learnt by loading the draft (graph and weights) in a fresh
+process (artifact_probe.py) and running it once with ``backends.cache.recording()`` on: every
+entry it reads or writes is the model's, and a kernel not yet compiled is compiled there.  That
+process also reports the toolchain and the CPU (``dsl.target``) the code is for.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Mapping, Optional, Union
+
+import numpy as np
+
+from backends import cache
+from dsl.opgraph import artifact_format, model_state
+from dsl.opgraph.artifact_format import ArtifactError
+from dsl.version import __version__
+
+CODE_FOLDERS = tuple(f for f in cache.KNOWN_FOLDERS if f not in ("plans",))
+PROBE_TIMEOUT_S = 3600  # a cold compile of a large model on a loaded machine
+
+
+def draft_sections(model) -> dict:
+    """``graph`` and ``weights`` sections of ``model`` and the weights' spans (header field)."""
+    buffers = []
+    try:
+        graph = pickle.dumps(model_state.state_of(model), protocol=5, buffer_callback=buffers.append)
+    except Exception as e:
+        raise ArtifactError(f"cannot save this model: its graph does not pickle ({type(e).__name__}: {e}); "
+                            "every op must be importable by module and name (not defined in a notebook cell)") from None
+    pieces, spans = artifact_format.pack_chunks([b.raw() for b in buffers])
+    return {"graph": graph, "weights": pieces, "spans": spans}
+
+
+def save(model, path: Union[str, os.PathLike], source: Optional[Union[str, os.PathLike, bytes]] = None,
+         feeds: Optional[Mapping[str, np.ndarray]] = None, options: Optional[dict] = None) -> Path:
+    """Write ``model`` as an ``.opdsl`` artifact at ``path`` (see the module docstring).
+
+    ``source``: the ONNX file (path or bytes) the model was loaded from, carried so a process
+    with another opdsl or toolchain can rebuild it (``options``: the ``load_onnx`` options to
+    rebuild it with).  ``feeds``: inputs for the one run that compiles and collects the kernels
+    (default: zeros of the inputs' shapes, unknown dims 1)."""
+    path = Path(path)
+    if isinstance(source, (str, os.PathLike)):
+        try:
+            source = Path(source).read_bytes()
+        except OSError as e:
+            raise ArtifactError(f"cannot read the model source {source}: {e.strerror or e}") from None
+    draft = draft_sections(model)
+    header = {"opdsl": __version__, "backend": model.backend, "weights": draft["spans"],
+              "load_options": dict(options or {}, backend=model.backend)}
+    sections = {"graph": draft["graph"], "weights": draft["weights"]}
+    with tempfile.TemporaryDirectory(prefix="opdsl-artifact-") as tmp:
+        draft_path = Path(tmp) / "draft.opdsl"
+        artifact_format.write(draft_path, dict(header, draft=True), sections)
+        facts = _probe(draft_path, Path(tmp), feeds)
+    pieces, code = [], []
+    for folder, name in facts["files"]:
+        raw = _cache_file(folder, name)
+        if raw is not None:
+            pieces.append(raw)
+            code.append([folder, name])
+    code_pieces, spans = artifact_format.pack_chunks(pieces)
+    header.update(toolchain=facts["toolchain"], target=facts["target"],
+                  code=[[f, n, at, size] for (f, n), (at, size) in zip(code, spans)])
+    sections["code"] = code_pieces
+    if source is not None:
+        sections["source"] = bytes(source)
+    return artifact_format.write(path, header, sections)
+
+
+def _cache_file(folder: str, name: str) -> Optional[bytes]:
+    if folder not in CODE_FOLDERS:
+        return None
+    try:
+        return cache.read_private(cache.path(folder, name))
+    except (cache.CacheUnusable, ValueError):
+        return None
+
+
+def _probe(draft: Path, tmp: Path, feeds) -> dict:
+    """Run ``draft`` once in a fresh process -> {"files", "toolchain", "target"}."""
+    out = tmp / "facts.json"
+    argv = [sys.executable, "-m", "dsl.opgraph.artifact_probe", str(draft), str(out)]
+    if feeds is not None:
+        np.savez(tmp / "feeds.npz", **{k: np.asarray(v) for k, v in feeds.items()})
+        argv.append(str(tmp / "feeds.npz"))
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([root] + [p for p in sys.path if p]))
+    env["OPDSL_CACHE_DIR"] = str(cache.cache_root())
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S)
+    if done.returncode != 0 or not out.exists():
+        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-12:])
+        raise ArtifactError(f"compiling the model's kernels for the artifact failed:\n{tail}")
+    return json.loads(out.read_text())
