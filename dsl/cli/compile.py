@@ -1,4 +1,5 @@
 """``opdsl compile FILE.py``: build (or print the generated code of) every @dsl.kernel in a file.
+``opdsl compile MODEL.onnx -o MODEL.opdsl`` compiles a model ahead of time instead (model_compile.py).
 
 A kernel is compiled for the specialization its annotations give.  Generic kernels (a
 ``dsl.TypeVar`` or a bare ``In``/``Out`` as a dtype) have no such specialization, so
@@ -26,7 +27,8 @@ _EMPTY = inspect.Parameter.empty
 
 EXAMPLE = """examples:
   opdsl compile kernels.py --backend opencl --emit
-  opdsl compile kernels.py --kernel scale --dtype x=f32      # a generic kernel, T bound by x"""
+  opdsl compile kernels.py --kernel scale --dtype x=f32      # a generic kernel, T bound by x
+  opdsl compile model.onnx -o model.opdsl                    # a model, ahead of time (docs/onnx.md)"""
 
 
 def register(sub) -> None:
@@ -36,13 +38,17 @@ def register(sub) -> None:
                                    "code with --emit), filling the compile cache. Generic kernels get their\n"
                                    "TypeVars bound from --dtype.",
                        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
-    c.add_argument("file", help="a .py file defining @dsl.kernel functions")
+    c.add_argument("file", help="a .py file defining @dsl.kernel functions, or an .onnx model (with -o)")
     c.add_argument("--backend", default="numba", choices=base.names() + ["ir"],
                    help="target (default numba); 'ir' prints the typed IR")
     c.add_argument("--emit", action="store_true", help="print the generated source of each kernel")
     c.add_argument("--kernel", action="append", help="only the kernel with this name (repeatable)")
     c.add_argument("--dtype", action="append", metavar="PARAM=DTYPE",
                    help="dtype of a generic parameter, which binds its TypeVar (repeatable), e.g. x=f32")
+    c.add_argument("-o", "--output", metavar="MODEL.opdsl",
+                   help="for an .onnx model: the ahead-of-time artifact to write (graph, plans, machine code)")
+    c.add_argument("--package", action="append", metavar="PKG", default=[],
+                   help="for an .onnx model: an op package folder defining its custom ops (repeatable)")
     c.set_defaults(func=run)
 
 
@@ -165,6 +171,11 @@ def example_args(k, dtypes: Dict[str, T.DType]) -> Tuple[dict, Dict[str, str]]:
 # --------------------------------------------------------------------------- the command
 
 def run(args) -> int:
+    if Path(args.file).suffix.lower() == ".onnx":
+        from dsl.cli import model_compile
+        return model_compile.run(args)
+    if args.output or args.package:
+        raise UserError(f"{args.file}: -o and --package are for compiling an .onnx model ahead of time")
     module = load_module(args.file)
     kernels = kernels_in(module)
     if args.kernel:

@@ -92,6 +92,7 @@ def load_npy(name: str, path: str, dtype: np.dtype) -> np.ndarray:
 def make_feeds(proto, files: Dict[str, str], dims: Dict[str, str], seed: int = 0, random: bool = True,
                default_dim: Optional[int] = 1) -> Tuple[Dict[str, np.ndarray], List[str]]:
     """Inputs for every model input -> (feeds, one line per input saying where it came from).
+    ``proto``: the ONNX model, or its inputs as ``model_inputs`` gives them.
 
     ``files``: input name -> .npy path; the others are random by dtype (floats: standard
     normal; integers: 0..3; bool: coin flips), seeded by ``seed``, when ``random``, else an
@@ -100,7 +101,7 @@ def make_feeds(proto, files: Dict[str, str], dims: Dict[str, str], seed: int = 0
     if not isinstance(seed, int) or seed < 0:
         raise UserError(f"--seed {seed}: the seed must be an integer >= 0")
     rng = np.random.default_rng(seed)
-    inputs = model_inputs(proto)
+    inputs = proto if isinstance(proto, list) else model_inputs(proto)  # or model_inputs' list itself
     names = [n for n, _, _ in inputs]
     unknown = [n for n in files if n not in names]
     if unknown:

@@ -4,10 +4,13 @@
     opdsl compile FILE.py [--backend B] [--emit] [--dtype x=f32 ...]
                                              build (and print) every @dsl.kernel in FILE.py;
                                              --dtype binds the TypeVars of generic kernels
+    opdsl compile MODEL.onnx -o MODEL.opdsl [--backend B] [--package PKG/ ...]
+                                             compile a model ahead of time: one file that
+                                             dsl.load_model / opdsl run open without compiling
     opdsl cache info | clear [--backend B]   the on-disk compile cache (clear: only opdsl's own folders)
     opdsl bench MODEL.onnx [--backend B] [--repeat N] [--profile] [--input x=x.npy] [--dim batch=8]
                                              opdsl vs onnxruntime on one model: check, time, profile
-    opdsl run MODEL.onnx [--package PKG/ | PKG/opdsl-package.yaml ...] [--input x=x.npy ...] [--random] [--dim batch=8]
+    opdsl run MODEL.onnx|MODEL.opdsl [--package PKG/ | PKG/opdsl-package.yaml ...] [--input x=x.npy ...] [--random] [--dim batch=8]
               --output-dir OUT/ [--backend B]
                                              run a model, write one .npy per output
     opdsl new-package MODEL.onnx -o PKG/     a package skeleton for the model's custom-domain ops
@@ -62,7 +65,8 @@ def error_message(e: BaseException) -> str:
     from dsl.onnx.load import OnnxImportError
     from dsl.opgraph.spec import VerifyError
     from dsl.package import PackageError
-    if isinstance(e, (UserError, LaunchError, CompileError, PackageError, OnnxImportError, VerifyError)):
+    from dsl.opgraph.artifact_format import ArtifactError
+    if isinstance(e, (UserError, ArtifactError, LaunchError, CompileError, PackageError, OnnxImportError, VerifyError)):
         return str(e)
     return f"{type(e).__name__}: {e} (run with --debug for the traceback)"
 

@@ -18,7 +18,8 @@ from dsl.cli.feeds import make_feeds, parse_pairs
 
 EXAMPLE = """examples:
   opdsl run model.onnx --package my_ops/ --input x=x.npy --output-dir out/
-  opdsl run model.onnx --random --dim batch=4 --output-dir out/ --backend interpreter"""
+  opdsl run model.onnx --random --dim batch=4 --output-dir out/ --backend interpreter
+  opdsl run model.opdsl --input x=x.npy --output-dir out/    # compiled ahead of time: no compile"""
 
 
 def register(sub) -> None:
@@ -27,13 +28,14 @@ def register(sub) -> None:
                        description="Run an ONNX model with opdsl and write each output to DIR/<name>.npy.\n"
                                    "Every model input needs --input NAME=FILE.npy unless --random is given.",
                        epilog=EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter)
-    r.add_argument("model", help="an .onnx file")
+    r.add_argument("model", help="an .onnx file, or an .opdsl artifact (opdsl compile MODEL.onnx -o MODEL.opdsl)")
     r.add_argument("--package", action="append", metavar="PKG", default=[],
                    help="an op package folder, or its opdsl-package.yaml, defining custom ops (repeatable)")
     r.add_argument("--input", action="append", metavar="NAME=FILE.npy",
                    help="feed this model input from a .npy file (repeatable)")
     r.add_argument("--output-dir", required=True, metavar="DIR", help="folder for the outputs (created if missing)")
-    r.add_argument("--backend", default="numba", choices=base.names(), help="opdsl backend (default numba)")
+    r.add_argument("--backend", default="numba", choices=base.names(),
+                   help="opdsl backend (default numba; an .opdsl artifact runs on the one it was compiled for)")
     r.add_argument("--random", action="store_true",
                    help="feed inputs without --input with seeded random data (dtype and shape from the model)")
     r.add_argument("--dim", action="append", metavar="NAME=SIZE",
@@ -64,15 +66,21 @@ def run(args) -> int:
     path = require_file(args.model)
     packages = require_packages(args.package)
     out_dir = require_folder_or_nothing(args.output_dir, "--output-dir", writable=True)
-    try:
-        proto = onnx.load(path, load_external_data=False)
-    except Exception as e:
-        raise UserError(f"{path} is not a readable ONNX model: {type(e).__name__}: {e}") from None
-    feeds, notes = make_feeds(proto, parse_pairs(args.input, "--input"), parse_pairs(args.dim, "--dim"),
+    artifact = path.endswith(".opdsl")
+    if artifact:  # compiled ahead of time (opdsl compile MODEL.onnx -o MODEL.opdsl): its own backend
+        model = load_artifact(path, packages)
+        inputs = artifact_inputs(model)
+    else:
+        try:
+            inputs = onnx.load(path, load_external_data=False)
+        except Exception as e:
+            raise UserError(f"{path} is not a readable ONNX model: {type(e).__name__}: {e}") from None
+    feeds, notes = make_feeds(inputs, parse_pairs(args.input, "--input"), parse_pairs(args.dim, "--dim"),
                               args.seed, random=args.random, default_dim=None)
     for n in notes:
         print(f"input: {n}")
-    model = load_model(path, packages, args.backend)
+    if not artifact:
+        model = load_model(path, packages, args.backend)
     try:
         got = model.run(feeds)
     except (TypeError, ValueError) as e:  # feeds the model rejects (shape, rank)
@@ -89,6 +97,25 @@ def run(args) -> int:
         raise UserError(f"--output-dir {out_dir}: cannot write the outputs ({e.strerror or e}); give a folder "
                         "you can write") from None
     return 0
+
+
+def load_artifact(path: str, packages):
+    """``dsl.load_model`` of an ``.opdsl`` file, its refusals said as user errors."""
+    import dsl
+    try:
+        return dsl.load_model(path, packages=packages)
+    except dsl.ArtifactError as e:
+        raise UserError(str(e)) from None
+
+
+def artifact_inputs(model) -> list:
+    """(name, numpy dtype, dims with symbolic names) of a loaded model's inputs, as ``make_feeds`` takes them."""
+    out = []
+    for t in model.graph.inputs:
+        names = getattr(t, "dim_names", None) or (None,) * len(t.spec.shape)
+        dims = tuple(d if d is not None else names[k] for k, d in enumerate(t.spec.shape))
+        out.append((t.name, np.dtype(t.spec.dtype.np), dims))
+    return out
 
 
 def load_model(path: str, packages, backend: str):

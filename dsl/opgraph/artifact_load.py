@@ -51,16 +51,16 @@ def load_model(path, trusted: bool = False, on_mismatch: str = "recompile", pack
     write or another user owns (it runs code, like a pickle).  ``on_mismatch``: "recompile" (a
     file for another toolchain is rebuilt from its ONNX source, one for another CPU compiles its
     kernels again, each with one ``ArtifactWarning``) or "refuse" (``ArtifactError``).
-    ``packages``: the op packages the model's custom ops come from (``dsl.register_package``)."""
+    ``packages``: the op packages the model's custom ops come from (``dsl.register_package``;
+    default: the folders recorded when it was saved)."""
     if on_mismatch not in ON_MISMATCH:
         raise ValueError(f"on_mismatch={on_mismatch!r}: expected one of {', '.join(map(repr, ON_MISMATCH))}")
     art = artifact_format.read(path, trusted=trusted)
     header = art.header
     if header.get("draft"):
         raise ArtifactError(f"{art.path}: an unfinished draft, not an artifact")
-    for p in packages:
-        from dsl.package import register_package
-        register_package(p)
+    packages = list(packages) or list(header.get("packages") or ())
+    register_packages(packages)
     made_by = header.get("toolchain")
     if made_by != plan_cache.toolchain_key():
         return _rebuild(art, on_mismatch, f"it was made by another toolchain ({_diff(made_by)})", packages)
@@ -75,6 +75,14 @@ def load_model(path, trusted: bool = False, on_mismatch: str = "recompile", pack
     else:
         install_code(art)
     return open_state(art)
+
+
+def register_packages(packages) -> None:
+    """Register the op packages an artifact's custom ops come from (before its graph is unpickled)."""
+    if packages:
+        from dsl.package import register_package
+        for p in packages:
+            register_package(p)
 
 
 def open_state(art) -> Model:

@@ -25,6 +25,7 @@ def main(argv) -> int:
     draft, out = argv[0], Path(argv[1])
     art = artifact_format.read(draft, trusted=True)  # our own private temporary file
     backend = art.header["backend"]
+    artifact_load.register_packages(art.header.get("packages"))
     with cache.recording() as seen:
         model = artifact_load.open_state(art)
         if backend != "interpreter":

@@ -52,12 +52,14 @@ def draft_sections(model) -> dict:
 
 
 def save(model, path: Union[str, os.PathLike], source: Optional[Union[str, os.PathLike, bytes]] = None,
-         feeds: Optional[Mapping[str, np.ndarray]] = None, options: Optional[dict] = None) -> Path:
+         feeds: Optional[Mapping[str, np.ndarray]] = None, options: Optional[dict] = None,
+         packages=()) -> Path:
     """Write ``model`` as an ``.opdsl`` artifact at ``path`` (see the module docstring).
 
     ``source``: the ONNX file (path or bytes) the model was loaded from, carried so a process
     with another opdsl or toolchain can rebuild it (``options``: the ``load_onnx`` options to
-    rebuild it with).  ``feeds``: inputs for the one run that compiles and collects the kernels
+    rebuild it with).  ``packages``: the op package folders its custom ops come from, recorded
+    so the loading process registers them.  ``feeds``: inputs for the one run that compiles and collects the kernels
     (default: zeros of the inputs' shapes, unknown dims 1)."""
     path = Path(path)
     if isinstance(source, (str, os.PathLike)):
@@ -67,7 +69,8 @@ def save(model, path: Union[str, os.PathLike], source: Optional[Union[str, os.Pa
             raise ArtifactError(f"cannot read the model source {source}: {e.strerror or e}") from None
     draft = draft_sections(model)
     header = {"opdsl": __version__, "backend": model.backend, "weights": draft["spans"],
-              "load_options": dict(options or {}, backend=model.backend)}
+              "load_options": dict(options or {}, backend=model.backend),
+              "packages": [os.path.abspath(os.fspath(p)) for p in packages]}
     sections = {"graph": draft["graph"], "weights": draft["weights"]}
     with tempfile.TemporaryDirectory(prefix="opdsl-artifact-") as tmp:
         draft_path = Path(tmp) / "draft.opdsl"

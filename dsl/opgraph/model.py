@@ -146,14 +146,15 @@ class Model:
         return (_unpickle_model, (type(self), token, self.graph, self.backend, self.stats, self.max_tensor_bytes,
                                   tiling, self.concat_inplace))
 
-    def save(self, path, source=None, feeds=None, options=None):
+    def save(self, path, source=None, feeds=None, options=None, packages=()):
         """Write this model as one ``.opdsl`` file -- graph, launch plans, weights and its kernels'
         machine code for this CPU -- that ``dsl.load_model(path)`` opens without compiling
         (dsl/opgraph/artifact_save.py, docs/onnx.md).  ``source``: the ONNX file it came from,
         carried to rebuild it under another opdsl version; ``feeds``: inputs for the one
-        run that collects its kernels (default zeros)."""
+        run that collects its kernels (default zeros); ``packages``: the op packages its custom
+        ops come from (registered again where it is loaded)."""
         from dsl.opgraph.artifact_save import save
-        return save(self, path, source=source, feeds=feeds, options=options)
+        return save(self, path, source=source, feeds=feeds, options=options, packages=packages)
 
     # ------------------------------------------------------------------ running
     def run(self, feeds: Mapping[str, Any], trace=None) -> Dict[str, np.ndarray]:
