@@ -23,6 +23,8 @@ import struct
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple, Union
 
+import numpy as np
+
 from dsl import files
 from dsl.lang.errors import Error
 
@@ -141,7 +143,7 @@ class Artifact:
     """A checked artifact: ``header`` (dict), ``data`` (the whole file, writable) and
     ``section(name)`` (a memoryview of it, or None if the file has no such section)."""
 
-    def __init__(self, path: str, header: dict, data: bytearray):
+    def __init__(self, path: str, header: dict, data: memoryview):
         self.path, self.header, self.data = path, header, data
         self._rows = {row["name"]: row for row in header["sections"]}
 
@@ -149,7 +151,7 @@ class Artifact:
         row = self._rows.get(name)
         if row is None:
             return None
-        return memoryview(self.data)[row["offset"]:row["offset"] + row["size"]]
+        return self.data[row["offset"]:row["offset"] + row["size"]]
 
 
 def read(path: Union[str, os.PathLike], trusted: bool = False) -> Artifact:
@@ -167,17 +169,19 @@ def read(path: Union[str, os.PathLike], trusted: bool = False) -> Artifact:
         if why:
             raise ArtifactError(f"{name}: refused, {why}. Loading an artifact runs code from it (like a pickle); "
                                 "pass trusted=True only for a file you made or trust")
-        data = bytearray(st.st_size)
-        view, got = memoryview(data), 0
-        while got < len(data):
+        # numpy's empty buffer is not zero-filled first (bytearray(n) is: a second pass over
+        # every page of a 200 MB file); the weights are views of it, writable
+        buf = np.empty(st.st_size, np.uint8)
+        view, got = memoryview(buf), 0
+        while got < len(view):
             n = os.readv(fd, [view[got:]])
             if n == 0:
                 break
             got += n
-        del data[got:]
+        data = view[:got]
     finally:
         os.close(fd)
-    if not data.startswith(MAGIC):
+    if bytes(data[:len(MAGIC)]) != MAGIC:
         raise ArtifactError(f"{name}: not an .opdsl artifact (wrong magic bytes); make one with "
                             "`opdsl compile MODEL.onnx -o MODEL.opdsl` or Model.save(path)")
     if len(data) < _FIXED:
@@ -203,7 +207,7 @@ def read(path: Union[str, os.PathLike], trusted: bool = False) -> Artifact:
         if end > len(data):
             raise ArtifactError(f"{name}: truncated: section {row['name']!r} ends at byte {end}, the file has "
                                 f"{len(data)} bytes")
-        h = hashlib.sha256(memoryview(data)[row["offset"]:end]).hexdigest()
+        h = hashlib.sha256(data[row["offset"]:end]).hexdigest()
         if h != row["sha256"]:
             raise ArtifactError(f"{name}: section {row['name']!r} is corrupted (its sha256 does not match)")
     return Artifact(name, header, data)

@@ -20,6 +20,7 @@ Anything else is never run blindly (docs/onnx.md, "Ahead-of-time artifacts"):
 """
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import pickle
@@ -27,7 +28,7 @@ import warnings
 from typing import Optional, Sequence
 
 from backends import cache
-from dsl.opgraph import artifact_format, model_state, plan_cache
+from dsl.opgraph import artifact_format, model_state, plan_cache, registry
 from dsl.opgraph.artifact_format import ArtifactError, ArtifactWarning
 from dsl.opgraph.model import Model
 from dsl.version import __version__
@@ -55,14 +56,23 @@ def load_model(path, trusted: bool = False, on_mismatch: str = "recompile", pack
     default: the folders recorded when it was saved)."""
     if on_mismatch not in ON_MISMATCH:
         raise ValueError(f"on_mismatch={on_mismatch!r}: expected one of {', '.join(map(repr, ON_MISMATCH))}")
-    art = artifact_format.read(path, trusted=trusted)
+    # the file is read and checked (readv and sha256 let go of the GIL) while this thread imports
+    # numba and the op library, which loading needs anyway
+    reading = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="opdsl-artifact")
+    try:
+        pending = reading.submit(artifact_format.read, path, trusted)
+        toolchain = plan_cache.toolchain_key()
+        registry.load_builtin_library()
+        art = pending.result()
+    finally:
+        reading.shutdown(wait=True)
     header = art.header
     if header.get("draft"):
         raise ArtifactError(f"{art.path}: an unfinished draft, not an artifact")
     packages = list(packages) or list(header.get("packages") or ())
     register_packages(packages)
     made_by = header.get("toolchain")
-    if made_by != plan_cache.toolchain_key():
+    if made_by != toolchain:
         return _rebuild(art, on_mismatch, f"it was made by another toolchain ({_diff(made_by)})", packages)
     backend = header["backend"]
     here = target_facts(backend)

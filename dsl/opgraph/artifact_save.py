@@ -43,7 +43,9 @@ def draft_sections(model) -> dict:
     """``graph`` and ``weights`` sections of ``model`` and the weights' spans (header field)."""
     buffers = []
     try:
-        graph = pickle.dumps(model_state.state_of(model), protocol=5, buffer_callback=buffers.append)
+        # every launch plan, packed weights included: they load in place from the file (no packing at load)
+        graph = pickle.dumps(model_state.state_of(model, max_fixed_bytes=None), protocol=5,
+                             buffer_callback=buffers.append)
     except Exception as e:
         raise ArtifactError(f"cannot save this model: its graph does not pickle ({type(e).__name__}: {e}); "
                             "every op must be importable by module and name (not defined in a notebook cell)") from None

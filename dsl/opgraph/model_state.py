@@ -6,6 +6,7 @@ it; this module sits below model.py so ``Model.save`` can reach it without an up
 from __future__ import annotations
 
 import pickle
+from typing import Optional
 
 import numpy as np
 
@@ -16,8 +17,9 @@ IMPL = "<impl>"            # a launch of the node's selected kernel: the kernel 
 _SKIP = object()
 
 
-def state_of(model) -> dict:
-    """What rebuilds ``model``: its graph and options, kernel names, picklable launch plans."""
+def state_of(model, max_fixed_bytes: Optional[int] = MAX_FIXED_BYTES) -> dict:
+    """What rebuilds ``model``: its graph and options, kernel names, picklable launch plans
+    (those holding a fixed array over ``max_fixed_bytes``, packed weights, left out; None: all)."""
     names = {}
     for n in model.graph.nodes:
         impl = model._impls[n.name]
@@ -29,7 +31,7 @@ def state_of(model) -> dict:
         impl_name = impl_by_id.get(impl_id)
         if impl_name is None or node not in nodes or nodes[node].op.kernels.get(impl_name) is None:
             continue
-        entry = _portable(launches, nodes[node].op.kernels[impl_name])
+        entry = _portable(launches, nodes[node].op.kernels[impl_name], max_fixed_bytes)
         if entry is not _SKIP:
             plans.append((node, impl_name, key, entry))
     tiling = False if model.tiling == 0 else True if model.tiling < 0 else model.tiling
@@ -58,7 +60,7 @@ def restore(state: dict, model_cls):
                      tiling=state["tiling"], concat_inplace=state["concat_inplace"], launch_plans=seeded)
 
 
-def _portable(launches, impl):
+def _portable(launches, impl, max_fixed_bytes: Optional[int]):
     """``launches`` with the node's kernel as a token, or _SKIP when they hold large arrays or
     a kernel that would not pickle by reference."""
     if launches is None:
@@ -66,7 +68,7 @@ def _portable(launches, impl):
     out = []
     for launch in launches:
         values = list(launch.args) + list(launch.kwargs.values())
-        if any(_fixed_bytes(v) > MAX_FIXED_BYTES for v in values):
+        if max_fixed_bytes is not None and any(_fixed_bytes(v) > max_fixed_bytes for v in values):
             return _SKIP
         kernel = IMPL if launch.kernel is impl else launch.kernel
         if kernel is not IMPL:

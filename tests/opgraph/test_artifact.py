@@ -1,0 +1,241 @@
+"""The ``.opdsl`` ahead-of-time artifact (dsl/opgraph/artifact_*.py): a round trip on every backend,
+a fresh process that loads it without compiling, version and CPU mismatches (recompiled with one
+warning, or refused), and damaged or untrusted files refused with nothing unpickled."""
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dsl
+from dsl.opgraph import artifact_format, artifact_load, plan_cache
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+RNG = np.random.default_rng(7)
+W = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+B = RNG.standard_normal((4,)).astype(np.float32)
+G = RNG.standard_normal((4 * 6 * 6, 5)).astype(np.float32)
+X = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
+
+
+def _model_bytes() -> bytes:
+    """y = Gemm(Reshape(Relu(Conv(x, w, b))), g): a convolution, an activation and a GEMM."""
+    inits = [numpy_helper.from_array(W, "w"), numpy_helper.from_array(B, "b"), numpy_helper.from_array(G, "g"),
+             numpy_helper.from_array(np.array([1, -1], np.int64), "shape")]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Reshape", ["r", "shape"], ["f"]), helper.make_node("Gemm", ["f", "g"], ["y"])]
+    graph = helper.make_graph(nodes, "artifact", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+
+
+def _reference(x: np.ndarray) -> np.ndarray:
+    """numpy: the 3x3 valid convolution as a sum over the kernel's taps, then relu and the GEMM."""
+    c = np.zeros((1, 4, 6, 6), np.float64)
+    for i in range(3):
+        for j in range(3):
+            c += np.einsum("nchw,oc->nohw", x[:, :, i:i + 6, j:j + 6], W[:, :, i, j])
+    c += B[None, :, None, None]
+    return (np.maximum(c, 0).reshape(1, -1) @ G).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def onnx_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("artifact") / "m.onnx"
+    path.write_bytes(_model_bytes())
+    return path
+
+
+_SAVED = {}
+
+
+def _saved(onnx_file: Path, backend: str, source: bool = True) -> Path:
+    """The model compiled for ``backend`` and saved once per module (a save runs one process)."""
+    key = (backend, source)
+    if key not in _SAVED:
+        model = dsl.load_onnx(str(onnx_file), backend=backend)
+        path = onnx_file.parent / f"m-{backend}-{'src' if source else 'nosrc'}.opdsl"
+        model.save(path, source=onnx_file if source else None)
+        _SAVED[key] = (path, model)
+    return _SAVED[key][0]
+
+
+@pytest.fixture
+def numba_artifact(onnx_file, tmp_path) -> Path:
+    """A private copy of the numba artifact, free to damage."""
+    copy = tmp_path / "m.opdsl"
+    copy.write_bytes(_saved(onnx_file, "numba").read_bytes())
+    os.chmod(copy, 0o644)
+    return copy
+
+
+def test_round_trip(backend, onnx_file):
+    path = _saved(onnx_file, backend)
+    original = _SAVED[(backend, True)][1]
+    loaded = dsl.load_model(path)
+    assert loaded.backend == backend and str(loaded) == str(original)
+    got = loaded.run({"x": X})["y"]
+    np.testing.assert_allclose(got, _reference(X), rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(got, original.run({"x": X})["y"])
+    ort = pytest.importorskip("onnxruntime")
+    want = ort.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"]).run(None, {"x": X})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+_FRESH = r"""
+import sys
+from numba.core import event
+
+class Count(event.Listener):
+    n = 0
+    def on_start(self, ev):
+        Count.n += 1
+    def on_end(self, ev):
+        pass
+
+event.register("numba:compile", Count())
+import numpy as np
+import dsl
+from backends import warm_start
+from dsl.opgraph import artifact_load, passes
+
+def refuse(*a, **k):
+    raise AssertionError("constants were folded again")
+passes.infer_and_fold = refuse
+model = dsl.load_model(sys.argv[1])
+y = model.run({"x": np.load(sys.argv[2])})["y"]
+np.save(sys.argv[3], y)
+print(Count.n, warm_start.writes, artifact_load.stats["installed"], "dsl.onnx.load" in sys.modules)
+"""
+
+
+def test_a_fresh_process_with_an_empty_cache_compiles_nothing(onnx_file, tmp_path):
+    path = _saved(onnx_file, "numba")
+    cache_dir = tmp_path / "empty-cache"
+    np.save(tmp_path / "x.npy", X)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OPDSL_CACHE_DIR=str(cache_dir))
+    out = subprocess.run([sys.executable, "-c", _FRESH, str(path), str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
+                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    compiles, frontend_writes, installed, parsed_onnx = out.stdout.split()
+    assert (compiles, frontend_writes, parsed_onnx) == ("0", "0", "False")  # no compile, no front end, no ONNX
+    assert int(installed) > 0  # the machine code came from the file
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), _reference(X), rtol=1e-4, atol=1e-4)
+
+
+def test_another_toolchain_is_rebuilt_from_the_source_with_one_warning(onnx_file, numba_artifact, monkeypatch):
+    real = plan_cache.toolchain_key()
+    monkeypatch.setattr(plan_cache, "toolchain_key", lambda: real.replace("numba ", "numba 0."))
+    with pytest.warns(artifact_format.ArtifactWarning, match="another toolchain.*numba.*rebuilt from the ONNX") as seen:
+        model = dsl.load_model(numba_artifact)
+    assert len([w for w in seen if issubclass(w.category, artifact_format.ArtifactWarning)]) == 1
+    np.testing.assert_allclose(model.run({"x": X})["y"], _reference(X), rtol=1e-4, atol=1e-4)
+    with pytest.raises(dsl.ArtifactError, match="refused, it was made by another toolchain"):
+        dsl.load_model(numba_artifact, on_mismatch="refuse")
+
+
+def test_another_toolchain_without_a_source_is_refused(onnx_file, monkeypatch):
+    path = _saved(onnx_file, "interpreter", source=False)
+    monkeypatch.setattr(plan_cache, "toolchain_key", lambda: "opdsl 0.0.0")
+    with pytest.raises(dsl.ArtifactError, match="carries no ONNX source"):
+        dsl.load_model(path)
+
+
+def test_another_cpu_compiles_again_with_one_warning_or_is_refused(numba_artifact, monkeypatch):
+    here = artifact_load.target_facts("numba")
+    monkeypatch.setattr(artifact_load, "target_facts",
+                        lambda backend: dict(here, features=[f for f in here["features"] if f != "avx2"]))
+    monkeypatch.setattr(artifact_load, "stats", {"installed": 0, "kept": 0})
+    with pytest.warns(artifact_format.ArtifactWarning, match="another CPU.*features missing here: avx2"):
+        model = dsl.load_model(numba_artifact)
+    assert artifact_load.stats == {"installed": 0, "kept": 0}  # its machine code was not used
+    np.testing.assert_allclose(model.run({"x": X})["y"], _reference(X), rtol=1e-4, atol=1e-4)
+    with pytest.raises(dsl.ArtifactError, match="compiled for another CPU"):
+        dsl.load_model(numba_artifact, on_mismatch="refuse")
+
+
+class _NoUnpickling:
+    @staticmethod
+    def loads(*a, **k):
+        raise AssertionError("a damaged or untrusted artifact was unpickled")
+
+
+def _sections(path: Path) -> dict:
+    return {row["name"]: row for row in artifact_format.read(path, trusted=True).header["sections"]}
+
+
+def test_a_flipped_byte_in_each_section_is_refused_and_nothing_runs(numba_artifact, monkeypatch):
+    rows = _sections(numba_artifact)
+    assert set(rows) == {"graph", "weights", "code", "source"}
+    monkeypatch.setattr(artifact_load, "pickle", _NoUnpickling)
+    good = numba_artifact.read_bytes()
+    for name, row in list(rows.items()) + [("header", {"offset": 60, "size": 1})]:
+        bad = bytearray(good)
+        bad[row["offset"] + row["size"] // 2] ^= 0x01
+        numba_artifact.write_bytes(bytes(bad))
+        with pytest.raises(dsl.ArtifactError) as e:
+            dsl.load_model(numba_artifact)
+        assert str(numba_artifact) in str(e.value) and f"section '{name}' is corrupted" in str(e.value)
+
+
+@pytest.mark.parametrize("cut", ["header", "graph", "weights", "code", "source"])
+def test_a_truncated_file_is_refused(numba_artifact, monkeypatch, cut):
+    rows = _sections(numba_artifact)
+    monkeypatch.setattr(artifact_load, "pickle", _NoUnpickling)
+    data = numba_artifact.read_bytes()
+    at = 40 if cut == "header" else rows[cut]["offset"] + rows[cut]["size"] // 2
+    numba_artifact.write_bytes(data[:at])
+    with pytest.raises(dsl.ArtifactError, match="truncated" + ("" if cut == "header" else f".*section '{cut}'")):
+        dsl.load_model(numba_artifact)
+
+
+def test_not_an_artifact_and_another_format_are_refused(numba_artifact, tmp_path, monkeypatch):
+    (tmp_path / "m.onnx").write_bytes(_model_bytes())
+    with pytest.raises(dsl.ArtifactError, match="m.onnx: not an .opdsl artifact .wrong magic"):
+        dsl.load_model(tmp_path / "m.onnx")
+    monkeypatch.setattr(artifact_format, "FORMAT", 99)
+    artifact_format.write(tmp_path / "future.opdsl", {"backend": "numba"}, {"graph": b"x"})
+    monkeypatch.undo()
+    with pytest.raises(dsl.ArtifactError, match="artifact format 99, this opdsl reads format 1"):
+        dsl.load_model(tmp_path / "future.opdsl")
+
+
+def test_a_file_others_can_write_needs_trusted(numba_artifact, monkeypatch):
+    os.chmod(numba_artifact, 0o664)
+    with monkeypatch.context() as m:
+        m.setattr(artifact_load, "pickle", _NoUnpickling)
+        with pytest.raises(dsl.ArtifactError, match=r"refused, it is writable by its group \(mode 0664\).*runs code"):
+            dsl.load_model(numba_artifact)
+    model = dsl.load_model(numba_artifact, trusted=True)
+    np.testing.assert_allclose(model.run({"x": X})["y"], _reference(X), rtol=1e-4, atol=1e-4)
+
+
+def test_bad_arguments_are_clear(numba_artifact, tmp_path):
+    with pytest.raises(ValueError, match="on_mismatch='later': expected one of 'recompile', 'refuse'"):
+        dsl.load_model(numba_artifact, on_mismatch="later")
+    with pytest.raises(dsl.ArtifactError, match="missing.opdsl: cannot open it"):
+        dsl.load_model(tmp_path / "missing.opdsl")
+
+
+def test_cli_compile_then_run(onnx_file, tmp_path, capsys):
+    from dsl.cli.main import main
+    art = tmp_path / "m.opdsl"
+    assert main(["compile", str(onnx_file), "-o", str(art)]) == 0
+    assert f"{art}:" in capsys.readouterr().out
+    np.save(tmp_path / "x.npy", X)
+    assert main(["run", str(art), "--input", f"x={tmp_path / 'x.npy'}", "--output-dir", str(tmp_path / "out")]) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "y.npy"), _reference(X), rtol=1e-4, atol=1e-4)
+    data = bytearray(art.read_bytes())
+    data[-3] ^= 0xFF  # the last section, the ONNX source
+    art.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert main(["run", str(art), "--random", "--output-dir", str(tmp_path / "out")]) == 2
+    assert "opdsl: error:" in capsys.readouterr().err
+    assert main(["compile", str(onnx_file)]) == 2
+    assert "give the artifact to write with -o" in capsys.readouterr().err
