@@ -157,3 +157,40 @@ def test_cache_off_by_environment(plans_dir, tmp_path, monkeypatch):
     _load(path)
     _load(path)
     assert plan_cache.stats == {"hits": 0, "misses": 0, "stores": 0} and not plans_dir.exists()
+
+
+def _user_op(op_type: str, domain: str, sourceless: bool):
+    """An op class as a user's module (this file) or a notebook cell (no source file) defines it."""
+    cls = type(f"User{op_type}", (dsl.Op,), {"op_type": op_type, "domain": domain, "since": 1, "until": None})
+    if sourceless:
+        cls.__module__ = "notebook_cell_without_a_file"
+    return cls
+
+
+@pytest.mark.parametrize("domain, op_type, cached", [("my.domain", "Sourceless", True), ("", "Relu", False)])
+def test_only_the_ops_a_model_names_are_keyed(plans_dir, tmp_path, monkeypatch, domain, op_type, cached):
+    """A notebook op of another domain leaves the model cacheable; one under a type the model
+    names (its code unknown) turns caching off for that model only."""
+    from dsl.opgraph import registry
+    extra = _user_op(op_type, domain, sourceless=True)
+    builtin = registry.registered_now()
+    monkeypatch.setattr(registry, "registered_now", lambda: builtin + [extra])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_model_bytes())
+    _load(path)
+    _load(path)
+    want = {"hits": 1, "misses": 1, "stores": 1} if cached else {"hits": 0, "misses": 2, "stores": 0}
+    assert plan_cache.stats == want
+
+
+def test_a_user_op_registered_under_a_type_the_model_names_is_a_miss(plans_dir, tmp_path, monkeypatch):
+    from dsl.opgraph import registry
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_model_bytes())
+    _load(path)
+    builtin = registry.registered_now()
+    monkeypatch.setattr(registry, "registered_now", lambda: builtin + [_user_op("Relu", "", sourceless=False)])
+    _load(path)  # the entry records the user ops the model reached (none): another set now
+    assert plan_cache.stats == {"hits": 0, "misses": 2, "stores": 2}
+    _load(path)
+    assert plan_cache.stats["hits"] == 1
