@@ -42,11 +42,12 @@ print(json.dumps({"import": t1 - t0, "load": t2 - t1, "first_run": t3 - t2, "tot
 
 
 _ARTIFACT_CHILD = r"""
-import json, sys, time
+import json, sys, time, warnings
 t0 = time.perf_counter()
 import numpy as np
 import dsl
 from dsl.opgraph import artifact_load
+warnings.simplefilter("error", dsl.ArtifactWarning)  # a rebuilt or recompiled model is not what is measured
 t1 = time.perf_counter()
 model = dsl.load_model(sys.argv[1])
 t2 = time.perf_counter()

@@ -98,7 +98,11 @@ def register_packages(packages) -> None:
 def open_state(art) -> Model:
     """The model of a checked artifact's ``graph`` and ``weights`` sections."""
     weights = art.section("weights")
-    buffers = [weights[at:at + size] for at, size in art.header["weights"]]
+    spans = art.header.get("weights") or []
+    if weights is None or art.section("graph") is None or any(
+            at < 0 or size < 0 or at + size > len(weights) for at, size in spans):
+        raise ArtifactError(f"{art.path}: its header's 'weights' table does not fit its sections")
+    buffers = [weights[at:at + size] for at, size in spans]
     try:
         state = pickle.loads(art.section("graph"), buffers=buffers)
         return model_state.restore(state, Model)
@@ -129,6 +133,8 @@ def install_code(art) -> int:
             raise ArtifactError(f"{art.path}: section 'code' holds an entry named {name!r}") from None
         except cache.CacheUnusable:
             return written
+        if code is None or at < 0 or size < 0 or at + size > len(code):
+            raise ArtifactError(f"{art.path}: its header's entry {folder}/{name} lies outside section 'code'")
         data = code[at:at + size]
         if cache.read_private(target) == data:
             stats["kept"] += 1
