@@ -194,3 +194,19 @@ def test_a_user_op_registered_under_a_type_the_model_names_is_a_miss(plans_dir, 
     assert plan_cache.stats == {"hits": 0, "misses": 2, "stores": 2}
     _load(path)
     assert plan_cache.stats["hits"] == 1
+
+
+def test_a_hit_neither_parses_nor_folds(plans_dir, tmp_path, monkeypatch):
+    """Folding runs kernels on the weights (seconds for a CNN): a hit reads the folded graph."""
+    from dsl.onnx import load as onnx_load
+    from dsl.opgraph import passes
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_model_bytes())
+    _load(path)
+
+    def refuse(*a, **k):
+        raise AssertionError("a plan cache hit built the graph again")
+    monkeypatch.setattr(passes, "infer_and_fold", refuse)
+    monkeypatch.setattr(onnx_load, "to_graph", refuse)
+    _load(path)
+    assert plan_cache.stats["hits"] == 1
