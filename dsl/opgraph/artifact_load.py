@@ -27,7 +27,7 @@ import pickle
 import warnings
 from typing import Optional, Sequence
 
-from backends import cache
+from backends import base, cache
 from dsl.opgraph import artifact_format, model_state, plan_cache, registry
 from dsl.opgraph.artifact_format import ArtifactError, ArtifactWarning
 from dsl.opgraph.model import Model
@@ -74,10 +74,14 @@ def load_model(path, trusted: bool = False, on_mismatch: str = "recompile", pack
     made_by = header.get("toolchain")
     if made_by != toolchain:
         return _rebuild(art, on_mismatch, f"it was made by another toolchain ({_diff(made_by)})", packages)
-    backend = header["backend"]
+    backend = header.get("backend")
+    if backend not in base.names():
+        raise ArtifactError(f"{art.path}: its header names the backend {backend!r}; this opdsl has "
+                            f"{', '.join(base.names())}")
     here = target_facts(backend)
     if header.get("target") != here:
-        why = f"it was compiled for another {'CPU' if backend == 'numba' else 'device'} ({_target_diff(header.get('target'), here)})"
+        what = "CPU" if backend == "numba" else "device"
+        why = f"it was compiled for another {what} ({_target_diff(header.get('target'), here)})"
         if on_mismatch == "refuse":
             raise ArtifactError(f"{art.path}: refused, {why}")
         warnings.warn(ArtifactWarning(f"{art.path}: {why}; its kernels compile again for this one on first run"),
