@@ -239,3 +239,23 @@ def test_cli_compile_then_run(onnx_file, tmp_path, capsys):
     assert "opdsl: error:" in capsys.readouterr().err
     assert main(["compile", str(onnx_file)]) == 2
     assert "give the artifact to write with -o" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_package_model_runs_from_its_artifact_in_a_fresh_process(tmp_path):
+    """`opdsl compile --package` records the package; `opdsl run MODEL.opdsl` in a new process
+    registers it again without being told (the custom op's class is in the pickled graph)."""
+    import runpy
+    from dsl.cli.main import main
+    pkg = ROOT / "examples" / "qaic_package"
+    onnx.save(runpy.run_path(str(pkg / "build_model.py"))["build"](), str(tmp_path / "pkg.onnx"))
+    assert main(["compile", str(tmp_path / "pkg.onnx"), "-o", str(tmp_path / "pkg.opdsl"), "--package", str(pkg)]) == 0
+    x = np.random.default_rng(3).standard_normal((2, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for model, extra, out in (("pkg.opdsl", [], "a"), ("pkg.onnx", ["--package", str(pkg)], "b")):
+        done = subprocess.run([sys.executable, "-m", "dsl.cli", "run", str(tmp_path / model), "--input",
+                               f"x={tmp_path / 'x.npy'}", "--output-dir", str(tmp_path / out), *extra],
+                              env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "a" / "y.npy"), np.load(tmp_path / "b" / "y.npy"))
