@@ -25,6 +25,7 @@ import pickle
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Mapping, Optional, Union
 
@@ -69,6 +70,10 @@ def save(model, path: Union[str, os.PathLike], source: Optional[Union[str, os.Pa
             source = Path(source).read_bytes()
         except OSError as e:
             raise ArtifactError(f"cannot read the model source {source}: {e.strerror or e}") from None
+    if model.backend != "interpreter" and not cache.enabled():
+        warnings.warn(artifact_format.ArtifactWarning(
+            f"{path}: the compile cache is not used ({cache.unusable_reason()}), so the artifact carries no machine "
+            "code: its kernels compile on first run wherever it is loaded"), stacklevel=3)
     draft = draft_sections(model)
     header = {"opdsl": __version__, "backend": model.backend, "weights": draft["spans"],
               "load_options": dict(options or {}, backend=model.backend),

@@ -259,3 +259,16 @@ def test_a_package_model_runs_from_its_artifact_in_a_fresh_process(tmp_path):
                               env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "a" / "y.npy"), np.load(tmp_path / "b" / "y.npy"))
+
+
+def test_saving_without_a_disk_cache_warns_that_no_code_is_carried(onnx_file, tmp_path, monkeypatch):
+    from backends import cache
+    model = dsl.load_onnx(str(onnx_file), backend="numba")
+    monkeypatch.setenv("OPDSL_NO_DISK_CACHE", "1")
+    with pytest.warns(dsl.ArtifactWarning, match="carries no machine code"):
+        model.save(tmp_path / "m.opdsl")
+    assert artifact_format.read(tmp_path / "m.opdsl").header["code"] == []
+    monkeypatch.delenv("OPDSL_NO_DISK_CACHE")
+    cache.reset()
+    np.testing.assert_allclose(dsl.load_model(tmp_path / "m.opdsl").run({"x": X})["y"], _reference(X),
+                               rtol=1e-4, atol=1e-4)
