@@ -1,6 +1,6 @@
 """The fresh process ``Model.save`` runs (artifact_save.py): load the draft artifact, run it once
 while the compile cache records what is read and written, report those entries, the toolchain and
-the CPU.  ``python -m dsl.opgraph.artifact_probe DRAFT FACTS.json [FEEDS.npz]``"""
+the CPU.  ``python -m dsl.opgraph.artifact_probe DRAFT FACTS.json run|facts-only [FEEDS.npz]``"""
 from __future__ import annotations
 
 import json
@@ -28,10 +28,10 @@ def main(argv) -> int:
     artifact_load.register_packages(art.header.get("packages"))
     with cache.recording() as seen:
         model = artifact_load.open_state(art)
-        if backend != "interpreter":
+        if backend != "interpreter" and argv[2] == "run":
             feeds = default_feeds(model)
-            if len(argv) > 2:
-                with np.load(argv[2]) as given:
+            if len(argv) > 3:
+                with np.load(argv[3]) as given:
                     feeds.update({k: given[k] for k in given.files})
             model.run(feeds)
     root = cache.cache_root()

@@ -110,7 +110,8 @@ def _cache_file(folder: str, name: str) -> Optional[bytes]:
 def _probe(draft: Path, tmp: Path, feeds) -> dict:
     """Run ``draft`` once in a fresh process -> {"files", "toolchain", "target"}."""
     out = tmp / "facts.json"
-    argv = [sys.executable, "-m", "dsl.opgraph.artifact_probe", str(draft), str(out)]
+    argv = [sys.executable, "-m", "dsl.opgraph.artifact_probe", str(draft), str(out),
+            "run" if cache.enabled() else "facts-only"]  # without a disk cache there is no code to collect
     if feeds is not None:
         np.savez(tmp / "feeds.npz", **{k: np.asarray(v) for k, v in feeds.items()})
         argv.append(str(tmp / "feeds.npz"))
