@@ -157,6 +157,52 @@ def test_user_handler_still_runs_and_later_launches_work(tmp_path):
     assert "handler calls: 1" in out
 
 
+AGAIN = KERNELS.split("KERNEL = ")[0] + '''
+import os, signal, threading
+import backends.interrupt as ctrl_c
+backend = sys.argv[1]
+x = np.ones(64, np.float32)
+spin(x, np.zeros(64, np.float32), 1, backend=backend)  # compiled (and the OpenCL device made) first
+armed = threading.Event()
+_arm = ctrl_c.arm
+def signalling_arm():
+    start = _arm()
+    armed.set()
+    return start
+ctrl_c.arm = signalling_arm
+def ctrl_c_once_armed():
+    armed.wait(120)
+    time.sleep(0.3)
+    os.kill(os.getpid(), signal.SIGINT)
+for k in range(3):
+    armed.clear()
+    threading.Thread(target=ctrl_c_once_armed, daemon=True).start()
+    try:
+        spin(x, np.zeros(64, np.float32), 10 ** 12, backend=backend)
+        print(k, "ran to the end", flush=True)
+    except KeyboardInterrupt:
+        print(k, "stopped", flush=True)
+'''
+
+
+@pytest.mark.parametrize("backend", ["numba", "opencl"])
+def test_every_ctrl_c_stops_a_launch_not_only_the_first(backend, tmp_path):
+    """PoCL's SIGINT handler (LLVM's crash-file cleanup) removes itself when it runs and puts back
+    the handler it found, Python's: opdsl's, in front of it, went with it, and the second Ctrl-C
+    of a process no longer stopped an OpenCL launch (or a numba one, once PoCL was loaded)."""
+    script = tmp_path / "again.py"
+    script.write_text(AGAIN)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    try:
+        p = subprocess.run([sys.executable, str(script), backend], capture_output=True, text=True, env=env,
+                           cwd=tmp_path, timeout=60)
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError(f"a launch ran on after a later Ctrl-C\n{e.stdout}") from None
+    if backend == "opencl" and "no usable" in (p.stdout + p.stderr).lower():
+        pytest.skip("no OpenCL device")
+    assert p.stdout.split() == ["0", "stopped", "1", "stopped", "2", "stopped"], p.stdout + p.stderr
+
+
 THREADS = KERNELS.split("KERNEL = ")[0] + '''
 import threading
 backend, n_threads = sys.argv[1], int(sys.argv[2])
