@@ -38,6 +38,7 @@ _read = memoryview(COUNTER)      # _read[0]: the counter as a Python int, ~30 ns
 _UNSET = object()
 _SIGINT = int(signal.SIGINT)
 _seen = _UNSET                   # the Python-level SIGINT handler when we last (re)installed
+_verified = 0                    # the counter when we last made sure the C handler is ours
 _lock = threading.Lock()
 _jit = None                      # (engine, handler address, globals) once compiled
 _failure = ""                    # why the handler cannot be installed here ('' = it can)
@@ -66,12 +67,14 @@ call1:
 
 if sys.platform.startswith("linux"):
     _SA_SIGINFO = 4
+    _SA_RESETHAND = ctypes.c_int(0x80000000).value
 
     class _Sigaction(ctypes.Structure):  # glibc's struct sigaction (x86-64, aarch64)
         _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * 16), ("flags", ctypes.c_int),
                     ("restorer", ctypes.c_void_p)]
 elif sys.platform == "darwin":
     _SA_SIGINFO = 0x40
+    _SA_RESETHAND = 0x4
 
     class _Sigaction(ctypes.Structure):  # type: ignore[no-redef]
         _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_uint32), ("flags", ctypes.c_int)]
@@ -81,8 +84,13 @@ else:  # pragma: no cover - no sigaction
 
 
 def arm() -> int:
-    """Make sure the handler is in place (cheap when nothing changed); the counter's value now."""
-    if _signal.getsignal(_SIGINT) is not _seen:
+    """Make sure the handler is in place (cheap when nothing changed); the counter's value now.
+
+    Checked again after every SIGINT (the counter moved): the handler we chain to may take itself
+    out when it runs -- PoCL's is LLVM's crash-cleanup handler, which restores the handler it
+    found (Python's) and re-raises, so without this only the first Ctrl-C of a process stopped an
+    OpenCL or numba launch."""
+    if _read[0] != _verified or _signal.getsignal(_SIGINT) is not _seen:
         _install()
     return _read[0]
 
@@ -151,12 +159,13 @@ def _compile():
 def _install() -> None:
     """Put our handler in front of SIGINT's current C handler (from any thread: sigaction is
     process-wide, and the lock keeps two threads from chaining our handler to itself)."""
-    global _seen, _failure
+    global _seen, _failure, _verified
     if _Sigaction is None:
         return
     with _lock:
         python_handler = _signal.getsignal(_SIGINT)
-        if python_handler is _seen:
+        count = _read[0]
+        if python_handler is _seen and count == _verified:
             return  # another thread installed it while this one waited
         try:
             _, ours, glob = _compile()
@@ -167,10 +176,13 @@ def _install() -> None:
                 new = _Sigaction()
                 ctypes.memmove(ctypes.byref(new), ctypes.byref(old), ctypes.sizeof(_Sigaction))
                 new.handler = ours
-                new.flags = old.flags | _SA_SIGINFO  # we pass (sig, info, ctx) on; other flags as CPython set them
+                # we pass (sig, info, ctx) on; other flags as the replaced handler had them, except
+                # one-shot (LLVM's handler in PoCL is): ours stays until the one it calls removes it
+                new.flags = (old.flags | _SA_SIGINFO) & ~_SA_RESETHAND
                 if _libc().sigaction(signal.SIGINT, ctypes.byref(new), None) != 0:
                     raise OSError(ctypes.get_errno(), "sigaction(SIGINT) failed")
             _failure = ""
         except Exception as e:  # never let Ctrl-C support break a launch
             _failure = f"cannot install the SIGINT handler: {type(e).__name__}: {e}"
         _seen = python_handler
+        _verified = count

@@ -7,6 +7,19 @@ os.environ.setdefault("OPDSL_LOG_LEVEL", "warn")
 
 ALL_BACKENDS = ("interpreter", "numba", "opencl")
 
+# Modules whose every case takes 10-30 s in a process of its own (a fresh Jupyter kernel per
+# notebook), collected first: under ``-n 2`` they start in the first batches instead of being,
+# as the last modules in collection order, the cases one worker finishes while the other idles.
+# Only subprocess-run modules move: in-process ones (doc pages, torch) register ops and import
+# libraries that every later case in that worker would see.
+RUN_FIRST = ("tests/test_notebooks.py",)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    first = [item for item in items if item.nodeid.startswith(RUN_FIRST)]
+    if first and len(first) < len(items):
+        items[:] = first + [item for item in items if not item.nodeid.startswith(RUN_FIRST)]
+
 
 def _unavailable(name: str) -> str:
     from backends import base

@@ -146,10 +146,8 @@ def _inputs(dtype: str, seed: int):
     return x, y, s
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow],
-          derandomize=bool(os.environ.get("CI")))  # CI replays the same examples; locally they vary
-@given(data=st.data())
-def test_backends_agree_on_random_elementwise_kernels(data):
+def check_random_kernel(data) -> None:
+    """Draw one kernel and its inputs, run it on every available backend, compare with the first."""
     backends = _available()
     if len(backends) < 2:
         pytest.skip(f"need two backends to compare, have {backends}")
@@ -173,3 +171,19 @@ def test_backends_agree_on_random_elementwise_kernels(data):
         else:
             rtol = 1e-5 if x.dtype == np.float32 else 1e-12
             np.testing.assert_allclose(got, ref, rtol=rtol, atol=rtol, equal_nan=True, err_msg=msg)
+
+
+# Every example is a new kernel compiled on numba and OpenCL (~1 s each on 2 cores): the default
+# run draws 12 (CI replays the same ones, locally they vary); -m slow draws 100.
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow],
+          derandomize=bool(os.environ.get("CI")))
+@given(data=st.data())
+def test_backends_agree_on_random_elementwise_kernels(data):
+    check_random_kernel(data)
+
+
+@pytest.mark.slow
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_backends_agree_on_many_random_elementwise_kernels(data):
+    check_random_kernel(data)

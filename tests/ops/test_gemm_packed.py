@@ -50,9 +50,15 @@ def test_packed_gemm_every_loop(backend, case):
 def test_packed_gemm_half_storage(backend, dtype):
     """f16/bf16 data is packed as f32 and accumulated in f32; y rounds once per K block."""
     npt = dsl.f16.np if dtype == "f16" else dsl.bf16.np
-    a, b = rand(1, 9, 7).astype(npt), rand(1, 7, 10).astype(npt)
+    # f16 on numba takes the target's tile, the specialization an f16 Conv compiles
+    # (test_nn's test_conv_f64_f16_and_no_bias): one ~30 s cold compile for both; K past one KC
+    # block keeps the rounding per K block in play. bf16 and the other backends run every loop
+    # with the tiny blocks.
+    cfg = tile_config(backend) if backend == "numba" and dtype == "f16" else TINY
+    k = cfg.KC + 44 if cfg is not TINY else 7
+    a, b = rand(1, 9, k).astype(npt), rand(1, k, 10).astype(npt)
     y = np.zeros((1, 9, 10), npt)
-    packed_gemm(a, b, np.zeros((1, 1), npt), y, backend=backend, config=TINY)
+    packed_gemm(a, b, np.zeros((1, 1), npt), y, backend=backend, config=cfg)
     ref = reference(a.astype(np.float32), b.astype(np.float32), np.zeros((1, 1)), 0, 0, 1.0, 0.0)
     tol = 1e-2 if dtype == "f16" else 5e-2
     np.testing.assert_allclose(y.astype(np.float32), ref, rtol=tol, atol=tol)

@@ -26,7 +26,9 @@ def test_conv_integer_with_groups_and_pads(backend):
 
 
 def test_qlinear_conv_per_channel_requantization(backend):
-    x, w = q((1, 3, 5, 5), np.uint8), q((4, 3, 2, 2), np.int8)
+    # a 3x3 kernel: on numba the same direct-int8 specialization (KH = KW = 3) as
+    # test_gemm_int8's QLinearConv model, so the suite compiles it once (~30 s cold)
+    x, w = q((1, 3, 5, 5), np.uint8), q((4, 3, 3, 3), np.int8)
     x_scale, y_scale = np.array(0.02, np.float32), np.array(0.5, np.float32)
     w_scale = RNG.uniform(0.01, 0.05, 4).astype(np.float32)
     xzp, wzp, yzp = np.array(128, np.uint8), np.zeros(4, np.int8), np.array(10, np.uint8)
