@@ -108,7 +108,7 @@ def registry_digest(names) -> Optional[str]:
 def _source_file(obj) -> Optional[str]:
     try:
         return inspect.getsourcefile(obj)
-    except TypeError:
+    except (TypeError, OSError):  # built in, or defined in a notebook's __main__ (no file)
         return None
 
 

@@ -183,6 +183,22 @@ def test_only_the_ops_a_model_names_are_keyed(plans_dir, tmp_path, monkeypatch, 
     assert plan_cache.stats == want
 
 
+def test_an_op_from_a_notebook_main_turns_caching_off_for_its_model_only(plans_dir, tmp_path, monkeypatch):
+    """In Jupyter ``__main__`` has no ``__file__``: inspect raises OSError there, not TypeError."""
+    import sys
+    import types
+    from dsl.opgraph import registry
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))
+    extra = type("UserRelu", (dsl.Op,), {"op_type": "Relu", "domain": "", "since": 1, "until": None,
+                                        "__module__": "__main__"})
+    builtin = registry.registered_now()
+    monkeypatch.setattr(registry, "registered_now", lambda: builtin + [extra])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_model_bytes())
+    _load(path)
+    assert plan_cache.stats == {"hits": 0, "misses": 1, "stores": 0}
+
+
 def test_a_user_op_registered_under_a_type_the_model_names_is_a_miss(plans_dir, tmp_path, monkeypatch):
     from dsl.opgraph import registry
     path = tmp_path / "m.onnx"
