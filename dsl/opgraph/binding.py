@@ -20,8 +20,9 @@ The rules are strict; a buffer keeps the copy when any of them fails:
   buffer where it cannot be seen, and the whole plan keeps copying.
 - A graph input must never be written: a launch that binds it to an Out/InOut parameter, a
   tile copy into it, or an ``op.run`` call (which may do anything with its arrays) pins it.
-- A feed must be an exact, C-contiguous, aligned ``np.ndarray``; a read-only feed only where
-  every use of it is a frozen numba launch (any other launch would type it again as read-only
+- A feed must be an exact, C-contiguous, aligned ``np.ndarray`` of the buffer's dtype and shape
+  (``arg_check.rebinds``: the only argument check a bound launch repeats); a read-only feed only
+  where every use of it is a frozen launch (any other launch would type it again as read-only
   and compile another variant).
 - Outputs that are graph inputs or constants, outputs listed twice, and buffers smaller than
   ``MIN_BYTES`` (where the rebuilt tuples cost more than the copy) keep the copy.
@@ -36,6 +37,7 @@ import numpy as np
 
 from backends.base import Launcher
 from dsl.opgraph import tiling as tiles
+from dsl.runtime import arg_check
 
 # Buffers smaller than this keep the copy: rebinding a launch costs ~1 us, as much as copying
 # ~32 KB in and out (benchmarks/RESULTS.md "Model.run without copies").  OPDSL_BIND_MIN_BYTES=0
@@ -290,14 +292,6 @@ def _address(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
 
-def feed_ok(a, buf: np.ndarray, frozen_only: bool) -> bool:
-    """Whether the caller's array ``a`` can stand in for the plan's input buffer ``buf``."""
-    if type(a) is not np.ndarray or a.shape != buf.shape or a.dtype != buf.dtype:
-        return False
-    f = a.flags
-    return f.c_contiguous and f.aligned and (f.writeable or frozen_only)
-
-
 def build(steps: Sequence, inputs: Sequence[np.ndarray], outputs: Sequence[Tuple[str, np.ndarray]],
           constants: Sequence[np.ndarray], run_fns: Sequence[Callable], noop: Callable,
           min_bytes: Optional[int] = None) -> Optional["RunBinding"]:
@@ -352,7 +346,7 @@ class RunBinding:
         arrays: List[Optional[np.ndarray]] = [None] * self._roots
         i = 0
         for (buf, live, ro_ok), a in zip(self._feeds, feeds):
-            if live and feed_ok(a, buf, ro_ok):
+            if live and arg_check.rebinds(a, buf, ro_ok):
                 arrays[i] = a
             else:
                 np.copyto(buf, a)
