@@ -191,6 +191,10 @@ class Kernel:
             if views is not None and self._fast_launch(views[0], views[1], backend, g):
                 return
         launcher, values, g = self.prepare(args, kwargs, backend=backend, grid=grid)
+        if self._fast is not None and type(g) is int:
+            # these types passed the full check: later launches of them take the fast path, also
+            # when the specialization was compiled by a launch the fast binder refused
+            self._remember_fast(args, kwargs, backend or config.default_backend(), launcher)
         if g:
             launcher(values, g)
 
