@@ -232,18 +232,25 @@ class Binding:
     def bind(self, steps: Sequence, arrays: List[Optional[np.ndarray]]) -> list:
         """``steps`` with every rebound root replaced by ``arrays[root]`` (None: keep the plan's)."""
         out = list(steps)
+        for k, step in self.rebound(steps, arrays):
+            out[k] = step
+        return out
+
+    def rebound(self, steps: Sequence, arrays: List[Optional[np.ndarray]]) -> list:
+        """[(step index, the step rebound to ``arrays``)] for the steps that hold a root."""
+        out = []
         for k, flat, tree in self._fast:
             if flat is None:
-                out[k] = _apply(out[k], tree, arrays)
+                out.append((k, _apply(steps[k], tree, arrays)))
                 continue
-            fn, (values, grid) = out[k]
+            fn, (values, grid) = steps[k]
             items = list(values)
             for i, view in flat:
                 a = view.make(arrays)
                 if a is not None:
                     items[i] = a
-            out[k] = (fn, (values.with_values(items) if type(values) not in (tuple, list) else type(values)(items),
-                           grid))
+            out.append((k, (fn, (values.with_values(items) if type(values) not in (tuple, list)
+                                 else type(values)(items), grid))))
         return out
 
 
@@ -341,8 +348,9 @@ class RunBinding:
         # per output: (name, fresh root or None, the graph input it is or None, the plan's buffer)
         self._outs = [(name, r, k, buf) for (name, buf), r, k in zip(outputs, self.out_roots, out_inputs)]
 
-    def run(self, steps: Sequence, feeds: Sequence[np.ndarray]) -> Dict[str, np.ndarray]:
-        """Feed, run and collect: rebound feeds used in place, the others copied into the plan."""
+    def run(self, steps: Sequence, feeds: Sequence[np.ndarray], flat=None) -> Dict[str, np.ndarray]:
+        """Feed, run and collect: rebound feeds used in place, the others copied into the plan.
+        ``flat``: the plan's steps as prepared calls (flat_run.py), run with the rebound ones."""
         arrays: List[Optional[np.ndarray]] = [None] * self._roots
         i = 0
         for (buf, live, ro_ok), a in zip(self._feeds, feeds):
@@ -353,8 +361,11 @@ class RunBinding:
             i += 1
         for r, shape, dt in self._fresh:
             arrays[r] = np.empty(shape, dt)
-        for fn, args in self.binding.bind(steps, arrays):
-            fn(*args)
+        if flat is not None:
+            flat.run(self.binding.rebound(steps, arrays))
+        else:
+            for fn, args in self.binding.bind(steps, arrays):
+                fn(*args)
         result = {}
         for name, r, k, buf in self._outs:
             if r is not None:

@@ -9,7 +9,8 @@ nodes pays 100 times a run; onnxruntime pays ~0.3 us (issue 28).  Here each step
 run straight (``Launcher.prepared_entry``: frozen values, small enough for the serial entry,
 nothing else to do) becomes ``(machine code, its complete argument tuple)``, made once; the
 other steps (``op.run`` calls, tiles, launchers without such an entry) stay as they are.  A run
-arms Ctrl-C once, calls the list, and checks the counter once at the end.
+arms Ctrl-C once, calls the list, and checks the counter once at the end.  A run that reads a
+feed in place or writes a fresh output (binding.py) prepares again only the steps holding them.
 
 The Ctrl-C value a launch compares against (``start``) is the last argument of each prepared
 tuple.  The counter only moves when SIGINT arrives, so the tuples are rebuilt only on the first
@@ -41,13 +42,21 @@ class FlatRun:
         self._calls: list = []
         self._start: Optional[int] = None
 
-    def run(self) -> None:
+    def run(self, rebound: Sequence = ()) -> None:
+        """Every step once.  ``rebound``: [(step index, step)] replacing this run's steps that hold
+        a caller's feed or a fresh output (binding.py); each is prepared again, the rest reused."""
         start = interrupt.arm()
         if start != self._start:
             self._calls = [step if head is None else (head[0], head[1] + (start,))
                            for head, step in zip(self._heads, self._steps)]
             self._start = start
-        for fn, args in self._calls:
+        calls = self._calls
+        if rebound:
+            calls = list(calls)
+            for k, (fn, args) in rebound:
+                head = _head(fn, args)
+                calls[k] = (fn, args) if head is None else (head[0], head[1] + (start,))
+        for fn, args in calls:
             fn(*args)
         if _READ[0] != start:
             raise KeyboardInterrupt("opdsl launch interrupted")

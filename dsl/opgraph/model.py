@@ -171,7 +171,10 @@ class Model:
         plan = pool.checkout()
         try:
             if plan.binding is not None and self.rebind:
-                return plan.binding.run(plan.steps, arrays)
+                out = plan.binding.run(plan.steps, arrays, plan.flat)
+                if plan.flat is None:  # after the first run, as below
+                    plan.flat = FlatRun(plan.steps)
+                return out
             for buf, a in zip(plan.inputs, arrays):
                 np.copyto(buf, a)
             if plan.flat is not None:

@@ -77,9 +77,14 @@ def test_a_new_feed_shape_gets_its_own_plan_and_prepared_calls(backend, chains):
     assert all(f is not None for f in flats) and flats[0] is not flats[1]
 
 
-def test_outputs_are_fresh_arrays_each_run(backend, chains):
-    """docs/ops.md, Running: every run returns new arrays; the next run must not write them."""
-    model, _ = _models(chains, backend)
+@pytest.mark.parametrize("in_place", [False, True], ids=["copied", "read-in-place"])
+def test_outputs_are_fresh_arrays_each_run(backend, chains, in_place, monkeypatch):
+    """docs/ops.md, Running: every run returns new arrays; the next run must not write them.
+    Also when feeds are read in place and outputs written into fresh arrays (binding.py): the
+    flat run then prepares those steps again each run."""
+    from dsl.opgraph import binding
+    monkeypatch.setattr(binding, "MIN_BYTES", 0 if in_place else binding.MIN_BYTES)
+    model = _models(chains, backend)[0] if not in_place else _chain(2).compile(backend=backend, fuse=False)
     a, b = np.full((2, 64), 0.5, np.float32), np.full((2, 64), -0.25, np.float32)
     first = model.run({"x": a})
     kept = {k: v.copy() for k, v in first.items()}
@@ -89,6 +94,10 @@ def test_outputs_are_fresh_arrays_each_run(backend, chains):
         np.testing.assert_array_equal(first[k], kept[k])
         assert not np.shares_memory(first[k], second[k])
     assert not np.shares_memory(first["y"], first["z"])
+    plan = next(iter(model._plans.values())).first
+    assert (plan.binding is not None) == in_place and plan.flat is not None
+    np.testing.assert_allclose(second["y"], _want(b), rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(first["y"], _want(a), rtol=2e-6, atol=1e-6)
 
 
 def test_an_interrupt_stops_the_run_and_the_next_run_rearms():
