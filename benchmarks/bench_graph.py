@@ -20,20 +20,24 @@ import numpy as np
 from benchmarks import harness
 
 
-def build_chain(nodes: int, size: int):
+_NUMPY = {"Tanh": np.tanh, "Relu": lambda x: np.maximum(x, 0)}
+
+
+def build_chain(nodes: int, size: int, cycle=("Tanh", "Relu")):
+    """``nodes`` nodes applying the ops named in ``cycle`` in turn to a 1 x ``size`` f32 tensor."""
     import dsl
     import ops
     g = dsl.Graph("chain")
     h = g.input("x", (1, size), dsl.f32)
     for i in range(nodes):
-        h = ops.Relu(h) if i % 2 else ops.Tanh(h)
+        h = getattr(ops, cycle[i % len(cycle)])(h)
     g.output(h, "y")
     return g
 
 
-def reference(x: np.ndarray, nodes: int) -> np.ndarray:
+def reference(x: np.ndarray, nodes: int, cycle=("Tanh", "Relu")) -> np.ndarray:
     for i in range(nodes):
-        x = np.maximum(x, 0) if i % 2 else np.tanh(x)
+        x = _NUMPY[cycle[i % len(cycle)]](x)
     return x
 
 
@@ -64,6 +68,7 @@ def main(argv=None) -> int:
     ap.add_argument("--size", type=int, default=64)
     ap.add_argument("--backend", default="numba")
     ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--ops", default="Tanh,Relu", help="the ops the chain cycles through (Tanh, Relu)")
     ap.add_argument("--fuse", action="store_true", help="apply the graph rewrites (the chain becomes one kernel)")
     ap.add_argument("--boost", action="store_true", help="run in a session of its own at nice -20 (shared machines)")
     args = ap.parse_args(argv)
@@ -76,7 +81,8 @@ def main(argv=None) -> int:
     import onnxruntime as ort
 
     import dsl
-    g = build_chain(args.nodes, args.size)
+    cycle = tuple(args.ops.split(","))
+    g = build_chain(args.nodes, args.size, cycle)
     model = g.compile(backend=args.backend, fuse=args.fuse)
     proto = g.to_onnx()
     proto.ir_version = min(proto.ir_version, 9)  # the newest IR version onnxruntime accepts here
@@ -86,7 +92,7 @@ def main(argv=None) -> int:
     sess = ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
     x = np.random.default_rng(0).standard_normal((1, args.size)).astype(np.float32)
-    ref = reference(x, args.nodes)
+    ref = reference(x, args.nodes, cycle)
     for name, run in (("graph", lambda: model.run({"x": x})["y"]), ("loaded", lambda: loaded.run({"x": x})["y"]),
                       ("onnxruntime", lambda: sess.run(None, {"x": x})[0])):
         np.testing.assert_allclose(run(), ref, rtol=1e-5, atol=1e-6, err_msg=name)
@@ -101,12 +107,12 @@ def main(argv=None) -> int:
 
     print("## Graph per-node overhead (issue 4)\n")
     print(f"Command: `python -m benchmarks.bench_graph --nodes {args.nodes} --size {args.size} "
-          f"--backend {args.backend}{' --fuse' if args.fuse else ''}{' --boost' if args.boost else ''}`\n")
+          f"--backend {args.backend}{'' if args.ops == 'Tanh,Relu' else ' --ops ' + args.ops}{' --fuse' if args.fuse else ''}{' --boost' if args.boost else ''}`\n")
     for line in harness.machine_info():
         print(f"- {line}")
     if boost:
         print(f"- priority: {boost}")
-    print(f"\nA chain of {args.nodes} elementwise nodes (Tanh/Relu) on a 1x{args.size} f32 tensor, graph rewrites "
+    print(f"\nA chain of {args.nodes} elementwise nodes ({'/'.join(cycle)}) on a 1x{args.size} f32 tensor, graph rewrites "
           f"{'on' if args.fuse else 'off'} ({model.stats['fused']} nodes fused).\n")
     print("| case | per run | per node | vs onnxruntime |")
     print("|---|---|---|---|")
