@@ -195,22 +195,24 @@ def overlap_lines(tensors, fail: str) -> List[str]:
 def scalar_lines(name: str, dt: T.DType, env: dict, fail: str, convert: bool) -> List[str]:
     """Lines passing a scalar the rule accepts for ``dt``.  ``convert``: it leaves as ``dt``'s
     numpy type (f16 and bf16 as f32, as ``scalar_value`` does); otherwise a Python int within
-    range and a Python float stay unconverted (a compiled entry unboxes them itself)."""
+    range and a Python float stay unconverted (a compiled entry unboxes them itself), and those
+    common cases are tested first."""
     env[f"A_{name}"] = accepted_scalars(dt)
     env[f"C_{name}"] = np.float32 if dt.is_storage_only else dt.np.type
-    lines = [f"    if type({name}) is not C_{name}:",
-             f"        if type({name}) not in A_{name}: {fail}"]
+    other = [f"        if type({name}) not in A_{name}: {fail}"]
     if dt.is_int:
         env[f"LO_{name}"], env[f"HI_{name}"] = T.int_range(dt)
-        lines += [f"        if type({name}) is int:",
-                  f"            if not LO_{name} <= {name} <= HI_{name}: {fail}",
-                  f"        elif not C_{name}({name}) == {name}: {fail}"]
+        in_range = f"if not LO_{name} <= {name} <= HI_{name}: {fail}"
+        same = f"        if not C_{name}({name}) == {name}: {fail}"
         if convert:
-            lines.append(f"        {name} = C_{name}({name})")
-        else:
-            lines += [f"        else:", f"            {name} = C_{name}({name})"]
-    elif dt.is_float and not convert:
-        lines += [f"        if type({name}) is not float:", f"            {name} = C_{name}({name})"]
-    else:
-        lines.append(f"        {name} = C_{name}({name})")
-    return lines
+            return [f"    if type({name}) is not C_{name}:", *other,
+                    f"        if type({name}) is int:", f"            {in_range}",
+                    f"        elif not C_{name}({name}) == {name}: {fail}",
+                    f"        {name} = C_{name}({name})"]
+        return [f"    if type({name}) is int:", f"        {in_range}",
+                f"    elif type({name}) is not C_{name}:", *other, same,
+                f"        {name} = C_{name}({name})"]
+    if dt.is_float and not convert:
+        return [f"    if type({name}) is not float and type({name}) is not C_{name}:", *other,
+                f"        {name} = C_{name}({name})"]
+    return [f"    if type({name}) is not C_{name}:", *other, f"        {name} = C_{name}({name})"]
