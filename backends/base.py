@@ -54,7 +54,10 @@ class Launcher(ABC):
       checks them against the compiled signature so runs skip its dispatcher); by default the
       values themselves;
     * ``direct_entry(values, grid)``: machine code that launches like these values and grid may
-      call straight (dsl/runtime/hop.py), or None; by default None.
+      call straight (dsl/runtime/hop.py), or None; by default None;
+    * ``prepared_entry(values, grid)``: for values ``freeze`` returned, the machine code that runs
+      exactly this launch as ``__call__`` would, called with the values as they are (a model's
+      flat run, dsl/opgraph/flat_run.py), or None; by default None.
     """
 
     kernel_ir: Optional[ir.Kernel] = None
@@ -83,6 +86,11 @@ class Launcher(ABC):
     def direct_entry(self, values: Sequence, grid: Grid) -> Optional["DirectEntry"]:
         """How a generated binder may run launches like this one without this launcher's Python
         work, or None (then every launch goes through ``__call__``)."""
+        return None
+
+    def prepared_entry(self, values: Sequence, grid: Grid) -> Optional["DirectEntry"]:
+        """How a model's plan may run this very launch of frozen ``values`` (``freeze``'s) with no
+        check and no Python work of this launcher, or None (the plan then calls the launcher)."""
         return None
 
 

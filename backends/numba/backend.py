@@ -415,6 +415,13 @@ class NumbaLauncher(Launcher):
             return None
         return DirectEntry(cres.entry_point, grid, SERIAL_MAX_ELEMENTS, interrupt.COUNTER)
 
+    def prepared_entry(self, values: Sequence, grid: Grid):
+        """The serial entry for a small launch of ``Frozen`` values (exactly the compiled types,
+        backends/numba/frozen.py) that ``__call__`` would run there with nothing else to do."""
+        if type(values) is not frz.Frozen or values.size >= SERIAL_MAX_ELEMENTS:
+            return None
+        return self.direct_entry(values, grid)
+
     def _entry(self, which: str, args: Sequence, grid: int):
         """What runs entry ``which``: its compiled entry point for ``Frozen`` values (the
         dispatcher's typing skipped), else the dispatcher."""

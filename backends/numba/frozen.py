@@ -9,7 +9,10 @@ compiled signature; a ``Frozen`` tuple then goes straight to the entry point's m
 
 Calling an entry point without the dispatcher is only safe for values of the compiled types (a
 wrong rank would be read as garbage), which is why only ``freeze`` makes ``Frozen`` tuples, and
-only after checking every value; immutability keeps them that way.
+only after ``matches`` confirms every value; immutability keeps them that way.  ``matches`` is not
+an argument check -- a user's arguments were checked, and their errors raised, once by
+dsl/runtime/arg_check.py when ``Kernel.prepare`` bound them -- but the machine-code guard this
+backend owes its entry points whoever calls ``freeze``.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ class Frozen(tuple):
     def with_values(self, values: Sequence) -> "Frozen":
         """The same launch with other arrays of the very same types (dtype, rank, C-contiguous):
         a model run binding the caller's feeds and fresh outputs (dsl/opgraph/binding.py).  The
-        caller guarantees the types; nothing is checked here, that is the point."""
+        caller guarantees the types (``dsl.runtime.arg_check.rebinds``); nothing is checked here."""
         out = Frozen(values)
         out.size = self.size
         return out

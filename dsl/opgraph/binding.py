@@ -20,8 +20,9 @@ The rules are strict; a buffer keeps the copy when any of them fails:
   buffer where it cannot be seen, and the whole plan keeps copying.
 - A graph input must never be written: a launch that binds it to an Out/InOut parameter, a
   tile copy into it, or an ``op.run`` call (which may do anything with its arrays) pins it.
-- A feed must be an exact, C-contiguous, aligned ``np.ndarray``; a read-only feed only where
-  every use of it is a frozen numba launch (any other launch would type it again as read-only
+- A feed must be an exact, C-contiguous, aligned ``np.ndarray`` of the buffer's dtype and shape
+  (``arg_check.rebinds``: the only argument check a bound launch repeats); a read-only feed only
+  where every use of it is a frozen launch (any other launch would type it again as read-only
   and compile another variant).
 - Outputs that are graph inputs or constants, outputs listed twice, and buffers smaller than
   ``MIN_BYTES`` (where the rebuilt tuples cost more than the copy) keep the copy.
@@ -36,6 +37,7 @@ import numpy as np
 
 from backends.base import Launcher
 from dsl.opgraph import tiling as tiles
+from dsl.runtime import arg_check
 
 # Buffers smaller than this keep the copy: rebinding a launch costs ~1 us, as much as copying
 # ~32 KB in and out (benchmarks/RESULTS.md "Model.run without copies").  OPDSL_BIND_MIN_BYTES=0
@@ -230,18 +232,25 @@ class Binding:
     def bind(self, steps: Sequence, arrays: List[Optional[np.ndarray]]) -> list:
         """``steps`` with every rebound root replaced by ``arrays[root]`` (None: keep the plan's)."""
         out = list(steps)
+        for k, step in self.rebound(steps, arrays):
+            out[k] = step
+        return out
+
+    def rebound(self, steps: Sequence, arrays: List[Optional[np.ndarray]]) -> list:
+        """[(step index, the step rebound to ``arrays``)] for the steps that hold a root."""
+        out = []
         for k, flat, tree in self._fast:
             if flat is None:
-                out[k] = _apply(out[k], tree, arrays)
+                out.append((k, _apply(steps[k], tree, arrays)))
                 continue
-            fn, (values, grid) = out[k]
+            fn, (values, grid) = steps[k]
             items = list(values)
             for i, view in flat:
                 a = view.make(arrays)
                 if a is not None:
                     items[i] = a
-            out[k] = (fn, (values.with_values(items) if type(values) not in (tuple, list) else type(values)(items),
-                           grid))
+            out.append((k, (fn, (values.with_values(items) if type(values) not in (tuple, list)
+                                 else type(values)(items), grid))))
         return out
 
 
@@ -288,14 +297,6 @@ def _param_access(launcher) -> Optional[List[str]]:
 
 def _address(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
-
-
-def feed_ok(a, buf: np.ndarray, frozen_only: bool) -> bool:
-    """Whether the caller's array ``a`` can stand in for the plan's input buffer ``buf``."""
-    if type(a) is not np.ndarray or a.shape != buf.shape or a.dtype != buf.dtype:
-        return False
-    f = a.flags
-    return f.c_contiguous and f.aligned and (f.writeable or frozen_only)
 
 
 def build(steps: Sequence, inputs: Sequence[np.ndarray], outputs: Sequence[Tuple[str, np.ndarray]],
@@ -347,20 +348,24 @@ class RunBinding:
         # per output: (name, fresh root or None, the graph input it is or None, the plan's buffer)
         self._outs = [(name, r, k, buf) for (name, buf), r, k in zip(outputs, self.out_roots, out_inputs)]
 
-    def run(self, steps: Sequence, feeds: Sequence[np.ndarray]) -> Dict[str, np.ndarray]:
-        """Feed, run and collect: rebound feeds used in place, the others copied into the plan."""
+    def run(self, steps: Sequence, feeds: Sequence[np.ndarray], flat=None) -> Dict[str, np.ndarray]:
+        """Feed, run and collect: rebound feeds used in place, the others copied into the plan.
+        ``flat``: the plan's steps as prepared calls (flat_run.py), run with the rebound ones."""
         arrays: List[Optional[np.ndarray]] = [None] * self._roots
         i = 0
         for (buf, live, ro_ok), a in zip(self._feeds, feeds):
-            if live and feed_ok(a, buf, ro_ok):
+            if live and arg_check.rebinds(a, buf, ro_ok):
                 arrays[i] = a
             else:
                 np.copyto(buf, a)
             i += 1
         for r, shape, dt in self._fresh:
             arrays[r] = np.empty(shape, dt)
-        for fn, args in self.binding.bind(steps, arrays):
-            fn(*args)
+        if flat is not None:
+            flat.run(self.binding.rebound(steps, arrays))
+        else:
+            for fn, args in self.binding.bind(steps, arrays):
+                fn(*args)
         result = {}
         for name, r, k, buf in self._outs:
             if r is not None:

@@ -44,6 +44,7 @@ from dsl import config
 from dsl.opgraph import formats as F
 from dsl.opgraph import binding, reorder
 from dsl.opgraph.concat_inplace import concat_views
+from dsl.opgraph.flat_run import FlatRun
 from dsl.opgraph.launch_plan import ScratchPool, bind_plan, plan_key, plan_of, refs
 from dsl.opgraph.limits import check_tensor_bytes, tensor_limit
 from dsl.opgraph.host_values import check_value, is_host, runs_on_host
@@ -62,7 +63,7 @@ _MAX_PLANS = 32
 class _Plan:
     """Everything one shape signature needs: fixed buffers and a flat step list."""
 
-    __slots__ = ("inputs", "outputs", "steps", "memory", "specs", "planned", "spans", "tiled", "binding")
+    __slots__ = ("inputs", "outputs", "steps", "memory", "specs", "planned", "spans", "tiled", "binding", "flat")
 
     def __init__(self, inputs, outputs, steps, memory, specs, planned, spans=(), tiled=None, binding=None):
         self.inputs, self.outputs, self.steps = inputs, outputs, steps
@@ -71,6 +72,7 @@ class _Plan:
         self.planned = planned  # nodes run from their declared launch plan (the others call run())
         self.spans = spans  # (node, first step, end step): which steps are whose (profile.py)
         self.tiled = tiled or {}  # node name -> number of tiles it runs as (tiling.py)
+        self.flat = None  # the steps as prepared calls (flat_run.py), made after this instance's first run
 
 
 class _PlanPool:
@@ -179,11 +181,18 @@ class Model:
         plan = pool.checkout()
         try:
             if plan.binding is not None and self.rebind:
-                return plan.binding.run(plan.steps, arrays)
+                out = plan.binding.run(plan.steps, arrays, plan.flat)
+                if plan.flat is None:  # after the first run, as below
+                    plan.flat = FlatRun(plan.steps)
+                return out
             for buf, a in zip(plan.inputs, arrays):
                 np.copyto(buf, a)
-            for fn, args in plan.steps:
-                fn(*args)
+            if plan.flat is not None:
+                plan.flat.run()
+            else:  # the first run of this instance compiles what its launches need; then prepare them
+                for fn, args in plan.steps:
+                    fn(*args)
+                plan.flat = FlatRun(plan.steps)
             return {name: buf.copy() for name, buf in plan.outputs}
         finally:
             pool.checkin(plan)

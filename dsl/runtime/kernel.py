@@ -24,6 +24,7 @@ from dsl import config
 from backends import compile_batch
 from backends import warm_start
 from backends import log_gate
+from dsl.runtime import arg_check
 from dsl.runtime import fastpath
 from dsl.runtime import hop as hop_binder
 from dsl.runtime import foreign
@@ -190,6 +191,10 @@ class Kernel:
             if views is not None and self._fast_launch(views[0], views[1], backend, g):
                 return
         launcher, values, g = self.prepare(args, kwargs, backend=backend, grid=grid)
+        if self._fast is not None and type(g) is int:
+            # these types passed the full check: later launches of them take the fast path, also
+            # when the specialization was compiled by a launch the fast binder refused
+            self._remember_fast(args, kwargs, backend or config.default_backend(), launcher)
         if g:
             launcher(values, g)
 
@@ -271,7 +276,7 @@ class Kernel:
             raise ValueError(f"{self.__name__}: grid={launch_grid.describe(g)} x threads={self.threads} = {total} "
                              f"logical threads exceeds the {backend} backend's limit of {limit} (thread indexes are "
                              f"{'64-bit signed' if limit == MAX_LOGICAL_THREADS else 'limited by the device'})")
-        _check_overlap(self.__name__, self.params, values)
+        arg_check.check_overlap(self.__name__, self.params, values, _INPLACE_OK.get())
         batch = compile_batch.current()
         if batch is not None:  # planning a model: the entry point this launch runs may compile elsewhere now
             batch.note(launcher, values, g)
@@ -314,7 +319,7 @@ class Kernel:
             if not isinstance(v, np.ndarray) and foreign.is_foreign(v):  # torch, JAX, buffers: a zero-copy view
                 hint = foreign.contiguity_hint(v, p.name)
                 v = raw[i] = foreign.as_numpy(self.__name__, p.name, p.annotation, v)
-            dt = _check_tensor(self.__name__, p, v, typevars, hint)
+            dt = arg_check.check_tensor(self.__name__, p, v, typevars, hint)
             key.append((dt, v.ndim))
         values: List[Any] = []
         for p, v in zip(params, raw):
@@ -326,14 +331,14 @@ class Kernel:
                 if v is _EMPTY:
                     raise TypeError(f"{self.__name__}() missing argument '{p.name}' ({p.annotation!r})")
             if p.kind == "vec":
-                values.append(_vec_value(self.__name__, p, v))
+                values.append(arg_check.vec_value(self.__name__, p, v))
                 continue
             ann = p.annotation.dtype if isinstance(p.annotation, T.ConstSpec) else p.annotation
             if isinstance(ann, T.TypeVar):
                 if ann not in typevars:
-                    typevars[ann] = _infer_scalar_dtype(self.__name__, p, v)
+                    typevars[ann] = arg_check.infer_scalar_dtype(self.__name__, p, v)
                 ann = typevars[ann]
-            sv = _scalar_value(self.__name__, p.name, ann, v)
+            sv = arg_check.scalar_value(self.__name__, p.name, ann, v)
             values.append(sv)
             if isinstance(p.annotation, T.ConstSpec):
                 key.append(("const", p.name, sv.item() if isinstance(sv, np.generic) else sv))
@@ -541,44 +546,6 @@ def kernel(fn: Optional[Callable] = None, *, threads: int = 4, grid: Any = 1, lo
     return Kernel(fn, **options)
 
 
-# ---------------------------------------------------------------------- argument checks
-
-def _check_tensor(kname: str, p, v, typevars: Dict, hint: Optional[str] = None) -> T.DType:
-    ann = p.annotation
-    if not isinstance(v, np.ndarray):
-        raise TypeError(f"{kname}(): argument '{p.name}' must be a numpy array ({ann!r}) or a CPU array with "
-                        f"__dlpack__ or the buffer protocol (torch.Tensor, array.array...), got {type(v).__name__}")
-    if isinstance(v, np.ma.MaskedArray):
-        raise TypeError(f"{kname}(): argument '{p.name}' is a masked array; kernels ignore masks, so pass "
-                        f"{p.name}.filled(value) (masked elements replaced) or {p.name}.data (the raw values)")
-    try:
-        dt = T.from_numpy(v.dtype)
-    except TypeError as e:
-        raise TypeError(f"{kname}(): argument '{p.name}': {e}") from None
-    want = ann.dtype
-    if isinstance(want, T.TypeVar):
-        bound = typevars.get(want)
-        if bound is None:
-            if want.allowed and dt not in want.allowed:
-                raise TypeError(f"{kname}(): argument '{p.name}' has dtype {dt}; {want.name} accepts "
-                                f"{', '.join(map(str, want.allowed))}")
-            if want is not T.ANY:
-                typevars[want] = dt
-        elif bound != dt:
-            raise TypeError(f"{kname}(): argument '{p.name}' has dtype {dt} but {want.name} is {bound} from an "
-                            "earlier argument")
-    elif want != dt:
-        raise TypeError(f"{kname}(): argument '{p.name}' has dtype {dt} ({v.dtype}); expected {want} ({ann!r})")
-    if ann.ndim is not None and v.ndim != ann.ndim:
-        raise ValueError(f"{kname}(): argument '{p.name}' has {v.ndim} dimension(s); expected {ann.ndim} ({ann!r})")
-    if not v.flags.c_contiguous:
-        raise ValueError(f"{kname}(): argument '{p.name}' is not C-contiguous; pass "
-                         f"{hint or f'np.ascontiguousarray({p.name})'}")
-    if ann.writable and not v.flags.writeable:
-        raise ValueError(f"{kname}(): argument '{p.name}' is {ann!r} but the array is read-only")
-    return dt
-
-
 # Callables that see every launch (any thread) before it runs, while a plan is recorded
 # (dsl/opgraph/recorded_plan.py guards it); empty otherwise, so a launch pays one truth test.
 _watchers: tuple = ()
@@ -616,72 +583,6 @@ def inplace_launches():
         yield
     finally:
         _INPLACE_OK.reset(token)
-
-
-def _check_overlap(kname: str, params, values) -> None:
-    """An Out/InOut must not share memory with any other tensor argument: the kernel's threads
-    would read data another thread is writing.  Arguments are C-contiguous, so the byte-range
-    test of ``np.may_share_memory`` is exact here."""
-    tensors = [(p, v) for p, v in zip(params, values) if p.kind == "tensor"]
-    for i, (p, a) in enumerate(tensors):
-        for q, b in tensors[i + 1:]:
-            if not (p.annotation.writable or q.annotation.writable) or not np.may_share_memory(a, b):
-                continue
-            if (_INPLACE_OK.get() and a.nbytes == b.nbytes
-                    and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]):
-                continue
-            raise ValueError(f"{kname}(): arguments '{p.name}' ({p.annotation!r}) and '{q.name}' ({q.annotation!r}) "
-                             "overlap in memory; pass distinct arrays, or take the data once as an InOut parameter "
-                             "to read and write it in place")
-
-
-def _scalar_value(kname: str, pname: str, dt: T.DType, v):
-    if isinstance(v, np.ndarray) and v.ndim == 0:
-        v = v[()]
-    if dt.is_bool:
-        if not isinstance(v, (bool, np.bool_)):
-            raise TypeError(f"{kname}(): argument '{pname}' is bool_; got {type(v).__name__} {v!r}")
-        return np.bool_(v)
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{kname}(): argument '{pname}' is {dt}; got {type(v).__name__} {v!r}")
-    if dt.is_int:
-        if isinstance(v, (float, np.floating)):
-            if not float(v).is_integer():
-                raise TypeError(f"{kname}(): argument '{pname}' is {dt}; got float {v!r}")
-            v = int(v)
-        info = np.iinfo(dt.np)
-        if not info.min <= int(v) <= info.max:
-            raise ValueError(f"{kname}(): argument '{pname}' = {v} does not fit {dt} ({info.min}..{info.max})")
-        return dt.np.type(v)
-    if dt.is_storage_only:
-        return np.float32(dt.np.type(v))
-    return dt.np.type(v)
-
-
-def _infer_scalar_dtype(kname: str, p, v) -> T.DType:
-    if isinstance(v, np.generic):
-        return T.from_numpy(v.dtype)
-    if isinstance(v, bool):
-        return T.bool_
-    if isinstance(v, int):
-        return T.i64
-    if isinstance(v, float):
-        return T.f64
-    raise TypeError(f"{kname}(): argument '{p.name}' ({p.annotation!r}) must be a number, got {type(v).__name__}")
-
-
-def _vec_value(kname: str, p, v) -> np.ndarray:
-    spec = p.annotation
-    try:
-        arr = np.asarray(v)
-    except Exception:
-        arr = None
-    if arr is None or arr.ndim != 1 or arr.shape[0] != spec.length:
-        raise ValueError(f"{kname}(): argument '{p.name}' must be a sequence of {spec.length} numbers ({spec!r}), "
-                         f"got {v!r}")
-    # each element is checked like a scalar argument: out of range is an error, never a wrap-around
-    values = [_scalar_value(kname, f"{p.name}[{k}]", spec.dtype, x) for k, x in enumerate(arr)]
-    return np.array(values, dtype=spec.dtype.np)
 
 
 # ---------------------------------------------------------------------- cache key parts
