@@ -181,11 +181,11 @@ def conv_int8(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backend=N
     """y (N, M, OH, OW) = conv(x, w) (N, C, H, W), (M, C, KH, KW) with zero points, requantized when
     ``mult`` (per tensor or per output channel) is given; ``geom`` as pack_im2col_int8's; ``kernel``:
     the GEMM launch (a graph's recorder stands in for it); ``clamp``: (lo, hi) of the requantized
-    output within its type (a fused Relu/Clip).  Stride-1 and 1×1 convolutions with
-    weights whose zero point is 0 once shifted read the image in place (ops/conv_int8_direct.py)."""
+    output within its type (a fused Relu/Clip).  Stride-1 and 1×1 convolutions
+    read the image in place (ops/conv_int8_direct.py)."""
     backend = backend or "numba"
     if direct_conv_ok(w, w_zp, geom):
-        conv_int8_direct(x, w, y, x_zp, geom, mult, bias, y_zp, *(clamp or (None, None)), backend=backend)
+        conv_int8_direct(x, w, y, x_zp, geom, mult, bias, y_zp, *(clamp or (None, None)), backend=backend, w_zp=w_zp)
         return
     tile = int8_tile(backend)
     n, m = y.shape[:2]
