@@ -25,18 +25,23 @@ INT8 = (dsl.i8, dsl.u8)
 @dsl.kernel
 def requantize_part(x: In[X, 2], y: Out[X, 2], col: i64, copy: i32, x_zp: f32, x_scale: f32, y_scale: f32,
                     y_zp: f32, qmin: f32, qmax: f32):
-    """y[:, col:col + x.shape[1]] = x requantized (copy = 1: as it is)."""
+    """y[:, col:col + x.shape[1]] = x requantized (copy = 1: as it is).  Each work item walks its
+    range row stretch by row stretch, so the inner loop is a contiguous one that vectorizes."""
     inner = x.shape[1]
     lo, hi = dsl.split(x.size)
-    for i in range(lo, hi):
+    i = lo
+    while i < hi:
         r = i // inner
-        c = i - r * inner
-        v = x.flat[i]
+        n = min(inner - (i - r * inner), hi - i)
+        shift = r * (y.shape[1] - inner) + col  # y's flat index minus x's along this stretch
         if copy == 1:
-            y[r, col + c] = v
+            for j in range(i, i + n):
+                y.flat[j + shift] = x.flat[j]
         else:
-            f = (f32(v) - x_zp) * x_scale
-            y[r, col + c] = dsl.clamp(dsl.rint(f / y_scale) + y_zp, qmin, qmax)
+            for j in range(i, i + n):
+                f = (f32(x.flat[j]) - x_zp) * x_scale
+                y.flat[j + shift] = dsl.clamp(dsl.rint(f / y_scale) + y_zp, qmin, qmax)
+        i += n
 
 
 @dsl.op("QLinearConcat", domain="com.microsoft", since=1)
