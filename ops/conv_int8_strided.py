@@ -15,7 +15,7 @@ so the direct kernel reads x' in place as it reads any image.  A tap past the ke
 weights' zero point, so it adds nothing.  ``space_to_depth_int8`` writes x' (one pass over the
 image, its size); w' is made once per constant weight array.  The products grow by
 (s·ceil(k/s) / k)² (16/9 for 3×3/2, 64/49 for 7×7/2), which the direct kernel's speed over the
-im2col packing repays.
+im2col packing repays when the image has few channels (ops/conv_int8.py STRIDED_MAX_CHANNELS).
 """
 from __future__ import annotations
 
