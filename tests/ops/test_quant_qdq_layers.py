@@ -31,9 +31,10 @@ def _model(nodes, inits, out_name="y"):
     return model
 
 
-def _conv(prefix, src, cin, cout, inits, sy, zy, act=None):
-    """DQ(w) -> Conv(src, w, bias) [-> act] -> Q(sy, zy) -> DQ: nodes, output name."""
-    inits[f"{prefix}w"] = RNG.integers(-127, 128, (cout, cin, 3, 3)).astype(np.int8)
+def _conv(prefix, src, cin, cout, inits, sy, zy, act=None, wmax=127):
+    """DQ(w) -> Conv(src, w, bias) [-> act] -> Q(sy, zy) -> DQ: nodes, output name; weights in
+    [-wmax, wmax]."""
+    inits[f"{prefix}w"] = RNG.integers(-wmax, wmax + 1, (cout, cin, 3, 3)).astype(np.int8)
     inits[f"{prefix}ws"] = RNG.uniform(0.004, 0.02, cout).astype(np.float32)
     inits[f"{prefix}wz"] = np.zeros(cout, np.int8)
     inits[f"{prefix}b"] = RNG.uniform(-0.5, 0.5, cout).astype(np.float32)
@@ -100,20 +101,20 @@ def test_conv_relu_clip_runs_as_one_int8_conv_with_the_clamp_in_its_epilogue(bac
     assert q.min() == lo and q.max() == hi
 
 
-def _layers_model(mismatched_pool: bool = False):
+def _layers_model(mismatched_pool: bool = False, wmax: int = 127):
     """Q -> DQ -> Conv -> Relu -> Q -> DQ -> MaxPool -> Q -> DQ -> (Conv a, Conv b) -> Q -> DQ ->
     Concat (parts on two scales) -> Q -> DQ -> Dropout -> Q -> DQ -> y."""
     inits = {}
     nodes = _input(inits)
-    conv, c1 = _conv("c1", "xd", 4, 8, inits, 0.05, 0, act=("Relu", ()))
+    conv, c1 = _conv("c1", "xd", 4, 8, inits, 0.05, 0, act=("Relu", ()), wmax=wmax)
     nodes += conv
     pool_scale = 0.07 if mismatched_pool else 0.05
     inits["ps"], inits["pz"] = np.float32(pool_scale), np.uint8(0)
     nodes += [H.make_node("MaxPool", [c1], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
               H.make_node("QuantizeLinear", ["p", "ps", "pz"], ["pq"]),
               H.make_node("DequantizeLinear", ["pq", "ps", "pz"], ["pd"])]
-    ca, a = _conv("ca", "pd", 8, 4, inits, 0.03, 10)
-    cb, b = _conv("cb", "pd", 8, 6, inits, 0.08, 3)
+    ca, a = _conv("ca", "pd", 8, 4, inits, 0.03, 10, wmax=wmax)
+    cb, b = _conv("cb", "pd", 8, 6, inits, 0.08, 3, wmax=wmax)
     inits["cs"], inits["cz"] = np.float32(0.08), np.uint8(3)  # b's scale: a is requantized
     nodes += ca + cb + [H.make_node("Concat", [a, b], ["cat"], axis=1),
                         H.make_node("QuantizeLinear", ["cat", "cs", "cz"], ["catq"]),
@@ -195,3 +196,19 @@ def test_fused_qlinear_conv_names_a_bad_activation():
         FusedQLinearConv(*args, activation="Gelu")
     with pytest.raises(dsl.VerifyError, match="takes 2 activation_params"):
         FusedQLinearConv(*args, activation="Clip", activation_params=(1.0,))
+
+
+def test_the_int8_graph_exports_and_onnxruntime_runs_it():
+    """FusedQLinearConv is written as QLinearConv + Clip of its integers, QLinearConcat as
+    onnxruntime's com.microsoft op: onnxruntime runs the export to opdsl's integers.  7-bit weights:
+    onnxruntime's AVX2 u8·i8 path (vpmaddubsw) saturates pairs of full-range products."""
+    ort = pytest.importorskip("onnxruntime")
+    m = dsl.load_onnx(_layers_model(wmax=63), backend="interpreter")
+    exported = m.graph.to_onnx()
+    kinds = {(n.domain or "", n.op_type) for n in exported.graph.node}
+    assert ("", "QLinearConv") in kinds and ("", "Clip") in kinds and ("com.microsoft", "QLinearConcat") in kinds
+    assert not any(d == "com.opdsl" for d, _ in kinds)
+    sess = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"])
+    x = RNG.uniform(-4, 4, SHAPE).astype(np.float32)
+    got = sess.run(None, {"x": x})[0]
+    assert _steps(got, m.run({"x": x})["y"], 0.08) <= 1
