@@ -1,10 +1,9 @@
 """int8 ops against onnxruntime in the same process (issue 29): QLinearMatMul, MatMulInteger and
 DynamicQuantizeLinear -> MatMulInteger at 256×1024×1024 (the packed u8×i8 GEMM, ops/gemm_int8.py),
 QLinearConv and ConvInteger 64×56×56 and 256×14×14 3×3, QLinearConv on ResNet-50's eight conv
-shapes (ops/conv_int8_direct.py; the strided 7×7 stem on the im2col path, ops/conv_int8.py), and
-onnx's light_squeezenet quantized by onnxruntime's quantize_static (QDQ, u8 activations, i8
-weights, calibrated on 4 random images), whose float output is compared in units of the last
-QuantizeLinear's scale.
+shapes (ops/conv_int8_direct.py; strided ones through space-to-depth, ops/conv_int8_strided.py),
+and onnx's light_squeezenet and light_resnet50 quantized by onnxruntime's quantize_static (QDQ,
+u8 activations, i8 weights, calibrated on 4 random images), whose float outputs are compared.
 Each case is one ONNX model run by ``dsl.load_onnx(..., backend="numba")`` and by an onnxruntime
 session with as many threads as cores (not spinning between runs, which would take the cores from
 the opdsl round that follows); the two sides alternate, round by round, each keeping its
@@ -134,6 +133,7 @@ CASES = {
     **{f"resnet50 QLinearConv {c}x{h}x{h}->{m} {k}x{k}/{s}": (lambda c=c, h=h, m=m, k=k, s=s: qlinear_conv(c, h, m, k, s))
        for c, h, m, k, s in RESNET50_CONVS},
     "light_squeezenet quantize_static QDQ": lambda: quantized_model("squeezenet"),
+    "light_resnet50 quantize_static QDQ": lambda: quantized_model("resnet50"),
 }
 
 

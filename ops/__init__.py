@@ -33,6 +33,9 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
                           LayerNormalization, RMSNormalization, InstanceNormalization, GroupNormalization, LRN)
     from ops.conv_fusion import FusedConv  # noqa: F401
     from ops import qdq_fusion  # noqa: F401  (QDQ MatMul/Conv -> QLinearMatMul/QLinearConv)
+    from ops.quant_conv_fused import FusedQLinearConv  # noqa: F401
+    from ops.quant_concat import QLinearConcat  # noqa: F401
+    from ops import qdq_data_movement  # noqa: F401  (QDQ MaxPool/Concat/Dropout on the integers)
     from ops.gather import Gather, GatherElements, GatherND, OneHot, TopK, NonZero, Compress  # noqa: F401
     from ops.scatter import Scatter, ScatterElements, ScatterND  # noqa: F401
     from ops.pad import Pad, CenterCropPad  # noqa: F401

@@ -19,9 +19,15 @@ import numpy as np
 import dsl
 from dsl import In, Out, i32, i64
 from ops.conv_int8_direct import conv_int8_direct, direct_conv_ok
+from ops.conv_int8_strided import conv_int8_strided, strided_geometry_ok
 from ops.gemm_int8 import THREADS, int8_tile, qgemm_int8
 
 X = dsl.TypeVar("X")
+# strided convolutions of up to this many input channels take space-to-depth + the direct kernel
+# (ops/conv_int8_strided.py): the 7x7/2 stem on 3 channels ran 2.8x faster than on im2col, while
+# 3x3/2 layers of 128-512 channels ran 1.2-1.3x slower (their im2col packing is cheap next to the
+# products, which space-to-depth multiplies by 16/9); measured on Zen 3, AVX2
+STRIDED_MAX_CHANNELS = 16
 
 
 @dsl.kernel(threads=THREADS)
@@ -176,14 +182,20 @@ def packed_conv_ok(x, w, group: int, backend) -> bool:
             and all(d is not None for d in tuple(x.shape) + tuple(w.shape)))
 
 
-def conv_int8(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backend=None, kernel=None) -> None:
+def conv_int8(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backend=None, kernel=None,
+              clamp=None) -> None:
     """y (N, M, OH, OW) = conv(x, w) (N, C, H, W), (M, C, KH, KW) with zero points, requantized when
     ``mult`` (per tensor or per output channel) is given; ``geom`` as pack_im2col_int8's; ``kernel``:
-    the GEMM launch (a graph's recorder stands in for it).  Stride-1 and 1×1 convolutions with
-    weights whose zero point is 0 once shifted read the image in place (ops/conv_int8_direct.py)."""
+    the GEMM launch (a graph's recorder stands in for it); ``clamp``: (lo, hi) of the requantized
+    output within its type (a fused Relu/Clip).  Stride-1 and 1×1 convolutions
+    read the image in place (ops/conv_int8_direct.py), strided ones with few input channels (the
+    stems) through a space-to-depth copy of it (ops/conv_int8_strided.py)."""
     backend = backend or "numba"
     if direct_conv_ok(w, w_zp, geom):
-        conv_int8_direct(x, w, y, x_zp, geom, mult, bias, y_zp, backend=backend)
+        conv_int8_direct(x, w, y, x_zp, geom, mult, bias, y_zp, *(clamp or (None, None)), backend=backend, w_zp=w_zp)
+        return
+    if strided_geometry_ok(geom) and x.shape[1] <= STRIDED_MAX_CHANNELS:
+        conv_int8_strided(x, w, y, x_zp, w_zp, geom, mult, bias, y_zp, *(clamp or (None, None)), backend=backend)
         return
     tile = int8_tile(backend)
     n, m = y.shape[:2]
@@ -207,5 +219,6 @@ def conv_int8(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backend=N
                      0x80 if x.dtype == np.uint8 else 0, V=tile.V, backend=backend)
     a = np.ascontiguousarray(np.broadcast_to(w.reshape(1, m, kk), (n, m, kk)))
     extra = {} if kernel is None else {"kernel": kernel}
-    qgemm_int8(a, None, y.reshape(n, m, pixels), a_zp=w_zp, mult=mult, bias=bias, y_zp=y_zp, backend=backend,
-               tile=tile, per_row=True, packed=(bp, bu, bz), **extra)
+    lo, hi = clamp or (None, None)
+    qgemm_int8(a, None, y.reshape(n, m, pixels), a_zp=w_zp, mult=mult, bias=bias, y_zp=y_zp, q_lo=lo, q_hi=hi,
+               backend=backend, tile=tile, per_row=True, packed=(bp, bu, bz), **extra)

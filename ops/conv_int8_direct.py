@@ -18,9 +18,10 @@ where it lies:
   output channel, zero point, and the clamp a fused Relu/Clip narrows).
 
 It takes stride-1 convolutions of any kernel size and padding, and 1×1 convolutions of any stride
-(the packing subsamples the image, so they are a GEMM on the activation), when the weights' zero
-point is 0 after the shift (symmetric i8 weights, or u8 ones around 128), which is what quantizers
-write; the others go to the im2col path.
+(the packing subsamples the image, so they are a GEMM on the activation); the others go to the
+im2col path.  Weights whose zero point is 0 after the shift (symmetric i8 weights, or u8 ones
+around 128, what quantizers write) need nothing more; any other zero point (u8 weights around 0)
+costs one more ``dot4`` per tap and panel, the window's byte sum.
 """
 from __future__ import annotations
 
@@ -95,11 +96,15 @@ def pack_nchw4c_int8(x: In[X, 4], x_zp: In[X, 1], xp: Out[i32, 4], geom: dsl.Vec
 
 @dsl.kernel(threads=THREADS)
 def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In[dsl.f32, 2], bias: In[i32, 2],
-                      y: Out[Y, 4], rb: i64, zx: i32, requantize: i32, y_zp: dsl.f32, q_lo: dsl.f32, q_hi: dsl.f32,
-                      KH: dsl.const[i64], KW: dsl.const[i64], V: dsl.const[i64], MR: dsl.const[i64]):
+                      wzp: In[i32, 2], y: Out[Y, 4], rb: i64, zx: i32, requantize: i32, y_zp: dsl.f32, q_lo: dsl.f32,
+                      q_hi: dsl.f32, KH: dsl.const[i64], KW: dsl.const[i64], V: dsl.const[i64], MR: dsl.const[i64],
+                      ZW: dsl.const[i64]):
     """y (N, M, OH, OW) = conv of the packed image xp (N, C/4, Hs, Wp) with the packed weights wp
     (Mp/MR, C/4·KH·KW·MR: a row tile's MR words of one tap side by side) (module docstring), minus zx·wsum[m], plus bias, requantized (requantize = 1:
     f32 scale ``mult`` per tensor or output channel, y_zp, clamp to [q_lo, q_hi]) or stored as i32.
+    ZW = 1: the weights' zero point ``wzp`` (i8, per tensor or output channel) is not 0, so each
+    panel also sums its window's bytes (one ``dot4`` with bytes of 1 per tap) for the term
+    -wzp·(Σx - K·zx).
     Work items: per image, (block of ``rb`` row tiles, panel of 2·V positions), panels of one
     block consecutive; a block's row tiles run in turn on its panel (their weights stay in L1, the
     panel's words too)."""
@@ -132,6 +137,8 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
         for tile in range(blk * rb, min(blk * rb + rb, mtiles)):
             wb = tile * MR * k4  # the tile's MR rows, interleaved word by word
             acc = dsl.local((2 * MR,), dsl.simd(i32, V))
+            xs = dsl.local((2,), dsl.simd(i32, V))
+            ones = dsl.splat(i32(0x01010101), V)
             for c4 in range(c4_n):
                 xo = xb + c4 * plane
                 wo = wb + c4 * (KH * KW * MR)
@@ -139,6 +146,9 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
                     for kw in dsl.static_range(KW):
                         b0 = xp.vload(xo + kh * wp_n + kw, V)
                         b1 = xp.vload(xo + kh * wp_n + kw + V, V)
+                        if ZW == 1:
+                            xs[0] = dsl.dot4(xs[0], b0, ones)
+                            xs[1] = dsl.dot4(xs[1], b1, ones)
                         for i in dsl.static_range(MR):
                             wv = dsl.splat(wp.flat[wo + (kh * KW + kw) * MR + i], V)
                             acc[2 * i] = dsl.dot4(acc[2 * i], b0, wv)
@@ -154,6 +164,8 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
                         oh = oh_a if h == 0 else oh_b
                         ow = ow_a if h == 0 else ow_b
                         v = acc[2 * i + h] + corr
+                        if ZW == 1:
+                            v = v - wzp.flat[m if wzp.shape[1] > 1 else 0] * (xs[h] - i32(c4_n * 4 * KH * KW) * zx)
                         if requantize == 1:
                             f = dsl.clamp(dsl.rint(dsl.f32(v) * scale) + y_zp, q_lo, q_hi)
                             if oh < oh_n and ow + V <= ow_n:
@@ -214,21 +226,25 @@ def direct_geometry_ok(geom) -> bool:
 
 
 def direct_conv_ok(w: np.ndarray, w_zp, geom) -> bool:
-    """Whether ``conv_int8_direct`` takes this convolution: ``direct_geometry_ok`` and the weights'
-    zero point (None: 0) 0 once shifted to i8."""
-    if not direct_geometry_ok(geom):
-        return False
-    zw = np.zeros(1, np.int16) if w_zp is None else np.asarray(w_zp).astype(np.int16).reshape(-1)
-    return bool(np.all(zw == (128 if w.dtype == np.uint8 else 0)))
+    """Whether ``conv_int8_direct`` takes this convolution: ``direct_geometry_ok`` (any weights'
+    zero point: one that is not 0 once shifted to i8 costs a window sum per panel)."""
+    return direct_geometry_ok(geom)
+
+
+def shifted_weight_zero_point(w: np.ndarray, w_zp) -> np.ndarray:
+    """The weights' zero point (None: 0) as the kernel's i8 weights see it (u8 ones shifted by
+    128), (1, 1) or (1, M) i32."""
+    zw = np.zeros(1, np.int32) if w_zp is None else np.asarray(w_zp).astype(np.int32).reshape(-1)
+    return (zw - (128 if w.dtype == np.uint8 else 0)).reshape(1, -1)
 
 
 def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=None, q_hi=None,
-                     backend=None, tile=None) -> None:
+                     backend=None, tile=None, w_zp=None) -> None:
     """y (N, M, OH, OW) = conv(x (N, C, H, W), w (M, C, KH, KW)) on ``qconv_direct_int8``, exact in
     i32 (y i32) or requantized with ``mult`` (f32, per tensor or per output channel), ``bias``
     (i32, per output channel), ``y_zp`` and the clamp [q_lo, q_hi] (default: y's type range).
-    ``geom`` as ``direct_conv_ok``'s, which must hold for it and for the weights' zero point (which
-    is therefore not an argument)."""
+    ``geom`` as ``direct_conv_ok``'s, which must hold; ``w_zp``: the weights' zero point (None: 0),
+    per tensor or per output channel."""
     backend = backend or "numba"
     if not direct_geometry_ok(geom):
         raise ValueError(f"conv_int8_direct takes stride-1 convolutions, or 1x1 ones without padding, with "
@@ -267,5 +283,6 @@ def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=Non
         mult = np.ones((1, 1), np.float32)
     bias = np.zeros((1, 1), np.int32) if bias is None else np.asarray(bias, np.int32).reshape(1, -1)
     rb = max(1, min(wpk.shape[0], L1_WEIGHT_BYTES // (wpk.shape[1] * 4)))
-    qconv_direct_int8(xp, wpk, wsum, mult, bias, y, rb, zx, int(requantize), float(y_zp), lo, hi,
-                      KH=kh, KW=kw, V=tile.V, MR=tile.MR, backend=backend)
+    wzp = shifted_weight_zero_point(w, w_zp)
+    qconv_direct_int8(xp, wpk, wsum, mult, bias, wzp, y, rb, zx, int(requantize), float(y_zp), lo, hi,
+                      KH=kh, KW=kw, V=tile.V, MR=tile.MR, ZW=int(np.any(wzp != 0)), backend=backend)

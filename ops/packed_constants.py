@@ -44,7 +44,7 @@ def once_per_array(x: np.ndarray, key: Hashable, make: Callable[[], Any]) -> Any
     made = make()
     if hit is None or hit[0]() is not base:
         try:
-            hit = (weakref.ref(base, lambda _, k=id(base): _KEPT.pop(k, None)), {})
+            hit = (weakref.ref(base, lambda _, k=id(base), drop=_KEPT.pop: drop(k, None)), {})
         except TypeError:  # not weak-referenceable: made again at every call
             return made
         _KEPT[id(base)] = hit

@@ -133,11 +133,13 @@ class _QConv(ConvAttributes):
             _DERIVED[key] = (params, derived)
         return derived
 
-    def _launch(self, impl, x, w, x_zp, w_zp, bias, x_scale, w_scale, y_scale, y_zp, y, requantize, backend):
+    def _launch(self, impl, x, w, x_zp, w_zp, bias, x_scale, w_scale, y_scale, y_zp, y, requantize, backend,
+                clamp=None):
+        """``clamp``: (lo, hi) in the output's integers, narrower than its type (a fused Relu/Clip)."""
         if impl == qgemm_packed:
             geom, mult, b32, zy = self._packed_args(x, w, x_zp, w_zp, bias, x_scale, w_scale, y_scale, y_zp, y,
                                                     requantize)
-            conv_int8(x, w, y, x_zp, w_zp, geom, mult, b32, zy, backend, impl)
+            conv_int8(x, w, y, x_zp, w_zp, geom, mult, b32, zy, backend, impl, clamp=clamp)
             return
         wspec = TensorSpec(w.shape, dsl.lang.types.from_numpy(w.dtype))
         k, strides, dil, pads = self._attrs(wspec)
@@ -151,8 +153,11 @@ class _QConv(ConvAttributes):
             return [fill] * pad + [int(t) for t in v]
         flat = [np.ascontiguousarray(a).reshape(-1) for a in (x_zp, w_zp, bias, x_scale, w_scale, y_scale, y_zp)]
         info = np.iinfo(y.dtype) if requantize else None
+        lo, hi = (float(info.min), float(info.max)) if info else (0.0, 0.0)
+        if clamp is not None:
+            lo, hi = max(lo, float(clamp[0])), min(hi, float(clamp[1]))
         impl(five(x), five(w), *flat, five(y), three(strides, 1), three(dil, 1), three(begin, 0), self.group,
-             requantize, float(info.min) if info else 0.0, float(info.max) if info else 0.0, backend=backend)
+             requantize, lo, hi, backend=backend)
 
 
 @dsl.op("ConvInteger", since=10)
@@ -215,4 +220,9 @@ class QLinearConv(_QConv):
     def run(self, impl, inputs, outputs, backend):
         x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp = inputs[:8]
         bias = inputs[8] if len(inputs) > 8 and inputs[8] is not None else np.zeros(1, np.int32)
-        self._launch(impl, x, w, x_zp, w_zp, bias, x_scale, w_scale, y_scale, y_zp, outputs[0], True, backend)
+        self._launch(impl, x, w, x_zp, w_zp, bias, x_scale, w_scale, y_scale, y_zp, outputs[0], True, backend,
+                     clamp=self.clamp(y_scale, y_zp))
+
+    def clamp(self, y_scale, y_zp):
+        """(lo, hi) the output is clamped to besides its type's range: None here (see FusedQLinearConv)."""
+        return None

@@ -10,8 +10,9 @@ step 1b), for patterns that folding would erase: ops/qdq_fusion.py turns Dequant
 MatMul -> QuantizeLinear into QLinearMatMul, which needs the weights' DequantizeLinear still
 there rather than folded into float weights.
 
-``fuse(graph)`` tries the rules on every (producer, consumer) pair where the producer has
-one output, read once (by the consumer) and not a graph output.  A rule returns the op
+``fuse(graph)`` tries the rules on every (producer, consumer) pair where the producer's first
+output is read once (by the consumer) and not a graph output, and its other outputs (MaxPool's
+Indices, Dropout's mask) are not read at all.  A rule returns the op
 and inputs of one node computing the consumer's outputs, or None when it does not
 apply.  The pass verifies that node (a ``VerifyError`` leaves the graph as it was),
 puts it at the consumer's place (every input is defined by then) and drops the producer
@@ -84,7 +85,8 @@ def _fuse_into(g, consumer, before_fold: bool = False) -> bool:
             continue
         producer = t.producer
         rules = _RULES.get((type(producer.op), type(consumer.op), before_fold))
-        if not rules or len(producer.outputs) != 1 or not _read_only_by(g, t, consumer):
+        if not rules or producer.outputs[0] is not t or not _read_only_by(g, t, consumer) or not all(
+                _unread(g, o) for o in producer.outputs[1:]):
             continue
         for rule in rules:
             found = rule(g, producer, consumer)
@@ -101,22 +103,31 @@ def _read_only_by(g, t, consumer) -> bool:
     return uses == 1
 
 
+def _unread(g, t) -> bool:
+    """No node reads ``t`` and it is not a graph output (MaxPool's Indices, Dropout's mask)."""
+    return not any(o is t for o in g.outputs) and not any(x is t for n in g.nodes for x in n.inputs)
+
+
 def _replace(g, producer, consumer, op: Op, inputs: Sequence) -> bool:
-    """``producer`` becomes ``op(*inputs)`` computing ``consumer``'s outputs, at its place."""
+    """``producer`` becomes ``op(*inputs)`` computing ``consumer``'s outputs, at its place; the
+    producer's unread extra outputs are dropped, or kept when ``op`` has them too."""
     inputs = list(inputs)
     specs = [None if x is None else x.spec for x in inputs]
     try:
         outs = check_and_infer(op, specs, where=f"fusing node {producer.name!r} into {consumer.name!r}")
     except VerifyError:
         return False
-    if len(outs) != len(consumer.outputs) or any(
+    extra = list(producer.outputs[1:])
+    kept = extra if len(outs) == len(consumer.outputs) + len(extra) else []
+    if len(outs) != len(consumer.outputs) + len(kept) or any(
             s.shape != o.spec.shape or s.dtype != o.spec.dtype for s, o in zip(outs, consumer.outputs)):
         return False
     between = producer.outputs[0]
-    producer.op, producer.inputs, producer.outputs = op, inputs, list(consumer.outputs)
+    producer.op, producer.inputs, producer.outputs = op, inputs, list(consumer.outputs) + kept
     for k, o in enumerate(producer.outputs):
         o.producer, o.index = producer, k
-    del g.tensors[between.name]
+    for t in [between] + ([] if kept else extra):
+        del g.tensors[t.name]
     g.nodes = [producer if n is consumer else n for n in g.nodes if n is not producer]
     return True
 

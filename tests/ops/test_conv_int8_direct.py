@@ -14,12 +14,14 @@ from test_gemm_int8 import NUMBA_SLOW, conv_exact, data, requantized
 RNG = np.random.default_rng(291)
 SMALL = Int8Tile(V=4, MR=2)  # the interpreter's tiles: every panel and row-tile tail is reached
 
-# (x dtype, w dtype, x zero point, C, M, H, W, k, stride, pad, x corner, w corner)
+# (x dtype, w dtype, x zero point, C, M, H, W, k, stride, pad, x corner, w corner, w zero point)
 CASES = [
-    (np.uint8, np.int8, 255, 5, 3, 6, 7, 3, 1, 1, 255, -128),   # 255·-128 everywhere: no i16 saturation
-    (np.int8, np.int8, -128, 8, 5, 5, 9, 1, 1, 0, 127, 127),    # i8 activations shifted while packed
-    (np.uint8, np.uint8, 0, 6, 3, 7, 8, 1, 2, 0, None, 0),      # 1x1 stride 2; u8 weights around 128
-    (np.uint8, np.int8, 128, 3, 2, 6, 6, 3, 1, 0, 0, None),     # no padding, C < 4
+    (np.uint8, np.int8, 255, 5, 3, 6, 7, 3, 1, 1, 255, -128, [0]),   # 255·-128 everywhere: no i16 saturation
+    (np.int8, np.int8, -128, 8, 5, 5, 9, 1, 1, 0, 127, 127, [0]),    # i8 activations shifted while packed
+    (np.uint8, np.uint8, 0, 6, 3, 7, 8, 1, 2, 0, None, 0, [128]),    # 1x1 stride 2; u8 weights around 128
+    (np.uint8, np.int8, 128, 3, 2, 6, 6, 3, 1, 0, 0, None, [0]),     # no padding, C < 4
+    (np.uint8, np.uint8, 3, 5, 3, 6, 7, 3, 1, 1, 255, 255, [0]),     # u8 weights around 0: window sums
+    (np.uint8, np.int8, 100, 6, 4, 5, 5, 1, 1, 0, None, None, [0, 3, -7, 127]),  # per-channel zero points
 ]
 
 
@@ -35,14 +37,14 @@ def tile_for(backend):
 
 @pytest.mark.parametrize("backend", ["interpreter", "opencl", pytest.param("numba", marks=pytest.mark.slow)],
                          indirect=True)
-@pytest.mark.parametrize("xdt, wdt, xz, c, m, h, wd, k, stride, pad, cx, cw", CASES)
-def test_direct_conv_is_exact(backend, xdt, wdt, xz, c, m, h, wd, k, stride, pad, cx, cw):
+@pytest.mark.parametrize("xdt, wdt, xz, c, m, h, wd, k, stride, pad, cx, cw, wz", CASES)
+def test_direct_conv_is_exact(backend, xdt, wdt, xz, c, m, h, wd, k, stride, pad, cx, cw, wz):
     x, w = data(xdt, (2, c, h, wd), cx), data(wdt, (m, c, k, k), cw)
-    wz = np.array([128 if wdt == np.uint8 else 0], wdt)
+    wz = np.array(wz, wdt)
     oh, ow, geom = geometry(h, wd, k, stride, pad)
     assert direct_conv_ok(w, wz, geom)
     y = np.zeros((2, m, oh, ow), np.int32)
-    conv_int8_direct(x, w, y, np.array([xz], xdt), geom, backend=backend, tile=tile_for(backend))
+    conv_int8_direct(x, w, y, np.array([xz], xdt), geom, backend=backend, tile=tile_for(backend), w_zp=wz)
     np.testing.assert_array_equal(y, conv_exact(x, w, xz, wz, (stride, stride), (pad,) * 4, (1, 1)))
 
 
@@ -70,12 +72,12 @@ def test_direct_conv_names_the_geometry_it_does_not_take():
         conv_int8_direct(x, w, y, np.array([0], np.uint8), [3, 3, 2, 2, 0, 0, 1, 1, 4, 4], backend="interpreter")
 
 
-def test_direct_conv_needs_weights_centred_on_zero():
+def test_direct_conv_takes_any_weight_zero_point_and_its_geometries():
     w8, wu = data(np.int8, (2, 4, 3, 3)), data(np.uint8, (2, 4, 3, 3))
     _, _, geom = geometry(8, 8, 3, 1, 1)
     assert direct_conv_ok(w8, None, geom) and direct_conv_ok(wu, np.array([128], np.uint8), geom)
-    assert not direct_conv_ok(w8, np.array([0, 3], np.int8), geom)  # per-channel zero points: im2col path
-    assert not direct_conv_ok(wu, None, geom)
+    assert direct_conv_ok(w8, np.array([0, 3], np.int8), geom)  # per-channel zero points: window sums
+    assert direct_conv_ok(wu, None, geom)
     assert not direct_conv_ok(w8, None, geometry(8, 8, 3, 2, 1)[2])  # strided 3x3: im2col path
     assert not direct_conv_ok(w8, None, [3, 3, 1, 1, 2, 2, 2, 2, 8, 8])  # dilated
 

@@ -104,3 +104,26 @@ def test_a_conv_packing_its_activation_with_another_kernel_is_not_planned(compil
         want = sum(np.einsum("nchw,mc->nmhw", xs[:, :, i:i + 8:2, j:j + 8:2], ws[:, :, i, j])
                    for i in range(3) for j in range(3))
         np.testing.assert_array_equal(model.run({"x": xv})["y"], want)
+
+
+def test_dynamic_quantize_linear_feeding_matmul_integer_is_planned(backend):
+    """The dynamically quantized MatMul (quantize_dynamic's pattern): both nodes replay their plan,
+    and each run quantizes over that run's own range."""
+    b = RNG.integers(-128, 128, (6, 5)).astype(np.int8)
+    g = dsl.Graph("dyn")
+    x = g.input("x", (4, 6), dsl.f32)
+    q, s, z = ops.DynamicQuantizeLinear(x)
+    g.output(ops.MatMulInteger(q, g.constant("b", b), z, g.constant("zb", np.array(0, np.int8))), "y")
+    g.output(s, "scale")
+    model = g.compile(backend=backend)
+    assert _planned(model) == "2 of 2 nodes planned"
+    for span in (1.0, 40.0):  # another range each run: a plan that froze the stand-ins would repeat itself
+        xv = RNG.uniform(-span, span / 2, (4, 6)).astype(np.float32)
+        lo, hi = min(0.0, float(xv.min())), max(0.0, float(xv.max()))
+        scale = np.float32((hi - lo) / 255)
+        zp = np.clip(np.rint(-lo / scale), 0, 255)
+        qv = np.clip(np.rint(xv / scale) + zp, 0, 255)
+        out = model.run({"x": xv})
+        np.testing.assert_allclose(out["scale"], scale, rtol=1e-6)
+        want = (qv.astype(np.int64) - int(zp)) @ b.astype(np.int64)
+        assert np.abs(out["y"].astype(np.int64) - want).max() <= 128 * 6  # one step of x at most per term

@@ -1,0 +1,112 @@
+"""Strided int8 convolutions (ResNet's 3×3/2 and 7×7/2 stem, squeezenet's 3×3/2 stem) on the
+direct kernel (ops/conv_int8_direct.py) through a space-to-depth rewrite, instead of the im2col
+GEMM.
+
+With kh = s·a + p and kw = s·b + q (0 ≤ p, q < s), a stride-s convolution is
+
+    y[m, oh, ow] = Σ x'[(c, p, q), oh + a, ow + b] · w'[m, (c, p, q), a, b]
+
+a stride-1, unpadded convolution with C·s² channels and a ceil(k/s)² kernel of
+
+    x'[n, (c·s + p)·s + q, i, j] = x[n, c, s·i + p - pad_top, s·j + q - pad_left]   (zero point outside)
+    w'[m, (c·s + p)·s + q, a, b] = w[m, c, s·a + p, s·b + q]   (the weights' zero point past k)
+
+so the direct kernel reads x' in place as it reads any image.  A tap past the kernel holds the
+weights' zero point, so it adds nothing.  ``space_to_depth_int8`` writes x' (one pass over the
+image, its size); w' is made once per constant weight array.  The products grow by
+(s·ceil(k/s) / k)² (16/9 for 3×3/2, 64/49 for 7×7/2), which the direct kernel's speed over the
+im2col packing repays when the image has few channels (ops/conv_int8.py STRIDED_MAX_CHANNELS).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import dsl
+from dsl import In, Out, i64
+from ops import packed_constants
+from ops.conv_int8_direct import conv_int8_direct
+from ops.gemm_int8 import THREADS
+
+X = dsl.TypeVar("X")
+
+
+@dsl.kernel(threads=THREADS)
+def space_to_depth_int8(x: In[X, 4], x_zp: In[X, 1], xs: Out[X, 4], s: i64, pt: i64, pl: i64):
+    """xs (N, C·s·s, Hs, Ws)[n, (c·s + p)·s + q, i, j] = x[n, c, s·i + p - pt, s·j + q - pl], the
+    zero point where that is outside x."""
+    cn = x.shape[1]
+    hh = x.shape[2]
+    ww = x.shape[3]
+    cs = xs.shape[1]
+    hs = xs.shape[2]
+    ws = xs.shape[3]
+    z = x_zp.flat[0]
+    lo, hi = dsl.split(xs.shape[0] * cs * hs, grid=True)
+    for row in range(lo, hi):
+        i = row % hs
+        r = row // hs
+        ch = r % cs
+        n = r // cs
+        c = ch // (s * s)
+        p = (ch // s) % s
+        q = ch % s
+        ih = s * i + p - pt
+        dst = row * ws
+        if ih < 0 or ih >= hh:
+            for j in range(ws):
+                xs.flat[dst + j] = z
+        else:
+            src = ((n * cn + c) * hh + ih) * ww
+            for j in range(ws):
+                iw = s * j + q - pl
+                v = z
+                if iw >= 0 and iw < ww:
+                    v = x.flat[src + iw]
+                xs.flat[dst + j] = v
+
+
+def strided_geometry_ok(geom) -> bool:
+    """A strided convolution (equal strides 2 to 4) without dilation (geom as pack_im2col_int8's:
+    KH, KW, strides, pads begin, dilations, OH, OW)."""
+    kh, kw, sh, sw, _, _, dh, dw = (int(g) for g in geom[:8])
+    return dh == 1 and dw == 1 and sh == sw and 2 <= sh <= 4 and kh > 1 and kw > 1
+
+
+def _depth_weights(w: np.ndarray, w_zp, s: int) -> np.ndarray:
+    m, c, kh, kw = w.shape
+    ka, kb = -(-kh // s), -(-kw // s)
+    zw = np.zeros(1, w.dtype) if w_zp is None else np.asarray(w_zp, w.dtype).reshape(-1)
+    full = np.empty((m, c, ka * s, kb * s), w.dtype)
+    full[...] = zw.reshape(-1, 1, 1, 1) if zw.size > 1 else zw[0]
+    full[:, :, :kh, :kw] = w
+    out = full.reshape(m, c, ka, s, kb, s).transpose(0, 1, 3, 5, 2, 4).reshape(m, c * s * s, ka, kb).copy()
+    out.flags.writeable = False  # a constant: the direct kernel packs it once
+    return out
+
+
+def depth_weights(w: np.ndarray, w_zp, s: int) -> np.ndarray:
+    """w' (M, C·s·s, ceil(KH/s), ceil(KW/s)) of the module docstring: made once per constant array."""
+    if not packed_constants.immutable(w):
+        return _depth_weights(w, w_zp, s)
+    zkey = None if w_zp is None else tuple(np.asarray(w_zp).reshape(-1).tolist())
+    key = ("conv_int8_strided W", s, zkey) + packed_constants.view_key(w)
+    return packed_constants.once_per_array(w, key, lambda: _depth_weights(w, w_zp, s))
+
+
+def conv_int8_strided(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, q_lo=None, q_hi=None,
+                      backend=None) -> None:
+    """conv_int8_direct's contract for a strided convolution (``strided_geometry_ok``): x
+    rearranged by ``space_to_depth_int8``, then the direct kernel's stride-1 unpadded convolution."""
+    if not strided_geometry_ok(geom):
+        raise ValueError(f"conv_int8_strided takes equal strides 2 to 4 with a kernel wider than 1 and no dilation "
+                         f"(geom KH, KW, strides, pads, dilations = {list(geom[:8])}): use ops.conv_int8.conv_int8")
+    backend = backend or "numba"
+    kh, kw, s, _, pt, pl = (int(g) for g in geom[:6])
+    oh, ow = y.shape[2:]
+    wd = depth_weights(w, w_zp, s)
+    ka, kb = wd.shape[2:]
+    xs = np.empty((x.shape[0], x.shape[1] * s * s, oh + ka - 1, ow + kb - 1), x.dtype)
+    xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
+    space_to_depth_int8(np.ascontiguousarray(x), xz, xs, s, pt, pl, backend=backend)
+    conv_int8_direct(xs, wd, y, xz, [ka, kb, 1, 1, 0, 0, 1, 1, oh, ow], mult, bias, y_zp, q_lo, q_hi,
+                     backend=backend, w_zp=w_zp)
