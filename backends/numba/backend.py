@@ -485,7 +485,7 @@ class NumbaLauncher(Launcher):
     def _small_goes_parallel(self, args: Sequence, grid: int) -> bool:
         """The entry choice of a small launch of a kernel with nested loops (entry_choice.py): decided
         once per launch signature -- grid, shapes and the scalars its loop bounds read -- from its work."""
-        key = (grid, *[args[i].shape for _, i in self._shape_of], *[args[i] for _, i in self._reads])
+        key = (grid, *[args[i].shape for _, i in self._shape_of], *[_plain(args[i]) for _, i in self._reads])
         return self._choice.parallel(key, lambda: self.work(args, grid), grid * self._team, _workers())
 
     def work(self, args: Sequence, grid: Grid) -> Optional[float]:
@@ -606,7 +606,9 @@ def _facts(k: ir.Kernel) -> Dict:
 
 
 def _plain(v):
-    """A scalar argument as a Python number (numpy scalars adapted for numba are not)."""
+    """A scalar argument as a Python number, a dsl.Vec one as a tuple of them (hashable, JSON-able)."""
+    if isinstance(v, np.ndarray):
+        return tuple(v.tolist())
     return v.item() if hasattr(v, "item") else v
 
 
@@ -689,8 +691,9 @@ class NumbaBackend(Backend):
 
     def warm_launcher(self, record: dict, pyfunc, log_gate) -> Optional[Launcher]:
         from backends.numba import warm
-        if "work" not in record.get("facts", {}):  # written before launches were weighed: compile, rewrite
-            return None
+        facts = record.get("facts", {})
+        if "work" not in facts or (isinstance(facts["work"], dict) and facts["work"].get("version") != launch_work.VERSION):
+            return None  # written before launches were weighed, or by another launch_work.py: compile, rewrite
         request, source, facts = warm.restore(record, pyfunc, log_gate)
         return lazy_launcher(request, source, None, facts)
 

@@ -17,12 +17,17 @@ no IR, estimates the same.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from dsl.lang import ir
 
+# Hash of this file: a work program kept in a warm-start record by another version is not trusted.
+VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:10]
 UNKNOWN_TRIPS = 16  # iterations assumed for a loop whose bounds depend on data
+WHILE_STEPS = 4096  # iterations of a ``while`` loop followed one by one, at most (its cond is evaluated)
 _MAX_TRIPS = 1 << 40
 
 Program = Dict[str, Any]  # {"body": [...], "funcs": {name: {"params": [...], "body": [...]}}, "reads": [...]}
@@ -32,16 +37,24 @@ Program = Dict[str, Any]  # {"body": [...], "funcs": {name: {"params": [...], "b
 
 def summarize(kernel: ir.Kernel) -> Program:
     """The work program of ``kernel`` (plain lists, numbers and strings: JSON-able)."""
-    reads: set = set()
-    scalars = {p.name for p in kernel.params if isinstance(p, ir.ScalarParam)}
+    reads = _Reads(p.name for p in kernel.params if isinstance(p, ir.VecParam))
+    scalars = {p.name for p in kernel.params if isinstance(p, (ir.ScalarParam, ir.VecParam))}
     funcs = {}
     for f in kernel.funcs:
         params = [["t" if isinstance(p, (ir.TensorParam, ir.Scratch)) else "s", p.name] for p in f.params]
         funcs[f.name] = {"params": params, "body": _stmts(f.body, reads)}
     consts = {p.name: _number(p.const_value) for p in kernel.params
               if isinstance(p, ir.ScalarParam) and p.const_value is not None}
-    return {"body": _stmts(kernel.body, reads), "funcs": funcs, "consts": consts,
+    return {"version": VERSION, "body": _stmts(kernel.body, reads), "funcs": funcs, "consts": consts,
             "reads": sorted(reads & scalars - set(consts))}
+
+
+class _Reads(set):
+    """The parameter names a work program reads, and which parameters are ``dsl.Vec`` values."""
+
+    def __init__(self, vecs):
+        super().__init__()
+        self.vecs = frozenset(vecs)
 
 
 def _number(v) -> Optional[float]:
@@ -56,14 +69,18 @@ def _stmts(body: Sequence[ir.Stmt], reads: set) -> List:
             out.append(["for", st.var, _expr(st.start, reads), _expr(st.stop, reads), _expr(st.step, reads),
                         _stmts(st.body, reads)])
         elif isinstance(st, ir.While):
-            out.append(["while", _cost(st.cond), _calls(st.cond, reads), _stmts(st.body, reads)])
+            out.append(["while", _expr(st.cond, reads), _cost(st.cond), _calls(st.cond, reads), _stmts(st.body, reads)])
         elif isinstance(st, ir.If):
             out.append(["if", _expr(st.cond, reads), _cost(st.cond), _calls(st.cond, reads),
                         _stmts(st.body, reads), _stmts(st.orelse, reads)])
         elif isinstance(st, ir.Assign):
-            out.append(["set", st.name, _expr(st.value, reads), 1 + _cost(st.value), _calls(st.value, reads)])
+            out.append(["set", st.name, _expr(st.value, reads), _cost(st.value), _calls(st.value, reads)])
+        elif isinstance(st, ir.Return):
+            out.append(["ret", _cost(st), _calls(st, reads)])
+        elif isinstance(st, ir.Break):
+            out.append(["break"])
         else:  # stores, atomics, calls, logs, syncs: their operations count, their values do not
-            out.append(["op", 1 + _cost(st), _calls(st, reads)])
+            out.append(["op", _cost(st), _calls(st, reads)])
     return out
 
 
@@ -80,9 +97,20 @@ def _children(node) -> List:
     return out
 
 
+_MEMORY = (ir.Load, ir.VLoad, ir.AtomicFetchAdd, ir.Store, ir.VStore, ir.AtomicAdd)
+
+
 def _cost(node) -> int:
-    """Operations in ``node``'s expressions: one per expression node that is not a plain name or constant."""
-    n = 0 if isinstance(node, (ir.Name, ir.Const, ir.Stmt)) else 1
+    """Operations in ``node``: one per memory access, call and value computed in floating point or
+    SIMD lanes.  Integer bookkeeping (indexes, counters, compares) counts nothing: the compiler
+    strength-reduces most of it, and it would make a loop's cost depend on how its indexes are spelled."""
+    if isinstance(node, (ir.Name, ir.Const)):
+        n = 0
+    elif isinstance(node, (_MEMORY, ir.Call, ir.FuncCall)):
+        n = 1
+    else:
+        t = getattr(node, "type", None)
+        n = 1 if t is not None and not (t.is_int or t.is_bool) else 0
     return n + sum(_cost(c) for c in _children(node))
 
 
@@ -107,6 +135,9 @@ def _expr(e: ir.Expr, reads: set) -> List:
     if isinstance(e, ir.Name):
         reads.add(e.name)
         return ["n", e.name]
+    if isinstance(e, ir.Load) and len(e.index) == 1 and e.tensor in reads.vecs:
+        reads.add(e.tensor)  # a dsl.Vec argument's element: a geometry passed by value
+        return ["vec", e.tensor, _expr(e.index[0], reads)]
     if isinstance(e, ir.Shape):
         return ["shape", e.tensor, e.axis]
     if isinstance(e, ir.Size):
@@ -159,6 +190,9 @@ def _value(e: List, env: Dict, at: _Launch):
             return e[1]
         if k == "n":
             return env.get(e[1])
+        if k == "vec":
+            vec, i = env.get(e[1]), _value(e[2], env, at)
+            return vec[i] if vec is not None and i is not None and 0 <= i < len(vec) else None
         if k == "shape":
             shape = at.shapes.get(env.get("\0" + e[1], e[1]))
             return shape[e[2]] if shape is not None and e[2] < len(shape) else None
@@ -214,8 +248,12 @@ def _trips(start, stop, step) -> Optional[int]:
     return max(0, min(int(n), _MAX_TRIPS))
 
 
-def _work(body: List, env: Dict, at: _Launch) -> float:
-    """Operations one thread executes running ``body`` (``env`` updated as it goes)."""
+_RETURN, _BREAK = "return", "break"
+
+
+def _work(body: List, env: Dict, at: _Launch) -> Tuple[float, Optional[str]]:
+    """(operations one thread executes running ``body``, ``_RETURN``/``_BREAK`` if it leaves that way
+    for sure); ``env`` is updated as it goes."""
     total = 0.0
     for st in body:
         k = st[0]
@@ -224,6 +262,10 @@ def _work(body: List, env: Dict, at: _Launch) -> float:
             total += st[3] + _calls_work(st[4], env, at)
         elif k == "op":
             total += st[1] + _calls_work(st[2], env, at)
+        elif k == "ret":
+            return total + st[1] + _calls_work(st[2], env, at), _RETURN
+        elif k == "break":
+            return total, _BREAK
         elif k == "for":
             start, stop, step = (_value(x, env, at) for x in st[2:5])
             n = _trips(start, stop, step)
@@ -234,17 +276,47 @@ def _work(body: List, env: Dict, at: _Launch) -> float:
                 continue
             else:
                 env[st[1]] = start + ((n - 1) // 2) * step  # the middle iteration stands for all
-            total += n * (1 + _work(st[5], env, at))
+            total += n * (1 + _work(st[5], env, at)[0])  # a break or return inside: counted as if not taken
         elif k == "while":
-            total += UNKNOWN_TRIPS * (1 + st[1] + _calls_work(st[2], env, at) + _work(st[3], env, at))
+            w, left = _while(st, env, at)
+            total += w
+            if left == _RETURN:
+                return total, _RETURN
         elif k == "if":
             cond = _value(st[1], env, at)
             total += st[2] + _calls_work(st[3], env, at)
-            if cond is None:
-                total += max(_work(st[4], dict(env), at), _work(st[5], env, at))
+            if cond is None:  # the heavier branch; it leaves only if both do, the same way
+                (a, la), (b, lb) = _work(st[4], dict(env), at), _work(st[5], env, at)
+                total += max(a, b)
+                if la is not None and la == lb:
+                    return total, la
             else:
-                total += _work(st[4] if cond else st[5], env, at)
-    return total
+                w, left = _work(st[4] if cond else st[5], env, at)
+                total += w
+                if left is not None:
+                    return total, left
+    return total, None
+
+
+def _while(st: List, env: Dict, at: _Launch) -> Tuple[float, Optional[str]]:
+    """A ``while`` loop followed iteration by iteration while its condition can be evaluated
+    (``WHILE_STEPS`` at most), else ``UNKNOWN_TRIPS`` iterations of its body."""
+    cond, cost, calls, body = st[1:5]
+    total = 0.0
+    for step in range(WHILE_STEPS):
+        c = _value(cond, env, at)
+        total += cost + _calls_work(calls, env, at)
+        if c is None:
+            if step == 0:
+                return total + UNKNOWN_TRIPS * (1 + cost + _work(body, env, at)[0]), None
+            return total, None
+        if not c:
+            return total, None
+        w, left = _work(body, env, at)
+        total += 1 + w
+        if left is not None:
+            return total, (left if left == _RETURN else None)
+    return total, None
 
 
 def _calls_work(calls: List, env: Dict, at: _Launch) -> float:
@@ -260,7 +332,7 @@ def _calls_work(calls: List, env: Dict, at: _Launch) -> float:
             else:
                 inner[name] = _value(arg, env, at)
         at.depth += 1
-        total += _work(fn["body"], inner, at)
+        total += _work(fn["body"], inner, at)[0]
         at.depth -= 1
     return total
 
@@ -268,7 +340,7 @@ def _calls_work(calls: List, env: Dict, at: _Launch) -> float:
 def estimate(program: Program, shapes: Dict[str, Tuple[int, ...]], scalars: Dict[str, Any],
              grid, team: int) -> float:
     """Operations a launch executes over all its threads: ``shapes`` by tensor name, ``scalars`` by
-    parameter name (those ``program["reads"]`` lists are enough), ``grid`` an int or (gx, gy, gz)."""
+    parameter name (those ``program["reads"]`` lists are enough; a ``dsl.Vec`` as a tuple), ``grid`` an int or (gx, gy, gz)."""
     tiles = (grid, 1, 1) if isinstance(grid, int) else tuple(grid)
     teams = tiles[0] * tiles[1] * tiles[2]
     if teams <= 0 or team <= 0:
@@ -278,5 +350,5 @@ def estimate(program: Program, shapes: Dict[str, Tuple[int, ...]], scalars: Dict
     per_thread = []
     for tid in sorted({0, team - 1}):
         at = _Launch(shapes, tid, team, tiles, program.get("funcs", {}))
-        per_thread.append(_work(program["body"], dict(base), at))
+        per_thread.append(_work(program["body"], dict(base), at)[0])
     return sum(per_thread) / len(per_thread) * team * teams
