@@ -13,20 +13,24 @@ facts: the operations the launch executes (backends/numba/launch_work.py: the ke
 evaluated for the launch's shapes and scalars), its thread count and the cores the target has.
 The same launch makes the same choice in every process, loaded machine or not.
 
-Parallel pays when the time the other cores save exceeds what waking them costs:
-``work * SECONDS_PER_OP * (1 - 1/workers) > WAKE_S``.  Both constants were calibrated once on a
-2-core AMD EPYC (Zen 3, AVX2) with ``python -m benchmarks.bench_entry_choice --calibrate``
+Parallel pays when the time the other cores save clearly exceeds what waking them costs:
+``work * SECONDS_PER_OP * (1 - 1/workers) > MIN_SAVING_S``.  Both constants were calibrated once
+on a 2-core AMD EPYC (Zen 3, AVX2) with ``python -m benchmarks.bench_entry_choice --calibrate``
 (benchmarks/RESULTS.md, "The entry choice from static facts"), which times every small
-nested-loop launch of light_squeezenet, light_resnet50 and the BERT layer on both entries.
+nested-loop launch of light_squeezenet, light_resnet50 and the BERT layer on both entries:
+a counted operation took 0.03-0.3 ns on one core (0.2 ns median; loops LLVM vectorizes are the
+fast end), and waking PASSIVE workers costs 7-12 us after a gap under 1 ms ("Launch and wake
+overhead in whole models").  With a per-operation time known to within 3x only, a launch goes
+parallel when the saving it is estimated to make is ~3 wakes: 300K operations on 2 cores.
 """
 from __future__ import annotations
 
 from typing import Callable, Dict, Hashable
 
-# Seconds one counted operation takes on one core, and what waking the sleeping workers of a
-# parallel launch costs (see the module docstring; calibrated on the machine named there).
-SECONDS_PER_OP = 0.25e-9
-WAKE_S = 12e-6
+# Seconds one counted operation takes on one core (median), and the least estimated saving worth
+# waking the sleeping workers of a parallel launch (see the module docstring: calibrated there).
+SECONDS_PER_OP = 0.2e-9
+MIN_SAVING_S = 30e-6
 MAX_KEYS = 256  # launch signatures remembered per launcher; beyond, start over rather than grow
 
 
@@ -35,12 +39,12 @@ def parallel_pays(work: float, threads: int, workers: int) -> bool:
     parallel entry, on a target with ``workers`` cores for numba's threads.  Pure: no timing."""
     if threads < 2 or workers < 2:
         return False
-    return work * SECONDS_PER_OP * (1.0 - 1.0 / min(threads, workers)) > WAKE_S
+    return work * SECONDS_PER_OP * (1.0 - 1.0 / min(threads, workers)) > MIN_SAVING_S
 
 
 def min_parallel_work(workers: int) -> float:
     """The least work (operations) a launch of many threads needs to go parallel on ``workers`` cores."""
-    return float("inf") if workers < 2 else WAKE_S / (SECONDS_PER_OP * (1.0 - 1.0 / workers))
+    return float("inf") if workers < 2 else MIN_SAVING_S / (SECONDS_PER_OP * (1.0 - 1.0 / workers))
 
 
 class EntryChoice:
