@@ -54,9 +54,9 @@ def op_cases() -> List[Tuple[str, object, Dict[str, np.ndarray]]]:
     from benchmarks import bench_ops as bo, op_models as om
     out = []
     for n in bo.GEMM_SIZES:
-        out.append((f"gemm {n}", om.matmul_model((n, n), (n, n)), om.random_inputs([(n, n), (n, n)])))
+        out.append((f"gemm {n}", om.matmul_model((n, n), (n, n)), dict(zip("ab", om.random_inputs([(n, n), (n, n)])))))
     for a, b in bo.ATTENTION_SHAPES + bo.LINEAR_SHAPES:
-        out.append((f"matmul {a} x {b}", om.matmul_model(a, b), om.random_inputs([a, b])))
+        out.append((f"matmul {a} x {b}", om.matmul_model(a, b), dict(zip("ab", om.random_inputs([a, b])))))
     for c_in, hw, c_out, k, stride in bo.RESNET50_CONVS + bo.EXTRA_CONVS:
         rng = np.random.default_rng(c_in * 7 + c_out + k)
         w = rng.standard_normal((c_out, c_in, k, k), dtype=np.float32) * np.float32(1 / np.sqrt(c_in * k * k))
@@ -105,7 +105,7 @@ def show_choices(ops: bool) -> int:
             kernel, n, work, entry = describe(launcher, args, grid)
             w = "-" if work is None else f"{work:.3g}"
             lines.append(f"{name:38} {kernel:34} grid {str(grid):12} elements {n:9d} work {w:>8} -> {entry}")
-    print("\n".join(lines))
+            print(lines[-1], flush=True)
     digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
     print(f"{len(lines)} launches; choices digest {digest}")
     return 0
