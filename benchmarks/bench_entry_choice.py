@@ -4,7 +4,7 @@ calibrated on, and model latency against onnxruntime across fresh processes.
 
     python -m benchmarks.bench_entry_choice --show-choices          # one line per launch + a digest
     python -m benchmarks.bench_entry_choice --calibrate             # work vs serial/parallel time
-    python -m benchmarks.bench_entry_choice --models --processes 5 [--baseline TREE]
+    python -m benchmarks.bench_entry_choice --models --processes 5 [--baseline TREE --baseline-cache DIR]
 
 ``--show-choices`` prints, per model and per bench_ops case, each launch of a numba kernel: its
 grid, elements, estimated work (backends/numba/launch_work.py) and the entry it runs; the digest
@@ -179,7 +179,8 @@ print(json.dumps({{"opdsl": ours, "ort": theirs}}))
 '''
 
 
-def model_processes(processes: int, repeat: int, baseline: Optional[Path], names) -> int:
+def model_processes(processes: int, repeat: int, baseline: Optional[Path], names,
+                    baseline_cache: Optional[Path] = None) -> int:
     """Each model in ``processes`` fresh processes per tree (trees alternating), ``model.run`` and
     onnxruntime alternating inside each; every process's best and median ratio, then the spread."""
     trees = [("opdsl", ROOT)] + ([("baseline", baseline)] if baseline is not None else [])
@@ -189,6 +190,8 @@ def model_processes(processes: int, repeat: int, baseline: Optional[Path], names
         for _ in range(processes):
             for label, tree in trees:
                 env = dict(os.environ, PYTHONPATH=str(tree))
+                if label == "baseline" and baseline_cache is not None:  # its own front-end records
+                    env["OPDSL_CACHE_DIR"] = str(baseline_cache)
                 code = MODEL_RUN.format(path=path, repeat=repeat)
                 out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                                      check=True, cwd=str(tree))
@@ -218,11 +221,12 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=30, help="runs per process (--models)")
     ap.add_argument("--rounds", type=int, default=20, help="timed rounds per launch (--calibrate)")
     ap.add_argument("--baseline", type=Path, default=None, help="also time this tree (--models)")
+    ap.add_argument("--baseline-cache", type=Path, default=None, help="OPDSL_CACHE_DIR of the baseline's processes")
     args = ap.parse_args(argv)
     if args.calibrate:
         return calibrate(args.rounds)
     if args.models:
-        return model_processes(args.processes, args.repeat, args.baseline, args.only.split(","))
+        return model_processes(args.processes, args.repeat, args.baseline, args.only.split(","), args.baseline_cache)
     return show_choices(not args.no_ops)
 
 

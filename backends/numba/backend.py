@@ -58,9 +58,9 @@ SERIAL_MAX_THREADS = 64
 SERIAL_FIRST_MAX_ELEMENTS = 1 << 24
 # The same for a kernel with nested loops, whose tensors' sizes say little about its work: its first
 # big launch runs serially when its estimated work (backends/numba/launch_work.py) is at most this
-# many operations, ~40 ms on one core at entry_choice.SECONDS_PER_OP; the parallel entry would cost
-# a second or more of compiling (row softmax 256x256: ~1.4M operations, a fraction of a millisecond).
-SERIAL_FIRST_MAX_WORK = 2e8
+# many operations, ~15 ms on one core at entry_choice.SECONDS_PER_OP; the parallel entry would cost
+# a second or more of compiling (row softmax 256x256: ~1M operations, a fraction of a millisecond).
+SERIAL_FIRST_MAX_WORK = 5e8
 
 _SAFE_LAYERS = ("threadsafe", "tbb", "omp", "safe")
 

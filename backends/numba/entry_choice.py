@@ -17,11 +17,14 @@ Parallel pays when the time the other cores save clearly exceeds what waking the
 ``work * SECONDS_PER_OP * (1 - 1/workers) > MIN_SAVING_S``.  Both constants were calibrated once
 on a 2-core AMD EPYC (Zen 3, AVX2) with ``python -m benchmarks.bench_entry_choice --calibrate``
 (benchmarks/RESULTS.md, "The entry choice from static facts"), which times every small
-nested-loop launch of light_squeezenet, light_resnet50 and the BERT layer on both entries:
-a counted operation took 0.03-0.3 ns on one core (0.2 ns median; loops LLVM vectorizes are the
-fast end), and waking PASSIVE workers costs 7-12 us after a gap under 1 ms ("Launch and wake
-overhead in whole models").  With a per-operation time known to within 3x only, a launch goes
-parallel when the saving it is estimated to make is ~3 wakes: 300K operations on 2 cores.
+nested-loop launch of light_squeezenet, light_resnet50 and the BERT layer on both entries.  A
+counted operation took 0.015-0.045 ns on one core in the compute-bound launches (convolutions,
+LayerNorm: the ones where going parallel matters) and 0.1-0.4 ns in small memory-bound ones (a
+zero border, a strided copy), which the constant therefore underestimates: they stay serial,
+where two cores would gain little.  Waking PASSIVE workers costs 7-12 us after a gap under 1 ms
+("Launch and wake overhead in whole models"); with the per-operation time known to within 2-3x,
+a launch goes parallel when the saving it is estimated to make is ~3 wakes: 2M operations on 2
+cores (squeezenet's 1x1 convolutions on 13x13 pixels, 4-10M, do; BERT's LayerNorm, 0.56M, not).
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ from typing import Callable, Dict, Hashable
 
 # Seconds one counted operation takes on one core (median), and the least estimated saving worth
 # waking the sleeping workers of a parallel launch (see the module docstring: calibrated there).
-SECONDS_PER_OP = 0.2e-9
+SECONDS_PER_OP = 0.03e-9
 MIN_SAVING_S = 30e-6
 MAX_KEYS = 256  # launch signatures remembered per launcher; beyond, start over rather than grow
 
