@@ -101,7 +101,7 @@ _MEMORY = (ir.Load, ir.VLoad, ir.AtomicFetchAdd, ir.Store, ir.VStore, ir.AtomicA
 
 
 def _cost(node) -> int:
-    """Operations in ``node``: one per memory access, call and value computed in floating point, times
+    """Operations in ``node``: one per memory access and value computed in floating point, times
     its SIMD lanes (a ``dsl.simd`` FMA of 8 lanes is 8).  Integer bookkeeping (indexes, counters,
     compares) counts nothing: the compiler strength-reduces most of it, and it would make a loop's
     cost depend on how its indexes are spelled."""
@@ -109,9 +109,11 @@ def _cost(node) -> int:
         return 0
     t = node.value.type if isinstance(node, ir.VStore) else getattr(node, "type", None)
     lanes = getattr(t, "lanes", None) or 1
-    if isinstance(node, (_MEMORY, ir.Call, ir.FuncCall)):
+    if isinstance(node, (_MEMORY, ir.FuncCall)):
         n = lanes
-    else:
+    elif isinstance(node, ir.Splat):  # broadcasting a value into lanes: hoisted out of loops
+        n = 0
+    else:  # float arithmetic and math calls (dsl.exp...); integer ones (min of indexes) are free
         n = lanes if t is not None and not (t.is_int or t.is_bool) else 0
     return n + sum(_cost(c) for c in _children(node))
 

@@ -182,6 +182,29 @@ def test_vec_arguments_branches_returns_and_while_loops_are_followed():
     assert 1000 <= small < 8000 and 1000 <= big < 8000  # the chunks add up to the elements either way
 
 
+@dsl.kernel(threads=2)
+def lanes_of(x: In[f32], y: Out[f32]):
+    lo, hi = dsl.split(x.size // 8)
+    for i in range(lo, hi):
+        y.vstore(i * 8, x.vload(i * 8, 8) * 2.0)
+
+
+@dsl.kernel(threads=2)
+def scalars_of(x: In[f32], y: Out[f32]):
+    lo, hi = dsl.split(x.size // 8)
+    for i in range(lo, hi):
+        for k in range(8):
+            y.flat[i * 8 + k] = x.flat[i * 8 + k] * 2.0
+
+
+def test_simd_values_count_their_lanes():
+    """8 lanes at once are 8 operations' work: the same as the scalar loop over them (bar its loop)."""
+    x = np.ones(800, np.float32)
+    vec, scalar = work_of(lanes_of, x, np.empty_like(x)), work_of(scalars_of, x, np.empty_like(x))
+    assert vec == 100 * (1 + 3 * 8)  # per vector: its loop, a load, a multiply and a store of 8 lanes
+    assert scalar == 100 * (1 + 8 * (1 + 3))
+
+
 # --------------------------------------------------------------------------- launches
 
 @pytest.mark.parametrize("frozen", [False, True], ids=["values", "frozen"])
