@@ -18,13 +18,13 @@ Parallel pays when the time the other cores save clearly exceeds what waking the
 on a 2-core AMD EPYC (Zen 3, AVX2) with ``python -m benchmarks.bench_entry_choice --calibrate``
 (benchmarks/RESULTS.md, "The entry choice from static facts"), which times every small
 nested-loop launch of light_squeezenet, light_resnet50 and the BERT layer on both entries.  A
-counted operation took 0.015-0.045 ns on one core in the compute-bound launches (convolutions,
-LayerNorm: the ones where going parallel matters) and 0.1-0.4 ns in small memory-bound ones (a
+counted operation took 0.024-0.044 ns on one core in the compute-bound launches (convolutions,
+LayerNorm: the ones where going parallel matters) and 0.07-0.34 ns in small memory-bound ones (a
 zero border, a strided copy), which the constant therefore underestimates: they stay serial,
 where two cores would gain little.  Waking PASSIVE workers costs 7-12 us after a gap under 1 ms
 ("Launch and wake overhead in whole models"); with the per-operation time known to within 2-3x,
 a launch goes parallel when the saving it is estimated to make is ~3 wakes: 2M operations on 2
-cores (squeezenet's 1x1 convolutions on 13x13 pixels, 4-10M, do; BERT's LayerNorm, 0.56M, not).
+cores (squeezenet's 1x1 convolutions on 13x13 pixels, 2.8-6.9M, do; BERT's LayerNorm, 0.56M, not).
 """
 from __future__ import annotations
 
