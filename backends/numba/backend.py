@@ -485,8 +485,16 @@ class NumbaLauncher(Launcher):
     def _small_goes_parallel(self, args: Sequence, grid: int) -> bool:
         """The entry choice of a small launch of a kernel with nested loops (entry_choice.py): decided
         once per launch signature -- grid, shapes and the scalars its loop bounds read -- from its work."""
+        frozen = type(args) is frz.Frozen
+        if frozen:  # a plan's launch: decided once for these very values (a Frozen tuple never changes)
+            memo = args.__dict__.get("entry_choice")
+            if memo is not None and memo[0] == grid:
+                return memo[1]
         key = (grid, *[args[i].shape for _, i in self._shape_of], *[_plain(args[i]) for _, i in self._reads])
-        return self._choice.parallel(key, lambda: self.work(args, grid), grid * self._team, _workers())
+        got = self._choice.parallel(key, lambda: self.work(args, grid), grid * self._team, _workers())
+        if frozen:
+            args.entry_choice = (grid, got)
+        return got
 
     def work(self, args: Sequence, grid: Grid) -> Optional[float]:
         """The operations a launch of ``args`` over ``grid`` executes, estimated from the kernel's

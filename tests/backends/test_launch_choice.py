@@ -228,6 +228,8 @@ def test_small_launches_go_parallel_exactly_when_their_work_pays(monkeypatch, fr
             np.testing.assert_allclose(y, reference(x, rounds), rtol=1e-4, atol=1e-5)
         assert seen == [want] * 3
         assert launcher.goes_parallel(grid, 2 * x.size, values) == (want == "launch_parallel")
+        if frozen:  # a plan's launch keeps its decision: later runs do not weigh it again
+            assert values.entry_choice == (grid, want == "launch_parallel")
         monkeypatch.undo()
         monkeypatch.setattr(nb, "_WORKERS", [2])
 
