@@ -28,6 +28,7 @@ from dsl.lang import ir
 VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:10]
 UNKNOWN_TRIPS = 16  # iterations assumed for a loop whose bounds depend on data
 WHILE_STEPS = 4096  # iterations of a ``while`` loop followed one by one, at most (its cond is evaluated)
+STEP_BUDGET = 1 << 16  # ``while`` iterations followed in one estimate (nested loops): then the default
 _MAX_TRIPS = 1 << 40
 
 Program = Dict[str, Any]  # {"body": [...], "funcs": {name: {"params": [...], "body": [...]}}, "reads": [...]}
@@ -180,10 +181,11 @@ _BINARY = {
 class _Launch:
     """What one thread of one launch sees: shapes, its ids, the team and the grid."""
 
-    __slots__ = ("shapes", "tid", "team", "tiles", "funcs", "depth")
+    __slots__ = ("shapes", "tid", "team", "tiles", "funcs", "depth", "steps")
 
     def __init__(self, shapes, tid, team, tiles, funcs):
         self.shapes, self.tid, self.team, self.tiles, self.funcs, self.depth = shapes, tid, team, tiles, funcs, 0
+        self.steps = STEP_BUDGET  # while iterations this estimate may still follow one by one
 
 
 def _value(e: List, env: Dict, at: _Launch):
@@ -304,11 +306,13 @@ def _work(body: List, env: Dict, at: _Launch) -> Tuple[float, Optional[str]]:
 
 def _while(st: List, env: Dict, at: _Launch) -> Tuple[float, Optional[str]]:
     """A ``while`` loop followed iteration by iteration while its condition can be evaluated
-    (``WHILE_STEPS`` at most), else ``UNKNOWN_TRIPS`` iterations of its body."""
+    (``WHILE_STEPS`` at most, ``STEP_BUDGET`` over the whole estimate), else ``UNKNOWN_TRIPS``
+    iterations of its body."""
     cond, cost, calls, body = st[1:5]
     total = 0.0
     for step in range(WHILE_STEPS):
-        c = _value(cond, env, at)
+        c = _value(cond, env, at) if at.steps > 0 else None
+        at.steps -= 1
         total += cost + _calls_work(calls, env, at)
         if c is None:
             if step == 0:

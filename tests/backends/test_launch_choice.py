@@ -139,6 +139,26 @@ def stepping(x: In[f32], y: Out[f32], chunk: i64):
         i += chunk
 
 
+@dsl.kernel(threads=1)
+def nested_whiles(x: In[f32], y: Out[f32], n: i64):
+    i = 0
+    while i < n:
+        j = 0
+        while j < n:
+            y.flat[(i * n + j) % y.size] = x.flat[j % x.size]
+            j += 1
+        i += 1
+
+
+def test_nested_while_loops_are_followed_within_a_budget():
+    """n² iterations followed one by one would take minutes at n = 4096: past the budget, the default."""
+    x = np.ones(8, np.float32)
+    small = work_of(nested_whiles, x, np.empty_like(x), np.int64(10))
+    assert small == pytest.approx(10 * 10 * 3, rel=0.5)
+    big = work_of(nested_whiles, x, np.empty_like(x), np.int64(4096))  # returns (fast)
+    assert 0 < big <= lw.WHILE_STEPS * lw.WHILE_STEPS * 4
+
+
 def work_of(kernel, *args, grid=1):
     values, _ = kernel.bind(args, {})
     k = kernel.specialize(values)
