@@ -420,7 +420,7 @@ class NumbaLauncher(Launcher):
         """The serial entry's machine code for small launches of ``grid`` teams like ``values``
         (a kernel's one-hop binder, dsl/runtime/hop.py): only where ``__call__`` would run it with
         nothing else to do (no error record, no log threshold, no entry choice to weigh, no f16 bits, compiled)."""
-        if (self._sites is not None or self._gate is not None or self._weighed or self._pending or self._halves or type(grid) is not int
+        if (self._sites is not None or self._gate is not None or (self._weighed and grid * self._team > 1) or self._pending or self._halves or type(grid) is not int
                 or not 0 < grid * self._team <= SERIAL_MAX_THREADS or len(values) != self._nparams):
             return None
         cres = getattr(self._serial, "overloads", {}).get(self._sig)

@@ -115,7 +115,7 @@ def _cost(node) -> int:
     elif isinstance(node, ir.Splat):  # broadcasting a value into lanes: hoisted out of loops
         n = 0
     else:  # float arithmetic and math calls (dsl.exp...); integer ones (min of indexes) are free
-        n = lanes if t is not None and not (t.is_int or t.is_bool) else 0
+        n = lanes if getattr(t, "is_float", False) else 0
     return n + sum(_cost(c) for c in _children(node))
 
 

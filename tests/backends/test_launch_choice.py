@@ -315,3 +315,15 @@ def test_a_warm_record_keeps_the_work_program(tmp_path, monkeypatch):
     assert again.work(values, grid) == launcher.work(values, grid)
     rec["facts"]["work"]["version"] = "another"
     assert nb.BACKEND.warm_launcher(rec, polish.fn, None) is None  # another launch_work.py: compiled again
+
+
+def test_only_launches_that_could_go_parallel_lose_the_one_hop_entry():
+    """A one-thread team on a grid of 1 never weighs anything: its kernel's binder may call the
+    serial entry directly (dsl/runtime/hop.py), nested loops or not."""
+    x = np.arange(8, dtype=np.float32)
+    y = np.empty_like(x)
+    launcher, values, grid = triangle.prepare((x, y), {}, backend="numba")
+    launcher(values, grid)  # compiled
+    np.testing.assert_array_equal(y, np.cumsum(x))
+    assert launcher._weighed and launcher.direct_entry(values, 1) is not None
+    assert launcher.direct_entry(values, 2) is None  # two teams may go parallel: weighed per launch
