@@ -84,7 +84,7 @@ def phases(repeat: int, shapes=SHAPES) -> str:
         bufs = [np.empty_like(a), np.empty_like(b)]
         y = model.run(feeds)["y"]
         elements = sum(values[i].size for i in launcher._tensors)
-        entry = "parallel" if launcher.goes_parallel(grid, elements) else "serial"
+        entry = "parallel" if launcher.goes_parallel(grid, elements, values) else "serial"
         ns = numpy_times[_name(sa, sb)]
         rows.append(f"| {_name(sa, sb)} | {ns['best'] * 1e6:.1f} ({ns['median'] * 1e6:.1f}) | "
                     f"{cell(best_median(lambda: model.run(feeds), repeat))} | "

@@ -17,7 +17,6 @@ import os
 import sys
 import threading
 import types as pytypes
-from time import perf_counter
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -36,6 +35,7 @@ from backends import host
 from backends import bounds, interrupt, log_gate
 from backends.numba import entry_choice
 from backends.numba import frozen as frz
+from backends.numba import launch_work
 from backends.numba import parallel_compile
 from backends.numba.regions import Program
 
@@ -46,8 +46,8 @@ from backends.numba.regions import Program
 # the BERT layer of benchmarks/models.py (elementwise nodes of 32K-131K elements) ran in 5.8 ms
 # with 2^14, 4.3 ms with 2^17 and 3.9 ms with 2^18; 2^17 keeps a compute-heavy 64K-element
 # in -> out kernel parallel.
-# Kernels with nested loops may do much work on few elements: their small launches try the
-# parallel entry when the serial one keeps taking long, and keep the faster (entry_choice.py).
+# Kernels with nested loops may do much work on few elements: their small launches go parallel
+# when the work their loop nest does for those shapes pays for waking the workers (entry_choice.py).
 SERIAL_MAX_ELEMENTS = 1 << 17
 SERIAL_MAX_THREADS = 64
 # A light kernel (no nested loops) whose parallel entry is not compiled yet runs its first big launch
@@ -56,6 +56,11 @@ SERIAL_MAX_THREADS = 64
 # 16M elements takes ~10 ms on one core, far less than the compile it saves.  The parallel entry
 # compiles at the next big launch (time to the first result, issue 28).
 SERIAL_FIRST_MAX_ELEMENTS = 1 << 24
+# The same for a kernel with nested loops, whose tensors' sizes say little about its work: its first
+# big launch runs serially when its estimated work (backends/numba/launch_work.py) is at most this
+# many operations, ~15 ms on one core at entry_choice.SECONDS_PER_OP; the parallel entry would cost
+# a second or more of compiling (row softmax 256x256: ~1M operations, a fraction of a millisecond).
+SERIAL_FIRST_MAX_WORK = 5e8
 
 _SAFE_LAYERS = ("threadsafe", "tbb", "omp", "safe")
 
@@ -300,11 +305,17 @@ class NumbaLauncher(Launcher):
         self._scalars, self._halves = _arg_plan(k)
         self._tensors = [i for i, p in enumerate(k.params) if isinstance(p, ir.TensorParam)]
         self._team = k.threads
-        self._choice = entry_choice.EntryChoice()  # small launches: serial or parallel, by timing (entry_choice.py)
+        self._choice = entry_choice.EntryChoice()  # small launches: serial or parallel, by their work (entry_choice.py)
         self._sig = signature(k, sites is not None or request.debug, gate=facts["gate"])
         self._nparams = len(k.params)
-        self._timed = facts["timed"]
+        # nested loops: small launches weigh their work (launch_work.py), which names what it reads
+        self._work = facts["work"]
+        self._weighed = self._work is not None
         self._serial_first = facts["serial_first"]
+        if self._weighed:
+            names = [p.name for p in k.params]
+            self._shape_of = tuple((p.name, i) for i, p in enumerate(k.params) if isinstance(p, (ir.TensorParam, ir.VecParam)))
+            self._reads = tuple((n, names.index(n)) for n in self._work["reads"] if n in names)
         # entry point -> its job in a compile worker (backends/numba/parallel_compile.py)
         self._jobs: Dict[str, parallel_compile.Job] = {}
         self._source = source  # the generated module (what a compile worker gets)
@@ -333,8 +344,10 @@ class NumbaLauncher(Launcher):
             few = grid[0] * grid[1] * grid[2] * self._team <= SERIAL_MAX_THREADS
             small = few and sum(args[i].size for i in self._tensors) < SERIAL_MAX_ELEMENTS
             return "launch_serial_nd" if small else "launch_parallel_nd"
-        if grid * self._team <= SERIAL_MAX_THREADS and sum(args[i].size for i in self._tensors) < SERIAL_MAX_ELEMENTS:
-            return "launch_serial"
+        if grid * self._team <= SERIAL_MAX_THREADS:
+            n = sum(args[i].size for i in self._tensors)
+            if n < SERIAL_MAX_ELEMENTS and not (self._weighed and self._small_goes_parallel(args, grid)):
+                return "launch_serial"
         return "launch_team" if grid == 1 and "launch_team" in self._entries else "launch_parallel"
 
     def note_launch(self, args: Sequence, grid: Grid, batch) -> None:
@@ -406,8 +419,8 @@ class NumbaLauncher(Launcher):
     def direct_entry(self, values: Sequence, grid: Grid):
         """The serial entry's machine code for small launches of ``grid`` teams like ``values``
         (a kernel's one-hop binder, dsl/runtime/hop.py): only where ``__call__`` would run it with
-        nothing else to do (no error record, no log threshold, no timing of the entry choice, no f16 bits, compiled)."""
-        if (self._sites is not None or self._gate is not None or self._timed or self._pending or self._halves or type(grid) is not int
+        nothing else to do (no error record, no log threshold, no entry choice to weigh, no f16 bits, compiled)."""
+        if (self._sites is not None or self._gate is not None or (self._weighed and grid * self._team > 1) or self._pending or self._halves or type(grid) is not int
                 or not 0 < grid * self._team <= SERIAL_MAX_THREADS or len(values) != self._nparams):
             return None
         cres = getattr(self._serial, "overloads", {}).get(self._sig)
@@ -451,51 +464,61 @@ class NumbaLauncher(Launcher):
                 n = 0
                 for i in self._tensors:
                     n += args[i].size
-            if n < SERIAL_MAX_ELEMENTS:
-                if not self._timed:
-                    self._run(self._entry("launch_serial", args, grid) if frozen else self._serial, args, grid)
-                    return
-                key = (grid, n)
-                phase = self._choice.phase(key)
-                if phase == entry_choice.TIMING:
-                    fn = self._entry("launch_serial", args, grid) if frozen else self._serial
-                    t0 = perf_counter()
-                    self._run(fn, args, grid)
-                    self._choice.serial_took(key, perf_counter() - t0)
-                    return
-                if phase == entry_choice.SERIAL:
-                    self._run(self._entry("launch_serial", args, grid) if frozen else self._serial, args, grid)
-                    return
-                if phase == entry_choice.TRYING:
-                    self._parallel_entry(grid)  # compiled (or loaded) before the clock starts
-                    t0 = perf_counter()
-                    self._run_parallel(args, grid)
-                    self._choice.parallel_took(key, perf_counter() - t0)
-                    return
+            if n < SERIAL_MAX_ELEMENTS and not (self._weighed and self._small_goes_parallel(args, grid)):
+                self._run(self._entry("launch_serial", args, grid) if frozen else self._serial, args, grid)
+                return
         if self._serial_first and not frozen and self._first_big_launch_serial(args, grid):
             self._run(self._serial, args, grid)
             return
         self._run_parallel(args, grid)
 
     def _first_big_launch_serial(self, args: Sequence, grid: int) -> bool:
-        """Whether this big launch of a light kernel runs on the serial entry because it is the
-        first and no parallel entry is compiled, loading or on disk (SERIAL_FIRST_MAX_ELEMENTS).
-        Asked once: the next big launch compiles the parallel entry."""
+        """Whether this big launch runs on the serial entry because it is the first and no parallel
+        entry is compiled, loading or on disk, and it is light enough (SERIAL_FIRST_MAX_ELEMENTS for a
+        single loop, SERIAL_FIRST_MAX_WORK for nested loops).  Asked once: the next big launch
+        compiles the parallel entry."""
         self._serial_first = False
         which = "launch_team" if grid == 1 and "launch_team" in self._entries else "launch_parallel"
         if which in self._ready or which in self._jobs or self._sites is not None \
                 or self._sig in self._entries[which].overloads:  # compiled by another launcher of this module
             return False
-        if sum(args[i].size for i in self._tensors) >= SERIAL_FIRST_MAX_ELEMENTS:
+        if self._weighed:
+            if self.work(args, grid) > SERIAL_FIRST_MAX_WORK:
+                return False
+        elif sum(args[i].size for i in self._tensors) >= SERIAL_FIRST_MAX_ELEMENTS:
             return False
         return not (self._disk and machine_cache.cached(self._entries[which], self._sig))
 
-    def goes_parallel(self, grid: int, elements: int) -> bool:
+    def _small_goes_parallel(self, args: Sequence, grid: int) -> bool:
+        """The entry choice of a small launch of a kernel with nested loops (entry_choice.py): decided
+        once per launch signature -- grid, shapes and the scalars its loop bounds read -- from its work."""
+        frozen = type(args) is frz.Frozen
+        if frozen:  # a plan's launch: decided once for these very values (a Frozen tuple never changes)
+            memo = args.__dict__.get("entry_choice")
+            if memo is not None and memo[0] == grid:
+                return memo[1]
+        key = (grid, *[args[i].shape for _, i in self._shape_of], *[_plain(args[i]) for _, i in self._reads])
+        got = self._choice.parallel(key, lambda: self.work(args, grid), grid * self._team, _workers())
+        if frozen:
+            args.entry_choice = (grid, got)
+        return got
+
+    def work(self, args: Sequence, grid: Grid) -> Optional[float]:
+        """The operations a launch of ``args`` over ``grid`` executes, estimated from the kernel's
+        loop nest (backends/numba/launch_work.py); None for a kernel without nested loops."""
+        if not self._weighed:
+            return None
+        shapes = {name: tuple(args[i].shape) for name, i in self._shape_of}
+        scalars = {name: _plain(args[i]) for name, i in self._reads}
+        return launch_work.estimate(self._work, shapes, scalars, grid, self._team)
+
+    def goes_parallel(self, grid: int, elements: int, args: Optional[Sequence] = None) -> bool:
         """Whether a launch of ``grid`` teams over tensors of ``elements`` elements in total runs
-        the parallel entry now (tests, benchmarks)."""
+        the parallel entry (tests, benchmarks); ``args``: the launch's values, which a kernel with
+        nested loops needs to weigh a small launch (without them it says serial)."""
         if grid * self._team > SERIAL_MAX_THREADS or elements >= SERIAL_MAX_ELEMENTS:
             return True
-        return self._timed and self._choice.settled((grid, elements)) == entry_choice.PARALLEL
+        return self._weighed and args is not None and self._small_goes_parallel(self._adapt(args), grid)
 
     def run_serial(self, args: Sequence, grid: Grid) -> None:
         """Force the serial variant (tests, benchmarks)."""
@@ -586,13 +609,32 @@ class NumbaLauncher(Launcher):
         return self._ready[which]
 
 
-def _facts(k: ir.Kernel) -> Dict[str, bool]:
+def _facts(k: ir.Kernel) -> Dict:
     """What a launcher reads from the IR: the log threshold argument, and how it picks entries."""
+    nested = _loop_depth(k.body) > 1 or any(_loop_depth(f.body) for f in k.funcs)
     return {"gate": log_gate.uses_gate(k),
-            # only kernels with nested loops can do much work on few elements: the others are never timed
-            "timed": k.threads > 1 and (_loop_depth(k.body) > 1 or any(_loop_depth(f.body) for f in k.funcs)),
-            # a light kernel's first big launch may run serially while no parallel entry exists (SERIAL_FIRST_...)
-            "serial_first": _loop_depth(k.body) <= 1 and not any(_loop_depth(f.body) for f in k.funcs)}
+            # only kernels with nested loops can do much work on few elements: the others' small
+            # launches are serial; theirs weigh the work of the loop nest (launch_work.py)
+            "work": launch_work.summarize(k) if nested else None,
+            # a first big launch may run serially while no parallel entry exists (SERIAL_FIRST_...)
+            "serial_first": True}
+
+
+def _plain(v):
+    """A scalar argument as a Python number, a dsl.Vec one as a tuple of them (hashable, JSON-able)."""
+    if isinstance(v, np.ndarray):
+        return tuple(v.tolist())
+    return v.item() if hasattr(v, "item") else v
+
+
+_WORKERS: List[int] = []
+
+
+def _workers() -> int:
+    """Cores numba's parallel entries run on: the target's compute units, at most numba's thread count."""
+    if not _WORKERS:
+        _WORKERS.append(max(1, min(host.host().compute_units or 1, numba.config.NUMBA_NUM_THREADS)))
+    return _WORKERS[0]
 
 
 def _loop_depth(body) -> int:
@@ -664,6 +706,9 @@ class NumbaBackend(Backend):
 
     def warm_launcher(self, record: dict, pyfunc, log_gate) -> Optional[Launcher]:
         from backends.numba import warm
+        facts = record.get("facts", {})
+        if "work" not in facts or (isinstance(facts["work"], dict) and facts["work"].get("version") != launch_work.VERSION):
+            return None  # written before launches were weighed, or by another launch_work.py: compile, rewrite
         request, source, facts = warm.restore(record, pyfunc, log_gate)
         return lazy_launcher(request, source, None, facts)
 

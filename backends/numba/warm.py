@@ -1,5 +1,6 @@
 """The numba backend's front-end record (backends/warm_start.py): the generated module, the
-compile-cache key that names its machine code, and the few facts a launcher reads from the IR.
+compile-cache key that names its machine code, and the few facts a launcher reads from the IR
+(with the work program of its loop nest, which weighs its launches: backends/numba/launch_work.py).
 
 A warm process rebuilds the launcher from it: it executes the recorded module (as a cold one
 executes the module it generated) and numba loads each entry's machine code from the disk cache,
@@ -54,7 +55,7 @@ def record(request, launcher) -> Optional[dict]:
     return {"backend": "numba", "cache_key": request.key, "name": request.kernel.name,
             "threads": request.kernel.threads, "params": params, "source": source,
             "source_sha256": hashlib.sha256(source.encode("utf-8")).hexdigest(),
-            "facts": {"gate": launcher._gate is not None, "timed": launcher._timed,
+            "facts": {"gate": launcher._gate is not None, "work": launcher._work,
                       "serial_first": launcher._serial_first},
             "log_level": request.log_level, "fastmath": request.fastmath, "interrupt": request.interrupt}
 
@@ -72,4 +73,7 @@ def restore(record: dict, pyfunc: Callable, log_gate):
                        body=(), locals=(), threads=int(record["threads"]))
     request = CompileRequest(kernel, pyfunc, str(record["cache_key"]), str(record["log_level"]),
                              bool(record["fastmath"]), False, bool(record["interrupt"]), log_gate=log_gate)
-    return request, source, {k: bool(facts[k]) for k in ("gate", "timed", "serial_first")}
+    work = facts["work"]  # the loop nest's work program (launch_work.py), or None
+    if work is not None and not (isinstance(work, dict) and isinstance(work.get("body"), list)):
+        raise ValueError("its work program is not one")
+    return request, source, {"gate": bool(facts["gate"]), "serial_first": bool(facts["serial_first"]), "work": work}

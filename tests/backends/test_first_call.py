@@ -61,7 +61,25 @@ def test_a_very_big_first_launch_compiles_the_parallel_entry(monkeypatch):
     assert "launch_parallel" in _launcher(k)._ready
 
 
-def test_nested_loop_kernels_run_big_first_launches_in_parallel():
+def test_a_nested_loop_kernels_light_first_big_launch_runs_serially(monkeypatch):
+    """Its estimated work (512 rows of 512: ~1M operations) is far below SERIAL_FIRST_MAX_WORK."""
+    monkeypatch.setattr(nb.machine_cache, "cached", lambda fn, sig: False)  # as with an empty disk cache
+    k = _fresh(row_sums)
+    x = np.ones((512, 512), np.float32)
+    y = np.zeros(512, np.float32)
+    k(x, y, backend="numba")
+    np.testing.assert_array_equal(y, 512.0)
+    launcher = _launcher(k)
+    assert launcher.work(launcher._adapt([x, y]), 1) < nb.SERIAL_FIRST_MAX_WORK
+    assert "launch_parallel" not in launcher._ready
+    y.fill(0)
+    k(x, y, backend="numba")
+    np.testing.assert_array_equal(y, 512.0)
+    assert "launch_parallel" in launcher._ready
+
+
+def test_a_nested_loop_kernels_heavy_first_big_launch_compiles_the_parallel_entry(monkeypatch):
+    monkeypatch.setattr(nb, "SERIAL_FIRST_MAX_WORK", 1000.0)
     k = _fresh(row_sums)
     x = np.ones((512, 512), np.float32)
     y = np.zeros(512, np.float32)
