@@ -78,7 +78,7 @@ class Case:
         """[(inputs, expected outputs)] as numpy arrays."""
         if self._data is None:
             self._data = [_read_data_set(d) for d in sorted(glob.glob(os.path.join(self._model_dir, "test_data_set_*")))]
-        return self._data
+        return [(_resolved(list(inputs)), _resolved(list(outputs))) for inputs, outputs in self._data]
 
 
 def _to_array(x):
@@ -107,15 +107,80 @@ def _read_data_set(folder: str):
     return read("input"), read("output")
 
 
-def collect() -> List[Case]:
-    """Every CPU case of the installed onnx, node cases first (importing them costs ~8 s)."""
+class _PendingPool(np.ndarray):
+    """A large pooling result of onnx's reference ``pool`` not computed yet: zeros of the
+    result's shape and dtype (all a case's model needs), ``compute`` giving the real values
+    when a case runs.  Any array derived from one (a view, ``astype``, arithmetic) carries
+    ``compute = None`` and is refused when resolved, so a transformed placeholder can never
+    stand in for expected data."""
+    compute = None
+
+    def __array_finalize__(self, obj):
+        self.compute = None
+
+
+# onnx's node cases compute their expected outputs at import; its python-loop ``pool`` takes
+# ~10 s CPU for the three 3-D default pool cases alone, in every pytest-xdist worker, while at
+# most one worker runs each case: results of at least this many elements are computed on use
+_DEFER_POOL_ELEMENTS = 10_000
+
+
+def _deferred_pool(real):
+    def pool(padded, x_shape, kernel, strides, out_shape, pooling_type, *args, **kwargs):
+        shape = (int(x_shape[0]), int(x_shape[1]), *(int(d) for d in out_shape))
+        if int(np.prod(shape)) < _DEFER_POOL_ELEMENTS:
+            return real(padded, x_shape, kernel, strides, out_shape, pooling_type, *args, **kwargs)
+        frozen = np.array(padded, copy=True)
+        pending = np.zeros(shape, padded.dtype).view(_PendingPool)
+        done: list = []
+
+        def compute():
+            if not done:
+                done.append(real(frozen, x_shape, kernel, strides, out_shape, pooling_type, *args, **kwargs))
+                assert done[0].shape == shape and done[0].dtype == padded.dtype, "deferred pool changed shape"
+            return done[0]
+        pending.compute = compute
+        return pending
+    return pool
+
+
+def _resolved(value):
+    """``value`` with every pending pooling result computed (lists recursed)."""
+    if isinstance(value, _PendingPool):
+        if value.compute is None:
+            raise RuntimeError("an onnx node case transformed a deferred pooling result; lower "
+                               "_DEFER_POOL_ELEMENTS or compute that case eagerly")
+        return value.compute()
+    if isinstance(value, list):
+        return [_resolved(v) for v in value]
+    return value
+
+
+def _node_testcases():
+    """onnx's generated node cases with large reference pooling results deferred, and without
+    the source snippets onnx extracts for its own docs (``inspect.getsource`` per export,
+    ~2 s CPU, unused here)."""
     import warnings
 
-    from onnx.backend.test.case.node import collect_testcases
+    from onnx.backend.test.case import base
+    from onnx.reference.ops import op_pool_common
+
+    real_pool, real_snippet = op_pool_common.pool, base.process_snippet
+    op_pool_common.pool = _deferred_pool(real_pool)
+    base.process_snippet = lambda op_name, name, export: (name[len("export_"):] or op_name.lower(), "")
+    try:
+        from onnx.backend.test.case.node import collect_testcases
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the case generators overflow casts on purpose
+            return collect_testcases(None)
+    finally:
+        op_pool_common.pool, base.process_snippet = real_pool, real_snippet
+
+
+def collect() -> List[Case]:
+    """Every CPU case of the installed onnx, node cases first (importing them costs ~6 s)."""
     from onnx.backend.test.loader import load_model_tests
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the case generators overflow casts on purpose
-        node = collect_testcases(None)
+    node = _node_testcases()
     out: List[Case] = []
     seen = set()
     for c in node:

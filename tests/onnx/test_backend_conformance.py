@@ -42,3 +42,17 @@ def test_every_group_was_found():
 @pytest.mark.parametrize("case", _params())
 def test_case(case):
     conformance.run_case(case, BACKEND)
+
+
+def test_deferred_pool_results_are_computed_on_use_and_never_stand_in_once_transformed():
+    """conformance.py defers onnx's large reference pooling results: the placeholder resolves to
+    the real values, and an array derived from it is refused instead of passing as zeros."""
+    import numpy as np
+    calls = []
+    real = lambda padded, *a, **k: calls.append(1) or np.full((1, 1, 200, 100), 2.0, padded.dtype)  # noqa: E731
+    pending = conformance._deferred_pool(real)(np.ones((1, 1, 201, 101), np.float32), (1, 1, 201, 101),
+                                               [2, 2], [1, 1], [200, 100], "MAX")
+    assert isinstance(pending, conformance._PendingPool) and not calls
+    assert conformance._resolved([pending])[0].max() == 2.0 and calls == [1]
+    with pytest.raises(RuntimeError, match="transformed a deferred pooling result"):
+        conformance._resolved(pending.astype(np.float64))
