@@ -58,9 +58,16 @@ def compiled_backend(request):
 
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_cache(tmp_path_factory):
-    """Tests share one fresh on-disk cache so runs never see a stale user cache."""
+    """Tests share one fresh on-disk cache so runs never see a stale user cache.  Under
+    pytest-xdist every worker of the run uses the same one (the run's shared temp root, as
+    with an OPDSL_CACHE_DIR set outside): a specialization one worker compiled is a disk hit
+    in the other, instead of being compiled once per worker (the cache creates the folder
+    0700 and takes concurrent writers)."""
     if "OPDSL_CACHE_DIR" not in os.environ:
-        os.environ["OPDSL_CACHE_DIR"] = str(tmp_path_factory.mktemp("opdsl-cache"))
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            os.environ["OPDSL_CACHE_DIR"] = str(tmp_path_factory.getbasetemp().parent / "opdsl-cache")
+        else:
+            os.environ["OPDSL_CACHE_DIR"] = str(tmp_path_factory.mktemp("opdsl-cache"))
     # no model plan cache (dsl/opgraph/plan_cache.py) across tests: a test that patches an op or a
     # pass must build its model; tests/opgraph/test_plan_cache.py turns it on where it is tested
     os.environ.setdefault("OPDSL_PLAN_CACHE", "0")
