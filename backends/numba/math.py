@@ -211,6 +211,7 @@ _TANH_P = [F32(c) for c in (-0.33333316445350647, 0.13332587480545044, -0.053852
                             0.021072356030344963, -0.006275166291743517)]
 _T0, _T1, _T2, _T3, _T4 = _TANH_P
 _TANH_SMALL = F32(0.55)
+TANH_MAX_ULP = 1.6   # measured over every float32 (tests/backends/test_numba_math.py, slow)
 
 
 @njit(**_JIT)
