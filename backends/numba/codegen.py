@@ -13,7 +13,7 @@ thread code indexes them with row-major offsets from their shape, as unsigned
 ``ix(offset)``: no negative-index wrap-around check, so inner loops vectorize.
 Out-of-range indexes are undefined, as in C.
 
-Math: f32 ``exp`` (and under ``fastmath=True`` f32 ``log``/``tanh``) calls the inlined
+Math: f32 ``exp``/``erf``/``tanh`` (and under ``fastmath=True`` f32 ``log``) call the inlined
 polynomials of backends/numba/math.py, which vectorize, instead of libm.  With
 ``fastmath=True`` every function also gets numba's ``fastmath`` flags FASTMATH
 (reassociation, so float sums vectorize; no ``nnan``/``ninf``: NaN and inf keep their
@@ -84,8 +84,8 @@ _COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="
 # f32 builtins computed by backends/numba/math.py: always, or only under fastmath=True.  A faster
 # implementation of a registered builtin (within an ulp of it), not a spelling: every builtin is
 # spelled from its entry in dsl/lang/builtins.py (target "numba").
-_F32_MATH = {"exp": "nm.exp_f32({0})", "erf": "nm.erf_f32({0})"}
-_F32_FAST_MATH = {"log": "nm.log_f32({0})", "tanh": "nm.tanh_f32({0})"}
+_F32_MATH = {"exp": "nm.exp_f32({0})", "erf": "nm.erf_f32({0})", "tanh": "nm.tanh_f32({0})"}
+_F32_FAST_MATH = {"log": "nm.log_f32({0})"}
 
 def cast(code: str, src: T.DType, dst: T.DType) -> str:
     """Convert generated ``code`` of type ``src`` to ``dst`` like numpy's astype (ints wrap)."""

@@ -63,7 +63,7 @@ def _ulps(got, x, ref):
     (nm.exp_f32_scalef, np.exp, -110.0, 95.0, 1.0),
     (nm.exp_f32_bits, np.exp, -110.0, 95.0, 1.0),
     (nm.log_f32, np.log, 0.0, 3.4e38, 1.0),
-    (nm.tanh_f32, np.tanh, -20.0, 20.0, 1.6),
+    (nm.tanh_f32, np.tanh, -20.0, 20.0, nm.TANH_MAX_ULP),
     (nm.erf_f32, np.vectorize(math.erf), -6.0, 6.0, 1.3),
 ], ids=["exp_scalef", "exp_bits", "log", "tanh", "erf"])
 def test_accuracy_over_the_whole_range(fn, ref, lo, hi, max_ulp):
@@ -108,6 +108,26 @@ def test_tanh_special_values():
     got = _apply(nm.tanh_f32, x)
     np.testing.assert_array_equal(got, np.tanh(x.astype(np.float64)).astype(np.float32))
     assert np.signbit(got[4]) and not np.signbit(got[3])   # tanh(-0.0) is -0.0
+
+
+def _every_float_below(top: float, chunk: int = 1 << 24):
+    """Every non-negative float32 below ``top``, in chunks (subnormals and +0 included)."""
+    end = int(np.float32(top).view(np.int32))
+    for start in range(0, end, chunk):
+        yield np.arange(start, min(end, start + chunk), dtype=np.int32).view(np.float32)
+
+
+@pytest.mark.slow
+def test_tanh_every_float32():
+    """The bound the docs state, over every float32 (tanh_f32 is odd by construction, copysign):
+    above 9.5 the exact result rounds to 1, which test_tanh_special_values covers."""
+    worst, at = 0.0, None
+    for x in _every_float_below(9.5):
+        err, finite, _ = _ulps(_apply(nm.tanh_f32, x), x, np.tanh)
+        i = int(np.argmax(err))
+        if err[i] > worst:
+            worst, at = float(err[i]), x[finite][i]
+    assert worst <= nm.TANH_MAX_ULP, f"{worst:.3f} ulp at x={at!r}"
 
 
 def test_fastmath_min_max_propagate_nan_and_order_zeros():
@@ -191,3 +211,44 @@ def test_fastmath_kernel_matches_numpy_and_vectorizes():
     # packed FMAs and maxima on ymm/zmm registers: the exp loop (with the sum and the max) vectorized
     assert re.search(r"vfmadd\w*ps\s+.*%[yz]mm", asm), "the fastmath loop did not vectorize"
     assert re.search(r"vmaxps\s+.*%[yz]mm", asm)
+
+
+# ----------------------------------------------------------------------------- dsl.tanh, every kernel
+
+@dsl.kernel(threads=2)
+def _plain_tanh(x: In[f32], y: Out[f32]):
+    lo, hi = dsl.split(x.size)
+    for i in range(lo, hi):
+        y.flat[i] = dsl.tanh(x.flat[i])
+
+
+_TANH_EDGES = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-45, -1e-45, 1e-40, -1e-38, 0.55, -0.55,
+                        9.0, -9.02, 1e30, -3.4e38], np.float32)
+
+
+def test_plain_kernels_use_the_inlined_tanh():
+    """Not only fastmath=True: every f32 dsl.tanh on numba is the vectorizable polynomial (the Tanh op's
+    kernel included), so no loop calls libm's scalar tanhf."""
+    x = np.zeros(64, np.float32)
+    src = _plain_tanh.source("numba", x, x.copy())
+    assert "nm.tanh_f32(" in src and "math.tanh(" not in src and "fastmath" not in src
+    assert "nm.prefer_wide_vectors()" in src
+
+
+def test_tanh_builtin_is_accurate_on_every_backend(backend):
+    """dsl.tanh on f32 against float64 numpy: numba within nm.TANH_MAX_ULP, the others within
+    OpenCL's bound for tanh (5 ulp; the interpreter is numpy's float32 tanh); NaN and +-0 exact,
+    +-inf and huge |x| too except on OpenCL."""
+    x = np.concatenate([_floats(-12.0, 12.0, 1 << 14), _TANH_EDGES])
+    y = np.empty_like(x)
+    _plain_tanh(x, y, backend=backend)
+    err, finite, rounded = _ulps(y, x, np.tanh)
+    bound = nm.TANH_MAX_ULP if backend == "numba" else 5.0
+    worst = int(np.argmax(err))
+    assert err[worst] <= bound, f"{backend}: {err[worst]:.3f} ulp at x={x[finite][worst]!r}"
+    edges = y[-len(_TANH_EDGES):]
+    special = np.isnan(_TANH_EDGES) | (_TANH_EDGES == 0)   # the rest: the ulp bound above
+    if backend != "opencl":   # PoCL's tanh(+-inf) and tanh(+-1e30) are +-0.99999994 (1 ulp off)
+        special |= np.abs(_TANH_EDGES) >= 1e30
+    np.testing.assert_array_equal(edges[special], np.tanh(_TANH_EDGES[special].astype(np.float64)).astype(np.float32))
+    assert np.signbit(edges[4]) and not np.signbit(edges[3])   # tanh(-0.0) is -0.0
