@@ -18,9 +18,9 @@ import numpy as np
 
 import dsl
 from dsl import In, Out, i32, i64
-from ops.conv_int8_direct import conv_int8_direct, direct_conv_ok
+from ops.conv_int8_direct import conv_int8_direct, direct_conv_ok, launched
 from ops.conv_int8_strided import conv_int8_strided, strided_geometry_ok
-from ops.gemm_int8 import THREADS, int8_tile, qgemm_int8
+from ops.gemm_int8 import THREADS, int8_tile, qgemm_int8, qgemm_packed
 
 X = dsl.TypeVar("X")
 # strided convolutions of up to this many input channels take space-to-depth + the direct kernel
@@ -183,19 +183,22 @@ def packed_conv_ok(x, w, group: int, backend) -> bool:
 
 
 def conv_int8(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backend=None, kernel=None,
-              clamp=None) -> None:
+              clamp=None, launch=None) -> None:
     """y (N, M, OH, OW) = conv(x, w) (N, C, H, W), (M, C, KH, KW) with zero points, requantized when
     ``mult`` (per tensor or per output channel) is given; ``geom`` as pack_im2col_int8's; ``kernel``:
     the GEMM launch (a graph's recorder stands in for it); ``clamp``: (lo, hi) of the requantized
-    output within its type (a fused Relu/Clip).  Stride-1 and 1×1 convolutions
+    output within its type (a fused Relu/Clip); ``launch``: a recorder of every launch
+    (``ops.conv_int8_direct.launched``), for a model's launch plan.  Stride-1 and 1×1 convolutions
     read the image in place (ops/conv_int8_direct.py), strided ones with few input channels (the
     stems) through a space-to-depth copy of it (ops/conv_int8_strided.py)."""
     backend = backend or "numba"
     if direct_conv_ok(w, w_zp, geom):
-        conv_int8_direct(x, w, y, x_zp, geom, mult, bias, y_zp, *(clamp or (None, None)), backend=backend, w_zp=w_zp)
+        conv_int8_direct(x, w, y, x_zp, geom, mult, bias, y_zp, *(clamp or (None, None)), backend=backend, w_zp=w_zp,
+                         launch=launch)
         return
     if strided_geometry_ok(geom) and x.shape[1] <= STRIDED_MAX_CHANNELS:
-        conv_int8_strided(x, w, y, x_zp, w_zp, geom, mult, bias, y_zp, *(clamp or (None, None)), backend=backend)
+        conv_int8_strided(x, w, y, x_zp, w_zp, geom, mult, bias, y_zp, *(clamp or (None, None)), backend=backend,
+                          launch=launch)
         return
     tile = int8_tile(backend)
     n, m = y.shape[:2]
@@ -213,12 +216,14 @@ def conv_int8(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backend=N
         hp = max(x.shape[2] + geom[4], (geom[8] - 1) * geom[2] + span_h)
         wp = max(x.shape[3] + geom[5], (geom[9] - 1) * geom[3] + span_w)
         xp = np.empty(x.shape[:2] + (hp, wp), x.dtype)
-        pad_image_int8(np.ascontiguousarray(x), xz, xp, geom[4], geom[5], backend=backend)
+        launched(pad_image_int8, launch)(np.ascontiguousarray(x), xz, xp, geom[4], geom[5], backend=backend)
         x, geom = xp, geom[:4] + [0, 0] + geom[6:]
-    pack_im2col_int8(np.ascontiguousarray(x), xz, bp, bu, bz, np.asarray(geom, np.int64),
+    launched(pack_im2col_int8, launch)(np.ascontiguousarray(x), xz, bp, bu, bz, np.asarray(geom, np.int64),
                      0x80 if x.dtype == np.uint8 else 0, V=tile.V, backend=backend)
     a = np.ascontiguousarray(np.broadcast_to(w.reshape(1, m, kk), (n, m, kk)))
     extra = {} if kernel is None else {"kernel": kernel}
+    if launch is not None:
+        extra["kernel"] = launch(kernel or qgemm_packed)
     lo, hi = clamp or (None, None)
     qgemm_int8(a, None, y.reshape(n, m, pixels), a_zp=w_zp, mult=mult, bias=bias, y_zp=y_zp, q_lo=lo, q_hi=hi,
                backend=backend, tile=tile, per_row=True, packed=(bp, bu, bz), **extra)

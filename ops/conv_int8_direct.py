@@ -218,6 +218,12 @@ def packed_weights(w: np.ndarray, tile: Int8Tile) -> tuple:
     return packed_constants.once_per_array(w, key, lambda: _pack_weights(w, tile))
 
 
+def launched(kernel, launch=None):
+    """What to call for a launch of ``kernel``: itself, or ``launch(kernel)`` (a recorder that keeps the
+    launch as data for a model's launch plan, ops/quant_conv_plan.py)."""
+    return kernel if launch is None else launch(kernel)
+
+
 def direct_geometry_ok(geom) -> bool:
     """Stride 1, or a 1×1 kernel without padding; no dilation (geom as pack_im2col_int8's: KH, KW,
     strides, pads begin, dilations, OH, OW)."""
@@ -239,12 +245,12 @@ def shifted_weight_zero_point(w: np.ndarray, w_zp) -> np.ndarray:
 
 
 def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=None, q_hi=None,
-                     backend=None, tile=None, w_zp=None) -> None:
+                     backend=None, tile=None, w_zp=None, launch=None) -> None:
     """y (N, M, OH, OW) = conv(x (N, C, H, W), w (M, C, KH, KW)) on ``qconv_direct_int8``, exact in
     i32 (y i32) or requantized with ``mult`` (f32, per tensor or per output channel), ``bias``
     (i32, per output channel), ``y_zp`` and the clamp [q_lo, q_hi] (default: y's type range).
     ``geom`` as ``direct_conv_ok``'s, which must hold; ``w_zp``: the weights' zero point (None: 0),
-    per tensor or per output channel."""
+    per tensor or per output channel; ``launch``: see ``launched``."""
     backend = backend or "numba"
     if not direct_geometry_ok(geom):
         raise ValueError(f"conv_int8_direct takes stride-1 convolutions, or 1x1 ones without padding, with "
@@ -268,7 +274,7 @@ def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=Non
     c4 = -(-c // 4)
     xp = np.empty((n, c4, hs, wp_n), np.int32)
     xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
-    pack_nchw4c_int8(np.ascontiguousarray(x), xz, xp, np.asarray(pack_geom, np.int64),
+    launched(pack_nchw4c_int8, launch)(np.ascontiguousarray(x), xz, xp, np.asarray(pack_geom, np.int64),
                      0x80 if x.dtype == np.int8 else 0, V=tile.V, backend=backend)
     wpk, wsum = packed_weights(w, tile)
     zx = (int(xz[0]) & 0xFF) ^ (0x80 if x.dtype == np.int8 else 0)
@@ -284,5 +290,5 @@ def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=Non
     bias = np.zeros((1, 1), np.int32) if bias is None else np.asarray(bias, np.int32).reshape(1, -1)
     rb = max(1, min(wpk.shape[0], L1_WEIGHT_BYTES // (wpk.shape[1] * 4)))
     wzp = shifted_weight_zero_point(w, w_zp)
-    qconv_direct_int8(xp, wpk, wsum, mult, bias, wzp, y, rb, zx, int(requantize), float(y_zp), lo, hi,
+    launched(qconv_direct_int8, launch)(xp, wpk, wsum, mult, bias, wzp, y, rb, zx, int(requantize), float(y_zp), lo, hi,
                       KH=kh, KW=kw, V=tile.V, MR=tile.MR, ZW=int(np.any(wzp != 0)), backend=backend)

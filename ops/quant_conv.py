@@ -21,6 +21,7 @@ from ops.conv_int8 import conv_int8, packed_conv_ok
 from ops import packed_constants
 from ops.gemm_int8 import qgemm_packed
 from ops.quant import constant_quant, round_half_even
+from ops.quant_conv_plan import packed_or_recorded_plan
 
 A = dsl.TypeVar("A")
 B = dsl.TypeVar("B")
@@ -134,12 +135,13 @@ class _QConv(ConvAttributes):
         return derived
 
     def _launch(self, impl, x, w, x_zp, w_zp, bias, x_scale, w_scale, y_scale, y_zp, y, requantize, backend,
-                clamp=None):
-        """``clamp``: (lo, hi) in the output's integers, narrower than its type (a fused Relu/Clip)."""
+                clamp=None, launch=None):
+        """``clamp``: (lo, hi) in the output's integers, narrower than its type (a fused Relu/Clip);
+        ``launch``: records the packed path's launches for a plan (ops/quant_conv_plan.py)."""
         if impl == qgemm_packed:
             geom, mult, b32, zy = self._packed_args(x, w, x_zp, w_zp, bias, x_scale, w_scale, y_scale, y_zp, y,
                                                     requantize)
-            conv_int8(x, w, y, x_zp, w_zp, geom, mult, b32, zy, backend, impl, clamp=clamp)
+            conv_int8(x, w, y, x_zp, w_zp, geom, mult, b32, zy, backend, impl, clamp=clamp, launch=launch)
             return
         wspec = TensorSpec(w.shape, dsl.lang.types.from_numpy(w.dtype))
         k, strides, dil, pads = self._attrs(wspec)
@@ -164,9 +166,9 @@ class _QConv(ConvAttributes):
 class ConvInteger(_QConv):
     """Conv of i8/u8 x and w minus their zero points, exact in i32."""
 
-    # w and its zero point are read (packed); the packed paths also pack x with another kernel,
-    # which the recording refuses: those nodes call run() at every run
-    plan = dsl.recorded_plan_when_constant(1, 3)
+    # w and its zero points are read (packed); the packed paths declare their launches (packing x
+    # into a scratch buffer, then the convolution), the portable kernel is recorded
+    plan = packed_or_recorded_plan(recorded=(1, 3), packed=(1, 2, 3))
 
     def select(self, x, w, x_zero_point=None, w_zero_point=None, backend=None):
         return self._select(x, w, backend)
@@ -177,23 +179,24 @@ class ConvInteger(_QConv):
     def infer(self, x, w, x_zero_point=None, w_zero_point=None):
         return TensorSpec(self._out_shape(x, w), dsl.i32)
 
-    def run(self, impl, inputs, outputs, backend):
+    def run(self, impl, inputs, outputs, backend, launch=None):
+        """``launch``: a recorder of the packed path's launches (ops/quant_conv_plan.py)."""
         x, w = inputs[0], inputs[1]
         x_zp, w_zp = (list(inputs[2:]) + [None, None])[:2]
         zero_x = np.zeros(1, x.dtype) if x_zp is None else x_zp
         zero_w = np.zeros(1, w.dtype) if w_zp is None else w_zp
         one = np.ones(1, np.float32)
         self._launch(impl, x, w, zero_x, zero_w, np.zeros(1, np.int32), one, one, one, np.zeros(1, np.int32),
-                     outputs[0], False, backend)
+                     outputs[0], False, backend, launch=launch)
 
 
 @dsl.op("QLinearConv", since=10)
 class QLinearConv(_QConv):
     """Quantized Conv: i8/u8 in and out, f32 scales (w_scale per output channel allowed), i32 bias."""
 
-    # run() reads the scales, w, its and y's zero points and the bias; as for ConvInteger,
-    # the packed paths (x packed by another kernel) are refused by the recording
-    plan = dsl.recorded_plan_when_constant(1, 3, 4, 5, 6, 7, 8)
+    # run() reads the scales, w, its and y's zero points and the bias (the packed paths x's zero
+    # point too); as for ConvInteger, the packed paths declare their launches
+    plan = packed_or_recorded_plan(recorded=(1, 3, 4, 5, 6, 7, 8), packed=(1, 2, 3, 4, 5, 6, 7, 8))
 
     def select(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None,
                backend=None):
@@ -217,11 +220,12 @@ class QLinearConv(_QConv):
         return TensorSpec(shape, y_zero_point.dtype, quant=constant_quant(
             TensorSpec(shape, y_zero_point.dtype), y_scale, y_zero_point, 0, 0, y_zero_point.dtype))
 
-    def run(self, impl, inputs, outputs, backend):
+    def run(self, impl, inputs, outputs, backend, launch=None):
+        """``launch``: a recorder of the packed path's launches (ops/quant_conv_plan.py)."""
         x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp = inputs[:8]
         bias = inputs[8] if len(inputs) > 8 and inputs[8] is not None else np.zeros(1, np.int32)
         self._launch(impl, x, w, x_zp, w_zp, bias, x_scale, w_scale, y_scale, y_zp, outputs[0], True, backend,
-                     clamp=self.clamp(y_scale, y_zp))
+                     clamp=self.clamp(y_scale, y_zp), launch=launch)
 
     def clamp(self, y_scale, y_zp):
         """(lo, hi) the output is clamped to besides its type's range: None here (see FusedQLinearConv)."""

@@ -1,7 +1,8 @@
 """Which int8 ops a model runs from a recorded launch plan (docs/ops.md "Launch plans"): with
 constant scales, zero points and weights QuantizeLinear, DequantizeLinear, QLinearConv,
-ConvInteger, QLinearMatMul and MatMulInteger are planned unless their run() packs the activation
-with another kernel (the recording refuses that); results stay right run after run."""
+ConvInteger, QLinearMatMul and MatMulInteger are planned (the packed 2-D convolutions declare their
+image packing and convolution launches, tests/ops/test_quant_conv_plans.py); results stay right run
+after run."""
 import numpy as np
 import pytest
 
@@ -88,16 +89,17 @@ def test_a_non_constant_weight_is_not_planned():
 
 @pytest.mark.parametrize("compiled_backend", [pytest.param("numba", marks=pytest.mark.slow), "opencl"],
                          indirect=True)  # numba: the packed kernels' compiles take ~20 s
-def test_a_conv_packing_its_activation_with_another_kernel_is_not_planned(compiled_backend):
+def test_a_conv_packing_its_activation_with_another_kernel_is_planned(compiled_backend):
     """Stride 2 takes the im2col path: pack_im2col_int8 reads x, then the GEMM reads the packing.
-    Recorded on the stand-in it would replay the packing of zeros; the recording refuses it."""
+    The op declares both launches (ops/quant_conv_plan.py), the packing into a scratch buffer, so
+    each run packs that run's image."""
     w = RNG.integers(-128, 128, (5, 3, 3, 3)).astype(np.int8)
     g = dsl.Graph("conv_int_s2")
     x = g.input("x", (1, 3, 9, 9), dsl.u8)
     g.output(ops.ConvInteger(x, g.constant("w", w), g.constant("zx", np.array(9, np.uint8)),
                              g.constant("zw", np.array(-2, np.int8)), strides=[2, 2]), "y")
     model = g.compile(backend=compiled_backend)
-    assert _planned(model) == "0 of 1 nodes planned"
+    assert _planned(model) == "1 of 1 nodes planned"
     for _ in range(2):
         xv = RNG.integers(0, 256, (1, 3, 9, 9)).astype(np.uint8)
         xs, ws = xv.astype(np.int64) - 9, w.astype(np.int64) + 2
