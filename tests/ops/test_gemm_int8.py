@@ -229,9 +229,10 @@ def test_qlinear_conv_model_matches_onnxruntime():
 
 
 def test_conv_int8_packing_on_every_backend(backend):
-    """ops/conv_int8.py launched directly, exact i32 with per-channel weight zero points: a padded
-    stride-1 3x3 on a 37-pixel-wide image now goes to the direct kernel (ops/conv_int8_direct.py).  The im2col packing is run by tests/ops/test_quant_conv_plans.py's
-    stride-2 cases on every backend."""
+    """ops/conv_int8.py launched directly, exact i32 with per-channel weight zero points: a
+    padded stride-1 3x3 on a 37-pixel-wide image now goes to the direct kernel
+    (ops/conv_int8_direct.py).  The im2col packing is run by test_quant_conv_plans.py's stride-2
+    cases on every backend."""
     from ops.conv_int8 import conv_int8
     x, w = data(np.uint8, (1, 2, 5, 37), 0), data(np.int8, (3, 2, 3, 3), 127)  # panel 48..63: vectors
     wz = data(np.int8, (3,))
