@@ -19,6 +19,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 import dsl
+from dsl.opgraph.recorded_plan import owner, plan_value, written_owners
 from ops.gemm_int8 import qgemm_packed
 
 
@@ -63,8 +64,8 @@ def packed_conv_plan(op, impl, inputs, outputs, backend: str, constants: Sequenc
     log = LaunchLog()
     op.run(impl, ins, outs, backend, launch=log)
     roots = [(r, a) for r, a in zip(list(inputs) + list(outputs), ins + outs) if r is not None and _varies(r)]
-    written = {id(_owner(a)) for kernel, args, kwargs in log.calls for a in _written_arrays(kernel, args, kwargs)}
-    if not all(id(_owner(o)) in written for o in outs if o is not None):
+    written = written_owners(log.calls)
+    if not all(id(owner(o)) in written for o in outs if o is not None):
         return None  # run() wrote an output itself: no plan
     scratch: dict = {}
     launches = []
@@ -72,8 +73,8 @@ def packed_conv_plan(op, impl, inputs, outputs, backend: str, constants: Sequenc
         kwargs = dict(kwargs)
         grid = kwargs.pop("grid", None)
         run_backend = kwargs.pop("backend", None)
-        launches.append(dsl.Launch(kernel, tuple(_as_plan_value(a, roots, written, scratch) for a in args),
-                                   {k: _as_plan_value(v, roots, written, scratch) for k, v in kwargs.items()},
+        launches.append(dsl.Launch(kernel, tuple(plan_value(a, roots, written, scratch, keep_contents=False) for a in args),
+                                   {k: plan_value(v, roots, written, scratch, keep_contents=False) for k, v in kwargs.items()},
                                    grid, run_backend))
     return launches
 
@@ -89,40 +90,3 @@ def _constant(ref) -> Optional[np.ndarray]:
 def _varies(ref) -> bool:
     """Outputs and non-constant inputs: bound to a plan's buffers, never frozen."""
     return ref.kind == "out" or _constant(ref) is None
-
-
-def _owner(a: np.ndarray) -> np.ndarray:
-    while isinstance(a.base, np.ndarray):
-        a = a.base
-    return a
-
-
-def _address(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]
-
-
-def _written_arrays(kernel, args, kwargs):
-    """The arrays a launch binds to its Out/InOut parameters."""
-    writable = {p.name for p in kernel.params if p.kind == "tensor" and getattr(p.annotation, "writable", False)}
-    pairs = list(zip([p.name for p in kernel.params], args)) + list(kwargs.items())
-    return [v for name, v in pairs if name in writable and isinstance(v, np.ndarray)]
-
-
-def _as_plan_value(v, roots, written: set, scratch: dict):
-    """A logged argument as a plan value: a Ref view of an input or output, a Scratch view, or itself."""
-    if type(v) in (tuple, list):
-        return type(v)(_as_plan_value(a, roots, written, scratch) for a in v)
-    if not isinstance(v, np.ndarray):
-        return v
-    owner = _owner(v)
-    for ref, root in roots:
-        if _owner(root) is owner:
-            return ref.strided(_address(v) - _address(root), v.shape, v.strides, v.dtype)
-    if id(owner) in written:  # a temporary some launch writes: each plan instance gets its own
-        if not owner.flags.c_contiguous:
-            raise ValueError(f"a packed convolution's temporary {owner.shape} is not contiguous")
-        ref = scratch.get(id(owner))
-        if ref is None:
-            ref = scratch[id(owner)] = dsl.Scratch(len(scratch), (owner.nbytes,), np.uint8)
-        return ref.strided(_address(v) - _address(owner), v.shape, v.strides, v.dtype)
-    return v

@@ -79,15 +79,15 @@ def recorded_plan(op, impl, inputs: List[Optional[Ref]], outputs: List[Optional[
     if any(o is not None and o.size and _changed(o) for o in outs):
         return None  # run() wrote an output itself (numpy, or a kernel other than impl): run() at every run
     roots = [(r, a) for r, a in zip(list(inputs) + list(outputs), ins + outs) if r is not None and a is not None]
-    writes = _written_owners(impl, rec.calls)
+    writes = written_owners((impl, args, kwargs) for args, kwargs in rec.calls)
     scratch: dict = {}
     launches = []
     for args, kwargs in rec.calls:
         kwargs = dict(kwargs)
         grid = kwargs.pop("grid", None)
         run_backend = kwargs.pop("backend", None)
-        mapped = tuple(_as_ref(a, roots, writes, scratch) for a in args)
-        launches.append(Launch(impl, mapped, {k: _as_ref(v, roots, writes, scratch) for k, v in kwargs.items()},
+        mapped = tuple(plan_value(a, roots, writes, scratch) for a in args)
+        launches.append(Launch(impl, mapped, {k: plan_value(v, roots, writes, scratch) for k, v in kwargs.items()},
                                grid, run_backend))
     return launches
 
@@ -170,7 +170,7 @@ def _changed(a: np.ndarray) -> bool:
     return bool(np.any(b != _PATTERN))
 
 
-def _owner(a: np.ndarray) -> np.ndarray:
+def owner(a: np.ndarray) -> np.ndarray:
     """The array owning ``a``'s memory."""
     while isinstance(a.base, np.ndarray):
         a = a.base
@@ -181,36 +181,37 @@ def _address(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
 
-def _written_owners(kernel: Kernel, calls) -> set:
-    """ids of the arrays owning memory some recorded launch binds to an Out/InOut parameter."""
-    writable = {p.name for p in kernel.params if p.kind == "tensor" and getattr(p.annotation, "writable", False)}
-    names = [p.name for p in kernel.params]
+def written_owners(calls) -> set:
+    """ids of the arrays owning memory some launch ``(kernel, args, kwargs)`` in ``calls`` binds
+    to an Out/InOut parameter."""
     found = set()
-    for args, kwargs in calls:
-        pairs = list(zip(names, args)) + list(kwargs.items())
-        for name, v in pairs:
+    for kernel, args, kwargs in calls:
+        writable = {p.name for p in kernel.params if p.kind == "tensor" and getattr(p.annotation, "writable", False)}
+        for name, v in list(zip([p.name for p in kernel.params], args)) + list(kwargs.items()):
             if name in writable and isinstance(v, np.ndarray):
-                found.add(id(_owner(v)))
+                found.add(id(owner(v)))
     return found
 
 
-def _as_ref(v, roots, writes: set, scratch: dict):
-    """A recorded argument as a plan value: a Ref view of a root, a Scratch view, or itself."""
+def plan_value(v, roots, writes: set, scratch: dict, keep_contents: bool = True):
+    """A recorded argument as a plan value: a Ref view of a root, a Scratch view, or itself.
+    A buffer some launch writes (``writes``, from ``written_owners``) becomes a Scratch: each plan
+    instance gets its own, starting with what run() put there when ``keep_contents`` (packed
+    weights a kernel reads through an InOut parameter), else zero-filled."""
     if type(v) in (tuple, list):
-        return type(v)(_as_ref(x, roots, writes, scratch) for x in v)
+        return type(v)(plan_value(x, roots, writes, scratch, keep_contents) for x in v)
     if not isinstance(v, np.ndarray):
         return v
     p = _address(v)
-    owner = _owner(v)
+    base = owner(v)
     for ref, root in roots:
-        if _owner(root) is owner:
+        if owner(root) is base:
             return ref.strided(p - _address(root), v.shape, v.strides, v.dtype)
-    if id(owner) in writes:  # a buffer a launch may write: each plan instance gets its own, starting
-        # with what run() put there (packed weights a kernel reads through an InOut parameter)
-        k, ref = scratch.get(id(owner), (None, None))
+    if id(base) in writes:
+        k, ref = scratch.get(id(base), (None, None))
         if ref is None:
-            flat = owner.reshape(-1).view(np.uint8) if owner.flags.c_contiguous else None
+            flat = base.reshape(-1).view(np.uint8) if keep_contents and base.flags.c_contiguous else None
             init = None if flat is None or not flat.any() else flat.copy()
-            k, ref = scratch[id(owner)] = (len(scratch), Scratch(len(scratch), (owner.nbytes,), np.uint8, init))
-        return ref.strided(p - _address(owner), v.shape, v.strides, v.dtype)
+            k, ref = scratch[id(base)] = (len(scratch), Scratch(len(scratch), (base.nbytes,), np.uint8, init))
+        return ref.strided(p - _address(base), v.shape, v.strides, v.dtype)
     return v
