@@ -13,6 +13,8 @@ from typing import Any, Callable, Hashable
 
 import numpy as np
 
+from dsl.opgraph.launch_plan import owner
+
 _KEPT: dict = {}  # id(root array) -> (weakref to it, {key: what make() returned})
 
 
@@ -26,18 +28,11 @@ def immutable(x: np.ndarray) -> bool:
     return True
 
 
-def root(x: np.ndarray) -> np.ndarray:
-    """The array ``x`` views, through every level of views."""
-    while isinstance(x.base, np.ndarray):
-        x = x.base
-    return x
-
-
 def once_per_array(x: np.ndarray, key: Hashable, make: Callable[[], Any]) -> Any:
     """``make()`` for ``x`` and ``key``, computed once while x's root lives.  The caller decides
     that ``x`` is constant (``immutable``); ``key`` must hold x's address, shape, strides and dtype
     (two views of one root are different arrays) and whatever else the result depends on."""
-    base = root(x)
+    base = owner(x)
     hit = _KEPT.get(id(base))
     if hit is not None and hit[0]() is base and key in hit[1]:
         return hit[1][key]

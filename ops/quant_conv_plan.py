@@ -19,7 +19,8 @@ from typing import List, Optional, Sequence
 import numpy as np
 
 import dsl
-from dsl.opgraph.recorded_plan import owner, plan_value, written_owners
+from dsl.opgraph.launch_plan import owner
+from dsl.opgraph.recorded_plan import plan_value, written_owners
 from ops.gemm_int8 import qgemm_packed
 
 

@@ -89,13 +89,11 @@ class Ref:
                 _, offset, shape, strides, dt = step
                 if offset == 0 and shape == a.shape and strides == a.strides and dt == a.dtype:
                     continue
-                owner = a
-                while isinstance(owner.base, np.ndarray):
-                    owner = owner.base
-                if not owner.flags.c_contiguous:
+                base = owner(a)
+                if not base.flags.c_contiguous:
                     raise VerifyError(f"{self}: the bound buffer's memory is not one contiguous allocation")
-                start = a.__array_interface__["data"][0] - owner.__array_interface__["data"][0]
-                v = np.ndarray(shape, dt, buffer=owner.reshape(-1).view(np.uint8), offset=start + offset,
+                start = address(a) - address(base)
+                v = np.ndarray(shape, dt, buffer=base.reshape(-1).view(np.uint8), offset=start + offset,
                                strides=strides)
                 if not a.flags.writeable:
                     v.flags.writeable = False
@@ -263,3 +261,15 @@ def bind_plan(launches: Sequence[Launch], ins: Sequence, outs: Sequence, scratch
             kwargs["grid"] = launch.grid
         bound.append((launch.kernel, tuple(value(a) for a in launch.args), kwargs, launch.backend))
     return bound
+
+
+def owner(a: np.ndarray) -> np.ndarray:
+    """The array owning ``a``'s memory, through every level of views."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
+
+
+def address(a: np.ndarray) -> int:
+    """The address of ``a``'s first element."""
+    return a.__array_interface__["data"][0]

@@ -27,7 +27,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from dsl.opgraph.launch_plan import Launch, Ref, Scratch
+from dsl.opgraph.launch_plan import Launch, Ref, Scratch, address, owner
 from dsl.opgraph.op import run_op
 from dsl.runtime.kernel import Kernel, watching_launches
 
@@ -170,17 +170,6 @@ def _changed(a: np.ndarray) -> bool:
     return bool(np.any(b != _PATTERN))
 
 
-def owner(a: np.ndarray) -> np.ndarray:
-    """The array owning ``a``'s memory."""
-    while isinstance(a.base, np.ndarray):
-        a = a.base
-    return a
-
-
-def _address(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]
-
-
 def written_owners(calls) -> set:
     """ids of the arrays owning memory some launch ``(kernel, args, kwargs)`` in ``calls`` binds
     to an Out/InOut parameter."""
@@ -202,16 +191,16 @@ def plan_value(v, roots, writes: set, scratch: dict, keep_contents: bool = True)
         return type(v)(plan_value(x, roots, writes, scratch, keep_contents) for x in v)
     if not isinstance(v, np.ndarray):
         return v
-    p = _address(v)
+    p = address(v)
     base = owner(v)
     for ref, root in roots:
         if owner(root) is base:
-            return ref.strided(p - _address(root), v.shape, v.strides, v.dtype)
+            return ref.strided(p - address(root), v.shape, v.strides, v.dtype)
     if id(base) in writes:
         k, ref = scratch.get(id(base), (None, None))
         if ref is None:
             flat = base.reshape(-1).view(np.uint8) if keep_contents and base.flags.c_contiguous else None
             init = None if flat is None or not flat.any() else flat.copy()
             k, ref = scratch[id(base)] = (len(scratch), Scratch(len(scratch), (base.nbytes,), np.uint8, init))
-        return ref.strided(p - _address(base), v.shape, v.strides, v.dtype)
+        return ref.strided(p - address(base), v.shape, v.strides, v.dtype)
     return v
