@@ -37,6 +37,7 @@ import numpy as np
 
 from backends.base import Launcher
 from dsl.opgraph import tiling as tiles
+from dsl.opgraph.launch_plan import address as _address
 from dsl.runtime import arg_check
 
 # Buffers smaller than this keep the copy: rebinding a launch costs ~1 us, as much as copying
@@ -294,9 +295,6 @@ def _param_access(launcher) -> Optional[List[str]]:
         return None
     return [p.access if isinstance(p, ir.TensorParam) else "" for p in k.params]
 
-
-def _address(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]
 
 
 def build(steps: Sequence, inputs: Sequence[np.ndarray], outputs: Sequence[Tuple[str, np.ndarray]],
