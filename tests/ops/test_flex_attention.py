@@ -81,7 +81,7 @@ def test_f16_and_f64(backend):
     assert y.dtype == np.float16
     np.testing.assert_allclose(y.astype(np.float64), reference(q, k, v), rtol=3e-3, atol=3e-3)
     q, k, v = qkv(1, 1, 1, 2, 3, 4, 3, np.float64)
-    np.testing.assert_allclose(ops.FlexAttention(q, k, v, backend=backend), reference(q, k, v), rtol=1e-12)
+    np.testing.assert_allclose(ops.FlexAttention(q, k, v, backend=backend), reference(q, k, v), rtol=1e-12, atol=1e-12)
 
 
 def test_errors():
