@@ -206,6 +206,8 @@ def test_a_qdq_residual_block_runs_int8_between_layers(backend):
         got = m.run({"x": x})["yf"]
         want = _ort(model, {"x": x})
         assert np.abs(got - want).max() <= np.float32(0.05) * 1.001
+    planned = next(line for line in str(m).splitlines() if "nodes planned" in line).split()[-5:-2]
+    assert planned[0] == planned[2], planned  # every node runs from its recorded launches
 
 
 def test_the_int8_residual_exports_and_onnxruntime_runs_it():
