@@ -53,9 +53,9 @@ def _bn_params(rng, channels):
                 var=rng.uniform(0.2, 2.0, channels).astype(np.float32))
 
 
-def _bn_model(rng, zx, zy, sy, act=None):
+def _bn_model(rng, zx, zy, sy, act=None, shape=SHAPE):
     """u8 q -> DQ(0.03, zx) -> BatchNormalization [-> act] -> Q(sy, zy) -> y (u8)."""
-    p = _bn_params(rng, SHAPE[1])
+    p = _bn_params(rng, shape[1])
     inits = {"sx": np.float32(0.03), "zx": np.uint8(zx), "sy": np.float32(sy), "zy": np.uint8(zy),
              "g": p["gamma"], "b": p["beta"], "m": p["mean"], "v": p["var"]}
     nodes = [H.make_node("DequantizeLinear", ["q", "sx", "zx"], ["xd"]),
@@ -68,7 +68,7 @@ def _bn_model(rng, zx, zy, sy, act=None):
         nodes.append(H.make_node(name, ins, ["a"]))
         last = "a"
     nodes.append(H.make_node("QuantizeLinear", [last, "sy", "zy"], ["y"]))
-    return _model(nodes, inits, [("q", TP.UINT8, SHAPE)])
+    return _model(nodes, inits, [("q", TP.UINT8, shape)])
 
 
 # (input zero point, output zero point, output scale, activation): zero points 0, 128, 255; the
@@ -91,6 +91,20 @@ def test_batch_norm_between_qdq_pairs_is_a_per_channel_requantization(backend, z
     assert _steps(got, want) <= 1
     if zy == 128 and act is None:  # saturated at both ends
         assert got.min() == 0 and got.max() == 255
+
+
+def test_batch_norm_on_large_channels_reads_its_table(backend):
+    """512 elements per channel and image: the tabulated map (lookup_channels), same integers."""
+    rng = np.random.default_rng(7)
+    shape = (1, 3, 16, 32)
+    model = _bn_model(rng, 128, 128, 0.02, ("Relu", ()), shape=shape)
+    m = dsl.load_onnx(model, backend=backend)
+    (node,) = m.graph.nodes
+    assert node.op.select(*(t.spec for t in node.inputs)) == "table"
+    q = rng.integers(0, 256, shape).astype(np.uint8)
+    got = m.run({"q": q})["y"]
+    assert _steps(got, _ort(model, {"q": q})) <= 1
+    assert got.min() == 128 and got.max() == 255  # the Relu's clamp at the zero point; saturation
 
 
 def test_batch_norm_affine_is_onnxruntimes_float_batch_norm_bit_for_bit():
