@@ -107,6 +107,36 @@ def test_batch_norm_on_large_channels_reads_its_table(backend):
     assert got.min() == 128 and got.max() == 255  # the Relu's clamp at the zero point; saturation
 
 
+@pytest.mark.parametrize("shape", [SHAPE, (1, 2, 16, 32)])
+def test_i8_batch_norm_and_add_match_the_float_path(shape):
+    """i8 activations (QuantType.QInt8): both BN kernels (the table indexes from -128) and the add,
+    on the interpreter, against numpy's float DQ -> BN -> Q and DQ -> Add -> Q."""
+    rng = np.random.default_rng(8)
+    p = _bn_params(rng, shape[1])
+    g = dsl.Graph("i8")
+    q = g.input("q", shape, dsl.i8)
+    k = {n: g.constant(n, v) for n, v in dict(sx=np.float32(0.03), zx=np.int8(-20), sy=np.float32(0.02),
+                                               zy=np.int8(5), **p).items()}
+    bn = ops.BatchNormalization(ops.DequantizeLinear(q, k["sx"], k["zx"]), k["gamma"], k["beta"], k["mean"], k["var"])
+    bq = ops.QuantizeLinear(bn, k["sy"], k["zy"])
+    added = ops.Add(ops.DequantizeLinear(bq, k["sy"], k["zy"]), ops.DequantizeLinear(q, k["sx"], k["zx"]))
+    g.output(bq, "bn")
+    g.output(ops.QuantizeLinear(added, k["sx"], k["zx"]), "y")
+    model = g.compile(backend="interpreter")
+    kinds = [type(n.op) for n in model.graph.nodes]
+    assert kinds == [QLinearBatchNormalization, QLinearAdd]
+    x = rng.integers(-128, 128, shape).astype(np.int8)
+    out = model.run({"q": x})
+    f = np.float32
+    a, b = channel_affine(p["gamma"], p["beta"], p["mean"], p["var"], 1e-5)
+    v = ((x.astype(f) - f(-20)) * f(0.03)) * a[:, None, None] + b[:, None, None]
+    want_bn = np.clip(np.rint(v / f(0.02)) + f(5), -128, 127)
+    np.testing.assert_array_equal(out["bn"], want_bn.astype(np.int8))
+    s = (want_bn.astype(f) - f(5)) * f(0.02) + (x.astype(f) - f(-20)) * f(0.03)
+    np.testing.assert_array_equal(out["y"], np.clip(np.rint(s / f(0.03)) - 20, -128, 127).astype(np.int8))
+    assert out["bn"].min() == -128 and out["bn"].max() == 127
+
+
 def test_batch_norm_affine_is_onnxruntimes_float_batch_norm_bit_for_bit():
     """a = scale · (1 / sqrt(var + eps)), b = B - mean · a, y = x·a + b: what onnxruntime computes."""
     rng = np.random.default_rng(2)
