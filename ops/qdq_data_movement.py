@@ -92,10 +92,17 @@ def qdq_concat(g, concat, quant):
         return None
     retargets = [None if _same(p, *out) else _retarget(g, p, t, concat, *out) for p, t in zip(parts, concat.inputs)]
     if all(_same(p, *out) or r is not None for p, r in zip(parts, retargets)):
+        op = Concat(axis=concat.op.axis)
+        try:  # the retargets change the graph: only for a Concat that will replace the node
+            (spec,) = check_and_infer(op, [p[0].spec for p in parts], where=f"fusing {concat.name!r}")
+        except VerifyError:
+            return None
+        if spec.shape != quant.outputs[0].spec.shape or spec.dtype != quant.outputs[0].spec.dtype:
+            return None
         for r in retargets:
             if r is not None:
                 r()
-        return Concat(axis=concat.op.axis), [p[0] for p in parts]
+        return op, [p[0] for p in parts]
     return QLinearConcat(axis=concat.op.axis), [*out, *(t for p in parts for t in p)]
 
 
