@@ -105,7 +105,7 @@ class QLinearAdd(dsl.Op):
     def plan(self, impl, inputs, outputs, backend):
         """Planned when A and B have the output's shape (no broadcast copy) and the scales and
         zero points are constants."""
-        if any(r is None or tuple(r.spec.shape) != tuple(outputs[0].spec.shape) for r in (inputs[0], inputs[3])):
+        if any(r is None or tuple(r.shape) != tuple(outputs[0].shape) for r in (inputs[0], inputs[3])):
             return None
         params = [i for i in (1, 2, 4, 5, 6, 7) if i < len(inputs) and inputs[i] is not None]
         return recorded_plan_when_constant(*params)(self, impl, inputs, outputs, backend)

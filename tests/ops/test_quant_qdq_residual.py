@@ -206,6 +206,9 @@ def test_qlinear_add_matches_onnxruntimes_contrib_op_with_broadcast():
     b = (feeds["b"].astype(np.float32) - 7) * np.float32(0.03)
     want = np.clip(np.rint((a + b) / np.float32(0.04)) + 128, 0, 255)
     np.testing.assert_array_equal(got, want.astype(np.uint8))
+    planned = next(line for line in str(m).splitlines() if "nodes planned" in line).split()[-5:-2]
+    assert planned == ["0", "of", "1"]  # the broadcast copy is host work: run() at every run
+    np.testing.assert_array_equal(m.run(feeds)["y"], got)
 
 
 def _residual_block(rng):
