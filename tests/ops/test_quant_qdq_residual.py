@@ -161,7 +161,11 @@ def _add_model(sa, za, sb, zb, sc, zc, op="Add", act=None):
              H.make_node("DequantizeLinear", ["b", "sb", "zb"], ["bd"]),
              H.make_node(op, ["ad", "bd"], ["s"])]
     last = "s"
-    if act:
+    if act == "Clip":  # Clip(-1, 2): integers clamped to [Q(-1), Q(2)]
+        inits.update(lo=np.float32(-1.0), hi=np.float32(2.0))
+        nodes.append(H.make_node("Clip", [last, "lo", "hi"], ["r"]))
+        last = "r"
+    elif act:
         nodes.append(H.make_node(act, [last], ["r"]))
         last = "r"
     nodes.append(H.make_node("QuantizeLinear", [last, "sc", "zc"], ["y"]))
@@ -170,7 +174,7 @@ def _add_model(sa, za, sb, zb, sc, zc, op="Add", act=None):
 
 # mismatched scales and zero points 0/128/255; the output scale small enough to saturate both ends
 ADD_CASES = [("Add", None, (0.05, 128, 0.02, 0, 0.03, 128)), ("Sum", "Relu", (0.05, 128, 0.02, 255, 0.02, 0)),
-             ("Add", "Relu", (0.01, 0, 0.04, 128, 0.02, 128))]
+             ("Add", "Relu", (0.01, 0, 0.04, 128, 0.02, 128)), ("Add", "Clip", (0.05, 128, 0.02, 0, 0.03, 128))]
 
 
 @pytest.mark.parametrize("op,act,params", ADD_CASES)
@@ -185,8 +189,10 @@ def test_add_of_dequantized_tensors_is_an_int8_add(backend, op, act, params):
         feeds[k].flat[:2] = (255, 0)
     got = m.run(feeds)["y"]
     assert _steps(got, _ort(model, feeds)) <= 1
-    zc = params[5]
-    assert got.max() == 255 and got.min() == (zc if act else 0)  # saturation; Relu clamps at the zero point
+    zc, sc = params[5], np.float32(params[4])
+    lo, hi = {None: (0, 255), "Relu": (zc, 255),
+              "Clip": (int(np.rint(np.float32(-1) / sc)) + zc, int(np.rint(np.float32(2) / sc)) + zc)}[act]
+    assert got.min() == lo and got.max() == hi  # saturation; Relu clamps at the zero point, Clip at its bounds
 
 
 def test_qlinear_add_matches_onnxruntimes_contrib_op_with_broadcast():
