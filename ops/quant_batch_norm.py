@@ -11,10 +11,11 @@ map of the integers, u8/i8 in and u8/i8 out, one pass over bytes instead of thre
 with a = scale · (1 / sqrt(var + ε)) and b = B - mean · a computed in f32 in that order, which
 is how onnxruntime's CPU BatchNormalization computes (checked bit for bit against it), and no
 fused multiply-add, so the integers equal the float DQ -> BN -> Q path's.  Where a channel has
-512 elements or more per image, the map is a table instead: 256 output integers per channel,
+128 elements or more per image, the map is a table instead: 256 output integers per channel,
 computed once per model by numpy with the same f32 steps, and the kernel one byte load per
-element (1.7x faster than the arithmetic on 64 × 112×112); small channels (2048 × 7×7) keep the
-arithmetic, whose two scalars per channel do not outweigh the data.  ``activation``
+element (0.60-0.67 of the arithmetic's time from 64 × 112×112 down to 1024 × 14×14, tables
+warm); 7×7 channels (up to 2048 of them) keep the arithmetic, whose two scalars per channel do
+not outweigh the data when the 256-byte rows come cold.  ``activation``
 ("Relu" or "Clip" with ``activation_params``) clamps the output integers as
 ops/quant_conv_fused.py explains.  A ``com.opdsl`` op; an export writes the
 DequantizeLinear -> BatchNormalization -> QuantizeLinear it came from.
@@ -36,7 +37,7 @@ Y = dsl.TypeVar("Y")
 
 INT8 = (dsl.i8, dsl.u8)
 LANES = 16  # f32 lanes per step: two AVX2 registers
-TABLE_MIN_INNER = 512  # elements per channel and image from which the table kernel runs
+TABLE_MIN_INNER = 128  # elements per channel and image from which the table kernel runs
 
 
 @dsl.kernel
@@ -147,8 +148,8 @@ class QLinearBatchNormalization(dsl.Op):
 
     def select(self, x, *params, backend=None):
         """The table where each channel has TABLE_MIN_INNER elements or more per image (its 256
-        entries are read often); the arithmetic where channels are many and small (2048 × 7×7:
-        the tables would outweigh the data)."""
+        entries are read often); the arithmetic where channels are small (2048 × 7×7: the tables
+        would outweigh the data)."""
         inner = x.shape[2:]
         if any(d is None for d in inner) or int(np.prod(inner, dtype=np.int64)) < TABLE_MIN_INNER:
             return "default"

@@ -94,7 +94,7 @@ def test_batch_norm_between_qdq_pairs_is_a_per_channel_requantization(backend, z
 
 
 def test_batch_norm_on_large_channels_reads_its_table(backend):
-    """512 elements per channel and image: the tabulated map (lookup_channels), same integers."""
+    """512 elements per channel and image (>= 128): the tabulated map (lookup_channels), same integers."""
     rng = np.random.default_rng(7)
     shape = (1, 3, 16, 32)
     model = _bn_model(rng, 128, 128, 0.02, ("Relu", ()), shape=shape)
