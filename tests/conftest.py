@@ -14,11 +14,14 @@ ALL_BACKENDS = ("interpreter", "numba", "opencl")
 # import libraries that every later case in that worker would see.
 RUN_FIRST = ("tests/test_notebooks.py",)
 
-# Then the slowest in-process cases of a cold run (CI's --durations, 15-70 s each: cold numba
-# compiles of the int8 and packed-GEMM kernels, onnxruntime comparisons).  They only compile and
-# run kernels of the ops every test imports, so moving them changes nothing later cases see;
-# started early, the two workers end on short cases instead of one idling through a 60-s compile.
-# A name that no longer matches only stops moving.  Listed slowest first.
+# Then the slowest other cases of a cold run (CI's --durations, 15-70 s each: cold numba compiles
+# of the int8 and packed-GEMM kernels, onnxruntime comparisons, a few subprocess runs).  They
+# compile and run kernels of the ops every test imports and register nothing, so moving them
+# changes nothing later cases see.  Started early, the two workers end on short cases instead of
+# one idling through a 60-s compile; kept together, the ones that share a specialization run one
+# after the other in one worker's first batch (pytest-xdist hands each worker a run of consecutive
+# cases), so the second is a disk-cache hit instead of a concurrent compile.  A name that no
+# longer matches only stops moving.  Listed slowest first.
 RUN_EARLY = (
     "tests/ops/test_gemm_int8.py::test_conv_int8_packing_on_every_backend",
     "tests/ops/test_gemm_int8.py::test_qlinear_conv_model_matches_onnxruntime",
