@@ -132,6 +132,27 @@ def test_code_digest_follows_an_edited_file(tmp_path):
     plan_cache._DIGEST.clear()
 
 
+def test_code_digest_reads_contents_not_file_times(tmp_path):
+    """A fresh clone or a reinstall (new times, same bytes) keeps the digest; an edit of the same
+    size, with the old time put back, changes it."""
+    src = tmp_path / "myops"
+    (src / "sub").mkdir(parents=True)
+    f = src / "sub" / "op.py"
+    f.write_text("X = 1\n")
+    st = f.stat()
+    before = plan_cache.code_digest([src])
+    try:
+        plan_cache._DIGEST.clear()
+        os.utime(f, ns=(st.st_atime_ns + 10**12, st.st_mtime_ns + 10**12))  # touched, not changed
+        assert plan_cache.code_digest([src]) == before
+        plan_cache._DIGEST.clear()
+        f.write_text("X = 2\n")
+        os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert plan_cache.code_digest([src]) != before
+    finally:
+        plan_cache._DIGEST.clear()
+
+
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
 def test_a_damaged_entry_is_a_miss_with_one_warning(plans_dir, tmp_path, damage):
     path = tmp_path / "m.onnx"
