@@ -28,7 +28,7 @@ import warnings
 from typing import Optional, Sequence
 
 from backends import base, cache
-from dsl.opgraph import artifact_format, model_state, plan_cache, registry
+from dsl.opgraph import artifact_format, model_state, plan_cache
 from dsl.opgraph.artifact_format import ArtifactError, ArtifactWarning
 from dsl.opgraph.model import Model
 from dsl.version import __version__
@@ -57,12 +57,11 @@ def load_model(path, trusted: bool = False, on_mismatch: str = "recompile", pack
     if on_mismatch not in ON_MISMATCH:
         raise ValueError(f"on_mismatch={on_mismatch!r}: expected one of {', '.join(map(repr, ON_MISMATCH))}")
     # the file is read and checked (readv and sha256 let go of the GIL) while this thread imports
-    # numba and the op library, which loading needs anyway
+    # numba, which loading needs anyway; the graph's unpickling imports the op modules it names
     reading = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="opdsl-artifact")
     try:
         pending = reading.submit(artifact_format.read, path, trusted)
         toolchain = plan_cache.toolchain_key()
-        registry.load_builtin_library()
         art = pending.result()
     finally:
         reading.shutdown(wait=True)
