@@ -79,6 +79,12 @@ def toolchain_key() -> str:
             f"numpy {np.__version__}; python {sys.version_info[:3]}; code {code_digest()}")
 
 
+def source_toolchain() -> Dict[str, str]:
+    """The parts of ``toolchain_key`` known without importing numba (opdsl, numpy, Python, the
+    source digest): what decides whether a pickled graph of ours loads in this process."""
+    return {"opdsl": __version__, "numpy": np.__version__, "python": str(sys.version_info[:3]), "code": code_digest()}
+
+
 def registry_digest(names) -> Optional[str]:
     """sha256 of the user-registered ops a model can reach -- those registered under a (domain,
     op_type) in ``names`` (the model's nodes) and those a fusion rule names -- and of their source
