@@ -301,3 +301,15 @@ def test_a_touched_source_keeps_the_artifact_and_an_edited_one_rebuilds(onnx_fil
     with pytest.warns(dsl.ArtifactWarning, match="another toolchain"):
         model = dsl.load_model(path)
     np.testing.assert_allclose(model.run({"x": X})["y"], _reference(X), rtol=1e-4, atol=1e-4)
+
+
+def test_a_graph_that_does_not_unpickle_is_a_clear_error(numba_artifact, monkeypatch):
+    """The graph is unpickled in the reading thread; its failure is raised by load_model itself."""
+    class Broken:
+        @staticmethod
+        def loads(*a, **k):
+            raise ModuleNotFoundError("No module named 'gone_ops'")
+    monkeypatch.setattr(artifact_load, "pickle", Broken)
+    with pytest.raises(dsl.ArtifactError, match=r"section 'graph' does not load in this process "
+                                                r"\(ModuleNotFoundError: No module named 'gone_ops'\).*packages="):
+        dsl.load_model(numba_artifact)
