@@ -19,6 +19,7 @@ Models loaded with ``packages`` (their ops' code is not in the digest) and model
 from __future__ import annotations
 
 import hashlib
+import importlib
 import inspect
 import os
 import pickle
@@ -193,6 +194,7 @@ def cached_load(model, options: dict, base_dir: Optional[str], build: Callable[[
     """``build()``'s model, or the one the cache holds for these bytes and options (then stored)."""
     if os.environ.get("OPDSL_PLAN_CACHE", "1") == "0" or not cache.enabled():
         return build()
+    _start_importing("numba")  # the key names numba's version: its import overlaps reading and hashing the model
     data = model_bytes(model)
     if data is None:
         return build()
@@ -205,6 +207,21 @@ def cached_load(model, options: dict, base_dir: Optional[str], build: Callable[[
     built = build()
     _write(name, built, data)
     return built
+
+
+def _start_importing(module: str) -> None:
+    """Import ``module`` in a background thread unless it is imported already (reading and hashing
+    a model file let go of the GIL, so ~0.3 s of numba's ~0.5 s import runs beside them).  A
+    failure is left for the caller's own import to raise."""
+    if module in sys.modules:
+        return
+
+    def run():
+        try:
+            importlib.import_module(module)
+        except BaseException:  # noqa: BLE001  (the calling thread's import reports it)
+            pass
+    threading.Thread(target=run, name=f"opdsl-import-{module}", daemon=True).start()
 
 
 # --------------------------------------------------------------------------- the entry

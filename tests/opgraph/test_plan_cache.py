@@ -247,3 +247,21 @@ def test_a_hit_neither_parses_nor_folds(plans_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(onnx_load, "to_graph", refuse)
     _load(path)
     assert plan_cache.stats["hits"] == 1
+
+
+def test_the_background_import_is_quiet_and_done_once(monkeypatch):
+    """cached_load starts importing numba beside reading the model: a module already imported
+    starts nothing, a failing import leaves its error to the caller's own import."""
+    import sys
+    import threading
+    started = []
+    real = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda self: (started.append(self.name), real(self))[1])
+    plan_cache._start_importing("json")
+    assert started == []
+    plan_cache._start_importing("opdsl_no_such_module_xyz")
+    assert started == ["opdsl-import-opdsl_no_such_module_xyz"]
+    for t in threading.enumerate():
+        if t.name == started[0]:
+            t.join(10)
+    assert "opdsl_no_such_module_xyz" not in sys.modules
