@@ -222,8 +222,11 @@ def register(row: Elementwise) -> type:
         raise ValueError(f"Elementwise row {row.onnx!r}: family {row.family!r} cannot be generated; "
                          f"accepted: {', '.join(f for f in FAMILIES if f != 'custom')} "
                          f"(a hand-written class binds to a 'custom' row with @implements)")
+    if row.family not in _BUILDERS:  # the op library loads per op: its family's module installs the builder
+        from dsl.opgraph import registry
+        registry.load_builtin_library()
     if row.family not in _BUILDERS:
-        raise ValueError(f"Elementwise row {row.onnx!r}: the {row.family!r} family is not loaded (import ops first)")
+        raise ValueError(f"Elementwise row {row.onnx!r}: the {row.family!r} family is not loaded")
     if row.expr is None and row.int_expr is None:
         raise ValueError(f"Elementwise row {row.onnx!r}: needs expr (or int_expr for an integer-only op)")
     if row.fuse is True and row.expr is None:

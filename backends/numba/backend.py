@@ -37,6 +37,7 @@ from backends.numba import entry_choice
 from backends.numba import frozen as frz
 from backends.numba import launch_work
 from backends.numba import parallel_compile
+from backends.numba import warm_bytecode
 from backends.numba.regions import Program
 
 # A launch runs serially when its tensors hold fewer elements than this in total and the
@@ -178,7 +179,8 @@ def _exec_source(source: str, stem: str, file: Optional[Path] = None) -> pytypes
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     sys.modules[name] = mod  # numba rebuilds cached functions' environments from the module by name
     try:
-        exec(compile(source.replace("\nCACHE = True", "\nCACHE = False", 1), filename, "exec"), mod.__dict__)
+        text = source.replace("\nCACHE = True", "\nCACHE = False", 1)
+        exec(warm_bytecode.code_of(text, filename, stem), mod.__dict__)  # its bytecode cached beside it
     except BaseException:
         sys.modules.pop(name, None)
         raise

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from numba.core import caching
 from numba.core.dispatcher import Dispatcher
+from numba.core.runtime import rtsys
 
 from backends import cache
 
@@ -116,6 +117,18 @@ class _PrivateIndex(caching.IndexDataCacheFile):
         cache.atomic_write(filepath, buffer.getvalue())
 
 
+def ready_to_link(target_context) -> None:
+    """What linking cached machine code needs from numba's CPU context: its runtime's symbols (NRT).
+
+    numba's ``Cache.load_overload`` refreshes the whole target context first, which imports and
+    installs every lowering registry (numba.np.arraymath, linalg and through it scipy.linalg,
+    numba.typed, ...): 1.5-3 s of a warm process's first run, none of it used to link an object
+    file.  The C helpers and exception symbols are installed when the context is made; the
+    threading layer of parallel entries comes back through each entry's own ``reload_init``.  A
+    real compile still refreshes everything (numba's compiler does it itself)."""
+    rtsys.initialize(target_context)
+
+
 class PrivateFunctionCache(caching.FunctionCache):
     """A dispatcher's cache in opdsl's folder (set as ``dispatcher._cache``)."""
 
@@ -134,10 +147,13 @@ class PrivateFunctionCache(caching.FunctionCache):
         self.enable()
 
     def load_overload(self, sig, target_context):
-        if not cache.enabled():
+        """numba's own ``load_overload`` less its ``target_context.refresh()``: see ``ready_to_link``."""
+        if not cache.enabled() or not self._enabled:
             return None
         try:
-            return super().load_overload(sig, target_context)
+            ready_to_link(target_context)
+            with self._guard_against_spurious_io_errors():
+                return self._load_overload(sig, target_context)
         except Exception:  # data that unpickled but does not rebuild: recompile
             return None
 
@@ -162,12 +178,20 @@ def attach(module, folder: Path, stamp: bytes, module_stem: str) -> int:
 
 def cached(dispatcher, sig) -> bool:
     """Whether the disk cache holds ``dispatcher``'s machine code for ``sig`` (its index lists it),
-    without loading or compiling anything: the compile workers skip what is there."""
+    without loading or compiling anything: the compile workers skip what is there.  A yes is
+    remembered on the dispatcher (a model prepares ~70 launches of ~10 entries: each asked read
+    and unpickled the index again); an entry removed since then is compiled when it is run."""
     own = getattr(dispatcher, "_cache", None)
     if not isinstance(own, PrivateFunctionCache) or not cache.enabled():
         return False
+    known = own.__dict__.setdefault("_known_on_disk", set())
+    if sig in known:
+        return True
     try:
         key = own._index_key(sig, dispatcher.targetctx.codegen())
-        return key in own._cache_file._load_index()
+        found = key in own._cache_file._load_index()
     except Exception:  # an unreadable index reads as a miss, as when loading
         return False
+    if found:
+        known.add(sig)
+    return found

@@ -28,7 +28,7 @@ import warnings
 from typing import Optional, Sequence
 
 from backends import base, cache
-from dsl.opgraph import artifact_format, model_state, plan_cache, registry
+from dsl.opgraph import artifact_format, model_state, plan_cache
 from dsl.opgraph.artifact_format import ArtifactError, ArtifactWarning
 from dsl.opgraph.model import Model
 from dsl.version import __version__
@@ -56,14 +56,13 @@ def load_model(path, trusted: bool = False, on_mismatch: str = "recompile", pack
     default: the folders recorded when it was saved)."""
     if on_mismatch not in ON_MISMATCH:
         raise ValueError(f"on_mismatch={on_mismatch!r}: expected one of {', '.join(map(repr, ON_MISMATCH))}")
-    # the file is read and checked (readv and sha256 let go of the GIL) while this thread imports
-    # numba and the op library, which loading needs anyway
+    # the file is read and checked (readv and sha256 let go of the GIL) and its graph unpickled
+    # (importing the op modules it names) in a thread while this one imports numba
     reading = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="opdsl-artifact")
     try:
-        pending = reading.submit(artifact_format.read, path, trusted)
+        pending = reading.submit(_read_and_unpickle, path, trusted, plan_cache.source_toolchain(), bool(packages))
         toolchain = plan_cache.toolchain_key()
-        registry.load_builtin_library()
-        art = pending.result()
+        art, unpickled = pending.result()
     finally:
         reading.shutdown(wait=True)
     header = art.header
@@ -88,7 +87,29 @@ def load_model(path, trusted: bool = False, on_mismatch: str = "recompile", pack
                       stacklevel=2)
     else:
         install_code(art)
-    return open_state(art)
+    if unpickled is None:
+        return open_state(art)
+    state, error = unpickled
+    if error is not None:
+        raise error
+    return _restore(art, state)
+
+
+def _read_and_unpickle(path, trusted: bool, ours: dict, has_packages: bool):
+    """(checked artifact, (graph state, error) or None): the graph is unpickled here only when the
+    file is no draft, carries no op packages (they register first, in the calling thread) and was
+    made by this opdsl, numpy, Python and source -- what decides whether our pickle loads; a
+    numba or llvmlite mismatch found afterwards discards it and rebuilds, as before."""
+    art = artifact_format.read(path, trusted)
+    header = art.header
+    theirs = dict(_parts(header.get("toolchain") or ""))
+    if has_packages or header.get("draft") or header.get("packages") or \
+            any(theirs.get(k) != v for k, v in ours.items()):
+        return art, None
+    try:
+        return art, (_unpickle(art), None)
+    except ArtifactError as e:
+        return art, (None, e)
 
 
 def register_packages(packages) -> None:
@@ -101,6 +122,21 @@ def register_packages(packages) -> None:
 
 def open_state(art) -> Model:
     """The model of a checked artifact's ``graph`` and ``weights`` sections."""
+    return _restore(art, _unpickle(art))
+
+
+def _restore(art, state) -> Model:
+    try:
+        return model_state.restore(state, Model)
+    except ArtifactError:
+        raise
+    except Exception as e:
+        raise ArtifactError(f"{art.path}: section 'graph' does not load in this process ({type(e).__name__}: {e}); "
+                            "are the op packages it uses registered (packages=...)?") from None
+
+
+def _unpickle(art):
+    """The pickled model state of a checked artifact (its weights read in place)."""
     weights = art.section("weights")
     spans = art.header.get("weights") or []
     if weights is None or art.section("graph") is None or any(
@@ -108,8 +144,7 @@ def open_state(art) -> Model:
         raise ArtifactError(f"{art.path}: its header's 'weights' table does not fit its sections")
     buffers = [weights[at:at + size] for at, size in spans]
     try:
-        state = pickle.loads(art.section("graph"), buffers=buffers)
-        return model_state.restore(state, Model)
+        return pickle.loads(art.section("graph"), buffers=buffers)
     except ArtifactError:
         raise
     except Exception as e:

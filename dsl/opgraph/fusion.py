@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from dsl.opgraph import registry
 from dsl.opgraph.op import Op, check_and_infer
 from dsl.opgraph.spec import VerifyError
 
@@ -66,6 +67,7 @@ def rules_for(producer: type, consumer: type, before_fold: bool = False) -> List
 def fuse(g, before_fold: bool = False) -> int:
     """Apply the registered rewrites (of that stage) until none applies, then (after folding)
     the registered passes; returns how many nodes were merged."""
+    registry.load_builtin_library()  # the library's rules register as its modules load: all of them
     merged = 0
     i = 0
     while i < len(g.nodes):

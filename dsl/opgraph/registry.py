@@ -1,11 +1,15 @@
 """Op registry: (domain, op_type, opset range) -> Op class (PPL.NN's OptKernelCreatorManager).
 
 Filled by ``@dsl.op`` / ``@dsl.composed`` in modules imported explicitly.  The built-in
-library (the ``ops`` package) is imported on the first question asked of the table, as
-``backends.get`` loads a backend, so importers such as ``dsl.onnx.load`` never import it.  Among registrations of one (domain, op_type) covering an
-opset, a user op beats a built-in (one registered while ``ops`` imports, inside
-``builtin_library()``) whatever the import order, and otherwise the later registration wins; ``unregister``
-undoes an override.  The ONNX default domain is ``""`` (``"ai.onnx"`` is an alias).
+library (the ``ops`` package) is imported lazily, as ``backends.get`` loads a backend, so
+importers such as ``dsl.onnx.load`` never import it: a lookup of one op imports only the library
+modules its index names for that (domain, op_type) (ops/library_index.py), and questions about the
+whole table (``all_ops``, ``domains``, an op the index does not know) import all of it
+(ops/library.py).  A model unpickled from the plan cache or an ``.opdsl`` file imports just the
+modules its nodes' classes live in.  Among registrations of one (domain, op_type) covering an
+opset, a user op beats a built-in (a class of the ``ops`` package, or one registered inside
+``builtin_library()``) whatever the import order, and otherwise the later registration wins;
+``unregister`` undoes an override.  The ONNX default domain is ``""`` (``"ai.onnx"`` is an alias).
 """
 from __future__ import annotations
 
@@ -38,8 +42,11 @@ def _covers(cls, opset: Optional[int]) -> bool:
     return cls.since <= opset and (cls.until is None or opset <= cls.until)
 
 
-_LIBRARY = "ops"
+_PACKAGE = "ops"                # the built-in library's package: its classes are built-ins
+_LIBRARY = "ops.library"        # imports every family
+_INDEX = "ops.library_index"    # "domain::op_type" -> the modules registering it
 _library_state = {"loaded": False}
+_indexed: Set[Tuple[str, str]] = set()  # keys whose index modules were imported
 
 
 def load_builtin_library() -> None:
@@ -48,10 +55,30 @@ def load_builtin_library() -> None:
         return
     _library_state["loaded"] = True  # set first: the library's own imports may ask the table
     try:
-        importlib.import_module(_LIBRARY)
+        with builtin_library():
+            importlib.import_module(_LIBRARY)
     except BaseException:
         _library_state["loaded"] = False
         raise
+
+
+def load_library_for(domain: str, op_type: str) -> None:
+    """Import the built-in modules registering ``domain::op_type`` (the whole library when the
+    index does not name it: an unknown op's error lists every registration)."""
+    key = (domain, op_type)
+    if _library_state["loaded"] or key in _indexed:
+        return
+    try:
+        modules = importlib.import_module(_INDEX).OPS.get(f"{domain}::{op_type}")
+    except ImportError:  # a library without an index: all of it
+        modules = None
+    if modules is None:
+        load_builtin_library()
+        return
+    with builtin_library():
+        for m in modules:
+            importlib.import_module(m)
+    _indexed.add(key)
 
 
 # classes registered inside builtin_library() (the ops package's imports)
@@ -84,7 +111,8 @@ def register(cls) -> type:
     same = [c for c in entries if c.__qualname__ == cls.__qualname__ and c.__module__ == cls.__module__]
     entries[:] = [c for c in entries if c not in same]
     entries.append(cls)
-    if getattr(_state, "depth", 0) > 0 or any(c in _BUILTIN for c in same):
+    if getattr(_state, "depth", 0) > 0 or any(c in _BUILTIN for c in same) or \
+            cls.__module__.partition(".")[0] == _PACKAGE:  # imported by an unpickled model, say
         _BUILTIN.add(cls)
     _BUILTIN.difference_update(c for c in same if c is not cls)
     return cls
@@ -103,13 +131,16 @@ def lookup(domain: Optional[str], op_type: str, opset: Optional[int] = None) -> 
     """The op class for ``domain::op_type`` at ``opset`` (None: the newest registration).
 
     Among registrations covering ``opset`` the most recent wins (overrides)."""
-    load_builtin_library()
     domain = normalize_domain(domain)
+    load_library_for(domain, op_type)
     entries = _TABLE.get((domain, op_type), [])
     for builtin_pass in (False, True):
         for cls in reversed(entries):
             if is_builtin(cls) == builtin_pass and _covers(cls, opset):
                 return cls
+    if not _library_state["loaded"]:  # what the index imported does not cover it: ask the whole library
+        load_builtin_library()
+        return lookup(domain, op_type, opset)
     if entries:
         ranges = ", ".join(f"{c.__name__} {_range(c)}" for c in entries)
         raise UnknownOpError(

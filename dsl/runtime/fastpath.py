@@ -68,3 +68,20 @@ def build(params) -> Optional[Callable]:
                      f"    return [{', '.join(values)}], ({', '.join(key)},)"])
     exec(compile(src, "<opdsl fast launch>", "exec"), env)
     return env["fast"]
+
+
+class LazyBinder:
+    """``kernel._fast``, built by ``build`` on first read and kept in the instance's ``__dict__``
+    (found before this non-data descriptor from then on, so a launch pays nothing for it).
+    Generating and compiling ~100 binders cost ~0.15 s of importing the op library, most of
+    them for kernels a given model never launches."""
+
+    def __set_name__(self, owner, name):
+        self._name = name
+
+    def __get__(self, kernel, owner=None):
+        if kernel is None:
+            return self
+        fast = build(kernel.params)
+        kernel.__dict__[self._name] = fast
+        return fast

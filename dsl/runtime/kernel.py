@@ -57,6 +57,7 @@ class Kernel:
     defines: Tuple[Tuple[str, Any], ...] = ()  # module constants overridden (Kernel.variant)
     features: frozenset = frozenset()          # target features this implementation needs
     _hop = None  # the last small launch's types straight to machine code (dsl/runtime/hop.py)
+    _fast = fastpath.LazyBinder()  # built on the first launch: the op library defines ~100 kernels at import
 
     def __init__(self, fn: Callable, threads: int = 4, grid: Any = 1, log_level: Optional[str] = None,
                  fastmath: bool = False, debug: Optional[bool] = None, log_floor: Optional[str] = None):
@@ -81,7 +82,6 @@ class Kernel:
         self._index = {p.name: k for k, p in enumerate(self.params)}
         self._parsed: Dict[str, frontend.Parsed] = {}
         self._variants: Dict[Tuple, Any] = {}
-        self._fast = fastpath.build(self.params)
         self._fast_variants: Dict[Tuple, Any] = {}  # (backend, fast key) -> launcher, for checked arg types
         self._lock = threading.RLock()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 import functools
 import hashlib
+import linecache
 import types as pytypes
 from pathlib import Path
 from typing import Any, Iterable, List, Set
@@ -91,10 +92,35 @@ def _attribute_parts(prefix: str, owner: Any, names: Set[str], depth: int, seen:
             yield from _attribute_parts(f"{prefix}.{name}", value, names, depth + 1, seen, funcs)
 
 
+def _last_line(code: pytypes.CodeType) -> int:
+    """The last source line any instruction of ``code`` or of the code nested in it spans."""
+    last = code.co_firstlineno
+    for _, end, _, _ in code.co_positions():
+        if end is not None and end > last:
+            last = end
+    for c in code.co_consts:
+        if isinstance(c, pytypes.CodeType):
+            last = max(last, _last_line(c))
+    return last
+
+
+def source_text(fn) -> str:
+    """``fn``'s source lines, from its first decorator to the last line its code spans, read from
+    ``linecache`` (files, Jupyter cells and sources opdsl registers alike).  ``inspect``'s
+    ``getsourcelines`` tokenizes the block to find its end (~10 ms a kernel, most of a warm
+    process's key cost); the code object already knows it.  Trailing comments after the last
+    statement are left out: they change no code."""
+    code = fn.__code__
+    lines = linecache.getlines(code.co_filename, fn.__globals__)
+    if not lines or code.co_firstlineno > len(lines):
+        from dsl.lang import frontend
+        return frontend.source_of(fn)[0]  # what the front end reads, or its error
+    return "".join(lines[code.co_firstlineno - 1:_last_line(code)])
+
+
 def _function_text(fn, seen: Set[int]) -> str:
     """``fn``'s source and everything it can read by name; ``@dsl.func``s it reaches included once."""
-    from dsl.lang import frontend
-    src = frontend.source_of(fn)[0]
+    src = source_text(fn)
     code = fn.__code__
     names = _names(code)
     closure = dict(zip(code.co_freevars, (c.cell_contents for c in (fn.__closure__ or ()))))

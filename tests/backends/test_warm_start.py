@@ -299,3 +299,38 @@ def test_key_follows_closures_and_nested_funcs():
         k = make(C)
     """)
     assert _key_of(src, C=1.0) != _key_of(src, C=2.0)  # a closure cell two @dsl.funcs down
+
+
+MULTILINE = textwrap.dedent("""
+    import dsl
+    from dsl import In, Out, f32
+    @dsl.kernel(
+        threads=2)
+    def k(x: In[f32],
+          y: Out[f32]):
+        lo, hi = dsl.split(x.size)
+        for i in range(lo, hi):
+            y.flat[i] = (x.flat[i] * 2.0 +
+                         1.0)
+        # a trailing comment
+    z = 1
+""")
+
+
+def test_key_reads_the_whole_block_from_the_code_object():
+    """The key's source text runs from the first decorator line to the last line the code spans
+    (``warm_key.source_text``, no tokenizing): what inspect reads, and an edit on the last line of
+    a multi-line expression or on a decorator line changes the key."""
+    import inspect
+    import linecache
+    from dsl.runtime import warm_key
+    filename = "<warm key multiline test>"
+    linecache.cache[filename] = (len(MULTILINE), None, MULTILINE.splitlines(True), filename)
+    ns = {}
+    exec(compile(MULTILINE, filename, "exec"), ns)
+    text = warm_key.source_text(ns["k"].fn)
+    assert text.startswith("@dsl.kernel(\n") and text.rstrip().endswith("1.0)")
+    assert text == "".join(inspect.getsourcelines(ns["k"].fn)[0]).split("    # a trailing")[0]
+    base = _key_of(MULTILINE)
+    assert _key_of(MULTILINE.replace("1.0)", "3.0)")) != base
+    assert _key_of(MULTILINE.replace("threads=2", "threads=3")) != base

@@ -272,3 +272,44 @@ def test_saving_without_a_disk_cache_warns_that_no_code_is_carried(onnx_file, tm
     cache.reset()
     loaded = dsl.load_model(tmp_path / "m.opdsl")  # its kernels come from this process's cache
     np.testing.assert_allclose(loaded.run({"x": X})["y"], _reference(X), rtol=1e-4, atol=1e-4)
+
+
+def test_a_touched_source_keeps_the_artifact_and_an_edited_one_rebuilds(onnx_file, tmp_path, monkeypatch):
+    """The artifact's toolchain names opdsl's source by content: a clean clone (new file times)
+    loads it as it is; an edited source file rebuilds it from its ONNX source with one warning."""
+    tree = tmp_path / "tree"
+    (tree / "ops").mkdir(parents=True)
+    op_file = tree / "ops" / "op.py"
+    op_file.write_text("SCALE = 1\n")
+    monkeypatch.setattr(plan_cache, "source_roots", lambda: [tree / "ops"])
+    monkeypatch.setattr(plan_cache, "_DIGEST", {})
+    from dsl.opgraph import artifact_save
+    probe = artifact_save._probe  # its process digests the real tree: stamp this one's instead
+    monkeypatch.setattr(artifact_save, "_probe", lambda *a: dict(probe(*a), toolchain=plan_cache.toolchain_key()))
+    path = tmp_path / "m.opdsl"
+    dsl.load_onnx(str(onnx_file), backend="interpreter").save(path, source=onnx_file)
+    st = op_file.stat()
+    os.utime(op_file, ns=(st.st_atime_ns + 10**12, st.st_mtime_ns + 10**12))
+    plan_cache._DIGEST.clear()  # as a new process would
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dsl.ArtifactWarning)
+        model = dsl.load_model(path)
+    np.testing.assert_allclose(model.run({"x": X})["y"], _reference(X), rtol=1e-4, atol=1e-4)
+    op_file.write_text("SCALE = 2\n")  # the same size; its old time put back
+    os.utime(op_file, ns=(st.st_atime_ns, st.st_mtime_ns))
+    plan_cache._DIGEST.clear()
+    with pytest.warns(dsl.ArtifactWarning, match="another toolchain"):
+        model = dsl.load_model(path)
+    np.testing.assert_allclose(model.run({"x": X})["y"], _reference(X), rtol=1e-4, atol=1e-4)
+
+
+def test_a_graph_that_does_not_unpickle_is_a_clear_error(numba_artifact, monkeypatch):
+    """The graph is unpickled in the reading thread; its failure is raised by load_model itself."""
+    class Broken:
+        @staticmethod
+        def loads(*a, **k):
+            raise ModuleNotFoundError("No module named 'gone_ops'")
+    monkeypatch.setattr(artifact_load, "pickle", Broken)
+    with pytest.raises(dsl.ArtifactError, match=r"section 'graph' does not load in this process "
+                                                r"\(ModuleNotFoundError: No module named 'gone_ops'\).*packages="):
+        dsl.load_model(numba_artifact)

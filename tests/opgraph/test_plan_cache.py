@@ -132,6 +132,27 @@ def test_code_digest_follows_an_edited_file(tmp_path):
     plan_cache._DIGEST.clear()
 
 
+def test_code_digest_reads_contents_not_file_times(tmp_path):
+    """A fresh clone or a reinstall (new times, same bytes) keeps the digest; an edit of the same
+    size, with the old time put back, changes it."""
+    src = tmp_path / "myops"
+    (src / "sub").mkdir(parents=True)
+    f = src / "sub" / "op.py"
+    f.write_text("X = 1\n")
+    st = f.stat()
+    before = plan_cache.code_digest([src])
+    try:
+        plan_cache._DIGEST.clear()
+        os.utime(f, ns=(st.st_atime_ns + 10**12, st.st_mtime_ns + 10**12))  # touched, not changed
+        assert plan_cache.code_digest([src]) == before
+        plan_cache._DIGEST.clear()
+        f.write_text("X = 2\n")
+        os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+        assert plan_cache.code_digest([src]) != before
+    finally:
+        plan_cache._DIGEST.clear()
+
+
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
 def test_a_damaged_entry_is_a_miss_with_one_warning(plans_dir, tmp_path, damage):
     path = tmp_path / "m.onnx"
@@ -226,3 +247,21 @@ def test_a_hit_neither_parses_nor_folds(plans_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(onnx_load, "to_graph", refuse)
     _load(path)
     assert plan_cache.stats["hits"] == 1
+
+
+def test_the_background_import_is_quiet_and_done_once(monkeypatch):
+    """cached_load starts importing numba beside reading the model: a module already imported
+    starts nothing, a failing import leaves its error to the caller's own import."""
+    import sys
+    import threading
+    started = []
+    real = threading.Thread.start
+    monkeypatch.setattr(threading.Thread, "start", lambda self: (started.append(self.name), real(self))[1])
+    plan_cache._start_importing("json")
+    assert started == []
+    plan_cache._start_importing("opdsl_no_such_module_xyz")
+    assert started == ["opdsl-import-opdsl_no_such_module_xyz"]
+    for t in threading.enumerate():
+        if t.name == started[0]:
+            t.join(10)
+    assert "opdsl_no_such_module_xyz" not in sys.modules
