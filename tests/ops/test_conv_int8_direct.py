@@ -154,3 +154,13 @@ def test_saturating_pairs_are_chosen_only_where_they_are_exact_and_pay():
     assert pairs_fit_i16(np.array([127 | 1 << 8 | (-128 & 0xFF) << 16], np.int32))
     assert _launch_kwargs(full, "numba")["SAT"] == 0
     assert _launch_kwargs(seven_bit((4, 8, 3, 3)), "opencl")["SAT"] == 0
+
+
+def test_row_blocks_keep_the_weights_in_l1_and_the_threads_even():
+    from ops.conv_int8_direct import L1_WEIGHT_BYTES, row_block
+    for mtiles, tile_bytes in [(16, 2304), (64, 9216), (16, 256), (64, 4096), (13, 2304), (17, 2304), (5, 10 ** 6)]:
+        rb = row_block(mtiles, tile_bytes)
+        sizes = [min(rb, mtiles - s) for s in range(0, mtiles, rb)]
+        assert rb == 1 or rb * tile_bytes <= L1_WEIGHT_BYTES
+        assert max(sizes) - min(sizes) <= len(sizes), (mtiles, tile_bytes, sizes)  # no short last block
+    assert row_block(16, 2304) == 4  # 4 blocks of 4, not 7 + 7 + 2
