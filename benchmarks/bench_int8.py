@@ -145,8 +145,8 @@ def pairs(rounds: int, threads: int) -> None:
     from ops.conv_int8_direct import conv_int8_direct
     from ops.gemm_int8 import qgemm_int8
     shapes = [(64, 56, 64, 3), (256, 14, 256, 3), (64, 56, 64, 1), (512, 7, 512, 3)]
-    for c, h, m, k in shapes + [None]:
-        if c is None:  # the GEMM, 256x1024x1024
+    for shape in shapes + [None]:
+        if shape is None:  # the GEMM, 256x1024x1024
             a, b = RNG.integers(0, 256, (1, 256, 1024)).astype(np.uint8), weights(1, 1024, 1024)
             y = np.empty((1, 256, 1024), np.int32)
             b.flags.writeable = False
@@ -155,6 +155,7 @@ def pairs(rounds: int, threads: int) -> None:
             def run(sat, a=a, b=b, y=y):
                 qgemm_int8(a, b, y, np.array([128], np.uint8), np.array([0], np.int8), saturating=sat)
         else:
+            c, h, m, k = shape
             x, w = RNG.integers(0, 256, (1, c, h, h)).astype(np.uint8), weights(m, c, k, k)
             w.flags.writeable = False
             y = np.empty((1, m, h, h), np.uint8)
