@@ -44,7 +44,8 @@ def pack_nchw4c_int8(x: In[X, 4], x_zp: In[X, 1], xp: Out[i32, 4], geom: dsl.Vec
     """xp (N, C/4, Hs, Wp) = x as words of 4 channels (byte j: channel 4·c4 + j, shifted to u8 by
     ``flip`` = 0x80 for i8 data); geom = (stride h, stride w, pad top, pad left, Hp): row r < Hp,
     column j read x[.., r·sh - pt, j·sw - pl]; the padding, channels past C and rows Hp..Hs hold
-    the zero point."""
+    the zero point.  Stride-1 rows go by vectors of V words, a row's tail too (one vector ending at
+    its last image pixel, overlapping the one before: 14-pixel rows were 6 of 14 words one by one)."""
     cn = x.shape[1]
     hh = x.shape[2]
     ww = x.shape[3]
@@ -72,7 +73,10 @@ def pack_nchw4c_int8(x: In[X, 4], x_zp: In[X, 1], xp: Out[i32, 4], geom: dsl.Vec
         else:
             src = ((t * cn + 4 * c4) * hh + ih) * ww
             j = 0
+            jt = min(wp_n, ww + pl) - V  # where a vector ending at the row's last image pixel starts
             while j < wp_n:
+                if sw == 1 and jt >= pl and jt < j and j < jt + V and 4 * c4 + 3 < cn:
+                    j = jt  # the row's tail as one vector overlapping the last (same words again)
                 iw = j * sw - pl
                 if sw == 1 and iw >= 0 and iw + V <= ww and j + V <= wp_n and 4 * c4 + 3 < cn:
                     wv = dsl.splat(0, V, i32)
