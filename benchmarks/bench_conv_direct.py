@@ -1,7 +1,8 @@
 """conv_direct's register-tile configs on given 3×3 layers (squeezenet's expands on NCHWc16 input,
 resnet50's on plain or NCHWc16), launched directly and alternated in one process: wall µs best /
 median per config, the split over the cores (grid, items, items per thread).
-Usage: PYTHONPATH=. python benchmarks/bench_conv_direct.py [reps] [layer-filter] [P,NV,TG ...]"""
+Usage: PYTHONPATH=. python benchmarks/bench_conv_direct.py [reps] [layer-filter] [P,NV,TG[,V] ...]
+(V: lanes per vector, default 16; 8 is the AVX2 tile's width)."""
 import sys, time
 import numpy as np
 from ops import conv_direct as cd
@@ -55,8 +56,8 @@ def main():
     which = sys.argv[2] if len(sys.argv) > 2 else "sq"
     cfgs = []
     for s in sys.argv[3:] or ["7,2,8"]:
-        p, nv, tg = map(int, s.split(","))
-        cfgs.append(cd.DirectConfig(V=16, NV=nv, P=p, TG=tg))
+        p, nv, tg, *v = map(int, s.split(","))
+        cfgs.append(cd.DirectConfig(V=v[0] if v else 16, NV=nv, P=p, TG=tg))
     layers = []
     if "sq" in which:
         layers += [(l, True) for l in SQUEEZE]
@@ -85,7 +86,7 @@ def main():
             ocg = cd.oc_groups(m, cfg.OCT, blocked)
             items = -(-(h * h) // (cfg.P * cfg.TG)) * ocg
             grid = cd.balanced_grid(items)
-            print(f"{c:3d},{h:2d}->{m:3d} {'c16' if blocked else 'nchw'} P={cfg.P:2d} NV={cfg.NV} TG={cfg.TG:2d}: "
+            print(f"{c:3d},{h:2d}->{m:3d} {'c16' if blocked else 'nchw'} V={cfg.V:2d} P={cfg.P:2d} NV={cfg.NV} TG={cfg.TG:2d}: "
                   f"items {items:4d} grid {grid:2d}  best {min(v)*1e6:7.1f} us  med {np.median(v)*1e6:7.1f} us  "
                   f"{gfl / min(v):6.1f} GF/s")
 

@@ -11,7 +11,10 @@ best time.  Weights are 7-bit (-64..63) so that onnxruntime's AVX2 u8·i8 path (
 saturates on full-range weights) gives exact sums; both sides' outputs are compared.
 With a third argument ``1`` both sides run on one thread (onnxruntime's intra-op pool and numba's
 workers), which a loaded machine disturbs far less than two threads that wait for each other.
-Usage: PYTHONPATH=. python benchmarks/bench_int8.py [rounds] [case-filter] [threads]
+A fourth argument ``profile`` prints, after each case, where opdsl's time goes by op type
+(``model.profile``) and which nodes the compiled graph has: the quantized models' float or Q/DQ
+nodes left between layers show there.
+Usage: PYTHONPATH=. python benchmarks/bench_int8.py [rounds] [case-filter] [threads] [profile]
        PYTHONPATH=. python benchmarks/bench_int8.py pairs [rounds] [threads]   (dot4_sat vs dot4, see ``pairs``)"""
 import os
 import sys
@@ -188,6 +191,7 @@ def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 10
     pick = sys.argv[2] if len(sys.argv) > 2 else ""
     cores = int(sys.argv[3]) if len(sys.argv) > 3 else dsl.target("numba").compute_units
+    profiled = len(sys.argv) > 4 and sys.argv[4] == "profile"
     import numba
     numba.set_num_threads(min(cores, numba.config.NUMBA_NUM_THREADS))
     print(f"cpu {dsl.target('numba').cpu}, {cores} threads a side, load average {os.getloadavg()[0]:.1f}; "
@@ -215,6 +219,16 @@ def main():
             best[1] = min(best[1], time.perf_counter() - t)
         print(f"| {name} | {best[0] * 1e3:.2f} ms | {best[1] * 1e3:.2f} ms | {best[0] / best[1]:.2f}x | "
               f"max |diff| {diff:g} |", flush=True)
+        if profiled:
+            print_profile(ours, feeds)
+
+
+def print_profile(ours, feeds):
+    """opdsl's time per op type (mean of 3 profiled runs) and the compiled graph's node kinds."""
+    prof = ours.profile(feeds, repeat=3)
+    print(f"  profile: {prof.total_s * 1e3:.2f} ms in {len(prof.rows)} nodes")
+    for op_type, count, seconds, share in prof.by_op_type():
+        print(f"    {op_type:40s} {count:4d} nodes {seconds * 1e3:9.2f} ms {share:6.1%}")
 
 
 if __name__ == "__main__":

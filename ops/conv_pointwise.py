@@ -11,9 +11,10 @@ in either format, with any stride, and writes either format.
 * **Tile**: ``P`` output pixels × ``NV`` vectors of ``V`` output channels
   (``dsl.local((P, NV), simd(f32, V))``).  Per input channel it loads ``NV`` weight vectors
   and broadcasts one input value per pixel: P·NV fused multiply-adds for NV + P loads.
-  Plain x and y with stride 1 and few input channels use a second tile instead, ``ROW_R``
-  output channels × ``ROW_NV`` vectors of consecutive pixels, weights broadcast, which
-  stores rows of y as vectors (a plain y from the first tile is a transposing store).
+  Plain x and y with stride 1 and few input channels use a second tile instead, ``RR``
+  output channels × ``RNV`` vectors of consecutive pixels, weights broadcast, which
+  stores rows of y as vectors (a plain y from the first tile is a transposing store); its
+  shape follows the target's vector registers (``row_tile``).
 * **Weights** are reordered once into ``[oc group][ic][OCT oc]`` (ops/conv_direct.py's
   ``pack_conv_weights`` with a 1-tap window, kept per constant array by ``packed_weights``).
 * **Pixels**: stride 1 tiles run along the flattened image (consecutive input pixels); a
@@ -45,6 +46,7 @@ import numpy as np
 
 import dsl
 from dsl import In, Out, f32, i32, i64
+from ops import register_tiles
 from ops.conv_direct import DirectConfig, balanced_grid, oc_groups, packed_weights, store_last_block
 from ops.gemm_packed import ACT_RELU, activation
 
@@ -58,10 +60,8 @@ G_BLOCKED_OUT = 11
 G_ROWS_TILE = 12  # 1: plain x and y, stride 1: the pixel-vector tile (run_rows)
 G_PAIR = 13  # 1: NCHWc16 x, stride 1, items of 2P pixels at constant offsets
 GEOM = 14
-ROW_R = 8   # pixel-vector tile: output channels (rows of y) ...
-ROW_NV = 3  # ... × vectors of V pixels
 ROWS_MAX_C = 128  # input channels up to which plain stride-1 convolutions run the pixel-vector tile
-SCRATCH = 512  # floats per thread for a tile's sums: P·NV·V and ROW_R·ROW_NV·V must fit
+SCRATCH = 512  # floats per thread for a tile's sums: P·NV·V and RR·RNV·V must fit
 
 
 def pointwise_config(backend: str = "numba") -> DirectConfig:
@@ -73,27 +73,37 @@ def pointwise_config(backend: str = "numba") -> DirectConfig:
     return DirectConfig(V=8, NV=2, P=6)
 
 
+def row_tile(backend: str = "numba") -> tuple:
+    """The pixel-vector tile (plain x and y, stride 1): (RR output channels, RNV vectors of V
+    pixels), RR·RNV accumulators plus RNV loads of x and a broadcast weight in the vector
+    registers: 8 × 3 of AVX-512's 32 registers, 4 × 3 of AVX2's 16 (an 8 × 3 tile there spilled)."""
+    t = dsl.target(backend)
+    if "avx512f" in t.features:
+        return 8, 3
+    return 4, 3
+
+
 @dsl.kernel(threads=THREADS)
 def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], geom: dsl.Vec[i64, 14],
                    add_res: i32, act: i32, act_lo: f32, act_hi: f32, V: dsl.const[i64], NV: dsl.const[i64],
-                   P: dsl.const[i64]):
+                   P: dsl.const[i64], RR: dsl.const[i64], RNV: dsl.const[i64]):
     """y = act(Σ_ic w[oc, ic] · x[ic, pixel·s] + bias [+ res]); x read through geom's strides
     (plain or NCHWc16), y and res NCHWc16 when geom[G_BLOCKED_OUT] else plain."""
     OCT = V * NV
     tile = dsl.scratch((THREADS, SCRATCH), f32)  # one tile's sums for the run-time epilogue
     if geom[G_ROWS_TILE] == 1:
         # plain x and y, stride 1: Y[oc rows, px] = W · X[ic, px], a GEMM on x in place; a tile of
-        # ROW_R output channels × ROW_NV vectors of V consecutive pixels, per input channel ROW_NV
-        # vector loads of x and ROW_R weight broadcasts for ROW_R·ROW_NV FMAs; the rows of y are
-        # stored as vectors (no transposing epilogue).  Needs H·W >= ROW_NV·V: the last tile
-        # starts at H·W - ROW_NV·V and stores only the pixels no earlier tile did.
-        PX = ROW_NV * V
+        # RR output channels × RNV vectors of V consecutive pixels, per input channel RNV
+        # vector loads of x and RR weight broadcasts for RR·RNV FMAs; the rows of y are
+        # stored as vectors (no transposing epilogue).  Needs H·W >= RNV·V: the last tile
+        # starts at H·W - RNV·V and stores only the pixels no earlier tile did.
+        PX = RNV * V
         rn_img = geom[G_N]
         rc_in = geom[G_C]
         rm_out = geom[G_M]
         hw = geom[G_COLS]
         ptiles = (hw + PX - 1) // PX
-        rgroups = (rm_out + ROW_R - 1) // ROW_R
+        rgroups = (rm_out + RR - 1) // RR
         rat = dsl.thread_id() * SCRATCH
         rlo, rhi = dsl.split(rgroups * rn_img * ptiles, grid=True)
         # item = (image, pixel tile, row group), row group fastest: the tile's x rows stay in L1 for
@@ -104,39 +114,39 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
         for ritem in range(rlo, rhi):
             p_start = pt * PX  # first pixel this tile stores
             p0 = min(p_start, hw - PX)  # first pixel it computes
-            o_first = rg * ROW_R
+            o_first = rg * RR
             # the packed weights hold OCT channels per group: row ro is lane ro % OCT of group ro // OCT
             cpad = ((rc_in + BLOCK - 1) // BLOCK) * BLOCK
             wrow = (o_first // OCT) * cpad * OCT + o_first % OCT
             xb = nb * rc_in * hw + p0
-            racc = dsl.local((ROW_R, ROW_NV), dsl.simd(f32, V))
-            for ri in dsl.static_range(ROW_R):
-                for rj in dsl.static_range(ROW_NV):
+            racc = dsl.local((RR, RNV), dsl.simd(f32, V))
+            for ri in dsl.static_range(RR):
+                for rj in dsl.static_range(RNV):
                     racc[ri, rj] = dsl.splat(f32(0), V)
             for ic in range(rc_in):
-                rxv = dsl.local((ROW_NV,), dsl.simd(f32, V))
-                for rj in dsl.static_range(ROW_NV):
+                rxv = dsl.local((RNV,), dsl.simd(f32, V))
+                for rj in dsl.static_range(RNV):
                     rxv[rj] = x.vload(xb + ic * hw + rj * V, V)
                 wi = wrow + ic * OCT
-                for ri in dsl.static_range(ROW_R):
+                for ri in dsl.static_range(RR):
                     wb = dsl.splat(w.flat[wi + ri], V)
-                    for rj in dsl.static_range(ROW_NV):
+                    for rj in dsl.static_range(RNV):
                         racc[ri, rj] = dsl.fma(wb, rxv[rj], racc[ri, rj])
-            nrows = min(ROW_R, rm_out - o_first)
+            nrows = min(RR, rm_out - o_first)
             if p0 == p_start:  # a whole tile: vector epilogue per row
-                for ri in dsl.static_range(ROW_R):
+                for ri in dsl.static_range(RR):
                     if ri < nrows:
                         ro = o_first + ri
                         yb = (nb * rm_out + ro) * hw + p0
                         rbv = dsl.splat(bias.flat[ro], V)
-                        for rj in dsl.static_range(ROW_NV):
+                        for rj in dsl.static_range(RNV):
                             rvec = racc[ri, rj] + rbv
                             if add_res == 1:
                                 rvec = rvec + res.vload(yb + rj * V, V)
                             y.vstore(yb + rj * V, activation(rvec, act, act_lo, act_hi))
             else:  # the last tile overlaps the one before: store only its new pixels
-                for ri in dsl.static_range(ROW_R):
-                    for rj in dsl.static_range(ROW_NV):
+                for ri in dsl.static_range(RR):
+                    for rj in dsl.static_range(RNV):
                         tile.vstore(rat + ri * PX + rj * V, racc[ri, rj])
                 for row in range(nrows):
                     ro = o_first + row
@@ -315,15 +325,25 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                             store_last_block(y, tile, at_t + px * OCT + jv * V, at,
                                              activation(vec, act, act_lo, act_hi), m_out - o0, V)
         else:  # plain y: per output channel, the tile's pixels are consecutive in y
+            # bias (padded to whole groups) and, without a residual, the activation on whole
+            # vectors in the scratch, then a plain copy: a scalar activation per element cost
+            # more than the sums of a 64-channel layer on AVX2 (as in ops/conv_direct.py)
+            for px in range(first, npix):
+                for jv in range(NV):
+                    if g * OCT + jv * V < m_out:
+                        pvec = tile.vload(at_t + px * OCT + jv * V, V) + bias.vload(g * OCT + jv * V, V)
+                        if add_res == 0:
+                            pvec = activation(pvec, act, act_lo, act_hi)
+                        tile.vstore(at_t + px * OCT + jv * V, pvec)
             for o in range(min(OCT, m_out - g * OCT)):
-                oc = g * OCT + o
-                bv = bias.flat[oc]
-                at = (nb * m_out + oc) * ohw + q0
-                for px in range(first, npix):
-                    v = tile[dsl.thread_id(), px * OCT + o] + bv
-                    if add_res == 1:
-                        v += res.flat[at + px]
-                    y.flat[at + px] = activation(v, act, act_lo, act_hi)
+                at = (nb * m_out + g * OCT + o) * ohw + q0
+                if add_res == 1:
+                    for px in range(first, npix):
+                        v = tile[dsl.thread_id(), px * OCT + o] + res.flat[at + px]
+                        y.flat[at + px] = activation(v, act, act_lo, act_hi)
+                else:
+                    for px in range(first, npix):
+                        y.flat[at + px] = tile[dsl.thread_id(), px * OCT + o]
         t += 1
         if t == row_tiles:
             t = 0
@@ -344,13 +364,17 @@ def pointwise_supported(x, w, group: int, kernel, strides, dilations, pads, auto
 
 
 def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, backend, act: int, lo: float,
-                          hi: float, cfg: DirectConfig = None, rows: bool = True) -> None:
+                          hi: float, cfg: DirectConfig = None, rows: bool = True, row_shape: tuple = None) -> None:
     """Run ``impl`` (conv_pointwise, or a model's recorder of it) on 4-D arrays: x (N, C, H, W)
     plain, or its NCHWc16 array (N, C/16, H, W, 16) when ``blocked``; y and res are NCHWc16 when
     y is 5-D, else plain.  ``w`` is (M, C, 1, 1).  Plain x and y with stride 1 run the
     pixel-vector tile (``run_rows``) unless ``rows`` is False."""
     cfg = cfg or pointwise_config(backend or "numba")
-    if cfg.P * cfg.OCT > SCRATCH or ROW_R * ROW_NV * cfg.V > SCRATCH:
+    rr, rnv = row_tile(backend or "numba") if row_shape is None else row_shape
+    if cfg.OCT % rr:
+        raise ValueError(f"conv_pointwise pixel-vector tile of {rr} output channels: it must divide the "
+                         f"{cfg.OCT} channels of a packed weight group ({cfg})")
+    if cfg.P * cfg.OCT > SCRATCH or rr * rnv * cfg.V > SCRATCH:
         raise ValueError(f"conv_pointwise tile {cfg} needs more than {SCRATCH} floats of scratch per thread")
     for name, a in (("x", x), ("w", w), ("y", y), ("B", bias), ("Z", res)):
         if a is not None and a.dtype != np.float32:
@@ -382,17 +406,19 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
         geom[[G_SXN, G_SXB, G_SXC, G_SXP]] = (c * h * wd, BLOCK * h * wd, h * wd, 1)
     flat_res = np.zeros(1, np.float32) if res is None else res.reshape(-1)
     ocg = oc_groups(m, cfg.OCT, blocked_out)
-    if blocked and tuple(strides) == (1, 1) and oh * ow >= 2 * cfg.P and 2 * cfg.P * cfg.OCT <= SCRATCH:
-        geom[G_PAIR] = 1  # tiles of 2P pixels, x read at constant offsets
+    if blocked and tuple(strides) == (1, 1) and oh * ow >= 2 * cfg.P and 2 * cfg.P * cfg.OCT <= SCRATCH \
+            and register_tiles.fits(2 * cfg.P * cfg.NV, cfg.NV, backend or "numba"):
+        geom[G_PAIR] = 1  # tiles of 2P pixels, x read at constant offsets (AVX-512's 32 registers)
     items = ocg * n * geom[G_ROWS] * -(-geom[G_COLS] // (cfg.P * (1 + geom[G_PAIR])))
     # pixel-vector tile: measured (benchmarks/RESULTS.md, CPU time) 10-20 % faster than the
     # channel-vector tile on plain tensors with up to 128 input channels (56x56 and 28x28 layers)
-    # and 10-50 % slower with more (each input channel's 48 pixels are another row of x); its
-    # 24 accumulators need AVX-512's 32 vector registers (V = 16)
-    if rows and not blocked and not blocked_out and tuple(strides) == (1, 1) and oh * ow >= ROW_NV * cfg.V \
-            and c <= ROWS_MAX_C and cfg.V == 16:
+    # and 10-50 % slower with more (each input channel's 48 pixels are another row of x); the
+    # tile's shape follows the target's register count (``row_tile``)
+    if rows and not blocked and not blocked_out and tuple(strides) == (1, 1) and oh * ow >= rnv * cfg.V \
+            and c <= ROWS_MAX_C:
         geom[G_ROWS_TILE] = 1
-        items = -(-m // ROW_R) * n * -(-(oh * ow) // (ROW_NV * cfg.V))
+        items = -(-m // rr) * n * -(-(oh * ow) // (rnv * cfg.V))
     grid = balanced_grid(int(items))  # both OS threads get the same share; a plain int for the launch fast path
     impl(x.reshape(-1), wp, bp, flat_res, y.reshape(-1), geom, add_res=int(res is not None), act=act,
-         act_lo=float(lo), act_hi=float(hi), V=cfg.V, NV=cfg.NV, P=cfg.P, backend=backend, grid=grid)
+         act_lo=float(lo), act_hi=float(hi), V=cfg.V, NV=cfg.NV, P=cfg.P, RR=rr, RNV=rnv, backend=backend,
+         grid=grid)

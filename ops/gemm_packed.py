@@ -26,7 +26,7 @@ zero-pads the ragged panels, so the micro-kernel has no edge cases; only the sto
 edge tile goes through a scratch row.  K blocks after the first add into y; alpha and beta are
 applied by a final pass only when they are not 1 and 0.  Tile sizes come from the target
 (``tile_config``): V = 16 lanes and MR = 8 on AVX-512 (16 of 32 vector registers hold the
-tile), V = 8 and MR = 6 on AVX2 (12 of 16).
+tile), V = 8 and MR = 6 on AVX2 (12 of 16, ``ops/register_tiles.py``).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ import numpy as np
 
 import dsl
 from dsl import In, InOut, Out, f32, i32, i64
-from ops import packed_constants
+from ops import packed_constants, register_tiles
 
 T = dsl.TypeVar("T")
 PACKED_TYPES = (dsl.f32, dsl.f16, dsl.bf16)
@@ -77,11 +77,15 @@ class TileConfig:
 
 
 def tile_config(backend: str = "numba") -> TileConfig:
-    """The tile for ``backend``'s target: 512-bit vectors where AVX-512 is, else 256-bit."""
-    feats = dsl.target(backend).features
-    if "avx512f" in feats:
+    """The tile for ``backend``'s target: 512-bit vectors where AVX-512 is, else 256-bit, MR
+    rows as many as leave registers for the two B vectors and a broadcast.  KC: a B panel
+    (KC × NR floats) of 32 KB; on AVX-512 half that measured best on the Xeon (NR = 32), on
+    an AVX2 Zen 3 KC = 512 ran 1024³ ~10 % faster than 256 on one core (RESULTS.md, issue 29)."""
+    t = dsl.target(backend)
+    if "avx512f" in t.features:
         return TileConfig(V=16, MR=8, KC=256, MC=192, NC=2048)
-    return TileConfig(V=8, MR=6, KC=256, MC=72, NC=1024)
+    mr = max(1, min(8, (register_tiles.vector_registers(t) - 3) // 2))
+    return TileConfig(V=8, MR=mr, KC=512, MC=12 * mr, NC=1024)
 
 
 @dsl.func
@@ -379,7 +383,7 @@ def packed_b(b: np.ndarray, trans_b: int, cfg: TileConfig, backend) -> np.ndarra
 
 def packed_gemm(a, b, c, y, trans_a: int = 0, trans_b: int = 0, alpha=1.0, beta=1.0, backend=None,
                 kernel=gemm_packed, config=None, res=None, act: int = ACT_NONE, act_lo: float = 0.0,
-                act_hi: float = 0.0, geometry=None, cores=None):
+                act_hi: float = 0.0, geometry=None, cores=None, pack_a=None):
     """``gemm_kernel``'s interface on the packed kernel: 3-D a, b (size-1 batch broadcast), 2-D c.
     ``kernel`` is what to launch (a graph's recorder stands in for it while a model is built);
     ``config`` overrides the target's TileConfig (tests use tiny blocks to reach every loop);
@@ -391,7 +395,8 @@ def packed_gemm(a, b, c, y, trans_a: int = 0, trans_b: int = 0, alpha=1.0, beta=
     batch = y.shape[0]
     whole = whole_entries(batch, cores or dsl.target(backend or "numba").compute_units, y.shape[1] * y.shape[2] * k)
     teams = max(1, min(-(-batch // THREADS) if whole else batch, MAX_TEAMS))
-    pack_a = a.dtype != np.float32
+    if pack_a is None:
+        pack_a = a.dtype != np.float32
     b_ready = geometry is None and b.shape[0] == 1 and packed_constants.immutable(b)
     ap, bp, tn = workspace(teams, cfg, k, y.shape[1], y.shape[2], pack_a, whole, b_ready)
     if b_ready:

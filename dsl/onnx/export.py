@@ -120,6 +120,9 @@ class _Exporter:
                 nodes.append(self.node(n))
             else:  # standard ops that other runtimes run (dsl/onnx/lower.py)
                 nodes.extend(lowered)
+                for ln in lowered:  # a lowering may write a contrib op (com.microsoft QLinearAdd)
+                    if ln.domain:
+                        self.used.setdefault(ln.domain, 1)
         return nodes, inits
 
     def standard_opset(self) -> int:

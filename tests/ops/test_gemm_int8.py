@@ -263,12 +263,15 @@ def test_qlinear_conv_model_matches_onnxruntime():
 
 def test_conv_int8_packing_on_every_backend(backend):
     """ops/conv_int8.py launched directly, exact i32 with per-channel weight zero points: a
-    padded stride-1 3x3 on a 37-pixel-wide image now goes to the direct kernel
-    (ops/conv_int8_direct.py).  The im2col packing is run by test_quant_conv_plans.py's stride-2
-    cases on every backend."""
+    padded stride-1 2x2 on a 37-pixel-wide image now goes to the direct kernel
+    (ops/conv_int8_direct.py).  2x2 with a weight zero point and i32 output is the numba
+    specialization onnx's ConvInteger conformance cases compile (a ~60 s cold compile shared
+    through the disk cache); 3x3 windows run in test_quant_conv_plans.py and the QLinearConv
+    model test.  The im2col packing is run by test_quant_conv_plans.py's stride-2 cases on every
+    backend."""
     from ops.conv_int8 import conv_int8
-    x, w = data(np.uint8, (1, 2, 5, 37), 0), data(np.int8, (3, 2, 3, 3), 127)  # panel 48..63: vectors
+    x, w = data(np.uint8, (1, 2, 5, 37), 0), data(np.int8, (3, 2, 2, 2), 127)  # panel 48..63: vectors
     wz = data(np.int8, (3,))
-    y = np.zeros((1, 3, 5, 37), np.int32)
-    conv_int8(x, w, y, np.array(200, np.uint8), wz, [3, 3, 1, 1, 1, 1, 1, 1, 5, 37], backend=backend)
+    y = np.zeros((1, 3, 6, 38), np.int32)
+    conv_int8(x, w, y, np.array(200, np.uint8), wz, [2, 2, 1, 1, 1, 1, 1, 1, 6, 38], backend=backend)
     np.testing.assert_array_equal(y, conv_exact(x, w, 200, wz, (1, 1), (1, 1, 1, 1), (1, 1)))

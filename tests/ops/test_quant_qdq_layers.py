@@ -101,9 +101,10 @@ def test_conv_relu_clip_runs_as_one_int8_conv_with_the_clamp_in_its_epilogue(bac
     assert q.min() == lo and q.max() == hi
 
 
-def _layers_model(mismatched_pool: bool = False, wmax: int = 127):
+def _layers_model(mismatched_pool: bool = False, wmax: int = 127, coarse_part: bool = False):
     """Q -> DQ -> Conv -> Relu -> Q -> DQ -> MaxPool -> Q -> DQ -> (Conv a, Conv b) -> Q -> DQ ->
-    Concat (parts on two scales) -> Q -> DQ -> Dropout -> Q -> DQ -> y."""
+    Concat (parts on two scales) -> Q -> DQ -> Dropout -> Q -> DQ -> y.  The Concat is on b's
+    scale (a, finer, is retargeted), or with ``coarse_part`` on a's (b, coarser, is requantized)."""
     inits = {}
     nodes = _input(inits)
     conv, c1 = _conv("c1", "xd", 4, 8, inits, 0.05, 0, act=("Relu", ()), wmax=wmax)
@@ -115,7 +116,7 @@ def _layers_model(mismatched_pool: bool = False, wmax: int = 127):
               H.make_node("DequantizeLinear", ["pq", "ps", "pz"], ["pd"])]
     ca, a = _conv("ca", "pd", 8, 4, inits, 0.03, 10, wmax=wmax)
     cb, b = _conv("cb", "pd", 8, 6, inits, 0.08, 3, wmax=wmax)
-    inits["cs"], inits["cz"] = np.float32(0.08), np.uint8(3)  # b's scale: a is requantized
+    inits["cs"], inits["cz"] = (np.float32(0.03), np.uint8(10)) if coarse_part else (np.float32(0.08), np.uint8(3))
     nodes += ca + cb + [H.make_node("Concat", [a, b], ["cat"], axis=1),
                         H.make_node("QuantizeLinear", ["cat", "cs", "cz"], ["catq"]),
                         H.make_node("DequantizeLinear", ["catq", "cs", "cz"], ["catd"]),
@@ -125,19 +126,31 @@ def _layers_model(mismatched_pool: bool = False, wmax: int = 127):
     return _model(nodes, inits)
 
 
-def test_a_qdq_model_runs_int8_from_layer_to_layer(backend):
-    model = _layers_model()
+@pytest.mark.parametrize("coarse_part", [False, True])
+def test_a_qdq_model_runs_int8_from_layer_to_layer(backend, coarse_part):
+    """The Concat's finer part is made by its convolution on the Concat's scale (a plain Concat,
+    written in place); a coarser part keeps a QLinearConcat."""
+    model = _layers_model(coarse_part=coarse_part)
     m = dsl.load_onnx(model, backend=backend)
     kinds = [type(n.op) for n in m.graph.nodes]
     # only the input's QuantizeLinear and the output's DequantizeLinear are left
     assert kinds.count(ops.QuantizeLinear) == 1 and kinds.count(ops.DequantizeLinear) == 1
-    assert kinds.count(FusedQLinearConv) == 1 and kinds.count(ops.QLinearConv) == 2
-    assert ops.MaxPool in kinds and QLinearConcat in kinds
+    if coarse_part:
+        assert kinds.count(FusedQLinearConv) == 1 and kinds.count(ops.QLinearConv) == 2 and QLinearConcat in kinds
+    else:  # conv a: requantized to (0.08, 3), clamped to where its own u8 range on (0.03, 10) lands
+        assert kinds.count(FusedQLinearConv) == 2 and kinds.count(ops.QLinearConv) == 1 and ops.Concat in kinds
+        cat = next(n for n in m.graph.nodes if type(n.op) is ops.Concat)
+        a = cat.inputs[0].producer
+        assert type(a.op) is FusedQLinearConv and float(a.inputs[6].value) == np.float32(0.08)
+        assert a.op.clamp(np.float32(0.08), np.uint8(3)) == (max(0, int(np.rint(-10 * np.float32(0.03) / np.float32(0.08))) + 3),
+                                                             int(np.rint(245 * np.float32(0.03) / np.float32(0.08))) + 3)
+    assert ops.MaxPool in kinds
     pool = next(n for n in m.graph.nodes if type(n.op) is ops.MaxPool)
     assert pool.inputs[0].spec.dtype == dsl.u8
+    scale = 0.03 if coarse_part else 0.08
     for _ in range(2):
         x = RNG.uniform(-4, 4, SHAPE).astype(np.float32)
-        assert _steps(m.run({"x": x})["y"], _ort_float(model, x), 0.08) <= 1
+        assert _steps(m.run({"x": x})["y"], _ort_float(model, x), scale) <= 1
 
 
 def test_max_pool_between_other_scales_stays_float():
@@ -203,7 +216,7 @@ def test_the_int8_graph_exports_and_onnxruntime_runs_it():
     onnxruntime's com.microsoft op: onnxruntime runs the export to opdsl's integers.  7-bit weights:
     onnxruntime's AVX2 u8·i8 path (vpmaddubsw) saturates pairs of full-range products."""
     ort = pytest.importorskip("onnxruntime")
-    m = dsl.load_onnx(_layers_model(wmax=63), backend="interpreter")
+    m = dsl.load_onnx(_layers_model(wmax=63, coarse_part=True), backend="interpreter")
     exported = m.graph.to_onnx()
     kinds = {(n.domain or "", n.op_type) for n in exported.graph.node}
     assert ("", "QLinearConv") in kinds and ("", "Clip") in kinds and ("com.microsoft", "QLinearConcat") in kinds
@@ -211,4 +224,4 @@ def test_the_int8_graph_exports_and_onnxruntime_runs_it():
     sess = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"])
     x = RNG.uniform(-4, 4, SHAPE).astype(np.float32)
     got = sess.run(None, {"x": x})[0]
-    assert _steps(got, m.run({"x": x})["y"], 0.08) <= 1
+    assert _steps(got, m.run({"x": x})["y"], 0.03) <= 1
