@@ -14,7 +14,8 @@ workers), which a loaded machine disturbs far less than two threads that wait fo
 A fourth argument ``profile`` prints, after each case, where opdsl's time goes by op type
 (``model.profile``) and which nodes the compiled graph has: the quantized models' float or Q/DQ
 nodes left between layers show there.
-Usage: PYTHONPATH=. python benchmarks/bench_int8.py [rounds] [case-filter] [threads] [profile]"""
+Usage: PYTHONPATH=. python benchmarks/bench_int8.py [rounds] [case-filter] [threads] [profile]
+       PYTHONPATH=. python benchmarks/bench_int8.py pairs [rounds] [threads]   (dot4_sat vs dot4, see ``pairs``)"""
 import os
 import sys
 import time
@@ -140,7 +141,53 @@ CASES = {
 }
 
 
+def pairs(rounds: int, threads: int) -> None:
+    """``pairs`` mode: the direct convolution and the packed GEMM launched directly (no graph), on
+    7-bit weights, with ``dsl.dot4_sat`` (vpmaddubsw; what they choose on AVX2 without VNNI) and
+    with the exact ``dsl.dot4``, alternating round by round, best of each."""
+    from ops.conv_int8_direct import conv_int8_direct
+    from ops.gemm_int8 import qgemm_int8
+    shapes = [(64, 56, 64, 3), (256, 14, 256, 3), (64, 56, 64, 1), (512, 7, 512, 3)]
+    for shape in shapes + [None]:
+        if shape is None:  # the GEMM, 256x1024x1024
+            a, b = RNG.integers(0, 256, (1, 256, 1024)).astype(np.uint8), weights(1, 1024, 1024)
+            y = np.empty((1, 256, 1024), np.int32)
+            b.flags.writeable = False
+            name, macs = "packed GEMM 256x1024x1024", 256 * 1024 * 1024
+
+            def run(sat, a=a, b=b, y=y):
+                qgemm_int8(a, b, y, np.array([128], np.uint8), np.array([0], np.int8), saturating=sat)
+        else:
+            c, h, m, k = shape
+            x, w = RNG.integers(0, 256, (1, c, h, h)).astype(np.uint8), weights(m, c, k, k)
+            w.flags.writeable = False
+            y = np.empty((1, m, h, h), np.uint8)
+            mult = np.full(m, 0.001, np.float32)
+            name, macs = f"direct conv {c}x{h}x{h}->{m} {k}x{k}", m * c * k * k * h * h
+
+            def run(sat, x=x, w=w, y=y, mult=mult, k=k, h=h):
+                conv_int8_direct(x, w, y, np.array([128], np.uint8), [k, k, 1, 1, k // 2, k // 2, 1, 1, h, h], mult,
+                                 None, 128, saturating=sat)
+        best = [float("inf"), float("inf")]
+        for sat in (True, False):
+            run(sat)
+        for _ in range(rounds):
+            for i, sat in enumerate((True, False)):
+                t = time.perf_counter()
+                run(sat)
+                best[i] = min(best[i], time.perf_counter() - t)
+        print(f"| {name} | {best[0] * 1e3:.2f} ms ({macs / best[0] / 1e9:.0f} GMAC/s) | {best[1] * 1e3:.2f} ms "
+              f"({macs / best[1] / 1e9:.0f} GMAC/s) | {best[1] / best[0]:.2f}x |", flush=True)
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "pairs":
+        import numba
+        threads = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+        numba.set_num_threads(threads)
+        print(f"dot4_sat vs dot4, {threads} thread(s), load average {os.getloadavg()[0]:.1f}; | work | dot4_sat | dot4 | gain |")
+        pairs(int(sys.argv[2]) if len(sys.argv) > 2 else 10, threads)
+        return
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 10
     pick = sys.argv[2] if len(sys.argv) > 2 else ""
     cores = int(sys.argv[3]) if len(sys.argv) > 3 else dsl.target("numba").compute_units

@@ -30,7 +30,7 @@ import numpy as np
 import dsl
 from dsl import In, Out, i32, i64
 from ops import packed_constants
-from ops.gemm_int8 import THREADS, Int8Tile, int8_tile
+from ops.gemm_int8 import THREADS, Int8Tile, int8_tile, pairs_fit_i16, saturating_pairs_pay
 
 X = dsl.TypeVar("X")
 Y = dsl.TypeVar("Y")
@@ -44,7 +44,8 @@ def pack_nchw4c_int8(x: In[X, 4], x_zp: In[X, 1], xp: Out[i32, 4], geom: dsl.Vec
     """xp (N, C/4, Hs, Wp) = x as words of 4 channels (byte j: channel 4·c4 + j, shifted to u8 by
     ``flip`` = 0x80 for i8 data); geom = (stride h, stride w, pad top, pad left, Hp): row r < Hp,
     column j read x[.., r·sh - pt, j·sw - pl]; the padding, channels past C and rows Hp..Hs hold
-    the zero point."""
+    the zero point.  Stride-1 rows go by vectors of V words, a row's tail too (one vector ending at
+    its last image pixel, overlapping the one before: 14-pixel rows were 6 of 14 words one by one)."""
     cn = x.shape[1]
     hh = x.shape[2]
     ww = x.shape[3]
@@ -72,7 +73,10 @@ def pack_nchw4c_int8(x: In[X, 4], x_zp: In[X, 1], xp: Out[i32, 4], geom: dsl.Vec
         else:
             src = ((t * cn + 4 * c4) * hh + ih) * ww
             j = 0
+            jt = min(wp_n, ww + pl) - V  # where a vector ending at the row's last image pixel starts
             while j < wp_n:
+                if sw == 1 and jt >= pl and jt < j and j < jt + V and 4 * c4 + 3 < cn:
+                    j = jt  # the row's tail as one vector overlapping the last (same words again)
                 iw = j * sw - pl
                 if sw == 1 and iw >= 0 and iw + V <= ww and j + V <= wp_n and 4 * c4 + 3 < cn:
                     wv = dsl.splat(0, V, i32)
@@ -98,13 +102,15 @@ def pack_nchw4c_int8(x: In[X, 4], x_zp: In[X, 1], xp: Out[i32, 4], geom: dsl.Vec
 def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In[dsl.f32, 2], bias: In[i32, 2],
                       wzp: In[i32, 2], y: Out[Y, 4], rb: i64, zx: i32, requantize: i32, y_zp: dsl.f32, q_lo: dsl.f32,
                       q_hi: dsl.f32, KH: dsl.const[i64], KW: dsl.const[i64], V: dsl.const[i64], MR: dsl.const[i64],
-                      ZW: dsl.const[i64]):
+                      ZW: dsl.const[i64], SAT: dsl.const[i64]):
     """y (N, M, OH, OW) = conv of the packed image xp (N, C/4, Hs, Wp) with the packed weights wp
     (Mp/MR, C/4·KH·KW·MR: a row tile's MR words of one tap side by side) (module docstring), minus zx·wsum[m], plus bias, requantized (requantize = 1:
     f32 scale ``mult`` per tensor or output channel, y_zp, clamp to [q_lo, q_hi]) or stored as i32.
     ZW = 1: the weights' zero point ``wzp`` (i8, per tensor or output channel) is not 0, so each
     panel also sums its window's bytes (one ``dot4`` with bytes of 1 per tap) for the term
     -wzp·(Σx - K·zx).
+    SAT = 1: the products run on ``dsl.dot4_sat``, which the host chose because no pair of the
+    weights' bytes can leave i16 (``ops.gemm_int8.pairs_fit_i16``), so it equals ``dot4``.
     Work items: per image, (block of ``rb`` row tiles, panel of 2·V positions), panels of one
     block consecutive; a block's row tiles run in turn on its panel (their weights stay in L1, the
     panel's words too)."""
@@ -146,13 +152,21 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
                     for kw in dsl.static_range(KW):
                         b0 = xp.vload(xo + kh * wp_n + kw, V)
                         b1 = xp.vload(xo + kh * wp_n + kw + V, V)
-                        if ZW == 1:
-                            xs[0] = dsl.dot4(xs[0], b0, ones)
-                            xs[1] = dsl.dot4(xs[1], b1, ones)
+                        if ZW == 1:  # bytes of 1: no pair can saturate
+                            if SAT == 1:
+                                xs[0] = dsl.dot4_sat(xs[0], b0, ones)
+                                xs[1] = dsl.dot4_sat(xs[1], b1, ones)
+                            else:
+                                xs[0] = dsl.dot4(xs[0], b0, ones)
+                                xs[1] = dsl.dot4(xs[1], b1, ones)
                         for i in dsl.static_range(MR):
                             wv = dsl.splat(wp.flat[wo + (kh * KW + kw) * MR + i], V)
-                            acc[2 * i] = dsl.dot4(acc[2 * i], b0, wv)
-                            acc[2 * i + 1] = dsl.dot4(acc[2 * i + 1], b1, wv)
+                            if SAT == 1:
+                                acc[2 * i] = dsl.dot4_sat(acc[2 * i], b0, wv)
+                                acc[2 * i + 1] = dsl.dot4_sat(acc[2 * i + 1], b1, wv)
+                            else:
+                                acc[2 * i] = dsl.dot4(acc[2 * i], b0, wv)
+                                acc[2 * i + 1] = dsl.dot4(acc[2 * i + 1], b1, wv)
             # ---- epilogue: zero-point term, bias, requantization; positions past OW are dropped
             for i in dsl.static_range(MR):
                 m = tile * MR + i
@@ -206,16 +220,28 @@ def _pack_weights(w: np.ndarray, tile: Int8Tile) -> tuple:
     wp = words.view(np.int32).reshape(mp, c4 * kh * kw)  # little-endian: byte j is channel 4·c4 + j
     wp = wp.reshape(mp // tile.MR, tile.MR, -1).transpose(0, 2, 1).reshape(mp // tile.MR, -1)
     wsum = full.astype(np.int32).reshape(mp, -1).sum(axis=1).reshape(1, mp)
-    return np.ascontiguousarray(wp), np.ascontiguousarray(wsum.astype(np.int32))
+    return np.ascontiguousarray(wp), np.ascontiguousarray(wsum.astype(np.int32)), pairs_fit_i16(wp)
 
 
 def packed_weights(w: np.ndarray, tile: Int8Tile) -> tuple:
-    """(wp, wsum) of ``w`` (M, C, KH, KW) as qconv_direct_int8 reads them: packed once per constant array (kept while it lives),
-    at every call for any other."""
+    """(wp, wsum, fits) of ``w`` (M, C, KH, KW) as qconv_direct_int8 reads them, ``fits``: whether
+    ``dot4_sat`` is exact on them (``pairs_fit_i16``); made once per constant array (kept while it
+    lives), at every call for any other."""
     if not packed_constants.immutable(w):
         return _pack_weights(w, tile)
     key = ("conv_int8_direct W",) + packed_constants.view_key(w) + (tile,)
     return packed_constants.once_per_array(w, key, lambda: _pack_weights(w, tile))
+
+
+def row_block(mtiles: int, tile_bytes: int) -> int:
+    """Row tiles per block: as many as keep their weights within L1_WEIGHT_BYTES, in blocks of one
+    size where up to twice the blocks allow it (16 tiles of 7 at most: 4 × 4, not 7, 7, 2), else
+    evened out: the team splits the work items (block, panel) in equal counts, so a short block
+    would leave a thread idle (the 7, 7, 2 split ran 2135 against 1113 tile-panels on 2 threads)."""
+    most = max(1, min(mtiles, L1_WEIGHT_BYTES // tile_bytes))
+    blocks = -(-mtiles // most)
+    blocks = next((b for b in range(blocks, min(mtiles, 2 * blocks) + 1) if mtiles % b == 0), blocks)
+    return -(-mtiles // blocks)
 
 
 def launched(kernel, launch=None):
@@ -245,12 +271,14 @@ def shifted_weight_zero_point(w: np.ndarray, w_zp) -> np.ndarray:
 
 
 def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=None, q_hi=None,
-                     backend=None, tile=None, w_zp=None, launch=None) -> None:
+                     backend=None, tile=None, w_zp=None, launch=None, saturating=None) -> None:
     """y (N, M, OH, OW) = conv(x (N, C, H, W), w (M, C, KH, KW)) on ``qconv_direct_int8``, exact in
     i32 (y i32) or requantized with ``mult`` (f32, per tensor or per output channel), ``bias``
     (i32, per output channel), ``y_zp`` and the clamp [q_lo, q_hi] (default: y's type range).
     ``geom`` as ``direct_conv_ok``'s, which must hold; ``w_zp``: the weights' zero point (None: 0),
-    per tensor or per output channel; ``launch``: see ``launched``."""
+    per tensor or per output channel; ``launch``: see ``launched``; ``saturating``: run the products
+    on ``dsl.dot4_sat`` (None: where it pays, ``saturating_pairs_pay``, and is exact on these
+    weights; True forces it, a test's way to reach it on every backend)."""
     backend = backend or "numba"
     if not direct_geometry_ok(geom):
         raise ValueError(f"conv_int8_direct takes stride-1 convolutions, or 1x1 ones without padding, with "
@@ -276,7 +304,8 @@ def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=Non
     xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
     launched(pack_nchw4c_int8, launch)(np.ascontiguousarray(x), xz, xp, np.asarray(pack_geom, np.int64),
                      0x80 if x.dtype == np.int8 else 0, V=tile.V, backend=backend)
-    wpk, wsum = packed_weights(w, tile)
+    wpk, wsum, fits = packed_weights(w, tile)
+    sat = (fits and saturating_pairs_pay(backend)) if saturating is None else bool(saturating)
     zx = (int(xz[0]) & 0xFF) ^ (0x80 if x.dtype == np.int8 else 0)
     requantize = mult is not None
     if requantize:
@@ -288,7 +317,8 @@ def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=Non
         lo = hi = 0.0
         mult = np.ones((1, 1), np.float32)
     bias = np.zeros((1, 1), np.int32) if bias is None else np.asarray(bias, np.int32).reshape(1, -1)
-    rb = max(1, min(wpk.shape[0], L1_WEIGHT_BYTES // (wpk.shape[1] * 4)))
+    rb = row_block(wpk.shape[0], wpk.shape[1] * 4)
     wzp = shifted_weight_zero_point(w, w_zp)
     launched(qconv_direct_int8, launch)(xp, wpk, wsum, mult, bias, wzp, y, rb, zx, int(requantize), float(y_zp), lo, hi,
-                      KH=kh, KW=kw, V=tile.V, MR=tile.MR, ZW=int(np.any(wzp != 0)), backend=backend)
+                      KH=kh, KW=kw, V=tile.V, MR=tile.MR, ZW=int(np.any(wzp != 0)), SAT=int(sat),
+                      backend=backend)

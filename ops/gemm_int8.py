@@ -70,6 +70,23 @@ def int8_tile(backend: str = "numba") -> Int8Tile:
     return Int8Tile(V=8, MR=4)
 
 
+def saturating_pairs_pay(backend: str) -> bool:
+    """Whether ``dsl.dot4_sat`` (``vpmaddubsw`` + ``vpmaddwd``: three instructions a vector) beats
+    the exact ``dot4`` on ``backend``'s target: numba on AVX2 without VNNI, where ``dot4`` takes
+    two ``vpmaddwd`` and the byte widening (about six); with VNNI ``dot4`` is one ``vpdpbusd``."""
+    feats = dsl.target(backend).features
+    return backend == "numba" and "avx2" in feats and "avxvnni" not in feats and "avx512vnni" not in feats
+
+
+def pairs_fit_i16(words: np.ndarray) -> bool:
+    """Whether ``dsl.dot4_sat`` equals ``dsl.dot4`` for every u8 operand against these signed
+    bytes (i32 words of 4, bytes 0-1 and 2-3 a pair): in each pair the positive bytes sum to at
+    most 128 and the negative ones to at least -128, so 255 times either stays inside i16.  7-bit
+    weights always do; full-range ones rarely do (then the exact ``dot4`` runs)."""
+    b = np.ascontiguousarray(words).view(np.int8).reshape(-1, 2).astype(np.int16)
+    return bool((np.maximum(b, 0).sum(axis=1) <= 128).all() and (np.minimum(b, 0).sum(axis=1) >= -128).all())
+
+
 def worth_packing(m, n, k) -> bool:
     known = [d for d in (m, n, k) if d is not None]
     return (m or 1) * (n or 1) * (k or 1) >= MIN_MACS and all(d >= 4 for d in known)
@@ -116,11 +133,13 @@ def pack_b_int8(b: In[B, 3], b_zp: In[B, 2], bp: Out[i32, 2], bu: Out[i32, 2], b
 def qgemm_packed(a: In[A, 3], a_zp: In[A, 2], bp: In[i32, 2], bu: In[i32, 2], bz: In[i32, 2],
                  mult: In[f32, 2], bias: In[i32, 2], y: Out[Y, 3], ap: InOut[i32, 2], rows: InOut[i32, 2],
                  flip: i32, requantize: i32, per_row: i32, y_zp: f32, q_lo: f32, q_hi: f32,
-                 V: dsl.const[i64], MR: dsl.const[i64]):
+                 V: dsl.const[i64], MR: dsl.const[i64], SAT: dsl.const[i64]):
     """y[t] = A[t]·B[t] with zero points (module docstring); ``ap`` (batch·Mp, K/4) and ``rows``
     (batch·Mp, 2) are the packed A and its (row sum, zero point), Mp = M rounded up to MR.
     bp/bu/bz/mult/bias have one row per B entry (or one for all); mult and bias are per column, or
-    per row of A with per_row = 1 (a convolution's output channels), size 1: per tensor."""
+    per row of A with per_row = 1 (a convolution's output channels), size 1: per tensor.
+    SAT = 1: the products run on ``dsl.dot4_sat``, chosen by the host where B's bytes keep it
+    exact (``pairs_fit_i16``)."""
     batch = y.shape[0]
     m_rows = y.shape[1]
     n = y.shape[2]
@@ -181,8 +200,12 @@ def qgemm_packed(a: In[A, 3], a_zp: In[A, 2], bp: In[i32, 2], bu: In[i32, 2], bz
             b1 = bp.vload(pb + q * NR + V, V)
             for i in dsl.static_range(MR):
                 av = dsl.splat(ap.flat[pa + i * k4 + q], V)
-                acc[2 * i] = dsl.dot4(acc[2 * i], av, b0)
-                acc[2 * i + 1] = dsl.dot4(acc[2 * i + 1], av, b1)
+                if SAT == 1:
+                    acc[2 * i] = dsl.dot4_sat(acc[2 * i], av, b0)
+                    acc[2 * i + 1] = dsl.dot4_sat(acc[2 * i + 1], av, b1)
+                else:
+                    acc[2 * i] = dsl.dot4(acc[2 * i], av, b0)
+                    acc[2 * i + 1] = dsl.dot4(acc[2 * i + 1], av, b1)
         # ---- epilogue: zero-point terms, bias, requantization, store
         for i in dsl.static_range(MR):
             m = ip * MR + i
@@ -234,12 +257,13 @@ def _pack_b(b3: np.ndarray, bzp2: np.ndarray, tile: Int8Tile, backend) -> tuple:
     bz = np.empty((bb, np_cols), np.int32)
     flip = 0x80 if b3.dtype == np.uint8 else 0
     pack_b_int8(np.ascontiguousarray(b3), np.ascontiguousarray(bzp2), bp, bu, bz, flip, NR=tile.NR, backend=backend)
-    return bp, bu, bz
+    return bp, bu, bz, pairs_fit_i16(bp)
 
 
 def packed_b(b3: np.ndarray, bzp2: np.ndarray, tile: Int8Tile, backend) -> tuple:
-    """(bp, bu, bz) of ``pack_b_int8``: made once per constant B and zero point (kept while
-    the array lives; the zero point's values are part of the key), at every call for any other."""
+    """(bp, bu, bz, fits) of ``pack_b_int8`` (``fits``: ``pairs_fit_i16`` of bp): made once per
+    constant B and zero point (kept while the array lives; the zero point's values are part of
+    the key), at every call for any other."""
     if not packed_constants.immutable(b3):
         return _pack_b(b3, bzp2, tile, backend)
     key = ("gemm_int8 B",) + packed_constants.view_key(b3) + (bzp2.tobytes(), bzp2.shape, tile, backend)
@@ -261,21 +285,25 @@ def _per_column(x: Optional[np.ndarray], n: int, np_cols: int, dtype, default) -
 
 def qgemm_int8(a3: np.ndarray, b3: np.ndarray, y3: np.ndarray, a_zp=None, b_zp=None, mult=None,
                bias=None, y_zp: int = 0, q_lo=None, q_hi=None, backend=None, kernel=qgemm_packed,
-               tile: Optional[Int8Tile] = None, per_row: bool = False, packed=None) -> None:
+               tile: Optional[Int8Tile] = None, per_row: bool = False, packed=None, saturating=None) -> None:
     """y3 (batch, M, N) = a3 (batch, M, K) · b3 (1|batch, K, N) with zero points ``a_zp`` (scalar or
     per row, M), ``b_zp`` (scalar or per column, N); with ``mult`` (scalar or per column, f32)
     the sums (plus ``bias``, i32 per column) are requantized to y3's dtype around ``y_zp`` and
     clamped to [q_lo, q_hi] (default: the type's range); ``per_row``: mult and bias are per row
     (M) instead.  ``kernel`` is what to launch (a graph's recorder stands in for it); ``tile``
-    overrides the target's; ``packed`` is B already packed as (bp, bu, bz) (ops/conv_int8.py)."""
+    overrides the target's; ``packed`` is B already packed as (bp, bu, bz) (ops/conv_int8.py);
+    ``saturating``: run the products on ``dsl.dot4_sat`` (None: where it pays and B's bytes keep it
+    exact; never on a ``packed`` B, an image; True forces it, for tests)."""
     backend = backend or "numba"
     tile = tile or int8_tile(backend)
     batch, m, kk = a3.shape
     n = y3.shape[2]
     if packed is None:
         zb = np.zeros(1, b3.dtype) if b_zp is None else np.asarray(b_zp, b3.dtype).reshape(-1)
-        packed = packed_b(b3, zb.reshape(1, -1), tile, backend)
-    bp, bu, bz = packed
+        bp, bu, bz, fits = packed_b(b3, zb.reshape(1, -1), tile, backend)
+    else:
+        (bp, bu, bz), fits = packed, False
+    sat = (fits and saturating_pairs_pay(backend)) if saturating is None else bool(saturating)
     za = np.zeros((1, 1), a3.dtype) if a_zp is None else np.asarray(a_zp, a3.dtype).reshape(1, -1)
     mp = -(-m // tile.MR) * tile.MR
     ap = np.empty((batch * mp, -(-kk // 4)), np.int32)
@@ -292,4 +320,5 @@ def qgemm_int8(a3: np.ndarray, b3: np.ndarray, y3: np.ndarray, a_zp=None, b_zp=N
     cols = m if per_row else np_cols
     kernel(np.ascontiguousarray(a3), za, bp, bu, bz, _per_column(mult, width, cols, np.float32, 1.0),
            _per_column(bias, width, cols, np.int32, 0), y3, ap, rows, 0x80 if a3.dtype == np.int8 else 0,
-           int(requantize), int(per_row), float(y_zp), lo, hi, V=tile.V, MR=tile.MR, backend=backend)
+           int(requantize), int(per_row), float(y_zp), lo, hi, V=tile.V, MR=tile.MR, SAT=int(sat),
+           backend=backend)

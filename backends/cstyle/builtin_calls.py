@@ -86,6 +86,21 @@ class CBuiltinCalls:
                 f"  return (int)((uint)acc + {plain});\n"
                 f"#endif\n}}")
 
+    def builtin_dot4_sat(self, e: ir.Call, args: List[str]) -> str:
+        return f"{self.helper('dot4_sat', T.i32)}({', '.join(args)})"
+
+    def helper_dot4_sat(self, name, t, dtype, extra):
+        """dsl.dot4_sat on one i32: two pairs of byte products, each clamped to i16, then summed
+        (vpmaddubsw's arithmetic; no device built-in has it)."""
+        prods = [f"(int)((a >> {8 * j}) & 0xFFu) * (int)(char)(b >> {8 * j})" for j in range(4)]
+        return (f"{self.func_prefix}int {name}(int acc, int sa, int sb) {{\n"
+                f"  // acc + sat16(a0*b0 + a1*b1) + sat16(a2*b2 + a3*b3), bytes of a unsigned and b signed, wrapping\n"
+                f"  uint a = (uint)sa, b = (uint)sb;\n"
+                f"  int lo = {prods[0]} + {prods[1]}, hi = {prods[2]} + {prods[3]};\n"
+                f"  lo = lo < -32768 ? -32768 : lo > 32767 ? 32767 : lo;\n"
+                f"  hi = hi < -32768 ? -32768 : hi > 32767 ? 32767 : hi;\n"
+                f"  return (int)((uint)acc + (uint)lo + (uint)hi);\n}}")
+
     def builtin_pow(self, e: ir.Call, args: List[str]) -> str:
         return self._pow(e.type, e.args[0], e.args[1])
 

@@ -508,6 +508,74 @@ def _dot4_vnni(builder, acc, a, b):
     return builder.call(fn, [acc, a, b])
 
 
+def _dot4_sat_generic(builder, acc, a, b):
+    """acc + sat16(a0·b0 + a1·b1) + sat16(a2·b2 + a3·b3) in i32 arithmetic (``vpmaddubsw``'s pairs)."""
+    def k(c):
+        c = llir.Constant(llir.IntType(32), c)
+        return _vec(builder, acc.type, c) if isinstance(acc.type, llir.VectorType) else c
+    for pair in range(2):
+        s = None
+        for j in (2 * pair, 2 * pair + 1):
+            ua = builder.and_(builder.lshr(a, k(8 * j)), k(0xFF))
+            sb = builder.ashr(builder.shl(b, k(24 - 8 * j)), k(24))
+            p = builder.mul(ua, sb)
+            s = p if s is None else builder.add(s, p)
+        lo, hi = k(-32768), k(32767)
+        s = builder.select(builder.icmp_signed("<", s, lo), lo, s)
+        s = builder.select(builder.icmp_signed(">", s, hi), hi, s)
+        acc = builder.add(acc, s)
+    return acc
+
+
+def _dot4_maddubs(builder, acc, a, b, halves=False):
+    """``vpmaddubsw`` (u8·i8 pairs summed in saturating i16), then ``vpmaddwd`` by ones (the two
+    pairs of a lane summed in i32, exact), then the add: three instructions per vector; 16 lanes
+    as two 256-bit halves with ``halves`` (AVX2 without AVX512BW)."""
+    n = acc.type.count
+    i32 = llir.IntType(32)
+    if n == 16 and halves:
+        def half(v, h):
+            return builder.shuffle_vector(v, v, llir.Constant(llir.VectorType(i32, 8), list(range(8 * h, 8 * h + 8))))
+        lo = _dot4_maddubs(builder, half(acc, 0), half(a, 0), half(b, 0))
+        hi = _dot4_maddubs(builder, half(acc, 1), half(a, 1), half(b, 1))
+        return builder.shuffle_vector(lo, hi, llir.Constant(llir.VectorType(i32, 16), list(range(16))))
+    bytes_t = llir.VectorType(llir.IntType(8), 4 * n)
+    words = llir.VectorType(llir.IntType(16), 2 * n)
+    ubs, wd = {4: ("llvm.x86.ssse3.pmadd.ub.sw.128", "llvm.x86.sse2.pmadd.wd"),
+               8: ("llvm.x86.avx2.pmadd.ub.sw", "llvm.x86.avx2.pmadd.wd"),
+               16: ("llvm.x86.avx512.pmaddubs.w.512", "llvm.x86.avx512.pmaddw.d.512")}[n]
+    pairs = builder.call(_declared(builder, ubs, words, [bytes_t, bytes_t]),
+                         [builder.bitcast(a, bytes_t), builder.bitcast(b, bytes_t)])
+    ones = _vec(builder, words, llir.Constant(llir.IntType(16), 1))
+    return builder.add(acc, builder.call(_declared(builder, wd, acc.type, [words, words]), [pairs, ones]))
+
+
+DOT4_SAT_LOWERINGS = ("maddubs", "maddubs256", "generic")
+
+
+@intrinsic(prefer_literal=True)
+def dot4_sat(typingctx, acc, a, b, lowering):
+    """``dsl.dot4_sat`` on i32 scalars or SIMD values: ``dot4`` with each pair of byte products
+    summed in saturating i16 first, as ``vpmaddubsw`` does.  ``lowering`` is one of
+    DOT4_SAT_LOWERINGS (backends/numba/simd_codegen.py ``dot4_sat_lowering``)."""
+    how = _literal(lowering)
+    if how not in DOT4_SAT_LOWERINGS or not (acc == a == b):
+        return None
+    if isinstance(acc, Simd):
+        if acc.elem != types.int32:
+            return None
+    elif acc != types.int32:
+        return None
+    sig = acc(acc, a, b, lowering)
+
+    def codegen(context, builder, sig, args):
+        x, y, z = args[:3]
+        if not isinstance(x.type, llir.VectorType) or how == "generic":
+            return _dot4_sat_generic(builder, x, y, z)
+        return _dot4_maddubs(builder, x, y, z, halves=how == "maddubs256")
+    return sig, codegen
+
+
 @intrinsic(prefer_literal=True)
 def dot4(typingctx, acc, a, b, lowering):
     """``dsl.dot4`` on i32 scalars or SIMD values: per lane, acc + the dot product of a's 4 bytes
@@ -544,4 +612,4 @@ def wide_registers(typingctx):
 
 __all__ = ["Simd", "vload", "vstore", "bf16_to_f32", "f32_to_bf16", "vsplat", "vget", "vset", "vbinary",
            "vcompare", "vunary", "vfma", "fma", "vselect", "vconvert", "vf2i", "vreduce", "wide_registers", "dot4",
-           "DOT4_LOWERINGS"]
+           "DOT4_LOWERINGS", "dot4_sat", "DOT4_SAT_LOWERINGS"]

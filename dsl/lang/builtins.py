@@ -377,6 +377,28 @@ def dot4(acc, a, b):
     return out.view(Lanes) if lanes else np.int32(out)
 
 
+def dot4_sat(acc, a, b):
+    """``dot4`` with each pair of byte products summed in saturating i16 first (x86 ``vpmaddubsw``).
+
+    Per i32 lane: acc + sat16(a0·b0 + a1·b1) + sat16(a2·b2 + a3·b3), bytes of ``a`` unsigned and of
+    ``b`` signed, the i32 sum wrapping.  It equals ``dot4`` whenever neither pair can leave i16:
+    the positive bytes of each pair of ``b`` sum to at most 128, and so do the negative ones
+    (7-bit weights, for example); an AVX2 CPU runs it in three instructions where the exact
+    ``dot4`` takes about six."""
+    lanes = _has_lanes((acc, a, b))
+    ua = np.asarray(a).astype(np.int64) & 0xFFFFFFFF
+    ub = np.asarray(b).astype(np.int64) & 0xFFFFFFFF
+    total = np.asarray(acc).astype(np.int64)
+    for pair in range(2):
+        s = 0
+        for j in (2 * pair, 2 * pair + 1):
+            sb = (ub >> (8 * j)) & 0xFF
+            s = s + ((ua >> (8 * j)) & 0xFF) * (sb - ((sb & 0x80) << 1))
+        total = total + np.clip(s, -32768, 32767)
+    out = (((total + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)).astype(np.int32)
+    return out.view(Lanes) if lanes else np.int32(out)
+
+
 # --------------------------------------------------------------------------- SIMD values
 
 class Lanes(np.ndarray):
@@ -676,6 +698,8 @@ register(Builtin("pow", pow_, "x ** y, promoted type (integer edge cases as for 
                  derivative=("where(b == 0, 0, b * pow(a, b - 1))", "where(a > 0, y * log(a), 0)")))
 register(Builtin("dot4", dot4, "acc + dot(4 u8 bytes of a, 4 i8 bytes of b) per i32 lane, wrapping (vpdpbusd)",
                  arity=(3,), rule=_dot4_rule, spelling={"numba": Helper("dot4"), "c": Helper("dot4")}))
+register(Builtin("dot4_sat", dot4_sat, "dot4 with each pair of byte products summed in saturating i16 (vpmaddubsw)",
+                 arity=(3,), rule=_dot4_rule, spelling={"numba": Helper("dot4_sat"), "c": Helper("dot4_sat")}))
 for _fn in (thread_id, num_threads, tile_id, num_tiles):
     _per_axis = _fn in (tile_id, num_tiles)  # tile_id(axis), num_tiles(axis): axis a literal 0, 1 or 2
     register(Builtin(_fn.__name__, _fn, _fn.__doc__, kind="team", arity=(0, 1) if _per_axis else (0,),

@@ -182,3 +182,79 @@ def test_float_lanes_round_and_narrow_with_saturation(backend):
     np.testing.assert_array_equal(q8, sat(x, np.uint8))
     np.testing.assert_array_equal(s8, sat(x, np.int8))
     np.testing.assert_array_equal(q32, sat(x, np.int32))
+
+
+# ----------------------------------------------------------------------------- dsl.dot4_sat
+
+@dsl.kernel(threads=1)
+def dot4_sat_lanes(acc: In[i32], a: In[i32], b: In[i32], y4: Out[i32], y8: Out[i32], y16: Out[i32], ys: Out[i32]):
+    """dsl.dot4_sat on 4, 8 and 16 lanes and on scalars, over the same data."""
+    for i in range(0, acc.size, 16):
+        y16.vstore(i, dsl.dot4_sat(acc.vload(i, 16), a.vload(i, 16), b.vload(i, 16)))
+        for h in dsl.static_range(2):
+            y8.vstore(i + 8 * h, dsl.dot4_sat(acc.vload(i + 8 * h, 8), a.vload(i + 8 * h, 8), b.vload(i + 8 * h, 8)))
+        for q in dsl.static_range(4):
+            y4.vstore(i + 4 * q, dsl.dot4_sat(acc.vload(i + 4 * q, 4), a.vload(i + 4 * q, 4), b.vload(i + 4 * q, 4)))
+        for j in range(i, i + 16):
+            ys.flat[j] = dsl.dot4_sat(acc.flat[j], a.flat[j], b.flat[j])
+
+
+def sat_reference(acc, a_bytes, b_bytes):
+    """acc + Σ over the two pairs of a lane of clip(u8·i8 + u8·i8, i16), wrapped to i32."""
+    prods = (a_bytes.astype(np.int64) * b_bytes).reshape(-1, 2, 2).sum(2)
+    s = acc.astype(np.int64) + np.clip(prods, -32768, 32767).sum(1)
+    return ((s + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
+
+
+def test_dot4_sat_saturates_each_pair_in_i16_on_every_backend(backend):
+    acc, a, b = corner_data()
+    outs = [np.zeros_like(acc) for _ in range(4)]
+    dot4_sat_lanes(acc, a.view(np.int32), b.view(np.int32), *outs, backend=backend)
+    want = sat_reference(acc, a, b)
+    assert (want != reference(acc, a, b)).sum() >= 8  # the corners really saturate
+    assert want[12] < 0  # and the i32 sum still wraps
+    for got in outs:
+        np.testing.assert_array_equal(got, want)
+
+
+def test_dot4_sat_equals_dot4_when_each_pairs_signed_parts_stay_within_128():
+    """The bound the int8 kernels check before they use it: |positive| and |negative| parts of a
+    pair of b ≤ 128 keep 255·128 = 32640 inside i16, for any u8 a; 129 does not."""
+    a = np.full(64, 255, np.uint8)
+    acc = np.zeros(16, np.int32)
+    for p, q in ((64, 64), (-64, -64), (127, 1), (-128, 0), (100, 28), (-100, -28), (127, -128)):
+        b = np.tile(np.array([p, q, q, p], np.int8), 16)  # both orders in each lane
+        np.testing.assert_array_equal(dsl.dot4_sat(acc, a.view(np.int32), b.view(np.int32)),
+                                      reference(acc, a, b))
+    b = np.tile(np.array([127, 2, -128, -1], np.int8), 16)
+    assert not np.array_equal(dsl.dot4_sat(acc, a.view(np.int32), b.view(np.int32)), reference(acc, a, b))
+
+
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+def test_every_runnable_numba_dot4_sat_lowering_matches(lanes):
+    numba = pytest.importorskip("numba")
+    from backends.numba import simd as sm
+    from backends.numba.simd_codegen import dot4_sat_lowering
+    runnable = {"generic", dot4_sat_lowering(dsl.target("numba").features, lanes)}
+    acc, a, b = corner_data(lanes * 4)
+    want = sat_reference(acc, a, b)
+    for how in sorted(runnable):
+        @numba.njit
+        def run(acc, a, b, out, how=how):
+            for i in range(0, acc.size, lanes):
+                sm.vstore(out, i, sm.dot4_sat(sm.vload(acc, i, lanes), sm.vload(a, i, lanes), sm.vload(b, i, lanes), how))
+        out = np.zeros_like(acc)
+        run(acc, a.view(np.int32), b.view(np.int32), out)
+        np.testing.assert_array_equal(out, want, err_msg=how)
+        if how == "maddubs" and lanes == 8:
+            asm = next(iter(run.inspect_asm().values()))
+            assert "vpmaddubsw" in asm and "vpmaddwd" in asm
+
+
+def test_dot4_sat_lowering_choice():
+    from backends.numba.simd_codegen import dot4_sat_lowering
+    assert dot4_sat_lowering({"avx2", "ssse3"}, 8) == "maddubs"
+    assert dot4_sat_lowering({"avx2", "ssse3"}, 16) == "maddubs256"
+    assert dot4_sat_lowering({"avx512bw", "avx2"}, 16) == "maddubs"
+    assert dot4_sat_lowering({"ssse3"}, 4) == "maddubs"
+    assert dot4_sat_lowering({"sse2"}, 8) == "generic"

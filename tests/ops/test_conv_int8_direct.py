@@ -101,3 +101,66 @@ def test_pointwise_qlinear_conv_runs_on_the_activation_without_im2col(compiled_b
     mult = (sx * sw / sy).astype(np.float32)
     want = np.stack([requantized(acc[0, i], mult[i], bias[i], 100, np.uint8) for i in range(6)])
     np.testing.assert_array_equal(y[0], want)
+
+
+# ----------------------------------------------------------------------------- dot4_sat (vpmaddubsw) path
+
+def seven_bit(shape, corner=None):
+    """Weights in -64..63, what onnxruntime's reduce_range writes: no pair of bytes can leave i16."""
+    w = RNG.integers(-64, 64, shape).astype(np.int8)
+    if corner is not None:
+        w.reshape(-1)[: w.size // 3] = corner
+    return w
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "opencl", pytest.param("numba", marks=pytest.mark.slow)],
+                         indirect=True)
+@pytest.mark.parametrize("xdt, xz, wz, k, pad", [
+    (np.uint8, 255, [0], 3, 1),     # 255·-64 pairs at the i16 edge (-32640); the padding is 255
+    (np.int8, -128, [5, -3, 0], 1, 0),  # i8 activations shifted to u8; per-channel zero points: window sums
+])
+def test_saturating_pairs_path_is_exact_on_seven_bit_weights(backend, xdt, xz, wz, k, pad):
+    x = data(xdt, (1, 6, 5, 7), 127 if xdt == np.int8 else 255)
+    w = seven_bit((3, 6, k, k), -64)
+    oh, ow, geom = geometry(5, 7, k, 1, pad)
+    wz = np.array(wz, np.int8)
+    y = np.zeros((1, 3, oh, ow), np.int32)
+    conv_int8_direct(x, w, y, np.array([xz], xdt), geom, backend=backend, tile=tile_for(backend), w_zp=wz,
+                     saturating=True)
+    np.testing.assert_array_equal(y, conv_exact(x, w, xz, wz, (1, 1), (pad,) * 4, (1, 1)))
+
+
+def _launch_kwargs(w, backend):
+    """The kernels' compile-time arguments conv_int8_direct chooses, recorded, not run."""
+    calls = []
+    x = data(np.uint8, (1, w.shape[1], 6, 6))
+    _, _, geom = geometry(6, 6, 3, 1, 1)
+    conv_int8_direct(x, w, np.zeros((1, w.shape[0], 6, 6), np.int32), np.array([0], np.uint8), geom, backend=backend,
+                     launch=lambda kernel: lambda *args, **kwargs: calls.append((kernel.__name__, kwargs)))
+    return dict(calls)["qconv_direct_int8"]
+
+
+def test_saturating_pairs_are_chosen_only_where_they_are_exact_and_pay():
+    import dsl
+    from ops.gemm_int8 import pairs_fit_i16, saturating_pairs_pay
+    pays = saturating_pairs_pay("numba")
+    feats = dsl.target("numba").features
+    assert pays == ("avx2" in feats and "avxvnni" not in feats and "avx512vnni" not in feats)
+    assert not saturating_pairs_pay("opencl") and not saturating_pairs_pay("interpreter")
+    assert _launch_kwargs(seven_bit((4, 8, 3, 3)), "numba")["SAT"] == int(pays)
+    full = seven_bit((4, 8, 3, 3))
+    full[1, 2:4, 0, 0] = (127, 2)  # channels 2, 3 of one tap: one pair whose positive bytes sum to 129
+    assert not pairs_fit_i16(np.array([127 | 2 << 8], np.int32))
+    assert pairs_fit_i16(np.array([127 | 1 << 8 | (-128 & 0xFF) << 16], np.int32))
+    assert _launch_kwargs(full, "numba")["SAT"] == 0
+    assert _launch_kwargs(seven_bit((4, 8, 3, 3)), "opencl")["SAT"] == 0
+
+
+def test_row_blocks_keep_the_weights_in_l1_and_the_threads_even():
+    from ops.conv_int8_direct import L1_WEIGHT_BYTES, row_block
+    for mtiles, tile_bytes in [(16, 2304), (64, 9216), (16, 256), (64, 4096), (13, 2304), (17, 2304), (5, 10 ** 6)]:
+        rb = row_block(mtiles, tile_bytes)
+        sizes = [min(rb, mtiles - s) for s in range(0, mtiles, rb)]
+        assert rb == 1 or rb * tile_bytes <= L1_WEIGHT_BYTES
+        assert max(sizes) - min(sizes) <= len(sizes), (mtiles, tile_bytes, sizes)  # no short last block
+    assert row_block(16, 2304) == 4  # 4 blocks of 4, not 7 + 7 + 2

@@ -77,6 +77,39 @@ def test_packed_int8_gemm_requantizes_per_channel_with_bias_and_clamp(backend):
         np.testing.assert_array_equal(y[t], requantized(acc, mult, bias, 100, np.uint8, 100, 250))
 
 
+@pytest.mark.parametrize("backend", ["interpreter"] + NUMBA_SLOW, indirect=True)
+def test_packed_int8_gemm_saturating_pairs_path_is_exact_on_seven_bit_weights(backend):
+    """dsl.dot4_sat (vpmaddubsw's i16 pairs) on B of 7-bit weights, per-column zero points and
+    255-valued A: every pair reaches 255·(-64 - 64) = -32640, inside i16."""
+    m, k, n = 5, 9, 11
+    a = data(np.uint8, (1, m, k), 255)
+    b = RNG.integers(-64, 64, (1, k, n)).astype(np.int8)
+    b.reshape(-1)[: b.size // 2] = -64
+    zb = RNG.integers(-3, 4, n).astype(np.int8)
+    y = np.zeros((1, m, n), np.int32)
+    qgemm_int8(a, b, y, np.array([0], np.uint8), zb, backend=backend, tile=SMALL if backend == "interpreter" else None,
+               saturating=True)
+    np.testing.assert_array_equal(y[0], exact(a[0], b[0], 0, zb))
+
+
+def test_packed_int8_gemm_chooses_saturating_pairs_where_exact_and_faster():
+    """The compile-time SAT the GEMM launches with (recorded, not run): 1 on numba for 7-bit B where
+    the target pays for it, 0 for a B with one pair beyond i16, on OpenCL, and on a packed image."""
+    from ops.gemm_int8 import saturating_pairs_pay
+
+    def sat(b, backend):
+        calls = []
+        qgemm_int8(data(np.uint8, (1, 3, 8)), b, np.zeros((1, 3, b.shape[2]), np.int32), backend=backend,
+                   kernel=lambda *args, **kwargs: calls.append(kwargs["SAT"]))
+        return calls[0]
+    seven = RNG.integers(-64, 64, (1, 8, 6)).astype(np.int8)
+    assert sat(seven, "numba") == int(saturating_pairs_pay("numba"))
+    beyond = seven.copy()
+    beyond[0, 0:2, 0] = (-100, -29)  # k = 0, 1 of one column: one pair's negative bytes sum to -129
+    assert sat(beyond, "numba") == 0
+    assert sat(seven, "opencl") == 0
+
+
 # --------------------------------------------------------------------------- the ops (numba, opencl)
 
 M, K, N = 19, 67, 37  # big enough for the packed path, every tail ragged
