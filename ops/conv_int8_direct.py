@@ -185,9 +185,12 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
                             if oh < oh_n and ow + V <= ow_n:
                                 y.vstore(ybase + oh * ow_n + ow, f)
                             else:
+                                lf = dsl.local((V,), dsl.f32)
                                 for c in dsl.static_range(V):
+                                    lf[c] = f[c]
+                                for cc in range(V):
                                     if oh < oh_n and ow < ow_n:
-                                        y.flat[ybase + oh * ow_n + ow] = f[c]
+                                        y.flat[ybase + oh * ow_n + ow] = lf[cc]
                                     ow += 1
                                     if ow == wp_n:
                                         ow = 0
@@ -196,9 +199,12 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
                             if oh < oh_n and ow + V <= ow_n:
                                 y.vstore(ybase + oh * ow_n + ow, v)
                             else:
+                                lv = dsl.local((V,), i32)
                                 for c in dsl.static_range(V):
+                                    lv[c] = v[c]
+                                for cc in range(V):
                                     if oh < oh_n and ow < ow_n:
-                                        y.flat[ybase + oh * ow_n + ow] = v[c]
+                                        y.flat[ybase + oh * ow_n + ow] = lv[cc]
                                     ow += 1
                                     if ow == wp_n:
                                         ow = 0

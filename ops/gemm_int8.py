@@ -235,16 +235,20 @@ def qgemm_packed(a: In[A, 3], a_zp: In[A, 2], bp: In[i32, 2], bu: In[i32, 2], bz
                             if n0 + V <= n:
                                 y.vstore(yrow + n0, f)
                             else:
+                                lf = dsl.local((V,), f32)
                                 for c in dsl.static_range(V):
-                                    if n0 + c < n:
-                                        y.flat[yrow + n0 + c] = f[c]
+                                    lf[c] = f[c]
+                                for cc in range(n - n0):
+                                    y.flat[yrow + n0 + cc] = lf[cc]
                         else:
                             if n0 + V <= n:
                                 y.vstore(yrow + n0, acc_v)
                             else:
+                                lv = dsl.local((V,), i32)
                                 for c in dsl.static_range(V):
-                                    if n0 + c < n:
-                                        y.flat[yrow + n0 + c] = acc_v[c]
+                                    lv[c] = acc_v[c]
+                                for cc in range(n - n0):
+                                    y.flat[yrow + n0 + cc] = lv[cc]
 
 
 # --------------------------------------------------------------------------- host side
