@@ -61,18 +61,27 @@ def qdq_batch_norm(g, bn, quant):
     return QLinearBatchNormalization(epsilon=float(bn.op.epsilon)), inputs
 
 
+def _through_activation(g, act, quant, kinds, inputs_of):
+    """For node -> Relu/Clip (``act``) -> Q (``quant``), node one of ``kinds`` and read by the
+    activation alone: (node, (activation name, params), the fused op's inputs), else None."""
+    src = act.inputs[0]
+    node = _producer(src)
+    if node is None or type(node.op) not in kinds or quant.inputs[0] is not act.outputs[0]:
+        return None
+    bounds = _activation(act)
+    inputs = inputs_of(g, node, quant) if _single_reader(g, src) else None
+    if bounds is None or inputs is None:
+        return None
+    return node, bounds, inputs
+
+
 def qdq_batch_norm_activation(g, act, quant):
     """DQ(x) -> BatchNormalization -> Relu/Clip -> Q  =>  QLinearBatchNormalization with the
     activation as a clamp of its output integers."""
-    src = act.inputs[0]
-    bn = _producer(src)
-    if bn is None or type(bn.op) not in BATCH_NORMS or quant.inputs[0] is not act.outputs[0]:
+    found = _through_activation(g, act, quant, BATCH_NORMS, _batch_norm_inputs)
+    if found is None:
         return None
-    bounds = _activation(act)
-    inputs = _batch_norm_inputs(g, bn, quant) if _single_reader(g, src) else None
-    if bounds is None or inputs is None:
-        return None
-    name, values = bounds
+    bn, (name, values), inputs = found
     return QLinearBatchNormalization(epsilon=float(bn.op.epsilon), activation=name, activation_params=values), inputs
 
 
@@ -95,15 +104,10 @@ def qdq_add(g, add, quant):
 
 def qdq_add_activation(g, act, quant):
     """DQ(a), DQ(b) -> Add / Sum -> Relu/Clip -> Q  =>  FusedQLinearAdd."""
-    src = act.inputs[0]
-    add = _producer(src)
-    if add is None or type(add.op) not in ADDS or quant.inputs[0] is not act.outputs[0]:
+    found = _through_activation(g, act, quant, ADDS, _add_inputs)
+    if found is None:
         return None
-    bounds = _activation(act)
-    inputs = _add_inputs(g, add, quant) if _single_reader(g, src) else None
-    if bounds is None or inputs is None:
-        return None
-    name, values = bounds
+    _, (name, values), inputs = found
     return FusedQLinearAdd(activation=name, activation_params=values), inputs
 
 

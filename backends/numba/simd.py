@@ -553,20 +553,25 @@ def _dot4_maddubs(builder, acc, a, b, halves=False):
 DOT4_SAT_LOWERINGS = ("maddubs", "maddubs256", "generic")
 
 
+def _byte_dot_signature(acc, a, b, lowering, known_lowering: bool):
+    """The typing rule dot4 and dot4_sat share: a known lowering, and acc, a, b all the same i32
+    scalar or i32 SIMD type (4 bytes packed in each lane).  None: numba tries other templates."""
+    if not known_lowering or not (acc == a == b):
+        return None
+    if (acc.elem if isinstance(acc, Simd) else acc) != types.int32:
+        return None
+    return acc(acc, a, b, lowering)
+
+
 @intrinsic(prefer_literal=True)
 def dot4_sat(typingctx, acc, a, b, lowering):
     """``dsl.dot4_sat`` on i32 scalars or SIMD values: ``dot4`` with each pair of byte products
     summed in saturating i16 first, as ``vpmaddubsw`` does.  ``lowering`` is one of
     DOT4_SAT_LOWERINGS (backends/numba/simd_codegen.py ``dot4_sat_lowering``)."""
     how = _literal(lowering)
-    if how not in DOT4_SAT_LOWERINGS or not (acc == a == b):
+    sig = _byte_dot_signature(acc, a, b, lowering, how in DOT4_SAT_LOWERINGS)
+    if sig is None:
         return None
-    if isinstance(acc, Simd):
-        if acc.elem != types.int32:
-            return None
-    elif acc != types.int32:
-        return None
-    sig = acc(acc, a, b, lowering)
 
     def codegen(context, builder, sig, args):
         x, y, z = args[:3]
@@ -582,14 +587,9 @@ def dot4(typingctx, acc, a, b, lowering):
     (unsigned) and b's 4 bytes (signed), wrapping.  ``lowering`` is one of DOT4_LOWERINGS
     (backends/numba/simd_codegen.py ``dot4_lowering``); scalars always use plain arithmetic."""
     how = _literal(lowering)
-    if how not in DOT4_LOWERINGS or not (acc == a == b):
+    sig = _byte_dot_signature(acc, a, b, lowering, how in DOT4_LOWERINGS)
+    if sig is None:
         return None
-    if isinstance(acc, Simd):
-        if acc.elem != types.int32:
-            return None
-    elif acc != types.int32:
-        return None
-    sig = acc(acc, a, b, lowering)
 
     def codegen(context, builder, sig, args):
         x, y, z = args[:3]
