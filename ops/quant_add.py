@@ -28,7 +28,7 @@ from dsl.onnx.attributes import node_attributes
 from dsl.onnx.lower import names, register
 from dsl.opgraph.recorded_plan import recorded_plan_when_constant
 from dsl.opgraph.spec import TensorSpec, VerifyError
-from ops.quant_conv_fused import ACTIVATION_PARAMS, quantized_bounds
+from ops.quant_conv_fused import check_activation, quantized_bounds
 
 A = dsl.TypeVar("A")
 B = dsl.TypeVar("B")
@@ -137,15 +137,7 @@ class FusedQLinearAdd(QLinearAdd):
 
     def verify(self, *inputs):
         super().verify(*inputs)
-        if self.activation not in ACTIVATION_PARAMS:
-            raise VerifyError(f"FusedQLinearAdd activation {self.activation!r}; accepted: "
-                              f"{', '.join(repr(a) for a in ACTIVATION_PARAMS)}")
-        wanted = ACTIVATION_PARAMS[self.activation]
-        if len(self.activation_params) != wanted:
-            raise VerifyError(f"FusedQLinearAdd activation {self.activation!r} takes {wanted} activation_params, "
-                              f"got {list(self.activation_params)}")
-        if wanted and not self.activation_params[0] <= self.activation_params[1]:
-            raise VerifyError(f"FusedQLinearAdd Clip bounds {list(self.activation_params)} need min <= max")
+        check_activation("FusedQLinearAdd", self.activation, self.activation_params)
 
     def clamp(self, c_scale, c_zp) -> Optional[Tuple[int, int]]:
         return quantized_bounds(self.activation, self.activation_params, c_scale, c_zp)

@@ -30,7 +30,7 @@ import dsl
 from dsl import In, Out, f32, i64
 from dsl.onnx.lower import names, register
 from dsl.opgraph.spec import TensorSpec, VerifyError
-from ops.quant_conv_fused import ACTIVATION_PARAMS, quantized_bounds
+from ops.quant_conv_fused import check_activation, quantized_bounds
 
 X = dsl.TypeVar("X")
 Y = dsl.TypeVar("Y")
@@ -135,13 +135,7 @@ class QLinearBatchNormalization(dsl.Op):
         for name, p in (("scale", scale), ("B", b), ("mean", mean), ("var", var)):
             if not p.dtype.is_float or p.ndim != 1 or (c is not None and p.shape[0] is not None and p.shape[0] != c):
                 raise VerifyError(f"QLinearBatchNormalization {name} must be a float (C,) = ({c},) tensor, got {p}")
-        if self.activation and self.activation not in ACTIVATION_PARAMS:
-            raise VerifyError(f"QLinearBatchNormalization activation {self.activation!r}; accepted: '', "
-                              f"{', '.join(repr(a) for a in ACTIVATION_PARAMS)}")
-        wanted = ACTIVATION_PARAMS.get(self.activation, 0)
-        if len(self.activation_params) != wanted:
-            raise VerifyError(f"QLinearBatchNormalization activation {self.activation!r} takes {wanted} "
-                              f"activation_params, got {list(self.activation_params)}")
+        check_activation("QLinearBatchNormalization", self.activation, self.activation_params, optional=True)
 
     def infer(self, x, x_scale, x_zero_point, scale, b, mean, var, y_scale, y_zero_point):
         return TensorSpec(x.shape, y_zero_point.dtype)

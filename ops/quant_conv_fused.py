@@ -35,18 +35,23 @@ class FusedQLinearConv(QLinearConv):
 
     def verify(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None):
         super().verify(x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B)
-        if self.activation not in ACTIVATION_PARAMS:
-            raise VerifyError(f"FusedQLinearConv activation {self.activation!r}; accepted: "
-                              f"{', '.join(repr(a) for a in ACTIVATION_PARAMS)}")
-        wanted = ACTIVATION_PARAMS[self.activation]
-        if len(self.activation_params) != wanted:
-            raise VerifyError(f"FusedQLinearConv activation {self.activation!r} takes {wanted} activation_params, "
-                              f"got {list(self.activation_params)}")
-        if wanted and not self.activation_params[0] <= self.activation_params[1]:
-            raise VerifyError(f"FusedQLinearConv Clip bounds {list(self.activation_params)} need min <= max")
+        check_activation("FusedQLinearConv", self.activation, self.activation_params)
 
     def clamp(self, y_scale, y_zp) -> Optional[Tuple[int, int]]:
         return quantized_bounds(self.activation, self.activation_params, y_scale, y_zp)
+
+
+def check_activation(op_name: str, activation: str, params, optional: bool = False) -> None:
+    """The activation attributes every fused quantized op takes (``optional``: "" for none), checked
+    in one place so the ops accept and word them alike."""
+    if not (optional and not activation) and activation not in ACTIVATION_PARAMS:
+        accepted = ("'', " if optional else "") + ", ".join(repr(a) for a in ACTIVATION_PARAMS)
+        raise VerifyError(f"{op_name} activation {activation!r}; accepted: {accepted}")
+    wanted = ACTIVATION_PARAMS.get(activation, 0)
+    if len(params) != wanted:
+        raise VerifyError(f"{op_name} activation {activation!r} takes {wanted} activation_params, got {list(params)}")
+    if wanted and not params[0] <= params[1]:
+        raise VerifyError(f"{op_name} Clip bounds {list(params)} need min <= max")
 
 
 def quantized_bounds(activation: str, params, y_scale, y_zp) -> Tuple[int, int]:

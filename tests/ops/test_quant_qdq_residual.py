@@ -294,6 +294,11 @@ def test_int8_add_and_batch_norm_name_their_bad_inputs():
     with pytest.raises(dsl.VerifyError, match="X must be i8 or u8"):
         QLinearBatchNormalization(g.input("f", (1, 4, 2, 2), dsl.f32), c["s"], c["z"], c["p"], c["p"], c["p"],
                                   c["p"], c["s"], c["z"])
+    bn = (a, c["s"], c["z"], c["p"], c["p"], c["p"], c["p"], c["s"], c["z"])
+    with pytest.raises(dsl.VerifyError, match="QLinearBatchNormalization activation 'Gelu'; accepted: '', 'Relu', 'Clip'"):
+        QLinearBatchNormalization(*bn, activation="Gelu")
+    with pytest.raises(dsl.VerifyError, match=r"QLinearBatchNormalization Clip bounds \[6.0, 0.0\] need min <= max"):
+        QLinearBatchNormalization(*bn, activation="Clip", activation_params=(6.0, 0.0))
 
 
 def test_batch_norm_with_a_non_constant_parameter_stays_float():
