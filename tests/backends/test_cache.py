@@ -19,17 +19,6 @@ from dsl import config
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    """A fresh cache root for one test; the process-wide decision is reset before and after."""
-    d = tmp_path / "cache"
-    monkeypatch.setenv("OPDSL_CACHE_DIR", str(d))
-    monkeypatch.delenv("OPDSL_NO_DISK_CACHE", raising=False)
-    cache.reset()
-    yield d
-    cache.reset()
-
-
 def _mode(p) -> int:
     return stat.S_IMODE(os.lstat(p).st_mode)
 

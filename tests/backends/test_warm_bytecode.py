@@ -11,15 +11,6 @@ TEXT = "def f(x):\n    return [v * 2 for v in x]\nVALUE = f([1, 2, 3])\n"
 
 
 @pytest.fixture
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("OPDSL_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("OPDSL_NO_DISK_CACHE", raising=False)
-    cache.reset()
-    yield tmp_path / "cache"
-    cache.reset()
-
-
-@pytest.fixture
 def compiles(monkeypatch):
     seen = []
 
@@ -36,24 +27,24 @@ def _run(code) -> list:
     return ns["VALUE"]
 
 
-def test_the_second_execution_reads_the_bytecode(private_cache, compiles):
+def test_the_second_execution_reads_the_bytecode(cache_dir, compiles):
     assert _run(wb.code_of(TEXT, "<gen a>", "stem_a")) == [2, 4, 6]
     assert compiles == ["<gen a>"]
-    assert (private_cache / "numba" / "stem_a.code").is_file()
+    assert (cache_dir / "numba" / "stem_a.code").is_file()
     code = wb.code_of(TEXT, "<gen a>", "stem_a")
     assert compiles == ["<gen a>"] and _run(code) == [2, 4, 6] and code.co_filename == "<gen a>"
 
 
-def test_another_text_or_file_name_is_a_miss(private_cache, compiles):
+def test_another_text_or_file_name_is_a_miss(cache_dir, compiles):
     wb.code_of(TEXT, "<gen a>", "stem_b")
     assert _run(wb.code_of(TEXT.replace("* 2", "* 3"), "<gen a>", "stem_b")) == [3, 6, 9]
     assert wb.code_of(TEXT, "<gen b>", "stem_b").co_filename == "<gen b>"  # tracebacks name the right file
     assert len(compiles) == 3
 
 
-def test_a_damaged_entry_is_compiled_again_and_replaced(private_cache, compiles):
+def test_a_damaged_entry_is_compiled_again_and_replaced(cache_dir, compiles):
     wb.code_of(TEXT, "<gen a>", "stem_c")
-    entry = private_cache / "numba" / "stem_c.code"
+    entry = cache_dir / "numba" / "stem_c.code"
     raw = bytearray(entry.read_bytes())
     raw[-5] ^= 0xFF
     entry.write_bytes(bytes(raw))

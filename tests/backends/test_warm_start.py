@@ -110,21 +110,12 @@ def _load(folder: Path, name: str, **edit):
     return mod
 
 
-@pytest.fixture
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("OPDSL_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("OPDSL_NO_DISK_CACHE", raising=False)
-    cache.reset()
-    yield tmp_path / "cache"
-    cache.reset()
-
-
 def _fresh(kernel):
     """The same function as a new kernel object: nothing compiled in memory for it."""
     return dsl.kernel(kernel.fn, threads=kernel.threads)
 
 
-def test_record_hit_in_process_runs_no_front_end(private_cache, tmp_path, monkeypatch):
+def test_record_hit_in_process_runs_no_front_end(cache_dir, tmp_path, monkeypatch):
     mod = _load(tmp_path, "warm_a")
     x = np.linspace(-1, 1, 50).astype(np.float32)
     y = np.empty_like(x)
@@ -139,7 +130,7 @@ def test_record_hit_in_process_runs_no_front_end(private_cache, tmp_path, monkey
     np.testing.assert_array_equal(y2, y)
 
 
-def test_record_of_another_code_generator_is_not_used(private_cache, tmp_path, monkeypatch):
+def test_record_of_another_code_generator_is_not_used(cache_dir, tmp_path, monkeypatch):
     """A record holds generated code: after a change to the numba code generator (its
     ``generator_version``) the old record is not found, and the kernel is generated again."""
     from backends.numba import backend as nb
@@ -157,7 +148,7 @@ def test_record_of_another_code_generator_is_not_used(private_cache, tmp_path, m
     np.testing.assert_array_equal(y2, y)
 
 
-def test_other_backends_keep_no_record_and_match(private_cache, tmp_path):
+def test_other_backends_keep_no_record_and_match(cache_dir, tmp_path):
     mod = _load(tmp_path, "warm_b")
     x = np.linspace(-1, 1, 20).astype(np.float32)
     y = np.empty_like(x)
@@ -168,7 +159,7 @@ def test_other_backends_keep_no_record_and_match(private_cache, tmp_path):
     assert type(base.get("interpreter")).warm_record is base.Backend.warm_record
 
 
-def test_debug_kernels_keep_no_record(private_cache, tmp_path):
+def test_debug_kernels_keep_no_record(cache_dir, tmp_path):
     mod = _load(tmp_path, "warm_c")
     k = dsl.kernel(mod.scaled.fn, debug=True)
     assert k.warm_key("numba", ()) is None
@@ -178,16 +169,16 @@ def _record_files(cache_dir: Path):
     return sorted((cache_dir / "numba-frontend").glob("*.json"))
 
 
-def test_swapped_record_is_a_miss_with_one_warning(private_cache, tmp_path):
+def test_swapped_record_is_a_miss_with_one_warning(cache_dir, tmp_path):
     a = _load(tmp_path, "warm_d", scale="2.0")
     x = np.linspace(-1, 1, 40).astype(np.float32)
     y = np.empty_like(x)
     a.scaled(x, y)
-    first = _record_files(private_cache)
+    first = _record_files(cache_dir)
     b = _load(tmp_path, "warm_e", scale="7.0")
     b.scaled(x, y)
     np.testing.assert_allclose(y, x * 7 + 1)
-    second = [p for p in _record_files(private_cache) if p not in first]
+    second = [p for p in _record_files(cache_dir) if p not in first]
     assert len(first) == 1 and len(second) == 1
     first[0].write_bytes(second[0].read_bytes())  # kernel a's record now holds b's code
     k = _fresh(a.scaled)
@@ -200,12 +191,12 @@ def test_swapped_record_is_a_miss_with_one_warning(private_cache, tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["not json", "wrong key", "source digest"])
-def test_inconsistent_record_is_a_miss_with_one_warning(private_cache, tmp_path, damage):
+def test_inconsistent_record_is_a_miss_with_one_warning(cache_dir, tmp_path, damage):
     mod = _load(tmp_path, f"warm_f_{damage.replace(' ', '_')}")
     x = np.linspace(-1, 1, 30).astype(np.float32)
     y = np.empty_like(x)
     mod.scaled(x, y)
-    (path,) = _record_files(private_cache)
+    (path,) = _record_files(cache_dir)
     record = json.loads(cache.load("numba-frontend", path.name).decode())
     if damage == "not json":
         data = b"{not json"
@@ -221,15 +212,15 @@ def test_inconsistent_record_is_a_miss_with_one_warning(private_cache, tmp_path,
     np.testing.assert_allclose(y, x * 2 + 1)
     hostile = [w for w in seen if issubclass(w.category, cache.CacheEntryWarning)]
     assert len(hostile) == 1 and "front-end record" in str(hostile[0].message)
-    assert _record_files(private_cache)  # rewritten by the compile that followed the miss
+    assert _record_files(cache_dir)  # rewritten by the compile that followed the miss
 
 
-def test_truncated_record_is_a_silent_miss(private_cache, tmp_path):
+def test_truncated_record_is_a_silent_miss(cache_dir, tmp_path):
     mod = _load(tmp_path, "warm_g")
     x = np.linspace(-1, 1, 30).astype(np.float32)
     y = np.empty_like(x)
     mod.scaled(x, y)
-    (path,) = _record_files(private_cache)
+    (path,) = _record_files(cache_dir)
     path.write_bytes(path.read_bytes()[:40])
     k = _fresh(mod.scaled)
     hits = warm_start.hits
