@@ -1,4 +1,4 @@
-"""The ``.opdsl`` container: a JSON header and raw sections, each with its sha256.
+"""The ``.opdsl`` container: a JSON header and raw sections, each with its checksum.
 
     0   MAGIC (16 bytes)
     16  header length H (8 bytes, little-endian)
@@ -6,10 +6,11 @@
     56  header: UTF-8 JSON, H bytes (the format number, what wrote it, the sections)
     ... sections, each starting on a 64-byte boundary (weights load aligned, without a copy)
 
-The header lists every section as {"name", "offset", "size", "sha256"}.  ``read`` checks the
-magic, the header's digest and every section's digest before returning anything, so a truncated
-or corrupted file is an ``ArtifactError`` naming the file and the section and nothing of it is
-used.  Whether a section may then be unpickled is decided here too (``trust_problem``): the
+The header lists every section as {"name", "offset", "size", "check", "digest"}: ``check`` is
+"sha256", or "blocksum64" (artifact_checksum.py, ~3x cheaper) for the raw weight sections the
+writer names ``fast``.  ``read`` checks the magic, the header's digest and every section's digest
+before returning anything, so a truncated or corrupted file is an ``ArtifactError`` naming the
+file and the section and nothing of it is used.  Whether a section may then be unpickled is decided here too (``trust_problem``): the
 file must be this user's and not writable by anyone else, as the compile cache's entries
 (docs/cache.md), unless the caller says it trusts it.
 """
@@ -27,9 +28,10 @@ import numpy as np
 
 from dsl import files
 from dsl.lang.errors import Error
+from dsl.opgraph import artifact_checksum
 
 MAGIC = b"\x89OPDSL-ARTIFACT\n"
-FORMAT = 1          # the container and its sections' layout; another number is refused
+FORMAT = 2          # the container and its sections' layout; another number is refused (2: per-section checks)
 ALIGN = 64
 _FIXED = len(MAGIC) + 8 + 32
 MAX_HEADER_BYTES = 64 << 20
@@ -73,21 +75,32 @@ def pack_chunks(chunks: Sequence) -> Tuple[List, List[Tuple[int, int]]]:
     return pieces, spans
 
 
-def write(path: Union[str, os.PathLike], header: dict, sections: Dict[str, Chunks]) -> Path:
+def digest(check: str, data) -> str:
+    """The hex digest of ``data`` (bytes or a list of byte chunks) by ``check``."""
+    if check == artifact_checksum.NAME:
+        return artifact_checksum.block_sums(data)
+    h = hashlib.sha256()
+    for c in ([data] if isinstance(data, (bytes, bytearray, memoryview)) else data):
+        h.update(c)
+    return h.hexdigest()
+
+
+CHECKS = ("sha256", artifact_checksum.NAME)
+
+
+def write(path: Union[str, os.PathLike], header: dict, sections: Dict[str, Chunks], fast: Sequence[str] = (),
+          mode: int = 0o644) -> Path:
     """Write ``header`` (plus the format and section table) and ``sections`` (name -> bytes or a
-    list of byte chunks) to ``path`` through a temporary file renamed into place (mode 0644 less
-    the umask: readable by others, writable only by its owner)."""
+    list of byte chunks) to ``path`` through a temporary file renamed into place (``mode`` less
+    the umask; by default readable by others, writable only by its owner).  The sections named in
+    ``fast`` (raw weights: nothing in them is unpickled or run) are checked with the block checksum."""
     names = list(sections)
     sizes = {n: _size(sections[n]) for n in names}
-    digests = {}
-    for n in names:
-        h = hashlib.sha256()
-        for c in ([sections[n]] if isinstance(sections[n], (bytes, bytearray, memoryview)) else sections[n]):
-            h.update(c)
-        digests[n] = h.hexdigest()
+    checks = {n: artifact_checksum.NAME if n in fast else "sha256" for n in names}
     # offsets depend on the header's length, which depends on the offsets' digits: fix the
     # table with wide placeholders first
-    table = [{"name": n, "offset": 0, "size": sizes[n], "sha256": digests[n]} for n in names]
+    table = [{"name": n, "offset": 0, "size": sizes[n], "check": checks[n], "digest": digest(checks[n], sections[n])}
+             for n in names]
     head = dict(header, format=FORMAT, sections=table)
     for _ in range(3):
         blob = json.dumps(head, sort_keys=True).encode("utf-8")
@@ -102,7 +115,7 @@ def write(path: Union[str, os.PathLike], header: dict, sections: Dict[str, Chunk
     blob = json.dumps(head, sort_keys=True).encode("utf-8")
     target = Path(path)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), mode)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(MAGIC + struct.pack("<Q", len(blob)) + hashlib.sha256(blob).digest() + blob)
@@ -202,12 +215,24 @@ def read(path: Union[str, os.PathLike], trusted: bool = False) -> Artifact:
     if fmt != FORMAT:
         raise ArtifactError(f"{name}: artifact format {fmt}, this opdsl reads format {FORMAT}; compile the model "
                             "again with this opdsl (`opdsl compile MODEL.onnx -o MODEL.opdsl`)")
+    check_sections(name, rows, data)
+    return Artifact(name, header, data)
+
+
+def check_sections(name: str, rows, data: memoryview) -> None:
+    """``ArtifactError`` for the first section of ``rows`` that lies outside ``data`` or whose
+    digest does not match."""
     for row in rows:
-        end = row["offset"] + row["size"]
-        if end > len(data):
+        try:
+            at, size, check, want = int(row["offset"]), int(row["size"]), row["check"], row["digest"]
+        except (KeyError, TypeError, ValueError):
+            raise ArtifactError(f"{name}: section 'header' has a malformed section row {row!r}") from None
+        if check not in CHECKS:
+            raise ArtifactError(f"{name}: section {row.get('name')!r} is checked with {check!r}; this opdsl knows "
+                                f"{', '.join(CHECKS)}")
+        end = at + size
+        if at < 0 or size < 0 or end > len(data):
             raise ArtifactError(f"{name}: truncated: section {row['name']!r} ends at byte {end}, the file has "
                                 f"{len(data)} bytes")
-        h = hashlib.sha256(data[row["offset"]:end]).hexdigest()
-        if h != row["sha256"]:
-            raise ArtifactError(f"{name}: section {row['name']!r} is corrupted (its sha256 does not match)")
-    return Artifact(name, header, data)
+        if digest(check, data[at:end]) != want:
+            raise ArtifactError(f"{name}: section {row['name']!r} is corrupted (its {check} does not match)")

@@ -5,7 +5,8 @@ Sections (artifact_format.py):
 
 * ``graph``: the model's state (model_state.py: the graph after every pass, kernel choices,
   launch plans) pickled with protocol 5, its arrays left out of band;
-* ``weights``: those arrays' bytes, raw, each on a 64-byte boundary (loaded without a copy);
+* ``weights``: those arrays' bytes, raw, each on a 64-byte boundary (loaded without a copy),
+  checked with the block checksum (artifact_checksum.py) rather than sha256;
 * ``code``: the compile-cache entries the model's kernels use on this machine -- numba's
   machine code and index files, the numba front-end records (generated modules), OpenCL program
   binaries -- raw, as the cache holds them (each still framed with its own checksum);
@@ -81,7 +82,7 @@ def save(model, path: Union[str, os.PathLike], source: Optional[Union[str, os.Pa
     sections = {"graph": draft["graph"], "weights": draft["weights"]}
     with tempfile.TemporaryDirectory(prefix="opdsl-artifact-") as tmp:
         draft_path = Path(tmp) / "draft.opdsl"
-        artifact_format.write(draft_path, dict(header, draft=True), sections)
+        artifact_format.write(draft_path, dict(header, draft=True), sections, fast=("weights",))
         facts = _probe(draft_path, Path(tmp), feeds)
     pieces, code = [], []
     for folder, name in facts["files"]:
@@ -95,7 +96,7 @@ def save(model, path: Union[str, os.PathLike], source: Optional[Union[str, os.Pa
     sections["code"] = code_pieces
     if source is not None:
         sections["source"] = bytes(source)
-    return artifact_format.write(path, header, sections)
+    return artifact_format.write(path, header, sections, fast=("weights",))
 
 
 def _cache_file(folder: str, name: str) -> Optional[bytes]:

@@ -184,6 +184,24 @@ def test_a_flipped_byte_in_each_section_is_refused_and_nothing_runs(numba_artifa
         assert str(numba_artifact) in str(e.value) and f"section '{name}' is corrupted" in str(e.value)
 
 
+def test_the_weights_are_checked_by_block_sums_and_a_flip_anywhere_in_them_is_refused(numba_artifact, monkeypatch):
+    """The weights carry the cheaper block checksum (artifact_checksum.py), the rest sha256; a
+    flipped bit at the weights' first or last byte or a top bit inside is refused before anything
+    is unpickled."""
+    rows = _sections(numba_artifact)
+    assert {n: r["check"] for n, r in rows.items()} == {"graph": "sha256", "weights": "blocksum64",
+                                                         "code": "sha256", "source": "sha256"}
+    monkeypatch.setattr(artifact_load, "pickle", _NoUnpickling)
+    good = numba_artifact.read_bytes()
+    w = rows["weights"]
+    for at, bit in ((w["offset"], 0x01), (w["offset"] + w["size"] - 1, 0x01), (w["offset"] + w["size"] // 3, 0x80)):
+        bad = bytearray(good)
+        bad[at] ^= bit
+        numba_artifact.write_bytes(bytes(bad))
+        with pytest.raises(dsl.ArtifactError, match="section 'weights' is corrupted .its blocksum64 does not match"):
+            dsl.load_model(numba_artifact)
+
+
 @pytest.mark.parametrize("cut", ["header", "graph", "weights", "code", "source"])
 def test_a_truncated_file_is_refused(numba_artifact, monkeypatch, cut):
     rows = _sections(numba_artifact)
@@ -202,7 +220,7 @@ def test_not_an_artifact_and_another_format_are_refused(numba_artifact, tmp_path
     monkeypatch.setattr(artifact_format, "FORMAT", 99)
     artifact_format.write(tmp_path / "future.opdsl", {"backend": "numba"}, {"graph": b"x"})
     monkeypatch.undo()
-    with pytest.raises(dsl.ArtifactError, match="artifact format 99, this opdsl reads format 1"):
+    with pytest.raises(dsl.ArtifactError, match=f"artifact format 99, this opdsl reads format {artifact_format.FORMAT}"):
         dsl.load_model(tmp_path / "future.opdsl")
 
 
