@@ -166,6 +166,16 @@ class Artifact:
             return None
         return self.data[row["offset"]:row["offset"] + row["size"]]
 
+    def weight_buffers(self) -> list:
+        """The out-of-band pickle buffers the header's ``weights`` table cuts from the ``weights``
+        section (views, no copy); ``ArtifactError`` if the table does not fit the sections."""
+        weights = self.section("weights")
+        spans = self.header.get("weights") or []
+        if weights is None or self.section("graph") is None or any(
+                at < 0 or size < 0 or at + size > len(weights) for at, size in spans):
+            raise ArtifactError(f"{self.path}: its header's 'weights' table does not fit its sections")
+        return [weights[at:at + size] for at, size in spans]
+
 
 def read(path: Union[str, os.PathLike], trusted: bool = False) -> Artifact:
     """The artifact at ``path``, every section checked; ``ArtifactError`` naming the file and

@@ -61,6 +61,7 @@ def load_model(path, trusted: bool = False, on_mismatch: str = "recompile", pack
     reading = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="opdsl-artifact")
     try:
         pending = reading.submit(_read_and_unpickle, path, trusted, plan_cache.source_toolchain(), bool(packages))
+        plan_cache.import_compilers()
         toolchain = plan_cache.toolchain_key()
         art, unpickled = pending.result()
     finally:
@@ -137,12 +138,7 @@ def _restore(art, state) -> Model:
 
 def _unpickle(art):
     """The pickled model state of a checked artifact (its weights read in place)."""
-    weights = art.section("weights")
-    spans = art.header.get("weights") or []
-    if weights is None or art.section("graph") is None or any(
-            at < 0 or size < 0 or at + size > len(weights) for at, size in spans):
-        raise ArtifactError(f"{art.path}: its header's 'weights' table does not fit its sections")
-    buffers = [weights[at:at + size] for at, size in spans]
+    buffers = art.weight_buffers()
     try:
         return pickle.loads(art.section("graph"), buffers=buffers)
     except ArtifactError:

@@ -5,7 +5,10 @@ compile cache as always; what is skipped is parsing the ONNX file into a graph, 
 kernel selection and asking each op for its plan.
 
 The entry lives in the compile cache's ``plans`` folder under the same trust rules (backends/
-cache.py, docs/cache.md: a private folder, checksummed entries written atomically).  Its key is
+cache.py, docs/cache.md: a private folder, checksummed entries written atomically).  It is an
+``.opdsl`` container (artifact_format.py) of two sections: the pickled graph and plans (sha256),
+and their arrays raw on 64-byte boundaries (the block checksum), read in place on a hit --
+packed weights included, so a hit neither copies nor packs them.  Its key is
 the sha256 of the model's bytes, the load options, the backend, the settings read from the
 environment (fusion, in-place), and the toolchain: opdsl's version, the numba, llvmlite, numpy and
 Python versions and a digest of the content of opdsl's own source (ops/, dsl/, backends/: an op's
@@ -13,8 +16,7 @@ code; not file times, so a fresh clone of the same code keeps its entries and ar
 change is another key, so a stale entry is never read; a damaged one is a miss with one warning.
 
 Models loaded with ``packages`` (their ops' code is not in the digest) and models given as an
-``onnx.ModelProto`` with external data are not cached.  Launch plans holding arrays larger than
-``MAX_FIXED_BYTES`` (packed weights) are left out of the entry and asked again on load.
+``onnx.ModelProto`` with external data are not cached.
 """
 from __future__ import annotations
 
@@ -33,13 +35,12 @@ import numpy as np
 
 from backends import cache
 from dsl import config
-from dsl.opgraph import fusion, model_state, registry
+from dsl.opgraph import artifact_format, fusion, model_state, registry
 from dsl.opgraph.model import Model
 from dsl.version import __version__
 
 FOLDER = "plans"
-FORMAT = 2              # bumped when the entry's layout changes
-MAX_FIXED_BYTES = model_state.MAX_FIXED_BYTES  # a launch plan holding a larger fixed array is not stored
+FORMAT = 3              # bumped when the entry's layout changes (3: an .opdsl container, packed weights kept)
 
 stats = {"hits": 0, "misses": 0, "stores": 0}  # what this process did (tests, benchmarks)
 _DIGEST: Dict[str, str] = {}
@@ -72,12 +73,42 @@ def code_digest(roots=None) -> str:
     return _DIGEST[key]
 
 
+def compiler_versions() -> Dict[str, str]:
+    """numba's and llvmlite's versions from their installed metadata, without importing them (~0.5-1.5
+    s of numba's import then overlaps reading a plan entry or an artifact instead of preceding it);
+    the modules' own ``__version__`` when they are not installed as distributions."""
+    with _LOCK:
+        hit = _DIGEST.get("<compilers>")
+    if hit is None:
+        import importlib.metadata
+        found = {}
+        for name in ("numba", "llvmlite"):
+            try:
+                found[name] = importlib.metadata.version(name)
+            except importlib.metadata.PackageNotFoundError:
+                found[name] = importlib.import_module(name).__version__
+        hit = f"numba {found['numba']}; llvmlite {found['llvmlite']}"
+        with _LOCK:
+            _DIGEST["<compilers>"] = hit
+    return dict(_parts(hit))
+
+
+def _parts(key: str):
+    for part in key.split("; "):
+        name, _, value = part.partition(" ")
+        yield name, value
+
+
 def toolchain_key() -> str:
     """What a cached plan was made by: opdsl and its compilers, and opdsl's source."""
-    import llvmlite
-    import numba
-    return (f"opdsl {__version__}; numba {numba.__version__}; llvmlite {llvmlite.__version__}; "
+    v = compiler_versions()
+    return (f"opdsl {__version__}; numba {v['numba']}; llvmlite {v['llvmlite']}; "
             f"numpy {np.__version__}; python {sys.version_info[:3]}; code {code_digest()}")
+
+
+def import_compilers() -> None:
+    """Import numba (what a numba model's first launches link against) in this thread."""
+    importlib.import_module("numba")
 
 
 def source_toolchain() -> Dict[str, str]:
@@ -231,34 +262,48 @@ def _write(name: str, model: Model, data: bytes) -> None:
     ops = None if names is None else registry_digest(names)
     if ops is None:  # an op without a source file: its code is not known, nothing is cached
         return
-    try:
-        payload = pickle.dumps({"ops": sorted(names), "ops_digest": ops, "state": model_state.state_of(model)},
-                               protocol=pickle.HIGHEST_PROTOCOL)
+    buffers = []
+    try:  # every launch plan, packed weights included: a hit packs nothing; arrays out of band
+        graph = pickle.dumps({"ops": sorted(names), "ops_digest": ops,
+                              "state": model_state.state_of(model, max_fixed_bytes=None)},
+                             protocol=5, buffer_callback=buffers.append)
     except Exception:  # an op or kernel that does not pickle: this model is not cached
         return
-    if cache.store(FOLDER, name, payload) is not None:
-        stats["stores"] += 1
+    pieces, spans = artifact_format.pack_chunks([b.raw() for b in buffers])
+    try:
+        target = cache.path(FOLDER, name)
+        artifact_format.write(target, {"key": name, "weights": spans}, {"graph": graph, "weights": pieces},
+                              fast=("weights",), mode=0o600)
+    except cache.CacheUnusable:
+        return
+    except OSError as e:  # a full disk: one warning, then memory only
+        cache.write_failed(e, f"{FOLDER}/{name}")
+        return
+    stats["stores"] += 1
 
 
 def _read(name: str) -> Optional[Model]:
     try:
-        existed = cache.path(FOLDER, name).exists()
+        p = cache.path(FOLDER, name)
+        existed = p.exists()
     except (cache.CacheUnusable, OSError, ValueError):
         return None
     if not existed:
         return None
-    payload = cache.load(FOLDER, name)
-    if payload is not None:
-        try:
-            entry = pickle.loads(payload)
+    try:
+        art = artifact_format.read(p)  # checked and trusted (this user's private folder) or ArtifactError
+        if art.header.get("key") != name:
+            why = "it is the entry of another key (a swapped or copied file)"
+        else:
+            entry = pickle.loads(art.section("graph"), buffers=art.weight_buffers())
             if registry_digest(entry["ops"]) != entry["ops_digest"]:
                 return None  # the user ops this model reaches changed: built again, entry replaced
             return model_state.restore(entry["state"], Model)
-        except Exception as e:  # written by a build whose classes no longer match
-            why = f"it does not load ({type(e).__name__}: {e})"
-    else:
-        why = "it is damaged (checksum)"
+    except artifact_format.ArtifactError as e:
+        why = f"it is damaged ({e})"
+    except Exception as e:  # written by a build whose classes no longer match
+        why = f"it does not load ({type(e).__name__}: {e})"
     warnings.warn(cache.CacheEntryWarning(f"model plan cache entry {name}: {why}; the model is built again "
                                           f"and the entry replaced"), stacklevel=3)
-    cache.discard(cache.path(FOLDER, name))
+    cache.discard(p)
     return None

@@ -249,6 +249,28 @@ def test_a_hit_neither_parses_nor_folds(plans_dir, tmp_path, monkeypatch):
     assert plan_cache.stats["hits"] == 1
 
 
+def test_a_hit_asks_no_op_for_its_plan_and_reads_its_arrays_in_place(plans_dir, tmp_path, monkeypatch):
+    """Every launch plan is in the entry (packed weights too: packing them again was half of a warm
+    CNN load), and the graph's constants are views of the entry's bytes, not copies."""
+    from dsl.opgraph import model as model_module
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_model_bytes())
+    _load(path)
+
+    def refuse(*a, **k):
+        raise AssertionError("a plan cache hit asked an op for its launch plan again")
+    monkeypatch.setattr(model_module, "plan_of", refuse)
+    model = _load(path)
+    assert plan_cache.stats["hits"] == 1
+    w = next(v for v in model.graph.constants.values() if v.size == 8 and np.all(v == 2.0))
+    root = w
+    while isinstance(root, np.ndarray) and root.base is not None:
+        root = root.base
+    if isinstance(root, memoryview):
+        root = root.obj
+    assert memoryview(root).nbytes > w.nbytes  # a view of the whole entry's buffer, not a copy
+
+
 def test_the_background_import_is_quiet_and_done_once(monkeypatch):
     """cached_load starts importing numba beside reading the model: a module already imported
     starts nothing, a failing import leaves its error to the caller's own import."""
@@ -265,3 +287,12 @@ def test_the_background_import_is_quiet_and_done_once(monkeypatch):
         if t.name == started[0]:
             t.join(10)
     assert "opdsl_no_such_module_xyz" not in sys.modules
+
+
+def test_the_compiler_versions_read_without_importing_them_are_the_modules_own():
+    """The key names numba's and llvmlite's versions from their metadata, so the key is known before
+    numba's import ends; they must be the versions the modules report."""
+    import llvmlite
+    import numba
+    assert plan_cache.compiler_versions() == {"numba": numba.__version__, "llvmlite": llvmlite.__version__}
+    assert f"numba {numba.__version__}; llvmlite {llvmlite.__version__};" in plan_cache.toolchain_key()
