@@ -10,6 +10,12 @@ in a fresh process, sides alternating.  Children run with Python's bytecode cach
 private prefix folder, as an installed package has its .pyc files), after one warm-up of each.
 
     python -m benchmarks.bench_warm_load --model resnet50 --rounds 5 --artifact
+
+``--baseline DIR`` (with ``--artifact``): the same children also run from another opdsl tree (a
+``git worktree`` or ``git archive`` of the commit to compare with; its own artifact, its own plan
+cache entries), interleaved with this tree's in every round, so both see the same machine load.
+
+    python -m benchmarks.bench_warm_load --model resnet50 --rounds 5 --artifact --baseline /tmp/base
 """
 from __future__ import annotations
 
@@ -73,56 +79,67 @@ print(json.dumps({"import": t1 - t0, "load": t2 - t1, "first_run": t3 - t2, "tot
 """
 
 
-def _child(code: str, *argv: str, env_extra=None) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), **(env_extra or {}))
-    out = subprocess.run([sys.executable, "-c", code, *argv], env=env, cwd=ROOT, capture_output=True, text=True,
+def _child(code: str, *argv: str, env_extra=None, root: Path = ROOT) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(root), **(env_extra or {}))
+    out = subprocess.run([sys.executable, "-c", code, *argv], env=env, cwd=root, capture_output=True, text=True,
                          check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def artifact_rounds(model: str, backend: str, rounds: int) -> None:
-    """``load_model`` of the .opdsl file vs ``InferenceSession`` of the .onnx, fresh processes, alternating."""
+def _print(label: str, r: dict, what: str = "load") -> None:
+    extra = f" (cache entries kept {r['kept']}, installed {r['installed']})" if "kept" in r else ""
+    print(f"{label:<44} import {r['import']:.2f} s, {what} {r['load']:.2f} s, first run {r['first_run']:.2f} s, "
+          f"total {r['total']:.2f} s{extra}", flush=True)
+
+
+def artifact_rounds(model: str, backend: str, rounds: int, baseline: Path = None) -> None:
+    """``load_model`` of the .opdsl file vs ``InferenceSession`` of the .onnx, fresh processes, alternating
+    (and the same from ``baseline``, another opdsl tree, interleaved)."""
     import tempfile
     from benchmarks.models import light_model_path
     onnx_path = str(light_model_path(model))
+    trees = {"": ROOT} if baseline is None else {"": ROOT, "baseline ": Path(baseline).resolve()}
     with tempfile.TemporaryDirectory(prefix="bench-artifact-") as tmp:
-        art = str(Path(tmp) / f"{model}.opdsl")
-        subprocess.run([sys.executable, "-m", "dsl.cli", "compile", onnx_path, "-o", art, "--backend", backend],
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT, check=True)
-        pyc = {"PYTHONPYCACHEPREFIX": str(Path(tmp) / "pyc"), "PYTHONDONTWRITEBYTECODE": ""}
+        arts = {}
+        for tag, root in trees.items():
+            arts[tag] = str(Path(tmp) / f"{model}-{len(arts)}.opdsl")
+            subprocess.run([sys.executable, "-m", "dsl.cli", "compile", onnx_path, "-o", arts[tag], "--backend",
+                            backend], env=dict(os.environ, PYTHONPATH=str(root)), cwd=root, check=True)
         os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-        _child(_ARTIFACT_CHILD, art, env_extra=pyc)  # warm-up: .pyc files, page cache
-        _child(_ORT_CHILD, onnx_path, env_extra=pyc)
-        run_child(model, backend, True, env_extra=pyc)  # the plan cache entry of this code
-        rows = {"opdsl": [], "ort": [], "plan": []}
+        pycs = {tag: {"PYTHONPYCACHEPREFIX": str(Path(tmp) / f"pyc{i}"), "PYTHONDONTWRITEBYTECODE": ""}
+                for i, tag in enumerate(trees)}
+        for tag, root in trees.items():  # warm-up: .pyc files, page cache, the plan cache entry of this code
+            _child(_ARTIFACT_CHILD, arts[tag], env_extra=pycs[tag], root=root)
+            run_child(model, backend, True, env_extra=pycs[tag], root=root)
+        _child(_ORT_CHILD, onnx_path, env_extra=pycs[""])
+        rows = {}
         for _ in range(rounds):
-            r = run_child(model, backend, True, env_extra=pyc)
-            rows["plan"].append(r)
-            print(f"opdsl load_onnx (plan cache hit): import {r['import']:.2f} s, load {r['load']:.2f} s, first run "
-                  f"{r['first_run']:.2f} s", flush=True)
-            r = _child(_ARTIFACT_CHILD, art, env_extra=pyc)
-            rows["opdsl"].append(r)
-            print(f"opdsl load_model: import {r['import']:.2f} s, load {r['load']:.2f} s, first run "
-                  f"{r['first_run']:.2f} s (cache entries kept {r['kept']}, installed {r['installed']})", flush=True)
-            r = _child(_ORT_CHILD, onnx_path, env_extra=pyc)
-            rows["ort"].append(r)
-            print(f"onnxruntime:      import {r['import']:.2f} s, session {r['load']:.2f} s, first run "
-                  f"{r['first_run']:.2f} s", flush=True)
-        for part, label in (("load", "load_model vs InferenceSession"),
+            for tag, root in trees.items():
+                r = run_child(model, backend, True, env_extra=pycs[tag], root=root)
+                rows.setdefault(tag + "plan", []).append(r)
+                _print(f"{tag}opdsl load_onnx (plan cache hit):", r)
+                r = _child(_ARTIFACT_CHILD, arts[tag], env_extra=pycs[tag], root=root)
+                rows.setdefault(tag + "opdsl", []).append(r)
+                _print(f"{tag}opdsl load_model:", r)
+            r = _child(_ORT_CHILD, onnx_path, env_extra=pycs[""])
+            rows.setdefault("ort", []).append(r)
+            _print("onnxruntime:", r, "session")
+        for part, label in (("load", "load vs InferenceSession"),
                             ("import+load", "import + load vs import + session"),
                             ("total", "import + load + first run")):
             def value(r):
                 return r["import"] + r["load"] if part == "import+load" else r[part]
-            mine = statistics.median(value(r) for r in rows["opdsl"])
             theirs = statistics.median(value(r) for r in rows["ort"])
-            warm = statistics.median(value(r) for r in rows["plan"])
-            print(f"median {label}: opdsl {mine:.2f} s, onnxruntime {theirs:.2f} s, ratio {mine / theirs:.2f} "
-                  f"(load_onnx with a plan cache hit {warm:.2f} s)")
+            for tag in trees:
+                mine = statistics.median(value(r) for r in rows[tag + "opdsl"])
+                warm = statistics.median(value(r) for r in rows[tag + "plan"])
+                print(f"{tag}median {label}: onnxruntime {theirs:.2f} s; load_model {mine:.2f} s = "
+                      f"{mine / theirs:.2f}x; load_onnx with a plan cache hit {warm:.2f} s = {warm / theirs:.2f}x")
 
 
-def run_child(model: str, backend: str, plan_cache: bool, env_extra=None) -> dict:
-    env = dict(os.environ, OPDSL_PLAN_CACHE="1" if plan_cache else "0", PYTHONPATH=str(ROOT), **(env_extra or {}))
-    out = subprocess.run([sys.executable, "-c", _CHILD, model, backend], env=env, cwd=ROOT, capture_output=True,
+def run_child(model: str, backend: str, plan_cache: bool, env_extra=None, root: Path = ROOT) -> dict:
+    env = dict(os.environ, OPDSL_PLAN_CACHE="1" if plan_cache else "0", PYTHONPATH=str(root), **(env_extra or {}))
+    out = subprocess.run([sys.executable, "-c", _CHILD, model, backend], env=env, cwd=root, capture_output=True,
                          text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -134,9 +151,11 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--artifact", action="store_true",
                     help="dsl.load_model of an .opdsl file vs onnxruntime's InferenceSession")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="with --artifact: another opdsl tree whose children run interleaved with this one's")
     args = ap.parse_args(argv)
     if args.artifact:
-        artifact_rounds(args.model, args.backend, args.rounds)
+        artifact_rounds(args.model, args.backend, args.rounds, args.baseline)
         return
     run_child(args.model, args.backend, True)  # warm the kernel cache and store the plan
     rows = {False: [], True: []}

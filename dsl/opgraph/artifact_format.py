@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import stat
 import struct
@@ -177,9 +178,14 @@ class Artifact:
         return [weights[at:at + size] for at, size in spans]
 
 
-def read(path: Union[str, os.PathLike], trusted: bool = False) -> Artifact:
+def read(path: Union[str, os.PathLike], trusted: bool = False, mapped: bool = False) -> Artifact:
     """The artifact at ``path``, every section checked; ``ArtifactError`` naming the file and
-    what is wrong (not an artifact, truncated or corrupted section, another format, not trusted)."""
+    what is wrong (not an artifact, truncated or corrupted section, another format, not trusted).
+
+    ``mapped``: map the file copy-on-write instead of reading it into a buffer (no 200 MB copy;
+    the pages are the page cache's until written).  Only for files nobody rewrites in place once
+    checked -- the plan cache's private entries, replaced by rename -- since a mapping shows later
+    writes to the file; a user's ``.opdsl`` file is read."""
     name = os.fspath(path)
     try:
         fd, st = files.open_regular(name)
@@ -192,6 +198,9 @@ def read(path: Union[str, os.PathLike], trusted: bool = False) -> Artifact:
         if why:
             raise ArtifactError(f"{name}: refused, {why}. Loading an artifact runs code from it (like a pickle); "
                                 "pass trusted=True only for a file you made or trust")
+        if mapped and st.st_size:
+            data = memoryview(mmap.mmap(fd, st.st_size, access=mmap.ACCESS_COPY))
+            return _checked(name, data)
         # numpy's empty buffer is not zero-filled first (bytearray(n) is: a second pass over
         # every page of a 200 MB file); the weights are views of it, writable
         buf = np.empty(st.st_size, np.uint8)
@@ -204,6 +213,10 @@ def read(path: Union[str, os.PathLike], trusted: bool = False) -> Artifact:
         data = view[:got]
     finally:
         os.close(fd)
+    return _checked(name, data)
+
+
+def _checked(name: str, data: memoryview) -> Artifact:
     if bytes(data[:len(MAGIC)]) != MAGIC:
         raise ArtifactError(f"{name}: not an .opdsl artifact (wrong magic bytes); make one with "
                             "`opdsl compile MODEL.onnx -o MODEL.opdsl` or Model.save(path)")

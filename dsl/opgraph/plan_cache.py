@@ -291,7 +291,9 @@ def _read(name: str) -> Optional[Model]:
     if not existed:
         return None
     try:
-        art = artifact_format.read(p)  # checked and trusted (this user's private folder) or ArtifactError
+        # checked and trusted (this user's private folder) or ArtifactError; mapped, not copied: the
+        # entry is only ever replaced by a rename
+        art = artifact_format.read(p, mapped=True)
         if art.header.get("key") != name:
             why = "it is the entry of another key (a swapped or copied file)"
         else:

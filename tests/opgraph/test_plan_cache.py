@@ -153,14 +153,24 @@ def test_code_digest_reads_contents_not_file_times(tmp_path):
         plan_cache._DIGEST.clear()
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "flipped weight byte", "flipped graph byte"])
 def test_a_damaged_entry_is_a_miss_with_one_warning(plans_dir, tmp_path, damage):
+    from dsl.opgraph import artifact_format
     path = tmp_path / "m.onnx"
     path.write_bytes(_model_bytes())
     _load(path)
     entry = next(plans_dir.iterdir())
-    raw = entry.read_bytes()
-    entry.write_bytes(b"not a plan" * 10 if damage == "garbage" else raw[:len(raw) // 2])
+    raw = bytearray(entry.read_bytes())
+    if damage.startswith("flipped"):
+        section = {"flipped weight byte": "weights", "flipped graph byte": "graph"}[damage]
+        row = next(r for r in artifact_format.read(entry).header["sections"] if r["name"] == section)
+        raw[row["offset"] + row["size"] - 1] ^= 0x10
+        os.replace(entry, entry.with_suffix(".old"))  # a new file: a mapping of the old one never sees the write
+        entry.write_bytes(bytes(raw))
+        os.chmod(entry, 0o600)
+        os.unlink(entry.with_suffix(".old"))
+    else:
+        entry.write_bytes(b"not a plan" * 10 if damage == "garbage" else bytes(raw[:len(raw) // 2]))
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         _load(path)
