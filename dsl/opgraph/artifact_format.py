@@ -184,8 +184,8 @@ def read(path: Union[str, os.PathLike], trusted: bool = False, mapped: bool = Fa
 
     ``mapped``: map the file copy-on-write instead of reading it into a buffer (no 200 MB copy;
     the pages are the page cache's until written).  Only for files nobody rewrites in place once
-    checked -- the plan cache's private entries, replaced by rename -- since a mapping shows later
-    writes to the file; a user's ``.opdsl`` file is read."""
+    checked -- the plan cache's private entries, replaced by rename, or a user's file when asked
+    (``load_model(mmap=True)``) -- since a mapping shows later writes to the file."""
     name = os.fspath(path)
     try:
         fd, st = files.open_regular(name)

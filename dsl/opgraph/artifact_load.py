@@ -47,20 +47,25 @@ def target_facts(backend: str) -> dict:
     return {"device": t.device, "cpu": t.cpu, "features": sorted(t.features)}
 
 
-def load_model(path, trusted: bool = False, on_mismatch: str = "recompile", packages: Sequence = ()) -> Model:
+def load_model(path, trusted: bool = False, on_mismatch: str = "recompile", packages: Sequence = (),
+               mmap: bool = False) -> Model:
     """The model the ``.opdsl`` file at ``path`` holds.  ``trusted``: load a file that others can
     write or another user owns (it runs code, like a pickle).  ``on_mismatch``: "recompile" (a
     file for another toolchain is rebuilt from its ONNX source, one for another CPU compiles its
     kernels again, each with one ``ArtifactWarning``) or "refuse" (``ArtifactError``).
     ``packages``: the op packages the model's custom ops come from (``dsl.register_package``;
-    default: the folders recorded when it was saved)."""
+    default: the folders recorded when it was saved).  ``mmap``: map the file copy-on-write
+    instead of reading it (no copy of the weights; processes loading one file share its pages);
+    the file must then not be rewritten in place while the model lives (``opdsl compile -o``
+    replaces it by a rename, which is safe; ``cp`` over it is not)."""
     if on_mismatch not in ON_MISMATCH:
         raise ValueError(f"on_mismatch={on_mismatch!r}: expected one of {', '.join(map(repr, ON_MISMATCH))}")
     # the file is read and checked (readv and sha256 let go of the GIL) and its graph unpickled
     # (importing the op modules it names) in a thread while this one imports numba
     reading = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="opdsl-artifact")
     try:
-        pending = reading.submit(_read_and_unpickle, path, trusted, plan_cache.source_toolchain(), bool(packages))
+        pending = reading.submit(_read_and_unpickle, path, trusted, plan_cache.source_toolchain(), bool(packages),
+                                 bool(mmap))
         plan_cache.import_compilers()
         toolchain = plan_cache.toolchain_key()
         art, unpickled = pending.result()
@@ -96,12 +101,12 @@ def load_model(path, trusted: bool = False, on_mismatch: str = "recompile", pack
     return _restore(art, state)
 
 
-def _read_and_unpickle(path, trusted: bool, ours: dict, has_packages: bool):
+def _read_and_unpickle(path, trusted: bool, ours: dict, has_packages: bool, mapped: bool = False):
     """(checked artifact, (graph state, error) or None): the graph is unpickled here only when the
     file is no draft, carries no op packages (they register first, in the calling thread) and was
     made by this opdsl, numpy, Python and source -- what decides whether our pickle loads; a
     numba or llvmlite mismatch found afterwards discards it and rebuilds, as before."""
-    art = artifact_format.read(path, trusted)
+    art = artifact_format.read(path, trusted, mapped=mapped)
     header = art.header
     theirs = dict(_parts(header.get("toolchain") or ""))
     if has_packages or header.get("draft") or header.get("packages") or \

@@ -202,6 +202,29 @@ def test_the_weights_are_checked_by_block_sums_and_a_flip_anywhere_in_them_is_re
             dsl.load_model(numba_artifact)
 
 
+def test_mmap_maps_the_weights_and_still_checks_them(numba_artifact, monkeypatch):
+    """load_model(mmap=True): the constants are views of a copy-on-write mapping of the file (no
+    copy), the results are the same, and a flipped weight byte is still refused before unpickling."""
+    import mmap
+    model = dsl.load_model(numba_artifact, mmap=True)
+    np.testing.assert_allclose(model.run({"x": X})["y"], _reference(X), rtol=1e-4, atol=1e-4)
+    roots = set()
+    for v in model.graph.constants.values():
+        while isinstance(v, np.ndarray) and v.base is not None:
+            v = v.base
+        roots.add(type(v.obj if isinstance(v, memoryview) else v))
+    assert mmap.mmap in roots
+    w = _sections(numba_artifact)["weights"]
+    bad = bytearray(numba_artifact.read_bytes())
+    bad[w["offset"] + w["size"] // 2] ^= 0x04
+    numba_artifact.unlink()  # a new file (the mapping above keeps the old one)
+    numba_artifact.write_bytes(bytes(bad))
+    os.chmod(numba_artifact, 0o644)
+    monkeypatch.setattr(artifact_load, "pickle", _NoUnpickling)
+    with pytest.raises(dsl.ArtifactError, match="section 'weights' is corrupted"):
+        dsl.load_model(numba_artifact, mmap=True)
+
+
 @pytest.mark.parametrize("cut", ["header", "graph", "weights", "code", "source"])
 def test_a_truncated_file_is_refused(numba_artifact, monkeypatch, cut):
     rows = _sections(numba_artifact)
