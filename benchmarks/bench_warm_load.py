@@ -16,6 +16,8 @@ private prefix folder, as an installed package has its .pyc files), after one wa
 cache entries), interleaved with this tree's in every round, so both see the same machine load.
 
     python -m benchmarks.bench_warm_load --model resnet50 --rounds 5 --artifact --baseline /tmp/base
+
+``--mmap`` (with ``--artifact``): this tree's ``load_model(path, mmap=True)`` as one more child per round.
 """
 from __future__ import annotations
 
@@ -55,7 +57,7 @@ import dsl
 from dsl.opgraph import artifact_load
 warnings.simplefilter("error", dsl.ArtifactWarning)  # a rebuilt or recompiled model is not what is measured
 t1 = time.perf_counter()
-model = dsl.load_model(sys.argv[1])
+model = dsl.load_model(sys.argv[1], **({"mmap": True} if sys.argv[2:] == ["mmap"] else {}))
 t2 = time.perf_counter()
 name, spec = next(iter(model.inputs.items()))
 model.run({name: np.ones(spec.shape, np.float32)})
@@ -92,7 +94,7 @@ def _print(label: str, r: dict, what: str = "load") -> None:
           f"total {r['total']:.2f} s{extra}", flush=True)
 
 
-def artifact_rounds(model: str, backend: str, rounds: int, baseline: Path = None) -> None:
+def artifact_rounds(model: str, backend: str, rounds: int, baseline: Path = None, mmap: bool = False) -> None:
     """``load_model`` of the .opdsl file vs ``InferenceSession`` of the .onnx, fresh processes, alternating
     (and the same from ``baseline``, another opdsl tree, interleaved)."""
     import tempfile
@@ -121,6 +123,10 @@ def artifact_rounds(model: str, backend: str, rounds: int, baseline: Path = None
                 r = _child(_ARTIFACT_CHILD, arts[tag], env_extra=pycs[tag], root=root)
                 rows.setdefault(tag + "opdsl", []).append(r)
                 _print(f"{tag}opdsl load_model:", r)
+                if mmap and not tag:
+                    r = _child(_ARTIFACT_CHILD, arts[tag], "mmap", env_extra=pycs[tag], root=root)
+                    rows.setdefault("mmap", []).append(r)
+                    _print("opdsl load_model(mmap=True):", r)
             r = _child(_ORT_CHILD, onnx_path, env_extra=pycs[""])
             rows.setdefault("ort", []).append(r)
             _print("onnxruntime:", r, "session")
@@ -135,6 +141,9 @@ def artifact_rounds(model: str, backend: str, rounds: int, baseline: Path = None
                 warm = statistics.median(value(r) for r in rows[tag + "plan"])
                 print(f"{tag}median {label}: onnxruntime {theirs:.2f} s; load_model {mine:.2f} s = "
                       f"{mine / theirs:.2f}x; load_onnx with a plan cache hit {warm:.2f} s = {warm / theirs:.2f}x")
+            if "mmap" in rows:
+                mapped = statistics.median(value(r) for r in rows["mmap"])
+                print(f"median {label}: load_model(mmap=True) {mapped:.2f} s = {mapped / theirs:.2f}x")
 
 
 def run_child(model: str, backend: str, plan_cache: bool, env_extra=None, root: Path = ROOT) -> dict:
@@ -151,11 +160,12 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--artifact", action="store_true",
                     help="dsl.load_model of an .opdsl file vs onnxruntime's InferenceSession")
+    ap.add_argument("--mmap", action="store_true", help="with --artifact: also load_model(path, mmap=True)")
     ap.add_argument("--baseline", type=Path, default=None,
                     help="with --artifact: another opdsl tree whose children run interleaved with this one's")
     args = ap.parse_args(argv)
     if args.artifact:
-        artifact_rounds(args.model, args.backend, args.rounds, args.baseline)
+        artifact_rounds(args.model, args.backend, args.rounds, args.baseline, args.mmap)
         return
     run_child(args.model, args.backend, True)  # warm the kernel cache and store the plan
     rows = {False: [], True: []}
