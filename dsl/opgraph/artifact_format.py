@@ -10,9 +10,9 @@ The header lists every section as {"name", "offset", "size", "check", "digest"}:
 "sha256", or "blocksum64" (artifact_checksum.py, ~3x cheaper) for the raw weight sections the
 writer names ``fast``.  ``read`` checks the magic, the header's digest and every section's digest
 before returning anything, so a truncated or corrupted file is an ``ArtifactError`` naming the
-file and the section and nothing of it is used.  Whether a section may then be unpickled is decided here too (``trust_problem``): the
-file must be this user's and not writable by anyone else, as the compile cache's entries
-(docs/cache.md), unless the caller says it trusts it.
+file and the section and nothing of it is used.  Whether a section may then be unpickled is
+decided here too (``trust_problem``): the file must be this user's and not writable by anyone
+else, as the compile cache's entries (docs/cache.md), unless the caller says it trusts it.
 """
 from __future__ import annotations
 

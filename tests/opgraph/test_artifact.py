@@ -243,7 +243,8 @@ def test_not_an_artifact_and_another_format_are_refused(numba_artifact, tmp_path
     monkeypatch.setattr(artifact_format, "FORMAT", 99)
     artifact_format.write(tmp_path / "future.opdsl", {"backend": "numba"}, {"graph": b"x"})
     monkeypatch.undo()
-    with pytest.raises(dsl.ArtifactError, match=f"artifact format 99, this opdsl reads format {artifact_format.FORMAT}"):
+    with pytest.raises(dsl.ArtifactError,
+                       match=f"artifact format 99, this opdsl reads format {artifact_format.FORMAT}"):
         dsl.load_model(tmp_path / "future.opdsl")
 
 
