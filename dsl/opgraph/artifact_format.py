@@ -20,6 +20,7 @@ import hashlib
 import json
 import mmap
 import os
+import secrets
 import stat
 import struct
 from pathlib import Path
@@ -115,8 +116,9 @@ def write(path: Union[str, os.PathLike], header: dict, sections: Dict[str, Chunk
             break
     blob = json.dumps(head, sort_keys=True).encode("utf-8")
     target = Path(path)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), mode)
+    # a name of its own: two threads (or processes) writing one plan cache entry never share it
+    tmp = target.with_name(f".{target.name}.{os.getpid()}-{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(MAGIC + struct.pack("<Q", len(blob)) + hashlib.sha256(blob).digest() + blob)
