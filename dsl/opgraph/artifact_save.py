@@ -46,7 +46,7 @@ def draft_sections(model) -> dict:
     buffers = []
     try:
         # every launch plan, packed weights included: they load in place from the file (no packing at load)
-        graph = pickle.dumps(model_state.state_of(model, max_fixed_bytes=None), protocol=5,
+        graph = pickle.dumps(model_state.state_of(model), protocol=5,
                              buffer_callback=buffers.append)
     except Exception as e:
         raise ArtifactError(f"cannot save this model: its graph does not pickle ({type(e).__name__}: {e}); "

@@ -6,20 +6,16 @@ it; this module sits below model.py so ``Model.save`` can reach it without an up
 from __future__ import annotations
 
 import pickle
-from typing import Optional
 
-import numpy as np
+from dsl.opgraph.launch_plan import Launch
 
-from dsl.opgraph.launch_plan import Launch, Ref
-
-MAX_FIXED_BYTES = 1 << 20  # a launch plan holding a larger fixed array is not stored
 IMPL = "<impl>"            # a launch of the node's selected kernel: the kernel is not pickled
 _SKIP = object()
 
 
-def state_of(model, max_fixed_bytes: Optional[int] = MAX_FIXED_BYTES) -> dict:
-    """What rebuilds ``model``: its graph and options, kernel names, picklable launch plans
-    (those holding a fixed array over ``max_fixed_bytes``, packed weights, left out; None: all)."""
+def state_of(model) -> dict:
+    """What rebuilds ``model``: its graph and options, kernel names and every launch plan whose
+    kernels pickle by reference (packed weights included)."""
     names = {}
     for n in model.graph.nodes:
         impl = model._impls[n.name]
@@ -31,7 +27,7 @@ def state_of(model, max_fixed_bytes: Optional[int] = MAX_FIXED_BYTES) -> dict:
         impl_name = impl_by_id.get(impl_id)
         if impl_name is None or node not in nodes or nodes[node].op.kernels.get(impl_name) is None:
             continue
-        entry = _portable(launches, nodes[node].op.kernels[impl_name], max_fixed_bytes)
+        entry = _portable(launches, nodes[node].op.kernels[impl_name])
         if entry is not _SKIP:
             plans.append((node, impl_name, key, entry))
     tiling = False if model.tiling == 0 else True if model.tiling < 0 else model.tiling
@@ -60,16 +56,13 @@ def restore(state: dict, model_cls):
                      tiling=state["tiling"], concat_inplace=state["concat_inplace"], launch_plans=seeded)
 
 
-def _portable(launches, impl, max_fixed_bytes: Optional[int]):
-    """``launches`` with the node's kernel as a token, or _SKIP when they hold large arrays or
-    a kernel that would not pickle by reference."""
+def _portable(launches, impl):
+    """``launches`` with the node's kernel as a token, or _SKIP when they hold a kernel that
+    would not pickle by reference."""
     if launches is None:
         return None
     out = []
     for launch in launches:
-        values = list(launch.args) + list(launch.kwargs.values())
-        if max_fixed_bytes is not None and any(_fixed_bytes(v) > max_fixed_bytes for v in values):
-            return _SKIP
         kernel = IMPL if launch.kernel is impl else launch.kernel
         if kernel is not IMPL:
             try:
@@ -79,12 +72,3 @@ def _portable(launches, impl, max_fixed_bytes: Optional[int]):
         out.append(Launch(kernel, launch.args, launch.kwargs, launch.grid, launch.backend))
     return out
 
-
-def _fixed_bytes(v) -> int:
-    if isinstance(v, np.ndarray):
-        return v.nbytes
-    if isinstance(v, Ref):
-        return 0 if v.init is None else v.init.nbytes
-    if type(v) in (tuple, list):
-        return sum(_fixed_bytes(x) for x in v)
-    return 0

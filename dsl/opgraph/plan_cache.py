@@ -265,7 +265,7 @@ def _write(name: str, model: Model, data: bytes) -> None:
     buffers = []
     try:  # every launch plan, packed weights included: a hit packs nothing; arrays out of band
         graph = pickle.dumps({"ops": sorted(names), "ops_digest": ops,
-                              "state": model_state.state_of(model, max_fixed_bytes=None)},
+                              "state": model_state.state_of(model)},
                              protocol=5, buffer_callback=buffers.append)
     except Exception:  # an op or kernel that does not pickle: this model is not cached
         return
