@@ -7,7 +7,7 @@
     ... sections, each starting on a 64-byte boundary (weights load aligned, without a copy)
 
 The header lists every section as {"name", "offset", "size", "check", "digest"}: ``check`` is
-"sha256", or "blocksum64" (artifact_checksum.py, ~3x cheaper) for the raw weight sections the
+"sha256", or "crc32" (artifact_checksum.py, about half the CPU) for the raw weight sections the
 writer names ``fast``.  ``read`` checks the magic, the header's digest and every section's digest
 before returning anything, so a truncated or corrupted file is an ``ArtifactError`` naming the
 file and the section and nothing of it is used.  Whether a section may then be unpickled is
@@ -80,7 +80,7 @@ def pack_chunks(chunks: Sequence) -> Tuple[List, List[Tuple[int, int]]]:
 def digest(check: str, data) -> str:
     """The hex digest of ``data`` (bytes or a list of byte chunks) by ``check``."""
     if check == artifact_checksum.NAME:
-        return artifact_checksum.block_sums(data)
+        return artifact_checksum.crc32_digest(data)
     h = hashlib.sha256()
     for c in ([data] if isinstance(data, (bytes, bytearray, memoryview)) else data):
         h.update(c)
@@ -95,7 +95,7 @@ def write(path: Union[str, os.PathLike], header: dict, sections: Dict[str, Chunk
     """Write ``header`` (plus the format and section table) and ``sections`` (name -> bytes or a
     list of byte chunks) to ``path`` through a temporary file renamed into place (``mode`` less
     the umask; by default readable by others, writable only by its owner).  The sections named in
-    ``fast`` (raw weights: nothing in them is unpickled or run) are checked with the block checksum."""
+    ``fast`` (raw weights: nothing in them is unpickled or run) are checked with CRC-32."""
     names = list(sections)
     sizes = {n: _size(sections[n]) for n in names}
     checks = {n: artifact_checksum.NAME if n in fast else "sha256" for n in names}

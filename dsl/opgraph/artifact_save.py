@@ -6,7 +6,7 @@ Sections (artifact_format.py):
 * ``graph``: the model's state (model_state.py: the graph after every pass, kernel choices,
   launch plans) pickled with protocol 5, its arrays left out of band;
 * ``weights``: those arrays' bytes, raw, each on a 64-byte boundary (loaded without a copy),
-  checked with the block checksum (artifact_checksum.py) rather than sha256;
+  checked with CRC-32 (artifact_checksum.py) rather than sha256;
 * ``code``: the compile-cache entries the model's kernels use on this machine -- numba's
   machine code and index files, the numba front-end records (generated modules), OpenCL program
   binaries -- raw, as the cache holds them (each still framed with its own checksum);

@@ -7,7 +7,7 @@ kernel selection and asking each op for its plan.
 The entry lives in the compile cache's ``plans`` folder under the same trust rules (backends/
 cache.py, docs/cache.md: a private folder, checksummed entries written atomically).  It is an
 ``.opdsl`` container (artifact_format.py) of two sections: the pickled graph and plans (sha256),
-and their arrays raw on 64-byte boundaries (the block checksum), read in place on a hit --
+and their arrays raw on 64-byte boundaries (CRC-32), read in place on a hit --
 packed weights included, so a hit neither copies nor packs them.  Its key is
 the sha256 of the model's bytes, the load options, the backend, the settings read from the
 environment (fusion, in-place), and the toolchain: opdsl's version, the numba, llvmlite, numpy and

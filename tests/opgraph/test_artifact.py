@@ -184,12 +184,12 @@ def test_a_flipped_byte_in_each_section_is_refused_and_nothing_runs(numba_artifa
         assert str(numba_artifact) in str(e.value) and f"section '{name}' is corrupted" in str(e.value)
 
 
-def test_the_weights_are_checked_by_block_sums_and_a_flip_anywhere_in_them_is_refused(numba_artifact, monkeypatch):
-    """The weights carry the cheaper block checksum (artifact_checksum.py), the rest sha256; a
+def test_the_weights_are_checked_by_crc32_and_a_flip_anywhere_in_them_is_refused(numba_artifact, monkeypatch):
+    """The weights carry the cheaper CRC-32 (artifact_checksum.py), the rest sha256; a
     flipped bit at the weights' first or last byte or a top bit inside is refused before anything
     is unpickled."""
     rows = _sections(numba_artifact)
-    assert {n: r["check"] for n, r in rows.items()} == {"graph": "sha256", "weights": "blocksum64",
+    assert {n: r["check"] for n, r in rows.items()} == {"graph": "sha256", "weights": "crc32",
                                                          "code": "sha256", "source": "sha256"}
     monkeypatch.setattr(artifact_load, "pickle", _NoUnpickling)
     good = numba_artifact.read_bytes()
@@ -198,7 +198,7 @@ def test_the_weights_are_checked_by_block_sums_and_a_flip_anywhere_in_them_is_re
         bad = bytearray(good)
         bad[at] ^= bit
         numba_artifact.write_bytes(bytes(bad))
-        with pytest.raises(dsl.ArtifactError, match="section 'weights' is corrupted .its blocksum64 does not match"):
+        with pytest.raises(dsl.ArtifactError, match="section 'weights' is corrupted .its crc32 does not match"):
             dsl.load_model(numba_artifact)
 
 
