@@ -2,6 +2,7 @@
 8 threads launching at once, nonsense device settings, a corrupt or unusable cache, a probe child
 that crashes, no platform at all."""
 import os
+import shutil
 import stat
 import textwrap
 
@@ -94,11 +95,20 @@ def test_nonsense_device_settings_are_reasons_not_crashes(setting):
         assert "DEVICE ''" in out.stdout
 
 
+@pytest.fixture(scope="module")
+def probed_cache(tmp_path_factory):
+    """A cache folder after one OpenCL launch in a child, its probe entries written: made once for
+    the corrupt-entry cases below, each of which corrupts a copy (one child process less per case)."""
+    folder = tmp_path_factory.mktemp("probed")
+    run(_script(folder, LEAKY + "check_leaky()\n"), env={"OPDSL_CACHE_DIR": str(folder / "cache")})
+    return folder / "cache"
+
+
 @needs_device
 @pytest.mark.parametrize("garbage", [b"", b"\x00\xff" * 100, b"not json", b'[1, 2]', b'{"identity": 1}'])
-def test_a_corrupt_probe_cache_means_probing_again(tmp_path, garbage):
+def test_a_corrupt_probe_cache_means_probing_again(tmp_path, garbage, probed_cache):
     cache_dir = tmp_path / "cache"
-    run(_script(tmp_path, LEAKY + "check_leaky()\n"), env={"OPDSL_CACHE_DIR": str(cache_dir)})
+    shutil.copytree(probed_cache, cache_dir)  # modes too: the cache accepts only a private folder
     entries = list((cache_dir / "opencl-probe").glob("*.json"))
     assert entries
     for e in entries:

@@ -8,8 +8,9 @@ import pytest
 import dsl
 import ops
 from dsl import In, Out, TypeVar, f32, f64
+from lazy_modules import optional  # tests/ is on sys.path; imported on first use, not at collection
 
-torch = pytest.importorskip("torch")
+torch = optional("torch")
 onnx = pytest.importorskip("onnx")
 
 F = TypeVar("F", (f32, f64))
@@ -42,23 +43,26 @@ def tanh_shift(x, shift):
     return ops.Tanh(ops.Add(x, shift))
 
 
-class TwoLayer(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.l1 = torch.nn.Linear(4, 16)
-        self.l2 = torch.nn.Linear(16, 1)
-        self.shift = torch.nn.Parameter(torch.zeros(16))
+def two_layer():
+    """The network (its class is made here, not at import: torch loads when a test first needs it)."""
+    class TwoLayer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.l1 = torch.nn.Linear(4, 16)
+            self.l2 = torch.nn.Linear(16, 1)
+            self.shift = torch.nn.Parameter(torch.zeros(16))
 
-    def forward(self, x):
-        h = ScaledSoftsign(self.l1(x), scale=1.5)
-        return self.l2(tanh_shift(h, self.shift))
+        def forward(self, x):
+            h = ScaledSoftsign(self.l1(x), scale=1.5)
+            return self.l2(tanh_shift(h, self.shift))
+    return TwoLayer()
 
 
 @pytest.fixture(scope="module")
 def trained():
     """A two-layer network with an opdsl activation and a composed op, trained on y = sin(x0) + x1 x2."""
-    net = TwoLayer()
+    net = two_layer()
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(256, 4, generator=gen)
     y = (torch.sin(x[:, 0]) + x[:, 1] * x[:, 2]).unsqueeze(1)
