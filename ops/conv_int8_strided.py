@@ -94,7 +94,7 @@ def depth_weights(w: np.ndarray, w_zp, s: int) -> np.ndarray:
 
 
 def conv_int8_strided(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, q_lo=None, q_hi=None,
-                      backend=None, launch=None) -> None:
+                      backend=None, launch=None, post=None) -> None:
     """conv_int8_direct's contract for a strided convolution (``strided_geometry_ok``): x
     rearranged by ``space_to_depth_int8``, then the direct kernel's stride-1 unpadded convolution."""
     if not strided_geometry_ok(geom):
@@ -109,4 +109,4 @@ def conv_int8_strided(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, q
     xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
     launched(space_to_depth_int8, launch)(np.ascontiguousarray(x), xz, xs, s, pt, pl, backend=backend)
     conv_int8_direct(xs, wd, y, xz, [ka, kb, 1, 1, 0, 0, 1, 1, oh, ow], mult, bias, y_zp, q_lo, q_hi,
-                     backend=backend, w_zp=w_zp, launch=launch)
+                     backend=backend, w_zp=w_zp, launch=launch, post=post)
