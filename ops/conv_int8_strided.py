@@ -96,7 +96,8 @@ def depth_weights(w: np.ndarray, w_zp, s: int) -> np.ndarray:
 def conv_int8_strided(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, q_lo=None, q_hi=None,
                       backend=None, launch=None, post=None) -> None:
     """conv_int8_direct's contract for a strided convolution (``strided_geometry_ok``): x
-    rearranged by ``space_to_depth_int8``, then the direct kernel's stride-1 unpadded convolution."""
+    rearranged by ``space_to_depth_int8``, then the direct kernel's stride-1 unpadded convolution
+    (``post``: its second requantization, as conv_int8_direct takes it)."""
     if not strided_geometry_ok(geom):
         raise ValueError(f"conv_int8_strided takes equal strides 2 to 4 with a kernel wider than 1 and no dilation "
                          f"(geom KH, KW, strides, pads, dilations = {list(geom[:8])}): use ops.conv_int8.conv_int8")
