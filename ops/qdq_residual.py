@@ -136,7 +136,7 @@ for _act in (Relu, Clip, ClipV6):
 CONVS = (QLinearConv, FusedQLinearConv)
 
 
-def _conv_batch_norm(g, conv, bn) -> Optional[QLinearConvBatchNormalization]:
+def _conv_batch_norm(conv, bn) -> Optional[QLinearConvBatchNormalization]:
     """The fused op of ``conv`` -> ``bn``, or None when the pair does not fuse."""
     if type(conv.op) not in CONVS or type(bn.op) is not QLinearBatchNormalization:
         return None
@@ -185,7 +185,7 @@ def fuse_conv_batch_norm(g) -> int:
             continue
         if [id(n) for n in readers.get(id(src), ())] != [id(bn)]:
             continue
-        op = _conv_batch_norm(g, conv, bn)
+        op = _conv_batch_norm(conv, bn)
         if op is None or not _same_quantization(conv.inputs[6:8], bn.inputs[1:3]):
             continue
         bias = conv.inputs[8] if len(conv.inputs) > 8 and conv.inputs[8] is not None else \

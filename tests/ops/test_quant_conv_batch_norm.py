@@ -15,6 +15,7 @@ from onnx import numpy_helper as NH  # noqa: E402
 
 import dsl  # noqa: E402
 from ops.conv_int8_direct import SecondRequantization, conv_int8_direct  # noqa: E402
+from ops.gemm_int8 import Int8Tile  # noqa: E402
 from ops.quant_batch_norm import QLinearBatchNormalization, channel_affine  # noqa: E402
 from ops.quant_conv_batch_norm import QLinearConvBatchNormalization  # noqa: E402
 from test_quant_qdq_residual import SHAPE, _bn_params, _ort, _steps  # noqa: E402
@@ -111,7 +112,7 @@ def test_direct_kernel_second_requantization_against_numpy(backend):
     post = SecondRequantization(np.stack([a, b]), 0.08, 0.02, 100.0, 3.0, 250.0)
     y = np.zeros((1, 4, 5, 6), np.uint8)
     conv_int8_direct(x, w, y, np.array([128], np.uint8), [3, 3, 1, 1, 1, 1, 1, 1, 5, 6], mult, bias, 120,
-                     backend=backend, post=post, tile=dsl_tile(backend))
+                     backend=backend, post=post, tile=_tile_for(backend))
     acc = _conv_sum(x.astype(np.int64) - 128, w.astype(np.int64)) + bias[None, :, None, None]
     f = np.float32
     q = np.clip(np.rint(acc.astype(f) * mult[None, :, None, None]) + f(120), 0, 255).astype(f)
@@ -121,8 +122,8 @@ def test_direct_kernel_second_requantization_against_numpy(backend):
     assert y.min() == 3 and y.max() == 250
 
 
-def dsl_tile(backend):
-    from ops.gemm_int8 import Int8Tile
+def _tile_for(backend):
+    """The interpreter's small tiles (every panel and row-tile tail reached), as test_conv_int8_direct's."""
     return Int8Tile(V=4, MR=2) if backend == "interpreter" else None
 
 
