@@ -15,7 +15,9 @@ A fourth argument ``profile`` prints, after each case, where opdsl's time goes b
 (``model.profile``) and which nodes the compiled graph has: the quantized models' float or Q/DQ
 nodes left between layers show there.
 Usage: PYTHONPATH=. python benchmarks/bench_int8.py [rounds] [case-filter] [threads] [profile]
-       PYTHONPATH=. python benchmarks/bench_int8.py pairs [rounds] [threads]   (dot4_sat vs dot4, see ``pairs``)"""
+       PYTHONPATH=. python benchmarks/bench_int8.py pairs [rounds] [threads]   (dot4_sat vs dot4, see ``pairs``)
+       PYTHONPATH=. python benchmarks/bench_int8.py fusion [rounds] [model-filter] [threads]   (``fusion_ab``)
+       PYTHONPATH=. python benchmarks/bench_int8.py saturate [rounds] [model-filter]   (``saturation_experiment``)"""
 import os
 import sys
 import time
@@ -180,7 +182,98 @@ def pairs(rounds: int, threads: int) -> None:
               f"({macs / best[1] / 1e9:.0f} GMAC/s) | {best[1] / best[0]:.2f}x |", flush=True)
 
 
+def fusion_ab(rounds: int, pick: str, threads: int) -> None:
+    """``fusion`` mode: each quantized model compiled with and without the QLinearConv ->
+    QLinearBatchNormalization pass (ops/qdq_residual.py ``fuse_conv_batch_norm``), run
+    alternately with onnxruntime in one process, best of each (the two opdsl models share their
+    compiled kernels: the second stage is a run-time flag of the direct kernel)."""
+    from dsl.opgraph import fusion
+    from ops import qdq_residual
+    os.environ["OPDSL_PLAN_CACHE"] = "0"  # a cached plan would hand the second load the first one's graph
+    for name in ("squeezenet", "resnet50"):
+        if pick not in f"light_{name}":
+            continue
+        proto, feeds = quantized_model(name)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        fused = dsl.load_onnx(proto, backend="numba")
+        fusion._PASSES.remove(qdq_residual.fuse_conv_batch_norm)
+        try:
+            apart = dsl.load_onnx(proto, backend="numba")
+        finally:
+            fusion._PASSES.insert(0, qdq_residual.fuse_conv_batch_norm)
+        want = sess.run(None, feeds)[0]
+        diffs = [float(np.abs(list(m.run(feeds).values())[0] - want).max()) for m in (apart, fused)]
+        best = [float("inf")] * 3
+        cpu = [float("inf")] * 3  # process CPU seconds: what a loaded machine disturbs least on one thread
+        sides = (lambda: apart.run(feeds), lambda: fused.run(feeds), lambda: sess.run(None, feeds))
+        for _ in range(rounds):
+            for i, run in enumerate(sides):
+                c, t = time.process_time(), time.perf_counter()
+                run()
+                best[i] = min(best[i], time.perf_counter() - t)
+                cpu[i] = min(cpu[i], time.process_time() - c)
+        for label, b in (("wall", best), ("CPU", cpu)):
+            print(f"| light_{name} ({label}) | {b[0] * 1e3:.1f} ms | {b[1] * 1e3:.1f} ms | {b[2] * 1e3:.1f} ms | "
+                  f"{b[0] / b[2]:.2f}x | {b[1] / b[2]:.2f}x | {b[1] / b[0]:.2f} | "
+                  f"max |diff| {diffs[0]:g} / {diffs[1]:g} | load {os.getloadavg()[0]:.1f} |", flush=True)
+
+
+def saturation_experiment(rounds: int, pick: str) -> None:
+    """``saturate`` mode, a what-if: each quantized model as compiled, and again with every
+    convolution told its weights keep ``dsl.dot4_sat`` exact (they do not: ``quantize_static``'s
+    full-range weights can leave i16 in a pair, so the kernels choose the exact ``dot4``), which
+    is onnxruntime's AVX2 u8s8 arithmetic, saturation included; one thread, best CPU time, and
+    both sides' largest difference from onnxruntime's outputs."""
+    import ops.conv_int8_direct as direct
+    os.environ["OPDSL_PLAN_CACHE"] = "0"
+    packed = direct.packed_weights
+    for name in ("squeezenet", "resnet50"):
+        if pick not in f"light_{name}":
+            continue
+        proto, feeds = quantized_model(name)
+        exact = dsl.load_onnx(proto, backend="numba")
+        direct.packed_weights = lambda w, tile: packed(w, tile)[:2] + (True,)
+        try:
+            saturating = dsl.load_onnx(proto, backend="numba")
+            saturating.run(feeds)  # its launches are planned (weights packed) while the patch holds
+        finally:
+            direct.packed_weights = packed
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        want = sess.run(None, feeds)[0]
+        diffs = [float(np.abs(list(m.run(feeds).values())[0] - want).max()) for m in (exact, saturating)]
+        cpu = [float("inf")] * 3
+        sides = (lambda: exact.run(feeds), lambda: saturating.run(feeds), lambda: sess.run(None, feeds))
+        for _ in range(rounds):
+            for i, run in enumerate(sides):
+                c = time.process_time()
+                run()
+                cpu[i] = min(cpu[i], time.process_time() - c)
+        print(f"| light_{name} | {cpu[0] * 1e3:.1f} ms | {cpu[1] * 1e3:.1f} ms | {cpu[2] * 1e3:.1f} ms | "
+              f"{cpu[0] / cpu[2]:.2f}x | {cpu[1] / cpu[2]:.2f}x | max |diff| {diffs[0]:g} / {diffs[1]:g} | "
+              f"load {os.getloadavg()[0]:.1f} |", flush=True)
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "saturate":
+        import numba
+        numba.set_num_threads(1)
+        print("exact dot4 / dot4_sat forced / onnxruntime, 1 thread a side, best CPU time")
+        saturation_experiment(int(sys.argv[2]) if len(sys.argv) > 2 else 10, sys.argv[3] if len(sys.argv) > 3 else "")
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "fusion":
+        import numba
+        threads = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+        numba.set_num_threads(threads)
+        print(f"conv+BN pass off / on / onnxruntime, {threads} thread(s) a side; | model | off | on | ort | "
+              f"off/ort | on/ort | on/off |")
+        fusion_ab(int(sys.argv[2]) if len(sys.argv) > 2 else 10, sys.argv[3] if len(sys.argv) > 3 else "", threads)
+        return
     if len(sys.argv) > 1 and sys.argv[1] == "pairs":
         import numba
         threads = int(sys.argv[3]) if len(sys.argv) > 3 else 1

@@ -25,6 +25,8 @@ costs one more ``dot4`` per tap and panel, the window's byte sum.
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 import dsl
@@ -100,15 +102,19 @@ def pack_nchw4c_int8(x: In[X, 4], x_zp: In[X, 1], xp: Out[i32, 4], geom: dsl.Vec
 
 @dsl.kernel(threads=THREADS)
 def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In[dsl.f32, 2], bias: In[i32, 2],
-                      wzp: In[i32, 2], y: Out[Y, 4], rb: i64, zx: i32, requantize: i32, y_zp: dsl.f32, q_lo: dsl.f32,
-                      q_hi: dsl.f32, KH: dsl.const[i64], KW: dsl.const[i64], V: dsl.const[i64], MR: dsl.const[i64],
-                      ZW: dsl.const[i64], SAT: dsl.const[i64]):
+                      wzp: In[i32, 2], post: In[dsl.f32, 2], y: Out[Y, 4], rb: i64, zx: i32, requantize: i32,
+                      y_zp: dsl.f32, q_lo: dsl.f32, q_hi: dsl.f32, stage: i32, s1: dsl.f32, s2: dsl.f32, z2: dsl.f32,
+                      lo2: dsl.f32, hi2: dsl.f32, KH: dsl.const[i64], KW: dsl.const[i64], V: dsl.const[i64],
+                      MR: dsl.const[i64], ZW: dsl.const[i64], SAT: dsl.const[i64]):
     """y (N, M, OH, OW) = conv of the packed image xp (N, C/4, Hs, Wp) with the packed weights wp
     (Mp/MR, C/4·KH·KW·MR: a row tile's MR words of one tap side by side) (module docstring), minus zx·wsum[m], plus bias, requantized (requantize = 1:
     f32 scale ``mult`` per tensor or output channel, y_zp, clamp to [q_lo, q_hi]) or stored as i32.
     ZW = 1: the weights' zero point ``wzp`` (i8, per tensor or output channel) is not 0, so each
     panel also sums its window's bytes (one ``dot4`` with bytes of 1 per tap) for the term
     -wzp·(Σx - K·zx).
+    stage = 1 (with requantize): a second per-channel requantization of those integers q, a
+    QDQ BatchNormalization's (ops/quant_conv_batch_norm.py): y = clamp(rint(((q - y_zp)·s1·post[0, m]
+    + post[1, m]) / s2) + z2, lo2, hi2), in f32 in that order, so y equals the two nodes' integers.
     SAT = 1: the products run on ``dsl.dot4_sat``, which the host chose because no pair of the
     weights' bytes can leave i16 (``ops.gemm_int8.pairs_fit_i16``), so it equals ``dot4``.
     Work items: per image, (block of ``rb`` row tiles, panel of 2·V positions), panels of one
@@ -173,6 +179,8 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
                 if m < m_out:
                     corr = bias.flat[m if bias.shape[1] > 1 else 0] - zx * wsum.flat[m]
                     scale = mult.flat[m if mult.shape[1] > 1 else 0]
+                    pa = post[0, m if post.shape[1] > 1 else 0]
+                    pb = post[post.shape[0] - 1, m if post.shape[1] > 1 else 0]
                     ybase = (t * m_out + m) * oh_n * ow_n
                     for h in dsl.static_range(2):
                         oh = oh_a if h == 0 else oh_b
@@ -182,6 +190,9 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
                             v = v - wzp.flat[m if wzp.shape[1] > 1 else 0] * (xs[h] - i32(c4_n * 4 * KH * KW) * zx)
                         if requantize == 1:
                             f = dsl.clamp(dsl.rint(dsl.f32(v) * scale) + y_zp, q_lo, q_hi)
+                            if stage == 1:
+                                g = (f - y_zp) * s1 * pa + pb
+                                f = dsl.clamp(dsl.rint(g / s2) + z2, lo2, hi2)
                             if oh < oh_n and ow + V <= ow_n:
                                 y.vstore(ybase + oh * ow_n + ow, f)
                             else:
@@ -277,14 +288,15 @@ def shifted_weight_zero_point(w: np.ndarray, w_zp) -> np.ndarray:
 
 
 def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=None, q_hi=None,
-                     backend=None, tile=None, w_zp=None, launch=None, saturating=None) -> None:
+                     backend=None, tile=None, w_zp=None, launch=None, saturating=None, post=None) -> None:
     """y (N, M, OH, OW) = conv(x (N, C, H, W), w (M, C, KH, KW)) on ``qconv_direct_int8``, exact in
     i32 (y i32) or requantized with ``mult`` (f32, per tensor or per output channel), ``bias``
     (i32, per output channel), ``y_zp`` and the clamp [q_lo, q_hi] (default: y's type range).
     ``geom`` as ``direct_conv_ok``'s, which must hold; ``w_zp``: the weights' zero point (None: 0),
     per tensor or per output channel; ``launch``: see ``launched``; ``saturating``: run the products
     on ``dsl.dot4_sat`` (None: where it pays, ``saturating_pairs_pay``, and is exact on these
-    weights; True forces it, a test's way to reach it on every backend)."""
+    weights; True forces it, a test's way to reach it on every backend); ``post``: a second
+    requantization of the requantized integers in the store (``SecondRequantization``)."""
     backend = backend or "numba"
     if not direct_geometry_ok(geom):
         raise ValueError(f"conv_int8_direct takes stride-1 convolutions, or 1x1 ones without padding, with "
@@ -325,6 +337,27 @@ def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=Non
     bias = np.zeros((1, 1), np.int32) if bias is None else np.asarray(bias, np.int32).reshape(1, -1)
     rb = row_block(wpk.shape[0], wpk.shape[1] * 4)
     wzp = shifted_weight_zero_point(w, w_zp)
-    launched(qconv_direct_int8, launch)(xp, wpk, wsum, mult, bias, wzp, y, rb, zx, int(requantize), float(y_zp), lo, hi,
+    if post is not None and not requantize:
+        raise ValueError("conv_int8_direct: a second requantization (post) needs the first one (mult)")
+    stage = post or SecondRequantization.none()
+    launched(qconv_direct_int8, launch)(xp, wpk, wsum, mult, bias, wzp, stage.table, y, rb, zx, int(requantize),
+                      float(y_zp), lo, hi, int(post is not None), stage.s1, stage.s2, stage.z2, stage.lo, stage.hi,
                       KH=kh, KW=kw, V=tile.V, MR=tile.MR, ZW=int(np.any(wzp != 0)), SAT=int(sat),
                       backend=backend)
+
+
+class SecondRequantization(NamedTuple):
+    """A per-channel affine map of a convolution's requantized integers q, done in its store:
+    y = clamp(rint(((q - y_zp)·s1·a[m] + b[m]) / s2) + z2, lo, hi) in f32 (a QDQ
+    BatchNormalization after the convolution, ops/quant_conv_batch_norm.py); ``table`` is
+    (2, M) f32, rows a and b."""
+    table: np.ndarray
+    s1: float
+    s2: float
+    z2: float
+    lo: float
+    hi: float
+
+    @staticmethod
+    def none() -> "SecondRequantization":
+        return SecondRequantization(np.zeros((1, 1), np.float32), 1.0, 1.0, 0.0, 0.0, 0.0)

@@ -39,6 +39,7 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.quant_conv_fused import FusedQLinearConv  # noqa: F401
     from ops.quant_concat import QLinearConcat  # noqa: F401
     from ops import qdq_data_movement  # noqa: F401  (QDQ MaxPool/Concat/Dropout on the integers)
+    from ops.quant_conv_batch_norm import QLinearConvBatchNormalization  # noqa: F401
     from ops import qdq_residual  # noqa: F401  (QDQ BatchNormalization/Add/Sum -> QLinearBatchNormalization/QLinearAdd)
     from ops.gather import Gather, GatherElements, GatherND, OneHot, TopK, NonZero, Compress  # noqa: F401
     from ops.scatter import Scatter, ScatterElements, ScatterND  # noqa: F401

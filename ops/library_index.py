@@ -219,4 +219,5 @@ OPS = {'::Abs': ('ops.unary',),
  'com.opdsl::FusedQLinearAdd': ('ops.quant_add',),
  'com.opdsl::FusedQLinearConv': ('ops.quant_conv_fused',),
  'com.opdsl::QLinearBatchNormalization': ('ops.quant_batch_norm',),
+ 'com.opdsl::QLinearConvBatchNormalization': ('ops.quant_conv_batch_norm',),
  'com.opdsl::RecurrentScan': ('ops.recurrent',)}

@@ -10,6 +10,12 @@ the 8-bit integers (no float tensor and no Quantize/DequantizeLinear pair left b
   FusedQLinearAdd (ops/quant_add.py), the activation a clamp of the output integers.  These run
   before folding, as ops/qdq_fusion.py's rules do.
 
+* QLinearConv / FusedQLinearConv -> QLinearBatchNormalization, the convolution's integers read by
+  the batch normalization alone  =>  QLinearConvBatchNormalization (ops/quant_conv_batch_norm.py),
+  the map done in the convolution's store.  A whole-graph pass after the pairwise rules (the
+  QLinearBatchNormalization is made by one of them, and the DequantizeLinear it replaced still
+  reads the convolution's output until dead nodes are dropped).
+
 Every scale and zero point must be a per-tensor constant; the results equal the float QDQ path's
 integers (the kernels compute its f32 steps in its order).  A DequantizeLinear left without
 readers is dropped as dead.
@@ -18,7 +24,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-from dsl.opgraph.fusion import fusion_rule
+import numpy as np
+
+from dsl.opgraph.fusion import fusion_pass, fusion_rule
+from dsl.opgraph.op import check_and_infer
+from dsl.opgraph.spec import VerifyError
 from ops.binary import Sum, SumV6
 from ops.elementwise import Add, Clip, ClipV6, Relu
 from ops.norm import BatchNormalization, BatchNormalizationV6
@@ -27,6 +37,9 @@ from ops.qdq_fusion import _activation, _constant
 from ops.quant import QuantizeLinear
 from ops.quant_add import FusedQLinearAdd, QLinearAdd
 from ops.quant_batch_norm import QLinearBatchNormalization
+from ops.quant_conv import QLinearConv
+from ops.quant_conv_batch_norm import QLinearConvBatchNormalization
+from ops.quant_conv_fused import FusedQLinearConv
 
 ADDS = (Add, Sum, SumV6)
 BATCH_NORMS = (BatchNormalization, BatchNormalizationV6)
@@ -118,3 +131,76 @@ for _add in ADDS:
 for _act in (Relu, Clip, ClipV6):
     fusion_rule(_act, QuantizeLinear)(qdq_batch_norm_activation)
     fusion_rule(_act, QuantizeLinear, before_fold=True)(qdq_add_activation)
+
+
+CONVS = (QLinearConv, FusedQLinearConv)
+
+
+def _conv_batch_norm(conv, bn) -> Optional[QLinearConvBatchNormalization]:
+    """The fused op of ``conv`` -> ``bn``, or None when the pair does not fuse."""
+    if type(conv.op) not in CONVS or type(bn.op) is not QLinearBatchNormalization:
+        return None
+    params = {k: v for k, v in conv.op.params.items() if k in QLinearConv.param_table()}
+    if isinstance(conv.op, FusedQLinearConv):
+        params.update(activation=conv.op.activation, activation_params=tuple(conv.op.activation_params))
+    return QLinearConvBatchNormalization(**params, epsilon=float(bn.op.epsilon), bn_activation=bn.op.activation,
+                                         bn_activation_params=tuple(bn.op.activation_params))
+
+
+def _same_quantization(ours, theirs) -> bool:
+    """The convolution's output (scale, zero point) is the one the batch normalization reads."""
+    values = [None if t is None else t.spec.value for t in (*ours, *theirs)]
+    if any(v is None for v in values):
+        return False
+    (s1, z1, s2, z2) = (np.asarray(v) for v in values)
+    return s1.dtype == s2.dtype and z1.dtype == z2.dtype and np.array_equal(s1.reshape(-1), s2.reshape(-1)) \
+        and np.array_equal(z1.reshape(-1), z2.reshape(-1))
+
+
+def _live_readers(g) -> dict:
+    """``id(tensor) -> the nodes reading it`` among the nodes some graph output depends on (the
+    pairwise rules leave the nodes they replaced, DequantizeLinear and BatchNormalization, until
+    dead nodes are dropped after the passes)."""
+    live = {id(t) for t in g.outputs}
+    found: dict = {}
+    for n in reversed(g.nodes):
+        if any(id(o) in live for o in n.outputs):
+            for t in n.inputs:
+                if t is not None:
+                    live.add(id(t))
+                    found.setdefault(id(t), []).append(n)
+    return found
+
+
+@fusion_pass
+def fuse_conv_batch_norm(g) -> int:
+    """QLinearConv -> QLinearBatchNormalization => QLinearConvBatchNormalization (module docstring)."""
+    readers = _live_readers(g)
+    outputs = {id(t) for t in g.outputs}
+    merged = 0
+    for bn in list(g.nodes):
+        src = bn.inputs[0] if type(bn.op) is QLinearBatchNormalization else None
+        conv = _producer(src)
+        if conv is None or conv.outputs[0] is not src or len(conv.outputs) != 1 or id(src) in outputs:
+            continue
+        if [id(n) for n in readers.get(id(src), ())] != [id(bn)]:
+            continue
+        op = _conv_batch_norm(conv, bn)
+        if op is None or not _same_quantization(conv.inputs[6:8], bn.inputs[1:3]):
+            continue
+        bias = conv.inputs[8] if len(conv.inputs) > 8 and conv.inputs[8] is not None else \
+            g.constant(None, np.zeros(conv.inputs[3].spec.shape[0], np.int32))
+        inputs = list(conv.inputs[:8]) + [bias] + list(bn.inputs[3:9])
+        try:
+            (spec,) = check_and_infer(op, [t.spec for t in inputs], where=f"fusing {conv.name!r} into {bn.name!r}")
+        except VerifyError:
+            continue
+        z = bn.outputs[0]
+        if spec.shape != z.spec.shape or spec.dtype != z.spec.dtype:
+            continue
+        conv.op, conv.inputs, conv.outputs = op, inputs, [z]
+        z.producer, z.index = conv, 0
+        g.tensors.pop(src.name, None)
+        g.nodes = [conv if n is bn else n for n in g.nodes if n is not conv]
+        merged += 1
+    return merged

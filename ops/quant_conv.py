@@ -18,6 +18,7 @@ from dsl import In, Out, bool_, f32, f64, i32, i64
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.nn import ConvAttributes, conv_geometry
 from ops.conv_int8 import conv_int8, packed_conv_ok
+from ops.conv_int8_direct import launched
 from ops import packed_constants
 from ops.gemm_int8 import qgemm_packed
 from ops.quant import constant_quant, round_half_even
@@ -158,8 +159,8 @@ class _QConv(ConvAttributes):
         lo, hi = (float(info.min), float(info.max)) if info else (0.0, 0.0)
         if clamp is not None:
             lo, hi = max(lo, float(clamp[0])), min(hi, float(clamp[1]))
-        impl(five(x), five(w), *flat, five(y), three(strides, 1), three(dil, 1), three(begin, 0), self.group,
-             requantize, lo, hi, backend=backend)
+        launched(impl, launch)(five(x), five(w), *flat, five(y), three(strides, 1), three(dil, 1), three(begin, 0),
+                               self.group, requantize, lo, hi, backend=backend)
 
 
 @dsl.op("ConvInteger", since=10)
