@@ -5,12 +5,18 @@ calibrated on, and model latency against onnxruntime across fresh processes.
     python -m benchmarks.bench_entry_choice --show-choices          # one line per launch + a digest
     python -m benchmarks.bench_entry_choice --calibrate             # work vs serial/parallel time
     python -m benchmarks.bench_entry_choice --models --processes 5 [--baseline TREE --baseline-cache DIR]
+    python -m benchmarks.bench_entry_choice --nodes --processes 3 [--busy 1] [--pause 0.02]
+    python -m benchmarks.bench_entry_choice --models --only squeezenet,bert --layers omp,workqueue
 
 ``--show-choices`` prints, per model and per bench_ops case, each launch of a numba kernel: its
 grid, elements, estimated work (backends/numba/launch_work.py) and the entry it runs; the digest
 of that list is what to compare between runs.  ``--models`` runs each model in ``--processes``
 fresh processes (alternating with ``--baseline``'s tree, e.g. ``git archive main``), each timing
-``model.run`` and onnxruntime alternately, and prints every process's best ratio.
+``model.run`` and onnxruntime alternately (a ``--pause`` of sleep before each side, 20 ms by
+default: onnxruntime's pool threads spin after a run, and back-to-back they would take the cores from
+opdsl's next run), and prints every process's best ratio.  ``--nodes`` does the same for single nodes
+(NODES: two f32 convolutions, a GEMM, an int8 QLinearConv); ``--busy N`` runs N competing busy
+processes meanwhile.
 
 Timing script, not a test; results go to benchmarks/RESULTS.md by hand.
 """
@@ -24,7 +30,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -169,45 +175,126 @@ feeds = {{inp.name: np.random.default_rng(0).standard_normal(shape).astype(np.fl
 model = dsl.load_onnx(path, backend="numba")
 so = ort.SessionOptions(); so.intra_op_num_threads = 2
 sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+{timed}
+'''
+
+# The timed rounds of MODEL_RUN and NODE_RUN.  A pause before each side: onnxruntime's pool threads
+# spin for a while after a run (and opdsl's workers briefly), so back-to-back sides would time one
+# side's run against the other's spinning threads on a 2-core machine.
+TIMED = '''
+pause = {pause}
 for _ in range(3):
     model.run(feeds), sess.run(None, feeds)
 ours, theirs = [], []
 for _ in range(repeat):
-    t = time.perf_counter(); model.run(feeds); ours.append(time.perf_counter() - t)
-    t = time.perf_counter(); sess.run(None, feeds); theirs.append(time.perf_counter() - t)
+    time.sleep(pause); t = time.perf_counter(); model.run(feeds); ours.append(time.perf_counter() - t)
+    time.sleep(pause); t = time.perf_counter(); sess.run(None, feeds); theirs.append(time.perf_counter() - t)
 print(json.dumps({{"opdsl": ours, "ort": theirs}}))
 '''
 
+# One node against onnxruntime (bench_ops' f32 Conv and MatMul, bench_int8's QLinearConv), two threads a
+# side; the parent writes the model and its feeds (so a baseline tree runs the very same case).
+NODE_RUN = '''
+import json, sys, time
+import numpy as np, onnxruntime as ort
+import dsl  # from the tree on PYTHONPATH
+path, repeat = {path!r}, {repeat}
+feeds = dict(np.load(path + ".npz"))
+model = dsl.load_onnx(path, backend="numba")
+so = ort.SessionOptions(); so.intra_op_num_threads = 2
+sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+'''
+
+NODES = ("conv 128, 28 -> 128, 3x3", "conv 48, 13 -> 192, 3x3", "gemm 256", "qlinearconv 128, 28 -> 128, 3x3")
+
+
+def node_case(name: str):
+    """(onnx model, feeds) of one NODES entry."""
+    from benchmarks import op_models as om
+    if name.startswith("qlinearconv"):
+        from benchmarks import bench_int8
+        return bench_int8.qlinear_conv(128, 28, 128)
+    if name.startswith("gemm"):
+        n = int(name.split()[1])
+        return om.matmul_model((n, n), (n, n)), dict(zip("ab", om.random_inputs([(n, n), (n, n)])))
+    c_in, hw, c_out = (128, 28, 128) if "128, 28" in name else (48, 13, 192)
+    rng = np.random.default_rng(c_in * 7 + c_out)
+    w = rng.standard_normal((c_out, c_in, 3, 3), dtype=np.float32) * np.float32(1 / np.sqrt(c_in * 9))
+    b = rng.standard_normal(c_out, dtype=np.float32)
+    return om.conv_model(c_in, hw, c_out, 3, 1, w, b), {"x": rng.standard_normal((1, c_in, hw, hw), dtype=np.float32)}
+
+
+def run_code(name: str, path: Optional[str], repeat: int, pause: float) -> str:
+    """The script one fresh process runs: a model or a NODES entry (``path``: its .onnx file, its
+    feeds beside it in ``path + ".npz"``), against onnxruntime."""
+    timed = TIMED.format(pause=pause)
+    if name not in MODELS:
+        return NODE_RUN.format(path=path, repeat=repeat) + timed
+    return MODEL_RUN.format(path=path, repeat=repeat, timed=timed)
+
+
+def node_file(name: str) -> str:
+    """A NODES entry written to a temporary .onnx file, its feeds in ``<file>.npz``."""
+    import tempfile
+    proto, feeds = node_case(name)
+    path = os.path.join(tempfile.mkdtemp(prefix="opdsl_node_"), "node.onnx")
+    with open(path, "wb") as f:
+        f.write(proto.SerializeToString())
+    np.savez(path + ".npz", **feeds)
+    return path
+
+
+def busy_processes(n: int) -> List[subprocess.Popen]:
+    """``n`` competing processes that each keep one core busy (a neighbour on a shared machine)."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
 
 def model_processes(processes: int, repeat: int, baseline: Optional[Path], names,
-                    baseline_cache: Optional[Path] = None) -> int:
-    """Each model in ``processes`` fresh processes per tree (trees alternating), ``model.run`` and
-    onnxruntime alternating inside each; every process's best and median ratio, then the spread."""
-    trees = [("opdsl", ROOT)] + ([("baseline", baseline)] if baseline is not None else [])
-    for name in names:
-        path = model_path(name)
-        got: Dict[str, List] = {t: [] for t, _ in trees}
-        for _ in range(processes):
-            for label, tree in trees:
-                env = dict(os.environ, PYTHONPATH=str(tree))
-                if label == "baseline" and baseline_cache is not None:  # its own front-end records
-                    env["OPDSL_CACHE_DIR"] = str(baseline_cache)
-                code = MODEL_RUN.format(path=path, repeat=repeat)
-                out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                                     check=True, cwd=str(tree))
-                r = json.loads(out.stdout.strip().splitlines()[-1])
-                a, b = np.array(r["opdsl"]), np.array(r["ort"])
-                got[label].append((a.min(), np.median(a), b.min(), np.median(b)))
-        print(f"{name}: {processes} fresh processes per tree, {repeat} runs each alternating with onnxruntime "
-              f"(1-minute load average {os.getloadavg()[0]:.1f})")
-        for label, rows in got.items():
-            best = [r[0] * 1e3 for r in rows]
-            ratio = [r[0] / r[2] for r in rows]
-            med_ratio = [r[1] / r[3] for r in rows]
-            print(f"  {label:8}: best ms {' '.join(f'{v:.2f}' for v in best)}; slowest/fastest {max(best) / min(best):.2f}x; "
-                  f"ratio to ORT best {' '.join(f'{v:.2f}' for v in ratio)} (mean {np.mean(ratio):.2f}x), "
-                  f"median {' '.join(f'{v:.2f}' for v in med_ratio)} (mean {np.mean(med_ratio):.2f}x)")
+                    baseline_cache: Optional[Path] = None, pause: float = 0.02, busy: int = 0,
+                    layers: Sequence[str] = ()) -> int:
+    """Each model (or NODES entry) in ``processes`` fresh processes per tree (trees alternating),
+    ``model.run`` and onnxruntime alternating inside each with ``pause`` seconds before each side;
+    every process's best and median ratio, then the spread.  ``busy``: competing busy processes;
+    ``layers``: numba threading layers to compare (``NUMBA_THREADING_LAYER``) in place of trees."""
+    trees = [("opdsl", ROOT, {})] + ([("baseline", baseline, {})] if baseline is not None else [])
+    if layers:  # this tree on each numba threading layer instead
+        trees = [(f"{layer}", ROOT, {"NUMBA_THREADING_LAYER": layer}) for layer in layers]
+    hogs = busy_processes(busy)
+    try:
+        for name in names:
+            _one_case(name, processes, repeat, trees, baseline_cache, pause, busy)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
     return 0
+
+
+def _one_case(name, processes, repeat, trees, baseline_cache, pause, busy) -> None:
+    """One case (a model or a NODES entry) in fresh processes per tree, and its line per tree."""
+    path = model_path(name) if name in MODELS else node_file(name)
+    got: Dict[str, List] = {t: [] for t, _, _ in trees}
+    for _ in range(processes):
+        for label, tree, extra in trees:
+            env = dict(os.environ, PYTHONPATH=str(tree), **extra)
+            if label == "baseline" and baseline_cache is not None:  # its own front-end records
+                env["OPDSL_CACHE_DIR"] = str(baseline_cache)
+            code = run_code(name, path, repeat, pause)
+            out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                 check=True, cwd=str(tree))
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            a, b = np.array(r["opdsl"]), np.array(r["ort"])
+            got[label].append((a.min(), np.median(a), b.min(), np.median(b)))
+    print(f"{name}: {processes} fresh processes per tree, {repeat} runs each alternating with onnxruntime, "
+          f"{pause * 1e3:.0f} ms pause before each side, {busy} busy competing process(es) "
+          f"(1-minute load average {os.getloadavg()[0]:.1f})")
+    for label, rows in got.items():
+        best = [r[0] * 1e3 for r in rows]
+        ratio = [r[0] / r[2] for r in rows]
+        med_ratio = [r[1] / r[3] for r in rows]
+        print(f"  {label:8}: best ms {' '.join(f'{v:.2f}' for v in best)}; slowest/fastest {max(best) / min(best):.2f}x; "
+              f"ratio to ORT best {' '.join(f'{v:.2f}' for v in ratio)} (mean {np.mean(ratio):.2f}x), "
+              f"median {' '.join(f'{v:.2f}' for v in med_ratio)} (mean {np.mean(med_ratio):.2f}x)", flush=True)
 
 
 def main(argv=None) -> int:
@@ -216,17 +303,23 @@ def main(argv=None) -> int:
     ap.add_argument("--no-ops", action="store_true", help="with --show-choices: the models only, not bench_ops' cases")
     ap.add_argument("--calibrate", action="store_true", help="work against serial and parallel time")
     ap.add_argument("--models", action="store_true", help="latency against onnxruntime in fresh processes")
-    ap.add_argument("--only", default=",".join(MODELS), help="models for --models (comma-separated)")
+    ap.add_argument("--only", default=None, help="models (--models) or nodes (--nodes), comma-separated")
+    ap.add_argument("--nodes", action="store_true", help="one-node cases (NODES) against onnxruntime in fresh processes")
+    ap.add_argument("--pause", type=float, default=0.02, help="seconds of sleep before each timed side (--models, --nodes)")
+    ap.add_argument("--busy", type=int, default=0, help="competing busy processes during --models / --nodes")
     ap.add_argument("--processes", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=30, help="runs per process (--models)")
     ap.add_argument("--rounds", type=int, default=20, help="timed rounds per launch (--calibrate)")
     ap.add_argument("--baseline", type=Path, default=None, help="also time this tree (--models)")
     ap.add_argument("--baseline-cache", type=Path, default=None, help="OPDSL_CACHE_DIR of the baseline's processes")
+    ap.add_argument("--layers", default="", help="--models/--nodes: compare numba threading layers, e.g. omp,workqueue")
     args = ap.parse_args(argv)
     if args.calibrate:
         return calibrate(args.rounds)
-    if args.models:
-        return model_processes(args.processes, args.repeat, args.baseline, args.only.split(","), args.baseline_cache)
+    if args.models or args.nodes:
+        names = args.only.split(",") if args.only else list(MODELS if args.models else NODES)
+        return model_processes(args.processes, args.repeat, args.baseline, names, args.baseline_cache,
+                               args.pause, args.busy, [x for x in args.layers.split(",") if x])
     return show_choices(not args.no_ops)
 
 

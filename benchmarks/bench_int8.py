@@ -14,7 +14,9 @@ workers), which a loaded machine disturbs far less than two threads that wait fo
 A fourth argument ``profile`` prints, after each case, where opdsl's time goes by op type
 (``model.profile``) and which nodes the compiled graph has: the quantized models' float or Q/DQ
 nodes left between layers show there.
-Usage: PYTHONPATH=. python benchmarks/bench_int8.py [rounds] [case-filter] [threads] [profile]
+``--pause=S`` (anywhere) sleeps S seconds before each timed side, so the two sides' thread pools
+settle between rounds; ``NUMBA_THREADING_LAYER=omp|workqueue`` picks numba's layer (two-thread rows).
+Usage: PYTHONPATH=. python benchmarks/bench_int8.py [rounds] [case-filter] [threads] [profile] [--pause=0.02]
        PYTHONPATH=. python benchmarks/bench_int8.py pairs [rounds] [threads]   (dot4_sat vs dot4, see ``pairs``)
        PYTHONPATH=. python benchmarks/bench_int8.py fusion [rounds] [model-filter] [threads]   (``fusion_ab``)
        PYTHONPATH=. python benchmarks/bench_int8.py saturate [rounds] [model-filter]   (``saturation_experiment``)"""
@@ -259,7 +261,18 @@ def saturation_experiment(rounds: int, pick: str) -> None:
               f"load {os.getloadavg()[0]:.1f} |", flush=True)
 
 
+def _pause_flag() -> float:
+    """``--pause=S`` anywhere in argv (taken out of it): seconds of sleep before each timed side, so
+    neither side's pool threads, still spinning or waking, run into the other's round (par slice)."""
+    for a in list(sys.argv[1:]):
+        if a.startswith("--pause="):
+            sys.argv.remove(a)
+            return float(a.split("=", 1)[1])
+    return 0.0
+
+
 def main():
+    pause = _pause_flag()
     if len(sys.argv) > 1 and sys.argv[1] == "saturate":
         import numba
         numba.set_num_threads(1)
@@ -288,7 +301,8 @@ def main():
     import numba
     numba.set_num_threads(min(cores, numba.config.NUMBA_NUM_THREADS))
     print(f"cpu {dsl.target('numba').cpu}, {cores} threads a side, load average {os.getloadavg()[0]:.1f}; "
-          f"rounds {rounds}, best of each")
+          f"rounds {rounds}, best of each; {pause * 1e3:.0f} ms pause before each side; numba layer "
+          f"{os.environ.get('NUMBA_THREADING_LAYER', 'default')}")
     for name, make in CASES.items():
         if pick not in name:
             continue
@@ -304,9 +318,11 @@ def main():
         diff = float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max())
         best = [float("inf"), float("inf")]
         for _ in range(rounds):
+            time.sleep(pause)
             t = time.perf_counter()
             ours.run(feeds)
             best[0] = min(best[0], time.perf_counter() - t)
+            time.sleep(pause)
             t = time.perf_counter()
             sess.run(None, feeds)
             best[1] = min(best[1], time.perf_counter() - t)
