@@ -38,6 +38,7 @@ CASES = [  # (N, C, H, W, M, stride)
     (2, 9, 8, 6, 10, 1),    # plain: batch, exactly one pixel-vector tile per image, 10 = 8 + 2 rows
     (2, 40, 9, 15, 64, 2),  # two oc groups × images × 5 rows × (7 + 1)-pixel tiles: the item counters carry
     (3, 16, 8, 8, 20, 1),   # plain: 3 row groups × 2 pixel tiles × 3 images: the row tile's counters carry
+    (2, 24, 9, 3, 20, 2),   # stride 2 onto 5x2 outputs: a tile of the flattened image wraps 2-3 rows
 ]
 
 
