@@ -27,7 +27,7 @@ broadcasts one input value per pixel: P·NV fused multiply-adds for NV + P loads
   waiting in scratch, so the deep layers' weights are streamed from L2 once per TG tiles.
 * **Epilogue**: bias, the residual and Relu / Clip / LeakyRelu are applied to the tile before
   its one store (what ops/conv_fusion.py's FusedConv asks for); whole NCHWc16 tiles under Relu
-  or no activation are stored from the registers after the last input block, the others go
+  are stored from the registers after the last input block, the others go
   through the scratch and one run-time epilogue loop.
 """
 from __future__ import annotations
@@ -218,9 +218,10 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
         g = r // n_img
         t_lo = tg * TG
         t_hi = min(tiles, t_lo + TG)
-        # NCHWc16 y under Relu or no activation, every vector of the group all real channels or
+        # NCHWc16 y under Relu (one unrolled copy: a second, for no activation, cost ~3 s more
+        # compile CPU per specialization), every vector of the group all real channels or
         # past the last block: whole tiles are stored from the registers after the last block
-        reg_store = blocked_out == 1 and act <= ACT_RELU and (
+        reg_store = blocked_out == 1 and act == ACT_RELU and (
             g * OCT + OCT <= m_out or (m_out == mb * BLOCK and (m_out - g * OCT) % V == 0))
         # per input-channel block, every tile of the group: the block's weights (kh·kw·16·OCT)
         # are read from L1 by all of them; the tiles' sums wait in ``tile`` between blocks
@@ -268,28 +269,16 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                 if reg_store and icb == cb - 1 and q0 + P <= ohw:
                     # bias, residual and Relu on the registers, one store per vector (no scratch
                     # round trip through the run-time epilogue below)
-                    if act == ACT_RELU:
-                        for j in dsl.static_range(NV):
-                            if g * OCT + j * V < m_out:
-                                rfo = g * OCT + j * V
-                                rbv = bias.vload(rfo, V)
-                                rya = ((nb * mb + rfo // BLOCK) * ohw + q0) * BLOCK + rfo % BLOCK
-                                for p in dsl.static_range(P):
-                                    rv = acc[p, j] + rbv
-                                    if add_res == 1:
-                                        rv = rv + res.vload(rya + p * BLOCK, V)
-                                    y.vstore(rya + p * BLOCK, dsl.where(rv <= 0, 0.0, rv))
-                    else:
-                        for j in dsl.static_range(NV):
-                            if g * OCT + j * V < m_out:
-                                nfo = g * OCT + j * V
-                                nbv = bias.vload(nfo, V)
-                                nya = ((nb * mb + nfo // BLOCK) * ohw + q0) * BLOCK + nfo % BLOCK
-                                for p in dsl.static_range(P):
-                                    nv = acc[p, j] + nbv
-                                    if add_res == 1:
-                                        nv = nv + res.vload(nya + p * BLOCK, V)
-                                    y.vstore(nya + p * BLOCK, nv)
+                    for j in dsl.static_range(NV):
+                        if g * OCT + j * V < m_out:
+                            rfo = g * OCT + j * V
+                            rbv = bias.vload(rfo, V)
+                            rya = ((nb * mb + rfo // BLOCK) * ohw + q0) * BLOCK + rfo % BLOCK
+                            for p in dsl.static_range(P):
+                                rv = acc[p, j] + rbv
+                                if add_res == 1:
+                                    rv = rv + res.vload(rya + p * BLOCK, V)
+                                y.vstore(rya + p * BLOCK, dsl.where(rv <= 0, 0.0, rv))
                 else:
                     for p in dsl.static_range(P):
                         for j in dsl.static_range(NV):

@@ -39,8 +39,8 @@ in either format, with any stride, and writes either format.
   storing, the sums read back from scratch by a run-time loop (one compiled copy of the
   activation, not P × NV: ~2 s less compile CPU per specialization): whole tiles into NCHWc16 as whole
   vectors; partial tiles, the last block (channels past M written as 0) and plain y with
-  checks per vector or lane.  A whole tile into NCHWc16 under Relu or no activation (every
-  ResNet and squeezenet layer) skips the scratch: bias, residual and Relu on the registers
+  checks per vector or lane.  A whole tile into NCHWc16 under Relu (every squeezenet layer,
+  ResNet's but the projections) skips the scratch: bias, residual and Relu on the registers
   (AVX2, one core: squeezenet's 16>64 expand 0.8x, ResNet's 64>256 0.9x).
 """
 from __future__ import annotations
@@ -298,34 +298,23 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                             xv = dsl.splat(x.flat[xc + off[p]], V)
                             for j in dsl.static_range(NV):
                                 acc[p, j] = dsl.fma(xv, wv[j], acc[p, j])
-            if blocked_out == 1 and npix == P and act <= ACT_RELU and (
+            if blocked_out == 1 and npix == P and act == ACT_RELU and (
                     g * OCT + OCT <= m_out or (m_out == mb * BLOCK and (m_out - g * OCT) % V == 0)):
-                # a whole tile into NCHWc16, every vector all real channels or past the last block:
-                # bias, residual and Relu straight from the registers (the scratch round trip cost
-                # as much as the sums of a 16-channel layer on AVX2's 6-pixel tiles)
+                # a whole tile into NCHWc16 under Relu, every vector all real channels or past the
+                # last block: bias, residual and Relu straight from the registers (the scratch round
+                # trip cost as much as the sums of a 16-channel layer on AVX2's 6-pixel tiles; one
+                # unrolled copy: a second, for no activation, cost ~3 s more compile CPU)
                 dq0 = orow * cols + c0
-                if act == ACT_RELU:
-                    for j in dsl.static_range(NV):
-                        if g * OCT + j * V < m_out:
-                            dfo = g * OCT + j * V
-                            dbv = bias.vload(dfo, V)
-                            dya = ((nb * mb + dfo // BLOCK) * ohw + dq0) * BLOCK + dfo % BLOCK
-                            for p in dsl.static_range(P):
-                                dv = acc[p, j] + dbv
-                                if add_res == 1:
-                                    dv = dv + res.vload(dya + p * BLOCK, V)
-                                y.vstore(dya + p * BLOCK, dsl.where(dv <= 0, 0.0, dv))
-                else:
-                    for j in dsl.static_range(NV):
-                        if g * OCT + j * V < m_out:
-                            dfo2 = g * OCT + j * V
-                            dbv2 = bias.vload(dfo2, V)
-                            dya2 = ((nb * mb + dfo2 // BLOCK) * ohw + dq0) * BLOCK + dfo2 % BLOCK
-                            for p in dsl.static_range(P):
-                                dv2 = acc[p, j] + dbv2
-                                if add_res == 1:
-                                    dv2 = dv2 + res.vload(dya2 + p * BLOCK, V)
-                                y.vstore(dya2 + p * BLOCK, dv2)
+                for j in dsl.static_range(NV):
+                    if g * OCT + j * V < m_out:
+                        dfo = g * OCT + j * V
+                        dbv = bias.vload(dfo, V)
+                        dya = ((nb * mb + dfo // BLOCK) * ohw + dq0) * BLOCK + dfo % BLOCK
+                        for p in dsl.static_range(P):
+                            dv = acc[p, j] + dbv
+                            if add_res == 1:
+                                dv = dv + res.vload(dya + p * BLOCK, V)
+                            y.vstore(dya + p * BLOCK, dsl.where(dv <= 0, 0.0, dv))
                 npix = 0  # nothing left for the epilogue below
             else:
                 for p in dsl.static_range(P):
