@@ -94,8 +94,8 @@ def test_direct_conv_fused_epilogue(backend, act, params):
 @pytest.mark.parametrize("act, lo, hi", [(2, 0.25, 1.5), (1, 0.0, 0.0), (0, 0.0, 0.0)], ids=["Clip", "Relu", "none"])
 def test_direct_conv_on_nchwc16_arrays(backend, act, lo, hi):
     """Blocked input, output and residual; channels past M in the last block are written as 0
-    even when the activation would move 0 (Clip with a positive lower bound).  Relu and no
-    activation store the first group's whole tiles from the registers, the rest via scratch."""
+    even when the activation would move 0 (Clip with a positive lower bound).  Relu stores the
+    first group's whole tiles from the registers, the rest (and Clip, none) go via scratch."""
     x = RNG.standard_normal((1, 20, 5, 6)).astype(np.float32)
     w = RNG.standard_normal((21, 20, 3, 3)).astype(np.float32) * 0.2
     b = RNG.standard_normal(21).astype(np.float32)

@@ -96,7 +96,7 @@ def epilogue_ref(v, act, params):
 @pytest.mark.parametrize("m", [40, 48])
 def test_pointwise_blocked_whole_tiles_with_residual(backend, act, params, m):
     """NCHWc16 in and out: the first 32 channels take the whole-tile epilogue (14 pixels = 2
-    tiles of 7; Relu or none: stored from the registers), the 15th pixel's partial tile and the
+    tiles of 7; Relu: stored from the registers), the 15th pixel's partial tile and the
     last block the general one; the second group of 32 holds one stored vector (48 = 32 + 16
     channels: only it is summed) or a block and a half (40); bias, residual and activation agree
     on every path."""
