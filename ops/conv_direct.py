@@ -26,7 +26,9 @@ broadcasts one input value per pixel: P·NV fused multiply-adds for NV + P loads
   block (kh·kw·16·OCT weights, 18 KB for 3×3) every tile of the group runs, its partial sums
   waiting in scratch, so the deep layers' weights are streamed from L2 once per TG tiles.
 * **Epilogue**: bias, the residual and Relu / Clip / LeakyRelu are applied to the tile before
-  its one store (what ops/conv_fusion.py's FusedConv asks for).
+  its one store (what ops/conv_fusion.py's FusedConv asks for); whole NCHWc16 tiles under Relu
+  are stored from the registers after the last input block, the others go
+  through the scratch and one run-time epilogue loop.
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ import numpy as np
 
 import dsl
 from dsl import In, InOut, Out, f32, i32, i64
-from ops.gemm_packed import activation
+from ops.gemm_packed import ACT_RELU, activation
 
 THREADS = 4
 BLOCK = 16  # input channels per weight block, channels per NCHWc16 block
@@ -216,6 +218,11 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
         g = r // n_img
         t_lo = tg * TG
         t_hi = min(tiles, t_lo + TG)
+        # NCHWc16 y under Relu (one unrolled copy: a second, for no activation, cost ~3 s more
+        # compile CPU per specialization), every vector of the group all real channels or
+        # past the last block: whole tiles are stored from the registers after the last block
+        reg_store = blocked_out == 1 and act == ACT_RELU and (
+            g * OCT + OCT <= m_out or (m_out == mb * BLOCK and (m_out - g * OCT) % V == 0))
         # per input-channel block, every tile of the group: the block's weights (kh·kw·16·OCT)
         # are read from L1 by all of them; the tiles' sums wait in ``tile`` between blocks
         for icb in range(cb):
@@ -259,15 +266,31 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                                 xv = dsl.splat(x.flat[xc + off[p]], V)
                                 for j in dsl.static_range(NV):
                                     acc[p, j] = dsl.fma(xv, wv[j], acc[p, j])
-                for p in dsl.static_range(P):
+                if reg_store and icb == cb - 1 and q0 + P <= ohw:
+                    # bias, residual and Relu on the registers, one store per vector (no scratch
+                    # round trip through the run-time epilogue below)
                     for j in dsl.static_range(NV):
-                        tile.vstore(at_t + p * OCT + j * V, acc[p, j])
+                        if g * OCT + j * V < m_out:
+                            rfo = g * OCT + j * V
+                            rbv = bias.vload(rfo, V)
+                            rya = ((nb * mb + rfo // BLOCK) * ohw + q0) * BLOCK + rfo % BLOCK
+                            for p in dsl.static_range(P):
+                                rv = acc[p, j] + rbv
+                                if add_res == 1:
+                                    rv = rv + res.vload(rya + p * BLOCK, V)
+                                y.vstore(rya + p * BLOCK, dsl.where(rv <= 0, 0.0, rv))
+                else:
+                    for p in dsl.static_range(P):
+                        for j in dsl.static_range(NV):
+                            tile.vstore(at_t + p * OCT + j * V, acc[p, j])
         # the epilogue reads the results back at run time (one compiled copy, not P × NV × V
         # unrolled ones)
         for t in range(t_lo, t_hi):
             q0 = t * P
             at_t = row + (t - t_lo) * P * OCT
             npix = min(P, ohw - q0)
+            if reg_store and npix == P:
+                npix = 0  # stored from the registers
             if blocked_out == 1:
                 for px in range(npix):
                     q = q0 + px

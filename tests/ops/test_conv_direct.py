@@ -91,17 +91,20 @@ def test_direct_conv_fused_epilogue(backend, act, params):
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
 
 
-def test_direct_conv_on_nchwc16_arrays(backend):
+@pytest.mark.parametrize("act, lo, hi", [(2, 0.25, 1.5), (1, 0.0, 0.0), (0, 0.0, 0.0)], ids=["Clip", "Relu", "none"])
+def test_direct_conv_on_nchwc16_arrays(backend, act, lo, hi):
     """Blocked input, output and residual; channels past M in the last block are written as 0
-    even when the activation would move 0 (Clip with a positive lower bound)."""
+    even when the activation would move 0 (Clip with a positive lower bound).  Relu stores the
+    first group's whole tiles from the registers, the rest (and Clip, none) go via scratch."""
     x = RNG.standard_normal((1, 20, 5, 6)).astype(np.float32)
     w = RNG.standard_normal((21, 20, 3, 3)).astype(np.float32) * 0.2
     b = RNG.standard_normal(21).astype(np.float32)
     z = RNG.standard_normal((1, 21, 5, 6)).astype(np.float32)
     yb = np.full(F.physical_shape((1, 21, 5, 6), "nchwc16"), np.nan, np.float32)
     launch_conv_direct(conv_direct, F.to_nchwc16_ref(x), w, b, yb, F.to_nchwc16_ref(z), (1, 1), (1, 1), (1, 1),
-                       True, backend, act=2, lo=0.25, hi=1.5)
-    want = np.clip(conv_ref(x, w, b, pads=(1, 1, 1, 1)) + z, 0.25, 1.5)
+                       True, backend, act=act, lo=lo, hi=hi)
+    v = conv_ref(x, w, b, pads=(1, 1, 1, 1)) + z
+    want = {2: lambda: np.clip(v, lo, hi), 1: lambda: np.maximum(v, 0), 0: lambda: v}[act]()
     np.testing.assert_allclose(F.to_plain_ref(yb, 21), want, rtol=1e-4, atol=1e-4)
     assert (F.to_plain_ref(yb, 32)[:, 21:] == 0).all()
 

@@ -38,6 +38,7 @@ CASES = [  # (N, C, H, W, M, stride)
     (2, 9, 8, 6, 10, 1),    # plain: batch, exactly one pixel-vector tile per image, 10 = 8 + 2 rows
     (2, 40, 9, 15, 64, 2),  # two oc groups × images × 5 rows × (7 + 1)-pixel tiles: the item counters carry
     (3, 16, 8, 8, 20, 1),   # plain: 3 row groups × 2 pixel tiles × 3 images: the row tile's counters carry
+    (2, 24, 9, 3, 20, 2),   # stride 2 onto 5x2 outputs: a tile of the flattened image wraps 2-3 rows
 ]
 
 
@@ -86,18 +87,24 @@ def test_pointwise_fused_epilogue_with_residual(backend, act, params):
     assert (F.to_plain_ref(yb, 32)[:, 21:] == 0).all()  # even under Clip(0.25, ...)
 
 
-@pytest.mark.parametrize("act, params", [("Relu", ()), ("Clip", (-0.5, 0.75))])
+def epilogue_ref(v, act, params):
+    """activation_ref, with "" for no activation."""
+    return v if act == "" else activation_ref(v, act, params)
+
+
+@pytest.mark.parametrize("act, params", [("Relu", ()), ("Clip", (-0.5, 0.75)), ("", ())])
 @pytest.mark.parametrize("m", [40, 48])
 def test_pointwise_blocked_whole_tiles_with_residual(backend, act, params, m):
     """NCHWc16 in and out: the first 32 channels take the whole-tile epilogue (14 pixels = 2
-    tiles of 7), the 15th pixel's partial tile and the last block the general one; the second
-    group of 32 holds one stored vector (48 = 32 + 16 channels: only it is summed) or a block
-    and a half (40); bias, residual and activation agree on every path."""
+    tiles of 7; Relu: stored from the registers), the 15th pixel's partial tile and the
+    last block the general one; the second group of 32 holds one stored vector (48 = 32 + 16
+    channels: only it is summed) or a block and a half (40); bias, residual and activation agree
+    on every path."""
     x, w, b = data(1, 24, 3, 5, m)
     z = RNG.standard_normal((1, m, 3, 5)).astype(np.float32)
-    want = activation_ref(pointwise_ref(x, w, b) + z, act, params)
+    want = epilogue_ref(pointwise_ref(x, w, b) + z, act, params)
     yb = np.full(F.physical_shape((1, m, 3, 5), "nchwc16"), np.nan, np.float32)
-    code = {"Relu": 1, "Clip": 2}[act]
+    code = {"Relu": 1, "Clip": 2, "": 0}[act]
     lo, hi = (tuple(params) + (0.0, 0.0))[:2]
     launch_conv_pointwise(conv_pointwise, F.to_nchwc16_ref(x), w, b, yb, F.to_nchwc16_ref(z), (1, 1), True, backend,
                           code, lo, hi)
@@ -106,7 +113,7 @@ def test_pointwise_blocked_whole_tiles_with_residual(backend, act, params, m):
     # plain y without a residual (the channel tile's transposing lane stores)
     yp = np.full((1, m, 3, 5), np.nan, np.float32)
     launch_conv_pointwise(conv_pointwise, F.to_nchwc16_ref(x), w, b, yp, None, (1, 1), True, backend, code, lo, hi)
-    np.testing.assert_allclose(yp, activation_ref(pointwise_ref(x, w, b), act, params), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(yp, epilogue_ref(pointwise_ref(x, w, b), act, params), rtol=1e-4, atol=1e-4)
 
 
 def test_conv_chain_stays_blocked(backend):
