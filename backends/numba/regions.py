@@ -291,7 +291,7 @@ class Program:
         for p in self.tensor_params():
             nm = self.names[p.name]
             src = f"{nm}_nd"
-            lines.append(f"    {nm} = {src}" if p.ndim == 1 else f"    {nm} = {src}.reshape({src}.size)")
+            lines.append(f"    {nm} = {src}" if p.ndim == 1 else f"    {nm} = vw.flat({src})")
             for d in range(p.ndim):
                 lines.append(f"    {nm}_shape{d} = {src}.shape[{d}]")
             lines.append(f"    {nm}_size = {nm}.size")
