@@ -184,7 +184,8 @@ class _Pool:
                 result = ("error", self.broken or "the compile worker exited")
                 proc = None
             history.append((job.kernel, tuple(w for w, _ in job.entries), result[0] if result[0] == "ok" else
-                            f"{result[0]}: {result[1]}", started, time.perf_counter()))
+                            f"{result[0]}: {result[1]}", started, time.perf_counter(),
+                            result[2] if result[0] == "ok" and len(result) > 2 else 0.0))
             job.future.set_result(result)
 
     def _start(self) -> subprocess.Popen:
@@ -212,8 +213,9 @@ class _Pool:
 
 
 _lock = threading.Lock()
-# (kernel, entry points, "ok"/"error", start, end) of every job the workers ran (benchmarks/compile_profile.py)
-history: Deque[Tuple[str, Tuple[str, ...], str, float, float]] = collections.deque(maxlen=1000)
+# (kernel, entry points, "ok"/"error", start, end, the worker's CPU seconds) of every job the workers
+# ran (benchmarks/compile_profile.py)
+history: Deque[Tuple[str, Tuple[str, ...], str, float, float, float]] = collections.deque(maxlen=1000)
 _pool: Optional[_Pool] = None
 
 
