@@ -48,7 +48,8 @@ def main(argv=None) -> None:
     t0 = time.perf_counter()
     model.run(feeds)
     t_run = time.perf_counter() - t0
-    print(f"load + plan {t_load:.1f} s, first run {t_run:.1f} s, total {t_load + t_run:.1f} s")
+    print(f"load + plan {t_load:.1f} s, first run {t_run:.1f} s, total {t_load + t_run:.1f} s; "
+          f"this process's CPU {time.process_time():.1f} s")
     compiled = [r for r in rows if r[6]]
     total = sum(r[4] for r in compiled)
     llvm = sum(r[5] for r in compiled)
@@ -81,10 +82,11 @@ def _print_jobs(t_start: float) -> None:
     jobs = sorted(parallel_compile.history, key=lambda j: j[3])
     if not jobs:
         return
-    print("\n| worker job | entry points | status | start s | end s | seconds |\n|---|---|---|---:|---:|---:|")
-    for kernel, entries, status, start, end in jobs:
+    print("\n| worker job | entry points | status | start s | end s | seconds | CPU s |\n|---|---|---|---:|---:|---:|---:|")
+    for kernel, entries, status, start, end, *cpu in jobs:  # CPU: absent in checkouts from before it was recorded
         print(f"| {kernel} | {', '.join(entries)} | {status} | {start - t_start:.1f} | {end - t_start:.1f} | "
-              f"{end - start:.1f} |")
+              f"{end - start:.1f} | {cpu[0] if cpu else 0.0:.1f} |")
+    print(f"compile workers' CPU: {sum(j[5] for j in jobs if len(j) > 5):.1f} s in {len(jobs)} jobs")
 
 
 def _describe(kernel) -> str:

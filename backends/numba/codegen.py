@@ -49,7 +49,7 @@ LOG_ARG = "_loglvl"  # hidden argument: the run-time dsl.log threshold (backends
 MODULE_IMPORTS = ("import math", "", "import numpy as np", "from numba import njit, prange", "",
                   "from backends.numba import arith as ar", "from backends.numba import format as fmt",
                   "from backends.numba import math as nm", "from backends.numba import runtime as rt",
-                  "from backends.numba import simd as sm")
+                  "from backends.numba import simd as sm", "from backends.numba import pipeline as pl", "from backends.numba import views as vw")
 # The functions and constants every generated module defines at its top level (helpers of the
 # form ``_x``, ``region_N`` and ``func_x`` are covered by naming.PYTHON_INTERNAL).
 MODULE_DEFINES = ("CACHE", "JIT", "BODY", "ix", "thread", "dispatch", "run_threads", "launch_team", "team_serial",

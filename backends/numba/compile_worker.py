@@ -4,7 +4,7 @@ backends/numba/parallel_compile.py).
 It reads jobs from stdin and answers each on stdout (length-prefixed pickles): execute the
 generated module the way the calling process does (backends/numba/backend.py), give its
 dispatchers opdsl's private disk cache, compile the entry points asked for, in order (numba saves
-the machine code) and answer ``("ok", seconds)`` or ``("error", text)``.  Anything the compiled
+the machine code) and answer ``("ok", seconds, CPU seconds)`` or ``("error", text)``.  Anything the compiled
 code or numba prints goes to stderr, never into the answers.  EOF on stdin ends the process.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ def run_job(job: dict) -> tuple:
         os.environ["OPDSL_CACHE_DIR"] = job["cache_dir"]
         cache.reset()
     stem, source = job["stem"], job["source"]
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     path = nb._save_source(stem, source)
     if path is None:
         return ("error", f"the disk cache is not usable in the compile worker: {cache.unusable_reason()}")
@@ -37,7 +37,7 @@ def run_job(job: dict) -> tuple:
             sys.modules.pop(nb._module_name(stem), None)  # keep a long-lived worker's memory flat
     except Exception as e:
         return ("error", f"{type(e).__name__}: {e}")
-    return ("ok", time.perf_counter() - start)
+    return ("ok", time.perf_counter() - start, time.process_time() - cpu)
 
 
 def warm_up() -> None:

@@ -9,8 +9,9 @@ machine code to the disk cache (backends/numba/cache.py); the calling process th
 from there, as a second process would.  So this works only with a usable disk cache.
 
 Jobs are collected per compile batch (backends/compile_batch.py).  Workers are started only
-when a batch has START_JOBS jobs or more (a few small kernels compile faster in-process than a
-worker starts); once started, every later batch uses them.  A job that is cancelled, fails or
+when a batch has START_JOBS jobs or more, or one big one (START_WEIGHT: a few small kernels compile
+faster in-process than a worker starts); once started, they get every job as it comes, in this
+batch and every later one.  A job that is cancelled, fails or
 whose worker cannot start or dies resolves to an error, and the caller compiles that entry
 point in-process: a compile error then reads exactly as without workers.
 ``OPDSL_COMPILE_WORKERS=0`` turns all of this off.
@@ -35,7 +36,9 @@ from typing import Any, Deque, List, Optional, Tuple
 from backends import cache
 from dsl import config
 
-START_JOBS = 4  # a batch needs this many jobs before worker processes are started
+START_JOBS = 4  # a batch needs this many jobs before worker processes are started,
+START_WEIGHT = 20_000  # or one job this heavy (Job.weight: a generated module this long compiles for
+#                        seconds, more than a worker's start; light_resnet50's convolutions are 33-77 K)
 _LENGTH = struct.Struct("<Q")
 
 
@@ -70,11 +73,12 @@ class Job:
     """Entry points of one generated module, compiled in this order by one worker (so the module's
     shared ``thread`` function is typed once): everything a worker needs, nothing to import."""
 
-    __slots__ = ("stem", "source", "kernel", "entries", "future", "sent")
+    __slots__ = ("stem", "source", "kernel", "entries", "future", "sent", "settled")
 
     def __init__(self, stem: str, source: str, kernel: str):
         self.stem, self.source, self.kernel = stem, source, kernel
         self.sent = False  # queued for the workers (else still held by its batch)
+        self.settled = False  # its batch has ended: a caller now waits for the worker
         self.entries: List[Tuple[str, Tuple]] = []  # (entry point, numba signature)
         self.future: Future = Future()
 
@@ -88,9 +92,10 @@ class Job:
 
 
 def wait(job: Optional[Job]) -> bool:
-    """Wait for ``job``; True when its machine code should now be on disk.  A job its batch still
-    holds (a launch during planning needs the code now) is cancelled instead: the caller compiles it."""
-    if job is None or (not job.sent and job.future.cancel()):
+    """Wait for ``job``; True when its machine code should now be on disk.  A job whose batch has
+    not ended (a launch during planning needs the code now) is cancelled instead unless a worker
+    has started it: the caller compiles it rather than queue behind bigger jobs."""
+    if job is None or (not job.settled and job.future.cancel()):
         return False
     try:
         status = job.future.result()
@@ -100,29 +105,39 @@ def wait(job: Optional[Job]) -> bool:
 
 
 def submit(batch, stem: str, source: str, kernel: str, which: str, sig: Tuple) -> Job:
-    """The job that will compile this entry point.  Jobs wait in the batch until it ends and then
-    go to the workers biggest first: the long poles (a model's packed GEMMs) start at once instead
-    of behind whatever the plan reached first.  Workers start as soon as a batch holds START_JOBS
-    jobs, so their start-up overlaps the rest of the planning; when they never start, the few held
-    jobs are cancelled at the end (compiled in-process)."""
+    """The job that will compile this entry point.  Until workers run, jobs wait in the batch;
+    workers start as soon as a batch holds START_JOBS jobs, and from then on every job goes to
+    them at once (their queue hands out the biggest waiting job first), so they compile while the
+    model still plans (light_resnet50: its weight packing compiles in the calling process for
+    ~50 s, during which held jobs left both workers idle).  An entry point of a module whose job
+    has not started joins that job (its shared ``thread`` is typed once).  When workers never
+    start, the few held jobs are cancelled at the end (compiled in-process)."""
     held: List[Job] = batch.state.setdefault("numba_held_jobs", [])
+    jobs: List[Job] = batch.state.setdefault("numba_jobs", [])
     if _release not in batch.finishers:
         batch.finishers.append(_release)
     with _lock:
-        job = next((j for j in held if j.stem == stem and not j.future.cancelled()), None)
+        job = next((j for j in jobs if j.stem == stem and not j.future.done() and not j.future.running()), None)
         if job is None:
             job = Job(stem, source, kernel)
             held.append(job)
+            jobs.append(job)
         if all(w != which for w, _ in job.entries):
             job.entries.append((which, sig))
-    if _pool is None and len(held) >= START_JOBS:
+    if _pool is None and (len(held) >= START_JOBS or sum(j.weight() for j in held) >= START_WEIGHT):
         _get_pool()
+    if _pool is not None and held:
+        with _lock:
+            ready, held[:] = [j for j in held if not j.future.cancelled()], []
+        _pool.put_all(ready)
     return job
 
 
 def _release(batch) -> None:
     """At the end of a batch: held jobs go to the workers (biggest first) if they run, else are cancelled."""
     held = batch.state.get("numba_held_jobs", [])
+    for job in batch.state.get("numba_jobs", []):
+        job.settled = True
     jobs, held[:] = [j for j in held if not j.future.cancelled()], []
     if _pool is None and len(jobs) >= START_JOBS:
         _get_pool()
@@ -174,7 +189,9 @@ class _Pool:
                 if proc is None or proc.poll() is not None:
                     proc = None
                     proc = self._start()
-                send(proc.stdin, job.message())
+                with _lock:  # submit() may still add an entry point until the job runs
+                    message = job.message()
+                send(proc.stdin, message)
                 result = receive(proc.stdout)
             except (OSError, ValueError, pickle.PickleError) as e:
                 result = None
@@ -184,7 +201,8 @@ class _Pool:
                 result = ("error", self.broken or "the compile worker exited")
                 proc = None
             history.append((job.kernel, tuple(w for w, _ in job.entries), result[0] if result[0] == "ok" else
-                            f"{result[0]}: {result[1]}", started, time.perf_counter()))
+                            f"{result[0]}: {result[1]}", started, time.perf_counter(),
+                            result[2] if result[0] == "ok" and len(result) > 2 else 0.0))
             job.future.set_result(result)
 
     def _start(self) -> subprocess.Popen:
@@ -212,8 +230,9 @@ class _Pool:
 
 
 _lock = threading.Lock()
-# (kernel, entry points, "ok"/"error", start, end) of every job the workers ran (benchmarks/compile_profile.py)
-history: Deque[Tuple[str, Tuple[str, ...], str, float, float]] = collections.deque(maxlen=1000)
+# (kernel, entry points, "ok"/"error", start, end, the worker's CPU seconds) of every job the workers
+# ran (benchmarks/compile_profile.py)
+history: Deque[Tuple[str, Tuple[str, ...], str, float, float, float]] = collections.deque(maxlen=1000)
 _pool: Optional[_Pool] = None
 
 

@@ -291,7 +291,7 @@ class Program:
         for p in self.tensor_params():
             nm = self.names[p.name]
             src = f"{nm}_nd"
-            lines.append(f"    {nm} = {src}" if p.ndim == 1 else f"    {nm} = {src}.reshape({src}.size)")
+            lines.append(f"    {nm} = {src}" if p.ndim == 1 else f"    {nm} = vw.flat({src})")
             for d in range(p.ndim):
                 lines.append(f"    {nm}_shape{d} = {src}.shape[{d}]")
             lines.append(f"    {nm}_size = {nm}.size")
@@ -364,7 +364,8 @@ class Program:
     def jit_options(self) -> List[str]:
         body = ["# functions only other compiled functions call: no Python or C wrapper to build (a cold",
                 "# compile builds and optimizes each wrapper, and the entries only need their own)",
-                "BODY = dict(JIT, no_cpython_wrapper=True, no_cfunc_wrapper=True)"]
+                "# and numba's pipeline without the passes generated code does not need (backends/numba/pipeline.py)",
+                "BODY = dict(JIT, no_cpython_wrapper=True, no_cfunc_wrapper=True, pipeline_class=pl.Lean)"]
         if not self.fastmath:
             return ['JIT = dict(nogil=True, error_model="numpy", cache=CACHE)', *body]
         flags = ", ".join(f'"{f}"' for f in FASTMATH)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import dsl
-from dsl import In, Out, f32, i64
+from dsl import In, Out, f32, i8, i64
 
 nb = pytest.importorskip("backends.numba.backend")
 
@@ -123,3 +123,57 @@ def test_generated_code_calls_no_numba_min_and_counts_step_1_loops_inline():
     assert "ar.min2(" in src and "min(" not in src.replace("ar.min2(", "")
     assert "rt.trip_count" not in src and "ar.floordiv_i64" not in src  # split divides by the team size
     assert "ar.count_up(" in src and " else " not in src  # step-1 counts are selects, not branches
+
+
+@dsl.kernel(threads=2)
+def abs_sums(x: In[i8, 3], y: Out[i8, 2]):
+    """i8 sums that wrap around; ``v`` and ``s`` are reassigned in a branch and a loop."""
+    a, b, c = x.shape
+    lo, hi = dsl.split(a)
+    for i in range(lo, hi):
+        for j in range(b):
+            s = i8(0)
+            for k in range(c):
+                v = x[i, j, k]
+                if v < 0:
+                    v = -v
+                s += v
+            y[i, j] = s
+
+
+def test_reassigned_narrow_ints_keep_their_type_and_wrap_around(backend):
+    """numba compiles the thread body without its SSA pass (backends/numba/pipeline.py): each
+    variable keeps one type, so i8 arithmetic still wraps as numpy's does (-(-128) included)."""
+    x = np.random.default_rng(28).integers(-128, 128, (5, 3, 7), dtype=np.int8)
+    x[0, 0, 0] = -128
+    y = np.zeros((5, 3), np.int8)
+    abs_sums(x, y, backend=backend)
+    np.testing.assert_array_equal(y, np.abs(x).sum(axis=2, dtype=np.int8))
+
+
+def test_body_functions_skip_numbas_ssa_pass_and_entries_flatten_without_reshape():
+    x = np.zeros((2, 3, 4), np.int8)
+    y = np.zeros((2, 3), np.int8)
+    src = abs_sums.source("numba", x, y)
+    assert "pipeline_class=pl.Lean" in src and "BODY = dict(JIT," in src
+    assert ".reshape(" not in src and "x = vw.flat(x_nd)" in src
+    k = _fresh(abs_sums)
+    k(x, y, backend="numba")  # the machine code may come from the disk cache: the pipeline is checked below
+    from backends.numba import pipeline
+    assert _launcher(k)._module.thread._compiler.pipeline_class is pipeline.Lean
+
+    from numba import njit
+
+    @njit(pipeline_class=pipeline.Lean, cache=False)
+    def count_negatives(a):
+        n = 0
+        for v in a:
+            if v < 0:
+                n = n + 1
+        return n
+
+    assert count_negatives(np.array([-1.0, 2.0, -3.0])) == 2
+    (cres,) = count_negatives.overloads.values()
+    passes = {name for times in cres.metadata["pipeline_times"].values() for name in times}
+    assert any(p.endswith("nopython_type_inference") for p in passes)
+    assert not any(p.endswith(("reconstruct_ssa", "inline_closure_likes")) for p in passes)

@@ -113,6 +113,34 @@ def test_workers_compile_a_batch_with_in_process_results(fresh, monkeypatch):
     assert _hits(launchers) == (0, 3)  # in-process too, the big case compiles its parallel entry only
 
 
+def test_running_workers_get_each_job_before_the_batch_ends(fresh):
+    """Once workers run, a job goes to them when submitted (a model may plan for a long while yet:
+    light_resnet50's weight packing compiles in-process for most of its planning)."""
+    kernel = _salted()
+    salt = dict(kernel.defines)["SALT"]
+    prepared = []
+    with compile_batch.batch() as b:
+        for x, a in _cases():
+            y = np.empty_like(x)
+            prepared.append((x, a, y, kernel.prepare((x, y, a), {}, backend="numba")))
+        jobs = list(b.state["numba_jobs"])
+        assert len(jobs) == 3 and all(j.sent for j in jobs) and not any(j.settled for j in jobs)
+    assert all(j.settled for j in jobs)
+    for x, a, y, (launcher, values, grid) in prepared:
+        launcher(values, grid)
+        np.testing.assert_array_equal(y, a * x + x.dtype.type(salt))
+
+
+def test_a_planning_launch_takes_back_a_queued_job_and_waits_once_planning_ended():
+    queued = parallel_compile.Job("stem", "source", "kernel")
+    queued.sent = True  # with the workers, no worker has started it, its batch still planning
+    assert parallel_compile.wait(queued) is False and queued.future.cancelled()  # compiled in-process
+    done = parallel_compile.Job("stem", "source", "kernel")
+    done.sent = done.settled = True
+    done.future.set_result(("ok", 0.0, 0.0))
+    assert parallel_compile.wait(done) is True
+
+
 def test_switch_off_compiles_in_process(fresh, monkeypatch):
     monkeypatch.setenv("OPDSL_COMPILE_WORKERS", "0")
     kernel = _salted()
