@@ -61,7 +61,7 @@ t0 = time.monotonic()
 try:
     run(values, grid)
 except KeyboardInterrupt:
-    print(f"KeyboardInterrupt after {time.monotonic() - t0:.2f} s", flush=True)
+    print(f"KeyboardInterrupt at {time.monotonic():.6f}, after {time.monotonic() - t0:.2f} s", flush=True)
     sys.exit(0)
 print("finished without an interrupt", flush=True)
 sys.exit(1)
@@ -89,15 +89,16 @@ def _interrupt(kernel: str, backend: str, entry: str, tmp_path) -> str:
         time.sleep(1.0)
         sent = time.monotonic()
         p.send_signal(signal.SIGINT)
-        try:
-            out, err = p.communicate(timeout=4)
+        try:  # generous: exiting (numba's pool, the interpreter) may wait on a loaded machine
+            out, err = p.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             p.kill()
             out, err = p.communicate()
             raise AssertionError(f"the launch ran on after SIGINT\n{out}\n{err}") from None
-        took = time.monotonic() - sent
         assert p.returncode == 0, f"exit status {p.returncode}\n{out}\n{err}"
-        assert "KeyboardInterrupt" in out
+        assert "KeyboardInterrupt at " in out, out
+        # the launch's own stop, on the clock both processes share (CLOCK_MONOTONIC), not the exit
+        took = float(out.split("KeyboardInterrupt at ")[1].split(",")[0]) - sent
         assert took < 3, f"took {took:.2f} s to stop"
         return out
     finally:
