@@ -9,14 +9,12 @@ import onnx
 import onnxruntime as ort
 
 import dsl
+from benchmarks import models
 
 
 def main(path: str, repeat: int = 40) -> None:
     proto = onnx.load(path)
-    inits = {t.name for t in proto.graph.initializer}
-    inp = next(i for i in proto.graph.input if i.name not in inits)
-    shape = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
-    feeds = {inp.name: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+    feeds = models.random_feeds(proto)
     model = dsl.load_onnx(path, backend="numba")
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     model.run(feeds), sess.run(None, feeds)  # compiles, warms

@@ -48,11 +48,8 @@ def model_path(name: str) -> str:
 
 def feeds_of(path: str) -> Dict[str, np.ndarray]:
     import onnx
-    proto = onnx.load(path)
-    inits = {t.name for t in proto.graph.initializer}
-    inp = next(i for i in proto.graph.input if i.name not in inits)
-    shape = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
-    return {inp.name: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+    from benchmarks import models
+    return models.random_feeds(onnx.load(path))
 
 
 def op_cases() -> List[Tuple[str, object, Dict[str, np.ndarray]]]:

@@ -63,10 +63,7 @@ def run_models(reps: int, only: str) -> None:
             continue
         path = str(models.bert_layer() if name == "bert" else models.light_model_path(name))
         proto = onnx.load(path)
-        inits = {t.name for t in proto.graph.initializer}
-        inp = next(i for i in proto.graph.input if i.name not in inits)
-        shape = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
-        feeds = {inp.name: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+        feeds = models.random_feeds(proto)
         model = dsl.load_onnx(path, backend="numba")
         so = ort.SessionOptions()
         so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = n, 1, 3

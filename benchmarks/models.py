@@ -43,6 +43,15 @@ def cache_dir(folder: Optional[str] = None) -> Path:
     return path
 
 
+def random_feeds(proto) -> Dict[str, np.ndarray]:
+    """Seeded standard-normal f32 input for ``proto``'s first non-initializer input (dimensions
+    the model leaves open set to 1): the same feed for opdsl and onnxruntime in every benchmark."""
+    inits = {t.name for t in proto.graph.initializer}
+    inp = next(i for i in proto.graph.input if i.name not in inits)
+    shape = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
+    return {inp.name: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+
+
 def light_model_path(name: str) -> Path:
     """The path of ``light_<name>.onnx`` in the installed onnx wheel (``alexnet`` is
     ``bvlc_alexnet``).  Its expected output for onnx's generated input is the

@@ -19,7 +19,6 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np  # noqa: E402
 
 from benchmarks import models  # noqa: E402
 
@@ -51,10 +50,7 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     path = str(models.bert_layer() if a.model == "bert" else models.light_model_path(a.model))
     proto = onnx.load(path)
-    inits = {t.name for t in proto.graph.initializer}
-    inp = next(i for i in proto.graph.input if i.name not in inits)
-    shape = [d.dim_value or 1 for d in inp.type.tensor_type.shape.dim]
-    feeds = {inp.name: np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
+    feeds = models.random_feeds(proto)
     model = dsl.load_onnx(path, backend="numba")
     so = ort.SessionOptions()
     so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = 1, 1, 3
