@@ -174,18 +174,25 @@ def _qlinear_batch_norm(node, opset, emit) -> bool:
     if opset < 13:
         return False
     ins, _, (y,) = names(node)
+    emit_dequantized_batch_norm(emit, ins, op.epsilon, op.activation, op.activation_params, y)
+    return True
+
+
+def emit_dequantized_batch_norm(emit, ins, epsilon: float, activation: str, params, y: str) -> None:
+    """DequantizeLinear -> BatchNormalization -> [Relu | Clip] -> QuantizeLinear into ``y``, from
+    ``ins`` = (x, x_scale, x_zero_point, scale, bias, mean, var, y_scale, y_zero_point): the export
+    of QLinearBatchNormalization and of the BN half of QLinearConvBatchNormalization."""
     x, xs, xz, scale, b, mean, var, ys, yz = ins
     deq, normed = emit.temp("dequantized"), emit.temp("normalized")
     emit("DequantizeLinear", [x, xs, xz], [deq])
-    emit("BatchNormalization", [deq, scale, b, mean, var], [normed], epsilon=float(op.epsilon))
-    if op.activation == "Relu":
+    emit("BatchNormalization", [deq, scale, b, mean, var], [normed], epsilon=float(epsilon))
+    if activation == "Relu":
         act = emit.temp("activated")
         emit("Relu", [normed], [act])
         normed = act
-    elif op.activation == "Clip":
+    elif activation == "Clip":
         act = emit.temp("activated")
-        lo, hi = (emit.constant(np.array(v, np.float32), n) for v, n in zip(op.activation_params, ("min", "max")))
+        lo, hi = (emit.constant(np.array(v, np.float32), n) for v, n in zip(params, ("min", "max")))
         emit("Clip", [normed, lo, hi], [act])
         normed = act
     emit("QuantizeLinear", [normed, ys, yz], [y])
-    return True

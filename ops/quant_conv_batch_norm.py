@@ -33,7 +33,7 @@ from ops.conv_int8 import STRIDED_MAX_CHANNELS, conv_int8
 from ops.conv_int8_direct import SecondRequantization, conv_int8_direct, direct_conv_ok, launched
 from ops.conv_int8_strided import conv_int8_strided, strided_geometry_ok
 from ops.gemm_int8 import qgemm_packed
-from ops.quant_batch_norm import channel_affine, requantize_channels
+from ops.quant_batch_norm import channel_affine, emit_dequantized_batch_norm, requantize_channels
 from ops.quant_conv import QLinearConv
 from ops.quant_conv_fused import check_activation, quantized_bounds
 from ops.quant_conv_plan import packed_conv_plan
@@ -150,17 +150,6 @@ def _qlinear_conv_batch_norm(node, opset, emit) -> bool:
         clamped = emit.temp("clamped")
         emit("Clip", [q, emit.constant(np.array(lo, dt), "min"), emit.constant(np.array(hi, dt), "max")], [clamped])
         q = clamped
-    deq, normed = emit.temp("dequantized"), emit.temp("normalized")
-    emit("DequantizeLinear", [q, ins[6], ins[7]], [deq])
-    emit("BatchNormalization", [deq, *ins[9:13]], [normed], epsilon=float(op.epsilon))
-    if op.bn_activation == "Relu":
-        act = emit.temp("activated")
-        emit("Relu", [normed], [act])
-        normed = act
-    elif op.bn_activation == "Clip":
-        act = emit.temp("activated")
-        lo, hi = (emit.constant(np.array(v, np.float32), n) for v, n in zip(op.bn_activation_params, ("min", "max")))
-        emit("Clip", [normed, lo, hi], [act])
-        normed = act
-    emit("QuantizeLinear", [normed, ins[13], ins[14]], [z])
+    emit_dequantized_batch_norm(emit, [q, *ins[6:8], *ins[9:15]], op.epsilon, op.bn_activation,
+                                op.bn_activation_params, z)
     return True
