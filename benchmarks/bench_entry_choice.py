@@ -7,6 +7,7 @@ calibrated on, and model latency against onnxruntime across fresh processes.
     python -m benchmarks.bench_entry_choice --models --processes 5 [--baseline TREE --baseline-cache DIR]
     python -m benchmarks.bench_entry_choice --nodes --processes 3 [--busy 1] [--pause 0.02]
     python -m benchmarks.bench_entry_choice --models --only squeezenet,bert --layers omp,workqueue
+    python -m benchmarks.bench_entry_choice --models --only squeezenet,bert --spins 3000,300000 [--busy 1]
 
 ``--show-choices`` prints, per model and per bench_ops case, each launch of a numba kernel: its
 grid, elements, estimated work (backends/numba/launch_work.py) and the entry it runs; the digest
@@ -14,7 +15,8 @@ of that list is what to compare between runs.  ``--models`` runs each model in `
 fresh processes (alternating with ``--baseline``'s tree, e.g. ``git archive main``), each timing
 ``model.run`` and onnxruntime alternately (a ``--pause`` of sleep before each side, 20 ms by
 default: onnxruntime's pool threads spin after a run, and back-to-back they would take the cores from
-opdsl's next run), and prints every process's best ratio.  ``--nodes`` does the same for single nodes
+opdsl's next run), and prints every process's best ratio and each side's process CPU time per run
+(pauses included: what threads that spin after a run take from a neighbour).  ``--nodes`` does the same for single nodes
 (NODES: two f32 convolutions, a GEMM, an int8 QLinearConv); ``--busy N`` runs N competing busy
 processes meanwhile.
 
@@ -186,7 +188,18 @@ ours, theirs = [], []
 for _ in range(repeat):
     time.sleep(pause); t = time.perf_counter(); model.run(feeds); ours.append(time.perf_counter() - t)
     time.sleep(pause); t = time.perf_counter(); sess.run(None, feeds); theirs.append(time.perf_counter() - t)
-print(json.dumps({{"opdsl": ours, "ort": theirs}}))
+
+def cpu_per_run(run):
+    """Process CPU seconds per run, pauses included: what spinning threads take from neighbours."""
+    time.sleep(0.1)
+    c = time.process_time()
+    for _ in range(repeat):
+        time.sleep(pause); run()
+    time.sleep(0.1)
+    return (time.process_time() - c) / repeat
+
+cpu = {{"opdsl_cpu": cpu_per_run(lambda: model.run(feeds)), "ort_cpu": cpu_per_run(lambda: sess.run(None, feeds))}}
+print(json.dumps({{"opdsl": ours, "ort": theirs, **cpu}}))
 '''
 
 # One node against onnxruntime (bench_ops' f32 Conv and MatMul, bench_int8's QLinearConv), two threads a
@@ -248,14 +261,17 @@ def busy_processes(n: int) -> List[subprocess.Popen]:
 
 def model_processes(processes: int, repeat: int, baseline: Optional[Path], names,
                     baseline_cache: Optional[Path] = None, pause: float = 0.02, busy: int = 0,
-                    layers: Sequence[str] = ()) -> int:
+                    layers: Sequence[str] = (), spins: Sequence[str] = ()) -> int:
     """Each model (or NODES entry) in ``processes`` fresh processes per tree (trees alternating),
     ``model.run`` and onnxruntime alternating inside each with ``pause`` seconds before each side;
     every process's best and median ratio, then the spread.  ``busy``: competing busy processes;
-    ``layers``: numba threading layers to compare (``NUMBA_THREADING_LAYER``) in place of trees."""
+    ``layers``: numba threading layers to compare (``NUMBA_THREADING_LAYER``) in place of trees;
+    ``spins``: libgomp spin counts to compare (``GOMP_SPINCOUNT``) in place of trees."""
     trees = [("opdsl", ROOT, {})] + ([("baseline", baseline, {})] if baseline is not None else [])
     if layers:  # this tree on each numba threading layer instead
         trees = [(f"{layer}", ROOT, {"NUMBA_THREADING_LAYER": layer}) for layer in layers]
+    if spins:  # this tree with each libgomp spin count instead
+        trees = [(f"spin {n}", ROOT, {"GOMP_SPINCOUNT": n}) for n in spins]
     hogs = busy_processes(busy)
     try:
         for name in names:
@@ -281,7 +297,7 @@ def _one_case(name, processes, repeat, trees, baseline_cache, pause, busy) -> No
                                  check=True, cwd=str(tree))
             r = json.loads(out.stdout.strip().splitlines()[-1])
             a, b = np.array(r["opdsl"]), np.array(r["ort"])
-            got[label].append((a.min(), np.median(a), b.min(), np.median(b)))
+            got[label].append((a.min(), np.median(a), b.min(), np.median(b), r["opdsl_cpu"], r["ort_cpu"]))
     print(f"{name}: {processes} fresh processes per tree, {repeat} runs each alternating with onnxruntime, "
           f"{pause * 1e3:.0f} ms pause before each side, {busy} busy competing process(es) "
           f"(1-minute load average {os.getloadavg()[0]:.1f})")
@@ -291,7 +307,9 @@ def _one_case(name, processes, repeat, trees, baseline_cache, pause, busy) -> No
         med_ratio = [r[1] / r[3] for r in rows]
         print(f"  {label:8}: best ms {' '.join(f'{v:.2f}' for v in best)}; slowest/fastest {max(best) / min(best):.2f}x; "
               f"ratio to ORT best {' '.join(f'{v:.2f}' for v in ratio)} (mean {np.mean(ratio):.2f}x), "
-              f"median {' '.join(f'{v:.2f}' for v in med_ratio)} (mean {np.mean(med_ratio):.2f}x)", flush=True)
+              f"median {' '.join(f'{v:.2f}' for v in med_ratio)} (mean {np.mean(med_ratio):.2f}x); "
+              f"CPU ms per run with its pause: opdsl {np.mean([r[4] for r in rows]) * 1e3:.2f}, "
+              f"onnxruntime {np.mean([r[5] for r in rows]) * 1e3:.2f}", flush=True)
 
 
 def main(argv=None) -> int:
@@ -310,13 +328,15 @@ def main(argv=None) -> int:
     ap.add_argument("--baseline", type=Path, default=None, help="also time this tree (--models)")
     ap.add_argument("--baseline-cache", type=Path, default=None, help="OPDSL_CACHE_DIR of the baseline's processes")
     ap.add_argument("--layers", default="", help="--models/--nodes: compare numba threading layers, e.g. omp,workqueue")
+    ap.add_argument("--spins", default="", help="--models/--nodes: compare GOMP_SPINCOUNT values, e.g. 3000,300000")
     args = ap.parse_args(argv)
     if args.calibrate:
         return calibrate(args.rounds)
     if args.models or args.nodes:
         names = args.only.split(",") if args.only else list(MODELS if args.models else NODES)
         return model_processes(args.processes, args.repeat, args.baseline, names, args.baseline_cache,
-                               args.pause, args.busy, [x for x in args.layers.split(",") if x])
+                               args.pause, args.busy, [x for x in args.layers.split(",") if x],
+                               [x for x in args.spins.split(",") if x])
     return show_choices(not args.no_ops)
 
 

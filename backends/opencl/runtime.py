@@ -46,6 +46,9 @@ except ImportError as e:  # pragma: no cover - the opencl extra is not installed
     _IMPORT_ERROR = f"pyopencl is not installed ({e}); pip install 'opdsl[opencl]'"
 
 BUILD_OPTIONS = "-cl-std=CL1.2"
+# Oclgrind's optimiser turns `if (v < 0) v = -v` into llvm.abs.*, which its interpreter cannot run
+# ("Undefined external function: llvm.abs.i8"); unoptimised code also keeps every access it checks.
+OCLGRIND_OPTIONS = "-cl-opt-disable"
 
 
 @dataclass
@@ -173,6 +176,8 @@ def build(source: str, options: str = BUILD_OPTIONS, extra_key: str = "") -> "cl
     (not the program) is what failed.
     """
     dev = device()
+    if dev.checker is not None and OCLGRIND_OPTIONS not in options.split():
+        options = f"{options} {OCLGRIND_OPTIONS}"
     key = program_key(source, options, dev, extra_key)
     prg = _programs.get(key)
     if prg is not None:
