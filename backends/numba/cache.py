@@ -208,10 +208,13 @@ _NRT_HEAD = struct.Struct("<Q")  # length of the object code; the shared module'
 
 def _nrt_entry(codegen) -> str:
     """The cache file name of NRT's library for this numba, llvmlite and CPU (codegen's magic tuple:
-    target triple, CPU name and features, what numba keys kernels' machine code by)."""
+    target triple, CPU name and features, what numba keys kernels' machine code by) and the numba
+    settings its module or machine code depend on (NRT debug prints, word size, optimization level)."""
     import llvmlite
     import numba
-    key = f"{numba.__version__}|{llvmlite.__version__}|{codegen.magic_tuple()!r}"
+    from numba.core import config
+    settings = (config.DEBUG_NRT, config.DEBUG_NRT_STACK_LIMIT, config.MACHINE_BITS, config.OPT)
+    key = f"{numba.__version__}|{llvmlite.__version__}|{codegen.magic_tuple()!r}|{settings!r}"
     return f"nrt-{hashlib.sha256(key.encode('utf-8')).hexdigest()[:32]}.bin"
 
 
