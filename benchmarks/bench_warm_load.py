@@ -18,6 +18,10 @@ cache entries), interleaved with this tree's in every round, so both see the sam
     python -m benchmarks.bench_warm_load --model resnet50 --rounds 5 --artifact --baseline /tmp/base
 
 ``--mmap`` (with ``--artifact``): this tree's ``load_model(path, mmap=True)`` as one more child per round.
+
+Each child also reports its process CPU time (every thread's user + system seconds) per phase,
+and the summary gives CPU medians beside the wall ones: on a machine shared with other work the
+wall times move 2x between rounds, the CPU seconds far less.
 """
 from __future__ import annotations
 
