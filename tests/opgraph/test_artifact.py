@@ -100,6 +100,13 @@ class Count(event.Listener):
         pass
 
 event.register("numba:compile", Count())
+from numba.core.runtime import nrtdynmod
+nrt_made = []
+nrt_module = nrtdynmod.create_nrt_module
+def count_nrt(ctx):
+    nrt_made.append(1)
+    return nrt_module(ctx)
+nrtdynmod.create_nrt_module = count_nrt
 import numpy as np
 import dsl
 from backends import warm_start
@@ -111,7 +118,7 @@ passes.infer_and_fold = refuse
 model = dsl.load_model(sys.argv[1])
 y = model.run({"x": np.load(sys.argv[2])})["y"]
 np.save(sys.argv[3], y)
-print(Count.n, warm_start.writes, artifact_load.stats["installed"], "dsl.onnx.load" in sys.modules)
+print(Count.n, warm_start.writes, artifact_load.stats["installed"], "dsl.onnx.load" in sys.modules, len(nrt_made))
 """
 
 
@@ -123,8 +130,9 @@ def test_a_fresh_process_with_an_empty_cache_compiles_nothing(onnx_file, tmp_pat
     out = subprocess.run([sys.executable, "-c", _FRESH, str(path), str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
-    compiles, frontend_writes, installed, parsed_onnx = out.stdout.split()
+    compiles, frontend_writes, installed, parsed_onnx, nrt_made = out.stdout.split()
     assert (compiles, frontend_writes, parsed_onnx) == ("0", "0", "False")  # no compile, no front end, no ONNX
+    assert nrt_made == "0"  # numba's runtime library too came from the file, not from LLVM
     assert int(installed) > 0  # the machine code came from the file
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), _reference(X), rtol=1e-4, atol=1e-4)
 
