@@ -18,6 +18,10 @@ cache entries), interleaved with this tree's in every round, so both see the sam
     python -m benchmarks.bench_warm_load --model resnet50 --rounds 5 --artifact --baseline /tmp/base
 
 ``--mmap`` (with ``--artifact``): this tree's ``load_model(path, mmap=True)`` as one more child per round.
+
+Each child also reports its process CPU time (every thread's user + system seconds) per phase,
+and the summary gives CPU medians beside the wall ones: on a machine shared with other work the
+wall times move 2x between rounds, the CPU seconds far less.
 """
 from __future__ import annotations
 
@@ -33,51 +37,54 @@ ROOT = Path(__file__).resolve().parents[1]
 
 _CHILD = r"""
 import json, sys, time
-t0 = time.perf_counter()
+c0, t0 = time.process_time(), time.perf_counter()
 import numpy as np
 import dsl
 from dsl.opgraph import plan_cache
 from benchmarks.models import light_model_path
-t1 = time.perf_counter()
+c1, t1 = time.process_time(), time.perf_counter()
 model = dsl.load_onnx(str(light_model_path(sys.argv[1])), backend=sys.argv[2])
-t2 = time.perf_counter()
+c2, t2 = time.process_time(), time.perf_counter()
 name, spec = next(iter(model.inputs.items()))
 model.run({name: np.ones(spec.shape, np.float32)})
-t3 = time.perf_counter()
+c3, t3 = time.process_time(), time.perf_counter()
 print(json.dumps({"import": t1 - t0, "load": t2 - t1, "first_run": t3 - t2, "total": t3 - t0,
+                  "cpu": {"import": c1 - c0, "load": c2 - c1, "first_run": c3 - c2, "total": c3 - c0},
                   "hits": plan_cache.stats["hits"]}))
 """
 
 
 _ARTIFACT_CHILD = r"""
 import json, sys, time, warnings
-t0 = time.perf_counter()
+c0, t0 = time.process_time(), time.perf_counter()
 import numpy as np
 import dsl
 from dsl.opgraph import artifact_load
 warnings.simplefilter("error", dsl.ArtifactWarning)  # a rebuilt or recompiled model is not what is measured
-t1 = time.perf_counter()
+c1, t1 = time.process_time(), time.perf_counter()
 model = dsl.load_model(sys.argv[1], **({"mmap": True} if sys.argv[2:] == ["mmap"] else {}))
-t2 = time.perf_counter()
+c2, t2 = time.process_time(), time.perf_counter()
 name, spec = next(iter(model.inputs.items()))
 model.run({name: np.ones(spec.shape, np.float32)})
-t3 = time.perf_counter()
+c3, t3 = time.process_time(), time.perf_counter()
 print(json.dumps({"import": t1 - t0, "load": t2 - t1, "first_run": t3 - t2, "total": t3 - t0,
+                  "cpu": {"import": c1 - c0, "load": c2 - c1, "first_run": c3 - c2, "total": c3 - c0},
                   "kept": artifact_load.stats["kept"], "installed": artifact_load.stats["installed"]}))
 """
 
 _ORT_CHILD = r"""
 import json, sys, time
-t0 = time.perf_counter()
+c0, t0 = time.process_time(), time.perf_counter()
 import numpy as np
 import onnxruntime as ort
-t1 = time.perf_counter()
+c1, t1 = time.process_time(), time.perf_counter()
 session = ort.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
-t2 = time.perf_counter()
+c2, t2 = time.process_time(), time.perf_counter()
 inp = session.get_inputs()[0]
 session.run(None, {inp.name: np.ones([d if isinstance(d, int) else 1 for d in inp.shape], np.float32)})
-t3 = time.perf_counter()
-print(json.dumps({"import": t1 - t0, "load": t2 - t1, "first_run": t3 - t2, "total": t3 - t0}))
+c3, t3 = time.process_time(), time.perf_counter()
+print(json.dumps({"import": t1 - t0, "load": t2 - t1, "first_run": t3 - t2, "total": t3 - t0,
+                  "cpu": {"import": c1 - c0, "load": c2 - c1, "first_run": c3 - c2, "total": c3 - c0}}))
 """
 
 
@@ -91,7 +98,7 @@ def _child(code: str, *argv: str, env_extra=None, root: Path = ROOT) -> dict:
 def _print(label: str, r: dict, what: str = "load") -> None:
     extra = f" (cache entries kept {r['kept']}, installed {r['installed']})" if "kept" in r else ""
     print(f"{label:<44} import {r['import']:.2f} s, {what} {r['load']:.2f} s, first run {r['first_run']:.2f} s, "
-          f"total {r['total']:.2f} s{extra}", flush=True)
+          f"total {r['total']:.2f} s (CPU {r['cpu']['load']:.2f} / {r['cpu']['total']:.2f} s){extra}", flush=True)
 
 
 def artifact_rounds(model: str, backend: str, rounds: int, baseline: Path = None, mmap: bool = False) -> None:
@@ -144,6 +151,18 @@ def artifact_rounds(model: str, backend: str, rounds: int, baseline: Path = None
             if "mmap" in rows:
                 mapped = statistics.median(value(r) for r in rows["mmap"])
                 print(f"median {label}: load_model(mmap=True) {mapped:.2f} s = {mapped / theirs:.2f}x")
+            # process CPU seconds (every thread's user + system time): what a loaded machine's
+            # neighbours disturb far less than wall time
+            def cpu(r):
+                c = r["cpu"]
+                return c["import"] + c["load"] if part == "import+load" else c[part]
+            theirs = statistics.median(cpu(r) for r in rows["ort"])
+            sides = [(tag + "load_model", rows[tag + "opdsl"]) for tag in trees] + \
+                [(tag + "load_onnx plan hit", rows[tag + "plan"]) for tag in trees] + \
+                ([("load_model(mmap=True)", rows["mmap"])] if "mmap" in rows else [])
+            print(f"  CPU, median {label}: onnxruntime {theirs:.2f} s; " + "; ".join(
+                f"{name} {statistics.median(cpu(r) for r in rs):.2f} s = "
+                f"{statistics.median(cpu(r) for r in rs) / theirs:.2f}x" for name, rs in sides))
 
 
 def run_child(model: str, backend: str, plan_cache: bool, env_extra=None, root: Path = ROOT) -> dict:

@@ -309,6 +309,7 @@ class NumbaLauncher(Launcher):
         self._team = k.threads
         self._choice = entry_choice.EntryChoice()  # small launches: serial or parallel, by their work (entry_choice.py)
         self._sig = signature(k, sites is not None or request.debug, gate=facts["gate"])
+        self._entry_sigs: Dict[str, Tuple] = {}  # entry name -> its signature, for note_launch
         self._nparams = len(k.params)
         # nested loops: small launches weigh their work (launch_work.py), which names what it reads
         self._work = facts["work"]
@@ -362,7 +363,10 @@ class NumbaLauncher(Launcher):
             return
         if which == "launch_serial" and not self._pending:
             return
-        sig = signature(self.kernel_ir, self._sites is not None, nd=which.endswith("_nd"), gate=self._gate is not None)
+        sig = self._entry_sigs.get(which)
+        if sig is None:  # a model notes ~70 launches of ~10 entries while it loads: types built once each
+            sig = self._entry_sigs[which] = signature(self.kernel_ir, self._sites is not None,
+                                                      nd=which.endswith("_nd"), gate=self._gate is not None)
         fn = self._module.launch_serial if which == "launch_serial" else self._entries[which]
         if not parallel_compile.wanted() or machine_cache.cached(fn, sig):
             return

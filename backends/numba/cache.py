@@ -11,6 +11,9 @@ index is stamped with the hash of the source opdsl generated, not with a file
 on disk.  A damaged or unreadable entry reads as missing (numba recompiles); a
 failed write turns the disk cache off with one warning instead of failing the
 compile.  Depends on numba.core.caching internals (checked by tests/backends/test_cache.py).
+
+NRT's own small library (the refcount and atomic functions every kernel links against) is kept
+here too: numba generates it with LLVM in every process (``_nrt_functions``).
 """
 from __future__ import annotations
 
@@ -18,13 +21,14 @@ import hashlib
 import io
 import itertools
 import pickle
+import struct
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
 from numba.core import caching
 from numba.core.dispatcher import Dispatcher
-from numba.core.runtime import rtsys
+from numba.core.runtime import nrtdynmod, rtsys
 
 from backends import cache
 
@@ -195,3 +199,56 @@ def cached(dispatcher, sig) -> bool:
     if found:
         known.add(sig)
     return found
+
+
+# --------------------------------------------------------------------------- NRT's own library
+
+_NRT_HEAD = struct.Struct("<Q")  # length of the object code; the shared module's bitcode follows
+
+
+def _nrt_entry(codegen) -> str:
+    """The cache file name of NRT's library for this numba, llvmlite and CPU (codegen's magic tuple:
+    target triple, CPU name and features, what numba keys kernels' machine code by) and the numba
+    settings its module or machine code depend on (NRT debug prints, word size, optimization level)."""
+    import llvmlite
+    import numba
+    from numba.core import config
+    settings = (config.DEBUG_NRT, config.DEBUG_NRT_STACK_LIMIT, config.MACHINE_BITS, config.OPT)
+    key = f"{numba.__version__}|{llvmlite.__version__}|{codegen.magic_tuple()!r}|{settings!r}"
+    return f"nrt-{hashlib.sha256(key.encode('utf-8')).hexdigest()[:32]}.bin"
+
+
+def _nrt_functions(ctx):
+    """``nrtdynmod.compile_nrt_functions`` with its machine code kept in opdsl's cache.
+
+    Every process that runs numba code with NRT (all of opdsl's kernels) has numba generate NRT's
+    few atomic and refcount functions with LLVM at its first link: 0.17-0.34 s of a warm
+    process's first run (loaded 2-core machine), the same code every time.  Its object code is
+    stored like a kernel's (``cache.store``: owner-checked, framed with its key and digest) and
+    loaded in ~2 ms; anything unusable falls back to numba's compile."""
+    codegen = ctx.codegen()
+    try:
+        name = _nrt_entry(codegen)
+    except Exception:  # pragma: no cover - an unexpected codegen: numba's own path
+        return _compile_nrt_functions(ctx)
+    raw = cache.load(CACHE_TAG, name) if cache.enabled() else None
+    if raw is not None and len(raw) >= _NRT_HEAD.size:
+        (size,) = _NRT_HEAD.unpack_from(raw)
+        if _NRT_HEAD.size + size <= len(raw):
+            try:
+                return codegen.unserialize_library(
+                    ("nrt", "object", (raw[_NRT_HEAD.size:_NRT_HEAD.size + size], raw[_NRT_HEAD.size + size:])))
+            except Exception:  # bytes that do not link: compile as numba does
+                pass
+    ir_mod, library = nrtdynmod.create_nrt_module(ctx)
+    library.enable_object_caching()
+    library.add_ir_module(ir_mod)
+    library.finalize()
+    if cache.enabled():
+        _, _, (obj, bitcode) = library.serialize_using_object_code()
+        cache.store(CACHE_TAG, name, _NRT_HEAD.pack(len(obj)) + bytes(obj) + bytes(bitcode))
+    return library
+
+
+_compile_nrt_functions = nrtdynmod.compile_nrt_functions
+nrtdynmod.compile_nrt_functions = _nrt_functions  # rtsys.initialize looks it up on the module

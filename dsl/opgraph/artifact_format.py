@@ -180,6 +180,31 @@ class Artifact:
         return [weights[at:at + size] for at, size in spans]
 
 
+HUGE_BUFFER_BYTES = 8 << 20  # from here on the read buffer asks for 2 MiB pages
+
+
+def private_buffer(size: int) -> memoryview:
+    """A writable buffer of ``size`` bytes that the file is read into (the weights are views of it).
+
+    The read's cost is mostly the kernel faulting in (and zeroing) the buffer's pages: readv of
+    a page-cached 206 MB file took 0.06 s of CPU into an anonymous private mapping advised as
+    2 MiB pages, 0.13-0.50 s into ``np.empty`` (fresh processes, both orders, loaded machine).
+    Where the kernel has no transparent huge pages the advice is ignored and the mapping
+    behaves as ``np.empty`` (neither is zero-filled by a pass of ours)."""
+    advice = getattr(mmap, "MADV_HUGEPAGE", None)
+    if size >= HUGE_BUFFER_BYTES and advice is not None:
+        try:
+            region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            try:
+                region.madvise(advice)
+            except OSError:  # no transparent huge pages here: 4 KiB pages, as np.empty
+                pass
+            return memoryview(region)
+        except (OSError, ValueError, AttributeError):
+            pass
+    return memoryview(np.empty(size, np.uint8))
+
+
 def read(path: Union[str, os.PathLike], trusted: bool = False, mapped: bool = False) -> Artifact:
     """The artifact at ``path``, every section checked; ``ArtifactError`` naming the file and
     what is wrong (not an artifact, truncated or corrupted section, another format, not trusted).
@@ -203,10 +228,7 @@ def read(path: Union[str, os.PathLike], trusted: bool = False, mapped: bool = Fa
         if mapped and st.st_size:
             data = memoryview(mmap.mmap(fd, st.st_size, access=mmap.ACCESS_COPY))
             return _checked(name, data)
-        # numpy's empty buffer is not zero-filled first (bytearray(n) is: a second pass over
-        # every page of a 200 MB file); the weights are views of it, writable
-        buf = np.empty(st.st_size, np.uint8)
-        view, got = memoryview(buf), 0
+        view, got = private_buffer(st.st_size), 0
         while got < len(view):
             n = os.readv(fd, [view[got:]])
             if n == 0:

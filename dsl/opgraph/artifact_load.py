@@ -80,7 +80,7 @@ def load_model(path, trusted: bool = False, on_mismatch: str = "recompile", pack
     if made_by != toolchain:
         return _rebuild(art, on_mismatch, f"it was made by another toolchain ({_diff(made_by)})", packages)
     backend = header.get("backend")
-    if backend not in base.names():
+    if not isinstance(backend, str) or not base.is_known(backend):
         raise ArtifactError(f"{art.path}: its header names the backend {backend!r}; this opdsl has "
                             f"{', '.join(base.names())}")
     here = target_facts(backend)

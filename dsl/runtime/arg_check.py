@@ -22,6 +22,7 @@ once by ``Kernel.bind``; only a caller's feed can change between runs, and ``reb
 """
 from __future__ import annotations
 
+import sys
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -48,7 +49,8 @@ def check_tensor(kname: str, p, v, typevars: Dict, hint: Optional[str] = None) -
     if not isinstance(v, np.ndarray):
         raise TypeError(f"{kname}(): argument '{p.name}' must be a numpy array ({ann!r}) or a CPU array with "
                         f"__dlpack__ or the buffer protocol (torch.Tensor, array.array...), got {type(v).__name__}")
-    if isinstance(v, np.ma.MaskedArray):
+    masked = sys.modules.get("numpy.ma")  # no masked array exists before numpy.ma is imported (~70 ms)
+    if masked is not None and isinstance(v, masked.MaskedArray):
         raise TypeError(f"{kname}(): argument '{p.name}' is a masked array; kernels ignore masks, so pass "
                         f"{p.name}.filled(value) (masked elements replaced) or {p.name}.data (the raw values)")
     try:

@@ -53,6 +53,20 @@ def test_builtins_work_without_installed_metadata_and_unknown_names_list_the_kno
         base.get("cuda")
 
 
+def test_a_builtin_name_is_found_without_reading_installed_metadata(monkeypatch):
+    """``get``/``is_known`` of a built-in skip the entry-point scan (every distribution's
+    metadata, ~40 ms of each load_model); another name still consults the entry points."""
+    def no_scan():
+        raise AssertionError("installed metadata read for a built-in backend")
+    monkeypatch.setattr(base, "_entry_points", no_scan)
+    monkeypatch.setattr(base, "_LOADED", {})
+    assert base.is_known("interpreter") and base.get("interpreter").name == "interpreter"
+    fake = CountingBackend()
+    monkeypatch.setattr(base, "_entry_points", lambda: {"counting": lambda: fake})
+    assert base.is_known("counting") and not base.is_known("cuda")
+    assert base.get("counting") is fake
+
+
 def test_the_installed_entry_points_name_the_builtins():
     from importlib.metadata import entry_points
     eps = {ep.name: ep.value for ep in entry_points(group=base.ENTRY_POINT_GROUP)}

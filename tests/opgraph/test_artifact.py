@@ -100,6 +100,13 @@ class Count(event.Listener):
         pass
 
 event.register("numba:compile", Count())
+from numba.core.runtime import nrtdynmod
+nrt_made = []
+nrt_module = nrtdynmod.create_nrt_module
+def count_nrt(ctx):
+    nrt_made.append(1)
+    return nrt_module(ctx)
+nrtdynmod.create_nrt_module = count_nrt
 import numpy as np
 import dsl
 from backends import warm_start
@@ -111,7 +118,7 @@ passes.infer_and_fold = refuse
 model = dsl.load_model(sys.argv[1])
 y = model.run({"x": np.load(sys.argv[2])})["y"]
 np.save(sys.argv[3], y)
-print(Count.n, warm_start.writes, artifact_load.stats["installed"], "dsl.onnx.load" in sys.modules)
+print(Count.n, warm_start.writes, artifact_load.stats["installed"], "dsl.onnx.load" in sys.modules, len(nrt_made))
 """
 
 
@@ -123,8 +130,9 @@ def test_a_fresh_process_with_an_empty_cache_compiles_nothing(onnx_file, tmp_pat
     out = subprocess.run([sys.executable, "-c", _FRESH, str(path), str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
-    compiles, frontend_writes, installed, parsed_onnx = out.stdout.split()
+    compiles, frontend_writes, installed, parsed_onnx, nrt_made = out.stdout.split()
     assert (compiles, frontend_writes, parsed_onnx) == ("0", "0", "False")  # no compile, no front end, no ONNX
+    assert nrt_made == "0"  # numba's runtime library too came from the file, not from LLVM
     assert int(installed) > 0  # the machine code came from the file
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), _reference(X), rtol=1e-4, atol=1e-4)
 
@@ -223,6 +231,57 @@ def test_mmap_maps_the_weights_and_still_checks_them(numba_artifact, monkeypatch
     monkeypatch.setattr(artifact_load, "pickle", _NoUnpickling)
     with pytest.raises(dsl.ArtifactError, match="section 'weights' is corrupted"):
         dsl.load_model(numba_artifact, mmap=True)
+
+
+def _root(a: np.ndarray):
+    while isinstance(a, np.ndarray) and a.base is not None:
+        a = a.base
+    return a.obj if isinstance(a, memoryview) else a
+
+
+@pytest.mark.parametrize("huge", [False, True], ids=["small-pages", "huge-pages"])
+def test_a_file_rewritten_in_place_does_not_change_the_loaded_model(numba_artifact, monkeypatch, huge):
+    """The default load keeps a private copy: writing other weights into the file where it lies
+    (``cp`` over it, not a rename) changes nothing in a model loaded before -- whether the copy
+    is numpy's buffer (small files) or the anonymous huge-page mapping (files over
+    ``HUGE_BUFFER_BYTES``, forced here)."""
+    import mmap
+    if huge:
+        monkeypatch.setattr(artifact_format, "HUGE_BUFFER_BYTES", 0)
+    model = dsl.load_model(numba_artifact)
+    roots = {type(_root(v)) for v in model.graph.constants.values()}
+    assert roots == ({mmap.mmap} if huge else {np.ndarray})
+    w = _sections(numba_artifact)["weights"]
+    with open(numba_artifact, "r+b") as f:  # the same inode: a mapping of the file would see this
+        f.seek(w["offset"])
+        f.write(b"\x3f" * w["size"])  # every weight becomes ~0.75
+    got = model.run({"x": X})["y"]
+    np.testing.assert_allclose(got, _reference(X), rtol=1e-4, atol=1e-4)
+    with pytest.raises(dsl.ArtifactError, match="section 'weights' is corrupted"):
+        dsl.load_model(numba_artifact)  # the rewritten file itself no longer matches its checks
+
+
+def test_the_read_buffer_takes_huge_pages_only_for_large_files(monkeypatch):
+    """``private_buffer``: numpy's buffer under ``HUGE_BUFFER_BYTES``, an anonymous private
+    mapping at or over it; both writable and of the size asked; a kernel without transparent
+    huge pages (madvise fails) still gets the mapping."""
+    import mmap
+    small = artifact_format.private_buffer(1000)
+    assert len(small) == 1000 and not small.readonly and isinstance(small.obj, np.ndarray)
+    size = artifact_format.HUGE_BUFFER_BYTES + 12345
+    big = artifact_format.private_buffer(size)
+    assert len(big) == size and not big.readonly
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        assert isinstance(big.obj, mmap.mmap)
+
+        class NoHugePages(mmap.mmap):
+            def madvise(self, *a):
+                raise OSError(22, "Invalid argument")
+        monkeypatch.setattr(artifact_format.mmap, "mmap", NoHugePages)
+        plain = artifact_format.private_buffer(size)
+        assert isinstance(plain.obj, NoHugePages) and len(plain) == size
+    big[size - 1] = 7
+    assert big[size - 1] == 7
 
 
 @pytest.mark.parametrize("cut", ["header", "graph", "weights", "code", "source"])
