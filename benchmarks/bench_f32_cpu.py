@@ -5,6 +5,12 @@ median; outputs are checked equal first.
 
     NUMBA_NUM_THREADS=1 python -m benchmarks.bench_f32_cpu models [--reps 25] [--only resnet50]
     NUMBA_NUM_THREADS=1 python -m benchmarks.bench_f32_cpu convs [--reps 15]
+    NUMBA_NUM_THREADS=1 python -m benchmarks.bench_f32_cpu kernels [--reps 400] [--base DIR]
+
+``kernels`` times the BERT layer's small kernels alone on the serial entry (the launch bound once,
+no Python per call): the row softmax, the head transposes and the attention and linear GEMMs;
+``--base DIR`` alternates each with the same kernel from another tree's ops/norm.py, ops/shape.py
+and ops/gemm_packed.py (e.g. a ``git archive`` of the branch point), for A/B on a loaded machine.
 
 With NUMBA_NUM_THREADS=2 the models run on two threads a side and wall time is reported
 (CPU time would add the two threads up).
@@ -12,6 +18,7 @@ With NUMBA_NUM_THREADS=2 the models run on two threads a side and wall time is r
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import time
@@ -97,14 +104,95 @@ def run_convs(reps: int) -> None:
     print(f"geomean of ResNet-50's eight (best): {float(np.exp(np.mean(np.log(ratios)))):.2f}x")
 
 
+class _Bound:
+    """Stands in for a kernel: keeps the launch a launcher makes, bound, for the timed loop."""
+
+    def __init__(self, kernel):
+        self.kernel, self.launch = kernel, None
+
+    def __call__(self, *args, backend=None, grid=None, **kwargs):
+        launcher, values, g = self.kernel.prepare(args, kwargs, backend=backend, grid=grid)
+        values = launcher._adapt(values)
+        self.launch = lambda: launcher._run(launcher._serial, values, g)
+
+
+def _module(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _bert_kernels(norm, shape, gemm):
+    """{name: (run once, result array, numpy reference)} of one tree's modules."""
+    rng = np.random.default_rng(0)
+    out = {}
+    s = (rng.standard_normal((512, 128)) * 3).astype(np.float32)
+    e = np.exp(s - s.max(axis=1, keepdims=True))
+    out["softmax rows 512x128"] = (norm.softmax_rows_kernel, (s, np.empty_like(s)), {"op": norm.SOFTMAX},
+                                   e / e.sum(axis=1, keepdims=True))
+    x = rng.standard_normal((1, 128, 4, 64)).astype(np.float32)
+    found = {}
+    for perm in ((0, 2, 1, 3), (0, 2, 3, 1)):
+        bound = _Bound(shape.strided_copy_kernel)
+        y = np.empty([x.shape[p] for p in perm], np.float32)
+        shape.launch_transpose(bound, x, y, perm, backend="numba")
+        found[f"transpose {perm}"] = (bound, y, x.transpose(perm))
+    for (b, m, k, n, bias) in ((4, 128, 64, 128, False), (4, 128, 128, 64, False), (1, 128, 256, 256, True)):
+        a = rng.standard_normal((b, m, k)).astype(np.float32)
+        w = (rng.standard_normal((b, k, n)) / np.sqrt(k)).astype(np.float32)
+        if b == 1:
+            w.setflags(write=False)  # a weight: packed once
+        c = rng.standard_normal((1, n)).astype(np.float32) if bias else np.zeros((1, 1), np.float32)
+        y = np.empty((b, m, n), np.float32)
+        bound = _Bound(gemm.gemm_packed)
+        gemm.packed_gemm(a, w, c, y, beta=float(bias), backend="numba", kernel=bound, cores=1)
+        found[f"gemm {b}x{m}x{k}x{n}{' + bias' if bias else ''}"] = (bound, y, np.matmul(a, w) + c * bias)
+    for name, (kernel, args, kw, want) in list(out.items()):
+        bound = _Bound(kernel)
+        bound(*args, backend="numba", **kw)
+        out[name] = (bound, args[1], want)
+    out.update(found)
+    return {name: (bound.launch, y, want) for name, (bound, y, want) in out.items()}
+
+
+def run_kernels(reps: int, base: str) -> None:
+    from ops import gemm_packed, norm, shape
+    sides = [("now", _bert_kernels(norm, shape, gemm_packed))]
+    if base:
+        mods = [_module(str(Path(base) / "ops" / f"{m}.py"), f"base_{m}") for m in ("norm", "shape", "gemm_packed")]
+        sides.append(("base", _bert_kernels(*mods)))
+    for name in sides[0][1]:
+        times = {}
+        for side, kernels in sides:
+            run, y, want = kernels[name]
+            run()
+            err = float(np.abs(y - want).max())
+            if err > 1e-3:
+                raise SystemExit(f"{name} ({side}): differs from numpy by {err}")
+            times[side] = []
+        for r in range(reps):
+            for side, kernels in (sides if r % 2 == 0 else sides[::-1]):
+                t = time.process_time()
+                kernels[name][0]()
+                times[side].append(time.process_time() - t)
+        row = "  ".join(f"{k} best {min(v) * 1e3:.4f} med {np.median(v) * 1e3:.4f} ms" for k, v in times.items())
+        ratio = f"  now/base best {min(times['now']) / min(times['base']):.2f}" if base else ""
+        print(f"{name:28s} {row}{ratio}", flush=True)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("models", "convs"))
+    ap.add_argument("what", choices=("models", "convs", "kernels"))
     ap.add_argument("--reps", type=int, default=25)
     ap.add_argument("--only", default="", help=f"one model of {', '.join(MODELS)}")
+    ap.add_argument("--base", default="", help="kernels: a tree whose kernels run alternately with these")
     a = ap.parse_args(argv)
     if a.what == "models":
         run_models(a.reps, a.only)
+    elif a.what == "kernels":
+        run_kernels(a.reps, a.base)
     else:
         run_convs(a.reps)
 

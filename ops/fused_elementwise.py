@@ -28,6 +28,7 @@ from typing import List, Sequence, Tuple
 
 import dsl
 from dsl.lang.expr_tree import Call, Const, Input, Program, ProgramBuilder, Ref  # noqa: F401  (the program's parts)
+from dsl.opgraph import registry
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops import elementwise_table as table
 from ops import fused_elementwise_export  # noqa: F401  (registers the standard ONNX form)
@@ -61,6 +62,9 @@ def program_lines(program: Program, input_dtypes: Sequence[str]) -> List[str]:
     for k, step in enumerate(program.steps):
         where = f"FusedElementwise program step t{k} = {step}"
         row = table.fusing_row(step.op, step.since)
+        if row is None:  # the op's module not imported yet (a program read from a plan cache entry or
+            registry.load_library_for("", step.op)  # a file, the library loaded lazily): load it, then ask again
+            row = table.fusing_row(step.op, step.since)
         if row is None:
             raise VerifyError(f"{where}: {step.op}{'' if step.since is None else '@' + str(step.since)} is not an "
                               f"op that fuses; accepted: {', '.join(table.fusing_ops())}")

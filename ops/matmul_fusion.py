@@ -47,7 +47,7 @@ class FusedMatMul(MatMul):
         bias = inputs[2] if len(inputs) > 2 and inputs[2] is not None else None
         y = outputs[0]
         c = _zero_bias(y.dtype) if bias is None else bias.reshape(1, -1)
-        run_matmul(impl, a, b, y, c, backend)
+        run_matmul(impl, a, b, y, c, backend, beta=int(bias is not None))
 
 
 @fusion_rule(MatMul, Add)

@@ -53,6 +53,25 @@ def test_transpose(backend, in_shape):
         np.testing.assert_array_equal(ops.Transpose(x, perm=perm, backend=backend), np.transpose(x, perm))
 
 
+@pytest.mark.parametrize("grid", [1, 5])
+def test_strided_copy_splits_mid_run(backend, grid):
+    """strided_copy_kernel decodes a thread's first index once and counts the outer axes up after
+    each run: a split that starts inside a run and runs that wrap several axes at once (sizes 1
+    and primes) copy every element once, at its place (xoff/yoff included)."""
+    from ops.shape import contiguous_strides, strided_copy_kernel
+    x = np.arange(2 + 3 * 1 * 5 * 2 * 7 * 3, dtype=np.float32)
+    shape = (3, 1, 5, 2, 7, 3)
+    perm = (4, 0, 3, 1, 5, 2)  # y axes read from these x axes
+    xs = contiguous_strides(shape)
+    out_shape = [shape[p] for p in perm]
+    y = np.full(1 + int(np.prod(out_shape)), -1, np.float32)
+    strided_copy_kernel(x, y, np.array(out_shape, np.int64), np.array([xs[p] for p in perm], np.int64),
+                        np.array(contiguous_strides(out_shape), np.int64), 2, 1, backend=backend, grid=grid)
+    want = x[2:].reshape(shape).transpose(perm).reshape(-1)
+    assert y[0] == -1
+    np.testing.assert_array_equal(y[1:], want)
+
+
 def test_transpose_other_dtypes_and_identity(backend):
     xb = RNG.integers(0, 2, (3, 4)).astype(bool)
     np.testing.assert_array_equal(ops.Transpose(xb, backend=backend), xb.T)
