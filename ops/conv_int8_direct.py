@@ -315,14 +315,20 @@ def widened_weights(w: np.ndarray, tile: Int8Tile) -> tuple:
 PRODUCTS = ("dot4", "dot4_sat", "dot2_i16")
 
 
-def choose_products(backend: str, fits: bool) -> str:
-    """The product the direct kernel runs by default, always exact: ``dot4_sat`` (vpmaddubsw) where it
-    pays and the weights keep it exact (``fits``), ``dot2_i16`` on widened weights where
-    ``dot4_sat`` would pay but could saturate (AVX2 without VNNI; ``quantize_static``'s full-range
-    weights), else ``dot4`` (one ``vpdpbusd`` with VNNI, plain arithmetic on the other backends)."""
+ARITHMETIC = ("exact", "saturating")
+
+
+def choose_products(backend: str, fits: bool, arithmetic: str = "exact") -> str:
+    """The product the direct kernel runs: ``dot4_sat`` (vpmaddubsw) where it pays and the weights
+    keep it exact (``fits``), ``dot2_i16`` on widened weights where ``dot4_sat`` would pay but could
+    saturate (AVX2 without VNNI; ``quantize_static``'s full-range weights), else ``dot4`` (one
+    ``vpdpbusd`` with VNNI, plain arithmetic on the other backends).  ``arithmetic="saturating"``
+    takes ``dot4_sat`` wherever it pays, fits or not: onnxruntime's AVX2 arithmetic (docs/ops.md)."""
+    if arithmetic not in ARITHMETIC:
+        raise ValueError(f"int8 arithmetic {arithmetic!r}: accepted {' or '.join(map(repr, ARITHMETIC))}")
     if not saturating_pairs_pay(backend):
         return "dot4"
-    return "dot4_sat" if fits else "dot2_i16"
+    return "dot4_sat" if fits or arithmetic == "saturating" else "dot2_i16"
 
 
 def row_block(mtiles: int, tile_bytes: int) -> int:
@@ -364,17 +370,17 @@ def shifted_weight_zero_point(w: np.ndarray, w_zp) -> np.ndarray:
 
 def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=None, q_hi=None,
                      backend=None, tile=None, w_zp=None, launch=None, saturating=None, post=None,
-                     products=None) -> None:
+                     products=None, arithmetic="exact") -> None:
     """y (N, M, OH, OW) = conv(x (N, C, H, W), w (M, C, KH, KW)) on ``qconv_direct_int8``, exact in
     i32 (y i32) or requantized with ``mult`` (f32, per tensor or per output channel), ``bias``
     (i32, per output channel), ``y_zp`` and the clamp [q_lo, q_hi] (default: y's type range).
     ``geom`` as ``direct_conv_ok``'s, which must hold; ``w_zp``: the weights' zero point (None: 0),
     per tensor or per output channel; ``launch``: see ``launched``; ``products``: "dot4", "dot4_sat" or
-    "dot2_i16" (``PRODUCTS``; None: ``choose_products``, exact on these weights), a test's way to
-    reach each path on every backend ("dot4_sat" on weights that can saturate gives vpmaddubsw's
-    saturated sums, onnxruntime's AVX2 arithmetic); ``saturating``: the older spelling, True for
-    "dot4_sat", False for "dot4"; ``post``: a second requantization of the requantized integers in
-    the store (``SecondRequantization``)."""
+    "dot2_i16" (``PRODUCTS``; None: ``choose_products`` for ``arithmetic``, "exact" or "saturating"),
+    a test's way to reach each path on every backend ("dot4_sat" on weights that can saturate gives
+    vpmaddubsw's saturated sums, onnxruntime's AVX2 arithmetic); ``saturating``: the older
+    spelling, True for "dot4_sat", False for "dot4"; ``post``: a second requantization of the
+    requantized integers in the store (``SecondRequantization``)."""
     backend = backend or "numba"
     if not direct_geometry_ok(geom):
         raise ValueError(f"conv_int8_direct takes stride-1 convolutions, or 1x1 ones without padding, with "
@@ -398,7 +404,7 @@ def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=Non
     c4 = -(-c // 4)
     wpk, wsum, fits = packed_weights(w, tile)
     if products is None:
-        products = choose_products(backend, fits) if saturating is None else \
+        products = choose_products(backend, fits, arithmetic) if saturating is None else \
             ("dot4_sat" if saturating else "dot4")
     if products not in PRODUCTS:
         raise ValueError(f"conv_int8_direct: products={products!r} is not one of {', '.join(PRODUCTS)} (or None: "
