@@ -19,7 +19,8 @@ settle between rounds; ``NUMBA_THREADING_LAYER=omp|workqueue`` picks numba's lay
 Usage: PYTHONPATH=. python benchmarks/bench_int8.py [rounds] [case-filter] [threads] [profile] [--pause=0.02]
        PYTHONPATH=. python benchmarks/bench_int8.py pairs [rounds] [threads]   (dot4_sat vs dot4, see ``pairs``)
        PYTHONPATH=. python benchmarks/bench_int8.py fusion [rounds] [model-filter] [threads]   (``fusion_ab``)
-       PYTHONPATH=. python benchmarks/bench_int8.py saturate [rounds] [model-filter]   (``saturation_experiment``)"""
+       PYTHONPATH=. python benchmarks/bench_int8.py saturate [rounds] [model-filter] [threads] [--pause=S]
+                                                          (``saturation_experiment``)"""
 import os
 import sys
 import time
@@ -223,42 +224,40 @@ def fusion_ab(rounds: int, pick: str, threads: int) -> None:
                   f"max |diff| {diffs[0]:g} / {diffs[1]:g} | load {os.getloadavg()[0]:.1f} |", flush=True)
 
 
-def saturation_experiment(rounds: int, pick: str) -> None:
-    """``saturate`` mode, a what-if: each quantized model as compiled, and again with every
-    convolution told its weights keep ``dsl.dot4_sat`` exact (they do not: ``quantize_static``'s
-    full-range weights can leave i16 in a pair, so the kernels choose the exact ``dot4``), which
-    is onnxruntime's AVX2 u8s8 arithmetic, saturation included; one thread, best CPU time, and
-    both sides' largest difference from onnxruntime's outputs."""
-    import ops.conv_int8_direct as direct
+def saturation_experiment(rounds: int, pick: str, threads: int = 1, pause: float = 0.0) -> None:
+    """``saturate`` mode: each quantized model loaded twice, with the default exact int8 products
+    (on AVX2 without VNNI, ``dsl.dot2_i16`` against weights widened at packing for
+    ``quantize_static``'s full-range weights) and with ``int8_arithmetic="saturating"``
+    (``dsl.dot4_sat``, onnxruntime's AVX2 arithmetic, saturation included), run alternately with
+    onnxruntime in one process; best wall and process CPU time of each, and each side's largest
+    difference from onnxruntime's outputs."""
     os.environ["OPDSL_PLAN_CACHE"] = "0"
-    packed = direct.packed_weights
     for name in ("squeezenet", "resnet50"):
         if pick not in f"light_{name}":
             continue
         proto, feeds = quantized_model(name)
         exact = dsl.load_onnx(proto, backend="numba")
-        direct.packed_weights = lambda w, tile: packed(w, tile)[:2] + (True,)
-        try:
-            saturating = dsl.load_onnx(proto, backend="numba")
-            saturating.run(feeds)  # its launches are planned (weights packed) while the patch holds
-        finally:
-            direct.packed_weights = packed
+        saturating = dsl.load_onnx(proto, backend="numba", int8_arithmetic="saturating")
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 1
+        opts.intra_op_num_threads = threads
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
         want = sess.run(None, feeds)[0]
         diffs = [float(np.abs(list(m.run(feeds).values())[0] - want).max()) for m in (exact, saturating)]
+        wall = [float("inf")] * 3
         cpu = [float("inf")] * 3
         sides = (lambda: exact.run(feeds), lambda: saturating.run(feeds), lambda: sess.run(None, feeds))
         for _ in range(rounds):
             for i, run in enumerate(sides):
-                c = time.process_time()
+                time.sleep(pause)
+                c, t = time.process_time(), time.perf_counter()
                 run()
+                wall[i] = min(wall[i], time.perf_counter() - t)
                 cpu[i] = min(cpu[i], time.process_time() - c)
-        print(f"| light_{name} | {cpu[0] * 1e3:.1f} ms | {cpu[1] * 1e3:.1f} ms | {cpu[2] * 1e3:.1f} ms | "
-              f"{cpu[0] / cpu[2]:.2f}x | {cpu[1] / cpu[2]:.2f}x | max |diff| {diffs[0]:g} / {diffs[1]:g} | "
-              f"load {os.getloadavg()[0]:.1f} |", flush=True)
+        for label, b in (("wall", wall), ("CPU", cpu)):
+            print(f"| light_{name} ({label}) | {b[0] * 1e3:.1f} ms | {b[1] * 1e3:.1f} ms | {b[2] * 1e3:.1f} ms | "
+                  f"{b[0] / b[2]:.2f}x | {b[1] / b[2]:.2f}x | max |diff| {diffs[0]:g} / {diffs[1]:g} | "
+                  f"load {os.getloadavg()[0]:.1f} |", flush=True)
 
 
 def _pause_flag() -> float:
@@ -275,9 +274,12 @@ def main():
     pause = _pause_flag()
     if len(sys.argv) > 1 and sys.argv[1] == "saturate":
         import numba
-        numba.set_num_threads(1)
-        print("exact dot4 / dot4_sat forced / onnxruntime, 1 thread a side, best CPU time")
-        saturation_experiment(int(sys.argv[2]) if len(sys.argv) > 2 else 10, sys.argv[3] if len(sys.argv) > 3 else "")
+        threads = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+        numba.set_num_threads(threads)
+        print(f"exact / int8_arithmetic='saturating' / onnxruntime, {threads} thread(s) a side, {pause * 1e3:.0f} ms "
+              f"pause before each side; | model | exact | saturating | ort | exact/ort | saturating/ort |")
+        saturation_experiment(int(sys.argv[2]) if len(sys.argv) > 2 else 10, sys.argv[3] if len(sys.argv) > 3 else "",
+                              threads, pause)
         return
     if len(sys.argv) > 1 and sys.argv[1] == "fusion":
         import numba

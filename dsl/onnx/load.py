@@ -62,7 +62,7 @@ def load_onnx(model, packages: Sequence = (), backend: Optional[str] = None, for
     declare tiles across the cores (default: on numba for large outputs; False: never; see
     docs/ops.md, "Tiling").  ``int8_arithmetic``: "exact" (default) or "saturating", int8
     convolutions summing u8·i8 pairs in saturating i16 where that is faster (AVX2 without VNNI),
-    equal to onnxruntime's results there (docs/quantization.md)."""
+    equal to onnxruntime's results there (docs/ops.md, "Exact or saturating int8 products")."""
     def build():
         graph = to_graph(model, packages=packages, base_dir=base_dir, max_tensor_bytes=max_tensor_bytes)
         return graph.compile(backend=backend, formats=formats, max_tensor_bytes=max_tensor_bytes, fuse=fuse,

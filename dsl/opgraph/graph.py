@@ -341,7 +341,7 @@ class Graph:
         False: off; an int n: up to n tiles per op whatever the size; docs/ops.md "Tiling").
         ``int8_arithmetic="saturating"``: int8 convolutions sum u8·i8 pairs in saturating i16 where
         that is faster (AVX2 without VNNI), as onnxruntime's kernels do there; default "exact"
-        (docs/quantization.md, "Exact or saturating int8 products")."""
+        (docs/ops.md, "Exact or saturating int8 products")."""
         return _installed("compile")(self, backend=backend, formats=formats, fold=fold,
                                      max_tensor_bytes=max_tensor_bytes, fuse=fuse, tiling=tiling,
                                      int8_arithmetic=int8_arithmetic)
