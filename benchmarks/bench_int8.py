@@ -18,6 +18,7 @@ nodes left between layers show there.
 settle between rounds; ``NUMBA_THREADING_LAYER=omp|workqueue`` picks numba's layer (two-thread rows).
 Usage: PYTHONPATH=. python benchmarks/bench_int8.py [rounds] [case-filter] [threads] [profile] [--pause=0.02]
        PYTHONPATH=. python benchmarks/bench_int8.py pairs [rounds] [threads]   (dot4_sat vs dot4, see ``pairs``)
+       PYTHONPATH=. python benchmarks/bench_int8.py products [rounds] [threads]   (``products_ab``)
        PYTHONPATH=. python benchmarks/bench_int8.py fusion [rounds] [model-filter] [threads]   (``fusion_ab``)
        PYTHONPATH=. python benchmarks/bench_int8.py saturate [rounds] [model-filter] [threads] [--pause=S]
                                                           (``saturation_experiment``)"""
@@ -185,6 +186,38 @@ def pairs(rounds: int, threads: int) -> None:
               f"({macs / best[1] / 1e9:.0f} GMAC/s) | {best[1] / best[0]:.2f}x |", flush=True)
 
 
+def products_ab(rounds: int, threads: int) -> None:
+    """``products`` mode: the direct convolution launched directly on full-range weights (-128..127,
+    what ``quantize_static`` writes) with each product ``conv_int8_direct`` can run: ``dot4_sat``
+    (vpmaddubsw: saturates on these weights, so not exact; the speed to reach), ``dot2_i16`` (the
+    exact default on AVX2 without VNNI: weights widened at packing, the image in i16 planes) and
+    ``dot4`` (exact, bytes widened in the loop), alternating round by round, best of each."""
+    from ops.conv_int8_direct import conv_int8_direct
+    sides = ("dot4_sat", "dot2_i16", "dot4")
+    for c, h, m, k in [(64, 56, 64, 3), (256, 14, 256, 3), (64, 56, 64, 1), (512, 7, 512, 3)]:
+        x = RNG.integers(0, 256, (1, c, h, h)).astype(np.uint8)
+        w = RNG.integers(-128, 128, (m, c, k, k)).astype(np.int8)
+        w.flags.writeable = False
+        y = np.empty((1, m, h, h), np.uint8)
+        mult = np.full(m, 0.001, np.float32)
+        geom = [k, k, 1, 1, k // 2, k // 2, 1, 1, h, h]
+
+        def run(p):
+            conv_int8_direct(x, w, y, np.array([128], np.uint8), geom, mult, None, 128, products=p)
+        best = dict.fromkeys(sides, float("inf"))
+        for p in sides:
+            run(p)
+        for _ in range(rounds):
+            for p in sides:
+                t = time.perf_counter()
+                run(p)
+                best[p] = min(best[p], time.perf_counter() - t)
+        macs = m * c * k * k * h * h
+        print(f"| direct conv {c}x{h}x{h}->{m} {k}x{k} | " + " | ".join(
+            f"{best[p] * 1e3:.2f} ms ({macs / best[p] / 1e9:.0f} GMAC/s)" for p in sides)
+            + f" | {best['dot2_i16'] / best['dot4_sat']:.2f}x | {best['dot4'] / best['dot4_sat']:.2f}x |", flush=True)
+
+
 def fusion_ab(rounds: int, pick: str, threads: int) -> None:
     """``fusion`` mode: each quantized model compiled with and without the QLinearConv ->
     QLinearBatchNormalization pass (ops/qdq_residual.py ``fuse_conv_batch_norm``), run
@@ -280,6 +313,14 @@ def main():
               f"pause before each side; | model | exact | saturating | ort | exact/ort | saturating/ort |")
         saturation_experiment(int(sys.argv[2]) if len(sys.argv) > 2 else 10, sys.argv[3] if len(sys.argv) > 3 else "",
                               threads, pause)
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "products":
+        import numba
+        threads = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+        numba.set_num_threads(threads)
+        print(f"full-range weights, {threads} thread(s), load average {os.getloadavg()[0]:.1f}; | work | dot4_sat "
+              f"(saturates) | dot2_i16 (exact) | dot4 (exact) | dot2_i16 / dot4_sat | dot4 / dot4_sat |")
+        products_ab(int(sys.argv[2]) if len(sys.argv) > 2 else 10, threads)
         return
     if len(sys.argv) > 1 and sys.argv[1] == "fusion":
         import numba
