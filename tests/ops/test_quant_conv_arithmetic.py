@@ -71,3 +71,14 @@ def test_int8_arithmetic_names_what_it_accepts():
         zw = g.constant("zw", np.int8(0))
         g.output(ops.QLinearConv(int8_arithmetic="fast")(x, f, z, w, f, zw, f, z), "y")
         g.compile(backend="interpreter")
+
+
+def test_the_plan_cache_keeps_saturating_loads_apart(monkeypatch):
+    """A saturating load's options reach the plan cache's key; an exact load's key is as before."""
+    from dsl.onnx import load
+    seen = []
+    monkeypatch.setattr(load.plan_cache, "cached_load", lambda model, options, base_dir, build: seen.append(options))
+    proto, _, _ = saturating_model()
+    dsl.load_onnx(proto, backend="interpreter", int8_arithmetic="saturating")
+    dsl.load_onnx(proto, backend="interpreter")
+    assert seen[0]["int8_arithmetic"] == "saturating" and "int8_arithmetic" not in seen[1]
