@@ -18,8 +18,10 @@ nodes left between layers show there.
 settle between rounds; ``NUMBA_THREADING_LAYER=omp|workqueue`` picks numba's layer (two-thread rows).
 Usage: PYTHONPATH=. python benchmarks/bench_int8.py [rounds] [case-filter] [threads] [profile] [--pause=0.02]
        PYTHONPATH=. python benchmarks/bench_int8.py pairs [rounds] [threads]   (dot4_sat vs dot4, see ``pairs``)
+       PYTHONPATH=. python benchmarks/bench_int8.py products [rounds] [threads]   (``products_ab``)
        PYTHONPATH=. python benchmarks/bench_int8.py fusion [rounds] [model-filter] [threads]   (``fusion_ab``)
-       PYTHONPATH=. python benchmarks/bench_int8.py saturate [rounds] [model-filter]   (``saturation_experiment``)"""
+       PYTHONPATH=. python benchmarks/bench_int8.py saturate [rounds] [model-filter] [threads] [--pause=S]
+                                                          (``saturation_experiment``)"""
 import os
 import sys
 import time
@@ -184,6 +186,38 @@ def pairs(rounds: int, threads: int) -> None:
               f"({macs / best[1] / 1e9:.0f} GMAC/s) | {best[1] / best[0]:.2f}x |", flush=True)
 
 
+def products_ab(rounds: int, threads: int) -> None:
+    """``products`` mode: the direct convolution launched directly on full-range weights (-128..127,
+    what ``quantize_static`` writes) with each product ``conv_int8_direct`` can run: ``dot4_sat``
+    (vpmaddubsw: saturates on these weights, so not exact; the speed to reach), ``dot2_i16`` (the
+    exact default on AVX2 without VNNI: weights widened at packing, the image in i16 planes) and
+    ``dot4`` (exact, bytes widened in the loop), alternating round by round, best of each."""
+    from ops.conv_int8_direct import conv_int8_direct
+    sides = ("dot4_sat", "dot2_i16", "dot4")
+    for c, h, m, k in [(64, 56, 64, 3), (256, 14, 256, 3), (64, 56, 64, 1), (512, 7, 512, 3)]:
+        x = RNG.integers(0, 256, (1, c, h, h)).astype(np.uint8)
+        w = RNG.integers(-128, 128, (m, c, k, k)).astype(np.int8)
+        w.flags.writeable = False
+        y = np.empty((1, m, h, h), np.uint8)
+        mult = np.full(m, 0.001, np.float32)
+        geom = [k, k, 1, 1, k // 2, k // 2, 1, 1, h, h]
+
+        def run(p):
+            conv_int8_direct(x, w, y, np.array([128], np.uint8), geom, mult, None, 128, products=p)
+        best = dict.fromkeys(sides, float("inf"))
+        for p in sides:
+            run(p)
+        for _ in range(rounds):
+            for p in sides:
+                t = time.perf_counter()
+                run(p)
+                best[p] = min(best[p], time.perf_counter() - t)
+        macs = m * c * k * k * h * h
+        print(f"| direct conv {c}x{h}x{h}->{m} {k}x{k} | " + " | ".join(
+            f"{best[p] * 1e3:.2f} ms ({macs / best[p] / 1e9:.0f} GMAC/s)" for p in sides)
+            + f" | {best['dot2_i16'] / best['dot4_sat']:.2f}x | {best['dot4'] / best['dot4_sat']:.2f}x |", flush=True)
+
+
 def fusion_ab(rounds: int, pick: str, threads: int) -> None:
     """``fusion`` mode: each quantized model compiled with and without the QLinearConv ->
     QLinearBatchNormalization pass (ops/qdq_residual.py ``fuse_conv_batch_norm``), run
@@ -223,42 +257,40 @@ def fusion_ab(rounds: int, pick: str, threads: int) -> None:
                   f"max |diff| {diffs[0]:g} / {diffs[1]:g} | load {os.getloadavg()[0]:.1f} |", flush=True)
 
 
-def saturation_experiment(rounds: int, pick: str) -> None:
-    """``saturate`` mode, a what-if: each quantized model as compiled, and again with every
-    convolution told its weights keep ``dsl.dot4_sat`` exact (they do not: ``quantize_static``'s
-    full-range weights can leave i16 in a pair, so the kernels choose the exact ``dot4``), which
-    is onnxruntime's AVX2 u8s8 arithmetic, saturation included; one thread, best CPU time, and
-    both sides' largest difference from onnxruntime's outputs."""
-    import ops.conv_int8_direct as direct
+def saturation_experiment(rounds: int, pick: str, threads: int = 1, pause: float = 0.0) -> None:
+    """``saturate`` mode: each quantized model loaded twice, with the default exact int8 products
+    (on AVX2 without VNNI, ``dsl.dot2_i16`` against weights widened at packing for
+    ``quantize_static``'s full-range weights) and with ``int8_arithmetic="saturating"``
+    (``dsl.dot4_sat``, onnxruntime's AVX2 arithmetic, saturation included), run alternately with
+    onnxruntime in one process; best wall and process CPU time of each, and each side's largest
+    difference from onnxruntime's outputs."""
     os.environ["OPDSL_PLAN_CACHE"] = "0"
-    packed = direct.packed_weights
     for name in ("squeezenet", "resnet50"):
         if pick not in f"light_{name}":
             continue
         proto, feeds = quantized_model(name)
         exact = dsl.load_onnx(proto, backend="numba")
-        direct.packed_weights = lambda w, tile: packed(w, tile)[:2] + (True,)
-        try:
-            saturating = dsl.load_onnx(proto, backend="numba")
-            saturating.run(feeds)  # its launches are planned (weights packed) while the patch holds
-        finally:
-            direct.packed_weights = packed
+        saturating = dsl.load_onnx(proto, backend="numba", int8_arithmetic="saturating")
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = 1
+        opts.intra_op_num_threads = threads
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
         want = sess.run(None, feeds)[0]
         diffs = [float(np.abs(list(m.run(feeds).values())[0] - want).max()) for m in (exact, saturating)]
+        wall = [float("inf")] * 3
         cpu = [float("inf")] * 3
         sides = (lambda: exact.run(feeds), lambda: saturating.run(feeds), lambda: sess.run(None, feeds))
         for _ in range(rounds):
             for i, run in enumerate(sides):
-                c = time.process_time()
+                time.sleep(pause)
+                c, t = time.process_time(), time.perf_counter()
                 run()
+                wall[i] = min(wall[i], time.perf_counter() - t)
                 cpu[i] = min(cpu[i], time.process_time() - c)
-        print(f"| light_{name} | {cpu[0] * 1e3:.1f} ms | {cpu[1] * 1e3:.1f} ms | {cpu[2] * 1e3:.1f} ms | "
-              f"{cpu[0] / cpu[2]:.2f}x | {cpu[1] / cpu[2]:.2f}x | max |diff| {diffs[0]:g} / {diffs[1]:g} | "
-              f"load {os.getloadavg()[0]:.1f} |", flush=True)
+        for label, b in (("wall", wall), ("CPU", cpu)):
+            print(f"| light_{name} ({label}) | {b[0] * 1e3:.1f} ms | {b[1] * 1e3:.1f} ms | {b[2] * 1e3:.1f} ms | "
+                  f"{b[0] / b[2]:.2f}x | {b[1] / b[2]:.2f}x | max |diff| {diffs[0]:g} / {diffs[1]:g} | "
+                  f"load {os.getloadavg()[0]:.1f} |", flush=True)
 
 
 def _pause_flag() -> float:
@@ -275,9 +307,20 @@ def main():
     pause = _pause_flag()
     if len(sys.argv) > 1 and sys.argv[1] == "saturate":
         import numba
-        numba.set_num_threads(1)
-        print("exact dot4 / dot4_sat forced / onnxruntime, 1 thread a side, best CPU time")
-        saturation_experiment(int(sys.argv[2]) if len(sys.argv) > 2 else 10, sys.argv[3] if len(sys.argv) > 3 else "")
+        threads = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+        numba.set_num_threads(threads)
+        print(f"exact / int8_arithmetic='saturating' / onnxruntime, {threads} thread(s) a side, {pause * 1e3:.0f} ms "
+              f"pause before each side; | model | exact | saturating | ort | exact/ort | saturating/ort |")
+        saturation_experiment(int(sys.argv[2]) if len(sys.argv) > 2 else 10, sys.argv[3] if len(sys.argv) > 3 else "",
+                              threads, pause)
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "products":
+        import numba
+        threads = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+        numba.set_num_threads(threads)
+        print(f"full-range weights, {threads} thread(s), load average {os.getloadavg()[0]:.1f}; | work | dot4_sat "
+              f"(saturates) | dot2_i16 (exact) | dot4 (exact) | dot2_i16 / dot4_sat | dot4 / dot4_sat |")
+        products_ab(int(sys.argv[2]) if len(sys.argv) > 2 else 10, threads)
         return
     if len(sys.argv) > 1 and sys.argv[1] == "fusion":
         import numba

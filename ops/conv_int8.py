@@ -183,22 +183,24 @@ def packed_conv_ok(x, w, group: int, backend) -> bool:
 
 
 def conv_int8(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backend=None, kernel=None,
-              clamp=None, launch=None) -> None:
+              clamp=None, launch=None, arithmetic="exact") -> None:
     """y (N, M, OH, OW) = conv(x, w) (N, C, H, W), (M, C, KH, KW) with zero points, requantized when
     ``mult`` (per tensor or per output channel) is given; ``geom`` as pack_im2col_int8's; ``kernel``:
     the GEMM launch (a graph's recorder stands in for it); ``clamp``: (lo, hi) of the requantized
     output within its type (a fused Relu/Clip); ``launch``: a recorder of every launch
     (``ops.conv_int8_direct.launched``), for a model's launch plan.  Stride-1 and 1×1 convolutions
     read the image in place (ops/conv_int8_direct.py), strided ones with few input channels (the
-    stems) through a space-to-depth copy of it (ops/conv_int8_strided.py)."""
+    stems) through a space-to-depth copy of it (ops/conv_int8_strided.py); those two take
+    ``arithmetic="saturating"`` (``ops.conv_int8_direct.choose_products``), the im2col GEMM below
+    stays exact."""
     backend = backend or "numba"
     if direct_conv_ok(w, w_zp, geom):
         conv_int8_direct(x, w, y, x_zp, geom, mult, bias, y_zp, *(clamp or (None, None)), backend=backend, w_zp=w_zp,
-                         launch=launch)
+                         launch=launch, arithmetic=arithmetic)
         return
     if strided_geometry_ok(geom) and x.shape[1] <= STRIDED_MAX_CHANNELS:
         conv_int8_strided(x, w, y, x_zp, w_zp, geom, mult, bias, y_zp, *(clamp or (None, None)), backend=backend,
-                          launch=launch)
+                          launch=launch, arithmetic=arithmetic)
         return
     tile = int8_tile(backend)
     n, m = y.shape[:2]

@@ -42,16 +42,18 @@ L1_WEIGHT_BYTES = 16384  # weights of the row tiles that share one pass over a p
 
 @dsl.kernel(threads=THREADS)
 def pack_nchw4c_int8(x: In[X, 4], x_zp: In[X, 1], xp: Out[i32, 4], geom: dsl.Vec[i64, 5], flip: i32,
-                     V: dsl.const[i64]):
+                     V: dsl.const[i64], S: dsl.const[i64]):
     """xp (N, C/4, Hs, Wp) = x as words of 4 channels (byte j: channel 4·c4 + j, shifted to u8 by
     ``flip`` = 0x80 for i8 data); geom = (stride h, stride w, pad top, pad left, Hp): row r < Hp,
     column j read x[.., r·sh - pt, j·sw - pl]; the padding, channels past C and rows Hp..Hs hold
     the zero point.  Stride-1 rows go by vectors of V words, a row's tail too (one vector ending at
-    its last image pixel, overlapping the one before: 14-pixel rows were 6 of 14 words one by one)."""
+    its last image pixel, overlapping the one before: 14-pixel rows were 6 of 14 words one by one).
+    S = 1: xp is (N, 2·C/4, Hs, Wp), each 4 channels as two planes of i16 pairs, bytes 0, 2 in
+    the first and 1, 3 in the second (what ``dsl.dot2_i16`` multiplies by widened weights)."""
     cn = x.shape[1]
     hh = x.shape[2]
     ww = x.shape[3]
-    c4_n = xp.shape[1]
+    c4_n = xp.shape[1] // (1 + S)
     hs = xp.shape[2]
     wp_n = xp.shape[3]
     sh = geom[0]
@@ -61,17 +63,22 @@ def pack_nchw4c_int8(x: In[X, 4], x_zp: In[X, 1], xp: Out[i32, 4], geom: dsl.Vec
     hp = geom[4]
     zb = (i32(x_zp.flat[0]) & 0xFF) ^ flip
     zword = zb | (zb << 8) | (zb << 16) | (zb << 24)
+    if S == 1:
+        zword = zb | (zb << 16)
+    odd = hs * wp_n  # the odd plane's offset (S = 1)
     lo, hi = dsl.split(x.shape[0] * c4_n * hs, grid=True)
     for item in range(lo, hi):
         t = item // (c4_n * hs)
         r = item - t * (c4_n * hs)
         c4 = r // hs
         r = r - c4 * hs
-        dst = item * wp_n
+        dst = ((t * c4_n + c4) * (1 + S) * hs + r) * wp_n
         ih = r * sh - pt
         if r >= hp or ih < 0 or ih >= hh:
             for j in range(wp_n):
                 xp.flat[dst + j] = zword
+                if S == 1:
+                    xp.flat[dst + odd + j] = zword
         else:
             src = ((t * cn + 4 * c4) * hh + ih) * ww
             j = 0
@@ -82,21 +89,40 @@ def pack_nchw4c_int8(x: In[X, 4], x_zp: In[X, 1], xp: Out[i32, 4], geom: dsl.Vec
                 iw = j * sw - pl
                 if sw == 1 and iw >= 0 and iw + V <= ww and j + V <= wp_n and 4 * c4 + 3 < cn:
                     wv = dsl.splat(0, V, i32)
+                    ov = dsl.splat(0, V, i32)
                     for b in dsl.static_range(4):
                         bv = (dsl.i32(x.vload(src + b * hh * ww + iw, V)) & 0xFF) ^ flip
-                        wv = wv | bv * (1 << (8 * b))
+                        if S == 1:
+                            if b % 2 == 0:
+                                wv = wv | bv * (1 << (8 * b))
+                            else:
+                                ov = ov | bv * (1 << (8 * b - 8))
+                        else:
+                            wv = wv | bv * (1 << (8 * b))
                     xp.vstore(dst + j, wv)
+                    if S == 1:
+                        xp.vstore(dst + odd + j, ov)
                     j += V
                 else:
                     w = zword
+                    wo = zword
                     if iw >= 0 and iw < ww:
                         w = i32(0)
+                        wo = i32(0)
                         for b in dsl.static_range(4):
                             v = zb
                             if 4 * c4 + b < cn:
                                 v = (i32(x.flat[src + b * hh * ww + iw]) & 0xFF) ^ flip
-                            w = w | (v << (8 * b))
+                            if S == 1:
+                                if b % 2 == 0:
+                                    w = w | (v << (8 * b))
+                                else:
+                                    wo = wo | (v << (8 * b - 8))
+                            else:
+                                w = w | (v << (8 * b))
                     xp.flat[dst + j] = w
+                    if S == 1:
+                        xp.flat[dst + odd + j] = wo
                     j += 1
 
 
@@ -117,6 +143,10 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
     + post[1, m]) / s2) + z2, lo2, hi2), in f32 in that order, so y equals the two nodes' integers.
     SAT = 1: the products run on ``dsl.dot4_sat``, which the host chose because no pair of the
     weights' bytes can leave i16 (``ops.gemm_int8.pairs_fit_i16``), so it equals ``dot4``.
+    SAT = 2: exact products on ``dsl.dot2_i16`` (``vpmaddwd``) for weights that could saturate:
+    wp holds two words per weight word, its bytes 0, 2 and 1, 3 sign-extended to i16 at packing
+    (``widened_weights``), and xp (N, 2·C/4, Hs, Wp) two planes per 4 channels, their bytes 0, 2
+    and 1, 3 as i16 halves (``pack_nchw4c_int8`` with S = 1), so the loop widens nothing.
     Work items: per image, (block of ``rb`` row tiles, panel of 2·V positions), panels of one
     block consecutive; a block's row tiles run in turn on its panel (their weights stay in L1, the
     panel's words too)."""
@@ -125,10 +155,10 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
     m_out = y.shape[1]
     oh_n = y.shape[2]
     ow_n = y.shape[3]
-    c4_n = xp.shape[1]
+    ws = 2 if SAT == 2 else 1  # planes per 4 channels, words per weight word (SAT = 2: even and odd bytes)
+    c4_n = xp.shape[1] // ws
     wp_n = xp.shape[3]
     plane = xp.shape[2] * wp_n
-    k4 = wp.shape[1] // MR
     mtiles = wp.shape[0]
     npan = (oh_n * wp_n + NR - 1) // NR
     nblk = (mtiles + rb - 1) // rb
@@ -140,39 +170,52 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
         blk = r // npan
         pan = r - blk * npan
         p0 = pan * NR
-        xb = t * c4_n * plane + p0
+        xb = t * xp.shape[1] * plane + p0
         # where the panel's two vectors of positions land: (output row, column) of their first lane
         oh_a = p0 // wp_n
         ow_a = p0 - oh_a * wp_n
         oh_b = (p0 + V) // wp_n
         ow_b = p0 + V - oh_b * wp_n
         for tile in range(blk * rb, min(blk * rb + rb, mtiles)):
-            wb = tile * MR * k4  # the tile's MR rows, interleaved word by word
+            wb = tile * wp.shape[1]  # the tile's MR rows, interleaved word by word
             acc = dsl.local((2 * MR,), dsl.simd(i32, V))
             xs = dsl.local((2,), dsl.simd(i32, V))
             ones = dsl.splat(i32(0x01010101), V)
+            ones16 = dsl.splat(i32(0x00010001), V)
             for c4 in range(c4_n):
-                xo = xb + c4 * plane
-                wo = wb + c4 * (KH * KW * MR)
+                xo = xb + c4 * ws * plane
+                wo = wb + c4 * (KH * KW * MR * ws)
                 for kh in dsl.static_range(KH):
                     for kw in dsl.static_range(KW):
-                        b0 = xp.vload(xo + kh * wp_n + kw, V)
-                        b1 = xp.vload(xo + kh * wp_n + kw + V, V)
-                        if ZW == 1:  # bytes of 1: no pair can saturate
-                            if SAT == 1:
-                                xs[0] = dsl.dot4_sat(xs[0], b0, ones)
-                                xs[1] = dsl.dot4_sat(xs[1], b1, ones)
-                            else:
-                                xs[0] = dsl.dot4(xs[0], b0, ones)
-                                xs[1] = dsl.dot4(xs[1], b1, ones)
-                        for i in dsl.static_range(MR):
-                            wv = dsl.splat(wp.flat[wo + (kh * KW + kw) * MR + i], V)
-                            if SAT == 1:
-                                acc[2 * i] = dsl.dot4_sat(acc[2 * i], b0, wv)
-                                acc[2 * i + 1] = dsl.dot4_sat(acc[2 * i + 1], b1, wv)
-                            else:
-                                acc[2 * i] = dsl.dot4(acc[2 * i], b0, wv)
-                                acc[2 * i + 1] = dsl.dot4(acc[2 * i + 1], b1, wv)
+                        if SAT == 2:  # the even plane (bytes 0, 2 as i16 halves), then the odd one (1, 3)
+                            for par in dsl.static_range(2):  # one plane at a time: 2·MR + 4 registers
+                                e0 = xp.vload(xo + par * plane + kh * wp_n + kw, V)
+                                e1 = xp.vload(xo + par * plane + kh * wp_n + kw + V, V)
+                                if ZW == 1:
+                                    xs[0] = dsl.dot2_i16(xs[0], e0, ones16)
+                                    xs[1] = dsl.dot2_i16(xs[1], e1, ones16)
+                                for i in dsl.static_range(MR):
+                                    we = dsl.splat(wp.flat[wo + ((kh * KW + kw) * MR + i) * 2 + par], V)
+                                    acc[2 * i] = dsl.dot2_i16(acc[2 * i], e0, we)
+                                    acc[2 * i + 1] = dsl.dot2_i16(acc[2 * i + 1], e1, we)
+                        else:
+                            b0 = xp.vload(xo + kh * wp_n + kw, V)
+                            b1 = xp.vload(xo + kh * wp_n + kw + V, V)
+                            if ZW == 1:  # bytes of 1: no pair can saturate
+                                if SAT == 1:
+                                    xs[0] = dsl.dot4_sat(xs[0], b0, ones)
+                                    xs[1] = dsl.dot4_sat(xs[1], b1, ones)
+                                else:
+                                    xs[0] = dsl.dot4(xs[0], b0, ones)
+                                    xs[1] = dsl.dot4(xs[1], b1, ones)
+                            for i in dsl.static_range(MR):
+                                wv = dsl.splat(wp.flat[wo + (kh * KW + kw) * MR + i], V)
+                                if SAT == 1:
+                                    acc[2 * i] = dsl.dot4_sat(acc[2 * i], b0, wv)
+                                    acc[2 * i + 1] = dsl.dot4_sat(acc[2 * i + 1], b1, wv)
+                                else:
+                                    acc[2 * i] = dsl.dot4(acc[2 * i], b0, wv)
+                                    acc[2 * i + 1] = dsl.dot4(acc[2 * i + 1], b1, wv)
             # ---- epilogue: zero-point term, bias, requantization; positions past OW are dropped
             for i in dsl.static_range(MR):
                 m = tile * MR + i
@@ -250,6 +293,44 @@ def packed_weights(w: np.ndarray, tile: Int8Tile) -> tuple:
     return packed_constants.once_per_array(w, key, lambda: _pack_weights(w, tile))
 
 
+def _widen(wp: np.ndarray) -> np.ndarray:
+    by = np.ascontiguousarray(wp).view(np.int8).reshape(wp.shape[0], -1, 4).astype(np.int16)
+    pairs = np.stack([by[..., 0::2], by[..., 1::2]], axis=2)  # (tiles, words, even | odd, 2 halves)
+    return np.ascontiguousarray(pairs).view(np.int32).reshape(wp.shape[0], -1)
+
+
+def widened_weights(w: np.ndarray, tile: Int8Tile) -> tuple:
+    """(wp16, wsum) for ``products="dot2_i16"``: each word of ``packed_weights``' wp as two words,
+    its bytes 0, 2 then 1, 3 sign-extended to i16 halves (what ``vpmaddwd`` multiplies), so the
+    loop widens only the image; made once per constant array, like ``packed_weights``."""
+    def make():
+        wp, wsum, _ = packed_weights(w, tile)
+        return _widen(wp), wsum
+    if not packed_constants.immutable(w):
+        return make()
+    key = ("conv_int8_direct W16",) + packed_constants.view_key(w) + (tile,)
+    return packed_constants.once_per_array(w, key, make)
+
+
+PRODUCTS = ("dot4", "dot4_sat", "dot2_i16")
+
+
+ARITHMETIC = ("exact", "saturating")
+
+
+def choose_products(backend: str, fits: bool, arithmetic: str = "exact") -> str:
+    """The product the direct kernel runs: ``dot4_sat`` (vpmaddubsw) where it pays and the weights
+    keep it exact (``fits``), ``dot2_i16`` on widened weights where ``dot4_sat`` would pay but could
+    saturate (AVX2 without VNNI; ``quantize_static``'s full-range weights), else ``dot4`` (one
+    ``vpdpbusd`` with VNNI, plain arithmetic on the other backends).  ``arithmetic="saturating"``
+    takes ``dot4_sat`` wherever it pays, fits or not: onnxruntime's AVX2 arithmetic (docs/ops.md)."""
+    if arithmetic not in ARITHMETIC:
+        raise ValueError(f"int8 arithmetic {arithmetic!r}: accepted {' or '.join(map(repr, ARITHMETIC))}")
+    if not saturating_pairs_pay(backend):
+        return "dot4"
+    return "dot4_sat" if fits or arithmetic == "saturating" else "dot2_i16"
+
+
 def row_block(mtiles: int, tile_bytes: int) -> int:
     """Row tiles per block: as many as keep their weights within L1_WEIGHT_BYTES, in blocks of one
     size where up to twice the blocks allow it (16 tiles of 7 at most: 4 × 4, not 7, 7, 2), else
@@ -288,15 +369,18 @@ def shifted_weight_zero_point(w: np.ndarray, w_zp) -> np.ndarray:
 
 
 def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=None, q_hi=None,
-                     backend=None, tile=None, w_zp=None, launch=None, saturating=None, post=None) -> None:
+                     backend=None, tile=None, w_zp=None, launch=None, saturating=None, post=None,
+                     products=None, arithmetic="exact") -> None:
     """y (N, M, OH, OW) = conv(x (N, C, H, W), w (M, C, KH, KW)) on ``qconv_direct_int8``, exact in
     i32 (y i32) or requantized with ``mult`` (f32, per tensor or per output channel), ``bias``
     (i32, per output channel), ``y_zp`` and the clamp [q_lo, q_hi] (default: y's type range).
     ``geom`` as ``direct_conv_ok``'s, which must hold; ``w_zp``: the weights' zero point (None: 0),
-    per tensor or per output channel; ``launch``: see ``launched``; ``saturating``: run the products
-    on ``dsl.dot4_sat`` (None: where it pays, ``saturating_pairs_pay``, and is exact on these
-    weights; True forces it, a test's way to reach it on every backend); ``post``: a second
-    requantization of the requantized integers in the store (``SecondRequantization``)."""
+    per tensor or per output channel; ``launch``: see ``launched``; ``products``: "dot4", "dot4_sat" or
+    "dot2_i16" (``PRODUCTS``; None: ``choose_products`` for ``arithmetic``, "exact" or "saturating"),
+    a test's way to reach each path on every backend ("dot4_sat" on weights that can saturate gives
+    vpmaddubsw's saturated sums, onnxruntime's AVX2 arithmetic); ``saturating``: the older
+    spelling, True for "dot4_sat", False for "dot4"; ``post``: a second requantization of the
+    requantized integers in the store (``SecondRequantization``)."""
     backend = backend or "numba"
     if not direct_geometry_ok(geom):
         raise ValueError(f"conv_int8_direct takes stride-1 convolutions, or 1x1 ones without padding, with "
@@ -318,12 +402,20 @@ def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=Non
     reach = positions + (kh - 1) * wp_n + kw - 1 + 2 * tile.V  # words the last panel's loads reach
     hs = max(hp, -(-reach // wp_n))
     c4 = -(-c // 4)
-    xp = np.empty((n, c4, hs, wp_n), np.int32)
+    wpk, wsum, fits = packed_weights(w, tile)
+    if products is None:
+        products = choose_products(backend, fits, arithmetic) if saturating is None else \
+            ("dot4_sat" if saturating else "dot4")
+    if products not in PRODUCTS:
+        raise ValueError(f"conv_int8_direct: products={products!r} is not one of {', '.join(PRODUCTS)} (or None: "
+                         f"the exact choice for the target, ``choose_products``)")
+    split = int(products == "dot2_i16")  # the image as even and odd planes of i16 pairs, the weights widened
+    if split:
+        wpk, wsum = widened_weights(w, tile)
+    xp = np.empty((n, c4 * (1 + split), hs, wp_n), np.int32)
     xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
     launched(pack_nchw4c_int8, launch)(np.ascontiguousarray(x), xz, xp, np.asarray(pack_geom, np.int64),
-                     0x80 if x.dtype == np.int8 else 0, V=tile.V, backend=backend)
-    wpk, wsum, fits = packed_weights(w, tile)
-    sat = (fits and saturating_pairs_pay(backend)) if saturating is None else bool(saturating)
+                     0x80 if x.dtype == np.int8 else 0, V=tile.V, S=split, backend=backend)
     zx = (int(xz[0]) & 0xFF) ^ (0x80 if x.dtype == np.int8 else 0)
     requantize = mult is not None
     if requantize:
@@ -335,14 +427,14 @@ def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=Non
         lo = hi = 0.0
         mult = np.ones((1, 1), np.float32)
     bias = np.zeros((1, 1), np.int32) if bias is None else np.asarray(bias, np.int32).reshape(1, -1)
-    rb = row_block(wpk.shape[0], wpk.shape[1] * 4)
+    rb = row_block(wpk.shape[0], wpk.shape[1] * 4)  # widened weights are twice the bytes: half the tiles
     wzp = shifted_weight_zero_point(w, w_zp)
     if post is not None and not requantize:
         raise ValueError("conv_int8_direct: a second requantization (post) needs the first one (mult)")
     stage = post or SecondRequantization.none()
     launched(qconv_direct_int8, launch)(xp, wpk, wsum, mult, bias, wzp, stage.table, y, rb, zx, int(requantize),
                       float(y_zp), lo, hi, int(post is not None), stage.s1, stage.s2, stage.z2, stage.lo, stage.hi,
-                      KH=kh, KW=kw, V=tile.V, MR=tile.MR, ZW=int(np.any(wzp != 0)), SAT=int(sat),
+                      KH=kh, KW=kw, V=tile.V, MR=tile.MR, ZW=int(np.any(wzp != 0)), SAT=PRODUCTS.index(products),
                       backend=backend)
 
 

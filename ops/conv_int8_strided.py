@@ -94,10 +94,11 @@ def depth_weights(w: np.ndarray, w_zp, s: int) -> np.ndarray:
 
 
 def conv_int8_strided(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, q_lo=None, q_hi=None,
-                      backend=None, launch=None, post=None) -> None:
+                      backend=None, launch=None, post=None, arithmetic="exact") -> None:
     """conv_int8_direct's contract for a strided convolution (``strided_geometry_ok``): x
     rearranged by ``space_to_depth_int8``, then the direct kernel's stride-1 unpadded convolution
-    (``post``: its second requantization, as conv_int8_direct takes it)."""
+    (``post``: its second requantization, ``arithmetic``: "exact" or "saturating", as
+    conv_int8_direct takes them)."""
     if not strided_geometry_ok(geom):
         raise ValueError(f"conv_int8_strided takes equal strides 2 to 4 with a kernel wider than 1 and no dilation "
                          f"(geom KH, KW, strides, pads, dilations = {list(geom[:8])}): use ops.conv_int8.conv_int8")
@@ -110,4 +111,4 @@ def conv_int8_strided(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, q
     xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
     launched(space_to_depth_int8, launch)(np.ascontiguousarray(x), xz, xs, s, pt, pl, backend=backend)
     conv_int8_direct(xs, wd, y, xz, [ka, kb, 1, 1, 0, 0, 1, 1, oh, ow], mult, bias, y_zp, q_lo, q_hi,
-                     backend=backend, w_zp=w_zp, launch=launch, post=post)
+                     backend=backend, w_zp=w_zp, launch=launch, post=post, arithmetic=arithmetic)

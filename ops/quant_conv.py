@@ -18,7 +18,7 @@ from dsl import In, Out, bool_, f32, f64, i32, i64
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.nn import ConvAttributes, conv_geometry
 from ops.conv_int8 import conv_int8, packed_conv_ok
-from ops.conv_int8_direct import launched
+from ops.conv_int8_direct import ARITHMETIC, launched
 from ops import packed_constants
 from ops.gemm_int8 import qgemm_packed
 from ops.quant import constant_quant, round_half_even
@@ -82,6 +82,9 @@ class _QConv(ConvAttributes):
     """Checks, geometry and launch shared by ConvInteger and QLinearConv."""
 
     kernels = {"default": qconv_kernel, "packed": qgemm_packed}
+    # "saturating": u8·i8 pairs summed in saturating i16 where that is faster (AVX2 without VNNI), as
+    # onnxruntime does there; set by load_onnx / Graph.compile(int8_arithmetic=...)
+    int8_arithmetic: str = "exact"
 
     def _select(self, x, w, backend, *scales) -> str:
         ok = packed_conv_ok(x, w, self.group, backend) and all(s is None or s.dtype == dsl.f32 for s in scales)
@@ -105,6 +108,9 @@ class _QConv(ConvAttributes):
                               f"w's dtype {w.dtype}, got {w_zp}")
         k, strides, dil, pads = self._attrs(w)
         conv_geometry(x.shape[2:], k, strides, dil, pads, self.auto_pad)
+        if self.int8_arithmetic not in ARITHMETIC:
+            raise VerifyError(f"{op} int8_arithmetic={self.int8_arithmetic!r}: accepted "
+                              f"{' or '.join(map(repr, ARITHMETIC))}")
 
     def _out_shape(self, x, w):
         k, strides, dil, pads = self._attrs(w)
@@ -142,7 +148,8 @@ class _QConv(ConvAttributes):
         if impl == qgemm_packed:
             geom, mult, b32, zy = self._packed_args(x, w, x_zp, w_zp, bias, x_scale, w_scale, y_scale, y_zp, y,
                                                     requantize)
-            conv_int8(x, w, y, x_zp, w_zp, geom, mult, b32, zy, backend, impl, clamp=clamp, launch=launch)
+            conv_int8(x, w, y, x_zp, w_zp, geom, mult, b32, zy, backend, impl, clamp=clamp, launch=launch,
+                      arithmetic=self.int8_arithmetic)
             return
         wspec = TensorSpec(w.shape, dsl.lang.types.from_numpy(w.dtype))
         k, strides, dil, pads = self._attrs(wspec)

@@ -108,11 +108,11 @@ class QLinearConvBatchNormalization(QLinearConv):
             lo, hi = clamp or (None, None)
             if direct_conv_ok(w, w_zp, geom):
                 conv_int8_direct(x, w, z, x_zp, geom, mult, b32, zy, lo, hi, backend=backend, w_zp=w_zp, launch=launch,
-                                 post=post)
+                                 post=post, arithmetic=self.int8_arithmetic)
                 return
             if strided_geometry_ok(geom) and x.shape[1] <= STRIDED_MAX_CHANNELS:
                 conv_int8_strided(x, w, z, x_zp, w_zp, geom, mult, b32, zy, lo, hi, backend=backend, launch=launch,
-                                  post=post)
+                                  post=post, arithmetic=self.int8_arithmetic)
                 return
         q = np.empty(z.shape, np.asarray(y_zp).dtype)  # the convolution's integers: a scratch buffer of the plan
         if impl == qgemm_packed:

@@ -101,6 +101,17 @@ class CBuiltinCalls:
                 f"  hi = hi < -32768 ? -32768 : hi > 32767 ? 32767 : hi;\n"
                 f"  return (int)((uint)acc + (uint)lo + (uint)hi);\n}}")
 
+    def builtin_dot2_i16(self, e: ir.Call, args: List[str]) -> str:
+        return f"{self.helper('dot2_i16', T.i32)}({', '.join(args)})"
+
+    def helper_dot2_i16(self, name, t, dtype, extra):
+        """dsl.dot2_i16 on one i32: the products of the two signed i16 halves, summed (vpmaddwd's
+        arithmetic); unsigned sums, so the result wraps as the language says."""
+        return (f"{self.func_prefix}int {name}(int acc, int a, int b) {{\n"
+                f"  // acc + lo16(a)*lo16(b) + hi16(a)*hi16(b), halves signed, wrapping\n"
+                f"  return (int)((uint)acc + (uint)((int)(short)a * (int)(short)b)\n"
+                f"               + (uint)((int)(short)(a >> 16) * (int)(short)(b >> 16)));\n}}")
+
     def builtin_pow(self, e: ir.Call, args: List[str]) -> str:
         return self._pow(e.type, e.args[0], e.args[1])
 

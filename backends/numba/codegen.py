@@ -439,6 +439,9 @@ class Gen(SimdGen, Visitor):
     def builtin_dot4_sat(self, e, args, scope):
         return f'sm.dot4_sat({", ".join(args)}, "generic")'
 
+    def builtin_dot2_i16(self, e, args, scope):
+        return f'sm.dot2_i16({", ".join(args)}, "generic")'
+
     def builtin_pow(self, e, args, scope):
         return self.int_edge("pow", ctype(e.type), args[0], args[1], e.args[1]) or f"({args[0]} ** {args[1]})"
 

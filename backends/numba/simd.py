@@ -599,6 +599,56 @@ def dot4(typingctx, acc, a, b, lowering):
     return sig, codegen
 
 
+DOT2_I16_LOWERINGS = ("pmaddwd", "pmaddwd256", "generic")
+
+
+def _dot2_i16_generic(builder, acc, a, b):
+    """acc + Σ_h sext(i16 half h of a)·sext(i16 half h of b) in i32 arithmetic (scalars or vectors)."""
+    def k(c):
+        c = llir.Constant(llir.IntType(32), c)
+        return _vec(builder, acc.type, c) if isinstance(acc.type, llir.VectorType) else c
+    for h in range(2):
+        sa = builder.ashr(builder.shl(a, k(16 - 16 * h)), k(16))
+        sb = builder.ashr(builder.shl(b, k(16 - 16 * h)), k(16))
+        acc = builder.add(acc, builder.mul(sa, sb))
+    return acc
+
+
+def _dot2_i16_pmaddwd(builder, acc, a, b, halves=False):
+    """``vpmaddwd`` (i16 pairs multiplied and summed into i32 lanes), then the add; 16 lanes as two
+    256-bit halves with ``halves`` (AVX2 without AVX512BW)."""
+    n = acc.type.count
+    i32 = llir.IntType(32)
+    names = {4: "llvm.x86.sse2.pmadd.wd", 8: "llvm.x86.avx2.pmadd.wd", 16: "llvm.x86.avx512.pmaddw.d.512"}
+    if n == 16 and halves:
+        def half(v, h):
+            return builder.shuffle_vector(v, v, llir.Constant(llir.VectorType(i32, 8), list(range(8 * h, 8 * h + 8))))
+        lo = _dot2_i16_pmaddwd(builder, half(acc, 0), half(a, 0), half(b, 0))
+        hi = _dot2_i16_pmaddwd(builder, half(acc, 1), half(a, 1), half(b, 1))
+        return builder.shuffle_vector(lo, hi, llir.Constant(llir.VectorType(i32, 16), list(range(16))))
+    words = llir.VectorType(llir.IntType(16), 2 * n)
+    fn = _declared(builder, names[n], acc.type, [words, words])
+    return builder.add(acc, builder.call(fn, [builder.bitcast(a, words), builder.bitcast(b, words)]))
+
+
+@intrinsic(prefer_literal=True)
+def dot2_i16(typingctx, acc, a, b, lowering):
+    """``dsl.dot2_i16`` on i32 scalars or SIMD values: per lane, acc + the products of the two
+    signed i16 halves of a and b, wrapping (``vpmaddwd``).  ``lowering`` is one of
+    DOT2_I16_LOWERINGS (backends/numba/simd_codegen.py ``dot2_i16_lowering``)."""
+    how = _literal(lowering)
+    sig = _byte_dot_signature(acc, a, b, lowering, how in DOT2_I16_LOWERINGS)
+    if sig is None:
+        return None
+
+    def codegen(context, builder, sig, args):
+        x, y, z = args[:3]
+        if not isinstance(x.type, llir.VectorType) or how == "generic":
+            return _dot2_i16_generic(builder, x, y, z)
+        return _dot2_i16_pmaddwd(builder, x, y, z, halves=how == "pmaddwd256")
+    return sig, codegen
+
+
 @intrinsic
 def wide_registers(typingctx):
     """Let the calling function keep 512-bit vectors whole: LLVM would split them into 256-bit
@@ -612,4 +662,5 @@ def wide_registers(typingctx):
 
 __all__ = ["Simd", "vload", "vstore", "bf16_to_f32", "f32_to_bf16", "vsplat", "vget", "vset", "vbinary",
            "vcompare", "vunary", "vfma", "fma", "vselect", "vconvert", "vf2i", "vreduce", "wide_registers", "dot4",
-           "DOT4_LOWERINGS", "dot4_sat", "DOT4_SAT_LOWERINGS"]
+           "DOT4_LOWERINGS", "dot4_sat", "DOT4_SAT_LOWERINGS",
+           "dot2_i16", "DOT2_I16_LOWERINGS"]

@@ -51,6 +51,17 @@ def dot4_sat_lowering(features, lanes: int) -> str:
     return "generic"
 
 
+def dot2_i16_lowering(features, lanes: int) -> str:
+    """How ``dsl.dot2_i16`` on ``lanes`` i32 lanes is lowered (int8 slice): ``vpmaddwd`` (SSE2 for 4
+    lanes, AVX2 for 8, AVX512BW for 16, or AVX2 on two halves), or plain i32 arithmetic."""
+    if lanes == 16 and "avx512bw" in features or lanes == 8 and "avx2" in features \
+            or lanes == 4 and "sse2" in features:
+        return "pmaddwd"
+    if lanes == 16 and "avx2" in features:
+        return "pmaddwd256"
+    return "generic"
+
+
 def uses_simd(stmts) -> bool:
     return any(isinstance(getattr(n, "type", None), T.SimdType) or isinstance(n, ir.VStore)
                for n in ir.walk(list(stmts)))
@@ -127,6 +138,9 @@ class SimdGen:
         if op == "dot4_sat":
             how = dot4_sat_lowering(host().features, e.type.lanes)
             return f'sm.dot4_sat({args[0]}, {args[1]}, {args[2]}, "{how}")'
+        if op == "dot2_i16":
+            how = dot2_i16_lowering(host().features, e.type.lanes)
+            return f'sm.dot2_i16({args[0]}, {args[1]}, {args[2]}, "{how}")'
         if op == "clamp":
             return f'sm.vbinary("min", sm.vbinary("max", {args[0]}, {args[1]}), {args[2]})'
         if op == "cast" and not (e.args[0].type.is_float and e.type.elem.is_int):

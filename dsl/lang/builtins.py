@@ -399,6 +399,23 @@ def dot4_sat(acc, a, b):
     return out.view(Lanes) if lanes else np.int32(out)
 
 
+def dot2_i16(acc, a, b):
+    """acc + the dot product of the 2 signed i16 halves of ``a`` and of ``b``, per i32 lane (x86
+    ``vpmaddwd``): half h = (x >> 16·h) sign-extended from 16 bits; products and sums in i32,
+    wrapping.  An exact int8 product on AVX2 without VNNI: u8 bytes widened to i16 in the loop
+    (a mask, a shift) against i8 weights widened once when they are packed."""
+    lanes = _has_lanes((acc, a, b))
+    ua = np.asarray(a).astype(np.int64) & 0xFFFFFFFF
+    ub = np.asarray(b).astype(np.int64) & 0xFFFFFFFF
+    total = np.asarray(acc).astype(np.int64)
+    for h in range(2):
+        sa = (ua >> (16 * h)) & 0xFFFF
+        sb = (ub >> (16 * h)) & 0xFFFF
+        total = total + (sa - ((sa & 0x8000) << 1)) * (sb - ((sb & 0x8000) << 1))
+    out = (((total + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)).astype(np.int32)
+    return out.view(Lanes) if lanes else np.int32(out)
+
+
 # --------------------------------------------------------------------------- SIMD values
 
 class Lanes(np.ndarray):
@@ -583,11 +600,12 @@ def _same_rule(ts):
 
 
 def _dot4_rule(ts):
-    """dsl.dot4: i32 (or u32) accumulator and packed operands, integer literals; the result is i32."""
+    """dsl.dot4, dot4_sat, dot2_i16: i32 (or u32) accumulator and packed operands, integer literals;
+    the result is i32."""
     for t in ts:
         if not (t.is_int and (t.weak or t.bits == 32)):
-            raise BuiltinTypeError(f"takes i32 values (a and b hold 4 packed bytes per i32: view u8/i8 data as "
-                                   f"i32, or pack it with shifts), got {t}")
+            raise BuiltinTypeError(f"takes i32 values (a and b hold 4 packed bytes, or 2 packed i16, per i32: view "
+                                   f"u8/i8 data as i32, or pack it with shifts), got {t}")
     return T.i32, T.i32
 
 
@@ -700,6 +718,8 @@ register(Builtin("dot4", dot4, "acc + dot(4 u8 bytes of a, 4 i8 bytes of b) per 
                  arity=(3,), rule=_dot4_rule, spelling={"numba": Helper("dot4"), "c": Helper("dot4")}))
 register(Builtin("dot4_sat", dot4_sat, "dot4 with each pair of byte products summed in saturating i16 (vpmaddubsw)",
                  arity=(3,), rule=_dot4_rule, spelling={"numba": Helper("dot4_sat"), "c": Helper("dot4_sat")}))
+register(Builtin("dot2_i16", dot2_i16, "acc + dot(2 i16 halves of a, 2 i16 halves of b) per i32 lane, wrapping (vpmaddwd)",
+                 arity=(3,), rule=_dot4_rule, spelling={"numba": Helper("dot2_i16"), "c": Helper("dot2_i16")}))
 for _fn in (thread_id, num_threads, tile_id, num_tiles):
     _per_axis = _fn in (tile_id, num_tiles)  # tile_id(axis), num_tiles(axis): axis a literal 0, 1 or 2
     register(Builtin(_fn.__name__, _fn, _fn.__doc__, kind="team", arity=(0, 1) if _per_axis else (0,),

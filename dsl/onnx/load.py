@@ -48,7 +48,7 @@ from dsl.opgraph.spec import VerifyError
 
 def load_onnx(model, packages: Sequence = (), backend: Optional[str] = None, formats: str = "auto",
               base_dir: Optional[str] = None, max_tensor_bytes: Optional[int] = None, fuse: Optional[bool] = None,
-              tiling=None):
+              tiling=None, int8_arithmetic: str = "exact"):
     """Load an ONNX model (path, bytes or ``onnx.ModelProto``) and compile it -> ``dsl.Model``.
 
     ``packages``: op package folders (each registered with ``dsl.register_package``; a bad one is a
@@ -60,14 +60,18 @@ def load_onnx(model, packages: Sequence = (), backend: Optional[str] = None, for
     apply the graph rewrites, e.g. Conv + BatchNormalization + Relu into one node (default:
     on unless OPDSL_NO_FUSION=1; see docs/ops.md, "Graph rewrites").  ``tiling``: run ops that
     declare tiles across the cores (default: on numba for large outputs; False: never; see
-    docs/ops.md, "Tiling")."""
+    docs/ops.md, "Tiling").  ``int8_arithmetic``: "exact" (default) or "saturating", int8
+    convolutions summing u8·i8 pairs in saturating i16 where that is faster (AVX2 without VNNI),
+    equal to onnxruntime's results there (docs/ops.md, "Exact or saturating int8 products")."""
     def build():
         graph = to_graph(model, packages=packages, base_dir=base_dir, max_tensor_bytes=max_tensor_bytes)
         return graph.compile(backend=backend, formats=formats, max_tensor_bytes=max_tensor_bytes, fuse=fuse,
-                             tiling=tiling)
+                             tiling=tiling, int8_arithmetic=int8_arithmetic)
     if packages:  # their ops' code is not in the plan cache's key
         return build()
     options = dict(backend=backend, formats=formats, max_tensor_bytes=max_tensor_bytes, fuse=fuse, tiling=tiling)
+    if int8_arithmetic != "exact":  # (absent by default: the plan cache's keys of exact loads stay as they were)
+        options["int8_arithmetic"] = int8_arithmetic
     return plan_cache.cached_load(model, options, base_dir, build)  # a known model's plan from disk
 
 

@@ -9,7 +9,7 @@ depends on and the body stays self-contained.  The body is compiled once per bac
 first use, to a ``dsl.Model`` that each iteration runs.
 
 A body is compiled with the options of the graph it sits in: ``Graph.compile`` (and so
-``load_onnx``) hands its ``fuse``, ``formats``, ``tiling`` and ``max_tensor_bytes`` to every
+``load_onnx``) hands its ``fuse``, ``formats``, ``tiling``, ``max_tensor_bytes`` and ``int8_arithmetic`` to every
 body through ``configure_bodies``, which gives the compiled graph's control-flow nodes bodies
 carrying those options (the user's graph and its bodies are left as they are).
 """
@@ -22,7 +22,7 @@ import numpy as np
 
 from dsl.opgraph.spec import TensorSpec
 
-OPTIONS = ("fuse", "formats", "tiling", "max_tensor_bytes")  # Graph.compile's, less backend and fold
+OPTIONS = ("fuse", "formats", "tiling", "max_tensor_bytes", "int8_arithmetic")  # Graph.compile's, less backend and fold
 
 
 class Body:

@@ -328,7 +328,8 @@ class Graph:
         return found
 
     def compile(self, backend: Optional[str] = None, formats: str = "auto", fold: bool = True,
-                max_tensor_bytes: Optional[int] = None, fuse: Optional[bool] = None, tiling=None):
+                max_tensor_bytes: Optional[int] = None, fuse: Optional[bool] = None, tiling=None,
+                int8_arithmetic: str = "exact"):
         """Inline composed ops, infer shapes/types, verify, fold constants, apply the ops'
         graph rewrites (fusion), drop dead nodes, select formats (inserting reorders) and
         kernels, plan memory -> ``dsl.Model``.
@@ -337,9 +338,13 @@ class Graph:
         rewrites (default: on unless OPDSL_NO_FUSION=1).  No folded constant or planned buffer
         may exceed ``max_tensor_bytes`` (default OPDSL_MAX_TENSOR_BYTES, 4 GiB).  ``tiling``: ops
         that declare tiling run as tiles across the cores (None: on unless OPDSL_NO_TILING=1;
-        False: off; an int n: up to n tiles per op whatever the size; docs/ops.md "Tiling")."""
+        False: off; an int n: up to n tiles per op whatever the size; docs/ops.md "Tiling").
+        ``int8_arithmetic="saturating"``: int8 convolutions sum u8·i8 pairs in saturating i16 where
+        that is faster (AVX2 without VNNI), as onnxruntime's kernels do there; default "exact"
+        (docs/ops.md, "Exact or saturating int8 products")."""
         return _installed("compile")(self, backend=backend, formats=formats, fold=fold,
-                                     max_tensor_bytes=max_tensor_bytes, fuse=fuse, tiling=tiling)
+                                     max_tensor_bytes=max_tensor_bytes, fuse=fuse, tiling=tiling,
+                                     int8_arithmetic=int8_arithmetic)
 
     def to_onnx(self):
         """An ``onnx.ModelProto`` (custom domains kept, composed ops as FunctionProto)."""

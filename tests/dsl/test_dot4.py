@@ -258,3 +258,72 @@ def test_dot4_sat_lowering_choice():
     assert dot4_sat_lowering({"avx512bw", "avx2"}, 16) == "maddubs"
     assert dot4_sat_lowering({"ssse3"}, 4) == "maddubs"
     assert dot4_sat_lowering({"sse2"}, 8) == "generic"
+
+
+# ----------------------------------------------------------------------------- dsl.dot2_i16
+
+@dsl.kernel(threads=1)
+def dot2_i16_lanes(acc: In[i32], a: In[i32], b: In[i32], y8: Out[i32], y16: Out[i32], ys: Out[i32]):
+    """dsl.dot2_i16 on 8 and 16 lanes and on scalars, over the same data."""
+    for i in range(0, acc.size, 16):
+        y16.vstore(i, dsl.dot2_i16(acc.vload(i, 16), a.vload(i, 16), b.vload(i, 16)))
+        for h in dsl.static_range(2):
+            y8.vstore(i + 8 * h, dsl.dot2_i16(acc.vload(i + 8 * h, 8), a.vload(i + 8 * h, 8), b.vload(i + 8 * h, 8)))
+        for j in range(i, i + 16):
+            ys.flat[j] = dsl.dot2_i16(acc.flat[j], a.flat[j], b.flat[j])
+
+
+def i16_reference(acc, a_halves, b_halves):
+    """acc + Σ i16·i16 per pair of halves, wrapped to i32."""
+    s = acc.astype(np.int64) + (a_halves.astype(np.int64) * b_halves).reshape(-1, 2).sum(1)
+    return ((s + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
+
+
+def i16_corner_data(n=32):
+    rng = np.random.default_rng(1629)  # its own: the corners below must not depend on test order
+    acc = rng.integers(-1000, 1000, n).astype(np.int32)
+    a = rng.integers(-32768, 32768, 2 * n).astype(np.int16)
+    b = rng.integers(-32768, 32768, 2 * n).astype(np.int16)
+    a[:8], b[:8] = -32768, -32768  # each lane's pair sums to 2**31: vpmaddwd's one wrap
+    acc[:4] = 5                    # ... which, plus a positive acc, wraps to a negative i32
+    a[8:16], b[8:16] = 255, -128   # the int8 kernels' range: u8 activations, i8 weights
+    a[16:24], b[16:24] = 32767, -32768
+    acc[8:12] = np.iinfo(np.int32).max  # the i32 sum wraps past INT_MAX
+    return acc, a, b
+
+
+def test_dot2_i16_multiplies_signed_halves_and_wraps_on_every_backend(backend):
+    acc, a, b = i16_corner_data()
+    outs = [np.zeros_like(acc) for _ in range(3)]
+    dot2_i16_lanes(acc, a.view(np.int32), b.view(np.int32), *outs, backend=backend)
+    want = i16_reference(acc, a, b)
+    assert want[0] < 0  # 2**31 + acc wraps
+    for got in outs:
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+def test_every_runnable_numba_dot2_i16_lowering_matches(lanes):
+    numba = pytest.importorskip("numba")
+    from backends.numba import simd as sm
+    from backends.numba.simd_codegen import dot2_i16_lowering
+    runnable = {"generic", dot2_i16_lowering(dsl.target("numba").features, lanes)}
+    acc, a, b = i16_corner_data(lanes * 4)
+    want = i16_reference(acc, a, b)
+    for how in sorted(runnable):
+        @numba.njit
+        def run(acc, a, b, out, how=how):
+            for i in range(0, acc.size, lanes):
+                sm.vstore(out, i, sm.dot2_i16(sm.vload(acc, i, lanes), sm.vload(a, i, lanes), sm.vload(b, i, lanes), how))
+        out = np.zeros_like(acc)
+        run(acc, a.view(np.int32), b.view(np.int32), out)
+        np.testing.assert_array_equal(out, want, err_msg=how)
+
+
+def test_dot2_i16_lowering_choice():
+    from backends.numba.simd_codegen import dot2_i16_lowering
+    assert dot2_i16_lowering({"avx2"}, 8) == "pmaddwd"
+    assert dot2_i16_lowering({"avx2"}, 16) == "pmaddwd256"
+    assert dot2_i16_lowering({"avx2", "avx512bw"}, 16) == "pmaddwd"
+    assert dot2_i16_lowering({"sse2"}, 4) == "pmaddwd"
+    assert dot2_i16_lowering(set(), 8) == "generic"

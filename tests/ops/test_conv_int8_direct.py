@@ -152,8 +152,46 @@ def test_saturating_pairs_are_chosen_only_where_they_are_exact_and_pay():
     full[1, 2:4, 0, 0] = (127, 2)  # channels 2, 3 of one tap: one pair whose positive bytes sum to 129
     assert not pairs_fit_i16(np.array([127 | 2 << 8], np.int32))
     assert pairs_fit_i16(np.array([127 | 1 << 8 | (-128 & 0xFF) << 16], np.int32))
-    assert _launch_kwargs(full, "numba")["SAT"] == 0
+    assert _launch_kwargs(full, "numba")["SAT"] == (2 if pays else 0)  # exact dot2_i16 on widened weights
     assert _launch_kwargs(seven_bit((4, 8, 3, 3)), "opencl")["SAT"] == 0
+
+
+# ----------------------------------------------------------------------------- dot2_i16 (vpmaddwd) path
+
+@pytest.mark.parametrize("backend", ["interpreter", "opencl", pytest.param("numba", marks=pytest.mark.slow)],
+                         indirect=True)
+@pytest.mark.parametrize("xdt, xz, wz, k, pad, cw", [
+    (np.uint8, 255, [0], 3, 1, 127),      # 255·127 pairs: 64770, far past i16; the padding is 255
+    (np.uint8, 0, [0], 3, 1, -128),       # 255·-128 pairs: -65280
+    (np.int8, -128, [5, -3, 0], 1, 0, -128),  # i8 activations shifted to u8; per-channel zero points
+])
+def test_widened_pairs_path_is_exact_on_full_range_weights(backend, xdt, xz, wz, k, pad, cw):
+    """products="dot2_i16": the image in even/odd planes of i16 pairs against weights widened at
+    packing; exact where dot4_sat saturates (all bytes 255 against ±127/-128), with C = 6 (a
+    partial group of 4) and zero points that need the window sums."""
+    x = data(xdt, (1, 6, 5, 7), 127 if xdt == np.int8 else 255)
+    x.reshape(-1)[: x.size // 2] = 127 if xdt == np.int8 else 255
+    w = data(np.int8, (3, 6, k, k), cw)
+    w.reshape(-1)[: w.size // 2] = cw
+    oh, ow, geom = geometry(5, 7, k, 1, pad)
+    wz = np.array(wz, np.int8)
+    want = conv_exact(x, w, xz, wz, (1, 1), (pad,) * 4, (1, 1))
+    y = np.zeros((1, 3, oh, ow), np.int32)
+    conv_int8_direct(x, w, y, np.array([xz], xdt), geom, backend=backend, tile=tile_for(backend), w_zp=wz,
+                     products="dot2_i16")
+    np.testing.assert_array_equal(y, want)
+    if backend == "interpreter":  # the saturating product really differs on these weights
+        conv_int8_direct(x, w, y, np.array([xz], xdt), geom, backend=backend, tile=tile_for(backend), w_zp=wz,
+                         products="dot4_sat")
+        assert not np.array_equal(y, want)
+
+
+def test_products_names_what_it_takes():
+    x, w = data(np.uint8, (1, 4, 6, 6)), data(np.int8, (2, 4, 3, 3))
+    _, _, geom = geometry(6, 6, 3, 1, 1)
+    with pytest.raises(ValueError, match=r"products='vnni' is not one of dot4, dot4_sat, dot2_i16"):
+        conv_int8_direct(x, w, np.zeros((1, 2, 6, 6), np.int32), np.array([0], np.uint8), geom,
+                         backend="interpreter", products="vnni")
 
 
 def test_row_blocks_keep_the_weights_in_l1_and_the_threads_even():
