@@ -64,6 +64,7 @@ class Kernel:
     # read-only here for subclasses that build their own state (dsl.grad's kernels)
     _flat: Dict[int, Tuple[int, ...]] = types.MappingProxyType({})
     _shared: Dict[Tuple, Any] = types.MappingProxyType({})
+    _free_sets: frozenset = frozenset()
 
     def __init__(self, fn: Callable, threads: int = 4, grid: Any = 1, log_level: Optional[str] = None,
                  fastmath: bool = False, debug: Optional[bool] = None, log_floor: Optional[str] = None):
@@ -91,6 +92,7 @@ class Kernel:
         self._fast_variants: Dict[Tuple, Any] = {}  # (backend, fast key) -> (launcher, flat), for checked arg types
         self._shared: Dict[Tuple, Any] = {}  # (backend, key with ANY_RANK) -> launcher every rank of it shares
         self._flat = {}
+        self._free_sets: set = set()  # the tuples of rank-free tensors shared keys were made with
         self._lock = threading.RLock()
 
     def variant(self, *, defines: Optional[Dict[str, Any]] = None, features=None) -> "Kernel":
@@ -412,6 +414,12 @@ class Kernel:
             if problem:
                 raise CompileError(problem)
             be = base.get(backend)
+            shared_hit = self._shared_launcher(backend, key)
+            if shared_hit is not None:  # another rank of flat-read tensors compiled it: no front end
+                launcher, flat = shared_hit
+                self._flat[id(launcher)] = flat
+                self._variants[(backend, key)] = launcher
+                return launcher
             warm = self.warm_key(backend, key)  # a record of this specialization: no front end (docs/cache.md)
             launcher = warm_start.lookup(be, warm, self.fn, self._gate) if warm else None
             if launcher is not None:  # its IR says which tensors it takes flat
@@ -426,6 +434,7 @@ class Kernel:
                     launcher = be.compile(request)
                     if shared:
                         self._shared[(backend, shared)] = launcher
+                        self._free_sets.add(flat)
                 if warm:
                     warm_start.remember(be, warm, request, launcher)
             if flat:
@@ -456,6 +465,16 @@ class Kernel:
 
     def request(self, backend: str, key: Tuple, values: List[Any]):
         return self._plan(backend, key, values)[0]
+
+    def _shared_launcher(self, backend: str, key: Tuple):
+        """(launcher, flat tensors) of a shared specialization ``key`` falls under, or None.  A
+        set of rank-free tensors found for one key holds for every key that differs only in their
+        ranks (nothing in the code reads them), so ``key`` with those ranks erased finds it."""
+        for free in self._free_sets:
+            launcher = self._shared.get((backend, rank_free.shared_key(key, self.params, free)))
+            if launcher is not None:
+                return launcher, free
+        return None
 
     def _plan(self, backend: str, key: Tuple, values: List[Any]):
         """(compile request, shared key or None, indices of tensors passed flat) of a launch's
