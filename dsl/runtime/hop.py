@@ -54,7 +54,7 @@ def build(params, values: Sequence, entry, flat: Sequence[int] = ()) -> Optional
     if not tensors or len(values) != len(params):
         return None
     size = " + ".join(f"{a}.size" for a, _ in tensors)
-    passed = [f"{a}.reshape({a}.size)" if k in flat and values[k].ndim != 1 else a for k, a in enumerate(sig)]
+    passed = [f"{a}.ravel()" if k in flat and values[k].ndim != 1 else a for k, a in enumerate(sig)]
     src = "\n".join([f"def hop({', '.join(sig)}):",
                      f'    """One checked launch of {len(tensors)} tensor(s) straight to the serial entry."""',
                      *checks,

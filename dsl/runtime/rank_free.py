@@ -3,7 +3,7 @@
 ``dsl.lang.rank_use`` decides, from a specialization's parsed and checked IR, which tensor
 parameters the body cannot tell the rank of.  Their rank then leaves the specialization's code
 key (it becomes ``ANY_RANK``): the kernel is compiled once with those tensors as 1-D, and every
-launch passes them as 1-D views of the same memory (a C-contiguous array's ``reshape(-1)``, no
+launch passes them as 1-D views of the same memory (a C-contiguous array's ``ravel()``, no
 copy).  All three backends compile the same flattened IR, so they agree by construction.
 
 A kernel launched at ranks 1, 2 and 4 compiles once; one that indexes ``x[i, j]`` or reads
@@ -50,10 +50,11 @@ def shared_key(key: Tuple, params, free: Sequence[int]) -> Tuple:
 
 
 def flatten(values: Sequence[Any], flat: Sequence[int]) -> List[Any]:
-    """``values`` with the tensors at ``flat`` as 1-D views (launch values are C-contiguous)."""
+    """``values`` with the tensors at ``flat`` as 1-D views: launch values are C-contiguous (checked
+    before), so ``ravel`` never copies, and it is the cheapest view numpy makes (~0.2 us)."""
     out = list(values)
     for i in flat:
         v = out[i]
         if v.ndim != 1:
-            out[i] = v.reshape(v.size)
+            out[i] = v.ravel()
     return out
