@@ -15,8 +15,8 @@ import html
 import inspect
 import sys
 import threading
-import warnings
 import types
+import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -91,7 +91,7 @@ class Kernel:
         self._variants: Dict[Tuple, Any] = {}
         self._fast_variants: Dict[Tuple, Any] = {}  # (backend, fast key) -> (launcher, flat), for checked arg types
         self._shared: Dict[Tuple, Any] = {}  # (backend, key with ANY_RANK) -> launcher every rank of it shares
-        self._flat = {}
+        self._flat: Dict[int, Tuple[int, ...]] = {}
         self._free_sets: set = set()  # the tuples of rank-free tensors shared keys were made with
         self._lock = threading.RLock()
 
@@ -570,7 +570,8 @@ class Kernel:
     def _describe(self, key: Tuple) -> str:
         """'x: f32 1-D, y: f32 1-D, k=3' for a specialization key ('any rank' where it is shared)."""
         tensors = [p.name for p in self.params if p.kind == "tensor"]
-        parts = [f"{n}: {dt} {'any rank' if nd == rank_free.ANY_RANK else f'{nd}-D'}" for n, (dt, nd) in zip(tensors, key)]
+        parts = [f"{n}: {dt} {'any rank' if nd == rank_free.ANY_RANK else f'{nd}-D'}"
+                 for n, (dt, nd) in zip(tensors, key)]
         parts += [f"{item[1]}={item[2]!r}" for item in key[len(tensors):] if item and item[0] == "const"]
         return ", ".join(parts)
 
