@@ -248,7 +248,7 @@ def load(request: CompileRequest, source: str, made=None,
     if hit is not None:
         return hit
     sig = signature(k, bounds.needs_record(k, request.debug), gate=gate)
-    with cache.lock(CACHE_TAG, stem):
+    with cache.lock(CACHE_TAG, f"{stem}.launch_serial"):  # the entry's lock, as a compile worker takes it
         mod, path = made or _make_module(stem, source)
         _compile_entry(mod.launch_serial, sig, k, "launch_serial")
     with _modules_lock:
@@ -606,7 +606,7 @@ class NumbaLauncher(Launcher):
                 fn = self._entries[which]
                 sig = signature(self.kernel_ir, self._sites is not None, nd=which.endswith("_nd"), gate=self._gate is not None)
                 if self._disk:
-                    with cache.lock(CACHE_TAG, self._stem):
+                    with cache.lock(CACHE_TAG, f"{self._stem}.{which}"):  # one lock name per entry everywhere
                         _compile_entry(fn, sig, self.kernel_ir, which)
                 else:
                     _compile_entry(fn, sig, self.kernel_ir, which)

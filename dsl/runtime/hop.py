@@ -25,11 +25,13 @@ from dsl.runtime import arg_check
 _FAIL = "return False"
 
 
-def build(params, values: Sequence, entry) -> Optional[Callable[..., bool]]:
+def build(params, values: Sequence, entry, flat: Sequence[int] = ()) -> Optional[Callable[..., bool]]:
     """``hop(*args) -> bool`` (True: launched) for launches whose tensors have the dtypes and
     ranks of ``values`` (the checked values of a launch that just ran), or None when a kernel's
     parameters need what only the full path does (Vec, ConstSpec or TypeVar scalars, f16 bits).
-    ``entry``: the launcher's ``backends.base.DirectEntry``.  The checks are arg_check.py's rules."""
+    ``entry``: the launcher's ``backends.base.DirectEntry``; ``flat``: the tensors its code takes
+    as 1-D views (a specialization every rank shares, dsl/runtime/rank_free.py).  The checks are
+    arg_check.py's rules."""
     env = dict(arg_check.GUARD_ENV, arm=interrupt.arm, READ=memoryview(interrupt.COUNTER), ENTRY=entry.fn,
                COUNTER=entry.counter, GRID=entry.grid, LIMIT=entry.max_elements, Interrupt=KeyboardInterrupt)
     sig, checks, body, tensors = [], [], [], []
@@ -52,6 +54,7 @@ def build(params, values: Sequence, entry) -> Optional[Callable[..., bool]]:
     if not tensors or len(values) != len(params):
         return None
     size = " + ".join(f"{a}.size" for a, _ in tensors)
+    passed = [f"{a}.ravel()" if k in flat and values[k].ndim != 1 else a for k, a in enumerate(sig)]
     src = "\n".join([f"def hop({', '.join(sig)}):",
                      f'    """One checked launch of {len(tensors)} tensor(s) straight to the serial entry."""',
                      *checks,
@@ -59,7 +62,7 @@ def build(params, values: Sequence, entry) -> Optional[Callable[..., bool]]:
                      *arg_check.overlap_lines(tensors, _FAIL),
                      *body,
                      "    _start = arm()",
-                     f"    ENTRY({', '.join(sig)}, GRID, COUNTER, _start)",
+                     f"    ENTRY({', '.join(passed)}, GRID, COUNTER, _start)",
                      "    if READ[0] != _start: raise Interrupt('opdsl launch interrupted')",
                      "    return True"])
     exec(compile(src, "<opdsl one-hop launch>", "exec"), env)

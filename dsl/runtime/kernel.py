@@ -15,6 +15,7 @@ import html
 import inspect
 import sys
 import threading
+import types
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -29,6 +30,7 @@ from dsl.runtime import fastpath
 from dsl.runtime import hop as hop_binder
 from dsl.runtime import foreign
 from dsl.runtime import pickling
+from dsl.runtime import rank_free
 from dsl.runtime import warm_key
 from dsl.runtime import grid as launch_grid
 from dsl.lang import frontend
@@ -58,6 +60,11 @@ class Kernel:
     features: frozenset = frozenset()          # target features this implementation needs
     _hop = None  # the last small launch's types straight to machine code (dsl/runtime/hop.py)
     _fast = fastpath.LazyBinder()  # built on the first launch: the op library defines ~100 kernels at import
+    # id(launcher) -> indices of the tensors it takes as 1-D views (dsl/runtime/rank_free.py);
+    # read-only here for subclasses that build their own state (dsl.grad's kernels)
+    _flat: Dict[int, Tuple[int, ...]] = types.MappingProxyType({})
+    _shared: Dict[Tuple, Any] = types.MappingProxyType({})
+    _free_sets: frozenset = frozenset()
 
     def __init__(self, fn: Callable, threads: int = 4, grid: Any = 1, log_level: Optional[str] = None,
                  fastmath: bool = False, debug: Optional[bool] = None, log_floor: Optional[str] = None):
@@ -82,7 +89,10 @@ class Kernel:
         self._index = {p.name: k for k, p in enumerate(self.params)}
         self._parsed: Dict[str, frontend.Parsed] = {}
         self._variants: Dict[Tuple, Any] = {}
-        self._fast_variants: Dict[Tuple, Any] = {}  # (backend, fast key) -> launcher, for checked arg types
+        self._fast_variants: Dict[Tuple, Any] = {}  # (backend, fast key) -> (launcher, flat), for checked arg types
+        self._shared: Dict[Tuple, Any] = {}  # (backend, key with ANY_RANK) -> launcher every rank of it shares
+        self._flat: Dict[int, Tuple[int, ...]] = {}
+        self._free_sets: set = set()  # the tuples of rank-free tensors shared keys were made with
         self._lock = threading.RLock()
 
     def variant(self, *, defines: Optional[Dict[str, Any]] = None, features=None) -> "Kernel":
@@ -206,22 +216,27 @@ class Kernel:
             return False
         if hit is None:
             return False
-        launcher = self._fast_variants.get((backend or config.default_backend(), hit[1]))
-        if launcher is None or g * self.threads > launcher.max_logical_threads:
+        known = self._fast_variants.get((backend or config.default_backend(), hit[1]))
+        if known is None:
+            return False
+        launcher, flat = known
+        if g * self.threads > launcher.max_logical_threads:
             return False
         if g:
-            launcher(hit[0], g)
+            values = rank_free.flatten(hit[0], flat) if flat else hit[0]
+            launcher(values, g)
             if g is self.grid and not kwargs and len(args) == len(self.params):
-                self._learn_hop(launcher, hit[0], g, backend or config.default_backend())
+                self._learn_hop(launcher, values, g, backend or config.default_backend(), hit[0], flat)
         return True
 
-    def _learn_hop(self, launcher, values, g: int, backend: str) -> None:
+    def _learn_hop(self, launcher, values, g: int, backend: str, shaped=None, flat: Tuple[int, ...] = ()) -> None:
         """After a fast-path launch: let launches of the same types go straight to the launcher's
-        machine code (dsl/runtime/hop.py) when it offers one for them; built once per entry."""
+        machine code (dsl/runtime/hop.py) when it offers one for them; built once per entry.
+        ``shaped``: the launch's own values when ``values`` has the ``flat`` tensors as 1-D views."""
         entry = launcher.direct_entry(values, g)
         if entry is None or (self._hop is not None and self._hop.entry is entry.fn):
             return
-        made = hop_binder.build(self.params, values, entry)
+        made = hop_binder.build(self.params, values if shaped is None else shaped, entry, flat)
         if made is not None:
             made.backend, made.entry = backend, entry.fn
             self._hop = made
@@ -277,6 +292,9 @@ class Kernel:
                              f"logical threads exceeds the {backend} backend's limit of {limit} (thread indexes are "
                              f"{'64-bit signed' if limit == MAX_LOGICAL_THREADS else 'limited by the device'})")
         arg_check.check_overlap(self.__name__, self.params, values, _INPLACE_OK.get())
+        flat = self._flat.get(id(launcher))
+        if flat:  # a specialization shared by every rank of these tensors: they travel as 1-D views
+            values = rank_free.flatten(values, flat)
         batch = compile_batch.current()
         if batch is not None:  # planning a model: the entry point this launch runs may compile elsewhere now
             batch.note(launcher, values, g)
@@ -290,7 +308,7 @@ class Kernel:
             except Exception:
                 hit = None
             if hit is not None:
-                self._fast_variants[(backend, hit[1])] = launcher
+                self._fast_variants[(backend, hit[1])] = (launcher, self._flat.get(id(launcher), ()))
 
     def bind(self, args: tuple, kwargs: dict) -> Tuple[List[Any], Tuple]:
         """Validate and convert arguments -> (values in param order, specialization key)."""
@@ -396,13 +414,31 @@ class Kernel:
             if problem:
                 raise CompileError(problem)
             be = base.get(backend)
+            shared_hit = self._shared_launcher(backend, key)
+            if shared_hit is not None:  # another rank of flat-read tensors compiled it: no front end
+                launcher, flat = shared_hit
+                self._flat[id(launcher)] = flat
+                self._variants[(backend, key)] = launcher
+                return launcher
             warm = self.warm_key(backend, key)  # a record of this specialization: no front end (docs/cache.md)
             launcher = warm_start.lookup(be, warm, self.fn, self._gate) if warm else None
-            if launcher is None:
-                request = self.request(backend, key, values)
-                launcher = be.compile(request)
+            if launcher is not None:  # its IR says which tensors it takes flat
+                flat = rank_free.flattened_by(self.params, launcher.kernel_ir, values)
+            else:
+                if type(self).request is Kernel.request:
+                    request, shared, flat = self._plan(backend, key, values)
+                else:
+                    request, shared, flat = self.request(backend, key, values), None, ()
+                launcher = self._shared.get((backend, shared)) if shared else None
+                if launcher is None:
+                    launcher = be.compile(request)
+                    if shared:
+                        self._shared[(backend, shared)] = launcher
+                        self._free_sets.add(flat)
                 if warm:
                     warm_start.remember(be, warm, request, launcher)
+            if flat:
+                self._flat[id(launcher)] = flat
             self._variants[(backend, key)] = launcher
             return launcher
 
@@ -428,10 +464,33 @@ class Kernel:
         return h.hexdigest()[:32]
 
     def request(self, backend: str, key: Tuple, values: List[Any]):
+        return self._plan(backend, key, values)[0]
+
+    def _shared_launcher(self, backend: str, key: Tuple):
+        """(launcher, flat tensors) of a shared specialization ``key`` falls under, or None.  A
+        set of rank-free tensors found for one key holds for every key that differs only in their
+        ranks (nothing in the code reads them), so ``key`` with those ranks erased finds it."""
+        for free in self._free_sets:
+            launcher = self._shared.get((backend, rank_free.shared_key(key, self.params, free)))
+            if launcher is not None:
+                return launcher, free
+        return None
+
+    def _plan(self, backend: str, key: Tuple, values: List[Any]):
+        """(compile request, shared key or None, indices of tensors passed flat) of a launch's
+        specialization: tensors whose rank the body cannot observe are compiled as 1-D under a key
+        without their rank, which every rank of them shares (dsl/runtime/rank_free.py)."""
         from backends import base
-        kernel_ir = self.specialize(values)
-        return base.CompileRequest(kernel_ir, self.fn, self.cache_key(backend, key), self._level(), self.fastmath,
-                                   self._debug(), config.interrupt_polling(), log_gate=self._gate)
+        kernel_ir = self.specialize(values)  # at the launch's own ranks: its errors read as always
+        free = () if self._debug() else rank_free.free_params(self.params, self.parsed().body, kernel_ir)
+        shared = None
+        if free:
+            shared = rank_free.shared_key(key, self.params, free)
+            if any(values[i].ndim != 1 for i in free):
+                kernel_ir = self.specialize(rank_free.flatten(values, free))
+        return (base.CompileRequest(kernel_ir, self.fn, self.cache_key(backend, shared or key), self._level(),
+                                    self.fastmath, self._debug(), config.interrupt_polling(), log_gate=self._gate),
+                shared, free)
 
     def _debug(self) -> bool:
         return config.debug() if self.debug is None else bool(self.debug)
@@ -496,10 +555,23 @@ class Kernel:
             parts.append(s)
         return f"{self.__name__}({', '.join(parts)})"
 
+    def specializations(self, backend: Optional[str] = None) -> List[str]:
+        """The specializations compiled (or loaded) in this process for ``backend`` (default: the
+        default backend), one line each as ``'x: f32 any rank, y: f32 any rank'``: launches at
+        several ranks of tensors the body reads only flat share one (docs/language.md)."""
+        backend = backend or config.default_backend()
+        shared = {id(v): k for (b, k), v in self._shared.items() if b == backend}
+        lines = {}
+        for (b, key), launcher in self._variants.items():
+            if b == backend and id(launcher) not in lines:
+                lines[id(launcher)] = self._describe(shared.get(id(launcher), key))
+        return sorted(lines.values())
+
     def _describe(self, key: Tuple) -> str:
-        """'x: f32 1-D, y: f32 1-D, k=3' for a specialization key."""
+        """'x: f32 1-D, y: f32 1-D, k=3' for a specialization key ('any rank' where it is shared)."""
         tensors = [p.name for p in self.params if p.kind == "tensor"]
-        parts = [f"{n}: {dt} {nd}-D" for n, (dt, nd) in zip(tensors, key)]
+        parts = [f"{n}: {dt} {'any rank' if nd == rank_free.ANY_RANK else f'{nd}-D'}"
+                 for n, (dt, nd) in zip(tensors, key)]
         parts += [f"{item[1]}={item[2]!r}" for item in key[len(tensors):] if item and item[0] == "const"]
         return ", ".join(parts)
 
