@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import weakref
 from contextlib import contextmanager
-from typing import Dict, Iterator
+from typing import Iterator
 
 from llvmlite import binding as ll
 from numba.core import codegen as numba_codegen
@@ -40,7 +41,9 @@ from numba.core.registry import cpu_target
 
 GUFUNC_PREFIX = "__numba_parfor_gufunc"  # numba's parfor bodies: their entry point is never called
 
-_pending_envs: Dict[str, object] = {}  # environment global without machine code yet -> its Environment
+# environment global without machine code yet -> its Environment; weak, as numba's own set_env
+# writes an address without holding the object (its function keeps it alive)
+_pending_envs: "weakref.WeakValueDictionary[str, object]" = weakref.WeakValueDictionary()
 _local = threading.local()
 
 
@@ -149,7 +152,7 @@ def _set_env(self, env_name, env):
     """numba's ``set_env`` for a global that may have no machine code yet (kept until it has)."""
     if self._engine.is_symbol_defined(env_name):
         _write_env(self._engine, env_name, env)
-    else:  # held until then (what is written is the object's address)
+    else:
         _pending_envs[env_name] = env
 
 
