@@ -141,12 +141,13 @@ def pack_im2col_int8(x: In[X, 4], x_zp: In[X, 1], bp: Out[i32, 2], bu: Out[i32, 
                     if kh == kh_n:
                         kh = 0
                         ci += 1
-        for h in dsl.static_range(2):
+        for h in dsl.static_range(2):  # the vector column sums join the per-pixel ones
             for lane in dsl.static_range(V):
-                col = p0 + h * V + lane
-                s = csv[h][lane] + csl[h * V + lane]
-                bu.flat[t * np_cols + col] = i32(kk) * zb - s if col < pixels else i32(0)
-                bz.flat[t * np_cols + col] = zb if col < pixels else i32(0)
+                csl[h * V + lane] += csv[h][lane]
+        for c in range(NR):  # a loop, not 2·V unrolled copies of two stores (compile time)
+            col = p0 + c
+            bu.flat[t * np_cols + col] = i32(kk) * zb - csl[c] if col < pixels else i32(0)
+            bz.flat[t * np_cols + col] = zb if col < pixels else i32(0)
 
 
 @dsl.kernel(threads=THREADS)

@@ -36,7 +36,7 @@ from backends import bounds, interrupt, log_gate
 from backends.numba import entry_choice
 from backends.numba import frozen as frz
 from backends.numba import launch_work
-from backends.numba import parallel_compile
+from backends.numba import link_once, parallel_compile
 from backends.numba import warm_bytecode
 from backends.numba.regions import Program
 
@@ -101,7 +101,7 @@ def _codegen_version() -> str:
     h = hashlib.sha256(numba.__version__.encode())
     here = Path(__file__).resolve().parent
     for name in ("codegen.py", "regions.py", "runtime.py", "format.py", "math.py", "arith.py", "simd.py",
-                 "simd_codegen.py", "typecode.py", "views.py", "pipeline.py", "../naming.py", "../spelling.py", "../bounds.py"):
+                 "simd_codegen.py", "typecode.py", "views.py", "pipeline.py", "link_once.py", "../naming.py", "../spelling.py", "../bounds.py"):
         h.update((here / name).read_bytes())
     return h.hexdigest()[:10]
 
@@ -189,7 +189,8 @@ def _exec_source(source: str, stem: str, file: Optional[Path] = None) -> pytypes
 
 def _compile_entry(dispatcher, sig, kernel: ir.Kernel, which: str) -> None:
     try:
-        dispatcher.compile(sig)
+        with link_once.compiling():  # LLVM optimizes and emits the entry's whole chain once
+            dispatcher.compile(sig)
     except CompileError:
         raise
     except Exception as err:  # a numba failure on generated code is a bug: say where to look

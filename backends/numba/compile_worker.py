@@ -18,6 +18,7 @@ def run_job(job: dict) -> tuple:
     from backends import cache
     from backends.numba import backend as nb
     from backends.numba import cache as machine_cache
+    from backends.numba import link_once
     if os.environ.get("OPDSL_CACHE_DIR") != job["cache_dir"]:
         os.environ["OPDSL_CACHE_DIR"] = job["cache_dir"]
         cache.reset()
@@ -31,7 +32,7 @@ def run_job(job: dict) -> tuple:
         try:
             machine_cache.attach(mod, path.parent, machine_cache.source_stamp(source), stem)
             for which, sig in job["entries"]:
-                with cache.lock(nb.CACHE_TAG, f"{stem}.{which}"):
+                with cache.lock(nb.CACHE_TAG, f"{stem}.{which}"), link_once.compiling():
                     getattr(mod, which).compile(sig)
         finally:
             sys.modules.pop(nb._module_name(stem), None)  # keep a long-lived worker's memory flat

@@ -14,7 +14,7 @@ from dsl.lang import ir
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError
 from backends.host import host
-from backends.numba.typecode import const, np_type, storage_np
+from backends.numba.typecode import const, ctype, np_type, storage_np
 
 # VecOp names with a vector instruction (backends/numba/simd.py); the rest go lane by lane
 _NATIVE_BINARY = {"add", "sub", "mul", "truediv", "bitand", "bitor", "bitxor", "min", "max"}
@@ -108,8 +108,8 @@ class SimdGen:
 
     def visit_Splat(self, e, scope):
         v = self.typed(e.value, e.type.elem, scope)
-        if isinstance(e.value, ir.Const) and not e.type.elem.is_bool:
-            v = f"{np_type(e.type.elem)}({v})"  # a literal's own numba type may be wider
+        if isinstance(e.value, ir.Const) and ctype(e.type.elem) in (T.i64, T.f64):
+            v = f"{np_type(e.type.elem)}({v})"  # a bare literal: numba would type it as a literal or wider
         return f"sm.vsplat({v}, {e.type.lanes})"
 
     def visit_Lane(self, e, scope):
