@@ -31,6 +31,7 @@ from numba.core.dispatcher import Dispatcher
 from numba.core.runtime import nrtdynmod, rtsys
 
 from backends import cache
+from backends.numba import link_once
 
 CACHE_TAG = "numba"  # the folder of the numba backend in the disk cache (Backend.cache_tag)
 
@@ -244,6 +245,7 @@ def _nrt_functions(ctx):
     library.enable_object_caching()
     library.add_ir_module(ir_mod)
     library.finalize()
+    link_once.machine_code_now(library)  # created inside an entry's compile: its object code is saved
     if cache.enabled():
         _, _, (obj, bitcode) = library.serialize_using_object_code()
         cache.store(CACHE_TAG, name, _NRT_HEAD.pack(len(obj)) + bytes(obj) + bytes(bitcode))

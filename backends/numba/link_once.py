@@ -124,6 +124,13 @@ class LinkOnceLibrary(numba_codegen.JITCodeLibrary):
         return self
 
 
+def machine_code_now(library) -> None:
+    """Give ``library`` its machine code now if it waits for it (a library that is called or saved
+    directly, such as NRT's, rather than linked into an entry)."""
+    if isinstance(library, LinkOnceLibrary):
+        library.machine_code()
+
+
 def _defines(module, name: str) -> bool:
     try:
         return not module.get_function(name).is_declaration

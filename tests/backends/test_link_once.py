@@ -77,7 +77,9 @@ def test_only_the_entries_are_optimized_and_emitted(own_cache, monkeypatch):
     np.testing.assert_array_equal(y, x * np.float32(3) + salt)
     # thread, the @dsl.func and numba's parfor gufunc and its wrappers were each optimized and
     # turned into machine code on their own before: now only the two entries are
-    assert sorted(n.rsplit(".", 1)[-1] for n in optimized) == ["launch_parallel", "launch_serial"], optimized
+    # (NRT's own library, generated at the process's first compile, is called directly: it has machine code)
+    entries = sorted(n.rsplit(".", 1)[-1] for n in optimized if n != "nrt")
+    assert entries == ["launch_parallel", "launch_serial"], optimized
     mod = launcher._module
     (body,) = mod.thread.overloads.values()
     assert body.library._link_only  # linked twice, never finalized on its own
