@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
 import pickle
 import warnings
 from typing import Optional, Sequence
@@ -31,7 +30,6 @@ from backends import base, cache
 from dsl.opgraph import artifact_format, model_state, plan_cache
 from dsl.opgraph.artifact_format import ArtifactError, ArtifactWarning
 from dsl.opgraph.model import Model
-from dsl.version import __version__
 
 ON_MISMATCH = ("recompile", "refuse")
 

@@ -4,7 +4,6 @@ the CPU.  ``python -m dsl.opgraph.artifact_probe DRAFT FACTS.json run|facts-only
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
