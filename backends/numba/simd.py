@@ -563,40 +563,40 @@ def _byte_dot_signature(acc, a, b, lowering, known_lowering: bool):
     return acc(acc, a, b, lowering)
 
 
-@intrinsic(prefer_literal=True)
-def dot4_sat(typingctx, acc, a, b, lowering):
+def _byte_dot_intrinsic(name: str, lowerings, generic, vector, doc: str):
+    """A numba intrinsic ``name(acc, a, b, lowering)`` on i32 scalars or SIMD values: ``generic``
+    (plain arithmetic) for scalars and the "generic" lowering, else ``vector(builder, acc, a, b,
+    how)`` for the named one of ``lowerings``.  dot4, dot4_sat and dot2_i16 differ only there."""
+    def typer(typingctx, acc, a, b, lowering):
+        how = _literal(lowering)
+        sig = _byte_dot_signature(acc, a, b, lowering, how in lowerings)
+        if sig is None:
+            return None
+
+        def codegen(context, builder, sig, args):
+            x, y, z = args[:3]
+            if not isinstance(x.type, llir.VectorType) or how == "generic":
+                return generic(builder, x, y, z)
+            return vector(builder, x, y, z, how)
+        return sig, codegen
+    typer.__name__ = typer.__qualname__ = name
+    typer.__doc__ = doc
+    return intrinsic(prefer_literal=True)(typer)
+
+
+dot4_sat = _byte_dot_intrinsic(
+    "dot4_sat", DOT4_SAT_LOWERINGS, _dot4_sat_generic,
+    lambda builder, x, y, z, how: _dot4_maddubs(builder, x, y, z, halves=how == "maddubs256"),
     """``dsl.dot4_sat`` on i32 scalars or SIMD values: ``dot4`` with each pair of byte products
     summed in saturating i16 first, as ``vpmaddubsw`` does.  ``lowering`` is one of
-    DOT4_SAT_LOWERINGS (backends/numba/simd_codegen.py ``dot4_sat_lowering``)."""
-    how = _literal(lowering)
-    sig = _byte_dot_signature(acc, a, b, lowering, how in DOT4_SAT_LOWERINGS)
-    if sig is None:
-        return None
+    DOT4_SAT_LOWERINGS (backends/numba/simd_codegen.py ``dot4_sat_lowering``).""")
 
-    def codegen(context, builder, sig, args):
-        x, y, z = args[:3]
-        if not isinstance(x.type, llir.VectorType) or how == "generic":
-            return _dot4_sat_generic(builder, x, y, z)
-        return _dot4_maddubs(builder, x, y, z, halves=how == "maddubs256")
-    return sig, codegen
-
-
-@intrinsic(prefer_literal=True)
-def dot4(typingctx, acc, a, b, lowering):
+dot4 = _byte_dot_intrinsic(
+    "dot4", DOT4_LOWERINGS, _dot4_generic,
+    lambda builder, x, y, z, how: (_dot4_vnni if how == "vnni" else _dot4_pmaddwd)(builder, x, y, z),
     """``dsl.dot4`` on i32 scalars or SIMD values: per lane, acc + the dot product of a's 4 bytes
     (unsigned) and b's 4 bytes (signed), wrapping.  ``lowering`` is one of DOT4_LOWERINGS
-    (backends/numba/simd_codegen.py ``dot4_lowering``); scalars always use plain arithmetic."""
-    how = _literal(lowering)
-    sig = _byte_dot_signature(acc, a, b, lowering, how in DOT4_LOWERINGS)
-    if sig is None:
-        return None
-
-    def codegen(context, builder, sig, args):
-        x, y, z = args[:3]
-        if not isinstance(x.type, llir.VectorType) or how == "generic":
-            return _dot4_generic(builder, x, y, z)
-        return (_dot4_vnni if how == "vnni" else _dot4_pmaddwd)(builder, x, y, z)
-    return sig, codegen
+    (backends/numba/simd_codegen.py ``dot4_lowering``); scalars always use plain arithmetic.""")
 
 
 DOT2_I16_LOWERINGS = ("pmaddwd", "pmaddwd256", "generic")
@@ -631,22 +631,12 @@ def _dot2_i16_pmaddwd(builder, acc, a, b, halves=False):
     return builder.add(acc, builder.call(fn, [builder.bitcast(a, words), builder.bitcast(b, words)]))
 
 
-@intrinsic(prefer_literal=True)
-def dot2_i16(typingctx, acc, a, b, lowering):
+dot2_i16 = _byte_dot_intrinsic(
+    "dot2_i16", DOT2_I16_LOWERINGS, _dot2_i16_generic,
+    lambda builder, x, y, z, how: _dot2_i16_pmaddwd(builder, x, y, z, halves=how == "pmaddwd256"),
     """``dsl.dot2_i16`` on i32 scalars or SIMD values: per lane, acc + the products of the two
     signed i16 halves of a and b, wrapping (``vpmaddwd``).  ``lowering`` is one of
-    DOT2_I16_LOWERINGS (backends/numba/simd_codegen.py ``dot2_i16_lowering``)."""
-    how = _literal(lowering)
-    sig = _byte_dot_signature(acc, a, b, lowering, how in DOT2_I16_LOWERINGS)
-    if sig is None:
-        return None
-
-    def codegen(context, builder, sig, args):
-        x, y, z = args[:3]
-        if not isinstance(x.type, llir.VectorType) or how == "generic":
-            return _dot2_i16_generic(builder, x, y, z)
-        return _dot2_i16_pmaddwd(builder, x, y, z, halves=how == "pmaddwd256")
-    return sig, codegen
+    DOT2_I16_LOWERINGS (backends/numba/simd_codegen.py ``dot2_i16_lowering``).""")
 
 
 @intrinsic
