@@ -40,26 +40,27 @@ def dot4_lowering(features, lanes: int) -> str:
     return "generic"
 
 
+def _pairwise_lowering(features, lanes: int, sse: str, whole: str, halves: str) -> str:
+    """``whole`` where one instruction covers ``lanes`` i32 lanes (``sse`` for 4, AVX2 for 8,
+    AVX512BW for 16), ``halves`` for 16 lanes on AVX2 (two 256-bit halves), else "generic"."""
+    if lanes == 16 and "avx512bw" in features or lanes == 8 and "avx2" in features \
+            or lanes == 4 and sse in features:
+        return whole
+    if lanes == 16 and "avx2" in features:
+        return halves
+    return "generic"
+
+
 def dot4_sat_lowering(features, lanes: int) -> str:
     """How ``dsl.dot4_sat`` on ``lanes`` i32 lanes is lowered: ``vpmaddubsw`` + ``vpmaddwd`` (SSSE3
     for 4 lanes, AVX2 for 8, AVX512BW for 16, or AVX2 on two halves), or plain i32 arithmetic."""
-    if lanes == 16 and "avx512bw" in features or lanes == 8 and "avx2" in features \
-            or lanes == 4 and "ssse3" in features:
-        return "maddubs"
-    if lanes == 16 and "avx2" in features:
-        return "maddubs256"
-    return "generic"
+    return _pairwise_lowering(features, lanes, "ssse3", "maddubs", "maddubs256")
 
 
 def dot2_i16_lowering(features, lanes: int) -> str:
-    """How ``dsl.dot2_i16`` on ``lanes`` i32 lanes is lowered (int8 slice): ``vpmaddwd`` (SSE2 for 4
-    lanes, AVX2 for 8, AVX512BW for 16, or AVX2 on two halves), or plain i32 arithmetic."""
-    if lanes == 16 and "avx512bw" in features or lanes == 8 and "avx2" in features \
-            or lanes == 4 and "sse2" in features:
-        return "pmaddwd"
-    if lanes == 16 and "avx2" in features:
-        return "pmaddwd256"
-    return "generic"
+    """How ``dsl.dot2_i16`` on ``lanes`` i32 lanes is lowered: ``vpmaddwd`` (SSE2 for 4 lanes, AVX2
+    for 8, AVX512BW for 16, or AVX2 on two halves), or plain i32 arithmetic."""
+    return _pairwise_lowering(features, lanes, "sse2", "pmaddwd", "pmaddwd256")
 
 
 def uses_simd(stmts) -> bool:
