@@ -527,18 +527,24 @@ def _dot4_sat_generic(builder, acc, a, b):
     return acc
 
 
+def _on_256_bit_halves(builder, lowering, acc, a, b):
+    """``lowering`` on 16 i32 lanes as two 8-lane halves (AVX2 without AVX512BW), joined again."""
+    i32 = llir.IntType(32)
+
+    def half(v, h):
+        return builder.shuffle_vector(v, v, llir.Constant(llir.VectorType(i32, 8), list(range(8 * h, 8 * h + 8))))
+    lo = lowering(builder, half(acc, 0), half(a, 0), half(b, 0))
+    hi = lowering(builder, half(acc, 1), half(a, 1), half(b, 1))
+    return builder.shuffle_vector(lo, hi, llir.Constant(llir.VectorType(i32, 16), list(range(16))))
+
+
 def _dot4_maddubs(builder, acc, a, b, halves=False):
     """``vpmaddubsw`` (u8·i8 pairs summed in saturating i16), then ``vpmaddwd`` by ones (the two
     pairs of a lane summed in i32, exact), then the add: three instructions per vector; 16 lanes
     as two 256-bit halves with ``halves`` (AVX2 without AVX512BW)."""
     n = acc.type.count
-    i32 = llir.IntType(32)
     if n == 16 and halves:
-        def half(v, h):
-            return builder.shuffle_vector(v, v, llir.Constant(llir.VectorType(i32, 8), list(range(8 * h, 8 * h + 8))))
-        lo = _dot4_maddubs(builder, half(acc, 0), half(a, 0), half(b, 0))
-        hi = _dot4_maddubs(builder, half(acc, 1), half(a, 1), half(b, 1))
-        return builder.shuffle_vector(lo, hi, llir.Constant(llir.VectorType(i32, 16), list(range(16))))
+        return _on_256_bit_halves(builder, _dot4_maddubs, acc, a, b)
     bytes_t = llir.VectorType(llir.IntType(8), 4 * n)
     words = llir.VectorType(llir.IntType(16), 2 * n)
     ubs, wd = {4: ("llvm.x86.ssse3.pmadd.ub.sw.128", "llvm.x86.sse2.pmadd.wd"),
@@ -618,14 +624,9 @@ def _dot2_i16_pmaddwd(builder, acc, a, b, halves=False):
     """``vpmaddwd`` (i16 pairs multiplied and summed into i32 lanes), then the add; 16 lanes as two
     256-bit halves with ``halves`` (AVX2 without AVX512BW)."""
     n = acc.type.count
-    i32 = llir.IntType(32)
     names = {4: "llvm.x86.sse2.pmadd.wd", 8: "llvm.x86.avx2.pmadd.wd", 16: "llvm.x86.avx512.pmaddw.d.512"}
     if n == 16 and halves:
-        def half(v, h):
-            return builder.shuffle_vector(v, v, llir.Constant(llir.VectorType(i32, 8), list(range(8 * h, 8 * h + 8))))
-        lo = _dot2_i16_pmaddwd(builder, half(acc, 0), half(a, 0), half(b, 0))
-        hi = _dot2_i16_pmaddwd(builder, half(acc, 1), half(a, 1), half(b, 1))
-        return builder.shuffle_vector(lo, hi, llir.Constant(llir.VectorType(i32, 16), list(range(16))))
+        return _on_256_bit_halves(builder, _dot2_i16_pmaddwd, acc, a, b)
     words = llir.VectorType(llir.IntType(16), 2 * n)
     fn = _declared(builder, names[n], acc.type, [words, words])
     return builder.add(acc, builder.call(fn, [builder.bitcast(a, words), builder.bitcast(b, words)]))
