@@ -21,40 +21,41 @@ hidden counter (changing it in the body does not change the iteration).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from typing import Iterator, Optional, Tuple, Union
 
 from dsl.lang.errors import UNKNOWN, SourceLoc
+from dsl.lang.frozen_record import frozen_record
 from dsl.lang.types import DType
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Node:
     pass
 
 
 # --------------------------------------------------------------------------- expressions
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_record(kw_only=True)
 class Expr(Node):
     """Every expression has a type (None until checked) and a source location."""
 
     type: Optional[DType] = None
     loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
-@dataclass(frozen=True)
+@frozen_record
 class Const(Expr):
     value: Union[int, float, bool]
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Name(Expr):
     """A local variable or a scalar parameter."""
 
     name: str
 
 
-@dataclass(frozen=True)
+@frozen_record
 class TensorRef(Expr):
     """A whole tensor passed to a ``@dsl.func`` (a kernel tensor, scratch, or a function's own
     tensor parameter passed on): appears only as a ``FuncCall`` argument and has no type."""
@@ -62,7 +63,7 @@ class TensorRef(Expr):
     tensor: str
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Load(Expr):
     """``t[i, j]`` (one index per dim) or ``t.flat[i]`` (flat=True, one index)."""
 
@@ -71,7 +72,7 @@ class Load(Expr):
     flat: bool = False
 
 
-@dataclass(frozen=True)
+@frozen_record
 class AtomicFetchAdd(Expr):
     """``old = dsl.atomic_add(t, idx, v)``: t[idx] += v atomically, the value is t[idx] before.
 
@@ -84,7 +85,7 @@ class AtomicFetchAdd(Expr):
     flat: bool = False
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Shape(Expr):
     """``t.shape[axis]`` of a tensor parameter (i64, known at run time)."""
 
@@ -92,7 +93,7 @@ class Shape(Expr):
     axis: int
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Size(Expr):
     """``t.size`` of a tensor parameter (i64)."""
 
@@ -105,27 +106,27 @@ BINARY_OPS = ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow",
 COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Unary(Expr):
     op: str  # one of UNARY_OPS
     operand: Expr
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Binary(Expr):
     op: str  # one of BINARY_OPS
     left: Expr
     right: Expr
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Compare(Expr):
     op: str  # one of COMPARE_OPS
     left: Expr
     right: Expr
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Logical(Expr):
     """Short-circuit ``and`` / ``or`` on bools."""
 
@@ -134,7 +135,7 @@ class Logical(Expr):
     right: Expr
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Select(Expr):
     """``dsl.where(cond, a, b)``: evaluates cond, a and b like the arguments of a call, then
     picks one.  Never short-circuits.  (The order of a and b is a call's: left to right on the
@@ -145,7 +146,7 @@ class Select(Expr):
     if_false: Expr
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Conditional(Expr):
     """``a if cond else b``: evaluates cond, then only the taken side."""
 
@@ -154,7 +155,7 @@ class Conditional(Expr):
     if_false: Expr
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Call(Expr):
     """A call to a builtin registered in dsl/lang/builtins.py (``BUILTINS[name]``, kind
     ``"call"`` or ``"team"``): the registry gives its typing rule and, per target, its
@@ -164,7 +165,7 @@ class Call(Expr):
     args: Tuple[Expr, ...]
 
 
-@dataclass(frozen=True)
+@frozen_record
 class NDim(Expr):
     """``t.ndim``: the rank of a tensor, vector or scratch buffer.  The checker folds it to
     a ``Const`` (ranks are known per specialization), so backends never see it."""
@@ -172,7 +173,7 @@ class NDim(Expr):
     tensor: str
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Cast(Expr):
     """Convert ``value`` to ``type``; float→int truncates toward zero (Python int()),
     int→narrower int wraps (numpy astype).  A Cast to f16/bf16 appears only
@@ -181,7 +182,7 @@ class Cast(Expr):
     value: Expr
 
 
-@dataclass(frozen=True)
+@frozen_record
 class FuncCall(Expr):
     """A call to a ``@dsl.func`` device function.
 
@@ -200,7 +201,7 @@ class FuncCall(Expr):
 # arrive already broadcast (``Splat``), vector operands already converted to the result's
 # element type (``VecOp("cast")``).
 
-@dataclass(frozen=True)
+@frozen_record
 class VLoad(Expr):
     """``t.vload(i, n)``: ``n`` consecutive elements of ``t.flat`` from ``i`` (f16/bf16 widen to
     f32).  ``lanes`` is the unchecked lane expression; after checking it is None and the lane
@@ -211,7 +212,7 @@ class VLoad(Expr):
     lanes: Optional[Expr] = None
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Splat(Expr):
     """``dsl.splat(s, n)``: every lane ``s`` (lanes as for VLoad)."""
 
@@ -219,7 +220,7 @@ class Splat(Expr):
     lanes: Optional[Expr] = None
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Lane(Expr):
     """``v[k]``: one lane of a SIMD value; after checking ``lane`` is a Const in range."""
 
@@ -231,7 +232,7 @@ VEC_BINARY = ("add", "sub", "mul", "truediv", "bitand", "bitor", "bitxor", "min"
 VEC_COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
 
 
-@dataclass(frozen=True)
+@frozen_record
 class VecOp(Expr):
     """An element-wise operation on SIMD values of one lane count, result ``type``.
 
@@ -244,7 +245,7 @@ class VecOp(Expr):
     args: Tuple[Expr, ...]
 
 
-@dataclass(frozen=True)
+@frozen_record
 class VReduce(Expr):
     """``dsl.reduce_add/max/min(v)``: a scalar of ``v``'s element type."""
 
@@ -254,18 +255,18 @@ class VReduce(Expr):
 
 # --------------------------------------------------------------------------- statements
 
-@dataclass(frozen=True, kw_only=True)
+@frozen_record(kw_only=True)
 class Stmt(Node):
     loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Assign(Stmt):
     name: str
     value: Expr
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Store(Stmt):
     tensor: str
     index: Tuple[Expr, ...]
@@ -273,7 +274,7 @@ class Store(Stmt):
     flat: bool = False
 
 
-@dataclass(frozen=True)
+@frozen_record
 class AtomicAdd(Stmt):
     """``dsl.atomic_add(t, idx, v)``: t[idx] += v, atomic across threads and tiles."""
 
@@ -283,14 +284,14 @@ class AtomicAdd(Stmt):
     flat: bool = False
 
 
-@dataclass(frozen=True)
+@frozen_record
 class If(Stmt):
     cond: Expr
     body: Tuple[Stmt, ...]
     orelse: Tuple[Stmt, ...] = ()
 
 
-@dataclass(frozen=True)
+@frozen_record
 class For(Stmt):
     var: str
     start: Expr
@@ -299,7 +300,7 @@ class For(Stmt):
     body: Tuple[Stmt, ...]
 
 
-@dataclass(frozen=True)
+@frozen_record
 class StaticFor(Stmt):
     """``for var in dsl.static_range(start, stop, step)``, as the frontend parses it.
 
@@ -314,7 +315,7 @@ class StaticFor(Stmt):
     body: Tuple[Stmt, ...]
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Require(Stmt):
     """A run-time argument check of a builtin: ``value >= least``, else the launch raises
     ``KernelValueError`` naming ``what`` ('split_align') and ``loc``, on every backend (compiled
@@ -326,41 +327,41 @@ class Require(Stmt):
     what: str
 
 
-@dataclass(frozen=True)
+@frozen_record
 class While(Stmt):
     cond: Expr
     body: Tuple[Stmt, ...]
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Break(Stmt):
     pass
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Continue(Stmt):
     pass
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Return(Stmt):
     """In a kernel (value None) the thread ends; in a function it returns ``value``."""
 
     value: Optional[Expr] = None
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Sync(Stmt):
     """Team barrier. The checker guarantees it sits in team-uniform control flow."""
 
 
 
-@dataclass(frozen=True)
+@frozen_record
 class ExprStmt(Stmt):
     value: Expr
 
 
-@dataclass(frozen=True)
+@frozen_record
 class VStore(Stmt):
     """``t.vstore(i, v)``: the lanes of ``v`` into ``t.flat[i:i + lanes]`` (f16/bf16 narrow)."""
 
@@ -369,7 +370,7 @@ class VStore(Stmt):
     value: Expr
 
 
-@dataclass(frozen=True)
+@frozen_record
 class LocalInit(Stmt):
     """``a = dsl.local(shape, dtype)``: (re)start per-thread array ``a``, every element zero.
     Arrays indexed only by compile-time constants never reach a backend: the checker turns
@@ -381,7 +382,7 @@ class LocalInit(Stmt):
 LOG_LEVELS = ("debug", "info", "warn", "error")
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Log(Stmt):
     """``dsl.log.info("x=%d", v)``: printf-style; below the kernel's level it is never emitted.
     ``level == "print"`` comes from print(a, b): always emitted, args joined by spaces (%s)."""
@@ -394,7 +395,7 @@ class Log(Stmt):
 
 # --------------------------------------------------------------------------- kernel level
 
-@dataclass(frozen=True)
+@frozen_record
 class TensorParam:
     name: str
     dtype: DType  # storage dtype
@@ -402,14 +403,14 @@ class TensorParam:
     access: str  # 'in' | 'out' | 'inout'
 
 
-@dataclass(frozen=True)
+@frozen_record
 class ScalarParam:
     name: str
     dtype: DType
     const_value: Optional[object] = None  # set for dsl.const params (specialized on)
 
 
-@dataclass(frozen=True)
+@frozen_record
 class VecParam:
     """``dsl.Vec[i32, 4]``: passed as a 1-D array of ``length``; read with Load(flat=True)."""
 
@@ -421,7 +422,7 @@ class VecParam:
 Param = Union[TensorParam, ScalarParam, VecParam]
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Scratch:
     """``dsl.scratch(shape, dtype)``: team-shared, read/written with Load/Store.
 
@@ -436,7 +437,7 @@ class Scratch:
     index: int = 0
 
 
-@dataclass(frozen=True)
+@frozen_record
 class LocalArray:
     """``dsl.local(shape, dtype)`` indexed at run time: a per-thread array (a stack or private
     array), read and written with Load/Store like a scratch buffer."""
@@ -447,7 +448,7 @@ class LocalArray:
     loc: SourceLoc = field(default=UNKNOWN, compare=False)
 
 
-@dataclass(frozen=True)
+@frozen_record
 class FuncOrigin:
     """Which Python function a ``@dsl.func`` specialization comes from: its qualified name,
     file and first line (``co_firstlineno``, the first decorator line)."""
@@ -462,7 +463,7 @@ class FuncOrigin:
         return FuncOrigin(fn.__qualname__, code.co_filename, code.co_firstlineno)
 
 
-@dataclass(frozen=True)
+@frozen_record
 class TensorArg:
     """The type of a tensor argument of a ``@dsl.func`` specialization (part of its key): storage
     dtype, rank, access inside the function ('in' | 'out' | 'inout'), address space ('global'
@@ -480,7 +481,7 @@ class TensorArg:
         return f"{self.access}{self.ndim}d{where}{self.dtype}"
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Function:
     """A ``@dsl.func`` specialized for argument types; params are scalars, SIMD values or
     tensors (a ``TensorParam`` for a kernel tensor, a ``Scratch`` for team scratch, read-only
@@ -512,7 +513,7 @@ class Function:
         raise KeyError(name)
 
 
-@dataclass(frozen=True)
+@frozen_record
 class Kernel:
     """One specialization of a kernel: every type and constant known."""
 
