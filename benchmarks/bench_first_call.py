@@ -4,7 +4,10 @@
   loop; a 3-loop row softmax) against numba's ``njit(parallel=True)`` of the same loops, import
   included, each in a fresh process with an empty compile cache.  The two sides alternate round by
   round and each keeps its best; CPU time (``time.process_time``) is printed beside wall time
-  because it moves less when other processes share the cores.
+  because it moves less when other processes share the cores.  Each side (and ``--baseline``)
+  has its own bytecode cache, filled by one untimed round, as an installed package has its .pyc
+  files (``--no-pyc``: none, as this script measured before; this machine sets
+  ``PYTHONDONTWRITEBYTECODE``, so opdsl's sources were compiled in every process).
 - ``launch``: a 64-element launch of a compiled elementwise kernel against a bare ``njit`` call
   of the same loop, in one fresh process per tree, the two sides alternating in ~1 ms samples
   (best and median per call).
@@ -126,33 +129,43 @@ print(json.dumps({"wall": time.perf_counter() - w0, "cpu": time.process_time() -
 CASES = {"elementwise": (OPDSL, NUMBA), "softmax": (SOFTMAX_OPDSL, SOFTMAX_NUMBA)}
 
 
-def run(code: str, tree: Path = ROOT) -> dict:
+def run(code: str, tree: Path = ROOT, pyc: Optional[Path] = None) -> dict:
     """One fresh process running ``code`` from a file (kernels need their source) with an empty cache,
-    importing opdsl from ``tree``."""
+    importing opdsl from ``tree``; ``pyc``: the folder of its bytecode cache (without it, and with
+    ``PYTHONDONTWRITEBYTECODE`` set as on this machine, every process compiles opdsl's sources)."""
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o700)
         script = Path(tmp) / "first_call.py"
         script.write_text(code)
         env = dict(os.environ, OPDSL_CACHE_DIR=str(Path(tmp) / "cache"), PYTHONPATH=str(tree))
+        if pyc is not None:
+            env.update(PYTHONPYCACHEPREFIX=str(pyc), PYTHONDONTWRITEBYTECODE="")
         out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def first_calls(case: str, rounds: int, baseline: Optional[Path] = None) -> None:
+def first_calls(case: str, rounds: int, baseline: Optional[Path] = None, pyc: Optional[Path] = None) -> None:
     """Best of ``rounds`` fresh processes per side, the sides alternating (with ``baseline``: also
-    opdsl imported from that tree, e.g. an export of main, for a before/after in one run)."""
+    opdsl imported from that tree, e.g. an export of main, for a before/after in one run).  With
+    ``pyc`` each side has its own bytecode cache there, filled by one untimed round first, as an
+    installed package has its .pyc files."""
     opdsl_code, numba_code = CASES[case]
     sides = [("opdsl", opdsl_code, ROOT), ("numba", numba_code, ROOT)]
     if baseline is not None:
         sides.insert(1, ("baseline", opdsl_code, baseline))
+    caches = {name: None if pyc is None else pyc / name for name, _, _ in sides}
+    if pyc is not None:
+        for name, code, tree in sides:
+            run(code, tree, caches[name])
     best: Dict[str, dict] = {}
     for _ in range(rounds):
         for name, code, tree in sides:
-            got = run(code, tree)
+            got = run(code, tree, caches[name])
             old = best.get(name)
             best[name] = got if old is None else {k: min(old[k], got[k]) for k in got}
     load = os.getloadavg()[0]
-    print(f"{case}: best of {rounds} fresh processes, empty caches (1-minute load average {load:.1f}):")
+    print(f"{case}: best of {rounds} fresh processes, empty caches, {'bytecode cached' if pyc else 'no bytecode cache'} "
+          f"(1-minute load average {load:.1f}):")
     for kind in ("wall", "cpu"):
         n = best["numba"][kind]
         line = f"  {kind:4}: numba njit(parallel=True) {n:.2f} s; opdsl {best['opdsl'][kind]:.2f} s, ratio " \
@@ -227,14 +240,18 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--only", choices=(*CASES, "launch"), default=None, help="one section")
+    ap.add_argument("--no-pyc", action="store_true",
+                    help="no bytecode cache: every process compiles opdsl's (and numba's) Python sources, as "
+                         "bench_first_call measured before the seventeenth session")
     ap.add_argument("--baseline", type=Path, default=None,
                     help="also time opdsl imported from this tree (e.g. `git archive main` unpacked)")
     args = ap.parse_args(argv)
-    for case in ([args.only] if args.only else [*CASES, "launch"]):
-        if case == "launch":
-            launch_overhead(args.rounds, args.baseline)
-        else:
-            first_calls(case, args.rounds, args.baseline)
+    with tempfile.TemporaryDirectory() as pyc:
+        for case in ([args.only] if args.only else [*CASES, "launch"]):
+            if case == "launch":
+                launch_overhead(args.rounds, args.baseline)
+            else:
+                first_calls(case, args.rounds, args.baseline, None if args.no_pyc else Path(pyc) / case)
     return 0
 
 

@@ -36,7 +36,8 @@ class FlatRun:
 
     def __init__(self, steps: Sequence):
         self._steps = list(steps)
-        # per step: (entry point, its arguments but the Ctrl-C start) or None (called as it is)
+        # per step: (entry point, its values, the hidden arguments but the Ctrl-C start) or None
+        # (called as it is)
         self._heads: List[Optional[tuple]] = [_head(fn, args) for fn, args in self._steps]
         self.prepared = sum(h is not None for h in self._heads)
         self._calls: list = []
@@ -44,18 +45,26 @@ class FlatRun:
 
     def run(self, rebound: Sequence = ()) -> None:
         """Every step once.  ``rebound``: [(step index, step)] replacing this run's steps that hold
-        a caller's feed or a fresh output (binding.py); each is prepared again, the rest reused."""
+        a caller's feed or a fresh output (binding.py); each is prepared again, the rest reused.
+        A rebound launch keeps its step's entry point: binding.py rebinds only arrays of the very
+        dtype, shape and layout, so the frozen types, and the entry they chose, are the same
+        (asking the launcher again hashed numba types: ~5-10 us a rebound step per run)."""
         start = interrupt.arm()
         if start != self._start:
-            self._calls = [step if head is None else (head[0], head[1] + (start,))
+            self._calls = [step if head is None else (head[0], head[1] + head[2] + (start,))
                            for head, step in zip(self._heads, self._steps)]
             self._start = start
         calls = self._calls
         if rebound:
             calls = list(calls)
+            heads, steps = self._heads, self._steps
             for k, (fn, args) in rebound:
+                head = heads[k]
+                if head is not None and fn is steps[k][0] and args[1] == steps[k][1][1]:
+                    calls[k] = (head[0], (*args[0], *head[2], start))
+                    continue
                 head = _head(fn, args)
-                calls[k] = (fn, args) if head is None else (head[0], head[1] + (start,))
+                calls[k] = (fn, args) if head is None else (head[0], head[1] + head[2] + (start,))
         for fn, args in calls:
             fn(*args)
         if _READ[0] != start:
@@ -63,12 +72,13 @@ class FlatRun:
 
 
 def _head(fn, args) -> Optional[tuple]:
-    """A launcher step ``(launcher, (values, grid))`` as (entry point, values + hidden arguments
-    but ``start``), or None when it is not a launcher step or the launcher offers no such entry."""
+    """A launcher step ``(launcher, (values, grid))`` as (entry point, values, its hidden
+    arguments but ``start``), or None when it is not a launcher step or the launcher offers no
+    such entry."""
     if not isinstance(fn, Launcher) or type(args) is not tuple or len(args) != 2:
         return None
     values, grid = args
     entry = fn.prepared_entry(values, grid)
     if entry is None:
         return None
-    return entry.fn, (*values, entry.grid, entry.counter)
+    return entry.fn, tuple(values), (entry.grid, entry.counter)

@@ -119,3 +119,28 @@ def test_an_interrupt_stops_the_run_and_the_next_run_rearms():
     assert ran == [1]  # the steps after it ran (stopping at their first poll), then the check raised
     np.testing.assert_allclose(model.run({"x": x})["y"], _want(x), rtol=2e-6, atol=1e-6)
     assert plan.flat._start == interrupt.COUNTER[0]  # re-armed: its tuples carry the new start
+
+
+def test_rebound_launches_keep_their_entry_point(monkeypatch):
+    """Steps rebound to a caller's feed or a fresh output each run (binding.py) keep the entry
+    point their step chose: the arrays have the very dtype, shape and layout, so the launcher is
+    not asked again (that hashed numba types every run), and every run still reads its own feed."""
+    from backends.numba.backend import NumbaLauncher
+    from dsl.opgraph import binding
+    monkeypatch.setattr(binding, "MIN_BYTES", 0)
+    model = _chain(2).compile(backend="numba", fuse=False)
+    rng = np.random.default_rng(3)
+    model.run({"x": rng.standard_normal((2, 64)).astype(np.float32)})
+    asked = []
+    original = NumbaLauncher.prepared_entry
+    monkeypatch.setattr(NumbaLauncher, "prepared_entry", lambda self, v, g: asked.append(1) or original(self, v, g))
+    for _ in range(4):
+        x = rng.standard_normal((2, 64)).astype(np.float32)
+        out = model.run({"x": x})
+        np.testing.assert_allclose(out["y"], _want(x), rtol=2e-6, atol=1e-6)
+        np.testing.assert_array_equal(out["z"], -out["y"])
+    plan = next(iter(model._plans.values())).first
+    assert plan.binding is not None and plan.flat.prepared == len(plan.steps)
+    rebound = plan.binding.binding.rebound(plan.steps, [None] * len(plan.binding.binding.roots))
+    assert len(rebound) >= 3  # the feed's reader and both outputs' writers
+    assert asked == []  # the flat run was made after the first run; no run asked again

@@ -5,6 +5,7 @@ caller's feeds are never written; each run returns new arrays; feeds that cannot
 buffer (non-contiguous, read-only outside frozen launches, misaligned) and outputs that cannot be
 fresh (a graph input, listed twice) take the copy, with the same results."""
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -318,3 +319,45 @@ def test_output_fed_back_as_the_next_feed(backend):
         got.append(y * -1)
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
+
+
+def test_an_output_the_caller_let_go_is_written_again_one_it_holds_never(backend, monkeypatch):
+    """A fresh output is written into the array the last run returned when the caller has let go
+    of it (its pages are warm; a new one faults each page in), never while anything holds it: a
+    name, a view, a weak reference.  An Identity at the graph's output included: the caller
+    always owns a distinct, correct array."""
+    g = dsl.Graph("relu_identity")
+    x = g.input("x", (8, 16), dsl.f32)
+    g.output(ops.Identity(ops.Relu(x)), "y")
+    model = g.compile(backend=backend)
+    feeds = [np.random.default_rng(k).standard_normal((8, 16)).astype(np.float32) for k in range(6)]
+    held = model.run({"x": feeds[0]})["y"]
+    assert the_plan(model).binding.out_roots == [1]  # y is a fresh output
+    made = []
+
+    class Counting:  # binding.py's numpy, counting the output arrays it makes
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def empty(*args, **kwargs):
+            made.append(1)
+            return np.empty(*args, **kwargs)
+    monkeypatch.setattr(binding, "np", Counting())
+    second = model.run({"x": feeds[1]})["y"]
+    assert not np.shares_memory(held, second) and len(made) == 1  # held: a new array
+    address = second.ctypes.data
+    del second
+    third = model.run({"x": feeds[2]})["y"]
+    assert third.ctypes.data == address and len(made) == 1  # let go of: written again
+    view = third[2:]
+    del third
+    fourth = model.run({"x": feeds[3]})["y"]
+    assert not np.shares_memory(fourth, view) and len(made) == 2  # a view holds its base
+    watched = weakref.ref(fourth)
+    del fourth
+    fifth = model.run({"x": feeds[4]})["y"]
+    assert watched() is None and len(made) == 3  # only weakly held: a new array, the old one freed
+    for got, k in ((held, 0), (view, 2), (fifth, 4)):
+        want = np.maximum(feeds[k], 0)
+        np.testing.assert_array_equal(got, want[2:] if got is view else want)
