@@ -126,6 +126,37 @@ def runs_nothing_in_place(op) -> bool:
     return bool(getattr(type(op), "inplace_noop", False))
 
 
+def written_as_outputs(nodes: Sequence, outputs: Sequence, memory: MemoryPlan,
+                       layout: Dict[str, Tuple[tuple, np.dtype]], read_counts: Dict[str, int]) -> Dict[str, str]:
+    """{tensor name: graph output name} for each graph output that an ``inplace_noop`` op
+    (Identity, Reshape, ...) makes of a node's result nothing else reads: that node writes the
+    output's bytes itself and the copy is skipped.  A graph output is a fresh array per run, so
+    the copy never ran in place: an Identity ending a BERT layer copied its whole output each
+    run.  Only arena tensors of the same bytes qualify (not a graph input, constant or output,
+    not inside or holding a Concat's views, not part of another in-place pair); ``read_counts``:
+    tensor name -> how many node inputs and graph outputs read it."""
+    out_count: Dict[int, int] = {}
+    for t in outputs:
+        out_count[id(t)] = out_count.get(id(t), 0) + 1
+    paired = {name for pair in memory.inplace for name in pair}
+    holders = {holder for holder, _ in memory.views.values()}
+    found: Dict[str, str] = {}
+    for n in nodes:
+        if not runs_nothing_in_place(n.op) or type(n.op).inplace.get(0) != 0 or not n.inputs or not n.outputs:
+            continue
+        src, out = n.inputs[0], n.outputs[0]
+        if (src is None or out_count.get(id(out)) != 1 or read_counts.get(out.name) != 1
+                or any(read_counts.get(t.name) for t in n.outputs[1:])):
+            continue
+        if (src.name not in memory.assign or src.name in memory.views or src.name in holders
+                or src.name in paired or read_counts.get(src.name) != 1 or src.name in found):
+            continue
+        (s_shape, s_dt), (o_shape, o_dt) = layout[src.name], layout[out.name]
+        if s_dt == o_dt and int(np.prod(s_shape, dtype=np.int64)) == int(np.prod(o_shape, dtype=np.int64)):
+            found[src.name] = out.name
+    return found
+
+
 def physical_layout(specs: Dict[str, TensorSpec]) -> Dict[str, Tuple[tuple, np.dtype]]:
     return {name: (physical_shape(s.shape, s.format), s.dtype.np) for name, s in specs.items()}
 

@@ -48,7 +48,7 @@ from dsl.opgraph.flat_run import FlatRun
 from dsl.opgraph.launch_plan import ScratchPool, bind_plan, plan_key, plan_of, refs
 from dsl.opgraph.limits import check_tensor_bytes, tensor_limit
 from dsl.opgraph.host_values import check_value, is_host, runs_on_host
-from dsl.opgraph.memory import MemoryPlan, copies_onto_itself, physical_layout, plan_memory
+from dsl.opgraph.memory import MemoryPlan, copies_onto_itself, physical_layout, plan_memory, written_as_outputs
 from dsl.opgraph.op import Op, check_and_infer, node_runs, run_op
 from dsl.opgraph.spec import TensorSpec, VerifyError, describe
 from dsl.opgraph import tiling as tiles
@@ -359,12 +359,21 @@ class Model:
                     arrays[t.name] = arena[memory.assign[t.name]][:nbytes].view(dt).reshape(shape)
                 else:  # graph outputs (copied out after each run) and empty tensors
                     arrays[t.name] = np.empty(shape, dt)
+        # an output Identity (Reshape...) of a result only it reads: the result is written there
+        direct = written_as_outputs(g.nodes, g.outputs, memory, layout, _read_counts(g))
+        for src, out in direct.items():
+            arrays[src] = arrays[out].reshape(layout[src][0])
+        skipped = {out for out in direct.values()}
         steps, planned, spans, tiled = [], 0, [], {}
         scratch = ScratchPool()  # this instance's scratch buffers
         inplace_outputs = {out for out, _ in memory.inplace}
         read = _read_tensors(g)
         for n in g.nodes:
             first = len(steps)
+            if n.outputs and n.outputs[0].name in skipped:
+                spans.append((n, first, first))
+                planned += 1  # nothing to run, no run() call either
+                continue  # its input was written into its output's buffer
             if n.outputs and all(arrays[t.name].size == 0 for t in n.outputs):
                 spans.append((n, first, first))
                 continue  # every output is empty: nothing to compute (ONNX empty-tensor rule)
@@ -614,6 +623,14 @@ def run_data_dependent(op: Op, impl, ins, backend: str, where: str = "eager call
 def _read_tensors(g) -> set:
     """Names of the tensors some node or the graph's outputs read."""
     return {t.name for n in g.nodes for t in n.inputs if t is not None} | {t.name for t in g.outputs}
+
+
+def _read_counts(g) -> Dict[str, int]:
+    """Tensor name -> how many node inputs and graph outputs read it."""
+    counts: Dict[str, int] = {}
+    for t in [t for n in g.nodes for t in n.inputs if t is not None] + list(g.outputs):
+        counts[t.name] = counts.get(t.name, 0) + 1
+    return counts
 
 
 def _outputs_to_write(node, arrays, read) -> list:

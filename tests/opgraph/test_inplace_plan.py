@@ -125,3 +125,44 @@ def test_identity_in_place_runs_nothing(backend):
     assert in_place_ops(model) == ["Identity"] and steps_of(model)["Identity"] == 0
     xv = RNG.standard_normal((2, 7)).astype(np.float32)
     np.testing.assert_allclose(model.run({"x": xv})["y"], -np.exp(xv), rtol=1e-6)
+
+
+def test_an_output_identity_or_reshape_of_a_result_only_it_reads_runs_nothing(backend):
+    """The node making that result writes the output's buffer itself (a graph output is a
+    fresh array per run, so the copy never ran in place); the outputs stay correct, distinct
+    arrays each run."""
+    g = dsl.Graph("output_copies")
+    x = g.input("x", (4, 6), dsl.f32)
+    g.output(ops.Identity(ops.Exp(x)), "y")
+    g.output(ops.Reshape(ops.Neg(x), np.array([-1], np.int64)), "z")
+    model = g.compile(backend=backend, fuse=False)
+    assert steps_of(model)["Identity"] == 0 and steps_of(model)["Reshape"] == 0
+    runs = [(xv, model.run({"x": xv})) for xv in RNG.standard_normal((2, 4, 6)).astype(np.float32)]
+    for xv, out in runs:
+        np.testing.assert_allclose(out["y"], np.exp(xv), rtol=1e-6)
+        np.testing.assert_array_equal(out["z"], -xv.reshape(-1))
+    assert not np.shares_memory(runs[0][1]["y"], runs[1][1]["y"])
+
+
+def test_output_copies_that_must_run(backend):
+    """The copy runs when its input is read elsewhere too (another node, another output) or is
+    a graph input; results as numpy's."""
+    g = dsl.Graph("kept_copies")
+    x = g.input("x", (4, 6), dsl.f32)
+    e = ops.Exp(x)
+    g.output(ops.Identity(e), "y")
+    g.output(ops.Neg(e), "n")            # e has a second reader
+    t = ops.Abs(x)
+    g.output(t, "t")
+    g.output(ops.Identity(t), "t_again")  # its input is a graph output itself
+    g.output(ops.Identity(x), "x_again")  # a graph input
+    model = g.compile(backend=backend, fuse=False)
+    plan = next(iter(model._plans.values())).first
+    assert [end - first for n, first, end in plan.spans if n.op_type == "Identity"] == [1, 1, 1]
+    xv = RNG.standard_normal((4, 6)).astype(np.float32)
+    out = model.run({"x": xv})
+    np.testing.assert_allclose(out["y"], np.exp(xv), rtol=1e-6)
+    np.testing.assert_allclose(out["n"], -np.exp(xv), rtol=1e-6)
+    np.testing.assert_array_equal(out["t_again"], np.abs(xv))
+    np.testing.assert_array_equal(out["x_again"], xv)
+    assert not np.shares_memory(out["t"], out["t_again"])
