@@ -152,34 +152,13 @@ def _restore(art, state) -> Model:
                             "are the op packages it uses registered (packages=...)?") from None
 
 
-class _ConstantRefs:
-    """The unpickler's ``persistent_load``: a deferred graph constant's reference -> its
-    ``LazyConstant`` in the artifact's ``constants`` section (read on first use, lazy_constants.py)."""
-
-    def __init__(self, art):
-        self._art, self._section = art, None
-
-    def __call__(self, pid):
-        art = self._art
-        if not (isinstance(pid, tuple) and len(pid) == 4 and pid[0] == "constant"):
-            raise ArtifactError(f"{art.path}: section 'graph' refers to {pid!r}, not a constant")
-        if self._section is None:
-            at = art.lazy_offset("constants")
-            table = art.header.get("constants")
-            if at is None or art.file is None or not isinstance(table, list):
-                raise ArtifactError(f"{art.path}: section 'graph' refers to constants, but the file has no "
-                                    "'constants' section")
-            self._section = lazy_constants.LazySection(art.path, art.file, at, table)
-        return self._section.constant(pid[1], pid[2], pid[3])
-
-
 def _unpickle(art):
     """The pickled model state of a checked artifact (its weights read in place, its deferred
     constants left in the file until used)."""
     buffers = art.weight_buffers()
     try:
         unpickler = pickle.Unpickler(io.BytesIO(art.section("graph")), buffers=buffers)
-        unpickler.persistent_load = _ConstantRefs(art)
+        unpickler.persistent_load = lazy_constants.ConstantRefs(art)
         return unpickler.load()
     except ArtifactError:
         raise

@@ -110,16 +110,17 @@ def _input_slots(values):
             yield from _input_slots(v)
 
 
-def draft_sections(model) -> dict:
+def draft_sections(model, wrap=None) -> dict:
     """``graph``, ``weights`` and ``constants`` sections of ``model`` and the spans of the
-    weights and of the constants (header fields)."""
+    weights and of the constants (header fields).  ``wrap(state)``: what to pickle instead of
+    the model state itself (the plan cache adds its own fields)."""
     buffers = []
     state = model_state.state_of(model)
     lazy = deferred_constants(model, state["plans"])
     f = io.BytesIO()
     try:
         # every launch plan, packed weights included: they load in place from the file (no packing at load)
-        _Pickler(f, lazy, protocol=5, buffer_callback=buffers.append).dump(state)
+        _Pickler(f, lazy, protocol=5, buffer_callback=buffers.append).dump(state if wrap is None else wrap(state))
     except Exception as e:
         raise ArtifactError(f"cannot save this model: its graph does not pickle ({type(e).__name__}: {e}); "
                             "every op must be importable by module and name (not defined in a notebook cell)") from None

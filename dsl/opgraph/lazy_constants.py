@@ -49,9 +49,12 @@ class LazySection:
             if not 0 <= index < len(self.table):
                 raise ArtifactError(f"{self.path}: section 'graph' names constant {index}, its header lists "
                                     f"{len(self.table)}")
-            at, size, digest = self.table[index]
-            dtype = np.dtype(dtype)
-            shape = tuple(int(d) for d in shape)
+            try:
+                at, size, digest = self.table[index]
+                at, size, dtype = int(at), int(size), np.dtype(dtype)
+                shape = tuple(int(d) for d in shape)
+            except (TypeError, ValueError):
+                raise ArtifactError(f"{self.path}: the header's row of constant {index} is malformed") from None
             if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != size:
                 raise ArtifactError(f"{self.path}: constant {index} is {size} bytes in the header, not a "
                                     f"{dtype}{list(shape)} array")
@@ -168,6 +171,28 @@ def _delegate(name: str):
 for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
               "__neg__", "__abs__", "__lt__", "__le__", "__gt__", "__ge__", "__float__", "__int__", "__bool__"):
     setattr(LazyConstant, _name, _delegate(_name))
+
+
+class ConstantRefs:
+    """An unpickler's ``persistent_load`` for a checked artifact (artifact_format.Artifact): a
+    deferred constant's reference ``("constant", index, shape, dtype)`` -> its ``LazyConstant``
+    in the artifact's ``constants`` section."""
+
+    def __init__(self, art):
+        self._art, self._section = art, None
+
+    def __call__(self, pid):
+        art = self._art
+        if not (isinstance(pid, tuple) and len(pid) == 4 and pid[0] == "constant"):
+            raise ArtifactError(f"{art.path}: section 'graph' refers to {pid!r}, not a constant")
+        if self._section is None:
+            at = art.lazy_offset("constants")
+            table = art.header.get("constants")
+            if at is None or art.file is None or not isinstance(table, list):
+                raise ArtifactError(f"{art.path}: section 'graph' refers to constants, but the file has no "
+                                    "'constants' section")
+            self._section = LazySection(art.path, art.file, at, table)
+        return self._section.constant(pid[1], pid[2], pid[3])
 
 
 def is_lazy(x) -> bool:

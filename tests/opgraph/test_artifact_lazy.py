@@ -202,3 +202,24 @@ def test_export_and_a_second_save_read_the_deferred_constants(numba_copy, tmp_pa
     np.testing.assert_array_equal(inits["w2"], W2)
     again = dsl.load_model(model.save(tmp_path / "again.opdsl"))
     np.testing.assert_allclose(again.run({"x": X})["y"], _reference(X), rtol=1e-4, atol=1e-4)
+
+
+def test_a_plan_cache_hit_leaves_the_deferred_constants_in_its_entry(monkeypatch):
+    """The model plan cache stores its entries as artifacts do: a hit reads none of the deferred
+    constants, runs right, and reads one (checked) when asked.  The session's cache (its kernels
+    warm); the registry a fresh process has (ops other tests registered without a source file
+    would make the model uncacheable), as tests/opgraph/test_plan_cache.py does."""
+    from dsl.opgraph import plan_cache, registry
+    registry.load_builtin_library()
+    builtin = [c for c in registry.registered_now() if registry.is_builtin(c)]
+    monkeypatch.setattr(registry, "registered_now", lambda: list(builtin))
+    monkeypatch.delenv("OPDSL_PLAN_CACHE", raising=False)  # conftest turns it off for other tests
+    monkeypatch.setattr(artifact_save, "LAZY_MIN_BYTES", 0)
+    data = _model_bytes()
+    dsl.load_onnx(data, backend="numba")  # a miss that stores the entry, or a hit of an earlier run's
+    hits, reads = plan_cache.stats["hits"], lazy_constants.stats["reads"]
+    model = dsl.load_onnx(data, backend="numba")
+    assert plan_cache.stats["hits"] == hits + 1 and _lazy_names(model) == set(DEFERRED)
+    np.testing.assert_allclose(model.run({"x": X})["y"], _reference(X), rtol=1e-4, atol=1e-4)
+    assert lazy_constants.stats["reads"] == reads
+    np.testing.assert_array_equal(np.asarray(model.graph.constants["w1"]), W1)
