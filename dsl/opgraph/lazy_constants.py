@@ -66,7 +66,12 @@ class LazySection:
         buf = np.empty(nbytes, np.uint8)
         got = 0
         while got < nbytes:
-            n = os.preadv(self.file.fd, [memoryview(buf)[got:]], offset + got)
+            if hasattr(os, "preadv"):  # Linux, BSDs: straight into the array
+                n = os.preadv(self.file.fd, [memoryview(buf)[got:]], offset + got)
+            else:  # macOS: through a bytes object
+                chunk = os.pread(self.file.fd, nbytes - got, offset + got)
+                n = len(chunk)
+                buf[got:got + n] = np.frombuffer(chunk, np.uint8)
             if n <= 0:
                 break
             got += n
