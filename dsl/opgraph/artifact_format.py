@@ -185,10 +185,10 @@ class Artifact:
             return None
         return self.data[row["offset"]:row["offset"] + row["size"]]
 
-    def lazy_offset(self, name: str) -> Optional[int]:
-        """Where the lazy section ``name`` starts in the file, or None if it has none."""
+    def lazy_span(self, name: str) -> Optional[Tuple[int, int]]:
+        """(offset, size) of the lazy section ``name`` in the file, or None if it has none."""
         row = self._rows.get(name)
-        return int(row["offset"]) if row is not None and row.get("lazy") else None
+        return (int(row["offset"]), int(row["size"])) if row is not None and row.get("lazy") else None
 
     def weight_buffers(self) -> list:
         """The out-of-band pickle buffers the header's ``weights`` table cuts from the ``weights``

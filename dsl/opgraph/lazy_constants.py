@@ -37,8 +37,8 @@ class LazySection:
     """An artifact's section of constants read on first use, through the file the artifact was
     checked from (``artifact_format.OpenFile``: closed when the last constant of it is gone)."""
 
-    def __init__(self, path: str, file, offset: int, table: Sequence):
-        self.path, self.file, self.offset, self.table = path, file, int(offset), list(table)
+    def __init__(self, path: str, file, offset: int, size: int, table: Sequence):
+        self.path, self.file, self.offset, self.size, self.table = path, file, int(offset), int(size), list(table)
         self._made: Dict[int, LazyConstant] = {}
 
     def constant(self, index: int, shape, dtype) -> "LazyConstant":
@@ -55,6 +55,9 @@ class LazySection:
                 shape = tuple(int(d) for d in shape)
             except (TypeError, ValueError):
                 raise ArtifactError(f"{self.path}: the header's row of constant {index} is malformed") from None
+            if at < 0 or size < 0 or at + size > self.size:
+                raise ArtifactError(f"{self.path}: constant {index} lies outside section 'constants' "
+                                    f"(bytes {at}-{at + size} of {self.size})")
             if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != size:
                 raise ArtifactError(f"{self.path}: constant {index} is {size} bytes in the header, not a "
                                     f"{dtype}{list(shape)} array")
@@ -191,12 +194,12 @@ class ConstantRefs:
         if not (isinstance(pid, tuple) and len(pid) == 4 and pid[0] == "constant"):
             raise ArtifactError(f"{art.path}: section 'graph' refers to {pid!r}, not a constant")
         if self._section is None:
-            at = art.lazy_offset("constants")
+            span = art.lazy_span("constants")
             table = art.header.get("constants")
-            if at is None or art.file is None or not isinstance(table, list):
+            if span is None or art.file is None or not isinstance(table, list):
                 raise ArtifactError(f"{art.path}: section 'graph' refers to constants, but the file has no "
                                     "'constants' section")
-            self._section = LazySection(art.path, art.file, at, table)
+            self._section = LazySection(art.path, art.file, span[0], span[1], table)
         return self._section.constant(pid[1], pid[2], pid[3])
 
 

@@ -223,3 +223,21 @@ def test_a_plan_cache_hit_leaves_the_deferred_constants_in_its_entry(monkeypatch
     np.testing.assert_allclose(model.run({"x": X})["y"], _reference(X), rtol=1e-4, atol=1e-4)
     assert lazy_constants.stats["reads"] == reads
     np.testing.assert_array_equal(np.asarray(model.graph.constants["w1"]), W1)
+
+
+def test_a_constants_table_that_does_not_fit_its_section_is_refused(tmp_path):
+    """The header (sha256-checked, so only a crafted, trusted file gets here) names where each
+    constant lies: one outside the section, of another size than its array or malformed is an
+    ArtifactError naming the file, before anything is read."""
+    path = tmp_path / "c.bin"
+    path.write_bytes(b"\0" * 256)
+    file = artifact_format.OpenFile(os.open(path, os.O_RDONLY))
+    section = lazy_constants.LazySection(str(path), file, 64, 128, [[0, 256, "x"], [0, 16, "x"], ["?", 1]])
+    with pytest.raises(dsl.ArtifactError, match=rf"{path}: constant 0 lies outside section 'constants' .bytes 0-256 of 128."):
+        section.constant(0, (64,), "<f4")
+    with pytest.raises(dsl.ArtifactError, match="constant 1 is 16 bytes in the header, not a float32.8. array"):
+        section.constant(1, (8,), "<f4")
+    with pytest.raises(dsl.ArtifactError, match="the header's row of constant 2 is malformed"):
+        section.constant(2, (1,), "|u1")
+    with pytest.raises(dsl.ArtifactError, match="names constant 3, its header lists 3"):
+        section.constant(3, (1,), "|u1")
