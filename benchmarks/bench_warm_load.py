@@ -60,6 +60,10 @@ c0, t0 = time.process_time(), time.perf_counter()
 import numpy as np
 import dsl
 from dsl.opgraph import artifact_load
+try:
+    from dsl.opgraph import lazy_constants  # a --baseline tree may not have it
+except ImportError:
+    lazy_constants = None
 warnings.simplefilter("error", dsl.ArtifactWarning)  # a rebuilt or recompiled model is not what is measured
 c1, t1 = time.process_time(), time.perf_counter()
 model = dsl.load_model(sys.argv[1], **({"mmap": True} if sys.argv[2:] == ["mmap"] else {}))
@@ -69,7 +73,8 @@ model.run({name: np.ones(spec.shape, np.float32)})
 c3, t3 = time.process_time(), time.perf_counter()
 print(json.dumps({"import": t1 - t0, "load": t2 - t1, "first_run": t3 - t2, "total": t3 - t0,
                   "cpu": {"import": c1 - c0, "load": c2 - c1, "first_run": c3 - c2, "total": c3 - c0},
-                  "kept": artifact_load.stats["kept"], "installed": artifact_load.stats["installed"]}))
+                  "kept": artifact_load.stats["kept"], "installed": artifact_load.stats["installed"],
+                  "lazy_reads": None if lazy_constants is None else lazy_constants.stats["reads"]}))
 """
 
 _ORT_CHILD = r"""
@@ -97,6 +102,8 @@ def _child(code: str, *argv: str, env_extra=None, root: Path = ROOT) -> dict:
 
 def _print(label: str, r: dict, what: str = "load") -> None:
     extra = f" (cache entries kept {r['kept']}, installed {r['installed']})" if "kept" in r else ""
+    if r.get("lazy_reads") is not None:  # graph constants read from the file (0: only the packed copies ran)
+        extra += f" (deferred constants read {r['lazy_reads']})"
     print(f"{label:<44} import {r['import']:.2f} s, {what} {r['load']:.2f} s, first run {r['first_run']:.2f} s, "
           f"total {r['total']:.2f} s (CPU {r['cpu']['load']:.2f} / {r['cpu']['total']:.2f} s){extra}", flush=True)
 

@@ -10,7 +10,10 @@ The header lists every section as {"name", "offset", "size", "check", "digest"}:
 "sha256", or "crc32" (artifact_checksum.py, about half the CPU) for the raw weight sections the
 writer names ``fast``.  ``read`` checks the magic, the header's digest and every section's digest
 before returning anything, so a truncated or corrupted file is an ``ArtifactError`` naming the
-file and the section and nothing of it is used.  Whether a section may then be unpickled is
+file and the section and nothing of it is used.  Sections the writer names ``lazy`` (rows with
+``"lazy": true``, placed last: the graph constants a model reads only when planned again,
+lazy_constants.py) are not read at all: ``read`` checks that they lie inside the file and keeps
+it open (``Artifact.file``) for the reads and per-constant checks on first use.  Whether a section may then be unpickled is
 decided here too (``trust_problem``): the file must be this user's and not writable by anyone
 else, as the compile cache's entries (docs/cache.md), unless the caller says it trusts it.
 """
@@ -23,8 +26,9 @@ import os
 import secrets
 import stat
 import struct
+import weakref
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -33,7 +37,8 @@ from dsl.lang.errors import Error
 from dsl.opgraph import artifact_checksum
 
 MAGIC = b"\x89OPDSL-ARTIFACT\n"
-FORMAT = 2          # the container and its sections' layout; another number is refused (2: per-section checks)
+FORMAT = 3          # the container and its sections' layout (2: per-section checks; 3: lazy sections)
+READABLE = (2, 3)   # formats this opdsl opens (2 is 3 without lazy sections); another is refused
 ALIGN = 64
 _FIXED = len(MAGIC) + 8 + 32
 MAX_HEADER_BYTES = 64 << 20
@@ -91,18 +96,19 @@ CHECKS = ("sha256", artifact_checksum.NAME)
 
 
 def write(path: Union[str, os.PathLike], header: dict, sections: Dict[str, Chunks], fast: Sequence[str] = (),
-          mode: int = 0o644) -> Path:
+          mode: int = 0o644, lazy: Sequence[str] = ()) -> Path:
     """Write ``header`` (plus the format and section table) and ``sections`` (name -> bytes or a
     list of byte chunks) to ``path`` through a temporary file renamed into place (``mode`` less
     the umask; by default readable by others, writable only by its owner).  The sections named in
-    ``fast`` (raw weights: nothing in them is unpickled or run) are checked with CRC-32."""
-    names = list(sections)
+    ``fast`` (raw weights: nothing in them is unpickled or run) are checked with CRC-32; those
+    named in ``lazy`` (raw, CRC-32 too) go last and are not read when the file is opened."""
+    names = [n for n in sections if n not in lazy] + [n for n in sections if n in lazy]
     sizes = {n: _size(sections[n]) for n in names}
-    checks = {n: artifact_checksum.NAME if n in fast else "sha256" for n in names}
+    checks = {n: artifact_checksum.NAME if n in fast or n in lazy else "sha256" for n in names}
     # offsets depend on the header's length, which depends on the offsets' digits: fix the
     # table with wide placeholders first
-    table = [{"name": n, "offset": 0, "size": sizes[n], "check": checks[n], "digest": digest(checks[n], sections[n])}
-             for n in names]
+    table = [{"name": n, "offset": 0, "size": sizes[n], "check": checks[n], "digest": digest(checks[n], sections[n]),
+              **({"lazy": True} if n in lazy else {})} for n in names]
     head = dict(header, format=FORMAT, sections=table)
     for _ in range(3):
         blob = json.dumps(head, sort_keys=True).encode("utf-8")
@@ -155,19 +161,34 @@ def trust_problem(st: os.stat_result, folder: Path) -> str:
     return ""
 
 
-class Artifact:
-    """A checked artifact: ``header`` (dict), ``data`` (the whole file, writable) and
-    ``section(name)`` (a memoryview of it, or None if the file has no such section)."""
+class OpenFile:
+    """A descriptor of a checked artifact kept open for its lazy sections; closed when the last
+    holder is gone."""
 
-    def __init__(self, path: str, header: dict, data: memoryview):
-        self.path, self.header, self.data = path, header, data
+    def __init__(self, fd: int):
+        self.fd = fd
+        self._closer = weakref.finalize(self, os.close, fd)
+
+
+class Artifact:
+    """A checked artifact: ``header`` (dict), ``data`` (the file up to its lazy sections,
+    writable), ``section(name)`` (a memoryview of it, or None if the file has no such section)
+    and ``file`` (the file kept open when it has lazy sections, else None)."""
+
+    def __init__(self, path: str, header: dict, data: memoryview, file: Optional[OpenFile] = None):
+        self.path, self.header, self.data, self.file = path, header, data, file
         self._rows = {row["name"]: row for row in header["sections"]}
 
     def section(self, name: str):
         row = self._rows.get(name)
-        if row is None:
+        if row is None or row.get("lazy"):
             return None
         return self.data[row["offset"]:row["offset"] + row["size"]]
+
+    def lazy_span(self, name: str) -> Optional[Tuple[int, int]]:
+        """(offset, size) of the lazy section ``name`` in the file, or None if it has none."""
+        row = self._rows.get(name)
+        return (int(row["offset"]), int(row["size"])) if row is not None and row.get("lazy") else None
 
     def weight_buffers(self) -> list:
         """The out-of-band pickle buffers the header's ``weights`` table cuts from the ``weights``
@@ -220,15 +241,19 @@ def read(path: Union[str, os.PathLike], trusted: bool = False, mapped: bool = Fa
         raise ArtifactError(f"{name}: it is {e.kind}, not an .opdsl file") from None
     except OSError as e:
         raise ArtifactError(f"{name}: cannot open it ({e.strerror or e})") from None
+    file = None
     try:
         why = "" if trusted else trust_problem(st, Path(os.path.abspath(name)).parent)
         if why:
             raise ArtifactError(f"{name}: refused, {why}. Loading an artifact runs code from it (like a pickle); "
                                 "pass trusted=True only for a file you made or trust")
+        size, has_lazy = _eager_size(fd, st.st_size)
+        if has_lazy:
+            file = OpenFile(os.dup(fd))
         if mapped and st.st_size:
             data = memoryview(mmap.mmap(fd, st.st_size, access=mmap.ACCESS_COPY))
-            return _checked(name, data)
-        view, got = private_buffer(st.st_size), 0
+            return _checked(name, data, st.st_size, file)
+        view, got = private_buffer(size), 0
         while got < len(view):
             n = os.readv(fd, [view[got:]])
             if n == 0:
@@ -237,10 +262,28 @@ def read(path: Union[str, os.PathLike], trusted: bool = False, mapped: bool = Fa
         data = view[:got]
     finally:
         os.close(fd)
-    return _checked(name, data)
+    return _checked(name, data, st.st_size, file)
 
 
-def _checked(name: str, data: memoryview) -> Artifact:
+def _eager_size(fd: int, file_size: int) -> Tuple[int, bool]:
+    """(bytes to read: up to the end of the last section that is not lazy, whether the file has
+    lazy sections); the whole file when its header does not parse (``_checked`` says why)."""
+    try:
+        fixed = os.pread(fd, _FIXED, 0)
+        (length,) = struct.unpack_from("<Q", fixed, len(MAGIC))
+        if fixed[:len(MAGIC)] != MAGIC or length > MAX_HEADER_BYTES:
+            return file_size, False
+        rows = json.loads(os.pread(fd, length, _FIXED).decode("utf-8"))["sections"]
+        lazy = [r for r in rows if r.get("lazy")]
+        if not lazy:
+            return file_size, False
+        end = max([_FIXED + length] + [int(r["offset"]) + int(r["size"]) for r in rows if not r.get("lazy")])
+        return min(end, file_size), True
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, struct.error):
+        return file_size, False
+
+
+def _checked(name: str, data: memoryview, file_size: Optional[int] = None, file: Optional[OpenFile] = None) -> Artifact:
     if bytes(data[:len(MAGIC)]) != MAGIC:
         raise ArtifactError(f"{name}: not an .opdsl artifact (wrong magic bytes); make one with "
                             "`opdsl compile MODEL.onnx -o MODEL.opdsl` or Model.save(path)")
@@ -259,16 +302,18 @@ def _checked(name: str, data: memoryview) -> Artifact:
         fmt = header["format"]
     except (ValueError, KeyError, TypeError) as e:
         raise ArtifactError(f"{name}: section 'header' does not parse ({e})") from None
-    if fmt != FORMAT:
-        raise ArtifactError(f"{name}: artifact format {fmt}, this opdsl reads format {FORMAT}; compile the model "
+    if fmt not in READABLE:
+        raise ArtifactError(f"{name}: artifact format {fmt}, this opdsl reads formats "
+                            f"{', '.join(map(str, READABLE))}; compile the model "
                             "again with this opdsl (`opdsl compile MODEL.onnx -o MODEL.opdsl`)")
-    check_sections(name, rows, data)
-    return Artifact(name, header, data)
+    check_sections(name, rows, data, len(data) if file_size is None else file_size)
+    return Artifact(name, header, data, file)
 
 
-def check_sections(name: str, rows, data: memoryview) -> None:
-    """``ArtifactError`` for the first section of ``rows`` that lies outside ``data`` or whose
-    digest does not match."""
+def check_sections(name: str, rows, data: memoryview, file_size: Optional[int] = None) -> None:
+    """``ArtifactError`` for the first section of ``rows`` that lies outside ``data`` (a lazy
+    one: outside the file's ``file_size`` bytes) or whose digest does not match (lazy sections
+    are checked per constant when read, lazy_constants.py)."""
     for row in rows:
         try:
             at, size, check, want = int(row["offset"]), int(row["size"]), row["check"], row["digest"]
@@ -278,8 +323,12 @@ def check_sections(name: str, rows, data: memoryview) -> None:
             raise ArtifactError(f"{name}: section {row.get('name')!r} is checked with {check!r}; this opdsl knows "
                                 f"{', '.join(CHECKS)}")
         end = at + size
-        if at < 0 or size < 0 or end > len(data):
+        lazy = bool(row.get("lazy"))
+        have = file_size if lazy and file_size is not None else len(data)
+        if at < 0 or size < 0 or end > have:
             raise ArtifactError(f"{name}: truncated: section {row['name']!r} ends at byte {end}, the file has "
-                                f"{len(data)} bytes")
+                                f"{have} bytes")
+        if lazy:
+            continue
         if digest(check, data[at:end]) != want:
             raise ArtifactError(f"{name}: section {row['name']!r} is corrupted (its {check} does not match)")

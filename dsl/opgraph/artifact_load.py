@@ -14,20 +14,25 @@ Anything else is never run blindly (docs/onnx.md, "Ahead-of-time artifacts"):
 * another opdsl version or toolchain (numba, llvmlite, numpy, Python, opdsl's source): the model
   is rebuilt from its carried ONNX source with one ``ArtifactWarning``, or refused when the file
   carries none or ``on_mismatch="refuse"``;
-* another CPU or device (its features differ): the carried code is not installed; the graph is
-  used and its kernels compile for this CPU on first run, with one ``ArtifactWarning`` (or
-  refused with ``on_mismatch="refuse"``).
+* another CPU or device (its features differ): the carried code is not installed and the stored
+  launch plans are dropped; the graph is used (its deferred constants read from the file and
+  checked) and its kernels are planned and compiled for this CPU on first run, with one
+  ``ArtifactWarning`` (or refused with ``on_mismatch="refuse"``).
+
+Graph constants that only packed copies stand for at run time are not read at all on the same
+CPU (lazy_constants.py): they are read, and checked, the first time something needs them.
 """
 from __future__ import annotations
 
 import concurrent.futures
+import io
 import json
 import pickle
 import warnings
 from typing import Optional, Sequence
 
 from backends import base, cache
-from dsl.opgraph import artifact_format, model_state, plan_cache
+from dsl.opgraph import artifact_format, lazy_constants, model_state, plan_cache
 from dsl.opgraph.artifact_format import ArtifactError, ArtifactWarning
 from dsl.opgraph.model import Model
 
@@ -89,14 +94,22 @@ def load_model(path, trusted: bool = False, on_mismatch: str = "recompile", pack
             raise ArtifactError(f"{art.path}: refused, {why}")
         warnings.warn(ArtifactWarning(f"{art.path}: {why}; its kernels compile again for this one on first run"),
                       stacklevel=2)
-    else:
-        install_code(art)
+        state = _unpickle(art) if unpickled is None else _raised(unpickled)
+        # the stored plans (tiles, packed layouts) were chosen for that CPU: planned again here
+        # from the graph's constants, read from the file now
+        lazy_constants.load_all(state["graph"])
+        return _restore(art, dict(state, plans=[]))
+    install_code(art)
     if unpickled is None:
         return open_state(art)
+    return _restore(art, _raised(unpickled))
+
+
+def _raised(unpickled):
     state, error = unpickled
     if error is not None:
         raise error
-    return _restore(art, state)
+    return state
 
 
 def _read_and_unpickle(path, trusted: bool, ours: dict, has_packages: bool, mapped: bool = False):
@@ -140,10 +153,13 @@ def _restore(art, state) -> Model:
 
 
 def _unpickle(art):
-    """The pickled model state of a checked artifact (its weights read in place)."""
+    """The pickled model state of a checked artifact (its weights read in place, its deferred
+    constants left in the file until used)."""
     buffers = art.weight_buffers()
     try:
-        return pickle.loads(art.section("graph"), buffers=buffers)
+        unpickler = pickle.Unpickler(io.BytesIO(art.section("graph")), buffers=buffers)
+        unpickler.persistent_load = lazy_constants.ConstantRefs(art)
+        return unpickler.load()
     except ArtifactError:
         raise
     except Exception as e:

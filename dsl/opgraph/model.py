@@ -42,7 +42,7 @@ import numpy as np
 
 from dsl import config
 from dsl.opgraph import formats as F
-from dsl.opgraph import binding, reorder
+from dsl.opgraph import binding, lazy_constants, reorder
 from dsl.opgraph.concat_inplace import concat_views
 from dsl.opgraph.flat_run import FlatRun
 from dsl.opgraph.launch_plan import ScratchPool, bind_plan, plan_key, plan_of, refs
@@ -278,8 +278,16 @@ class Model:
 
     def _pool(self, specs: Dict[str, TensorSpec]) -> _PlanPool:
         with compile_batch.batch():  # the plan's kernels compile side by side (backends/compile_batch.py)
-            first = self._build_plan(specs)
-        return _PlanPool(lambda: self._build_plan(specs), first)
+            first = self._build_ready(specs)
+        return _PlanPool(lambda: self._build_ready(specs), first)
+
+    def _build_ready(self, specs: Dict[str, TensorSpec]) -> _Plan:
+        """``_build_plan``, reading the graph's constants still in their artifact first when an
+        op is asked for a plan (lazy_constants.py: a model loaded on the same CPU reads none)."""
+        try:
+            return self._build_plan(specs)
+        except lazy_constants.NeedsWeights:
+            return self._build_plan(lazy_constants.load_all(self.graph, specs))
 
     def _concrete_specs(self, arrays) -> Optional[Dict[str, TensorSpec]]:
         """Every tensor's spec for these input shapes; None when a shape needs run-time values."""
@@ -398,6 +406,7 @@ class Model:
             if node_steps is None:
                 node_steps = self._planned(n, impl, ins, outs, in_specs, out_specs, inplace, scratch, n.name)
             if node_steps is None:
+                lazy_constants.require_loaded(ins)  # run() at every run reads them
                 run = _run_inplace if inplace else _run
                 node_steps = [(run, (n.op, impl, ins, outs, self.backend, in_specs))]
             else:
@@ -422,6 +431,7 @@ class Model:
         key = (n.name, id(impl), plan_key(in_refs, out_refs))
         hit = self._launch_plans.get(key, self._launch_plans)
         if hit is self._launch_plans:
+            lazy_constants.require_loaded(ins)  # the op packs real arrays
             hit = plan_of(n.op, impl, in_refs, out_refs, self.backend, f"node {n.name!r}")
             with self._lock:
                 if len(self._launch_plans) >= _MAX_PLANS * max(1, len(self.graph.nodes)):
@@ -446,6 +456,7 @@ class Model:
                                 self.backend)
         if plan is None:
             return None
+        lazy_constants.require_loaded(ins)  # tiles slice their inputs
         backend = self.backend
         count = [0]
 
@@ -465,6 +476,7 @@ class Model:
         ``on_node(node, values)`` before each node and ``on_node(None, values)`` at the end
         (values: tensor name -> array so far): the profiler's clock."""
         g = self.graph
+        lazy_constants.load_all(g)  # every op's run() reads its inputs
         vals: Dict[str, np.ndarray] = dict(g.constants)
         specs: Dict[str, TensorSpec] = {name: g.tensors[name].spec for name in g.constants}
         read = _read_tensors(g)

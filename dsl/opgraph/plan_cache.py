@@ -6,9 +6,11 @@ kernel selection and asking each op for its plan.
 
 The entry lives in the compile cache's ``plans`` folder under the same trust rules (backends/
 cache.py, docs/cache.md: a private folder, checksummed entries written atomically).  It is an
-``.opdsl`` container (artifact_format.py) of two sections: the pickled graph and plans (sha256),
-and their arrays raw on 64-byte boundaries (CRC-32), read in place on a hit --
-packed weights included, so a hit neither copies nor packs them.  Its key is
+``.opdsl`` container (artifact_format.py) of up to three sections: the pickled graph and plans
+(sha256), their arrays raw on 64-byte boundaries (CRC-32), read in place on a hit --
+packed weights included, so a hit neither copies nor packs them -- and, as in an artifact
+(artifact_save.py), the graph constants only those packed copies stand for, in a lazy section a
+hit does not read (lazy_constants.py: read and checked on first use).  Its key is
 the sha256 of the model's bytes, the load options, the backend, the settings read from the
 environment (fusion, in-place), and the toolchain: opdsl's version, the numba, llvmlite, numpy and
 Python versions and a digest of the content of opdsl's own source (ops/, dsl/, backends/: an op's
@@ -23,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
+import io
 import os
 import pickle
 import sys
@@ -35,12 +38,13 @@ import numpy as np
 
 from backends import cache
 from dsl import config
-from dsl.opgraph import artifact_format, fusion, model_state, registry
+from dsl.opgraph import artifact_format, artifact_save, fusion, lazy_constants, model_state, registry
 from dsl.opgraph.model import Model
 from dsl.version import __version__
 
 FOLDER = "plans"
-FORMAT = 3              # bumped when the entry's layout changes (3: an .opdsl container, packed weights kept)
+FORMAT = 4              # bumped when the entry's layout changes (3: an .opdsl container, packed weights kept;
+                        # 4: the constants only packed copies stand for in a lazy section)
 
 stats = {"hits": 0, "misses": 0, "stores": 0}  # what this process did (tests, benchmarks)
 _DIGEST: Dict[str, str] = {}
@@ -262,18 +266,19 @@ def _write(name: str, model: Model, data: bytes) -> None:
     ops = None if names is None else registry_digest(names)
     if ops is None:  # an op without a source file: its code is not known, nothing is cached
         return
-    buffers = []
-    try:  # every launch plan, packed weights included: a hit packs nothing; arrays out of band
-        graph = pickle.dumps({"ops": sorted(names), "ops_digest": ops,
-                              "state": model_state.state_of(model)},
-                             protocol=5, buffer_callback=buffers.append)
+    try:  # every launch plan, packed weights included: a hit packs nothing; arrays out of band, the
+        # constants only the packed copies stand for in a lazy section (read on first use)
+        draft = artifact_save.draft_sections(model, lambda state: {"ops": sorted(names), "ops_digest": ops,
+                                                                    "state": state})
     except Exception:  # an op or kernel that does not pickle: this model is not cached
         return
-    pieces, spans = artifact_format.pack_chunks([b.raw() for b in buffers])
+    sections = {"graph": draft["graph"], "weights": draft["weights"]}
+    if draft["constant_spans"]:
+        sections["constants"] = draft["constants"]
     try:
         target = cache.path(FOLDER, name)
-        artifact_format.write(target, {"key": name, "weights": spans}, {"graph": graph, "weights": pieces},
-                              fast=("weights",), mode=0o600)
+        artifact_format.write(target, {"key": name, "weights": draft["spans"], "constants": draft["constant_spans"]},
+                              sections, fast=("weights",), lazy=("constants",), mode=0o600)
     except cache.CacheUnusable:
         return
     except OSError as e:  # a full disk: one warning, then memory only
@@ -297,7 +302,9 @@ def _read(name: str) -> Optional[Model]:
         if art.header.get("key") != name:
             why = "it is the entry of another key (a swapped or copied file)"
         else:
-            entry = pickle.loads(art.section("graph"), buffers=art.weight_buffers())
+            unpickler = pickle.Unpickler(io.BytesIO(art.section("graph")), buffers=art.weight_buffers())
+            unpickler.persistent_load = lazy_constants.ConstantRefs(art)
+            entry = unpickler.load()
             if registry_digest(entry["ops"]) != entry["ops_digest"]:
                 return None  # the user ops this model reaches changed: built again, entry replaced
             return model_state.restore(entry["state"], Model)

@@ -173,6 +173,8 @@ class _NoUnpickling:
     def loads(*a, **k):
         raise AssertionError("a damaged or untrusted artifact was unpickled")
 
+    Unpickler = loads
+
 
 def _sections(path: Path) -> dict:
     return {row["name"]: row for row in artifact_format.read(path, trusted=True).header["sections"]}
@@ -303,7 +305,8 @@ def test_not_an_artifact_and_another_format_are_refused(numba_artifact, tmp_path
     artifact_format.write(tmp_path / "future.opdsl", {"backend": "numba"}, {"graph": b"x"})
     monkeypatch.undo()
     with pytest.raises(dsl.ArtifactError,
-                       match=f"artifact format 99, this opdsl reads format {artifact_format.FORMAT}"):
+                       match=f"artifact format 99, this opdsl reads formats "
+                             f"{', '.join(map(str, artifact_format.READABLE))}"):
         dsl.load_model(tmp_path / "future.opdsl")
 
 
@@ -410,6 +413,7 @@ def test_a_graph_that_does_not_unpickle_is_a_clear_error(numba_artifact, monkeyp
         @staticmethod
         def loads(*a, **k):
             raise ModuleNotFoundError("No module named 'gone_ops'")
+        Unpickler = loads
     monkeypatch.setattr(artifact_load, "pickle", Broken)
     with pytest.raises(dsl.ArtifactError, match=r"section 'graph' does not load in this process "
                                                 r"\(ModuleNotFoundError: No module named 'gone_ops'\).*packages="):
