@@ -6,8 +6,9 @@ already settle: conv_pointwise's ``thread`` was 1,225 generated lines, its front
 10 s critical path of a cold light_resnet50 (benchmarks/RESULTS.md, issue 28).  LLVM would fold
 all of this too, but only after numba has typed and lowered every piece.  So, on the typed IR:
 
-* integer and bool arithmetic on constants is folded (``0 * 8``, ``(2 + 1) < n``), and ``x + 0``,
-  ``x - 0``, ``x * 1`` become ``x``; floats are never folded (f32 rounds differently from Python);
+* integer and bool arithmetic on constants is folded (``0 * 8``, ``(2 + 1) < n``, ``(x + 8) + 16``),
+  ``x + 0``, ``x - 0``, ``x * 1`` become ``x`` and ``x * 0`` becomes 0; floats are never folded (f32
+  rounds differently from Python);
 * a local assigned exactly once, with a constant (``OCT = V * NV``), is replaced by the constant
   (so ``q // OCT`` is a plain division by a literal, not the helper for divisors -1 and 0);
 * ``and``/``or`` with a known side collapse when the other side has no side effect, and an ``if``
@@ -129,6 +130,8 @@ class _Simplifier:
             sign = (1 if e.left.op == "add" else -1) * e.left.right.value + (1 if e.op == "add" else -1) * b
             total = ir.Const(convert_const(abs(sign), T.i64), type=T.i64, loc=e.loc)
             return self.binary(replace(e, op="add" if sign >= 0 else "sub", left=e.left.left, right=total))
+        if e.op == "mul" and 0 in (a, b) and self.pure(e.right if a == 0 else e.left):
+            return ir.Const(convert_const(0, e.type), type=e.type, loc=e.loc)
         if e.op in ("add", "sub", "mul"):
             unit = 1 if e.op == "mul" else 0
             if b == unit and e.left.type == e.type:
