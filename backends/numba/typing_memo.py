@@ -47,9 +47,10 @@ def memoized() -> Iterator[None]:
         yield
         return
     _memo = {}
+    before = numba_functions.BaseFunction.get_call_type
     numba_functions.BaseFunction.get_call_type = _get_call_type
     try:
         yield
     finally:
-        numba_functions.BaseFunction.get_call_type = _original
+        numba_functions.BaseFunction.get_call_type = before
         _memo = None
