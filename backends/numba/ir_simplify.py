@@ -23,7 +23,7 @@ dropped or reordered.
 from __future__ import annotations
 
 from dataclasses import fields, replace
-from typing import Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
+from typing import Dict, FrozenSet, List, Sequence, Set, Tuple
 
 from dsl.lang import ir
 from dsl.lang import types as T
