@@ -172,7 +172,7 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                     src = (((plane // cb_n) * geom[G_C] + c0) * geom[G_H] + ih) * geom[G_W]
                     for iw in range(geom[G_W]):
                         at = dst + left + iw * BLOCK
-                        for cj in dsl.static_range(BLOCK):
+                        for cj in range(BLOCK):  # a constant trip count: LLVM unrolls it, numba types one copy
                             v = f32(0)
                             if cj < cnt:
                                 v = x.flat[src + cj * hw + iw]

@@ -90,9 +90,10 @@ def row_tile(backend: str = "numba") -> tuple:
 @dsl.kernel(threads=THREADS)
 def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], geom: dsl.Vec[i64, 15],
                    add_res: i32, act: i32, act_lo: f32, act_hi: f32, V: dsl.const[i64], NV: dsl.const[i64],
-                   P: dsl.const[i64], RR: dsl.const[i64], RNV: dsl.const[i64]):
+                   P: dsl.const[i64], RR: dsl.const[i64], RNV: dsl.const[i64], PAIRS: dsl.const[i64] = 1):
     """y = act(Σ_ic w[oc, ic] · x[ic, pixel·s] + bias [+ res]); x read through geom's strides
-    (plain or NCHWc16), y and res NCHWc16 when geom[G_BLOCKED_OUT] else plain."""
+    (plain or NCHWc16), y and res NCHWc16 when geom[G_BLOCKED_OUT] else plain.  PAIRS 0: the
+    target has too few registers for items of 2P pixels, so their code is not compiled at all."""
     OCT = V * NV
     tile = dsl.scratch((THREADS, SCRATCH), f32)  # one tile's sums for the run-time epilogue
     if geom[G_ROWS_TILE] == 1:
@@ -209,7 +210,7 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
         wg = g * cb * BLOCK * OCT
         one_vector = NV > 1 and g * OCT + V >= m_written
         c_first = t * tp  # first pixel of the row this item stores
-        if pair == 1:
+        if PAIRS == 1 and pair == 1:
             # 2P consecutive pixels 16 floats apart in x (NCHWc16, stride 1): their offsets are
             # constants from one base, so the 2P·NV accumulators leave the integer registers free;
             # the last tile of a row overlaps the one before and stores only its new pixels
@@ -449,8 +450,8 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
         geom[[G_SXN, G_SXB, G_SXC, G_SXP]] = (c * h * wd, BLOCK * h * wd, h * wd, 1)
     flat_res = np.zeros(1, np.float32) if res is None else res.reshape(-1)
     ocg = oc_groups(m, cfg.OCT, blocked_out)
-    if blocked and tuple(strides) == (1, 1) and oh * ow >= 2 * cfg.P and 2 * cfg.P * cfg.OCT <= SCRATCH \
-            and register_tiles.fits(2 * cfg.P * cfg.NV, cfg.NV, backend or "numba"):
+    pairs = int(2 * cfg.P * cfg.OCT <= SCRATCH and register_tiles.fits(2 * cfg.P * cfg.NV, cfg.NV, backend or "numba"))
+    if blocked and tuple(strides) == (1, 1) and oh * ow >= 2 * cfg.P and pairs:
         geom[G_PAIR] = 1  # tiles of 2P pixels, x read at constant offsets (AVX-512's 32 registers)
     items = ocg * n * geom[G_ROWS] * -(-geom[G_COLS] // (cfg.P * (1 + geom[G_PAIR])))
     # pixel-vector tile: measured (benchmarks/RESULTS.md, CPU time) 10-20 % faster than the
@@ -463,5 +464,5 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
         items = -(-m // rr) * n * -(-(oh * ow) // (rnv * cfg.V))
     grid = balanced_grid(int(items))  # both OS threads get the same share; a plain int for the launch fast path
     impl(x.reshape(-1), wp, bp, flat_res, y.reshape(-1), geom, add_res=int(res is not None), act=act,
-         act_lo=float(lo), act_hi=float(hi), V=cfg.V, NV=cfg.NV, P=cfg.P, RR=rr, RNV=rnv, backend=backend,
+         act_lo=float(lo), act_hi=float(hi), V=cfg.V, NV=cfg.NV, P=cfg.P, RR=rr, RNV=rnv, PAIRS=pairs, backend=backend,
          grid=grid)

@@ -101,7 +101,7 @@ def _codegen_version() -> str:
     h = hashlib.sha256(numba.__version__.encode())
     here = Path(__file__).resolve().parent
     for name in ("codegen.py", "regions.py", "runtime.py", "format.py", "math.py", "arith.py", "simd.py",
-                 "simd_codegen.py", "typecode.py", "views.py", "pipeline.py", "link_once.py", "../naming.py", "../spelling.py", "../bounds.py"):
+                 "simd_codegen.py", "typecode.py", "views.py", "pipeline.py", "link_once.py", "ir_simplify.py", "typing_memo.py", "../naming.py", "../spelling.py", "../bounds.py"):
         h.update((here / name).read_bytes())
     return h.hexdigest()[:10]
 

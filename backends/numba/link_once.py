@@ -39,6 +39,8 @@ from numba.core import codegen as numba_codegen
 from numba.core.compiler_lock import global_compiler_lock, require_global_compiler_lock
 from numba.core.registry import cpu_target
 
+from backends.numba import typing_memo
+
 GUFUNC_PREFIX = "__numba_parfor_gufunc"  # numba's parfor bodies: their entry point is never called
 
 # environment global without machine code yet -> its Environment; weak, as numba's own set_env
@@ -165,7 +167,8 @@ def _set_env(self, env_name, env):
 
 @contextmanager
 def compiling() -> Iterator[None]:
-    """numba compiles inside this block make ``LinkOnceLibrary`` libraries (nested blocks are one)."""
+    """numba compiles inside this block make ``LinkOnceLibrary`` libraries and type each call once
+    (backends/numba/typing_memo.py); nested blocks are one."""
     with global_compiler_lock:
         depth = getattr(_local, "depth", 0)
         codegen = cpu_target.target_context.codegen()
@@ -174,7 +177,8 @@ def compiling() -> Iterator[None]:
             codegen.set_env = _set_env.__get__(codegen)
         _local.depth = depth + 1
         try:
-            yield
+            with typing_memo.memoized():  # each (function, argument types) typed once (typing_memo.py)
+                yield
         finally:
             _local.depth = depth
             if depth == 0:

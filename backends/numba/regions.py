@@ -22,6 +22,7 @@ from typing import Dict, List, Optional, Sequence, Set, Union
 from dsl.lang import ir
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError
+from backends.numba import ir_simplify
 from backends.numba.simd_codegen import check_regions
 from backends.numba.codegen import FASTMATH, LOG_ARG, MODULE_IMPORTS, Gen, Hooks, Scope, cast, ctype, emit_function, storage_np
 
@@ -210,6 +211,7 @@ class Program:
 
     def __init__(self, kernel: ir.Kernel, log_level: str = "debug", key: str = "", fastmath: bool = False,
                  debug: bool = False, interrupt: bool = True):
+        kernel = ir_simplify.kernel(kernel, debug)  # what numba's front end would type for nothing
         self.k = kernel
         self.key = key
         self.fastmath = fastmath
