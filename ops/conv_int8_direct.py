@@ -216,7 +216,8 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
                                 else:
                                     acc[2 * i] = dsl.dot4(acc[2 * i], b0, wv)
                                     acc[2 * i + 1] = dsl.dot4(acc[2 * i + 1], b1, wv)
-            # ---- epilogue: zero-point term, bias, requantization; positions past OW are dropped
+            # ---- epilogue: zero-point term, bias, requantization; positions past OW are dropped (a
+            # 1×1 kernel has none: Wp = OW, so a vector that crosses a row is still consecutive in y)
             for i in dsl.static_range(MR):
                 m = tile * MR + i
                 if m < m_out:
@@ -236,7 +237,7 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
                             if stage == 1:
                                 g = (f - y_zp) * s1 * pa + pb
                                 f = dsl.clamp(dsl.rint(g / s2) + z2, lo2, hi2)
-                            if oh < oh_n and ow + V <= ow_n:
+                            if oh < oh_n and (ow + V <= ow_n or KW == 1 and p0 + h * V + V <= oh_n * ow_n):
                                 y.vstore(ybase + oh * ow_n + ow, f)
                             else:
                                 lf = dsl.local((V,), dsl.f32)
@@ -250,7 +251,7 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
                                         ow = 0
                                         oh += 1
                         else:
-                            if oh < oh_n and ow + V <= ow_n:
+                            if oh < oh_n and (ow + V <= ow_n or KW == 1 and p0 + h * V + V <= oh_n * ow_n):
                                 y.vstore(ybase + oh * ow_n + ow, v)
                             else:
                                 lv = dsl.local((V,), i32)
