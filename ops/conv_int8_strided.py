@@ -24,7 +24,7 @@ import numpy as np
 import dsl
 from dsl import In, Out, i64
 from ops import packed_constants
-from ops.conv_int8_direct import conv_int8_direct, launched
+from ops.conv_int8_direct import MAX_TAPS, conv_int8_direct, launched
 from ops.gemm_int8 import THREADS
 
 X = dsl.TypeVar("X")
@@ -111,10 +111,12 @@ def taps_to_channels_int8(x: In[X, 4], x_zp: In[X, 1], xt: Out[X, 4], geom: dsl.
 
 
 def strided_geometry_ok(geom) -> bool:
-    """A strided convolution (equal strides 2 to 4) without dilation (geom as pack_im2col_int8's:
+    """A strided convolution (equal strides 2 to 4) without dilation, whose space-to-depth kernel
+    has at most MAX_TAPS taps (ops/conv_int8_direct.py) (geom as pack_im2col_int8's:
     KH, KW, strides, pads begin, dilations, OH, OW)."""
     kh, kw, sh, sw, _, _, dh, dw = (int(g) for g in geom[:8])
-    return dh == 1 and dw == 1 and sh == sw and 2 <= sh <= 4 and kh > 1 and kw > 1
+    return (dh == 1 and dw == 1 and sh == sw and 2 <= sh <= 4 and kh > 1 and kw > 1
+            and -(-kh // sh) * -(-kw // sh) <= MAX_TAPS)
 
 
 def _depth_weights(w: np.ndarray, w_zp, s: int) -> np.ndarray:
