@@ -135,8 +135,7 @@ def test_int8_gemm_is_exact_by_default_and_saturates_only_on_request(compiled_ba
     if not saturating_pairs_pay(compiled_backend):
         np.testing.assert_array_equal(got, want)
         return
-    assert (got[:, :8] != want[:, :8]).all()  # the columns at 127 saturate ...
-    np.testing.assert_array_equal(got[:, 8:], want[:, 8:])  # ... random ones do not here
+    assert (got[:, :8] != want[:, :8]).all()  # the columns at 127 saturate (random ones may too)
     ort = pytest.importorskip("onnxruntime")
     sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(got, sess.run(None, {"a": a})[0])
