@@ -28,6 +28,7 @@ Y = dsl.TypeVar("Y")
 S = dsl.TypeVar("S")
 
 NB = 8            # output columns accumulated together
+DQ_LANES = 16     # DynamicQuantizeLinear's vectors
 INT8 = (i8, u8)
 
 
@@ -81,12 +82,21 @@ def qgemm_kernel(a: In[A, 3], b: In[B, 3], a_zp: In[A, 3], b_zp: In[B, 3], a_sca
 
 @dsl.kernel
 def dynamic_quantize_kernel(x: In[f32], y: Out[u8], y_scale: Out[f32, 1], y_zp: Out[u8, 1]):
-    """u8 quantization with the range of x (widened to include 0) found by the team first."""
+    """u8 quantization with the range of x (widened to include 0) found by the team first; both
+    passes go by vectors of DQ_LANES (a lane-by-lane pass cost 0.58 ms on 256×1024, 1/6 of the
+    MatMulInteger after it), the tail lane by lane."""
     part = dsl.scratch((2, 64), f32)
     lo, hi = dsl.split(x.size)
-    vmin = f32(0)
-    vmax = f32(0)
-    for i in range(lo, hi):
+    body = lo + (hi - lo) // DQ_LANES * DQ_LANES
+    vlo = dsl.splat(f32(0), DQ_LANES)
+    vhi = dsl.splat(f32(0), DQ_LANES)
+    for i in range(lo, body, DQ_LANES):
+        lanes = x.vload(i, DQ_LANES)
+        vlo = min(vlo, lanes)
+        vhi = max(vhi, lanes)
+    vmin = dsl.reduce_min(vlo)
+    vmax = dsl.reduce_max(vhi)
+    for i in range(body, hi):
         v = x.flat[i]
         vmin = min(vmin, v)
         vmax = max(vmax, v)
@@ -104,7 +114,10 @@ def dynamic_quantize_kernel(x: In[f32], y: Out[u8], y_scale: Out[f32, 1], y_zp: 
     if dsl.thread_id() == 0:
         y_scale.flat[0] = scale
         y_zp.flat[0] = zpi
-    for i in range(lo, hi):
+    for i in range(lo, body, DQ_LANES):
+        # dsl.quant's f32 steps written out (its interpreter form takes scalars)
+        y.vstore(i, dsl.clamp(dsl.rint(x.vload(i, DQ_LANES) / scale) + f32(zpi), f32(0), f32(255)))
+    for i in range(body, hi):
         y.flat[i] = dsl.quant(x.flat[i], scale, zpi, u8)
 
 
