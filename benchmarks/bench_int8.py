@@ -21,7 +21,8 @@ Usage: PYTHONPATH=. python benchmarks/bench_int8.py [rounds] [case-filter] [thre
        PYTHONPATH=. python benchmarks/bench_int8.py products [rounds] [threads]   (``products_ab``)
        PYTHONPATH=. python benchmarks/bench_int8.py fusion [rounds] [model-filter] [threads]   (``fusion_ab``)
        PYTHONPATH=. python benchmarks/bench_int8.py saturate [rounds] [model-filter] [threads] [--pause=S]
-                                                          (``saturation_experiment``)"""
+                                                          (``saturation_experiment``)
+       PYTHONPATH=. python benchmarks/bench_int8.py nodes [profiles] [model-filter] [top] [cpu]   (``nodes_vs_ort``)"""
 import os
 import sys
 import time
@@ -293,6 +294,53 @@ def saturation_experiment(rounds: int, pick: str, threads: int = 1, pause: float
                   f"load {os.getloadavg()[0]:.1f} |", flush=True)
 
 
+def nodes_vs_ort(profiles: int, pick: str, top: int = 25, cpu: bool = False) -> None:
+    """``nodes`` mode: each quantized model's nodes against onnxruntime's, one thread a side:
+    opdsl's ``Model.profile`` (``cpu``: on the process's CPU clock, which a loaded machine
+    disturbs less) and onnxruntime's own profiler, each node at its minimum over
+    ``profiles`` single runs, grouped by output shape (the graphs fuse differently; for CNNs the
+    shape names the layer; its dimensions sorted, as onnxruntime runs the integer layers NHWC),
+    largest gap first."""
+    import tempfile
+
+    import types
+
+    from benchmarks.profile_vs_ort import ort_node_times
+    from dsl.opgraph import profile
+    if cpu:  # Model.profile reads profile.time.perf_counter
+        profile.time = types.SimpleNamespace(perf_counter=time.process_time)
+    os.environ["OPDSL_PLAN_CACHE"] = "0"
+    for name in ("squeezenet", "resnet50"):
+        if pick not in f"light_{name}":
+            continue
+        proto, feeds = quantized_model(name)
+        model = dsl.load_onnx(proto, backend="numba")
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+        opts.enable_profiling = True
+        opts.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
+        sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        model.run(feeds)
+        runs = []
+        for _ in range(profiles):
+            sess.run(None, feeds)
+            runs.append({r.name: r for r in model.profile(feeds, repeat=1, warmup=0).rows})
+        ours = {k: (min(p[k].mean_s for p in runs) * 1e3, r.op_type, tuple(r.shape)) for k, r in runs[0].items()}
+        theirs = ort_node_times(sess.end_profiling())
+        print(f"light_{name}: opdsl {sum(v[0] for v in ours.values()):.2f} ms{' CPU' if cpu else ''} in {len(ours)} nodes, onnxruntime "
+              f"{sum(v[0] for v in theirs.values()):.2f} ms in {len(theirs)} nodes (minimum per node of {profiles} "
+              f"runs, one thread, load {os.getloadavg()[0]:.1f})")
+        groups = {}
+        for side, table in ((0, ours), (1, theirs)):
+            for ms, op, shp in table.values():
+                g = groups.setdefault(tuple(sorted(shp)), [0.0, 0.0, set(), set()])
+                g[side] += ms
+                g[2 + side].add(op)
+        print("| output dims, sorted | opdsl ms | opdsl ops | onnxruntime ms | onnxruntime ops | gap ms |")
+        for shp, (o, t, oo, to) in sorted(groups.items(), key=lambda kv: kv[1][1] - kv[1][0])[:top]:
+            print(f"| {shp} | {o:.3f} | {','.join(sorted(oo))} | {t:.3f} | {','.join(sorted(to))} | {o - t:+.3f} |")
+
+
 def _pause_flag() -> float:
     """``--pause=S`` anywhere in argv (taken out of it): seconds of sleep before each timed side, so
     neither side's pool threads, still spinning or waking, run into the other's round (par slice)."""
@@ -313,6 +361,12 @@ def main():
               f"pause before each side; | model | exact | saturating | ort | exact/ort | saturating/ort |")
         saturation_experiment(int(sys.argv[2]) if len(sys.argv) > 2 else 10, sys.argv[3] if len(sys.argv) > 3 else "",
                               threads, pause)
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "nodes":
+        import numba
+        numba.set_num_threads(1)
+        nodes_vs_ort(int(sys.argv[2]) if len(sys.argv) > 2 else 10, sys.argv[3] if len(sys.argv) > 3 else "",
+                     int(sys.argv[4]) if len(sys.argv) > 4 else 25, len(sys.argv) > 5 and sys.argv[5] == "cpu")
         return
     if len(sys.argv) > 1 and sys.argv[1] == "products":
         import numba

@@ -163,6 +163,14 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
     npan = (oh_n * wp_n + NR - 1) // NR
     nblk = (mtiles + rb - 1) // rb
     per_img = nblk * npan
+    # a panel whose vectors cross an output row goes through scratch: its values (2·V lanes, then
+    # room for the shifted loads) and the lane numbers that pick a row's lanes
+    sf = dsl.scratch((THREADS, 5 * V), dsl.f32)
+    si = dsl.scratch((THREADS, 5 * V), i32)
+    own = dsl.thread_id() * (5 * V)
+    for lane in range(V):
+        si[dsl.thread_id(), 4 * V + lane] = i32(lane)
+    lanes = si.vload(own + 4 * V, V)
     lo, hi = dsl.split(n_img * per_img)
     for item in range(lo, hi):
         t = item // per_img
@@ -176,6 +184,24 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
         ow_a = p0 - oh_a * wp_n
         oh_b = (p0 + V) // wp_n
         ow_b = p0 + V - oh_b * wp_n
+        # the panel's kept positions are one stretch of y, [ya, yb): where a vector crosses a row
+        # (KW > 1 drops KW - 1 columns there) it is stored as two vectors, at ya and at yb - V, each
+        # lane picked from the panel's values at its position (one row break at most: OW >= V)
+        ra = oh_a if ow_a < ow_n else oh_a + 1
+        ca = ow_a if ow_a < ow_n else 0
+        rz = (p0 + NR - 1) // wp_n
+        cz = min(p0 + NR - 1 - rz * wp_n, ow_n - 1)
+        if rz >= oh_n:
+            rz = oh_n - 1
+            cz = ow_n - 1
+        ya = ra * ow_n + ca
+        ys = rz * ow_n + cz + 1 - V  # the second vector's first y index
+        rs = ys // ow_n
+        cs = ys - rs * ow_n
+        la = ra * wp_n + ca - p0  # panel lanes of the two vectors' first y index
+        ls = rs * wp_n + cs - p0
+        crossing = not (oh_b < oh_n and ow_a + V <= ow_n and ow_b + V <= ow_n)
+        picked = KW > 1 and KW <= V + 1 and crossing and ra < oh_n and ys >= ya and ow_n >= V
         for tile in range(blk * rb, min(blk * rb + rb, mtiles)):
             wb = tile * wp.shape[1]  # the tile's MR rows, interleaved word by word
             acc = dsl.local((2 * MR,), dsl.simd(i32, V))
@@ -216,7 +242,8 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
                                 else:
                                     acc[2 * i] = dsl.dot4(acc[2 * i], b0, wv)
                                     acc[2 * i + 1] = dsl.dot4(acc[2 * i + 1], b1, wv)
-            # ---- epilogue: zero-point term, bias, requantization; positions past OW are dropped
+            # ---- epilogue: zero-point term, bias, requantization; positions past OW are dropped (a
+            # 1×1 kernel has none: Wp = OW, so a vector that crosses a row is still consecutive in y)
             for i in dsl.static_range(MR):
                 m = tile * MR + i
                 if m < m_out:
@@ -236,7 +263,9 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
                             if stage == 1:
                                 g = (f - y_zp) * s1 * pa + pb
                                 f = dsl.clamp(dsl.rint(g / s2) + z2, lo2, hi2)
-                            if oh < oh_n and ow + V <= ow_n:
+                            if picked:
+                                sf.vstore(own + h * V, f)
+                            elif oh < oh_n and (ow + V <= ow_n or KW == 1 and p0 + h * V + V <= oh_n * ow_n):
                                 y.vstore(ybase + oh * ow_n + ow, f)
                             else:
                                 lf = dsl.local((V,), dsl.f32)
@@ -250,7 +279,9 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
                                         ow = 0
                                         oh += 1
                         else:
-                            if oh < oh_n and ow + V <= ow_n:
+                            if picked:
+                                si.vstore(own + h * V, v)
+                            elif oh < oh_n and (ow + V <= ow_n or KW == 1 and p0 + h * V + V <= oh_n * ow_n):
                                 y.vstore(ybase + oh * ow_n + ow, v)
                             else:
                                 lv = dsl.local((V,), i32)
@@ -263,6 +294,15 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
                                     if ow == wp_n:
                                         ow = 0
                                         oh += 1
+                    if picked:  # the row's two vectors of y from its values in scratch (see ya, ys)
+                        first_a = lanes < i32(ow_n - ca)
+                        first_s = lanes < i32(ow_n - cs)
+                        if requantize == 1:
+                            y.vstore(ybase + ya, dsl.where(first_a, sf.vload(own + la, V), sf.vload(own + la + KW - 1, V)))
+                            y.vstore(ybase + ys, dsl.where(first_s, sf.vload(own + ls, V), sf.vload(own + ls + KW - 1, V)))
+                        else:
+                            y.vstore(ybase + ya, dsl.where(first_a, si.vload(own + la, V), si.vload(own + la + KW - 1, V)))
+                            y.vstore(ybase + ys, dsl.where(first_s, si.vload(own + ls, V), si.vload(own + ls + KW - 1, V)))
 
 
 # --------------------------------------------------------------------------- host side
@@ -348,11 +388,15 @@ def launched(kernel, launch=None):
     return kernel if launch is None else launch(kernel)
 
 
+MAX_TAPS = 16  # KH·KW the kernel unrolls: 25 (5×5) passed the compiler's unroll budget
+
+
 def direct_geometry_ok(geom) -> bool:
-    """Stride 1, or a 1×1 kernel without padding; no dilation (geom as pack_im2col_int8's: KH, KW,
-    strides, pads begin, dilations, OH, OW)."""
+    """Stride 1, or a 1×1 kernel without padding; no dilation; at most MAX_TAPS window taps (geom
+    as pack_im2col_int8's: KH, KW, strides, pads begin, dilations, OH, OW)."""
     kh, kw, sh, sw, ph, pw, dh, dw = (int(g) for g in geom[:8])
-    return dh == 1 and dw == 1 and ((sh == 1 and sw == 1) or (kh == 1 and kw == 1 and ph == 0 and pw == 0))
+    return dh == 1 and dw == 1 and kh * kw <= MAX_TAPS and (
+        (sh == 1 and sw == 1) or (kh == 1 and kw == 1 and ph == 0 and pw == 0))
 
 
 def direct_conv_ok(w: np.ndarray, w_zp, geom) -> bool:
@@ -384,7 +428,7 @@ def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=Non
     backend = backend or "numba"
     if not direct_geometry_ok(geom):
         raise ValueError(f"conv_int8_direct takes stride-1 convolutions, or 1x1 ones without padding, with "
-                         f"no dilation (geom KH, KW, strides, pads, dilations = {list(geom[:8])}): use "
+                         f"no dilation and at most {MAX_TAPS} window taps (geom KH, KW, strides, pads, dilations = {list(geom[:8])}): use "
                          f"ops.conv_int8.conv_int8, which takes any 2-D convolution")
     tile = tile or int8_tile(backend)
     kh, kw, sh, sw, pt, pl = (int(g) for g in geom[:6])

@@ -21,7 +21,7 @@ INT8_ARITHMETIC = ("exact", "saturating")
 
 def set_int8_arithmetic(g, arithmetic: str) -> int:
     """Hand ``arithmetic`` to every node whose op takes an ``int8_arithmetic`` param (the int8
-    convolutions, ops/quant_conv.py); -> how many nodes changed.  After fusion, so fused nodes
+    convolutions, ops/quant_conv.py, and GEMMs, ops/quant_matmul.py); -> how many nodes changed.  After fusion, so fused nodes
     get it too."""
     changed = 0
     for n in g.nodes:

@@ -339,7 +339,7 @@ class Graph:
         may exceed ``max_tensor_bytes`` (default OPDSL_MAX_TENSOR_BYTES, 4 GiB).  ``tiling``: ops
         that declare tiling run as tiles across the cores (None: on unless OPDSL_NO_TILING=1;
         False: off; an int n: up to n tiles per op whatever the size; docs/ops.md "Tiling").
-        ``int8_arithmetic="saturating"``: int8 convolutions sum u8·i8 pairs in saturating i16 where
+        ``int8_arithmetic="saturating"``: int8 convolutions and GEMMs sum u8·i8 pairs in saturating i16 where
         that is faster (AVX2 without VNNI), as onnxruntime's kernels do there; default "exact"
         (docs/ops.md, "Exact or saturating int8 products")."""
         return _installed("compile")(self, backend=backend, formats=formats, fold=fold,

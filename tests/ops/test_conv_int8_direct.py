@@ -65,6 +65,34 @@ def test_direct_conv_requantizes_per_channel_with_bias_and_clamp(backend, ydt):
     np.testing.assert_array_equal(y[0], want)
 
 
+@pytest.mark.parametrize("backend", ["interpreter", "opencl", pytest.param("numba", marks=pytest.mark.slow)],
+                         indirect=True)
+@pytest.mark.parametrize("h, wd, k, pad, ydt", [
+    (5, 13, 3, 1, np.uint8),   # OW 13, Wp 15: most vectors cross a row (squeezenet's 13x13 layers)
+    (4, 9, 3, 0, np.int32),    # OW 7 < 8 lanes on the compiled backends: lane by lane there
+    (3, 17, 2, 0, np.int32),   # one dropped column per row; i32 sums
+    (6, 8, 3, 1, np.uint8),    # OW = 8 lanes exactly
+])
+def test_direct_conv_stores_rows_that_cross_a_vector(backend, h, wd, k, pad, ydt):
+    """Output rows whose width is not a multiple of the vector: a vector of positions spans the
+    end of one row, the dropped columns and the next row; its lanes are picked in place (or go
+    lane by lane where the row is narrower than a vector), with no lane lost or written twice
+    wrong, requantized or as i32."""
+    x, w = data(np.uint8, (2, 6, h, wd), 255), data(np.int8, (8, 6, k, k), -128)
+    oh, ow, geom = geometry(h, wd, k, 1, pad)
+    acc = conv_exact(x, w, 9, 0, (1, 1), (pad,) * 4, (1, 1))
+    y = np.full((2, 8, oh, ow), 77, ydt)
+    if ydt == np.int32:
+        conv_int8_direct(x, w, y, np.array([9], np.uint8), geom, backend=backend, tile=tile_for(backend))
+        np.testing.assert_array_equal(y, acc)
+        return
+    mult = RNG.uniform(1e-4, 2e-3, 8).astype(np.float32)
+    conv_int8_direct(x, w, y, np.array([9], np.uint8), geom, mult, None, y_zp=128, backend=backend,
+                     tile=tile_for(backend))
+    want = np.stack([np.stack([requantized(acc[n, i], mult[i], 0, 128, np.uint8) for i in range(8)]) for n in range(2)])
+    np.testing.assert_array_equal(y, want)
+
+
 def test_direct_conv_names_the_geometry_it_does_not_take():
     x, w = data(np.uint8, (1, 4, 9, 9)), data(np.int8, (2, 4, 3, 3))
     y = np.zeros((1, 2, 4, 4), np.int32)
@@ -80,6 +108,19 @@ def test_direct_conv_takes_any_weight_zero_point_and_its_geometries():
     assert direct_conv_ok(wu, None, geom)
     assert not direct_conv_ok(w8, None, geometry(8, 8, 3, 2, 1)[2])  # strided 3x3: im2col path
     assert not direct_conv_ok(w8, None, [3, 3, 1, 1, 2, 2, 2, 2, 8, 8])  # dilated
+    assert not direct_conv_ok(w8, None, geometry(8, 8, 5, 1, 2)[2])  # 25 taps: past the unroll budget
+
+
+@pytest.mark.parametrize("compiled_backend", ["opencl", pytest.param("numba", marks=pytest.mark.slow)], indirect=True)
+def test_five_by_five_qlinear_conv_takes_the_im2col_gemm(compiled_backend):
+    """A 5×5 stride-1 convolution (more taps than the direct kernel unrolls: it failed to compile
+    there) runs exact on the im2col GEMM."""
+    import ops.conv_int8 as conv_int8
+    x, w = data(np.uint8, (1, 4, 7, 9), 255), data(np.int8, (3, 4, 5, 5), -128)
+    oh, ow, geom = geometry(7, 9, 5, 1, 2)
+    y = np.zeros((1, 3, oh, ow), np.int32)
+    conv_int8.conv_int8(x, w, y, np.array([3], np.uint8), None, geom, backend=compiled_backend)
+    np.testing.assert_array_equal(y, conv_exact(x, w, 3, 0, (1, 1), (2,) * 4, (1, 1)))
 
 
 @pytest.mark.parametrize("compiled_backend", NUMBA_SLOW, indirect=True)

@@ -1,5 +1,5 @@
-"""Strided int8 convolutions on the direct kernel through space-to-depth (ops/conv_int8_strided.py)
-on every backend against numpy's exact sums: 3×3/2 padded, a 7×7/2 stem on 3 channels, 5×5/3
+"""Strided int8 convolutions on the direct kernel through space-to-depth or window taps as channels
+(ops/conv_int8_strided.py) on every backend against numpy's exact sums: 3×3/2 padded, a 7×7/2 stem on 3 channels, 5×5/3
 with odd sizes, u8 weights around 0 (window sums) and per-channel zero points, and QLinearConv
 with strides 2 taking that path (no im2col matrix) with its requantization equal to numpy's."""
 import numpy as np
@@ -23,15 +23,24 @@ CASES = [
 
 @pytest.mark.parametrize("backend", ["interpreter", "opencl", pytest.param("numba", marks=pytest.mark.slow)],
                          indirect=True)
+@pytest.mark.parametrize("layout", ["depth", "taps"])
 @pytest.mark.parametrize("xdt, wdt, xz, wz, c, m, h, wd, k, stride, pad", CASES)
-def test_strided_conv_is_exact(backend, xdt, wdt, xz, wz, c, m, h, wd, k, stride, pad):
+def test_strided_conv_is_exact(backend, xdt, wdt, xz, wz, c, m, h, wd, k, stride, pad, layout):
+    """Both rearrangements: space-to-depth and every window tap a channel (``layout``)."""
     x, w = data(xdt, (2, c, h, wd)), data(wdt, (m, c, k, k))
     wz = np.array(wz, wdt)
     oh, ow, geom = geometry(h, wd, k, stride, pad)
     assert strided_geometry_ok(geom)
     y = np.zeros((2, m, oh, ow), np.int32)
-    conv_int8_strided(x, w, y, np.array([xz], xdt), wz, geom, backend=backend)
+    conv_int8_strided(x, w, y, np.array([xz], xdt), wz, geom, backend=backend, layout=layout)
     np.testing.assert_array_equal(y, conv_exact(x, w, xz, wz, (stride, stride), (pad,) * 4, (1, 1)))
+
+
+def test_layout_is_the_one_with_fewer_products():
+    from ops.conv_int8_strided import choose_layout
+    assert choose_layout(3, 3, 3, 2) == "taps"    # squeezenet's stem: 28 products an output against 48
+    assert choose_layout(3, 7, 7, 2) == "depth"   # ResNet's 7x7/2 stem: 148 against 192, not worth 12x the image
+    assert choose_layout(6, 5, 5, 3) == "depth"
 
 
 def test_strided_conv_names_the_geometry_it_does_not_take():
@@ -42,6 +51,10 @@ def test_strided_conv_names_the_geometry_it_does_not_take():
     with pytest.raises(ValueError, match=r"equal strides 2 to 4.*\[3, 3, 1, 1, 1, 1, 1, 1\].*conv_int8"):
         conv_int8_strided(x, w, y, np.array([0], np.uint8), None, [3, 3, 1, 1, 1, 1, 1, 1, 9, 9],
                           backend="interpreter")
+    assert not strided_geometry_ok([9, 9, 2, 2, 4, 4, 1, 1, 5, 5])  # 25 taps after space-to-depth
+    with pytest.raises(ValueError, match=r"layout='im2col' is not one of depth, taps"):
+        conv_int8_strided(x, w, np.zeros((1, 2, 4, 4), np.int32), np.array([0], np.uint8), None,
+                          [3, 3, 2, 2, 0, 0, 1, 1, 4, 4], backend="interpreter", layout="im2col")
 
 
 @pytest.mark.parametrize("compiled_backend", NUMBA_SLOW, indirect=True)

@@ -1,6 +1,8 @@
-"""MatMulInteger, QLinearMatMul and DynamicQuantizeLinear on every backend against numpy."""
+"""MatMulInteger, QLinearMatMul and DynamicQuantizeLinear on every backend against numpy, and
+their ``int8_arithmetic`` (exact by default, onnxruntime's saturating pairs on request)."""
 import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 import dsl
 import ops
@@ -91,3 +93,68 @@ def test_errors_name_the_input():
         ops.MatMulInteger(a, q((4, 2), np.int8), q((7,), np.uint8), backend="interpreter")
     with pytest.raises(VerifyError, match="DynamicQuantizeLinear input must be f32"):
         ops.DynamicQuantizeLinear(np.zeros(3, np.float64), backend="interpreter")
+
+
+def saturating_matmul(op_type):
+    """MatMulInteger or QLinearMatMul 16×64 · 64×32 (enough to pack): B's columns 0-7 at 127 (each
+    255·127 pair is 64770, past i16), the rest random; A mostly 255; -> (model, a, exact y)."""
+    rng = np.random.default_rng(1630)
+    b = rng.integers(-128, 128, (64, 32)).astype(np.int8)
+    b[:, :8] = 127
+    a = rng.integers(0, 256, (16, 64)).astype(np.uint8)
+    a[:, :48] = 255
+    acc = (a.astype(np.int64) - 3) @ b.astype(np.int64)
+    if op_type == "MatMulInteger":
+        inits = {"b": b, "za": np.array(3, np.uint8), "zb": np.array(0, np.int8)}
+        node = helper.make_node("MatMulInteger", ["a", "b", "za", "zb"], ["y"])
+        out, want = TensorProto.INT32, acc
+    else:
+        inits = {"sa": np.array(0.02, np.float32), "za": np.array(3, np.uint8), "b": b,
+                 "sb": np.array(0.004, np.float32), "zb": np.array(0, np.int8), "sy": np.array(40.0, np.float32),
+                 "zy": np.array(128, np.uint8)}
+        node = helper.make_node("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"], ["y"])
+        mult = np.float32(0.02) * np.float32(0.004) / np.float32(40.0)
+        out, want = TensorProto.UINT8, np.clip(np.rint(acc.astype(np.float32) * mult) + 128, 0, 255).astype(np.uint8)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", TensorProto.UINT8, [16, 64])],
+                              [helper.make_tensor_value_info("y", out, [16, 32])],
+                              [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), a, want
+
+
+@pytest.mark.parametrize("compiled_backend", ["opencl", pytest.param("numba", marks=pytest.mark.slow)],
+                         indirect=True)
+@pytest.mark.parametrize("op_type", ["MatMulInteger", "QLinearMatMul"])
+def test_int8_gemm_is_exact_by_default_and_saturates_only_on_request(compiled_backend, op_type):
+    """``int8_arithmetic="saturating"`` reaches the packed GEMM: on AVX2 without VNNI its products
+    then saturate as onnxruntime's do (equal to its outputs), elsewhere they stay exact."""
+    from ops.gemm_int8 import saturating_pairs_pay
+    proto, a, want = saturating_matmul(op_type)
+    exact = dsl.load_onnx(proto, backend=compiled_backend)
+    np.testing.assert_array_equal(exact.run({"a": a})["y"], want)
+    got = dsl.load_onnx(proto, backend=compiled_backend, int8_arithmetic="saturating").run({"a": a})["y"]
+    if not saturating_pairs_pay(compiled_backend):
+        np.testing.assert_array_equal(got, want)
+        return
+    assert (got[:, :8] != want[:, :8]).all()  # the columns at 127 saturate (random ones may too)
+    ort = pytest.importorskip("onnxruntime")
+    sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(got, sess.run(None, {"a": a})[0])
+
+
+def test_int8_gemm_arithmetic_reaches_the_launch_and_names_what_it_accepts():
+    """The packed GEMM's compile-time SAT (recorded, not run): 1 for "saturating" where it pays on
+    full-range B, 0 when exact; a bad value is a VerifyError naming the accepted ones."""
+    from ops.gemm_int8 import saturating_pairs_pay
+    from ops.quant_matmul import _run_packed
+    b = q((64, 32), np.int8)
+
+    def sat(arithmetic):
+        calls = []
+        _run_packed(q((16, 64), np.uint8), None, b, None, np.zeros((16, 32), np.int32), None, None, "numba",
+                    lambda *args, **kwargs: calls.append(kwargs["SAT"]), arithmetic)
+        return calls[0]
+    assert sat("saturating") == int(saturating_pairs_pay("numba")) and sat("exact") == 0
+    g = dsl.Graph("g")
+    x = g.input("a", (16, 64), dsl.u8)
+    with pytest.raises(VerifyError, match=r"MatMulInteger int8_arithmetic='fast': accepted 'exact' or 'saturating'"):
+        ops.MatMulInteger(int8_arithmetic="fast")(x, g.constant("b", b))
