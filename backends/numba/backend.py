@@ -287,6 +287,17 @@ def _save_source(stem: str, source: str) -> Optional[Path]:
 # --------------------------------------------------------------------------- launching
 
 
+def _entries_of(mod) -> Dict[str, Callable]:
+    """The module's entries besides ``launch_serial``.  grid > 1 (or no sync): tiles/threads in one
+    prange; one team with sync: launch_team; an n-d grid (gx, gy, gz): the _nd entries, compiled
+    on first use like the parallel ones."""
+    entries = {"launch_parallel": mod.launch_parallel, "launch_serial_nd": mod.launch_serial_nd,
+               "launch_parallel_nd": mod.launch_parallel_nd}
+    if hasattr(mod, "launch_team"):
+        entries["launch_team"] = mod.launch_team
+    return entries
+
+
 class NumbaLauncher(Launcher):
     """Runs one specialization; the per-launch Python work is a few attribute reads."""
 
@@ -342,22 +353,18 @@ class NumbaLauncher(Launcher):
             self._entries = dict.fromkeys(deferred_module.entry_names(self._source))
             return
         self._serial = mod.launch_serial
-        # grid > 1 (or no sync): tiles/threads in one prange; one team with sync: launch_team;
-        # an n-d grid (gx, gy, gz): the _nd entries, compiled on first use like the parallel ones
-        self._entries = {"launch_parallel": mod.launch_parallel, "launch_serial_nd": mod.launch_serial_nd,
-                         "launch_parallel_nd": mod.launch_parallel_nd}
-        if hasattr(mod, "launch_team"):
-            self._entries["launch_team"] = mod.launch_team
+        self._entries = _entries_of(mod)
 
     def _module_ready(self) -> pytypes.ModuleType:
         """The generated module, executed now if ``lazy_launcher(deferred=True)`` left it for later:
-        a model loaded from its plans binds ~70 launches, whose ~80 dispatchers it never all runs."""
+        a model loaded from its plans binds ~70 launches, whose ~80 dispatchers it never all runs.
+        ``_serial`` stays ``_serial_when_ready`` (the module is deferred only while it is pending)."""
         if self._module is None:
             with self._lock:
                 if self._module is None:
-                    self._bind(_exec_module(self._stem, self._source, self.source_path), self.source_path)
-                    if self._pending:
-                        self._serial = self._serial_when_ready
+                    mod = _exec_module(self._stem, self._source, self.source_path)
+                    self._entries = _entries_of(mod)
+                    self._module = mod  # last: readers test it without the lock
         return self._module
 
     # ------------------------------------------------------------------ compile batches
