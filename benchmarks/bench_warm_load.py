@@ -18,6 +18,8 @@ cache entries), interleaved with this tree's in every round, so both see the sam
     python -m benchmarks.bench_warm_load --model resnet50 --rounds 5 --artifact --baseline /tmp/base
 
 ``--mmap`` (with ``--artifact``): this tree's ``load_model(path, mmap=True)`` as one more child per round.
+With ``--baseline`` the summary ends with the per-round CPU ratios of the two trees' ``load_model``
+children (import, load, first run, total), paired by round.
 
 Each child also reports its process CPU time (every thread's user + system seconds) per phase,
 and the summary gives CPU medians beside the wall ones: on a machine shared with other work the
@@ -170,6 +172,18 @@ def artifact_rounds(model: str, backend: str, rounds: int, baseline: Path = None
             print(f"  CPU, median {label}: onnxruntime {theirs:.2f} s; " + "; ".join(
                 f"{name} {statistics.median(cpu(r) for r in rs):.2f} s = "
                 f"{statistics.median(cpu(r) for r in rs) / theirs:.2f}x" for name, rs in sides))
+        if baseline is not None:
+            _print_paired(rows["opdsl"], rows["baseline opdsl"])
+
+
+def _print_paired(mine: list, theirs: list) -> None:
+    """Per-round CPU ratios of this tree's load_model child to the baseline's (run next to each
+    other, so both saw the same load), and their medians: steadier than a ratio of medians."""
+    parts = {"import": lambda c: c["import"], "load": lambda c: c["load"], "first run": lambda c: c["first_run"],
+             "total": lambda c: c["total"]}
+    print("paired CPU, median of per-round ratios this tree / baseline (load_model children): " + "; ".join(
+        f"{part} {statistics.median(get(a['cpu']) / get(b['cpu']) for a, b in zip(mine, theirs)):.2f}"
+        for part, get in parts.items()))
 
 
 def run_child(model: str, backend: str, plan_cache: bool, env_extra=None, root: Path = ROOT) -> dict:

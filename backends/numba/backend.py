@@ -37,7 +37,7 @@ from backends.numba import entry_choice
 from backends.numba import frozen as frz
 from backends.numba import launch_work
 from backends.numba import link_once, parallel_compile
-from backends.numba import warm_bytecode
+from backends.numba import deferred_module, warm_bytecode
 from backends.numba.regions import Program
 
 # A launch runs serially when its tensors hold fewer elements than this in total and the
@@ -260,10 +260,14 @@ def load(request: CompileRequest, source: str, made=None,
 def _make_module(stem: str, source: str) -> Tuple[pytypes.ModuleType, Optional[Path]]:
     """The module executed from ``source`` with its dispatchers on the disk cache; nothing compiled yet."""
     path = _save_source(stem, source)
+    return _exec_module(stem, source, path), path
+
+
+def _exec_module(stem: str, source: str, path: Optional[Path]) -> pytypes.ModuleType:
     mod = _exec_source(source, stem, path)
     if path is not None:
         machine_cache.attach(mod, path.parent, machine_cache.source_stamp(source), stem)
-    return mod, path
+    return mod
 
 
 def _save_source(stem: str, source: str) -> Optional[Path]:
@@ -281,6 +285,17 @@ def _save_source(stem: str, source: str) -> Optional[Path]:
 
 
 # --------------------------------------------------------------------------- launching
+
+
+def _entries_of(mod) -> Dict[str, Callable]:
+    """The module's entries besides ``launch_serial``.  grid > 1 (or no sync): tiles/threads in one
+    prange; one team with sync: launch_team; an n-d grid (gx, gy, gz): the _nd entries, compiled
+    on first use like the parallel ones."""
+    entries = {"launch_parallel": mod.launch_parallel, "launch_serial_nd": mod.launch_serial_nd,
+               "launch_parallel_nd": mod.launch_parallel_nd}
+    if hasattr(mod, "launch_team"):
+        entries["launch_team"] = mod.launch_team
+    return entries
 
 
 class NumbaLauncher(Launcher):
@@ -332,14 +347,25 @@ class NumbaLauncher(Launcher):
         self._module = mod
         self._direct: Dict[str, Callable] = {}  # entry name -> its compiled entry point (Frozen launches)
         self._disk = path is not None
-        self._serial = mod.launch_serial
-        # grid > 1 (or no sync): tiles/threads in one prange; one team with sync: launch_team;
-        # an n-d grid (gx, gy, gz): the _nd entries, compiled on first use like the parallel ones
-        self._entries = {"launch_parallel": mod.launch_parallel, "launch_serial_nd": mod.launch_serial_nd,
-                         "launch_parallel_nd": mod.launch_parallel_nd}
-        if hasattr(mod, "launch_team"):
-            self._entries["launch_team"] = mod.launch_team
         self.source_path = path
+        if mod is None:  # a warm launcher's module runs on first need (_module_ready), not at load
+            self._serial = self._serial_when_ready
+            self._entries = dict.fromkeys(deferred_module.entry_names(self._source))
+            return
+        self._serial = mod.launch_serial
+        self._entries = _entries_of(mod)
+
+    def _module_ready(self) -> pytypes.ModuleType:
+        """The generated module, executed now if ``lazy_launcher(deferred=True)`` left it for later:
+        a model loaded from its plans binds ~70 launches, whose ~80 dispatchers it never all runs.
+        ``_serial`` stays ``_serial_when_ready`` (the module is deferred only while it is pending)."""
+        if self._module is None:
+            with self._lock:
+                if self._module is None:
+                    mod = _exec_module(self._stem, self._source, self.source_path)
+                    self._entries = _entries_of(mod)
+                    self._module = mod  # last: readers test it without the lock
+        return self._module
 
     # ------------------------------------------------------------------ compile batches
     def which(self, args: Sequence, grid: Grid) -> str:
@@ -368,7 +394,9 @@ class NumbaLauncher(Launcher):
         if sig is None:  # a model notes ~70 launches of ~10 entries while it loads: types built once each
             sig = self._entry_sigs[which] = signature(self.kernel_ir, self._sites is not None,
                                                       nd=which.endswith("_nd"), gate=self._gate is not None)
-        fn = self._module.launch_serial if which == "launch_serial" else self._entries[which]
+        if self._module is None and deferred_module.on_disk(self._stem, self._source, which):
+            return  # a deferred module's entry the cache holds: loaded on first use, nothing to send
+        fn = self._module_ready().launch_serial if which == "launch_serial" else self._entries[which]
         if not parallel_compile.wanted() or machine_cache.cached(fn, sig):
             return
         self._jobs[which] = parallel_compile.submit(batch, self._stem, self._source, self.name, which, sig)
@@ -391,7 +419,7 @@ class NumbaLauncher(Launcher):
             if not self._pending:
                 return
             parallel_compile.wait(self._jobs.pop("launch_serial", None))
-            mod, path = load(self._request, self._source, (self._module, self.source_path), self._gate is not None)
+            mod, path = load(self._request, self._source, (self._module_ready(), self.source_path), self._gate is not None)
             self._bind(mod, path)
             self._pending = False
 
@@ -445,8 +473,12 @@ class NumbaLauncher(Launcher):
     def _entry(self, which: str, args: Sequence, grid: int):
         """What runs entry ``which``: its compiled entry point for ``Frozen`` values (the
         dispatcher's typing skipped), else the dispatcher."""
+        if type(args) is frz.Frozen and which == "launch_serial" and self._pending:
+            # loaded (or compiled) first, so this launch too runs the entry point: the dispatcher
+            # would type each argument (numba's typeof imports numpy.ma for its masked-array check)
+            self._serial_ready()
         fn = self._serial if which == "launch_serial" else self._parallel_entry(grid)
-        if type(args) is not frz.Frozen or (which == "launch_serial" and self._pending):
+        if type(args) is not frz.Frozen:
             return fn
         ep = self._direct.get(which)
         if ep is None:
@@ -486,6 +518,7 @@ class NumbaLauncher(Launcher):
         compiles the parallel entry."""
         self._serial_first = False
         which = "launch_team" if grid == 1 and "launch_team" in self._entries else "launch_parallel"
+        self._module_ready()
         if which in self._ready or which in self._jobs or self._sites is not None \
                 or self._sig in self._entries[which].overloads:  # compiled by another launcher of this module
             return False
@@ -604,6 +637,7 @@ class NumbaLauncher(Launcher):
         with self._lock:
             if which not in self._ready:
                 parallel_compile.wait(self._jobs.pop(which, None))  # then a cache hit, unless it failed there
+                self._module_ready()
                 fn = self._entries[which]
                 sig = signature(self.kernel_ir, self._sites is not None, nd=which.endswith("_nd"), gate=self._gate is not None)
                 if self._disk:
@@ -670,17 +704,23 @@ def _check_threading_layer() -> None:
         _serialize_parallel = True
 
 
-def lazy_launcher(request: CompileRequest, source: str, sites, facts: Optional[Dict[str, bool]] = None) -> NumbaLauncher:
+def lazy_launcher(request: CompileRequest, source: str, sites, facts: Optional[Dict[str, bool]] = None,
+                  deferred: bool = False) -> NumbaLauncher:
     """A launcher whose entry points compile on first use: the first launch compiles only the entry
     it runs (a big first launch never pays for ``launch_serial``; each entry re-optimizes the
     kernel's body with it, so an unneeded one costs about a third of a cold first call).  Inside a
     compile batch the same launcher sends the entry a prepared launch will run to a compile worker
-    (``note_launch``), and loads it from the disk cache when it is there."""
+    (``note_launch``), and loads it from the disk cache when it is there.  ``deferred`` (a warm
+    launcher, with a disk cache): the module itself is executed on first need (``_module_ready``)."""
     stem = f"{request.key}_{CODEGEN_VERSION}"
     with _modules_lock:
         hit = _modules.get(stem)
     if hit is not None:
         return NumbaLauncher(*hit[:1], request, hit[1], sites, source, facts=facts)
+    if deferred and cache.enabled():
+        path = _save_source(stem, source)
+        if path is not None:
+            return NumbaLauncher(None, request, path, sites, source, pending=True, facts=facts)
     mod, path = _make_module(stem, source)
     return NumbaLauncher(mod, request, path, sites, source, pending=True, facts=facts)
 
@@ -717,7 +757,7 @@ class NumbaBackend(Backend):
         if "work" not in facts or (isinstance(facts["work"], dict) and facts["work"].get("version") != launch_work.VERSION):
             return None  # written before launches were weighed, or by another launch_work.py: compile, rewrite
         request, source, facts = warm.restore(record, pyfunc, log_gate)
-        return lazy_launcher(request, source, None, facts)
+        return lazy_launcher(request, source, None, facts, deferred=True)
 
     def available(self) -> str:
         return ""
