@@ -9,6 +9,7 @@ import ops
 from dsl.opgraph import formats as F
 from dsl.opgraph.spec import TensorSpec
 from ops.conv_fusion import FusedConv
+from ops import conv_pointwise as pw
 from ops.conv_pointwise import conv_pointwise, launch_conv_pointwise
 from test_conv_direct import activation_ref
 
@@ -215,6 +216,24 @@ def test_pointwise_launch_passes_a_plain_int_grid(blocked):
     launch_conv_pointwise(lambda *a, **kw: seen.append(kw["grid"]), xi, w, b, y, None, (1, 1), blocked, "numba",
                           0, 0.0, 0.0)
     assert [type(g) for g in seen] == [int]
+
+
+@pytest.mark.parametrize("blocked, strides, gathers", [(True, (2, 2), True), (True, (1, 1), False),
+                                                       (False, (2, 2), False)])
+def test_strided_blocked_input_is_gathered_first(blocked, strides, gathers):
+    """A strided NCHWc16 x is copied into a compact image by a first launch (gather_strided), which
+    the convolution then reads at stride 1; stride 1 and plain x run the one launch."""
+    seen = []
+    x, w, b = data(1, 20, 9, 7, 16)
+    xi = F.to_nchwc16_ref(x) if blocked else x
+    oh, ow = (9 - 1) // strides[0] + 1, (7 - 1) // strides[1] + 1
+    y = np.zeros(F.physical_shape((1, 16, oh, ow), "nchwc16" if blocked else "plain"), np.float32)
+    launch_conv_pointwise(lambda *a, **kw: seen.append(a), xi, w, b, y, None, strides, blocked, "numba",
+                          0, 0.0, 0.0)
+    assert [int(a[5][pw.G_GATHER]) for a in seen] == ([1, 0] if gathers else [0])
+    if gathers:  # the gather writes (N, C/16, OH, OW, 16), the convolution reads it at stride 1
+        assert seen[0][4].size == seen[1][0].size == 2 * oh * ow * 16
+        np.testing.assert_array_equal(seen[1][5][[pw.G_STEP_COL, pw.G_OUT_W]], (1, oh * ow))
 
 
 def test_fire_module_concat_stays_blocked(backend):
