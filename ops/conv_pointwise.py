@@ -17,13 +17,13 @@ in either format, with any stride, and writes either format.
   shape follows the target's vector registers (``row_tile``).
 * **Weights** are reordered once into ``[oc group][ic][OCT oc]`` (ops/conv_direct.py's
   ``pack_conv_weights`` with a 1-tap window, kept per constant array by ``packed_weights``).
-* **Pixels**: tiles run along the flattened output image.  Stride 1 reads consecutive input
-  pixels.  A strided NCHWc16 x is first gathered into a compact image of the output's size
-  (``gather_strided``, oneDNN's "reduce to unit stride": in place, the broadcasts' lines were
-  half used and ResNet's projections ran ~0.7x as fast as at stride 1); a strided plain x is
-  read in place, every ``s``-th pixel of every ``s``-th row, its pixel offsets a running (row,
-  column) that wraps rows inside the tile.  A last partial tile repeats its last pixel and
-  does not store the copies.
+* **Pixels**: tiles run along the flattened output image and read consecutive NCHWc16 pixels.
+  A strided NCHWc16 x, and a plain x of 16 channels or more feeding an NCHWc16 y or a strided
+  convolution of ``GATHER_PLAIN_MIN_M`` output channels or more, is first copied into a compact NCHWc16 image of the output's size
+  (``gather_pixels``, oneDNN's "reduce to unit stride"; in place, ResNet's projections ran
+  ~0.7x as fast).  Any other strided plain x is read in place, every ``s``-th pixel
+  of every ``s``-th row, its pixel offsets a running (row, column) that wraps rows inside the
+  tile.  A last partial tile repeats its last pixel and does not store the copies.
 * **Pixel pairs**: NCHWc16 x with stride 1 runs items of 2P pixels (28 accumulators at
   AVX-512) whose x offsets are constants from one base (no offset registers to spill); the
   last item of a row overlaps the one before and stores only its new pixels.  Whole groups
@@ -64,9 +64,13 @@ G_BLOCKED_OUT = 11
 G_ROWS_TILE = 12  # 1: plain x and y, stride 1: the pixel-vector tile (run_rows)
 G_PAIR = 13  # 1: NCHWc16 x, stride 1, items of 2P pixels at constant offsets
 G_OUT_W = 14  # output pixels per row of x's grid: the flattened tiles' running (row, column) wraps here
-G_GATHER = 15  # 1: this launch only gathers a strided NCHWc16 x's pixels into y, consecutive (gather_strided)
+G_GATHER = 15  # 1: this launch only copies the pixels x's tiles read into y, NCHWc16 (gather_pixels)
 GEOM = 16
 ROWS_MAX_C = 128  # input channels up to which plain stride-1 convolutions run the pixel-vector tile
+# output channels from which a plain x is gathered into NCHWc16 first: the copy (16 scalar loads and
+# stores per pixel and block) against the convolution's M FMAs per input value; one core: M = 16
+# 1.7x slower with it (squeezenet's first squeeze), M = 64 even, M = 128 0.95x, M = 256 0.77x
+GATHER_PLAIN_MIN_M = 128
 SCRATCH = 512  # floats per thread for a tile's sums: P·NV·V and RR·RNV·V must fit
 
 
@@ -95,24 +99,35 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                    P: dsl.const[i64], RR: dsl.const[i64], RNV: dsl.const[i64]):
     """y = act(Σ_ic w[oc, ic] · x[ic, pixel·s] + bias [+ res]); x read through geom's strides
     (plain or NCHWc16), y and res NCHWc16 when geom[G_BLOCKED_OUT] else plain.  With
-    geom[G_GATHER], y = the strided pixels of NCHWc16 x, consecutive (``gather_strided``)."""
+    geom[G_GATHER], y = the pixels the tiles read, as a compact NCHWc16 image (``gather_pixels``)."""
     OCT = V * NV
     if geom[G_GATHER] == 1:
-        # y[n, cb, oh, ow, :] = x[n, cb, oh·sh, ow·sw, :]: one output row of one 16-channel block
-        # per step, whole vectors
+        # y[n, c / 16, oh, ow, c % 16] = x[n, c, oh·sh, ow·sw]: one output row of one 16-channel
+        # block per step; NCHWc16 x by whole vectors, plain x by its 16 channel rows (0 past C)
         g_cb = (geom[G_C] + BLOCK - 1) // BLOCK
         g_ow = geom[G_OUT_W]
         g_oh = geom[G_COLS] // g_ow
+        g_sxc = geom[G_SXC]
+        g_step = geom[G_STEP_COL] * geom[G_SXP]
         g_lo, g_hi = dsl.split(geom[G_N] * g_cb * g_oh, grid=True)
         for g_row in range(g_lo, g_hi):
             g_plane = g_row // g_oh
-            g_src = (g_plane // g_cb) * geom[G_SXN] + (g_plane % g_cb) * geom[G_SXB] + \
-                (g_row % g_oh) * geom[G_STEP_ROW] * BLOCK
+            g_icb = g_plane % g_cb
+            g_src = (g_plane // g_cb) * geom[G_SXN] + g_icb * geom[G_SXB] + \
+                (g_row % g_oh) * geom[G_STEP_ROW] * geom[G_SXP]
             g_dst = g_row * g_ow * BLOCK
-            for g_col in range(g_ow):
-                for g_k in dsl.static_range(BLOCK // V):
-                    y.vstore(g_dst + g_col * BLOCK + g_k * V,
-                             x.vload(g_src + g_col * geom[G_STEP_COL] * BLOCK + g_k * V, V))
+            if g_sxc == 1:
+                for g_col in range(g_ow):
+                    for g_k in dsl.static_range(BLOCK // V):
+                        y.vstore(g_dst + g_col * BLOCK + g_k * V, x.vload(g_src + g_col * g_step + g_k * V, V))
+            else:
+                g_cnt = min(BLOCK, geom[G_C] - g_icb * BLOCK)
+                for g_col in range(g_ow):
+                    for g_lane in dsl.static_range(BLOCK):
+                        g_v = f32(0)
+                        if g_lane < g_cnt:
+                            g_v = x.flat[g_src + g_lane * g_sxc + g_col * g_step]
+                        y.flat[g_dst + g_col * BLOCK + g_lane] = g_v
         return
     tile = dsl.scratch((THREADS, SCRATCH), f32)  # one tile's sums for the run-time epilogue
     if geom[G_ROWS_TILE] == 1:
@@ -454,9 +469,10 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
     if oh != (h - 1) // strides[0] + 1 or ow != (wd - 1) // strides[1] + 1:
         raise ValueError(f"conv_pointwise output {oh}x{ow} does not match input {h}x{wd} with strides "
                          f"{tuple(strides)}")
-    if blocked and tuple(strides) != (1, 1):
-        x = gather_strided(impl, x, strides, (oh, ow), backend, (cfg, rr, rnv))
-        strides = (1, 1)
+    strided = tuple(strides) != (1, 1)
+    if (blocked and strided) or (not blocked and c >= BLOCK and m >= GATHER_PLAIN_MIN_M and (blocked_out or strided)):
+        x = gather_pixels(impl, x, c, blocked, strides, (oh, ow), backend, (cfg, rr, rnv))
+        strides, blocked = (1, 1), True
         h, wd = oh, ow
     wp, bp = packed_weights(w, bias, cfg, backend)
     geom = np.zeros(GEOM, np.int64)
@@ -491,20 +507,26 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
          grid=grid)
 
 
-def gather_strided(impl, x, strides, out_hw, backend, tile) -> np.ndarray:
-    """The pixels a strided 1×1 convolution reads from NCHWc16 ``x`` (N, C/16, H, W, 16), copied
-    by ``impl``'s gather launch into a new NCHWc16 image of the output's size, which the tiles
-    then read at stride 1 (oneDNN's "reduce to unit stride").  Read in place, every s-th pixel
-    of every s-th row ran ResNet-50's three projections at 40-55 GFLOP/s against 70-75 for the
-    same layers at stride 1 (one core, AVX2): the broadcasts' lines were half used and out of
-    the hardware prefetchers' reach.  The copy is one pass over a quarter of x."""
+def gather_pixels(impl, x, c: int, blocked: bool, strides, out_hw, backend, tile) -> np.ndarray:
+    """The pixels a 1×1 convolution reads, copied by ``impl``'s gather launch into a new NCHWc16
+    image of the output's size (N, C/16, OH, OW, 16), which the tiles then read at stride 1
+    (oneDNN's "reduce to unit stride").  Read in place, a strided NCHWc16 x (every s-th pixel of
+    every s-th row) ran ResNet-50's projections at 40-55 GFLOP/s against 70-75 at stride 1 (one
+    core, AVX2): the broadcasts' lines were half used and out of the prefetchers' reach; a
+    plain x (each pixel's channels a row apart) ran ResNet's 64→256 projection 1.4x slower than
+    NCHWc16.  The copy is one pass over the pixels read."""
     cfg, rr, rnv = tile
-    n, cb, h, wd, _ = x.shape
+    n, h, wd = x.shape[0], x.shape[2], x.shape[3]
+    cb = x.shape[1] if blocked else -(-c // BLOCK)
     oh, ow = out_hw
     buf = aligned_empty(n * cb * oh * ow * BLOCK)
     geom = np.zeros(GEOM, np.int64)
-    geom[[G_GATHER, G_N, G_C, G_COLS, G_OUT_W, G_STEP_ROW, G_STEP_COL, G_SXN, G_SXB]] = \
-        (1, n, cb * BLOCK, oh * ow, ow, strides[0] * wd, strides[1], cb * h * wd * BLOCK, h * wd * BLOCK)
+    geom[[G_GATHER, G_N, G_C, G_COLS, G_OUT_W, G_STEP_ROW, G_STEP_COL]] = \
+        (1, n, cb * BLOCK if blocked else c, oh * ow, ow, strides[0] * wd, strides[1])
+    if blocked:  # x[n, c // 16, h, w, c % 16]
+        geom[[G_SXN, G_SXB, G_SXC, G_SXP]] = (cb * h * wd * BLOCK, h * wd * BLOCK, 1, BLOCK)
+    else:
+        geom[[G_SXN, G_SXB, G_SXC, G_SXP]] = (c * h * wd, BLOCK * h * wd, h * wd, 1)
     none = np.zeros(1, np.float32)
     rows = n * cb * oh
     impl(x.reshape(-1), none, none, none, buf, geom, add_res=0, act=0, act_lo=0.0, act_hi=0.0, V=cfg.V,

@@ -40,6 +40,8 @@ CASES = [  # (N, C, H, W, M, stride)
     (2, 40, 9, 15, 64, 2),  # two oc groups × images × 5 rows × (7 + 1)-pixel tiles: the item counters carry
     (3, 16, 8, 8, 20, 1),   # plain: 3 row groups × 2 pixel tiles × 3 images: the row tile's counters carry
     (2, 24, 9, 3, 20, 2),   # stride 2 onto 5x2 outputs: a tile of the flattened image wraps 2-3 rows
+    (1, 20, 5, 7, 130, 1),  # plain x gathered into NCHWc16 (M >= GATHER_PLAIN_MIN_M), lanes past C zero
+    (2, 33, 7, 6, 128, 2),  # plain x strided: gathered, batch of two, three input blocks
 ]
 
 
@@ -218,23 +220,30 @@ def test_pointwise_launch_passes_a_plain_int_grid(blocked):
     assert [type(g) for g in seen] == [int]
 
 
-@pytest.mark.parametrize("blocked, strides, gathers", [(True, (2, 2), True), (True, (1, 1), False),
-                                                       (False, (2, 2), False)])
-def test_strided_blocked_input_is_gathered_first(blocked, strides, gathers):
-    """A strided NCHWc16 x is copied into a compact image by a first launch (gather_strided), which
-    the convolution then reads at stride 1; stride 1 and plain x run the one launch."""
+@pytest.mark.parametrize("c, m, fmt_in, fmt_out, s, gathers", [
+    (20, 16, "nchwc16", "nchwc16", 2, True),   # strided NCHWc16
+    (20, 16, "nchwc16", "nchwc16", 1, False),  # already consecutive
+    (20, 128, "plain", "plain", 2, True),      # strided plain
+    (20, 128, "plain", "nchwc16", 1, True),    # plain into NCHWc16 (ResNet's projection after the stem)
+    (20, 16, "plain", "nchwc16", 1, False),    # too few output channels to pay for the copy
+    (20, 128, "plain", "plain", 1, False),     # plain to plain: the pixel-vector tile reads x in place
+    (12, 128, "plain", "nchwc16", 2, False),   # fewer than 16 input channels: read in place
+])
+def test_pixels_are_gathered_first_when_they_are_not_consecutive(c, m, fmt_in, fmt_out, s, gathers):
+    """gather_pixels: a first launch copies x's pixels into a compact NCHWc16 image that the
+    convolution then reads at stride 1; x already NCHWc16 at stride 1, plain x of few channels or
+    for few output channels, or plain to plain, run the one launch."""
     seen = []
-    x, w, b = data(1, 20, 9, 7, 16)
-    xi = F.to_nchwc16_ref(x) if blocked else x
-    oh, ow = (9 - 1) // strides[0] + 1, (7 - 1) // strides[1] + 1
-    y = np.zeros(F.physical_shape((1, 16, oh, ow), "nchwc16" if blocked else "plain"), np.float32)
-    launch_conv_pointwise(lambda *a, **kw: seen.append(a), xi, w, b, y, None, strides, blocked, "numba",
+    x, w, b = data(1, c, 9, 7, m)
+    xi = F.to_nchwc16_ref(x) if fmt_in == "nchwc16" else x
+    oh, ow = (9 - 1) // s + 1, (7 - 1) // s + 1
+    y = np.zeros(F.physical_shape((1, m, oh, ow), fmt_out), np.float32)
+    launch_conv_pointwise(lambda *a, **kw: seen.append(a), xi, w, b, y, None, (s, s), fmt_in == "nchwc16", "numba",
                           0, 0.0, 0.0)
     assert [int(a[5][pw.G_GATHER]) for a in seen] == ([1, 0] if gathers else [0])
     if gathers:  # the gather writes (N, C/16, OH, OW, 16), the convolution reads it at stride 1
         assert seen[0][4].size == seen[1][0].size == 2 * oh * ow * 16
-        np.testing.assert_array_equal(seen[1][5][[pw.G_STEP_COL, pw.G_OUT_W]], (1, oh * ow))
-
+        np.testing.assert_array_equal(seen[1][5][[pw.G_STEP_COL, pw.G_OUT_W, pw.G_SXP]], (1, oh * ow, 16))
 
 def test_fire_module_concat_stays_blocked(backend):
     """SqueezeNet's fire module: squeeze 1×1 -> expand 1×1 and 3×3 -> Concat (16-aligned
