@@ -52,6 +52,7 @@ def compile_graph(graph, backend: Optional[str] = None, formats: str = "auto", f
     early = fusion.fuse(g, before_fold=True) if fusing else 0  # e.g. QDQ -> QLinearMatMul
     stats = {"folded": passes.infer_and_fold(g, backend, fold, limit)}
     stats["fused"] = early + (fusion.fuse(g) if fusing else 0)
+    passes.remove_output_copies(g)
     stats["removed"] = passes.remove_dead(g)
     stats["reorders"] = passes.assign_formats(g) if formats == "auto" else 0
     set_int8_arithmetic(g, int8_arithmetic)

@@ -152,6 +152,30 @@ def test_outputs_that_are_inputs_or_repeated():
     assert g.constants["k"][0] == 0
 
 
+def test_an_identity_onto_an_output_is_dropped(backend):
+    """An imported graph's Identity onto a graph output (the BERT layer's last node): the node it
+    copies writes the output itself, also when later nodes read that tensor; an Identity of a
+    graph input, or of a tensor that is already an output, stays a copy."""
+    g = dsl.Graph("ids")
+    x = g.input("x", (3, 4), dsl.f32)
+    h = L.HardSigmoid(x)
+    g.output(ops.Identity(h), "y")
+    g.output(L.Tanh(h), "z")  # h is read after the Identity too
+    g.output(ops.Identity(x), "x_copy")
+    g.output(ops.Identity(g.outputs[0]), "y_copy")
+    model = g.compile(backend=backend)
+    kinds = [(n.op_type, n.inputs[0].kind) for n in model.graph.nodes if n.op_type == "Identity"]
+    assert kinds == [("Identity", "input"), ("Identity", "node")]
+    assert model.graph.outputs[0].producer.op_type == "HardSigmoid"
+    xv = RNG.standard_normal((3, 4)).astype(np.float32)
+    out = model.run({"x": xv})
+    want = L.hard_sigmoid_ref(xv)
+    np.testing.assert_allclose(out["y"], want, rtol=1e-6)
+    np.testing.assert_allclose(out["z"], np.tanh(want), rtol=1e-5)
+    np.testing.assert_array_equal(out["x_copy"], xv)
+    np.testing.assert_array_equal(out["y_copy"], out["y"])
+    assert [n.op_type for n in g.nodes].count("Identity") == 3  # the user's graph is not changed
+
 def test_multi_output_node_and_unused_output(backend):
     g = dsl.Graph("mm")
     x = g.input("x", (None, 4), dsl.f32)
