@@ -149,6 +149,26 @@ def test_conv_chain_stays_blocked(backend):
     np.testing.assert_allclose(model.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
 
 
+def test_gathered_inputs_in_a_model(backend):
+    """A plain input of 20 channels into 128 (gathered into NCHWc16 first), then a stride-2 1×1 on
+    that NCHWc16 tensor (its pixels gathered): the model's plan replays both gathers, right on a
+    second input too."""
+    x, w1, b1 = data(1, 20, 9, 7, 128)
+    _, w2, b2 = data(1, 128, 1, 1, 16)
+    g = dsl.Graph("gathers")
+    xi = g.input("x", x.shape, dsl.f32)
+    a = ops.Relu(ops.Conv(xi, g.constant("w1", w1), g.constant("b1", b1)))
+    g.output(ops.Conv(a, g.constant("w2", w2), g.constant("b2", b2), strides=[2, 2]), "y")
+    model = g.compile(backend=backend)
+    assert sorted(model.selected({"x": x}).values()) == ["pointwise", "pointwise"]
+    model.run({"x": x})
+    plan = next(iter(model._plans.values())).first
+    assert [hi - lo for n, lo, hi in plan.spans if n.op_type in ("Conv", "FusedConv")] == [2, 2]  # gather, conv
+    for xv in (x, RNG.standard_normal(x.shape).astype(np.float32)):
+        a_ref = np.maximum(pointwise_ref(xv, w1, b1), 0)
+        np.testing.assert_allclose(model.run({"x": xv})["y"], pointwise_ref(a_ref, w2, b2, (2, 2)),
+                                   rtol=1e-4, atol=1e-4)
+
 def test_single_conv_writes_plain_output():
     """A 1×1 conv whose output is the graph output writes plain itself: no reorder at all."""
     x, w, b = data(1, 20, 4, 4, 32)
