@@ -5,8 +5,9 @@ direct kernel (ops/conv_direct.py) keeps its partial sums in scratch between 16-
 blocks because a 3×3 window's weights must stay in L1; here one tile sums over every input
 channel in registers (oneDNN's 1×1 "reduce_dim" loop innermost), so a tile is loaded from and
 stored to memory once.  The GEMM route (ops/gemm_packed.py) packs the activations into B
-panels at every call and only reads and writes plain tensors; this kernel reads x in place
-in either format, with any stride, and writes either format.
+panels at every call and only reads and writes plain tensors; this kernel reads x in either
+format, with any stride (in place, or gathered once into a compact NCHWc16 image), and writes
+either format.
 
 * **Tile**: ``P`` output pixels × ``NV`` vectors of ``V`` output channels
   (``dsl.local((P, NV), simd(f32, V))``).  Per input channel it loads ``NV`` weight vectors
@@ -19,11 +20,12 @@ in either format, with any stride, and writes either format.
   ``pack_conv_weights`` with a 1-tap window, kept per constant array by ``packed_weights``).
 * **Pixels**: tiles run along the flattened output image and read consecutive NCHWc16 pixels.
   A strided NCHWc16 x, and a plain x of 16 channels or more feeding an NCHWc16 y or a strided
-  convolution of ``GATHER_PLAIN_MIN_M`` output channels or more, is first copied into a compact NCHWc16 image of the output's size
-  (``gather_pixels``, oneDNN's "reduce to unit stride"; in place, ResNet's projections ran
-  ~0.7x as fast).  Any other strided plain x is read in place, every ``s``-th pixel
-  of every ``s``-th row, its pixel offsets a running (row, column) that wraps rows inside the
-  tile.  A last partial tile repeats its last pixel and does not store the copies.
+  convolution of ``GATHER_PLAIN_MIN_M`` output channels or more, is first copied into a
+  compact NCHWc16 image of the output's size (``gather_pixels``, oneDNN's "reduce to unit
+  stride"; in place, ResNet's projections ran ~0.7x as fast).  Any other strided plain x is
+  read in place, every ``s``-th pixel of every ``s``-th row, its pixel offsets a running (row,
+  column) that wraps rows inside the tile.  A last partial tile repeats its last pixel and does
+  not store the copies.
 * **Pixel pairs**: NCHWc16 x with stride 1 runs items of 2P pixels (28 accumulators at
   AVX-512) whose x offsets are constants from one base (no offset registers to spill); the
   last item of a row overlaps the one before and stores only its new pixels.  Whole groups
@@ -51,7 +53,8 @@ import numpy as np
 import dsl
 from dsl import In, Out, f32, i32, i64
 from ops import register_tiles
-from ops.conv_direct import DirectConfig, aligned_empty, balanced_grid, oc_groups, packed_weights, store_last_block
+from ops.conv_direct import (DirectConfig, aligned_empty, balanced_grid, oc_groups, packed_weights,
+                              store_last_block)
 from ops.gemm_packed import ACT_RELU, activation
 
 THREADS = 4
@@ -469,7 +472,8 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
         raise ValueError(f"conv_pointwise output {oh}x{ow} does not match input {h}x{wd} with strides "
                          f"{tuple(strides)}")
     strided = tuple(strides) != (1, 1)
-    if (blocked and strided) or (not blocked and c >= BLOCK and m >= GATHER_PLAIN_MIN_M and (blocked_out or strided)):
+    plain_gather = not blocked and c >= BLOCK and m >= GATHER_PLAIN_MIN_M and (blocked_out or strided)
+    if (blocked and strided) or plain_gather:
         x = gather_pixels(impl, x, c, blocked, strides, (oh, ow), backend, (cfg, rr, rnv))
         strides, blocked = (1, 1), True
         h, wd = oh, ow
