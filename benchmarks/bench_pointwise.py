@@ -3,7 +3,7 @@ out, bias + Relu), on the parallel entry: best and median µs per layer, and the
 (tile path, items, grid).  ``--base FILE`` times a second copy of ops/conv_pointwise.py (e.g.
 ``git show HEAD:ops/conv_pointwise.py``) alternating with this one, for A/B on a noisy machine.
 
-    python -m benchmarks.bench_pointwise [--base /tmp/old_pw.py] [--rounds 30] [--only sq] [--serial]
+    python -m benchmarks.bench_pointwise [--base /tmp/old_pw.py] [--rounds 30] [--only sq] [--serial] [--cpu]
 """
 from __future__ import annotations
 
@@ -38,6 +38,7 @@ LAYERS = {
     "ex13 64>256": (64, 13, 13, 256, 1, True, True),
     "head 512>1000": (512, 13, 13, 1000, 1, True, True),
     "r50 64>256 56": (64, 56, 56, 256, 1, True, True),
+    "r50 64>256 56 plain x": (64, 56, 56, 256, 1, False, True),  # the projection after the plain stem
     "r50 256>64 56": (256, 56, 56, 64, 1, True, True),
     "r50 256>512 s2": (256, 56, 56, 512, 2, True, True),
     "r50 512>1024 s2": (512, 28, 28, 1024, 2, True, True),
@@ -81,18 +82,18 @@ def setup(layer):
 
 
 class Recorder:
-    """Takes the launch ``launch_conv_pointwise`` makes and keeps it bound, so the timed loop
-    runs only the kernel (no argument binding, no packing lookup) on the serial or the parallel
-    entry."""
+    """Takes the launches ``launch_conv_pointwise`` makes (a gather, then the convolution, where
+    x's pixels are not consecutive) and keeps them bound, so the timed loop runs only the kernel
+    (no argument binding, no packing lookup) on the serial or the parallel entry."""
 
     def __init__(self, kernel):
         self.kernel = kernel
-        self.launch = None
+        self.launches = []
 
     def __call__(self, *args, backend=None, grid=None, **kwargs):
         launcher, values, g = self.kernel.prepare(args, kwargs, backend=backend, grid=grid)
         values = launcher._adapt(values)
-        self.launch = (launcher, values, g)
+        self.launches.append((launcher, values, g))
 
 
 def bound(mod, args):
@@ -100,10 +101,11 @@ def bound(mod, args):
     xi, wt, b, y, _, bx, st = args
     rec = Recorder(mod.conv_pointwise)
     mod.launch_conv_pointwise(rec, xi, wt, b, y, None, st, bx, "numba", ACT_RELU, 0.0, 0.0)
-    launcher, values, g = rec.launch
     if SERIAL:
-        return lambda: launcher._run(launcher._serial, values, g)
-    return lambda: launcher._run_parallel(values, g)
+        runs = [(launcher._run, launcher._serial, values, g) for launcher, values, g in rec.launches]
+        return lambda: [run(entry, values, g) for run, entry, values, g in runs]
+    runs = [(launcher._run_parallel, values, g) for launcher, values, g in rec.launches]
+    return lambda: [run(values, g) for run, values, g in runs]
 
 
 SERIAL = False
@@ -121,9 +123,11 @@ def main():
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--only", default="")
     ap.add_argument("--serial", action="store_true", help="time the serial entry (one core)")
+    ap.add_argument("--cpu", action="store_true", help="CPU time (time.process_time): on a shared machine")
     a = ap.parse_args()
     global SERIAL
     SERIAL = a.serial
+    clock = time.process_time if a.cpu else time.perf_counter
     numba_backend.SERIAL_MAX_ELEMENTS = 0  # every launch on the parallel entry
     mods = [("new", pw)] + ([("base", load_module(a.base, "pw_base"))] if a.base else [])
     for name, layer in LAYERS.items():
@@ -142,14 +146,15 @@ def main():
             fns.append((k, fn))
         for r in range(a.rounds):
             for k, fn in (fns if r % 2 == 0 else fns[::-1]):
-                t0 = time.perf_counter()
+                t0 = clock()
                 for _ in range(5):
                     fn()
-                times[k].append((time.perf_counter() - t0) / 5 * 1e6)
+                times[k].append((clock() - t0) / 5 * 1e6)
         c, h, w, m, s, _, _ = layer
         gflop = 2 * c * m * ((h - 1) // s + 1) * ((w - 1) // s + 1) / 1e3
         row = " ".join(f"{k} best {min(v):7.1f} med {np.median(v):7.1f}" for k, v in times.items())
-        ratio = f" new/base {np.median(times['new']) / np.median(times['base']):.2f}" if a.base else ""
+        ratio = (f" new/base best {min(times['new']) / min(times['base']):.2f} med "
+                 f"{np.median(times['new']) / np.median(times['base']):.2f}" if a.base else "")
         print(f"{name:20s} {row}{ratio}  ({gflop / min(times['new']):.0f} GFLOP/s)", flush=True)
 
 

@@ -5,8 +5,9 @@ direct kernel (ops/conv_direct.py) keeps its partial sums in scratch between 16-
 blocks because a 3×3 window's weights must stay in L1; here one tile sums over every input
 channel in registers (oneDNN's 1×1 "reduce_dim" loop innermost), so a tile is loaded from and
 stored to memory once.  The GEMM route (ops/gemm_packed.py) packs the activations into B
-panels at every call and only reads and writes plain tensors; this kernel reads x in place
-in either format, with any stride, and writes either format.
+panels at every call and only reads and writes plain tensors; this kernel reads x in either
+format, with any stride (in place, or gathered once into a compact NCHWc16 image), and writes
+either format.
 
 * **Tile**: ``P`` output pixels × ``NV`` vectors of ``V`` output channels
   (``dsl.local((P, NV), simd(f32, V))``).  Per input channel it loads ``NV`` weight vectors
@@ -17,12 +18,14 @@ in either format, with any stride, and writes either format.
   shape follows the target's vector registers (``row_tile``).
 * **Weights** are reordered once into ``[oc group][ic][OCT oc]`` (ops/conv_direct.py's
   ``pack_conv_weights`` with a 1-tap window, kept per constant array by ``packed_weights``).
-* **Pixels**: tiles run along the flattened output image.  Stride 1 reads consecutive input
-  pixels; a strided tile reads every ``s``-th input pixel of every ``s``-th row in place (no
-  gather buffer, oneDNN's "rtus" copy is not needed because the broadcast reads one value per
-  pixel anyway), its pixel offsets a running (row, column) that wraps rows inside the tile:
-  tiles per output row wasted 5 of 12 pixels at 7×7 (ResNet's 1024→2048 projection) and 4 of
-  18 at 14×14.  A last partial tile repeats its last pixel and does not store the copies.
+* **Pixels**: tiles run along the flattened output image and read consecutive NCHWc16 pixels.
+  A strided NCHWc16 x, and a plain x of 16 channels or more feeding an NCHWc16 y or a strided
+  convolution of ``GATHER_PLAIN_MIN_M`` output channels or more, is first copied into a
+  compact NCHWc16 image of the output's size (``gather_pixels``, oneDNN's "reduce to unit
+  stride"; in place, ResNet's projections ran ~0.7x as fast).  Any other strided plain x is
+  read in place, every ``s``-th pixel of every ``s``-th row, its pixel offsets a running (row,
+  column) that wraps rows inside the tile.  A last partial tile repeats its last pixel and does
+  not store the copies.
 * **Pixel pairs**: NCHWc16 x with stride 1 runs items of 2P pixels (28 accumulators at
   AVX-512) whose x offsets are constants from one base (no offset registers to spill); the
   last item of a row overlaps the one before and stores only its new pixels.  Whole groups
@@ -50,7 +53,8 @@ import numpy as np
 import dsl
 from dsl import In, Out, f32, i32, i64
 from ops import register_tiles
-from ops.conv_direct import DirectConfig, balanced_grid, oc_groups, packed_weights, store_last_block
+from ops.conv_direct import (DirectConfig, aligned_empty, balanced_grid, oc_groups, packed_weights,
+                              store_last_block)
 from ops.gemm_packed import ACT_RELU, activation
 
 THREADS = 4
@@ -63,8 +67,13 @@ G_BLOCKED_OUT = 11
 G_ROWS_TILE = 12  # 1: plain x and y, stride 1: the pixel-vector tile (run_rows)
 G_PAIR = 13  # 1: NCHWc16 x, stride 1, items of 2P pixels at constant offsets
 G_OUT_W = 14  # output pixels per row of x's grid: the flattened tiles' running (row, column) wraps here
-GEOM = 15
+G_GATHER = 15  # 1: this launch only copies the pixels x's tiles read into y, NCHWc16 (gather_pixels)
+GEOM = 16
 ROWS_MAX_C = 128  # input channels up to which plain stride-1 convolutions run the pixel-vector tile
+# output channels from which a plain x is gathered into NCHWc16 first: the copy (16 scalar loads and
+# stores per pixel and block) against the convolution's M FMAs per input value; one core: M = 16
+# 1.7x slower with it (squeezenet's first squeeze), M = 64 even, M = 128 0.95x, M = 256 0.77x
+GATHER_PLAIN_MIN_M = 128
 SCRATCH = 512  # floats per thread for a tile's sums: P·NV·V and RR·RNV·V must fit
 
 
@@ -88,13 +97,42 @@ def row_tile(backend: str = "numba") -> tuple:
 
 
 @dsl.kernel(threads=THREADS)
-def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], geom: dsl.Vec[i64, 15],
+def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], geom: dsl.Vec[i64, 16],
                    add_res: i32, act: i32, act_lo: f32, act_hi: f32, V: dsl.const[i64], NV: dsl.const[i64],
                    P: dsl.const[i64], RR: dsl.const[i64], RNV: dsl.const[i64], PAIRS: dsl.const[i64] = 1):
     """y = act(Σ_ic w[oc, ic] · x[ic, pixel·s] + bias [+ res]); x read through geom's strides
-    (plain or NCHWc16), y and res NCHWc16 when geom[G_BLOCKED_OUT] else plain.  PAIRS 0: the
-    target has too few registers for items of 2P pixels, so their code is not compiled at all."""
+    (plain or NCHWc16), y and res NCHWc16 when geom[G_BLOCKED_OUT] else plain.  With
+    geom[G_GATHER], y = the pixels the tiles read, as a compact NCHWc16 image (``gather_pixels``).
+    PAIRS 0: the target has too few registers for items of 2P pixels, so their code is not
+    compiled at all."""
     OCT = V * NV
+    if geom[G_GATHER] == 1:
+        # y[n, c / 16, oh, ow, c % 16] = x[n, c, oh·sh, ow·sw]: one output row of one 16-channel
+        # block per step; NCHWc16 x by whole vectors, plain x by its 16 channel rows (0 past C)
+        g_cb = (geom[G_C] + BLOCK - 1) // BLOCK
+        g_ow = geom[G_OUT_W]
+        g_oh = geom[G_COLS] // g_ow
+        g_sxc = geom[G_SXC]
+        g_step = geom[G_STEP_COL] * geom[G_SXP]
+        g_lo, g_hi = dsl.split(geom[G_N] * g_cb * g_oh, grid=True)
+        for g_row in range(g_lo, g_hi):
+            g_plane = g_row // g_oh
+            g_icb = g_plane % g_cb
+            g_src = (g_plane // g_cb) * geom[G_SXN] + g_icb * geom[G_SXB] + \
+                (g_row % g_oh) * geom[G_STEP_ROW] * geom[G_SXP]
+            g_dst = g_row * g_ow * BLOCK
+            if g_sxc == 1:
+                for g_col in range(g_ow):
+                    for g_k in dsl.static_range(BLOCK // V):
+                        y.vstore(g_dst + g_col * BLOCK + g_k * V, x.vload(g_src + g_col * g_step + g_k * V, V))
+            else:
+                g_cnt = min(BLOCK, geom[G_C] - g_icb * BLOCK)
+                for g_col in range(g_ow):  # run-time lane loops: 16 unrolled lanes cost ~1 s of compile
+                    for g_lane in range(g_cnt):
+                        y.flat[g_dst + g_col * BLOCK + g_lane] = x.flat[g_src + g_lane * g_sxc + g_col * g_step]
+                    for g_pad in range(g_cnt, BLOCK):
+                        y.flat[g_dst + g_col * BLOCK + g_pad] = f32(0)
+        return
     tile = dsl.scratch((THREADS, SCRATCH), f32)  # one tile's sums for the run-time epilogue
     if geom[G_ROWS_TILE] == 1:
         # plain x and y, stride 1: Y[oc rows, px] = W · X[ic, px], a GEMM on x in place; a tile of
@@ -435,6 +473,12 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
     if oh != (h - 1) // strides[0] + 1 or ow != (wd - 1) // strides[1] + 1:
         raise ValueError(f"conv_pointwise output {oh}x{ow} does not match input {h}x{wd} with strides "
                          f"{tuple(strides)}")
+    strided = tuple(strides) != (1, 1)
+    plain_gather = not blocked and c >= BLOCK and m >= GATHER_PLAIN_MIN_M and (blocked_out or strided)
+    if (blocked and strided) or plain_gather:
+        x = gather_pixels(impl, x, c, blocked, strides, (oh, ow), backend, (cfg, rr, rnv))
+        strides, blocked = (1, 1), True
+        h, wd = oh, ow
     wp, bp = packed_weights(w, bias, cfg, backend)
     geom = np.zeros(GEOM, np.int64)
     # tiles run over the flattened output image; a strided one's pixels step through x by rows of
@@ -466,3 +510,30 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
     impl(x.reshape(-1), wp, bp, flat_res, y.reshape(-1), geom, add_res=int(res is not None), act=act,
          act_lo=float(lo), act_hi=float(hi), V=cfg.V, NV=cfg.NV, P=cfg.P, RR=rr, RNV=rnv, PAIRS=pairs, backend=backend,
          grid=grid)
+
+
+def gather_pixels(impl, x, c: int, blocked: bool, strides, out_hw, backend, tile) -> np.ndarray:
+    """The pixels a 1×1 convolution reads, copied by ``impl``'s gather launch into a new NCHWc16
+    image of the output's size (N, C/16, OH, OW, 16), which the tiles then read at stride 1
+    (oneDNN's "reduce to unit stride").  Read in place, a strided NCHWc16 x (every s-th pixel of
+    every s-th row) ran ResNet-50's projections at 40-55 GFLOP/s against 70-75 at stride 1 (one
+    core, AVX2): the broadcasts' lines were half used and out of the prefetchers' reach; a
+    plain x (each pixel's channels a row apart) ran ResNet's 64→256 projection 1.4x slower than
+    NCHWc16.  The copy is one pass over the pixels read."""
+    cfg, rr, rnv = tile
+    n, h, wd = x.shape[0], x.shape[2], x.shape[3]
+    cb = x.shape[1] if blocked else -(-c // BLOCK)
+    oh, ow = out_hw
+    buf = aligned_empty(n * cb * oh * ow * BLOCK)
+    geom = np.zeros(GEOM, np.int64)
+    geom[[G_GATHER, G_N, G_C, G_COLS, G_OUT_W, G_STEP_ROW, G_STEP_COL]] = \
+        (1, n, cb * BLOCK if blocked else c, oh * ow, ow, strides[0] * wd, strides[1])
+    if blocked:  # x[n, c // 16, h, w, c % 16]
+        geom[[G_SXN, G_SXB, G_SXC, G_SXP]] = (cb * h * wd * BLOCK, h * wd * BLOCK, 1, BLOCK)
+    else:
+        geom[[G_SXN, G_SXB, G_SXC, G_SXP]] = (c * h * wd, BLOCK * h * wd, h * wd, 1)
+    none = np.zeros(1, np.float32)
+    rows = n * cb * oh
+    impl(x.reshape(-1), none, none, none, buf, geom, add_res=0, act=0, act_lo=0.0, act_hi=0.0, V=cfg.V,
+         NV=cfg.NV, P=cfg.P, RR=rr, RNV=rnv, backend=backend, grid=max(1, min(balanced_grid(rows), rows // 8)))
+    return buf.reshape(n, cb, oh, ow, BLOCK)

@@ -9,6 +9,7 @@ import ops
 from dsl.opgraph import formats as F
 from dsl.opgraph.spec import TensorSpec
 from ops.conv_fusion import FusedConv
+from ops import conv_pointwise as pw
 from ops.conv_pointwise import conv_pointwise, launch_conv_pointwise
 from test_conv_direct import activation_ref
 
@@ -39,6 +40,8 @@ CASES = [  # (N, C, H, W, M, stride)
     (2, 40, 9, 15, 64, 2),  # two oc groups × images × 5 rows × (7 + 1)-pixel tiles: the item counters carry
     (3, 16, 8, 8, 20, 1),   # plain: 3 row groups × 2 pixel tiles × 3 images: the row tile's counters carry
     (2, 24, 9, 3, 20, 2),   # stride 2 onto 5x2 outputs: a tile of the flattened image wraps 2-3 rows
+    (1, 20, 5, 7, 130, 1),  # plain x gathered into NCHWc16 (M >= GATHER_PLAIN_MIN_M), lanes past C zero
+    (2, 33, 7, 6, 128, 2),  # plain x strided: gathered, batch of two, three input blocks
 ]
 
 
@@ -146,6 +149,26 @@ def test_conv_chain_stays_blocked(backend):
     np.testing.assert_allclose(model.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
 
 
+def test_gathered_inputs_in_a_model(backend):
+    """A plain input of 20 channels into 128 (gathered into NCHWc16 first), then a stride-2 1×1 on
+    that NCHWc16 tensor (its pixels gathered): the model's plan replays both gathers, right on a
+    second input too."""
+    x, w1, b1 = data(1, 20, 9, 7, 128)
+    _, w2, b2 = data(1, 128, 1, 1, 16)
+    g = dsl.Graph("gathers")
+    xi = g.input("x", x.shape, dsl.f32)
+    a = ops.Relu(ops.Conv(xi, g.constant("w1", w1), g.constant("b1", b1)))
+    g.output(ops.Conv(a, g.constant("w2", w2), g.constant("b2", b2), strides=[2, 2]), "y")
+    model = g.compile(backend=backend)
+    assert sorted(model.selected({"x": x}).values()) == ["pointwise", "pointwise"]
+    model.run({"x": x})
+    plan = next(iter(model._plans.values())).first
+    assert [hi - lo for n, lo, hi in plan.spans if n.op_type in ("Conv", "FusedConv")] == [2, 2]  # gather, conv
+    for xv in (x, RNG.standard_normal(x.shape).astype(np.float32)):
+        a_ref = np.maximum(pointwise_ref(xv, w1, b1), 0)
+        np.testing.assert_allclose(model.run({"x": xv})["y"], pointwise_ref(a_ref, w2, b2, (2, 2)),
+                                   rtol=1e-4, atol=1e-4)
+
 def test_single_conv_writes_plain_output():
     """A 1×1 conv whose output is the graph output writes plain itself: no reorder at all."""
     x, w, b = data(1, 20, 4, 4, 32)
@@ -216,6 +239,31 @@ def test_pointwise_launch_passes_a_plain_int_grid(blocked):
                           0, 0.0, 0.0)
     assert [type(g) for g in seen] == [int]
 
+
+@pytest.mark.parametrize("c, m, fmt_in, fmt_out, s, gathers", [
+    (20, 16, "nchwc16", "nchwc16", 2, True),   # strided NCHWc16
+    (20, 16, "nchwc16", "nchwc16", 1, False),  # already consecutive
+    (20, 128, "plain", "plain", 2, True),      # strided plain
+    (20, 128, "plain", "nchwc16", 1, True),    # plain into NCHWc16 (ResNet's projection after the stem)
+    (20, 16, "plain", "nchwc16", 1, False),    # too few output channels to pay for the copy
+    (20, 128, "plain", "plain", 1, False),     # plain to plain: the pixel-vector tile reads x in place
+    (12, 128, "plain", "nchwc16", 2, False),   # fewer than 16 input channels: read in place
+])
+def test_pixels_are_gathered_first_when_they_are_not_consecutive(c, m, fmt_in, fmt_out, s, gathers):
+    """gather_pixels: a first launch copies x's pixels into a compact NCHWc16 image that the
+    convolution then reads at stride 1; x already NCHWc16 at stride 1, plain x of few channels or
+    for few output channels, or plain to plain, run the one launch."""
+    seen = []
+    x, w, b = data(1, c, 9, 7, m)
+    xi = F.to_nchwc16_ref(x) if fmt_in == "nchwc16" else x
+    oh, ow = (9 - 1) // s + 1, (7 - 1) // s + 1
+    y = np.zeros(F.physical_shape((1, m, oh, ow), fmt_out), np.float32)
+    launch_conv_pointwise(lambda *a, **kw: seen.append(a), xi, w, b, y, None, (s, s), fmt_in == "nchwc16", "numba",
+                          0, 0.0, 0.0)
+    assert [int(a[5][pw.G_GATHER]) for a in seen] == ([1, 0] if gathers else [0])
+    if gathers:  # the gather writes (N, C/16, OH, OW, 16), the convolution reads it at stride 1
+        assert seen[0][4].size == seen[1][0].size == 2 * oh * ow * 16
+        np.testing.assert_array_equal(seen[1][5][[pw.G_STEP_COL, pw.G_OUT_W, pw.G_SXP]], (1, oh * ow, 16))
 
 def test_fire_module_concat_stays_blocked(backend):
     """SqueezeNet's fire module: squeeze 1×1 -> expand 1×1 and 3×3 -> Concat (16-aligned
