@@ -297,6 +297,12 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
         else:
             c0 = c_first
             npix = min(P, cols - c0)
+            # a last tile of at most P / 3 pixels (a 7x7 image: 8 tiles of 6 and one of 1) is summed
+            # pixel by pixel below, not as a whole tile of copies
+            narrow = npix * 3 <= P
+            cb_tile = cb
+            if narrow:
+                cb_tile = 0
             # pixel offsets in x, a running output (row, column) that wraps at out_w; pixels past
             # the image repeat the last one
             off = dsl.local((P,), i64)
@@ -316,7 +322,7 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
             if one_vector:
                 # only the group's first vector holds channels that are stored: sum that one, half
                 # the FMAs of the whole tile
-                for icb in range(cb):
+                for icb in range(cb_tile):
                     cn1 = min(BLOCK, c_in - icb * BLOCK)
                     for ci in range(cn1):
                         wv1 = w.vload(wg + (icb * BLOCK + ci) * OCT, V)
@@ -324,7 +330,7 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                         for p in dsl.static_range(P):
                             acc[p, 0] = dsl.fma(dsl.splat(x.flat[xc1 + off[p]], V), wv1, acc[p, 0])
             else:
-                for icb in range(cb):
+                for icb in range(cb_tile):
                     cn = min(BLOCK, c_in - icb * BLOCK)
                     for ci in range(cn):
                         wv = dsl.local((NV,), dsl.simd(f32, V))
@@ -357,6 +363,36 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                 for p in dsl.static_range(P):
                     for j in dsl.static_range(NV):
                         tile.vstore(at_t + p * OCT + j * V, acc[p, j])
+            if narrow:
+                # one pixel at a time: NV vectors, four partial sums each (channels mod 4) so the FMA
+                # chains overlap; a whole tile cost as much as six pixels for its one or two
+                nph = qh
+                npc = qw
+                for npx in range(npix):
+                    n_off = nb * sxn + (nph * step_row + npc * step_col) * sxp
+                    nacc = dsl.local((4, NV), dsl.simd(f32, V))
+                    for k in dsl.static_range(4):
+                        for j in dsl.static_range(NV):
+                            nacc[k, j] = dsl.splat(f32(0), V)
+                    for icb in range(cb):
+                        ncn = min(BLOCK, c_in - icb * BLOCK)
+                        nw = wg + icb * BLOCK * OCT
+                        nx = n_off + icb * sxb
+                        for nc4 in range(ncn // 4):
+                            for k in dsl.static_range(4):
+                                nxv = dsl.splat(x.flat[nx + (nc4 * 4 + k) * sxc], V)
+                                for j in dsl.static_range(NV):
+                                    nacc[k, j] = dsl.fma(nxv, w.vload(nw + (nc4 * 4 + k) * OCT + j * V, V), nacc[k, j])
+                        for nci in range(ncn - ncn % 4, ncn):
+                            nxv = dsl.splat(x.flat[nx + nci * sxc], V)
+                            for j in dsl.static_range(NV):
+                                nacc[0, j] = dsl.fma(nxv, w.vload(nw + nci * OCT + j * V, V), nacc[0, j])
+                    for j in dsl.static_range(NV):
+                        tile.vstore(at_t + npx * OCT + j * V, (nacc[0, j] + nacc[1, j]) + (nacc[2, j] + nacc[3, j]))
+                    npc += 1
+                    if npc == out_w:
+                        npc = 0
+                        nph += 1
         q0 = orow * cols + c0  # output pixel of the tile's first scratch row
         first = c_first - c0  # scratch rows before it were stored by the previous tile
         if blocked_out == 1:
