@@ -208,8 +208,11 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
     tiles = (ohw + P - 1) // P
     wgroup = cb * kh_n * kw_n * BLOCK * OCT  # packed weights of one oc group
     tgroups = (tiles + TG - 1) // TG
-    tile = dsl.scratch((THREADS, TG * P * NV * V), f32)  # the group's partial sums, then its results
-    row = dsl.thread_id() * TG * P * OCT
+    if tgroups > 1 and tiles % TG == 1 and (ohw - (tiles - 1) * P) * 3 <= P:
+        tgroups -= 1  # a last tile of one or two pixels joins the group before: the block's weights in L1
+    # the group's partial sums, then its results (room for that one more tile)
+    tile = dsl.scratch((THREADS, (TG + 1) * P * NV * V), f32)
+    row = dsl.thread_id() * (TG + 1) * P * OCT
     lo, hi = dsl.split(ocg_n * n_img * tgroups, grid=True)  # oc group outermost: its weights stay in cache
     for item in range(lo, hi):
         tg = item % tgroups
@@ -218,6 +221,8 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
         g = r // n_img
         t_lo = tg * TG
         t_hi = min(tiles, t_lo + TG)
+        if tg == tgroups - 1:
+            t_hi = tiles
         # NCHWc16 y under Relu (one unrolled copy: a second, for no activation, cost ~3 s more
         # compile CPU per specialization), every vector of the group all real channels or
         # past the last block: whole tiles are stored from the registers after the last block
@@ -252,7 +257,13 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                 kw_run = 1
                 if cn == BLOCK and tap_w == BLOCK * sxc:
                     kw_run = kw_n
-                for kh in range(kh_n):
+                # a last tile of at most P / 3 pixels (a 7x7 image: 8 tiles of 6 and one of 1) is summed
+                # pixel by pixel below, not as a whole tile of copies
+                npix_t = min(P, ohw - q0)
+                kh_tile = kh_n
+                if npix_t * 3 <= P:
+                    kh_tile = 0
+                for kh in range(kh_tile):
                     for kwr in range(kw_n // kw_run):
                         kw = kwr * kw_run
                         xk = icb * sxb + kh * tap_h + kw * tap_w
@@ -283,6 +294,36 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                     for p in dsl.static_range(P):
                         for j in dsl.static_range(NV):
                             tile.vstore(at_t + p * OCT + j * V, acc[p, j])
+                if kh_tile == 0:
+                    # one pixel at a time: NV vectors, four partial sums each (channels mod 4) so the
+                    # FMA chains overlap, added to the sums of the earlier blocks
+                    for npx in range(npix_t):
+                        nqh = (q0 + npx) // ow_n
+                        n_org = nb * sxn + nqh * step_h + (q0 + npx - nqh * ow_n) * step_w
+                        nacc = dsl.local((4, NV), dsl.simd(f32, V))
+                        for k in dsl.static_range(4):
+                            for j in dsl.static_range(NV):
+                                nacc[k, j] = dsl.splat(f32(0), V)
+                        if icb > 0:
+                            for j in dsl.static_range(NV):
+                                nacc[0, j] = tile.vload(at_t + npx * OCT + j * V, V)
+                        for kh in range(kh_n):
+                            for kwr in range(kw_n // kw_run):
+                                nx = n_org + icb * sxb + kh * tap_h + kwr * kw_run * tap_w
+                                nw = g * wgroup + ((icb * kh_n + kh) * kw_n + kwr * kw_run) * BLOCK * OCT
+                                ncn = cn * kw_run
+                                for nc4 in range(ncn // 4):
+                                    for k in dsl.static_range(4):
+                                        nxv = dsl.splat(x.flat[nx + (nc4 * 4 + k) * sxc], V)
+                                        for j in dsl.static_range(NV):
+                                            nacc[k, j] = dsl.fma(nxv, w.vload(nw + (nc4 * 4 + k) * OCT + j * V, V),
+                                                                 nacc[k, j])
+                                for nci in range(ncn - ncn % 4, ncn):
+                                    nxv = dsl.splat(x.flat[nx + nci * sxc], V)
+                                    for j in dsl.static_range(NV):
+                                        nacc[0, j] = dsl.fma(nxv, w.vload(nw + nci * OCT + j * V, V), nacc[0, j])
+                        for j in dsl.static_range(NV):
+                            tile.vstore(at_t + npx * OCT + j * V, (nacc[0, j] + nacc[1, j]) + (nacc[2, j] + nacc[3, j]))
         # the epilogue reads the results back at run time (one compiled copy, not P × NV × V
         # unrolled ones)
         for t in range(t_lo, t_hi):
