@@ -25,6 +25,9 @@ broadcasts one input value per pixel: P·NV fused multiply-adds for NV + P loads
 * **Weight reuse**: a work item is a group of TG tiles of one oc group; per input-channel
   block (kh·kw·16·OCT weights, 18 KB for 3×3) every tile of the group runs, its partial sums
   waiting in scratch, so the deep layers' weights are streamed from L2 once per TG tiles.
+* **A last tile of one or two pixels** (a 7×7 image: 8 tiles of 6 and one of 1) is summed pixel
+  by pixel, not as a whole tile of copies, and when it is alone
+  past whole groups it joins the group before, whose block weights are still in L1.
 * **Epilogue**: bias, the residual and Relu / Clip / LeakyRelu are applied to the tile before
   its one store (what ops/conv_fusion.py's FusedConv asks for); whole NCHWc16 tiles under Relu
   are stored from the registers after the last input block, the others go
@@ -295,35 +298,28 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                         for j in dsl.static_range(NV):
                             tile.vstore(at_t + p * OCT + j * V, acc[p, j])
                 if kh_tile == 0:
-                    # one pixel at a time: NV vectors, four partial sums each (channels mod 4) so the
-                    # FMA chains overlap, added to the sums of the earlier blocks
+                    # one pixel at a time, NV vectors, added to the sums of the earlier blocks (one chain
+                    # per vector: partial sums to overlap them grew the compile ~10 %)
                     for npx in range(npix_t):
                         nqh = (q0 + npx) // ow_n
                         n_org = nb * sxn + nqh * step_h + (q0 + npx - nqh * ow_n) * step_w
-                        nacc = dsl.local((4, NV), dsl.simd(f32, V))
-                        for k in dsl.static_range(4):
-                            for j in dsl.static_range(NV):
-                                nacc[k, j] = dsl.splat(f32(0), V)
+                        nacc = dsl.local((NV,), dsl.simd(f32, V))
+                        for j in dsl.static_range(NV):
+                            nacc[j] = dsl.splat(f32(0), V)
                         if icb > 0:
                             for j in dsl.static_range(NV):
-                                nacc[0, j] = tile.vload(at_t + npx * OCT + j * V, V)
+                                nacc[j] = tile.vload(at_t + npx * OCT + j * V, V)
                         for kh in range(kh_n):
                             for kwr in range(kw_n // kw_run):
                                 nx = n_org + icb * sxb + kh * tap_h + kwr * kw_run * tap_w
                                 nw = g * wgroup + ((icb * kh_n + kh) * kw_n + kwr * kw_run) * BLOCK * OCT
                                 ncn = cn * kw_run
-                                for nc4 in range(ncn // 4):
-                                    for k in dsl.static_range(4):
-                                        nxv = dsl.splat(x.flat[nx + (nc4 * 4 + k) * sxc], V)
-                                        for j in dsl.static_range(NV):
-                                            nacc[k, j] = dsl.fma(nxv, w.vload(nw + (nc4 * 4 + k) * OCT + j * V, V),
-                                                                 nacc[k, j])
-                                for nci in range(ncn - ncn % 4, ncn):
+                                for nci in range(ncn):
                                     nxv = dsl.splat(x.flat[nx + nci * sxc], V)
                                     for j in dsl.static_range(NV):
-                                        nacc[0, j] = dsl.fma(nxv, w.vload(nw + nci * OCT + j * V, V), nacc[0, j])
+                                        nacc[j] = dsl.fma(nxv, w.vload(nw + nci * OCT + j * V, V), nacc[j])
                         for j in dsl.static_range(NV):
-                            tile.vstore(at_t + npx * OCT + j * V, (nacc[0, j] + nacc[1, j]) + (nacc[2, j] + nacc[3, j]))
+                            tile.vstore(at_t + npx * OCT + j * V, nacc[j])
         # the epilogue reads the results back at run time (one compiled copy, not P × NV × V
         # unrolled ones)
         for t in range(t_lo, t_hi):

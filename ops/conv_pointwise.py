@@ -25,7 +25,8 @@ either format.
   stride"; in place, ResNet's projections ran ~0.7x as fast).  Any other strided plain x is
   read in place, every ``s``-th pixel of every ``s``-th row, its pixel offsets a running (row,
   column) that wraps rows inside the tile.  A last partial tile repeats its last pixel and does
-  not store the copies.
+  not store the copies; one of at most P/3 pixels (a 7×7 image's 49th) is summed pixel by
+  pixel instead: a whole tile cost six pixels' FMAs for it.
 * **Pixel pairs**: NCHWc16 x with stride 1 runs items of 2P pixels (28 accumulators at
   AVX-512) whose x offsets are constants from one base (no offset registers to spill); the
   last item of a row overlaps the one before and stores only its new pixels.  Whole groups
@@ -364,31 +365,25 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                     for j in dsl.static_range(NV):
                         tile.vstore(at_t + p * OCT + j * V, acc[p, j])
             if narrow:
-                # one pixel at a time: NV vectors, four partial sums each (channels mod 4) so the FMA
-                # chains overlap; a whole tile cost as much as six pixels for its one or two
+                # one pixel at a time, NV vectors: a whole tile cost six pixels' FMAs for its one or two
+                # (one chain of sums per vector: partial sums to overlap them grew the compile ~10 %)
                 nph = qh
                 npc = qw
                 for npx in range(npix):
                     n_off = nb * sxn + (nph * step_row + npc * step_col) * sxp
-                    nacc = dsl.local((4, NV), dsl.simd(f32, V))
-                    for k in dsl.static_range(4):
-                        for j in dsl.static_range(NV):
-                            nacc[k, j] = dsl.splat(f32(0), V)
+                    nacc = dsl.local((NV,), dsl.simd(f32, V))
+                    for j in dsl.static_range(NV):
+                        nacc[j] = dsl.splat(f32(0), V)
                     for icb in range(cb):
                         ncn = min(BLOCK, c_in - icb * BLOCK)
                         nw = wg + icb * BLOCK * OCT
                         nx = n_off + icb * sxb
-                        for nc4 in range(ncn // 4):
-                            for k in dsl.static_range(4):
-                                nxv = dsl.splat(x.flat[nx + (nc4 * 4 + k) * sxc], V)
-                                for j in dsl.static_range(NV):
-                                    nacc[k, j] = dsl.fma(nxv, w.vload(nw + (nc4 * 4 + k) * OCT + j * V, V), nacc[k, j])
-                        for nci in range(ncn - ncn % 4, ncn):
+                        for nci in range(ncn):
                             nxv = dsl.splat(x.flat[nx + nci * sxc], V)
                             for j in dsl.static_range(NV):
-                                nacc[0, j] = dsl.fma(nxv, w.vload(nw + nci * OCT + j * V, V), nacc[0, j])
+                                nacc[j] = dsl.fma(nxv, w.vload(nw + nci * OCT + j * V, V), nacc[j])
                     for j in dsl.static_range(NV):
-                        tile.vstore(at_t + npx * OCT + j * V, (nacc[0, j] + nacc[1, j]) + (nacc[2, j] + nacc[3, j]))
+                        tile.vstore(at_t + npx * OCT + j * V, nacc[j])
                     npc += 1
                     if npc == out_w:
                         npc = 0
