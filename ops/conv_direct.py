@@ -25,9 +25,6 @@ broadcasts one input value per pixel: P·NV fused multiply-adds for NV + P loads
 * **Weight reuse**: a work item is a group of TG tiles of one oc group; per input-channel
   block (kh·kw·16·OCT weights, 18 KB for 3×3) every tile of the group runs, its partial sums
   waiting in scratch, so the deep layers' weights are streamed from L2 once per TG tiles.
-* **A last tile of one or two pixels** (a 7×7 image: 8 tiles of 6 and one of 1) is summed pixel
-  by pixel, not as a whole tile of copies, and when it is alone
-  past whole groups it joins the group before, whose block weights are still in L1.
 * **Epilogue**: bias, the residual and Relu / Clip / LeakyRelu are applied to the tile before
   its one store (what ops/conv_fusion.py's FusedConv asks for); whole NCHWc16 tiles under Relu
   are stored from the registers after the last input block, the others go
@@ -211,11 +208,8 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
     tiles = (ohw + P - 1) // P
     wgroup = cb * kh_n * kw_n * BLOCK * OCT  # packed weights of one oc group
     tgroups = (tiles + TG - 1) // TG
-    if tgroups > 1 and tiles % TG == 1 and (ohw - (tiles - 1) * P) * 3 <= P:
-        tgroups -= 1  # a last tile of one or two pixels joins the group before: the block's weights in L1
-    # the group's partial sums, then its results (room for that one more tile)
-    tile = dsl.scratch((THREADS, (TG + 1) * P * NV * V), f32)
-    row = dsl.thread_id() * (TG + 1) * P * OCT
+    tile = dsl.scratch((THREADS, TG * P * NV * V), f32)  # the group's partial sums, then its results
+    row = dsl.thread_id() * TG * P * OCT
     lo, hi = dsl.split(ocg_n * n_img * tgroups, grid=True)  # oc group outermost: its weights stay in cache
     for item in range(lo, hi):
         tg = item % tgroups
@@ -224,8 +218,6 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
         g = r // n_img
         t_lo = tg * TG
         t_hi = min(tiles, t_lo + TG)
-        if tg == tgroups - 1:
-            t_hi = tiles
         # NCHWc16 y under Relu (one unrolled copy: a second, for no activation, cost ~3 s more
         # compile CPU per specialization), every vector of the group all real channels or
         # past the last block: whole tiles are stored from the registers after the last block
@@ -260,13 +252,7 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                 kw_run = 1
                 if cn == BLOCK and tap_w == BLOCK * sxc:
                     kw_run = kw_n
-                # a last tile of at most P / 3 pixels (a 7x7 image: 8 tiles of 6 and one of 1) is summed
-                # pixel by pixel below, not as a whole tile of copies
-                npix_t = min(P, ohw - q0)
-                kh_tile = kh_n
-                if npix_t * 3 <= P:
-                    kh_tile = 0
-                for kh in range(kh_tile):
+                for kh in range(kh_n):
                     for kwr in range(kw_n // kw_run):
                         kw = kwr * kw_run
                         xk = icb * sxb + kh * tap_h + kw * tap_w
@@ -297,29 +283,6 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                     for p in dsl.static_range(P):
                         for j in dsl.static_range(NV):
                             tile.vstore(at_t + p * OCT + j * V, acc[p, j])
-                if kh_tile == 0:
-                    # one pixel at a time, NV vectors, added to the sums of the earlier blocks (one chain
-                    # per vector: partial sums to overlap them grew the compile ~10 %)
-                    for npx in range(npix_t):
-                        nqh = (q0 + npx) // ow_n
-                        n_org = nb * sxn + nqh * step_h + (q0 + npx - nqh * ow_n) * step_w
-                        nacc = dsl.local((NV,), dsl.simd(f32, V))
-                        for j in dsl.static_range(NV):
-                            nacc[j] = dsl.splat(f32(0), V)
-                        if icb > 0:
-                            for j in dsl.static_range(NV):
-                                nacc[j] = tile.vload(at_t + npx * OCT + j * V, V)
-                        for kh in range(kh_n):
-                            for kwr in range(kw_n // kw_run):
-                                nx = n_org + icb * sxb + kh * tap_h + kwr * kw_run * tap_w
-                                nw = g * wgroup + ((icb * kh_n + kh) * kw_n + kwr * kw_run) * BLOCK * OCT
-                                ncn = cn * kw_run
-                                for nci in range(ncn):
-                                    nxv = dsl.splat(x.flat[nx + nci * sxc], V)
-                                    for j in dsl.static_range(NV):
-                                        nacc[j] = dsl.fma(nxv, w.vload(nw + nci * OCT + j * V, V), nacc[j])
-                        for j in dsl.static_range(NV):
-                            tile.vstore(at_t + npx * OCT + j * V, nacc[j])
         # the epilogue reads the results back at run time (one compiled copy, not P × NV × V
         # unrolled ones)
         for t in range(t_lo, t_hi):

@@ -164,36 +164,6 @@ def test_blocked_chain_needs_no_reorder_between_convs(backend):
     np.testing.assert_allclose(model.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("c, h, wd, s, blocked", [
-    (20, 7, 7, 1, False),   # 49 pixels: 8 tiles of 6 and a lone one that joins their group; a partial block
-    (32, 7, 7, 1, True),    # the same on NCHWc16 (kernel rows as one run), with a residual and Relu
-    (40, 5, 4, 1, False),   # 20 = 3 x 6 + 2: the last two pixels one at a time, three input blocks
-    (20, 13, 13, 2, True),  # stride 2 onto 7x7
-    (20, 11, 9, 1, False),  # 99 = 16 x 6 + 3: a last tile of 3 is a whole tile (the path must not apply)
-])
-def test_last_tile_of_one_or_two_pixels(backend, c, h, wd, s, blocked):
-    """AVX2's 6-pixel tile with groups of 8 tiles: a last tile of at most 2 pixels is summed
-    pixel by pixel and, alone past whole groups, joins the group before; right on every backend."""
-    m = 21
-    x = RNG.standard_normal((1, c, h, wd)).astype(np.float32)
-    w = (RNG.standard_normal((m, c, 3, 3)) * 0.2).astype(np.float32)
-    b = RNG.standard_normal(m).astype(np.float32)
-    v = conv_ref(x, w, b, strides=(s, s), pads=(1, 1, 1, 1))
-    z = RNG.standard_normal(v.shape).astype(np.float32)
-    want = np.maximum(v + z, 0) if blocked else v
-    cfg = DirectConfig(V=8, NV=2, P=6)
-    if blocked:
-        y = np.full(F.physical_shape(v.shape, "nchwc16"), np.nan, np.float32)
-        launch_conv_direct(conv_direct, F.to_nchwc16_ref(x), w, b, y, F.to_nchwc16_ref(z), (s, s), (1, 1), (1, 1),
-                           True, backend, act=1, lo=0.0, hi=0.0, cfg=cfg)
-        y = F.to_plain_ref(y, m)
-    else:
-        y = np.full(v.shape, np.nan, np.float32)
-        launch_conv_direct(conv_direct, x, w, b, y, None, (s, s), (1, 1), (1, 1), False, backend, act=0, lo=0.0,
-                           hi=0.0, cfg=cfg)
-    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
-
-
 @pytest.mark.parametrize("cfg", [DirectConfig(V=4, NV=2, P=3, TG=2), DirectConfig(V=8, NV=1, P=5),
                                  DirectConfig(V=16, NV=2, P=14), DirectConfig(V=16, NV=4, P=6)], ids=str)
 def test_other_register_tiles(cfg):
