@@ -25,7 +25,8 @@ either format.
   stride"; in place, ResNet's projections ran ~0.7x as fast).  Any other strided plain x is
   read in place, every ``s``-th pixel of every ``s``-th row, its pixel offsets a running (row,
   column) that wraps rows inside the tile.  A last partial tile repeats its last pixel and does
-  not store the copies.
+  not store the copies; one of at most P/3 pixels (a 7×7 image's 49th) is summed pixel by
+  pixel instead: a whole tile cost six pixels' FMAs for it.
 * **Pixel pairs**: NCHWc16 x with stride 1 runs items of 2P pixels (28 accumulators at
   AVX-512) whose x offsets are constants from one base (no offset registers to spill); the
   last item of a row overlaps the one before and stores only its new pixels.  Whole groups
@@ -299,6 +300,12 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
         else:
             c0 = c_first
             npix = min(P, cols - c0)
+            # a last tile of at most P / 3 pixels (a 7x7 image: 8 tiles of 6 and one of 1) is summed
+            # pixel by pixel below, not as a whole tile of copies
+            narrow = npix * 3 <= P
+            cb_tile = cb
+            if narrow:
+                cb_tile = 0
             # pixel offsets in x, a running output (row, column) that wraps at out_w; pixels past
             # the image repeat the last one
             off = dsl.local((P,), i64)
@@ -318,7 +325,7 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
             if one_vector:
                 # only the group's first vector holds channels that are stored: sum that one, half
                 # the FMAs of the whole tile
-                for icb in range(cb):
+                for icb in range(cb_tile):
                     cn1 = min(BLOCK, c_in - icb * BLOCK)
                     for ci in range(cn1):
                         wv1 = w.vload(wg + (icb * BLOCK + ci) * OCT, V)
@@ -326,7 +333,7 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                         for p in dsl.static_range(P):
                             acc[p, 0] = dsl.fma(dsl.splat(x.flat[xc1 + off[p]], V), wv1, acc[p, 0])
             else:
-                for icb in range(cb):
+                for icb in range(cb_tile):
                     cn = min(BLOCK, c_in - icb * BLOCK)
                     for ci in range(cn):
                         wv = dsl.local((NV,), dsl.simd(f32, V))
@@ -359,6 +366,30 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                 for p in dsl.static_range(P):
                     for j in dsl.static_range(NV):
                         tile.vstore(at_t + p * OCT + j * V, acc[p, j])
+            if narrow:
+                # one pixel at a time, NV vectors: a whole tile cost six pixels' FMAs for its one or two
+                # (one chain of sums per vector: partial sums to overlap them grew the compile ~10 %)
+                nph = qh
+                npc = qw
+                for npx in range(npix):
+                    n_off = nb * sxn + (nph * step_row + npc * step_col) * sxp
+                    nacc = dsl.local((NV,), dsl.simd(f32, V))
+                    for j in dsl.static_range(NV):
+                        nacc[j] = dsl.splat(f32(0), V)
+                    for icb in range(cb):
+                        ncn = min(BLOCK, c_in - icb * BLOCK)
+                        nw = wg + icb * BLOCK * OCT
+                        nx = n_off + icb * sxb
+                        for nci in range(ncn):
+                            nxv = dsl.splat(x.flat[nx + nci * sxc], V)
+                            for j in dsl.static_range(NV):
+                                nacc[j] = dsl.fma(nxv, w.vload(nw + nci * OCT + j * V, V), nacc[j])
+                    for j in dsl.static_range(NV):
+                        tile.vstore(at_t + npx * OCT + j * V, nacc[j])
+                    npc += 1
+                    if npc == out_w:
+                        npc = 0
+                        nph += 1
         q0 = orow * cols + c0  # output pixel of the tile's first scratch row
         first = c_first - c0  # scratch rows before it were stored by the previous tile
         if blocked_out == 1:

@@ -351,3 +351,18 @@ def test_pointwise_blocked_pixel_pairs(backend, act, m):
     launch_conv_pointwise(conv_pointwise, F.to_nchwc16_ref(x), w, b, yb, None, (1, 1), True, backend, act, 0.0, 0.0)
     np.testing.assert_allclose(F.to_plain_ref(yb, m), want, rtol=1e-4, atol=1e-4)
     assert (F.to_plain_ref(yb, 64)[:, m:] == 0).all()
+
+
+@pytest.mark.parametrize("fmt_in, fmt_out, m", [("nchwc16", "nchwc16", 48), ("nchwc16", "plain", 40),
+                                                ("plain", "nchwc16", 130)])
+def test_pointwise_lone_last_pixels(backend, fmt_in, fmt_out, m):
+    """A 7×7 image (49 pixels: whole tiles and a last one of 1 on AVX2's 6-pixel tile, or an
+    overlapping pair item on AVX-512) and a 5×4 one (20 = 3 × 6 + 2): the last pixels are summed
+    one at a time (``narrow``), over 37 input channels (a partial block, not a multiple of 4)."""
+    for h, wd in ((7, 7), (5, 4)):
+        x, w, b = data(1, 37, h, wd, m)
+        xi = F.to_nchwc16_ref(x) if fmt_in == "nchwc16" else x
+        y = np.full(F.physical_shape((1, m, h, wd), fmt_out), np.nan, np.float32)
+        launch_conv_pointwise(conv_pointwise, xi, w, b, y, None, (1, 1), fmt_in == "nchwc16", backend, 0, 0.0, 0.0)
+        got = F.to_plain_ref(y, m) if fmt_out == "nchwc16" else y
+        np.testing.assert_allclose(got, pointwise_ref(x, w, b), rtol=1e-4, atol=1e-4)
