@@ -505,9 +505,11 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
         raise ValueError(f"conv_pointwise output {oh}x{ow} does not match input {h}x{wd} with strides "
                          f"{tuple(strides)}")
     strided = tuple(strides) != (1, 1)
+    # PAIRS is a const: the gather launch passes the convolution's, or it compiles a second specialization
+    pairs = int(2 * cfg.P * cfg.OCT <= SCRATCH and register_tiles.fits(2 * cfg.P * cfg.NV, cfg.NV, backend or "numba"))
     plain_gather = not blocked and c >= BLOCK and m >= GATHER_PLAIN_MIN_M and (blocked_out or strided)
     if (blocked and strided) or plain_gather:
-        x = gather_pixels(impl, x, c, blocked, strides, (oh, ow), backend, (cfg, rr, rnv))
+        x = gather_pixels(impl, x, c, blocked, strides, (oh, ow), backend, (cfg, rr, rnv, pairs))
         strides, blocked = (1, 1), True
         h, wd = oh, ow
     wp, bp = packed_weights(w, bias, cfg, backend)
@@ -525,7 +527,6 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
         geom[[G_SXN, G_SXB, G_SXC, G_SXP]] = (c * h * wd, BLOCK * h * wd, h * wd, 1)
     flat_res = np.zeros(1, np.float32) if res is None else res.reshape(-1)
     ocg = oc_groups(m, cfg.OCT, blocked_out)
-    pairs = int(2 * cfg.P * cfg.OCT <= SCRATCH and register_tiles.fits(2 * cfg.P * cfg.NV, cfg.NV, backend or "numba"))
     if blocked and tuple(strides) == (1, 1) and oh * ow >= 2 * cfg.P and pairs:
         geom[G_PAIR] = 1  # tiles of 2P pixels, x read at constant offsets (AVX-512's 32 registers)
     items = ocg * n * geom[G_ROWS] * -(-geom[G_COLS] // (cfg.P * (1 + geom[G_PAIR])))
@@ -551,7 +552,7 @@ def gather_pixels(impl, x, c: int, blocked: bool, strides, out_hw, backend, tile
     core, AVX2): the broadcasts' lines were half used and out of the prefetchers' reach; a
     plain x (each pixel's channels a row apart) ran ResNet's 64→256 projection 1.4x slower than
     NCHWc16.  The copy is one pass over the pixels read."""
-    cfg, rr, rnv = tile
+    cfg, rr, rnv, pairs = tile
     n, h, wd = x.shape[0], x.shape[2], x.shape[3]
     cb = x.shape[1] if blocked else -(-c // BLOCK)
     oh, ow = out_hw
@@ -566,5 +567,5 @@ def gather_pixels(impl, x, c: int, blocked: bool, strides, out_hw, backend, tile
     none = np.zeros(1, np.float32)
     rows = n * cb * oh
     impl(x.reshape(-1), none, none, none, buf, geom, add_res=0, act=0, act_lo=0.0, act_hi=0.0, V=cfg.V,
-         NV=cfg.NV, P=cfg.P, RR=rr, RNV=rnv, backend=backend, grid=max(1, min(balanced_grid(rows), rows // 8)))
+         NV=cfg.NV, P=cfg.P, RR=rr, RNV=rnv, PAIRS=pairs, backend=backend, grid=max(1, min(balanced_grid(rows), rows // 8)))
     return buf.reshape(n, cb, oh, ow, BLOCK)

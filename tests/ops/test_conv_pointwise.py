@@ -258,9 +258,14 @@ def test_pixels_are_gathered_first_when_they_are_not_consecutive(c, m, fmt_in, f
     xi = F.to_nchwc16_ref(x) if fmt_in == "nchwc16" else x
     oh, ow = (9 - 1) // s + 1, (7 - 1) // s + 1
     y = np.zeros(F.physical_shape((1, m, oh, ow), fmt_out), np.float32)
-    launch_conv_pointwise(lambda *a, **kw: seen.append(a), xi, w, b, y, None, (s, s), fmt_in == "nchwc16", "numba",
-                          0, 0.0, 0.0)
+    consts = []  # each launch's compile-time constants
+
+    def record(*a, **kw):
+        seen.append(a)
+        consts.append({k: kw.get(k) for k in ("V", "NV", "P", "RR", "RNV", "PAIRS")})
+    launch_conv_pointwise(record, xi, w, b, y, None, (s, s), fmt_in == "nchwc16", "numba", 0, 0.0, 0.0)
     assert [int(a[5][pw.G_GATHER]) for a in seen] == ([1, 0] if gathers else [0])
+    assert all(k == consts[-1] for k in consts)  # the gather shares the convolution's specialization
     if gathers:  # the gather writes (N, C/16, OH, OW, 16), the convolution reads it at stride 1
         assert seen[0][4].size == seen[1][0].size == 2 * oh * ow * 16
         np.testing.assert_array_equal(seen[1][5][[pw.G_STEP_COL, pw.G_OUT_W, pw.G_SXP]], (1, oh * ow, 16))
