@@ -12,6 +12,7 @@ import pytest
 
 import dsl
 from dsl.opgraph import artifact_format, artifact_load, plan_cache
+from fresh_process import run_fresh  # tests/ is on sys.path
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -88,18 +89,7 @@ def test_round_trip(backend, onnx_file):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-_FRESH = r"""
-import sys
-from numba.core import event
-
-class Count(event.Listener):
-    n = 0
-    def on_start(self, ev):
-        Count.n += 1
-    def on_end(self, ev):
-        pass
-
-event.register("numba:compile", Count())
+_FRESH = r"""  # after fresh_process.COMPILE_COUNTER
 from numba.core.runtime import nrtdynmod
 nrt_made = []
 nrt_module = nrtdynmod.create_nrt_module
@@ -126,11 +116,8 @@ def test_a_fresh_process_with_an_empty_cache_compiles_nothing(onnx_file, tmp_pat
     path = _saved(onnx_file, "numba")
     cache_dir = tmp_path / "empty-cache"
     np.save(tmp_path / "x.npy", X)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OPDSL_CACHE_DIR=str(cache_dir))
-    out = subprocess.run([sys.executable, "-c", _FRESH, str(path), str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
-                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr
-    compiles, frontend_writes, installed, parsed_onnx, nrt_made = out.stdout.split()
+    compiles, frontend_writes, installed, parsed_onnx, nrt_made = run_fresh(
+        _FRESH, (path, tmp_path / "x.npy", tmp_path / "y.npy"), cache_dir)
     assert (compiles, frontend_writes, parsed_onnx) == ("0", "0", "False")  # no compile, no front end, no ONNX
     assert nrt_made == "0"  # numba's runtime library too came from the file, not from LLVM
     assert int(installed) > 0  # the machine code came from the file

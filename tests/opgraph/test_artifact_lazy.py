@@ -5,8 +5,6 @@ export reads them, checked; a file rewritten in place is a clear error, never ot
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +14,8 @@ from onnx import TensorProto, helper, numpy_helper
 import dsl
 from dsl.opgraph import artifact_format, artifact_load, artifact_save, lazy_constants
 from dsl.opgraph.lazy_constants import LazyConstant
+from fresh_process import run_fresh  # tests/ is on sys.path
 
-ROOT = Path(__file__).resolve().parents[2]
 RNG = np.random.default_rng(17)
 W1 = RNG.standard_normal((32, 16, 1, 1)).astype(np.float32)
 W2 = (RNG.standard_normal((32, 32, 3, 3)) * 0.1).astype(np.float32)
@@ -98,18 +96,7 @@ def test_a_loaded_model_reads_no_deferred_constant_and_gives_the_same_outputs(ba
     np.testing.assert_allclose(got, _reference(X), rtol=1e-4, atol=1e-4)
 
 
-_FRESH = r"""
-import sys
-from numba.core import event
-
-class Count(event.Listener):
-    n = 0
-    def on_start(self, ev):
-        Count.n += 1
-    def on_end(self, ev):
-        pass
-
-event.register("numba:compile", Count())
+_FRESH = r"""  # after fresh_process.COMPILE_COUNTER
 import numpy as np
 import dsl
 from dsl.opgraph import lazy_constants
@@ -125,11 +112,8 @@ def test_a_fresh_process_compiles_nothing_and_reads_no_deferred_constant(tmp_pat
     dispatchers) is executed by its first launch (backends/numba/deferred_module.py)."""
     path, _ = _saved(tmp_path_factory, "numba")
     np.save(tmp_path / "x.npy", X)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OPDSL_CACHE_DIR=str(tmp_path / "empty-cache"))
-    out = subprocess.run([sys.executable, "-c", _FRESH, str(path), str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
-                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr
-    compiles, reads, at_load, after_run = map(int, out.stdout.split())
+    compiles, reads, at_load, after_run = map(int, run_fresh(
+        _FRESH, (path, tmp_path / "x.npy", tmp_path / "y.npy"), tmp_path / "empty-cache"))
     assert (compiles, reads, at_load) == (0, 0, 0) and after_run >= 1  # no compile, no constant read
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), _reference(X), rtol=1e-4, atol=1e-4)
 
