@@ -3,7 +3,9 @@ out, bias + Relu), on the parallel entry: best and median µs per layer, and the
 (tile path, items, grid).  ``--base FILE`` times a second copy of ops/conv_pointwise.py (e.g.
 ``git show HEAD:ops/conv_pointwise.py``) alternating with this one, for A/B on a noisy machine.
 
-    python -m benchmarks.bench_pointwise [--base /tmp/old_pw.py] [--rounds 30] [--only sq] [--serial] [--cpu]
+    python -m benchmarks.bench_pointwise [--base /tmp/old_pw.py] [--rounds 30] [--only sq] [--serial] [--cpu] [--res]
+
+``--res`` adds a residual before the Relu (ResNet's expanding 1×1 layers: FusedConv with Add).
 """
 from __future__ import annotations
 
@@ -74,12 +76,18 @@ def setup(layer):
     wt = (rng.standard_normal((m, c, 1, 1)) / np.sqrt(c)).astype(np.float32)
     b = rng.standard_normal(m).astype(np.float32)
     oh, ow = (h - 1) // s + 1, (w - 1) // s + 1
-    ref = np.maximum(np.einsum("oc,nchw->nohw", wt[:, :, 0, 0], x[:, :, ::s, ::s]) + b[None, :, None, None], 0)
+    ref = np.einsum("oc,nchw->nohw", wt[:, :, 0, 0], x[:, :, ::s, ::s]) + b[None, :, None, None]
+    res = None
+    if RES:
+        res_plain = rng.standard_normal(ref.shape).astype(np.float32)
+        ref = ref + res_plain
+        res = blocked(res_plain) if by else res_plain
+    ref = np.maximum(ref, 0)
     xi = blocked(x) if bx else x
     wt.setflags(write=False)  # a graph constant: packed once
     b.setflags(write=False)
     y = np.zeros((1, -(-m // 16), oh, ow, 16) if by else (1, m, oh, ow), np.float32)
-    return xi, wt, b, y, ref, bx, (s, s)
+    return xi, wt, b, y, ref, bx, (s, s), res
 
 
 class Recorder:
@@ -99,9 +107,9 @@ class Recorder:
 
 def bound(mod, args):
     """A no-argument function running ``mod``'s kernel on ``args`` as the model would."""
-    xi, wt, b, y, _, bx, st = args
+    xi, wt, b, y, _, bx, st, res = args
     rec = Recorder(mod.conv_pointwise)
-    mod.launch_conv_pointwise(rec, xi, wt, b, y, None, st, bx, "numba", ACT_RELU, 0.0, 0.0)
+    mod.launch_conv_pointwise(rec, xi, wt, b, y, res, st, bx, "numba", ACT_RELU, 0.0, 0.0)
     if SERIAL:
         runs = [(launcher._run, launcher._serial, values, g) for launcher, values, g in rec.launches]
         return lambda: [run(entry, values, g) for run, entry, values, g in runs]
@@ -110,6 +118,7 @@ def bound(mod, args):
 
 
 SERIAL = False
+RES = False
 
 
 def check(args):
@@ -125,9 +134,10 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--serial", action="store_true", help="time the serial entry (one core)")
     ap.add_argument("--cpu", action="store_true", help="CPU time (time.process_time): on a shared machine")
+    ap.add_argument("--res", action="store_true", help="a residual added before the Relu")
     a = ap.parse_args()
-    global SERIAL
-    SERIAL = a.serial
+    global SERIAL, RES
+    SERIAL, RES = a.serial, a.res
     clock = time.process_time if a.cpu else time.perf_counter
     numba_backend.SERIAL_MAX_ELEMENTS = 0  # every launch on the parallel entry
     mods = [("new", pw)] + ([("base", load_module(a.base, "pw_base"))] if a.base else [])

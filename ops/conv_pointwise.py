@@ -280,17 +280,20 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                             xv3 = dsl.splat(x.flat[xc3 + p * BLOCK], V)
                             for j in dsl.static_range(NV):
                                 acc2[p, j] = dsl.fma(xv3, wv3[j], acc2[p, j])
-            if blocked_out == 1 and act == ACT_RELU and add_res == 0 and c0 == c_first and V == BLOCK \
+            if blocked_out == 1 and act == ACT_RELU and c0 == c_first and V == BLOCK \
                     and (g * OCT + OCT <= m_out or (g * OCT + V <= m_out and m_out == mb * BLOCK)):
                 # the common case (every vector of the group whole channels or past the last block)
                 # stored straight from the registers, no scratch round trip, one activation
-                # unrolled: bias, Relu, 2P consecutive pixels of each block
+                # unrolled: bias, the residual (ResNet's expanding layers), Relu, 2P consecutive
+                # pixels of each block
                 for j in dsl.static_range(NV):
                     if g * OCT + j * V < m_out:
                         rb = bias.vload(g * OCT + j * V, V)
                         ya = ((nb * mb + g * NV + j) * ohw + orow * cols + c0) * BLOCK
                         for p in dsl.static_range(2 * P):
                             ra = acc2[p, j] + rb
+                            if add_res == 1:
+                                ra = ra + res.vload(ya + p * BLOCK, V)
                             y.vstore(ya + p * BLOCK, dsl.where(ra <= 0, 0.0, ra))
                 npix = 0  # nothing left for the epilogue below
             else:
