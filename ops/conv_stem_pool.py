@@ -7,7 +7,9 @@ computes the stem rows the band's windows cover ((B-1)·stride + kernel rows) wi
 ops/conv_stem.py's method (phase-split zero-bordered input rows, a register tile of R rows x
 NO output channels of V-pixel vectors) into its worker's slice of ``cs``, applies bias and
 activation there, then pools each channel vertically (vector max over rows) and horizontally
-(per pooled pixel) and stores plain pooled rows.  3-wide windows (both models' pools) take
+(per pooled pixel) and stores pooled rows, plain or NCHWc16 (a pixel's 16 channels together:
+the 1×1 convolutions after the stem read their input fastest that way; from plain x ResNet-50's
+64→256 projection ran ~1.4x slower).  3-wide windows (both models' pools) take
 unrolled three-load maxima (the general loops over rows and columns cost 70 µs of 245 on one
 core).  Items are shared out evenly (worker·items // workers): split's ceil chunks gave one core
 8 of squeezenet's 14 bands and the other 6.  Pool padding and ceil_mode clip the windows
@@ -30,7 +32,8 @@ BAND = 4  # pooled rows per work item: 2.25 stem rows per pooled row (2.5 at 2),
 
 # geometry vector slots: the stem's, then the pool's
 (G_N, G_C, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_OH, G_OW, G_H, G_W, G_PT, G_PL, G_KR, G_WQ,
- G_PKH, G_PKW, G_PSH, G_PSW, G_PPT, G_PPL, G_PH, G_PW, G_BAND, G_CR, G_OWP) = range(27)
+ G_PKH, G_PKW, G_PSH, G_PSW, G_PPT, G_PPL, G_PH, G_PW, G_BAND, G_CR, G_OWP, G_BLOCKED) = range(28)
+BLOCK = 16  # channels per NCHWc16 block
 GEOM = 32
 
 
@@ -57,7 +60,8 @@ class PoolWindow:
 def conv_stem_pool(x: In[f32], w: In[f32], bias: In[f32], y: Out[f32], xp: InOut[f32], cs: InOut[f32],
                    koff: In[i64], geom: dsl.Vec[i64, 32], act: i32, act_lo: f32, act_hi: f32,
                    V: dsl.const[i64], R: dsl.const[i64], NO: dsl.const[i64]):
-    """y = maxpool(act(conv(x, w) + bias)), x and y plain.  ``xp``: each worker's padded input
+    """y = maxpool(act(conv(x, w) + bias)), x plain, y plain or (geom[G_BLOCKED]) NCHWc16 with M a
+    multiple of 16.  ``xp``: each worker's padded input
     rows (as conv_stem); ``cs``: each worker's stem rows [NO][CR][OWP], a row of vertical maxima
     and a row of their sliding maxima over the pool's width; ``koff[t]``: tap t's offset in a
     worker's rows."""
@@ -166,8 +170,12 @@ def conv_stem_pool(x: In[f32], w: In[f32], bias: In[f32], y: Out[f32], xp: InOut
                                 hv = max(hv, cs.vload(vrow + vi * V + q, V))
                             cs.vstore(hrow + vi * V, hv)
                     at = ((nb * m_out + oc) * ph_n + prow) * pw_n
+                    step = 1  # between a channel's pooled pixels in y
+                    if geom[G_BLOCKED] == 1:
+                        at = (nb * m_out + oc - oc % BLOCK) * ph_n * pw_n + prow * pw_n * BLOCK + oc % BLOCK
+                        step = BLOCK
                     for pc in range(pc_a, pc_b):  # windows inside the row: one pick each
-                        y.flat[at + pc] = cs.flat[hrow + pc * psw - ppl]
+                        y.flat[at + pc * step] = cs.flat[hrow + pc * psw - ppl]
                     for e in range(pc_a + pw_n - pc_b):  # windows clipped by the pads or ceil_mode
                         pc = e
                         if e >= pc_a:
@@ -178,20 +186,20 @@ def conv_stem_pool(x: In[f32], w: In[f32], bias: In[f32], y: Out[f32], xp: InOut
                         mx = cs.flat[vrow + q_lo]
                         for q in range(q_lo + 1, q_hi):
                             mx = max(mx, cs.flat[vrow + q])
-                        y.flat[at + pc] = mx
+                        y.flat[at + pc * step] = mx
 
 
 def launch_conv_stem_pool(impl, x, w, bias, y, strides, dil, begin, conv_out, pool: PoolWindow, backend,
                           act: int, lo: float, hi: float, cfg: StemConfig = None, band: int = BAND) -> None:
-    """Run ``impl`` on plain x (N, C, H, W) -> y (N, M, PH, PW); ``conv_out`` is the stem's
-    (OH, OW), ``begin`` its begin pads."""
+    """Run ``impl`` on plain x (N, C, H, W) -> y, plain (N, M, PH, PW) or NCHWc16 (N, M/16, PH, PW,
+    16) for M a multiple of 16; ``conv_out`` is the stem's (OH, OW), ``begin`` its begin pads."""
     cfg = cfg or stem_pool_config(backend or "numba")
     for name, a in (("x", x), ("w", w), ("y", y), ("B", bias)):
         if a is not None and a.dtype != np.float32:
             raise ValueError(f"conv_stem_pool computes f32; {name} is {a.dtype}")
-    if x.ndim != 4 or y.ndim != 4:
-        raise ValueError(f"conv_stem_pool reads and writes plain (N, C, H, W) images; x has shape "
-                         f"{tuple(x.shape)}, y {tuple(y.shape)}")
+    if x.ndim != 4 or y.ndim not in (4, 5):
+        raise ValueError(f"conv_stem_pool reads plain (N, C, H, W) images and writes plain or NCHWc16 "
+                         f"(N, M/16, H, W, 16) ones; x has shape {tuple(x.shape)}, y {tuple(y.shape)}")
     if band < 1:
         raise ValueError(f"conv_stem_pool band={band}: a work item needs at least one pooled row")
     m, c, kh, kw = w.shape
@@ -200,8 +208,12 @@ def launch_conv_stem_pool(impl, x, w, bias, y, strides, dil, begin, conv_out, po
     n, _, h, wd = x.shape
     oh, ow = conv_out
     (pkh, pkw), (psh, psw), (ppt, ppl), (ph, pw) = pool.kernel, pool.strides, pool.begin, pool.out
-    if tuple(y.shape) != (n, m, ph, pw):
-        raise ValueError(f"conv_stem_pool: y has shape {tuple(y.shape)}, expected {(n, m, ph, pw)}")
+    blocked = y.ndim == 5
+    want = (n, m // BLOCK, ph, pw, BLOCK) if blocked else (n, m, ph, pw)
+    if tuple(y.shape) != want or (blocked and m % BLOCK):
+        raise ValueError(f"conv_stem_pool: y has shape {tuple(y.shape)}, expected {want}"
+                         + (f" (NCHWc16 output needs M a multiple of {BLOCK}, M = {m})" if blocked and m % BLOCK
+                            else ""))
     wp, bp = stem_weights(w, bias, cfg, m, backend)
     sh, sw = strides
     band = min(band, ph)
@@ -213,8 +225,8 @@ def launch_conv_stem_pool(impl, x, w, bias, y, strides, dil, begin, conv_out, po
     ic_, kh_, kw_ = np.meshgrid(np.arange(c), np.arange(kh), np.arange(kw) * dil[1], indexing="ij")
     koff = (ic_ * kr * row + kh_ * dil[0] * row + (kw_ % sw) * wq + kw_ // sw).reshape(-1).astype(np.int64)
     geom = np.zeros(GEOM, np.int64)
-    geom[:27] = (n, c, m, kh, kw, sh, sw, dil[0], oh, ow, h, wd, begin[0], begin[1], kr, wq,
-                 pkh, pkw, psh, psw, ppt, ppl, ph, pw, band, cr, owp)
+    geom[:28] = (n, c, m, kh, kw, sh, sw, dil[0], oh, ow, h, wd, begin[0], begin[1], kr, wq,
+                 pkh, pkw, psh, psw, ppt, ppl, ph, pw, band, cr, owp, int(blocked))
     items = n * -(-ph // band)
     grid = balanced_grid(items, THREADS)
     workers = grid * THREADS

@@ -1,12 +1,13 @@
 """The stem convolution fused with the MaxPool after it (ops/conv_stem_pool.py, FusedConvPool)
 against numpy conv + activation + maxpool on every backend: strides, kernels, conv and pool
-pads, ceil_mode, odd sizes, channels not a multiple of 16, bands of 1-3 pooled rows; the
-rewrite in a graph and where it must not fire; bad input."""
+pads, ceil_mode, odd sizes, channels not a multiple of 16, bands of 1-3 pooled rows, plain and
+NCHWc16 output; the rewrite in a graph and where it must not fire; bad input."""
 import numpy as np
 import pytest
 
 import dsl
 import ops
+from dsl.opgraph import formats as F
 from ops.conv_fusion import FusedConvPool
 from ops.conv_stem_pool import PoolWindow, conv_stem_pool, launch_conv_stem_pool
 from ops.pool import pool_geometry
@@ -50,6 +51,23 @@ def test_stem_pool_matches_numpy(backend, case):
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("case", [CASES[0][:4] + (32,) + CASES[0][5:], CASES[2][:4] + (16,) + CASES[2][5:]],
+                         ids=["squeezenet", "resnet"])
+def test_stem_pool_writes_nchwc16(backend, case):
+    """NCHWc16 output (N, M/16, PH, PW, 16): each channel's pooled pixels 16 floats apart."""
+    n, c, h, wd, m, k, s, p, pk, ps, pp, ceil, band = case
+    x = RNG.standard_normal((n, c, h, wd)).astype(np.float32)
+    w = RNG.standard_normal((m, c, k, k)).astype(np.float32)
+    b = RNG.standard_normal(m).astype(np.float32)
+    ref = max_pool_ref(np.maximum(conv_ref(x, w, b, s, (1, 1), p), 0), pk, ps, pp, ceil)
+    conv_hw = ((h + p[0] + p[2] - k) // s[0] + 1, (wd + p[1] + p[3] - k) // s[1] + 1)
+    _, begin, _ = pool_geometry(conv_hw, pk, ps, (1, 1), pp, "NOTSET", ceil)
+    y = np.full((n, m // 16) + ref.shape[2:] + (16,), np.nan, np.float32)
+    launch_conv_stem_pool(conv_stem_pool, x, w, b, y, s, (1, 1), p[:2], conv_hw,
+                          PoolWindow(pk, ps, begin, ref.shape[2:]), backend, 1, 0.0, 0.0, band=band)
+    np.testing.assert_allclose(F.to_plain_ref(y, m), ref, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("act, params", [("", ()), ("Clip", (-0.5, 0.75))])
 def test_fused_conv_pool_op(backend, act, params):
     """The op on its own: no activation (negative maxima) and Clip, no bias, dilated conv."""
@@ -81,6 +99,26 @@ def test_conv_relu_maxpool_becomes_one_node(backend):
     x = RNG.standard_normal((1, 3, 21, 26)).astype(np.float32)
     want = max_pool_ref(np.maximum(conv_ref(x, w, b, (2, 2)), 0), (3, 3), (2, 2), (0, 0, 0, 0), 1)
     np.testing.assert_allclose(model.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+
+
+def test_stem_pool_feeds_a_1x1_convolution_nchwc16(backend):
+    """Stem -> Relu -> MaxPool -> 1x1 Conv: the fused node writes NCHWc16 (32 channels) for the
+    1x1 convolution to read; the result equals numpy's."""
+    g = dsl.Graph("stem_1x1")
+    xi = g.input("x", (1, 3, 21, 26), dsl.f32)
+    w = RNG.standard_normal((32, 3, 3, 3)).astype(np.float32)
+    b = RNG.standard_normal(32).astype(np.float32)
+    w2 = RNG.standard_normal((20, 32, 1, 1)).astype(np.float32)
+    r = ops.Relu(ops.Conv(xi, g.constant("w", w), g.constant("b", b), strides=[2, 2]))
+    pooled = ops.MaxPool(r, kernel_shape=[3, 3], strides=[2, 2])[0]
+    g.output(ops.Conv(pooled, g.constant("w2", w2)), "y")
+    model = g.compile(backend=backend)
+    stem = model.graph.nodes[0]
+    assert stem.op_type == "FusedConvPool" and stem.outputs[0].spec.format == "nchwc16"
+    x = RNG.standard_normal((1, 3, 21, 26)).astype(np.float32)
+    p = max_pool_ref(np.maximum(conv_ref(x, w, b, (2, 2)), 0), (3, 3), (2, 2), (0, 0, 0, 0), 0)
+    want = np.einsum("oc,nchw->nohw", w2[:, :, 0, 0], p)
+    np.testing.assert_allclose(model.run({"x": x})["y"], want, rtol=1e-4, atol=1e-3)
 
 
 def test_read_twice_does_not_fuse():
@@ -117,6 +155,10 @@ def test_bad_input_is_named():
         FusedConvPool(x, w, pool_kernel_shape=[7, 7], backend="interpreter")
     with pytest.raises(dsl.VerifyError, match="pool_auto_pad 'SAME'"):
         FusedConvPool(x, w, pool_kernel_shape=[2, 2], pool_auto_pad="SAME", backend="interpreter")
+    with pytest.raises(ValueError, match="NCHWc16 output needs M a multiple of 16, M = 4"):
+        launch_conv_stem_pool(conv_stem_pool, x, w, None, np.zeros((1, 0, 3, 3, 16), np.float32), (1, 1),
+                              (1, 1), (0, 0), (6, 6), PoolWindow((2, 2), (2, 2), (0, 0), (3, 3)), "interpreter", 0,
+                              0.0, 0.0)
     with pytest.raises(ValueError, match="band=0"):
         launch_conv_stem_pool(conv_stem_pool, x, w, None, np.zeros((1, 4, 3, 3), np.float32), (1, 1), (1, 1),
                               (0, 0), (6, 6), PoolWindow((2, 2), (2, 2), (0, 0), (3, 3)), "interpreter", 0, 0.0,
