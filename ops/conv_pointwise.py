@@ -249,10 +249,12 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
         wg = g * cb * BLOCK * OCT
         one_vector = NV > 1 and g * OCT + V >= m_written
         c_first = t * tp  # first pixel of the row this item stores
-        if PAIRS == 1 and pair == 1:
+        if PAIRS == 1 and pair == 1 and cols - c_first > P:
             # 2P consecutive pixels 16 floats apart in x (NCHWc16, stride 1): their offsets are
             # constants from one base, so the 2P·NV accumulators leave the integer registers free;
-            # the last tile of a row overlaps the one before and stores only its new pixels
+            # the last tile of a row overlaps the one before and stores only its new pixels.  A
+            # last item of at most P pixels runs the P-pixel tile below instead (squeezenet's
+            # 13x13 images: 12 items of 14 and a lone pixel, which cost a whole item)
             c0 = min(c_first, cols - 2 * P)
             npix = 2 * P
             xb = nb * sxn + (orow * step_row + c0) * BLOCK
