@@ -29,8 +29,9 @@ either format.
   pixel instead: a whole tile cost six pixels' FMAs for it.
 * **Pixel pairs**: NCHWc16 x with stride 1 runs items of 2P pixels (28 accumulators at
   AVX-512) whose x offsets are constants from one base (no offset registers to spill); the
-  last item of a row overlaps the one before and stores only its new pixels.  Whole groups
-  under Relu without a residual are stored straight from the registers.  Measured on one core
+  last item of a row overlaps the one before and stores only its new pixels, or, when at most
+  P pixels are left (7×7 images: 3 items and 7 pixels), runs the P-pixel tile.  Whole groups
+  under Relu, with or without a residual, are stored straight from the registers.  Measured on one core
   (benchmarks/bench_pointwise.py): squeezenet's 1×1 layers 10-25 % faster, the 1000-class head
   and ResNet's stride-1 1×1 layers ~10 %.
 * **Work split**: items are (oc group, image, row, tile), oc group outermost, split evenly
