@@ -22,7 +22,8 @@ broadcasts one input value per pixel: P·NV fused multiply-adds for NV + P loads
   channels of the innermost loop share a cache line per pixel), so the tile loop has no border
   tests at all; pixels are tiled over the flattened output image (oh·OW + ow); a last partial
   tile repeats its last pixel and does not store the copies.
-* **Weight reuse**: a work item is a group of TG tiles of one oc group; per input-channel
+* **Weight reuse**: a work item is a group of up to TG tiles of one oc group (groups of even
+  size: 9 tiles at TG = 8 are 5 + 4, not 8 + 1); per input-channel
   block (kh·kw·16·OCT weights, 18 KB for 3×3) every tile of the group runs, its partial sums
   waiting in scratch, so the deep layers' weights are streamed from L2 once per TG tiles.
 * **Epilogue**: bias, the residual and Relu / Clip / LeakyRelu are applied to the tile before
@@ -98,11 +99,13 @@ def direct_config(backend: str = "numba", m: int = 0) -> DirectConfig:
     else 7 pixels × 32 channels (14 accumulators: a 14-pixel tile left too few registers for the
     pixel offsets, ResNet's widths 112, 56, 28, 14, 7 are multiples of 7).  On Intel (two 512-bit
     FMA ports) the 6×64 tile ran squeezenet's 3×3 expands and ResNet-50's 3×3 layers as fast
-    as 7×32 or up to ~15 % faster on one thread (benchmarks/RESULTS.md, ninth session).  AVX2: 12 of 16 registers (6 pixels × 16
-    channels)."""
+    as 7×32 or up to ~15 % faster on one thread (benchmarks/RESULTS.md, ninth session); groups of up
+    to 12 tiles share a pass over the weights (a 7×7 image's 9 tiles one pass, not 8 + 1; 14×14's
+    33 three, not five: 3-8 % less time on ResNet-50's deep 3×3 layers, eighteenth session).
+    AVX2: 12 of 16 registers (6 pixels × 16 channels), groups of up to 8 tiles."""
     if "avx512f" in dsl.target(backend).features:
         if m and m % 64 == 0:
-            return DirectConfig(V=16, NV=4, P=6)
+            return DirectConfig(V=16, NV=4, P=6, TG=12)
         return DirectConfig(V=16, NV=2, P=7)
     return DirectConfig(V=8, NV=2, P=6)
 
@@ -208,6 +211,7 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
     tiles = (ohw + P - 1) // P
     wgroup = cb * kh_n * kw_n * BLOCK * OCT  # packed weights of one oc group
     tgroups = (tiles + TG - 1) // TG
+    tg_size = (tiles + tgroups - 1) // max(1, tgroups)  # groups of even size, at most TG tiles (9 = 5 + 4, not 8 + 1)
     tile = dsl.scratch((THREADS, TG * P * NV * V), f32)  # the group's partial sums, then its results
     row = dsl.thread_id() * TG * P * OCT
     lo, hi = dsl.split(ocg_n * n_img * tgroups, grid=True)  # oc group outermost: its weights stay in cache
@@ -216,8 +220,8 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
         r = item // tgroups
         nb = r % n_img
         g = r // n_img
-        t_lo = tg * TG
-        t_hi = min(tiles, t_lo + TG)
+        t_lo = tg * tg_size
+        t_hi = min(tiles, t_lo + tg_size)
         # NCHWc16 y under Relu (one unrolled copy: a second, for no activation, cost ~3 s more
         # compile CPU per specialization), every vector of the group all real channels or
         # past the last block: whole tiles are stored from the registers after the last block

@@ -38,13 +38,13 @@ def test_tiles_follow_the_target(cpu):
     if cpu == "avx512":
         assert register_tiles.vector_registers(dsl.target("numba")) == 32
         assert (gemm.V, gemm.MR, gemm.KC) == (16, 8, 256)
-        assert (direct.P, direct.NV, direct.V) == (6, 4, 16)
+        assert (direct.P, direct.NV, direct.V, direct.TG) == (6, 4, 16, 12)
         assert (point.P, point.NV, point.V) == (7, 2, 16)
         assert rows == (8, 3)
     else:
         assert register_tiles.vector_registers(dsl.target("numba")) == 16
         assert (gemm.V, gemm.MR, gemm.KC) == (8, 6, 512)
-        assert (direct.P, direct.NV, direct.V) == (6, 2, 8)
+        assert (direct.P, direct.NV, direct.V, direct.TG) == (6, 2, 8, 8)
         assert (point.P, point.NV, point.V) == (6, 2, 8)
         assert rows == (4, 3)
     # accumulators + vectors loaded per step + one broadcast fit the register file
