@@ -345,9 +345,9 @@ def test_dropout_between_blocked_convs_needs_no_reorder(backend, with_mask):
 @pytest.mark.parametrize("act", [0, 1])
 @pytest.mark.parametrize("m", [16, 40, 48, 64])
 def test_pointwise_blocked_pixel_pairs(backend, act, m):
-    """NCHWc16 in and out, stride 1: items of 2P pixels (30 = two whole ones and an overlapping
-    last one), the one-vector groups (16, 48), Relu stored from the registers and the scratch
-    epilogue (no activation, the partial block of 40)."""
+    """NCHWc16 in and out, stride 1: items of 2P pixels (30 = two whole ones, then 2 pixels on the
+    P-pixel tile on AVX-512), the one-vector groups (16, 48), Relu stored from the registers and
+    the scratch epilogue (no activation, the partial block of 40)."""
     x, w, b = data(1, 40, 5, 6, m)
     want = pointwise_ref(x, w, b)
     if act == 1:
@@ -361,8 +361,8 @@ def test_pointwise_blocked_pixel_pairs(backend, act, m):
 @pytest.mark.parametrize("fmt_in, fmt_out, m", [("nchwc16", "nchwc16", 48), ("nchwc16", "plain", 40),
                                                 ("plain", "nchwc16", 130)])
 def test_pointwise_lone_last_pixels(backend, fmt_in, fmt_out, m):
-    """A 7×7 image (49 pixels: whole tiles and a last one of 1 on AVX2's 6-pixel tile, or an
-    overlapping pair item on AVX-512) and a 5×4 one (20 = 3 × 6 + 2): the last pixels are summed
+    """A 7×7 image (49 pixels: whole tiles and a last one of 1 on AVX2's 6-pixel tile, or three
+    pair items and a 7-pixel tile on AVX-512) and a 5×4 one (20 = 3 × 6 + 2): the last pixels are summed
     one at a time (``narrow``), over 37 input channels (a partial block, not a multiple of 4)."""
     for h, wd in ((7, 7), (5, 4)):
         x, w, b = data(1, 37, h, wd, m)
