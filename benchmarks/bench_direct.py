@@ -47,7 +47,8 @@ def setup(layer):
     b = rng.standard_normal(m).astype(np.float32)
     oh, ow = (h - 1) // s + 1, (w - 1) // s + 1
     xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    cols = np.stack([xp[:, :, i:i + s * (oh - 1) + 1:s, j:j + s * (ow - 1) + 1:s] for i in range(3) for j in range(3)], 2)
+    cols = np.stack([xp[:, :, i:i + s * (oh - 1) + 1:s, j:j + s * (ow - 1) + 1:s]
+                     for i in range(3) for j in range(3)], 2)  # (N, C, 9 taps, OH, OW)
     ref = np.maximum(np.einsum("ock,nckhw->nohw", wt.reshape(m, c, 9), cols) + b[None, :, None, None], 0)
     wt.setflags(write=False)  # a graph constant: packed once
     b.setflags(write=False)
