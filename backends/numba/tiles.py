@@ -16,7 +16,12 @@ from llvmlite import ir as llir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from backends.host import host
 from dsl.lang import tiles as _lang
+
+# Linux grants the tile data per process: ask (backends/host.py ``amx_granted``) whenever a generated
+# module is loaded, since its code may come from a cache an earlier process compiled with AMX.
+host()
 
 LOWERINGS = ("amx", "portable")
 TILE_FILE_BYTES = _lang.TILES * _lang.TILE_ROWS * _lang.TILE_BYTES
