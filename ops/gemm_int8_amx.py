@@ -57,6 +57,8 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
     ``flip`` 0x80808080 shifts i8 data to u8.  ``ap`` (batch·Mp, Kp/4) and ``rows`` (batch·Mp, 2)
     receive the packed A and (row sum, zero point).  bp/bu/bz/mult/bias as for qgemm_packed."""
     cw = dsl.scratch((THREADS, BLOCK * BLOCK), i32)  # this thread's 32 × 32 block of C
+    tail_f = dsl.scratch((THREADS, PANEL), f32)      # a row's last columns, lane by lane
+    tail_i = dsl.scratch((THREADS, PANEL), i32)
     batch = y.shape[0]
     m_rows = y.shape[1]
     n = y.shape[2]
@@ -157,21 +159,17 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
                             f = dsl.clamp(dsl.rint(f) + y_zp, q_lo, q_hi)
                             if n0 + 16 <= n:
                                 y.vstore(yrow + n0, f)
-                            else:
-                                lf = dsl.local((16,), f32)
-                                for c in dsl.static_range(16):
-                                    lf[c] = f[c]
+                            else:  # the last columns: lanes through this thread's scratch row
+                                tail_f.vstore(dsl.thread_id() * 16, f)
                                 for cc in range(n - n0):
-                                    y.flat[yrow + n0 + cc] = lf[cc]
+                                    y.flat[yrow + n0 + cc] = tail_f.flat[dsl.thread_id() * 16 + cc]
                         else:
                             if n0 + 16 <= n:
                                 y.vstore(yrow + n0, acc_v)
                             else:
-                                lv = dsl.local((16,), i32)
-                                for c in dsl.static_range(16):
-                                    lv[c] = acc_v[c]
+                                tail_i.vstore(dsl.thread_id() * 16, acc_v)
                                 for cc in range(n - n0):
-                                    y.flat[yrow + n0 + cc] = lv[cc]
+                                    y.flat[yrow + n0 + cc] = tail_i.flat[dsl.thread_id() * 16 + cc]
 
 
 # --------------------------------------------------------------------------- host side
