@@ -8,10 +8,12 @@ folded into per-column sums, the u8 × i8 shifts, the requantizing epilogue), an
   word) are its tiles, 16 rows (64 k) at a time; the columns are padded to a multiple of 32 (a
   2 × 2 block of C tiles always has two panels) and the array by 15 rows, so the last K block of
   the last panel may read past its K/4 rows: whatever it reads there meets zero bytes of A;
-* the team packs A first (4 bytes a word, shifted to u8, the rows padded to a multiple of 32 and
-  K to a multiple of 64 with zeros; row sums by ``dot4`` against bytes of 1), meets at one
-  ``sync()``, then each thread takes 32 × 32 blocks of C, column block major: 4 C tiles, per
-  64 k two tiles of A and two of B, 4 ``tdpbusd``;
+* the team packs A (4 bytes a word, shifted to u8, the rows padded to a multiple of 32 and K to
+  a multiple of 64 with zeros; row sums by ``dot4`` against bytes of 1) and meets at one
+  ``sync()``, unless the tiles can read A where it lies (``reads_a_in_place``: u8, M % 32 == 0,
+  K % 64 == 0, B's zero points 0, as in the dynamically quantized transformer's MatMulInteger);
+  then each thread takes 32 × 32 blocks of C, column block major: 4 C tiles, per 64 k two tiles
+  of A and two of B, 4 ``tdpbusd``;
 * the C tiles go through the thread's scratch row to the same epilogue as ``qgemm_packed``:
   + za·u[n] - rowsum[m]·zb[n], then bias, f32 multiplier, rint, zero point and clamp.
 
@@ -51,11 +53,12 @@ def fits(k: Optional[int]) -> bool:
 @dsl.kernel(threads=THREADS)
 def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz: In[i32, 2],
               mult: In[f32, 2], bias: In[i32, 2], y: Out[Y, 3], ap: InOut[i32, 2], rows: InOut[i32, 2],
-              flip: i32, requantize: i32, per_row: i32, y_zp: f32, q_lo: f32, q_hi: f32):
+              flip: i32, requantize: i32, per_row: i32, y_zp: f32, q_lo: f32, q_hi: f32, PACK: dsl.const[i64]):
     """y[t] = A[t]·B[t] with zero points (module docstring).  ``a`` is A's bytes as i32 words
     (batch, M, K/4); ``a_zp`` its zero point(s) (one or per row, A's dtype);
     ``flip`` 0x80808080 shifts i8 data to u8.  ``ap`` (batch·Mp, Kp/4) and ``rows`` (batch·Mp, 2)
-    receive the packed A and (row sum, zero point).  bp/bu/bz/mult/bias as for qgemm_packed."""
+    receive the packed A and (row sum, zero point).  bp/bu/bz/mult/bias as for qgemm_packed.
+    PACK = 0: the tiles read A in place (``reads_a_in_place``): no packing, no row sums, no sync."""
     cw = dsl.scratch((THREADS, BLOCK * BLOCK), i32)  # this thread's 32 × 32 block of C
     tail_f = dsl.scratch((THREADS, PANEL), f32)      # a row's last columns, lane by lane
     tail_i = dsl.scratch((THREADS, PANEL), i32)
@@ -63,13 +66,13 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
     m_rows = y.shape[1]
     n = y.shape[2]
     kw = a.shape[2]             # words of A a row (K/4)
-    kp = ap.shape[1]            # words of packed A a row (K rounded up to 64 bytes)
-    k4 = kw                     # rows of a B panel
-    mp = ap.shape[0] // batch
+    kp = ap.shape[1] if PACK == 1 else kw  # words of (packed) A a row (K rounded up to 64 bytes)
+    k4 = kw                                 # rows of a B panel
+    mp = ap.shape[0] // batch if PACK == 1 else m_rows
     ones = dsl.splat(0x01010101, 16, i32)
     flips = dsl.splat(flip, 16, i32)
     # ---- pack A: shifted to u8, zero past K and past M; row sums (bytes times 1) and zero points
-    lo, hi = dsl.split(batch * mp)
+    lo, hi = dsl.split(batch * mp if PACK == 1 else 0)
     for row in range(lo, hi):
         t = row // mp
         m = row - t * mp
@@ -97,7 +100,8 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
             ap.flat[dst + q] = 0
         rows.flat[2 * row] = s
         rows.flat[2 * row + 1] = za
-    dsl.sync()
+    if PACK == 1:
+        dsl.sync()
     # ---- 32 × 32 blocks of C, column block major (consecutive blocks share two B panels)
     tid = dsl.thread_id()
     nblocks = bu.shape[1] // BLOCK
@@ -112,14 +116,18 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
         ib = r - jb * mblocks
         tb = t if bp.shape[0] > 1 else 0
         pb = tb * bp.shape[1] + 2 * jb * k4 * PANEL
-        pa = (t * mp + ib * BLOCK) * kp
+        pa = (t * mp + ib * BLOCK) * kp  # A's block: packed, or in place (then mp = M, kp = K/4)
         dsl.tile_zero(0)
         dsl.tile_zero(1)
         dsl.tile_zero(2)
         dsl.tile_zero(3)
         for kb in range(ksteps):
-            dsl.tile_load(4, ap, pa + kb * 16, kp)
-            dsl.tile_load(5, ap, pa + 16 * kp + kb * 16, kp)
+            if PACK == 1:
+                dsl.tile_load(4, ap, pa + kb * 16, kp)
+                dsl.tile_load(5, ap, pa + 16 * kp + kb * 16, kp)
+            else:
+                dsl.tile_load(4, a, pa + kb * 16, kp)
+                dsl.tile_load(5, a, pa + 16 * kp + kb * 16, kp)
             dsl.tile_load(6, bp, pb + kb * 16 * PANEL, PANEL)
             dsl.tile_load(7, bp, pb + k4 * PANEL + kb * 16 * PANEL, PANEL)
             dsl.tile_dot_u8i8(0, 4, 6)
@@ -135,8 +143,14 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
         for i in range(BLOCK):
             m = ib * BLOCK + i
             if m < m_rows:
-                rs = rows.flat[2 * (t * mp + m)]
-                za = rows.flat[2 * (t * mp + m) + 1]
+                rs = i32(0)
+                za = i32(0)
+                if PACK == 1:
+                    rs = rows.flat[2 * (t * mp + m)]
+                    za = rows.flat[2 * (t * mp + m) + 1]
+                else:
+                    za = (i32(a_zp.flat[(t if a_zp.shape[0] > 1 else 0) * a_zp.shape[1]
+                                        + (m if a_zp.shape[1] > 1 else 0)]) & 0xFF) ^ (flip & 0xFF)
                 yrow = (t * m_rows + m) * n
                 for h in dsl.static_range(2):
                     n0 = jb * BLOCK + h * PANEL
@@ -195,6 +209,13 @@ def packed_b(b3: np.ndarray, bzp2: np.ndarray, backend) -> tuple:
     return packed_constants.once_per_array(b3, key, lambda: _pack_b(b3, bzp2, backend))
 
 
+def reads_a_in_place(a3: np.ndarray, bz: np.ndarray) -> bool:
+    """Whether the tiles can read A where it lies: u8 (no shift), whole 32-row blocks and 64-byte
+    K steps (no padding), and B's zero points all 0 after its shift (no row sums needed)."""
+    _, m, kk = a3.shape
+    return a3.dtype == np.uint8 and m % BLOCK == 0 and kk % K_STEP == 0 and not bz.any()
+
+
 def qgemm_int8_amx(a3: np.ndarray, b3: np.ndarray, y3: np.ndarray, a_zp=None, b_zp=None, mult=None,
                    bias=None, y_zp: int = 0, q_lo=None, q_hi=None, backend=None, kernel=qgemm_amx,
                    per_row: bool = False) -> None:
@@ -207,9 +228,10 @@ def qgemm_int8_amx(a3: np.ndarray, b3: np.ndarray, y3: np.ndarray, a_zp=None, b_
     bp, bu, bz = packed_b(b3, zb.reshape(1, -1), backend)
     flip = 0x80 if a3.dtype == np.int8 else 0
     za = np.zeros((1, 1), a3.dtype) if a_zp is None else np.asarray(a_zp, a3.dtype).reshape(1, -1)
+    pack = not reads_a_in_place(a3, bz)
     mp = -(-m // BLOCK) * BLOCK
-    ap = np.empty((batch * mp, -(-kk // K_STEP) * (K_STEP // 4)), np.int32)
-    rows = np.empty((batch * mp, 2), np.int32)
+    ap = np.empty((batch * mp, -(-kk // K_STEP) * (K_STEP // 4)) if pack else (1, 1), np.int32)
+    rows = np.empty((batch * mp, 2) if pack else (1, 2), np.int32)
     requantize = mult is not None
     n = y3.shape[2]
     np_cols = bu.shape[1]
@@ -224,4 +246,4 @@ def qgemm_int8_amx(a3: np.ndarray, b3: np.ndarray, y3: np.ndarray, a_zp=None, b_
     words = np.ascontiguousarray(a3).view(np.int32)
     kernel(words, za, bp, bu, bz, _per_column(mult, width, cols, np.float32, 1.0),
            _per_column(bias, width, cols, np.int32, 0), y3, ap, rows, -0x7F7F7F80 if flip else 0,
-           int(requantize), int(per_row), float(y_zp), lo, hi, backend=backend)
+           int(requantize), int(per_row), float(y_zp), lo, hi, PACK=int(pack), backend=backend)

@@ -126,3 +126,21 @@ def test_quantized_matmul_models_on_amx_match_onnxruntime():
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [M, N])], w)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(dsl.load_onnx(model, backend="numba").run({"x": x})["y"], want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "numba"], indirect=True)
+def test_amx_int8_gemm_reads_u8_a_in_place_when_nothing_needs_packing(backend):
+    """u8 A of whole 32-row blocks and 64-byte K steps against B with zero points 0: no packing
+    launch (the kernel is told PACK=0), same result as numpy, per-row A zero points included."""
+    from ops.gemm_int8_amx import qgemm_amx
+    m, k, n = 64, 128, 40
+    a, b = data(np.uint8, (1, m, k), 255), data(np.int8, (1, k, n), -128)
+    za = data(np.uint8, (m,))
+    packs = []
+    kernel = lambda *args, **kw: (packs.append(kw["PACK"]), qgemm_amx(*args, **kw))  # noqa: E731
+    y = np.zeros((1, m, n), np.int32)
+    qgemm_int8_amx(a, b, y, za, np.array([0], np.int8), backend=backend, kernel=kernel)
+    np.testing.assert_array_equal(y[0], exact(a[0], b[0], za, 0))
+    qgemm_int8_amx(a, b, y, za, np.array([1], np.int8), backend=backend, kernel=kernel)  # row sums needed
+    np.testing.assert_array_equal(y[0], exact(a[0], b[0], za, 1))
+    assert packs == [0, 1]
