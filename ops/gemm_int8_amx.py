@@ -15,7 +15,9 @@ folded into per-column sums, the u8 × i8 shifts, the requantizing epilogue), an
   then each thread takes 32 × 32 blocks of C, column block major: 4 C tiles, per 64 k two tiles
   of A and two of B, 4 ``tdpbusd``;
 * the C tiles go through the thread's scratch row to the same epilogue as ``qgemm_packed``:
-  + za·u[n] - rowsum[m]·zb[n], then bias, f32 multiplier, rint, zero point and clamp.
+  + za·u[n] - rowsum[m]·zb[n], then bias, f32 multiplier, rint, zero point and clamp; exact i32
+  sums of a whole block with A read in place and one zero point for A start at za·u[n] instead
+  (a tile loaded with row stride 0) and are stored straight into y.
 
 Taken where ``dsl.target`` has "amx" (``amx_usable``) and K is a multiple of 4 (A is read as
 i32 words in place); elsewhere the ``dot4`` GEMM runs (the tile builtins would run, correctly,
@@ -117,10 +119,24 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
         tb = t if bp.shape[0] > 1 else 0
         pb = tb * bp.shape[1] + 2 * jb * k4 * PANEL
         pa = (t * mp + ib * BLOCK) * kp  # A's block: packed, or in place (then mp = M, kp = K/4)
-        dsl.tile_zero(0)
-        dsl.tile_zero(1)
-        dsl.tile_zero(2)
-        dsl.tile_zero(3)
+        cb = tid * BLOCK * BLOCK
+        # exact sums of a whole block with one zero point for A (and none for B): C starts at
+        # za·u[n] (every row the same: a tile load of stride 0) and the tiles store y directly
+        direct = PACK == 0 and requantize == 0 and a_zp.shape[1] == 1 and jb * BLOCK + BLOCK <= n
+        if direct:
+            za0 = (i32(a_zp.flat[(t if a_zp.shape[0] > 1 else 0) * a_zp.shape[1]]) & 0xFF) ^ (flip & 0xFF)
+            cu0 = tb * bu.shape[1] + jb * BLOCK
+            cw.vstore(cb, za0 * bu.vload(cu0, 16))
+            cw.vstore(cb + PANEL, za0 * bu.vload(cu0 + PANEL, 16))
+            dsl.tile_load(0, cw, cb, 0)
+            dsl.tile_load(1, cw, cb + PANEL, 0)
+            dsl.tile_load(2, cw, cb, 0)
+            dsl.tile_load(3, cw, cb + PANEL, 0)
+        else:
+            dsl.tile_zero(0)
+            dsl.tile_zero(1)
+            dsl.tile_zero(2)
+            dsl.tile_zero(3)
         for kb in range(ksteps):
             if PACK == 1:
                 dsl.tile_load(4, ap, pa + kb * 16, kp)
@@ -134,13 +150,19 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
             dsl.tile_dot_u8i8(1, 4, 7)
             dsl.tile_dot_u8i8(2, 5, 6)
             dsl.tile_dot_u8i8(3, 5, 7)
-        cb = tid * BLOCK * BLOCK
-        dsl.tile_store(0, cw, cb, BLOCK)
-        dsl.tile_store(1, cw, cb + PANEL, BLOCK)
-        dsl.tile_store(2, cw, cb + 16 * BLOCK, BLOCK)
-        dsl.tile_store(3, cw, cb + 16 * BLOCK + PANEL, BLOCK)
+        if direct:
+            y0 = (t * m_rows + ib * BLOCK) * n + jb * BLOCK
+            dsl.tile_store(0, y, y0, n)
+            dsl.tile_store(1, y, y0 + PANEL, n)
+            dsl.tile_store(2, y, y0 + 16 * n, n)
+            dsl.tile_store(3, y, y0 + 16 * n + PANEL, n)
+        else:
+            dsl.tile_store(0, cw, cb, BLOCK)
+            dsl.tile_store(1, cw, cb + PANEL, BLOCK)
+            dsl.tile_store(2, cw, cb + 16 * BLOCK, BLOCK)
+            dsl.tile_store(3, cw, cb + 16 * BLOCK + PANEL, BLOCK)
         # ---- epilogue (as qgemm_packed's): zero-point terms, bias, requantization, store
-        for i in range(BLOCK):
+        for i in range(0 if direct else BLOCK):
             m = ib * BLOCK + i
             if m < m_rows:
                 rs = i32(0)

@@ -75,6 +75,20 @@ def test_ops_choose_the_tile_gemm_only_where_amx_runs_and_k_allows():
     assert ops.MatMulInteger().select(*_specs(a9, b9, za, zb), backend="numba") == "packed"
 
 
+def test_a_target_without_amx_takes_the_dot4_gemm(monkeypatch):
+    """An AVX2 CPU, or an AVX-512 one whose OS refused the tile data ("amx" missing): "packed"."""
+    import dataclasses
+    real = dsl.target
+    for dropped in ({"amx"}, {"amx", "amx-tile", "amx-int8", "avx512f", "avx512vnni", "avx512bw"}):
+        def fake(backend=None, dropped=dropped):
+            t = real(backend)
+            return dataclasses.replace(t, features=t.features - dropped)
+        monkeypatch.setattr(dsl, "target", fake)
+        a, b = data(np.uint8, (M, K)), data(np.int8, (K, N))
+        assert ops.MatMulInteger().select(*_specs(a, b, np.array(1, np.uint8), np.array(0, np.int8)),
+                                          backend="numba") == "packed"
+
+
 needs_amx = pytest.mark.skipif(not amx_usable("numba"), reason="this CPU or OS gives no AMX: the ops take dot4")
 
 
@@ -143,4 +157,7 @@ def test_amx_int8_gemm_reads_u8_a_in_place_when_nothing_needs_packing(backend):
     np.testing.assert_array_equal(y[0], exact(a[0], b[0], za, 0))
     qgemm_int8_amx(a, b, y, za, np.array([1], np.int8), backend=backend, kernel=kernel)  # row sums needed
     np.testing.assert_array_equal(y[0], exact(a[0], b[0], za, 1))
-    assert packs == [0, 1]
+    y[:] = 7  # one zero point for A: whole 32-column blocks start at za·u[n] and store straight into y
+    qgemm_int8_amx(a, b, y, np.array([200], np.uint8), np.array([0], np.int8), backend=backend, kernel=kernel)
+    np.testing.assert_array_equal(y[0], exact(a[0], b[0], 200, 0))
+    assert packs == [0, 1, 0]
