@@ -210,11 +210,20 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
 
 # --------------------------------------------------------------------------- host side
 
+def aligned(shape, dtype) -> np.ndarray:
+    """Zeros of ``shape`` starting on a 64-byte line: a tile row of 64 bytes then spans one cache
+    line, not two (numpy's large arrays start 16 bytes past one)."""
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    raw = np.zeros(size + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start:start + size].view(dtype).reshape(shape)
+
+
 def _pack_b(b3: np.ndarray, bzp2: np.ndarray, backend) -> tuple:
     bb, kk, n = b3.shape
     np_cols = -(-n // BLOCK) * BLOCK
     k4 = -(-kk // 4)
-    bp = np.zeros((bb, np_cols * k4 + 15 * PANEL), np.int32)  # + 15 rows: the last K block's overreach
+    bp = aligned((bb, np_cols * k4 + 15 * PANEL), np.int32)  # + 15 rows: the last K block's overreach
     bu = np.empty((bb, np_cols), np.int32)
     bz = np.empty((bb, np_cols), np.int32)
     flip = 0x80 if b3.dtype == np.uint8 else 0
@@ -252,7 +261,7 @@ def qgemm_int8_amx(a3: np.ndarray, b3: np.ndarray, y3: np.ndarray, a_zp=None, b_
     za = np.zeros((1, 1), a3.dtype) if a_zp is None else np.asarray(a_zp, a3.dtype).reshape(1, -1)
     pack = not reads_a_in_place(a3, bz)
     mp = -(-m // BLOCK) * BLOCK
-    ap = np.empty((batch * mp, -(-kk // K_STEP) * (K_STEP // 4)) if pack else (1, 1), np.int32)
+    ap = aligned((batch * mp, -(-kk // K_STEP) * (K_STEP // 4)) if pack else (1, 1), np.int32)
     rows = np.empty((batch * mp, 2) if pack else (1, 2), np.int32)
     requantize = mult is not None
     n = y3.shape[2]
