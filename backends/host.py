@@ -13,7 +13,9 @@ Derived names, so an op can ask the same question on every backend:
   ``avx512fp16``; ``avx512bf16`` or ``avxneconvert``; on Arm the base FP unit converts f16, ``bf16``
   is its own feature).  The language computes f16/bf16 in f32, so conversion is what a kernel uses;
 * ``f16_arith`` / ``bf16_arith``: native narrow arithmetic too (``avx512fp16``; Arm ``fullfp16``;
-  ``avx512bf16``/Arm ``bf16`` give bf16 dot products, counted as arithmetic).
+  ``avx512bf16``/Arm ``bf16`` give bf16 dot products, counted as arithmetic);
+* ``amx``: Intel AMX int8 tiles usable by this process: the CPU has ``amx-tile`` and ``amx-int8``
+  and Linux granted the tile data (``amx_granted``); the tile builtins lower to AMX only then.
 """
 from __future__ import annotations
 
@@ -132,6 +134,28 @@ def llvm_features() -> Optional[FrozenSet[str]]:
         return None
 
 
+ARCH_REQ_XCOMP_PERM = 0x1023  # arch_prctl code: ask for an extended state component
+XFEATURE_XTILEDATA = 18       # the AMX tile data component
+SYS_ARCH_PRCTL = 158          # x86-64 Linux
+
+
+@functools.lru_cache(maxsize=None)
+def amx_granted(isa: FrozenSet[str]) -> bool:
+    """Whether this process may execute AMX tile instructions: the CPU has them and Linux (5.16+)
+    granted the tile data on ``arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)``, asked once
+    per process (the grant covers every thread).  Without the grant the first tile instruction
+    would fault, so anything else (another OS, an older kernel, a refusal) means no AMX."""
+    if not {"amx-tile", "amx-int8"} <= isa or platform.system() != "Linux" or platform.machine() != "x86_64":
+        return False
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.syscall(ctypes.c_long(SYS_ARCH_PRCTL), ctypes.c_long(ARCH_REQ_XCOMP_PERM),
+                            ctypes.c_long(XFEATURE_XTILEDATA)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 @functools.lru_cache(maxsize=None)
 def host() -> TargetInfo:
     """The host CPU's facts (cached: they do not change in a process)."""
@@ -141,5 +165,6 @@ def host() -> TargetInfo:
         cpu = binding.get_host_cpu_name()
     except Exception:
         cpu = ""
-    return TargetInfo(device=_cpu_model(), features=isa | derived(isa), vector_bits=vector_bits(isa),
+    amx = frozenset({"amx"}) if amx_granted(isa) else frozenset()
+    return TargetInfo(device=_cpu_model(), features=isa | derived(isa) | amx, vector_bits=vector_bits(isa),
                       compute_units=_cores(), cache_bytes=_largest_cache(), cpu=cpu)

@@ -22,7 +22,8 @@ Usage: PYTHONPATH=. python benchmarks/bench_int8.py [rounds] [case-filter] [thre
        PYTHONPATH=. python benchmarks/bench_int8.py fusion [rounds] [model-filter] [threads]   (``fusion_ab``)
        PYTHONPATH=. python benchmarks/bench_int8.py saturate [rounds] [model-filter] [threads] [--pause=S]
                                                           (``saturation_experiment``)
-       PYTHONPATH=. python benchmarks/bench_int8.py nodes [profiles] [model-filter] [top] [cpu]   (``nodes_vs_ort``)"""
+       PYTHONPATH=. python benchmarks/bench_int8.py nodes [profiles] [model-filter] [top] [cpu]   (``nodes_vs_ort``)
+       PYTHONPATH=. python benchmarks/bench_int8.py tiles [rounds] [threads] [m,k,n]   (``tiles_ab``)"""
 import os
 import sys
 import time
@@ -219,6 +220,49 @@ def products_ab(rounds: int, threads: int) -> None:
             + f" | {best['dot2_i16'] / best['dot4_sat']:.2f}x | {best['dot4'] / best['dot4_sat']:.2f}x |", flush=True)
 
 
+def tiles_ab(rounds: int, threads: int, shape=(256, 1024, 1024)) -> None:
+    """``tiles`` mode: the three GEMM cases compiled twice, on the matrix tile GEMM
+    (ops/gemm_int8_amx.py, AMX's tdpbusd where ``dsl.target`` has "amx") and on the ``dot4`` GEMM
+    (ops/gemm_int8.py, vpdpbusd), run alternately with onnxruntime in one process, best of each;
+    CPU time (``time.process_time``) is shown beside wall time, since a loaded machine inflates
+    wall time more than it inflates the work done."""
+    import ops.quant_matmul as qm
+    from ops.gemm_int8_amx import amx_usable
+    print(f"amx usable: {amx_usable('numba')}; {threads} thread(s) a side; load average {os.getloadavg()[0]:.1f}")
+    print("| case | tiles | dot4 | onnxruntime | tiles / ort | dot4 / ort | tiles CPU / ort CPU |")
+    print("|---|---|---|---|---|---|---|")
+    choose = qm._packed_kernel
+    for name, make in (("QLinearMatMul", qlinear_matmul), ("MatMulInteger", matmul_integer),
+                       ("DynamicQuantizeLinear->MatMulInteger", dynamic_matmul)):
+        proto, feeds = make(*shape)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        tiles = dsl.load_onnx(proto, backend="numba")
+        qm._packed_kernel = lambda a, b, backend: "packed"
+        try:
+            dot4 = dsl.load_onnx(proto, backend="numba")
+        finally:
+            qm._packed_kernel = choose
+        want = sess.run(None, feeds)[0]
+        for side in (tiles, dot4):
+            got = list(side.run(feeds).values())[0]
+            assert np.allclose(got, want, rtol=1e-6, atol=1e-6) if want.dtype.kind == "f" else np.array_equal(got, want)
+        sides = {"tiles": lambda: tiles.run(feeds), "dot4": lambda: dot4.run(feeds), "ort": lambda: sess.run(None, feeds)}
+        wall = dict.fromkeys(sides, float("inf"))
+        cpu = dict.fromkeys(sides, float("inf"))
+        for _ in range(rounds):
+            for k, f in sides.items():
+                t, c = time.perf_counter(), time.process_time()
+                f()
+                wall[k] = min(wall[k], time.perf_counter() - t)
+                cpu[k] = min(cpu[k], time.process_time() - c)
+        print(f"| {name} {'x'.join(map(str, shape))} | {wall['tiles'] * 1e3:.2f} ms | {wall['dot4'] * 1e3:.2f} ms | "
+              f"{wall['ort'] * 1e3:.2f} ms | {wall['tiles'] / wall['ort']:.2f}x | {wall['dot4'] / wall['ort']:.2f}x | "
+              f"{cpu['tiles'] / cpu['ort']:.2f}x |", flush=True)
+
+
 def fusion_ab(rounds: int, pick: str, threads: int) -> None:
     """``fusion`` mode: each quantized model compiled with and without the QLinearConv ->
     QLinearBatchNormalization pass (ops/qdq_residual.py ``fuse_conv_batch_norm``), run
@@ -383,6 +427,13 @@ def main():
         print(f"conv+BN pass off / on / onnxruntime, {threads} thread(s) a side; | model | off | on | ort | "
               f"off/ort | on/ort | on/off |")
         fusion_ab(int(sys.argv[2]) if len(sys.argv) > 2 else 10, sys.argv[3] if len(sys.argv) > 3 else "", threads)
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "tiles":
+        import numba
+        threads = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+        numba.set_num_threads(threads)
+        shape = tuple(int(d) for d in sys.argv[4].split(",")) if len(sys.argv) > 4 else (256, 1024, 1024)
+        tiles_ab(int(sys.argv[2]) if len(sys.argv) > 2 else 10, threads, shape)
         return
     if len(sys.argv) > 1 and sys.argv[1] == "pairs":
         import numba

@@ -140,6 +140,8 @@ def qgemm_packed(a: In[A, 3], a_zp: In[A, 2], bp: In[i32, 2], bu: In[i32, 2], bz
     per row of A with per_row = 1 (a convolution's output channels), size 1: per tensor.
     SAT = 1: the products run on ``dsl.dot4_sat``, chosen by the host where B's bytes keep it
     exact (``pairs_fit_i16``)."""
+    tail_f = dsl.scratch((THREADS, V), f32)  # a row's last columns, lane by lane (no V-fold unrolling)
+    tail_i = dsl.scratch((THREADS, V), i32)
     batch = y.shape[0]
     m_rows = y.shape[1]
     n = y.shape[2]
@@ -234,21 +236,17 @@ def qgemm_packed(a: In[A, 3], a_zp: In[A, 2], bp: In[i32, 2], bu: In[i32, 2], bz
                             f = dsl.clamp(dsl.rint(f) + y_zp, q_lo, q_hi)
                             if n0 + V <= n:
                                 y.vstore(yrow + n0, f)
-                            else:
-                                lf = dsl.local((V,), f32)
-                                for c in dsl.static_range(V):
-                                    lf[c] = f[c]
+                            else:  # the last columns: lanes through this thread's scratch row
+                                tail_f.vstore(dsl.thread_id() * V, f)
                                 for cc in range(n - n0):
-                                    y.flat[yrow + n0 + cc] = lf[cc]
+                                    y.flat[yrow + n0 + cc] = tail_f.flat[dsl.thread_id() * V + cc]
                         else:
                             if n0 + V <= n:
                                 y.vstore(yrow + n0, acc_v)
                             else:
-                                lv = dsl.local((V,), i32)
-                                for c in dsl.static_range(V):
-                                    lv[c] = acc_v[c]
+                                tail_i.vstore(dsl.thread_id() * V, acc_v)
                                 for cc in range(n - n0):
-                                    y.flat[yrow + n0 + cc] = lv[cc]
+                                    y.flat[yrow + n0 + cc] = tail_i.flat[dsl.thread_id() * V + cc]
 
 
 # --------------------------------------------------------------------------- host side

@@ -20,6 +20,7 @@ from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.elementwise import broadcast_shape
 from ops.conv_int8_direct import ARITHMETIC
 from ops.gemm_int8 import qgemm_int8, qgemm_packed, saturating_pairs_pay, worth_packing
+from ops.gemm_int8_amx import amx_usable, fits as amx_fits, qgemm_amx, qgemm_int8_amx
 from ops.quant import constant_quant, round_half_even
 
 A = dsl.TypeVar("A")
@@ -205,12 +206,24 @@ def packed_ok(a: TensorSpec, b: TensorSpec, a_zp=None, b_zp=None, a_scale=None, 
     return worth_packing(a.shape[-2], b.shape[-1], a.shape[-1])
 
 
+def _packed_kernel(a: TensorSpec, b: TensorSpec, backend: Optional[str]) -> str:
+    """"amx" (ops/gemm_int8_amx.py: matrix tiles) where the target runs them on AMX and K allows,
+    else "packed" (ops/gemm_int8.py: ``dot4``)."""
+    return "amx" if amx_usable(backend) and amx_fits(a.shape[-1]) else "packed"
+
+
 def _run_packed(a, a_zp, b, b_zp, y, mult, y_zp, backend, kernel, arithmetic="exact") -> None:
-    """MatMul(Integer) through ops/gemm_int8.py: (batch, M, K) · (1|batch, K, N); ``arithmetic``
-    "saturating" runs the products on ``dsl.dot4_sat`` wherever it pays, fits or not."""
+    """MatMul(Integer) through ops/gemm_int8.py (or ops/gemm_int8_amx.py for ``kernel`` qgemm_amx):
+    (batch, M, K) · (1|batch, K, N); ``arithmetic`` "saturating" runs the products on
+    ``dsl.dot4_sat`` wherever it pays, fits or not (AMX's products are exact either way)."""
     av, bv, full = _batch_views(a, b)
     if av.shape[0] != full:
         av = np.ascontiguousarray(np.broadcast_to(av, (full,) + av.shape[1:]))
+    if kernel == qgemm_amx:
+        qgemm_int8_amx(av, bv, y.reshape(full, av.shape[1], bv.shape[2]), a_zp=a_zp, b_zp=b_zp, mult=mult,
+                       y_zp=0 if y_zp is None else int(np.asarray(y_zp).reshape(-1)[0]), backend=backend,
+                       kernel=kernel)
+        return
     saturating = True if arithmetic == "saturating" and saturating_pairs_pay(backend) else None
     qgemm_int8(av, bv, y.reshape(full, av.shape[1], bv.shape[2]), a_zp=a_zp, b_zp=b_zp, mult=mult,
                y_zp=0 if y_zp is None else int(np.asarray(y_zp).reshape(-1)[0]), backend=backend, kernel=kernel,
@@ -225,7 +238,7 @@ def requant_multiplier(a_scale, b_scale, y_scale) -> np.ndarray:
 
 def _run_qgemm(impl, inputs, y: np.ndarray, requantize: bool, backend: str, arithmetic: str = "exact") -> None:
     a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp = inputs
-    if impl == qgemm_packed:
+    if impl == qgemm_packed or impl == qgemm_amx:
         mult = requant_multiplier(a_scale, b_scale, y_scale) if requantize else None
         _run_packed(a, a_zp, b, b_zp, y, mult, y_zp, backend, impl, arithmetic)
         return
@@ -274,14 +287,16 @@ def _check_arithmetic(op: str, arithmetic: str) -> None:
 class MatMulInteger(dsl.Op):
     """numpy.matmul of i8/u8 operands minus their zero points, exact in i32."""
 
-    kernels = {"default": qgemm_kernel, "packed": qgemm_packed}
+    kernels = {"default": qgemm_kernel, "packed": qgemm_packed, "amx": qgemm_amx}
     plan = _planned_when_constant(1, 1, 3)  # B and its zero point: packed once; a_zero_point is a view
     # "saturating": u8·i8 pairs summed in saturating i16 where that is faster (AVX2 without VNNI), as
     # onnxruntime does there; set by load_onnx / Graph.compile(int8_arithmetic=...)
     int8_arithmetic: str = "exact"
 
     def select(self, a, b, a_zero_point=None, b_zero_point=None, backend=None):
-        return "packed" if packed_ok(a, b, a_zero_point, b_zero_point, backend=backend) else "default"
+        if not packed_ok(a, b, a_zero_point, b_zero_point, backend=backend):
+            return "default"
+        return _packed_kernel(a, b, backend)
 
     def verify(self, a, b, a_zero_point=None, b_zero_point=None):
         for name, t in (("A", a), ("B", b)):
@@ -304,13 +319,13 @@ class MatMulInteger(dsl.Op):
 class QLinearMatMul(dsl.Op):
     """Quantized numpy.matmul: i8/u8 in, i8/u8 out, scales f32 (f16/bf16 from opset 21)."""
 
-    kernels = {"default": qgemm_kernel, "packed": qgemm_packed}
+    kernels = {"default": qgemm_kernel, "packed": qgemm_packed, "amx": qgemm_amx}
     plan = _planned_when_constant(3, 1, 3, 4, 5, 6, 7)  # run() reads scales, B, its and y's zero points
     int8_arithmetic: str = "exact"  # as MatMulInteger's
 
     def select(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, backend=None):
         ok = packed_ok(a, b, a_zero_point, b_zero_point, a_scale, b_scale, backend=backend)
-        return "packed" if ok and y_scale.dtype == f32 else "default"
+        return _packed_kernel(a, b, backend) if ok and y_scale.dtype == f32 else "default"
 
     def verify(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
         for name, t in (("a", a), ("b", b), ("y_zero_point", y_zero_point)):

@@ -18,6 +18,8 @@ class CBuiltinCalls:
     def visit_Call(self, e: ir.Call) -> str:
         """A registered builtin, spelled from its registry entry under ``targets``: a format
         string over the argument code, or a ``builtin_<name>`` method (``B.Helper``)."""
+        if B.BUILTINS[e.name].kind == "tile":
+            return self.builtin_tile(e)
         spelled = B.spelling(e.name, self.targets, e.loc)
         args = [self.bare(a) for a in e.args]
         if isinstance(spelled, B.Helper):

@@ -30,6 +30,7 @@ from dsl.lang import builtins as B
 from dsl.lang import ir
 from dsl.lang import types as T
 from dsl.lang.errors import UNKNOWN, CompileError, SourceLoc
+from dsl.lang.tiles import uses_tiles
 from dsl.lang.visitor import Visitor
 from backends import bounds, log_gate
 from backends.bounds import Sites
@@ -38,6 +39,7 @@ from backends.cstyle.functions import CFunctions
 from backends.cstyle.helpers import CHelpers, Unsupported
 from backends.cstyle.instrument import CInstrumentation
 from backends.cstyle.simd import CSimd
+from backends.cstyle.tiles import CTiles
 from backends.naming import C_RESERVED, CNames, ident
 from backends.spelling import row_major, row_major_static, special_float
 
@@ -119,7 +121,7 @@ _PREC = {"mul": 10, "truediv": 10, "add": 9, "sub": 9, "lt": 7, "le": 7, "gt": 7
          "and": 2, "or": 1}  # C precedence of the operators printed without redundant parentheses
 
 
-class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBuiltinCalls):
+class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBuiltinCalls, CTiles):
     """Typed ir.Kernel -> C-family source.  Subclasses fill in the table below."""
 
     # ---- the table ------------------------------------------------------------
@@ -311,6 +313,8 @@ class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBu
             self._note_type(a.dtype)
             self.emit(f"{self.stype(a.dtype)} {self.names.user(a.name)}[{int(np.prod(a.shape))}];"
                       f"  // dsl.local {list(a.shape)} {a.dtype}")
+        if uses_tiles(k.body):
+            self.emit(self.tile_file_decl())
         for line in consts + self.team_poll_state():
             self.emit(line)
         used_sizes = {n.tensor for n in ir.walk(list(k.body) + [b for f in k.funcs for b in f.body])

@@ -32,6 +32,7 @@ from dsl.lang import types as T
 from dsl.lang.errors import CompileError
 from backends.numba import format as F
 from backends.numba.simd_codegen import WIDE_REGISTERS, SimdGen, uses_simd
+from backends.numba.tile_codegen import TileGen
 from backends.numba.typecode import const, ctype, np_type, storage_np  # noqa: F401  (re-exported)
 from dsl.lang import log_format as LF
 from dsl.lang.visitor import Visitor
@@ -49,7 +50,8 @@ LOG_ARG = "_loglvl"  # hidden argument: the run-time dsl.log threshold (backends
 MODULE_IMPORTS = ("import math", "", "import numpy as np", "from numba import njit, prange", "",
                   "from backends.numba import arith as ar", "from backends.numba import format as fmt",
                   "from backends.numba import math as nm", "from backends.numba import runtime as rt",
-                  "from backends.numba import simd as sm", "from backends.numba import pipeline as pl", "from backends.numba import views as vw")
+                  "from backends.numba import simd as sm", "from backends.numba import pipeline as pl", "from backends.numba import views as vw",
+                  "from backends.numba import tiles as tl")
 # The functions and constants every generated module defines at its top level (helpers of the
 # form ``_x``, ``region_N`` and ``func_x`` are covered by naming.PYTHON_INTERNAL).
 MODULE_DEFINES = ("CACHE", "JIT", "BODY", "ix", "thread", "dispatch", "run_threads", "launch_team", "team_serial",
@@ -170,7 +172,7 @@ class Hooks:
         return [kind]
 
 
-class Gen(SimdGen, Visitor):
+class Gen(SimdGen, TileGen, Visitor):
     """Emits expressions (``visit`` returns their code) and statements (``visit`` appends lines) of
     one kernel specialization."""
 
@@ -383,6 +385,8 @@ class Gen(SimdGen, Visitor):
     def visit_Call(self, e, scope):
         """A registered builtin, spelled from its registry entry: a format string over the
         argument code, or a ``builtin_<name>`` method of this generator (``B.Helper``)."""
+        if B.BUILTINS[e.name].kind == "tile":
+            return self.builtin_tile(e, scope)
         t = ctype(e.type)
         spelled = B.spelling(e.name, self.TARGETS, e.loc)
         args = [self.typed(a, ctype(a.type), scope) for a in e.args]

@@ -382,8 +382,9 @@ class Program:
         args = ["_tid", "_tile", "_ntiles"] + self.flat_args(u) + self.hidden
         out = ["@njit(**BODY)", f"def thread({', '.join(args)}):",
                f'    """The body of {self.k.name} for thread _tid of tile _tile."""']
-        out += self.gen.wide_vectors(self.k.body)
-        return self.gen.block(self.k.body, Scope(self.names), Hooks(), 1, out=out)
+        out += self.gen.wide_vectors(self.k.body) + self.gen.tile_prologue(self.k.body)
+        out = self.gen.block(self.k.body, Scope(self.names), Hooks(), 1, out=out)
+        return out + self.gen.tile_epilogue(self.k.body)
 
     # ----------------------------------------------------------------- sync: regions and the team
 
@@ -404,7 +405,7 @@ class Program:
         where = f" (py:{min(lines)}-{max(lines)})" if lines else ""
         out = ["@njit(**BODY)", f"def region_{r.index}({', '.join(['_tid', '_tile', '_ntiles'] + args)}):",
                f'    """Region {r.index}{where}: run by every live thread between barriers."""']
-        out += self.gen.wide_vectors(r.stmts)
+        out += self.gen.wide_vectors(r.stmts) + self.gen.tile_prologue(r.stmts)
         if self.has_return:
             out += ["    if _done[_tid]:  # this thread returned earlier", "        return"]
         out += [f"    {self.names[n]} = _st_{self.names[n]}[_tid]" for n in states]
@@ -413,7 +414,7 @@ class Program:
         self.gen.block(r.stmts, Scope(self.names), hooks, 1, out=out)
         tail = list(saves) + (["_status[_tid] = 0"] if esc & {ir.Break, ir.Continue} else [])
         out += ["    " + x for x in tail]
-        return out
+        return out + self.gen.tile_epilogue(r.stmts)
 
     def team_args(self) -> List[str]:
         """What a region may need from its team: every argument, scratch, per-thread arrays, flags."""

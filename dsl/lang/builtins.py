@@ -18,6 +18,7 @@ from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from dsl.lang import quantize as _quantize
+from dsl.lang import tiles as _tiles
 from dsl.lang import types as T
 from dsl.lang.errors import KernelValueError
 from dsl.lang.grid import AXES, tile_coords
@@ -534,6 +535,8 @@ KINDS = {
     "call": "an ir.Call, typed by its rule and spelled per target",
     "team": "an ir.Call without arguments whose spelling is the generated code's thread structure "
             "(Helper spellings)",
+    "tile": "a statement (ir.ExprStmt of an ir.Call) on the tile registers (dsl/lang/tiles.py): literal tile "
+            "indexes and, to move memory, a tensor (ir.TensorRef); the checker types it (dsl/lang/check_tiles.py)",
     "lowered": "the frontend builds other IR for it (a statement, a Select, arithmetic); no spelling",
 }
 
@@ -720,6 +723,18 @@ register(Builtin("dot4_sat", dot4_sat, "dot4 with each pair of byte products sum
                  arity=(3,), rule=_dot4_rule, spelling={"numba": Helper("dot4_sat"), "c": Helper("dot4_sat")}))
 register(Builtin("dot2_i16", dot2_i16, "acc + dot(2 i16 halves of a, 2 i16 halves of b) per i32 lane, wrapping (vpmaddwd)",
                  arity=(3,), rule=_dot4_rule, spelling={"numba": Helper("dot2_i16"), "c": Helper("dot2_i16")}))
+def _tile_rule(ts):
+    """dsl.tile_*: the checker types their arguments itself (dsl/lang/check_tiles.py); no value."""
+    return T.i64, T.i32
+
+
+for _fn, _arity, _doc in (
+        (_tiles.tile_zero, 1, "tile t = 0 (tilezero)"),
+        (_tiles.tile_load, 4, "tile t = 16 rows of 64 bytes of a, row r from element offset + r * row_stride (tileloadd)"),
+        (_tiles.tile_store, 4, "16 rows of 64 bytes of tile t into a, row r at element offset + r * row_stride (tilestored)"),
+        (_tiles.tile_dot_u8i8, 3, "tile c (16x16 i32) += tile a (16x64 u8) . tile b (16x16x4 i8), wrapping (tdpbusd)")):
+    register(Builtin(_fn.__name__, _fn, _doc, kind="tile", arity=(_arity,), rule=_tile_rule,
+                     spelling={"numba": Helper("tile"), "c": Helper("tile")}))
 for _fn in (thread_id, num_threads, tile_id, num_tiles):
     _per_axis = _fn in (tile_id, num_tiles)  # tile_id(axis), num_tiles(axis): axis a literal 0, 1 or 2
     register(Builtin(_fn.__name__, _fn, _fn.__doc__, kind="team", arity=(0, 1) if _per_axis else (0,),

@@ -25,6 +25,7 @@ from dsl.lang.errors import CompileError, SourceLoc, TypeMismatch
 from dsl.lang.check_arrays import LocalArrays, check_storage
 from dsl.lang.check_funcs import FuncCalls
 from dsl.lang.check_simd import SimdRules, elem
+from dsl.lang.check_tiles import TileRules
 from dsl.lang.check_unroll import MAX_UNROLL, MAX_UNROLL_TOTAL, StaticUnroll  # noqa: F401  (re-exported)
 from dsl.lang.fold import convert_const as _convert_const, fold as _fold
 from dsl.lang.frontend import Parsed
@@ -79,7 +80,7 @@ def check_kernel(parsed: Parsed, binding: Binding, threads: int, func_parser) ->
                      threads, frozenset(varying), parsed.filename, parsed.firstline, arrays)
 
 
-class _Checker(StaticUnroll, SimdRules, LocalArrays, FuncCalls, Visitor):
+class _Checker(StaticUnroll, SimdRules, TileRules, LocalArrays, FuncCalls, Visitor):
     """Types one kernel or @dsl.func body: ``visit_<ir class>`` per node; a statement returns
     its typed node (None before the final pass), an expression ``(typed node, semantic type)``
     where the semantic type may be weak and ``node.type`` never is."""
@@ -528,6 +529,8 @@ class _Checker(StaticUnroll, SimdRules, LocalArrays, FuncCalls, Visitor):
         spec = B.BUILTINS.get(e.name)
         if spec is None or spec.kind == "lowered":
             raise self.error(e, f"{e.name}() is not a builtin that can be called here")
+        if spec.kind == "tile":
+            return self.tile_call(e)
         typed = [self.expr(a) for a in e.args]
         if any(t is None for _, t in typed):
             return ir.Const(0, type=None, loc=e.loc), None

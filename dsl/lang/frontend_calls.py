@@ -49,7 +49,33 @@ class Calls:
             return ir.Log("print", fmt, tuple(args), LF.parse(fmt), loc=loc)
         if (kind, name) == ("py", "breakpoint"):
             return None
+        if kind == "dsl" and B.BUILTINS[name].kind == "tile":
+            return ir.ExprStmt(self.tile_call(call, name), loc=loc)
         return ir.ExprStmt(self.expr(call), loc=loc)
+
+    def tile_call(self, call: ast.Call, name: str) -> ir.Call:
+        """``dsl.tile_*(...)`` (dsl/lang/tiles.py): the tensor of tile_load/tile_store passes whole
+        (an ``ir.TensorRef``); the checker types the rest (dsl/lang/check_tiles.py)."""
+        if not self.is_kernel:
+            raise self.error(call, f"dsl.{name}() is only allowed in a kernel body, not in a @dsl.func: tile "
+                                   "registers are configured once per kernel thread")
+        spec = B.BUILTINS[name]
+        if call.keywords:
+            raise self.error(call, f"dsl.{name}() takes positional arguments only")
+        if len(call.args) not in spec.arity:
+            raise self.error(call, f"dsl.{name}() takes {_arity_text(spec.arity)} argument(s), got {len(call.args)}")
+        args = []
+        for j, a in enumerate(call.args):
+            if j == 1 and name in ("tile_load", "tile_store"):
+                if not (isinstance(a, ast.Name) and self.is_tensor(a.id)):
+                    raise self.error(a, f"dsl.{name}(t, a, offset, row_stride): a must be a tensor (a kernel "
+                                        f"argument or scratch), got '{ast.unparse(a)}'")
+                if name == "tile_store":
+                    self.check_writable(a.id, a)
+                args.append(ir.TensorRef(a.id, loc=self.loc(a)))
+            else:
+                args.append(self.expr(a))
+        return ir.Call(name, tuple(args), loc=self.loc(call))
 
     def atomic_parts(self, call: ast.Call):
         """(tensor, index, value, flat) of ``dsl.atomic_add(t, index, value)``, statement or fetch form."""
@@ -139,7 +165,7 @@ class Calls:
                 return ir.VReduce(name[len("reduce_"):], args["v"], loc=loc)
             if name in ("dequant", "quant"):
                 return quantize.lower(self, e, name)
-            if B.BUILTINS[name].kind == "lowered":
+            if B.BUILTINS[name].kind in ("lowered", "tile"):
                 raise self.error(e, {"split": "dsl.split(n) returns two values: lo, hi = dsl.split(n)",
                                      "scratch": "dsl.scratch(...) must be assigned to a name at the top of the kernel",
                                      "static_range": "dsl.static_range(...) is only a for loop's iterable: "

@@ -27,12 +27,14 @@ def opencl_target():
 
 
 def test_numba_features_are_llvms_host_features():
+    from backends.host import amx_granted
     t = dsl.target("numba")
     host = _llvm_host()
     assert host, "llvmlite reports no enabled feature"
     assert host <= t.features
     # everything else is one of the documented derived names
-    assert t.features - host <= {"fp64", "f16", "bf16", "f16_arith", "bf16_arith"}
+    assert t.features - host <= {"fp64", "f16", "bf16", "f16_arith", "bf16_arith", "amx"}
+    assert ("amx" in t) == ({"amx-tile", "amx-int8"} <= host and amx_granted(frozenset(host)))
     assert "fp64" in t
     if host & {"f16c", "avx512fp16"}:
         assert "f16" in t
