@@ -8,7 +8,7 @@ median; outputs are checked equal first.
     NUMBA_NUM_THREADS=1 python -m benchmarks.bench_f32_cpu kernels [--reps 400] [--base DIR]
 
 ``kernels`` times the BERT layer's small kernels alone on the serial entry (the launch bound once,
-no Python per call): the row softmax, the head transposes and the attention and linear GEMMs;
+no Python per call): the row softmax (random and causally masked rows), the head transposes and the attention and linear GEMMs;
 ``--base DIR`` alternates each with the same kernel from another tree's ops/norm.py, ops/shape.py
 and ops/gemm_packed.py (e.g. a ``git archive`` of the branch point), for A/B on a loaded machine.
 
@@ -129,9 +129,13 @@ def _bert_kernels(norm, shape, gemm):
     rng = np.random.default_rng(0)
     out = {}
     s = (rng.standard_normal((512, 128)) * 3).astype(np.float32)
-    e = np.exp(s - s.max(axis=1, keepdims=True))
-    out["softmax rows 512x128"] = (norm.softmax_rows_kernel, (s, np.empty_like(s)), {"op": norm.SOFTMAX},
-                                   e / e.sum(axis=1, keepdims=True))
+    causal = (s.reshape(4, 128, 128) + np.triu(np.full((128, 128), models.MASK_VALUE, np.float32), k=1)).reshape(s.shape)
+    # a tree from before the softmax's underflow floor has no such argument
+    floor = {"floor": norm.underflow_floor(np.float32)} if hasattr(norm, "underflow_floor") else {}
+    for name, rows in (("softmax rows 512x128", s), ("softmax causal 512x128", causal)):
+        e = np.exp(rows - rows.max(axis=1, keepdims=True))
+        out[name] = (norm.softmax_rows_kernel, (rows, np.empty_like(rows)), {"op": norm.SOFTMAX, **floor},
+                     e / e.sum(axis=1, keepdims=True))
     x = rng.standard_normal((1, 128, 4, 64)).astype(np.float32)
     found = {}
     for perm in ((0, 2, 1, 3), (0, 2, 3, 1)):
