@@ -7,7 +7,7 @@ median; outputs are checked equal first.
     NUMBA_NUM_THREADS=1 python -m benchmarks.bench_f32_cpu convs [--reps 15]
     NUMBA_NUM_THREADS=1 python -m benchmarks.bench_f32_cpu kernels [--reps 400] [--base DIR]
     NUMBA_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
-        python -m benchmarks.bench_f32_cpu gemms [--reps 50] [--base DIR]
+        python -m benchmarks.bench_f32_cpu gemms [--reps 50] [--base DIR] [--evict]
 
 ``kernels`` times the BERT layer's small kernels alone on the serial entry (the launch bound once,
 no Python per call): the row softmax (random and causally masked rows), the head transposes and the attention and linear GEMMs;
@@ -17,7 +17,9 @@ and ops/gemm_packed.py (e.g. a ``git archive`` of the branch point), for A/B on 
 ``gemms`` times the packed GEMM (serial entry, bound launch) against numpy's BLAS on one thread
 (start it as above: OpenBLAS reads its variables at import), alternated, at issue 29's shapes:
 256³ and 1024³, the attention products and BERT's linears (a read-only B: packed once, as a
-model's weights); ``--base DIR`` adds another tree's ops/gemm_packed.py as a third side.
+model's weights); ``--base DIR`` adds another tree's ops/gemm_packed.py as a third side;
+``--evict`` streams 4 MB before every call (not timed), so the operands come from L3 rather
+than L2, as a model's weights do when the layers' weights add up to more than L2.
 
 With NUMBA_NUM_THREADS=2 the models run on two threads a side and wall time is reported
 (CPU time would add the two threads up).
@@ -205,7 +207,10 @@ def _gemm_launch(gemm, a, b, y):
     return bound.launch
 
 
-def run_gemms(reps: int, base: str) -> None:
+EVICT_FLOATS = 1 << 20  # 4 MB: more than a core's L2 here (2 MB), less than L3
+
+
+def run_gemms(reps: int, base: str, evict: bool = False) -> None:
     from benchmarks.blas_child import SLOW_BLAS_VARS, _openblas_facts
     from ops import gemm_packed
     facts = _openblas_facts()
@@ -215,6 +220,7 @@ def run_gemms(reps: int, base: str) -> None:
     if base:
         mods.append(("base", _module(str(Path(base) / "ops" / "gemm_packed.py"), "base_gemm_packed")))
     rng = np.random.default_rng(0)
+    junk = np.zeros(EVICT_FLOATS if evict else 1, np.float32)
     for batch, m, k, n, const in GEMM_SHAPES:
         a = rng.standard_normal((batch, m, k)).astype(np.float32)
         b = (rng.standard_normal((1 if const else batch, k, n)) / np.sqrt(k)).astype(np.float32)
@@ -235,6 +241,8 @@ def run_gemms(reps: int, base: str) -> None:
         order = list(sides.items())
         for r in range(reps):
             for name, fn in (order if r % 2 == 0 else order[::-1]):
+                if evict:
+                    junk[::16] += 1  # one write per cache line
                 t = time.process_time()
                 fn()
                 times[name].append(time.process_time() - t)
@@ -243,7 +251,8 @@ def run_gemms(reps: int, base: str) -> None:
         row = "  ".join(f"{name} {flops / best[name] / 1e9:6.1f} GFLOP/s" for name in sides)
         ratios = "  ".join(f"{name}/numpy {best['numpy'] / best[name]:.2f}" for name, _ in mods)
         extra = f"  now/base time {best['now'] / best['base']:.2f}" if base else ""
-        print(f"{batch}x{m}x{k}x{n}{' (B packed once)' if const else '':16s} {row}  {ratios}{extra}", flush=True)
+        label = f"{batch}x{m}x{k}x{n}{' (B packed once)' if const else ''}"
+        print(f"{label:32s} {row}  {ratios}{extra}", flush=True)
 
 
 def main(argv=None) -> None:
@@ -252,13 +261,14 @@ def main(argv=None) -> None:
     ap.add_argument("--reps", type=int, default=25)
     ap.add_argument("--only", default="", help=f"one model of {', '.join(MODELS)}")
     ap.add_argument("--base", default="", help="kernels, gemms: a tree whose kernels run alternately with these")
+    ap.add_argument("--evict", action="store_true", help="gemms: evict L2 before every call")
     a = ap.parse_args(argv)
     if a.what == "models":
         run_models(a.reps, a.only)
     elif a.what == "kernels":
         run_kernels(a.reps, a.base)
     elif a.what == "gemms":
-        run_gemms(a.reps, a.base)
+        run_gemms(a.reps, a.base, a.evict)
     else:
         run_convs(a.reps)
 
