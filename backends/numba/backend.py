@@ -375,6 +375,8 @@ class NumbaLauncher(Launcher):
             small = few and sum(args[i].size for i in self._tensors) < SERIAL_MAX_ELEMENTS
             return "launch_serial_nd" if small else "launch_parallel_nd"
         if grid * self._team <= SERIAL_MAX_THREADS:
+            if _workers() == 1:
+                return "launch_serial"
             n = sum(args[i].size for i in self._tensors)
             if n < SERIAL_MAX_ELEMENTS and not (self._weighed and self._small_goes_parallel(args, grid)):
                 return "launch_serial"

@@ -276,6 +276,7 @@ def test_big_launches_go_parallel_only_with_a_second_core(monkeypatch, workers, 
     launcher, values, grid = bound(x, y, 1)
     frozen = launcher.freeze(values)
     assert launcher.goes_parallel(grid, 2 * x.size, values) == (want == "launch_parallel")
+    assert launcher.which(values, grid) == want  # what a model's compile batch compiles ahead
     seen = entries(monkeypatch, launcher)
     for v in (values, frozen):
         y.fill(np.nan)
