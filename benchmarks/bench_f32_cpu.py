@@ -6,11 +6,20 @@ median; outputs are checked equal first.
     NUMBA_NUM_THREADS=1 python -m benchmarks.bench_f32_cpu models [--reps 25] [--only resnet50]
     NUMBA_NUM_THREADS=1 python -m benchmarks.bench_f32_cpu convs [--reps 15]
     NUMBA_NUM_THREADS=1 python -m benchmarks.bench_f32_cpu kernels [--reps 400] [--base DIR]
+    NUMBA_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
+        python -m benchmarks.bench_f32_cpu gemms [--reps 50] [--base DIR] [--evict]
 
 ``kernels`` times the BERT layer's small kernels alone on the serial entry (the launch bound once,
-no Python per call): the row softmax, the head transposes and the attention and linear GEMMs;
+no Python per call): the row softmax (random and causally masked rows), the head transposes and the attention and linear GEMMs;
 ``--base DIR`` alternates each with the same kernel from another tree's ops/norm.py, ops/shape.py
 and ops/gemm_packed.py (e.g. a ``git archive`` of the branch point), for A/B on a loaded machine.
+
+``gemms`` times the packed GEMM (serial entry, bound launch) against numpy's BLAS on one thread
+(start it as above: OpenBLAS reads its variables at import), alternated, at issue 29's shapes:
+256³ and 1024³, the attention products and BERT's linears (a read-only B: packed once, as a
+model's weights); ``--base DIR`` adds another tree's ops/gemm_packed.py as a third side;
+``--evict`` streams 4 MB before every call (not timed), so the operands come from L3 rather
+than L2, as a model's weights do when the layers' weights add up to more than L2.
 
 With NUMBA_NUM_THREADS=2 the models run on two threads a side and wall time is reported
 (CPU time would add the two threads up).
@@ -129,9 +138,13 @@ def _bert_kernels(norm, shape, gemm):
     rng = np.random.default_rng(0)
     out = {}
     s = (rng.standard_normal((512, 128)) * 3).astype(np.float32)
-    e = np.exp(s - s.max(axis=1, keepdims=True))
-    out["softmax rows 512x128"] = (norm.softmax_rows_kernel, (s, np.empty_like(s)), {"op": norm.SOFTMAX},
-                                   e / e.sum(axis=1, keepdims=True))
+    causal = (s.reshape(4, 128, 128) + np.triu(np.full((128, 128), models.MASK_VALUE, np.float32), k=1)).reshape(s.shape)
+    # a tree from before the softmax's underflow floor has no such argument
+    floor = {"floor": norm.underflow_floor(np.float32)} if hasattr(norm, "underflow_floor") else {}
+    for name, rows in (("softmax rows 512x128", s), ("softmax causal 512x128", causal)):
+        e = np.exp(rows - rows.max(axis=1, keepdims=True))
+        out[name] = (norm.softmax_rows_kernel, (rows, np.empty_like(rows)), {"op": norm.SOFTMAX, **floor},
+                     e / e.sum(axis=1, keepdims=True))
     x = rng.standard_normal((1, 128, 4, 64)).astype(np.float32)
     found = {}
     for perm in ((0, 2, 1, 3), (0, 2, 3, 1)):
@@ -182,17 +195,80 @@ def run_kernels(reps: int, base: str) -> None:
         print(f"{name:28s} {row}{ratio}", flush=True)
 
 
+# (batch, m, k, n, constant B): issue 29's square sizes, the attention products, BERT's linears
+GEMM_SHAPES = ((1, 256, 256, 256, False), (1, 1024, 1024, 1024, False), (4, 128, 64, 128, False),
+               (4, 128, 128, 64, False), (12, 128, 64, 128, False), (12, 128, 128, 64, False),
+               (1, 128, 256, 256, True), (1, 128, 256, 1024, True), (1, 128, 1024, 256, True))
+
+
+def _gemm_launch(gemm, a, b, y):
+    bound = _Bound(gemm.gemm_packed)
+    gemm.packed_gemm(a, b, np.zeros((1, 1), np.float32), y, beta=0.0, backend="numba", kernel=bound, cores=1)
+    return bound.launch
+
+
+EVICT_FLOATS = 1 << 20  # 4 MB: more than a core's L2 here (2 MB), less than L3
+
+
+def run_gemms(reps: int, base: str, evict: bool = False) -> None:
+    from benchmarks.blas_child import SLOW_BLAS_VARS, _openblas_facts
+    from ops import gemm_packed
+    facts = _openblas_facts()
+    print(f"numpy BLAS: {facts['openblas_core']}, {facts['threads']} thread(s); "
+          + ", ".join(f"{k}={os.environ.get(k)}" for k in SLOW_BLAS_VARS), flush=True)
+    mods = [("now", gemm_packed)]
+    if base:
+        mods.append(("base", _module(str(Path(base) / "ops" / "gemm_packed.py"), "base_gemm_packed")))
+    rng = np.random.default_rng(0)
+    junk = np.zeros(EVICT_FLOATS if evict else 1, np.float32)
+    for batch, m, k, n, const in GEMM_SHAPES:
+        a = rng.standard_normal((batch, m, k)).astype(np.float32)
+        b = (rng.standard_normal((1 if const else batch, k, n)) / np.sqrt(k)).astype(np.float32)
+        if const:
+            b.setflags(write=False)
+        want = np.matmul(a, b)
+        out = np.empty_like(want)
+        sides = {"numpy": lambda: np.matmul(a, b, out=out)}
+        for name, mod in mods:
+            y = np.empty_like(want)
+            run = _gemm_launch(mod, a, b, y)
+            run()
+            err = float(np.abs(y - want).max())
+            if err > 1e-3 * np.sqrt(k):
+                raise SystemExit(f"gemm {batch}x{m}x{k}x{n} ({name}): differs from numpy by {err}")
+            sides[name] = run
+        times = {name: [] for name in sides}
+        order = list(sides.items())
+        for r in range(reps):
+            for name, fn in (order if r % 2 == 0 else order[::-1]):
+                if evict:
+                    junk[::16] += 1  # one write per cache line
+                t = time.process_time()
+                fn()
+                times[name].append(time.process_time() - t)
+        flops = 2 * batch * m * k * n
+        best = {name: min(v) for name, v in times.items()}
+        row = "  ".join(f"{name} {flops / best[name] / 1e9:6.1f} GFLOP/s" for name in sides)
+        ratios = "  ".join(f"{name}/numpy {best['numpy'] / best[name]:.2f}" for name, _ in mods)
+        extra = f"  now/base time {best['now'] / best['base']:.2f}" if base else ""
+        label = f"{batch}x{m}x{k}x{n}{' (B packed once)' if const else ''}"
+        print(f"{label:32s} {row}  {ratios}{extra}", flush=True)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("models", "convs", "kernels"))
+    ap.add_argument("what", choices=("models", "convs", "kernels", "gemms"))
     ap.add_argument("--reps", type=int, default=25)
     ap.add_argument("--only", default="", help=f"one model of {', '.join(MODELS)}")
-    ap.add_argument("--base", default="", help="kernels: a tree whose kernels run alternately with these")
+    ap.add_argument("--base", default="", help="kernels, gemms: a tree whose kernels run alternately with these")
+    ap.add_argument("--evict", action="store_true", help="gemms: evict L2 before every call")
     a = ap.parse_args(argv)
     if a.what == "models":
         run_models(a.reps, a.only)
     elif a.what == "kernels":
         run_kernels(a.reps, a.base)
+    elif a.what == "gemms":
+        run_gemms(a.reps, a.base, a.evict)
     else:
         run_convs(a.reps)
 

@@ -235,10 +235,11 @@ class MatMul(dsl.Op):
     plan = dsl.recorded_plan  # views and batch loops depend on shapes; a constant B is packed once
 
 
-def run_matmul(impl, a, b, y, bias, backend, beta: int = 1) -> None:
-    """numpy.matmul(a, b) + beta·bias into y, one GEMM launch per batch entry; ``bias`` is 2-D,
-    (1, 1) or (1, n), broadcast over the rows (ops/matmul_fusion.py's FusedMatMul passes one);
-    ``beta`` 0 (no bias: the packed kernel then stores the sums as they are) or 1."""
+def run_matmul(impl, a, b, y, bias, backend, beta: int = 1, alpha: float = 1) -> None:
+    """alpha·numpy.matmul(a, b) + beta·bias into y, one GEMM launch per batch entry; ``bias`` is
+    2-D, (1, 1), (1, n), (m, 1) or (m, n), broadcast over the batch (ops/matmul_fusion.py's
+    FusedMatMul passes one); ``beta`` 0 (no bias: the packed kernel then stores the sums as they
+    are) or 1; ``alpha`` scales the product, not the bias (float data only)."""
     a2 = a.reshape(1, -1) if a.ndim == 1 else a
     b2 = b.reshape(-1, 1) if b.ndim == 1 else b
     m, k = a2.shape[-2:]
@@ -255,7 +256,7 @@ def run_matmul(impl, a, b, y, bias, backend, beta: int = 1) -> None:
         sa = av[tuple(i if av.shape[d] > 1 else 0 for d, i in enumerate(idx))] if idx else av
         sb = bv[tuple(i if bv.shape[d] > 1 else 0 for d, i in enumerate(idx))] if idx else bv
         sy = yv[idx] if idx else yv
-        _gemm(impl, sa, sb, bias, sy, 0, 0, 1, beta, backend)
+        _gemm(impl, sa, sb, bias, sy, 0, 0, alpha, beta, backend)
 
 
 # --------------------------------------------------------------------------- Gemm

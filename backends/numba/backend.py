@@ -375,6 +375,8 @@ class NumbaLauncher(Launcher):
             small = few and sum(args[i].size for i in self._tensors) < SERIAL_MAX_ELEMENTS
             return "launch_serial_nd" if small else "launch_parallel_nd"
         if grid * self._team <= SERIAL_MAX_THREADS:
+            if _workers() == 1:
+                return "launch_serial"
             n = sum(args[i].size for i in self._tensors)
             if n < SERIAL_MAX_ELEMENTS and not (self._weighed and self._small_goes_parallel(args, grid)):
                 return "launch_serial"
@@ -466,7 +468,7 @@ class NumbaLauncher(Launcher):
     def prepared_entry(self, values: Sequence, grid: Grid):
         """The serial entry for a small launch of ``Frozen`` values (exactly the compiled types,
         backends/numba/frozen.py) that ``__call__`` would run there with nothing else to do."""
-        if type(values) is not frz.Frozen or values.size >= SERIAL_MAX_ELEMENTS:
+        if type(values) is not frz.Frozen or values.size >= SERIAL_MAX_ELEMENTS and _workers() > 1:
             return None
         return self.direct_entry(values, grid)
 
@@ -497,6 +499,9 @@ class NumbaLauncher(Launcher):
             return
         threads = grid * self._team
         if threads <= SERIAL_MAX_THREADS:
+            if _workers() == 1:  # one core: the parallel entry would add its own cost and nothing else
+                self._run(self._entry("launch_serial", args, grid) if frozen else self._serial, args, grid)
+                return
             if frozen:
                 n = args.size
             else:
@@ -556,7 +561,11 @@ class NumbaLauncher(Launcher):
         """Whether a launch of ``grid`` teams over tensors of ``elements`` elements in total runs
         the parallel entry (tests, benchmarks); ``args``: the launch's values, which a kernel with
         nested loops needs to weigh a small launch (without them it says serial)."""
-        if grid * self._team > SERIAL_MAX_THREADS or elements >= SERIAL_MAX_ELEMENTS:
+        if grid * self._team > SERIAL_MAX_THREADS:
+            return True
+        if _workers() == 1:
+            return False
+        if elements >= SERIAL_MAX_ELEMENTS:
             return True
         return self._weighed and args is not None and self._small_goes_parallel(self._adapt(args), grid)
 

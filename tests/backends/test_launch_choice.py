@@ -265,6 +265,31 @@ def test_one_core_keeps_every_small_launch_serial(monkeypatch):
     np.testing.assert_allclose(y, reference(x, 2000), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("workers,want", [(1, "launch_serial"), (2, "launch_parallel")])
+def test_big_launches_go_parallel_only_with_a_second_core(monkeypatch, workers, want):
+    """Past SERIAL_MAX_ELEMENTS a launch goes parallel without weighing, unless numba has one
+    thread (NUMBA_NUM_THREADS=1, one core): the parallel entry would only add its own cost
+    (~3 % of a BERT linear layer on one core, benchmarks/RESULTS.md issue 29)."""
+    monkeypatch.setattr(nb, "_WORKERS", [workers])
+    x = np.linspace(-2, 2, nb.SERIAL_MAX_ELEMENTS, dtype=np.float32)
+    y = np.empty_like(x)
+    launcher, values, grid = bound(x, y, 1)
+    frozen = launcher.freeze(values)
+    assert launcher.goes_parallel(grid, 2 * x.size, values) == (want == "launch_parallel")
+    assert launcher.which(values, grid) == want  # what a model's compile batch compiles ahead
+    seen = entries(monkeypatch, launcher)
+    for v in (values, frozen):
+        y.fill(np.nan)
+        launcher(v, grid)
+        np.testing.assert_allclose(y, reference(x, 1), rtol=1e-4, atol=1e-5)
+    assert seen == [want] * 2
+    # a plan's flat run calls a one-loop kernel's serial machine code directly only where it stays serial
+    neg, nvalues, ngrid = negate.prepare((x, y), {}, backend="numba")
+    neg.run_serial(nvalues, ngrid)
+    np.testing.assert_array_equal(y, -x)
+    assert (neg.prepared_entry(neg.freeze(nvalues), ngrid) is None) == (want == "launch_parallel")
+
+
 @dsl.kernel(threads=4)
 def negate(x: In[f32], y: Out[f32]):
     lo, hi = dsl.split(x.size)

@@ -218,20 +218,68 @@ def test_matmul_bias_is_one_gemm(backend, m, k, n):
     np.testing.assert_allclose(got, plain.run({"x": x})["y"], rtol=1e-5, atol=1e-5)
 
 
-def test_matmul_add_of_a_matrix_is_not_a_bias(backend):
+def test_matmul_add_of_a_per_batch_matrix_is_not_a_bias(backend):
+    """A (2, 3, 4) addend differs per batch entry: the GEMM's C is one matrix for all of them."""
     w = RNG.standard_normal((5, 4)).astype(np.float32)
-    z = RNG.standard_normal((3, 4)).astype(np.float32)
+    z = RNG.standard_normal((2, 3, 4)).astype(np.float32)
     fused, _ = compile_both(lambda g, x: ops.Add(ops.MatMul(x, g.constant("w", w)), g.constant("z", z)),
-                            backend, [("x", (3, 5), dsl.f32)])
+                            backend, [("x", (2, 3, 5), dsl.f32)])
     assert op_types(fused) == ["MatMul", "Add"]
-    x = RNG.standard_normal((3, 5)).astype(np.float32)
+    x = RNG.standard_normal((2, 3, 5)).astype(np.float32)
     np.testing.assert_allclose(fused.run({"x": x})["y"], x @ w + z, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("m,k,n", [(5, 8, 16), (64, 64, 64)], ids=["small", "packed"])
+def test_attention_scores_scale_and_mask_are_one_gemm(backend, m, k, n):
+    """Q·K / 8 + mask (the mask broadcast over batch and heads) and Q·K · 0.125 + mask are one
+    FusedMatMul (alpha, C) giving the unfused graph's results; so is a (m, 1) column bias."""
+    q = RNG.standard_normal((2, 3, m, k)).astype(np.float32)
+    kt = RNG.standard_normal((2, 3, k, n)).astype(np.float32)
+    mask = np.triu(np.full((m, n), -1e4, np.float32), k=1)
+    col = RNG.standard_normal((m, 1)).astype(np.float32)
+    cases = [(lambda g, a, b: ops.Add(ops.Div(ops.MatMul(a, b), np.float32(8)), g.constant("mask", mask)),
+              q @ kt / 8 + mask),
+             (lambda g, a, b: ops.Add(g.constant("mask", mask), ops.Mul(np.float32(0.125), ops.MatMul(a, b))),
+              q @ kt / 8 + mask),
+             (lambda g, a, b: ops.Add(ops.MatMul(a, b), g.constant("col", col)), q @ kt + col)]
+    for build, want in cases:
+        fused, plain = compile_both(build, backend, [("q", q.shape, dsl.f32), ("k", kt.shape, dsl.f32)])
+        assert op_types(fused) == ["FusedMatMul"]
+        got = fused.run({"q": q, "k": kt})["y"]
+        np.testing.assert_array_equal(got, plain.run({"q": q, "k": kt})["y"])
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_only_exact_scales_fuse(backend):
+    """Div by 3 (1/3 is not exact) stays a node; a scale after a bias would scale the bias; an
+    integer product takes no alpha."""
+    x = RNG.standard_normal((4, 6)).astype(np.float32)
+    w = RNG.standard_normal((6, 5)).astype(np.float32)
+    b = RNG.standard_normal(5).astype(np.float32)
+    fused, _ = compile_both(lambda g, a: ops.Div(ops.MatMul(a, g.constant("w", w)), np.float32(3)), backend,
+                            [("x", x.shape, dsl.f32)])
+    assert op_types(fused) == ["MatMul", "Div"]
+    np.testing.assert_allclose(fused.run({"x": x})["y"], x @ w / 3, rtol=1e-5, atol=1e-5)
+    fused, _ = compile_both(lambda g, a: ops.Mul(ops.Add(ops.MatMul(a, g.constant("w", w)), g.constant("b", b)),
+                                                 np.float32(0.5)), backend, [("x", x.shape, dsl.f32)])
+    assert op_types(fused) == ["FusedMatMul", "Mul"]
+    np.testing.assert_allclose(fused.run({"x": x})["y"], (x @ w + b) * 0.5, rtol=1e-5, atol=1e-5)
+    xi, wi = np.arange(24, dtype=np.int32).reshape(4, 6), np.ones((6, 5), np.int32)
+    fused, _ = compile_both(lambda g, a: ops.Mul(ops.MatMul(a, g.constant("w", wi)), np.int32(2)), backend,
+                            [("x", xi.shape, dsl.i32)])
+    assert op_types(fused) == ["MatMul", "Mul"]
+    np.testing.assert_array_equal(fused.run({"x": xi})["y"], xi @ wi * 2)
 
 
 def test_fused_matmul_bad_bias():
     a, b = np.zeros((2, 3), np.float32), np.zeros((3, 4), np.float32)
-    with pytest.raises(dsl.VerifyError, match=r"FusedMatMul bias .* must be f32 of shape \(4,\)"):
-        FusedMatMul()(a, b, np.zeros((2, 4), np.float32), backend="interpreter")
+    with pytest.raises(dsl.VerifyError, match=r"FusedMatMul bias .* must be f32 of shape \(4,\), \(1, ..., 4\) "
+                                              r"or \(1, ..., 2, 4\)"):
+        FusedMatMul()(a, b, np.zeros((3, 4), np.float32), backend="interpreter")
+    with pytest.raises(dsl.VerifyError, match=r"FusedMatMul alpha=2.0 needs float inputs"):
+        FusedMatMul(alpha=2.0)(a.astype(np.int32), b.astype(np.int32), backend="interpreter")
+    np.testing.assert_allclose(FusedMatMul(alpha=0.5)(a + 1, b + 1, np.ones((2, 1), np.float32), backend="interpreter"),
+                               np.full((2, 4), 2.5, np.float32))
     np.testing.assert_allclose(FusedMatMul()(a + 1, b + 1, np.arange(4, dtype=np.float32), backend="interpreter"),
                                np.full((2, 4), 3, np.float32) + np.arange(4))
 

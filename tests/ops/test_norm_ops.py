@@ -61,6 +61,24 @@ def test_softmax_large_values_and_dtypes(backend):
     np.testing.assert_allclose(y.astype(np.float32), softmax(h.astype(np.float32), 1), rtol=2e-3, atol=1e-3)
 
 
+def test_softmax_causal_rows_flush_subnormal_terms(backend):
+    """A causally masked row (-1e4 above the diagonal) is exact 0 there; f32 terms below e**-87
+    (subnormal) are 0 rather than subnormal, the rest as numpy's; LogSoftmax is unchanged."""
+    rng = np.random.default_rng(29)
+    x = (rng.standard_normal((2, 8, 8)) * 3).astype(np.float32) + np.triu(np.full((8, 8), -1e4, np.float32), k=1)
+    x[0, 7, :4] = x[0, 7, 4:].max() - np.float32([86.0, 87.5, 95.0, 120.0])  # near, below e**-87, subnormal, 0
+    want = softmax(x.astype(np.float64), -1)
+    got = ops.Softmax(x, backend=backend)
+    assert (got[want == 0] == 0).all()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-38)
+    assert got[0, 7, 0] > 0  # e**-86 is a normal f32: kept
+    x64 = x.astype(np.float64) - x.max(-1, keepdims=True)
+    np.testing.assert_allclose(ops.LogSoftmax(x, backend=backend), x64 - np.log(np.exp(x64).sum(-1, keepdims=True)),
+                               rtol=1e-5, atol=1e-5)
+    if backend == "numba":  # the row kernel, where subnormals would be the slow path
+        assert (got[0, 7, 1:4] == 0).all()
+
+
 def test_lp_normalization(backend):
     x = RNG.standard_normal((3, 4, 2)).astype(np.float32)
     x[0, :, 0] = 0  # a zero vector stays 0
