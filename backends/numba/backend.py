@@ -28,7 +28,7 @@ from dsl.lang import ir
 from dsl.lang.grid import Grid
 from dsl.lang import types as T
 from dsl.lang.errors import CompileError
-from backends import cache
+from backends import cache, compile_batch
 from backends.numba import cache as machine_cache
 from backends.base import Backend, CompileRequest, DirectEntry, Launcher, TargetInfo
 from backends import host
@@ -520,8 +520,12 @@ class NumbaLauncher(Launcher):
         """Whether this big launch runs on the serial entry because it is the first and no parallel
         entry is compiled, loading or on disk, and it is light enough (SERIAL_FIRST_MAX_ELEMENTS for a
         single loop, SERIAL_FIRST_MAX_WORK for nested loops).  Asked once: the next big launch
-        compiles the parallel entry."""
-        self._serial_first = False
+        compiles the parallel entry.  Except while a model is built (a compile batch is open): its
+        launches then are one-shot -- folding a constant, packing a weight -- so every light one
+        stays serial (light_resnet50 compiled the parallel entries of its fill and packing kernels
+        for ~50 launches that take ~0.1 s serially together: ~1 s of CPU before planning went on)."""
+        if compile_batch.current() is None:
+            self._serial_first = False
         which = "launch_team" if grid == 1 and "launch_team" in self._entries else "launch_parallel"
         self._module_ready()
         if which in self._ready or which in self._jobs or self._sites is not None \

@@ -581,22 +581,27 @@ def _loop_exits(stmts):
 
 
 def _bound_elsewhere(v: _Visitor, name: str):
-    """An AST node that binds ``name`` other than as a dsl.static_range loop variable, or None."""
-    for node in ast.walk(v.fdef):
-        if isinstance(node, ast.For) and is_call_to(v, node.iter, "static_range"):
-            continue
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
-            node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.NamedExpr)) else []
-        stack = list(targets)
-        while stack:  # names bound by a target: a Name, or one inside tuple/list/* unpacking
-            t = stack.pop()
-            if isinstance(t, (ast.Tuple, ast.List)):
-                stack.extend(t.elts)
-            elif isinstance(t, ast.Starred):
-                stack.append(t.value)
-            elif isinstance(t, ast.Name) and t.id == name:
-                return t
-    return None
+    """An AST node that binds ``name`` other than as a dsl.static_range loop variable, or None.
+    The function is walked once (names -> their first such binding), not once per static_range
+    loop: conv_pointwise has dozens of them over thousands of nodes."""
+    bindings = v.__dict__.get("_bindings")
+    if bindings is None:
+        bindings = v._bindings = {}
+        for node in ast.walk(v.fdef):
+            if isinstance(node, ast.For) and is_call_to(v, node.iter, "static_range"):
+                continue
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.NamedExpr)) else []
+            stack = list(targets)
+            while stack:  # names bound by a target: a Name, or one inside tuple/list/* unpacking
+                t = stack.pop()
+                if isinstance(t, (ast.Tuple, ast.List)):
+                    stack.extend(t.elts)
+                elif isinstance(t, ast.Starred):
+                    stack.append(t.value)
+                elif isinstance(t, ast.Name):
+                    bindings.setdefault(t.id, t)
+    return bindings.get(name)
 
 
 def _construct_name(node) -> str:

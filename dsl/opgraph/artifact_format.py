@@ -60,7 +60,8 @@ def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
-def _size(chunks) -> int:
+def size_of(chunks: Chunks) -> int:
+    """Bytes of a section given as bytes or a list of byte chunks."""
     if isinstance(chunks, (bytes, bytearray, memoryview)):
         return memoryview(chunks).nbytes
     return sum(memoryview(c).nbytes for c in chunks)
@@ -103,7 +104,7 @@ def write(path: Union[str, os.PathLike], header: dict, sections: Dict[str, Chunk
     ``fast`` (raw weights: nothing in them is unpickled or run) are checked with CRC-32; those
     named in ``lazy`` (raw, CRC-32 too) go last and are not read when the file is opened."""
     names = [n for n in sections if n not in lazy] + [n for n in sections if n in lazy]
-    sizes = {n: _size(sections[n]) for n in names}
+    sizes = {n: size_of(sections[n]) for n in names}
     checks = {n: artifact_checksum.NAME if n in fast or n in lazy else "sha256" for n in names}
     # offsets depend on the header's length, which depends on the offsets' digits: fix the
     # table with wide placeholders first

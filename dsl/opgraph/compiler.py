@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from backends import base
+from backends import base, compile_batch
 from dsl import config
 from dsl.opgraph import fusion, graph, passes
 from dsl.opgraph.body import configure_bodies
@@ -50,13 +50,16 @@ def compile_graph(graph, backend: Optional[str] = None, formats: str = "auto", f
     configure_bodies(g, fuse=fusing, formats=formats, tiling=tiling, max_tensor_bytes=max_tensor_bytes,
                      int8_arithmetic=int8_arithmetic)
     early = fusion.fuse(g, before_fold=True) if fusing else 0  # e.g. QDQ -> QLinearMatMul
-    stats = {"folded": passes.infer_and_fold(g, backend, fold, limit)}
-    stats["fused"] = early + (fusion.fuse(g) if fusing else 0)
-    stats["removed"] = passes.remove_dead(g)
-    stats["reorders"] = passes.assign_formats(g) if formats == "auto" else 0
-    set_int8_arithmetic(g, int8_arithmetic)
-    impls = passes.select_kernels(g, backend)
-    return Model(g, backend, impls, stats, max_tensor_bytes=limit, tiling=tiling, concat_inplace=fusing)
+    # one compile batch from folding to the plan: launches made meanwhile are one-shot (a folded
+    # constant, a packed weight) and the backend compiles no more than they need for it
+    with compile_batch.batch():
+        stats = {"folded": passes.infer_and_fold(g, backend, fold, limit)}
+        stats["fused"] = early + (fusion.fuse(g) if fusing else 0)
+        stats["removed"] = passes.remove_dead(g)
+        stats["reorders"] = passes.assign_formats(g) if formats == "auto" else 0
+        set_int8_arithmetic(g, int8_arithmetic)
+        impls = passes.select_kernels(g, backend)
+        return Model(g, backend, impls, stats, max_tensor_bytes=limit, tiling=tiling, concat_inplace=fusing)
 
 
 graph.install("compile", compile_graph)

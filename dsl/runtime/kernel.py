@@ -200,7 +200,7 @@ class Kernel:
             views = self._foreign_views(args, kwargs)  # torch tensors...: numpy views, then the fast path again
             if views is not None and self._fast_launch(views[0], views[1], backend, g):
                 return
-        launcher, values, g = self.prepare(args, kwargs, backend=backend, grid=grid)
+        launcher, values, g = self.prepare(args, kwargs, backend=backend, grid=grid, now=True)
         if self._fast is not None and type(g) is int:
             # these types passed the full check: later launches of them take the fast path, also
             # when the specialization was compiled by a launch the fast binder refused
@@ -260,13 +260,16 @@ class Kernel:
             return None
         return (new_args + tuple(args[len(params):]), new_kwargs) if found else None
 
-    def prepare(self, args: tuple, kwargs: dict, backend: Optional[str] = None, grid: Any = None):
+    def prepare(self, args: tuple, kwargs: dict, backend: Optional[str] = None, grid: Any = None, *,
+                now: bool = False):
         """Check and bind a launch without running it -> (launcher, values, grid).
 
         ``launcher(values, grid)`` then runs it; graphs record this once per node and replay it.  The
-        grid is an int (1-d, 0 when no team runs) or ``(gx, gy, gz)`` (dsl/runtime/grid.py)."""
+        grid is an int (1-d, 0 when no team runs) or ``(gx, gy, gz)`` (dsl/runtime/grid.py).
+        ``now``: the caller runs it at once (``__call__``; already shown to launch watchers), so a
+        compile batch is not told: its workers would compile the entry while this process waits."""
         __tracebackhide__ = True
-        if _watchers:
+        if _watchers and not now:
             _notify(self, args, kwargs)
         backend = backend or config.default_backend()
         values, key = self.bind(args, kwargs)
@@ -295,7 +298,7 @@ class Kernel:
         flat = self._flat.get(id(launcher))
         if flat:  # a specialization shared by every rank of these tensors: they travel as 1-D views
             values = rank_free.flatten(values, flat)
-        batch = compile_batch.current()
+        batch = None if now else compile_batch.current()
         if batch is not None:  # planning a model: the entry point this launch runs may compile elsewhere now
             batch.note(launcher, values, g)
         return launcher, values, g

@@ -51,6 +51,53 @@ def test_a_light_kernels_first_big_launch_runs_serially_and_the_next_compiles_pa
     assert "launch_parallel" in launcher._ready
 
 
+@dsl.kernel
+def double(x: In[f32], y: Out[f32]):
+    lo, hi = dsl.split(x.size)
+    for i in range(lo, hi):
+        y.flat[i] = x.flat[i] * 2.0
+
+
+def test_launches_while_a_model_is_built_stay_serial_and_compile_no_parallel_entry(monkeypatch):
+    """Inside a compile batch (a model being built: folded constants, packed weights) every light
+    big launch is one-shot and runs serially; after it, big launches follow the usual rule."""
+    from backends import compile_batch
+    monkeypatch.setattr(nb.machine_cache, "cached", lambda fn, sig: False)  # as with an empty disk cache
+    k = double
+    x = np.linspace(-1, 1, nb.SERIAL_MAX_ELEMENTS, dtype=np.float32)
+    with compile_batch.batch():
+        for _ in range(3):
+            y = np.zeros_like(x)
+            k(x, y, backend="numba")
+            np.testing.assert_array_equal(y, x * 2)
+        assert "launch_parallel" not in _launcher(k)._ready
+    for _ in range(2):  # then the usual rule: the first big launch serial, the next one parallel
+        y = np.zeros_like(x)
+        k(x, y, backend="numba")
+        np.testing.assert_array_equal(y, x * 2)
+    assert "launch_parallel" in _launcher(k)._ready
+
+
+def test_graph_compile_folds_and_plans_inside_one_compile_batch(monkeypatch):
+    from backends import compile_batch
+    from dsl.opgraph import passes
+    seen = []
+    fold = passes.infer_and_fold
+
+    def spy(*args, **kwargs):
+        seen.append(compile_batch.current())
+        return fold(*args, **kwargs)
+
+    monkeypatch.setattr(passes, "infer_and_fold", spy)
+    import ops
+    g = dsl.Graph("folded")
+    x = g.input("x", (4,), dsl.f32)
+    g.output(ops.Add(x, g.constant("one", np.ones(4, np.float32))), "y")
+    model = g.compile(backend="interpreter")
+    assert seen and seen[0] is not None and compile_batch.current() is None
+    np.testing.assert_array_equal(model.run({"x": np.arange(4, dtype=np.float32)})["y"], np.arange(4) + 1.0)
+
+
 def test_a_very_big_first_launch_compiles_the_parallel_entry(monkeypatch):
     monkeypatch.setattr(nb, "SERIAL_FIRST_MAX_ELEMENTS", nb.SERIAL_MAX_ELEMENTS * 2)
     k = _fresh(shift)

@@ -61,6 +61,31 @@ def _load(path, backend="interpreter"):
     return model
 
 
+def test_a_big_entry_is_written_beside_the_first_run_and_read_after_it(plans_dir, tmp_path, monkeypatch):
+    """Entries of BACKGROUND_BYTES or more are written by a thread; a load of the same model in
+    this process waits for it and hits, and wait_for_writes() leaves nothing pending."""
+    monkeypatch.setattr(plan_cache, "BACKGROUND_BYTES", 0)
+    release = __import__("threading").Event()
+    real_write = plan_cache.artifact_format.write
+
+    def slow_write(*args, **kwargs):
+        release.wait(30)  # the load has returned and run before the entry is on disk
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(plan_cache.artifact_format, "write", slow_write)
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_model_bytes())
+    _load(path)
+    assert plan_cache.stats == {"hits": 0, "misses": 1, "stores": 0}
+    assert not plans_dir.exists() or not any(plans_dir.iterdir())
+    release.set()
+    _load(path)  # waits for the writer, then reads its entry
+    assert plan_cache.stats == {"hits": 1, "misses": 1, "stores": 1}
+    assert len(list(plans_dir.iterdir())) == 1
+    plan_cache.wait_for_writes()
+    assert not plan_cache._WRITING
+
+
 def test_second_load_reads_the_plan(backend, plans_dir, tmp_path, monkeypatch):
     from dsl.opgraph import model as model_module
     asked = []
