@@ -267,13 +267,11 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
                                 sf.vstore(own + h * V, f)
                             elif oh < oh_n and (ow + V <= ow_n or KW == 1 and p0 + h * V + V <= oh_n * ow_n):
                                 y.vstore(ybase + oh * ow_n + ow, f)
-                            else:
-                                lf = dsl.local((V,), dsl.f32)
-                                for c in dsl.static_range(V):
-                                    lf[c] = f[c]
+                            else:  # lane by lane from scratch (a V-lane copy unrolled per tile row passed the budget)
+                                sf.vstore(own + h * V, f)
                                 for cc in range(V):
                                     if oh < oh_n and ow < ow_n:
-                                        y.flat[ybase + oh * ow_n + ow] = lf[cc]
+                                        y.flat[ybase + oh * ow_n + ow] = sf[dsl.thread_id(), h * V + cc]
                                     ow += 1
                                     if ow == wp_n:
                                         ow = 0
@@ -284,12 +282,10 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
                             elif oh < oh_n and (ow + V <= ow_n or KW == 1 and p0 + h * V + V <= oh_n * ow_n):
                                 y.vstore(ybase + oh * ow_n + ow, v)
                             else:
-                                lv = dsl.local((V,), i32)
-                                for c in dsl.static_range(V):
-                                    lv[c] = v[c]
+                                si.vstore(own + h * V, v)
                                 for cc in range(V):
                                     if oh < oh_n and ow < ow_n:
-                                        y.flat[ybase + oh * ow_n + ow] = lv[cc]
+                                        y.flat[ybase + oh * ow_n + ow] = si[dsl.thread_id(), h * V + cc]
                                     ow += 1
                                     if ow == wp_n:
                                         ow = 0
