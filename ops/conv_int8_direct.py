@@ -348,6 +348,15 @@ def widened_weights(w: np.ndarray, tile: Int8Tile) -> tuple:
     return packed_constants.once_per_array(w, key, make)
 
 
+def direct_tile(backend: str) -> Int8Tile:
+    """The direct kernel's register tile: the GEMM's (``int8_tile``), but 8 rows of 2 zmm with
+    AVX-512, where the GEMM takes 6 for its epilogue's unroll budget: 16 accumulators, 2 image
+    vectors and a broadcast of 32 registers; with ``vpdpbusd`` 6 rows ran 1.12x (256×14×14 3×3)
+    and 1.24x (512×7×7 3×3) the time of 8, and 10 or 12 no faster (benchmarks/RESULTS.md)."""
+    tile = int8_tile(backend)
+    return Int8Tile(V=16, MR=8) if tile.V == 16 else tile
+
+
 PRODUCTS = ("dot4", "dot4_sat", "dot2_i16")
 
 
@@ -426,7 +435,7 @@ def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=Non
         raise ValueError(f"conv_int8_direct takes stride-1 convolutions, or 1x1 ones without padding, with "
                          f"no dilation and at most {MAX_TAPS} window taps (geom KH, KW, strides, pads, dilations = {list(geom[:8])}): use "
                          f"ops.conv_int8.conv_int8, which takes any 2-D convolution")
-    tile = tile or int8_tile(backend)
+    tile = tile or direct_tile(backend)
     kh, kw, sh, sw, pt, pl = (int(g) for g in geom[:6])
     n, c = x.shape[:2]
     m, oh, ow = y.shape[1:]
