@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import dsl
-from ops.conv_int8_direct import choose_products, conv_int8_direct, direct_tile
+from ops.conv_int8_direct import choose_products, conv_int8_direct, direct_tile, pack_lanes
 from ops.gemm_int8 import Int8Tile, int8_tile, qgemm_int8, saturating_pairs_pay
 from test_gemm_int8 import conv_exact, data, exact
 
@@ -47,6 +47,14 @@ def test_tiles_and_products_follow_the_target(cpu):
     # accumulators, the two loaded vectors and one broadcast fit the register file
     registers = 32 if cpu == "avx512_vnni" else 16
     assert 2 * direct.MR + 3 <= registers and 2 * gemm.MR + 3 <= registers
+
+
+def test_the_image_packs_by_vectors_no_wider_than_its_rows():
+    """ResNet's 14- and 7-pixel rows by 8 and 4 words with a 16-lane tile (word by word before);
+    rows at least a tile's vector wide keep it (AVX2's 8 on 56 pixels)."""
+    assert [pack_lanes(16, w) for w in (56, 16, 14, 8, 7, 3)] == [16, 16, 8, 8, 4, 4]
+    assert [pack_lanes(8, w) for w in (56, 8, 7)] == [8, 8, 4]
+    assert pack_lanes(4, 3) == 4
 
 
 @pytest.mark.parametrize("wd", [11, 19])
