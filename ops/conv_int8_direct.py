@@ -186,7 +186,7 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
         ow_b = p0 + V - oh_b * wp_n
         # the panel's kept positions are one stretch of y, [ya, yb): where a vector crosses a row
         # (KW > 1 drops KW - 1 columns there) it is stored as two vectors, at ya and at yb - V, each
-        # lane picked from the panel's values at its position (one row break at most: OW >= V)
+        # lane picked from the panel's values at its position (a row narrower than V: more breaks)
         ra = oh_a if ow_a < ow_n else oh_a + 1
         ca = ow_a if ow_a < ow_n else 0
         rz = (p0 + NR - 1) // wp_n
@@ -201,7 +201,7 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
         la = ra * wp_n + ca - p0  # panel lanes of the two vectors' first y index
         ls = rs * wp_n + cs - p0
         crossing = not (oh_b < oh_n and ow_a + V <= ow_n and ow_b + V <= ow_n)
-        picked = KW > 1 and KW <= V + 1 and crossing and ra < oh_n and ys >= ya and ow_n >= V
+        picked = KW > 1 and KW <= V + 1 and crossing and ra < oh_n and ys >= ya
         for tile in range(blk * rb, min(blk * rb + rb, mtiles)):
             wb = tile * wp.shape[1]  # the tile's MR rows, interleaved word by word
             acc = dsl.local((2 * MR,), dsl.simd(i32, V))
@@ -290,15 +290,28 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
                                     if ow == wp_n:
                                         ow = 0
                                         oh += 1
-                    if picked:  # the row's two vectors of y from its values in scratch (see ya, ys)
-                        first_a = lanes < i32(ow_n - ca)
-                        first_s = lanes < i32(ow_n - cs)
+                    if picked:  # the two vectors of y at ya and ys from the panel's values in scratch: lane j
+                        # after k row breaks (the first at lane OW - column, then every OW) is k·(KW - 1) on
+                        breaks_a = (V - 1 - (ow_n - ca)) // ow_n + 1
+                        breaks_s = (V - 1 - (ow_n - cs)) // ow_n + 1
                         if requantize == 1:
-                            y.vstore(ybase + ya, dsl.where(first_a, sf.vload(own + la, V), sf.vload(own + la + KW - 1, V)))
-                            y.vstore(ybase + ys, dsl.where(first_s, sf.vload(own + ls, V), sf.vload(own + ls + KW - 1, V)))
+                            fa = sf.vload(own + la, V)
+                            fs = sf.vload(own + ls, V)
+                            for k in range(1, breaks_a + 1):
+                                fa = dsl.where(lanes < i32(ow_n - ca + (k - 1) * ow_n), fa, sf.vload(own + la + k * (KW - 1), V))
+                            for k in range(1, breaks_s + 1):
+                                fs = dsl.where(lanes < i32(ow_n - cs + (k - 1) * ow_n), fs, sf.vload(own + ls + k * (KW - 1), V))
+                            y.vstore(ybase + ya, fa)
+                            y.vstore(ybase + ys, fs)
                         else:
-                            y.vstore(ybase + ya, dsl.where(first_a, si.vload(own + la, V), si.vload(own + la + KW - 1, V)))
-                            y.vstore(ybase + ys, dsl.where(first_s, si.vload(own + ls, V), si.vload(own + ls + KW - 1, V)))
+                            va = si.vload(own + la, V)
+                            vs = si.vload(own + ls, V)
+                            for k in range(1, breaks_a + 1):
+                                va = dsl.where(lanes < i32(ow_n - ca + (k - 1) * ow_n), va, si.vload(own + la + k * (KW - 1), V))
+                            for k in range(1, breaks_s + 1):
+                                vs = dsl.where(lanes < i32(ow_n - cs + (k - 1) * ow_n), vs, si.vload(own + ls + k * (KW - 1), V))
+                            y.vstore(ybase + ya, va)
+                            y.vstore(ybase + ys, vs)
 
 
 # --------------------------------------------------------------------------- host side
