@@ -186,7 +186,7 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
         ow_b = p0 + V - oh_b * wp_n
         # the panel's kept positions are one stretch of y, [ya, yb): where a vector crosses a row
         # (KW > 1 drops KW - 1 columns there) it is stored as two vectors, at ya and at yb - V, each
-        # lane picked from the panel's values at its position (one row break at most: OW >= V)
+        # lane picked from the panel's values at its position (a row narrower than V: more breaks)
         ra = oh_a if ow_a < ow_n else oh_a + 1
         ca = ow_a if ow_a < ow_n else 0
         rz = (p0 + NR - 1) // wp_n
@@ -201,7 +201,7 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
         la = ra * wp_n + ca - p0  # panel lanes of the two vectors' first y index
         ls = rs * wp_n + cs - p0
         crossing = not (oh_b < oh_n and ow_a + V <= ow_n and ow_b + V <= ow_n)
-        picked = KW > 1 and KW <= V + 1 and crossing and ra < oh_n and ys >= ya and ow_n >= V
+        picked = KW > 1 and KW <= V + 1 and crossing and ra < oh_n and ys >= ya
         for tile in range(blk * rb, min(blk * rb + rb, mtiles)):
             wb = tile * wp.shape[1]  # the tile's MR rows, interleaved word by word
             acc = dsl.local((2 * MR,), dsl.simd(i32, V))
@@ -267,13 +267,11 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
                                 sf.vstore(own + h * V, f)
                             elif oh < oh_n and (ow + V <= ow_n or KW == 1 and p0 + h * V + V <= oh_n * ow_n):
                                 y.vstore(ybase + oh * ow_n + ow, f)
-                            else:
-                                lf = dsl.local((V,), dsl.f32)
-                                for c in dsl.static_range(V):
-                                    lf[c] = f[c]
+                            else:  # lane by lane from scratch (a V-lane copy unrolled per tile row passed the budget)
+                                sf.vstore(own + h * V, f)
                                 for cc in range(V):
                                     if oh < oh_n and ow < ow_n:
-                                        y.flat[ybase + oh * ow_n + ow] = lf[cc]
+                                        y.flat[ybase + oh * ow_n + ow] = sf[dsl.thread_id(), h * V + cc]
                                     ow += 1
                                     if ow == wp_n:
                                         ow = 0
@@ -284,25 +282,36 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
                             elif oh < oh_n and (ow + V <= ow_n or KW == 1 and p0 + h * V + V <= oh_n * ow_n):
                                 y.vstore(ybase + oh * ow_n + ow, v)
                             else:
-                                lv = dsl.local((V,), i32)
-                                for c in dsl.static_range(V):
-                                    lv[c] = v[c]
+                                si.vstore(own + h * V, v)
                                 for cc in range(V):
                                     if oh < oh_n and ow < ow_n:
-                                        y.flat[ybase + oh * ow_n + ow] = lv[cc]
+                                        y.flat[ybase + oh * ow_n + ow] = si[dsl.thread_id(), h * V + cc]
                                     ow += 1
                                     if ow == wp_n:
                                         ow = 0
                                         oh += 1
-                    if picked:  # the row's two vectors of y from its values in scratch (see ya, ys)
-                        first_a = lanes < i32(ow_n - ca)
-                        first_s = lanes < i32(ow_n - cs)
+                    if picked:  # the two vectors of y at ya and ys from the panel's values in scratch: lane j
+                        # after k row breaks (the first at lane OW - column, then every OW) is k·(KW - 1) on
+                        breaks_a = (V - 1 - (ow_n - ca)) // ow_n + 1
+                        breaks_s = (V - 1 - (ow_n - cs)) // ow_n + 1
                         if requantize == 1:
-                            y.vstore(ybase + ya, dsl.where(first_a, sf.vload(own + la, V), sf.vload(own + la + KW - 1, V)))
-                            y.vstore(ybase + ys, dsl.where(first_s, sf.vload(own + ls, V), sf.vload(own + ls + KW - 1, V)))
+                            fa = sf.vload(own + la, V)
+                            fs = sf.vload(own + ls, V)
+                            for k in range(1, breaks_a + 1):
+                                fa = dsl.where(lanes < i32(ow_n - ca + (k - 1) * ow_n), fa, sf.vload(own + la + k * (KW - 1), V))
+                            for k in range(1, breaks_s + 1):
+                                fs = dsl.where(lanes < i32(ow_n - cs + (k - 1) * ow_n), fs, sf.vload(own + ls + k * (KW - 1), V))
+                            y.vstore(ybase + ya, fa)
+                            y.vstore(ybase + ys, fs)
                         else:
-                            y.vstore(ybase + ya, dsl.where(first_a, si.vload(own + la, V), si.vload(own + la + KW - 1, V)))
-                            y.vstore(ybase + ys, dsl.where(first_s, si.vload(own + ls, V), si.vload(own + ls + KW - 1, V)))
+                            va = si.vload(own + la, V)
+                            vs = si.vload(own + ls, V)
+                            for k in range(1, breaks_a + 1):
+                                va = dsl.where(lanes < i32(ow_n - ca + (k - 1) * ow_n), va, si.vload(own + la + k * (KW - 1), V))
+                            for k in range(1, breaks_s + 1):
+                                vs = dsl.where(lanes < i32(ow_n - cs + (k - 1) * ow_n), vs, si.vload(own + ls + k * (KW - 1), V))
+                            y.vstore(ybase + ya, va)
+                            y.vstore(ybase + ys, vs)
 
 
 # --------------------------------------------------------------------------- host side
@@ -352,6 +361,15 @@ def widened_weights(w: np.ndarray, tile: Int8Tile) -> tuple:
     return packed_constants.once_per_array(w, key, make)
 
 
+def direct_tile(backend: str) -> Int8Tile:
+    """The direct kernel's register tile: the GEMM's (``int8_tile``), but 8 rows of 2 zmm with
+    AVX-512, where the GEMM takes 6 for its epilogue's unroll budget: 16 accumulators, 2 image
+    vectors and a broadcast of 32 registers; with ``vpdpbusd`` 6 rows ran 1.12x (256×14×14 3×3)
+    and 1.24x (512×7×7 3×3) the time of 8, and 10 or 12 no faster (benchmarks/RESULTS.md)."""
+    tile = int8_tile(backend)
+    return Int8Tile(V=16, MR=8) if tile.V == 16 else tile
+
+
 PRODUCTS = ("dot4", "dot4_sat", "dot2_i16")
 
 
@@ -380,6 +398,16 @@ def row_block(mtiles: int, tile_bytes: int) -> int:
     blocks = -(-mtiles // most)
     blocks = next((b for b in range(blocks, min(mtiles, 2 * blocks) + 1) if mtiles % b == 0), blocks)
     return -(-mtiles // blocks)
+
+
+def pack_lanes(v: int, width: int) -> int:
+    """The packing's vector: the tile's V, halved (down to 4) while an image row of ``width``
+    pixels is narrower, since a row narrower than one vector packs word by word (with V = 16,
+    ResNet's 14- and 7-pixel rows did: the 1×1 1024→256 on 14×14 packed in 0.25 ms, as long as
+    its products took)."""
+    while v > 4 and v > width:
+        v //= 2
+    return v
 
 
 def launched(kernel, launch=None):
@@ -430,7 +458,7 @@ def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=Non
         raise ValueError(f"conv_int8_direct takes stride-1 convolutions, or 1x1 ones without padding, with "
                          f"no dilation and at most {MAX_TAPS} window taps (geom KH, KW, strides, pads, dilations = {list(geom[:8])}): use "
                          f"ops.conv_int8.conv_int8, which takes any 2-D convolution")
-    tile = tile or int8_tile(backend)
+    tile = tile or direct_tile(backend)
     kh, kw, sh, sw, pt, pl = (int(g) for g in geom[:6])
     n, c = x.shape[:2]
     m, oh, ow = y.shape[1:]
@@ -459,7 +487,7 @@ def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=Non
     xp = np.empty((n, c4 * (1 + split), hs, wp_n), np.int32)
     xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
     launched(pack_nchw4c_int8, launch)(np.ascontiguousarray(x), xz, xp, np.asarray(pack_geom, np.int64),
-                     0x80 if x.dtype == np.int8 else 0, V=tile.V, S=split, backend=backend)
+                     0x80 if x.dtype == np.int8 else 0, V=pack_lanes(tile.V, x.shape[3]), S=split, backend=backend)
     zx = (int(xz[0]) & 0xFF) ^ (0x80 if x.dtype == np.int8 else 0)
     requantize = mult is not None
     if requantize:

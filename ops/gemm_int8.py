@@ -25,7 +25,7 @@ The layout follows MLAS's QgemmU8S8 (facts only, no code):
   tile in 2·MR i32 vectors: per 4 k, two vector loads of B, MR broadcasts of an A word,
   2·MR ``dot4``.
 
-Tiles come from the target (``int8_tile``): V = 16, MR = 8 with AVX-512; V = 8 and MR = 6 with
+Tiles come from the target (``int8_tile``): V = 16, MR = 6 with AVX-512; V = 8 and MR = 6 with
 VNNI on 256 bits; V = 8, MR = 4 on plain AVX2, whose exact ``dot4`` (two ``vpmaddwd``) needs
 registers for the widened halves.
 """
@@ -61,10 +61,13 @@ class Int8Tile:
 
 
 def int8_tile(backend: str = "numba") -> Int8Tile:
-    """The tile for ``backend``'s target (module docstring)."""
+    """The tile for ``backend``'s target (module docstring).  AVX-512 takes MR = 6, not 8: the
+    epilogue's lane-by-lane tails unroll 4·V copies per row, and 8 rows of 16 lanes passed the
+    unroll budget (``MAX_UNROLL_TOTAL``), so the GEMM did not compile there; with ``vpdpbusd`` 6
+    and 7 rows ran alike (209 and 218 GMAC/s at 256×1024×1024, benchmarks/RESULTS.md)."""
     feats = dsl.target(backend).features
     if "avx512f" in feats and "avx512bw" in feats:
-        return Int8Tile(V=16, MR=8)
+        return Int8Tile(V=16, MR=6)
     if "avxvnni" in feats or "avx512vnni" in feats and "avx512vl" in feats:
         return Int8Tile(V=8, MR=6)
     return Int8Tile(V=8, MR=4)

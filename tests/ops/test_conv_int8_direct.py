@@ -72,12 +72,13 @@ def test_direct_conv_requantizes_per_channel_with_bias_and_clamp(backend, ydt):
     (4, 9, 3, 0, np.int32),    # OW 7 < 8 lanes on the compiled backends: lane by lane there
     (3, 17, 2, 0, np.int32),   # one dropped column per row; i32 sums
     (6, 8, 3, 1, np.uint8),    # OW = 8 lanes exactly
+    (7, 3, 3, 1, np.uint8),    # OW 3 < 4 lanes of the interpreter's tile: two row breaks in a vector
 ])
 def test_direct_conv_stores_rows_that_cross_a_vector(backend, h, wd, k, pad, ydt):
     """Output rows whose width is not a multiple of the vector: a vector of positions spans the
-    end of one row, the dropped columns and the next row; its lanes are picked in place (or go
-    lane by lane where the row is narrower than a vector), with no lane lost or written twice
-    wrong, requantized or as i32."""
+    end of one row, the dropped columns and the next row (several rows where a row is narrower
+    than the vector); its lanes are picked in place, with no lane lost or written twice wrong,
+    requantized or as i32."""
     x, w = data(np.uint8, (2, 6, h, wd), 255), data(np.int8, (8, 6, k, k), -128)
     oh, ow, geom = geometry(h, wd, k, 1, pad)
     acc = conv_exact(x, w, 9, 0, (1, 1), (pad,) * 4, (1, 1))
