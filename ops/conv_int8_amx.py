@@ -1,0 +1,93 @@
+"""Int8 2-D convolution as the matrix tile GEMM (ops/gemm_int8_amx.py): QLinearConv and ConvInteger
+where ``dsl.target`` has "amx".
+
+onnxruntime runs its int8 convolutions as an AMX GEMM after im2col; here likewise, per image,
+Y (M, OH·OW) = W (M, C·KH·KW) · im2col(X), so the output lands in NCHW with no transpose:
+
+* the image is the B side, packed by ops/conv_int8.py's ``pack_im2col_int8`` with V = 8, i.e.
+  panels of 16 output pixels, each K/4 rows of 16 words of 4 taps: exactly ``tdpbusd``'s B tile
+  layout (a padded convolution first copies the image inside a border of its zero point, as
+  ops/conv_int8.py does); u8 images are shifted to i8 while packing, the column sums carry the
+  zero point;
+* the weights are the A side, made once per constant weight array: shifted to u8 (their zero
+  points with them) and padded with zero bytes to whole 4-byte words, so that any C·KH·KW works;
+  zero point, requantization scale and bias per row (per output channel).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ops import packed_constants
+from ops.conv_int8 import pack_im2col_int8, pad_image_int8, packed_conv_ok
+from ops.conv_int8_direct import launched
+from ops.gemm_int8_amx import BLOCK, PANEL, amx_usable, qgemm_amx, qgemm_amx_packed_b
+
+
+def amx_conv_ok(x, w, group: int, backend) -> bool:
+    """Whether the tile GEMM takes this convolution: one conv_int8 would take (2-D, one group, known
+    shapes) on a backend that runs the tiles on AMX."""
+    return amx_usable(backend) and packed_conv_ok(x, w, group, backend)
+
+
+def _empty_aligned(shape, dtype) -> np.ndarray:
+    """Uninitialised ``shape`` starting on a 64-byte line (a 64-byte tile row then spans one line)."""
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    raw = np.empty(size + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start:start + size].view(dtype).reshape(shape)
+
+
+def _weights_u8(w: np.ndarray, w_zp: np.ndarray, images: int) -> tuple:
+    """(A (images, M, K4·4) u8, its zero points (1, M|1) u8): i8 weights and zero points shifted by
+    128, u8 ones as they are; K padded with zero bytes (they meet the packing's padding words)."""
+    m = w.shape[0]
+    kk = int(np.prod(w.shape[1:]))
+    k4 = -(-kk // 4)
+    flat = w.reshape(m, kk)
+    zp = np.asarray(w_zp).reshape(1, -1)
+    if w.dtype == np.int8:
+        flat = (flat.view(np.uint8) ^ 0x80)
+        zp = zp.astype(np.int8).view(np.uint8) ^ 0x80
+    a = np.zeros((images, m, 4 * k4), np.uint8)
+    a[:, :, :kk] = flat
+    return a, np.ascontiguousarray(zp, np.uint8)
+
+
+def weights_u8(w: np.ndarray, w_zp: np.ndarray, images: int) -> tuple:
+    """``_weights_u8`` once per constant weight array (and zero points, image count)."""
+    if not packed_constants.immutable(w):
+        return _weights_u8(w, w_zp, images)
+    zp = np.asarray(w_zp)
+    key = ("conv_int8_amx A",) + packed_constants.view_key(w) + (zp.tobytes(), zp.dtype.str, images)
+    return packed_constants.once_per_array(w, key, lambda: _weights_u8(w, w_zp, images))
+
+
+def conv_int8_amx(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backend=None, clamp=None,
+                  launch=None) -> None:
+    """y (N, M, OH, OW) = conv(x, w) as ops/conv_int8.py's ``conv_int8`` (same arguments) on the tile
+    GEMM; ``launch``: a recorder of every launch, for a model's launch plan."""
+    backend = backend or "numba"
+    n, m = y.shape[:2]
+    pixels = y.shape[2] * y.shape[3]
+    kk = int(np.prod(w.shape[1:]))
+    k4 = -(-kk // 4)
+    np_cols = -(-pixels // BLOCK) * BLOCK
+    bp = _empty_aligned((n, np_cols * k4 + 15 * PANEL), np.int32)  # + 15 rows: the last K step's overreach
+    bu = np.empty((n, np_cols), np.int32)
+    bz = np.empty((n, np_cols), np.int32)
+    xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
+    geom = [int(g) for g in geom]
+    if geom[4] or geom[5]:  # pad with the zero point once, then pack without padding
+        span_h = (geom[0] - 1) * geom[6] + 1
+        span_w = (geom[1] - 1) * geom[7] + 1
+        hp = max(x.shape[2] + geom[4], (geom[8] - 1) * geom[2] + span_h)
+        wp = max(x.shape[3] + geom[5], (geom[9] - 1) * geom[3] + span_w)
+        xp = np.empty(x.shape[:2] + (hp, wp), x.dtype)
+        launched(pad_image_int8, launch)(np.ascontiguousarray(x), xz, xp, geom[4], geom[5], backend=backend)
+        x, geom = xp, geom[:4] + [0, 0] + geom[6:]
+    launched(pack_im2col_int8, launch)(np.ascontiguousarray(x), xz, bp, bu, bz, np.asarray(geom, np.int64),
+                                       0x80 if x.dtype == np.uint8 else 0, V=PANEL // 2, backend=backend)
+    a, za = weights_u8(w, np.zeros(1, w.dtype) if w_zp is None else w_zp, n)
+    lo, hi = clamp or (None, None)
+    qgemm_amx_packed_b(a, (bp, bu, bz), y.reshape(n, m, pixels), a_zp=za, mult=mult, bias=bias, y_zp=y_zp,
+                       q_lo=lo, q_hi=hi, backend=backend, kernel=launched(qgemm_amx, launch), per_row=True)
