@@ -17,10 +17,65 @@ from __future__ import annotations
 
 import numpy as np
 
+import dsl
+from dsl import In, Out, i32
 from ops import packed_constants
 from ops.conv_int8 import pack_im2col_int8, pad_image_int8, packed_conv_ok
 from ops.conv_int8_direct import launched
+from ops.gemm_int8 import THREADS
 from ops.gemm_int8_amx import BLOCK, PANEL, amx_usable, qgemm_amx, qgemm_amx_packed_b
+
+X = dsl.TypeVar("X")
+
+
+@dsl.kernel(threads=THREADS)
+def pack_pointwise_int8(x: In[X, 3], x_zp: In[X, 1], bp: Out[i32, 2], bu: Out[i32, 2], bz: Out[i32, 2],
+                        flip: i32):
+    """x (N, C, P) of a 1×1, stride-1, unpadded convolution as the tile GEMM's B panels (16 pixels a
+    panel, K/4 rows of 16 words of 4 channels, shifted to i8 by ``flip``), with the column sums the
+    zero point needs (bu = C·zb - colsum, bz = zb; 0 past P).  Every channel's pixels are one
+    stretch, so a word row of a whole panel is 4 vector loads (im2col's packing sees 16 pixels
+    past one image row as a gather, pixel by pixel)."""
+    cn = x.shape[1]
+    pixels = x.shape[2]
+    k4 = (cn + 3) // 4
+    np_cols = bu.shape[1]
+    npan = np_cols // 16
+    zi = (i32(x_zp.flat[0]) & 0xFF) ^ flip
+    zb = zi - ((zi & 0x80) << 1)
+    lo, hi = dsl.split(x.shape[0] * npan, grid=True)
+    for item in range(lo, hi):
+        t = item // npan
+        panel = item - t * npan
+        p0 = panel * 16
+        dst = t * bp.shape[1] + panel * k4 * 16
+        xbase = t * cn * pixels + p0
+        cs = dsl.splat(0, 16, i32)
+        if p0 + 16 <= pixels and cn % 4 == 0:
+            for q in range(k4):
+                wv = dsl.splat(0, 16, i32)
+                for j in dsl.static_range(4):
+                    bv = (dsl.i32(x.vload(xbase + (4 * q + j) * pixels, 16)) & 0xFF) ^ flip
+                    cs += bv - (bv & 0x80) * 2
+                    wv = wv | bv * (1 << (8 * j))
+                bp.vstore(dst + q * 16, wv)
+            bu.vstore(t * np_cols + p0, i32(cn) * zb - cs)
+            bz.vstore(t * np_cols + p0, dsl.splat(zb, 16, i32))
+        else:
+            for c in range(16):
+                col = p0 + c
+                s = i32(0)
+                for q in range(k4):
+                    w = i32(0)
+                    if col < pixels:
+                        for j in dsl.static_range(4):
+                            if 4 * q + j < cn:
+                                v = (i32(x.flat[xbase + (4 * q + j) * pixels + c]) & 0xFF) ^ flip
+                                s += v - ((v & 0x80) << 1)
+                                w = w | (v << (8 * j))
+                    bp.flat[dst + q * 16 + c] = w
+                bu.flat[t * np_cols + col] = i32(cn) * zb - s if col < pixels else i32(0)
+                bz.flat[t * np_cols + col] = zb if col < pixels else i32(0)
 
 
 def amx_conv_ok(x, w, group: int, backend) -> bool:
@@ -77,7 +132,10 @@ def conv_int8_amx(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backe
     bz = np.empty((n, np_cols), np.int32)
     xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
     geom = [int(g) for g in geom]
-    if geom[4] or geom[5]:  # pad with the zero point once, then pack without padding
+    if geom[:8] == [1, 1, 1, 1, 0, 0, 1, 1]:  # 1×1, stride 1, no padding: the image is B's columns
+        launched(pack_pointwise_int8, launch)(np.ascontiguousarray(x).reshape(n, x.shape[1], pixels), xz, bp, bu, bz,
+                                              0x80 if x.dtype == np.uint8 else 0, backend=backend)
+    elif geom[4] or geom[5]:  # pad with the zero point once, then pack without padding
         span_h = (geom[0] - 1) * geom[6] + 1
         span_w = (geom[1] - 1) * geom[7] + 1
         hp = max(x.shape[2] + geom[4], (geom[8] - 1) * geom[2] + span_h)
@@ -85,8 +143,9 @@ def conv_int8_amx(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backe
         xp = np.empty(x.shape[:2] + (hp, wp), x.dtype)
         launched(pad_image_int8, launch)(np.ascontiguousarray(x), xz, xp, geom[4], geom[5], backend=backend)
         x, geom = xp, geom[:4] + [0, 0] + geom[6:]
-    launched(pack_im2col_int8, launch)(np.ascontiguousarray(x), xz, bp, bu, bz, np.asarray(geom, np.int64),
-                                       0x80 if x.dtype == np.uint8 else 0, V=PANEL // 2, backend=backend)
+    if geom[:8] != [1, 1, 1, 1, 0, 0, 1, 1]:
+        launched(pack_im2col_int8, launch)(np.ascontiguousarray(x), xz, bp, bu, bz, np.asarray(geom, np.int64),
+                                           0x80 if x.dtype == np.uint8 else 0, V=PANEL // 2, backend=backend)
     a, za = weights_u8(w, np.zeros(1, w.dtype) if w_zp is None else w_zp, n)
     lo, hi = clamp or (None, None)
     qgemm_amx_packed_b(a, (bp, bu, bz), y.reshape(n, m, pixels), a_zp=za, mult=mult, bias=bias, y_zp=y_zp,
