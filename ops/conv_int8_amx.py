@@ -23,7 +23,7 @@ from ops import packed_constants
 from ops.conv_int8 import pack_im2col_int8, pad_image_int8, packed_conv_ok
 from ops.conv_int8_direct import launched
 from ops.gemm_int8 import THREADS
-from ops.gemm_int8_amx import BLOCK, PANEL, amx_usable, qgemm_amx, qgemm_amx_packed_b
+from ops.gemm_int8_amx import BLOCK, K_STEP, PANEL, amx_usable, qgemm_amx, qgemm_amx_packed_b
 
 X = dsl.TypeVar("X")
 
@@ -93,7 +93,7 @@ def _empty_aligned(shape, dtype) -> np.ndarray:
 
 
 def _weights_u8(w: np.ndarray, w_zp: np.ndarray, images: int) -> tuple:
-    """(A (images, M, K4·4) u8, its zero points (1, M|1) u8): i8 weights and zero points shifted by
+    """(A (images, M, K4·4) u8, its zero points (1, M|1) u8, its row sums (M,) i32): i8 weights and zero points shifted by
     128, u8 ones as they are; K padded with zero bytes (they meet the packing's padding words)."""
     m = w.shape[0]
     kk = int(np.prod(w.shape[1:]))
@@ -105,7 +105,7 @@ def _weights_u8(w: np.ndarray, w_zp: np.ndarray, images: int) -> tuple:
         zp = zp.astype(np.int8).view(np.uint8) ^ 0x80
     a = np.zeros((images, m, 4 * k4), np.uint8)
     a[:, :, :kk] = flat
-    return a, np.ascontiguousarray(zp, np.uint8)
+    return a, np.ascontiguousarray(zp, np.uint8), a[0].sum(axis=1, dtype=np.int32)
 
 
 def weights_u8(w: np.ndarray, w_zp: np.ndarray, images: int) -> tuple:
@@ -146,7 +146,14 @@ def conv_int8_amx(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backe
     if geom[:8] != [1, 1, 1, 1, 0, 0, 1, 1]:
         launched(pack_im2col_int8, launch)(np.ascontiguousarray(x), xz, bp, bu, bz, np.asarray(geom, np.int64),
                                            0x80 if x.dtype == np.uint8 else 0, V=PANEL // 2, backend=backend)
-    a, za = weights_u8(w, np.zeros(1, w.dtype) if w_zp is None else w_zp, n)
+    a, za, rowsum = weights_u8(w, np.zeros(1, w.dtype) if w_zp is None else w_zp, n)
     lo, hi = clamp or (None, None)
+    fold = mult is not None and m % BLOCK == 0 and a.shape[2] % K_STEP == 0
+    if fold:  # x's zero point is one number: -rowsum[m]·zb joins the bias, the tiles read A in place
+        zi = int(xz[0]) & 0xFF ^ (0x80 if x.dtype == np.uint8 else 0)
+        zb = zi - 256 if zi & 0x80 else zi
+        bias = (np.zeros(m, np.int32) if bias is None else np.broadcast_to(np.asarray(bias, np.int32).reshape(-1), (m,))) \
+            - rowsum * np.int32(zb)
     qgemm_amx_packed_b(a, (bp, bu, bz), y.reshape(n, m, pixels), a_zp=za, mult=mult, bias=bias, y_zp=y_zp,
-                       q_lo=lo, q_hi=hi, backend=backend, kernel=launched(qgemm_amx, launch), per_row=True)
+                       q_lo=lo, q_hi=hi, backend=backend, kernel=launched(qgemm_amx, launch), per_row=True,
+                       row_sums_folded=fold)

@@ -262,17 +262,19 @@ def qgemm_int8_amx(a3: np.ndarray, b3: np.ndarray, y3: np.ndarray, a_zp=None, b_
 
 def qgemm_amx_packed_b(a3: np.ndarray, packed: tuple, y3: np.ndarray, a_zp=None, mult=None, bias=None,
                        y_zp: int = 0, q_lo=None, q_hi=None, backend=None, kernel=qgemm_amx,
-                       per_row: bool = False) -> None:
+                       per_row: bool = False, row_sums_folded: bool = False) -> None:
     """The tile GEMM of A (batch, M, K; K % 4 == 0) by B already packed: ``packed`` = (bp, bu, bz)
     in tile panels (``pack_b_int8`` with NR = PANEL, or an im2col packing of the same layout: the
     columns a multiple of BLOCK, bp 15 panel rows longer); ``kernel``: the launch (a plan's
-    recorder stands in for it)."""
+    recorder stands in for it).  ``row_sums_folded``: u8 A of whole blocks (M % 32 == 0, K % 64 ==
+    0) whose -rowsum[m]·zb term the caller has put into a per-row bias: the tiles read A in place
+    whatever B's zero points."""
     backend = backend or "numba"
     batch, m, kk = a3.shape
     bp, bu, bz = packed
     flip = 0x80 if a3.dtype == np.int8 else 0
     za = np.zeros((1, 1), a3.dtype) if a_zp is None else np.asarray(a_zp, a3.dtype).reshape(1, -1)
-    pack = not reads_a_in_place(a3, bz)
+    pack = not (reads_a_in_place(a3, bz) or row_sums_folded and reads_a_in_place(a3, bz[:, :0]))
     mp = -(-m // BLOCK) * BLOCK
     ap = aligned((batch * mp, -(-kk // K_STEP) * (K_STEP // 4)) if pack else (1, 1), np.int32)
     rows = np.empty((batch * mp, 2) if pack else (1, 2), np.int32)
