@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 import dsl
-from dsl import In, Out, i32
+from dsl import In, Out, i32, i64
 from ops import packed_constants
 from ops.conv_int8 import pack_im2col_int8, pad_image_int8, packed_conv_ok
 from ops.conv_int8_direct import launched
@@ -26,6 +26,7 @@ from ops.gemm_int8 import THREADS
 from ops.gemm_int8_amx import BLOCK, K_STEP, PANEL, amx_usable, qgemm_amx, qgemm_amx_packed_b
 
 X = dsl.TypeVar("X")
+Y = dsl.TypeVar("Y")
 
 
 @dsl.kernel(threads=THREADS)
@@ -78,6 +79,68 @@ def pack_pointwise_int8(x: In[X, 3], x_zp: In[X, 1], bp: Out[i32, 2], bu: Out[i3
                 bz.flat[t * np_cols + col] = zb if col < pixels else i32(0)
 
 
+@dsl.kernel(threads=THREADS)
+def pack_shifted_int8(xp: In[X, 3], x_zp: In[X, 1], bp: Out[i32, 2], bu: Out[i32, 2], bz: Out[i32, 2],
+                      geom: dsl.Vec[i64, 3], flip: i32):
+    """The B panels of a stride-1 convolution over a zero-point-bordered image xp (N, C, HP·WP),
+    geom = (KH, KW, WP), with a column per pixel of the *padded* width: column j = oh·WP + ow reads
+    tap (c, kh, kw) at xp[c, j + kh·WP + kw], so a panel of 16 columns is one vector load per tap
+    (im2col's columns of OW pixels pass row ends).  Columns with ow >= OW are computed and dropped
+    (``crop_columns``); xp holds enough rows past the image that every load stays in its plane."""
+    cn = xp.shape[1]
+    plane = xp.shape[2]
+    kh_n = geom[0]
+    kw_n = geom[1]
+    wp = geom[2]
+    kk = cn * kh_n * kw_n
+    k4 = (kk + 3) // 4
+    np_cols = bu.shape[1]
+    npan = np_cols // 16
+    zi = (i32(x_zp.flat[0]) & 0xFF) ^ flip
+    zb = zi - ((zi & 0x80) << 1)
+    lo, hi = dsl.split(xp.shape[0] * npan, grid=True)
+    for item in range(lo, hi):
+        t = item // npan
+        panel = item - t * npan
+        p0 = panel * 16
+        dst = t * bp.shape[1] + panel * k4 * 16
+        xbase = t * cn * plane + p0
+        cs = dsl.splat(0, 16, i32)
+        ci = 0
+        kh = 0
+        kw = 0
+        for q in range(k4):
+            wv = dsl.splat(0, 16, i32)
+            for j in dsl.static_range(4):
+                if 4 * q + j < kk:
+                    bv = (dsl.i32(xp.vload(xbase + ci * plane + kh * wp + kw, 16)) & 0xFF) ^ flip
+                    cs += bv - (bv & 0x80) * 2
+                    wv = wv | bv * (1 << (8 * j))
+                    kw += 1
+                    if kw == kw_n:
+                        kw = 0
+                        kh += 1
+                        if kh == kh_n:
+                            kh = 0
+                            ci += 1
+            bp.vstore(dst + q * 16, wv)
+        bu.vstore(t * np_cols + p0, i32(kk) * zb - cs)
+        bz.vstore(t * np_cols + p0, dsl.splat(zb, 16, i32))
+
+
+@dsl.kernel(threads=THREADS)
+def crop_columns(wide: In[Y, 3], y: Out[Y, 3]):
+    """y (R, OH, OW) = wide (R, OH, WP)[:, :, :OW]: the shifted packing's product without its
+    columns past each output row."""
+    oh_n = y.shape[1]
+    ow_n = y.shape[2]
+    wp = wide.shape[2]
+    lo, hi = dsl.split(y.shape[0] * oh_n)
+    for r in range(lo, hi):
+        for j in range(ow_n):
+            y.flat[r * ow_n + j] = wide.flat[r * wp + j]
+
+
 def amx_conv_ok(x, w, group: int, backend) -> bool:
     """Whether the tile GEMM takes this convolution: one conv_int8 would take (2-D, one group, known
     shapes) on a backend that runs the tiles on AMX."""
@@ -122,6 +185,10 @@ def conv_int8_amx(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backe
     """y (N, M, OH, OW) = conv(x, w) as ops/conv_int8.py's ``conv_int8`` (same arguments) on the tile
     GEMM; ``launch``: a recorder of every launch, for a model's launch plan."""
     backend = backend or "numba"
+    geom = [int(g) for g in geom]
+    if shifted_geometry_ok(geom):
+        _conv_shifted(x, w, y, x_zp, w_zp, geom, mult, bias, y_zp, backend, clamp, launch)
+        return
     n, m = y.shape[:2]
     pixels = y.shape[2] * y.shape[3]
     kk = int(np.prod(w.shape[1:]))
@@ -131,7 +198,6 @@ def conv_int8_amx(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backe
     bu = np.empty((n, np_cols), np.int32)
     bz = np.empty((n, np_cols), np.int32)
     xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
-    geom = [int(g) for g in geom]
     if geom[:8] == [1, 1, 1, 1, 0, 0, 1, 1]:  # 1×1, stride 1, no padding: the image is B's columns
         launched(pack_pointwise_int8, launch)(np.ascontiguousarray(x).reshape(n, x.shape[1], pixels), xz, bp, bu, bz,
                                               0x80 if x.dtype == np.uint8 else 0, backend=backend)
@@ -146,6 +212,42 @@ def conv_int8_amx(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backe
     if geom[:8] != [1, 1, 1, 1, 0, 0, 1, 1]:
         launched(pack_im2col_int8, launch)(np.ascontiguousarray(x), xz, bp, bu, bz, np.asarray(geom, np.int64),
                                            0x80 if x.dtype == np.uint8 else 0, V=PANEL // 2, backend=backend)
+    _gemm(x, w, xz, w_zp, (bp, bu, bz), y.reshape(n, m, pixels), mult, bias, y_zp, backend, clamp, launch)
+
+
+def shifted_geometry_ok(geom) -> bool:
+    """Stride 1, no dilation, more than one tap: ``pack_shifted_int8``'s convolutions."""
+    kh, kw, sh, sw, _, _, dh, dw = geom[:8]
+    return sh == sw == dh == dw == 1 and kh * kw > 1
+
+
+def _conv_shifted(x, w, y, x_zp, w_zp, geom, mult, bias, y_zp, backend, clamp, launch) -> None:
+    """A stride-1 convolution through ``pack_shifted_int8``: bordered image, GEMM over the padded
+    width, then ``crop_columns``."""
+    kh, kw, _, _, ph, pw, _, _, oh, ow = geom
+    n, m = y.shape[:2]
+    wp = max(x.shape[3] + pw, ow + kw - 1)
+    cols = oh * wp
+    np_cols = -(-cols // BLOCK) * BLOCK
+    hp = max(x.shape[2] + ph, -(-(np_cols + (kh - 1) * wp + kw) // wp))  # every tap's load inside its plane
+    xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
+    xp = np.empty(x.shape[:2] + (hp, wp), x.dtype)
+    launched(pad_image_int8, launch)(np.ascontiguousarray(x), xz, xp, ph, pw, backend=backend)
+    kk = int(np.prod(w.shape[1:]))
+    bp = _empty_aligned((n, np_cols * -(-kk // 4) + 15 * PANEL), np.int32)
+    bu = np.empty((n, np_cols), np.int32)
+    bz = np.empty((n, np_cols), np.int32)
+    launched(pack_shifted_int8, launch)(xp.reshape(n, x.shape[1], hp * wp), xz, bp, bu, bz,
+                                        np.asarray([kh, kw, wp], np.int64), 0x80 if x.dtype == np.uint8 else 0,
+                                        backend=backend)
+    wide = np.empty((n, m, oh, wp), y.dtype)
+    _gemm(x, w, xz, w_zp, (bp, bu, bz), wide.reshape(n, m, cols), mult, bias, y_zp, backend, clamp, launch)
+    launched(crop_columns, launch)(wide.reshape(n * m, oh, wp), y.reshape(n * m, oh, ow), backend=backend)
+
+
+def _gemm(x, w, xz, w_zp, packed, y3, mult, bias, y_zp, backend, clamp, launch) -> None:
+    """The tile GEMM of the prepared weights by the packed image into y3 (N, M, columns)."""
+    n, m = y3.shape[:2]
     a, za, rowsum = weights_u8(w, np.zeros(1, w.dtype) if w_zp is None else w_zp, n)
     lo, hi = clamp or (None, None)
     fold = mult is not None and m % BLOCK == 0 and a.shape[2] % K_STEP == 0
@@ -154,6 +256,6 @@ def conv_int8_amx(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backe
         zb = zi - 256 if zi & 0x80 else zi
         bias = (np.zeros(m, np.int32) if bias is None else np.broadcast_to(np.asarray(bias, np.int32).reshape(-1), (m,))) \
             - rowsum * np.int32(zb)
-    qgemm_amx_packed_b(a, (bp, bu, bz), y.reshape(n, m, pixels), a_zp=za, mult=mult, bias=bias, y_zp=y_zp,
+    qgemm_amx_packed_b(a, packed, y3, a_zp=za, mult=mult, bias=bias, y_zp=y_zp,
                        q_lo=lo, q_hi=hi, backend=backend, kernel=launched(qgemm_amx, launch), per_row=True,
                        row_sums_folded=fold)
