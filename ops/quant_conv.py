@@ -11,6 +11,8 @@ and the interpreter; 2-D ungrouped ones on numba and OpenCL run as the packed u8
 """
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 import dsl
@@ -86,7 +88,7 @@ class _QConv(ConvAttributes):
     kernels = {"default": qconv_kernel, "packed": qgemm_packed, "amx": qgemm_amx}
     # whether "amx" (ops/conv_int8_amx.py: im2col and the matrix tile GEMM) may be selected where the
     # target runs AMX; False where run() has no tile path (QLinearConvBatchNormalization)
-    tiles: bool = True
+    tiles: ClassVar[bool] = True
     # "saturating": u8·i8 pairs summed in saturating i16 where that is faster (AVX2 without VNNI), as
     # onnxruntime does there; set by load_onnx / Graph.compile(int8_arithmetic=...)
     int8_arithmetic: str = "exact"
