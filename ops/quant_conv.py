@@ -86,8 +86,8 @@ class _QConv(ConvAttributes):
     """Checks, geometry and launch shared by ConvInteger and QLinearConv."""
 
     kernels = {"default": qconv_kernel, "packed": qgemm_packed, "amx": qgemm_amx}
-    # whether "amx" (ops/conv_int8_amx.py: im2col and the matrix tile GEMM) may be selected where the
-    # target runs AMX; False where run() has no tile path (QLinearConvBatchNormalization)
+    # whether "amx" (ops/conv_int8_amx.py: the image packed as B panels, the matrix tile GEMM) may be
+    # selected where the target runs AMX (benchmarks turn it off to measure the VNNI kernels)
     tiles: ClassVar[bool] = True
     # "saturating": u8·i8 pairs summed in saturating i16 where that is faster (AVX2 without VNNI), as
     # onnxruntime does there; set by load_onnx / Graph.compile(int8_arithmetic=...)

@@ -58,7 +58,6 @@ class QLinearConvBatchNormalization(QLinearConv):
     bn_activation: str = ""
     bn_activation_params: Tuple[float, ...] = ()
     plan = conv_batch_norm_plan
-    tiles = False  # run() fuses the second requantization into the direct kernels only
 
     def select(self, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B,
                scale, bn_b, mean, var, z_scale, z_zero_point, backend=None):
