@@ -2,16 +2,22 @@
 where ``dsl.target`` has "amx".
 
 onnxruntime runs its int8 convolutions as an AMX GEMM after im2col; here likewise, per image,
-Y (M, OH·OW) = W (M, C·KH·KW) · im2col(X), so the output lands in NCHW with no transpose:
+Y (M, columns) = W (M, C·KH·KW) · B, so the output lands in NCHW with no transpose.  B, the
+image, is packed in ``tdpbusd``'s B tile layout (panels of 16 columns, K/4 rows of 16 words of 4
+taps, shifted to i8, with the column sums the zero point needs) by one of:
 
-* the image is the B side, packed by ops/conv_int8.py's ``pack_im2col_int8`` with V = 8, i.e.
-  panels of 16 output pixels, each K/4 rows of 16 words of 4 taps: exactly ``tdpbusd``'s B tile
-  layout (a padded convolution first copies the image inside a border of its zero point, as
-  ops/conv_int8.py does); u8 images are shifted to i8 while packing, the column sums carry the
-  zero point;
-* the weights are the A side, made once per constant weight array: shifted to u8 (their zero
-  points with them) and padded with zero bytes to whole 4-byte words, so that any C·KH·KW works;
-  zero point, requantization scale and bias per row (per output channel).
+* ``pack_pointwise_int8``: 1×1 stride 1, a column per pixel, 4 vector loads a word row;
+* ``pack_shifted_int8``: stride 1, a column per pixel of the zero-point-bordered image's padded
+  width, so a tap of 16 columns is one vector load; ``crop_columns`` drops the extra columns;
+  strided kernels on up to 16 channels (the stems) become such a convolution through
+  ops/conv_int8_strided.py's space-to-depth copy and weights;
+* ops/conv_int8.py's im2col ``pack_im2col_int8`` (V = 8) for the rest, pixel by pixel where a
+  panel passes an output row's end.
+
+The weights are A, made once per constant array: shifted to u8 (their zero points with them),
+padded with zero bytes to whole words; zero point, scale and bias per row (output channel).
+Where M % 32 == 0 and K % 64 == 0 a QLinearConv folds the weights' row sums times x's zero point
+into that bias, and the tiles read the weights in place (no packing pass).
 """
 from __future__ import annotations
 
@@ -20,7 +26,8 @@ import numpy as np
 import dsl
 from dsl import In, Out, i32, i64
 from ops import packed_constants
-from ops.conv_int8 import pack_im2col_int8, pad_image_int8, packed_conv_ok
+from ops.conv_int8 import STRIDED_MAX_CHANNELS, pack_im2col_int8, pad_image_int8, packed_conv_ok
+from ops.conv_int8_strided import depth_weights, space_to_depth_int8, strided_geometry_ok
 from ops.conv_int8_direct import launched
 from ops.gemm_int8 import THREADS
 from ops.gemm_int8_amx import BLOCK, K_STEP, PANEL, amx_usable, qgemm_amx, qgemm_amx_packed_b
@@ -188,6 +195,17 @@ def conv_int8_amx(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backe
     geom = [int(g) for g in geom]
     if shifted_geometry_ok(geom):
         _conv_shifted(x, w, y, x_zp, w_zp, geom, mult, bias, y_zp, backend, clamp, launch)
+        return
+    if strided_geometry_ok(geom) and x.shape[1] <= STRIDED_MAX_CHANNELS:  # the stems: space-to-depth,
+        s, pt, pl = geom[2], geom[4], geom[5]                              # then a stride-1 convolution
+        wd = depth_weights(w, w_zp, s)
+        ka, kb = wd.shape[2:]
+        oh, ow = y.shape[2:]
+        xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
+        xs = np.empty((x.shape[0], x.shape[1] * s * s, oh + ka - 1, ow + kb - 1), x.dtype)
+        launched(space_to_depth_int8, launch)(np.ascontiguousarray(x), xz, xs, s, pt, pl, backend=backend)
+        conv_int8_amx(xs, wd, y, xz, w_zp, [ka, kb, 1, 1, 0, 0, 1, 1, oh, ow], mult, bias, y_zp, backend, clamp,
+                      launch)
         return
     n, m = y.shape[:2]
     pixels = y.shape[2] * y.shape[3]

@@ -1,5 +1,5 @@
-"""Int8 convolutions on the matrix tile GEMM (ops/conv_int8_amx.py): the three packings (1×1
-pointwise, stride-1 over the padded width, im2col) on every backend against numpy, with i8/u8
+"""Int8 convolutions on the matrix tile GEMM (ops/conv_int8_amx.py): its packings (1×1
+pointwise, stride-1 over the padded width, a stem through space-to-depth, im2col) on every backend against numpy, with i8/u8
 images, per-channel weight zero points, the requantizing path whose weight row sums are folded
 into the bias, and the ops' choice (tiles only where the target runs AMX) and a planned model
 against onnxruntime where it does."""
@@ -32,10 +32,11 @@ def exact_conv(x, w, zx, zw, stride, pad):
     return y
 
 
-GEOMETRIES = [  # (C, H, M, k, stride, pad): pointwise, stride 1 padded (shifted), strided (im2col)
-    (20, 6, 37, 1, 1, 0),
+GEOMETRIES = [  # (C, H, M, k, stride, pad): pointwise, stride 1 padded (shifted), a stem (space-to-depth
+    (20, 6, 37, 1, 1, 0),  # then shifted), strided on more than 16 channels (im2col)
     (7, 9, 33, 3, 1, 1),
-    (6, 9, 35, 3, 2, 1),
+    (3, 11, 35, 7, 2, 3),
+    (17, 7, 33, 3, 2, 1),
 ]
 
 
