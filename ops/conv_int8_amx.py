@@ -9,8 +9,8 @@ taps, shifted to i8, with the column sums the zero point needs) by one of:
 * ``pack_pointwise_int8``: 1×1 stride 1, a column per pixel, 4 vector loads a word row;
 * ``pack_shifted_int8``: stride 1, a column per pixel of the zero-point-bordered image's padded
   width, so a tap of 16 columns is one vector load; ``crop_columns`` drops the extra columns;
-  strided kernels on up to 16 channels (the stems) become such a convolution through
-  ops/conv_int8_strided.py's space-to-depth copy and weights;
+  strided kernels (3×3/2, the stems) become such a convolution through ops/conv_int8_strided.py's
+  space-to-depth copy and weights, but for small outputs on many channels (``IM2COL_MAX_PIXELS``);
 * ops/conv_int8.py's im2col ``pack_im2col_int8`` (V = 8) for the rest, pixel by pixel where a
   panel passes an output row's end.
 
@@ -33,6 +33,11 @@ from ops.gemm_int8 import THREADS
 from ops.gemm_int8_amx import BLOCK, K_STEP, PANEL, amx_usable, qgemm_amx, qgemm_amx_packed_b
 
 X = dsl.TypeVar("X")
+# strided convolutions on more than STRIDED_MAX_CHANNELS channels take im2col's packing only up to
+# this many output pixels: space-to-depth's 16/9 more products (3×3/2) cost less than im2col's
+# pixel-by-pixel packing at 14×14 and more outputs (256x28x28 3×3/2: 1.77 against 2.25 ms),
+# more at 7×7 (512x14x14: 1.65 against 1.46 ms); one thread on this Xeon, benchmarks/RESULTS.md
+IM2COL_MAX_PIXELS = 64
 Y = dsl.TypeVar("Y")
 
 
@@ -196,8 +201,8 @@ def conv_int8_amx(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backe
     if shifted_geometry_ok(geom):
         _conv_shifted(x, w, y, x_zp, w_zp, geom, mult, bias, y_zp, backend, clamp, launch)
         return
-    if strided_geometry_ok(geom) and x.shape[1] <= STRIDED_MAX_CHANNELS:  # the stems: space-to-depth,
-        s, pt, pl = geom[2], geom[4], geom[5]                              # then a stride-1 convolution
+    if strided_geometry_ok(geom) and (x.shape[1] <= STRIDED_MAX_CHANNELS or geom[8] * geom[9] > IM2COL_MAX_PIXELS):
+        s, pt, pl = geom[2], geom[4], geom[5]  # space-to-depth, then a stride-1 convolution
         wd = depth_weights(w, w_zp, s)
         ka, kb = wd.shape[2:]
         oh, ow = y.shape[2:]
