@@ -10,7 +10,8 @@ taps, shifted to i8, with the column sums the zero point needs) by one of:
 * ``pack_shifted_int8``: stride 1, a column per pixel of the zero-point-bordered image's padded
   width, so a tap of 16 columns is one vector load; ``crop_columns`` drops the extra columns;
   strided kernels (3×3/2, the stems) become such a convolution through ops/conv_int8_strided.py's
-  space-to-depth copy and weights, but for small outputs on many channels (``IM2COL_MAX_PIXELS``);
+  space-to-depth copy and weights, and 1×1 strided ones are a pointwise convolution of a
+  subsampled copy, but for small outputs on many channels (``IM2COL_MAX_PIXELS``);
 * ops/conv_int8.py's im2col ``pack_im2col_int8`` (V = 8) for the rest, pixel by pixel where a
   panel passes an output row's end.
 
@@ -27,7 +28,7 @@ import dsl
 from dsl import In, Out, i32, i64
 from ops import packed_constants
 from ops.conv_int8 import STRIDED_MAX_CHANNELS, pack_im2col_int8, pad_image_int8, packed_conv_ok
-from ops.conv_int8_strided import depth_weights, space_to_depth_int8, strided_geometry_ok
+from ops.conv_int8_strided import depth_weights, space_to_depth_int8, strided_geometry_ok, taps_to_channels_int8
 from ops.conv_int8_direct import launched
 from ops.gemm_int8 import THREADS
 from ops.gemm_int8_amx import BLOCK, K_STEP, PANEL, amx_usable, qgemm_amx, qgemm_amx_packed_b
@@ -36,7 +37,9 @@ X = dsl.TypeVar("X")
 # strided convolutions on more than STRIDED_MAX_CHANNELS channels take im2col's packing only up to
 # this many output pixels: space-to-depth's 16/9 more products (3×3/2) cost less than im2col's
 # pixel-by-pixel packing at 14×14 and more outputs (256x28x28 3×3/2: 1.77 against 2.25 ms),
-# more at 7×7 (512x14x14: 1.65 against 1.46 ms); one thread on this Xeon, benchmarks/RESULTS.md
+# more at 7×7 (512x14x14: 1.65 against 1.46 ms); the same for 1×1/2 ones through a subsampled copy
+# (256x56x56->512: 0.95 against 1.41 ms; 1024x14x14->2048: 0.91 against 0.75 ms); one thread on
+# this Xeon, benchmarks/RESULTS.md
 IM2COL_MAX_PIXELS = 64
 Y = dsl.TypeVar("Y")
 
@@ -200,6 +203,15 @@ def conv_int8_amx(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backe
     geom = [int(g) for g in geom]
     if shifted_geometry_ok(geom):
         _conv_shifted(x, w, y, x_zp, w_zp, geom, mult, bias, y_zp, backend, clamp, launch)
+        return
+    if geom[:2] == [1, 1] and geom[2] == geom[3] > 1 and geom[6:8] == [1, 1] and geom[8] * geom[9] > IM2COL_MAX_PIXELS:
+        # 1×1 strided: a subsampled copy (ops/conv_int8_strided.py's taps image of one tap), then pointwise
+        oh, ow = y.shape[2:]
+        xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
+        xt = np.empty(x.shape[:2] + (oh, ow), x.dtype)
+        launched(taps_to_channels_int8, launch)(np.ascontiguousarray(x), xz, xt,
+                                                np.asarray([1, 1, geom[2], geom[4], geom[5]], np.int64), backend=backend)
+        conv_int8_amx(xt, w, y, xz, w_zp, [1, 1, 1, 1, 0, 0, 1, 1, oh, ow], mult, bias, y_zp, backend, clamp, launch)
         return
     if strided_geometry_ok(geom) and (x.shape[1] <= STRIDED_MAX_CHANNELS or geom[8] * geom[9] > IM2COL_MAX_PIXELS):
         s, pt, pl = geom[2], geom[4], geom[5]  # space-to-depth, then a stride-1 convolution

@@ -1,5 +1,6 @@
 """Int8 convolutions on the matrix tile GEMM (ops/conv_int8_amx.py): its packings (1×1
-pointwise, stride-1 over the padded width, a stem through space-to-depth, im2col) on every backend against numpy, with i8/u8
+pointwise, stride-1 over the padded width, a stem through space-to-depth, 1×1/2 through a
+subsampled copy, im2col) on every backend against numpy, with i8/u8
 images, per-channel weight zero points, the requantizing path whose weight row sums are folded
 into the bias, and the ops' choice (tiles only where the target runs AMX) and a planned model
 against onnxruntime where it does."""
@@ -37,6 +38,7 @@ GEOMETRIES = [  # (C, H, M, k, stride, pad): pointwise, stride 1 padded (shifted
     (7, 9, 33, 3, 1, 1),
     (3, 11, 35, 7, 2, 3),
     (17, 7, 33, 3, 2, 1),
+    (8, 18, 32, 1, 2, 0),  # 1×1/2 with 81 output pixels: a subsampled copy, then pointwise
 ]
 
 
