@@ -171,8 +171,9 @@ def _empty_aligned(shape, dtype) -> np.ndarray:
 
 
 def _weights_u8(w: np.ndarray, w_zp: np.ndarray, images: int) -> tuple:
-    """(A (images, M, K4·4) u8, its zero points (1, M|1) u8, its row sums (M,) i32): i8 weights and zero points shifted by
-    128, u8 ones as they are; K padded with zero bytes (they meet the packing's padding words)."""
+    """(A (images, M, K4·4) u8, its zero points (1, M|1) u8, its row sums (M,) i32): i8 weights and
+    zero points shifted by 128, u8 ones as they are; K padded with zero bytes (they meet the
+    packing's padding words)."""
     m = w.shape[0]
     kk = int(np.prod(w.shape[1:]))
     k4 = -(-kk // 4)
@@ -210,7 +211,8 @@ def conv_int8_amx(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backe
         xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
         xt = np.empty(x.shape[:2] + (oh, ow), x.dtype)
         launched(taps_to_channels_int8, launch)(np.ascontiguousarray(x), xz, xt,
-                                                np.asarray([1, 1, geom[2], geom[4], geom[5]], np.int64), backend=backend)
+                                                np.asarray([1, 1, geom[2], geom[4], geom[5]], np.int64),
+                                                backend=backend)
         conv_int8_amx(xt, w, y, xz, w_zp, [1, 1, 1, 1, 0, 0, 1, 1, oh, ow], mult, bias, y_zp, backend, clamp, launch)
         return
     if strided_geometry_ok(geom) and (x.shape[1] <= STRIDED_MAX_CHANNELS or geom[8] * geom[9] > IM2COL_MAX_PIXELS):
@@ -289,8 +291,8 @@ def _gemm(x, w, xz, w_zp, packed, y3, mult, bias, y_zp, backend, clamp, launch) 
     if fold:  # x's zero point is one number: -rowsum[m]·zb joins the bias, the tiles read A in place
         zi = int(xz[0]) & 0xFF ^ (0x80 if x.dtype == np.uint8 else 0)
         zb = zi - 256 if zi & 0x80 else zi
-        bias = (np.zeros(m, np.int32) if bias is None else np.broadcast_to(np.asarray(bias, np.int32).reshape(-1), (m,))) \
-            - rowsum * np.int32(zb)
+        b32 = np.zeros(m, np.int32) if bias is None else np.broadcast_to(np.asarray(bias, np.int32).reshape(-1), (m,))
+        bias = b32 - rowsum * np.int32(zb)
     qgemm_amx_packed_b(a, packed, y3, a_zp=za, mult=mult, bias=bias, y_zp=y_zp,
                        q_lo=lo, q_hi=hi, backend=backend, kernel=launched(qgemm_amx, launch), per_row=True,
                        row_sums_folded=fold)
