@@ -20,6 +20,7 @@ settle between rounds; ``NUMBA_THREADING_LAYER=omp|workqueue`` picks numba's lay
 Usage: PYTHONPATH=. python benchmarks/bench_int8.py [rounds] [case-filter] [threads] [profile] [--pause=0.02]
        PYTHONPATH=. python benchmarks/bench_int8.py pairs [rounds] [threads]   (dot4_sat vs dot4, see ``pairs``)
        PYTHONPATH=. python benchmarks/bench_int8.py products [rounds] [threads]   (``products_ab``)
+       PYTHONPATH=. python benchmarks/bench_int8.py convtiles [rounds] [filter] [threads]   (``conv_tiles_ab``)
        PYTHONPATH=. python benchmarks/bench_int8.py fusion [rounds] [model-filter] [threads]   (``fusion_ab``)
        PYTHONPATH=. python benchmarks/bench_int8.py saturate [rounds] [model-filter] [threads] [--pause=S]
                                                           (``saturation_experiment``)
@@ -264,6 +265,60 @@ def tiles_ab(rounds: int, threads: int, shape=(256, 1024, 1024)) -> None:
               f"{cpu['tiles'] / cpu['ort']:.2f}x |", flush=True)
 
 
+def conv_tiles_ab(rounds: int, pick: str, threads: int) -> None:
+    """``convtiles`` mode: each convolution case (and quantized model) compiled twice, with the
+    int8 convolutions on the matrix tile GEMM (ops/conv_int8_amx.py, where ``dsl.target`` has
+    "amx") and on the VNNI direct/im2col kernels (``_QConv.tiles`` off), run alternately with
+    onnxruntime in one process, best of each, wall and CPU time."""
+    from ops.conv_int8_amx import amx_usable
+    from ops.quant_conv import _QConv
+    print(f"amx usable: {amx_usable('numba')}; {threads} thread(s) a side; load average {os.getloadavg()[0]:.1f}")
+    print("| case | tiles | vnni | onnxruntime | tiles / ort | vnni / ort | tiles CPU / ort CPU | vnni CPU / ort CPU |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, make in CASES.items():
+        if "Conv" not in name and "quantize_static" not in name or pick not in name:
+            continue
+        proto, feeds = make()
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        def without_tiles(f):  # a model may select (and plan) at its first run: tiles off throughout
+            def run():
+                _QConv.tiles = False
+                try:
+                    return f()
+                finally:
+                    _QConv.tiles = True
+            return run
+        tiles = dsl.load_onnx(proto, backend="numba")
+        runs = {"tiles": lambda: tiles.run(feeds)}
+        try:  # the VNNI kernels may fail to compile on AVX-512 (an unroll past 512 in conv_int8_direct.py)
+            vnni = without_tiles(lambda: dsl.load_onnx(proto, backend="numba"))()
+            runs["vnni"] = without_tiles(lambda: vnni.run(feeds))
+            runs["vnni"]()
+        except Exception as e:  # noqa: BLE001 - report and go on with tiles and onnxruntime
+            print(f"(vnni side of {name} did not compile: {type(e).__name__}: {str(e)[:100]})", flush=True)
+            runs.pop("vnni", None)
+        got = {k: list(f().values())[0] for k, f in runs.items()}
+        want = sess.run(None, feeds)[0]
+        diff = {k: int(np.abs(v.astype(np.int64) - want.astype(np.int64)).max()) if want.dtype.kind in "iu"
+                else float(np.abs(v - want).max()) for k, v in got.items()}
+        sides = {**runs, "ort": lambda: sess.run(None, feeds)}
+        wall = dict.fromkeys(("tiles", "vnni", "ort"), float("nan"))
+        wall.update(dict.fromkeys(sides, float("inf")))
+        cpu = dict(wall)
+        for _ in range(rounds):
+            for k, f in sides.items():
+                t, c = time.perf_counter(), time.process_time()
+                f()
+                wall[k] = min(wall[k], time.perf_counter() - t)
+                cpu[k] = min(cpu[k], time.process_time() - c)
+        print(f"| {name} | {wall['tiles'] * 1e3:.2f} ms | {wall['vnni'] * 1e3:.2f} ms | {wall['ort'] * 1e3:.2f} ms | "
+              f"{wall['tiles'] / wall['ort']:.2f}x | {wall['vnni'] / wall['ort']:.2f}x | {cpu['tiles'] / cpu['ort']:.2f}x | "
+              f"{cpu['vnni'] / cpu['ort']:.2f}x | max diff vs ort {diff} |", flush=True)
+
+
 def fusion_ab(rounds: int, pick: str, threads: int) -> None:
     """``fusion`` mode: each quantized model compiled with and without the QLinearConv ->
     QLinearBatchNormalization pass (ops/qdq_residual.py ``fuse_conv_batch_norm``), run
@@ -428,6 +483,12 @@ def main():
         print(f"conv+BN pass off / on / onnxruntime, {threads} thread(s) a side; | model | off | on | ort | "
               f"off/ort | on/ort | on/off |")
         fusion_ab(int(sys.argv[2]) if len(sys.argv) > 2 else 10, sys.argv[3] if len(sys.argv) > 3 else "", threads)
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "convtiles":
+        import numba
+        threads = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+        numba.set_num_threads(threads)
+        conv_tiles_ab(int(sys.argv[2]) if len(sys.argv) > 2 else 10, sys.argv[3] if len(sys.argv) > 3 else "", threads)
         return
     if len(sys.argv) > 1 and sys.argv[1] == "tiles":
         import numba

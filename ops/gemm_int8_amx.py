@@ -252,14 +252,29 @@ def qgemm_int8_amx(a3: np.ndarray, b3: np.ndarray, y3: np.ndarray, a_zp=None, b_
                    per_row: bool = False) -> None:
     """``ops.gemm_int8.qgemm_int8``'s product on matrix tiles (same arguments; K % 4 == 0)."""
     backend = backend or "numba"
-    batch, m, kk = a3.shape
+    kk = a3.shape[2]
     if kk % 4:
         raise ValueError(f"qgemm_int8_amx: K = {kk} must be a multiple of 4 (A is read as i32 words)")
     zb = np.zeros(1, b3.dtype) if b_zp is None else np.asarray(b_zp, b3.dtype).reshape(-1)
-    bp, bu, bz = packed_b(b3, zb.reshape(1, -1), backend)
+    qgemm_amx_packed_b(a3, packed_b(b3, zb.reshape(1, -1), backend), y3, a_zp, mult, bias, y_zp, q_lo, q_hi,
+                       backend, kernel, per_row)
+
+
+def qgemm_amx_packed_b(a3: np.ndarray, packed: tuple, y3: np.ndarray, a_zp=None, mult=None, bias=None,
+                       y_zp: int = 0, q_lo=None, q_hi=None, backend=None, kernel=qgemm_amx,
+                       per_row: bool = False, row_sums_folded: bool = False) -> None:
+    """The tile GEMM of A (batch, M, K; K % 4 == 0) by B already packed: ``packed`` = (bp, bu, bz)
+    in tile panels (``pack_b_int8`` with NR = PANEL, or an im2col packing of the same layout: the
+    columns a multiple of BLOCK, bp 15 panel rows longer); ``kernel``: the launch (a plan's
+    recorder stands in for it).  ``row_sums_folded``: u8 A of whole blocks (M % 32 == 0, K % 64 ==
+    0) whose -rowsum[m]·zb term the caller has put into a per-row bias: the tiles read A in place
+    whatever B's zero points."""
+    backend = backend or "numba"
+    batch, m, kk = a3.shape
+    bp, bu, bz = packed
     flip = 0x80 if a3.dtype == np.int8 else 0
     za = np.zeros((1, 1), a3.dtype) if a_zp is None else np.asarray(a_zp, a3.dtype).reshape(1, -1)
-    pack = not reads_a_in_place(a3, bz)
+    pack = not (reads_a_in_place(a3, bz) or row_sums_folded and reads_a_in_place(a3, bz[:, :0]))
     mp = -(-m // BLOCK) * BLOCK
     ap = aligned((batch * mp, -(-kk // K_STEP) * (K_STEP // 4)) if pack else (1, 1), np.int32)
     rows = np.empty((batch * mp, 2) if pack else (1, 2), np.int32)

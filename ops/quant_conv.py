@@ -11,6 +11,8 @@ and the interpreter; 2-D ungrouped ones on numba and OpenCL run as the packed u8
 """
 from __future__ import annotations
 
+from typing import ClassVar
+
 import numpy as np
 
 import dsl
@@ -18,9 +20,11 @@ from dsl import In, Out, bool_, f32, f64, i32, i64
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.nn import ConvAttributes, conv_geometry
 from ops.conv_int8 import conv_int8, packed_conv_ok
+from ops.conv_int8_amx import amx_conv_ok, conv_int8_amx
 from ops.conv_int8_direct import ARITHMETIC, launched
 from ops import packed_constants
 from ops.gemm_int8 import qgemm_packed
+from ops.gemm_int8_amx import qgemm_amx
 from ops.quant import constant_quant, round_half_even
 from ops.quant_conv_plan import packed_or_recorded_plan
 
@@ -81,13 +85,18 @@ def qconv_kernel(x: In[A, 5], w: In[B, 5], x_zp: In[A, 1], w_zp: In[B, 1], bias:
 class _QConv(ConvAttributes):
     """Checks, geometry and launch shared by ConvInteger and QLinearConv."""
 
-    kernels = {"default": qconv_kernel, "packed": qgemm_packed}
+    kernels = {"default": qconv_kernel, "packed": qgemm_packed, "amx": qgemm_amx}
+    # whether "amx" (ops/conv_int8_amx.py: the image packed as B panels, the matrix tile GEMM) may be
+    # selected where the target runs AMX (benchmarks turn it off to measure the VNNI kernels)
+    tiles: ClassVar[bool] = True
     # "saturating": u8·i8 pairs summed in saturating i16 where that is faster (AVX2 without VNNI), as
     # onnxruntime does there; set by load_onnx / Graph.compile(int8_arithmetic=...)
     int8_arithmetic: str = "exact"
 
     def _select(self, x, w, backend, *scales) -> str:
         ok = packed_conv_ok(x, w, self.group, backend) and all(s is None or s.dtype == dsl.f32 for s in scales)
+        if ok and self.tiles and amx_conv_ok(x, w, self.group, backend):
+            return "amx"
         return "packed" if ok else "default"
 
     def _check(self, x, w, x_zp, w_zp):
@@ -145,6 +154,11 @@ class _QConv(ConvAttributes):
                 clamp=None, launch=None):
         """``clamp``: (lo, hi) in the output's integers, narrower than its type (a fused Relu/Clip);
         ``launch``: records the packed path's launches for a plan (ops/quant_conv_plan.py)."""
+        if impl == qgemm_amx:
+            geom, mult, b32, zy = self._packed_args(x, w, x_zp, w_zp, bias, x_scale, w_scale, y_scale, y_zp, y,
+                                                    requantize)
+            conv_int8_amx(x, w, y, x_zp, w_zp, geom, mult, b32, zy, backend, clamp=clamp, launch=launch)
+            return
         if impl == qgemm_packed:
             geom, mult, b32, zy = self._packed_args(x, w, x_zp, w_zp, bias, x_scale, w_scale, y_scale, y_zp, y,
                                                     requantize)

@@ -22,6 +22,7 @@ import dsl
 from dsl.opgraph.launch_plan import owner
 from dsl.opgraph.recorded_plan import plan_value, written_owners
 from ops.gemm_int8 import qgemm_packed
+from ops.gemm_int8_amx import qgemm_amx
 
 
 class LaunchLog:
@@ -37,13 +38,13 @@ class LaunchLog:
 
 
 def packed_or_recorded_plan(recorded: Sequence[int], packed: Sequence[int]):
-    """An ``Op.plan``: the declared packed launches when the selected kernel is the packed GEMM and
+    """An ``Op.plan``: the declared packed launches when the selected kernel is a packed GEMM (dot4 or tiles) and
     the inputs at ``packed`` are constants (or absent), else ``dsl.recorded_plan_when_constant``
     of ``recorded``."""
     fallback = dsl.recorded_plan_when_constant(*recorded)
 
     def plan(op, impl, inputs, outputs, backend):
-        if impl != qgemm_packed:
+        if impl != qgemm_packed and impl != qgemm_amx:
             return fallback(op, impl, inputs, outputs, backend)
         return packed_conv_plan(op, impl, inputs, outputs, backend, packed)
     return plan
