@@ -61,10 +61,9 @@ class Int8Tile:
 
 
 def int8_tile(backend: str = "numba") -> Int8Tile:
-    """The tile for ``backend``'s target (module docstring).  AVX-512 takes MR = 6, not 8: the
-    epilogue's lane-by-lane tails unroll 4·V copies per row, and 8 rows of 16 lanes passed the
-    unroll budget (``MAX_UNROLL_TOTAL``), so the GEMM did not compile there; with ``vpdpbusd`` 6
-    and 7 rows ran alike (209 and 218 GMAC/s at 256×1024×1024, benchmarks/RESULTS.md)."""
+    """The tile for ``backend``'s target (module docstring).  AVX-512 takes MR = 6: with
+    ``vpdpbusd`` 6 and 7 rows ran alike (209 and 218 GMAC/s at 256×1024×1024, benchmarks/RESULTS.md),
+    and 8 rows once passed the unroll budget (the tails now go through a scratch row)."""
     feats = dsl.target(backend).features
     if "avx512f" in feats and "avx512bw" in feats:
         return Int8Tile(V=16, MR=6)
