@@ -156,10 +156,21 @@ def crop_columns(wide: In[Y, 3], y: Out[Y, 3]):
             y.flat[r * ow_n + j] = wide.flat[r * wp + j]
 
 
+# the tiles take a convolution of at least this many input and output channels; shallower ones
+# keep the VNNI direct kernel, faster there (one thread, alternated, the integrator's merge of
+# sessions 18's slices: 64x56x56 3x3 0.54 vnni / 0.68 ms tiles, 64->256 1x1 0.41 / 0.48, the
+# 3->64 stem 1.11 / 1.22, light_squeezenet 6.40 / 7.57 ms; 128x28x28 3x3 0.53 / 0.46,
+# 256x14x14 3x3 0.50 / 0.39, 1024->256 1x1 on 14x14 0.38 / 0.25; 512x7x7 3x3 alike)
+AMX_MIN_CHANNELS = 128
+AMX_MIN_OUTPUTS = 64
+
+
 def amx_conv_ok(x, w, group: int, backend) -> bool:
     """Whether the tile GEMM takes this convolution: one conv_int8 would take (2-D, one group, known
-    shapes) on a backend that runs the tiles on AMX."""
-    return amx_usable(backend) and packed_conv_ok(x, w, group, backend)
+    shapes), deep enough for the tiles to beat the VNNI kernel (``AMX_MIN_CHANNELS``), on a backend
+    that runs the tiles on AMX."""
+    return (w.shape[1] >= AMX_MIN_CHANNELS and w.shape[0] >= AMX_MIN_OUTPUTS and amx_usable(backend)
+            and packed_conv_ok(x, w, group, backend))
 
 
 def _empty_aligned(shape, dtype) -> np.ndarray:

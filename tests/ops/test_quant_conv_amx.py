@@ -86,13 +86,15 @@ def _specs(*xs):
 
 
 def test_convolutions_take_the_tiles_only_where_amx_runs(monkeypatch):
-    x, w = data(np.uint8, (1, 8, 6, 6)), data(np.int8, (16, 8, 3, 3))
+    x, w = data(np.uint8, (1, 128, 6, 6)), data(np.int8, (64, 128, 3, 3))
     zx, zw = np.array(1, np.uint8), np.array(0, np.int8)
     conv = ops.ConvInteger(pads=[1, 1, 1, 1])
     assert conv.select(*_specs(x, w, zx, zw), backend="numba") == ("amx" if amx_usable("numba") else "packed")
+    shallow = data(np.uint8, (1, 64, 6, 6)), data(np.int8, (64, 64, 3, 3))  # the VNNI kernel is faster there
+    assert conv.select(*_specs(*shallow, zx, zw), backend="numba") == "packed"
     assert conv.select(*_specs(x, w, zx, zw), backend="opencl") == "packed"
     grouped = ops.ConvInteger(group=2)
-    assert grouped.select(*_specs(x, data(np.int8, (16, 4, 3, 3)), zx, zw), backend="numba") == "default"
+    assert grouped.select(*_specs(x, data(np.int8, (64, 64, 3, 3)), zx, zw), backend="numba") == "default"
     real = dsl.target
     for dropped in ({"amx"}, {"amx", "amx-tile", "amx-int8", "avx512f", "avx512vnni", "avx512bw"}):  # AVX2 too
         def fake(backend=None, dropped=dropped):
@@ -108,7 +110,7 @@ def test_quantized_convolution_model_on_tiles_matches_onnxruntime():
     ort = pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
     from onnx import TensorProto, helper
-    c, h, m = 32, 7, 32
+    c, h, m = 128, 7, 128
     inits = {"sx": np.array(0.02, np.float32), "zx": np.array(120, np.uint8),
              "w1": data(np.int8, (m, c, 1, 1)), "sw1": RNG.uniform(0.001, 0.01, m).astype(np.float32),
              "zw1": np.zeros(m, np.int8), "b1": RNG.integers(-3000, 3000, m).astype(np.int32),
