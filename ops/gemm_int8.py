@@ -274,6 +274,23 @@ def packed_b(b3: np.ndarray, bzp2: np.ndarray, tile: Int8Tile, backend) -> tuple
     return packed_constants.once_per_array(b3, key, lambda: _pack_b(b3, bzp2, tile, backend))
 
 
+def epilogue_args(y3: np.ndarray, mult, bias, q_lo, q_hi, per_row: bool, m: int, np_cols: int) -> tuple:
+    """What an int8 GEMM's epilogue reads, shared by the dot4 and tile GEMMs: (mult, bias) as
+    ``_per_column`` vectors (per row when ``per_row``), whether it requantizes, and the output
+    range narrowed by a fused Relu/Clip (lo, hi)."""
+    requantize = mult is not None
+    if requantize:
+        info = np.iinfo(y3.dtype)
+        lo = float(info.min) if q_lo is None else max(float(info.min), float(q_lo))
+        hi = float(info.max) if q_hi is None else min(float(info.max), float(q_hi))
+    else:
+        lo = hi = 0.0
+    width = m if per_row else y3.shape[2]
+    cols = m if per_row else np_cols
+    return (_per_column(mult, width, cols, np.float32, 1.0), _per_column(bias, width, cols, np.int32, 0),
+            requantize, lo, hi)
+
+
 def _per_column(x: Optional[np.ndarray], n: int, np_cols: int, dtype, default) -> np.ndarray:
     """A per-tensor, per-column (or per-row) vector as the kernel reads it: (1, 1), or (1, np_cols)
     zero-padded past n."""
@@ -301,7 +318,6 @@ def qgemm_int8(a3: np.ndarray, b3: np.ndarray, y3: np.ndarray, a_zp=None, b_zp=N
     backend = backend or "numba"
     tile = tile or int8_tile(backend)
     batch, m, kk = a3.shape
-    n = y3.shape[2]
     if packed is None:
         zb = np.zeros(1, b3.dtype) if b_zp is None else np.asarray(b_zp, b3.dtype).reshape(-1)
         bp, bu, bz, fits = packed_b(b3, zb.reshape(1, -1), tile, backend)
@@ -312,17 +328,7 @@ def qgemm_int8(a3: np.ndarray, b3: np.ndarray, y3: np.ndarray, a_zp=None, b_zp=N
     mp = -(-m // tile.MR) * tile.MR
     ap = np.empty((batch * mp, -(-kk // 4)), np.int32)
     rows = np.empty((batch * mp, 2), np.int32)
-    requantize = mult is not None
-    np_cols = bu.shape[1]
-    if requantize:
-        info = np.iinfo(y3.dtype)
-        lo = float(info.min) if q_lo is None else max(float(info.min), float(q_lo))
-        hi = float(info.max) if q_hi is None else min(float(info.max), float(q_hi))
-    else:
-        lo = hi = 0.0
-    width = m if per_row else n
-    cols = m if per_row else np_cols
-    kernel(np.ascontiguousarray(a3), za, bp, bu, bz, _per_column(mult, width, cols, np.float32, 1.0),
-           _per_column(bias, width, cols, np.int32, 0), y3, ap, rows, 0x80 if a3.dtype == np.int8 else 0,
+    mults, biases, requantize, lo, hi = epilogue_args(y3, mult, bias, q_lo, q_hi, per_row, m, bu.shape[1])
+    kernel(np.ascontiguousarray(a3), za, bp, bu, bz, mults, biases, y3, ap, rows, 0x80 if a3.dtype == np.int8 else 0,
            int(requantize), int(per_row), float(y_zp), lo, hi, V=tile.V, MR=tile.MR, SAT=int(sat),
            backend=backend)

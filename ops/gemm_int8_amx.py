@@ -32,7 +32,7 @@ import numpy as np
 import dsl
 from dsl import In, InOut, Out, f32, i32, i64
 from ops import packed_constants
-from ops.gemm_int8 import THREADS, _per_column, pack_b_int8
+from ops.gemm_int8 import THREADS, epilogue_args, pack_b_int8
 
 Y = dsl.TypeVar("Y")
 Z = dsl.TypeVar("Z")
@@ -278,18 +278,7 @@ def qgemm_amx_packed_b(a3: np.ndarray, packed: tuple, y3: np.ndarray, a_zp=None,
     mp = -(-m // BLOCK) * BLOCK
     ap = aligned((batch * mp, -(-kk // K_STEP) * (K_STEP // 4)) if pack else (1, 1), np.int32)
     rows = np.empty((batch * mp, 2) if pack else (1, 2), np.int32)
-    requantize = mult is not None
-    n = y3.shape[2]
-    np_cols = bu.shape[1]
-    if requantize:
-        info = np.iinfo(y3.dtype)
-        lo = float(info.min) if q_lo is None else max(float(info.min), float(q_lo))
-        hi = float(info.max) if q_hi is None else min(float(info.max), float(q_hi))
-    else:
-        lo = hi = 0.0
-    width = m if per_row else n
-    cols = m if per_row else np_cols
+    mults, biases, requantize, lo, hi = epilogue_args(y3, mult, bias, q_lo, q_hi, per_row, m, bu.shape[1])
     words = np.ascontiguousarray(a3).view(np.int32)
-    kernel(words, za, bp, bu, bz, _per_column(mult, width, cols, np.float32, 1.0),
-           _per_column(bias, width, cols, np.int32, 0), y3, ap, rows, -0x7F7F7F80 if flip else 0,
+    kernel(words, za, bp, bu, bz, mults, biases, y3, ap, rows, -0x7F7F7F80 if flip else 0,
            int(requantize), int(per_row), float(y_zp), lo, hi, PACK=int(pack), backend=backend)
