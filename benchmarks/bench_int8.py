@@ -222,6 +222,20 @@ def products_ab(rounds: int, threads: int) -> None:
             + f" | {best['dot2_i16'] / best['dot4_sat']:.2f}x | {best['dot4'] / best['dot4_sat']:.2f}x |", flush=True)
 
 
+def best_alternating(sides: dict, rounds: int, missing=()) -> tuple:
+    """Each side of ``sides`` (name -> call) run once a round, in turn, ``rounds`` times: the best
+    wall and CPU time of each (dicts by name; names in ``missing`` that are not sides are NaN)."""
+    wall = {**dict.fromkeys(missing, float("nan")), **dict.fromkeys(sides, float("inf"))}
+    cpu = dict(wall)
+    for _ in range(rounds):
+        for k, f in sides.items():
+            t, c = time.perf_counter(), time.process_time()
+            f()
+            wall[k] = min(wall[k], time.perf_counter() - t)
+            cpu[k] = min(cpu[k], time.process_time() - c)
+    return wall, cpu
+
+
 def tiles_ab(rounds: int, threads: int, shape=(256, 1024, 1024)) -> None:
     """``tiles`` mode: the three GEMM cases compiled twice, on the matrix tile GEMM
     (ops/gemm_int8_amx.py, AMX's tdpbusd where ``dsl.target`` has "amx") and on the ``dot4`` GEMM
@@ -252,14 +266,7 @@ def tiles_ab(rounds: int, threads: int, shape=(256, 1024, 1024)) -> None:
             got = list(side.run(feeds).values())[0]
             assert np.allclose(got, want, rtol=1e-6, atol=1e-6) if want.dtype.kind == "f" else np.array_equal(got, want)
         sides = {"tiles": lambda: tiles.run(feeds), "dot4": lambda: dot4.run(feeds), "ort": lambda: sess.run(None, feeds)}
-        wall = dict.fromkeys(sides, float("inf"))
-        cpu = dict.fromkeys(sides, float("inf"))
-        for _ in range(rounds):
-            for k, f in sides.items():
-                t, c = time.perf_counter(), time.process_time()
-                f()
-                wall[k] = min(wall[k], time.perf_counter() - t)
-                cpu[k] = min(cpu[k], time.process_time() - c)
+        wall, cpu = best_alternating(sides, rounds)
         print(f"| {name} {'x'.join(map(str, shape))} | {wall['tiles'] * 1e3:.2f} ms | {wall['dot4'] * 1e3:.2f} ms | "
               f"{wall['ort'] * 1e3:.2f} ms | {wall['tiles'] / wall['ort']:.2f}x | {wall['dot4'] / wall['ort']:.2f}x | "
               f"{cpu['tiles'] / cpu['ort']:.2f}x |", flush=True)
@@ -305,15 +312,7 @@ def conv_tiles_ab(rounds: int, pick: str, threads: int) -> None:
         diff = {k: int(np.abs(v.astype(np.int64) - want.astype(np.int64)).max()) if want.dtype.kind in "iu"
                 else float(np.abs(v - want).max()) for k, v in got.items()}
         sides = {**runs, "ort": lambda: sess.run(None, feeds)}
-        wall = dict.fromkeys(("tiles", "vnni", "ort"), float("nan"))
-        wall.update(dict.fromkeys(sides, float("inf")))
-        cpu = dict(wall)
-        for _ in range(rounds):
-            for k, f in sides.items():
-                t, c = time.perf_counter(), time.process_time()
-                f()
-                wall[k] = min(wall[k], time.perf_counter() - t)
-                cpu[k] = min(cpu[k], time.process_time() - c)
+        wall, cpu = best_alternating(sides, rounds, missing=("vnni",))
         print(f"| {name} | {wall['tiles'] * 1e3:.2f} ms | {wall['vnni'] * 1e3:.2f} ms | {wall['ort'] * 1e3:.2f} ms | "
               f"{wall['tiles'] / wall['ort']:.2f}x | {wall['vnni'] / wall['ort']:.2f}x | {cpu['tiles'] / cpu['ort']:.2f}x | "
               f"{cpu['vnni'] / cpu['ort']:.2f}x | max diff vs ort {diff} |", flush=True)
