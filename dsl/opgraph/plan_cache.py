@@ -36,7 +36,7 @@ from typing import Callable, Dict, Optional
 
 import numpy as np
 
-from backends import cache
+from backends import cache, host
 from dsl import config
 from dsl.opgraph import artifact_format, artifact_save, fusion, lazy_constants, model_state, registry
 from dsl.opgraph.model import Model
@@ -225,8 +225,17 @@ def entry_key(data: bytes, options: dict, base_dir: Optional[str]) -> str:
     h.update(repr(sorted(options.items())).encode())
     h.update(repr((config.fusion_enabled(), config.inplace_all(), base_dir)).encode())
     h.update(toolchain_key().encode())
+    h.update(machine_key().encode())
     h.update(f"format {FORMAT}".encode())
     return f"model-{h.hexdigest()}.plan"
+
+
+def machine_key() -> str:
+    """The CPU a plan was made for: plans pick tiles and kernels per target (AVX-512 or AVX2 tiles,
+    AMX or VNNI int8 convolutions), so a cache folder shared with another kind of CPU must not hand
+    it this one's plan (it would run, correctly, on the other's slower fallbacks)."""
+    facts = host.host()
+    return f"cpu {facts.cpu}; features {','.join(sorted(facts.features))}"
 
 
 def cached_load(model, options: dict, base_dir: Optional[str], build: Callable[[], Model]) -> Model:

@@ -1,6 +1,7 @@
 """The model plan cache (dsl/opgraph/plan_cache.py): a second load_onnx of the same model reads
 its plan (counted, never timed), any change of model, op code or toolchain is a miss, and a
 damaged entry is a miss with one warning."""
+import dataclasses
 import os
 import subprocess
 import sys
@@ -121,7 +122,7 @@ def test_a_fresh_process_reads_the_plan(plans_dir, tmp_path):
     assert seen == ["{'hits': 0, 'misses': 1, 'stores': 1}", "{'hits': 1, 'misses': 0, 'stores': 0}"]
 
 
-@pytest.mark.parametrize("change", ["model", "op code", "toolchain", "options"])
+@pytest.mark.parametrize("change", ["model", "op code", "toolchain", "cpu", "options"])
 def test_a_change_is_a_miss(plans_dir, tmp_path, monkeypatch, change):
     path = tmp_path / "m.onnx"
     path.write_bytes(_model_bytes())
@@ -138,6 +139,9 @@ def test_a_change_is_a_miss(plans_dir, tmp_path, monkeypatch, change):
         elif change == "toolchain":
             real_key = plan_cache.toolchain_key
             monkeypatch.setattr(plan_cache, "toolchain_key", lambda: real_key().replace("numba ", "numba 0."))
+        elif change == "cpu":  # a cache folder shared with another kind of CPU (its tiles differ)
+            host = plan_cache.host.host()
+            monkeypatch.setattr(plan_cache.host, "host", lambda: dataclasses.replace(host, features=host.features - {"avx512f"}))
         if change == "options":
             dsl.load_onnx(str(path), backend="interpreter", fuse=False)
         else:
