@@ -19,7 +19,7 @@ if __package__ in (None, ""):
 
 import backends.numba.backend as numba_backend  # noqa: E402
 from benchmarks.bench_f32_cpu import _module  # noqa: E402
-from benchmarks.bench_pointwise import Recorder, blocked  # noqa: E402
+from benchmarks.bench_pointwise import Recorder, alternate, blocked, report  # noqa: E402
 from ops import conv_direct as dc  # noqa: E402
 from ops.gemm_packed import ACT_RELU  # noqa: E402
 
@@ -99,18 +99,9 @@ def main():
             if err > 1e-3:
                 print(f"  {name} {k}: max error {err}")
             fns.append((k, fn))
-        for r in range(a.rounds):
-            for k, fn in (fns if r % 2 == 0 else fns[::-1]):
-                t0 = clock()
-                for _ in range(3):
-                    fn()
-                times[k].append((clock() - t0) / 3 * 1e6)
+        alternate(fns, times, a.rounds, clock, calls=3)
         c, h, w, m, s = layer
-        gflop = 2 * 9 * c * m * ((h - 1) // s + 1) * ((w - 1) // s + 1) / 1e3
-        row = " ".join(f"{k} best {min(v):7.1f} med {np.median(v):7.1f}" for k, v in times.items())
-        ratio = (f" new/base best {min(times['new']) / min(times['base']):.2f} med "
-                 f"{np.median(times['new']) / np.median(times['base']):.2f}" if a.base else "")
-        print(f"{name:16s} {row}{ratio}  ({gflop / min(times['new']):.0f} GFLOP/s)", flush=True)
+        report(f"{name:16s}", times, 2 * 9 * c * m * ((h - 1) // s + 1) * ((w - 1) // s + 1) / 1e3)
 
 
 if __name__ == "__main__":

@@ -127,6 +127,26 @@ def check(args):
     return float(np.abs(got - ref).max())
 
 
+def alternate(fns, times: dict, rounds: int, clock, calls: int) -> None:
+    """Append to ``times[name]`` the µs a call of each (name, fn) of ``fns`` takes, ``calls`` calls a
+    sample, the sides taking turns in an order that flips each round (so neither always runs right
+    after the other's cache traffic)."""
+    for r in range(rounds):
+        for k, fn in (fns if r % 2 == 0 else fns[::-1]):
+            t0 = clock()
+            for _ in range(calls):
+                fn()
+            times[k].append((clock() - t0) / calls * 1e6)
+
+
+def report(label: str, times: dict, mflop: float) -> None:
+    """One line: each side's best and median µs, new/base ratios where a base ran, new's GFLOP/s."""
+    row = " ".join(f"{k} best {min(v):7.1f} med {np.median(v):7.1f}" for k, v in times.items())
+    ratio = (f" new/base best {min(times['new']) / min(times['base']):.2f} med "
+             f"{np.median(times['new']) / np.median(times['base']):.2f}" if "base" in times else "")
+    print(f"{label} {row}{ratio}  ({mflop / min(times['new']):.0f} GFLOP/s)", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--base")
@@ -155,18 +175,9 @@ def main():
             if err > 1e-3:
                 print(f"  {name} {k}: max error {err}")
             fns.append((k, fn))
-        for r in range(a.rounds):
-            for k, fn in (fns if r % 2 == 0 else fns[::-1]):
-                t0 = clock()
-                for _ in range(5):
-                    fn()
-                times[k].append((clock() - t0) / 5 * 1e6)
+        alternate(fns, times, a.rounds, clock, calls=5)
         c, h, w, m, s, _, _ = layer
-        gflop = 2 * c * m * ((h - 1) // s + 1) * ((w - 1) // s + 1) / 1e3
-        row = " ".join(f"{k} best {min(v):7.1f} med {np.median(v):7.1f}" for k, v in times.items())
-        ratio = (f" new/base best {min(times['new']) / min(times['base']):.2f} med "
-                 f"{np.median(times['new']) / np.median(times['base']):.2f}" if a.base else "")
-        print(f"{name:20s} {row}{ratio}  ({gflop / min(times['new']):.0f} GFLOP/s)", flush=True)
+        report(f"{name:20s}", times, 2 * c * m * ((h - 1) // s + 1) * ((w - 1) // s + 1) / 1e3)
 
 
 if __name__ == "__main__":
