@@ -175,21 +175,27 @@ def test_qlinear_matmul_model_matches_onnxruntime():
         np.testing.assert_array_equal(compiled.run({"a": a})["y"], session.run(None, {"a": a})[0])
 
 
-def test_dynamic_quantize_matmul_integer_matches_onnxruntime():
-    ort = pytest.importorskip("onnxruntime")
-    pytest.importorskip("onnx")
-    import dsl
+def dynamic_matmul_model(inits, m, k, n):
+    """onnxruntime's quantize_dynamic pattern for an (m, k) · (k, n) MatMul: DynamicQuantizeLinear
+    -> MatMulInteger -> Cast -> Mul by the product of the scales; ``inits`` holds w, wz and ws."""
     from onnx import TensorProto, helper
-    x = RNG.standard_normal((M, K)).astype(np.float32)
-    inits = {"w": RNG.integers(-64, 64, (K, N)).astype(np.int8), "wz": np.array(0, np.int8),
-             "ws": np.array(0.01, np.float32)}
     nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
              helper.make_node("MatMulInteger", ["xq", "w", "xz", "wz"], ["acc"]),
              helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
              helper.make_node("Mul", ["xs", "ws"], ["s"]),
              helper.make_node("Mul", ["accf", "s"], ["y"])]
-    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [M, K])],
-                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [M, N])], inits)
+    return _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
+                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])], inits)
+
+
+def test_dynamic_quantize_matmul_integer_matches_onnxruntime():
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    import dsl
+    x = RNG.standard_normal((M, K)).astype(np.float32)
+    inits = {"w": RNG.integers(-64, 64, (K, N)).astype(np.int8), "wz": np.array(0, np.int8),
+             "ws": np.array(0.01, np.float32)}
+    model = dynamic_matmul_model(inits, M, K, N)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = dsl.load_onnx(model, backend="numba").run({"x": x})["y"]
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

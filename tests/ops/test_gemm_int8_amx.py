@@ -10,7 +10,7 @@ import dsl
 import ops
 from ops.gemm_int8_amx import amx_usable, qgemm_int8_amx
 from ops.quant_matmul import requant_multiplier
-from test_gemm_int8 import _model, data, exact, requantized
+from test_gemm_int8 import _model, data, dynamic_matmul_model, exact, requantized
 
 RNG = np.random.default_rng(18)
 
@@ -131,13 +131,7 @@ def test_quantized_matmul_models_on_amx_match_onnxruntime():
         np.testing.assert_array_equal(compiled.run({"a": a})["y"], session.run(None, {"a": a})[0])
     x = RNG.standard_normal((M, K)).astype(np.float32)
     w = {"w": data(np.int8, (K, N)), "wz": np.array(0, np.int8), "ws": np.array(0.01, np.float32)}
-    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
-             helper.make_node("MatMulInteger", ["xq", "w", "xz", "wz"], ["acc"]),
-             helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
-             helper.make_node("Mul", ["xs", "ws"], ["s"]),
-             helper.make_node("Mul", ["accf", "s"], ["y"])]
-    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [M, K])],
-                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [M, N])], w)
+    model = dynamic_matmul_model(w, M, K, N)
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(dsl.load_onnx(model, backend="numba").run({"x": x})["y"], want, rtol=1e-6, atol=1e-6)
 
