@@ -308,13 +308,13 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                             tile.vstore(at_t + p * OCT + j * V, acc[p, j])
         # the epilogue reads the results back at run time (one compiled copy, not P × NV × V
         # unrolled ones)
-        for t in range(t_lo, t_hi):
-            q0 = t * P
-            at_t = row + (t - t_lo) * P * OCT
-            npix = min(P, ohw - q0)
-            if reg_store and npix == P:
-                npix = 0  # stored from the registers
-            if blocked_out == 1:
+        if blocked_out == 1:
+            for t in range(t_lo, t_hi):
+                q0 = t * P
+                at_t = row + (t - t_lo) * P * OCT
+                npix = min(P, ohw - q0)
+                if reg_store and npix == P:
+                    npix = 0  # stored from the registers
                 for px in range(npix):
                     q = q0 + px
                     for jv in range(NV):
@@ -329,27 +329,30 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                                 y.vstore(at, vec)  # FMAs of a 16-channel tile
                             else:
                                 store_last_block(y, tile, at_t + px * OCT + jv * V, at, vec, m_out - o0, V)
-            else:  # plain y: per output channel, the tile's pixels are consecutive in y
-                # bias (padded to whole groups) and, without a residual, the activation go on
-                # whole vectors in the scratch first: a scalar activation per element cost more
-                # than the FMAs of a 64-channel layer on AVX2 (RESULTS.md, issue 29 f32 slice)
-                for px in range(npix):
-                    for jv in range(NV):
-                        if g * OCT + jv * V < m_out:
-                            vec = tile.vload(at_t + px * OCT + jv * V, V) + bias.vload(g * OCT + jv * V, V)
-                            if add_res == 0:
-                                vec = activation(vec, act, act_lo, act_hi)
-                            tile.vstore(at_t + px * OCT + jv * V, vec)
-                for o in range(min(OCT, m_out - g * OCT)):
-                    at = (nb * m_out + g * OCT + o) * ohw + q0
-                    src = (t - t_lo) * P * OCT + o
-                    if add_res == 1:
-                        for px in range(npix):
-                            v = tile[dsl.thread_id(), src + px * OCT] + res.flat[at + px]
-                            y.flat[at + px] = activation(v, act, act_lo, act_hi)
-                    else:
-                        for px in range(npix):
-                            y.flat[at + px] = tile[dsl.thread_id(), src + px * OCT]
+        else:  # plain y: per output channel, the group's pixels are consecutive in y and OCT apart
+            # in the scratch, so one run per channel covers every tile of the group (a run per
+            # tile and channel, P pixels long, cost a third of a 64-channel 56×56 layer's time)
+            q_lo = t_lo * P
+            npix = min(t_hi * P, ohw) - q_lo
+            # bias (padded to whole groups) and, without a residual, the activation go on
+            # whole vectors in the scratch first: a scalar activation per element cost more
+            # than the FMAs of a 64-channel layer on AVX2 (RESULTS.md, issue 29 f32 slice)
+            for px in range(npix):
+                for jv in range(NV):
+                    if g * OCT + jv * V < m_out:
+                        vec = tile.vload(row + px * OCT + jv * V, V) + bias.vload(g * OCT + jv * V, V)
+                        if add_res == 0:
+                            vec = activation(vec, act, act_lo, act_hi)
+                        tile.vstore(row + px * OCT + jv * V, vec)
+            for o in range(min(OCT, m_out - g * OCT)):
+                at = (nb * m_out + g * OCT + o) * ohw + q_lo
+                if add_res == 1:
+                    for px in range(npix):
+                        v = tile.flat[row + px * OCT + o] + res.flat[at + px]
+                        y.flat[at + px] = activation(v, act, act_lo, act_hi)
+                else:
+                    for px in range(npix):
+                        y.flat[at + px] = tile.flat[row + px * OCT + o]
 
 
 # --------------------------------------------------------------------------- weights

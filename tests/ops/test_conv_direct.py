@@ -92,6 +92,22 @@ def test_direct_conv_fused_epilogue(backend, act, params):
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
 
 
+def test_plain_output_of_several_tile_groups_with_a_residual(backend):
+    """Plain y written one run per channel over a whole group of tiles: two images, 10×11
+    pixels (several groups, a last partial tile), 70 channels (a partial last group), a residual
+    and Relu; and without them."""
+    x = RNG.standard_normal((2, 16, 10, 11)).astype(np.float32)
+    w = RNG.standard_normal((70, 16, 3, 3)).astype(np.float32) * 0.2
+    b = RNG.standard_normal(70).astype(np.float32)
+    z = RNG.standard_normal((2, 70, 10, 11)).astype(np.float32)
+    v = conv_ref(x, w, b, pads=(1, 1, 1, 1))
+    for res, act, want in ((z, 1, np.maximum(v + z, 0)), (None, 0, v)):
+        y = np.full(v.shape, np.nan, np.float32)
+        launch_conv_direct(conv_direct, x, w, b, y, res, (1, 1), (1, 1), (1, 1), False, backend,
+                           act=act, lo=0.0, hi=0.0, cfg=DirectConfig(V=16, NV=4, P=6, TG=3))
+        np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("act, lo, hi", [(2, 0.25, 1.5), (1, 0.0, 0.0), (0, 0.0, 0.0)], ids=["Clip", "Relu", "none"])
 def test_direct_conv_on_nchwc16_arrays(backend, act, lo, hi):
     """Blocked input, output and residual; channels past M in the last block are written as 0
