@@ -243,69 +243,102 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
             for t in range(t_lo, t_hi):
                 q0 = t * P
                 at_t = row + (t - t_lo) * P * OCT
-                # each pixel's window origin in x (one division per tile, then a running row and
-                # column); pixels past the image repeat the last one
-                off = dsl.local((P,), i64)
-                qh = q0 // ow_n
-                qw = q0 - qh * ow_n
-                for p in dsl.static_range(P):
-                    off[p] = nb * sxn + qh * step_h + qw * step_w
-                    if q0 + p + 1 < ohw:
-                        qw += 1
-                        if qw == ow_n:
-                            qw = 0
-                            qh += 1
-                acc = dsl.local((P, NV), dsl.simd(f32, V))
-                if icb > 0:
-                    for p in dsl.static_range(P):
+                if q0 + 1 == ohw and P > 1:
+                    # a last tile of one pixel (7×7 and 13×13 images: 49 = 8·6 + 1) sums that
+                    # pixel alone: NV vectors a step instead of the P·NV of a tile that repeats it
+                    qh = q0 // ow_n
+                    xo = nb * sxn + qh * step_h + (q0 - qh * ow_n) * step_w + icb * sxb
+                    one = dsl.local((NV,), dsl.simd(f32, V))
+                    if icb > 0:
                         for j in dsl.static_range(NV):
-                            acc[p, j] = tile.vload(at_t + p * OCT + j * V, V)
-                # every (kh, kw, ci) of the block in one loop: the weights run on by OCT, x by sxc,
-                # and at the end of each run of consecutive channels both skip to the next tap (a
-                # counter, no division); a loop per kh and kw cost ~10 % of the FMAs' time
-                wo = g * wgroup + icb * kh_n * kw_n * BLOCK * OCT
-                xo = icb * sxb
-                xrow = xo
-                left = run
-                kleft = kw_steps
-                for r in range(kh_n * kw_steps * run):
-                    wv = dsl.local((NV,), dsl.simd(f32, V))
-                    for j in dsl.static_range(NV):
-                        wv[j] = w.vload(wo + j * V, V)
-                    for p in dsl.static_range(P):
-                        xv = dsl.splat(x.flat[xo + off[p]], V)
+                            one[j] = tile.vload(at_t + j * V, V)
+                    wo = g * wgroup + icb * kh_n * kw_n * BLOCK * OCT
+                    xrow = xo
+                    left = run
+                    kleft = kw_steps
+                    for r in range(kh_n * kw_steps * run):  # the tile loop's walk over the taps, below
+                        xv = dsl.splat(x.flat[xo], V)
                         for j in dsl.static_range(NV):
-                            acc[p, j] = dsl.fma(xv, wv[j], acc[p, j])
-                    wo += OCT
-                    xo += sxc
-                    left -= 1
-                    if left == 0:
-                        left = run
-                        wo += w_skip
-                        kleft -= 1
-                        if kleft == 0:
-                            kleft = kw_steps
-                            xrow += tap_h
-                            xo = xrow
-                        else:
-                            xo += x_skip
-                if reg_store and icb == cb - 1 and q0 + P <= ohw:
-                    # bias, residual and Relu on the registers, one store per vector (no scratch
-                    # round trip through the run-time epilogue below)
+                            one[j] = dsl.fma(xv, w.vload(wo + j * V, V), one[j])
+                        wo += OCT
+                        xo += sxc
+                        left -= 1
+                        if left == 0:
+                            left = run
+                            wo += w_skip
+                            kleft -= 1
+                            if kleft == 0:
+                                kleft = kw_steps
+                                xrow += tap_h
+                                xo = xrow
+                            else:
+                                xo += x_skip
                     for j in dsl.static_range(NV):
-                        if g * OCT + j * V < m_out:
-                            rfo = g * OCT + j * V
-                            rbv = bias.vload(rfo, V)
-                            rya = ((nb * mb + rfo // BLOCK) * ohw + q0) * BLOCK + rfo % BLOCK
-                            for p in dsl.static_range(P):
-                                rv = acc[p, j] + rbv
-                                if add_res == 1:
-                                    rv = rv + res.vload(rya + p * BLOCK, V)
-                                y.vstore(rya + p * BLOCK, dsl.where(rv <= 0, 0.0, rv))
+                        tile.vstore(at_t + j * V, one[j])
                 else:
+                    # each pixel's window origin in x (one division per tile, then a running row and
+                    # column); pixels past the image repeat the last one
+                    off = dsl.local((P,), i64)
+                    qh = q0 // ow_n
+                    qw = q0 - qh * ow_n
                     for p in dsl.static_range(P):
+                        off[p] = nb * sxn + qh * step_h + qw * step_w
+                        if q0 + p + 1 < ohw:
+                            qw += 1
+                            if qw == ow_n:
+                                qw = 0
+                                qh += 1
+                    acc = dsl.local((P, NV), dsl.simd(f32, V))
+                    if icb > 0:
+                        for p in dsl.static_range(P):
+                            for j in dsl.static_range(NV):
+                                acc[p, j] = tile.vload(at_t + p * OCT + j * V, V)
+                    # every (kh, kw, ci) of the block in one loop: the weights run on by OCT, x by sxc,
+                    # and at the end of each run of consecutive channels both skip to the next tap (a
+                    # counter, no division); a loop per kh and kw cost ~10 % of the FMAs' time
+                    wo = g * wgroup + icb * kh_n * kw_n * BLOCK * OCT
+                    xo = icb * sxb
+                    xrow = xo
+                    left = run
+                    kleft = kw_steps
+                    for r in range(kh_n * kw_steps * run):
+                        wv = dsl.local((NV,), dsl.simd(f32, V))
                         for j in dsl.static_range(NV):
-                            tile.vstore(at_t + p * OCT + j * V, acc[p, j])
+                            wv[j] = w.vload(wo + j * V, V)
+                        for p in dsl.static_range(P):
+                            xv = dsl.splat(x.flat[xo + off[p]], V)
+                            for j in dsl.static_range(NV):
+                                acc[p, j] = dsl.fma(xv, wv[j], acc[p, j])
+                        wo += OCT
+                        xo += sxc
+                        left -= 1
+                        if left == 0:
+                            left = run
+                            wo += w_skip
+                            kleft -= 1
+                            if kleft == 0:
+                                kleft = kw_steps
+                                xrow += tap_h
+                                xo = xrow
+                            else:
+                                xo += x_skip
+                    if reg_store and icb == cb - 1 and q0 + P <= ohw:
+                        # bias, residual and Relu on the registers, one store per vector (no scratch
+                        # round trip through the run-time epilogue below)
+                        for j in dsl.static_range(NV):
+                            if g * OCT + j * V < m_out:
+                                rfo = g * OCT + j * V
+                                rbv = bias.vload(rfo, V)
+                                rya = ((nb * mb + rfo // BLOCK) * ohw + q0) * BLOCK + rfo % BLOCK
+                                for p in dsl.static_range(P):
+                                    rv = acc[p, j] + rbv
+                                    if add_res == 1:
+                                        rv = rv + res.vload(rya + p * BLOCK, V)
+                                    y.vstore(rya + p * BLOCK, dsl.where(rv <= 0, 0.0, rv))
+                    else:
+                        for p in dsl.static_range(P):
+                            for j in dsl.static_range(NV):
+                                tile.vstore(at_t + p * OCT + j * V, acc[p, j])
         # the epilogue reads the results back at run time (one compiled copy, not P × NV × V
         # unrolled ones)
         if blocked_out == 1:
