@@ -21,7 +21,8 @@ broadcasts one input value per pixel: P·NV fused multiply-adds for NV + P loads
   (``PHASE_PAD``, one pass over the input; NCHWc16 once the image has 16 channels, so the 16
   channels of the innermost loop share a cache line per pixel), so the tile loop has no border
   tests at all; pixels are tiled over the flattened output image (oh·OW + ow); a last partial
-  tile repeats its last pixel and does not store the copies.
+  tile repeats its last pixel and does not store the copies, and a last tile of one pixel
+  (7×7 images: 49 = 8·6 + 1) sums it alone instead of a whole tile's P·NV vectors.
 * **Weight reuse**: a work item is a group of up to TG tiles of one oc group (groups of even
   size: 9 tiles at TG = 8 are 5 + 4, not 8 + 1); per input-channel
   block (kh·kw·16·OCT weights, 18 KB for 3×3) every tile of the group runs, its partial sums
@@ -29,7 +30,8 @@ broadcasts one input value per pixel: P·NV fused multiply-adds for NV + P loads
 * **Epilogue**: bias, the residual and Relu / Clip / LeakyRelu are applied to the tile before
   its one store (what ops/conv_fusion.py's FusedConv asks for); whole NCHWc16 tiles under Relu
   are stored from the registers after the last input block, the others go
-  through the scratch and one run-time epilogue loop.
+  through the scratch and one run-time epilogue loop (for a plain y one run per output
+  channel over the whole group's pixels, consecutive in y).
 """
 from __future__ import annotations
 
