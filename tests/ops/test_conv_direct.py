@@ -46,7 +46,7 @@ CASES = [  # (N, C, H, W, M, k, strides, dilations, pads)
     (1, 3, 17, 15, 40, 7, (2, 2), (1, 1), (3, 3, 3, 3)),   # the stem: 3 channels, 7x7 stride 2, a 9x8 image
     (1, 16, 7, 7, 32, 3, (1, 1), (1, 1), (1, 1, 1, 1)),    # 7x7 image, one full input block: 7 tiles of 7
     (1, 5, 14, 14, 64, 3, (1, 1), (1, 1), (1, 1, 1, 1)),   # 33 tiles of 6: groups of even size (3 x 11 or 5 x 7)
-    (1, 20, 7, 7, 64, 3, (1, 1), (1, 1), (1, 1, 1, 1)),   # 49 pixels = 8 tiles of 6 + a one-pixel tail, a partial block
+    (1, 20, 7, 7, 64, 3, (1, 1), (1, 1), (1, 1, 1, 1)),   # 49 = 8 tiles of 6 + a one-pixel tail; a partial block
 ]
 
 
