@@ -251,6 +251,7 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                     qh = q0 // ow_n
                     xo = nb * sxn + qh * step_h + (q0 - qh * ow_n) * step_w + icb * sxb
                     one = dsl.local((NV,), dsl.simd(f32, V))
+                    two = dsl.local((NV,), dsl.simd(f32, V))  # odd steps: two FMA chains a vector
                     if icb > 0:
                         for j in dsl.static_range(NV):
                             one[j] = tile.vload(at_t + j * V, V)
@@ -261,7 +262,9 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                     for r in range(kh_n * kw_steps * run):  # the tile loop's walk over the taps, below
                         xv = dsl.splat(x.flat[xo], V)
                         for j in dsl.static_range(NV):
-                            one[j] = dsl.fma(xv, w.vload(wo + j * V, V), one[j])
+                            s = dsl.fma(xv, w.vload(wo + j * V, V), two[j])
+                            two[j] = one[j]
+                            one[j] = s
                         wo += OCT
                         xo += sxc
                         left -= 1
@@ -276,7 +279,7 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                             else:
                                 xo += x_skip
                     for j in dsl.static_range(NV):
-                        tile.vstore(at_t + j * V, one[j])
+                        tile.vstore(at_t + j * V, one[j] + two[j])
                 else:
                     # each pixel's window origin in x (one division per tile, then a running row and
                     # column); pixels past the image repeat the last one
