@@ -54,7 +54,7 @@ import numpy as np
 
 import dsl
 from dsl import In, Out, f32, i32, i64
-from ops import register_tiles
+from ops import register_tiles, work_split
 from ops.conv_direct import (DirectConfig, aligned_empty, balanced_grid, oc_groups, packed_weights,
                               store_last_block)
 from ops.gemm_packed import ACT_RELU, activation
@@ -536,6 +536,7 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
     if blocked and tuple(strides) == (1, 1) and oh * ow >= 2 * cfg.P and pairs:
         geom[G_PAIR] = 1  # tiles of 2P pixels, x read at constant offsets (AVX-512's 32 registers)
     items = ocg * n * geom[G_ROWS] * -(-geom[G_COLS] // (cfg.P * (1 + geom[G_PAIR])))
+    item_fmas = c * cfg.P * (1 + geom[G_PAIR]) * cfg.NV
     # pixel-vector tile: measured (benchmarks/RESULTS.md, CPU time) 10-20 % faster than the
     # channel-vector tile on plain tensors with up to 128 input channels (56x56 and 28x28 layers)
     # and 10-50 % slower with more (each input channel's 48 pixels are another row of x); the
@@ -544,7 +545,9 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
             and c <= ROWS_MAX_C:
         geom[G_ROWS_TILE] = 1
         items = -(-m // rr) * n * -(-(oh * ow) // (rnv * cfg.V))
-    grid = balanced_grid(int(items))  # both OS threads get the same share; a plain int for the launch fast path
+        item_fmas = c * rr * rnv
+    # few teams: a worker's start cost as much as 2-3 items of a 16-channel layer
+    grid = work_split.worker_grid(int(items), int(item_fmas), THREADS, backend or "numba")
     impl(x.reshape(-1), wp, bp, flat_res, y.reshape(-1), geom, add_res=int(res is not None), act=act,
          act_lo=float(lo), act_hi=float(hi), V=cfg.V, NV=cfg.NV, P=cfg.P, RR=rr, RNV=rnv, PAIRS=pairs, backend=backend,
          grid=grid)

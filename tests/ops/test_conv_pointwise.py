@@ -371,3 +371,20 @@ def test_pointwise_lone_last_pixels(backend, fmt_in, fmt_out, m):
         launch_conv_pointwise(conv_pointwise, xi, w, b, y, None, (1, 1), fmt_in == "nchwc16", backend, 0, 0.0, 0.0)
         got = F.to_plain_ref(y, m) if fmt_out == "nchwc16" else y
         np.testing.assert_allclose(got, pointwise_ref(x, w, b), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("grid", [1, 3, 5])
+def test_pointwise_any_number_of_teams(backend, monkeypatch, grid):
+    """The work split's grid is a cost choice (ops/work_split.py): every grid gives the same
+    result, the workers' item ranges starting mid-row, mid-image and mid-group (NCHWc16 pairs,
+    the 7-pixel tile and the pixel-vector tile)."""
+    monkeypatch.setattr(pw.work_split, "worker_grid", lambda *a, **k: grid)
+    for n, c, h, wd, m, s, fmt in ((2, 40, 5, 9, 48, 1, "nchwc16"), (2, 24, 9, 3, 20, 2, "nchwc16"),
+                                   (3, 16, 8, 8, 20, 1, "plain")):
+        x, w, b = data(n, c, h, wd, m)
+        oh, ow = (h - 1) // s + 1, (wd - 1) // s + 1
+        xi = F.to_nchwc16_ref(x) if fmt == "nchwc16" else x
+        y = np.full(F.physical_shape((n, m, oh, ow), fmt), np.nan, np.float32)
+        launch_conv_pointwise(conv_pointwise, xi, w, b, y, None, (s, s), fmt == "nchwc16", backend, 0, 0.0, 0.0)
+        got = F.to_plain_ref(y, m) if fmt == "nchwc16" else y
+        np.testing.assert_allclose(got, pointwise_ref(x, w, b, (s, s)), rtol=1e-4, atol=1e-4)
