@@ -39,7 +39,9 @@ either format.
   (C·OCT·4 bytes, 128 KB at C = 1024) from L2; the pixel-vector tile's items run the row
   groups innermost (the tile's rows of x stay in L1, ≤ 128 channels × 192 bytes).  A thread
   decodes its first item and counts up from there: five integer divisions per item cost
-  as much as a 16-channel tile's sums.
+  as much as a 16-channel tile's sums.  The grid is few teams (ops/work_split.py): a worker's
+  start (~190 ns here) cost as much as 2-3 items of a 16-channel layer, and one worker per item
+  ran squeezenet's 1×1 layers 1.3-1.8x slower on one core.
 * **Epilogue**: bias, a residual (``res``, in y's format) and Relu / Clip / LeakyRelu while
   storing, the sums read back from scratch by a run-time loop (one compiled copy of the
   activation, not P × NV: ~2 s less compile CPU per specialization): whole tiles into NCHWc16 as whole
