@@ -351,7 +351,9 @@ class Model:
                 check_tensor_bytes(*layout[t.name], f"node {n.name!r} ({describe(n.op)}) output {t.name!r}",
                                    self.max_tensor_bytes)
         views = concat_views(g.nodes, layout, specs, g.outputs) if self.concat_inplace else {}
-        memory = plan_memory(g.nodes, layout, g.outputs, views, self.inplace_all)
+        memory = plan_memory(g.nodes, layout, g.outputs, views, self.inplace_all,
+                             free_inplace=lambda n: n.op.free_inplace(self._impl_for(
+                                 n, [None if t is None else specs[t.name] for t in n.inputs]), self.backend))
         arena = [np.empty(max(size, 1), np.uint8) for size in memory.sizes]
         arrays: Dict[str, np.ndarray] = dict(g.constants)
         for t in g.inputs:
