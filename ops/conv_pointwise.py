@@ -548,8 +548,10 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
         geom[G_ROWS_TILE] = 1
         items = -(-m // rr) * n * -(-(oh * ow) // (rnv * cfg.V))
         item_fmas = c * rr * rnv
-    # few teams: a worker's start cost as much as 2-3 items of a 16-channel layer
-    grid = work_split.worker_grid(int(items), int(item_fmas), THREADS, backend or "numba")
+    # numba: few teams, a worker's start cost as much as 2-3 items of a 16-channel layer;
+    # OpenCL: many work-groups, which PoCL hands to its threads as they free up
+    grid = work_split.worker_grid(int(items), int(item_fmas), THREADS, "numba") \
+        if (backend or "numba") == "numba" else balanced_grid(int(items))
     impl(x.reshape(-1), wp, bp, flat_res, y.reshape(-1), geom, add_res=int(res is not None), act=act,
          act_lo=float(lo), act_hi=float(hi), V=cfg.V, NV=cfg.NV, P=cfg.P, RR=rr, RNV=rnv, PAIRS=pairs, backend=backend,
          grid=grid)

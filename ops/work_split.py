@@ -7,9 +7,10 @@ call itself.  On the AVX-512 Xeon that was ~190 ns (~1000 FMA slots) per worker:
 workers and in 26 µs on 4 (benchmarks/RESULTS.md, issue 29, nineteenth session, slice f32net).
 So workers should carry many items, yet the cores must get even shares: numba's parallel entry
 hands each core a contiguous run of ⌈workers / cores⌉ workers, each worker ⌈items / workers⌉
-items (``dsl.split``); an OpenCL device (PoCL) runs a whole team (work-group) on one core, so
-there a core gets ⌈teams / cores⌉ teams.  ``worker_grid`` picks the grid whose busiest core
-finishes first.
+items (``dsl.split``).  ``worker_grid`` picks the grid whose busiest core finishes first.  It is
+numba's rule: PoCL hands work-groups to its threads as they free up, which many small teams
+suit on a shared machine (the 1×1 kernel on few teams there: 0.34x to 1.56x the time), so
+OpenCL launches keep their many teams.
 """
 from __future__ import annotations
 
@@ -26,18 +27,17 @@ def worker_grid(items: int, item_fmas: int, team: int, backend: str = "numba", m
     team, on ``backend``'s cores: the grid (1..``most``) whose busiest core has the least work,
     its workers' starts included; the smaller grid on ties."""
     return _best_grid(max(1, int(items)), max(1, int(item_fmas)), team,
-                      max(1, dsl.target(backend).compute_units or 1), most, backend != "numba")
+                      max(1, dsl.target(backend).compute_units or 1), most)
 
 
 @functools.lru_cache(maxsize=4096)
-def _best_grid(items: int, item_fmas: int, team: int, cores: int, most: int, teams_per_core: bool = False) -> int:
-    """``worker_grid`` for known cores (memoized: a model launches the same shapes every run);
-    ``teams_per_core``: a core runs whole teams (OpenCL work-groups), not single workers."""
+def _best_grid(items: int, item_fmas: int, team: int, cores: int, most: int) -> int:
+    """``worker_grid`` for known cores (memoized: a model launches the same shapes every run)."""
     best_cost, best = None, 1
     for grid in range(1, most + 1):
         workers = grid * team
         chunk = -(-items // workers)
-        core_workers = team * -(-grid // cores) if teams_per_core else -(-workers // cores)
+        core_workers = -(-workers // cores)
         cost = min(items, core_workers * chunk) * item_fmas + core_workers * WORKER_START_FMAS
         if best_cost is None or cost < best_cost:
             best_cost, best = cost, grid

@@ -378,7 +378,8 @@ def test_pointwise_any_number_of_teams(backend, monkeypatch, grid):
     """The work split's grid is a cost choice (ops/work_split.py): every grid gives the same
     result, the workers' item ranges starting mid-row, mid-image and mid-group (NCHWc16 pairs,
     the 7-pixel tile and the pixel-vector tile)."""
-    monkeypatch.setattr(pw.work_split, "worker_grid", lambda *a, **k: grid)
+    monkeypatch.setattr(pw.work_split, "worker_grid", lambda *a, **k: grid)  # numba's grid
+    monkeypatch.setattr(pw, "balanced_grid", lambda *a, **k: grid)  # OpenCL's (and the gather's)
     for n, c, h, wd, m, s, fmt in ((2, 40, 5, 9, 48, 1, "nchwc16"), (2, 24, 9, 3, 20, 2, "nchwc16"),
                                    (3, 16, 8, 8, 20, 1, "plain")):
         x, w, b = data(n, c, h, wd, m)

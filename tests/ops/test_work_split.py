@@ -37,9 +37,3 @@ def test_starts_weigh_against_tiny_items():
 def test_worker_grid_reads_the_targets_cores():
     cores = max(1, dsl.target("numba").compute_units or 1)
     assert work_split.worker_grid(212, 448, 4, "numba") == _best_grid(212, 448, 4, cores, 64)
-
-
-def test_opencl_teams_run_whole_on_a_core():
-    """An OpenCL work-group runs on one core: two cores need two teams, not one team of four."""
-    assert _best_grid(212, 448, 4, 2, 64, True) == 2
-    assert _best_grid(212, 448, 4, 2, 64, False) == 1
