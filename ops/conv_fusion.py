@@ -32,6 +32,7 @@ from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.binary import Sum, SumV6
 from ops.elementwise import Add, Clip, ClipV6, LeakyRelu, Relu
 from ops.gemm_packed import ACT_CLIP, ACT_LEAKY_RELU, ACT_NONE, ACT_RELU
+from ops.conv_pointwise import conv_pointwise
 from ops.conv_stem import stem_supported
 from ops.conv_stem_pool import BLOCK, PoolWindow, conv_stem_pool, launch_conv_stem_pool
 from ops.nn import Conv, conv_geometry, launch_conv
@@ -67,6 +68,14 @@ class FusedConv(Conv):
 
     def infer(self, x, w, b=None, z=None):
         return super().infer(x, w, b)
+
+    def free_inplace(self, impl, backend: str):
+        """The residual Z's buffer for the output where Z dies here, on the 1×1 kernel on numba:
+        it reads each element of Z just before storing that element of y, so the two are one
+        stream of lines instead of two (one core, caches cold: ResNet-50's 64→256 expand on 56×56
+        0.83x the time, 128→512 on 28×28 0.95x; benchmarks/RESULTS.md, nineteenth session).  Other
+        kernels and OpenCL (whose pointer arguments may be declared restrict) keep two buffers."""
+        return {0: 3} if impl is conv_pointwise and backend == "numba" else {}
 
     def select(self, x, w, b=None, z=None, backend=None):
         return super().select(x, w, b, backend=backend)

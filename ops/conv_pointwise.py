@@ -39,7 +39,9 @@ either format.
   (C·OCT·4 bytes, 128 KB at C = 1024) from L2; the pixel-vector tile's items run the row
   groups innermost (the tile's rows of x stay in L1, ≤ 128 channels × 192 bytes).  A thread
   decodes its first item and counts up from there: five integer divisions per item cost
-  as much as a 16-channel tile's sums.
+  as much as a 16-channel tile's sums.  The grid is few teams (ops/work_split.py): a worker's
+  start (~190 ns here) cost as much as 2-3 items of a 16-channel layer, and one worker per item
+  ran squeezenet's 1×1 layers 1.3-1.8x slower on one core.
 * **Epilogue**: bias, a residual (``res``, in y's format) and Relu / Clip / LeakyRelu while
   storing, the sums read back from scratch by a run-time loop (one compiled copy of the
   activation, not P × NV: ~2 s less compile CPU per specialization): whole tiles into NCHWc16 as whole
@@ -54,7 +56,7 @@ import numpy as np
 
 import dsl
 from dsl import In, Out, f32, i32, i64
-from ops import register_tiles
+from ops import register_tiles, work_split
 from ops.conv_direct import (DirectConfig, aligned_empty, balanced_grid, oc_groups, packed_weights,
                               store_last_block)
 from ops.gemm_packed import ACT_RELU, activation
@@ -536,6 +538,7 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
     if blocked and tuple(strides) == (1, 1) and oh * ow >= 2 * cfg.P and pairs:
         geom[G_PAIR] = 1  # tiles of 2P pixels, x read at constant offsets (AVX-512's 32 registers)
     items = ocg * n * geom[G_ROWS] * -(-geom[G_COLS] // (cfg.P * (1 + geom[G_PAIR])))
+    item_fmas = c * cfg.P * (1 + geom[G_PAIR]) * cfg.NV
     # pixel-vector tile: measured (benchmarks/RESULTS.md, CPU time) 10-20 % faster than the
     # channel-vector tile on plain tensors with up to 128 input channels (56x56 and 28x28 layers)
     # and 10-50 % slower with more (each input channel's 48 pixels are another row of x); the
@@ -544,7 +547,11 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
             and c <= ROWS_MAX_C:
         geom[G_ROWS_TILE] = 1
         items = -(-m // rr) * n * -(-(oh * ow) // (rnv * cfg.V))
-    grid = balanced_grid(int(items))  # both OS threads get the same share; a plain int for the launch fast path
+        item_fmas = c * rr * rnv
+    # numba: few teams, a worker's start cost as much as 2-3 items of a 16-channel layer;
+    # OpenCL: many work-groups, which PoCL hands to its threads as they free up
+    grid = work_split.worker_grid(int(items), int(item_fmas), THREADS, "numba") \
+        if (backend or "numba") == "numba" else balanced_grid(int(items))
     impl(x.reshape(-1), wp, bp, flat_res, y.reshape(-1), geom, add_res=int(res is not None), act=act,
          act_lo=float(lo), act_hi=float(hi), V=cfg.V, NV=cfg.NV, P=cfg.P, RR=rr, RNV=rnv, PAIRS=pairs, backend=backend,
          grid=grid)

@@ -28,7 +28,11 @@ from ops.conv_stem import StemConfig, copy_rows_phase_split, stem_weights
 from ops.gemm_packed import activation
 
 THREADS = 4
-BAND = 4  # pooled rows per work item: 2.25 stem rows per pooled row (2.5 at 2), 14 items at 55 rows (RESULTS.md)
+# pooled rows per work item: 2B+1 = 15 stem rows, five whole 3-row tiles; 8 items at 55 or 56 rows
+# (4 a core), 8 % of the stem rows computed twice against 13.5 % at B = 4 (9 rows, 14 items): one
+# core, ResNet-50's 7x7 stem + pool 0.92x and squeezenet's 0.95x the time of B = 4 (RESULTS.md,
+# nineteenth session); B = 6 and 8 (13 and 17 rows: a tile repeats rows) were slower
+BAND = 7
 
 # geometry vector slots: the stem's, then the pool's
 (G_N, G_C, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_OH, G_OW, G_H, G_W, G_PT, G_PL, G_KR, G_WQ,

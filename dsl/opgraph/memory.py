@@ -18,7 +18,7 @@ buffer it lives in is taken when the first of them is produced and kept until th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -44,10 +44,12 @@ class MemoryPlan:
 
 def plan_memory(nodes: Sequence, layout: Dict[str, Tuple[tuple, np.dtype]],
                 outputs: Sequence, views: Optional[Dict[str, Tuple[str, int]]] = None,
-                inplace_all: bool = False) -> MemoryPlan:
+                inplace_all: bool = False, free_inplace: Optional[Callable] = None) -> MemoryPlan:
     """Greedy best-fit over node order.  ``layout``: tensor name -> (physical shape, dtype);
     ``views``: tensor name -> (name of the tensor holding it, byte offset); ``inplace_all``:
-    run every op that declares ``inplace`` in place, not only the ``inplace_noop`` ones."""
+    run every op that declares ``inplace`` in place, not only the ``inplace_noop`` ones;
+    ``free_inplace(node)``: the {output: input} pairs the node's chosen kernel runs in place at
+    no cost (``Op.free_inplace``), honoured too."""
     plan = MemoryPlan()
     views = dict(views or {})
     produced = {t.name: t for n in nodes for t in n.outputs}
@@ -99,7 +101,14 @@ def plan_memory(nodes: Sequence, layout: Dict[str, Tuple[tuple, np.dtype]],
                 continue
             if id(t) in owner:
                 continue  # a holder, its buffer taken by its first view
-            src_i = type(n.op).inplace.get(oi) if inplace_all or runs_nothing_in_place(n.op) else None
+            # a kernel that reads each element just before writing it: not when that input is also
+            # another input of the node (a FusedConv whose image is its residual reads it elsewhere)
+            pairs = {} if free_inplace is None else {
+                o: i for o, i in free_inplace(n).items()
+                if i < len(n.inputs) and n.inputs[i] is not None and sum(t is n.inputs[i] for t in n.inputs) == 1}
+            if inplace_all or runs_nothing_in_place(n.op):
+                pairs.update(type(n.op).inplace)
+            src_i = pairs.get(oi)
             src = n.inputs[src_i] if src_i is not None and src_i < len(n.inputs) else None
             if (src is not None and id(src) in owner and last.get(id(src)) == k
                     and users[owner[id(src)]] == 1 and nbytes(src) == size

@@ -340,6 +340,14 @@ class Model:
             out[n.name] = next((k for k, v in n.op.kernels.items() if v is impl), "?")
         return out
 
+    def _free_inplace(self, n, specs: Dict[str, TensorSpec]) -> Dict[int, int]:
+        """``Op.free_inplace`` for the node's chosen kernel; only ops that override it are asked
+        (selecting a kernel for every node here would also ask nodes that never run)."""
+        if type(n.op).free_inplace is Op.free_inplace:
+            return {}
+        return n.op.free_inplace(self._impl_for(n, [None if t is None else specs[t.name] for t in n.inputs]),
+                                 self.backend)
+
     def _build_plan(self, specs: Dict[str, TensorSpec]) -> _Plan:
         """Allocate every buffer once and turn each node into launches with bound arguments."""
         g = self.graph
@@ -351,7 +359,8 @@ class Model:
                 check_tensor_bytes(*layout[t.name], f"node {n.name!r} ({describe(n.op)}) output {t.name!r}",
                                    self.max_tensor_bytes)
         views = concat_views(g.nodes, layout, specs, g.outputs) if self.concat_inplace else {}
-        memory = plan_memory(g.nodes, layout, g.outputs, views, self.inplace_all)
+        memory = plan_memory(g.nodes, layout, g.outputs, views, self.inplace_all,
+                             free_inplace=lambda n: self._free_inplace(n, specs))
         arena = [np.empty(max(size, 1), np.uint8) for size in memory.sizes]
         arrays: Dict[str, np.ndarray] = dict(g.constants)
         for t in g.inputs:

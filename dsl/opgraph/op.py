@@ -201,6 +201,13 @@ class Op:
     skips_unused_outputs: bool = False
     host_values = False        # True: takes/gives sequences and optionals (run_host); "always": runs on host
 
+    def free_inplace(self, impl, backend: str) -> Dict[int, int]:
+        """{output index: input index} this node writes over that input's buffer at no cost when
+        it runs ``impl`` on ``backend`` (the kernel reads each element of the input just before
+        it writes the same element of the output); the memory plan honours it like
+        ``inplace_noop``, where the input dies at this node.  Default: none."""
+        return {}
+
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
         if "op_type" not in cls.__dict__:

@@ -371,3 +371,46 @@ def test_pointwise_lone_last_pixels(backend, fmt_in, fmt_out, m):
         launch_conv_pointwise(conv_pointwise, xi, w, b, y, None, (1, 1), fmt_in == "nchwc16", backend, 0, 0.0, 0.0)
         got = F.to_plain_ref(y, m) if fmt_out == "nchwc16" else y
         np.testing.assert_allclose(got, pointwise_ref(x, w, b), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("grid", [1, 3, 5])
+def test_pointwise_any_number_of_teams(backend, monkeypatch, grid):
+    """The work split's grid is a cost choice (ops/work_split.py): every grid gives the same
+    result, the workers' item ranges starting mid-row, mid-image and mid-group (NCHWc16 pairs,
+    the 7-pixel tile and the pixel-vector tile)."""
+    monkeypatch.setattr(pw.work_split, "worker_grid", lambda *a, **k: grid)  # numba's grid
+    monkeypatch.setattr(pw, "balanced_grid", lambda *a, **k: grid)  # OpenCL's (and the gather's)
+    for n, c, h, wd, m, s, fmt in ((2, 40, 5, 9, 48, 1, "nchwc16"), (2, 24, 9, 3, 20, 2, "nchwc16"),
+                                   (3, 16, 8, 8, 20, 1, "plain")):
+        x, w, b = data(n, c, h, wd, m)
+        oh, ow = (h - 1) // s + 1, (wd - 1) // s + 1
+        xi = F.to_nchwc16_ref(x) if fmt == "nchwc16" else x
+        y = np.full(F.physical_shape((n, m, oh, ow), fmt), np.nan, np.float32)
+        launch_conv_pointwise(conv_pointwise, xi, w, b, y, None, (s, s), fmt == "nchwc16", backend, 0, 0.0, 0.0)
+        got = F.to_plain_ref(y, m) if fmt == "nchwc16" else y
+        np.testing.assert_allclose(got, pointwise_ref(x, w, b, (s, s)), rtol=1e-4, atol=1e-4)
+
+
+def test_residual_buffer_takes_the_pointwise_output(backend):
+    """FusedConv on the 1×1 kernel writes its output over the residual's buffer where the
+    residual dies at it (numba: ``Op.free_inplace``), but not when the residual is also its
+    image; results as numpy's on every backend, run after run."""
+    x, w1, b1 = data(1, 16, 9, 9, 32)
+    _, w2, b2 = data(1, 32, 1, 1, 32)
+    _, w3, b3 = data(1, 32, 1, 1, 32)
+    g = dsl.Graph("residuals")
+    xi = g.input("x", x.shape, dsl.f32)
+    a = ops.Relu(ops.Conv(xi, g.constant("w1", w1), g.constant("b1", b1)))
+    c = ops.Relu(ops.Conv(a, g.constant("w3", w3), g.constant("b3", b3)))
+    d = ops.Relu(ops.Add(ops.Conv(c, g.constant("w2", w2), g.constant("b2", b2)), a))  # a dies here
+    e = ops.Relu(ops.Add(ops.Conv(d, g.constant("w4", w2), g.constant("b4", b2)), d))  # d: image and residual
+    g.output(ops.GlobalAveragePool(e), "y")
+    model = g.compile(backend=backend)
+    ra = np.maximum(pointwise_ref(x, w1, b1), 0)
+    rc = np.maximum(pointwise_ref(ra, w3, b3), 0)
+    rd = np.maximum(pointwise_ref(rc, w2, b2) + ra, 0)
+    want = np.maximum(pointwise_ref(rd, w2, b2) + rd, 0).mean(axis=(2, 3), keepdims=True)
+    for _ in range(2):
+        np.testing.assert_allclose(model.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
+    assert sorted(model.selected({"x": x}).values()).count("pointwise") == 4
+    assert len(model.memory_plan().inplace) == (1 if backend == "numba" else 0)
