@@ -222,36 +222,30 @@ def _packed_kernel(a: TensorSpec, b: TensorSpec, backend: Optional[str]) -> str:
     return "amx" if amx_usable(backend) and amx_fits(a.shape[-1]) else "packed"
 
 
-def _run_packed(a, a_zp, b, b_zp, y, mult, y_zp, backend, kernel, arithmetic="exact", bias=None) -> None:
+def _run_packed(a, a_zp, b, b_zp, y, mult, y_zp, backend, kernel, arithmetic="exact", bias=None,
+                a_scale=None) -> None:
     """MatMul(Integer) through ops/gemm_int8.py (or ops/gemm_int8_amx.py for ``kernel`` qgemm_amx):
     (batch, M, K) · (1|batch, K, N); ``arithmetic`` "saturating" runs the products on
     ``dsl.dot4_sat`` wherever it pays, fits or not (AMX's products are exact either way); an f32
-    ``y`` receives f32(sum)·mult + ``bias`` (per column or per tensor)."""
+    ``y`` receives f32(sum)·f32(a_scale·mult) + ``bias`` (per column or per tensor)."""
     av, bv, full = _batch_views(a, b)
     if av.shape[0] != full:
         av = np.ascontiguousarray(np.broadcast_to(av, (full,) + av.shape[1:]))
     if kernel == qgemm_amx:
         qgemm_int8_amx(av, bv, y.reshape(full, av.shape[1], bv.shape[2]), a_zp=a_zp, b_zp=b_zp, mult=mult,
                        bias=bias, y_zp=0 if y_zp is None else int(np.asarray(y_zp).reshape(-1)[0]), backend=backend,
-                       kernel=kernel)
+                       kernel=kernel, a_scale=a_scale)
         return
     saturating = True if arithmetic == "saturating" and saturating_pairs_pay(backend) else None
     qgemm_int8(av, bv, y.reshape(full, av.shape[1], bv.shape[2]), a_zp=a_zp, b_zp=b_zp, mult=mult, bias=bias,
                y_zp=0 if y_zp is None else int(np.asarray(y_zp).reshape(-1)[0]), backend=backend, kernel=kernel,
-               saturating=saturating)
+               saturating=saturating, a_scale=a_scale)
 
 
 def requant_multiplier(a_scale, b_scale, y_scale) -> np.ndarray:
     """a_scale·b_scale/y_scale in f32, per tensor or per column, as onnxruntime computes it."""
     return (np.float32(np.asarray(a_scale, np.float32).reshape(-1)[0]) * np.asarray(b_scale, np.float32).reshape(-1)
             / np.float32(np.asarray(y_scale, np.float32).reshape(-1)[0])).astype(np.float32)
-
-
-def float_multiplier(a_scale, b_scale) -> np.ndarray:
-    """a_scale·b_scale in f32 (a_scale per tensor, b_scale per tensor or per column): the scale
-    of MatMulIntegerToFloat's sums, as the graph it stands for (Mul of the two scales) rounds it."""
-    return (np.float32(np.asarray(a_scale, np.float32).reshape(-1)[0])
-            * np.asarray(b_scale, np.float32).reshape(-1)).astype(np.float32)
 
 
 def _run_qgemm(impl, inputs, y: np.ndarray, mode: int, backend: str, arithmetic: str = "exact",
@@ -261,9 +255,12 @@ def _run_qgemm(impl, inputs, y: np.ndarray, mode: int, backend: str, arithmetic:
     (``FLOAT_OUT``)."""
     a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp = inputs
     if impl == qgemm_packed or impl == qgemm_amx:
-        mult = (requant_multiplier(a_scale, b_scale, y_scale) if mode == 1
-                else float_multiplier(a_scale, b_scale) if mode == FLOAT_OUT else None)
-        _run_packed(a, a_zp, b, b_zp, y, mult, y_zp, backend, impl, arithmetic, bias)
+        if mode == FLOAT_OUT:  # the kernel multiplies by A's scale, read from its buffer
+            _run_packed(a, a_zp, b, b_zp, y, np.asarray(b_scale, np.float32), y_zp, backend, impl, arithmetic, bias,
+                        a_scale)
+            return
+        mult = requant_multiplier(a_scale, b_scale, y_scale) if mode == 1 else None
+        _run_packed(a, a_zp, b, b_zp, y, mult, y_zp, backend, impl, arithmetic)
         return
     av, bv, full = _batch_views(a, b)
     out = y.reshape(full, av.shape[1], bv.shape[2])

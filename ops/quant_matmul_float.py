@@ -39,8 +39,9 @@ class MatMulIntegerToFloat(dsl.Op):
     a_scale one f32, b_scale one or one per column of a 2-D b, bias one f32 per column."""
 
     kernels = {"default": qgemm_kernel, "packed": qgemm_packed, "amx": qgemm_amx}
-    # B, the scales, B's zero point and the bias read by run(): a recorded plan only when constant
-    plan = _planned_when_constant(1, 1, 2, 3, 5, 6)
+    # B, its scale and zero point and the bias read by run(): a recorded plan when they are constant
+    # (A's scale and zero point, the dynamic quantization's outputs, are views the kernel reads)
+    plan = _planned_when_constant(1, 1, 3, 5, 6)
 
     def select(self, a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None, backend=None):
         if not packed_ok(a, b, a_zero_point, b_zero_point, a_scale, b_scale, backend=backend):
