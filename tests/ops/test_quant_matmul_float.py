@@ -140,3 +140,20 @@ def test_fusion_keeps_the_graph_where_the_scale_broadcasts_to_rows():
     ort = pytest.importorskip("onnxruntime")
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(compiled.run({"x": x})["y"], want, rtol=1e-6)
+
+
+def test_fused_dynamic_matmul_exports_as_standard_onnx():
+    """The compiled graph's MatMulIntegerToFloat writes itself back as MatMulInteger, Cast, Mul
+    (the scales' product) and Add: checker-clean, and onnxruntime runs it to the same result."""
+    ort = pytest.importorskip("onnxruntime")
+    onnx = pytest.importorskip("onnx")
+    m, k, n, ws, wz, bias = CASES["per-column, bias, ragged"]
+    model, inits = dynamic_model(m, k, n, ws, wz, bias)
+    compiled = dsl.load_onnx(model, backend="interpreter")
+    exported = compiled.graph.to_onnx()
+    onnx.checker.check_model(exported, full_check=True)
+    kinds = sorted({(node.domain, node.op_type) for node in exported.graph.node})
+    assert kinds == [("", "Add"), ("", "Cast"), ("", "DynamicQuantizeLinear"), ("", "MatMulInteger"), ("", "Mul")]
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    got = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, reference(x, inits))
