@@ -157,3 +157,19 @@ def test_fused_dynamic_matmul_exports_as_standard_onnx():
     x = RNG.standard_normal((m, k)).astype(np.float32)
     got = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(got, reference(x, inits))
+
+
+def test_dynamic_matmul_on_an_avx2_target_takes_the_dot4_gemm(monkeypatch):
+    """``dsl.target`` answering as a plain AVX2 CPU (no AMX, no VNNI): the fused node takes the
+    ``dot4`` GEMM on its AVX2 tile (8 lanes, 4 rows; 7-bit weights: ``dot4_sat``) and stays exact."""
+    import dataclasses
+    real = dsl.target("numba")
+    dropped = {"amx", "amx-tile", "amx-int8", "avx512f", "avx512bw", "avx512vl", "avx512vnni", "avxvnni"}
+    fake = dataclasses.replace(real, features=frozenset(real.features - dropped), vector_bits=256)
+    monkeypatch.setattr(dsl, "target", lambda backend=None: fake)
+    m, k, n, ws, wz, bias = CASES["per-column, bias, ragged"]
+    model, inits = dynamic_model(m, k, n, ws, wz, bias)
+    compiled = dsl.load_onnx(model, backend="numba")
+    assert "MatMulIntegerToFloat" in str(compiled) and "impl=packed" in str(compiled)
+    for name, x in inputs(m, k).items():
+        np.testing.assert_array_equal(compiled.run({"x": x})["y"], reference(x, inits), err_msg=name)
