@@ -100,9 +100,11 @@ def test_dynamic_matmul_fuses_and_matches_the_graph_and_onnxruntime(backend, cas
     if backend == "numba":  # A's scale and zero point are buffers the recorded launch reads: every x below is new
         assert "2 of 2 nodes planned" in str(compiled)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    onnx_reference = pytest.importorskip("onnx.reference").ReferenceEvaluator(model)
     for name, x in inputs(m, k).items():
         got = compiled.run({"x": x})["y"]
         np.testing.assert_array_equal(got, reference(x, inits), err_msg=name)
+        np.testing.assert_array_equal(got, onnx_reference.run(None, {"x": x})[0], err_msg=name)
         np.testing.assert_allclose(got, session.run(None, {"x": x})[0], rtol=1e-6, atol=1e-5, err_msg=name)
 
 
