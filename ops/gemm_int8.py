@@ -46,7 +46,7 @@ Y = dsl.TypeVar("Y")
 
 THREADS = 4
 MIN_MACS = 1 << 15  # below this many multiply-adds the scalar kernel is as fast
-FLOAT_OUT = 2       # ``requantize`` of an f32 output: f32(sum)·mult + float bias
+FLOAT_OUT = 2       # ``MODE`` of an f32 output: f32(sum)·mult + float bias
 
 
 @dataclass(frozen=True)
@@ -136,15 +136,16 @@ def pack_b_int8(b: In[B, 3], b_zp: In[B, 2], bp: Out[i32, 2], bu: Out[i32, 2], b
 def qgemm_packed(a: In[A, 3], a_zp: In[A, 2], bp: In[i32, 2], bu: In[i32, 2], bz: In[i32, 2],
                  mult: In[f32, 2], bias: In[i32, 2], fbias: In[f32, 2], ascale: In[f32, 1], y: Out[Y, 3],
                  ap: InOut[i32, 2],
-                 rows: InOut[i32, 2], flip: i32, requantize: i32, per_row: i32, y_zp: f32, q_lo: f32, q_hi: f32,
-                 V: dsl.const[i64], MR: dsl.const[i64], SAT: dsl.const[i64]):
+                 rows: InOut[i32, 2], flip: i32, per_row: i32, y_zp: f32, q_lo: f32, q_hi: f32,
+                 MODE: dsl.const[i64], V: dsl.const[i64], MR: dsl.const[i64], SAT: dsl.const[i64]):
     """y[t] = A[t]·B[t] with zero points (module docstring); ``ap`` (batch·Mp, K/4) and ``rows``
     (batch·Mp, 2) are the packed A and its (row sum, zero point), Mp = M rounded up to MR.
     bp/bu/bz/mult/bias have one row per B entry (or one for all); mult and bias are per column, or
     per row of A with per_row = 1 (a convolution's output channels), size 1: per tensor.
-    ``requantize``: 0 stores the i32 sums, 1 requantizes them, 2 (``FLOAT_OUT``) stores the f32
+    ``MODE``: 0 stores the i32 sums, 1 requantizes them, 2 (``FLOAT_OUT``) stores the f32
     f32(sum)·f32(ascale·mult[n]) + fbias[n] (MatMulIntegerToFloat, the dynamically quantized
-    MatMul: ``ascale``, A's scale, is read here, so a recorded plan takes it from its buffer).
+    MatMul: ``ascale``, A's scale, is read here, so a recorded plan takes it from its buffer); a
+    constant, so each variant compiles one epilogue (three unrolled MR × 2 times cost 60 % more).
     SAT = 1: the products run on ``dsl.dot4_sat``, chosen by the host where B's bytes keep it
     exact (``pairs_fit_i16``)."""
     tail_f = dsl.scratch((THREADS, V), f32)  # a row's last columns, lane by lane (no V-fold unrolling)
@@ -227,7 +228,7 @@ def qgemm_packed(a: In[A, 3], a_zp: In[A, 2], bp: In[i32, 2], bu: In[i32, 2], bz
                     if n0 < n:
                         cu = tb * bu.shape[1] + n0
                         acc_v = acc[2 * i + h] + za * bu.vload(cu, V) - rs * bz.vload(cu, V)
-                        if requantize == 1:
+                        if MODE == 1:
                             if per_row == 1:
                                 acc_v = acc_v + bias.flat[m if bias.shape[1] > 1 else 0]
                                 f = dsl.f32(acc_v) * mult.flat[m if mult.shape[1] > 1 else 0]
@@ -247,7 +248,7 @@ def qgemm_packed(a: In[A, 3], a_zp: In[A, 2], bp: In[i32, 2], bu: In[i32, 2], bz
                                 tail_f.vstore(dsl.thread_id() * V, f)
                                 for cc in range(n - n0):
                                     y.flat[yrow + n0 + cc] = tail_f.flat[dsl.thread_id() * V + cc]
-                        elif requantize == FLOAT_OUT:
+                        elif MODE == FLOAT_OUT:
                             if mult.shape[1] > 1:
                                 f = dsl.f32(acc_v) * (ascale.flat[0] * mult.vload((tb if mult.shape[0] > 1 else 0)
                                                                                   * mult.shape[1] + n0, V))
@@ -299,7 +300,7 @@ def epilogue_args(y3: np.ndarray, mult, bias, q_lo, q_hi, per_row: bool, m: int,
                   a_scale=None) -> tuple:
     """What an int8 GEMM's epilogue reads, shared by the dot4 and tile GEMMs: (mult, i32 bias,
     f32 bias) as ``_per_column`` vectors (per row when ``per_row``), A's scale (a one-element
-    view, 1 if None), the ``requantize`` mode (0: i32 sums, 1: requantized, ``FLOAT_OUT`` for an
+    view, 1 if None), the epilogue's ``MODE`` (0: i32 sums, 1: requantized, ``FLOAT_OUT`` for an
     f32 ``y3``: f32(sum)·f32(a_scale·mult) + the f32 bias), and the output range narrowed by a
     fused Relu/Clip (lo, hi)."""
     to_float = y3.dtype == np.float32
@@ -364,5 +365,5 @@ def qgemm_int8(a3: np.ndarray, b3: np.ndarray, y3: np.ndarray, a_zp=None, b_zp=N
     mults, biases, fbiases, ascale, mode, lo, hi = epilogue_args(y3, mult, bias, q_lo, q_hi, per_row, m, bu.shape[1],
                                                                  a_scale)
     kernel(np.ascontiguousarray(a3), za, bp, bu, bz, mults, biases, fbiases, ascale, y3, ap, rows,
-           0x80 if a3.dtype == np.int8 else 0, mode, int(per_row), float(y_zp), lo, hi, V=tile.V, MR=tile.MR,
+           0x80 if a3.dtype == np.int8 else 0, int(per_row), float(y_zp), lo, hi, MODE=mode, V=tile.V, MR=tile.MR,
            SAT=int(sat), backend=backend)

@@ -57,11 +57,11 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
               mult: In[f32, 2], bias: In[i32, 2], fbias: In[f32, 2], ascale: In[f32, 1], y: Out[Y, 3],
               yf: Out[f32, 3],
               ap: InOut[i32, 2], rows: InOut[i32, 2],
-              flip: i32, requantize: i32, per_row: i32, y_zp: f32, q_lo: f32, q_hi: f32, PACK: dsl.const[i64]):
+              flip: i32, per_row: i32, y_zp: f32, q_lo: f32, q_hi: f32, MODE: dsl.const[i64], PACK: dsl.const[i64]):
     """y[t] = A[t]·B[t] with zero points (module docstring).  ``a`` is A's bytes as i32 words
     (batch, M, K/4); ``a_zp`` its zero point(s) (one or per row, A's dtype);
     ``flip`` 0x80808080 shifts i8 data to u8.  ``ap`` (batch·Mp, Kp/4) and ``rows`` (batch·Mp, 2)
-    receive the packed A and (row sum, zero point).  bp/bu/bz/mult/bias/fbias/ascale and ``requantize``
+    receive the packed A and (row sum, zero point).  bp/bu/bz/mult/bias/fbias/ascale and ``MODE``
     (0, 1 or ``FLOAT_OUT``) as for qgemm_packed; with ``FLOAT_OUT`` the result goes to ``yf`` and
     ``y`` is an unused i32 stand-in (the direct path's tile stores need an integer ``y``, and
     the language types both branches); otherwise ``yf`` is the stand-in.
@@ -69,7 +69,7 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
     cw = dsl.scratch((THREADS, BLOCK * BLOCK), i32)  # this thread's 32 × 32 block of C
     tail_f = dsl.scratch((THREADS, PANEL), f32)      # a row's last columns, lane by lane
     tail_i = dsl.scratch((THREADS, PANEL), i32)
-    out_f = requantize == FLOAT_OUT  # the f32 result goes to yf (y: a stand-in, for its tile stores' type)
+    out_f = MODE == FLOAT_OUT  # the f32 result goes to yf (y: a stand-in, for its tile stores' type)
     batch = yf.shape[0] if out_f else y.shape[0]
     m_rows = yf.shape[1] if out_f else y.shape[1]
     n = yf.shape[2] if out_f else y.shape[2]
@@ -128,7 +128,7 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
         cb = tid * BLOCK * BLOCK
         # exact sums of a whole block with one zero point for A (and none for B): C starts at
         # za·u[n] (every row the same: a tile load of stride 0) and the tiles store y directly
-        direct = PACK == 0 and requantize == 0 and a_zp.shape[1] == 1 and jb * BLOCK + BLOCK <= n
+        direct = PACK == 0 and MODE == 0 and a_zp.shape[1] == 1 and jb * BLOCK + BLOCK <= n
         if direct:
             za0 = (i32(a_zp.flat[(t if a_zp.shape[0] > 1 else 0) * a_zp.shape[1]]) & 0xFF) ^ (flip & 0xFF)
             cu0 = tb * bu.shape[1] + jb * BLOCK
@@ -185,7 +185,7 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
                     if n0 < n:
                         cu = tb * bu.shape[1] + n0
                         acc_v = cw.vload(cb + i * BLOCK + h * PANEL, 16) + za * bu.vload(cu, 16) - rs * bz.vload(cu, 16)
-                        if requantize == 1:
+                        if MODE == 1:
                             if per_row == 1:
                                 acc_v = acc_v + bias.flat[m if bias.shape[1] > 1 else 0]
                                 f = dsl.f32(acc_v) * mult.flat[m if mult.shape[1] > 1 else 0]
@@ -205,7 +205,7 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
                                 tail_f.vstore(dsl.thread_id() * 16, f)
                                 for cc in range(n - n0):
                                     y.flat[yrow + n0 + cc] = tail_f.flat[dsl.thread_id() * 16 + cc]
-                        elif requantize == FLOAT_OUT:
+                        elif MODE == FLOAT_OUT:
                             if mult.shape[1] > 1:
                                 f = dsl.f32(acc_v) * (ascale.flat[0] * mult.vload((tb if mult.shape[0] > 1 else 0)
                                                                                   * mult.shape[1] + n0, 16))
@@ -308,4 +308,4 @@ def qgemm_amx_packed_b(a3: np.ndarray, packed: tuple, y3: np.ndarray, a_zp=None,
     words = np.ascontiguousarray(a3).view(np.int32)
     y_int, y_float = (_STAND_IN_I32, y3) if mode == FLOAT_OUT else (y3, _STAND_IN_F32)
     kernel(words, za, bp, bu, bz, mults, biases, fbiases, ascale, y_int, y_float, ap, rows, -0x7F7F7F80 if flip else 0,
-           mode, int(per_row), float(y_zp), lo, hi, PACK=int(pack), backend=backend)
+           int(per_row), float(y_zp), lo, hi, MODE=mode, PACK=int(pack), backend=backend)
