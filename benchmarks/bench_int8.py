@@ -25,6 +25,7 @@ Usage: PYTHONPATH=. python benchmarks/bench_int8.py [rounds] [case-filter] [thre
        PYTHONPATH=. python benchmarks/bench_int8.py convtiles [rounds] [filter] [threads]   (``conv_tiles_ab``)
        PYTHONPATH=. python benchmarks/bench_int8.py fusion [rounds] [model-filter] [threads]   (``fusion_ab``)
        PYTHONPATH=. python benchmarks/bench_int8.py dynamic [rounds] [filter] [threads]   (``dynamic_fusion_ab``)
+       PYTHONPATH=. python benchmarks/bench_int8.py compile   (``gemm_compile_times``, fresh cache)
        PYTHONPATH=. python benchmarks/bench_int8.py saturate [rounds] [model-filter] [threads] [--pause=S]
                                                           (``saturation_experiment``)
        PYTHONPATH=. python benchmarks/bench_int8.py nodes [profiles] [model-filter] [top] [cpu]   (``nodes_vs_ort``)
@@ -421,6 +422,20 @@ def dynamic_fusion_ab(rounds: int, pick: str, threads: int) -> None:
               f"{diff:g} |", flush=True)
 
 
+def gemm_compile_times() -> None:
+    """``compile`` mode: the process CPU time of the first launch (its compile) of the dot4 and the
+    tile int8 GEMMs on a 64×256 u8 · 256×64 i8 product with a u8 output; run it in a fresh process
+    with ``OPDSL_CACHE_DIR=$(mktemp -d) OPDSL_COMPILE_WORKERS=0`` (compiled here, not by workers)."""
+    from ops.gemm_int8 import qgemm_int8
+    from ops.gemm_int8_amx import qgemm_int8_amx
+    a, b = RNG.integers(0, 256, (1, 64, 256)).astype(np.uint8), weights(1, 256, 64)
+    y = np.empty((1, 64, 64), np.uint8)
+    for f in (qgemm_int8, qgemm_int8_amx):
+        c = time.process_time()
+        f(a, b, y, np.array([3], np.uint8), np.array([0], np.int8), mult=np.array([0.001], np.float32))
+        print(f"{f.__name__}: {time.process_time() - c:.1f} s CPU", flush=True)
+
+
 def saturation_experiment(rounds: int, pick: str, threads: int = 1, pause: float = 0.0) -> None:
     """``saturate`` mode: each quantized model loaded twice, with the default exact int8 products
     (on AVX2 without VNNI, ``dsl.dot2_i16`` against weights widened at packing for
@@ -546,6 +561,9 @@ def main():
         print(f"conv+BN pass off / on / onnxruntime, {threads} thread(s) a side; | model | off | on | ort | "
               f"off/ort | on/ort | on/off |")
         fusion_ab(int(sys.argv[2]) if len(sys.argv) > 2 else 10, sys.argv[3] if len(sys.argv) > 3 else "", threads)
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "compile":
+        gemm_compile_times()
         return
     if len(sys.argv) > 1 and sys.argv[1] == "dynamic":
         import numba
