@@ -28,6 +28,7 @@ from dsl.opgraph.fusion import fusion_rule
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.cast import Cast, CastV6
 from ops.elementwise import Add, Mul
+from ops.matmul_fusion import _other_input
 from ops.quant_matmul import (INT8, MatMulInteger, _check_param, _matmul_shape, _packed_kernel,
                               _planned_when_constant, _run_qgemm, packed_ok, qgemm_amx, qgemm_kernel, qgemm_packed)
 from ops.gemm_int8 import FLOAT_OUT
@@ -79,12 +80,6 @@ class MatMulIntegerToFloat(dsl.Op):
 
 # --------------------------------------------------------------------------- fusion rules
 
-def _other_input(node, out):
-    x, other = node.inputs
-    found = other if x is out else x
-    return None if found is out else found
-
-
 def _scales(g, s, n_cols) -> Optional[tuple]:
     """(a_scale, b_scale) tensors whose f32 product is ``s``: the two inputs of a Mul of a scalar
     by a scalar or a column vector, else ``s`` itself beside a constant 1; None when ``s`` is
@@ -98,7 +93,7 @@ def _scales(g, s, n_cols) -> Optional[tuple]:
         u, v = node.inputs
         if v.spec.size == 1 and u.spec.size != 1:
             u, v = v, u
-        if u.spec.size == 1 and per_column(u) and per_column(v) and u.spec.ndim <= 1 >= v.spec.ndim:
+        if u.spec.size == 1 and per_column(u) and per_column(v) and max(u.spec.ndim, v.spec.ndim) <= 1:
             return u, v
     one = g.constant(g.unique_name("matmul_integer.unit_scale"), np.ones((), np.float32))
     return (s, one) if s.spec.size == 1 else (one, s)
