@@ -29,7 +29,7 @@ from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.cast import Cast, CastV6
 from ops.elementwise import Add, Mul
 from ops.matmul_fusion import _other_input
-from ops.quant_matmul import (INT8, MatMulInteger, _check_param, _matmul_shape, _packed_kernel,
+from ops.quant_matmul import (INT8, MatMulInteger, _check_arithmetic, _check_param, _matmul_shape, _packed_kernel,
                               _planned_when_constant, _run_qgemm, packed_ok, qgemm_amx, qgemm_kernel, qgemm_packed)
 from ops.gemm_int8 import FLOAT_OUT
 
@@ -43,6 +43,7 @@ class MatMulIntegerToFloat(dsl.Op):
     # B, its scale and zero point and the bias read by run(): a recorded plan when they are constant
     # (A's scale and zero point, the dynamic quantization's outputs, are views the kernel reads)
     plan = _planned_when_constant(1, 1, 3, 5, 6)
+    int8_arithmetic: str = "exact"  # as MatMulInteger's (set by load_onnx / Graph.compile)
 
     def select(self, a, b, a_scale, b_scale, a_zero_point=None, b_zero_point=None, bias=None, backend=None):
         if not packed_ok(a, b, a_zero_point, b_zero_point, a_scale, b_scale, backend=backend):
@@ -64,6 +65,7 @@ class MatMulIntegerToFloat(dsl.Op):
             raise VerifyError(f"{op} b_scale {b_scale} must be one value or one per column of a 2-D B {b}")
         _check_param(op, "a_zero_point", a_zero_point, a, True, a.dtype)
         _check_param(op, "b_zero_point", b_zero_point, b, False, b.dtype)
+        _check_arithmetic(op, self.int8_arithmetic)
         if bias is not None and (bias.dtype != dsl.f32 or bias.ndim != 1 or not shape
                                  or bias.shape[0] not in (None, shape[-1])):
             raise VerifyError(f"{op} bias must be an f32 vector of the {shape[-1] if shape else '?'} columns, "
@@ -75,7 +77,7 @@ class MatMulIntegerToFloat(dsl.Op):
     def run(self, impl, inputs, outputs, backend):
         a, b, a_scale, b_scale, azp, bzp, bias = (list(inputs) + [None] * 3)[:7]
         _run_qgemm(impl, [a, a_scale, azp, b, b_scale, bzp, None, None], outputs[0], FLOAT_OUT, backend,
-                   bias=bias)
+                   self.int8_arithmetic, bias=bias)
 
 
 # --------------------------------------------------------------------------- fusion rules
@@ -114,7 +116,7 @@ def cast_scale(g, cast, mul):
     if scales is None:
         return None
     a, b, azp, bzp = (list(mm.inputs) + [None, None])[:4]
-    return MatMulIntegerToFloat(), [a, b, *scales, azp, bzp]
+    return MatMulIntegerToFloat(int8_arithmetic=mm.op.int8_arithmetic), [a, b, *scales, azp, bzp]
 
 
 for _cast in (Cast, CastV6):
@@ -130,7 +132,7 @@ def float_bias(g, mm, add):
     if inputs[6] is not None or bias is None or bias.spec.dtype != dsl.f32 or bias.spec.ndim != 1 \
             or bias.spec.shape[0] != out.shape[-1] or add.outputs[0].spec.shape != out.shape:
         return None
-    return MatMulIntegerToFloat(), inputs[:6] + [bias]
+    return MatMulIntegerToFloat(int8_arithmetic=mm.op.int8_arithmetic), inputs[:6] + [bias]
 
 
 # --------------------------------------------------------------------------- the standard ONNX form

@@ -175,3 +175,21 @@ def test_dynamic_matmul_on_an_avx2_target_takes_the_dot4_gemm(monkeypatch):
     assert "MatMulIntegerToFloat" in str(compiled) and "impl=packed" in str(compiled)
     for name, x in inputs(m, k).items():
         np.testing.assert_array_equal(compiled.run({"x": x})["y"], reference(x, inits), err_msg=name)
+
+
+def test_fused_node_keeps_the_int8_arithmetic_asked_for():
+    """``int8_arithmetic="saturating"`` reaches the fused node as it reaches MatMulInteger (it only
+    changes anything on numba on AVX2 without VNNI); a bad value names the accepted ones."""
+    from dsl.opgraph.spec import TensorSpec, VerifyError
+    from ops.quant_matmul_float import MatMulIntegerToFloat
+    m, k, n, ws, wz, bias = CASES["per-column, bias, ragged"]
+    model, inits = dynamic_model(m, k, n, ws, wz, bias)
+    compiled = dsl.load_onnx(model, backend="interpreter", int8_arithmetic="saturating")
+    fused = [node.op for node in compiled.graph.nodes if node.op.op_type == "MatMulIntegerToFloat"]
+    assert [op.int8_arithmetic for op in fused] == ["saturating"]
+    x = RNG.standard_normal((m, k)).astype(np.float32)
+    np.testing.assert_array_equal(compiled.run({"x": x})["y"], reference(x, inits))
+    one = TensorSpec((), dsl.f32)
+    with pytest.raises(VerifyError, match="int8_arithmetic='fast'.*'exact'"):
+        MatMulIntegerToFloat(int8_arithmetic="fast").verify(TensorSpec((4, 8), dsl.u8), TensorSpec((8, 6), dsl.i8),
+                                                           one, one)
