@@ -36,9 +36,10 @@ INT8 = (i8, u8)
 @dsl.kernel
 def qgemm_kernel(a: In[A, 3], b: In[B, 3], a_zp: In[A, 3], b_zp: In[B, 3], a_scale: In[S, 3],
                  b_scale: In[S, 3], bias: In[S, 3], y_scale: In[S, 1], y_zp: In[Y, 1], y: Out[Y, 3],
-                 mode: i32, qmin: f64, qmax: f64):
-    """y[t, m, n] = Σ_k (a[t,m,k] - a_zp[t,m]) (b[t,k,n] - b_zp[t,n]) (``mode`` 0), requantized
-    (1), or as f32: f32(sum)·f32(a_scale·b_scale) + bias[t, n] (``FLOAT_OUT``).
+                 qmin: f64, qmax: f64, MODE: dsl.const[dsl.i64]):
+    """y[t, m, n] = Σ_k (a[t,m,k] - a_zp[t,m]) (b[t,k,n] - b_zp[t,n]) (``MODE`` 0), requantized
+    (1), or as f32: f32(sum)·f32(a_scale·b_scale) + bias[t, n] (``FLOAT_OUT``); a constant, so
+    each variant compiles its own epilogue only.
     Operands, zero points, scales and the bias broadcast along their size-1 axes."""
     m_rows = y.shape[1]
     n_cols = y.shape[2]
@@ -66,7 +67,7 @@ def qgemm_kernel(a: In[A, 3], b: In[B, 3], a_zp: In[A, 3], b_zp: In[B, 3], a_sca
                 if n0 + j < n_cols:
                     acc[j] += av * (i32(b.flat[row_b + j]) - zb[j])
         py = row * n_cols + n0
-        if mode == 1:
+        if MODE == 1:
             sa = a_scale.flat[(t if a_scale.shape[0] > 1 else 0) * a_scale.shape[1]
                               + (m if a_scale.shape[1] > 1 else 0)]
             psb = (t if b_scale.shape[0] > 1 else 0) * b_scale.shape[2]
@@ -76,7 +77,7 @@ def qgemm_kernel(a: In[A, 3], b: In[B, 3], a_zp: In[A, 3], b_zp: In[B, 3], a_sca
                     mult = f32(f32(sa * sb) / y_scale.flat[0])
                     q = round_half_even(f64(acc[j]) * f64(mult)) + f64(y_zp.flat[0])
                     y.flat[py + j] = min(max(q, qmin), qmax)
-        elif mode == FLOAT_OUT:
+        elif MODE == FLOAT_OUT:
             sa = a_scale.flat[(t if a_scale.shape[0] > 1 else 0) * a_scale.shape[1]
                               + (m if a_scale.shape[1] > 1 else 0)]
             psb = (t if b_scale.shape[0] > 1 else 0) * b_scale.shape[2]
@@ -277,7 +278,7 @@ def _run_qgemm(impl, inputs, y: np.ndarray, mode: int, backend: str, arithmetic:
          _param_view(a_scale, a, True, scale_dt).astype(scale_dt, copy=False),
          _param_view(b_scale, b, False, scale_dt).astype(scale_dt, copy=False),
          _param_view(bias, b, False, scale_dt).astype(scale_dt, copy=False),
-         ys, yz, out, int(mode), qmin, qmax, backend=backend)
+         ys, yz, out, qmin, qmax, MODE=int(mode), backend=backend)
 
 
 def _planned_when_constant(b_index: int, *positions: int):
