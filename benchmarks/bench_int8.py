@@ -1,5 +1,7 @@
 """int8 ops against onnxruntime in the same process (issue 29): QLinearMatMul, MatMulInteger and
-DynamicQuantizeLinear -> MatMulInteger at 256×1024×1024 (the packed u8×i8 GEMM, ops/gemm_int8.py),
+DynamicQuantizeLinear -> MatMulInteger at 256×1024×1024 (the packed u8×i8 GEMM, ops/gemm_int8.py;
+fused with its Cast, scale and bias into MatMulIntegerToFloat, ops/quant_matmul_float.py) and the
+BERT layer quantized by quantize_dynamic,
 QLinearConv and ConvInteger 64×56×56 and 256×14×14 3×3, QLinearConv on ResNet-50's eight conv
 shapes (ops/conv_int8_direct.py; strided ones through space-to-depth, ops/conv_int8_strided.py),
 and onnx's light_squeezenet and light_resnet50 quantized by onnxruntime's quantize_static (QDQ,
@@ -22,6 +24,8 @@ Usage: PYTHONPATH=. python benchmarks/bench_int8.py [rounds] [case-filter] [thre
        PYTHONPATH=. python benchmarks/bench_int8.py products [rounds] [threads]   (``products_ab``)
        PYTHONPATH=. python benchmarks/bench_int8.py convtiles [rounds] [filter] [threads]   (``conv_tiles_ab``)
        PYTHONPATH=. python benchmarks/bench_int8.py fusion [rounds] [model-filter] [threads]   (``fusion_ab``)
+       PYTHONPATH=. python benchmarks/bench_int8.py dynamic [rounds] [filter] [threads]   (``dynamic_fusion_ab``)
+       PYTHONPATH=. python benchmarks/bench_int8.py compile   (``gemm_compile_times``, fresh cache)
        PYTHONPATH=. python benchmarks/bench_int8.py saturate [rounds] [model-filter] [threads] [--pause=S]
                                                           (``saturation_experiment``)
        PYTHONPATH=. python benchmarks/bench_int8.py nodes [profiles] [model-filter] [top] [cpu]   (``nodes_vs_ort``)
@@ -66,14 +70,18 @@ def matmul_integer(m=256, k=1024, n=1024):
             {"a": RNG.integers(0, 256, (m, k)).astype(np.uint8)})
 
 
-def dynamic_matmul(m=256, k=1024, n=1024):
-    """The pattern onnxruntime's quantize_dynamic writes for a MatMul."""
+def dynamic_matmul(m=256, k=1024, n=1024, bias=False):
+    """The pattern onnxruntime's quantize_dynamic writes for a MatMul (and its bias Add: the
+    BERT layer's feed-forward input, 128x256x1024, with ``bias``)."""
     nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
              helper.make_node("MatMulInteger", ["xq", "w", "xz", "wz"], ["acc"]),
              helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
              helper.make_node("Mul", ["xs", "ws"], ["s"]),
-             helper.make_node("Mul", ["accf", "s"], ["y"])]
+             helper.make_node("Mul", ["accf", "s"], ["yb" if bias else "y"])]
     inits = {"w": weights(k, n), "wz": np.array(0, np.int8), "ws": np.array(0.01, np.float32)}
+    if bias:
+        nodes.append(helper.make_node("Add", ["yb", "b"], ["y"]))
+        inits["b"] = RNG.standard_normal(n).astype(np.float32)
     return (model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [m, k])],
                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [m, n])], inits),
             {"x": RNG.standard_normal((m, k)).astype(np.float32)})
@@ -131,6 +139,25 @@ def quantized_model(name):
     return q, {inp.name: RNG.standard_normal(shape).astype(np.float32)}
 
 
+def dynamic_quantized_bert():
+    """benchmarks/models.py's BERT encoder layer (seq 128, d 256, ff 1024) quantized by
+    onnxruntime's quantize_dynamic (u8 activations quantized at run time, i8 weights): every
+    MatMul with a weight becomes DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul, the Q, K
+    and V products sharing one DynamicQuantizeLinear; -> (model, feeds)."""
+    import tempfile
+
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from benchmarks.models import bert_layer
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "q.onnx")
+        quantize_dynamic(str(bert_layer()), out, weight_type=QuantType.QInt8)
+        q = onnx.load(out)
+    shape = [d.dim_value or 1 for d in q.graph.input[0].type.tensor_type.shape.dim]
+    return q, {q.graph.input[0].name: RNG.standard_normal(shape).astype(np.float32)}
+
+
 # (C_in, H = W, C_out, k, stride): the distinct Conv layers of ResNet-50 at batch 1 (benchmarks/bench_ops.py)
 RESNET50_CONVS = ((3, 224, 64, 7, 2), (64, 56, 64, 1, 1), (64, 56, 64, 3, 1), (64, 56, 256, 1, 1),
                   (128, 28, 128, 3, 1), (256, 14, 256, 3, 1), (512, 7, 512, 3, 1), (1024, 14, 256, 1, 1))
@@ -140,6 +167,8 @@ CASES = {
     "QLinearMatMul 256x1024x1024": qlinear_matmul,
     "MatMulInteger 256x1024x1024": matmul_integer,
     "DynamicQuantizeLinear->MatMulInteger 256x1024x1024": dynamic_matmul,
+    "DynamicQuantizeLinear->MatMulInteger+bias 128x256x1024": lambda: dynamic_matmul(128, 256, 1024, bias=True),
+    "BERT layer quantize_dynamic": dynamic_quantized_bert,
     "QLinearConv 64x56x56 3x3": lambda: qlinear_conv(64, 56, 64),
     "QLinearConv 256x14x14 3x3": lambda: qlinear_conv(256, 14, 256),
     "ConvInteger 64x56x56 3x3": lambda: conv_integer(64, 56, 64),
@@ -357,6 +386,56 @@ def fusion_ab(rounds: int, pick: str, threads: int) -> None:
                   f"max |diff| {diffs[0]:g} / {diffs[1]:g} | load {os.getloadavg()[0]:.1f} |", flush=True)
 
 
+def dynamic_fusion_ab(rounds: int, pick: str, threads: int) -> None:
+    """``dynamic`` mode: each dynamically quantized case compiled with and without the
+    MatMulIntegerToFloat rules (ops/quant_matmul_float.py: MatMulInteger -> Cast -> Mul [-> Add]
+    as one GEMM), run alternately with onnxruntime in one process, best wall and CPU time of each."""
+    from dsl.opgraph import fusion
+    from ops import quant_matmul_float
+    os.environ["OPDSL_PLAN_CACHE"] = "0"  # a cached plan would hand the second load the first one's graph
+    rules = (quant_matmul_float.cast_scale, quant_matmul_float.float_bias)
+    print(f"{threads} thread(s) a side, load average {os.getloadavg()[0]:.1f}")
+    print("| case | unfused | fused | onnxruntime | unfused / ort | fused / ort | fused CPU / ort CPU | max diff |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, make in CASES.items():
+        if "Dynamic" not in name and "quantize_dynamic" not in name or pick not in name:
+            continue
+        proto, feeds = make()
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        fused = dsl.load_onnx(proto, backend="numba")
+        saved = {k: list(v) for k, v in fusion._RULES.items()}
+        try:
+            for k in fusion._RULES:
+                fusion._RULES[k] = [r for r in fusion._RULES[k] if r not in rules]
+            apart = dsl.load_onnx(proto, backend="numba")
+        finally:
+            fusion._RULES.update(saved)
+        want = sess.run(None, feeds)[0]
+        diff = max(float(np.abs(list(m.run(feeds).values())[0] - want).max()) for m in (apart, fused))
+        sides = {"apart": lambda: apart.run(feeds), "fused": lambda: fused.run(feeds), "ort": lambda: sess.run(None, feeds)}
+        wall, cpu = best_alternating(sides, rounds)
+        print(f"| {name} | {wall['apart'] * 1e3:.2f} ms | {wall['fused'] * 1e3:.2f} ms | {wall['ort'] * 1e3:.2f} ms | "
+              f"{wall['apart'] / wall['ort']:.2f}x | {wall['fused'] / wall['ort']:.2f}x | {cpu['fused'] / cpu['ort']:.2f}x | "
+              f"{diff:g} |", flush=True)
+
+
+def gemm_compile_times() -> None:
+    """``compile`` mode: the process CPU time of the first launch (its compile) of the dot4 and the
+    tile int8 GEMMs on a 64×256 u8 · 256×64 i8 product with a u8 output; run it in a fresh process
+    with ``OPDSL_CACHE_DIR=$(mktemp -d) OPDSL_COMPILE_WORKERS=0`` (compiled here, not by workers)."""
+    from ops.gemm_int8 import qgemm_int8
+    from ops.gemm_int8_amx import qgemm_int8_amx
+    a, b = RNG.integers(0, 256, (1, 64, 256)).astype(np.uint8), weights(1, 256, 64)
+    y = np.empty((1, 64, 64), np.uint8)
+    for f in (qgemm_int8, qgemm_int8_amx):
+        c = time.process_time()
+        f(a, b, y, np.array([3], np.uint8), np.array([0], np.int8), mult=np.array([0.001], np.float32))
+        print(f"{f.__name__}: {time.process_time() - c:.1f} s CPU", flush=True)
+
+
 def saturation_experiment(rounds: int, pick: str, threads: int = 1, pause: float = 0.0) -> None:
     """``saturate`` mode: each quantized model loaded twice, with the default exact int8 products
     (on AVX2 without VNNI, ``dsl.dot2_i16`` against weights widened at packing for
@@ -482,6 +561,15 @@ def main():
         print(f"conv+BN pass off / on / onnxruntime, {threads} thread(s) a side; | model | off | on | ort | "
               f"off/ort | on/ort | on/off |")
         fusion_ab(int(sys.argv[2]) if len(sys.argv) > 2 else 10, sys.argv[3] if len(sys.argv) > 3 else "", threads)
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "compile":
+        gemm_compile_times()
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "dynamic":
+        import numba
+        threads = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+        numba.set_num_threads(threads)
+        dynamic_fusion_ab(int(sys.argv[2]) if len(sys.argv) > 2 else 10, sys.argv[3] if len(sys.argv) > 3 else "", threads)
         return
     if len(sys.argv) > 1 and sys.argv[1] == "convtiles":
         import numba

@@ -46,6 +46,7 @@ Y = dsl.TypeVar("Y")
 
 THREADS = 4
 MIN_MACS = 1 << 15  # below this many multiply-adds the scalar kernel is as fast
+FLOAT_OUT = 2       # ``MODE`` of an f32 output: f32(sum)·mult + float bias
 
 
 @dataclass(frozen=True)
@@ -133,13 +134,18 @@ def pack_b_int8(b: In[B, 3], b_zp: In[B, 2], bp: Out[i32, 2], bu: Out[i32, 2], b
 
 @dsl.kernel(threads=THREADS)
 def qgemm_packed(a: In[A, 3], a_zp: In[A, 2], bp: In[i32, 2], bu: In[i32, 2], bz: In[i32, 2],
-                 mult: In[f32, 2], bias: In[i32, 2], y: Out[Y, 3], ap: InOut[i32, 2], rows: InOut[i32, 2],
-                 flip: i32, requantize: i32, per_row: i32, y_zp: f32, q_lo: f32, q_hi: f32,
-                 V: dsl.const[i64], MR: dsl.const[i64], SAT: dsl.const[i64]):
+                 mult: In[f32, 2], bias: In[i32, 2], fbias: In[f32, 2], ascale: In[f32, 1], y: Out[Y, 3],
+                 ap: InOut[i32, 2],
+                 rows: InOut[i32, 2], flip: i32, per_row: i32, y_zp: f32, q_lo: f32, q_hi: f32,
+                 MODE: dsl.const[i64], V: dsl.const[i64], MR: dsl.const[i64], SAT: dsl.const[i64]):
     """y[t] = A[t]·B[t] with zero points (module docstring); ``ap`` (batch·Mp, K/4) and ``rows``
     (batch·Mp, 2) are the packed A and its (row sum, zero point), Mp = M rounded up to MR.
     bp/bu/bz/mult/bias have one row per B entry (or one for all); mult and bias are per column, or
     per row of A with per_row = 1 (a convolution's output channels), size 1: per tensor.
+    ``MODE``: 0 stores the i32 sums, 1 requantizes them, 2 (``FLOAT_OUT``) stores the f32
+    f32(sum)·f32(ascale·mult[n]) + fbias[n] (MatMulIntegerToFloat, the dynamically quantized
+    MatMul: ``ascale``, A's scale, is read here, so a recorded plan takes it from its buffer); a
+    constant, so each variant compiles one epilogue (three unrolled MR × 2 times cost 60 % more).
     SAT = 1: the products run on ``dsl.dot4_sat``, chosen by the host where B's bytes keep it
     exact (``pairs_fit_i16``)."""
     tail_f = dsl.scratch((THREADS, V), f32)  # a row's last columns, lane by lane (no V-fold unrolling)
@@ -222,7 +228,7 @@ def qgemm_packed(a: In[A, 3], a_zp: In[A, 2], bp: In[i32, 2], bu: In[i32, 2], bz
                     if n0 < n:
                         cu = tb * bu.shape[1] + n0
                         acc_v = acc[2 * i + h] + za * bu.vload(cu, V) - rs * bz.vload(cu, V)
-                        if requantize == 1:
+                        if MODE == 1:
                             if per_row == 1:
                                 acc_v = acc_v + bias.flat[m if bias.shape[1] > 1 else 0]
                                 f = dsl.f32(acc_v) * mult.flat[m if mult.shape[1] > 1 else 0]
@@ -239,6 +245,22 @@ def qgemm_packed(a: In[A, 3], a_zp: In[A, 2], bp: In[i32, 2], bu: In[i32, 2], bz
                             if n0 + V <= n:
                                 y.vstore(yrow + n0, f)
                             else:  # the last columns: lanes through this thread's scratch row
+                                tail_f.vstore(dsl.thread_id() * V, f)
+                                for cc in range(n - n0):
+                                    y.flat[yrow + n0 + cc] = tail_f.flat[dsl.thread_id() * V + cc]
+                        elif MODE == FLOAT_OUT:
+                            if mult.shape[1] > 1:
+                                f = dsl.f32(acc_v) * (ascale.flat[0] * mult.vload((tb if mult.shape[0] > 1 else 0)
+                                                                                  * mult.shape[1] + n0, V))
+                            else:
+                                f = dsl.f32(acc_v) * (ascale.flat[0] * mult.flat[0])
+                            if fbias.shape[1] > 1:
+                                f = f + fbias.vload((tb if fbias.shape[0] > 1 else 0) * fbias.shape[1] + n0, V)
+                            else:
+                                f = f + fbias.flat[0]
+                            if n0 + V <= n:
+                                y.vstore(yrow + n0, f)
+                            else:
                                 tail_f.vstore(dsl.thread_id() * V, f)
                                 for cc in range(n - n0):
                                     y.flat[yrow + n0 + cc] = tail_f.flat[dsl.thread_id() * V + cc]
@@ -274,12 +296,16 @@ def packed_b(b3: np.ndarray, bzp2: np.ndarray, tile: Int8Tile, backend) -> tuple
     return packed_constants.once_per_array(b3, key, lambda: _pack_b(b3, bzp2, tile, backend))
 
 
-def epilogue_args(y3: np.ndarray, mult, bias, q_lo, q_hi, per_row: bool, m: int, np_cols: int) -> tuple:
-    """What an int8 GEMM's epilogue reads, shared by the dot4 and tile GEMMs: (mult, bias) as
-    ``_per_column`` vectors (per row when ``per_row``), whether it requantizes, and the output
-    range narrowed by a fused Relu/Clip (lo, hi)."""
-    requantize = mult is not None
-    if requantize:
+def epilogue_args(y3: np.ndarray, mult, bias, q_lo, q_hi, per_row: bool, m: int, np_cols: int,
+                  a_scale=None) -> tuple:
+    """What an int8 GEMM's epilogue reads, shared by the dot4 and tile GEMMs: (mult, i32 bias,
+    f32 bias) as ``_per_column`` vectors (per row when ``per_row``), A's scale (a one-element
+    view, 1 if None), the epilogue's ``MODE`` (0: i32 sums, 1: requantized, ``FLOAT_OUT`` for an
+    f32 ``y3``: f32(sum)·f32(a_scale·mult) + the f32 bias), and the output range narrowed by a
+    fused Relu/Clip (lo, hi)."""
+    to_float = y3.dtype == np.float32
+    mode = FLOAT_OUT if to_float else int(mult is not None)
+    if mode == 1:
         info = np.iinfo(y3.dtype)
         lo = float(info.min) if q_lo is None else max(float(info.min), float(q_lo))
         hi = float(info.max) if q_hi is None else min(float(info.max), float(q_hi))
@@ -287,8 +313,13 @@ def epilogue_args(y3: np.ndarray, mult, bias, q_lo, q_hi, per_row: bool, m: int,
         lo = hi = 0.0
     width = m if per_row else y3.shape[2]
     cols = m if per_row else np_cols
-    return (_per_column(mult, width, cols, np.float32, 1.0), _per_column(bias, width, cols, np.int32, 0),
-            requantize, lo, hi)
+    return (_per_column(mult, width, cols, np.float32, 1.0),
+            _per_column(None if to_float else bias, width, cols, np.int32, 0),
+            _per_column(bias if to_float else None, width, cols, np.float32, 0.0),
+            _ONE if a_scale is None else np.asarray(a_scale, np.float32).reshape(1), mode, lo, hi)
+
+
+_ONE = np.ones(1, np.float32)  # A's scale where the epilogue does not read it
 
 
 def _per_column(x: Optional[np.ndarray], n: int, np_cols: int, dtype, default) -> np.ndarray:
@@ -306,11 +337,14 @@ def _per_column(x: Optional[np.ndarray], n: int, np_cols: int, dtype, default) -
 
 def qgemm_int8(a3: np.ndarray, b3: np.ndarray, y3: np.ndarray, a_zp=None, b_zp=None, mult=None,
                bias=None, y_zp: int = 0, q_lo=None, q_hi=None, backend=None, kernel=qgemm_packed,
-               tile: Optional[Int8Tile] = None, per_row: bool = False, packed=None, saturating=None) -> None:
+               tile: Optional[Int8Tile] = None, per_row: bool = False, packed=None, saturating=None,
+               a_scale=None) -> None:
     """y3 (batch, M, N) = a3 (batch, M, K) · b3 (1|batch, K, N) with zero points ``a_zp`` (scalar or
     per row, M), ``b_zp`` (scalar or per column, N); with ``mult`` (scalar or per column, f32)
     the sums (plus ``bias``, i32 per column) are requantized to y3's dtype around ``y_zp`` and
-    clamped to [q_lo, q_hi] (default: the type's range); ``per_row``: mult and bias are per row
+    clamped to [q_lo, q_hi] (default: the type's range); an f32 y3 receives f32(sum)·f32(a_scale·mult)
+    + bias (f32, per column or per tensor; ``a_scale`` one value: MatMulIntegerToFloat); ``per_row``:
+    mult and bias are per row
     (M) instead.  ``kernel`` is what to launch (a graph's recorder stands in for it); ``tile``
     overrides the target's; ``packed`` is B already packed as (bp, bu, bz) (ops/conv_int8.py);
     ``saturating``: run the products on ``dsl.dot4_sat`` (None: where it pays and B's bytes keep it
@@ -328,7 +362,8 @@ def qgemm_int8(a3: np.ndarray, b3: np.ndarray, y3: np.ndarray, a_zp=None, b_zp=N
     mp = -(-m // tile.MR) * tile.MR
     ap = np.empty((batch * mp, -(-kk // 4)), np.int32)
     rows = np.empty((batch * mp, 2), np.int32)
-    mults, biases, requantize, lo, hi = epilogue_args(y3, mult, bias, q_lo, q_hi, per_row, m, bu.shape[1])
-    kernel(np.ascontiguousarray(a3), za, bp, bu, bz, mults, biases, y3, ap, rows, 0x80 if a3.dtype == np.int8 else 0,
-           int(requantize), int(per_row), float(y_zp), lo, hi, V=tile.V, MR=tile.MR, SAT=int(sat),
-           backend=backend)
+    mults, biases, fbiases, ascale, mode, lo, hi = epilogue_args(y3, mult, bias, q_lo, q_hi, per_row, m, bu.shape[1],
+                                                                 a_scale)
+    kernel(np.ascontiguousarray(a3), za, bp, bu, bz, mults, biases, fbiases, ascale, y3, ap, rows,
+           0x80 if a3.dtype == np.int8 else 0, int(per_row), float(y_zp), lo, hi, MODE=mode, V=tile.V, MR=tile.MR,
+           SAT=int(sat), backend=backend)

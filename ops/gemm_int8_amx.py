@@ -32,7 +32,7 @@ import numpy as np
 import dsl
 from dsl import In, InOut, Out, f32, i32, i64
 from ops import packed_constants
-from ops.gemm_int8 import THREADS, epilogue_args, pack_b_int8
+from ops.gemm_int8 import FLOAT_OUT, THREADS, epilogue_args, pack_b_int8
 
 Y = dsl.TypeVar("Y")
 Z = dsl.TypeVar("Z")
@@ -54,19 +54,25 @@ def fits(k: Optional[int]) -> bool:
 
 @dsl.kernel(threads=THREADS)
 def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz: In[i32, 2],
-              mult: In[f32, 2], bias: In[i32, 2], y: Out[Y, 3], ap: InOut[i32, 2], rows: InOut[i32, 2],
-              flip: i32, requantize: i32, per_row: i32, y_zp: f32, q_lo: f32, q_hi: f32, PACK: dsl.const[i64]):
+              mult: In[f32, 2], bias: In[i32, 2], fbias: In[f32, 2], ascale: In[f32, 1], y: Out[Y, 3],
+              yf: Out[f32, 3],
+              ap: InOut[i32, 2], rows: InOut[i32, 2],
+              flip: i32, per_row: i32, y_zp: f32, q_lo: f32, q_hi: f32, MODE: dsl.const[i64], PACK: dsl.const[i64]):
     """y[t] = A[t]·B[t] with zero points (module docstring).  ``a`` is A's bytes as i32 words
     (batch, M, K/4); ``a_zp`` its zero point(s) (one or per row, A's dtype);
     ``flip`` 0x80808080 shifts i8 data to u8.  ``ap`` (batch·Mp, Kp/4) and ``rows`` (batch·Mp, 2)
-    receive the packed A and (row sum, zero point).  bp/bu/bz/mult/bias as for qgemm_packed.
+    receive the packed A and (row sum, zero point).  bp/bu/bz/mult/bias/fbias/ascale and ``MODE``
+    (0, 1 or ``FLOAT_OUT``) as for qgemm_packed; with ``FLOAT_OUT`` the result goes to ``yf`` and
+    ``y`` is an unused i32 stand-in (the direct path's tile stores need an integer ``y``, and
+    the language types both branches); otherwise ``yf`` is the stand-in.
     PACK = 0: the tiles read A in place (``reads_a_in_place``): no packing, no row sums, no sync."""
     cw = dsl.scratch((THREADS, BLOCK * BLOCK), i32)  # this thread's 32 × 32 block of C
     tail_f = dsl.scratch((THREADS, PANEL), f32)      # a row's last columns, lane by lane
     tail_i = dsl.scratch((THREADS, PANEL), i32)
-    batch = y.shape[0]
-    m_rows = y.shape[1]
-    n = y.shape[2]
+    out_f = MODE == FLOAT_OUT  # the f32 result goes to yf (y: a stand-in, for its tile stores' type)
+    batch = yf.shape[0] if out_f else y.shape[0]
+    m_rows = yf.shape[1] if out_f else y.shape[1]
+    n = yf.shape[2] if out_f else y.shape[2]
     kw = a.shape[2]             # words of A a row (K/4)
     kp = ap.shape[1] if PACK == 1 else kw  # words of (packed) A a row (K rounded up to 64 bytes)
     k4 = kw                                 # rows of a B panel
@@ -122,7 +128,7 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
         cb = tid * BLOCK * BLOCK
         # exact sums of a whole block with one zero point for A (and none for B): C starts at
         # za·u[n] (every row the same: a tile load of stride 0) and the tiles store y directly
-        direct = PACK == 0 and requantize == 0 and a_zp.shape[1] == 1 and jb * BLOCK + BLOCK <= n
+        direct = PACK == 0 and MODE == 0 and a_zp.shape[1] == 1 and jb * BLOCK + BLOCK <= n
         if direct:
             za0 = (i32(a_zp.flat[(t if a_zp.shape[0] > 1 else 0) * a_zp.shape[1]]) & 0xFF) ^ (flip & 0xFF)
             cu0 = tb * bu.shape[1] + jb * BLOCK
@@ -179,7 +185,7 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
                     if n0 < n:
                         cu = tb * bu.shape[1] + n0
                         acc_v = cw.vload(cb + i * BLOCK + h * PANEL, 16) + za * bu.vload(cu, 16) - rs * bz.vload(cu, 16)
-                        if requantize == 1:
+                        if MODE == 1:
                             if per_row == 1:
                                 acc_v = acc_v + bias.flat[m if bias.shape[1] > 1 else 0]
                                 f = dsl.f32(acc_v) * mult.flat[m if mult.shape[1] > 1 else 0]
@@ -199,6 +205,22 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
                                 tail_f.vstore(dsl.thread_id() * 16, f)
                                 for cc in range(n - n0):
                                     y.flat[yrow + n0 + cc] = tail_f.flat[dsl.thread_id() * 16 + cc]
+                        elif MODE == FLOAT_OUT:
+                            if mult.shape[1] > 1:
+                                f = dsl.f32(acc_v) * (ascale.flat[0] * mult.vload((tb if mult.shape[0] > 1 else 0)
+                                                                                  * mult.shape[1] + n0, 16))
+                            else:
+                                f = dsl.f32(acc_v) * (ascale.flat[0] * mult.flat[0])
+                            if fbias.shape[1] > 1:
+                                f = f + fbias.vload((tb if fbias.shape[0] > 1 else 0) * fbias.shape[1] + n0, 16)
+                            else:
+                                f = f + fbias.flat[0]
+                            if n0 + 16 <= n:
+                                yf.vstore(yrow + n0, f)
+                            else:
+                                tail_f.vstore(dsl.thread_id() * 16, f)
+                                for cc in range(n - n0):
+                                    yf.flat[yrow + n0 + cc] = tail_f.flat[dsl.thread_id() * 16 + cc]
                         else:
                             if n0 + 16 <= n:
                                 y.vstore(yrow + n0, acc_v)
@@ -209,6 +231,9 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
 
 
 # --------------------------------------------------------------------------- host side
+
+_STAND_IN_I32 = np.zeros((1, 1, 1), np.int32)    # qgemm_amx's y when the result is f32 (never written)
+_STAND_IN_F32 = np.zeros((1, 1, 1), np.float32)  # its yf otherwise
 
 def aligned(shape, dtype) -> np.ndarray:
     """Zeros of ``shape`` starting on a 64-byte line: a tile row of 64 bytes then spans one cache
@@ -249,7 +274,7 @@ def reads_a_in_place(a3: np.ndarray, bz: np.ndarray) -> bool:
 
 def qgemm_int8_amx(a3: np.ndarray, b3: np.ndarray, y3: np.ndarray, a_zp=None, b_zp=None, mult=None,
                    bias=None, y_zp: int = 0, q_lo=None, q_hi=None, backend=None, kernel=qgemm_amx,
-                   per_row: bool = False) -> None:
+                   per_row: bool = False, a_scale=None) -> None:
     """``ops.gemm_int8.qgemm_int8``'s product on matrix tiles (same arguments; K % 4 == 0)."""
     backend = backend or "numba"
     kk = a3.shape[2]
@@ -257,12 +282,12 @@ def qgemm_int8_amx(a3: np.ndarray, b3: np.ndarray, y3: np.ndarray, a_zp=None, b_
         raise ValueError(f"qgemm_int8_amx: K = {kk} must be a multiple of 4 (A is read as i32 words)")
     zb = np.zeros(1, b3.dtype) if b_zp is None else np.asarray(b_zp, b3.dtype).reshape(-1)
     qgemm_amx_packed_b(a3, packed_b(b3, zb.reshape(1, -1), backend), y3, a_zp, mult, bias, y_zp, q_lo, q_hi,
-                       backend, kernel, per_row)
+                       backend, kernel, per_row, a_scale=a_scale)
 
 
 def qgemm_amx_packed_b(a3: np.ndarray, packed: tuple, y3: np.ndarray, a_zp=None, mult=None, bias=None,
                        y_zp: int = 0, q_lo=None, q_hi=None, backend=None, kernel=qgemm_amx,
-                       per_row: bool = False, row_sums_folded: bool = False) -> None:
+                       per_row: bool = False, row_sums_folded: bool = False, a_scale=None) -> None:
     """The tile GEMM of A (batch, M, K; K % 4 == 0) by B already packed: ``packed`` = (bp, bu, bz)
     in tile panels (``pack_b_int8`` with NR = PANEL, or an im2col packing of the same layout: the
     columns a multiple of BLOCK, bp 15 panel rows longer); ``kernel``: the launch (a plan's
@@ -278,7 +303,9 @@ def qgemm_amx_packed_b(a3: np.ndarray, packed: tuple, y3: np.ndarray, a_zp=None,
     mp = -(-m // BLOCK) * BLOCK
     ap = aligned((batch * mp, -(-kk // K_STEP) * (K_STEP // 4)) if pack else (1, 1), np.int32)
     rows = np.empty((batch * mp, 2) if pack else (1, 2), np.int32)
-    mults, biases, requantize, lo, hi = epilogue_args(y3, mult, bias, q_lo, q_hi, per_row, m, bu.shape[1])
+    mults, biases, fbiases, ascale, mode, lo, hi = epilogue_args(y3, mult, bias, q_lo, q_hi, per_row, m, bu.shape[1],
+                                                                 a_scale)
     words = np.ascontiguousarray(a3).view(np.int32)
-    kernel(words, za, bp, bu, bz, mults, biases, y3, ap, rows, -0x7F7F7F80 if flip else 0,
-           int(requantize), int(per_row), float(y_zp), lo, hi, PACK=int(pack), backend=backend)
+    y_int, y_float = (_STAND_IN_I32, y3) if mode == FLOAT_OUT else (y3, _STAND_IN_F32)
+    kernel(words, za, bp, bu, bz, mults, biases, fbiases, ascale, y_int, y_float, ap, rows, -0x7F7F7F80 if flip else 0,
+           int(per_row), float(y_zp), lo, hi, MODE=mode, PACK=int(pack), backend=backend)

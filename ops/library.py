@@ -74,6 +74,7 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.text import TfIdfVectorizer  # noqa: F401
     from ops.mean_variance_norm import mean_variance_normalization  # noqa: F401
     from ops.matmul_fusion import FusedMatMul  # noqa: F401  (MatMul -> Add(bias) as one GEMM)
+    from ops.quant_matmul_float import MatMulIntegerToFloat  # noqa: F401  (the dynamically quantized MatMul as one GEMM)
     from ops.fused_elementwise import FusedElementwise  # noqa: F401
     from ops import elementwise_fusion  # noqa: F401  (elementwise DAGs -> one FusedElementwise kernel)
     from ops import data_convert_export  # noqa: F401  (DataConvert's standard ONNX form)

@@ -218,6 +218,7 @@ OPS = {'::Abs': ('ops.unary',),
  'com.opdsl::FusedMatMul': ('ops.matmul_fusion',),
  'com.opdsl::FusedQLinearAdd': ('ops.quant_add',),
  'com.opdsl::FusedQLinearConv': ('ops.quant_conv_fused',),
+ 'com.opdsl::MatMulIntegerToFloat': ('ops.quant_matmul_float',),
  'com.opdsl::QLinearBatchNormalization': ('ops.quant_batch_norm',),
  'com.opdsl::QLinearConvBatchNormalization': ('ops.quant_conv_batch_norm',),
  'com.opdsl::RecurrentScan': ('ops.recurrent',)}

@@ -19,7 +19,7 @@ from dsl import In, Out, f32, f64, i32, u8, i8
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.elementwise import broadcast_shape
 from ops.conv_int8_direct import ARITHMETIC
-from ops.gemm_int8 import qgemm_int8, qgemm_packed, saturating_pairs_pay, worth_packing
+from ops.gemm_int8 import FLOAT_OUT, qgemm_int8, qgemm_packed, saturating_pairs_pay, worth_packing
 from ops.gemm_int8_amx import amx_usable, fits as amx_fits, qgemm_amx, qgemm_int8_amx
 from ops.quant import constant_quant, round_half_even
 
@@ -35,10 +35,12 @@ INT8 = (i8, u8)
 
 @dsl.kernel
 def qgemm_kernel(a: In[A, 3], b: In[B, 3], a_zp: In[A, 3], b_zp: In[B, 3], a_scale: In[S, 3],
-                 b_scale: In[S, 3], y_scale: In[S, 1], y_zp: In[Y, 1], y: Out[Y, 3],
-                 requantize: dsl.bool_, qmin: f64, qmax: f64):
-    """y[t, m, n] = Σ_k (a[t,m,k] - a_zp[t,m]) (b[t,k,n] - b_zp[t,n]), then requantized when asked.
-    Operands, zero points and scales broadcast along their size-1 axes."""
+                 b_scale: In[S, 3], bias: In[S, 3], y_scale: In[S, 1], y_zp: In[Y, 1], y: Out[Y, 3],
+                 qmin: f64, qmax: f64, MODE: dsl.const[dsl.i64]):
+    """y[t, m, n] = Σ_k (a[t,m,k] - a_zp[t,m]) (b[t,k,n] - b_zp[t,n]) (``MODE`` 0), requantized
+    (1), or as f32: f32(sum)·f32(a_scale·b_scale) + bias[t, n] (``FLOAT_OUT``); a constant, so
+    each variant compiles its own epilogue only.
+    Operands, zero points, scales and the bias broadcast along their size-1 axes."""
     m_rows = y.shape[1]
     n_cols = y.shape[2]
     kk = a.shape[2]
@@ -65,7 +67,7 @@ def qgemm_kernel(a: In[A, 3], b: In[B, 3], a_zp: In[A, 3], b_zp: In[B, 3], a_sca
                 if n0 + j < n_cols:
                     acc[j] += av * (i32(b.flat[row_b + j]) - zb[j])
         py = row * n_cols + n0
-        if requantize:
+        if MODE == 1:
             sa = a_scale.flat[(t if a_scale.shape[0] > 1 else 0) * a_scale.shape[1]
                               + (m if a_scale.shape[1] > 1 else 0)]
             psb = (t if b_scale.shape[0] > 1 else 0) * b_scale.shape[2]
@@ -75,6 +77,15 @@ def qgemm_kernel(a: In[A, 3], b: In[B, 3], a_zp: In[A, 3], b_zp: In[B, 3], a_sca
                     mult = f32(f32(sa * sb) / y_scale.flat[0])
                     q = round_half_even(f64(acc[j]) * f64(mult)) + f64(y_zp.flat[0])
                     y.flat[py + j] = min(max(q, qmin), qmax)
+        elif MODE == FLOAT_OUT:
+            sa = a_scale.flat[(t if a_scale.shape[0] > 1 else 0) * a_scale.shape[1]
+                              + (m if a_scale.shape[1] > 1 else 0)]
+            psb = (t if b_scale.shape[0] > 1 else 0) * b_scale.shape[2]
+            pc = (t if bias.shape[0] > 1 else 0) * bias.shape[2]
+            for j in dsl.static_range(NB):
+                if n0 + j < n_cols:
+                    sb = b_scale.flat[psb + (n0 + j if b_scale.shape[2] > 1 else 0)]
+                    y.flat[py + j] = f32(acc[j]) * f32(sa * sb) + bias.flat[pc + (n0 + j if bias.shape[2] > 1 else 0)]
         else:
             for j in dsl.static_range(NB):
                 if n0 + j < n_cols:
@@ -212,22 +223,24 @@ def _packed_kernel(a: TensorSpec, b: TensorSpec, backend: Optional[str]) -> str:
     return "amx" if amx_usable(backend) and amx_fits(a.shape[-1]) else "packed"
 
 
-def _run_packed(a, a_zp, b, b_zp, y, mult, y_zp, backend, kernel, arithmetic="exact") -> None:
+def _run_packed(a, a_zp, b, b_zp, y, mult, y_zp, backend, kernel, arithmetic="exact", bias=None,
+                a_scale=None) -> None:
     """MatMul(Integer) through ops/gemm_int8.py (or ops/gemm_int8_amx.py for ``kernel`` qgemm_amx):
     (batch, M, K) · (1|batch, K, N); ``arithmetic`` "saturating" runs the products on
-    ``dsl.dot4_sat`` wherever it pays, fits or not (AMX's products are exact either way)."""
+    ``dsl.dot4_sat`` wherever it pays, fits or not (AMX's products are exact either way); an f32
+    ``y`` receives f32(sum)·f32(a_scale·mult) + ``bias`` (per column or per tensor)."""
     av, bv, full = _batch_views(a, b)
     if av.shape[0] != full:
         av = np.ascontiguousarray(np.broadcast_to(av, (full,) + av.shape[1:]))
     if kernel == qgemm_amx:
         qgemm_int8_amx(av, bv, y.reshape(full, av.shape[1], bv.shape[2]), a_zp=a_zp, b_zp=b_zp, mult=mult,
-                       y_zp=0 if y_zp is None else int(np.asarray(y_zp).reshape(-1)[0]), backend=backend,
-                       kernel=kernel)
+                       bias=bias, y_zp=0 if y_zp is None else int(np.asarray(y_zp).reshape(-1)[0]), backend=backend,
+                       kernel=kernel, a_scale=a_scale)
         return
     saturating = True if arithmetic == "saturating" and saturating_pairs_pay(backend) else None
-    qgemm_int8(av, bv, y.reshape(full, av.shape[1], bv.shape[2]), a_zp=a_zp, b_zp=b_zp, mult=mult,
+    qgemm_int8(av, bv, y.reshape(full, av.shape[1], bv.shape[2]), a_zp=a_zp, b_zp=b_zp, mult=mult, bias=bias,
                y_zp=0 if y_zp is None else int(np.asarray(y_zp).reshape(-1)[0]), backend=backend, kernel=kernel,
-               saturating=saturating)
+               saturating=saturating, a_scale=a_scale)
 
 
 def requant_multiplier(a_scale, b_scale, y_scale) -> np.ndarray:
@@ -236,16 +249,24 @@ def requant_multiplier(a_scale, b_scale, y_scale) -> np.ndarray:
             / np.float32(np.asarray(y_scale, np.float32).reshape(-1)[0])).astype(np.float32)
 
 
-def _run_qgemm(impl, inputs, y: np.ndarray, requantize: bool, backend: str, arithmetic: str = "exact") -> None:
+def _run_qgemm(impl, inputs, y: np.ndarray, mode: int, backend: str, arithmetic: str = "exact",
+               bias: Optional[np.ndarray] = None) -> None:
+    """The product of ``inputs`` (QLinearMatMul's eight, None where absent) into ``y``: i32 sums
+    (``mode`` 0), requantized (1) or f32 sums scaled by a_scale·b_scale plus ``bias``
+    (``FLOAT_OUT``)."""
     a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp = inputs
     if impl == qgemm_packed or impl == qgemm_amx:
-        mult = requant_multiplier(a_scale, b_scale, y_scale) if requantize else None
+        if mode == FLOAT_OUT:  # the kernel multiplies by A's scale, read from its buffer
+            _run_packed(a, a_zp, b, b_zp, y, np.asarray(b_scale, np.float32), y_zp, backend, impl, arithmetic, bias,
+                        a_scale)
+            return
+        mult = requant_multiplier(a_scale, b_scale, y_scale) if mode == 1 else None
         _run_packed(a, a_zp, b, b_zp, y, mult, y_zp, backend, impl, arithmetic)
         return
     av, bv, full = _batch_views(a, b)
     out = y.reshape(full, av.shape[1], bv.shape[2])
     scale_dt = a_scale.dtype if a_scale is not None else np.float32
-    if requantize:
+    if mode == 1:
         info = np.iinfo(y.dtype)
         qmin, qmax = float(info.min), float(info.max)
         ys = np.ascontiguousarray(y_scale).reshape(1)
@@ -256,7 +277,8 @@ def _run_qgemm(impl, inputs, y: np.ndarray, requantize: bool, backend: str, arit
     impl(av, bv, _param_view(a_zp, a, True, a.dtype), _param_view(b_zp, b, False, b.dtype),
          _param_view(a_scale, a, True, scale_dt).astype(scale_dt, copy=False),
          _param_view(b_scale, b, False, scale_dt).astype(scale_dt, copy=False),
-         ys, yz, out, requantize, qmin, qmax, backend=backend)
+         _param_view(bias, b, False, scale_dt).astype(scale_dt, copy=False),
+         ys, yz, out, qmin, qmax, MODE=int(mode), backend=backend)
 
 
 def _planned_when_constant(b_index: int, *positions: int):
@@ -312,7 +334,7 @@ class MatMulInteger(dsl.Op):
 
     def run(self, impl, inputs, outputs, backend):
         a, b, azp, bzp = (list(inputs) + [None, None])[:4]
-        _run_qgemm(impl, [a, None, azp, b, None, bzp, None, None], outputs[0], False, backend, self.int8_arithmetic)
+        _run_qgemm(impl, [a, None, azp, b, None, bzp, None, None], outputs[0], 0, backend, self.int8_arithmetic)
 
 
 @dsl.op("QLinearMatMul", since=10)
@@ -351,7 +373,7 @@ class QLinearMatMul(dsl.Op):
             TensorSpec(shape, y_zero_point.dtype), y_scale, y_zero_point, 0, 0, y_zero_point.dtype))
 
     def run(self, impl, inputs, outputs, backend):
-        _run_qgemm(impl, list(inputs), outputs[0], True, backend, self.int8_arithmetic)
+        _run_qgemm(impl, list(inputs), outputs[0], 1, backend, self.int8_arithmetic)
 
 
 @dsl.op("DynamicQuantizeLinear", since=11)
