@@ -253,6 +253,14 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], res: In[T, 3], y: Out[T, 
                         ip = ib + tile % imn
                         acc = dsl.local((MR, 2), dsl.simd(f32, V))
                         i0 = ip * MR
+                        j0 = jp * NR
+                        # the tile of y this K block adds into (or first writes) is stored after the
+                        # k loop: its lines, in L3 between K blocks, arrive during the loop
+                        for r in dsl.static_range(MR):
+                            at = (t * m + min(i0 + r, m - 1)) * n + j0
+                            dsl.prefetch(y, at)
+                            dsl.prefetch(y, at + V)
+                            dsl.prefetch(y, at + NR - 1)
                         pb = bb + (jp - jb) * kc * NR
                         if b_ready == 1:  # pack_b_panels' layout: K blocks of npan panels of kc × NR
                             pb = pc * npan * NR + jp * kc * NR
@@ -276,7 +284,6 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], res: In[T, 3], y: Out[T, 
                                     av = dsl.splat(a.flat[rows[r] + k * sak], V)
                                     acc[r, 0] = dsl.fma(av, b0, acc[r, 0])
                                     acc[r, 1] = dsl.fma(av, b1, acc[r, 1])
-                        j0 = jp * NR
                         full = j0 + NR <= n
                         for r in dsl.static_range(MR):
                             i = i0 + r
