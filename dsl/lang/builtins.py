@@ -748,8 +748,13 @@ for _fn, _arity, _doc in (
         (_tiles.tile_dot_u8i8, 3, "tile c (16x16 i32) += tile a (16x64 u8) . tile b (16x16x4 i8), wrapping (tdpbusd)")):
     register(Builtin(_fn.__name__, _fn, _doc, kind="tile", arity=(_arity,), rule=_tile_rule,
                      spelling={"numba": Helper("tile"), "c": Helper("tile")}))
+def _hint_rule(ts):
+    """dsl.prefetch: the checker types the tensor and the index itself (check.py ``hint_call``); no value."""
+    return T.i64, T.i32
+
+
 register(Builtin("prefetch", prefetch, "start moving the cache line of a.flat[index] toward the core (a hint)",
-                 kind="hint", arity=(2,), rule=_tile_rule, spelling={"numba": Helper("prefetch"),
+                 kind="hint", arity=(2,), rule=_hint_rule, spelling={"numba": Helper("prefetch"),
                                                                      "c": Helper("prefetch")}))
 for _fn in (thread_id, num_threads, tile_id, num_tiles):
     _per_axis = _fn in (tile_id, num_tiles)  # tile_id(axis), num_tiles(axis): axis a literal 0, 1 or 2
