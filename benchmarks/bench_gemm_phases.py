@@ -11,7 +11,7 @@ Sections:
   makes (feeds into the plan's buffers, the output out of it) and the eager ``ops.MatMul``.
 - ``launch``: the fixed cost of one packed-GEMM launch (an 8x8x32 product): the launcher on a
   plan's frozen values and on plain ones, numba's dispatcher on the same values, an empty
-  ``njit`` function taking the same 29 arguments, and the launcher's own Python (scalar
+  ``njit`` function taking the same 30 arguments, and the launcher's own Python (scalar
   adaption, interrupt arm/check).
 
 Best and median of single calls in µs; the machine's other load moves medians most, so read

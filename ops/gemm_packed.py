@@ -105,13 +105,14 @@ def activation(v, act, lo, hi):
 def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], res: In[T, 3], y: Out[T, 3],
                 ap: InOut[f32, 2], bp: InOut[f32, 2], geom: dsl.Vec[i64, 11], tn: i64, whole: i32, b_ready: i32,
                 im2col: i32, trans_a: i32, trans_b: i32, alpha: f32, beta: f32, add_res: i32, act: i32, act_lo: f32,
-                act_hi: f32, V: dsl.const[i64], MR: dsl.const[i64], KC: dsl.const[i64], MC: dsl.const[i64],
+                act_hi: f32, prefetch_y: i32, V: dsl.const[i64], MR: dsl.const[i64], KC: dsl.const[i64], MC: dsl.const[i64],
                 NC: dsl.const[i64], PACK_A: dsl.const[i64]):
     """y[t] = act(alpha·A[t]·B[t] + beta·C + res[t]) (res only if add_res); ``ap``/``bp`` are per-thread
     packing buffers (MC·KC, KC·NC).  With im2col = 1, B[t] is the implicit im2col matrix of image
     b[t] (C, H·W) for the convolution ``geom`` = (H, W, KH, KW, sh, sw, ph, pw, dh, dw, OW).  With
     b_ready = 1, bp is B already packed by ``pack_b_panels`` (one B for every t).  With whole = 1
-    every thread of the grid takes whole batch entries (tn is 1) instead of a team sharing one."""
+    every thread of the grid takes whole batch entries (tn is 1) instead of a team sharing one.
+    With prefetch_y = 1 each tile prefetches its rows of y before its K loop (``prefetches_y``)."""
     m = y.shape[1]
     n = y.shape[2]
     kd = a.shape[1] if trans_a == 1 else a.shape[2]
@@ -253,6 +254,15 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], res: In[T, 3], y: Out[T, 
                         ip = ib + tile % imn
                         acc = dsl.local((MR, 2), dsl.simd(f32, V))
                         i0 = ip * MR
+                        j0 = jp * NR
+                        if prefetch_y == 1:  # the tile of y this K block adds into, stored after the
+                            # k loop: its lines (one 4 KB page a row at n = 1024, in L3 between K
+                            # blocks) arrive during the loop
+                            for r in dsl.static_range(MR):
+                                at = (t * m + min(i0 + r, m - 1)) * n + j0
+                                dsl.prefetch(y, at)
+                                dsl.prefetch(y, at + V)
+                                dsl.prefetch(y, at + NR - 1)
                         pb = bb + (jp - jb) * kc * NR
                         if b_ready == 1:  # pack_b_panels' layout: K blocks of npan panels of kc × NR
                             pb = pc * npan * NR + jp * kc * NR
@@ -276,7 +286,6 @@ def gemm_packed(a: In[T, 3], b: In[T, 3], c: In[T, 2], res: In[T, 3], y: Out[T, 
                                     av = dsl.splat(a.flat[rows[r] + k * sak], V)
                                     acc[r, 0] = dsl.fma(av, b0, acc[r, 0])
                                     acc[r, 1] = dsl.fma(av, b1, acc[r, 1])
-                        j0 = jp * NR
                         full = j0 + NR <= n
                         for r in dsl.static_range(MR):
                             i = i0 + r
@@ -336,6 +345,17 @@ def pack_b_panels(b: In[T, 2], bp: Out[f32, 1], trans_b: i32, KC: dsl.const[i64]
                 if jp * NR + col < n:
                     v = b.flat[(pc + k) * sbk + (jp * NR + col) * sbj]
                 bp.flat[dst + k * NR + col] = v
+
+
+PREFETCH_Y_BYTES = 1 << 19  # outputs above this leave a 512 KB L2 (Zen 3's) between their K blocks
+
+
+def prefetches_y(m: int, n: int, k: int, cfg: TileConfig) -> bool:
+    """Whether tiles should prefetch their rows of y: only where y is added into after other K
+    blocks and is too big to still be in L2 by then (1024³: +4-17 % on one core); the prefetches
+    of a small product, whose y stays in cache, cost 3-10 % at K = 64 (RESULTS.md, issue 29,
+    nineteenth session)."""
+    return k > cfg.KC and m * n * 4 > PREFETCH_Y_BYTES
 
 
 def thread_grid(m: int, n: int, cfg: TileConfig, b_ready: bool = False) -> tuple:
@@ -410,5 +430,6 @@ def packed_gemm(a, b, c, y, trans_a: int = 0, trans_b: int = 0, alpha=1.0, beta=
     kernel(a, b, c, res, y, ap, bp, NO_GEOMETRY if geometry is None else np.asarray(geometry, np.int64), tn,
            whole=int(whole), b_ready=int(b_ready), im2col=int(geometry is not None), trans_a=trans_a,
            trans_b=trans_b, alpha=float(alpha), beta=float(beta), add_res=int(add_res), act=act,
-           act_lo=float(act_lo), act_hi=float(act_hi), V=cfg.V, MR=cfg.MR, KC=cfg.KC, MC=cfg.MC, NC=cfg.NC,
+           act_lo=float(act_lo), act_hi=float(act_hi), prefetch_y=int(prefetches_y(y.shape[1], y.shape[2], k, cfg)),
+           V=cfg.V, MR=cfg.MR, KC=cfg.KC, MC=cfg.MC, NC=cfg.NC,
            PACK_A=int(pack_a), backend=backend, grid=teams)

@@ -76,4 +76,4 @@ def test_gemm_phases_bench_runs():
     row = [line for line in text.splitlines() if line.startswith("| 2x64x64 @ 2x64x64")]
     assert len(row) == 1 and row[0].count("|") == 10 and "nan" not in row[0]
     launch = bench_gemm_phases.launch_cost(2)
-    assert "empty njit, same 29 arguments" in launch and "launcher(frozen values, grid)" in launch
+    assert "empty njit, same 30 arguments" in launch and "launcher(frozen values, grid)" in launch

@@ -20,6 +20,8 @@ class CBuiltinCalls:
         string over the argument code, or a ``builtin_<name>`` method (``B.Helper``)."""
         if B.BUILTINS[e.name].kind == "tile":
             return self.builtin_tile(e)
+        if B.BUILTINS[e.name].kind == "hint":  # a tensor passes whole: its Helper method spells it
+            return getattr(self, "builtin_" + B.spelling(e.name, self.targets, e.loc).name)(e, [])
         spelled = B.spelling(e.name, self.targets, e.loc)
         args = [self.bare(a) for a in e.args]
         if isinstance(spelled, B.Helper):
@@ -27,6 +29,14 @@ class CBuiltinCalls:
         return spelled.format(*args, T=self.ctype(e.type))
 
     # Helper spellings (B.Helper): (call, argument code) -> code
+    def builtin_prefetch(self, e: ir.Call, args: List[str]) -> str:
+        """OpenCL's ``prefetch`` of one element of a global buffer; of local or private memory, nothing."""
+        tensor = e.args[0].tensor
+        if not isinstance(self.k.buffer(tensor), ir.TensorParam):
+            return "(void)0"
+        # as bytes: the line holding the element (prefetch of a half pointer is ambiguous without fp16)
+        return f"prefetch(({self.buffer_prefix}const uchar*)({self.pointer(tensor)} + ({self.bare(e.args[1])})), 1)"
+
     def builtin_thread_id(self, e: ir.Call, args: List[str]) -> str:
         return self.code_for_team["thread_id"]
 

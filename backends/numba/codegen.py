@@ -387,6 +387,8 @@ class Gen(SimdGen, TileGen, Visitor):
         argument code, or a ``builtin_<name>`` method of this generator (``B.Helper``)."""
         if B.BUILTINS[e.name].kind == "tile":
             return self.builtin_tile(e, scope)
+        if B.BUILTINS[e.name].kind == "hint":  # a tensor passes whole: its Helper method spells it
+            return getattr(self, "builtin_" + B.spelling(e.name, self.TARGETS, e.loc).name)(e, [], scope)
         t = ctype(e.type)
         spelled = B.spelling(e.name, self.TARGETS, e.loc)
         args = [self.typed(a, ctype(a.type), scope) for a in e.args]
@@ -431,6 +433,11 @@ class Gen(SimdGen, TileGen, Visitor):
         if self.fastmath and ctype(e.type).is_float:
             return _nan_propagating("clamp", args)
         return f"min(max({args[0]}, {args[1]}), {args[2]})"
+
+    def builtin_prefetch(self, e, args, scope):
+        """llvm.prefetch of the element's address (the tensor passes whole, ``args`` is empty); no
+        bounds check: a hint never faults."""
+        return f"sm.prefetch({self.names[e.args[0].tensor]}, {self.typed(e.args[1], T.i64, scope)})"
 
     def builtin_fma(self, e, args, scope):
         if ctype(e.type).is_float:

@@ -92,6 +92,27 @@ def vload(typingctx, arr, offset, lanes):
 
 
 @intrinsic
+def prefetch(typingctx, arr, offset):
+    """``llvm.prefetch`` (read, keep in all cache levels: x86 ``prefetcht0``) of ``arr[offset]``'s
+    address; the address is computed without an in-bounds promise, so any offset is allowed."""
+    if not isinstance(arr, types.Array) or not isinstance(offset, types.Integer):
+        return None
+    sig = types.void(arr, offset)
+
+    def codegen(context, builder, sig, args):
+        data = context.make_array(arr)(context, builder, args[0]).data
+        ptr = builder.bitcast(builder.gep(data, [args[1]]), llir.IntType(8).as_pointer())
+        i32 = llir.IntType(32)
+        fn = builder.module.globals.get("llvm.prefetch.p0")
+        if fn is None:
+            fn = llir.Function(builder.module, llir.FunctionType(llir.VoidType(), [ptr.type, i32, i32, i32]),
+                               "llvm.prefetch.p0")
+        builder.call(fn, [ptr, llir.Constant(i32, 0), llir.Constant(i32, 3), llir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return sig, codegen
+
+
+@intrinsic
 def vstore(typingctx, arr, offset, value):
     """The lanes of ``value`` into ``arr[offset:offset + lanes]`` (unaligned)."""
     if not isinstance(arr, types.Array) or not isinstance(value, Simd):
@@ -651,7 +672,7 @@ def wide_registers(typingctx):
     return types.void(), codegen
 
 
-__all__ = ["Simd", "vload", "vstore", "bf16_to_f32", "f32_to_bf16", "vsplat", "vget", "vset", "vbinary",
+__all__ = ["Simd", "vload", "vstore", "prefetch", "bf16_to_f32", "f32_to_bf16", "vsplat", "vget", "vset", "vbinary",
            "vcompare", "vunary", "vfma", "fma", "vselect", "vconvert", "vf2i", "vreduce", "wide_registers", "dot4",
            "DOT4_LOWERINGS", "dot4_sat", "DOT4_SAT_LOWERINGS",
            "dot2_i16", "DOT2_I16_LOWERINGS"]

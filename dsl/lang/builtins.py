@@ -361,6 +361,17 @@ def bool_(v=False):
     return bool(v)
 
 
+def prefetch(a, index):
+    """Hint that ``a.flat[index]`` is read soon: the cache line holding it starts on its way to
+    the core (x86 ``prefetcht0`` on numba, OpenCL ``prefetch`` of a global buffer).  Results never
+    change, and an index outside the tensor is allowed and does nothing (a prefetch never faults),
+    so a kernel may prefetch the next block without a bounds test.  A statement in a kernel body;
+    the interpreter only checks the index is an integer."""
+    if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
+        raise KernelValueError(f"dsl.prefetch(a, index): index must be an integer element offset, got "
+                               f"{type(index).__name__} {index!r}")
+
+
 def dot4(acc, a, b):
     """acc + the dot product of the 4 bytes of ``a`` (unsigned) and of ``b`` (signed), per i32 lane.
 
@@ -538,6 +549,8 @@ KINDS = {
     "tile": "a statement (ir.ExprStmt of an ir.Call) on the tile registers (dsl/lang/tiles.py): literal tile "
             "indexes and, to move memory, a tensor (ir.TensorRef); the checker types it (dsl/lang/check_tiles.py)",
     "lowered": "the frontend builds other IR for it (a statement, a Select, arithmetic); no spelling",
+    "hint": "a statement (ir.ExprStmt of an ir.Call) of a tensor (ir.TensorRef) and an element offset that "
+            "never changes results (dsl.prefetch); each backend lowers it itself, or to nothing",
 }
 
 
@@ -735,6 +748,14 @@ for _fn, _arity, _doc in (
         (_tiles.tile_dot_u8i8, 3, "tile c (16x16 i32) += tile a (16x64 u8) . tile b (16x16x4 i8), wrapping (tdpbusd)")):
     register(Builtin(_fn.__name__, _fn, _doc, kind="tile", arity=(_arity,), rule=_tile_rule,
                      spelling={"numba": Helper("tile"), "c": Helper("tile")}))
+def _hint_rule(ts):
+    """dsl.prefetch: the checker types the tensor and the index itself (check.py ``hint_call``); no value."""
+    return T.i64, T.i32
+
+
+register(Builtin("prefetch", prefetch, "start moving the cache line of a.flat[index] toward the core (a hint)",
+                 kind="hint", arity=(2,), rule=_hint_rule, spelling={"numba": Helper("prefetch"),
+                                                                     "c": Helper("prefetch")}))
 for _fn in (thread_id, num_threads, tile_id, num_tiles):
     _per_axis = _fn in (tile_id, num_tiles)  # tile_id(axis), num_tiles(axis): axis a literal 0, 1 or 2
     register(Builtin(_fn.__name__, _fn, _fn.__doc__, kind="team", arity=(0, 1) if _per_axis else (0,),

@@ -531,6 +531,8 @@ class _Checker(StaticUnroll, SimdRules, TileRules, LocalArrays, FuncCalls, Visit
             raise self.error(e, f"{e.name}() is not a builtin that can be called here")
         if spec.kind == "tile":
             return self.tile_call(e)
+        if spec.kind == "hint":
+            return self.hint_call(e)
         typed = [self.expr(a) for a in e.args]
         if any(t is None for _, t in typed):
             return ir.Const(0, type=None, loc=e.loc), None
@@ -548,6 +550,18 @@ class _Checker(StaticUnroll, SimdRules, TileRules, LocalArrays, FuncCalls, Visit
         if spec.literal_arg and args:
             args = _literal_arg(spec, *typed[0])
         return ir.Call(e.name, args, type=rest.strong, loc=e.loc), rest
+
+    def hint_call(self, e: ir.Call):
+        """``dsl.prefetch(a, index)``: a tensor of this kernel and an integer element offset (i64)."""
+        tensor, index = e.args
+        if isinstance(self.buffer(tensor.tensor, tensor), ir.VecParam):
+            raise self.error(tensor, f"dsl.{e.name}(a, index): '{tensor.tensor}' is a dsl.Vec, passed by value; "
+                                     "a prefetch takes a tensor in memory", kind=TypeMismatch)
+        v, t = self.expr(index)
+        if t is not None and (isinstance(t, T.SimdType) or not t.is_int):
+            raise self.error(index, f"dsl.{e.name}(a, index): index must be an integer element offset, got {t}",
+                             kind=TypeMismatch)
+        return ir.Call(e.name, (tensor, self.cast(v, T.i64) if t is not None else v), type=T.i32, loc=e.loc), T.i32
 
     # ------------------------------------------------------------------ scratch
     def scratch_decl(self, s, binding: Binding) -> ir.Scratch:

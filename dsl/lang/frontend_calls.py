@@ -51,7 +51,20 @@ class Calls:
             return None
         if kind == "dsl" and B.BUILTINS[name].kind == "tile":
             return ir.ExprStmt(self.tile_call(call, name), loc=loc)
+        if kind == "dsl" and B.BUILTINS[name].kind == "hint":
+            return ir.ExprStmt(self.hint_call(call, name), loc=loc)
         return ir.ExprStmt(self.expr(call), loc=loc)
+
+    def hint_call(self, call: ast.Call, name: str) -> ir.Call:
+        """``dsl.prefetch(a, index)``: the tensor passes whole (an ``ir.TensorRef``), the index as a value."""
+        if not self.is_kernel:
+            raise self.error(call, f"dsl.{name}() is only allowed in a kernel body, not in a @dsl.func")
+        args = self.call_args(call, ("a", "index"), required=2, raw=True)
+        a = args["a"]
+        if not (isinstance(a, ast.Name) and self.is_tensor(a.id)):
+            raise self.error(a, f"dsl.{name}(a, index): a must be a tensor (a kernel argument or scratch), got "
+                                f"'{ast.unparse(a)}'")
+        return ir.Call(name, (ir.TensorRef(a.id, loc=self.loc(a)), self.expr(args["index"])), loc=self.loc(call))
 
     def tile_call(self, call: ast.Call, name: str) -> ir.Call:
         """``dsl.tile_*(...)`` (dsl/lang/tiles.py): the tensor of tile_load/tile_store passes whole
@@ -165,7 +178,7 @@ class Calls:
                 return ir.VReduce(name[len("reduce_"):], args["v"], loc=loc)
             if name in ("dequant", "quant"):
                 return quantize.lower(self, e, name)
-            if B.BUILTINS[name].kind in ("lowered", "tile"):
+            if B.BUILTINS[name].kind in ("lowered", "tile", "hint"):
                 raise self.error(e, {"split": "dsl.split(n) returns two values: lo, hi = dsl.split(n)",
                                      "scratch": "dsl.scratch(...) must be assigned to a name at the top of the kernel",
                                      "static_range": "dsl.static_range(...) is only a for loop's iterable: "

@@ -8,6 +8,7 @@ import pytest
 
 import dsl
 import ops
+from ops import gemm_packed
 from ops.gemm_packed import TileConfig, packed_gemm, tile_config
 
 RNG = np.random.default_rng(5)
@@ -46,6 +47,27 @@ def test_packed_gemm_every_loop(backend, case):
     np.testing.assert_allclose(y, reference(a, b, c, ta, tb, alpha, beta), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("case", CASES[:3], ids=lambda c: "x".join(map(str, c[:5])) + f"-t{c[5]}{c[6]}")
+def test_prefetching_y_changes_no_result(backend, case, monkeypatch):
+    """Tiles that prefetch their rows of y (rows past m clamped) give the same products."""
+    monkeypatch.setattr(gemm_packed, "PREFETCH_Y_BYTES", 0)
+    ba, bb, m, k, n, ta, tb, alpha, beta, cshape = case
+    assert gemm_packed.prefetches_y(m, n, k, TINY)
+    a = rand(ba, k, m) if ta else rand(ba, m, k)
+    b = rand(bb, n, k) if tb else rand(bb, k, n)
+    c = rand(*cshape)
+    y = np.full((max(ba, bb), m, n), np.nan, np.float32)
+    packed_gemm(a, b, c, y, trans_a=ta, trans_b=tb, alpha=alpha, beta=beta, backend=backend, config=TINY)
+    np.testing.assert_allclose(y, reference(a, b, c, ta, tb, alpha, beta), rtol=1e-4, atol=1e-4)
+
+
+def test_y_is_prefetched_only_when_big_and_added_into():
+    cfg = tile_config("numba")
+    assert gemm_packed.prefetches_y(1024, 1024, 1024, cfg)
+    assert not gemm_packed.prefetches_y(1024, 1024, cfg.KC, cfg)   # one K block: y is only written
+    assert not gemm_packed.prefetches_y(128, 256, 1024, cfg)       # 128 KB of y stays in L2
+
+
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_packed_gemm_half_storage(backend, dtype):
     """f16/bf16 data is packed as f32 and accumulated in f32; y rounds once per K block."""
@@ -66,6 +88,17 @@ def test_packed_gemm_half_storage(backend, dtype):
 
 def test_target_tile_past_one_k_block():
     """The numba target's own tile (16 or 8 lanes) with K over one KC block and ragged edges."""
+    cfg = tile_config("numba")
+    m, k, n = 3 * cfg.MR + 1, cfg.KC + 37, 2 * cfg.NR + 5
+    a, b = rand(1, m, k), rand(1, k, n)
+    y = np.empty((1, m, n), np.float32)
+    packed_gemm(a, b, np.zeros((1, 1), np.float32), y, backend="numba")
+    np.testing.assert_allclose(y, reference(a, b, np.zeros((1, 1)), 0, 0, 1.0, 0.0), rtol=1e-4, atol=1e-3)
+
+
+def test_target_tile_prefetching_y(monkeypatch):
+    """The same with every tile prefetching its rows of y (what 1024³ runs)."""
+    monkeypatch.setattr(gemm_packed, "PREFETCH_Y_BYTES", 0)
     cfg = tile_config("numba")
     m, k, n = 3 * cfg.MR + 1, cfg.KC + 37, 2 * cfg.NR + 5
     a, b = rand(1, m, k), rand(1, k, n)

@@ -101,9 +101,11 @@ def test_row_tile_must_divide_a_weight_group():
                                              0, 0.0, 0.0, DirectConfig(V=8, NV=2, P=6), row_shape=(6, 2))
 
 
-def test_avx2_gemm_tile_exact(backend):
+def test_avx2_gemm_tile_exact(backend, monkeypatch):
     """The AVX2 GEMM tile (6 rows × 16 columns, K blocks of 512) on edges of all three: 13 rows
-    (6 + 6 + 1), 37 columns (16 + 16 + 5), K = 600 (a block of 512 and one of 88)."""
+    (6 + 6 + 1), 37 columns (16 + 16 + 5), K = 600 (a block of 512 and one of 88), its tiles
+    prefetching their rows of y as a big product's do (16 columns: a row's 3 prefetches overlap)."""
+    monkeypatch.setattr(gemm_packed, "PREFETCH_Y_BYTES", 0)
     rng = np.random.default_rng(290)
     a = rng.standard_normal((1, 13, 600)).astype(np.float32)
     b = rng.standard_normal((1, 600, 37)).astype(np.float32)
