@@ -1,4 +1,4 @@
-"""``OPDSL_CPU``: run this process as if on a CPU with fewer features (docs/cpu_kinds.md).
+"""``OPDSL_CPU``: run this process as if on a CPU with fewer features (docs/ops.md, "Simulating another kind of CPU").
 
 opdsl picks kernels, tiles and lowerings from ``dsl.target`` (AVX-512 or AVX2 tiles, VNNI or
 ``vpmaddwd`` dot products, AMX or not), and numba compiles for the CPU numba's own
