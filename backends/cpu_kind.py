@@ -11,6 +11,7 @@ only: the timings are still this CPU's (a Zen 4 runs 512-bit operations as two h
 from __future__ import annotations
 
 import os
+import platform
 from typing import Dict, FrozenSet, Tuple
 
 VARIABLE = "OPDSL_CPU"
@@ -26,6 +27,12 @@ KINDS: Dict[str, Tuple[str, Tuple[str, ...]]] = {
     "avx2-vnni": ("alderlake", _AVX512_ONLY + ("avxifma", "avxneconvert", "avxvnniint")),
     # AVX2 + FMA only (AMD Zen 3, Intel Haswell to Skylake client)
     "avx2": ("znver3", _AVX512_ONLY + _LATER_VEX),
+}
+# kind -> the features it is defined by: simulating it on a host without them would only mislead
+NEEDS: Dict[str, Tuple[str, ...]] = {
+    "zen4": ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512vnni"),
+    "avx2-vnni": ("avx2", "fma", "avxvnni"),
+    "avx2": ("avx2", "fma"),
 }
 ALIASES = {"zen3": "avx2", "znver4": "zen4", "znver3": "avx2", "haswell": "avx2", "alderlake": "avx2-vnni"}
 
@@ -44,6 +51,10 @@ def restricted(host_flags: Dict[str, bool], kind: str) -> Tuple[str, str]:
     """(LLVM CPU name, LLVM feature string) for ``kind`` on a host whose LLVM features are
     ``host_flags``: every host feature kept but those the kind lacks, which are turned off."""
     cpu, lacks = KINDS[kind]
+    missing = [f for f in NEEDS[kind] if not host_flags.get(f)]
+    if missing:
+        raise ValueError(f"{VARIABLE}={kind!r} cannot be simulated on this CPU: it lacks {', '.join(missing)} "
+                         f"(a kind only takes features away; unset {VARIABLE} to run as this CPU)")
     flags = []
     for name in sorted(host_flags):
         on = bool(host_flags[name]) and not name.startswith(lacks)
@@ -59,6 +70,8 @@ def apply(environ=os.environ) -> str:
     if not value or value.lower() == "host":
         return ""
     kind = kind_name(value)
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        raise ValueError(f"{VARIABLE}={value!r}: the kinds are x86-64 CPUs, this host is {platform.machine()}")
     if "NUMBA_CPU_NAME" in environ or "NUMBA_CPU_FEATURES" in environ:
         return kind
     from llvmlite import binding
