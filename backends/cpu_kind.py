@@ -1,4 +1,5 @@
-"""``OPDSL_CPU``: run this process as if on a CPU with fewer features (docs/ops.md, "Simulating another kind of CPU").
+"""``OPDSL_CPU``: run this process as if on a CPU with fewer features (docs/ops.md, "Simulating
+another kind of CPU").
 
 opdsl picks kernels, tiles and lowerings from ``dsl.target`` (AVX-512 or AVX2 tiles, VNNI or
 ``vpmaddwd`` dot products, AMX or not), and numba compiles for the CPU numba's own
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import os
 import platform
-from typing import Dict, FrozenSet, Tuple
+from typing import Dict, Tuple
 
 VARIABLE = "OPDSL_CPU"
 
@@ -80,7 +81,3 @@ def apply(environ=os.environ) -> str:
     environ["NUMBA_CPU_FEATURES"] = features
     return kind
 
-
-def lacks(kind: str) -> FrozenSet[str]:
-    """The feature-name prefixes ``kind`` turns off (docs and tests)."""
-    return frozenset(KINDS[kind][1])

@@ -38,7 +38,7 @@ def test_avx2_kinds_drop_every_avx512_and_amx_feature():
 
 def test_a_kind_never_adds_what_the_host_lacks():
     assert "sse4.2" not in enabled(cpu_kind.restricted(dict(FLAGS, **{"sse4.2": False}), "zen4")[1])
-    with pytest.raises(ValueError, match=r"OPDSL_CPU='zen4' cannot be simulated on this CPU: it lacks avx512f, avx512vnni"):
+    with pytest.raises(ValueError, match=r"OPDSL_CPU='zen4' cannot be simulated on this CPU: it lacks avx512f, avx512vnn"):
         cpu_kind.restricted(dict(FLAGS, avx512f=False, avx512vnni=False), "zen4")
     with pytest.raises(ValueError, match="lacks avxvnni"):
         cpu_kind.restricted(dict(FLAGS, avxvnni=False), "avx2-vnni")
@@ -118,7 +118,8 @@ json.dump({"cpu": t.cpu, "vector_bits": t.vector_bits, "features": sorted(t.feat
 
 
 def probe(kind: str) -> dict:
-    env = dict(os.environ, OPDSL_CPU=kind, PYTHONPATH=os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))))
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))
+    env = dict(os.environ, OPDSL_CPU=kind, PYTHONPATH=path)
     for name in ("NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES"):
         env.pop(name, None)
     done = subprocess.run([sys.executable, "-c", PROBE], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -130,7 +131,7 @@ def probe(kind: str) -> dict:
 def test_an_avx2_process_reports_compiles_and_runs_as_avx2():
     facts = probe("avx2")
     assert facts["cpu"] == "znver3" and facts["vector_bits"] == 256
-    assert not {f for f in facts["features"] if f.startswith(("avx512", "amx", "avxvnni"))} and "amx" not in facts["features"]
+    assert not {f for f in facts["features"] if f.startswith(("avx512", "amx", "avxvnni"))}
     assert facts["int8_tile"] == facts["direct_tile"] == [8, 4] and facts["products"] == "dot2_i16"
     assert not facts["amx"] and facts["int8_steps"] <= 1 and facts["f32_err"] < 1e-3
 
