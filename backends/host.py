@@ -1,10 +1,11 @@
 """What the host CPU can do, asked once per process: the facts ``Backend.target()`` gives for
 backends that run on the host (numba, the interpreter) and the default for any other backend.
 
-The features are LLVM's view of the host (``llvmlite.binding.get_host_cpu_features``), not the
-operating system's flag list: numba compiles with LLVM for exactly that CPU, so an op that picks a
-kernel because ``"avx512f"`` is listed picks what the compiler will really use.  The CPU does not
-change during a process, so the answer is cached.
+The features are LLVM's view of the CPU numba compiles for, not the operating system's flag list:
+the host (``llvmlite.binding.get_host_cpu_features``), or the CPU numba's ``NUMBA_CPU_NAME`` /
+``NUMBA_CPU_FEATURES`` name instead (which ``OPDSL_CPU``, backends/cpu_kind.py, fills in to
+simulate a CPU with fewer features), so an op that picks a kernel because ``"avx512f"`` is listed
+picks what the compiler will really use.  The answer does not change during a process: cached.
 
 Derived names, so an op can ask the same question on every backend:
 
@@ -23,7 +24,9 @@ import functools
 import os
 import platform
 from dataclasses import dataclass
-from typing import FrozenSet, Optional
+from typing import FrozenSet, Optional, Tuple
+
+from backends import cpu_kind
 
 
 @dataclass(frozen=True)
@@ -134,6 +137,16 @@ def llvm_features() -> Optional[FrozenSet[str]]:
         return None
 
 
+def compiled_for(environ=os.environ) -> Tuple[Optional[str], Optional[FrozenSet[str]]]:
+    """(CPU name, features) numba's environment makes it compile for instead of the host's, each
+    None where unset, read as numba reads them: ``NUMBA_CPU_NAME=generic`` alone means no features."""
+    name = environ.get("NUMBA_CPU_NAME") or None
+    features = environ.get("NUMBA_CPU_FEATURES")
+    if features is None and name is not None and name.lower() == "generic":
+        features = ""
+    return name, (None if features is None else normalize(features))
+
+
 ARCH_REQ_XCOMP_PERM = 0x1023  # arch_prctl code: ask for an extended state component
 XFEATURE_XTILEDATA = 18       # the AMX tile data component
 SYS_ARCH_PRCTL = 158          # x86-64 Linux
@@ -158,13 +171,18 @@ def amx_granted(isa: FrozenSet[str]) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def host() -> TargetInfo:
-    """The host CPU's facts (cached: they do not change in a process)."""
-    isa = llvm_features() or frozenset()
+    """The facts of the CPU numba compiles for: the host, or what ``NUMBA_CPU_NAME`` /
+    ``NUMBA_CPU_FEATURES`` (or ``OPDSL_CPU``) name (cached: they do not change in a process)."""
+    name, features = compiled_for()
+    isa = features if features is not None else llvm_features() or frozenset()
     try:
         from llvmlite import binding
-        cpu = binding.get_host_cpu_name()
+        cpu = name or binding.get_host_cpu_name()
     except Exception:
-        cpu = ""
+        cpu = name or ""
     amx = frozenset({"amx"}) if amx_granted(isa) else frozenset()
     return TargetInfo(device=_cpu_model(), features=isa | derived(isa) | amx, vector_bits=vector_bits(isa),
                       compute_units=_cores(), cache_bytes=_largest_cache(), cpu=cpu)
+
+
+cpu_kind.apply()  # OPDSL_CPU -> numba's variables, before anything imports numba's compiler

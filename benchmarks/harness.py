@@ -156,6 +156,9 @@ def machine_info() -> List[str]:
     try:
         import llvmlite.binding as llvm
         lines.append(f"LLVM host CPU: {llvm.get_host_cpu_name()}")
+        if os.environ.get("OPDSL_CPU") or os.environ.get("NUMBA_CPU_NAME"):  # a simulated kind (docs/ops.md)
+            lines.append(f"compiling as: OPDSL_CPU={os.environ.get('OPDSL_CPU', '')!r}, "
+                         f"NUMBA_CPU_NAME={os.environ.get('NUMBA_CPU_NAME', '')!r}")
     except Exception:
         pass
     lines.append(f"load average at start (1/5/15 min): {load_text()}")

@@ -20,6 +20,9 @@ OPDSL_NO_TILING     set to 1 to run ops that declare tiling untiled unless compi
 OPDSL_INPLACE_ALL   set to 1 to let models run every op that declares ``inplace`` in place (smallest
                     arena; their loops run scalar); default: only ops whose in-place run is a no-op
                     (dsl/opgraph/memory.py); read when a model is built
+OPDSL_CPU           zen4 | avx2-vnni | avx2 | host: compile and choose kernels as if on that kind of CPU
+                    (this host's features less what it lacks; read at import by backends/cpu_kind.py,
+                    which fills numba's NUMBA_CPU_NAME/NUMBA_CPU_FEATURES); see docs/ops.md
 OPDSL_COMPILE_WORKERS  processes that compile a model's numba kernels side by side (default: the core
                     count, at most 4); 0 compiles every kernel in the calling process
 """

@@ -25,6 +25,7 @@ RUN_FIRST = ("tests/test_notebooks.py",)
 RUN_EARLY = (
     "tests/ops/test_gemm_int8.py::test_conv_int8_packing_on_every_backend",
     "tests/ops/test_gemm_int8.py::test_qlinear_conv_model_matches_onnxruntime",
+    "tests/backends/test_cpu_kind.py::test_an_avx2_process_reports_compiles_and_runs_as_avx2",
     "tests/onnx/test_backend_conformance.py::test_case[node/test_qlinearconv]",
     "tests/onnx/test_backend_conformance.py::test_case[node/test_convinteger_without_padding]",
     "tests/ops/test_quant_conv_plans.py::test_packed_conv_is_planned_and_equals_run",

@@ -205,6 +205,7 @@ class Autotuner:
         return {"kernel": f"{k.fn.__module__}.{k.fn.__qualname__}", "source": source, "threads": k.threads,
                 "fastmath": k.fastmath, "debug": k._debug(), "opdsl": __version__, "backend": backend,
                 "target": f"{t.device} | cpu {t.cpu or '-'} | {t.compute_units} units",
+                "target_features": hashlib.sha256(",".join(sorted(t.features)).encode()).hexdigest()[:16],
                 "configs": [_describe(c) for c in self.configs], "key": dict(zip(self.key, values)),
                 **({"defines": repr(k.defines), "features": sorted(k.features)}  # Kernel.variant
                    if k.defines or k.features else {})}

@@ -13,6 +13,7 @@ import functools
 import hashlib
 import html
 import inspect
+import os
 import sys
 import threading
 import types
@@ -673,7 +674,10 @@ def _environment_tag() -> str:
         import llvmlite
         import llvmlite.binding as llvm
         import numba
-        parts += [numba.__version__, llvmlite.__version__, llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()]
+        # the CPU numba compiles for: the host, or NUMBA_CPU_NAME / NUMBA_CPU_FEATURES (OPDSL_CPU)
+        name, features = os.environ.get("NUMBA_CPU_NAME"), os.environ.get("NUMBA_CPU_FEATURES")
+        parts += [numba.__version__, llvmlite.__version__, name or llvm.get_host_cpu_name(),
+                  llvm.get_host_cpu_features().flatten() if features is None else features]
     except Exception:  # pragma: no cover - numba is a hard dependency
         pass
     return "|".join(parts)

@@ -1,5 +1,5 @@
 """dsl.target(backend): each backend's facts agree with an independent reading of the hardware
-(llvmlite for the host CPU, pyopencl for the chosen OpenCL device), and an op's select hook can
+(numba's codegen for the CPU it compiles for, pyopencl for the chosen OpenCL device), and an op's select hook can
 pick a kernel by them."""
 import dataclasses
 
@@ -11,10 +11,18 @@ from dsl import In, Out, f32
 
 
 def _llvm_host():
-    """The enabled host features straight from llvmlite, parsed here (not by backends.host)."""
-    from llvmlite import binding
-    flat = binding.get_host_cpu_features().flatten()
+    """The enabled features of the CPU numba compiles for, as numba's codegen reads them, parsed
+    here (not by backends.host): llvmlite's host, or NUMBA_CPU_FEATURES (which OPDSL_CPU fills)."""
+    from numba.core import config
+    from numba.core.codegen import get_host_cpu_features
+    flat = config.CPU_FEATURES if config.CPU_FEATURES is not None else get_host_cpu_features()
     return {f[1:].lower() for f in flat.split(",") if f.startswith("+")}
+
+
+def _llvm_cpu_name():
+    from llvmlite import binding
+    from numba.core import config
+    return config.CPU_NAME or binding.get_host_cpu_name()
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +50,7 @@ def test_numba_features_are_llvms_host_features():
         assert "bf16" in t and "bf16_arith" in t
     if "avx512fp16" not in host and "fullfp16" not in host:
         assert "f16_arith" not in t
-    from llvmlite import binding
-    assert t.cpu == binding.get_host_cpu_name()
+    assert t.cpu == _llvm_cpu_name()
     assert t.device and t.compute_units >= 1 and t.local_mem_bytes == 0
 
 

@@ -8,6 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import dsl
+from backends import host
 from ops.gemm_int8 import saturating_pairs_pay
 from test_gemm_int8 import conv_exact, requantized
 
@@ -53,6 +54,8 @@ def test_int8_arithmetic_is_exact_by_default_and_saturates_only_on_request(compi
     assert (got != want).sum() >= 10  # channels 0 and 1 saturate ...
     np.testing.assert_array_equal(got[:, 2:], want[:, 2:])  # ... the others cannot
     ort = pytest.importorskip("onnxruntime")
+    if {"avx512vnni", "avxvnni"} & (host.llvm_features() or frozenset()):
+        return  # AVX2 simulated (OPDSL_CPU) on a VNNI CPU: onnxruntime reads the real CPU and sums exactly
     sess = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(got, sess.run(None, {"x": x})[0])  # its AVX2 kernels saturate alike
 
