@@ -329,33 +329,3 @@ class CStyleRenderer(Visitor, CStatements, CLoops, CExpressions, CFunctions, CIn
     def unsupported(self, node, *context):
         raise CompileError(f"the {type(self).__name__} emitter cannot translate {type(node).__name__}",
                            getattr(node, "loc", None))
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
