@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,7 @@ if __package__ in (None, ""):
 
 import backends.numba.backend as numba_backend  # noqa: E402
 from benchmarks.bench_f32_cpu import _module  # noqa: E402
-from benchmarks.bench_pointwise import Recorder, alternate, blocked, report  # noqa: E402
+from benchmarks.bench_pointwise import Recorder, ab_arguments, ab_layers, blocked, work  # noqa: E402
 from ops import conv_direct as dc  # noqa: E402
 from ops.gemm_packed import ACT_RELU  # noqa: E402
 
@@ -75,33 +74,11 @@ def check(args):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--base")
-    ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--only", default="")
-    ap.add_argument("--serial", action="store_true", help="time the serial entry (one core)")
-    ap.add_argument("--cpu", action="store_true", help="CPU time (time.process_time): on a shared machine")
-    a = ap.parse_args()
-    clock = time.process_time if a.cpu else time.perf_counter
+    a = argparse.ArgumentParser(parents=[ab_arguments(rounds=20)]).parse_args()
     numba_backend.SERIAL_MAX_ELEMENTS = 0  # every launch on the parallel entry
     mods = [("new", dc)] + ([("base", _module(a.base, "dc_base"))] if a.base else [])
-    for name, layer in LAYERS.items():
-        if a.only and a.only not in name:
-            continue
-        args = setup(layer)
-        times = {k: [] for k, _ in mods}
-        fns = []
-        for k, mod in mods:
-            args[3][...] = 0
-            fn = bound(mod, args, a.serial)
-            fn()
-            err = check(args)
-            if err > 1e-3:
-                print(f"  {name} {k}: max error {err}")
-            fns.append((k, fn))
-        alternate(fns, times, a.rounds, clock, calls=3)
-        c, h, w, m, s = layer
-        report(f"{name:16s}", times, 2 * 9 * c * m * ((h - 1) // s + 1) * ((w - 1) // s + 1) / 1e3)
+    ab_layers(LAYERS, mods, a, setup, lambda mod, args: bound(mod, args, a.serial), check, calls=3,
+              mflop=lambda layer: 9 * work(layer), width=16)  # nine taps: nine 1×1 layers' work
 
 
 if __name__ == "__main__":

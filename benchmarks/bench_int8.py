@@ -19,17 +19,11 @@ A fourth argument ``profile`` prints, after each case, where opdsl's time goes b
 nodes left between layers show there.
 ``--pause=S`` (anywhere) sleeps S seconds before each timed side, so the two sides' thread pools
 settle between rounds; ``NUMBA_THREADING_LAYER=omp|workqueue`` picks numba's layer (two-thread rows).
-Usage: PYTHONPATH=. python benchmarks/bench_int8.py [rounds] [case-filter] [threads] [profile] [--pause=0.02]
-       PYTHONPATH=. python benchmarks/bench_int8.py pairs [rounds] [threads]   (dot4_sat vs dot4, see ``pairs``)
-       PYTHONPATH=. python benchmarks/bench_int8.py products [rounds] [threads]   (``products_ab``)
-       PYTHONPATH=. python benchmarks/bench_int8.py convtiles [rounds] [filter] [threads]   (``conv_tiles_ab``)
-       PYTHONPATH=. python benchmarks/bench_int8.py fusion [rounds] [model-filter] [threads]   (``fusion_ab``)
-       PYTHONPATH=. python benchmarks/bench_int8.py dynamic [rounds] [filter] [threads]   (``dynamic_fusion_ab``)
-       PYTHONPATH=. python benchmarks/bench_int8.py compile   (``gemm_compile_times``, fresh cache)
-       PYTHONPATH=. python benchmarks/bench_int8.py saturate [rounds] [model-filter] [threads] [--pause=S]
-                                                          (``saturation_experiment``)
-       PYTHONPATH=. python benchmarks/bench_int8.py nodes [profiles] [model-filter] [top] [cpu]   (``nodes_vs_ort``)
-       PYTHONPATH=. python benchmarks/bench_int8.py tiles [rounds] [threads] [m,k,n]   (``tiles_ab``)"""
+Usage: PYTHONPATH=. python benchmarks/bench_int8.py [cases] [rounds] [case-filter] [threads] [profile] [--pause=0.02]
+       PYTHONPATH=. python benchmarks/bench_int8.py MODE --help   (pairs, products, tiles, convtiles, fusion,
+                                                              dynamic, compile, saturate, nodes: one
+                                                              subcommand a mode)"""
+import argparse
 import os
 import sys
 import time
@@ -519,82 +513,114 @@ def nodes_vs_ort(profiles: int, pick: str, top: int = 25, cpu: bool = False) -> 
             print(f"| {shp} | {o:.3f} | {','.join(sorted(oo))} | {t:.3f} | {','.join(sorted(to))} | {o - t:+.3f} |")
 
 
-def _pause_flag() -> float:
-    """``--pause=S`` anywhere in argv (taken out of it): seconds of sleep before each timed side, so
-    neither side's pool threads, still spinning or waking, run into the other's round (par slice)."""
-    for a in list(sys.argv[1:]):
-        if a.startswith("--pause="):
-            sys.argv.remove(a)
-            return float(a.split("=", 1)[1])
-    return 0.0
+MODES = ("cases", "pairs", "products", "tiles", "convtiles", "fusion", "dynamic", "compile", "saturate", "nodes")
 
 
-def main():
-    pause = _pause_flag()
-    if len(sys.argv) > 1 and sys.argv[1] == "saturate":
-        import numba
-        threads = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+def parser() -> argparse.ArgumentParser:
+    """One subcommand a mode; ``cases`` (the onnx models against onnxruntime) is the default, so
+    the command lines of older RESULTS.md sections (``bench_int8.py 10 light_ 1``) still run."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--pause", type=float, default=0.0, metavar="S",
+                        help="seconds of sleep before each timed side, so neither side's pool threads, still "
+                             "spinning or waking, run into the other's round (used by cases and saturate)")
+    top = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                  epilog="Without a subcommand the arguments go to `cases`.")
+    modes = top.add_subparsers(dest="mode", metavar="{" + ",".join(MODES) + "}")
+
+    def mode(name, help_text):
+        sub = modes.add_parser(name, parents=[common], help=help_text, description=help_text)
+        sub.add_argument("rounds", nargs="?", type=int, default=10, help="alternating rounds, best of each side")
+        return sub
+
+    cases = mode("cases", "each case's ONNX model by opdsl and by onnxruntime (the default mode)")
+    cases.add_argument("pick", nargs="?", default="", help="run the cases whose name contains this")
+    cases.add_argument("threads", nargs="?", type=int, default=None, help="threads a side (default: all cores)")
+    cases.add_argument("profile", nargs="?", choices=("profile",), help="after each case, opdsl's time per op type")
+    for name, help_text in (("pairs", "dot4_sat vs dot4 in the direct conv and packed GEMM, launched directly"),
+                            ("products", "dot4_sat / dot2_i16 / dot4 on full-range weights (products_ab)")):
+        mode(name, help_text).add_argument("threads", nargs="?", type=int, default=1)
+    tiles = mode("tiles", "the AMX tile GEMM against the VNNI dot4 one (tiles_ab)")
+    tiles.add_argument("threads", nargs="?", type=int, default=1)
+    tiles.add_argument("shape", nargs="?", default="256,1024,1024", help="m,k,n")
+    for name, help_text in (("convtiles", "int8 convolutions with and without AMX tiles, and onnxruntime (conv_tiles_ab)"),
+                            ("fusion", "the conv+BN pass off / on / onnxruntime on the quantized models (fusion_ab)"),
+                            ("dynamic", "each dynamically quantized case with the MatMulIntegerToFloat fusion off / on, "
+                                        "and onnxruntime (dynamic_fusion_ab)"),
+                            ("saturate", "exact / int8_arithmetic='saturating' / onnxruntime (saturation_experiment)")):
+        sub = mode(name, help_text)
+        sub.add_argument("pick", nargs="?", default="", help="run the cases or models whose name contains this")
+        sub.add_argument("threads", nargs="?", type=int, default=1)
+    modes.add_parser("compile", help="the int8 GEMMs' first-launch compile time, fresh cache (gemm_compile_times)")
+    nodes = mode("nodes", "the quantized models' nodes against onnxruntime's, one thread a side (nodes_vs_ort)")
+    nodes.add_argument("pick", nargs="?", default="", help="model filter")
+    nodes.add_argument("top", nargs="?", type=int, default=25, help="rows of the largest gaps")
+    nodes.add_argument("clock", nargs="?", choices=("cpu", "wall"), default="wall",
+                       help="cpu: Model.profile on the process's CPU clock")
+    return top
+
+
+def parse(argv: list) -> argparse.Namespace:
+    """``argv`` whose first word (``--pause`` aside) is no mode name gets ``cases``; ``--pause`` may
+    stand anywhere, before the mode name too."""
+    argv, skip = list(argv), False
+    for i, word in enumerate(argv):
+        if skip or word.startswith("--pause"):
+            skip = word == "--pause"
+            continue
+        if word in MODES:
+            argv.insert(0, argv.pop(i))
+        elif word not in ("-h", "--help"):
+            argv.insert(0, "cases")
+        break
+    else:
+        argv.insert(0, "cases")
+    return parser().parse_args(argv)
+
+
+def main(argv=None):
+    args = parse(sys.argv[1:] if argv is None else argv)
+    import numba
+    threads = getattr(args, "threads", None)
+    if args.mode == "saturate":
         numba.set_num_threads(threads)
-        print(f"exact / int8_arithmetic='saturating' / onnxruntime, {threads} thread(s) a side, {pause * 1e3:.0f} ms "
+        print(f"exact / int8_arithmetic='saturating' / onnxruntime, {threads} thread(s) a side, {args.pause * 1e3:.0f} ms "
               f"pause before each side; | model | exact | saturating | ort | exact/ort | saturating/ort |")
-        saturation_experiment(int(sys.argv[2]) if len(sys.argv) > 2 else 10, sys.argv[3] if len(sys.argv) > 3 else "",
-                              threads, pause)
-        return
-    if len(sys.argv) > 1 and sys.argv[1] == "nodes":
-        import numba
+        saturation_experiment(args.rounds, args.pick, threads, args.pause)
+    elif args.mode == "nodes":
         numba.set_num_threads(1)
-        nodes_vs_ort(int(sys.argv[2]) if len(sys.argv) > 2 else 10, sys.argv[3] if len(sys.argv) > 3 else "",
-                     int(sys.argv[4]) if len(sys.argv) > 4 else 25, len(sys.argv) > 5 and sys.argv[5] == "cpu")
-        return
-    if len(sys.argv) > 1 and sys.argv[1] == "products":
-        import numba
-        threads = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+        nodes_vs_ort(args.rounds, args.pick, args.top, args.clock == "cpu")
+    elif args.mode == "products":
         numba.set_num_threads(threads)
         print(f"full-range weights, {threads} thread(s), load average {os.getloadavg()[0]:.1f}; | work | dot4_sat "
               f"(saturates) | dot2_i16 (exact) | dot4 (exact) | dot2_i16 / dot4_sat | dot4 / dot4_sat |")
-        products_ab(int(sys.argv[2]) if len(sys.argv) > 2 else 10, threads)
-        return
-    if len(sys.argv) > 1 and sys.argv[1] == "fusion":
-        import numba
-        threads = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+        products_ab(args.rounds, threads)
+    elif args.mode == "fusion":
         numba.set_num_threads(threads)
         print(f"conv+BN pass off / on / onnxruntime, {threads} thread(s) a side; | model | off | on | ort | "
               f"off/ort | on/ort | on/off |")
-        fusion_ab(int(sys.argv[2]) if len(sys.argv) > 2 else 10, sys.argv[3] if len(sys.argv) > 3 else "", threads)
-        return
-    if len(sys.argv) > 1 and sys.argv[1] == "compile":
+        fusion_ab(args.rounds, args.pick, threads)
+    elif args.mode == "dynamic":
+        numba.set_num_threads(threads)
+        dynamic_fusion_ab(args.rounds, args.pick, threads)
+    elif args.mode == "compile":
         gemm_compile_times()
-        return
-    if len(sys.argv) > 1 and sys.argv[1] == "dynamic":
-        import numba
-        threads = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    elif args.mode == "convtiles":
         numba.set_num_threads(threads)
-        dynamic_fusion_ab(int(sys.argv[2]) if len(sys.argv) > 2 else 10, sys.argv[3] if len(sys.argv) > 3 else "", threads)
-        return
-    if len(sys.argv) > 1 and sys.argv[1] == "convtiles":
-        import numba
-        threads = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+        conv_tiles_ab(args.rounds, args.pick, threads)
+    elif args.mode == "tiles":
         numba.set_num_threads(threads)
-        conv_tiles_ab(int(sys.argv[2]) if len(sys.argv) > 2 else 10, sys.argv[3] if len(sys.argv) > 3 else "", threads)
-        return
-    if len(sys.argv) > 1 and sys.argv[1] == "tiles":
-        import numba
-        threads = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-        numba.set_num_threads(threads)
-        shape = tuple(int(d) for d in sys.argv[4].split(",")) if len(sys.argv) > 4 else (256, 1024, 1024)
-        tiles_ab(int(sys.argv[2]) if len(sys.argv) > 2 else 10, threads, shape)
-        return
-    if len(sys.argv) > 1 and sys.argv[1] == "pairs":
-        import numba
-        threads = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+        tiles_ab(args.rounds, threads, tuple(int(d) for d in args.shape.split(",")))
+    elif args.mode == "pairs":
         numba.set_num_threads(threads)
         print(f"dot4_sat vs dot4, {threads} thread(s), load average {os.getloadavg()[0]:.1f}; | work | dot4_sat | dot4 | gain |")
-        pairs(int(sys.argv[2]) if len(sys.argv) > 2 else 10, threads)
-        return
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 10
-    pick = sys.argv[2] if len(sys.argv) > 2 else ""
-    cores = int(sys.argv[3]) if len(sys.argv) > 3 else dsl.target("numba").compute_units
-    profiled = len(sys.argv) > 4 and sys.argv[4] == "profile"
+        pairs(args.rounds, threads)
+    else:
+        run_cases(args.rounds, args.pick, threads or dsl.target("numba").compute_units, args.profile == "profile",
+                  args.pause)
+
+
+def run_cases(rounds: int, pick: str, cores: int, profiled: bool, pause: float) -> None:
+    """The default mode: each of ``CASES`` by opdsl and by onnxruntime, alternating, best of each."""
     import numba
     numba.set_num_threads(min(cores, numba.config.NUMBA_NUM_THREADS))
     print(f"cpu {dsl.target('numba').cpu}, {cores} threads a side, load average {os.getloadavg()[0]:.1f}; "
@@ -627,6 +653,7 @@ def main():
               f"{cpu[0] * 1e3:.2f} ms | {cpu[1] * 1e3:.2f} ms | {cpu[0] / cpu[1]:.2f}x | max |diff| {diff:g} |", flush=True)
         if profiled:
             print_profile(ours, feeds)
+
 
 
 def print_profile(ours, feeds):

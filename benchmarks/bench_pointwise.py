@@ -147,37 +147,56 @@ def report(label: str, times: dict, mflop: float) -> None:
     print(f"{label} {row}{ratio}  ({mflop / min(times['new']):.0f} GFLOP/s)", flush=True)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--base")
-    ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--only", default="")
+def work(layer) -> float:
+    """A 1×1 layer's multiply-adds × 2 / 1e3: divided by µs, GFLOP/s (``report``'s third argument)."""
+    c, h, w, m, s = layer[:5]
+    return 2 * c * m * ((h - 1) // s + 1) * ((w - 1) // s + 1) / 1e3
+
+
+def ab_arguments(rounds: int) -> argparse.ArgumentParser:
+    """The options of both conv A/B benchmarks (this one and bench_direct), as a ``parents=`` parser."""
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--base", help="a second copy of the op module, timed alternating with this one")
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--only", default="", help="the layers whose name contains this")
     ap.add_argument("--serial", action="store_true", help="time the serial entry (one core)")
     ap.add_argument("--cpu", action="store_true", help="CPU time (time.process_time): on a shared machine")
-    ap.add_argument("--res", action="store_true", help="a residual added before the Relu")
-    a = ap.parse_args()
-    global SERIAL, RES
-    SERIAL, RES = a.serial, a.res
-    clock = time.process_time if a.cpu else time.perf_counter
-    numba_backend.SERIAL_MAX_ELEMENTS = 0  # every launch on the parallel entry
-    mods = [("new", pw)] + ([("base", load_module(a.base, "pw_base"))] if a.base else [])
-    for name, layer in LAYERS.items():
-        if a.only and a.only not in name:
+    return ap
+
+
+def ab_layers(layers: dict, mods: list, opts, setup, bind, check, calls: int, mflop, width: int) -> None:
+    """Both conv benchmarks' A/B loop: per layer that ``opts.only`` picks, each (label, module) of
+    ``mods`` bound to the same arguments (``bind(mod, args)``), run once and checked against the
+    reference (``check(args)``), then timed in turns (``alternate``) and reported with
+    ``mflop(layer)``."""
+    clock = time.process_time if opts.cpu else time.perf_counter
+    for name, layer in layers.items():
+        if opts.only and opts.only not in name:
             continue
         args = setup(layer)
-        times = {k: [] for k, _ in mods}
         fns = []
         for k, mod in mods:
             args[3][...] = 0
-            fn = bound(mod, args)
+            fn = bind(mod, args)
             fn()
             err = check(args)
             if err > 1e-3:
                 print(f"  {name} {k}: max error {err}")
             fns.append((k, fn))
-        alternate(fns, times, a.rounds, clock, calls=5)
-        c, h, w, m, s, _, _ = layer
-        report(f"{name:20s}", times, 2 * c * m * ((h - 1) // s + 1) * ((w - 1) // s + 1) / 1e3)
+        times = {k: [] for k, _ in mods}
+        alternate(fns, times, opts.rounds, clock, calls)
+        report(f"{name:{width}s}", times, mflop(layer))
+
+
+def main():
+    ap = argparse.ArgumentParser(parents=[ab_arguments(rounds=30)])
+    ap.add_argument("--res", action="store_true", help="a residual added before the Relu")
+    a = ap.parse_args()
+    global SERIAL, RES
+    SERIAL, RES = a.serial, a.res
+    numba_backend.SERIAL_MAX_ELEMENTS = 0  # every launch on the parallel entry
+    mods = [("new", pw)] + ([("base", load_module(a.base, "pw_base"))] if a.base else [])
+    ab_layers(LAYERS, mods, a, setup, bound, check, calls=5, mflop=work, width=20)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,12 @@
 """A C-family emitter for the typed IR: everything plain C about a kernel, once.
 
-Python floor division and modulo, casts that wrap like numpy, ``range`` loops with a runtime
-step, short-circuit logic, device functions, debug bounds checks and Ctrl-C polls live here;
-a target (OpenCL today, plain C or CUDA tomorrow) is a thin subclass that supplies:
+This file holds the renderer's table, its entry point (``render``: names, functions, the
+kernel's signature and prologue, the result with its line table) and the hooks a target
+overrides; the rest is mixed in, a file a responsibility: statements.py and loops.py (``range``
+loops with a runtime step), expressions.py (Python floor division and modulo, casts that wrap
+like numpy, short-circuit logic), builtin_calls.py, functions.py (``@dsl.func``), simd.py,
+tiles.py, helpers.py (the C helper functions), instrument.py (debug bounds checks, Ctrl-C polls).
+A target (OpenCL today, plain C or CUDA tomorrow) is a thin subclass that supplies:
 
 * table attributes: ``kernel_prefix``, ``buffer_prefix`` (address space of tensor pointers),
   ``local_prefix`` (of scratch arrays), ``func_prefix``, ``type_map``/``storage_map``,
@@ -26,7 +30,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from dsl.lang import builtins as B
 from dsl.lang import ir
 from dsl.lang import types as T
 from dsl.lang.errors import UNKNOWN, CompileError, SourceLoc
@@ -35,13 +38,15 @@ from dsl.lang.visitor import Visitor
 from backends import bounds, log_gate
 from backends.bounds import Sites
 from backends.cstyle.builtin_calls import CBuiltinCalls
+from backends.cstyle.expressions import CExpressions
 from backends.cstyle.functions import CFunctions
 from backends.cstyle.helpers import CHelpers, Unsupported
 from backends.cstyle.instrument import CInstrumentation
+from backends.cstyle.loops import CLoops
 from backends.cstyle.simd import CSimd
+from backends.cstyle.statements import CStatements
 from backends.cstyle.tiles import CTiles
 from backends.naming import C_RESERVED, CNames, ident
-from backends.spelling import row_major, row_major_static, special_float
 
 # --------------------------------------------------------------------------- result
 
@@ -93,35 +98,8 @@ class _Features(dict):
 # --------------------------------------------------------------------------- the renderer
 
 
-def _float_text(value: float, single: bool) -> str:
-    """Shortest decimal that rounds back to the value in the target precision."""
-    v = np.float32(value) if single else np.float64(value)
-    special = special_float(float(v))
-    if special == "nan":
-        return "NAN" if single else "(double)NAN"
-    if special is not None:
-        s = "INFINITY" if single else "(double)INFINITY"
-        return s if special == "inf" else f"(-{s})"
-    a = abs(float(v))
-    if a != 0 and (a < 1e-4 or a >= 1e16):
-        text = np.format_float_scientific(v, unique=True, trim="0")
-    else:
-        text = np.format_float_positional(v, unique=True, trim="0")
-    if text.endswith("."):
-        text += "0"
-    text += "f" if single else ""
-    return f"({text})" if text.startswith("-") else text  # never '--' after a unary minus
-
-
-_BINARY_C = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "bitand": "&", "bitor": "|", "bitxor": "^",
-             "lshift": "<<", "rshift": ">>"}
-_COMPARE_C = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
-_WRAPPING = ("add", "sub", "mul", "lshift", "neg", "invert")
-_PREC = {"mul": 10, "truediv": 10, "add": 9, "sub": 9, "lt": 7, "le": 7, "gt": 7, "ge": 7, "eq": 6, "ne": 6,
-         "and": 2, "or": 1}  # C precedence of the operators printed without redundant parentheses
-
-
-class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBuiltinCalls, CTiles):
+class CStyleRenderer(Visitor, CStatements, CLoops, CExpressions, CFunctions, CInstrumentation, CHelpers, CSimd,
+                     CBuiltinCalls, CTiles):
     """Typed ir.Kernel -> C-family source.  Subclasses fill in the table below."""
 
     # ---- the table ------------------------------------------------------------
@@ -346,456 +324,8 @@ class CStyleRenderer(Visitor, CFunctions, CInstrumentation, CHelpers, CSimd, CBu
             return self.vzero(t)
         return "false" if t.is_bool else self.const(0, t)
 
-    # ---- statements ------------------------------------------------------------------
-    def emit(self, line: str) -> None:
-        self.out.append(("  " * self.depth + line if line else "", self.cur_loc))
-
-    def block(self, stmts: Sequence[ir.Stmt]) -> None:
-        for s in stmts:
-            self.stmt(s)
-
-    def stmt(self, s: ir.Stmt) -> None:
-        loc = s.loc
-        if loc is not UNKNOWN and loc.line > 0:
-            self.cur_loc = loc
-            if (loc.file, loc.line) != self.last_py:
-                self.last_py = (loc.file, loc.line)
-                # a trailing backslash (a Python line continuation) would continue the C comment
-                # onto the next line of code
-                text = loc.source_line().strip().rstrip("\\").rstrip()
-                self.emit(f"// py:{loc.line} {text}" if text else f"// py:{loc.line}")
-        try:
-            self.visit(s)
-        except Unsupported as e:  # the target cannot express it: point at the user's line
-            raise CompileError(str(e), s.loc) from None
-
-    def visit_Assign(self, s: ir.Assign) -> None:
-        self.emit(f"{self.names.user(s.name)} = {self.bare(s.value)};")
-
-    def visit_ExprStmt(self, s: ir.ExprStmt) -> None:
-        self.emit(f"{self.expr(s.value)};")
-
-    def _checked(self, node, kind: str, emit_with) -> None:
-        """Debug mode: run ``emit_with(offset)`` only when the index is in range."""
-        if not self.debug:
-            emit_with(self.offset(node.tensor, node.index, node.flat))
-            return
-        self.emit(f"{{ const long opdsl_o = {self.checked_offset(node, kind)};")
-        self.depth += 1
-        self.emit("if (opdsl_o >= 0)")
-        self.depth += 1
-        emit_with("opdsl_o")
-        self.depth -= 2
-        self.emit("}")
-
-    def visit_Store(self, s: ir.Store) -> None:
-        self._checked(s, "store", lambda off: self._store(s, off))
-
-    def _store(self, s: ir.Store, off: str) -> None:
-        buf = self.k.buffer(s.tensor)
-        ptr = self.pointer(s.tensor)
-        value = self.bare(s.value)
-        name = buf.dtype.name
-        if name == "f16":
-            self.emit(self.store_f16(ptr, off, value))
-        elif name == "bf16":
-            self.emit(f"{ptr}[{off}] = {self.helper('f32_to_bf16')}({value});")
-        elif name == "bool_":
-            self.emit(f"{ptr}[{off}] = (uchar)({value});")
-        else:
-            self.emit(f"{ptr}[{off}] = {value};")
-
-    def visit_LocalInit(self, s: ir.LocalInit) -> None:
-        """dsl.local(...) of an array indexed at run time: every element zero each time it runs."""
-        a = self.k.buffer(s.name)
-        n = int(np.prod(a.shape))
-        # a size_type counter: an int one never reaches a count above 2**31 - 1 (the launch never returned)
-        self.emit(f"for ({self.size_type} opdsl_z = 0; opdsl_z < {n}L; opdsl_z++) {self.names.user(s.name)}[opdsl_z] = 0;")
-
-    def visit_AtomicAdd(self, s: ir.AtomicAdd) -> None:
-        buf = self.k.buffer(s.tensor)
-        space = "scratch" if isinstance(buf, ir.Scratch) else "tensor"
-        self._checked(s, "atomic_add", lambda off: self.emit(
-            self.atomic_add(f"&{self.names.user(s.tensor)}[{off}]", buf.dtype, self.bare(s.value), space)))
-
-    def visit_If(self, s: ir.If) -> None:
-        self.emit(f"if ({self.bare(s.cond)}) {{")
-        self._nested(s.body)
-        orelse = s.orelse
-        while len(orelse) == 1 and isinstance(orelse[0], ir.If):  # elif chains stay flat
-            inner = orelse[0]
-            if inner.loc is not UNKNOWN and inner.loc.line > 0:
-                self.cur_loc = inner.loc
-            self.emit(f"}} else if ({self.bare(inner.cond)}) {{")
-            self._nested(inner.body)
-            orelse = inner.orelse
-        if orelse:
-            self.emit("} else {")
-            self._nested(orelse)
-        self.emit("}")
-
-    def _nested(self, stmts) -> None:
-        self.depth += 1
-        self.block(stmts)
-        self.depth -= 1
-
-    def visit_While(self, s: ir.While) -> None:
-        self.emit(f"while ({self.bare(s.cond)}) {{")
-        self.depth += 1
-        self.poll(s.body)
-        self.depth -= 1
-        self._nested(s.body)
-        self.emit("}")
-
-    def visit_For(self, s: ir.For) -> None:
-        """range() semantics: bounds evaluated once, a hidden counter, runtime step sign."""
-        var = self.names.user(s.var)
-        it = self.names.fresh(f"{var}_it")
-        st = self.size_type
-        start = self.bare(s.start)
-        assigned = {n.name for n in ir.walk(list(s.body)) if isinstance(n, ir.Assign)} | \
-                   {n.var for n in ir.walk(list(s.body)) if isinstance(n, ir.For)} | {s.var}
-        step_c = self._known_step(s.step)
-        if step_c not in (1, -1):
-            self._counted_for(s, var, start)
-            return
-        inits = [f"{st} {it} = {start}"]
-        stop = self.operand_text(s.stop, _PREC["lt"])
-        if not self._invariant(s.stop, assigned):
-            end = self.names.fresh(f"{var}_end")
-            inits.append(f"{end} = {self.bare(s.stop)}")
-            stop = end
-        if step_c is not None:
-            cond = f"{it} < {stop}" if step_c > 0 else f"{it} > {stop}"
-            inc = f"{it}++" if step_c == 1 else f"{it}--" if step_c == -1 else f"{it} += {self.bare(s.step)}"
-            if step_c not in (1, -1) and not self._invariant(s.step, assigned):
-                sv = self.names.fresh(f"{var}_step")
-                inits.append(f"{sv} = {self.bare(s.step)}")
-                inc = f"{it} += {sv}"
-        else:
-            step = self.operand_text(s.step, _PREC["lt"])
-            if not self._invariant(s.step, assigned):
-                sv = self.names.fresh(f"{var}_step")
-                inits.append(f"{sv} = {self.bare(s.step)}")
-                step = sv
-            cond = f"({step} > 0 && {it} < {stop}) || ({step} < 0 && {it} > {stop})"
-            inc = f"{it} += {step}"
-        self.emit(f"for ({', '.join(inits)}; {cond}; {inc}) {{")
-        self.depth += 1
-        self.poll(s.body)
-        self.emit(f"{var} = {it};")
-        self.block(s.body)
-        self.depth -= 1
-        self.emit("}")
-
-    def _counted_for(self, s: ir.For, var: str, start: str) -> None:
-        """A step other than 1 or -1: the trip count first (exact near the int64 limits, where
-        ``i += step`` would wrap and never reach ``stop``), then ``var = start + k * step``."""
-        k, n = self.names.fresh(f"{var}_k"), self.names.fresh(f"{var}_n")
-        a, step = self.names.fresh(f"{var}_start"), self.names.fresh(f"{var}_step")
-        self.emit(f"{{ const long {a} = {start}, {step} = {self.bare(s.step)};")
-        if bounds.step_checked(s.step):  # 0 runs no iteration (trip_count) and the launch raises
-            self.refuse_if(f"{step} == 0", step, "range_step", s.loc)
-        self.emit(f"for (ulong {k} = 0, {n} = {self.helper('trip_count')}({a}, {self.bare(s.stop)}, {step}); "
-                  f"{k} < {n}; {k}++) {{")
-        self.depth += 1
-        self.poll(s.body)
-        self.emit(f"{var} = (long)((ulong){a} + {k} * (ulong){step});")
-        self.block(s.body)
-        self.depth -= 1
-        self.emit("}}")
-
-    def helper_trip_count(self, name, t, dtype, extra):
-        return (f"{self.func_prefix}ulong {name}(long a, long b, long s) {{\n"
-                f"  // len(range(a, b, s)), exact for every long (the distance taken unsigned); 0 when s == 0\n"
-                f"  if (s > 0) return b > a ? ((ulong)b - (ulong)a - 1) / (ulong)s + 1 : 0;\n"
-                f"  if (s < 0) return a > b ? ((ulong)a - (ulong)b - 1) / (0 - (ulong)s) + 1 : 0;\n"
-                f"  return 0;\n}}")
-
-    def visit_Require(self, s: ir.Require) -> None:
-        """A run-time argument check (its value is a name or a constant: evaluating it twice is free)."""
-        value = f"(long)({self.bare(s.value)})"
-        self.refuse_if(f"{value} < {s.least}", value, s.what, s.loc)
-
-    def _known_step(self, e: ir.Expr):
-        """The step's value when known at compile time (its sign is what matters)."""
-        if isinstance(e, ir.Const) and e.value != 0:
-            return e.value
-        if isinstance(e, ir.Call) and e.name in B.BUILTINS and B.BUILTINS[e.name].positive:
-            return 2  # positive, not 1
-        if isinstance(e, ir.Cast):
-            return self._known_step(e.value)
-        return None
-
-    def _invariant(self, e: ir.Expr, assigned: set) -> bool:
-        for n in ir.walk(e):
-            if isinstance(n, (ir.Load, ir.FuncCall)):
-                return False
-            if isinstance(n, ir.Name) and n.name in assigned:
-                return False
-        return True
-
-    def visit_Break(self, s) -> None:
-        self.emit("break;")
-
-    def visit_Continue(self, s) -> None:
-        self.emit("continue;")
-
-    def visit_Return(self, s: ir.Return) -> None:
-        if s.value is None:
-            self.emit("return;")
-        else:
-            self.emit(f"return {self.bare(s.value)};")
-
-    def visit_Sync(self, s) -> None:
-        self.emit(self.sync())
-
-    def visit_Log(self, s: ir.Log) -> None:  # the frontend already dropped calls below the compile-time floor
-        if s.level == "print":
-            self.emit(self.log(s))
-        else:  # at or above the run-time level only
-            self.emit(f"if ({self.log_name} <= {log_gate.number(s.level)}) {self.log(s)}")
-
-    # ---- expressions -------------------------------------------------------------------
-    def bare(self, e: ir.Expr) -> str:
-        """An expression without its outer parentheses (for conditions and initializers)."""
-        text = self.expr(e)
-        if text.startswith("(") and text.endswith(")") and self._balanced(text[1:-1]):
-            return text[1:-1]
-        return text
-
-    @staticmethod
-    def _balanced(text: str) -> bool:
-        depth = 0
-        for ch in text:
-            depth += ch == "("
-            depth -= ch == ")"
-            if depth < 0:
-                return False
-        return depth == 0
-
-    def expr(self, e: ir.Expr) -> str:
-        self._note_type(e.type)
-        return self.visit(e)
+    # ---- errors ----------------------------------------------------------------------
 
     def unsupported(self, node, *context):
         raise CompileError(f"the {type(self).__name__} emitter cannot translate {type(node).__name__}",
                            getattr(node, "loc", None))
-
-    def const(self, value, t: T.DType) -> str:
-        t = t.strong
-        if t.is_bool:
-            return "true" if value else "false"
-        if t.is_float:
-            return _float_text(float(value), single=t.bits < 64)
-        v = int(value)
-        ct = self.ctype(t)
-        if t.bits == 64:
-            if t.kind == "i" and v == -(1 << 63):
-                return "(-9223372036854775807L - 1L)"
-            return f"{v}{'UL' if t.kind == 'u' else 'L'}" if v >= 0 else f"({v}L)"
-        if t.bits == 32:
-            if t.kind == "u":
-                return f"{v}U"
-            return str(v) if v >= 0 else ("(-2147483647 - 1)" if v == -(1 << 31) else f"({v})")
-        return f"(({ct}){v})"
-
-    def visit_Const(self, e: ir.Const) -> str:
-        return self.const(e.value, e.type)
-
-    def visit_Name(self, e: ir.Name) -> str:
-        return self.names.user(e.name)
-
-    def offset(self, tensor: str, index: Sequence[ir.Expr], flat: bool) -> str:
-        if flat:
-            return self.bare(index[0])
-        buf = self.k.buffer(tensor)
-        if isinstance(buf, (ir.Scratch, ir.LocalArray)):
-            return row_major_static([self.expr(i) for i in index], buf.shape)
-        return row_major([self.expr(i) for i in index], self.shape_names[tensor])
-
-    def pointer(self, name: str) -> str:
-        """The C expression addressing buffer ``name`` (scratch kept as raw bits is cast back)."""
-        buf = self.k.buffer(name)
-        cname = self.names.user(name)
-        if isinstance(buf, ir.Scratch) and buf.dtype.name in self.scratch_storage:
-            return f"(({self.local_prefix}{self.stype(buf.dtype)}*){cname})"
-        return cname
-
-    def visit_Load(self, e: ir.Load) -> str:
-        buf = self.k.buffer(e.tensor)
-        ptr = self.pointer(e.tensor)
-        if self.debug:
-            return self.checked_load(e, buf, ptr)
-        off = self.offset(e.tensor, e.index, e.flat)
-        name = buf.dtype.name
-        if name == "f16" and not isinstance(buf, ir.VecParam):
-            return self.load_f16(ptr, off)
-        if name == "bf16" and not isinstance(buf, ir.VecParam):
-            return f"{self.helper('bf16_to_f32')}({ptr}[{off}])"
-        if name == "bool_" and not isinstance(buf, ir.VecParam):
-            return f"({ptr}[{off}] != 0)"
-        return f"{ptr}[{off}]"
-
-    def vec_is_buffer(self, p) -> bool:
-        """A dsl.Vec param long enough to travel as one read-only buffer (``vec_buffer_min``)."""
-        return isinstance(p, ir.VecParam) and bool(self.vec_buffer_min) and p.length >= self.vec_buffer_min
-
-    def visit_AtomicFetchAdd(self, e: ir.AtomicFetchAdd) -> str:
-        buf = self.k.buffer(e.tensor)
-        space = "scratch" if isinstance(buf, ir.Scratch) else "tensor"
-        ptr, value = self.names.user(e.tensor), self.bare(e.value)
-        if self.debug:  # a failed check adds 0 to element 0 (every buffer has one) and the launch raises
-            fn = self.helper("fetch_add_checked", buf.dtype, space)
-            return f"{fn}({ptr}, {self.checked_offset(e, 'atomic_add')}, {value})"
-        return self.atomic_fetch_add(f"&{ptr}[{self.offset(e.tensor, e.index, e.flat)}]", buf.dtype, value, space)
-
-    def helper_fetch_add_checked(self, name, t, dtype, space):
-        qual = self.address_space(space)
-        add = self.atomic_fetch_add("&p[o < 0 ? 0 : o]", dtype, f"o < 0 ? ({t})0 : v", space)
-        return (f"{self.func_prefix}{t} {name}({qual}{t}* p, long o, {t} v) {{\n"
-                f"  // debug mode: o < 0 is an index that failed its check (recorded); add 0 to element 0\n"
-                f"  return {add};\n}}")
-
-    def address_space(self, space: str) -> str:
-        """The pointer qualifier of a tensor ('tensor') or scratch ('scratch') element in helpers."""
-        return ""
-
-    def visit_Shape(self, e: ir.Shape) -> str:
-        return self.shape_names[e.tensor][e.axis]
-
-    def visit_Size(self, e: ir.Size) -> str:
-        return self.size_names[e.tensor]
-
-    def _wrap(self, t: T.DType, text: str) -> str:
-        """Results of narrow integer arithmetic wrap like numpy (C computes them in int)."""
-        if self._narrow(t):
-            return f"(({self.ctype(t)}){text})"
-        return text
-
-    def visit_Unary(self, e: ir.Unary) -> str:
-        x = self.expr(e.operand)
-        t = e.type
-        if e.op == "not":
-            return f"(!{x})"
-        if e.op == "invert":
-            return f"(!{x})" if t.is_bool else self._wrap(t, f"(~{x})")
-        return self._wrap(t, f"(-{x})" if not x.startswith("-") else f"(- {x})")
-
-    def visit_Binary(self, e: ir.Binary) -> str:
-        t = e.type
-        infix = self._infix(e)
-        if infix is not None:
-            return f"({infix[0]})"
-        shift = self._pow2(e.right) if t.kind == "i" else None
-        if shift is not None and e.op == "floordiv":
-            return f"({self.expr(e.left)} >> {shift})"  # an arithmetic shift rounds toward -inf, like //
-        if shift is not None and e.op == "mod":  # two's complement masking keeps Python's sign rule
-            return f"({self.expr(e.left)} & {self.const((1 << shift) - 1, t)})"
-        k = e.right.value if isinstance(e.right, ir.Const) and t.is_int else None
-        if e.op in ("floordiv", "mod"):
-            if t.is_bool or (t.kind == "u" and k not in (None, 0)):
-                return f"({self.expr(e.left)} {'/' if e.op == 'floordiv' else '%'} {self.expr(e.right)})"
-            return f"{self.helper(e.op, t)}({self.bare(e.left)}, {self.bare(e.right)})"
-        if e.op in ("lshift", "rshift") and not (k is not None and 0 <= k < t.bits):
-            fn = self.helper("shl" if e.op == "lshift" else "shr", t)  # count may leave [0, bits)
-            return f"{fn}({self.bare(e.left)}, {self.bare(e.right)})"
-        if e.op == "pow":
-            return self._pow(t, e.left, e.right)
-        if e.op == "truediv" and not t.is_float:
-            raise CompileError(f"'/' on {t} operands reached the C emitter uncast", e.loc)
-        text = f"({self.expr(e.left)} {_BINARY_C[e.op]} {self.expr(e.right)})"
-        return self._wrap(t, text) if e.op in _WRAPPING else text
-
-    def _infix(self, e: ir.Expr):
-        """(text without outer parentheses, C precedence) for arithmetic, comparisons and logic.
-
-        Parentheses are kept only where C would group differently from the IR, so
-        ``((a + b) * c + d)`` reads ``(a + b) * c + d``; evaluation order is unchanged.
-        """
-        if isinstance(e, ir.Binary) and e.op in _PREC and not self._narrow(e.type) \
-                and (e.op != "truediv" or e.type.is_float):
-            sym = _BINARY_C[e.op]
-        elif isinstance(e, ir.Compare):
-            sym = _COMPARE_C[e.op]
-        elif isinstance(e, ir.Logical):
-            sym = "&&" if e.op == "and" else "||"
-        else:
-            return None
-        self._note_type(e.type)
-        prec = _PREC[e.op]
-        return f"{self._operand(e.left, e, prec, False)} {sym} {self._operand(e.right, e, prec, True)}", prec
-
-    def _operand(self, child: ir.Expr, parent: ir.Expr, prec: int, right: bool) -> str:
-        inner = self._infix(child)
-        if inner is None:
-            return self.expr(child)
-        text, cprec = inner
-        if isinstance(parent, ir.Logical) and isinstance(child, ir.Logical) and child.op != parent.op:
-            return f"({text})"  # 'a && b || c' is legal C, but nobody should have to remember why
-        if cprec > prec or (cprec == prec and not right):
-            return text
-        return f"({text})"
-
-    def operand_text(self, e: ir.Expr, prec: int) -> str:
-        """``e`` as the right operand of an operator of C precedence ``prec``."""
-        inner = self._infix(e)
-        if inner is None:
-            return self.expr(e)
-        return inner[0] if inner[1] > prec else f"({inner[0]})"
-
-    def _narrow(self, t: T.DType) -> bool:
-        return t.is_bool or (t.is_int and t.bits < 32)
-
-    @staticmethod
-    def _pow2(e: ir.Expr):
-        """k when ``e`` is the constant 2**k (k >= 1)."""
-        if isinstance(e, ir.Const) and not isinstance(e.value, bool) and isinstance(e.value, int) \
-                and e.value > 1 and e.value & (e.value - 1) == 0:
-            return e.value.bit_length() - 1
-        return None
-
-    def visit_Compare(self, e: ir.Compare) -> str:
-        return f"({self._infix(e)[0]})"
-
-    def visit_Logical(self, e: ir.Logical) -> str:
-        return f"({self._infix(e)[0]})"
-
-    def visit_Select(self, e: ir.Select) -> str:
-        """dsl.where: a call, so every operand is evaluated."""
-        fn = self.helper("where", e.type)
-        return f"{fn}({', '.join(self.bare(x) for x in (e.cond, e.if_true, e.if_false))})"
-
-    def visit_Conditional(self, e: ir.Conditional) -> str:
-        """a if c else b: only the taken side is evaluated."""
-        parts = [self._operand(x, e, 0, False) for x in (e.cond, e.if_true, e.if_false)]
-        return f"({parts[0]} ? {parts[1]} : {parts[2]})"
-
-    def visit_Cast(self, e: ir.Cast) -> str:
-        return self.cast(e.value, e.type)
-
-    def cast(self, value: ir.Expr, dst: T.DType) -> str:
-        src = value.type.strong
-        dst = dst.strong
-        x = self.expr(value)
-        if dst.name == "f16":
-            return f"{self.helper('round_f16')}({self._as_f32(src, x)})"
-        if dst.name == "bf16":
-            return f"{self.helper('round_bf16')}({self._as_f32(src, x)})"
-        if src.compute == dst:
-            return x
-        if dst.is_bool:
-            return f"({x} != 0)"
-        if dst.is_int and src.is_float:  # truncate, saturate, NaN -> 0
-            return f"{self.helper('f2i', dst, self.ctype(src))}({self.bare(value)})"
-        return f"(({self.ctype(dst)}){x})"
-
-    def float_literal(self, value: float, single: bool) -> str:
-        return _float_text(value, single)
-
-    def int_literal(self, value: int, t: T.DType) -> str:
-        return self.const(value, t)
-
-    def _as_f32(self, src: T.DType, x: str) -> str:
-        return x if src.compute.name == "f32" else f"((float){x})"
-

@@ -150,6 +150,7 @@ def test_the_sweep_fails_on_a_test_with_a_bad_kernel(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # above the sweep's own 1800 s: pyproject's 900 s cut it off first
 @needs_oclgrind
 def test_opencl_and_differential_tests_are_clean_under_oclgrind():
     r = sweep(SWEEP_SELECTION, timeout=1800)

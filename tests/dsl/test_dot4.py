@@ -1,13 +1,12 @@
 """dsl.dot4, the int8 dot product, and the small-integer SIMD values int8 kernels use, on every
 backend against numpy (docs/language.md, "Integer dot products"): signs, the i16 saturation
 corner that vpmaddubsw would hit, i32 wrap-around, every lowering this CPU can run."""
-import runpy
-
 import numpy as np
 import pytest
 
 import dsl
 from dsl import In, Out, i32, u8
+from tests.dsl.kernel_errors import assert_compile_error
 
 RNG = np.random.default_rng(29)
 
@@ -105,23 +104,30 @@ def test_dot4_lowering_choice():
     assert dot4_lowering(set(), 2) == "generic"
 
 
-@pytest.mark.parametrize("lanes", [4, 8, 16])
-def test_every_runnable_numba_lowering_is_exact(lanes):
-    """Each lowering this CPU can execute, called directly, on the saturation corners."""
+def numba_lowerings(op: str, lowering, lanes: int, acc, a, b):
+    """Each lowering of ``backends.numba.simd.<op>`` this CPU can execute ("generic" and the one
+    ``lowering(features, lanes)`` picks), called directly on (acc, a, b) ``lanes`` at a time:
+    yields (lowering, output, the compiled function, for its assembly)."""
     numba = pytest.importorskip("numba")
     from backends.numba import simd as sm
-    from backends.numba.simd_codegen import dot4_lowering
-    feats = dsl.target("numba").features
-    runnable = {"generic"} | {dot4_lowering(feats, lanes)}
-    acc, a, b = corner_data(lanes * 4)
-    want = reference(acc, a, b)
-    for how in sorted(runnable):
+    product = getattr(sm, op)
+    for how in sorted({"generic", lowering(dsl.target("numba").features, lanes)}):
         @numba.njit
         def run(acc, a, b, out, how=how):
             for i in range(0, acc.size, lanes):
-                sm.vstore(out, i, sm.dot4(sm.vload(acc, i, lanes), sm.vload(a, i, lanes), sm.vload(b, i, lanes), how))
+                sm.vstore(out, i, product(sm.vload(acc, i, lanes), sm.vload(a, i, lanes), sm.vload(b, i, lanes), how))
         out = np.zeros_like(acc)
         run(acc, a.view(np.int32), b.view(np.int32), out)
+        yield how, out, run
+
+
+@pytest.mark.parametrize("lanes", [4, 8, 16])
+def test_every_runnable_numba_lowering_is_exact(lanes):
+    """Each lowering this CPU can execute, called directly, on the saturation corners."""
+    from backends.numba.simd_codegen import dot4_lowering
+    acc, a, b = corner_data(lanes * 4)
+    want = reference(acc, a, b)
+    for how, out, run in numba_lowerings("dot4", dot4_lowering, lanes, acc, a, b):
         np.testing.assert_array_equal(out, want, err_msg=how)
         if how == "avx2" and lanes == 8:  # the exact pair: vpmaddwd, never the saturating vpmaddubsw
             asm = next(iter(run.inspect_asm().values()))
@@ -146,15 +152,7 @@ from dsl import In, Out, f32, i32, i64
 def bad(acc: In[i32], x: In[f32], w: In[i64], y: Out[i32]):
     y.vstore(0, dsl.dot4({args}))
 '''
-    path = tmp_path / "bad_dot4.py"
-    path.write_text(src)
-    scope = runpy.run_path(str(path))
-    with pytest.raises(dsl.CompileError) as err:
-        scope["bad"].source("numba")
-    text = str(err.value)
-    assert "bad_dot4.py:6" in text, text
-    for w in words:
-        assert w in text, text
+    assert_compile_error(tmp_path, "bad_dot4.py", src, 6, words)
 
 
 @dsl.kernel(threads=1)
@@ -232,19 +230,10 @@ def test_dot4_sat_equals_dot4_when_each_pairs_signed_parts_stay_within_128():
 
 @pytest.mark.parametrize("lanes", [4, 8, 16])
 def test_every_runnable_numba_dot4_sat_lowering_matches(lanes):
-    numba = pytest.importorskip("numba")
-    from backends.numba import simd as sm
     from backends.numba.simd_codegen import dot4_sat_lowering
-    runnable = {"generic", dot4_sat_lowering(dsl.target("numba").features, lanes)}
     acc, a, b = corner_data(lanes * 4)
     want = sat_reference(acc, a, b)
-    for how in sorted(runnable):
-        @numba.njit
-        def run(acc, a, b, out, how=how):
-            for i in range(0, acc.size, lanes):
-                sm.vstore(out, i, sm.dot4_sat(sm.vload(acc, i, lanes), sm.vload(a, i, lanes), sm.vload(b, i, lanes), how))
-        out = np.zeros_like(acc)
-        run(acc, a.view(np.int32), b.view(np.int32), out)
+    for how, out, run in numba_lowerings("dot4_sat", dot4_sat_lowering, lanes, acc, a, b):
         np.testing.assert_array_equal(out, want, err_msg=how)
         if how == "maddubs" and lanes == 8:
             asm = next(iter(run.inspect_asm().values()))
@@ -304,19 +293,10 @@ def test_dot2_i16_multiplies_signed_halves_and_wraps_on_every_backend(backend):
 
 @pytest.mark.parametrize("lanes", [4, 8, 16])
 def test_every_runnable_numba_dot2_i16_lowering_matches(lanes):
-    numba = pytest.importorskip("numba")
-    from backends.numba import simd as sm
     from backends.numba.simd_codegen import dot2_i16_lowering
-    runnable = {"generic", dot2_i16_lowering(dsl.target("numba").features, lanes)}
     acc, a, b = i16_corner_data(lanes * 4)
     want = i16_reference(acc, a, b)
-    for how in sorted(runnable):
-        @numba.njit
-        def run(acc, a, b, out, how=how):
-            for i in range(0, acc.size, lanes):
-                sm.vstore(out, i, sm.dot2_i16(sm.vload(acc, i, lanes), sm.vload(a, i, lanes), sm.vload(b, i, lanes), how))
-        out = np.zeros_like(acc)
-        run(acc, a.view(np.int32), b.view(np.int32), out)
+    for how, out, _ in numba_lowerings("dot2_i16", dot2_i16_lowering, lanes, acc, a, b):
         np.testing.assert_array_equal(out, want, err_msg=how)
 
 

@@ -9,6 +9,7 @@ import pytest
 
 import dsl
 from dsl import In, InOut, Out, i8, i32, u8
+from tests.dsl.kernel_errors import assert_compile_error
 
 RNG = np.random.default_rng(18)
 
@@ -158,15 +159,7 @@ from dsl import In, Out, f32, i32, u8
 def bad(a: In[u8], x: In[f32], y: Out[i32], n: i32):
     {call}
 '''
-    path = tmp_path / "bad_tiles.py"
-    path.write_text(src)
-    scope = runpy.run_path(str(path))
-    with pytest.raises(dsl.CompileError) as err:
-        scope["bad"].source("numba")
-    text = str(err.value)
-    assert "bad_tiles.py:6" in text, text
-    for w in words:
-        assert w in text, text
+    assert_compile_error(tmp_path, "bad_tiles.py", src, 6, words)
 
 
 def test_interpreter_names_a_tile_row_out_of_range():

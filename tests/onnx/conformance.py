@@ -30,9 +30,11 @@ EXCLUDE: Dict[str, str] = {
     r"^test_strnorm|^test_string|^test_regex|^test_cast.*STRING|^test_castlike.*STRING|_string": "string tensors are not opdsl dtypes",
     r"^test_dft_inverse(_opset19)?$": "expected data holds numpy's f32 FFT noise (1.9e-7) where the exact value is 0, "
                                       "above the case's atol 1e-7; opdsl's f64-accumulated result is within 4e-15 of 0",
-    r"^test_attention_4d_causal_fp16_expanded$": "2 of 192 f16 outputs differ by 2 f16 ulps (4.9e-4 at 0.47) from onnx's "
-                                                 "f16-at-every-step reference, above the case's rtol 1e-3 (about one "
-                                                 "ulp); opdsl's ops round to f16 once per op, the fused op passes",
+    r"^test_attention_4d_(causal_)?fp16_expanded$": "2 of 192 f16 outputs differ by 2 f16 ulps (4.9e-4 at 0.42-0.47) "
+                                                    "from onnx's f16-at-every-step reference, above the case's rtol "
+                                                    "1e-3 (about one ulp); opdsl's ops round to f16 once per op (the "
+                                                    "interpreter and numba agree; non-causal: max error to the f64 "
+                                                    "result 3.0e-4, the reference's 4.7e-4); the fused op passes",
     r"^test_training_dropout": "Dropout runs inference only (training_mode=True, random masks, is an error)",
     r"^test_affine_grid_2d(_align_corners)?_expanded$": "the 2-D branch of AffineGrid's expanded If squeezes (Squeeze "
                                                         "without axes) a tensor whose shape comes from the values of "

@@ -37,6 +37,35 @@ def requantized(acc, mult, bias, y_zp, dtype, lo=None, hi=None):
     return np.clip(np.rint(f) + np.float32(y_zp), lo, hi).astype(dtype)
 
 
+def zero_point(dtype, z, length):
+    """A zero point as the GEMMs take it: one value, or ("per-row", "per-column") ``length`` of them."""
+    return data(dtype, (length,)) if isinstance(z, str) else np.array([z], dtype)
+
+
+def check_exact(gemm, case, m, k, n, **options):
+    """``gemm(a, b, y, za, zb, **options)``'s i32 sums of one ``CASES``-style case against numpy
+    (shared with test_gemm_int8_amx.py)."""
+    adt, bdt, za, zb, ca, cb = case
+    a, b = data(adt, (1, m, k), ca), data(bdt, (1, k, n), cb)
+    zav, zbv = zero_point(adt, za, m), zero_point(bdt, zb, n)
+    y = np.zeros((1, m, n), np.int32)
+    gemm(a, b, y, zav, zbv, **options)
+    np.testing.assert_array_equal(y[0], exact(a[0], b[0], zav, zbv))
+
+
+def check_requantized(gemm, m, k, n, **options):
+    """``gemm``'s u8 output against numpy: a batch of 2 against one B (i8 -128 corner), per-channel
+    multipliers, a bias and a fused Relu + cap (shared with test_gemm_int8_amx.py)."""
+    a, b = data(np.uint8, (2, m, k)), data(np.int8, (1, k, n), -128)
+    za, zb = np.array([3], np.uint8), np.array([0], np.int8)
+    mult = RNG.uniform(1e-4, 3e-3, n).astype(np.float32)
+    bias = RNG.integers(-5000, 5000, n).astype(np.int32)
+    y = np.zeros((2, m, n), np.uint8)
+    gemm(a, b, y, za, zb, mult=mult, bias=bias, y_zp=100, q_lo=100, q_hi=250, **options)
+    for t in range(2):
+        np.testing.assert_array_equal(y[t], requantized(exact(a[t], b[0], za, zb), mult, bias, 100, np.uint8, 100, 250))
+
+
 CASES = [  # (A dtype, B dtype, a zero point, b zero point, A corner, B corner)
     (np.uint8, np.int8, 255, 0, 255, -128),      # every pair 255·-128: vpmaddubsw would saturate
     (np.uint8, np.int8, 128, "per-column", None, 127),
@@ -54,27 +83,13 @@ NUMBA_SLOW = [pytest.param("numba", marks=pytest.mark.slow), "opencl"]
     pytest.param(b, *case, marks=[pytest.mark.slow] if b == "numba" and i else [])
     for i, case in enumerate(CASES) for b in ("interpreter", "numba", "opencl")], indirect=["backend"])
 def test_packed_int8_gemm_exact_on_every_backend(backend, adt, bdt, za, zb, ca, cb):
-    m, k, n = 5, 9, 11  # K % 4 != 0, N not a multiple of the panel, M of the row tile
-    a, b = data(adt, (1, m, k), ca), data(bdt, (1, k, n), cb)
-    zbv = data(bdt, (n,)) if zb == "per-column" else np.array([zb], bdt)
-    y = np.zeros((1, m, n), np.int32)
-    qgemm_int8(a, b, y, np.array([za], adt), zbv, backend=backend, tile=SMALL)
-    np.testing.assert_array_equal(y[0], exact(a[0], b[0], za, zbv))
+    # K % 4 != 0, N not a multiple of the panel, M of the row tile
+    check_exact(qgemm_int8, (adt, bdt, za, zb, ca, cb), 5, 9, 11, backend=backend, tile=SMALL)
 
 
 @pytest.mark.parametrize("backend", ["interpreter"] + NUMBA_SLOW, indirect=True)
 def test_packed_int8_gemm_requantizes_per_channel_with_bias_and_clamp(backend):
-    m, k, n = 6, 17, 10
-    a, b = data(np.uint8, (2, m, k)), data(np.int8, (1, k, n), -128)  # a batch of 2, one B
-    za, zb = np.array([3], np.uint8), np.array([0], np.int8)
-    mult = RNG.uniform(1e-4, 3e-3, n).astype(np.float32)
-    bias = RNG.integers(-5000, 5000, n).astype(np.int32)
-    y = np.zeros((2, m, n), np.uint8)
-    qgemm_int8(a, b, y, za, zb, mult=mult, bias=bias, y_zp=100, q_lo=100, q_hi=250,  # a fused Relu + cap
-               backend=backend, tile=SMALL)
-    for t in range(2):
-        acc = exact(a[t], b[0], za, zb)
-        np.testing.assert_array_equal(y[t], requantized(acc, mult, bias, 100, np.uint8, 100, 250))
+    check_requantized(qgemm_int8, 6, 17, 10, backend=backend, tile=SMALL)
 
 
 @pytest.mark.parametrize("backend", ["interpreter"] + NUMBA_SLOW, indirect=True)
@@ -156,22 +171,30 @@ def _model(nodes, inputs, outputs, inits):
 
 
 def test_qlinear_matmul_model_matches_onnxruntime():
-    ort = pytest.importorskip("onnxruntime")
-    onnx = pytest.importorskip("onnx")
-    import dsl
-    from onnx import TensorProto, helper
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
     a = data(np.uint8, (M, K))
     inits = {"sa": np.array(0.02, np.float32), "za": np.array(128, np.uint8),
              "b": RNG.integers(-64, 64, (K, N)).astype(np.int8),  # 7-bit weights: onnxruntime's AVX2 path is exact
              "sb": RNG.uniform(0.001, 0.01, N).astype(np.float32), "zb": np.zeros(N, np.int8),
              "sy": np.array(0.03, np.float32), "zy": np.array(128, np.uint8)}
+    assert_qlinear_matmul_matches_onnxruntime(inits, (a, data(np.uint8, (M, K))))
+
+
+def assert_qlinear_matmul_matches_onnxruntime(inits, inputs):
+    """One QLinearMatMul node (``inits``: sa, za, b, sb, zb, sy, zy) on numba: planned (only the
+    constant B is packed), and for each (M, K) u8 input of ``inputs`` equal to onnxruntime's."""
+    import dsl
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
     node = helper.make_node("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"], ["y"])
-    model = _model([node], [helper.make_tensor_value_info("a", TensorProto.UINT8, [M, K])],
-                   [helper.make_tensor_value_info("y", TensorProto.UINT8, [M, N])], inits)
+    m, k = inputs[0].shape
+    model = _model([node], [helper.make_tensor_value_info("a", TensorProto.UINT8, [m, k])],
+                   [helper.make_tensor_value_info("y", TensorProto.UINT8, [m, inits["b"].shape[1]])], inits)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     compiled = dsl.load_onnx(model, backend="numba")
-    assert "1 of 1 nodes planned" in str(compiled)  # the packed GEMM packs only the constant B
-    for a in (a, data(np.uint8, (M, K))):
+    assert "1 of 1 nodes planned" in str(compiled)
+    for a in inputs:
         np.testing.assert_array_equal(compiled.run({"a": a})["y"], session.run(None, {"a": a})[0])
 
 

@@ -10,7 +10,8 @@ import dsl
 import ops
 from ops.gemm_int8_amx import amx_usable, qgemm_int8_amx
 from ops.quant_matmul import requant_multiplier
-from test_gemm_int8 import _model, data, dynamic_matmul_model, exact, requantized
+from test_gemm_int8 import (assert_qlinear_matmul_matches_onnxruntime, check_exact, check_requantized, data,
+                            dynamic_matmul_model, exact, requantized)
 
 RNG = np.random.default_rng(18)
 
@@ -26,28 +27,14 @@ CASES = [  # (A dtype, B dtype, a zero point, b zero point, A corner, B corner)
     pytest.param(b, case, marks=[pytest.mark.slow] if b == "opencl" and i else [])
     for i, case in enumerate(CASES) for b in ("interpreter", "numba", "opencl")], indirect=["backend"])
 def test_amx_int8_gemm_exact_on_every_backend(backend, case):
-    adt, bdt, za, zb, ca, cb = case
-    m, k, n = 37, 100, 45  # M past one 32-row block, K past one 64-byte step (K % 4 == 0), N ragged
-    a, b = data(adt, (1, m, k), ca), data(bdt, (1, k, n), cb)
-    zav = data(adt, (m,)) if za == "per-row" else np.array([za], adt)
-    zbv = data(bdt, (n,)) if zb == "per-column" else np.array([zb], bdt)
-    y = np.zeros((1, m, n), np.int32)
-    qgemm_int8_amx(a, b, y, zav, zbv, backend=backend)
-    np.testing.assert_array_equal(y[0], exact(a[0], b[0], zav, zbv))
+    # M past one 32-row block, K past one 64-byte step (K % 4 == 0), N ragged
+    check_exact(qgemm_int8_amx, case, 37, 100, 45, backend=backend)
 
 
 @pytest.mark.parametrize("backend", ["interpreter", "numba", pytest.param("opencl", marks=pytest.mark.slow)],
                          indirect=True)
 def test_amx_int8_gemm_requantizes_per_channel_with_bias_and_clamp(backend):
-    m, k, n = 6, 36, 40
-    a, b = data(np.uint8, (2, m, k)), data(np.int8, (1, k, n), -128)  # a batch of 2, one B
-    za, zb = np.array([3], np.uint8), np.array([0], np.int8)
-    mult = RNG.uniform(1e-4, 3e-3, n).astype(np.float32)
-    bias = RNG.integers(-5000, 5000, n).astype(np.int32)
-    y = np.zeros((2, m, n), np.uint8)
-    qgemm_int8_amx(a, b, y, za, zb, mult=mult, bias=bias, y_zp=100, q_lo=100, q_hi=250, backend=backend)
-    for t in range(2):
-        np.testing.assert_array_equal(y[t], requantized(exact(a[t], b[0], za, zb), mult, bias, 100, np.uint8, 100, 250))
+    check_requantized(qgemm_int8_amx, 6, 36, 40, backend=backend)
 
 
 def test_amx_int8_gemm_refuses_k_not_a_multiple_of_4():
@@ -117,18 +104,10 @@ def test_quantized_matmul_models_on_amx_match_onnxruntime():
     MatMulInteger, full-range weights (AMX's products are exact, as onnxruntime's are here)."""
     ort = pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
-    from onnx import TensorProto, helper
     inits = {"sa": np.array(0.02, np.float32), "za": np.array(128, np.uint8), "b": data(np.int8, (K, N), -128),
              "sb": RNG.uniform(0.001, 0.01, N).astype(np.float32), "zb": np.zeros(N, np.int8),
              "sy": np.array(0.3, np.float32), "zy": np.array(128, np.uint8)}
-    node = helper.make_node("QLinearMatMul", ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"], ["y"])
-    model = _model([node], [helper.make_tensor_value_info("a", TensorProto.UINT8, [M, K])],
-                   [helper.make_tensor_value_info("y", TensorProto.UINT8, [M, N])], inits)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    compiled = dsl.load_onnx(model, backend="numba")
-    assert "1 of 1 nodes planned" in str(compiled)
-    for a in (data(np.uint8, (M, K), 255), data(np.uint8, (M, K))):
-        np.testing.assert_array_equal(compiled.run({"a": a})["y"], session.run(None, {"a": a})[0])
+    assert_qlinear_matmul_matches_onnxruntime(inits, (data(np.uint8, (M, K), 255), data(np.uint8, (M, K))))
     x = RNG.standard_normal((M, K)).astype(np.float32)
     w = {"w": data(np.int8, (K, N)), "wz": np.array(0, np.int8), "ws": np.array(0.01, np.float32)}
     model = dynamic_matmul_model(w, M, K, N)
