@@ -319,8 +319,29 @@ _CONV_PARAMS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strid
 @register("com.opdsl", "FusedConv", everywhere=True)
 def _fused_conv(node, opset, emit) -> bool:
     """activation(Conv(X, W, B) + Z) as Conv, Add and Relu / Clip / LeakyRelu."""
+    ins, specs, (y,) = names(node)
+    return _write_fused_conv(node.op, ins, specs, y, opset, emit)
+
+
+@register("com.opdsl", "FusedConvPool", everywhere=True)
+def _fused_conv_pool(node, opset, emit) -> bool:
+    """MaxPool(activation(Conv(X, W, B))) as FusedConv's nodes and a MaxPool (ceil_mode from opset 10)."""
     op = node.op
     ins, specs, (y,) = names(node)
+    if op.pool_ceil_mode and opset < 10:
+        return False
+    conv = emit.temp("conv")
+    if not _write_fused_conv(op, ins, specs, conv, opset, emit):
+        return False
+    k, strides, pads = op._pool()
+    emit("MaxPool", [conv], [y], kernel_shape=list(k), strides=list(strides),
+         auto_pad=op.pool_auto_pad, ceil_mode=int(op.pool_ceil_mode) if opset >= 10 else None,
+         **({} if op.pool_auto_pad != "NOTSET" else {"pads": list(pads)}))
+    return True
+
+
+def _write_fused_conv(op, ins, specs, y, opset, emit) -> bool:
+    """Write FusedConv ``op``'s standard nodes from input names ``ins`` to output name ``y``."""
     x, w, b, z = (ins + [None, None])[:4]
     if opset < 7:  # Add broadcasts from opset 7
         return False

@@ -101,6 +101,22 @@ def test_conv_relu_maxpool_becomes_one_node(backend):
     np.testing.assert_allclose(model.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
 
 
+def test_fused_node_exports_as_conv_relu_maxpool(backend):
+    """The compiled graph's FusedConvPool writes back as standard Conv, Relu and MaxPool
+    (ceil_mode kept) that onnxruntime runs to opdsl's result."""
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    g, _, _ = _stem_graph(shared=False)
+    model = g.compile(backend=backend)
+    exported = model.graph.to_onnx()
+    onnx.checker.check_model(exported, full_check=True)
+    assert [(n.domain, n.op_type) for n in exported.graph.node if n.op_type != "Constant"] == \
+        [("", "Conv"), ("", "Relu"), ("", "MaxPool")]
+    x = RNG.standard_normal((1, 3, 21, 26)).astype(np.float32)
+    sess = ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], model.run({"x": x})["y"], rtol=1e-4, atol=1e-4)
+
+
 def test_stem_pool_feeds_a_1x1_convolution_nchwc16(backend):
     """Stem -> Relu -> MaxPool -> 1x1 Conv: the fused node writes NCHWc16 (32 channels) for the
     1x1 convolution to read; the result equals numpy's."""
