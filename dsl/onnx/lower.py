@@ -3,7 +3,7 @@ the registry of lowerings, and what a lowering writes with.
 
 Two kinds of ops are lowered:
 
-* What the graph compiler makes (FusedMatMul, FusedElementwise, FusedConv, the format Reorder,
+* What the graph compiler makes (FusedMatMul, FusedElementwise, FusedConv, FusedConvPool, the format Reorder,
   and RecurrentScan, the time loop an inlined RNN/GRU/LSTM leaves): a compiled graph
   (``model.graph.to_onnx()``) is written wherever it appears as standard ops.
 * Ops a user writes (FullyConnected, DataConvert): they keep their ``com.opdsl`` node in a graph
