@@ -77,3 +77,12 @@ def test_gemm_phases_bench_runs():
     assert len(row) == 1 and row[0].count("|") == 10 and "nan" not in row[0]
     launch = bench_gemm_phases.launch_cost(2)
     assert "empty njit, same 30 arguments" in launch and "launcher(frozen values, grid)" in launch
+
+
+def test_batched_entries_bench_runs(capsys):
+    """benchmarks/bench_batched_entries.py: a round times all four sides (Model.run's result is
+    checked against numpy inside)."""
+    from benchmarks import bench_batched_entries
+    assert bench_batched_entries.main(["--a", "2,64,64", "--b", "2,64,64", "--rounds", "1", "--repeat", "2"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 0 |")]
+    assert len(rows) == 1 and rows[0].count("|") == 6 and "nan" not in rows[0]
