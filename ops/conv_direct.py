@@ -17,12 +17,16 @@ broadcasts one input value per pixel: P·NV fused multiply-adds for NV + P loads
 * **Layouts**: the image is read through strides, so the input may be plain NCHW or NCHWc16;
   the output is written in the input's format (vector stores for NCHWc16, lane stores for
   plain), and so is the residual ``res``.
-* **Padding**: a padded convolution first copies the image into a zero-bordered buffer
-  (``PHASE_PAD``, one pass over the input; NCHWc16 once the image has 16 channels, so the 16
-  channels of the innermost loop share a cache line per pixel), so the tile loop has no border
-  tests at all; pixels are tiled over the flattened output image (oh·OW + ow); a last partial
-  tile repeats its last pixel and does not store the copies, and a last tile of one pixel
-  (7×7 images: 49 = 8·6 + 1) sums it alone instead of a whole tile's P·NV vectors.
+* **Padding**: an NCHWc16 image (the models' layers) is read in place: ``pixel_tables`` splits
+  the output into regions of equal valid taps (3×3, padding 1: the interior, four edges, four
+  corners) and tiles each region's pixels, so a tile's walk over the taps starts at its first
+  valid tap and skips the rest of a kernel row, and the tile loop has no border tests at all
+  (a copy into a zero-bordered buffer cost 2-11 % of a ResNet-50 layer).  A padded plain image
+  is still copied (``PHASE_PAD``) into a zero-bordered NCHWc16 buffer (so the 16 channels of
+  the innermost loop share a cache line per pixel; plain below 16 channels), one region.  A
+  region's last partial tile repeats its last pixel and does not store the copies, and a tile
+  of one pixel (7×7 images: 49 = 8·6 + 1; corners) sums it alone instead of a whole tile's
+  P·NV vectors.
 * **Weight reuse**: a work item is a group of up to TG tiles of one oc group (groups of even
   size: 9 tiles at TG = 8 are 5 + 4, not 8 + 1); per input-channel
   block (kh·kw·16·OCT weights, 18 KB for 3×3) every tile of the group runs, its partial sums
@@ -543,11 +547,19 @@ def launch_conv_direct(impl, x, w, bias, y, res, strides, dil, begin, blocked: b
     hp = (oh - 1) * strides[0] + (kh - 1) * dil[0] + 1
     wpad = (ow - 1) * strides[1] + (kw - 1) * dil[1] + 1
     padded = begin[0] > 0 or begin[1] > 0 or hp > h or wpad > wd
-    copy = padded and not blocked  # a blocked image's border is handled by the tiles (pixel_tables)
+    # a blocked image's border is handled by the tiles (pixel_tables), unless its regions have a
+    # quarter more tiles than the padded image's flattened ones: a 7×7 image (pad 1) is 13 tiles
+    # in regions, 9 flat, and 512,7 ran 7-13 % slower in place (56×56 +0.6 %, 14×14 +9 %, 13×13
+    # +14 %: 3-11 % faster without the copy; benchmarks/RESULTS.md, nineteenth session, conv2)
+    copy = padded and not blocked
+    if padded and blocked:
+        regions = pixel_tables(oh, ow, h, wd, kh, kw, tuple(strides), tuple(dil), tuple(begin), cfg.P,
+                               wd * BLOCK, BLOCK)[1].size // 4
+        copy = 4 * regions > 5 * -(-(oh * ow) // cfg.P)
     hs, ws = (max(hp, begin[0] + h), max(wpad, begin[1] + wd)) if copy else (h, wd)
     # the padding copy of a plain image of >= 16 channels is NCHWc16: the 16 channels a tile
     # loops over innermost then share one cache line per pixel instead of 16
-    transpose = copy and c >= BLOCK
+    transpose = copy and not blocked and c >= BLOCK
     reads_blocked = blocked or transpose
     lanes = BLOCK if reads_blocked else 1
     planes = n * (-(-c // BLOCK) if reads_blocked else c)
@@ -555,7 +567,7 @@ def launch_conv_direct(impl, x, w, bias, y, res, strides, dil, begin, blocked: b
     geom[[G_N, G_C, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_DW, G_OH, G_OW]] = \
         (n, c, m, kh, kw, strides[0], strides[1], dil[0], dil[1], oh, ow)
     if reads_blocked:  # x[n, c // 16, h, w, c % 16]
-        nblk = x.shape[1] if blocked else -(-c // BLOCK)
+        nblk = x.shape[1] if blocked and not copy else -(-c // BLOCK)  # x's blocks, or the copy's
         geom[[G_SXN, G_SXB, G_SXC, G_SXH, G_SXW]] = (nblk * hs * ws * BLOCK, hs * ws * BLOCK, 1,
                                                      ws * BLOCK, BLOCK)
     else:
