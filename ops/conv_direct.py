@@ -252,7 +252,9 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                 if cn == BLOCK and tap_w == BLOCK * sxc and nkw > 0:
                     kw_run = nkw
                 run = cn * kw_run  # consecutive channels in x and in the weights
-                kw_steps = nkw // kw_run
+                kw_steps = nkw  # nkw // kw_run without a division a tile
+                if kw_run > 1:
+                    kw_steps = 1
                 w_skip = (BLOCK * kw_run - run) * OCT  # a partial block's missing channels
                 row_skip = (kw_n - nkw) * BLOCK * OCT  # the taps of a kernel row past the border
                 x_skip = tap_w - run * sxc  # from the end of one kw tap's channels to the next tap
