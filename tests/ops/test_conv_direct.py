@@ -142,9 +142,11 @@ def test_balanced_grid_gives_every_os_thread_a_share():
 
 
 def test_padding_copy_launch_is_small_and_result_right(backend):
-    """The padding copy passes neither y nor the weights, bias and residual (1-element
-    placeholders), so a small image's copy stays under the serial-launch size; the convolution
-    after it reads the copy."""
+    """A padded plain image is copied first; the copy passes neither y nor the weights, bias and
+    residual (1-element placeholders), so a small image's copy stays under the serial-launch
+    size, and the convolution after it reads the copy.  A padded NCHWc16 image is read in place
+    (one launch, its border pixels in tiles of their own) unless that needs a quarter more tiles
+    (small images: 7×7 is 13 tiles in regions, 9 flat)."""
     x = RNG.standard_normal((1, 16, 11, 13)).astype(np.float32)
     w = RNG.standard_normal((32, 16, 3, 3)).astype(np.float32) * 0.2
     b = RNG.standard_normal(32).astype(np.float32)
@@ -153,14 +155,40 @@ def test_padding_copy_launch_is_small_and_result_right(backend):
     def impl(*args, **kw):
         calls.append((kw["phase"], args[4].size, kw["grid"], [a.size for a in args[1:4]]))
         conv_direct(*args, **kw)
-    yb = np.empty(F.physical_shape((1, 32, 11, 13), "nchwc16"), np.float32)
-    launch_conv_direct(impl, F.to_nchwc16_ref(x), w, b, yb, None, (1, 1), (1, 1), (1, 1), True, backend, act=0,
-                       lo=0.0, hi=0.0)
-    assert [(ph, size) for ph, size, _, _ in calls] == [(PHASE_PAD, 1), (1, yb.size)]
+    y = np.empty((1, 32, 11, 13), np.float32)
+    launch_conv_direct(impl, x, w, b, y, None, (1, 1), (1, 1), (1, 1), False, backend, act=0, lo=0.0, hi=0.0)
+    assert [(ph, size) for ph, size, _, _ in calls] == [(PHASE_PAD, 1), (1, y.size)]
     assert calls[0][3] == [1, 1, 1]  # w, bias, res
     cfg = direct_config(backend, 32)
     assert calls[1][2] == balanced_grid(-(-(11 * 13) // (cfg.P * cfg.TG)) * -(-32 // cfg.OCT))
-    np.testing.assert_allclose(F.to_plain_ref(yb, 32), conv_ref(x, w, b, pads=(1, 1, 1, 1)), rtol=1e-4, atol=1e-4)
+    want = conv_ref(x, w, b, pads=(1, 1, 1, 1))
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+    for hw, phases in (((14, 16), [1]), ((7, 7), [PHASE_PAD, 1])):
+        calls.clear()
+        x = RNG.standard_normal((1, 16) + hw).astype(np.float32)
+        yb = np.empty(F.physical_shape((1, 32) + hw, "nchwc16"), np.float32)
+        launch_conv_direct(impl, F.to_nchwc16_ref(x), w, b, yb, None, (1, 1), (1, 1), (1, 1), True, backend,
+                           act=0, lo=0.0, hi=0.0)
+        assert [ph for ph, _, _, _ in calls] == phases, hw
+        np.testing.assert_allclose(F.to_plain_ref(yb, 32), conv_ref(x, w, b, pads=(1, 1, 1, 1)), rtol=1e-4,
+                                   atol=1e-4)
+
+
+@pytest.mark.parametrize("strides, dil, pads", [((1, 1), (1, 1), (2, 0, 1, 3)), ((2, 2), (1, 2), (1, 2, 1, 2)),
+                                                ((1, 2), (1, 1), (3, 1, 3, 0))], ids=["asym", "s2d2", "wide"])
+def test_nchwc16_border_tiles(backend, strides, dil, pads):
+    """An NCHWc16 image read in place with uneven, wide padding (rows whose every tap is in the
+    padding: bias only), strides and dilation: the border regions' tiles skip the taps outside
+    the image and store their pixels where they belong; two images, a residual, Relu."""
+    x = RNG.standard_normal((2, 20, 6, 7)).astype(np.float32)
+    w = RNG.standard_normal((64, 20, 3, 3)).astype(np.float32) * 0.2
+    b = RNG.standard_normal(64).astype(np.float32)
+    want = conv_ref(x, w, b, strides=strides, dil=dil, pads=pads)
+    z = RNG.standard_normal(want.shape).astype(np.float32)
+    yb = np.full(F.physical_shape(want.shape, "nchwc16"), np.nan, np.float32)
+    launch_conv_direct(conv_direct, F.to_nchwc16_ref(x), w, b, yb, F.to_nchwc16_ref(z), strides, dil, pads[:2],
+                       True, backend, act=1, lo=0.0, hi=0.0)
+    np.testing.assert_allclose(F.to_plain_ref(yb, 64), np.maximum(want + z, 0), rtol=1e-4, atol=1e-4)
 
 
 def test_blocked_chain_needs_no_reorder_between_convs(backend):
