@@ -288,9 +288,9 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
             xb = nb * sxn + (orow * step_row + c0) * BLOCK
             if (pf & PF_RES) != 0 and add_res == 1 and blocked_out == 1:
                 # the residual lines the epilogue adds, on their way during the sums
-                for j in dsl.static_range(NV):
-                    for p in dsl.static_range(2 * P):
-                        dsl.prefetch(res, ((nb * mb + g * NV + j) * ohw + orow * cols + c0 + p) * BLOCK)
+                for pj in range(NV):  # run-time loops: 2P·NV unrolled prefetches cost compile time
+                    for pp in range(2 * P):
+                        dsl.prefetch(res, ((nb * mb + g * NV + pj) * ohw + orow * cols + c0 + pp) * BLOCK)
             acc2 = dsl.local((2 * P, NV), dsl.simd(f32, V))
             for p in dsl.static_range(2 * P):
                 for j in dsl.static_range(NV):
