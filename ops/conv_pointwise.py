@@ -45,9 +45,10 @@ either format.
 * **Prefetches** (``prefetch_mode``, ``dsl.prefetch``): with group after group, each group's
   packed weights came from memory on its first items in a model (100 MB of weights a ResNet-50
   run), so a group's last OCT/16 items prefetch one line of the next group's weights per input
-  channel, in layers of ``PREFETCH_MIN_BYTES`` of weights or more; pair items with a residual
-  prefetch its lines before their sums.  One core, caches swept: ResNet's 7×7 layers 0.76-0.81x
-  the time, 14×14 ~0.92x, hot ±3 %; the whole ResNet-50 ~0.95x.
+  channel, in layers of ``PREFETCH_MIN_BYTES`` of weights or more.  One core, L2 swept: ResNet's
+  7×7 layers 0.74-0.81x the time, 14×14 0.92-0.96x, hot ±3 %; the whole ResNet-50 0.92-1.01x
+  (the gain grows with the other processes' load on the shared L3).  Prefetching the residual's
+  lines did not pay (0.9-1.1x, noise) and was dropped.
 * **Epilogue**: bias, a residual (``res``, in y's format) and Relu / Clip / LeakyRelu while
   storing, the sums read back from scratch by a run-time loop (one compiled copy of the
   activation, not P × NV: ~2 s less compile CPU per specialization): whole tiles into NCHWc16 as whole
@@ -85,15 +86,15 @@ ROWS_MAX_C = 128  # input channels up to which plain stride-1 convolutions run t
 # 1.7x slower with it (squeezenet's first squeeze), M = 64 even, M = 128 0.95x, M = 256 0.77x
 GATHER_PLAIN_MIN_M = 128
 SCRATCH = 512  # floats per thread for a tile's sums: P·NV·V and RR·RNV·V must fit
-PF_WEIGHTS, PF_RES = 1, 2  # prefetch_mode's bits: the next group's weights, the item's residual
+PF_WEIGHTS = 1  # prefetch_mode's bit: the next group's weights
 PREFETCH_MIN_BYTES = 1 << 18  # packed weights from which the next group's are prefetched
 
 
-def prefetch_mode(c: int, m: int, residual: bool) -> int:
+def prefetch_mode(c: int, m: int) -> int:
     """What the tiles prefetch (``pf``): the next oc group's packed weights once the layer's
-    weights (C·M·4 bytes) are too big to stay cached from one run of a model to the next, and the
-    residual's lines when there is one."""
-    return (PF_WEIGHTS if c * m * 4 >= PREFETCH_MIN_BYTES else 0) | (PF_RES if residual else 0)
+    weights (C·M·4 bytes) are too big to stay in L2 from one run of a model to the next (with
+    every layer prefetching, squeezenet and ResNet-50 ran 0.97-1.00x: no gain below this)."""
+    return PF_WEIGHTS if c * m * 4 >= PREFETCH_MIN_BYTES else 0
 
 
 def pointwise_config(backend: str = "numba") -> DirectConfig:
@@ -124,7 +125,7 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
     geom[G_GATHER], y = the pixels the tiles read, as a compact NCHWc16 image (``gather_pixels``).
     PAIRS 0: the target has too few registers for items of 2P pixels, so their code is not
     compiled at all.  ``pf`` (``prefetch_mode``): bit PF_WEIGHTS, a group's last items prefetch
-    the next group's packed weights; bit PF_RES, an item prefetches its residual lines."""
+    the next group's packed weights."""
     OCT = V * NV
     if geom[G_GATHER] == 1:
         # y[n, c / 16, oh, ow, c % 16] = x[n, c, oh·sh, ow·sw]: one output row of one 16-channel
@@ -286,11 +287,6 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
             c0 = min(c_first, cols - 2 * P)
             npix = 2 * P
             xb = nb * sxn + (orow * step_row + c0) * BLOCK
-            if (pf & PF_RES) != 0 and add_res == 1 and blocked_out == 1:
-                # the residual lines the epilogue adds, on their way during the sums
-                for pj in range(NV):  # run-time loops: 2P·NV unrolled prefetches cost compile time
-                    for pp in range(2 * P):
-                        dsl.prefetch(res, ((nb * mb + g * NV + pj) * ohw + orow * cols + c0 + pp) * BLOCK)
             acc2 = dsl.local((2 * P, NV), dsl.simd(f32, V))
             for p in dsl.static_range(2 * P):
                 for j in dsl.static_range(NV):
@@ -587,8 +583,8 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
     grid = work_split.worker_grid(int(items), int(item_fmas), THREADS, "numba") \
         if (backend or "numba") == "numba" else balanced_grid(int(items))
     impl(x.reshape(-1), wp, bp, flat_res, y.reshape(-1), geom, add_res=int(res is not None), act=act,
-         act_lo=float(lo), act_hi=float(hi), pf=prefetch_mode(c, m, res is not None), V=cfg.V, NV=cfg.NV, P=cfg.P, RR=rr, RNV=rnv, PAIRS=pairs, backend=backend,
-         grid=grid)
+         act_lo=float(lo), act_hi=float(hi), pf=prefetch_mode(c, m), V=cfg.V, NV=cfg.NV, P=cfg.P, RR=rr, RNV=rnv,
+         PAIRS=pairs, backend=backend, grid=grid)
 
 
 def gather_pixels(impl, x, c: int, blocked: bool, strides, out_hw, backend, tile) -> np.ndarray:

@@ -418,12 +418,12 @@ def test_residual_buffer_takes_the_pointwise_output(backend):
 
 @pytest.mark.parametrize("tile", ["target", "avx2"])
 def test_pointwise_prefetches_change_nothing(backend, monkeypatch, tile):
-    """The prefetches (``prefetch_mode``: the next oc group's weights, the residual's lines) forced
-    on for a small layer: numpy's result, with pair items, a 7-pixel tile, three oc groups (the
-    last group prefetches past the weights) and a batch of two; AVX-512's two weight lines per
-    input channel and AVX2's one (its tile passed explicitly)."""
+    """The next oc group's weight prefetches (``prefetch_mode``) forced on for a small layer with a
+    residual: numpy's result, with pair items, a 7-pixel tile, three oc groups (the last group
+    prefetches past the weights) and a batch of two; AVX-512's two weight lines per input channel
+    and AVX2's one (its tile passed explicitly)."""
     monkeypatch.setattr(pw, "PREFETCH_MIN_BYTES", 0)
-    assert pw.prefetch_mode(40, 80, True) == pw.PF_WEIGHTS | pw.PF_RES
+    assert pw.prefetch_mode(40, 80) == pw.PF_WEIGHTS
     cfg, rows = (None, None) if tile == "target" else (pw.DirectConfig(V=8, NV=2, P=6), (4, 3))
     x, w, b = data(2, 40, 7, 7, 80)
     z = RNG.standard_normal((2, 80, 7, 7)).astype(np.float32)
