@@ -43,7 +43,7 @@ either format.
   start (~190 ns here) cost as much as 2-3 items of a 16-channel layer, and one worker per item
   ran squeezenet's 1×1 layers 1.3-1.8x slower on one core.
 * **Prefetches** (``prefetch_mode``, ``dsl.prefetch``): with group after group, each group's
-  packed weights came from memory on its first items in a model (100 MB of weights a ResNet-50
+  packed weights came from L3 or memory on its first items in a model (100 MB of weights a ResNet-50
   run), so a group's last OCT/16 items prefetch one line of the next group's weights per input
   channel, in layers of ``PREFETCH_MIN_BYTES`` of weights or more.  One core, L2 swept: ResNet's
   7×7 layers 0.74-0.81x the time, 14×14 0.92-0.96x, hot ±3 %; the whole ResNet-50 0.92-1.01x
