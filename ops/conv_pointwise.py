@@ -42,6 +42,13 @@ either format.
   as much as a 16-channel tile's sums.  The grid is few teams (ops/work_split.py): a worker's
   start (~190 ns here) cost as much as 2-3 items of a 16-channel layer, and one worker per item
   ran squeezenet's 1×1 layers 1.3-1.8x slower on one core.
+* **Prefetches** (``prefetch_mode``, ``dsl.prefetch``): with group after group, each group's
+  packed weights came from L3 or memory on its first items in a model (100 MB of weights a ResNet-50
+  run), so a group's last OCT/16 items prefetch one line of the next group's weights per input
+  channel, in layers of ``PREFETCH_MIN_BYTES`` of weights or more.  One core, L2 swept: ResNet's
+  7×7 layers 0.74-0.81x the time, 14×14 0.92-0.96x, hot ±3 %; the whole ResNet-50 0.92-1.01x
+  (the gain grows with the other processes' load on the shared L3).  Prefetching the residual's
+  lines did not pay (0.9-1.1x, noise) and was dropped.
 * **Epilogue**: bias, a residual (``res``, in y's format) and Relu / Clip / LeakyRelu while
   storing, the sums read back from scratch by a run-time loop (one compiled copy of the
   activation, not P × NV: ~2 s less compile CPU per specialization): whole tiles into NCHWc16 as whole
@@ -79,6 +86,15 @@ ROWS_MAX_C = 128  # input channels up to which plain stride-1 convolutions run t
 # 1.7x slower with it (squeezenet's first squeeze), M = 64 even, M = 128 0.95x, M = 256 0.77x
 GATHER_PLAIN_MIN_M = 128
 SCRATCH = 512  # floats per thread for a tile's sums: P·NV·V and RR·RNV·V must fit
+PF_WEIGHTS = 1  # prefetch_mode's bit: the next group's weights
+PREFETCH_MIN_BYTES = 1 << 18  # packed weights from which the next group's are prefetched
+
+
+def prefetch_mode(c: int, m: int) -> int:
+    """What the tiles prefetch (``pf``): the next oc group's packed weights once the layer's
+    weights (C·M·4 bytes) are too big to stay in L2 from one run of a model to the next (with
+    every layer prefetching, squeezenet and ResNet-50 ran 0.97-1.00x: no gain below this)."""
+    return PF_WEIGHTS if c * m * 4 >= PREFETCH_MIN_BYTES else 0
 
 
 def pointwise_config(backend: str = "numba") -> DirectConfig:
@@ -102,13 +118,14 @@ def row_tile(backend: str = "numba") -> tuple:
 
 @dsl.kernel(threads=THREADS)
 def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], geom: dsl.Vec[i64, 16],
-                   add_res: i32, act: i32, act_lo: f32, act_hi: f32, V: dsl.const[i64], NV: dsl.const[i64],
+                   add_res: i32, act: i32, act_lo: f32, act_hi: f32, pf: i32, V: dsl.const[i64], NV: dsl.const[i64],
                    P: dsl.const[i64], RR: dsl.const[i64], RNV: dsl.const[i64], PAIRS: dsl.const[i64] = 1):
     """y = act(Σ_ic w[oc, ic] · x[ic, pixel·s] + bias [+ res]); x read through geom's strides
     (plain or NCHWc16), y and res NCHWc16 when geom[G_BLOCKED_OUT] else plain.  With
     geom[G_GATHER], y = the pixels the tiles read, as a compact NCHWc16 image (``gather_pixels``).
     PAIRS 0: the target has too few registers for items of 2P pixels, so their code is not
-    compiled at all."""
+    compiled at all.  ``pf`` (``prefetch_mode``): bit PF_WEIGHTS, a group's last items prefetch
+    the next group's packed weights."""
     OCT = V * NV
     if geom[G_GATHER] == 1:
         # y[n, c / 16, oh, ow, c % 16] = x[n, c, oh·sh, ow·sw]: one output row of one 16-channel
@@ -248,8 +265,17 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
     # flattened image and wrap rows, so a 7x7 output is 9 tiles of 6, not 7 rows of 6 + 1)
     qh = (t * tp) // out_w
     qw = t * tp - qh * out_w
+    ipg = n_img * rows * row_tiles  # items per oc group
+    w_lines = OCT // BLOCK  # 64-byte lines per packed weight row: the last w_lines items of a group
+    # each prefetch one line per input channel of the next group's weights
     for item in range(lo, hi):
         wg = g * cb * BLOCK * OCT
+        pf_duty = w_lines - (ipg - ((nb * rows + orow) * row_tiles + t))  # 0..w_lines-1 on duty
+        pf_w = 0
+        pf_at = wg + cb * BLOCK * OCT  # the next group's weights
+        if (pf & PF_WEIGHTS) != 0 and pf_duty >= 0:
+            pf_w = 1
+            pf_at += pf_duty * c_in * BLOCK
         one_vector = NV > 1 and g * OCT + V >= m_written
         c_first = t * tp  # first pixel of the row this item stores
         if PAIRS == 1 and pair == 1 and cols - c_first > P:
@@ -280,6 +306,8 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                         wv3 = dsl.local((NV,), dsl.simd(f32, V))
                         for j in dsl.static_range(NV):
                             wv3[j] = w.vload(wg + (icb * BLOCK + ci) * OCT + j * V, V)
+                        if pf_w == 1:
+                            dsl.prefetch(w, pf_at + (icb * BLOCK + ci) * BLOCK)
                         xc3 = xb + icb * sxb + ci
                         for p in dsl.static_range(2 * P):
                             xv3 = dsl.splat(x.flat[xc3 + p * BLOCK], V)
@@ -347,6 +375,8 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                         wv = dsl.local((NV,), dsl.simd(f32, V))
                         for j in dsl.static_range(NV):
                             wv[j] = w.vload(wg + (icb * BLOCK + ci) * OCT + j * V, V)
+                        if pf_w == 1:
+                            dsl.prefetch(w, pf_at + (icb * BLOCK + ci) * BLOCK)
                         xc = icb * sxb + ci * sxc
                         for p in dsl.static_range(P):
                             xv = dsl.splat(x.flat[xc + off[p]], V)
@@ -553,8 +583,8 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
     grid = work_split.worker_grid(int(items), int(item_fmas), THREADS, "numba") \
         if (backend or "numba") == "numba" else balanced_grid(int(items))
     impl(x.reshape(-1), wp, bp, flat_res, y.reshape(-1), geom, add_res=int(res is not None), act=act,
-         act_lo=float(lo), act_hi=float(hi), V=cfg.V, NV=cfg.NV, P=cfg.P, RR=rr, RNV=rnv, PAIRS=pairs, backend=backend,
-         grid=grid)
+         act_lo=float(lo), act_hi=float(hi), pf=prefetch_mode(c, m), V=cfg.V, NV=cfg.NV, P=cfg.P, RR=rr, RNV=rnv,
+         PAIRS=pairs, backend=backend, grid=grid)
 
 
 def gather_pixels(impl, x, c: int, blocked: bool, strides, out_hw, backend, tile) -> np.ndarray:
@@ -579,6 +609,6 @@ def gather_pixels(impl, x, c: int, blocked: bool, strides, out_hw, backend, tile
         geom[[G_SXN, G_SXB, G_SXC, G_SXP]] = (c * h * wd, BLOCK * h * wd, h * wd, 1)
     none = np.zeros(1, np.float32)
     rows = n * cb * oh
-    impl(x.reshape(-1), none, none, none, buf, geom, add_res=0, act=0, act_lo=0.0, act_hi=0.0, V=cfg.V,
+    impl(x.reshape(-1), none, none, none, buf, geom, add_res=0, act=0, act_lo=0.0, act_hi=0.0, pf=0, V=cfg.V,
          NV=cfg.NV, P=cfg.P, RR=rr, RNV=rnv, PAIRS=pairs, backend=backend, grid=max(1, min(balanced_grid(rows), rows // 8)))
     return buf.reshape(n, cb, oh, ow, BLOCK)

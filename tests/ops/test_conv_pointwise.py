@@ -414,3 +414,20 @@ def test_residual_buffer_takes_the_pointwise_output(backend):
         np.testing.assert_allclose(model.run({"x": x})["y"], want, rtol=1e-4, atol=1e-4)
     assert sorted(model.selected({"x": x}).values()).count("pointwise") == 4
     assert len(model.memory_plan().inplace) == (1 if backend == "numba" else 0)
+
+
+@pytest.mark.parametrize("tile", ["target", "avx2"])
+def test_pointwise_prefetches_change_nothing(backend, monkeypatch, tile):
+    """The next oc group's weight prefetches (``prefetch_mode``) forced on for a small layer with a
+    residual: numpy's result, with pair items, a 7-pixel tile, three oc groups (the last group
+    prefetches past the weights) and a batch of two; AVX-512's two weight lines per input channel
+    and AVX2's one (its tile passed explicitly)."""
+    monkeypatch.setattr(pw, "PREFETCH_MIN_BYTES", 0)
+    assert pw.prefetch_mode(40, 80) == pw.PF_WEIGHTS
+    cfg, rows = (None, None) if tile == "target" else (pw.DirectConfig(V=8, NV=2, P=6), (4, 3))
+    x, w, b = data(2, 40, 7, 7, 80)
+    z = RNG.standard_normal((2, 80, 7, 7)).astype(np.float32)
+    yb = np.full(F.physical_shape((2, 80, 7, 7), "nchwc16"), np.nan, np.float32)
+    launch_conv_pointwise(conv_pointwise, F.to_nchwc16_ref(x), w, b, yb, F.to_nchwc16_ref(z), (1, 1), True, backend,
+                          1, 0.0, 0.0, cfg=cfg, row_shape=rows)
+    np.testing.assert_allclose(F.to_plain_ref(yb, 80), np.maximum(pointwise_ref(x, w, b) + z, 0), rtol=1e-4, atol=1e-4)
