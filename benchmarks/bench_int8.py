@@ -245,6 +245,15 @@ def products_ab(rounds: int, threads: int) -> None:
             + f" | {best['dot2_i16'] / best['dot4_sat']:.2f}x | {best['dot4'] / best['dot4_sat']:.2f}x |", flush=True)
 
 
+def ort_session(proto, threads: int):
+    """onnxruntime's session of ``proto`` on ``threads`` threads whose pool does not spin after a
+    run: spinning threads would take the cores from the opdsl round that follows."""
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
 def best_alternating(sides: dict, rounds: int, missing=()) -> tuple:
     """Each side of ``sides`` (name -> call) run once a round, in turn, ``rounds`` times: the best
     wall and CPU time of each (dicts by name; names in ``missing`` that are not sides are NaN)."""
@@ -274,10 +283,7 @@ def tiles_ab(rounds: int, threads: int, shape=(256, 1024, 1024)) -> None:
     for name, make in (("QLinearMatMul", qlinear_matmul), ("MatMulInteger", matmul_integer),
                        ("DynamicQuantizeLinear->MatMulInteger", dynamic_matmul)):
         proto, feeds = make(*shape)
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        sess = ort_session(proto, threads)
         tiles = dsl.load_onnx(proto, backend="numba")
         qm._packed_kernel = lambda a, b, backend: "packed"
         try:
@@ -309,10 +315,7 @@ def conv_tiles_ab(rounds: int, pick: str, threads: int) -> None:
         if "Conv" not in name and "quantize_static" not in name or pick not in name:
             continue
         proto, feeds = make()
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        sess = ort_session(proto, threads)
         def without_tiles(f):  # a model may select (and plan) at its first run: tiles off throughout
             def run():
                 _QConv.tiles = False
@@ -353,10 +356,7 @@ def fusion_ab(rounds: int, pick: str, threads: int) -> None:
         if pick not in f"light_{name}":
             continue
         proto, feeds = quantized_model(name)
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        sess = ort_session(proto, threads)
         fused = dsl.load_onnx(proto, backend="numba")
         fusion._PASSES.remove(qdq_residual.fuse_conv_batch_norm)
         try:
@@ -395,10 +395,7 @@ def dynamic_fusion_ab(rounds: int, pick: str, threads: int) -> None:
         if "Dynamic" not in name and "quantize_dynamic" not in name or pick not in name:
             continue
         proto, feeds = make()
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        sess = ort_session(proto, threads)
         fused = dsl.load_onnx(proto, backend="numba")
         saved = {k: list(v) for k, v in fusion._RULES.items()}
         try:
@@ -444,10 +441,7 @@ def saturation_experiment(rounds: int, pick: str, threads: int = 1, pause: float
         proto, feeds = quantized_model(name)
         exact = dsl.load_onnx(proto, backend="numba")
         saturating = dsl.load_onnx(proto, backend="numba", int8_arithmetic="saturating")
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        sess = ort_session(proto, threads)
         want = sess.run(None, feeds)[0]
         diffs = [float(np.abs(list(m.run(feeds).values())[0] - want).max()) for m in (exact, saturating)]
         wall = [float("inf")] * 3
@@ -631,11 +625,7 @@ def run_cases(rounds: int, pick: str, cores: int, profiled: bool, pause: float) 
         if pick not in name:
             continue
         proto, feeds = make()
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = cores
-        # its pool's threads spin after each run: they would take the cores from the next opdsl round
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        sess = ort_session(proto, cores)
         ours = dsl.load_onnx(proto, backend="numba")
         got = list(ours.run(feeds).values())[0]
         want = sess.run(None, feeds)[0]
