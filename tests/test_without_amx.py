@@ -28,6 +28,8 @@ def test_the_amx_permission_is_refused_and_other_calls_pass(tmp_path):
     script.write_text(PROBE)
     done = subprocess.run([sys.executable, "-m", "benchmarks.without_amx", str(script), "a", "b"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
+    if done.returncode != 0 and "prctl(PR_SET_" in done.stderr:  # a kernel or sandbox without seccomp filters
+        pytest.skip(f"this host cannot install a seccomp filter: {done.stderr.strip().splitlines()[-1]}")
     assert done.returncode == 0, done.stderr
     # ARCH_REQ_XCOMP_PERM and ARCH_GET_XCOMP_PERM: EPERM (1); ARCH_GET_FS passes; the arguments reach the script
     assert done.stdout.split("\n")[0] == "errno 1 errno 1 ok ['a', 'b']"
