@@ -38,6 +38,11 @@ CASES = [  # (batch a, batch b, m, k, n, trans_a, trans_b, alpha, beta, c shape)
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:5])) + f"-t{c[5]}{c[6]}")
 def test_packed_gemm_every_loop(backend, case):
+    check_case(backend, case)
+
+
+def check_case(backend, case):
+    """One CASES row through packed_gemm on the TINY blocking, against numpy (y starts as NaN)."""
     ba, bb, m, k, n, ta, tb, alpha, beta, cshape = case
     a = rand(ba, k, m) if ta else rand(ba, m, k)
     b = rand(bb, n, k) if tb else rand(bb, k, n)
@@ -51,14 +56,9 @@ def test_packed_gemm_every_loop(backend, case):
 def test_prefetching_y_changes_no_result(backend, case, monkeypatch):
     """Tiles that prefetch their rows of y (rows past m clamped) give the same products."""
     monkeypatch.setattr(gemm_packed, "PREFETCH_Y_BYTES", 0)
-    ba, bb, m, k, n, ta, tb, alpha, beta, cshape = case
+    m, k, n = case[2:5]
     assert gemm_packed.prefetches_y(m, n, k, TINY)
-    a = rand(ba, k, m) if ta else rand(ba, m, k)
-    b = rand(bb, n, k) if tb else rand(bb, k, n)
-    c = rand(*cshape)
-    y = np.full((max(ba, bb), m, n), np.nan, np.float32)
-    packed_gemm(a, b, c, y, trans_a=ta, trans_b=tb, alpha=alpha, beta=beta, backend=backend, config=TINY)
-    np.testing.assert_allclose(y, reference(a, b, c, ta, tb, alpha, beta), rtol=1e-4, atol=1e-4)
+    check_case(backend, case)
 
 
 def test_y_is_prefetched_only_when_big_and_added_into():
