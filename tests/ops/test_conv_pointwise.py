@@ -50,6 +50,16 @@ CASES = [  # (N, C, H, W, M, stride)
                                              ("nchwc16", "plain")])
 def test_pointwise_matches_numpy(backend, case, fmt_in, fmt_out):
     n, c, h, wd, m, s = case
+    y = check_pointwise(backend, case, fmt_in, fmt_out)
+    oh, ow = (h - 1) // s + 1, (wd - 1) // s + 1
+    if fmt_out == "nchwc16":  # NCHWc16 padding channels are written as zeros
+        assert (F.to_plain_ref(y, F.physical_shape((n, m, oh, ow), "nchwc16")[1] * 16)[:, m:] == 0).all()
+
+
+def check_pointwise(backend, case, fmt_in, fmt_out):
+    """Launch the 1×1 kernel on ``case`` (n, c, h, w, m, stride) with x and y in the given formats
+    (y starts as NaN), compare it with numpy, and return y as stored."""
+    n, c, h, wd, m, s = case
     x, w, b = data(n, c, h, wd, m)
     oh, ow = (h - 1) // s + 1, (wd - 1) // s + 1
     xi = F.to_nchwc16_ref(x) if fmt_in == "nchwc16" else x
@@ -57,8 +67,7 @@ def test_pointwise_matches_numpy(backend, case, fmt_in, fmt_out):
     launch_conv_pointwise(conv_pointwise, xi, w, b, y, None, (s, s), fmt_in == "nchwc16", backend, 0, 0.0, 0.0)
     got = F.to_plain_ref(y, m) if fmt_out == "nchwc16" else y
     np.testing.assert_allclose(got, pointwise_ref(x, w, b, (s, s)), rtol=1e-4, atol=1e-4)
-    if fmt_out == "nchwc16":  # NCHWc16 padding channels are written as zeros
-        assert (F.to_plain_ref(y, F.physical_shape((n, m, oh, ow), "nchwc16")[1] * 16)[:, m:] == 0).all()
+    return y
 
 
 @pytest.mark.parametrize("act, params", [("Relu", ()), ("Clip", (0.25, 1.5)), ("LeakyRelu", (0.1,))])
@@ -380,15 +389,9 @@ def test_pointwise_any_number_of_teams(backend, monkeypatch, grid):
     the 7-pixel tile and the pixel-vector tile)."""
     monkeypatch.setattr(pw.work_split, "worker_grid", lambda *a, **k: grid)  # numba's grid
     monkeypatch.setattr(pw, "balanced_grid", lambda *a, **k: grid)  # OpenCL's (and the gather's)
-    for n, c, h, wd, m, s, fmt in ((2, 40, 5, 9, 48, 1, "nchwc16"), (2, 24, 9, 3, 20, 2, "nchwc16"),
-                                   (3, 16, 8, 8, 20, 1, "plain")):
-        x, w, b = data(n, c, h, wd, m)
-        oh, ow = (h - 1) // s + 1, (wd - 1) // s + 1
-        xi = F.to_nchwc16_ref(x) if fmt == "nchwc16" else x
-        y = np.full(F.physical_shape((n, m, oh, ow), fmt), np.nan, np.float32)
-        launch_conv_pointwise(conv_pointwise, xi, w, b, y, None, (s, s), fmt == "nchwc16", backend, 0, 0.0, 0.0)
-        got = F.to_plain_ref(y, m) if fmt == "nchwc16" else y
-        np.testing.assert_allclose(got, pointwise_ref(x, w, b, (s, s)), rtol=1e-4, atol=1e-4)
+    for *case, fmt in ((2, 40, 5, 9, 48, 1, "nchwc16"), (2, 24, 9, 3, 20, 2, "nchwc16"),
+                       (3, 16, 8, 8, 20, 1, "plain")):
+        check_pointwise(backend, tuple(case), fmt, fmt)
 
 
 def test_residual_buffer_takes_the_pointwise_output(backend):
