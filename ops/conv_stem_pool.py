@@ -1,19 +1,27 @@
 """A CNN's stem convolution and the MaxPool after it in one kernel (squeezenet's Conv 3x3/2 ->
-Relu -> MaxPool 3x3/2): the convolution's output never goes to memory.
+Relu -> MaxPool 3x3/2, ResNet-50's 7x7/2 -> MaxPool 3x3/2): the convolution's output never
+goes to memory.
 
-Why: the stem writes a large plain output (64x111x111 f32 = 3.1 MB for squeezenet) that the
-MaxPool reads straight back.  Here a work item is a band of ``B`` pooled rows of one image; it
-computes the stem rows the band's windows cover ((B-1)·stride + kernel rows) with
-ops/conv_stem.py's method (phase-split zero-bordered input rows, a register tile of R rows x
-NO output channels of V-pixel vectors) into its worker's slice of ``cs``, applies bias and
-activation there, then pools each channel vertically (vector max over rows) and horizontally
-(per pooled pixel) and stores pooled rows, plain or NCHWc16 (a pixel's 16 channels together:
-the 1×1 convolutions after the stem read their input fastest that way; from plain x ResNet-50's
-64→256 projection ran ~1.4x slower).  3-wide windows (both models' pools) take
-unrolled three-load maxima (the general loops over rows and columns cost 70 µs of 245 on one
-core).  Items are shared out evenly (worker·items // workers): split's ceil chunks gave one core
-8 of squeezenet's 14 bands and the other 6.  Pool padding and ceil_mode clip the windows
-to the convolution's output, as MaxPool's pads are never the maximum.
+Why: the stem writes a large output (64x111x111 f32 = 3.1 MB for squeezenet) that the MaxPool
+reads straight back.  Here a work item is a band of ``B`` pooled rows of one image:
+
+* **Input rows**: the rows the band's stem rows read are copied, zero-bordered, into the
+  worker's slice of ``xp`` (vector copies), so every tap of every pixel is one in-bounds read.
+* **Register tile over channels**: a SIMD value holds ``V`` consecutive output channels of one
+  pixel; a tile is ``P`` pixels of a stem row × ``NV`` such vectors.  Per tap (input channel,
+  kh, kw) it loads ``NV`` weight vectors (packed ``[oc group][ic][kh][kw][NV·V]``) and
+  broadcasts ``P`` input values.  Bias and activation are applied per vector and the tile is
+  stored, pixel-major with its channels together, into the worker's stem rows ``cs``.
+* **Pooling on whole vectors**: each pooled pixel is the maximum of its window's vectors, and
+  an NCHWc16 output (a pixel's 16 channels together: what the 1×1 convolutions after the stem
+  read fastest) is stored one vector at a time; a plain output takes the lanes one by one.
+
+The previous kernel vectorized over pixels of a row (ops/conv_stem.py's tile): its per-pixel
+picks into NCHWc16, phase-split scalar row copies and per-channel pooling made squeezenet's
+stem + pool 1.4x this one's time, one core (benchmarks/RESULTS.md, twentieth session, slice
+sq).  ``cs`` starts on a cache line: its vectors straddled two lines and cost 10 %.  Items are
+shared out evenly (worker·items // workers).  Pool padding and ceil_mode clip the windows to
+the convolution's output, as MaxPool's pads are never the maximum.
 """
 from __future__ import annotations
 
@@ -23,31 +31,57 @@ import numpy as np
 
 import dsl
 from dsl import In, InOut, Out, f32, i32, i64
-from ops.conv_direct import balanced_grid
-from ops.conv_stem import StemConfig, copy_rows_phase_split, stem_weights
+from ops.conv_direct import aligned_empty, balanced_grid
+from ops.conv_stem import stem_weights
 from ops.gemm_packed import activation
+from ops.register_tiles import fits
 
 THREADS = 4
-# pooled rows per work item: 2B+1 = 15 stem rows, five whole 3-row tiles; 8 items at 55 or 56 rows
-# (4 a core), 8 % of the stem rows computed twice against 13.5 % at B = 4 (9 rows, 14 items): one
-# core, ResNet-50's 7x7 stem + pool 0.92x and squeezenet's 0.95x the time of B = 4 (RESULTS.md,
-# nineteenth session); B = 6 and 8 (13 and 17 rows: a tile repeats rows) were slower
+# pooled rows per work item: 2B+1 = 15 stem rows for a 3-wide stride-2 pool; 8 items at 55 or 56
+# rows (4 a core), 8 % of the stem rows computed by two bands (nineteenth session's measurement)
 BAND = 7
 
 # geometry vector slots: the stem's, then the pool's
-(G_N, G_C, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_OH, G_OW, G_H, G_W, G_PT, G_PL, G_KR, G_WQ,
- G_PKH, G_PKW, G_PSH, G_PSW, G_PPT, G_PPL, G_PH, G_PW, G_BAND, G_CR, G_OWP, G_BLOCKED) = range(28)
+(G_N, G_C, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_DW, G_OH, G_OW, G_H, G_W, G_PT, G_PL, G_KR, G_XW,
+ G_PKH, G_PKW, G_PSH, G_PSW, G_PPT, G_PPL, G_PH, G_PW, G_BAND, G_CR, G_MG, G_BLOCKED) = range(29)
 BLOCK = 16  # channels per NCHWc16 block
 GEOM = 32
 
 
-def stem_pool_config(backend: str = "numba") -> StemConfig:
-    """Three stem rows per tile: a band of B pooled rows of a 3-wide, stride-2 pool needs 2B+1 rows,
-    a multiple of 3 for B = 1, 4, 7, where conv_stem's two-row tile computes one row twice.
-    AVX-512: 3 x 8 accumulators of 16 lanes (of 32 registers); narrower: 3 x 4 of 8 lanes."""
-    if "avx512f" in dsl.target(backend).features:
-        return StemConfig(V=16, R=3, NO=8)
-    return StemConfig(V=8, R=3, NO=4)
+@dataclass(frozen=True)
+class StemPoolConfig:
+    """Register tile: ``P`` pixels of one stem row × ``NV`` vectors of ``V`` output channels."""
+
+    V: int = 16
+    P: int = 6
+    NV: int = 4
+
+    def __post_init__(self):
+        if self.V not in (4, 8, 16):
+            raise ValueError(f"StemPoolConfig V={self.V}: lanes must be 4, 8 or 16")
+        if self.P < 1 or self.NV < 1:
+            raise ValueError(f"StemPoolConfig P={self.P}, NV={self.NV}: the tile needs at least one pixel and "
+                             f"one channel vector")
+
+    @property
+    def NO(self) -> int:
+        """Output channels per group (stem_weights packs groups of this many)."""
+        return self.V * self.NV
+
+
+def stem_pool_config(backend: str = "numba", channels: int = 64) -> StemPoolConfig:
+    """The widest vectors ``dsl.target`` has; ``NV`` vectors cover up to 64 channels (a group's
+    weights per tap), and ``P`` pixels fill the registers left: AVX-512 6 × 4 of 16 lanes
+    (24 accumulators + 4 weights of 32), AVX2 6 × 2 of 8 (12 + 2 of 16)."""
+    wide = "avx512f" in dsl.target(backend).features
+    v = 16 if wide else 8
+    nv = max(1, min(64 // v, -(-channels // v)))
+    while nv > 1 and not fits(6 * nv, nv, backend):
+        nv -= 1
+    p = 6
+    while p > 1 and not fits(p * nv, nv, backend):
+        p -= 1
+    return StemPoolConfig(V=v, P=p, NV=nv)
 
 
 @dataclass(frozen=True)
@@ -60,27 +94,53 @@ class PoolWindow:
     out: tuple
 
 
+@dsl.func
+def copy_rows_padded(x, xp, base, nb, ih0, c_in, kr_n, xw, h_n, w_n, pl):
+    """Input rows ``ih0 .. ih0 + kr_n`` of every channel of image ``nb`` into ``xp`` from
+    ``base`` (``xw`` floats a row): column j holds image column j - pl, zero outside the image."""
+    zero = dsl.splat(f32(0), 16)
+    for cr in range(c_in * kr_n):
+        ih = ih0 + cr % kr_n
+        dst = base + cr * xw
+        n_img = 0  # image columns in this padded row
+        if ih >= 0 and ih < h_n:
+            n_img = max(0, min(w_n, xw - pl))
+        head = min(pl, xw)
+        if n_img == 0:
+            head = xw
+        for q in range(head):
+            xp.flat[dst + q] = f32(0)
+        src = ((nb * c_in + cr // kr_n) * h_n + max(0, ih)) * w_n
+        q = 0
+        while q + 16 <= n_img:
+            xp.vstore(dst + pl + q, x.vload(src + q, 16))
+            q += 16
+        while q < n_img:
+            xp.flat[dst + pl + q] = x.flat[src + q]
+            q += 1
+        q = head + n_img
+        while q + 16 <= xw:
+            xp.vstore(dst + q, zero)
+            q += 16
+        while q < xw:
+            xp.flat[dst + q] = f32(0)
+            q += 1
+
+
 @dsl.kernel(threads=THREADS)
 def conv_stem_pool(x: In[f32], w: In[f32], bias: In[f32], y: Out[f32], xp: InOut[f32], cs: InOut[f32],
                    koff: In[i64], geom: dsl.Vec[i64, 32], act: i32, act_lo: f32, act_hi: f32,
-                   V: dsl.const[i64], R: dsl.const[i64], NO: dsl.const[i64]):
+                   V: dsl.const[i64], P: dsl.const[i64], NV: dsl.const[i64]):
     """y = maxpool(act(conv(x, w) + bias)), x plain, y plain or (geom[G_BLOCKED]) NCHWc16 with M a
-    multiple of 16.  ``xp``: each worker's padded input
-    rows (as conv_stem); ``cs``: each worker's stem rows [NO][CR][OWP], a row of vertical maxima
-    and a row of their sliding maxima over the pool's width; ``koff[t]``: tap t's offset in a
-    worker's rows."""
+    multiple of 16.  ``xp``: each worker's zero-bordered input rows (geom's KR rows of XW floats
+    per channel); ``cs``: each worker's stem rows [CR][OW][MG] (MG: M rounded up to whole
+    groups of NV·V channels); ``koff[t]``: tap t's offset in a worker's rows."""
     c_in = geom[G_C]
     m_out = geom[G_M]
-    kh_n = geom[G_KH]
-    kw_n = geom[G_KW]
-    sh = geom[G_SH]
     sw = geom[G_SW]
     oh_n = geom[G_OH]
     ow_n = geom[G_OW]
-    h_n = geom[G_H]
-    w_n = geom[G_W]
-    pl = geom[G_PL]
-    wq_n = geom[G_WQ]
+    xw = geom[G_XW]
     kr_n = geom[G_KR]
     pkh = geom[G_PKH]
     pkw = geom[G_PKW]
@@ -91,21 +151,15 @@ def conv_stem_pool(x: In[f32], w: In[f32], bias: In[f32], y: Out[f32], xp: InOut
     ph_n = geom[G_PH]
     pw_n = geom[G_PW]
     band = geom[G_BAND]
-    cr_n = geom[G_CR]
-    owp = geom[G_OWP]
-    row_len = sw * wq_n
-    plane = kr_n * row_len
-    ocg_n = (m_out + NO - 1) // NO
-    vecs = owp // V
+    mg = geom[G_MG]
+    blocked = geom[G_BLOCKED]
+    ocg_n = mg // (NV * V)
     bands = (ph_n + band - 1) // band
-    ckk = c_in * kh_n * kw_n
+    ckk = c_in * geom[G_KH] * geom[G_KW]
     worker = dsl.tile_id() * THREADS + dsl.thread_id()
-    base = worker * c_in * plane
-    cbase = worker * (NO * cr_n * owp + 2 * owp + pkw)
-    vrow = cbase + NO * cr_n * owp  # one channel's vertical maxima of one pooled row (+ pkw slack)
-    hrow = vrow + owp + pkw  # their sliding maxima over pkw columns
-    pc_a = min(pw_n, (ppl + psw - 1) // psw)  # pooled columns [pc_a, pc_b) have whole windows
-    pc_b = max(pc_a, min(pw_n, (ow_n - pkw + ppl) // psw + 1))
+    base = worker * c_in * kr_n * xw
+    cbase = worker * geom[G_CR] * ow_n * mg
+    row_step = geom[G_SH] * xw  # between consecutive stem rows' inputs in xp
     items = geom[G_N] * bands  # an even share per worker (split's ceil chunks left 8 of 14 on one core)
     workers = dsl.num_tiles() * THREADS
     lo = worker * items // workers
@@ -116,88 +170,69 @@ def conv_stem_pool(x: In[f32], w: In[f32], bias: In[f32], y: Out[f32], xp: InOut
         npr = min(band, ph_n - p0)
         c0 = max(0, p0 * psh - ppt)  # the stem rows the band's windows cover
         c1 = min(oh_n, (p0 + npr - 1) * psh - ppt + pkh)
-        ncr = c1 - c0
-        ih0 = c0 * sh - geom[G_PT]
-        copy_rows_phase_split(x, xp, base, nb, ih0, c_in, kr_n, row_len, h_n, w_n, pl, sw, wq_n)
-        for g in range(ocg_n):
-            wg = g * ckk * NO
-            for r0 in range(0, ncr, R):
-                # rows past the band repeat its last one (same values stored twice)
-                org = dsl.local((R,), i64)
-                at_r = dsl.local((R,), i64)
-                for rr in dsl.static_range(R):
-                    r = min(r0 + rr, ncr - 1)
-                    org[rr] = base + r * sh * row_len
-                    at_r[rr] = cbase + r * owp
-                for vi in range(vecs):
-                    ow0 = vi * V
-                    acc = dsl.local((R, NO), dsl.simd(f32, V))
+        copy_rows_padded(x, xp, base, nb, c0 * geom[G_SH] - geom[G_PT], c_in, kr_n, xw, geom[G_H], geom[G_W],
+                         geom[G_PL])
+        for r in range(c1 - c0):
+            org = base + r * row_step
+            crow = cbase + r * ow_n * mg
+            for g in range(ocg_n):
+                wg = g * ckk * NV * V
+                for px0 in range(0, ow_n, P):
+                    # pixels past the row repeat its last one (same values stored twice)
+                    pix = dsl.local((P,), i64)
+                    for p in dsl.static_range(P):
+                        pix[p] = min(px0 + p, ow_n - 1)
+                    acc = dsl.local((P, NV), dsl.simd(f32, V))
                     for t in range(ckk):
-                        xr = dsl.local((R,), dsl.simd(f32, V))
-                        for rr in dsl.static_range(R):
-                            xr[rr] = xp.vload(org[rr] + ow0 + koff[t], V)
-                        for j in dsl.static_range(NO):
-                            wv = dsl.splat(w.flat[wg + t * NO + j], V)
-                            for rr in dsl.static_range(R):
-                                acc[rr, j] = dsl.fma(xr[rr], wv, acc[rr, j])
-                    for j in dsl.static_range(NO):
-                        bj = bias.flat[g * NO + j]
-                        for rr in dsl.static_range(R):
-                            cs.vstore(at_r[rr] + j * cr_n * owp + ow0,
-                                      activation(acc[rr, j] + bj, act, act_lo, act_hi))
-            for jc in range(min(NO, m_out - g * NO)):
-                oc = g * NO + jc
-                ch = cbase + jc * cr_n * owp - c0 * owp  # stem row r of channel oc at ch + r·owp
-                for pr in range(npr):
-                    prow = p0 + pr
-                    r_lo = max(0, prow * psh - ppt)
-                    r_hi = min(oh_n, prow * psh - ppt + pkh)
-                    if r_hi - r_lo == 3:
-                        a0 = ch + r_lo * owp
-                        for vi in range(vecs):
-                            cs.vstore(vrow + vi * V, max(max(cs.vload(a0 + vi * V, V), cs.vload(a0 + owp + vi * V, V)),
-                                                         cs.vload(a0 + 2 * owp + vi * V, V)))
+                        at = org + koff[t]
+                        wv = dsl.local((NV,), dsl.simd(f32, V))
+                        for k in dsl.static_range(NV):
+                            wv[k] = w.vload(wg + (t * NV + k) * V, V)
+                        for p in dsl.static_range(P):
+                            xv = dsl.splat(xp.flat[at + pix[p] * sw], V)
+                            for k in dsl.static_range(NV):
+                                acc[p, k] = dsl.fma(xv, wv[k], acc[p, k])
+                    for k in dsl.static_range(NV):
+                        bv = bias.vload((g * NV + k) * V, V)
+                        for p in dsl.static_range(P):
+                            cs.vstore(crow + pix[p] * mg + (g * NV + k) * V,
+                                      activation(acc[p, k] + bv, act, act_lo, act_hi))
+        for pr in range(npr):
+            prow = p0 + pr
+            r_lo = max(0, prow * psh - ppt)
+            r_hi = min(oh_n, prow * psh - ppt + pkh)
+            rows3 = r_hi - r_lo == 3
+            for pc in range(pw_n):
+                q_lo = pc * psw - ppl
+                q_hi = min(ow_n, q_lo + pkw)
+                q_lo = max(0, q_lo)
+                a0 = cbase + ((r_lo - c0) * ow_n + q_lo) * mg  # the window's first vector
+                whole3 = rows3 and q_hi - q_lo == 3
+                for c in range(0, m_out, V):
+                    a = a0 + c
+                    v = cs.vload(a, V)
+                    if whole3:  # both models' 3x3 windows inside the image: unrolled
+                        rs = ow_n * mg
+                        v = max(max(max(v, cs.vload(a + mg, V)), max(cs.vload(a + 2 * mg, V), cs.vload(a + rs, V))),
+                                max(max(cs.vload(a + rs + mg, V), cs.vload(a + rs + 2 * mg, V)),
+                                    max(cs.vload(a + 2 * rs, V),
+                                        max(cs.vload(a + 2 * rs + mg, V), cs.vload(a + 2 * rs + 2 * mg, V)))))
                     else:
-                        for vi in range(vecs):
-                            v = cs.vload(ch + r_lo * owp + vi * V, V)
-                            for r in range(r_lo + 1, r_hi):
-                                v = max(v, cs.vload(ch + r * owp + vi * V, V))
-                            cs.vstore(vrow + vi * V, v)
-                    if pkw == 3:
-                        for vi in range(vecs):
-                            cs.vstore(hrow + vi * V, max(max(cs.vload(vrow + vi * V, V), cs.vload(vrow + vi * V + 1, V)),
-                                                         cs.vload(vrow + vi * V + 2, V)))
+                        for rr in range(r_hi - r_lo):
+                            for qq in range(q_hi - q_lo):
+                                v = max(v, cs.vload(a + (rr * ow_n + qq) * mg, V))
+                    if blocked == 1:
+                        y.vstore((nb * m_out + c - c % BLOCK) * ph_n * pw_n + (prow * pw_n + pc) * BLOCK + c % BLOCK, v)
                     else:
-                        for vi in range(vecs):  # sliding maxima: hrow[q] = max(vrow[q : q + pkw])
-                            hv = cs.vload(vrow + vi * V, V)
-                            for q in range(1, pkw):
-                                hv = max(hv, cs.vload(vrow + vi * V + q, V))
-                            cs.vstore(hrow + vi * V, hv)
-                    at = ((nb * m_out + oc) * ph_n + prow) * pw_n
-                    step = 1  # between a channel's pooled pixels in y
-                    if geom[G_BLOCKED] == 1:
-                        at = (nb * m_out + oc - oc % BLOCK) * ph_n * pw_n + prow * pw_n * BLOCK + oc % BLOCK
-                        step = BLOCK
-                    for pc in range(pc_a, pc_b):  # windows inside the row: one pick each
-                        y.flat[at + pc * step] = cs.flat[hrow + pc * psw - ppl]
-                    for e in range(pc_a + pw_n - pc_b):  # windows clipped by the pads or ceil_mode
-                        pc = e
-                        if e >= pc_a:
-                            pc = pc_b + e - pc_a
-                        q_lo = pc * psw - ppl
-                        q_hi = min(ow_n, q_lo + pkw)
-                        q_lo = max(0, q_lo)
-                        mx = cs.flat[vrow + q_lo]
-                        for q in range(q_lo + 1, q_hi):
-                            mx = max(mx, cs.flat[vrow + q])
-                        y.flat[at + pc * step] = mx
+                        for e in dsl.static_range(V):
+                            if c + e < m_out:
+                                y.flat[((nb * m_out + c + e) * ph_n + prow) * pw_n + pc] = v[e]
 
 
 def launch_conv_stem_pool(impl, x, w, bias, y, strides, dil, begin, conv_out, pool: PoolWindow, backend,
-                          act: int, lo: float, hi: float, cfg: StemConfig = None, band: int = BAND) -> None:
+                          act: int, lo: float, hi: float, cfg: StemPoolConfig = None, band: int = BAND) -> None:
     """Run ``impl`` on plain x (N, C, H, W) -> y, plain (N, M, PH, PW) or NCHWc16 (N, M/16, PH, PW,
     16) for M a multiple of 16; ``conv_out`` is the stem's (OH, OW), ``begin`` its begin pads."""
-    cfg = cfg or stem_pool_config(backend or "numba")
     for name, a in (("x", x), ("w", w), ("y", y), ("B", bias)):
         if a is not None and a.dtype != np.float32:
             raise ValueError(f"conv_stem_pool computes f32; {name} is {a.dtype}")
@@ -209,6 +244,7 @@ def launch_conv_stem_pool(impl, x, w, bias, y, strides, dil, begin, conv_out, po
     m, c, kh, kw = w.shape
     if c != x.shape[1]:
         raise ValueError(f"conv_stem_pool takes one group: weights {tuple(w.shape)} need C = {x.shape[1]}")
+    cfg = cfg or stem_pool_config(backend or "numba", m)
     n, _, h, wd = x.shape
     oh, ow = conv_out
     (pkh, pkw), (psh, psw), (ppt, ppl), (ph, pw) = pool.kernel, pool.strides, pool.begin, pool.out
@@ -218,23 +254,24 @@ def launch_conv_stem_pool(impl, x, w, bias, y, strides, dil, begin, conv_out, po
         raise ValueError(f"conv_stem_pool: y has shape {tuple(y.shape)}, expected {want}"
                          + (f" (NCHWc16 output needs M a multiple of {BLOCK}, M = {m})" if blocked and m % BLOCK
                             else ""))
-    wp, bp = stem_weights(w, bias, cfg, m, backend)
+    if blocked and BLOCK % cfg.V:
+        raise ValueError(f"conv_stem_pool: NCHWc16 output needs vectors that divide {BLOCK} channels, V = {cfg.V}")
+    mg = -(-m // cfg.NO) * cfg.NO
+    wp, bp = stem_weights(w, bias, cfg, mg, backend)
     sh, sw = strides
     band = min(band, ph)
-    cr = (band - 1) * psh + pkh
+    cr = min(oh, (band - 1) * psh + pkh)
     kr = (cr - 1) * sh + (kh - 1) * dil[0] + 1
-    owp = -(-ow // cfg.V) * cfg.V
-    wq = owp + ((kw - 1) * dil[1]) // sw
-    row = sw * wq
-    ic_, kh_, kw_ = np.meshgrid(np.arange(c), np.arange(kh), np.arange(kw) * dil[1], indexing="ij")
-    koff = (ic_ * kr * row + kh_ * dil[0] * row + (kw_ % sw) * wq + kw_ // sw).reshape(-1).astype(np.int64)
+    xw = (ow - 1) * sw + (kw - 1) * dil[1] + 1
+    ic_, kh_, kw_ = np.meshgrid(np.arange(c), np.arange(kh), np.arange(kw), indexing="ij")
+    koff = (ic_ * kr * xw + kh_ * dil[0] * xw + kw_ * dil[1]).reshape(-1).astype(np.int64)
     geom = np.zeros(GEOM, np.int64)
-    geom[:28] = (n, c, m, kh, kw, sh, sw, dil[0], oh, ow, h, wd, begin[0], begin[1], kr, wq,
-                 pkh, pkw, psh, psw, ppt, ppl, ph, pw, band, cr, owp, int(blocked))
+    geom[:29] = (n, c, m, kh, kw, sh, sw, dil[0], dil[1], oh, ow, h, wd, begin[0], begin[1], kr, xw,
+                 pkh, pkw, psh, psw, ppt, ppl, ph, pw, band, cr, mg, int(blocked))
     items = n * -(-ph // band)
     grid = balanced_grid(items, THREADS)
     workers = grid * THREADS
-    xp = np.empty(workers * c * kr * row, np.float32)
-    cs = np.empty(workers * (cfg.NO * cr * owp + 2 * owp + pkw), np.float32)
+    xp = np.empty(workers * c * kr * xw, np.float32)
+    cs = aligned_empty(workers * cr * ow * mg)
     impl(x.reshape(-1), wp, bp, y.reshape(-1), xp, cs, koff, geom, act=act, act_lo=float(lo), act_hi=float(hi),
-         V=cfg.V, R=cfg.R, NO=cfg.NO, backend=backend, grid=grid)
+         V=cfg.V, P=cfg.P, NV=cfg.NV, backend=backend, grid=grid)

@@ -41,19 +41,21 @@ def test_tiles_follow_the_target(cpu):
         assert (direct.P, direct.NV, direct.V, direct.TG) == (6, 4, 16, 12)
         assert (point.P, point.NV, point.V) == (7, 2, 16)
         assert rows == (8, 3)
+        assert (stem_pool.P, stem_pool.NV, stem_pool.V) == (6, 4, 16)
     else:
         assert register_tiles.vector_registers(dsl.target("numba")) == 16
         assert (gemm.V, gemm.MR, gemm.KC) == (8, 6, 512)
         assert (direct.P, direct.NV, direct.V, direct.TG) == (6, 2, 8, 8)
         assert (point.P, point.NV, point.V) == (6, 2, 8)
         assert rows == (4, 3)
+        assert (stem_pool.P, stem_pool.NV, stem_pool.V) == (6, 2, 8)
     # accumulators + vectors loaded per step + one broadcast fit the register file
     assert register_tiles.fits(2 * gemm.MR, 2)
     assert register_tiles.fits(direct.P * direct.NV, direct.NV)
     assert register_tiles.fits(point.P * point.NV, point.NV)
     assert register_tiles.fits(rows[0] * rows[1], rows[1])
     assert register_tiles.fits(stem.R * stem.NO, stem.R)
-    assert register_tiles.fits(stem_pool.R * stem_pool.NO, stem_pool.R)
+    assert register_tiles.fits(stem_pool.P * stem_pool.NV, stem_pool.NV)
     assert point.OCT % rows[0] == 0
 
 
