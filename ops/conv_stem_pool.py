@@ -11,17 +11,19 @@ reads straight back.  Here a work item is a band of ``B`` pooled rows of one ima
   pixel; a tile is ``P`` pixels of a stem row × ``NV`` such vectors.  Per tap (input channel,
   kh, kw) it loads ``NV`` weight vectors (packed ``[oc group][ic][kh][kw][NV·V]``) and
   broadcasts ``P`` input values.  Bias and activation are applied per vector and the tile is
-  stored, pixel-major with its channels together, into the worker's stem rows ``cs``.
-* **Pooling on whole vectors**: each pooled pixel is the maximum of its window's vectors, and
-  an NCHWc16 output (a pixel's 16 channels together: what the 1×1 convolutions after the stem
-  read fastest) is stored one vector at a time; a plain output takes the lanes one by one.
+  stored, pixel-major with its channels together, into the worker's stem row in ``cs``.
+* **Pooling row by row on whole vectors**: once a stem row is computed, its horizontal window
+  maxima go into the running maxima of the pooled rows whose windows hold it, and a pooled
+  row whose window ends is stored: NCHWc16 (a pixel's 16 channels together, what the 1×1
+  convolutions after the stem read fastest) one vector at a time, plain lane by lane.  A
+  worker's buffers are one stem row and a few pooled rows (70 KB for squeezenet), not the
+  band's stem rows (430 KB): stores into a band that lives in L2 cost as much as the FMAs.
 
 The previous kernel vectorized over pixels of a row (ops/conv_stem.py's tile): its per-pixel
 picks into NCHWc16, phase-split scalar row copies and per-channel pooling made squeezenet's
 stem + pool 1.4x this one's time, one core (benchmarks/RESULTS.md, twentieth session, slice
-sq).  ``cs`` starts on a cache line: its vectors straddled two lines and cost 10 %.  Items are
-shared out evenly (worker·items // workers).  Pool padding and ceil_mode clip the windows to
-the convolution's output, as MaxPool's pads are never the maximum.
+sq).  Items are shared out evenly (worker·items // workers).  Pool padding and ceil_mode clip
+the windows to the convolution's output, as MaxPool's pads are never the maximum.
 """
 from __future__ import annotations
 
@@ -43,7 +45,7 @@ BAND = 7
 
 # geometry vector slots: the stem's, then the pool's
 (G_N, G_C, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_DW, G_OH, G_OW, G_H, G_W, G_PT, G_PL, G_KR, G_XW,
- G_PKH, G_PKW, G_PSH, G_PSW, G_PPT, G_PPL, G_PH, G_PW, G_BAND, G_CR, G_MG, G_BLOCKED) = range(29)
+ G_PKH, G_PKW, G_PSH, G_PSW, G_PPT, G_PPL, G_PH, G_PW, G_BAND, G_OPEN, G_MG, G_BLOCKED) = range(29)
 BLOCK = 16  # channels per NCHWc16 block
 GEOM = 32
 
@@ -133,8 +135,10 @@ def conv_stem_pool(x: In[f32], w: In[f32], bias: In[f32], y: Out[f32], xp: InOut
                    V: dsl.const[i64], P: dsl.const[i64], NV: dsl.const[i64]):
     """y = maxpool(act(conv(x, w) + bias)), x plain, y plain or (geom[G_BLOCKED]) NCHWc16 with M a
     multiple of 16.  ``xp``: each worker's zero-bordered input rows (geom's KR rows of XW floats
-    per channel); ``cs``: each worker's stem rows [CR][OW][MG] (MG: M rounded up to whole
-    groups of NV·V channels); ``koff[t]``: tap t's offset in a worker's rows."""
+    per channel); ``cs``: each worker's stem row [OW][MG] (MG: M rounded up to whole groups of
+    NV·V channels), the running maxima [OPEN][PW][MG] of the pooled rows whose windows are open
+    (slot: pooled row % OPEN) and a spare [PW][MG] row; ``koff[t]``: tap t's offset in a
+    worker's rows."""
     c_in = geom[G_C]
     m_out = geom[G_M]
     sw = geom[G_SW]
@@ -152,13 +156,15 @@ def conv_stem_pool(x: In[f32], w: In[f32], bias: In[f32], y: Out[f32], xp: InOut
     pw_n = geom[G_PW]
     band = geom[G_BAND]
     mg = geom[G_MG]
+    n_open = geom[G_OPEN]
     blocked = geom[G_BLOCKED]
     ocg_n = mg // (NV * V)
     bands = (ph_n + band - 1) // band
     ckk = c_in * geom[G_KH] * geom[G_KW]
     worker = dsl.tile_id() * THREADS + dsl.thread_id()
     base = worker * c_in * kr_n * xw
-    cbase = worker * geom[G_CR] * ow_n * mg
+    crow = worker * (ow_n + (n_open + 1) * pw_n) * mg  # this worker's stem row
+    vbase = crow + ow_n * mg  # its open windows' running maxima
     row_step = geom[G_SH] * xw  # between consecutive stem rows' inputs in xp
     items = geom[G_N] * bands  # an even share per worker (split's ceil chunks left 8 of 14 on one core)
     workers = dsl.num_tiles() * THREADS
@@ -172,9 +178,8 @@ def conv_stem_pool(x: In[f32], w: In[f32], bias: In[f32], y: Out[f32], xp: InOut
         c1 = min(oh_n, (p0 + npr - 1) * psh - ppt + pkh)
         copy_rows_padded(x, xp, base, nb, c0 * geom[G_SH] - geom[G_PT], c_in, kr_n, xw, geom[G_H], geom[G_W],
                          geom[G_PL])
-        for r in range(c1 - c0):
-            org = base + r * row_step
-            crow = cbase + r * ow_n * mg
+        for r in range(c0, c1):
+            org = base + (r - c0) * row_step
             for g in range(ocg_n):
                 wg = g * ckk * NV * V
                 for px0 in range(0, ow_n, P):
@@ -197,36 +202,55 @@ def conv_stem_pool(x: In[f32], w: In[f32], bias: In[f32], y: Out[f32], xp: InOut
                         for p in dsl.static_range(P):
                             cs.vstore(crow + pix[p] * mg + (g * NV + k) * V,
                                       activation(acc[p, k] + bv, act, act_lo, act_hi))
-        for pr in range(npr):
-            prow = p0 + pr
-            r_lo = max(0, prow * psh - ppt)
-            r_hi = min(oh_n, prow * psh - ppt + pkh)
-            rows3 = r_hi - r_lo == 3
+            # the pooled rows whose windows hold stem row r: [wa, wb], wf the one it starts (or -1)
+            wa = p0 + npr
+            wb = p0 - 1
+            wf = -1
+            for prow in range(p0, p0 + npr):
+                r_lo = max(0, prow * psh - ppt)
+                if r >= r_lo and r < min(oh_n, prow * psh - ppt + pkh):
+                    wa = min(wa, prow)
+                    wb = max(wb, prow)
+                    if r == r_lo:
+                        wf = prow
+            # the row's horizontal maxima, into the window it starts (else a spare row)
+            hrow = vbase + n_open * pw_n * mg
+            if wf >= 0:
+                hrow = vbase + (wf % n_open) * pw_n * mg
             for pc in range(pw_n):
                 q_lo = pc * psw - ppl
                 q_hi = min(ow_n, q_lo + pkw)
                 q_lo = max(0, q_lo)
-                a0 = cbase + ((r_lo - c0) * ow_n + q_lo) * mg  # the window's first vector
-                whole3 = rows3 and q_hi - q_lo == 3
-                for c in range(0, m_out, V):
-                    a = a0 + c
-                    v = cs.vload(a, V)
-                    if whole3:  # both models' 3x3 windows inside the image: unrolled
-                        rs = ow_n * mg
-                        v = max(max(max(v, cs.vload(a + mg, V)), max(cs.vload(a + 2 * mg, V), cs.vload(a + rs, V))),
-                                max(max(cs.vload(a + rs + mg, V), cs.vload(a + rs + 2 * mg, V)),
-                                    max(cs.vload(a + 2 * rs, V),
-                                        max(cs.vload(a + 2 * rs + mg, V), cs.vload(a + 2 * rs + 2 * mg, V)))))
-                    else:
-                        for rr in range(r_hi - r_lo):
-                            for qq in range(q_hi - q_lo):
-                                v = max(v, cs.vload(a + (rr * ow_n + qq) * mg, V))
-                    if blocked == 1:
-                        y.vstore((nb * m_out + c - c % BLOCK) * ph_n * pw_n + (prow * pw_n + pc) * BLOCK + c % BLOCK, v)
-                    else:
-                        for e in dsl.static_range(V):
-                            if c + e < m_out:
-                                y.flat[((nb * m_out + c + e) * ph_n + prow) * pw_n + pc] = v[e]
+                a = crow + q_lo * mg
+                h = hrow + pc * mg
+                if q_hi - q_lo == 3:  # both models' 3-wide windows inside the row
+                    for c in range(0, mg, V):
+                        cs.vstore(h + c, max(max(cs.vload(a + c, V), cs.vload(a + mg + c, V)), cs.vload(a + 2 * mg + c, V)))
+                else:
+                    for c in range(0, mg, V):
+                        v = cs.vload(a + c, V)
+                        for q in range(1, q_hi - q_lo):
+                            v = max(v, cs.vload(a + q * mg + c, V))
+                        cs.vstore(h + c, v)
+            # into every window holding the row: a running maximum, or the pooled row once it ends
+            for prow in range(wa, wb + 1):
+                slot = vbase + (prow % n_open) * pw_n * mg
+                if r == min(oh_n, prow * psh - ppt + pkh) - 1:
+                    for pc in range(pw_n):
+                        for c in range(0, m_out, V):
+                            v = cs.vload(hrow + pc * mg + c, V)
+                            if prow != wf:
+                                v = max(v, cs.vload(slot + pc * mg + c, V))
+                            if blocked == 1:
+                                y.vstore((nb * m_out + c - c % BLOCK) * ph_n * pw_n + (prow * pw_n + pc) * BLOCK
+                                         + c % BLOCK, v)
+                            else:
+                                for e in dsl.static_range(V):
+                                    if c + e < m_out:
+                                        y.flat[((nb * m_out + c + e) * ph_n + prow) * pw_n + pc] = v[e]
+                elif prow != wf:
+                    for i in range(0, pw_n * mg, V):
+                        cs.vstore(slot + i, max(cs.vload(slot + i, V), cs.vload(hrow + i, V)))
 
 
 def launch_conv_stem_pool(impl, x, w, bias, y, strides, dil, begin, conv_out, pool: PoolWindow, backend,
@@ -263,15 +287,16 @@ def launch_conv_stem_pool(impl, x, w, bias, y, strides, dil, begin, conv_out, po
     cr = min(oh, (band - 1) * psh + pkh)
     kr = (cr - 1) * sh + (kh - 1) * dil[0] + 1
     xw = (ow - 1) * sw + (kw - 1) * dil[1] + 1
+    n_open = -(-pkh // psh)  # pooled rows whose windows hold one stem row
     ic_, kh_, kw_ = np.meshgrid(np.arange(c), np.arange(kh), np.arange(kw), indexing="ij")
     koff = (ic_ * kr * xw + kh_ * dil[0] * xw + kw_ * dil[1]).reshape(-1).astype(np.int64)
     geom = np.zeros(GEOM, np.int64)
     geom[:29] = (n, c, m, kh, kw, sh, sw, dil[0], dil[1], oh, ow, h, wd, begin[0], begin[1], kr, xw,
-                 pkh, pkw, psh, psw, ppt, ppl, ph, pw, band, cr, mg, int(blocked))
+                 pkh, pkw, psh, psw, ppt, ppl, ph, pw, band, n_open, mg, int(blocked))
     items = n * -(-ph // band)
     grid = balanced_grid(items, THREADS)
     workers = grid * THREADS
     xp = np.empty(workers * c * kr * xw, np.float32)
-    cs = aligned_empty(workers * cr * ow * mg)
+    cs = aligned_empty(workers * (ow + (n_open + 1) * pw) * mg)
     impl(x.reshape(-1), wp, bp, y.reshape(-1), xp, cs, koff, geom, act=act, act_lo=float(lo), act_hi=float(hi),
          V=cfg.V, P=cfg.P, NV=cfg.NV, backend=backend, grid=grid)

@@ -9,7 +9,7 @@ import dsl
 import ops
 from dsl.opgraph import formats as F
 from ops.conv_fusion import FusedConvPool
-from ops.conv_stem_pool import PoolWindow, conv_stem_pool, launch_conv_stem_pool
+from ops.conv_stem_pool import PoolWindow, StemPoolConfig, conv_stem_pool, launch_conv_stem_pool
 from ops.pool import pool_geometry
 from test_conv_direct import activation_ref, conv_ref
 
@@ -66,6 +66,23 @@ def test_stem_pool_writes_nchwc16(backend, case):
     launch_conv_stem_pool(conv_stem_pool, x, w, b, y, s, (1, 1), p[:2], conv_hw,
                           PoolWindow(pk, ps, begin, ref.shape[2:]), backend, 1, 0.0, 0.0, band=band)
     np.testing.assert_allclose(F.to_plain_ref(y, m), ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("blocked", [True, False], ids=["nchwc16", "plain"])
+def test_stem_pool_narrow_tiles(backend, blocked):
+    """AVX2's tile shape (8-lane vectors: two per NCHWc16 block) and an odd pixel count, with
+    48 channels in groups of 16 and a 2-row pool stride-1 (three windows open at once)."""
+    n, c, h, wd, m, k = 1, 3, 19, 23, 48, 3
+    x = RNG.standard_normal((n, c, h, wd)).astype(np.float32)
+    w = RNG.standard_normal((m, c, k, k)).astype(np.float32)
+    b = RNG.standard_normal(m).astype(np.float32)
+    conv = np.maximum(conv_ref(x, w, b, (1, 2), (1, 1), (1, 0, 1, 0)), 0)
+    ref = max_pool_ref(conv, (3, 2), (1, 2), (0, 0, 0, 0), 0)
+    y = np.full((n, m // 16) + ref.shape[2:] + (16,) if blocked else ref.shape, np.nan, np.float32)
+    launch_conv_stem_pool(conv_stem_pool, x, w, b, y, (1, 2), (1, 1), (1, 0), conv.shape[2:],
+                          PoolWindow((3, 2), (1, 2), (0, 0), ref.shape[2:]), backend, 1, 0.0, 0.0,
+                          cfg=StemPoolConfig(V=8, P=5, NV=2), band=4)
+    np.testing.assert_allclose(F.to_plain_ref(y, m) if blocked else y, ref, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("act, params", [("", ()), ("Clip", (-0.5, 0.75))])
