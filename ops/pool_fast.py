@@ -5,7 +5,8 @@ take f32 only.
   H·W pixels are contiguous: a work item is a channel, summed (or maxed) 16 lanes at a time,
   the channels split across the team.  The scalar ``pool_kernel`` chains one add per pixel.
 * ``global_pool_blocked``: the same on NCHWc16 storage, where a pixel holds 16 channels: one
-  vector add per pixel, a work item is a block of 16 channels.
+  vector add per pixel, a work item is a block of 16 channels; the 1×1 result written
+  blocked or plain.
 * ``max_pool2d_blocked``: 2-D MaxPool on NCHWc16 storage, 16 channels per lane vector, one
   vector load and max per window tap; the window is clipped to the image once per output.
 * ``max_pool2d_rows``: 2-D MaxPool on plain rows of at most ROW pixels, any dtype: the max over
@@ -57,10 +58,14 @@ def global_pool_plain(x: In[f32, 2], y: Out[f32, 1], code: i32):
 
 
 @dsl.kernel
-def global_pool_blocked(x: In[f32, 3], y: Out[f32, 2], code: i32):
-    """y[b, :] = mean or max over pixels p of x[b, p, :] (b a block of 16 channels)."""
+def global_pool_blocked(x: In[f32, 3], y: Out[f32], channels: i64, code: i32):
+    """y[i·channels + c] = mean or max over pixels p of x[i·CB + c // 16, p, c % 16]: x is the
+    NCHWc16 storage of N images (N·CB blocks of 16 channels, pixels).  ``channels`` = CB·16
+    writes NCHWc16 storage; C < CB·16 writes plain (N, C), a 1×1 image's plain layout, so a
+    plain reader needs no reorder after the pool (the lanes past C are not stored)."""
     blocks = x.shape[0]
     n = x.shape[1]
+    cb = (channels + LANES - 1) // LANES
     lo, hi = dsl.split(blocks, grid=True)
     for b in range(lo, hi):
         base = b * n * LANES
@@ -68,11 +73,18 @@ def global_pool_blocked(x: In[f32, 3], y: Out[f32, 2], code: i32):
         if code == AVG:
             for p in range(1, n):
                 acc += x.vload(base + p * LANES, LANES)
-            y.vstore(b * LANES, acc * (f32(1) / f32(n)))
+            acc = acc * (f32(1) / f32(n))
         else:
             for p in range(1, n):
                 acc = max(acc, x.vload(base + p * LANES, LANES))
-            y.vstore(b * LANES, acc)
+        at = (b // cb) * channels + (b % cb) * LANES
+        left = channels - (b % cb) * LANES
+        if left >= LANES:
+            y.vstore(at, acc)
+        else:  # a plain output's last, partial block
+            for e in dsl.static_range(LANES):
+                if e < left:
+                    y.flat[at + e] = acc[e]
 
 
 @dsl.kernel

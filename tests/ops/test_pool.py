@@ -305,6 +305,23 @@ def test_global_pools_blocked(backend, shape):
     np.testing.assert_allclose(y, x.mean(**keep), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("shape", [(2, 20, 3, 5), (1, 32, 2, 2)], ids=str)
+def test_global_pools_blocked_write_plain(backend, shape):
+    """NCHWc16 in, plain (N, C, 1, 1) out: every image's C channels in place, nothing past them
+    written (a partial last block, two images whose blocks do not align)."""
+    from dsl.opgraph import formats as F
+    x = RNG.standard_normal(shape).astype(np.float32)
+    keep = dict(axis=(2, 3), keepdims=True)
+    for op, ref in ((ops.GlobalMaxPool(), x.max(**keep)), (ops.GlobalAveragePool(), x.mean(**keep)),
+                    (ops.AveragePool(kernel_shape=shape[2:]), x.mean(**keep))):
+        spec = dsl.TensorSpec(shape, dsl.f32, "nchwc16")
+        assert op.select_plain_format(spec) == (("nchwc16",), "plain")
+        y = np.full(shape[0] * shape[1] + 3, np.nan, np.float32)
+        op.run(op.kernels[op.select(spec, backend)], [F.to_nchwc16_ref(x)], [y[:-3].reshape(ref.shape)], backend)
+        np.testing.assert_allclose(y[:-3].reshape(ref.shape), ref, rtol=1e-5, atol=1e-6)
+        assert np.isnan(y[-3:]).all()
+
+
 BLOCKED_CASES = [  # (shape, k, strides, pads, dilations, ceil_mode)
     ((1, 20, 13, 11), (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), 1),   # squeezenet's 3x3/2 ceil pools
     ((1, 16, 12, 12), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 0),   # resnet50's stem pool
@@ -343,6 +360,8 @@ def test_blocked_pools_in_a_graph(backend):
     pools = [n for n in auto.graph.nodes if n.op.op_type in ("MaxPool", "GlobalAveragePool")]
     assert [n.inputs[0].spec.format for n in pools] == ["nchwc16", "nchwc16"]
     assert [auto._impls[n.name] for n in pools] == [P.max_pool2d_blocked, P.global_pool_blocked]
+    # the graph output is plain: the global pool writes it so, no Reorder after it
+    assert pools[1].outputs[0].spec.format == "plain" and auto.graph.nodes[-1] is pools[1]
     x = RNG.standard_normal((1, 16, 9, 9)).astype(np.float32)
     plain = g.compile(backend=backend, formats="plain").run({"x": x})["y"]
     np.testing.assert_allclose(auto.run({"x": x})["y"], plain, rtol=1e-5, atol=1e-6)
