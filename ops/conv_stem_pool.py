@@ -39,9 +39,9 @@ from ops.gemm_packed import activation
 from ops.register_tiles import fits
 
 THREADS = 4
-# pooled rows per work item: 2B+1 = 15 stem rows for a 3-wide stride-2 pool; 8 items at 55 or 56
-# rows (4 a core), 8 % of the stem rows computed by two bands (nineteenth session's measurement)
-BAND = 7
+# fewest pooled rows per work item: a band of B pooled rows of a 3-wide stride-2 pool computes
+# 2B+1 stem rows, one of them again in the next band (B = 4: 12 % of the rows twice)
+MIN_BAND = 4
 
 # geometry vector slots: the stem's, then the pool's
 (G_N, G_C, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_DW, G_OH, G_OW, G_H, G_W, G_PT, G_PL, G_KR, G_XW,
@@ -84,6 +84,17 @@ def stem_pool_config(backend: str = "numba", channels: int = 64) -> StemPoolConf
     while p > 1 and not fits(p * nv, nv, backend):
         p -= 1
     return StemPoolConfig(V=v, P=p, NV=nv)
+
+
+def stem_band(images: int, pooled_rows: int, backend: str = "numba") -> int:
+    """Pooled rows per work item: bands just many enough for each of ``dsl.target``'s cores to
+    get one (with a whole image a core, one band an image).  Each band computes its first stem
+    row again and starts its worker's buffers cold: on the 2-core Xeon squeezenet's stem + pool
+    took 0.91x the time with bands of 28 rows instead of 7, ResNet-50's 0.83x (one core, caches
+    swept; benchmarks/RESULTS.md, twentieth session, slice sq)."""
+    cores = max(1, dsl.target(backend).compute_units or 1)
+    per_image = -(-cores // max(1, images))
+    return max(min(MIN_BAND, pooled_rows), -(-pooled_rows // per_image))
 
 
 @dataclass(frozen=True)
@@ -254,16 +265,17 @@ def conv_stem_pool(x: In[f32], w: In[f32], bias: In[f32], y: Out[f32], xp: InOut
 
 
 def launch_conv_stem_pool(impl, x, w, bias, y, strides, dil, begin, conv_out, pool: PoolWindow, backend,
-                          act: int, lo: float, hi: float, cfg: StemPoolConfig = None, band: int = BAND) -> None:
+                          act: int, lo: float, hi: float, cfg: StemPoolConfig = None, band: int = None) -> None:
     """Run ``impl`` on plain x (N, C, H, W) -> y, plain (N, M, PH, PW) or NCHWc16 (N, M/16, PH, PW,
-    16) for M a multiple of 16; ``conv_out`` is the stem's (OH, OW), ``begin`` its begin pads."""
+    16) for M a multiple of 16; ``conv_out`` is the stem's (OH, OW), ``begin`` its begin pads;
+    ``band``: pooled rows per work item (``stem_band``'s by default)."""
     for name, a in (("x", x), ("w", w), ("y", y), ("B", bias)):
         if a is not None and a.dtype != np.float32:
             raise ValueError(f"conv_stem_pool computes f32; {name} is {a.dtype}")
     if x.ndim != 4 or y.ndim not in (4, 5):
         raise ValueError(f"conv_stem_pool reads plain (N, C, H, W) images and writes plain or NCHWc16 "
                          f"(N, M/16, H, W, 16) ones; x has shape {tuple(x.shape)}, y {tuple(y.shape)}")
-    if band < 1:
+    if band is not None and band < 1:
         raise ValueError(f"conv_stem_pool band={band}: a work item needs at least one pooled row")
     m, c, kh, kw = w.shape
     if c != x.shape[1]:
@@ -283,7 +295,7 @@ def launch_conv_stem_pool(impl, x, w, bias, y, strides, dil, begin, conv_out, po
     mg = -(-m // cfg.NO) * cfg.NO
     wp, bp = stem_weights(w, bias, cfg, mg, backend)
     sh, sw = strides
-    band = min(band, ph)
+    band = min(band or stem_band(n, ph, backend or "numba"), ph)
     cr = min(oh, (band - 1) * psh + pkh)
     kr = (cr - 1) * sh + (kh - 1) * dil[0] + 1
     xw = (ow - 1) * sw + (kw - 1) * dil[1] + 1

@@ -2,6 +2,8 @@
 against numpy conv + activation + maxpool on every backend: strides, kernels, conv and pool
 pads, ceil_mode, odd sizes, channels not a multiple of 16, bands of 1-3 pooled rows, plain and
 NCHWc16 output; the rewrite in a graph and where it must not fire; bad input."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -9,7 +11,7 @@ import dsl
 import ops
 from dsl.opgraph import formats as F
 from ops.conv_fusion import FusedConvPool
-from ops.conv_stem_pool import PoolWindow, StemPoolConfig, conv_stem_pool, launch_conv_stem_pool
+from ops.conv_stem_pool import PoolWindow, StemPoolConfig, conv_stem_pool, launch_conv_stem_pool, stem_band
 from ops.pool import pool_geometry
 from test_conv_direct import activation_ref, conv_ref
 
@@ -66,6 +68,16 @@ def test_stem_pool_writes_nchwc16(backend, case):
     launch_conv_stem_pool(conv_stem_pool, x, w, b, y, s, (1, 1), p[:2], conv_hw,
                           PoolWindow(pk, ps, begin, ref.shape[2:]), backend, 1, 0.0, 0.0, band=band)
     np.testing.assert_allclose(F.to_plain_ref(y, m), ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("cores, images, rows, band", [(2, 1, 55, 28), (2, 8, 55, 55), (1, 1, 56, 56),
+                                                     (8, 1, 56, 7), (64, 1, 55, 4), (64, 1, 3, 3)])
+def test_stem_band_gives_each_core_one_item(monkeypatch, cores, images, rows, band):
+    """Bands of pooled rows: one work item a core from ``dsl.target``'s cores, never fewer than
+    MIN_BAND rows (each band computes a stem row again) unless the image has fewer."""
+    real = dsl.target("numba")
+    monkeypatch.setattr(dsl, "target", lambda backend=None: dataclasses.replace(real, compute_units=cores))
+    assert stem_band(images, rows) == band
 
 
 @pytest.mark.parametrize("blocked", [True, False], ids=["nchwc16", "plain"])
