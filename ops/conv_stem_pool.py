@@ -148,7 +148,7 @@ def conv_stem_pool(x: In[f32], w: In[f32], bias: In[f32], y: Out[f32], xp: InOut
     multiple of 16.  ``xp``: each worker's zero-bordered input rows (geom's KR rows of XW floats
     per channel); ``cs``: each worker's stem row [OW][MG] (MG: M rounded up to whole groups of
     NV·V channels), the running maxima [OPEN][PW][MG] of the pooled rows whose windows are open
-    (slot: pooled row % OPEN) and a spare [PW][MG] row; ``koff[t]``: tap t's offset in a
+    (slot: pooled row % OPEN), a spare [PW][MG] row and V floats; ``koff[t]``: tap t's offset in a
     worker's rows."""
     c_in = geom[G_C]
     m_out = geom[G_M]
@@ -174,8 +174,9 @@ def conv_stem_pool(x: In[f32], w: In[f32], bias: In[f32], y: Out[f32], xp: InOut
     ckk = c_in * geom[G_KH] * geom[G_KW]
     worker = dsl.tile_id() * THREADS + dsl.thread_id()
     base = worker * c_in * kr_n * xw
-    crow = worker * (ow_n + (n_open + 1) * pw_n) * mg  # this worker's stem row
+    crow = worker * ((ow_n + (n_open + 1) * pw_n) * mg + V)  # this worker's stem row
     vbase = crow + ow_n * mg  # its open windows' running maxima
+    lanes = vbase + (n_open + 1) * pw_n * mg  # and V floats for a vector's lanes
     row_step = geom[G_SH] * xw  # between consecutive stem rows' inputs in xp
     items = geom[G_N] * bands  # an even share per worker (split's ceil chunks left 8 of 14 on one core)
     workers = dsl.num_tiles() * THREADS
@@ -255,10 +256,10 @@ def conv_stem_pool(x: In[f32], w: In[f32], bias: In[f32], y: Out[f32], xp: InOut
                             if blocked == 1:
                                 y.vstore((nb * m_out + c - c % BLOCK) * ph_n * pw_n + (prow * pw_n + pc) * BLOCK
                                          + c % BLOCK, v)
-                            else:
-                                for e in dsl.static_range(V):
-                                    if c + e < m_out:
-                                        y.flat[((nb * m_out + c + e) * ph_n + prow) * pw_n + pc] = v[e]
+                            else:  # plain: the lanes one by one, through the worker's lane buffer
+                                cs.vstore(lanes, v)
+                                for e in range(min(V, m_out - c)):
+                                    y.flat[((nb * m_out + c + e) * ph_n + prow) * pw_n + pc] = cs.flat[lanes + e]
                 elif prow != wf:
                     for i in range(0, pw_n * mg, V):
                         cs.vstore(slot + i, max(cs.vload(slot + i, V), cs.vload(hrow + i, V)))
@@ -309,6 +310,6 @@ def launch_conv_stem_pool(impl, x, w, bias, y, strides, dil, begin, conv_out, po
     grid = balanced_grid(items, THREADS)
     workers = grid * THREADS
     xp = np.empty(workers * c * kr * xw, np.float32)
-    cs = aligned_empty(workers * (ow + (n_open + 1) * pw) * mg)
+    cs = aligned_empty(workers * ((ow + (n_open + 1) * pw) * mg + cfg.V))
     impl(x.reshape(-1), wp, bp, y.reshape(-1), xp, cs, koff, geom, act=act, act_lo=float(lo), act_hi=float(hi),
          V=cfg.V, P=cfg.P, NV=cfg.NV, backend=backend, grid=grid)

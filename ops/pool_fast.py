@@ -81,10 +81,17 @@ def global_pool_blocked(x: In[f32, 3], y: Out[f32], channels: i64, code: i32):
         left = channels - (b % cb) * LANES
         if left >= LANES:
             y.vstore(at, acc)
-        else:  # a plain output's last, partial block
-            for e in dsl.static_range(LANES):
-                if e < left:
-                    y.flat[at + e] = acc[e]
+        else:  # a plain output's last, partial block: its lanes again, one by one (a loop, not
+            for e in range(left):  # 16 unrolled lane stores: those cost compile time)
+                v = x.flat[base + e]
+                for p in range(1, n):
+                    if code == AVG:
+                        v += x.flat[base + p * LANES + e]
+                    else:
+                        v = max(v, x.flat[base + p * LANES + e])
+                if code == AVG:
+                    v = v * (f32(1) / f32(n))
+                y.flat[at + e] = v
 
 
 @dsl.kernel
