@@ -42,6 +42,9 @@ THREADS = 4
 # fewest pooled rows per work item: a band of B pooled rows of a 3-wide stride-2 pool computes
 # 2B+1 stem rows, one of them again in the next band (B = 4: 12 % of the rows twice)
 MIN_BAND = 4
+# most pooled rows per work item: a worker copies the input rows its band reads (28 rows of
+# squeezenet: 115 input rows, 300 KB), so bands of large images stay bounded
+MAX_BAND = 32
 
 # geometry vector slots: the stem's, then the pool's
 (G_N, G_C, G_M, G_KH, G_KW, G_SH, G_SW, G_DH, G_DW, G_OH, G_OW, G_H, G_W, G_PT, G_PL, G_KR, G_XW,
@@ -88,13 +91,13 @@ def stem_pool_config(backend: str = "numba", channels: int = 64) -> StemPoolConf
 
 def stem_band(images: int, pooled_rows: int, backend: str = "numba") -> int:
     """Pooled rows per work item: bands just many enough for each of ``dsl.target``'s cores to
-    get one (with a whole image a core, one band an image).  Each band computes its first stem
+    get one (with a whole image a core, one band an image), MIN_BAND to MAX_BAND rows.  Each band computes its first stem
     row again and starts its worker's buffers cold: on the 2-core Xeon squeezenet's stem + pool
     took 0.91x the time with bands of 28 rows instead of 7, ResNet-50's 0.83x (one core, caches
     swept; benchmarks/RESULTS.md, twentieth session, slice sq)."""
     cores = max(1, dsl.target(backend).compute_units or 1)
     per_image = -(-cores // max(1, images))
-    return max(min(MIN_BAND, pooled_rows), -(-pooled_rows // per_image))
+    return max(min(MIN_BAND, pooled_rows), min(MAX_BAND, -(-pooled_rows // per_image)))
 
 
 @dataclass(frozen=True)

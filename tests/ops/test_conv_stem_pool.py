@@ -70,11 +70,13 @@ def test_stem_pool_writes_nchwc16(backend, case):
     np.testing.assert_allclose(F.to_plain_ref(y, m), ref, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("cores, images, rows, band", [(2, 1, 55, 28), (2, 8, 55, 55), (1, 1, 56, 56),
-                                                     (8, 1, 56, 7), (64, 1, 55, 4), (64, 1, 3, 3)])
+@pytest.mark.parametrize("cores, images, rows, band", [(2, 1, 55, 28), (2, 8, 30, 30), (1, 1, 30, 30),
+                                                     (1, 1, 56, 32), (8, 1, 56, 7), (64, 1, 55, 4),
+                                                     (64, 1, 3, 3)])
 def test_stem_band_gives_each_core_one_item(monkeypatch, cores, images, rows, band):
     """Bands of pooled rows: one work item a core from ``dsl.target``'s cores, never fewer than
-    MIN_BAND rows (each band computes a stem row again) unless the image has fewer."""
+    MIN_BAND rows (each band computes a stem row again) unless the image has fewer, never more
+    than MAX_BAND (each worker copies its band's input rows)."""
     real = dsl.target("numba")
     monkeypatch.setattr(dsl, "target", lambda backend=None: dataclasses.replace(real, compute_units=cores))
     assert stem_band(images, rows) == band
