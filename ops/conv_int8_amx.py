@@ -30,6 +30,7 @@ from ops import packed_constants
 from ops.conv_int8 import STRIDED_MAX_CHANNELS, pack_im2col_int8, pad_image_int8, packed_conv_ok
 from ops.conv_int8_strided import depth_weights, space_to_depth_int8, strided_geometry_ok, taps_to_channels_int8
 from ops.conv_int8_direct import launched
+from ops.conv_int8_implicit import conv_int8_implicit, implicit_ok
 from ops.gemm_int8 import THREADS
 from ops.gemm_int8_amx import BLOCK, K_STEP, PANEL, amx_usable, qgemm_amx, qgemm_amx_packed_b
 
@@ -208,11 +209,23 @@ def weights_u8(w: np.ndarray, w_zp: np.ndarray, images: int) -> tuple:
 
 
 def conv_int8_amx(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backend=None, clamp=None,
-                  launch=None) -> None:
+                  launch=None, implicit=None) -> None:
     """y (N, M, OH, OW) = conv(x, w) as ops/conv_int8.py's ``conv_int8`` (same arguments) on the tile
-    GEMM; ``launch``: a recorder of every launch, for a model's launch plan."""
+    GEMM; ``launch``: a recorder of every launch, for a model's launch plan; ``implicit``: whether
+    ops/conv_int8_implicit.py's implicit GEMM runs it (None: wherever ``implicit_ok``; False: the
+    packings below, a benchmark's other side)."""
     backend = backend or "numba"
     geom = [int(g) for g in geom]
+    if implicit is None:
+        implicit = implicit_ok(x, w, w_zp, geom)
+    if implicit:
+        if not implicit_ok(x, w, w_zp, geom):
+            raise ValueError(f"conv_int8_amx(implicit=True): the implicit GEMM takes 2-D stride-1 convolutions of "
+                             f"more than one tap on C % 4 == 0 channels with weights whose zero point is 0 once i8; "
+                             f"got x {x.shape}, w {w.shape} {w.dtype}, geom {geom[:8]}: pass implicit=None")
+        conv_int8_implicit(x, w, y, x_zp, geom, mult, bias, y_zp, *(clamp or (None, None)), backend=backend,
+                           launch=launch)
+        return
     if shifted_geometry_ok(geom):
         _conv_shifted(x, w, y, x_zp, w_zp, geom, mult, bias, y_zp, backend, clamp, launch)
         return

@@ -1,0 +1,84 @@
+"""Where an int8 3×3 convolution's time goes, launch by launch (issue 29): the requantizing
+QLinearConv shapes of benchmarks/bench_int8.py called directly through ops/conv_int8.py's
+``conv_int8`` (the VNNI direct kernel) and ops/conv_int8_amx.py's ``conv_int8_amx`` (the tile
+paths), each launch timed by the ``launch`` recorder hook (process CPU time, best of the rounds),
+the sides alternated round by round in one process, one numba thread.
+
+Usage: PYTHONPATH=. python benchmarks/bench_conv_int8_split.py [rounds] [shape-filter]
+"""
+import os
+import sys
+import time
+from collections import defaultdict
+
+import numba
+import numpy as np
+
+SHAPES = ((64, 56, 64), (128, 28, 128), (256, 14, 256), (512, 7, 512))  # (C, H = W, M), 3×3, pad 1
+
+
+def problem(c, h, m, rng):
+    x = rng.integers(0, 256, (1, c, h, h)).astype(np.uint8)
+    w = rng.integers(-64, 64, (m, c, 3, 3)).astype(np.int8)
+    w.setflags(write=False)  # a model's constant: packed once
+    mult = (0.02 * rng.uniform(0.002, 0.006, m) / 0.5).astype(np.float32)
+    bias = rng.integers(-3000, 3000, m).astype(np.int32)
+    return x, w, np.array([128], np.uint8), np.zeros(m, np.int8), mult, bias
+
+
+def sides():
+    """name -> f(x, w, y, zx, zw, geom, mult, bias, launch): each path the ops may select."""
+    from ops.conv_int8 import conv_int8
+    from ops import conv_int8_amx as amx
+    out = {"vnni direct": lambda x, w, y, zx, zw, g, mult, bias, launch:
+           conv_int8(x, w, y, zx, zw, g, mult, bias, 128, "numba", launch=launch)}
+    out["tiles (shifted B)"] = lambda x, w, y, zx, zw, g, mult, bias, launch: amx.conv_int8_amx(
+        x, w, y, zx, zw, g, mult, bias, 128, "numba", launch=launch, implicit=False)
+    if hasattr(amx, "implicit_ok"):
+        out["tiles (implicit NHWC)"] = lambda x, w, y, zx, zw, g, mult, bias, launch: amx.conv_int8_amx(
+            x, w, y, zx, zw, g, mult, bias, 128, "numba", launch=launch, implicit=True)
+    return out
+
+
+def main(argv):
+    rounds = int(argv[0]) if argv else 20
+    pick = argv[1] if len(argv) > 1 else ""
+    numba.set_num_threads(1)
+    rng = np.random.default_rng(29)
+    print(f"one thread, load average {os.getloadavg()[0]:.1f}, best of {rounds} rounds, CPU ms per launch")
+    for c, h, m in SHAPES:
+        name = f"{c}x{h}x{h}->{m} 3x3"
+        if pick not in name:
+            continue
+        x, w, zx, zw, mult, bias = problem(c, h, m, rng)
+        geom = [3, 3, 1, 1, 1, 1, 1, 1, h, h]
+        paths = sides()
+        best = {k: defaultdict(lambda: float("inf")) for k in paths}
+        outs = {}
+        for _ in range(rounds):
+            for side, run in paths.items():
+                spent = defaultdict(float)
+
+                def launch(kernel, spent=spent):
+                    def timed(*a, **k):
+                        t = time.process_time()
+                        kernel(*a, **k)
+                        spent[kernel.__name__] += time.process_time() - t
+                    return timed
+                y = np.empty((1, m, h, h), np.uint8)
+                t = time.process_time()
+                run(x, w, y, zx, zw, geom, mult, bias, launch)
+                total = time.process_time() - t
+                for k, v in spent.items():
+                    best[side][k] = min(best[side][k], v)
+                best[side]["total"] = min(best[side]["total"], total)
+                outs[side] = y
+        ref = outs["vnni direct"]
+        for side, b in best.items():
+            same = "same output" if np.array_equal(outs[side], ref) else "OUTPUT DIFFERS"
+            parts = ", ".join(f"{k} {v * 1e3:.3f}" for k, v in b.items() if k != "total")
+            print(f"| {name} | {side} | {b['total'] * 1e3:.3f} ms | {parts} | {same} |", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
