@@ -164,14 +164,23 @@ def crop_columns(wide: In[Y, 3], y: Out[Y, 3]):
 # 256x14x14 3x3 0.50 / 0.39, 1024->256 1x1 on 14x14 0.38 / 0.25; 512x7x7 3x3 alike)
 AMX_MIN_CHANNELS = 128
 AMX_MIN_OUTPUTS = 64
+# ... but stride-1 k×k convolutions (the implicit GEMM, ops/conv_int8_implicit.py) from this many
+# input channels: 64x56x56 3x3 0.37 against the VNNI kernel's 0.51 ms (launches, one thread,
+# benchmarks/bench_conv_int8_split.py)
+IMPLICIT_MIN_CHANNELS = 64
 
 
-def amx_conv_ok(x, w, group: int, backend) -> bool:
+def amx_conv_ok(x, w, group: int, backend, kernel=None, strides=None, dilations=None) -> bool:
     """Whether the tile GEMM takes this convolution: one conv_int8 would take (2-D, one group, known
-    shapes), deep enough for the tiles to beat the VNNI kernel (``AMX_MIN_CHANNELS``), on a backend
-    that runs the tiles on AMX."""
-    return (w.shape[1] >= AMX_MIN_CHANNELS and w.shape[0] >= AMX_MIN_OUTPUTS and amx_usable(backend)
-            and packed_conv_ok(x, w, group, backend))
+    shapes), deep enough for the tiles to beat the VNNI kernel (``AMX_MIN_CHANNELS``, or
+    ``IMPLICIT_MIN_CHANNELS`` for a stride-1 k×k one given its ``kernel``, ``strides`` and
+    ``dilations``), on a backend that runs the tiles on AMX."""
+    if not (amx_usable(backend) and packed_conv_ok(x, w, group, backend) and w.shape[0] >= AMX_MIN_OUTPUTS):
+        return False
+    stride_one = (kernel is not None and len(kernel) == 2 and kernel[0] * kernel[1] > 1 and
+                  tuple(strides or (1, 1)) == (1, 1) and tuple(dilations or (1, 1)) == (1, 1))
+    deep = IMPLICIT_MIN_CHANNELS if stride_one and w.shape[1] % 4 == 0 else AMX_MIN_CHANNELS
+    return w.shape[1] >= deep
 
 
 def _empty_aligned(shape, dtype) -> np.ndarray:

@@ -100,8 +100,6 @@ def qconv_amx_implicit(xq: In[i32, 3], wb: In[i32, 2], corr: In[i32, 1], mult: I
     geom = (KH, KW, Wp, OH, OW).  Work items: per image, (32 output channels, 32 positions),
     positions inner, so a channel block's weights stay in L1 while the image streams from L2."""
     cw = dsl.scratch((THREADS, BLOCK * BLOCK), i32)        # this thread's C block: positions × channels
-    sf = dsl.scratch((THREADS, BLOCK * BLOCK), dsl.f32)    # ... requantized
-    dst = dsl.scratch((THREADS, BLOCK), i32)               # y index of each position (-1: dropped)
     kh_n = geom[0]
     kw_n = geom[1]
     wp = geom[2]
@@ -116,7 +114,6 @@ def qconv_amx_implicit(xq: In[i32, 3], wb: In[i32, 2], corr: In[i32, 1], mult: I
     per_img = mblocks * npb
     tid = dsl.thread_id()
     cb = tid * BLOCK * BLOCK
-    db = tid * BLOCK
     lo, hi = dsl.split(y.shape[0] * per_img)
     for item in range(lo, hi):
         t = item // per_img
@@ -147,34 +144,35 @@ def qconv_amx_implicit(xq: In[i32, 3], wb: In[i32, 2], corr: In[i32, 1], mult: I
         dsl.tile_store(1, cw, cb + 16, BLOCK)
         dsl.tile_store(2, cw, cb + 16 * BLOCK, BLOCK)
         dsl.tile_store(3, cw, cb + 16 * BLOCK + 16, BLOCK)
+        m0 = jm * BLOCK
+        for h in dsl.static_range(2):  # a pixel's 16 channels a vector, requantized in place
+            cv = corr.vload(m0 + h * 16, 16)
+            mv = mult.vload(m0 + h * 16, 16)
+            for i in range(BLOCK):
+                v = cw.vload(cb + i * BLOCK + h * 16, 16) + cv
+                if requantize == 1:
+                    v = dsl.i32(dsl.clamp(dsl.rint(dsl.f32(v) * mv) + y_zp, q_lo, q_hi))
+                cw.vstore(cb + i * BLOCK + h * 16, v)
+        # transposed into y, a run of kept positions (one output row's) at a time: a channel's
+        # values of a run are consecutive in y
+        mcount = min(BLOCK, m_out - m0)
         oh = p0 // wp
         ow = p0 - oh * wp
-        for i in range(BLOCK):
-            dst[tid, i] = i32(oh * ow_n + ow) if oh < oh_n and ow < ow_n else i32(-1)
-            ow += 1
-            if ow == wp:
+        i = 0
+        while i < BLOCK and oh < oh_n:
+            if ow >= ow_n:  # the columns past OW: computed, dropped
+                i += wp - ow
                 ow = 0
                 oh += 1
-        m0 = jm * BLOCK
-        for h in dsl.static_range(2):  # a pixel's 16 channels a vector
-            cv = corr.vload(m0 + h * 16, 16)
-            if requantize == 1:
-                mv = mult.vload(m0 + h * 16, 16)
-                for i in range(BLOCK):
-                    v = cw.vload(cb + i * BLOCK + h * 16, 16) + cv
-                    sf.vstore(cb + i * BLOCK + h * 16, dsl.clamp(dsl.rint(dsl.f32(v) * mv) + y_zp, q_lo, q_hi))
             else:
-                for i in range(BLOCK):
-                    cw.vstore(cb + i * BLOCK + h * 16, cw.vload(cb + i * BLOCK + h * 16, 16) + cv)
-        for j in range(min(BLOCK, m_out - m0)):  # transposed into y: a channel's positions in a row
-            yb = (t * m_out + m0 + j) * oh_n * ow_n
-            for i in range(BLOCK):
-                d = dst[tid, i]
-                if d >= 0:
-                    if requantize == 1:
-                        y.flat[yb + d] = sf.flat[cb + i * BLOCK + j]
-                    else:
-                        y.flat[yb + d] = cw.flat[cb + i * BLOCK + j]
+                run = min(ow_n - ow, BLOCK - i)
+                yb = (t * m_out + m0) * oh_n * ow_n + oh * ow_n + ow
+                for j in range(mcount):
+                    src = cb + i * BLOCK + j
+                    for k in range(run):
+                        y.flat[yb + j * oh_n * ow_n + k] = cw.flat[src + k * BLOCK]
+                i += run
+                ow += run
 
 
 # --------------------------------------------------------------------------- host side
