@@ -4,7 +4,13 @@ QLinearConv shapes of benchmarks/bench_int8.py called directly through ops/conv_
 paths), each launch timed by the ``launch`` recorder hook (process CPU time, best of the rounds),
 the sides alternated round by round in one process, one numba thread.
 
+``models``: the quantized models (and one-node rows) of benchmarks/bench_int8.py whose name
+holds the filter, each built twice, before and after the implicit GEMM (ops/conv_int8_implicit.py:
+the "before" model is built and planned with it switched off), run alternately with
+onnxruntime, one thread a side, best process CPU time of each.
+
 Usage: PYTHONPATH=. python benchmarks/bench_conv_int8_split.py [rounds] [shape-filter]
+       PYTHONPATH=. python benchmarks/bench_conv_int8_split.py models [rounds] [case-filter]
 """
 import os
 import sys
@@ -40,7 +46,49 @@ def sides():
     return out
 
 
+def models(rounds: int, pick: str) -> None:
+    """Before / after the implicit GEMM / onnxruntime, alternated, on bench_int8's cases."""
+    import dsl
+    from benchmarks import bench_int8
+    from ops import conv_int8_amx as amx
+    numba.set_num_threads(1)
+    print(f"one thread a side, load average {os.getloadavg()[0]:.1f}, best of {rounds} rounds, process CPU ms")
+    for name, make in bench_int8.CASES.items():
+        if pick not in name:
+            continue
+        proto, feeds = make()
+        sess = bench_int8.ort_session(proto, 1)
+        built = {}
+        for side, on in (("before", False), ("after", True)):
+            keep = amx.implicit_ok, amx.IMPLICIT_MIN_CHANNELS
+            if not on:
+                amx.implicit_ok, amx.IMPLICIT_MIN_CHANNELS = (lambda *a: False), amx.AMX_MIN_CHANNELS
+            try:
+                built[side] = dsl.load_onnx(proto, backend="numba")
+                got = list(built[side].run(feeds).values())[0]  # selects and plans with the setting
+            finally:
+                amx.implicit_ok, amx.IMPLICIT_MIN_CHANNELS = keep
+            want = sess.run(None, feeds)[0]
+            diff = float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max())
+            built[side + " diff"] = diff
+        runs = {"before": lambda: built["before"].run(feeds), "after": lambda: built["after"].run(feeds),
+                "onnxruntime": lambda: sess.run(None, feeds)}
+        best = dict.fromkeys(runs, float("inf"))
+        for _ in range(rounds):
+            for side, run in runs.items():
+                t = time.process_time()
+                run()
+                best[side] = min(best[side], time.process_time() - t)
+        b, a, o = best["before"], best["after"], best["onnxruntime"]
+        print(f"| {name} | {b * 1e3:.2f} ms | {a * 1e3:.2f} ms | {o * 1e3:.2f} ms | {b / o:.2f}x | {a / o:.2f}x | "
+              f"after/before {a / b:.2f} | max diff to ort {built['before diff']:g} / {built['after diff']:g} |",
+              flush=True)
+
+
 def main(argv):
+    if argv and argv[0] == "models":
+        models(int(argv[1]) if len(argv) > 1 else 10, argv[2] if len(argv) > 2 else "quantize_static")
+        return
     rounds = int(argv[0]) if argv else 20
     pick = argv[1] if len(argv) > 1 else ""
     numba.set_num_threads(1)
