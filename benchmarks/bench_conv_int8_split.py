@@ -20,12 +20,13 @@ from collections import defaultdict
 import numba
 import numpy as np
 
-SHAPES = ((64, 56, 64), (128, 28, 128), (256, 14, 256), (512, 7, 512))  # (C, H = W, M), 3×3, pad 1
+SHAPES = ((64, 56, 64, 3, 1), (128, 28, 128, 3, 1), (256, 14, 256, 3, 1), (512, 7, 512, 3, 1),  # (C, H = W, M,
+          (3, 224, 64, 7, 2), (32, 112, 64, 3, 2), (128, 56, 128, 3, 2), (256, 28, 256, 3, 2))  # k, stride), pad k // 2
 
 
-def problem(c, h, m, rng):
+def problem(c, h, m, k, rng):
     x = rng.integers(0, 256, (1, c, h, h)).astype(np.uint8)
-    w = rng.integers(-64, 64, (m, c, 3, 3)).astype(np.int8)
+    w = rng.integers(-64, 64, (m, c, k, k)).astype(np.int8)
     w.setflags(write=False)  # a model's constant: packed once
     mult = (0.02 * rng.uniform(0.002, 0.006, m) / 0.5).astype(np.float32)
     bias = rng.integers(-3000, 3000, m).astype(np.int32)
@@ -33,16 +34,16 @@ def problem(c, h, m, rng):
 
 
 def sides():
-    """name -> f(x, w, y, zx, zw, geom, mult, bias, launch): each path the ops may select."""
+    """name -> f(x, w, y, zx, zw, geom, mult, bias, launch): each path the ops may select (the tiles
+    before the implicit GEMM: B packed over the padded width, strided ones after space-to-depth)."""
     from ops.conv_int8 import conv_int8
     from ops import conv_int8_amx as amx
     out = {"vnni direct": lambda x, w, y, zx, zw, g, mult, bias, launch:
            conv_int8(x, w, y, zx, zw, g, mult, bias, 128, "numba", launch=launch)}
-    out["tiles (shifted B)"] = lambda x, w, y, zx, zw, g, mult, bias, launch: amx.conv_int8_amx(
+    out["tiles (before: packed B panels)"] = lambda x, w, y, zx, zw, g, mult, bias, launch: amx.conv_int8_amx(
         x, w, y, zx, zw, g, mult, bias, 128, "numba", launch=launch, implicit=False)
-    if hasattr(amx, "implicit_ok"):
-        out["tiles (implicit NHWC)"] = lambda x, w, y, zx, zw, g, mult, bias, launch: amx.conv_int8_amx(
-            x, w, y, zx, zw, g, mult, bias, 128, "numba", launch=launch, implicit=True)
+    out["tiles (implicit GEMM where it takes)"] = lambda x, w, y, zx, zw, g, mult, bias, launch: amx.conv_int8_amx(
+        x, w, y, zx, zw, g, mult, bias, 128, "numba", launch=launch)
     return out
 
 
@@ -60,14 +61,14 @@ def models(rounds: int, pick: str) -> None:
         sess = bench_int8.ort_session(proto, 1)
         built = {}
         for side, on in (("before", False), ("after", True)):
-            keep = amx.implicit_ok, amx.IMPLICIT_MIN_CHANNELS
-            if not on:
-                amx.implicit_ok, amx.IMPLICIT_MIN_CHANNELS = (lambda *a: False), amx.AMX_MIN_CHANNELS
+            keep = amx.implicit_ok, amx.implicit_pays
+            if not on:  # the selection and packings before: tiles from AMX_MIN_CHANNELS, B panels
+                amx.implicit_ok, amx.implicit_pays = (lambda *a: False), (lambda c, s: c >= amx.AMX_MIN_CHANNELS)
             try:
                 built[side] = dsl.load_onnx(proto, backend="numba")
                 got = list(built[side].run(feeds).values())[0]  # selects and plans with the setting
             finally:
-                amx.implicit_ok, amx.IMPLICIT_MIN_CHANNELS = keep
+                amx.implicit_ok, amx.implicit_pays = keep
             want = sess.run(None, feeds)[0]
             diff = float(np.abs(got.astype(np.float64) - want.astype(np.float64)).max())
             built[side + " diff"] = diff
@@ -94,12 +95,13 @@ def main(argv):
     numba.set_num_threads(1)
     rng = np.random.default_rng(29)
     print(f"one thread, load average {os.getloadavg()[0]:.1f}, best of {rounds} rounds, CPU ms per launch")
-    for c, h, m in SHAPES:
-        name = f"{c}x{h}x{h}->{m} 3x3"
+    for c, h, m, k, s in SHAPES:
+        name = f"{c}x{h}x{h}->{m} {k}x{k}/{s}"
         if pick not in name:
             continue
-        x, w, zx, zw, mult, bias = problem(c, h, m, rng)
-        geom = [3, 3, 1, 1, 1, 1, 1, 1, h, h]
+        x, w, zx, zw, mult, bias = problem(c, h, m, k, rng)
+        o = (h + 2 * (k // 2) - k) // s + 1
+        geom = [k, k, s, s, k // 2, k // 2, 1, 1, o, o]
         paths = sides()
         best = {k: defaultdict(lambda: float("inf")) for k in paths}
         outs = {}
@@ -113,7 +115,7 @@ def main(argv):
                         kernel(*a, **k)
                         spent[kernel.__name__] += time.process_time() - t
                     return timed
-                y = np.empty((1, m, h, h), np.uint8)
+                y = np.empty((1, m, o, o), np.uint8)
                 t = time.process_time()
                 run(x, w, y, zx, zw, geom, mult, bias, launch)
                 total = time.process_time() - t

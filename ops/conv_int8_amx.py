@@ -164,23 +164,32 @@ def crop_columns(wide: In[Y, 3], y: Out[Y, 3]):
 # 256x14x14 3x3 0.50 / 0.39, 1024->256 1x1 on 14x14 0.38 / 0.25; 512x7x7 3x3 alike)
 AMX_MIN_CHANNELS = 128
 AMX_MIN_OUTPUTS = 64
-# ... but stride-1 k×k convolutions (the implicit GEMM, ops/conv_int8_implicit.py) from this many
-# input channels: 64x56x56 3x3 0.37 against the VNNI kernel's 0.51 ms (launches, one thread,
-# benchmarks/bench_conv_int8_split.py)
-IMPLICIT_MIN_CHANNELS = 64
+# ... but k×k convolutions of one stride both ways (the implicit GEMM, ops/conv_int8_implicit.py)
+# from this many input channels (stride 1, strided): on fewer its K, padded to 64-byte steps, wastes
+# products (16x56x56->64 3x3 0.33 against the B panels' 0.13 ms, the stem's 12 space-to-depth
+# channels 1.56 against 0.43), while strided ones save the space-to-depth copy (32x112x112->64 3x3/2
+# 0.60 against 1.33 ms); 64x56x56 3x3 0.37 against the VNNI kernel's 0.51, 128x56x56 3x3/2 0.43
+# against 1.54 (launches, one thread, benchmarks/bench_conv_int8_split.py)
+IMPLICIT_MIN_CHANNELS = (64, 32)
+
+
+def implicit_pays(channels: int, stride: int) -> bool:
+    """Whether the implicit GEMM beats the B-panel packings on this many input channels."""
+    return channels >= IMPLICIT_MIN_CHANNELS[stride > 1]
 
 
 def amx_conv_ok(x, w, group: int, backend, kernel=None, strides=None, dilations=None) -> bool:
     """Whether the tile GEMM takes this convolution: one conv_int8 would take (2-D, one group, known
     shapes), deep enough for the tiles to beat the VNNI kernel (``AMX_MIN_CHANNELS``, or
-    ``IMPLICIT_MIN_CHANNELS`` for a stride-1 k×k one given its ``kernel``, ``strides`` and
+    ``implicit_pays`` for a k×k one the implicit GEMM takes, given its ``kernel``, ``strides`` and
     ``dilations``), on a backend that runs the tiles on AMX."""
     if not (amx_usable(backend) and packed_conv_ok(x, w, group, backend) and w.shape[0] >= AMX_MIN_OUTPUTS):
         return False
-    stride_one = (kernel is not None and len(kernel) == 2 and kernel[0] * kernel[1] > 1 and
-                  tuple(strides or (1, 1)) == (1, 1) and tuple(dilations or (1, 1)) == (1, 1))
-    deep = IMPLICIT_MIN_CHANNELS if stride_one and w.shape[1] % 4 == 0 else AMX_MIN_CHANNELS
-    return w.shape[1] >= deep
+    strides, dilations = tuple(strides or (1, 1)), tuple(dilations or (1, 1))
+    if (kernel is not None and len(kernel) == 2 and kernel[0] * kernel[1] > 1 and len(set(strides)) == 1
+            and dilations == (1, 1) and w.shape[1] % 4 == 0):
+        return implicit_pays(w.shape[1], strides[0])
+    return w.shape[1] >= AMX_MIN_CHANNELS
 
 
 def _empty_aligned(shape, dtype) -> np.ndarray:
@@ -221,17 +230,19 @@ def conv_int8_amx(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backe
                   launch=None, implicit=None) -> None:
     """y (N, M, OH, OW) = conv(x, w) as ops/conv_int8.py's ``conv_int8`` (same arguments) on the tile
     GEMM; ``launch``: a recorder of every launch, for a model's launch plan; ``implicit``: whether
-    ops/conv_int8_implicit.py's implicit GEMM runs it (None: wherever ``implicit_ok``; False: the
-    packings below, a benchmark's other side)."""
+    ops/conv_int8_implicit.py's implicit GEMM runs it (None: wherever ``implicit_ok`` and
+    ``implicit_pays``; False: the packings below, a benchmark's other side; True: the
+    implicit GEMM or an error)."""
     backend = backend or "numba"
     geom = [int(g) for g in geom]
     if implicit is None:
-        implicit = implicit_ok(x, w, w_zp, geom)
+        implicit = implicit_ok(x, w, w_zp, geom) and implicit_pays(x.shape[1], geom[2])
     if implicit:
         if not implicit_ok(x, w, w_zp, geom):
-            raise ValueError(f"conv_int8_amx(implicit=True): the implicit GEMM takes 2-D stride-1 convolutions of "
-                             f"more than one tap on C % 4 == 0 channels with weights whose zero point is 0 once i8; "
-                             f"got x {x.shape}, w {w.shape} {w.dtype}, geom {geom[:8]}: pass implicit=None")
+            raise ValueError(f"conv_int8_amx(implicit=True): the implicit GEMM takes 2-D convolutions of more than "
+                             f"one tap, one stride both ways, no dilation, on C % 4 == 0 channels with weights whose "
+                             f"zero point is 0 once i8; got x {x.shape}, w {w.shape} {w.dtype}, geom {geom[:8]}: "
+                             f"pass implicit=None")
         conv_int8_implicit(x, w, y, x_zp, geom, mult, bias, y_zp, *(clamp or (None, None)), backend=backend,
                            launch=launch)
         return
@@ -257,7 +268,7 @@ def conv_int8_amx(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backe
         xs = np.empty((x.shape[0], x.shape[1] * s * s, oh + ka - 1, ow + kb - 1), x.dtype)
         launched(space_to_depth_int8, launch)(np.ascontiguousarray(x), xz, xs, s, pt, pl, backend=backend)
         conv_int8_amx(xs, wd, y, xz, w_zp, [ka, kb, 1, 1, 0, 0, 1, 1, oh, ow], mult, bias, y_zp, backend, clamp,
-                      launch)
+                      launch, implicit=False)
         return
     n, m = y.shape[:2]
     pixels = y.shape[2] * y.shape[3]

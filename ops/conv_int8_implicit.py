@@ -9,7 +9,10 @@ Here the image is the tiles' A side instead (u8 rows of 64 bytes: pixels × chan
   width, Hs the padded height plus the rows the last block's taps reach);
 * output position p = oh·Wp + ow runs over the padded width, so window tap (kh, kw) of 16
   consecutive positions is 16 rows Cp bytes apart starting at pixel p + kh·Wp + kw: one
-  ``tile_load`` of the image as it lies, 64 channels a K step;
+  ``tile_load`` of the image as it lies, 64 channels a K step; with stride S the positions run
+  over Wp / S a row, the rows are S·Cp bytes apart and the image's rows go in S planes (row
+  S·r + f in plane f) so that a tap's rows of consecutive output rows are consecutive (no
+  space-to-depth copy, no 16/9 more products for a 3×3/2);
 * the weights are the B side (i8 in ``tdpbusd``'s layout, packed once per constant array), so
   a product Σ x·w needs only -zx·Σw per output channel, folded into the bias: the weights' zero
   point must be 0 (symmetric i8 weights, u8 ones around 128: what quantizers write,
@@ -34,10 +37,12 @@ K_STEP = 64   # channels (bytes) of a tile row
 
 
 @dsl.kernel(threads=THREADS)
-def pack_nhwc_int8(x: In[X, 4], x_zp: In[X, 1], xq: Out[i32, 3], geom: dsl.Vec[i64, 3], flip: i32):
-    """xq (N, Hs·Wp, Cp/4) = x bordered by its zero point, pixel-major, 4 channels a word (u8
-    bytes: ``flip`` 0x80 shifts i8 data); geom = (pad top, pad left, Wp); channels C..Cp hold
-    0 (their weights are 0).  A row's interior goes 16 pixels at a time: 4 vector loads build
+def pack_nhwc_int8(x: In[X, 4], x_zp: In[X, 1], xq: Out[i32, 3], geom: dsl.Vec[i64, 4], flip: i32):
+    """xq (N, S·Hs·Wp, Cp/4) = x bordered by its zero point, pixel-major, 4 channels a word (u8
+    bytes: ``flip`` 0x80 shifts i8 data); geom = (pad top, pad left, Wp, S): with stride S the
+    rows go in S planes of Hs rows, row r of plane f being bordered row S·r + f (so the rows a
+    window tap reads for consecutive output rows are consecutive); channels C..Cp hold 0 (their
+    weights are 0).  A row's interior goes 16 pixels at a time: 4 vector loads build
     the words of 4 channels, stored a pixel apart."""
     cn = x.shape[1]
     hh = x.shape[2]
@@ -47,14 +52,17 @@ def pack_nhwc_int8(x: In[X, 4], x_zp: In[X, 1], xq: Out[i32, 3], geom: dsl.Vec[i
     pt = geom[0]
     pl = geom[1]
     wp = geom[2]
-    hs = xq.shape[1] // wp
+    st = geom[3]
+    hs = xq.shape[1] // wp  # rows of all planes
+    hsp = hs // st
     zb = (i32(x_zp.flat[0]) & 0xFF) ^ flip
     zword = zb | (zb << 8) | (zb << 16) | (zb << 24)
     lo, hi = dsl.split(x.shape[0] * hs, grid=True)
     for item in range(lo, hi):
         t = item // hs
         r = item - t * hs
-        ih = r - pt
+        f = r // hsp
+        ih = st * (r - f * hsp) + f - pt
         dst = (t * hs + r) * wp * c4p
         if ih < 0 or ih >= hh:
             for j in range(wp):
@@ -93,11 +101,13 @@ def pack_nhwc_int8(x: In[X, 4], x_zp: In[X, 1], xq: Out[i32, 3], geom: dsl.Vec[i
 
 @dsl.kernel(threads=THREADS)
 def qconv_amx_implicit(xq: In[i32, 3], wb: In[i32, 2], corr: In[i32, 1], mult: In[dsl.f32, 1], y: Out[Y, 3],
-                       geom: dsl.Vec[i64, 5], requantize: i32, y_zp: dsl.f32, q_lo: dsl.f32, q_hi: dsl.f32):
+                       geom: dsl.Vec[i64, 6], requantize: i32, y_zp: dsl.f32, q_lo: dsl.f32, q_hi: dsl.f32):
     """y (N, M, OH·OW) = conv of the packed image xq (``pack_nhwc_int8``) with the packed weights wb
     (Mp/16, KH·KW·Cp/64 tiles of 256 words: ``packed_weights``) plus corr[m] (bias - zx·Σw),
     requantized (requantize = 1: f32 scale ``mult[m]``, y_zp, clamp to [q_lo, q_hi]) or as i32;
-    geom = (KH, KW, Wp, OH, OW).  Work items: per image, (32 output channels, 32 positions),
+    geom = (KH, KW, Wo, OH, OW, S): positions p = oh·Wo + ow, stride S, so position p's tap
+    (kh, kw) is pixel S·p + (kh // S)·S·Wo + kw of xq's plane kh % S (planes of width S·Wo): a
+    tile's rows S pixels apart.  Work items: per image, (32 output channels, 32 positions),
     positions inner, so a channel block's weights stay in L1 while the image streams from L2."""
     cw = dsl.scratch((THREADS, BLOCK * BLOCK), i32)        # this thread's C block: positions × channels
     kh_n = geom[0]
@@ -105,8 +115,11 @@ def qconv_amx_implicit(xq: In[i32, 3], wb: In[i32, 2], corr: In[i32, 1], mult: I
     wp = geom[2]
     oh_n = geom[3]
     ow_n = geom[4]
+    st = geom[5]
     m_out = y.shape[1]
     c4p = xq.shape[2]
+    row = st * c4p  # words between a tile's rows
+    plane = xq.shape[1] // st  # pixels of a row plane
     cb_n = c4p // 16
     wstride = wb.shape[1]
     mblocks = wb.shape[0] // 2
@@ -120,7 +133,7 @@ def qconv_amx_implicit(xq: In[i32, 3], wb: In[i32, 2], corr: In[i32, 1], mult: I
         r = item - t * per_img
         jm = r // npb
         p0 = (r - jm * npb) * BLOCK
-        xb = (t * xq.shape[1] + p0) * c4p
+        xb = (t * xq.shape[1] + st * p0) * c4p
         wa = 2 * jm * wstride
         dsl.tile_zero(0)
         dsl.tile_zero(1)
@@ -129,10 +142,10 @@ def qconv_amx_implicit(xq: In[i32, 3], wb: In[i32, 2], corr: In[i32, 1], mult: I
         ks = 0
         for kh in range(kh_n):
             for kw in range(kw_n):
-                xo = xb + (kh * wp + kw) * c4p
+                xo = xb + ((kh % st) * plane + (kh // st) * st * wp + kw) * c4p
                 for c in range(cb_n):
-                    dsl.tile_load(4, xq, xo + c * 16, c4p)
-                    dsl.tile_load(5, xq, xo + 16 * c4p + c * 16, c4p)
+                    dsl.tile_load(4, xq, xo + c * 16, row)
+                    dsl.tile_load(5, xq, xo + 16 * row + c * 16, row)
                     dsl.tile_load(6, wb, wa + ks * 256, 16)
                     dsl.tile_load(7, wb, wa + wstride + ks * 256, 16)
                     dsl.tile_dot_u8i8(0, 4, 6)
@@ -183,11 +196,11 @@ def _shifted_i8(w: np.ndarray) -> np.ndarray:
 
 
 def implicit_ok(x, w, w_zp, geom) -> bool:
-    """Whether ``conv_int8_implicit`` takes this convolution: 2-D, stride 1, no dilation, more than
-    one tap, whole words of channels (C % 4 == 0), and weights whose zero point is 0 once they
-    are i8 (u8 weights shifted by 128), so no window sums are needed."""
+    """Whether ``conv_int8_implicit`` takes this convolution: 2-D, one stride both ways, no
+    dilation, more than one tap, whole words of channels (C % 4 == 0), and weights whose zero
+    point is 0 once they are i8 (u8 weights shifted by 128), so no window sums are needed."""
     kh, kw, sh, sw, _, _, dh, dw = (int(g) for g in geom[:8])
-    if not (sh == sw == dh == dw == 1 and kh * kw > 1 and x.ndim == 4 and x.shape[1] % 4 == 0):
+    if not (sh == sw and dh == dw == 1 and kh * kw > 1 and x.ndim == 4 and x.shape[1] % 4 == 0):
         return False
     zw = np.zeros(1, w.dtype) if w_zp is None else np.asarray(w_zp, w.dtype).reshape(-1)
     return not _shifted_i8(zw).any()
@@ -221,16 +234,18 @@ def conv_int8_implicit(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=N
     point); ``launch``: ops/conv_int8_direct.py's ``launched`` recorder."""
     from ops.conv_int8_direct import launched
     backend = backend or "numba"
-    kh, kw, _, _, ph, pw, _, _, oh, ow = (int(g) for g in geom)
+    kh, kw, st, _, ph, pw, _, _, oh, ow = (int(g) for g in geom)
     n, m = y.shape[:2]
-    wp = max(x.shape[3] + pw, ow + kw - 1)
-    positions = -(-(oh * wp) // BLOCK) * BLOCK
-    hs = max(x.shape[2] + ph, -(-(positions + (kh - 1) * wp + kw - 1) // wp))  # every tap's rows inside xq
+    wo = max(-(-(x.shape[3] + pw) // st), -(-(st * (ow - 1) + kw) // st))  # positions a row; st·wo pixels
+    wp = st * wo
+    positions = -(-(oh * wo) // BLOCK) * BLOCK
+    # rows a plane: the image's, and every tap's rows of the last block inside it
+    hs = max(-(-(x.shape[2] + ph) // st), -(-(st * (positions - 1) + (kh - 1) // st * wp + kw) // wp))
     cp = -(-x.shape[1] // K_STEP) * K_STEP
     xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
     flip = 0x80 if x.dtype == np.int8 else 0
-    xq = np.empty((n, hs * wp, cp // 4), np.int32)
-    launched(pack_nhwc_int8, launch)(np.ascontiguousarray(x), xz, xq, np.asarray([ph, pw, wp], np.int64), flip,
+    xq = np.empty((n, st * hs * wp, cp // 4), np.int32)
+    launched(pack_nhwc_int8, launch)(np.ascontiguousarray(x), xz, xq, np.asarray([ph, pw, wp, st], np.int64), flip,
                                      backend=backend)
     wb, wsum = packed_weights(w)
     mp = wsum.shape[0]
@@ -247,5 +262,5 @@ def conv_int8_implicit(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=N
         lo = float(info.min) if q_lo is None else max(float(info.min), float(q_lo))
         hi = float(info.max) if q_hi is None else min(float(info.max), float(q_hi))
     launched(qconv_amx_implicit, launch)(xq, wb, corr.astype(np.int32), mults, y.reshape(n, m, oh * ow),
-                                         np.asarray([kh, kw, wp, oh, ow], np.int64), int(requantize), float(y_zp),
+                                         np.asarray([kh, kw, wo, oh, ow, st], np.int64), int(requantize), float(y_zp),
                                          lo, hi, backend=backend)

@@ -82,10 +82,12 @@ def test_tile_convolution_requantizes_with_folded_row_sums(backend, k):
     np.testing.assert_array_equal(y, want)
 
 
-IMPLICIT = [  # (C, H, W, M, kh, kw, pad): channels past a 64-byte step, rows of 16 pixels and more (vector
-    (8, 6, 5, 20, 3, 3, 1),  # packing) and narrower, M past 32-channel blocks, unpadded and non-square kernels
-    (68, 5, 18, 33, 3, 3, 0),
-    (4, 7, 17, 32, 2, 3, 1),
+IMPLICIT = [  # (C, H, W, M, kh, kw, stride, pad): channels past a 64-byte step, rows of 16 pixels and more
+    (8, 6, 5, 20, 3, 3, 1, 1),  # (vector packing) and narrower, M past 32-channel blocks, unpadded and
+    (68, 5, 18, 33, 3, 3, 1, 0),  # non-square kernels, strides 2 and 3 (row planes)
+    (4, 7, 17, 32, 2, 3, 1, 1),
+    (8, 9, 20, 17, 3, 3, 2, 1),
+    (4, 11, 17, 33, 5, 5, 3, 2),
 ]
 
 
@@ -95,25 +97,25 @@ IMPLICIT = [  # (C, H, W, M, kh, kw, pad): channels past a 64-byte step, rows of
 def test_implicit_convolution_is_exact_on_every_backend(backend, shape):
     """i8 and u8 images (zero points at the type's ends), i8 weights of zero point 0 and u8 ones
     of zero point 128 (0 once shifted): the implicit GEMM, i32 out, two images."""
-    c, h, wd, m, kh, kw, pad = shape
+    c, h, wd, m, kh, kw, st, pad = shape
     for xdt, wdt, zw in ((np.uint8, np.int8, np.zeros(m, np.int8)), (np.int8, np.uint8, np.array([128], np.uint8))):
         x = data(xdt, (2, c, h, wd), np.iinfo(xdt).max)
         w = data(wdt, (m, c, kh, kw), np.iinfo(wdt).min)
         zx = np.array([np.iinfo(xdt).min + 3], xdt)
-        geom = [kh, kw, 1, 1, pad, pad, 1, 1, h + 2 * pad - kh + 1, wd + 2 * pad - kw + 1]
+        geom = [kh, kw, st, st, pad, pad, 1, 1, (h + 2 * pad - kh) // st + 1, (wd + 2 * pad - kw) // st + 1]
         assert implicit_ok(x, w, zw, geom)
-        want = _exact(x, w, zx, zw, kh, kw, pad)
+        want = _exact(x, w, zx, zw, kh, kw, st, pad)
         y = np.zeros(want.shape, np.int32)
         conv_int8_amx(x, w, y, zx, zw, geom, backend=backend, implicit=True)
         np.testing.assert_array_equal(y, want)
 
 
-def _exact(x, w, zx, zw, kh, kw, pad):
-    """Σ (x - zx)(w - zw) over a kh × kw window, stride 1, the padding the zero point."""
+def _exact(x, w, zx, zw, kh, kw, st, pad):
+    """Σ (x - zx)(w - zw) over a kh × kw window, stride st, the padding the zero point."""
     xs = np.pad(x.astype(np.int64) - int(np.asarray(zx).reshape(-1)[0]), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
     ws = w.astype(np.int64) - np.asarray(zw, np.int64).reshape(-1, 1, 1, 1)
-    oh, ow = xs.shape[2] - kh + 1, xs.shape[3] - kw + 1
-    return sum(np.einsum("nchw,mc->nmhw", xs[:, :, i:i + oh, j:j + ow], ws[:, :, i, j])
+    oh, ow = (xs.shape[2] - kh) // st + 1, (xs.shape[3] - kw) // st + 1
+    return sum(np.einsum("nchw,mc->nmhw", xs[:, :, i:i + st * oh:st, j:j + st * ow:st], ws[:, :, i, j])
                for i in range(kh) for j in range(kw))
 
 
@@ -155,8 +157,10 @@ def test_convolutions_take_the_tiles_only_where_amx_runs(monkeypatch):
     # ... but not than the implicit GEMM on a stride-1 3×3 of 64 channels
     implicit = data(np.uint8, (1, 64, 6, 6)), data(np.int8, (64, 64, 3, 3))
     assert conv.select(*_specs(*implicit, zx, zw), backend="numba") == ("amx" if amx_usable("numba") else "packed")
-    assert ops.ConvInteger(pads=[1, 1, 1, 1], strides=[2, 2]).select(*_specs(*implicit, zx, zw),
-                                                                     backend="numba") == "packed"
+    strided = data(np.uint8, (1, 32, 6, 6)), data(np.int8, (64, 32, 3, 3))  # 32 channels: only strided ones
+    assert ops.ConvInteger(pads=[1, 1, 1, 1], strides=[2, 2]).select(*_specs(*strided, zx, zw), backend="numba") == \
+        ("amx" if amx_usable("numba") else "packed")
+    assert conv.select(*_specs(*strided, zx, zw), backend="numba") == "packed"
     assert conv.select(*_specs(x, w, zx, zw), backend="opencl") == "packed"
     grouped = ops.ConvInteger(group=2)
     assert grouped.select(*_specs(x, data(np.int8, (64, 64, 3, 3)), zx, zw), backend="numba") == "default"
