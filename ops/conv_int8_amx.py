@@ -27,7 +27,7 @@ import numpy as np
 import dsl
 from dsl import In, Out, i32, i64
 from ops import packed_constants
-from ops.conv_int8 import STRIDED_MAX_CHANNELS, pack_im2col_int8, pad_image_int8, packed_conv_ok
+from ops.conv_int8 import STRIDED_MAX_CHANNELS, pack_im2col, pad_image_int8, packed_conv_ok
 from ops.conv_int8_strided import depth_weights, space_to_depth_int8, strided_geometry_ok, taps_to_channels_int8
 from ops.conv_int8_direct import launched
 from ops.conv_int8_implicit import conv_int8_implicit, implicit_ok
@@ -282,17 +282,8 @@ def conv_int8_amx(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backe
     if geom[:8] == [1, 1, 1, 1, 0, 0, 1, 1]:  # 1×1, stride 1, no padding: the image is B's columns
         launched(pack_pointwise_int8, launch)(np.ascontiguousarray(x).reshape(n, x.shape[1], pixels), xz, bp, bu, bz,
                                               0x80 if x.dtype == np.uint8 else 0, backend=backend)
-    elif geom[4] or geom[5]:  # pad with the zero point once, then pack without padding
-        span_h = (geom[0] - 1) * geom[6] + 1
-        span_w = (geom[1] - 1) * geom[7] + 1
-        hp = max(x.shape[2] + geom[4], (geom[8] - 1) * geom[2] + span_h)
-        wp = max(x.shape[3] + geom[5], (geom[9] - 1) * geom[3] + span_w)
-        xp = np.empty(x.shape[:2] + (hp, wp), x.dtype)
-        launched(pad_image_int8, launch)(np.ascontiguousarray(x), xz, xp, geom[4], geom[5], backend=backend)
-        x, geom = xp, geom[:4] + [0, 0] + geom[6:]
-    if geom[:8] != [1, 1, 1, 1, 0, 0, 1, 1]:
-        launched(pack_im2col_int8, launch)(np.ascontiguousarray(x), xz, bp, bu, bz, np.asarray(geom, np.int64),
-                                           0x80 if x.dtype == np.uint8 else 0, V=PANEL // 2, backend=backend)
+    else:
+        pack_im2col(x, xz, (bp, bu, bz), geom, PANEL // 2, backend, launch)
     _gemm(x, w, xz, w_zp, (bp, bu, bz), y.reshape(n, m, pixels), mult, bias, y_zp, backend, clamp, launch)
 
 

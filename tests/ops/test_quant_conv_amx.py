@@ -41,6 +41,7 @@ GEOMETRIES = [  # (C, H, M, k, stride, pad): pointwise, stride 1 padded (shifted
     (3, 11, 35, 7, 2, 3),
     (17, 7, 33, 3, 2, 1),
     (8, 18, 32, 1, 2, 0),  # 1×1/2 with 81 output pixels: a subsampled copy, then pointwise
+    (8, 5, 32, 1, 1, 1),  # 1×1 padded: the zero-point border, then im2col (its B panels were left unpacked)
 ]
 
 
