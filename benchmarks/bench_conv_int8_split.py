@@ -15,7 +15,7 @@ on the 3×3 shapes, 1×1 ones and an unpadded 3×3 (whose panels cross rows: the
 requantized (u8 out) and exact (i32 out), one thread, best CPU time of each.
 
 Usage: PYTHONPATH=. python benchmarks/bench_conv_int8_split.py [rounds] [shape-filter]
-       PYTHONPATH=. python benchmarks/bench_conv_int8_split.py models [rounds] [case-filter]
+       PYTHONPATH=. python benchmarks/bench_conv_int8_split.py models [rounds] [case-filter] [threads]
        PYTHONPATH=. python benchmarks/bench_conv_int8_split.py direct REV [rounds]
 """
 import os
@@ -53,18 +53,18 @@ def sides():
     return out
 
 
-def models(rounds: int, pick: str) -> None:
+def models(rounds: int, pick: str, threads: int = 1) -> None:
     """Before / after the implicit GEMM / onnxruntime, alternated, on bench_int8's cases."""
     import dsl
     from benchmarks import bench_int8
     from ops import conv_int8_amx as amx
-    numba.set_num_threads(1)
-    print(f"one thread a side, load average {os.getloadavg()[0]:.1f}, best of {rounds} rounds, process CPU ms")
+    numba.set_num_threads(threads)
+    print(f"{threads} thread(s) a side, load average {os.getloadavg()[0]:.1f}, best of {rounds} rounds, process CPU ms")
     for name, make in bench_int8.CASES.items():
         if pick not in name:
             continue
         proto, feeds = make()
-        sess = bench_int8.ort_session(proto, 1)
+        sess = bench_int8.ort_session(proto, threads)
         built = {}
         for side, on in (("before", False), ("after", True)):
             keep = amx.implicit_ok, amx.implicit_pays
@@ -135,7 +135,8 @@ def main(argv):
         direct_ab(argv[1], int(argv[2]) if len(argv) > 2 else 20)
         return
     if argv and argv[0] == "models":
-        models(int(argv[1]) if len(argv) > 1 else 10, argv[2] if len(argv) > 2 else "quantize_static")
+        models(int(argv[1]) if len(argv) > 1 else 10, argv[2] if len(argv) > 2 else "quantize_static",
+               int(argv[3]) if len(argv) > 3 else 1)
         return
     rounds = int(argv[0]) if argv else 20
     pick = argv[1] if len(argv) > 1 else ""

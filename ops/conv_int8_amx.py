@@ -1,6 +1,10 @@
 """Int8 2-D convolution as the matrix tile GEMM (ops/gemm_int8_amx.py): QLinearConv and ConvInteger
 where ``dsl.target`` has "amx".
 
+k×k convolutions of one stride whose weights have zero point 0 (once i8) and enough channels
+(``implicit_pays``) take ops/conv_int8_implicit.py's implicit GEMM instead: the image, packed once
+pixel-major, is the tiles' A side, read in place tap by tap.  For the others:
+
 onnxruntime runs its int8 convolutions as an AMX GEMM after im2col; here likewise, per image,
 Y (M, columns) = W (M, C·KH·KW) · B, so the output lands in NCHW with no transpose.  B, the
 image, is packed in ``tdpbusd``'s B tile layout (panels of 16 columns, K/4 rows of 16 words of 4
