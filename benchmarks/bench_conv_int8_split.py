@@ -9,14 +9,16 @@ holds the filter, each built twice, before and after the implicit GEMM (ops/conv
 the "before" model is built and planned with it switched off), run alternately with
 onnxruntime, one thread a side, best process CPU time of each.
 
-``direct REV``: ops/conv_int8_direct.py's ``conv_int8_direct`` as this tree has it against the
-same file at git revision REV (loaded as another module, so its kernels compile apart), alternated
-on the 3×3 shapes, 1×1 ones and an unpadded 3×3 (whose panels cross rows: the picked stores),
-requantized (u8 out) and exact (i32 out), one thread, best CPU time of each.
+``direct REV`` / ``implicit REV``: ops/conv_int8_direct.py's ``conv_int8_direct`` (or
+ops/conv_int8_implicit.py's ``conv_int8_implicit``) as this tree has it against the same file at
+git revision REV (loaded as another module, so its kernels compile apart), alternated on the 3×3
+shapes and, for the direct kernel, 1×1 ones and an unpadded 3×3 (whose panels cross rows: the
+picked stores), for the implicit GEMM two 3×3/2 ones, requantized (u8 out) and exact (i32 out),
+one thread, best CPU time of each.
 
 Usage: PYTHONPATH=. python benchmarks/bench_conv_int8_split.py [rounds] [shape-filter]
        PYTHONPATH=. python benchmarks/bench_conv_int8_split.py models [rounds] [case-filter] [threads]
-       PYTHONPATH=. python benchmarks/bench_conv_int8_split.py direct REV [rounds]
+       PYTHONPATH=. python benchmarks/bench_conv_int8_split.py direct|implicit REV [rounds]
 """
 import os
 import sys
@@ -92,29 +94,41 @@ def models(rounds: int, pick: str, threads: int = 1) -> None:
               flush=True)
 
 
-def direct_ab(rev: str, rounds: int) -> None:
-    """This tree's direct kernel against REV's, alternated (module docstring)."""
+def module_at(rev: str, path: str):
+    """The module at ``path`` (ops/...) as git revision ``rev`` has it, loaded under another name
+    (its kernels compile apart from this tree's)."""
     import importlib.util
     import subprocess
     import tempfile
-    from ops import conv_int8_direct as new
-    source = subprocess.run(["git", "show", f"{rev}:ops/conv_int8_direct.py"], capture_output=True, text=True,
-                            check=True).stdout
-    path = os.path.join(tempfile.mkdtemp(), "conv_int8_direct_old.py")
-    with open(path, "w") as f:
+    source = subprocess.run(["git", "show", f"{rev}:{path}"], capture_output=True, text=True, check=True).stdout
+    name = os.path.basename(path)[:-3] + "_old"
+    file = os.path.join(tempfile.mkdtemp(), name + ".py")
+    with open(file, "w") as f:
         f.write(source)
-    spec = importlib.util.spec_from_file_location("conv_int8_direct_old", path)
-    old = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(old)
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def old_new_ab(rev: str, rounds: int, which: str) -> None:
+    """This tree's direct kernel or implicit GEMM against REV's, alternated (module docstring)."""
+    from ops import conv_int8_direct, conv_int8_implicit
+    new = conv_int8_direct if which == "direct" else conv_int8_implicit
+    old = module_at(rev, f"ops/conv_int8_{which}.py")
     numba.set_num_threads(1)
     rng = np.random.default_rng(29)
     print(f"one thread, load average {os.getloadavg()[0]:.1f}, best of {rounds} rounds, CPU ms; {rev} against this tree")
-    cases = [(c, h, m, 3, 1) for c, h, m, _, _ in SHAPES[:4]] + [(64, 56, 64, 1, 0), (256, 14, 64, 1, 0),
-                                                                 (64, 30, 64, 3, 0)]
-    for c, h, m, k, pad in cases:
+    cases = [(c, h, m, 3, 1) for c, h, m, _, _ in SHAPES[:4]]
+    if which == "direct":
+        cases += [(64, 56, 64, 1, 0), (256, 14, 64, 1, 0), (64, 30, 64, 3, 0)]
+    else:
+        cases += [(128, 56, 128, 3, 1), (256, 28, 256, 3, 1)]  # the last two strided
+    for n_case, (c, h, m, k, pad) in enumerate(cases):
+        st = 2 if which == "implicit" and n_case >= 4 else 1
         x, w, zx, zw, mult, bias = problem(c, h, m, k, rng)
-        o = h + 2 * pad - k + 1
-        geom = [k, k, 1, 1, pad, pad, 1, 1, o, o]
+        o = (h + 2 * pad - k) // st + 1
+        geom = [k, k, st, st, pad, pad, 1, 1, o, o]
         for out in (np.uint8, np.int32):
             q = (mult, bias, 128) if out == np.uint8 else (None, None, 0)
             best, ys = {}, {}
@@ -122,17 +136,20 @@ def direct_ab(rev: str, rounds: int) -> None:
                 for name, mod in (("old", old), ("new", new)):
                     y = np.empty((1, m, o, o), out)
                     t = time.process_time()
-                    mod.conv_int8_direct(x, w, y, zx, geom, *q, backend="numba", w_zp=zw)
+                    if which == "direct":
+                        mod.conv_int8_direct(x, w, y, zx, geom, *q, backend="numba", w_zp=zw)
+                    else:
+                        mod.conv_int8_implicit(x, w, y, zx, geom, *q, backend="numba")
                     best[name] = min(best.get(name, float("inf")), time.process_time() - t)
                     ys[name] = y
             same = "same output" if np.array_equal(ys["old"], ys["new"]) else "OUTPUT DIFFERS"
-            print(f"| {c}x{h}x{h}->{m} {k}x{k} pad {pad}, {np.dtype(out).name} out | {best['old'] * 1e3:.3f} ms | "
+            print(f"| {c}x{h}x{h}->{m} {k}x{k}/{st} pad {pad}, {np.dtype(out).name} out | {best['old'] * 1e3:.3f} ms | "
                   f"{best['new'] * 1e3:.3f} ms | new/old {best['new'] / best['old']:.3f} | {same} |", flush=True)
 
 
 def main(argv):
-    if argv and argv[0] == "direct":
-        direct_ab(argv[1], int(argv[2]) if len(argv) > 2 else 20)
+    if argv and argv[0] in ("direct", "implicit"):
+        old_new_ab(argv[1], int(argv[2]) if len(argv) > 2 else 20, argv[0])
         return
     if argv and argv[0] == "models":
         models(int(argv[1]) if len(argv) > 1 else 10, argv[2] if len(argv) > 2 else "quantize_static",

@@ -180,10 +180,10 @@ def qconv_amx_implicit(xq: In[i32, 3], wb: In[i32, 2], corr: In[i32, 1], mult: I
             else:
                 run = min(ow_n - ow, BLOCK - i)
                 yb = (t * m_out + m0) * oh_n * ow_n + oh * ow_n + ow
-                for j in range(mcount):
-                    src = cb + i * BLOCK + j
-                    for k in range(run):
-                        y.flat[yb + j * oh_n * ow_n + k] = cw.flat[src + k * BLOCK]
+                for k in range(run):
+                    src = cb + (i + k) * BLOCK
+                    for j in range(mcount):
+                        y.flat[yb + j * oh_n * ow_n + k] = cw.flat[src + j]
                 i += run
                 ow += run
 
