@@ -158,16 +158,13 @@ def qconv_amx_implicit(xq: In[i32, 3], wb: In[i32, 2], corr: In[i32, 1], mult: I
         dsl.tile_store(2, cw, cb + 16 * BLOCK, BLOCK)
         dsl.tile_store(3, cw, cb + 16 * BLOCK + 16, BLOCK)
         m0 = jm * BLOCK
-        for h in dsl.static_range(2):  # a pixel's 16 channels a vector, requantized in place
-            cv = corr.vload(m0 + h * 16, 16)
-            mv = mult.vload(m0 + h * 16, 16)
-            for i in range(BLOCK):
-                v = cw.vload(cb + i * BLOCK + h * 16, 16) + cv
-                if requantize == 1:
-                    v = dsl.i32(dsl.clamp(dsl.rint(dsl.f32(v) * mv) + y_zp, q_lo, q_hi))
-                cw.vstore(cb + i * BLOCK + h * 16, v)
-        # transposed into y, a run of kept positions (one output row's) at a time: a channel's
-        # values of a run are consecutive in y
+        cv0 = corr.vload(m0, 16)
+        cv1 = corr.vload(m0 + 16, 16)
+        mv0 = mult.vload(m0, 16)
+        mv1 = mult.vload(m0 + 16, 16)
+        # requantized a position at a time (its 32 channels, two vectors) and stored transposed
+        # into y, lane by lane, a run of kept positions (one output row's) at a time
+        ysize = oh_n * ow_n  # a channel's plane of y
         mcount = min(BLOCK, m_out - m0)
         oh = p0 // wp
         ow = p0 - oh * wp
@@ -179,11 +176,26 @@ def qconv_amx_implicit(xq: In[i32, 3], wb: In[i32, 2], corr: In[i32, 1], mult: I
                 oh += 1
             else:
                 run = min(ow_n - ow, BLOCK - i)
-                yb = (t * m_out + m0) * oh_n * ow_n + oh * ow_n + ow
+                yb = (t * m_out + m0) * ysize + oh * ow_n + ow
                 for k in range(run):
                     src = cb + (i + k) * BLOCK
-                    for j in range(mcount):
-                        y.flat[yb + j * oh_n * ow_n + k] = cw.flat[src + j]
+                    v0 = cw.vload(src, 16) + cv0
+                    v1 = cw.vload(src + 16, 16) + cv1
+                    if requantize == 1:
+                        v0 = dsl.i32(dsl.clamp(dsl.rint(dsl.f32(v0) * mv0) + y_zp, q_lo, q_hi))
+                        v1 = dsl.i32(dsl.clamp(dsl.rint(dsl.f32(v1) * mv1) + y_zp, q_lo, q_hi))
+                    if mcount == BLOCK:
+                        for j in dsl.static_range(16):
+                            y.flat[yb + j * ysize + k] = v0[j]
+                        for j in dsl.static_range(16):
+                            y.flat[yb + (16 + j) * ysize + k] = v1[j]
+                    else:  # the last, partial block of channels
+                        for j in dsl.static_range(16):
+                            if j < mcount:
+                                y.flat[yb + j * ysize + k] = v0[j]
+                        for j in dsl.static_range(16):
+                            if 16 + j < mcount:
+                                y.flat[yb + (16 + j) * ysize + k] = v1[j]
                 i += run
                 ow += run
 
