@@ -176,7 +176,8 @@ def test_convolutions_take_the_tiles_only_where_amx_runs(monkeypatch):
 
 @pytest.mark.skipif(not amx_usable("numba"), reason="this CPU or OS gives no AMX: convolutions take VNNI/dot4")
 def test_quantized_convolution_model_on_tiles_matches_onnxruntime():
-    """QLinearConv 1×1 then 3×3 padded (per-channel scales, bias), planned, against onnxruntime."""
+    """QLinearConv 1×1, 3×3 padded, then 3×3/2 (per-channel scales, bias; the 3×3 ones on the
+    implicit GEMM), planned, against onnxruntime."""
     ort = pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
     from onnx import TensorProto, helper
@@ -188,13 +189,15 @@ def test_quantized_convolution_model_on_tiles_matches_onnxruntime():
              "zw3": np.zeros(m, np.int8), "b3": RNG.integers(-3000, 3000, m).astype(np.int32),
              "sy": np.array(0.3, np.float32), "zy": np.array(110, np.uint8)}
     nodes = [helper.make_node("QLinearConv", ["x", "sx", "zx", "w1", "sw1", "zw1", "sy", "zy", "b1"], ["y1"]),
-             helper.make_node("QLinearConv", ["y1", "sy", "zy", "w3", "sw3", "zw3", "sy", "zy", "b3"], ["y"],
-                              pads=[1, 1, 1, 1])]
+             helper.make_node("QLinearConv", ["y1", "sy", "zy", "w3", "sw3", "zw3", "sy", "zy", "b3"], ["y3"],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("QLinearConv", ["y3", "sy", "zy", "w3", "sw3", "zw3", "sy", "zy", "b3"], ["y"],
+                              pads=[1, 1, 1, 1], strides=[2, 2])]
     model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, c, h, h])],
-                   [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, m, h, h])], inits)
+                   [helper.make_tensor_value_info("y", TensorProto.UINT8, [1, m, 4, 4])], inits)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     compiled = dsl.load_onnx(model, backend="numba")
     x = data(np.uint8, (1, c, h, h), 255)
     np.testing.assert_array_equal(compiled.run({"x": x})["y"], session.run(None, {"x": x})[0])
     assert set(compiled.selected({"x": x}).values()) == {"amx"}
-    assert "2 of 2 nodes planned" in str(compiled)
+    assert "3 of 3 nodes planned" in str(compiled)
