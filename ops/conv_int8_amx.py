@@ -32,7 +32,7 @@ import dsl
 from dsl import In, Out, i32, i64
 from ops import packed_constants
 from ops.conv_int8 import STRIDED_MAX_CHANNELS, pack_im2col, pad_image_int8, packed_conv_ok
-from ops.conv_int8_strided import depth_weights, space_to_depth_int8, strided_geometry_ok, taps_to_channels_int8
+from ops.conv_int8_strided import depth_weights, space_to_depth, strided_geometry_ok, taps_to_channels_int8
 from ops.conv_int8_direct import launched
 from ops.conv_int8_implicit import conv_int8_implicit, implicit_ok
 from ops.gemm_int8 import THREADS
@@ -270,7 +270,7 @@ def conv_int8_amx(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backe
         oh, ow = y.shape[2:]
         xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
         xs = np.empty((x.shape[0], x.shape[1] * s * s, oh + ka - 1, ow + kb - 1), x.dtype)
-        launched(space_to_depth_int8, launch)(np.ascontiguousarray(x), xz, xs, s, pt, pl, backend=backend)
+        space_to_depth(x, xz, xs, s, pt, pl, backend, launch)
         conv_int8_amx(xs, wd, y, xz, w_zp, [ka, kb, 1, 1, 0, 0, 1, 1, oh, ow], mult, bias, y_zp, backend, clamp,
                       launch, implicit=False)
         return
