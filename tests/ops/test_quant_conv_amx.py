@@ -124,7 +124,7 @@ def _exact(x, w, zx, zw, kh, kw, st, pad):
                          indirect=True)
 def test_implicit_convolution_requantizes(backend):
     """Per-channel scales and bias, x's zero point folded with the weight sums, a clamp (fused
-    Relu), u8 out; a weights' zero point that is not 0 takes the shifted packing instead, and
+    Relu), u8 out, then i8 out; a weights' zero point that is not 0 takes the shifted packing instead, and
     asking the implicit GEMM for it is an error naming what it takes."""
     c, h, m = 64, 6, 48
     x, w = data(np.uint8, (1, c, h, h), 255), data(np.int8, (m, c, 3, 3), -128)
@@ -137,6 +137,10 @@ def test_implicit_convolution_requantizes(backend):
     y = np.zeros(want.shape, np.uint8)
     conv_int8_amx(x, w, y, zx, zw, geom, mult, bias, 100, backend=backend, clamp=(100, 250), implicit=True)
     np.testing.assert_array_equal(y, want)
+    acc = exact_conv(x, w, zx, zw, 1, 1).transpose(0, 2, 3, 1)  # i8 out, the type's own range
+    y8 = np.zeros(y.shape, np.int8)
+    conv_int8_amx(x, w, y8, zx, zw, geom, mult, bias, -3, backend=backend, implicit=True)
+    np.testing.assert_array_equal(y8, requantized(acc, mult, bias, -3, np.int8).transpose(0, 3, 1, 2))
     zw1 = np.full(m, 2, np.int8)
     assert not implicit_ok(x, w, zw1, geom)
     with pytest.raises(ValueError, match="zero point is 0.*implicit=None"):
