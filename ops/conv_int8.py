@@ -177,6 +177,22 @@ def pad_image_int8(x: In[X, 4], x_zp: In[X, 1], xp: Out[X, 4], ph: i64, pw: i64)
                 xp.flat[dst + j] = z
 
 
+def pack_im2col(x, xz, packed, geom, v: int, backend, launch=None) -> None:
+    """``pack_im2col_int8`` of x into ``packed`` = (bp, bu, bz), panels of 2·v columns; a padded
+    convolution's image first gets a border of its zero point (``pad_image_int8``), once, so the
+    packing reads no padding and its words there are vectors too."""
+    if geom[4] or geom[5]:
+        span_h = (geom[0] - 1) * geom[6] + 1
+        span_w = (geom[1] - 1) * geom[7] + 1
+        hp = max(x.shape[2] + geom[4], (geom[8] - 1) * geom[2] + span_h)
+        wp = max(x.shape[3] + geom[5], (geom[9] - 1) * geom[3] + span_w)
+        xp = np.empty(x.shape[:2] + (hp, wp), x.dtype)
+        launched(pad_image_int8, launch)(np.ascontiguousarray(x), xz, xp, geom[4], geom[5], backend=backend)
+        x, geom = xp, geom[:4] + [0, 0] + geom[6:]
+    launched(pack_im2col_int8, launch)(np.ascontiguousarray(x), xz, *packed, np.asarray(geom, np.int64),
+                                       0x80 if x.dtype == np.uint8 else 0, V=v, backend=backend)
+
+
 def packed_conv_ok(x, w, group: int, backend) -> bool:
     """Whether conv_int8 takes this convolution: 2-D, one group, compiled backends, known shapes."""
     return (backend in ("numba", "opencl") and x.ndim == 4 and group == 1
@@ -212,17 +228,7 @@ def conv_int8(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backend=N
     bu = np.empty((n, np_cols), np.int32)
     bz = np.empty((n, np_cols), np.int32)
     xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
-    geom = [int(g) for g in geom]
-    if geom[4] or geom[5]:  # pad with the zero point once, then pack without padding
-        span_h = (geom[0] - 1) * geom[6] + 1
-        span_w = (geom[1] - 1) * geom[7] + 1
-        hp = max(x.shape[2] + geom[4], (geom[8] - 1) * geom[2] + span_h)
-        wp = max(x.shape[3] + geom[5], (geom[9] - 1) * geom[3] + span_w)
-        xp = np.empty(x.shape[:2] + (hp, wp), x.dtype)
-        launched(pad_image_int8, launch)(np.ascontiguousarray(x), xz, xp, geom[4], geom[5], backend=backend)
-        x, geom = xp, geom[:4] + [0, 0] + geom[6:]
-    launched(pack_im2col_int8, launch)(np.ascontiguousarray(x), xz, bp, bu, bz, np.asarray(geom, np.int64),
-                     0x80 if x.dtype == np.uint8 else 0, V=tile.V, backend=backend)
+    pack_im2col(x, xz, (bp, bu, bz), [int(g) for g in geom], tile.V, backend, launch)
     a = np.ascontiguousarray(np.broadcast_to(w.reshape(1, m, kk), (n, m, kk)))
     extra = {} if kernel is None else {"kernel": kernel}
     if launch is not None:

@@ -1,6 +1,10 @@
 """Int8 2-D convolution as the matrix tile GEMM (ops/gemm_int8_amx.py): QLinearConv and ConvInteger
 where ``dsl.target`` has "amx".
 
+k×k convolutions of one stride whose weights have zero point 0 (once i8) and enough channels
+(``implicit_pays``) take ops/conv_int8_implicit.py's implicit GEMM instead: the image, packed once
+pixel-major, is the tiles' A side, read in place tap by tap.  For the others:
+
 onnxruntime runs its int8 convolutions as an AMX GEMM after im2col; here likewise, per image,
 Y (M, columns) = W (M, C·KH·KW) · B, so the output lands in NCHW with no transpose.  B, the
 image, is packed in ``tdpbusd``'s B tile layout (panels of 16 columns, K/4 rows of 16 words of 4
@@ -27,9 +31,10 @@ import numpy as np
 import dsl
 from dsl import In, Out, i32, i64
 from ops import packed_constants
-from ops.conv_int8 import STRIDED_MAX_CHANNELS, pack_im2col_int8, pad_image_int8, packed_conv_ok
-from ops.conv_int8_strided import depth_weights, space_to_depth_int8, strided_geometry_ok, taps_to_channels_int8
+from ops.conv_int8 import STRIDED_MAX_CHANNELS, pack_im2col, pad_image_int8, packed_conv_ok
+from ops.conv_int8_strided import depth_weights, space_to_depth, strided_geometry_ok, taps_to_channels_int8
 from ops.conv_int8_direct import launched
+from ops.conv_int8_implicit import conv_int8_implicit, implicit_ok
 from ops.gemm_int8 import THREADS
 from ops.gemm_int8_amx import BLOCK, K_STEP, PANEL, amx_usable, qgemm_amx, qgemm_amx_packed_b
 
@@ -163,14 +168,32 @@ def crop_columns(wide: In[Y, 3], y: Out[Y, 3]):
 # 256x14x14 3x3 0.50 / 0.39, 1024->256 1x1 on 14x14 0.38 / 0.25; 512x7x7 3x3 alike)
 AMX_MIN_CHANNELS = 128
 AMX_MIN_OUTPUTS = 64
+# ... but k×k convolutions of one stride both ways (the implicit GEMM, ops/conv_int8_implicit.py)
+# from this many input channels (stride 1, strided): on fewer its K, padded to 64-byte steps, wastes
+# products (16x56x56->64 3x3 0.33 against the B panels' 0.13 ms, the stem's 12 space-to-depth
+# channels 1.56 against 0.43), while strided ones save the space-to-depth copy (32x112x112->64 3x3/2
+# 0.60 against 1.33 ms); 64x56x56 3x3 0.37 against the VNNI kernel's 0.51, 128x56x56 3x3/2 0.43
+# against 1.54 (launches, one thread, benchmarks/bench_conv_int8_split.py)
+IMPLICIT_MIN_CHANNELS = (64, 32)
 
 
-def amx_conv_ok(x, w, group: int, backend) -> bool:
+def implicit_pays(channels: int, stride: int) -> bool:
+    """Whether the implicit GEMM beats the B-panel packings on this many input channels."""
+    return channels >= IMPLICIT_MIN_CHANNELS[stride > 1]
+
+
+def amx_conv_ok(x, w, group: int, backend, kernel=None, strides=None, dilations=None) -> bool:
     """Whether the tile GEMM takes this convolution: one conv_int8 would take (2-D, one group, known
-    shapes), deep enough for the tiles to beat the VNNI kernel (``AMX_MIN_CHANNELS``), on a backend
-    that runs the tiles on AMX."""
-    return (w.shape[1] >= AMX_MIN_CHANNELS and w.shape[0] >= AMX_MIN_OUTPUTS and amx_usable(backend)
-            and packed_conv_ok(x, w, group, backend))
+    shapes), deep enough for the tiles to beat the VNNI kernel (``AMX_MIN_CHANNELS``, or
+    ``implicit_pays`` for a k×k one the implicit GEMM takes, given its ``kernel``, ``strides`` and
+    ``dilations``), on a backend that runs the tiles on AMX."""
+    if not (amx_usable(backend) and packed_conv_ok(x, w, group, backend) and w.shape[0] >= AMX_MIN_OUTPUTS):
+        return False
+    strides, dilations = tuple(strides or (1, 1)), tuple(dilations or (1, 1))
+    if (kernel is not None and len(kernel) == 2 and kernel[0] * kernel[1] > 1 and len(set(strides)) == 1
+            and dilations == (1, 1) and w.shape[1] % 4 == 0):
+        return implicit_pays(w.shape[1], strides[0])
+    return w.shape[1] >= AMX_MIN_CHANNELS
 
 
 def _empty_aligned(shape, dtype) -> np.ndarray:
@@ -208,11 +231,25 @@ def weights_u8(w: np.ndarray, w_zp: np.ndarray, images: int) -> tuple:
 
 
 def conv_int8_amx(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backend=None, clamp=None,
-                  launch=None) -> None:
+                  launch=None, implicit=None) -> None:
     """y (N, M, OH, OW) = conv(x, w) as ops/conv_int8.py's ``conv_int8`` (same arguments) on the tile
-    GEMM; ``launch``: a recorder of every launch, for a model's launch plan."""
+    GEMM; ``launch``: a recorder of every launch, for a model's launch plan; ``implicit``: whether
+    ops/conv_int8_implicit.py's implicit GEMM runs it (None: wherever ``implicit_ok`` and
+    ``implicit_pays``; False: the packings below, a benchmark's other side; True: the
+    implicit GEMM or an error)."""
     backend = backend or "numba"
     geom = [int(g) for g in geom]
+    if implicit is None:
+        implicit = implicit_ok(x, w, w_zp, geom) and implicit_pays(x.shape[1], geom[2])
+    if implicit:
+        if not implicit_ok(x, w, w_zp, geom):
+            raise ValueError(f"conv_int8_amx(implicit=True): the implicit GEMM takes 2-D convolutions of more than "
+                             f"one tap, one stride both ways, no dilation, on C % 4 == 0 channels with weights whose "
+                             f"zero point is 0 once i8; got x {x.shape}, w {w.shape} {w.dtype}, geom {geom[:8]}: "
+                             f"pass implicit=None")
+        conv_int8_implicit(x, w, y, x_zp, geom, mult, bias, y_zp, *(clamp or (None, None)), backend=backend,
+                           launch=launch)
+        return
     if shifted_geometry_ok(geom):
         _conv_shifted(x, w, y, x_zp, w_zp, geom, mult, bias, y_zp, backend, clamp, launch)
         return
@@ -233,9 +270,9 @@ def conv_int8_amx(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backe
         oh, ow = y.shape[2:]
         xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
         xs = np.empty((x.shape[0], x.shape[1] * s * s, oh + ka - 1, ow + kb - 1), x.dtype)
-        launched(space_to_depth_int8, launch)(np.ascontiguousarray(x), xz, xs, s, pt, pl, backend=backend)
+        space_to_depth(x, xz, xs, s, pt, pl, backend, launch)
         conv_int8_amx(xs, wd, y, xz, w_zp, [ka, kb, 1, 1, 0, 0, 1, 1, oh, ow], mult, bias, y_zp, backend, clamp,
-                      launch)
+                      launch, implicit=False)
         return
     n, m = y.shape[:2]
     pixels = y.shape[2] * y.shape[3]
@@ -249,17 +286,8 @@ def conv_int8_amx(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, backe
     if geom[:8] == [1, 1, 1, 1, 0, 0, 1, 1]:  # 1×1, stride 1, no padding: the image is B's columns
         launched(pack_pointwise_int8, launch)(np.ascontiguousarray(x).reshape(n, x.shape[1], pixels), xz, bp, bu, bz,
                                               0x80 if x.dtype == np.uint8 else 0, backend=backend)
-    elif geom[4] or geom[5]:  # pad with the zero point once, then pack without padding
-        span_h = (geom[0] - 1) * geom[6] + 1
-        span_w = (geom[1] - 1) * geom[7] + 1
-        hp = max(x.shape[2] + geom[4], (geom[8] - 1) * geom[2] + span_h)
-        wp = max(x.shape[3] + geom[5], (geom[9] - 1) * geom[3] + span_w)
-        xp = np.empty(x.shape[:2] + (hp, wp), x.dtype)
-        launched(pad_image_int8, launch)(np.ascontiguousarray(x), xz, xp, geom[4], geom[5], backend=backend)
-        x, geom = xp, geom[:4] + [0, 0] + geom[6:]
-    if geom[:8] != [1, 1, 1, 1, 0, 0, 1, 1]:
-        launched(pack_im2col_int8, launch)(np.ascontiguousarray(x), xz, bp, bu, bz, np.asarray(geom, np.int64),
-                                           0x80 if x.dtype == np.uint8 else 0, V=PANEL // 2, backend=backend)
+    else:
+        pack_im2col(x, xz, (bp, bu, bz), geom, PANEL // 2, backend, launch)
     _gemm(x, w, xz, w_zp, (bp, bu, bz), y.reshape(n, m, pixels), mult, bias, y_zp, backend, clamp, launch)
 
 

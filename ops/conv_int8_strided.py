@@ -12,8 +12,9 @@ a stride-1, unpadded convolution with C·s² channels and a ceil(k/s)² kernel o
     w'[m, (c·s + p)·s + q, a, b] = w[m, c, s·a + p, s·b + q]   (the weights' zero point past k)
 
 so the direct kernel reads x' in place as it reads any image.  A tap past the kernel holds the
-weights' zero point, so it adds nothing.  ``space_to_depth_int8`` writes x' (one pass over the
-image, its size); w' is made once per constant weight array.  The products grow by
+weights' zero point, so it adds nothing.  ``space_to_depth`` writes x' (one pass over the
+image, its size: ``taps_to_channels_int8`` with an s × s window of stride s, whose taps are the
+(p, q) phases); w' is made once per constant weight array.  The products grow by
 (s·ceil(k/s) / k)² (16/9 for 3×3/2, 64/49 for 7×7/2), which the direct kernel's speed over the
 im2col packing repays when the image has few channels (ops/conv_int8.py STRIDED_MAX_CHANNELS).
 """
@@ -29,41 +30,6 @@ from ops.gemm_int8 import THREADS
 
 X = dsl.TypeVar("X")
 TAPS_GAIN = 1.5  # products saved that repay the taps image's extra bytes (see choose_layout)
-
-
-@dsl.kernel(threads=THREADS)
-def space_to_depth_int8(x: In[X, 4], x_zp: In[X, 1], xs: Out[X, 4], s: i64, pt: i64, pl: i64):
-    """xs (N, C·s·s, Hs, Ws)[n, (c·s + p)·s + q, i, j] = x[n, c, s·i + p - pt, s·j + q - pl], the
-    zero point where that is outside x."""
-    cn = x.shape[1]
-    hh = x.shape[2]
-    ww = x.shape[3]
-    cs = xs.shape[1]
-    hs = xs.shape[2]
-    ws = xs.shape[3]
-    z = x_zp.flat[0]
-    lo, hi = dsl.split(xs.shape[0] * cs * hs, grid=True)
-    for row in range(lo, hi):
-        i = row % hs
-        r = row // hs
-        ch = r % cs
-        n = r // cs
-        c = ch // (s * s)
-        p = (ch // s) % s
-        q = ch % s
-        ih = s * i + p - pt
-        dst = row * ws
-        if ih < 0 or ih >= hh:
-            for j in range(ws):
-                xs.flat[dst + j] = z
-        else:
-            src = ((n * cn + c) * hh + ih) * ww
-            for j in range(ws):
-                iw = s * j + q - pl
-                v = z
-                if iw >= 0 and iw < ww:
-                    v = x.flat[src + iw]
-                xs.flat[dst + j] = v
 
 
 @dsl.kernel(threads=THREADS)
@@ -108,6 +74,13 @@ def taps_to_channels_int8(x: In[X, 4], x_zp: In[X, 1], xt: Out[X, 4], geom: dsl.
                 xt.flat[dst + ow] = x.flat[src + s * ow]
             for ow in range(b, ow_n):
                 xt.flat[dst + ow] = z
+
+
+def space_to_depth(x, xz, xs, s: int, pt: int, pl: int, backend, launch=None) -> None:
+    """xs (N, C·s·s, Hs, Ws)[n, (c·s + p)·s + q, i, j] = x[n, c, s·i + p - pt, s·j + q - pl], the
+    zero point xz where that is outside x: ``taps_to_channels_int8`` of an s × s window, stride s."""
+    launched(taps_to_channels_int8, launch)(np.ascontiguousarray(x), xz, xs, np.asarray([s, s, s, pt, pl], np.int64),
+                                            backend=backend)
 
 
 def strided_geometry_ok(geom) -> bool:
@@ -170,7 +143,7 @@ def tap_weights(w: np.ndarray) -> np.ndarray:
 def conv_int8_strided(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, q_lo=None, q_hi=None,
                       backend=None, launch=None, post=None, arithmetic="exact", layout=None) -> None:
     """conv_int8_direct's contract for a strided convolution (``strided_geometry_ok``): x
-    rearranged by ``space_to_depth_int8`` (``layout="depth"``) or ``taps_to_channels_int8``
+    rearranged by ``space_to_depth`` (``layout="depth"``) or ``taps_to_channels_int8``
     (``"taps"``; None: ``choose_layout``), then the direct kernel's stride-1 unpadded convolution
     (``post``: its second requantization, ``arithmetic``: "exact" or "saturating", as
     conv_int8_direct takes them)."""
@@ -196,6 +169,6 @@ def conv_int8_strided(x, w, y, x_zp, w_zp, geom, mult=None, bias=None, y_zp=0, q
     ka, kb = wd.shape[2:]
     xs = np.empty((x.shape[0], x.shape[1] * s * s, oh + ka - 1, ow + kb - 1), x.dtype)
     xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
-    launched(space_to_depth_int8, launch)(np.ascontiguousarray(x), xz, xs, s, pt, pl, backend=backend)
+    space_to_depth(x, xz, xs, s, pt, pl, backend, launch)
     conv_int8_direct(xs, wd, y, xz, [ka, kb, 1, 1, 0, 0, 1, 1, oh, ow], mult, bias, y_zp, q_lo, q_hi,
                      backend=backend, w_zp=w_zp, launch=launch, post=post, arithmetic=arithmetic)

@@ -95,7 +95,7 @@ class _QConv(ConvAttributes):
 
     def _select(self, x, w, backend, *scales) -> str:
         ok = packed_conv_ok(x, w, self.group, backend) and all(s is None or s.dtype == dsl.f32 for s in scales)
-        if ok and self.tiles and amx_conv_ok(x, w, self.group, backend):
+        if ok and self.tiles and amx_conv_ok(x, w, self.group, backend, *self._attrs(w)[:3]):
             return "amx"
         return "packed" if ok else "default"
 
