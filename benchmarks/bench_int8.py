@@ -20,7 +20,7 @@ nodes left between layers show there.
 ``--pause=S`` (anywhere) sleeps S seconds before each timed side, so the two sides' thread pools
 settle between rounds; ``NUMBA_THREADING_LAYER=omp|workqueue`` picks numba's layer (two-thread rows).
 Usage: PYTHONPATH=. python benchmarks/bench_int8.py [cases] [rounds] [case-filter] [threads] [profile] [--pause=0.02]
-       PYTHONPATH=. python benchmarks/bench_int8.py MODE --help   (pairs, products, tiles, convtiles, fusion,
+       PYTHONPATH=. python benchmarks/bench_int8.py MODE --help   (pairs, products, tiles, order, convtiles, fusion,
                                                               dynamic, compile, saturate, nodes: one
                                                               subcommand a mode)"""
 import argparse
@@ -301,6 +301,38 @@ def tiles_ab(rounds: int, threads: int, shape=(256, 1024, 1024)) -> None:
               f"{cpu['tiles'] / cpu['ort']:.2f}x |", flush=True)
 
 
+def order_ab(rounds: int, threads: int, shape=(256, 1024, 1024)) -> None:
+    """``order`` mode: the three GEMM cases on the tile GEMM compiled twice, with C's blocks in
+    session 19's order (column block major, all of K a block) and in ``block_order``'s (row block
+    major, K in chunks), run alternately with onnxruntime in one process, best of each."""
+    import ops.gemm_int8_amx as amx
+    os.environ["OPDSL_PLAN_CACHE"] = "0"  # a plan from disk would give both sides one order
+    print(f"amx usable: {amx.amx_usable('numba')}; {threads} thread(s) a side; load average {os.getloadavg()[0]:.1f}")
+    print("| case | column major | block_order | onnxruntime | column / ort | block_order / ort | block_order CPU / ort CPU |")
+    print("|---|---|---|---|---|---|---|")
+    choose = amx.block_order
+    for name, make in (("QLinearMatMul", qlinear_matmul), ("MatMulInteger", matmul_integer),
+                       ("DynamicQuantizeLinear->MatMulInteger", dynamic_matmul)):
+        proto, feeds = make(*shape)
+        sess = ort_session(proto, threads)
+        amx.block_order = lambda batch, mp, np_cols, per_row: (1, 1 << 30, 1)  # read when a plan is recorded
+        try:
+            old = dsl.load_onnx(proto, backend="numba")
+            old.run(feeds)
+        finally:
+            amx.block_order = choose
+        new = dsl.load_onnx(proto, backend="numba")
+        want = sess.run(None, feeds)[0]
+        for side in (old, new):
+            got = list(side.run(feeds).values())[0]
+            assert np.allclose(got, want, rtol=1e-6, atol=1e-6) if want.dtype.kind == "f" else np.array_equal(got, want)
+        sides = {"old": lambda: old.run(feeds), "new": lambda: new.run(feeds), "ort": lambda: sess.run(None, feeds)}
+        wall, cpu = best_alternating(sides, rounds)
+        print(f"| {name} {'x'.join(map(str, shape))} | {wall['old'] * 1e3:.2f} ms | {wall['new'] * 1e3:.2f} ms | "
+              f"{wall['ort'] * 1e3:.2f} ms | {wall['old'] / wall['ort']:.2f}x | {wall['new'] / wall['ort']:.2f}x | "
+              f"{cpu['new'] / cpu['ort']:.2f}x |", flush=True)
+
+
 def conv_tiles_ab(rounds: int, pick: str, threads: int) -> None:
     """``convtiles`` mode: each convolution case (and quantized model) compiled twice, with the
     int8 convolutions on the matrix tile GEMM (ops/conv_int8_amx.py, where ``dsl.target`` has
@@ -507,7 +539,7 @@ def nodes_vs_ort(profiles: int, pick: str, top: int = 25, cpu: bool = False) -> 
             print(f"| {shp} | {o:.3f} | {','.join(sorted(oo))} | {t:.3f} | {','.join(sorted(to))} | {o - t:+.3f} |")
 
 
-MODES = ("cases", "pairs", "products", "tiles", "convtiles", "fusion", "dynamic", "compile", "saturate", "nodes")
+MODES = ("cases", "pairs", "products", "tiles", "order", "convtiles", "fusion", "dynamic", "compile", "saturate", "nodes")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -536,6 +568,9 @@ def parser() -> argparse.ArgumentParser:
     tiles = mode("tiles", "the AMX tile GEMM against the VNNI dot4 one (tiles_ab)")
     tiles.add_argument("threads", nargs="?", type=int, default=1)
     tiles.add_argument("shape", nargs="?", default="256,1024,1024", help="m,k,n")
+    order = mode("order", "the tile GEMM's block order: session 19's against block_order's (order_ab)")
+    order.add_argument("threads", nargs="?", type=int, default=1)
+    order.add_argument("shape", nargs="?", default="256,1024,1024", help="m,k,n")
     for name, help_text in (("convtiles", "int8 convolutions with and without AMX tiles, and onnxruntime (conv_tiles_ab)"),
                             ("fusion", "the conv+BN pass off / on / onnxruntime on the quantized models (fusion_ab)"),
                             ("dynamic", "each dynamically quantized case with the MatMulIntegerToFloat fusion off / on, "
@@ -604,6 +639,9 @@ def main(argv=None):
     elif args.mode == "tiles":
         numba.set_num_threads(threads)
         tiles_ab(args.rounds, threads, tuple(int(d) for d in args.shape.split(",")))
+    elif args.mode == "order":
+        numba.set_num_threads(threads)
+        order_ab(args.rounds, threads, tuple(int(d) for d in args.shape.split(",")))
     elif args.mode == "pairs":
         numba.set_num_threads(threads)
         print(f"dot4_sat vs dot4, {threads} thread(s), load average {os.getloadavg()[0]:.1f}; | work | dot4_sat | dot4 | gain |")
