@@ -254,13 +254,16 @@ def ort_session(proto, threads: int):
     return ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
-def best_alternating(sides: dict, rounds: int, missing=()) -> tuple:
-    """Each side of ``sides`` (name -> call) run once a round, in turn, ``rounds`` times: the best
-    wall and CPU time of each (dicts by name; names in ``missing`` that are not sides are NaN)."""
+def best_alternating(sides: dict, rounds: int, missing=(), pause: float = 0.0) -> tuple:
+    """Each side of ``sides`` (name -> call) run once a round, in turn, ``rounds`` times, after
+    ``pause`` seconds of sleep: the best wall and CPU time of each (dicts by name; names in
+    ``missing`` that are not sides are NaN)."""
     wall = {**dict.fromkeys(missing, float("nan")), **dict.fromkeys(sides, float("inf"))}
     cpu = dict(wall)
     for _ in range(rounds):
         for k, f in sides.items():
+            if pause:
+                time.sleep(pause)
             t, c = time.perf_counter(), time.process_time()
             f()
             wall[k] = min(wall[k], time.perf_counter() - t)
@@ -301,13 +304,14 @@ def tiles_ab(rounds: int, threads: int, shape=(256, 1024, 1024)) -> None:
               f"{cpu['tiles'] / cpu['ort']:.2f}x |", flush=True)
 
 
-def order_ab(rounds: int, threads: int, shape=(256, 1024, 1024)) -> None:
+def order_ab(rounds: int, threads: int, shape=(256, 1024, 1024), pause: float = 0.0) -> None:
     """``order`` mode: the three GEMM cases on the tile GEMM compiled twice, with C's blocks in
     session 19's order (column block major, all of K a block) and in ``block_order``'s (row block
     major, K in chunks), run alternately with onnxruntime in one process, best of each."""
     import ops.gemm_int8_amx as amx
     os.environ["OPDSL_PLAN_CACHE"] = "0"  # a plan from disk would give both sides one order
-    print(f"amx usable: {amx.amx_usable('numba')}; {threads} thread(s) a side; load average {os.getloadavg()[0]:.1f}")
+    print(f"amx usable: {amx.amx_usable('numba')}; {threads} thread(s) a side; {pause * 1e3:.0f} ms pause before each "
+          f"side; load average {os.getloadavg()[0]:.1f}")
     print("| case | column major | block_order | onnxruntime | column / ort | block_order / ort | block_order CPU / ort CPU |")
     print("|---|---|---|---|---|---|---|")
     choose = amx.block_order
@@ -327,7 +331,7 @@ def order_ab(rounds: int, threads: int, shape=(256, 1024, 1024)) -> None:
             got = list(side.run(feeds).values())[0]
             assert np.allclose(got, want, rtol=1e-6, atol=1e-6) if want.dtype.kind == "f" else np.array_equal(got, want)
         sides = {"old": lambda: old.run(feeds), "new": lambda: new.run(feeds), "ort": lambda: sess.run(None, feeds)}
-        wall, cpu = best_alternating(sides, rounds)
+        wall, cpu = best_alternating(sides, rounds, pause=pause)
         print(f"| {name} {'x'.join(map(str, shape))} | {wall['old'] * 1e3:.2f} ms | {wall['new'] * 1e3:.2f} ms | "
               f"{wall['ort'] * 1e3:.2f} ms | {wall['old'] / wall['ort']:.2f}x | {wall['new'] / wall['ort']:.2f}x | "
               f"{cpu['new'] / cpu['ort']:.2f}x |", flush=True)
@@ -641,7 +645,7 @@ def main(argv=None):
         tiles_ab(args.rounds, threads, tuple(int(d) for d in args.shape.split(",")))
     elif args.mode == "order":
         numba.set_num_threads(threads)
-        order_ab(args.rounds, threads, tuple(int(d) for d in args.shape.split(",")))
+        order_ab(args.rounds, threads, tuple(int(d) for d in args.shape.split(",")), args.pause)
     elif args.mode == "pairs":
         numba.set_num_threads(threads)
         print(f"dot4_sat vs dot4, {threads} thread(s), load average {os.getloadavg()[0]:.1f}; | work | dot4_sat | dot4 | gain |")
