@@ -41,6 +41,8 @@ PANEL = 16        # columns of a B tile (16 i32 of C a row)
 BLOCK = 32        # rows and columns of C per step: 2 × 2 tiles
 K_STEP = 64       # bytes of K per tdpbusd
 K_CHUNK = 8       # K steps a direct block takes before the next block of its group (block_order)
+ALL_OF_K = 1 << 30  # kchunk: no chunks
+B_IN_L2 = 1 << 20   # B's bytes that stay in L2 beside A and C (every AMX CPU so far: 2 MB of L2 a core)
 
 
 def amx_usable(backend: Optional[str]) -> bool:
@@ -328,21 +330,23 @@ def qgemm_amx_packed_b(a3: np.ndarray, packed: tuple, y3: np.ndarray, a_zp=None,
                                                                  a_scale)
     words = np.ascontiguousarray(a3).view(np.int32)
     y_int, y_float = (_STAND_IN_I32, y3) if mode == FLOAT_OUT else (y3, _STAND_IN_F32)
-    group, kchunk, cols_first = block_order(batch, mp, bu.shape[1], per_row)
+    group, kchunk, cols_first = block_order(batch, mp, bu.shape[1], 4 * bp.shape[1], per_row)
     kernel(words, za, bp, bu, bz, mults, biases, fbiases, ascale, y_int, y_float, ap, rows, -0x7F7F7F80 if flip else 0,
            int(per_row), float(y_zp), lo, hi, group, kchunk, cols_first, MODE=mode, PACK=int(pack), backend=backend)
 
 
-def block_order(batch: int, mp: int, np_cols: int, per_row: bool) -> tuple:
+def block_order(batch: int, mp: int, np_cols: int, b_bytes: int, per_row: bool) -> tuple:
     """(group, kchunk, cols_first) for qgemm_amx: a product takes its row blocks one at a time, each
-    across all its column blocks (split into groups only so that every thread has an item), K in
-    chunks of K_CHUNK steps, so A's chunk (32 rows × 512 bytes) stays in L1 while B's panels stream
-    from L2 (256×1024×1024, one thread: 0.74-0.88 of column block major; benchmarks/RESULTS.md,
+    across all its column blocks (split into groups only so that every thread has an item).  Where
+    B's panels (``b_bytes`` an entry) stay in L2 (B_IN_L2), direct blocks go through K in chunks of
+    K_CHUNK steps, so A's chunk (32 rows × 512 bytes) stays in L1 while B streams from L2; a larger
+    B streams from memory, better panel by panel, so all of K at once (32×4096×1024: chunks cost
+    1.36x).  256×1024×1024, one thread: 0.74-0.88 of column block major (benchmarks/RESULTS.md,
     twentieth session).  A convolution (``per_row``: A is the weights, B the image) keeps column
     block major, one block an item, all of K at once, as measured in session 18."""
     nblocks = np_cols // BLOCK
     if per_row:
-        return 1, 1 << 30, 1
+        return 1, ALL_OF_K, 1
     rows = batch * (mp // BLOCK)
     groups = min(nblocks, -(-THREADS // rows))
-    return -(-nblocks // groups), K_CHUNK, 0
+    return -(-nblocks // groups), K_CHUNK if b_bytes <= B_IN_L2 else ALL_OF_K, 0

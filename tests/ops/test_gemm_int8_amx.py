@@ -149,7 +149,7 @@ def test_amx_int8_gemm_in_row_groups_and_k_chunks(backend, za):
     m, k, n = 32, 9 * 64, 100
     a, b = data(np.uint8, (2, m, k), 255), data(np.int8, (1, k, n), -128)
     zav = data(np.uint8, (m,)) if za == "per-row" else np.array([za], np.uint8)
-    group, kchunk, cols_first = block_order(2, m, 128, False)
+    group, kchunk, cols_first = block_order(2, m, 128, 128 * k, False)
     assert (kchunk, cols_first) == (K_CHUNK, 0) and 1 < group < 128 // 32 and 2 < THREADS
     y = np.full((2, m, n), 7, np.int32)
     qgemm_int8_amx(a, b, y, zav, np.array([0], np.int8), backend=backend)
