@@ -136,25 +136,26 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
         tb = t if bp.shape[0] > 1 else 0
         pa = (t * mp + ib * BLOCK) * kp  # A's block: packed, or in place (then mp = M, kp = K/4)
         j_end = min(jg * group + group, nblocks)
-        # direct blocks go through K in chunks of ``kchunk`` steps, every block of the group per chunk
-        # (A's chunk stays in L1 across the group), their partial sums kept in y; the others take all
-        # of K in the first pass
-        for kc in range(0, max(ksteps, 1), kchunk):
-            for jb in range(jg * group, j_end):
-                pb = tb * bp.shape[1] + 2 * jb * k4 * PANEL
-                # exact sums of a whole block with one zero point for A (and none for B): C starts at
-                # za·u[n] (every row the same: a tile load of stride 0) and the tiles store y directly
-                direct = PACK == 0 and MODE == 0 and a_zp.shape[1] == 1 and jb * BLOCK + BLOCK <= n
-                if direct or kc == 0:
+        # exact sums of whole blocks with one zero point for A (and none for B) are direct: C starts
+        # at za·u[n] (every row the same: a tile load of stride 0), the tiles store y directly, and
+        # the group's blocks go through K together in chunks of ``kchunk`` steps (A's chunk stays
+        # in L1 across the group), their partial sums kept in y
+        direct_cols = jg * group  # blocks jg·group .. direct_cols - 1 are direct
+        if PACK == 0 and MODE == 0:  # (a constant: other variants compile no direct pass)
+            if a_zp.shape[1] == 1:
+                direct_cols = max(jg * group, min(j_end, n // BLOCK))
+            za0 = (i32(a_zp.flat[(t if a_zp.shape[0] > 1 else 0) * a_zp.shape[1]]) & 0xFF) ^ (flip & 0xFF)
+            for kc in range(0, max(ksteps, 1) if direct_cols > jg * group else 0, kchunk):
+                k_end = min(kc + kchunk, ksteps)
+                for jb in range(jg * group, direct_cols):
+                    pb = tb * bp.shape[1] + 2 * jb * k4 * PANEL
                     y0 = (t * m_rows + ib * BLOCK) * n + jb * BLOCK
-                    k_end = min(kc + kchunk, ksteps) if direct else ksteps
-                    if direct and kc > 0:
+                    if kc > 0:
                         dsl.tile_load(0, y, y0, n)
                         dsl.tile_load(1, y, y0 + PANEL, n)
                         dsl.tile_load(2, y, y0 + 16 * n, n)
                         dsl.tile_load(3, y, y0 + 16 * n + PANEL, n)
-                    elif direct:
-                        za0 = (i32(a_zp.flat[(t if a_zp.shape[0] > 1 else 0) * a_zp.shape[1]]) & 0xFF) ^ (flip & 0xFF)
+                    else:
                         cu0 = tb * bu.shape[1] + jb * BLOCK
                         cw.vstore(cb, za0 * bu.vload(cu0, 16))
                         cw.vstore(cb + PANEL, za0 * bu.vload(cu0 + PANEL, 16))
@@ -162,95 +163,104 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
                         dsl.tile_load(1, cw, cb + PANEL, 0)
                         dsl.tile_load(2, cw, cb, 0)
                         dsl.tile_load(3, cw, cb + PANEL, 0)
-                    else:
-                        dsl.tile_zero(0)
-                        dsl.tile_zero(1)
-                        dsl.tile_zero(2)
-                        dsl.tile_zero(3)
                     for kb in range(kc, k_end):
-                        if PACK == 1:
-                            dsl.tile_load(4, ap, pa + kb * 16, kp)
-                            dsl.tile_load(5, ap, pa + 16 * kp + kb * 16, kp)
-                        else:
-                            dsl.tile_load(4, a, pa + kb * 16, kp)
-                            dsl.tile_load(5, a, pa + 16 * kp + kb * 16, kp)
+                        dsl.tile_load(4, a, pa + kb * 16, kp)
+                        dsl.tile_load(5, a, pa + 16 * kp + kb * 16, kp)
                         dsl.tile_load(6, bp, pb + kb * 16 * PANEL, PANEL)
                         dsl.tile_load(7, bp, pb + k4 * PANEL + kb * 16 * PANEL, PANEL)
                         dsl.tile_dot_u8i8(0, 4, 6)
                         dsl.tile_dot_u8i8(1, 4, 7)
                         dsl.tile_dot_u8i8(2, 5, 6)
                         dsl.tile_dot_u8i8(3, 5, 7)
-                    if direct:
-                        dsl.tile_store(0, y, y0, n)
-                        dsl.tile_store(1, y, y0 + PANEL, n)
-                        dsl.tile_store(2, y, y0 + 16 * n, n)
-                        dsl.tile_store(3, y, y0 + 16 * n + PANEL, n)
+                    dsl.tile_store(0, y, y0, n)
+                    dsl.tile_store(1, y, y0 + PANEL, n)
+                    dsl.tile_store(2, y, y0 + 16 * n, n)
+                    dsl.tile_store(3, y, y0 + 16 * n + PANEL, n)
+        # the others: all of K, then the epilogue from this thread's scratch
+        for jb in range(direct_cols, j_end):
+            pb = tb * bp.shape[1] + 2 * jb * k4 * PANEL
+            dsl.tile_zero(0)
+            dsl.tile_zero(1)
+            dsl.tile_zero(2)
+            dsl.tile_zero(3)
+            for kb in range(ksteps):
+                if PACK == 1:
+                    dsl.tile_load(4, ap, pa + kb * 16, kp)
+                    dsl.tile_load(5, ap, pa + 16 * kp + kb * 16, kp)
+                else:
+                    dsl.tile_load(4, a, pa + kb * 16, kp)
+                    dsl.tile_load(5, a, pa + 16 * kp + kb * 16, kp)
+                dsl.tile_load(6, bp, pb + kb * 16 * PANEL, PANEL)
+                dsl.tile_load(7, bp, pb + k4 * PANEL + kb * 16 * PANEL, PANEL)
+                dsl.tile_dot_u8i8(0, 4, 6)
+                dsl.tile_dot_u8i8(1, 4, 7)
+                dsl.tile_dot_u8i8(2, 5, 6)
+                dsl.tile_dot_u8i8(3, 5, 7)
+            dsl.tile_store(0, cw, cb, BLOCK)
+            dsl.tile_store(1, cw, cb + PANEL, BLOCK)
+            dsl.tile_store(2, cw, cb + 16 * BLOCK, BLOCK)
+            dsl.tile_store(3, cw, cb + 16 * BLOCK + PANEL, BLOCK)
+            # ---- epilogue (as qgemm_packed's): zero-point terms, bias, requantization, store
+            for i in range(BLOCK):
+                m = ib * BLOCK + i
+                if m < m_rows:
+                    rs = i32(0)
+                    za = i32(0)
+                    if PACK == 1:
+                        rs = rows.flat[2 * (t * mp + m)]
+                        za = rows.flat[2 * (t * mp + m) + 1]
                     else:
-                        dsl.tile_store(0, cw, cb, BLOCK)
-                        dsl.tile_store(1, cw, cb + PANEL, BLOCK)
-                        dsl.tile_store(2, cw, cb + 16 * BLOCK, BLOCK)
-                        dsl.tile_store(3, cw, cb + 16 * BLOCK + PANEL, BLOCK)
-                    # ---- epilogue (as qgemm_packed's): zero-point terms, bias, requantization, store
-                    for i in range(0 if direct else BLOCK):
-                        m = ib * BLOCK + i
-                        if m < m_rows:
-                            rs = i32(0)
-                            za = i32(0)
-                            if PACK == 1:
-                                rs = rows.flat[2 * (t * mp + m)]
-                                za = rows.flat[2 * (t * mp + m) + 1]
-                            else:
-                                za = (i32(a_zp.flat[(t if a_zp.shape[0] > 1 else 0) * a_zp.shape[1]
-                                                    + (m if a_zp.shape[1] > 1 else 0)]) & 0xFF) ^ (flip & 0xFF)
-                            yrow = (t * m_rows + m) * n
-                            for h in dsl.static_range(2):
-                                n0 = jb * BLOCK + h * PANEL
-                                if n0 < n:
-                                    cu = tb * bu.shape[1] + n0
-                                    acc_v = cw.vload(cb + i * BLOCK + h * PANEL, 16) + za * bu.vload(cu, 16) - rs * bz.vload(cu, 16)
-                                    if MODE == 1:
-                                        if per_row == 1:
-                                            acc_v = acc_v + bias.flat[m if bias.shape[1] > 1 else 0]
-                                            f = dsl.f32(acc_v) * mult.flat[m if mult.shape[1] > 1 else 0]
-                                        else:
-                                            if bias.shape[1] > 1:
-                                                acc_v = acc_v + bias.vload((tb if bias.shape[0] > 1 else 0) * bias.shape[1] + n0, 16)
-                                            else:
-                                                acc_v = acc_v + bias.flat[0]
-                                            if mult.shape[1] > 1:
-                                                f = dsl.f32(acc_v) * mult.vload((tb if mult.shape[0] > 1 else 0) * mult.shape[1] + n0, 16)
-                                            else:
-                                                f = dsl.f32(acc_v) * mult.flat[0]
-                                        f = dsl.clamp(dsl.rint(f) + y_zp, q_lo, q_hi)
-                                        if n0 + 16 <= n:
-                                            y.vstore(yrow + n0, f)
-                                        else:  # the last columns: lanes through this thread's scratch row
-                                            tail_f.vstore(dsl.thread_id() * 16, f)
-                                            for cc in range(n - n0):
-                                                y.flat[yrow + n0 + cc] = tail_f.flat[dsl.thread_id() * 16 + cc]
-                                    elif MODE == FLOAT_OUT:
-                                        if mult.shape[1] > 1:
-                                            f = dsl.f32(acc_v) * (ascale.flat[0] * mult.vload((tb if mult.shape[0] > 1 else 0)
-                                                                                              * mult.shape[1] + n0, 16))
-                                        else:
-                                            f = dsl.f32(acc_v) * (ascale.flat[0] * mult.flat[0])
-                                        if fbias.shape[1] > 1:
-                                            f = f + fbias.vload((tb if fbias.shape[0] > 1 else 0) * fbias.shape[1] + n0, 16)
-                                        else:
-                                            f = f + fbias.flat[0]
-                                        if n0 + 16 <= n:
-                                            yf.vstore(yrow + n0, f)
-                                        else:
-                                            tail_f.vstore(dsl.thread_id() * 16, f)
-                                            for cc in range(n - n0):
-                                                yf.flat[yrow + n0 + cc] = tail_f.flat[dsl.thread_id() * 16 + cc]
+                        za = (i32(a_zp.flat[(t if a_zp.shape[0] > 1 else 0) * a_zp.shape[1]
+                                            + (m if a_zp.shape[1] > 1 else 0)]) & 0xFF) ^ (flip & 0xFF)
+                    yrow = (t * m_rows + m) * n
+                    for h in dsl.static_range(2):
+                        n0 = jb * BLOCK + h * PANEL
+                        if n0 < n:
+                            cu = tb * bu.shape[1] + n0
+                            acc_v = cw.vload(cb + i * BLOCK + h * PANEL, 16) + za * bu.vload(cu, 16) - rs * bz.vload(cu, 16)
+                            if MODE == 1:
+                                if per_row == 1:
+                                    acc_v = acc_v + bias.flat[m if bias.shape[1] > 1 else 0]
+                                    f = dsl.f32(acc_v) * mult.flat[m if mult.shape[1] > 1 else 0]
+                                else:
+                                    if bias.shape[1] > 1:
+                                        acc_v = acc_v + bias.vload((tb if bias.shape[0] > 1 else 0) * bias.shape[1] + n0, 16)
                                     else:
-                                        if n0 + 16 <= n:
-                                            y.vstore(yrow + n0, acc_v)
-                                        else:
-                                            tail_i.vstore(dsl.thread_id() * 16, acc_v)
-                                            for cc in range(n - n0):
-                                                y.flat[yrow + n0 + cc] = tail_i.flat[dsl.thread_id() * 16 + cc]
+                                        acc_v = acc_v + bias.flat[0]
+                                    if mult.shape[1] > 1:
+                                        f = dsl.f32(acc_v) * mult.vload((tb if mult.shape[0] > 1 else 0) * mult.shape[1] + n0, 16)
+                                    else:
+                                        f = dsl.f32(acc_v) * mult.flat[0]
+                                f = dsl.clamp(dsl.rint(f) + y_zp, q_lo, q_hi)
+                                if n0 + 16 <= n:
+                                    y.vstore(yrow + n0, f)
+                                else:  # the last columns: lanes through this thread's scratch row
+                                    tail_f.vstore(dsl.thread_id() * 16, f)
+                                    for cc in range(n - n0):
+                                        y.flat[yrow + n0 + cc] = tail_f.flat[dsl.thread_id() * 16 + cc]
+                            elif MODE == FLOAT_OUT:
+                                if mult.shape[1] > 1:
+                                    f = dsl.f32(acc_v) * (ascale.flat[0] * mult.vload((tb if mult.shape[0] > 1 else 0)
+                                                                                      * mult.shape[1] + n0, 16))
+                                else:
+                                    f = dsl.f32(acc_v) * (ascale.flat[0] * mult.flat[0])
+                                if fbias.shape[1] > 1:
+                                    f = f + fbias.vload((tb if fbias.shape[0] > 1 else 0) * fbias.shape[1] + n0, 16)
+                                else:
+                                    f = f + fbias.flat[0]
+                                if n0 + 16 <= n:
+                                    yf.vstore(yrow + n0, f)
+                                else:
+                                    tail_f.vstore(dsl.thread_id() * 16, f)
+                                    for cc in range(n - n0):
+                                        yf.flat[yrow + n0 + cc] = tail_f.flat[dsl.thread_id() * 16 + cc]
+                            else:
+                                if n0 + 16 <= n:
+                                    y.vstore(yrow + n0, acc_v)
+                                else:
+                                    tail_i.vstore(dsl.thread_id() * 16, acc_v)
+                                    for cc in range(n - n0):
+                                        y.flat[yrow + n0 + cc] = tail_i.flat[dsl.thread_id() * 16 + cc]
 
 
 # --------------------------------------------------------------------------- host side
