@@ -12,12 +12,14 @@ folded into per-column sums, the u8 × i8 shifts, the requantizing epilogue), an
   a multiple of 64 with zeros; row sums by ``dot4`` against bytes of 1) and meets at one
   ``sync()``, unless the tiles can read A where it lies (``reads_a_in_place``: u8, M % 32 == 0,
   K % 64 == 0, B's zero points 0, as in the dynamically quantized transformer's MatMulInteger);
-  then each thread takes 32 × 32 blocks of C, column block major: 4 C tiles, per 64 k two tiles
-  of A and two of B, 4 ``tdpbusd``;
+  then each thread takes 32 × 32 blocks of C in ``block_order``'s order (a product: row block
+  by row block, each across its columns; a convolution: column block major): 4 C tiles, per 64 k
+  two tiles of A and two of B, 4 ``tdpbusd``;
 * the C tiles go through the thread's scratch row to the same epilogue as ``qgemm_packed``:
   + za·u[n] - rowsum[m]·zb[n], then bias, f32 multiplier, rint, zero point and clamp; exact i32
   sums of a whole block with A read in place and one zero point for A start at za·u[n] instead
-  (a tile loaded with row stride 0) and are stored straight into y.
+  (a tile loaded with row stride 0) and are stored straight into y, where B fits in L2 K chunk
+  by K chunk across the row's blocks (partial sums wait in y).
 
 Taken where ``dsl.target`` has "amx" (``amx_usable``) and K is a multiple of 4 (A is read as
 i32 words in place); elsewhere the ``dot4`` GEMM runs (the tile builtins would run, correctly,
