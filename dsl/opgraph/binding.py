@@ -29,6 +29,7 @@ The rules are strict; a buffer keeps the copy when any of them fails:
 """
 from __future__ import annotations
 
+import math
 import os
 from sys import getrefcount
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -334,9 +335,9 @@ def line_aligned_empty(shape, dtype) -> np.ndarray:
     one; then each 64-byte row a kernel stores (an AVX-512 vector, a matrix tile's row) spans two
     lines: MatMulInteger 256x1024x1024's tile stores ran 6-12 % slower into such an output."""
     dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     raw = np.empty(nbytes + 64, np.uint8)
-    start = -raw.ctypes.data % 64
+    start = -_address(raw) % 64
     return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
