@@ -20,7 +20,7 @@ nodes left between layers show there.
 ``--pause=S`` (anywhere) sleeps S seconds before each timed side, so the two sides' thread pools
 settle between rounds; ``NUMBA_THREADING_LAYER=omp|workqueue`` picks numba's layer (two-thread rows).
 Usage: PYTHONPATH=. python benchmarks/bench_int8.py [cases] [rounds] [case-filter] [threads] [profile] [--pause=0.02]
-       PYTHONPATH=. python benchmarks/bench_int8.py MODE --help   (pairs, products, tiles, convtiles, fusion,
+       PYTHONPATH=. python benchmarks/bench_int8.py MODE --help   (pairs, products, tiles, order, wake, outalign, convtiles, fusion,
                                                               dynamic, compile, saturate, nodes: one
                                                               subcommand a mode)"""
 import argparse
@@ -254,13 +254,16 @@ def ort_session(proto, threads: int):
     return ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
-def best_alternating(sides: dict, rounds: int, missing=()) -> tuple:
-    """Each side of ``sides`` (name -> call) run once a round, in turn, ``rounds`` times: the best
-    wall and CPU time of each (dicts by name; names in ``missing`` that are not sides are NaN)."""
+def best_alternating(sides: dict, rounds: int, missing=(), pause: float = 0.0) -> tuple:
+    """Each side of ``sides`` (name -> call) run once a round, in turn, ``rounds`` times, after
+    ``pause`` seconds of sleep: the best wall and CPU time of each (dicts by name; names in
+    ``missing`` that are not sides are NaN)."""
     wall = {**dict.fromkeys(missing, float("nan")), **dict.fromkeys(sides, float("inf"))}
     cpu = dict(wall)
     for _ in range(rounds):
         for k, f in sides.items():
+            if pause:
+                time.sleep(pause)
             t, c = time.perf_counter(), time.process_time()
             f()
             wall[k] = min(wall[k], time.perf_counter() - t)
@@ -299,6 +302,95 @@ def tiles_ab(rounds: int, threads: int, shape=(256, 1024, 1024)) -> None:
         print(f"| {name} {'x'.join(map(str, shape))} | {wall['tiles'] * 1e3:.2f} ms | {wall['dot4'] * 1e3:.2f} ms | "
               f"{wall['ort'] * 1e3:.2f} ms | {wall['tiles'] / wall['ort']:.2f}x | {wall['dot4'] / wall['ort']:.2f}x | "
               f"{cpu['tiles'] / cpu['ort']:.2f}x |", flush=True)
+
+
+def order_ab(rounds: int, threads: int, shape=(256, 1024, 1024), pause: float = 0.0) -> None:
+    """``order`` mode: the three GEMM cases on the tile GEMM compiled twice, with C's blocks in
+    session 19's order (column block major, all of K a block) and in ``block_order``'s (row block
+    major, K in chunks), run alternately with onnxruntime in one process, best of each."""
+    import ops.gemm_int8_amx as amx
+    os.environ["OPDSL_PLAN_CACHE"] = "0"  # a plan from disk would give both sides one order
+    print(f"amx usable: {amx.amx_usable('numba')}; {threads} thread(s) a side; {pause * 1e3:.0f} ms pause before each "
+          f"side; load average {os.getloadavg()[0]:.1f}")
+    print("| case | column major | block_order | onnxruntime | column / ort | block_order / ort | block_order CPU / ort CPU |")
+    print("|---|---|---|---|---|---|---|")
+    choose = amx.block_order
+    for name, make in (("QLinearMatMul", qlinear_matmul), ("MatMulInteger", matmul_integer),
+                       ("DynamicQuantizeLinear->MatMulInteger", dynamic_matmul)):
+        proto, feeds = make(*shape)
+        sess = ort_session(proto, threads)
+        amx.block_order = lambda *shape: (1, amx.ALL_OF_K, 1)  # read when a plan is recorded
+        try:
+            old = dsl.load_onnx(proto, backend="numba")
+            old.run(feeds)
+        finally:
+            amx.block_order = choose
+        new = dsl.load_onnx(proto, backend="numba")
+        want = sess.run(None, feeds)[0]
+        for side in (old, new):
+            got = list(side.run(feeds).values())[0]
+            assert np.allclose(got, want, rtol=1e-6, atol=1e-6) if want.dtype.kind == "f" else np.array_equal(got, want)
+        sides = {"old": lambda: old.run(feeds), "new": lambda: new.run(feeds), "ort": lambda: sess.run(None, feeds)}
+        wall, cpu = best_alternating(sides, rounds, pause=pause)
+        print(f"| {name} {'x'.join(map(str, shape))} | {wall['old'] * 1e3:.2f} ms | {wall['new'] * 1e3:.2f} ms | "
+              f"{wall['ort'] * 1e3:.2f} ms | {wall['old'] / wall['ort']:.2f}x | {wall['new'] / wall['ort']:.2f}x | "
+              f"{cpu['new'] / cpu['ort']:.2f}x |", flush=True)
+
+
+def wake_ab(rounds: int) -> None:
+    """``wake`` mode: why the one-node mode (a 20 ms sleep before each side) reads slower than tiles
+    mode: QLinearMatMul and MatMulInteger 256x1024x1024 by opdsl and onnxruntime, each hot, after a
+    20 ms sleep, and after sweeping 8 MB of other memory instead (caches cold, core awake); one
+    thread a side, best of each."""
+    junk = np.ones(8 << 20, np.uint8)
+    print(f"load average {os.getloadavg()[0]:.1f}; opdsl / onnxruntime ms, best of {rounds}")
+    print("| case | hot | after 20 ms sleep | after an 8 MB sweep |")
+    print("|---|---|---|---|")
+    for name, make in (("QLinearMatMul", qlinear_matmul), ("MatMulInteger", matmul_integer)):
+        proto, feeds = make()
+        sess = ort_session(proto, 1)
+        ours = dsl.load_onnx(proto, backend="numba")
+        ours.run(feeds)
+        sides = {"opdsl": lambda: ours.run(feeds), "ort": lambda: sess.run(None, feeds)}
+        cells = []
+        for how in ("hot", "sleep", "sweep"):
+            best = dict.fromkeys(sides, float("inf"))
+            for _ in range(rounds):
+                for k, f in sides.items():
+                    if how == "sleep":
+                        time.sleep(0.02)
+                    elif how == "sweep":
+                        junk += 1
+                    t = time.perf_counter()
+                    f()
+                    best[k] = min(best[k], time.perf_counter() - t)
+            cells.append(f"{best['opdsl'] * 1e3:.2f} / {best['ort'] * 1e3:.2f} ({best['opdsl'] / best['ort']:.2f}x)")
+        print(f"| {name} 256x1024x1024 | " + " | ".join(cells) + " |", flush=True)
+
+
+def output_alignment(rounds: int) -> None:
+    """``outalign`` mode: MatMulInteger 256x1024x1024's tile GEMM launched alone into y starting 0,
+    16, 32 and 48 bytes past a 64-byte line (numpy's large arrays start 0 or 16 past one), against
+    onnxruntime; one thread a side, alternated, best of each."""
+    from ops.gemm_int8_amx import aligned, qgemm_amx, qgemm_int8_amx
+    proto, feeds = matmul_integer()
+    sess = ort_session(proto, 1)
+    b = numpy_helper.to_array(next(i for i in proto.graph.initializer if i.name == "b"))
+    b.setflags(write=False)  # a constant: packed once
+    launch = []
+    qgemm_int8_amx(feeds["a"][None], b[None], np.empty((1, 256, 1024), np.int32), a_zp=np.array(128, np.uint8),
+                   b_zp=np.array(0, np.int8), kernel=lambda *args, **kw: launch.append((args, kw)))
+    args, kw = launch[0]
+    want = sess.run(None, feeds)[0]
+    sides = {"ort": lambda: sess.run(None, feeds)}
+    for off in (0, 16, 32, 48):
+        y = aligned((256 * 1024 + 16,), np.int32)[off // 4:off // 4 + 256 * 1024].reshape(1, 256, 1024)
+        qgemm_amx(*args[:9], y, *args[10:], **kw)
+        assert np.array_equal(y[0], want)
+        sides[f"y +{off} B"] = lambda y=y: qgemm_amx(*args[:9], y, *args[10:], **kw)
+    wall, _ = best_alternating(sides, rounds)
+    print(f"load average {os.getloadavg()[0]:.1f}; numpy's 1 MB np.empty here: {np.empty(1 << 18, np.int32).ctypes.data % 64} "
+          f"bytes past a line; " + " | ".join(f"{k} {wall[k] * 1e3:.3f} ms ({wall[k] / wall['ort']:.2f}x)" for k in sides))
 
 
 def conv_tiles_ab(rounds: int, pick: str, threads: int) -> None:
@@ -507,7 +599,7 @@ def nodes_vs_ort(profiles: int, pick: str, top: int = 25, cpu: bool = False) -> 
             print(f"| {shp} | {o:.3f} | {','.join(sorted(oo))} | {t:.3f} | {','.join(sorted(to))} | {o - t:+.3f} |")
 
 
-MODES = ("cases", "pairs", "products", "tiles", "convtiles", "fusion", "dynamic", "compile", "saturate", "nodes")
+MODES = ("cases", "pairs", "products", "tiles", "order", "wake", "outalign", "convtiles", "fusion", "dynamic", "compile", "saturate", "nodes")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -536,6 +628,11 @@ def parser() -> argparse.ArgumentParser:
     tiles = mode("tiles", "the AMX tile GEMM against the VNNI dot4 one (tiles_ab)")
     tiles.add_argument("threads", nargs="?", type=int, default=1)
     tiles.add_argument("shape", nargs="?", default="256,1024,1024", help="m,k,n")
+    order = mode("order", "the tile GEMM's block order: session 19's against block_order's (order_ab)")
+    order.add_argument("threads", nargs="?", type=int, default=1)
+    order.add_argument("shape", nargs="?", default="256,1024,1024", help="m,k,n")
+    mode("wake", "MatMul cases hot, after a 20 ms sleep and after an 8 MB sweep (wake_ab)")
+    mode("outalign", "MatMulInteger's tile GEMM into y at 0/16/32/48 bytes past a line (output_alignment)")
     for name, help_text in (("convtiles", "int8 convolutions with and without AMX tiles, and onnxruntime (conv_tiles_ab)"),
                             ("fusion", "the conv+BN pass off / on / onnxruntime on the quantized models (fusion_ab)"),
                             ("dynamic", "each dynamically quantized case with the MatMulIntegerToFloat fusion off / on, "
@@ -604,6 +701,12 @@ def main(argv=None):
     elif args.mode == "tiles":
         numba.set_num_threads(threads)
         tiles_ab(args.rounds, threads, tuple(int(d) for d in args.shape.split(",")))
+    elif args.mode == "order":
+        numba.set_num_threads(threads)
+        order_ab(args.rounds, threads, tuple(int(d) for d in args.shape.split(",")), args.pause)
+    elif args.mode in ("wake", "outalign"):
+        numba.set_num_threads(1)
+        (wake_ab if args.mode == "wake" else output_alignment)(args.rounds)
     elif args.mode == "pairs":
         numba.set_num_threads(threads)
         print(f"dot4_sat vs dot4, {threads} thread(s), load average {os.getloadavg()[0]:.1f}; | work | dot4_sat | dot4 | gain |")

@@ -12,12 +12,14 @@ folded into per-column sums, the u8 × i8 shifts, the requantizing epilogue), an
   a multiple of 64 with zeros; row sums by ``dot4`` against bytes of 1) and meets at one
   ``sync()``, unless the tiles can read A where it lies (``reads_a_in_place``: u8, M % 32 == 0,
   K % 64 == 0, B's zero points 0, as in the dynamically quantized transformer's MatMulInteger);
-  then each thread takes 32 × 32 blocks of C, column block major: 4 C tiles, per 64 k two tiles
-  of A and two of B, 4 ``tdpbusd``;
+  then each thread takes 32 × 32 blocks of C in ``block_order``'s order (a product: row block
+  by row block, each across its columns; a convolution: column block major): 4 C tiles, per 64 k
+  two tiles of A and two of B, 4 ``tdpbusd``;
 * the C tiles go through the thread's scratch row to the same epilogue as ``qgemm_packed``:
   + za·u[n] - rowsum[m]·zb[n], then bias, f32 multiplier, rint, zero point and clamp; exact i32
   sums of a whole block with A read in place and one zero point for A start at za·u[n] instead
-  (a tile loaded with row stride 0) and are stored straight into y.
+  (a tile loaded with row stride 0) and are stored straight into y, where B fits in L2 K chunk
+  by K chunk across the row's blocks (partial sums wait in y).
 
 Taken where ``dsl.target`` has "amx" (``amx_usable``) and K is a multiple of 4 (A is read as
 i32 words in place); elsewhere the ``dot4`` GEMM runs (the tile builtins would run, correctly,
@@ -40,6 +42,9 @@ Z = dsl.TypeVar("Z")
 PANEL = 16        # columns of a B tile (16 i32 of C a row)
 BLOCK = 32        # rows and columns of C per step: 2 × 2 tiles
 K_STEP = 64       # bytes of K per tdpbusd
+K_CHUNK = 8       # K steps a direct block takes before the next block of its group (block_order)
+ALL_OF_K = 1 << 30  # kchunk: no chunks
+B_IN_L2 = 1 << 20   # B's bytes that stay in L2 beside A and C (every AMX CPU so far: 2 MB of L2 a core)
 
 
 def amx_usable(backend: Optional[str]) -> bool:
@@ -57,7 +62,8 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
               mult: In[f32, 2], bias: In[i32, 2], fbias: In[f32, 2], ascale: In[f32, 1], y: Out[Y, 3],
               yf: Out[f32, 3],
               ap: InOut[i32, 2], rows: InOut[i32, 2],
-              flip: i32, per_row: i32, y_zp: f32, q_lo: f32, q_hi: f32, MODE: dsl.const[i64], PACK: dsl.const[i64]):
+              flip: i32, per_row: i32, y_zp: f32, q_lo: f32, q_hi: f32, group: i32, kchunk: i32, cols_first: i32,
+              MODE: dsl.const[i64], PACK: dsl.const[i64]):
     """y[t] = A[t]·B[t] with zero points (module docstring).  ``a`` is A's bytes as i32 words
     (batch, M, K/4); ``a_zp`` its zero point(s) (one or per row, A's dtype);
     ``flip`` 0x80808080 shifts i8 data to u8.  ``ap`` (batch·Mp, Kp/4) and ``rows`` (batch·Mp, 2)
@@ -65,7 +71,8 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
     (0, 1 or ``FLOAT_OUT``) as for qgemm_packed; with ``FLOAT_OUT`` the result goes to ``yf`` and
     ``y`` is an unused i32 stand-in (the direct path's tile stores need an integer ``y``, and
     the language types both branches); otherwise ``yf`` is the stand-in.
-    PACK = 0: the tiles read A in place (``reads_a_in_place``): no packing, no row sums, no sync."""
+    PACK = 0: the tiles read A in place (``reads_a_in_place``): no packing, no row sums, no sync.
+    ``group``, ``kchunk``, ``cols_first``: the order of C's blocks (``block_order``)."""
     cw = dsl.scratch((THREADS, BLOCK * BLOCK), i32)  # this thread's 32 × 32 block of C
     tail_f = dsl.scratch((THREADS, PANEL), f32)      # a row's last columns, lane by lane
     tail_i = dsl.scratch((THREADS, PANEL), i32)
@@ -110,124 +117,152 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
         rows.flat[2 * row + 1] = za
     if PACK == 1:
         dsl.sync()
-    # ---- 32 × 32 blocks of C, column block major (consecutive blocks share two B panels)
+    # ---- 32 × 32 blocks of C: an item is a group of ``group`` column blocks of one row block (or,
+    # ``cols_first``, one column block of each row block in turn, consecutive items sharing B panels)
     tid = dsl.thread_id()
     nblocks = bu.shape[1] // BLOCK
     mblocks = mp // BLOCK
-    per_entry = nblocks * mblocks
+    ngroups = (nblocks + group - 1) // group
+    per_entry = ngroups * mblocks
     ksteps = kp // 16
+    cb = tid * BLOCK * BLOCK
     lo, hi = dsl.split(batch * per_entry)
     for item in range(lo, hi):
         t = item // per_entry
         r = item - t * per_entry
-        jb = r // mblocks
-        ib = r - jb * mblocks
+        ib = r // ngroups
+        jg = r - ib * ngroups
+        if cols_first == 1:
+            jg = r // mblocks
+            ib = r - jg * mblocks
         tb = t if bp.shape[0] > 1 else 0
-        pb = tb * bp.shape[1] + 2 * jb * k4 * PANEL
         pa = (t * mp + ib * BLOCK) * kp  # A's block: packed, or in place (then mp = M, kp = K/4)
-        cb = tid * BLOCK * BLOCK
-        # exact sums of a whole block with one zero point for A (and none for B): C starts at
-        # za·u[n] (every row the same: a tile load of stride 0) and the tiles store y directly
-        direct = PACK == 0 and MODE == 0 and a_zp.shape[1] == 1 and jb * BLOCK + BLOCK <= n
-        if direct:
+        j_end = min(jg * group + group, nblocks)
+        # exact sums of whole blocks with one zero point for A (and none for B) are direct: C starts
+        # at za·u[n] (every row the same: a tile load of stride 0), the tiles store y directly, and
+        # the group's blocks go through K together in chunks of ``kchunk`` steps (A's chunk stays
+        # in L1 across the group), their partial sums kept in y
+        direct_cols = jg * group  # blocks jg·group .. direct_cols - 1 are direct
+        if PACK == 0 and MODE == 0:  # (a constant: other variants compile no direct pass)
+            if a_zp.shape[1] == 1:
+                direct_cols = max(jg * group, min(j_end, n // BLOCK))
             za0 = (i32(a_zp.flat[(t if a_zp.shape[0] > 1 else 0) * a_zp.shape[1]]) & 0xFF) ^ (flip & 0xFF)
-            cu0 = tb * bu.shape[1] + jb * BLOCK
-            cw.vstore(cb, za0 * bu.vload(cu0, 16))
-            cw.vstore(cb + PANEL, za0 * bu.vload(cu0 + PANEL, 16))
-            dsl.tile_load(0, cw, cb, 0)
-            dsl.tile_load(1, cw, cb + PANEL, 0)
-            dsl.tile_load(2, cw, cb, 0)
-            dsl.tile_load(3, cw, cb + PANEL, 0)
-        else:
+            for kc in range(0, max(ksteps, 1) if direct_cols > jg * group else 0, kchunk):
+                k_end = min(kc + kchunk, ksteps)
+                for jb in range(jg * group, direct_cols):
+                    pb = tb * bp.shape[1] + 2 * jb * k4 * PANEL
+                    y0 = (t * m_rows + ib * BLOCK) * n + jb * BLOCK
+                    if kc > 0:
+                        dsl.tile_load(0, y, y0, n)
+                        dsl.tile_load(1, y, y0 + PANEL, n)
+                        dsl.tile_load(2, y, y0 + 16 * n, n)
+                        dsl.tile_load(3, y, y0 + 16 * n + PANEL, n)
+                    else:
+                        cu0 = tb * bu.shape[1] + jb * BLOCK
+                        cw.vstore(cb, za0 * bu.vload(cu0, 16))
+                        cw.vstore(cb + PANEL, za0 * bu.vload(cu0 + PANEL, 16))
+                        dsl.tile_load(0, cw, cb, 0)
+                        dsl.tile_load(1, cw, cb + PANEL, 0)
+                        dsl.tile_load(2, cw, cb, 0)
+                        dsl.tile_load(3, cw, cb + PANEL, 0)
+                    for kb in range(kc, k_end):
+                        dsl.tile_load(4, a, pa + kb * 16, kp)
+                        dsl.tile_load(5, a, pa + 16 * kp + kb * 16, kp)
+                        dsl.tile_load(6, bp, pb + kb * 16 * PANEL, PANEL)
+                        dsl.tile_load(7, bp, pb + k4 * PANEL + kb * 16 * PANEL, PANEL)
+                        dsl.tile_dot_u8i8(0, 4, 6)
+                        dsl.tile_dot_u8i8(1, 4, 7)
+                        dsl.tile_dot_u8i8(2, 5, 6)
+                        dsl.tile_dot_u8i8(3, 5, 7)
+                    dsl.tile_store(0, y, y0, n)
+                    dsl.tile_store(1, y, y0 + PANEL, n)
+                    dsl.tile_store(2, y, y0 + 16 * n, n)
+                    dsl.tile_store(3, y, y0 + 16 * n + PANEL, n)
+        # the others: all of K, then the epilogue from this thread's scratch
+        for jb in range(direct_cols, j_end):
+            pb = tb * bp.shape[1] + 2 * jb * k4 * PANEL
             dsl.tile_zero(0)
             dsl.tile_zero(1)
             dsl.tile_zero(2)
             dsl.tile_zero(3)
-        for kb in range(ksteps):
-            if PACK == 1:
-                dsl.tile_load(4, ap, pa + kb * 16, kp)
-                dsl.tile_load(5, ap, pa + 16 * kp + kb * 16, kp)
-            else:
-                dsl.tile_load(4, a, pa + kb * 16, kp)
-                dsl.tile_load(5, a, pa + 16 * kp + kb * 16, kp)
-            dsl.tile_load(6, bp, pb + kb * 16 * PANEL, PANEL)
-            dsl.tile_load(7, bp, pb + k4 * PANEL + kb * 16 * PANEL, PANEL)
-            dsl.tile_dot_u8i8(0, 4, 6)
-            dsl.tile_dot_u8i8(1, 4, 7)
-            dsl.tile_dot_u8i8(2, 5, 6)
-            dsl.tile_dot_u8i8(3, 5, 7)
-        if direct:
-            y0 = (t * m_rows + ib * BLOCK) * n + jb * BLOCK
-            dsl.tile_store(0, y, y0, n)
-            dsl.tile_store(1, y, y0 + PANEL, n)
-            dsl.tile_store(2, y, y0 + 16 * n, n)
-            dsl.tile_store(3, y, y0 + 16 * n + PANEL, n)
-        else:
+            for kb in range(ksteps):
+                if PACK == 1:
+                    dsl.tile_load(4, ap, pa + kb * 16, kp)
+                    dsl.tile_load(5, ap, pa + 16 * kp + kb * 16, kp)
+                else:
+                    dsl.tile_load(4, a, pa + kb * 16, kp)
+                    dsl.tile_load(5, a, pa + 16 * kp + kb * 16, kp)
+                dsl.tile_load(6, bp, pb + kb * 16 * PANEL, PANEL)
+                dsl.tile_load(7, bp, pb + k4 * PANEL + kb * 16 * PANEL, PANEL)
+                dsl.tile_dot_u8i8(0, 4, 6)
+                dsl.tile_dot_u8i8(1, 4, 7)
+                dsl.tile_dot_u8i8(2, 5, 6)
+                dsl.tile_dot_u8i8(3, 5, 7)
             dsl.tile_store(0, cw, cb, BLOCK)
             dsl.tile_store(1, cw, cb + PANEL, BLOCK)
             dsl.tile_store(2, cw, cb + 16 * BLOCK, BLOCK)
             dsl.tile_store(3, cw, cb + 16 * BLOCK + PANEL, BLOCK)
-        # ---- epilogue (as qgemm_packed's): zero-point terms, bias, requantization, store
-        for i in range(0 if direct else BLOCK):
-            m = ib * BLOCK + i
-            if m < m_rows:
-                rs = i32(0)
-                za = i32(0)
-                if PACK == 1:
-                    rs = rows.flat[2 * (t * mp + m)]
-                    za = rows.flat[2 * (t * mp + m) + 1]
-                else:
-                    za = (i32(a_zp.flat[(t if a_zp.shape[0] > 1 else 0) * a_zp.shape[1]
-                                        + (m if a_zp.shape[1] > 1 else 0)]) & 0xFF) ^ (flip & 0xFF)
-                yrow = (t * m_rows + m) * n
-                for h in dsl.static_range(2):
-                    n0 = jb * BLOCK + h * PANEL
-                    if n0 < n:
-                        cu = tb * bu.shape[1] + n0
-                        acc_v = cw.vload(cb + i * BLOCK + h * PANEL, 16) + za * bu.vload(cu, 16) - rs * bz.vload(cu, 16)
-                        if MODE == 1:
-                            if per_row == 1:
-                                acc_v = acc_v + bias.flat[m if bias.shape[1] > 1 else 0]
-                                f = dsl.f32(acc_v) * mult.flat[m if mult.shape[1] > 1 else 0]
-                            else:
-                                if bias.shape[1] > 1:
-                                    acc_v = acc_v + bias.vload((tb if bias.shape[0] > 1 else 0) * bias.shape[1] + n0, 16)
+            # ---- epilogue (as qgemm_packed's): zero-point terms, bias, requantization, store
+            for i in range(BLOCK):
+                m = ib * BLOCK + i
+                if m < m_rows:
+                    rs = i32(0)
+                    za = i32(0)
+                    if PACK == 1:
+                        rs = rows.flat[2 * (t * mp + m)]
+                        za = rows.flat[2 * (t * mp + m) + 1]
+                    else:
+                        za = (i32(a_zp.flat[(t if a_zp.shape[0] > 1 else 0) * a_zp.shape[1]
+                                            + (m if a_zp.shape[1] > 1 else 0)]) & 0xFF) ^ (flip & 0xFF)
+                    yrow = (t * m_rows + m) * n
+                    for h in dsl.static_range(2):
+                        n0 = jb * BLOCK + h * PANEL
+                        if n0 < n:
+                            cu = tb * bu.shape[1] + n0
+                            acc_v = cw.vload(cb + i * BLOCK + h * PANEL, 16) + za * bu.vload(cu, 16) - rs * bz.vload(cu, 16)
+                            if MODE == 1:
+                                if per_row == 1:
+                                    acc_v = acc_v + bias.flat[m if bias.shape[1] > 1 else 0]
+                                    f = dsl.f32(acc_v) * mult.flat[m if mult.shape[1] > 1 else 0]
                                 else:
-                                    acc_v = acc_v + bias.flat[0]
+                                    if bias.shape[1] > 1:
+                                        acc_v = acc_v + bias.vload((tb if bias.shape[0] > 1 else 0) * bias.shape[1] + n0, 16)
+                                    else:
+                                        acc_v = acc_v + bias.flat[0]
+                                    if mult.shape[1] > 1:
+                                        f = dsl.f32(acc_v) * mult.vload((tb if mult.shape[0] > 1 else 0) * mult.shape[1] + n0, 16)
+                                    else:
+                                        f = dsl.f32(acc_v) * mult.flat[0]
+                                f = dsl.clamp(dsl.rint(f) + y_zp, q_lo, q_hi)
+                                if n0 + 16 <= n:
+                                    y.vstore(yrow + n0, f)
+                                else:  # the last columns: lanes through this thread's scratch row
+                                    tail_f.vstore(dsl.thread_id() * 16, f)
+                                    for cc in range(n - n0):
+                                        y.flat[yrow + n0 + cc] = tail_f.flat[dsl.thread_id() * 16 + cc]
+                            elif MODE == FLOAT_OUT:
                                 if mult.shape[1] > 1:
-                                    f = dsl.f32(acc_v) * mult.vload((tb if mult.shape[0] > 1 else 0) * mult.shape[1] + n0, 16)
+                                    f = dsl.f32(acc_v) * (ascale.flat[0] * mult.vload((tb if mult.shape[0] > 1 else 0)
+                                                                                      * mult.shape[1] + n0, 16))
                                 else:
-                                    f = dsl.f32(acc_v) * mult.flat[0]
-                            f = dsl.clamp(dsl.rint(f) + y_zp, q_lo, q_hi)
-                            if n0 + 16 <= n:
-                                y.vstore(yrow + n0, f)
-                            else:  # the last columns: lanes through this thread's scratch row
-                                tail_f.vstore(dsl.thread_id() * 16, f)
-                                for cc in range(n - n0):
-                                    y.flat[yrow + n0 + cc] = tail_f.flat[dsl.thread_id() * 16 + cc]
-                        elif MODE == FLOAT_OUT:
-                            if mult.shape[1] > 1:
-                                f = dsl.f32(acc_v) * (ascale.flat[0] * mult.vload((tb if mult.shape[0] > 1 else 0)
-                                                                                  * mult.shape[1] + n0, 16))
+                                    f = dsl.f32(acc_v) * (ascale.flat[0] * mult.flat[0])
+                                if fbias.shape[1] > 1:
+                                    f = f + fbias.vload((tb if fbias.shape[0] > 1 else 0) * fbias.shape[1] + n0, 16)
+                                else:
+                                    f = f + fbias.flat[0]
+                                if n0 + 16 <= n:
+                                    yf.vstore(yrow + n0, f)
+                                else:
+                                    tail_f.vstore(dsl.thread_id() * 16, f)
+                                    for cc in range(n - n0):
+                                        yf.flat[yrow + n0 + cc] = tail_f.flat[dsl.thread_id() * 16 + cc]
                             else:
-                                f = dsl.f32(acc_v) * (ascale.flat[0] * mult.flat[0])
-                            if fbias.shape[1] > 1:
-                                f = f + fbias.vload((tb if fbias.shape[0] > 1 else 0) * fbias.shape[1] + n0, 16)
-                            else:
-                                f = f + fbias.flat[0]
-                            if n0 + 16 <= n:
-                                yf.vstore(yrow + n0, f)
-                            else:
-                                tail_f.vstore(dsl.thread_id() * 16, f)
-                                for cc in range(n - n0):
-                                    yf.flat[yrow + n0 + cc] = tail_f.flat[dsl.thread_id() * 16 + cc]
-                        else:
-                            if n0 + 16 <= n:
-                                y.vstore(yrow + n0, acc_v)
-                            else:
-                                tail_i.vstore(dsl.thread_id() * 16, acc_v)
-                                for cc in range(n - n0):
-                                    y.flat[yrow + n0 + cc] = tail_i.flat[dsl.thread_id() * 16 + cc]
+                                if n0 + 16 <= n:
+                                    y.vstore(yrow + n0, acc_v)
+                                else:
+                                    tail_i.vstore(dsl.thread_id() * 16, acc_v)
+                                    for cc in range(n - n0):
+                                        y.flat[yrow + n0 + cc] = tail_i.flat[dsl.thread_id() * 16 + cc]
 
 
 # --------------------------------------------------------------------------- host side
@@ -307,5 +342,23 @@ def qgemm_amx_packed_b(a3: np.ndarray, packed: tuple, y3: np.ndarray, a_zp=None,
                                                                  a_scale)
     words = np.ascontiguousarray(a3).view(np.int32)
     y_int, y_float = (_STAND_IN_I32, y3) if mode == FLOAT_OUT else (y3, _STAND_IN_F32)
+    group, kchunk, cols_first = block_order(batch, mp, bu.shape[1], 4 * bp.shape[1], per_row)
     kernel(words, za, bp, bu, bz, mults, biases, fbiases, ascale, y_int, y_float, ap, rows, -0x7F7F7F80 if flip else 0,
-           int(per_row), float(y_zp), lo, hi, MODE=mode, PACK=int(pack), backend=backend)
+           int(per_row), float(y_zp), lo, hi, group, kchunk, cols_first, MODE=mode, PACK=int(pack), backend=backend)
+
+
+def block_order(batch: int, mp: int, np_cols: int, b_bytes: int, per_row: bool) -> tuple:
+    """(group, kchunk, cols_first) for qgemm_amx: a product takes its row blocks one at a time, each
+    across all its column blocks (split into groups only so that every thread has an item).  Where
+    B's panels (``b_bytes`` an entry) stay in L2 (B_IN_L2), direct blocks go through K in chunks of
+    K_CHUNK steps, so A's chunk (32 rows × 512 bytes) stays in L1 while B streams from L2; a larger
+    B streams from memory, better panel by panel, so all of K at once (32×4096×1024: chunks cost
+    1.36x).  256×1024×1024, one thread: 0.74-0.88 of column block major (benchmarks/RESULTS.md,
+    twentieth session).  A convolution (``per_row``: A is the weights, B the image) keeps column
+    block major, one block an item, all of K at once, as measured in session 18."""
+    nblocks = np_cols // BLOCK
+    if per_row:
+        return 1, ALL_OF_K, 1
+    rows = batch * (mp // BLOCK)
+    groups = min(nblocks, -(-THREADS // rows))
+    return -(-nblocks // groups), K_CHUNK if b_bytes <= B_IN_L2 else ALL_OF_K, 0

@@ -365,3 +365,23 @@ def test_an_output_the_caller_let_go_is_written_again_one_it_holds_never(backend
     for got, k in ((held, 0), (view, 2), (fifth, 4)):
         want = np.maximum(feeds[k], 0)
         np.testing.assert_array_equal(got, want[2:] if got is view else want)
+
+
+def test_fresh_outputs_start_on_a_cache_line(backend):
+    """Each fresh output (the caller holds the last ones) starts on a 64-byte line, whatever
+    numpy's allocator gives, and holds the right values; a view the caller keeps of one keeps it
+    from being written again."""
+    g = dsl.Graph("relu_large")
+    x = g.input("x", (64, 257), dsl.f32)  # 64 KB: rebound, not copied
+    g.output(ops.Relu(x), "y")
+    model = g.compile(backend=backend)
+    feeds = [np.random.default_rng(k).standard_normal((64, 257)).astype(np.float32) for k in range(4)]
+    outs = [model.run({"x": f})["y"] for f in feeds]
+    assert the_plan(model).binding.out_roots == [1]
+    for f, y in zip(feeds, outs):
+        assert y.ctypes.data % 64 == 0 and y.flags.c_contiguous and y.flags.writeable
+        np.testing.assert_array_equal(y, np.maximum(f, 0))
+    kept = outs.pop()[1:]  # a view only
+    again = model.run({"x": feeds[0]})["y"]
+    assert not np.shares_memory(again, kept)
+    np.testing.assert_array_equal(kept, np.maximum(feeds[3], 0)[1:])

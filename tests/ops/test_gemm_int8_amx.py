@@ -134,3 +134,24 @@ def test_amx_int8_gemm_reads_u8_a_in_place_when_nothing_needs_packing(backend):
     qgemm_int8_amx(a, b, y, np.array([200], np.uint8), np.array([0], np.int8), backend=backend, kernel=kernel)
     np.testing.assert_array_equal(y[0], exact(a[0], b[0], 200, 0))
     assert packs == [0, 1, 0]
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "numba", pytest.param("opencl", marks=pytest.mark.slow)],
+                         indirect=True)
+@pytest.mark.parametrize("za", [0, 255, "per-row"])
+def test_amx_int8_gemm_in_row_groups_and_k_chunks(backend, za):
+    """``block_order``'s order: a batch of two 32-row blocks (fewer than the kernel's threads, so
+    the column blocks split into groups), K of 9 steps (a chunk of K_CHUNK then one), N ragged (the
+    last block of each group takes all of K at once, with the epilogue): numpy's sums, with A's
+    zero point 0, 255 (C starts at za·u[n] and partial sums wait in y) or per row (every block
+    through the epilogue)."""
+    from ops.gemm_int8_amx import K_CHUNK, THREADS, block_order
+    m, k, n = 32, 9 * 64, 100
+    a, b = data(np.uint8, (2, m, k), 255), data(np.int8, (1, k, n), -128)
+    zav = data(np.uint8, (m,)) if za == "per-row" else np.array([za], np.uint8)
+    group, kchunk, cols_first = block_order(2, m, 128, 128 * k, False)
+    assert (kchunk, cols_first) == (K_CHUNK, 0) and 1 < group < 128 // 32 and 2 < THREADS
+    y = np.full((2, m, n), 7, np.int32)
+    qgemm_int8_amx(a, b, y, zav, np.array([0], np.int8), backend=backend)
+    for t in range(2):
+        np.testing.assert_array_equal(y[t], exact(a[t], b[0], zav, 0))
