@@ -388,7 +388,16 @@ def workspace(teams: int, cfg: TileConfig, k: int, m: int, n: int, pack_a: bool 
     mc = min(cfg.MC, -(-(-(-m // cfg.MR)) // tm) * cfg.MR) if pack_a else 1
     nc = 1 if b_ready else min(cfg.NC, -(-(-(-n // cfg.NR)) // tn) * cfg.NR)
     threads = teams * THREADS
-    return np.empty((threads, mc * kc), np.float32), np.empty((threads, kc * nc), np.float32), tn
+    return lined((threads, mc * kc)), lined((threads, kc * nc)), tn
+
+
+def lined(shape) -> np.ndarray:
+    """An empty f32 array starting on a 64-byte cache line.  numpy starts large arrays 16 bytes
+    past one, so every 64-byte vector of a packed panel straddled two lines."""
+    size = int(np.prod(shape))
+    raw = np.empty(size + 16, np.float32)
+    skip = (-raw.ctypes.data % 64) // 4
+    return raw[skip:skip + size].reshape(shape)
 
 
 NO_GEOMETRY = np.zeros(11, np.int64)
@@ -397,7 +406,7 @@ def packed_b(b: np.ndarray, trans_b: int, cfg: TileConfig, backend) -> np.ndarra
     array and config (kept while the array lives) and at every call for any other."""
     def pack():
         kd, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
-        bp = np.empty((1, kd * -(-n // cfg.NR) * cfg.NR), np.float32)
+        bp = lined((1, kd * -(-n // cfg.NR) * cfg.NR))
         pack_b_panels(b, bp.reshape(-1), trans_b, KC=cfg.KC, NR=cfg.NR, backend=backend)
         return bp
     return packed_constants.once_per_array(b, ("gemm_packed B",) + packed_constants.view_key(b) + (trans_b, cfg),
@@ -406,12 +415,13 @@ def packed_b(b: np.ndarray, trans_b: int, cfg: TileConfig, backend) -> np.ndarra
 
 def packed_gemm(a, b, c, y, trans_a: int = 0, trans_b: int = 0, alpha=1.0, beta=1.0, backend=None,
                 kernel=gemm_packed, config=None, res=None, act: int = ACT_NONE, act_lo: float = 0.0,
-                act_hi: float = 0.0, geometry=None, cores=None, pack_a=None):
+                act_hi: float = 0.0, geometry=None, cores=None, pack_a=None, prefetch_y=None):
     """``gemm_kernel``'s interface on the packed kernel: 3-D a, b (size-1 batch broadcast), 2-D c.
     ``kernel`` is what to launch (a graph's recorder stands in for it while a model is built);
     ``config`` overrides the target's TileConfig (tests use tiny blocks to reach every loop);
     ``res``/``act`` are the epilogue; ``geometry`` (11 ints) makes B the im2col matrix of image b;
-    ``cores`` overrides the target's core count (which decides how batch entries are shared).
+    ``cores`` overrides the target's core count (which decides how batch entries are shared);
+    ``pack_a``/``prefetch_y`` override the kernel's own choices (benchmarks compare them).
     A constant B (graph weights: read-only all the way down) shared by the batch is packed once."""
     cfg = config or tile_config(backend or "numba")
     k = a.shape[1] if trans_a else a.shape[2]
@@ -421,6 +431,8 @@ def packed_gemm(a, b, c, y, trans_a: int = 0, trans_b: int = 0, alpha=1.0, beta=
     if pack_a is None:
         pack_a = a.dtype != np.float32
     b_ready = geometry is None and b.shape[0] == 1 and packed_constants.immutable(b)
+    if prefetch_y is None:
+        prefetch_y = prefetches_y(y.shape[1], y.shape[2], k, cfg)
     ap, bp, tn = workspace(teams, cfg, k, y.shape[1], y.shape[2], pack_a, whole, b_ready)
     if b_ready:
         bp = packed_b(b[0], trans_b, cfg, backend)
@@ -430,6 +442,6 @@ def packed_gemm(a, b, c, y, trans_a: int = 0, trans_b: int = 0, alpha=1.0, beta=
     kernel(a, b, c, res, y, ap, bp, NO_GEOMETRY if geometry is None else np.asarray(geometry, np.int64), tn,
            whole=int(whole), b_ready=int(b_ready), im2col=int(geometry is not None), trans_a=trans_a,
            trans_b=trans_b, alpha=float(alpha), beta=float(beta), add_res=int(add_res), act=act,
-           act_lo=float(act_lo), act_hi=float(act_hi), prefetch_y=int(prefetches_y(y.shape[1], y.shape[2], k, cfg)),
+           act_lo=float(act_lo), act_hi=float(act_hi), prefetch_y=int(prefetch_y),
            V=cfg.V, MR=cfg.MR, KC=cfg.KC, MC=cfg.MC, NC=cfg.NC,
            PACK_A=int(pack_a), backend=backend, grid=teams)

@@ -107,6 +107,19 @@ def test_target_tile_prefetching_y(monkeypatch):
     np.testing.assert_allclose(y, reference(a, b, np.zeros((1, 1)), 0, 0, 1.0, 0.0), rtol=1e-4, atol=1e-3)
 
 
+def test_packing_buffers_start_on_a_cache_line():
+    """The packing buffers and a constant B's panels start on a 64-byte line (numpy starts large
+    arrays 16 bytes past one), so each thread's rows and each panel's vectors do too."""
+    cfg = tile_config("numba")
+    for m, k, n in ((1024, 1024, 1024), (300, 100, 70)):
+        ap, bp, _ = gemm_packed.workspace(1, cfg, k, m, n)
+        for buf in (ap, bp):
+            assert buf.ctypes.data % 64 == 0 and buf.dtype == np.float32 and buf.flags.c_contiguous
+            assert buf.strides[0] % 64 == 0 or buf.shape[0] == 1
+    b = frozen(rand(300, 200))
+    assert gemm_packed.packed_b(b, 0, cfg, "numba").ctypes.data % 64 == 0
+
+
 def test_ops_select_the_packed_kernel_on_numba():
     """MatMul, Gemm and FullyConnected pick it for big float products, eager and in a graph."""
     a, w = rand(2, 70, 96), rand(96, 64)
