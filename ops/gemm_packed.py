@@ -393,11 +393,13 @@ def workspace(teams: int, cfg: TileConfig, k: int, m: int, n: int, pack_a: bool 
 
 def lined(shape) -> np.ndarray:
     """An empty f32 array starting on a 64-byte cache line.  numpy starts large arrays 16 bytes
-    past one, so every 64-byte vector of a packed panel straddled two lines."""
+    past one, so every 64-byte vector of a packed panel straddled two lines.  The array owns its
+    start (it is not a view 48 bytes into a bigger one), so a model's plan, which gives each
+    written buffer a line-aligned copy of its owner (``ScratchPool``), keeps the panels aligned."""
     size = int(np.prod(shape))
     raw = np.empty(size + 16, np.float32)
     skip = (-raw.ctypes.data % 64) // 4
-    return raw[skip:skip + size].reshape(shape)
+    return np.frombuffer(memoryview(raw[skip:skip + size]), np.float32).reshape(shape)
 
 
 NO_GEOMETRY = np.zeros(11, np.int64)

@@ -254,3 +254,24 @@ def test_model_weights_packed_at_plan_time():
     for seed in (1, 2):
         xv = np.random.default_rng(seed).standard_normal((2, 40, 96)).astype(np.float32)
         np.testing.assert_allclose(model.run({"x": xv})["y"], xv @ w + bias, rtol=1e-4, atol=1e-3)
+
+
+def test_model_plan_keeps_the_packing_buffers_on_a_cache_line():
+    """A model's plan gives the packing buffers and the packed weights their own scratch copies:
+    those start on a 64-byte line too, so the panels' vectors do not straddle two lines."""
+    w = rand(96, 80)
+    g = dsl.Graph("linear")
+    x = g.input("x", (1, 40, 96), dsl.f32)
+    g.output(ops.MatMul(x, g.constant("w", w)), "y")
+    model = g.compile(backend="numba")
+    xv = rand(1, 40, 96)
+    np.testing.assert_allclose(model.run({"x": xv})["y"], xv @ w, rtol=1e-4, atol=1e-3)
+    seen = 0
+    for plan in model._plans.values():
+        for launcher, (values, _grid) in plan.first.steps:
+            names = [p.name for p in launcher.kernel_ir.params]
+            if "bp" in names:
+                assert values[names.index("ap")].ctypes.data % 64 == 0
+                assert values[names.index("bp")].ctypes.data % 64 == 0
+                seen += 1
+    assert seen == 1
