@@ -391,18 +391,26 @@ def workspace(teams: int, cfg: TileConfig, k: int, m: int, n: int, pack_a: bool 
     mc = min(cfg.MC, -(-(-(-m // cfg.MR)) // tm) * cfg.MR) if pack_a else 1
     nc = 1 if b_ready else min(cfg.NC, -(-(-(-n // cfg.NR)) // tn) * cfg.NR)
     threads = teams * THREADS
-    return lined((threads, mc * kc)), lined((threads, kc * nc)), tn
+    ap = lined(threads, mc * kc) if pack_a else np.empty((threads, mc * kc), np.float32)  # f32 A: unused
+    return ap, lined(threads, kc * nc), tn
 
 
-def lined(shape) -> np.ndarray:
-    """An empty f32 array starting on a 64-byte cache line.  numpy starts large arrays 16 bytes
-    past one, so every 64-byte vector of a packed panel straddled two lines.  The array owns its
-    start (it is not a view 48 bytes into a bigger one), so a model's plan, which gives each
-    written buffer a line-aligned copy of its owner (``ScratchPool``), keeps the panels aligned."""
-    size = int(np.prod(shape))
+LINED_MIN = 1 << 16  # floats (256 KB): smaller buffers skip the ~3 µs of lining up, a cost to an
+# eager launch of a small product where no gain was measured (4x128x64x128: 0.97-1.04 of before)
+
+
+def lined(rows: int, cols: int) -> np.ndarray:
+    """An empty (rows, cols) f32 array starting on a 64-byte cache line.  numpy starts large
+    arrays 16 bytes past one, so every 64-byte vector of a packed panel straddled two lines
+    (1024³ ran ~7 % slower).  The array owns its start (it is not a view 48 bytes into a bigger
+    one), so a model's plan, which gives each written buffer a line-aligned copy of its owner
+    (``ScratchPool``), keeps the panels aligned."""
+    size = rows * cols
+    if size < LINED_MIN:
+        return np.empty((rows, cols), np.float32)
     raw = np.empty(size + 16, np.float32)
-    skip = (-raw.ctypes.data % 64) // 4
-    return np.frombuffer(memoryview(raw[skip:skip + size]), np.float32).reshape(shape)
+    skip = -raw.ctypes.data % 64
+    return np.frombuffer(raw.data, np.float32, size, skip).reshape(rows, cols)
 
 
 NO_GEOMETRY = np.zeros(11, np.int64)
@@ -411,7 +419,7 @@ def packed_b(b: np.ndarray, trans_b: int, cfg: TileConfig, backend) -> np.ndarra
     array and config (kept while the array lives) and at every call for any other."""
     def pack():
         kd, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
-        bp = lined((1, kd * -(-n // cfg.NR) * cfg.NR))
+        bp = lined(1, kd * -(-n // cfg.NR) * cfg.NR)
         pack_b_panels(b, bp.reshape(-1), trans_b, KC=cfg.KC, NR=cfg.NR, backend=backend)
         return bp
     return packed_constants.once_per_array(b, ("gemm_packed B",) + packed_constants.view_key(b) + (trans_b, cfg),

@@ -108,15 +108,15 @@ def test_target_tile_prefetching_y(monkeypatch):
 
 
 def test_packing_buffers_start_on_a_cache_line():
-    """The packing buffers and a constant B's panels start on a 64-byte line (numpy starts large
-    arrays 16 bytes past one), so each thread's rows and each panel's vectors do too."""
+    """Big packing buffers and a big constant B's panels start on a 64-byte line (numpy starts
+    large arrays 16 bytes past one), so each thread's rows and each panel's vectors do too."""
     cfg = tile_config("numba")
-    for m, k, n in ((1024, 1024, 1024), (300, 100, 70)):
-        ap, bp, _ = gemm_packed.workspace(1, cfg, k, m, n)
-        for buf in (ap, bp):
-            assert buf.ctypes.data % 64 == 0 and buf.dtype == np.float32 and buf.flags.c_contiguous
-            assert buf.strides[0] % 64 == 0 or buf.shape[0] == 1
-    b = frozen(rand(300, 200))
+    ap, bp, _ = gemm_packed.workspace(1, cfg, 1024, 1024, 1024, pack_a=True)
+    for buf in (ap, bp):
+        assert buf.ctypes.data % 64 == 0 and buf.dtype == np.float32 and buf.flags.c_contiguous
+        assert buf.strides[0] % 64 == 0 and buf.flags.writeable
+    assert gemm_packed.lined(3, 7).shape == (3, 7)  # small: plain numpy, no lining up
+    b = frozen(rand(600, 200))
     assert gemm_packed.packed_b(b, 0, cfg, "numba").ctypes.data % 64 == 0
 
 
@@ -257,21 +257,25 @@ def test_model_weights_packed_at_plan_time():
 
 
 def test_model_plan_keeps_the_packing_buffers_on_a_cache_line():
-    """A model's plan gives the packing buffers and the packed weights their own scratch copies:
-    those start on a 64-byte line too, so the panels' vectors do not straddle two lines."""
-    w = rand(96, 80)
-    g = dsl.Graph("linear")
-    x = g.input("x", (1, 40, 96), dsl.f32)
-    g.output(ops.MatMul(x, g.constant("w", w)), "y")
+    """A model's plan gives each buffer a launch writes (here B's packing buffer) its own scratch
+    copy: it starts on a 64-byte line too, so the panels' vectors do not straddle two lines."""
+    g = dsl.Graph("matmul")
+    a = g.input("a", (1, 256, 256), dsl.f32)
+    b = g.input("b", (1, 256, 256), dsl.f32)
+    g.output(ops.MatMul(a, b), "y")
     model = g.compile(backend="numba")
-    xv = rand(1, 40, 96)
-    np.testing.assert_allclose(model.run({"x": xv})["y"], xv @ w, rtol=1e-4, atol=1e-3)
+    av, bv = rand(1, 256, 256), rand(1, 256, 256)
+    np.testing.assert_allclose(model.run({"a": av, "b": bv})["y"], av @ bv, rtol=1e-4, atol=1e-3)
     seen = 0
     for plan in model._plans.values():
         for launcher, (values, _grid) in plan.first.steps:
             names = [p.name for p in launcher.kernel_ir.params]
             if "bp" in names:
-                assert values[names.index("ap")].ctypes.data % 64 == 0
                 assert values[names.index("bp")].ctypes.data % 64 == 0
                 seen += 1
     assert seen == 1
+    from dsl.opgraph.launch_plan import ScratchPool
+    pool = ScratchPool()
+    for i, nbytes in enumerate((1000, 1 << 16, 1 << 18, 262148, 1 << 20, 4 << 20)):
+        buf = pool.get(i, ((nbytes,), np.dtype(np.uint8), None), None)
+        assert buf.ctypes.data % 64 == 0 and buf.shape == (nbytes,) and not buf.any()
