@@ -350,15 +350,17 @@ def pack_b_panels(b: In[T, 2], bp: Out[f32, 1], trans_b: i32, KC: dsl.const[i64]
                 bp.flat[dst + k * NR + col] = v
 
 
-PREFETCH_Y_BYTES = 1 << 19  # outputs above this leave a 512 KB L2 (Zen 3's) between their K blocks
+PREFETCH_Y_BYTES = 1 << 19  # outputs above this are not in a 512 KB L2 (Zen 3's) when a tile stores
 
 
-def prefetches_y(m: int, n: int, k: int, cfg: TileConfig) -> bool:
-    """Whether tiles should prefetch their rows of y: only where y is added into after other K
-    blocks and is too big to still be in L2 by then (1024³: +4-17 % on one core); the prefetches
-    of a small product, whose y stays in cache, cost 3-10 % at K = 64 (RESULTS.md, issue 29,
-    nineteenth session)."""
-    return k > cfg.KC and m * n * 4 > PREFETCH_Y_BYTES
+def prefetches_y(m: int, n: int) -> bool:
+    """Whether tiles should prefetch their rows of y: only where y is too big to be in L2 when
+    a tile stores (or adds into) it: the lines then come during the tile's K loop instead of
+    stalling the stores (1024³ +4-17 % on one core, nineteenth session; one K block too, where
+    y is only written: 1024×128·128×1024 +15-25 %, 256×64·64×3136 +3-30 %, twentieth).  The
+    prefetches of a small product, whose y stays in cache, cost 3-10 % at K = 64 (RESULTS.md,
+    issue 29)."""
+    return m * n * 4 > PREFETCH_Y_BYTES
 
 
 def thread_grid(m: int, n: int, cfg: TileConfig, b_ready: bool = False) -> tuple:
@@ -445,7 +447,7 @@ def packed_gemm(a, b, c, y, trans_a: int = 0, trans_b: int = 0, alpha=1.0, beta=
         pack_a = a.dtype != np.float32
     b_ready = geometry is None and b.shape[0] == 1 and packed_constants.immutable(b)
     if prefetch_y is None:
-        prefetch_y = prefetches_y(y.shape[1], y.shape[2], k, cfg)
+        prefetch_y = prefetches_y(y.shape[1], y.shape[2])
     ap, bp, tn = workspace(teams, cfg, k, y.shape[1], y.shape[2], pack_a, whole, b_ready)
     if b_ready:
         bp = packed_b(b[0], trans_b, cfg, backend)

@@ -56,16 +56,15 @@ def check_case(backend, case):
 def test_prefetching_y_changes_no_result(backend, case, monkeypatch):
     """Tiles that prefetch their rows of y (rows past m clamped) give the same products."""
     monkeypatch.setattr(gemm_packed, "PREFETCH_Y_BYTES", 0)
-    m, k, n = case[2:5]
-    assert gemm_packed.prefetches_y(m, n, k, TINY)
+    m, n = case[2], case[4]
+    assert gemm_packed.prefetches_y(m, n)
     check_case(backend, case)
 
 
-def test_y_is_prefetched_only_when_big_and_added_into():
-    cfg = tile_config("numba")
-    assert gemm_packed.prefetches_y(1024, 1024, 1024, cfg)
-    assert not gemm_packed.prefetches_y(1024, 1024, cfg.KC, cfg)   # one K block: y is only written
-    assert not gemm_packed.prefetches_y(128, 256, 1024, cfg)       # 128 KB of y stays in L2
+def test_y_is_prefetched_only_when_big():
+    assert gemm_packed.prefetches_y(1024, 1024)     # 4 MB: 1024³, or one K block (only stored)
+    assert not gemm_packed.prefetches_y(128, 256)   # 128 KB of y stays in L2
+    assert not gemm_packed.prefetches_y(256, 512)   # 512 KB: not over the bound
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
@@ -165,13 +164,24 @@ IM2COL_CASES = [  # (C, H, W, M, kernel, stride, pads (t, l, b, r), dilation)
 @pytest.mark.parametrize("case", IM2COL_CASES, ids=lambda c: f"k{c[4][0]}{c[4][1]}-s{c[5][0]}{c[5][1]}-d{c[7][0]}")
 def test_packed_gemm_implicit_im2col(backend, case):
     """With a geometry B is gathered from the image while it is packed (convolution as GEMM)."""
+    check_im2col(backend, case)
+
+
+@pytest.mark.parametrize("case", IM2COL_CASES[:2], ids=lambda c: f"k{c[4][0]}{c[4][1]}-s{c[5][0]}{c[5][1]}")
+def test_implicit_im2col_prefetching_y(backend, case):
+    """The same with every tile prefetching its rows of y (a convolution's big output)."""
+    check_im2col(backend, case, prefetch_y=True)
+
+
+def check_im2col(backend, case, prefetch_y=None):
     ch, h, w, m, k, s, pads, d = case
     x = rand(1, ch, h * w)
     cols, oh, ow = im2col(x.reshape(ch, h, w), k, s, pads, d)
     a = rand(1, m, ch * k[0] * k[1])
     y = np.full((1, m, oh * ow), np.nan, np.float32)
     geometry = (h, w, k[0], k[1], s[0], s[1], pads[0], pads[1], d[0], d[1], ow)
-    packed_gemm(a, x, np.zeros((1, 1), np.float32), y, beta=0.0, backend=backend, config=TINY, geometry=geometry)
+    packed_gemm(a, x, np.zeros((1, 1), np.float32), y, beta=0.0, backend=backend, config=TINY, geometry=geometry,
+                prefetch_y=prefetch_y)
     np.testing.assert_allclose(y[0], a[0].astype(np.float64) @ cols, rtol=1e-4, atol=1e-4)
 
 
