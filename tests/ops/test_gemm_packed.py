@@ -266,15 +266,17 @@ def test_model_weights_packed_at_plan_time():
         np.testing.assert_allclose(model.run({"x": xv})["y"], xv @ w + bias, rtol=1e-4, atol=1e-3)
 
 
-def test_model_plan_keeps_the_packing_buffers_on_a_cache_line():
+@pytest.mark.parametrize("m, k, n", [(256, 256, 256), (40, 96, 80)], ids=["big", "small"])
+def test_model_plan_keeps_the_packing_buffers_on_a_cache_line(m, k, n):
     """A model's plan gives each buffer a launch writes (here B's packing buffer) its own scratch
-    copy: it starts on a 64-byte line too, so the panels' vectors do not straddle two lines."""
+    copy: it starts on a 64-byte line too, so the panels' vectors do not straddle two lines, small
+    buffers included (an eager launch lines up only those of 256 KB or more)."""
     g = dsl.Graph("matmul")
-    a = g.input("a", (1, 256, 256), dsl.f32)
-    b = g.input("b", (1, 256, 256), dsl.f32)
+    a = g.input("a", (1, m, k), dsl.f32)
+    b = g.input("b", (1, k, n), dsl.f32)
     g.output(ops.MatMul(a, b), "y")
     model = g.compile(backend="numba")
-    av, bv = rand(1, 256, 256), rand(1, 256, 256)
+    av, bv = rand(1, m, k), rand(1, k, n)
     np.testing.assert_allclose(model.run({"a": av, "b": bv})["y"], av @ bv, rtol=1e-4, atol=1e-3)
     seen = 0
     for plan in model._plans.values():
