@@ -81,9 +81,9 @@ def tile_config(backend: str = "numba") -> TileConfig:
     rows as many as leave registers for the two B vectors and a broadcast.  KC: a B panel
     (KC × NR floats) of 32 KB; on AVX-512 half that measured best on the Xeon (NR = 32), on
     an AVX2 Zen 3 KC = 512 ran 1024³ ~10 % faster than 256 on one core (RESULTS.md, issue 29).
-    MC: row blocks of 64 on AVX-512 (8 tiles per B panel) ran 1024³ 3-7 % and 2048³ 5-10 %
-    faster than 192 on the Xeon, 256³ and BERT's shapes no slower (fewer 4 KB-strided rows of A
-    and y per block; no counters to confirm; RESULTS.md, issue 29, twentieth session)."""
+    MC: row blocks of 64 on AVX-512 (8 tiles per B panel) ran 1024³ 1-4 % and 2048³ 8-12 %
+    faster than 192 on the Xeon, 256³ and BERT's shapes alike (fewer 4 KB-strided rows of A and
+    y per block, presumably: no counters to confirm; RESULTS.md, issue 29, twentieth session)."""
     t = dsl.target(backend)
     if "avx512f" in t.features:
         return TileConfig(V=16, MR=8, KC=256, MC=64, NC=2048)
