@@ -80,10 +80,13 @@ def tile_config(backend: str = "numba") -> TileConfig:
     """The tile for ``backend``'s target: 512-bit vectors where AVX-512 is, else 256-bit, MR
     rows as many as leave registers for the two B vectors and a broadcast.  KC: a B panel
     (KC × NR floats) of 32 KB; on AVX-512 half that measured best on the Xeon (NR = 32), on
-    an AVX2 Zen 3 KC = 512 ran 1024³ ~10 % faster than 256 on one core (RESULTS.md, issue 29)."""
+    an AVX2 Zen 3 KC = 512 ran 1024³ ~10 % faster than 256 on one core (RESULTS.md, issue 29).
+    MC: row blocks of 64 on AVX-512 (8 tiles per B panel) ran 1024³ 1-4 % and 2048³ 8-12 %
+    faster than 192 on the Xeon, 256³ and BERT's shapes alike (fewer 4 KB-strided rows of A and
+    y per block, presumably: no counters to confirm; RESULTS.md, issue 29, twentieth session)."""
     t = dsl.target(backend)
     if "avx512f" in t.features:
-        return TileConfig(V=16, MR=8, KC=256, MC=192, NC=2048)
+        return TileConfig(V=16, MR=8, KC=256, MC=64, NC=2048)
     mr = max(1, min(8, (register_tiles.vector_registers(t) - 3) // 2))
     return TileConfig(V=8, MR=mr, KC=512, MC=12 * mr, NC=1024)
 
@@ -347,15 +350,17 @@ def pack_b_panels(b: In[T, 2], bp: Out[f32, 1], trans_b: i32, KC: dsl.const[i64]
                 bp.flat[dst + k * NR + col] = v
 
 
-PREFETCH_Y_BYTES = 1 << 19  # outputs above this leave a 512 KB L2 (Zen 3's) between their K blocks
+PREFETCH_Y_BYTES = 1 << 19  # outputs above this are not in a 512 KB L2 (Zen 3's) when a tile stores
 
 
-def prefetches_y(m: int, n: int, k: int, cfg: TileConfig) -> bool:
-    """Whether tiles should prefetch their rows of y: only where y is added into after other K
-    blocks and is too big to still be in L2 by then (1024³: +4-17 % on one core); the prefetches
-    of a small product, whose y stays in cache, cost 3-10 % at K = 64 (RESULTS.md, issue 29,
-    nineteenth session)."""
-    return k > cfg.KC and m * n * 4 > PREFETCH_Y_BYTES
+def prefetches_y(m: int, n: int) -> bool:
+    """Whether tiles should prefetch their rows of y: only where y is too big to be in L2 when
+    a tile stores (or adds into) it: the lines then come during the tile's K loop instead of
+    stalling the stores (1024³ +4-17 % on one core, nineteenth session; one K block too, where
+    y is only written: 1024×128·128×1024 +15-25 %, 256×64·64×3136 +3-30 %, twentieth).  The
+    prefetches of a small product, whose y stays in cache, cost 3-10 % at K = 64 (RESULTS.md,
+    issue 29)."""
+    return m * n * 4 > PREFETCH_Y_BYTES
 
 
 def thread_grid(m: int, n: int, cfg: TileConfig, b_ready: bool = False) -> tuple:
@@ -388,7 +393,26 @@ def workspace(teams: int, cfg: TileConfig, k: int, m: int, n: int, pack_a: bool 
     mc = min(cfg.MC, -(-(-(-m // cfg.MR)) // tm) * cfg.MR) if pack_a else 1
     nc = 1 if b_ready else min(cfg.NC, -(-(-(-n // cfg.NR)) // tn) * cfg.NR)
     threads = teams * THREADS
-    return np.empty((threads, mc * kc), np.float32), np.empty((threads, kc * nc), np.float32), tn
+    ap = lined(threads, mc * kc) if pack_a else np.empty((threads, mc * kc), np.float32)  # f32 A: unused
+    return ap, lined(threads, kc * nc), tn
+
+
+LINED_MIN = 1 << 16  # floats (256 KB): smaller buffers skip the ~3 µs of lining up, a cost to an
+# eager launch of a small product where no gain was measured (4x128x64x128: 0.97-1.04 of before)
+
+
+def lined(rows: int, cols: int) -> np.ndarray:
+    """An empty (rows, cols) f32 array starting on a 64-byte cache line.  numpy starts large
+    arrays 16 bytes past one, so every 64-byte vector of a packed panel straddled two lines
+    (1024³ ran ~7 % slower).  The array owns its start (it is not a view 48 bytes into a bigger
+    one), so a model's plan, which gives each written buffer a line-aligned copy of its owner
+    (``ScratchPool``), keeps the panels aligned."""
+    size = rows * cols
+    if size < LINED_MIN:
+        return np.empty((rows, cols), np.float32)
+    raw = np.empty(size + 16, np.float32)
+    skip = -raw.ctypes.data % 64
+    return np.frombuffer(raw.data, np.float32, size, skip).reshape(rows, cols)
 
 
 NO_GEOMETRY = np.zeros(11, np.int64)
@@ -397,7 +421,7 @@ def packed_b(b: np.ndarray, trans_b: int, cfg: TileConfig, backend) -> np.ndarra
     array and config (kept while the array lives) and at every call for any other."""
     def pack():
         kd, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
-        bp = np.empty((1, kd * -(-n // cfg.NR) * cfg.NR), np.float32)
+        bp = lined(1, kd * -(-n // cfg.NR) * cfg.NR)
         pack_b_panels(b, bp.reshape(-1), trans_b, KC=cfg.KC, NR=cfg.NR, backend=backend)
         return bp
     return packed_constants.once_per_array(b, ("gemm_packed B",) + packed_constants.view_key(b) + (trans_b, cfg),
@@ -406,12 +430,13 @@ def packed_b(b: np.ndarray, trans_b: int, cfg: TileConfig, backend) -> np.ndarra
 
 def packed_gemm(a, b, c, y, trans_a: int = 0, trans_b: int = 0, alpha=1.0, beta=1.0, backend=None,
                 kernel=gemm_packed, config=None, res=None, act: int = ACT_NONE, act_lo: float = 0.0,
-                act_hi: float = 0.0, geometry=None, cores=None, pack_a=None):
+                act_hi: float = 0.0, geometry=None, cores=None, pack_a=None, prefetch_y=None):
     """``gemm_kernel``'s interface on the packed kernel: 3-D a, b (size-1 batch broadcast), 2-D c.
     ``kernel`` is what to launch (a graph's recorder stands in for it while a model is built);
     ``config`` overrides the target's TileConfig (tests use tiny blocks to reach every loop);
     ``res``/``act`` are the epilogue; ``geometry`` (11 ints) makes B the im2col matrix of image b;
-    ``cores`` overrides the target's core count (which decides how batch entries are shared).
+    ``cores`` overrides the target's core count (which decides how batch entries are shared);
+    ``pack_a``/``prefetch_y`` override the kernel's own choices (benchmarks compare them).
     A constant B (graph weights: read-only all the way down) shared by the batch is packed once."""
     cfg = config or tile_config(backend or "numba")
     k = a.shape[1] if trans_a else a.shape[2]
@@ -421,6 +446,8 @@ def packed_gemm(a, b, c, y, trans_a: int = 0, trans_b: int = 0, alpha=1.0, beta=
     if pack_a is None:
         pack_a = a.dtype != np.float32
     b_ready = geometry is None and b.shape[0] == 1 and packed_constants.immutable(b)
+    if prefetch_y is None:
+        prefetch_y = prefetches_y(y.shape[1], y.shape[2])
     ap, bp, tn = workspace(teams, cfg, k, y.shape[1], y.shape[2], pack_a, whole, b_ready)
     if b_ready:
         bp = packed_b(b[0], trans_b, cfg, backend)
@@ -430,6 +457,6 @@ def packed_gemm(a, b, c, y, trans_a: int = 0, trans_b: int = 0, alpha=1.0, beta=
     kernel(a, b, c, res, y, ap, bp, NO_GEOMETRY if geometry is None else np.asarray(geometry, np.int64), tn,
            whole=int(whole), b_ready=int(b_ready), im2col=int(geometry is not None), trans_a=trans_a,
            trans_b=trans_b, alpha=float(alpha), beta=float(beta), add_res=int(add_res), act=act,
-           act_lo=float(act_lo), act_hi=float(act_hi), prefetch_y=int(prefetches_y(y.shape[1], y.shape[2], k, cfg)),
+           act_lo=float(act_lo), act_hi=float(act_hi), prefetch_y=int(prefetch_y),
            V=cfg.V, MR=cfg.MR, KC=cfg.KC, MC=cfg.MC, NC=cfg.NC,
            PACK_A=int(pack_a), backend=backend, grid=teams)

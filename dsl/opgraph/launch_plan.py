@@ -215,7 +215,9 @@ def _refs_in(v):
 
 class ScratchPool:
     """Scratch buffers of one model plan instance, per owner (a node, or one tile of it: tiles
-    may run at once).  Zero-filled when made, as a run() allocating ``np.zeros`` would see them."""
+    may run at once).  Zero-filled when made, as a run() allocating ``np.zeros`` would see them,
+    and starting on a 64-byte cache line: numpy starts large arrays 16 bytes past one, and a
+    packed GEMM panel whose vectors straddle two lines runs 1024³ ~7 % slower."""
 
     def __init__(self):
         self._bufs: Dict[tuple, np.ndarray] = {}
@@ -225,7 +227,7 @@ class ScratchPool:
         key = (owner, index, shape, dtype.str)
         buf = self._bufs.get(key)
         if buf is None:
-            buf = self._bufs[key] = np.zeros(shape, dtype)
+            buf = self._bufs[key] = _line_zeros(shape, dtype)
             if init is not None:
                 buf.reshape(-1).view(np.uint8)[:] = init
         return buf
@@ -261,6 +263,15 @@ def bind_plan(launches: Sequence[Launch], ins: Sequence, outs: Sequence, scratch
             kwargs["grid"] = launch.grid
         bound.append((launch.kernel, tuple(value(a) for a in launch.args), kwargs, launch.backend))
     return bound
+
+
+def _line_zeros(shape, dtype) -> np.ndarray:
+    """np.zeros(shape, dtype) starting on a 64-byte line."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.zeros(nbytes + 64, np.uint8)
+    start = -address(raw) % 64
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
 
 
 def owner(a: np.ndarray) -> np.ndarray:

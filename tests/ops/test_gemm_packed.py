@@ -56,16 +56,15 @@ def check_case(backend, case):
 def test_prefetching_y_changes_no_result(backend, case, monkeypatch):
     """Tiles that prefetch their rows of y (rows past m clamped) give the same products."""
     monkeypatch.setattr(gemm_packed, "PREFETCH_Y_BYTES", 0)
-    m, k, n = case[2:5]
-    assert gemm_packed.prefetches_y(m, n, k, TINY)
+    m, n = case[2], case[4]
+    assert gemm_packed.prefetches_y(m, n)
     check_case(backend, case)
 
 
-def test_y_is_prefetched_only_when_big_and_added_into():
-    cfg = tile_config("numba")
-    assert gemm_packed.prefetches_y(1024, 1024, 1024, cfg)
-    assert not gemm_packed.prefetches_y(1024, 1024, cfg.KC, cfg)   # one K block: y is only written
-    assert not gemm_packed.prefetches_y(128, 256, 1024, cfg)       # 128 KB of y stays in L2
+def test_y_is_prefetched_only_when_big():
+    assert gemm_packed.prefetches_y(1024, 1024)     # 4 MB: 1024³, or one K block (only stored)
+    assert not gemm_packed.prefetches_y(128, 256)   # 128 KB of y stays in L2
+    assert not gemm_packed.prefetches_y(256, 512)   # 512 KB: not over the bound
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
@@ -105,6 +104,19 @@ def test_target_tile_prefetching_y(monkeypatch):
     y = np.empty((1, m, n), np.float32)
     packed_gemm(a, b, np.zeros((1, 1), np.float32), y, backend="numba")
     np.testing.assert_allclose(y, reference(a, b, np.zeros((1, 1)), 0, 0, 1.0, 0.0), rtol=1e-4, atol=1e-3)
+
+
+def test_packing_buffers_start_on_a_cache_line():
+    """Big packing buffers and a big constant B's panels start on a 64-byte line (numpy starts
+    large arrays 16 bytes past one), so each thread's rows and each panel's vectors do too."""
+    cfg = tile_config("numba")
+    ap, bp, _ = gemm_packed.workspace(1, cfg, 1024, 1024, 1024, pack_a=True)
+    for buf in (ap, bp):
+        assert buf.ctypes.data % 64 == 0 and buf.dtype == np.float32 and buf.flags.c_contiguous
+        assert buf.strides[0] % 64 == 0 and buf.flags.writeable
+    assert gemm_packed.lined(3, 7).shape == (3, 7)  # small: plain numpy, no lining up
+    b = frozen(rand(600, 200))
+    assert gemm_packed.packed_b(b, 0, cfg, "numba").ctypes.data % 64 == 0
 
 
 def test_ops_select_the_packed_kernel_on_numba():
@@ -152,13 +164,24 @@ IM2COL_CASES = [  # (C, H, W, M, kernel, stride, pads (t, l, b, r), dilation)
 @pytest.mark.parametrize("case", IM2COL_CASES, ids=lambda c: f"k{c[4][0]}{c[4][1]}-s{c[5][0]}{c[5][1]}-d{c[7][0]}")
 def test_packed_gemm_implicit_im2col(backend, case):
     """With a geometry B is gathered from the image while it is packed (convolution as GEMM)."""
+    check_im2col(backend, case)
+
+
+@pytest.mark.parametrize("case", IM2COL_CASES[:2], ids=lambda c: f"k{c[4][0]}{c[4][1]}-s{c[5][0]}{c[5][1]}")
+def test_implicit_im2col_prefetching_y(backend, case):
+    """The same with every tile prefetching its rows of y (a convolution's big output)."""
+    check_im2col(backend, case, prefetch_y=True)
+
+
+def check_im2col(backend, case, prefetch_y=None):
     ch, h, w, m, k, s, pads, d = case
     x = rand(1, ch, h * w)
     cols, oh, ow = im2col(x.reshape(ch, h, w), k, s, pads, d)
     a = rand(1, m, ch * k[0] * k[1])
     y = np.full((1, m, oh * ow), np.nan, np.float32)
     geometry = (h, w, k[0], k[1], s[0], s[1], pads[0], pads[1], d[0], d[1], ow)
-    packed_gemm(a, x, np.zeros((1, 1), np.float32), y, beta=0.0, backend=backend, config=TINY, geometry=geometry)
+    packed_gemm(a, x, np.zeros((1, 1), np.float32), y, beta=0.0, backend=backend, config=TINY, geometry=geometry,
+                prefetch_y=prefetch_y)
     np.testing.assert_allclose(y[0], a[0].astype(np.float64) @ cols, rtol=1e-4, atol=1e-4)
 
 
@@ -241,3 +264,30 @@ def test_model_weights_packed_at_plan_time():
     for seed in (1, 2):
         xv = np.random.default_rng(seed).standard_normal((2, 40, 96)).astype(np.float32)
         np.testing.assert_allclose(model.run({"x": xv})["y"], xv @ w + bias, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("m, k, n", [(256, 256, 256), (40, 96, 80)], ids=["big", "small"])
+def test_model_plan_keeps_the_packing_buffers_on_a_cache_line(m, k, n):
+    """A model's plan gives each buffer a launch writes (here B's packing buffer) its own scratch
+    copy: it starts on a 64-byte line too, so the panels' vectors do not straddle two lines, small
+    buffers included (an eager launch lines up only those of 256 KB or more)."""
+    g = dsl.Graph("matmul")
+    a = g.input("a", (1, m, k), dsl.f32)
+    b = g.input("b", (1, k, n), dsl.f32)
+    g.output(ops.MatMul(a, b), "y")
+    model = g.compile(backend="numba")
+    av, bv = rand(1, m, k), rand(1, k, n)
+    np.testing.assert_allclose(model.run({"a": av, "b": bv})["y"], av @ bv, rtol=1e-4, atol=1e-3)
+    seen = 0
+    for plan in model._plans.values():
+        for launcher, (values, _grid) in plan.first.steps:
+            names = [p.name for p in launcher.kernel_ir.params]
+            if "bp" in names:
+                assert values[names.index("bp")].ctypes.data % 64 == 0
+                seen += 1
+    assert seen == 1
+    from dsl.opgraph.launch_plan import ScratchPool
+    pool = ScratchPool()
+    for i, nbytes in enumerate((1000, 1 << 16, 1 << 18, 262148, 1 << 20, 4 << 20)):
+        buf = pool.get(i, ((nbytes,), np.dtype(np.uint8), None), None)
+        assert buf.ctypes.data % 64 == 0 and buf.shape == (nbytes,) and not buf.any()
