@@ -372,7 +372,8 @@ def output_alignment(rounds: int) -> None:
     """``outalign`` mode: MatMulInteger 256x1024x1024's tile GEMM launched alone into y starting 0,
     16, 32 and 48 bytes past a 64-byte line (numpy's large arrays start 0 or 16 past one), against
     onnxruntime; one thread a side, alternated, best of each."""
-    from ops.gemm_int8_amx import aligned, qgemm_amx, qgemm_int8_amx
+    from dsl.runtime.cache_lines import line_aligned
+    from ops.gemm_int8_amx import qgemm_amx, qgemm_int8_amx
     proto, feeds = matmul_integer()
     sess = ort_session(proto, 1)
     b = numpy_helper.to_array(next(i for i in proto.graph.initializer if i.name == "b"))
@@ -384,7 +385,7 @@ def output_alignment(rounds: int) -> None:
     want = sess.run(None, feeds)[0]
     sides = {"ort": lambda: sess.run(None, feeds)}
     for off in (0, 16, 32, 48):
-        y = aligned((256 * 1024 + 16,), np.int32)[off // 4:off // 4 + 256 * 1024].reshape(1, 256, 1024)
+        y = line_aligned(256 * 1024 + 16, np.int32)[off // 4:off // 4 + 256 * 1024].reshape(1, 256, 1024)
         qgemm_amx(*args[:9], y, *args[10:], **kw)
         assert np.array_equal(y[0], want)
         sides[f"y +{off} B"] = lambda y=y: qgemm_amx(*args[:9], y, *args[10:], **kw)

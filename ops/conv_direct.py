@@ -47,6 +47,7 @@ import numpy as np
 
 import dsl
 from dsl import In, InOut, Out, f32, i32, i64
+from dsl.runtime.cache_lines import line_aligned
 from ops.gemm_packed import ACT_RELU, activation
 
 THREADS = 4
@@ -427,22 +428,14 @@ def cached_pack(w: np.ndarray, b, key, pack):
     return packed
 
 
-def aligned_empty(size: int) -> np.ndarray:
-    """An f32 array starting on a 64-byte line: numpy's 16-byte aligned buffers made every
-    weight vector load of the tile loop straddle two cache lines."""
-    raw = np.empty(size + 16, np.float32)
-    skip = (-raw.ctypes.data % 64) // 4
-    return raw[skip:skip + size]
-
-
 def packed_weights(w: np.ndarray, b: np.ndarray, cfg: DirectConfig, backend: str):
     """(weights, bias) in the direct kernel's order, once per constant weight array and config."""
     def pack():
         m, c = w.shape[0], w.shape[1]
         khw = int(np.prod(w.shape[2:]))
         groups = oc_groups(m, cfg.OCT)
-        wp = aligned_empty(groups * -(-c // BLOCK) * khw * BLOCK * cfg.OCT)
-        bp = aligned_empty(groups * cfg.OCT)
+        wp = line_aligned(groups * -(-c // BLOCK) * khw * BLOCK * cfg.OCT)
+        bp = line_aligned(groups * cfg.OCT)
         bias = np.zeros(m, np.float32) if b is None else b.reshape(-1)
         pack_conv_weights(w.reshape(-1), bias, wp, bp, m, c, khw, OCT=cfg.OCT, backend=backend)
         return wp, bp

@@ -63,8 +63,9 @@ import numpy as np
 
 import dsl
 from dsl import In, Out, f32, i32, i64
+from dsl.runtime.cache_lines import line_aligned
 from ops import register_tiles, work_split
-from ops.conv_direct import (DirectConfig, aligned_empty, balanced_grid, oc_groups, packed_weights,
+from ops.conv_direct import (DirectConfig, balanced_grid, oc_groups, packed_weights,
                               store_last_block)
 from ops.gemm_packed import ACT_RELU, activation
 
@@ -599,7 +600,7 @@ def gather_pixels(impl, x, c: int, blocked: bool, strides, out_hw, backend, tile
     n, h, wd = x.shape[0], x.shape[2], x.shape[3]
     cb = x.shape[1] if blocked else -(-c // BLOCK)
     oh, ow = out_hw
-    buf = aligned_empty(n * cb * oh * ow * BLOCK)
+    buf = line_aligned(n * cb * oh * ow * BLOCK)
     geom = np.zeros(GEOM, np.int64)
     geom[[G_GATHER, G_N, G_C, G_COLS, G_OUT_W, G_STEP_ROW, G_STEP_COL]] = \
         (1, n, cb * BLOCK if blocked else c, oh * ow, ow, strides[0] * wd, strides[1])

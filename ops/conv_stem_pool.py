@@ -33,7 +33,8 @@ import numpy as np
 
 import dsl
 from dsl import In, InOut, Out, f32, i32, i64
-from ops.conv_direct import aligned_empty, balanced_grid
+from dsl.runtime.cache_lines import line_aligned
+from ops.conv_direct import balanced_grid
 from ops.conv_stem import stem_weights
 from ops.gemm_packed import activation
 from ops.register_tiles import fits
@@ -313,6 +314,6 @@ def launch_conv_stem_pool(impl, x, w, bias, y, strides, dil, begin, conv_out, po
     grid = balanced_grid(items, THREADS)
     workers = grid * THREADS
     xp = np.empty(workers * c * kr * xw, np.float32)
-    cs = aligned_empty(workers * ((ow + (n_open + 1) * pw) * mg + cfg.V))
+    cs = line_aligned(workers * ((ow + (n_open + 1) * pw) * mg + cfg.V))
     impl(x.reshape(-1), wp, bp, y.reshape(-1), xp, cs, koff, geom, act=act, act_lo=float(lo), act_hi=float(hi),
          V=cfg.V, P=cfg.P, NV=cfg.NV, backend=backend, grid=grid)

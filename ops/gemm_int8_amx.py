@@ -33,6 +33,7 @@ import numpy as np
 
 import dsl
 from dsl import In, InOut, Out, f32, i32, i64
+from dsl.runtime.cache_lines import line_aligned
 from ops import packed_constants
 from ops.gemm_int8 import FLOAT_OUT, THREADS, epilogue_args, pack_b_int8
 
@@ -270,20 +271,11 @@ def qgemm_amx(a: In[i32, 3], a_zp: In[Z, 2], bp: In[i32, 2], bu: In[i32, 2], bz:
 _STAND_IN_I32 = np.zeros((1, 1, 1), np.int32)    # qgemm_amx's y when the result is f32 (never written)
 _STAND_IN_F32 = np.zeros((1, 1, 1), np.float32)  # its yf otherwise
 
-def aligned(shape, dtype) -> np.ndarray:
-    """Zeros of ``shape`` starting on a 64-byte line: a tile row of 64 bytes then spans one cache
-    line, not two (numpy's large arrays start 16 bytes past one)."""
-    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    raw = np.zeros(size + 64, np.uint8)
-    start = -raw.ctypes.data % 64
-    return raw[start:start + size].view(dtype).reshape(shape)
-
-
 def _pack_b(b3: np.ndarray, bzp2: np.ndarray, backend) -> tuple:
     bb, kk, n = b3.shape
     np_cols = -(-n // BLOCK) * BLOCK
     k4 = -(-kk // 4)
-    bp = aligned((bb, np_cols * k4 + 15 * PANEL), np.int32)  # + 15 rows: the last K block's overreach
+    bp = line_aligned((bb, np_cols * k4 + 15 * PANEL), np.int32, zero=True)  # + 15 rows: the last K block's overreach
     bu = np.empty((bb, np_cols), np.int32)
     bz = np.empty((bb, np_cols), np.int32)
     flip = 0x80 if b3.dtype == np.uint8 else 0
@@ -336,7 +328,7 @@ def qgemm_amx_packed_b(a3: np.ndarray, packed: tuple, y3: np.ndarray, a_zp=None,
     za = np.zeros((1, 1), a3.dtype) if a_zp is None else np.asarray(a_zp, a3.dtype).reshape(1, -1)
     pack = not (reads_a_in_place(a3, bz) or row_sums_folded and reads_a_in_place(a3, bz[:, :0]))
     mp = -(-m // BLOCK) * BLOCK
-    ap = aligned((batch * mp, -(-kk // K_STEP) * (K_STEP // 4)) if pack else (1, 1), np.int32)
+    ap = line_aligned((batch * mp, -(-kk // K_STEP) * (K_STEP // 4)) if pack else (1, 1), np.int32, zero=True)
     rows = np.empty((batch * mp, 2) if pack else (1, 2), np.int32)
     mults, biases, fbiases, ascale, mode, lo, hi = epilogue_args(y3, mult, bias, q_lo, q_hi, per_row, m, bu.shape[1],
                                                                  a_scale)

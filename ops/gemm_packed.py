@@ -36,6 +36,7 @@ import numpy as np
 
 import dsl
 from dsl import In, InOut, Out, f32, i32, i64
+from dsl.runtime.cache_lines import line_aligned
 from ops import packed_constants, register_tiles
 
 T = dsl.TypeVar("T")
@@ -402,17 +403,10 @@ LINED_MIN = 1 << 16  # floats (256 KB): smaller buffers skip the ~3 µs of linin
 
 
 def lined(rows: int, cols: int) -> np.ndarray:
-    """An empty (rows, cols) f32 array starting on a 64-byte cache line.  numpy starts large
-    arrays 16 bytes past one, so every 64-byte vector of a packed panel straddled two lines
-    (1024³ ran ~7 % slower).  The array owns its start (it is not a view 48 bytes into a bigger
-    one), so a model's plan, which gives each written buffer a line-aligned copy of its owner
-    (``ScratchPool``), keeps the panels aligned."""
-    size = rows * cols
-    if size < LINED_MIN:
+    """An empty (rows, cols) f32 packing buffer, on a cache line from ``LINED_MIN`` floats up."""
+    if rows * cols < LINED_MIN:
         return np.empty((rows, cols), np.float32)
-    raw = np.empty(size + 16, np.float32)
-    skip = -raw.ctypes.data % 64
-    return np.frombuffer(raw.data, np.float32, size, skip).reshape(rows, cols)
+    return line_aligned((rows, cols), np.float32)
 
 
 NO_GEOMETRY = np.zeros(11, np.int64)

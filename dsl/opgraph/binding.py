@@ -8,7 +8,7 @@ such a buffer or a view of it (a Reshape, a tile's slice, an f16 tensor's uint16
 output buffers are their own ``np.empty`` allocations, so "data pointer inside that allocation"
 identifies the views exactly; each is recorded as (byte offset, shape, strides, dtype).  A run
 then rebuilds only the argument tuples of the steps that hold one, with the caller's feed (or a
-fresh array per output, on a 64-byte line: ``line_aligned_empty``) or the same view of it in its place.  Launch values frozen for
+fresh array per output, on a 64-byte line: ``line_aligned``) or the same view of it in its place.  Launch values frozen for
 numba (backends/numba/frozen.py) stay frozen: a feed of the same dtype, shape and C-contiguity
 has the same numba type, so nothing is checked again.
 
@@ -29,7 +29,6 @@ The rules are strict; a buffer keeps the copy when any of them fails:
 """
 from __future__ import annotations
 
-import math
 import os
 from sys import getrefcount
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -39,8 +38,8 @@ import numpy as np
 
 from backends.base import Launcher
 from dsl.opgraph import tiling as tiles
-from dsl.opgraph.launch_plan import address as _address
 from dsl.runtime import arg_check
+from dsl.runtime.cache_lines import address, line_aligned
 
 # Buffers smaller than this keep the copy: rebinding a launch costs ~1 us, as much as copying
 # ~32 KB in and out (benchmarks/RESULTS.md "Model.run without copies").  OPDSL_BIND_MIN_BYTES=0
@@ -61,7 +60,7 @@ class _View:
 
     def __init__(self, root: int, a: np.ndarray, base: np.ndarray):
         self.root = root
-        self.offset = _address(a) - _address(base)
+        self.offset = address(a) - address(base)
         self.shape, self.strides, self.dtype = a.shape, a.strides, a.dtype
         self.whole = (self.offset == 0 and a.shape == base.shape and a.dtype == base.dtype)
 
@@ -87,7 +86,7 @@ class Binding:
         self.inputs = inputs
         self._run_fns = tuple(run_fns)
         self._noop = noop
-        self._spans = [(_address(r), _address(r) + r.nbytes) for r in self.roots]
+        self._spans = [(address(r), address(r) + r.nbytes) for r in self.roots]
         self.pinned = set()          # roots that keep the copy
         self.frozen_only = [True] * len(self.roots)  # every use a frozen launch (read-only feeds ok)
         self.patches: List[Tuple[int, dict]] = []  # (step index, patch tree) for steps holding a root
@@ -108,7 +107,7 @@ class Binding:
 
     # ------------------------------------------------------------------ finding references
     def _root_of(self, a: np.ndarray) -> Optional[int]:
-        p = _address(a)
+        p = address(a)
         for i, (lo, hi) in enumerate(self._spans):
             if lo <= p < hi:
                 return i
@@ -330,17 +329,6 @@ def build(steps: Sequence, inputs: Sequence[np.ndarray], outputs: Sequence[Tuple
                                                for _, buf in outputs], outputs)
 
 
-def line_aligned_empty(shape, dtype) -> np.ndarray:
-    """``np.empty`` starting on a 64-byte cache line.  numpy may start a large array 16 bytes past
-    one; then each 64-byte row a kernel stores (an AVX-512 vector, a matrix tile's row) spans two
-    lines: MatMulInteger 256x1024x1024's tile stores ran 6-12 % slower into such an output."""
-    dtype = np.dtype(dtype)
-    nbytes = math.prod(shape) * dtype.itemsize
-    raw = np.empty(nbytes + 64, np.uint8)
-    start = -_address(raw) % 64
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
-
-
 class RunBinding:
     """What ``Model.run`` uses per run of one plan instance: which feeds go in place, which
     outputs are fresh arrays, and the steps to rebind."""
@@ -376,12 +364,12 @@ class RunBinding:
             # the array this output was last run: the caller let go of it (this list holds the
             # only reference, no weak ones): its pages are mapped and warm, where a new one would
             # fault each page in again (~4 us a page here; 128 KiB outputs paid 20-130 us)
-            # (a view of it holds its base, line_aligned_empty's buffer, not it)
+            # (a view of it holds its base, line_aligned's buffer, not it)
             if given[j] is not None and getrefcount(given[j]) == 2 and not getweakrefcount(given[j]) and (
                     given[j].base is None or getrefcount(given[j].base) == 2):
                 arrays[r] = given[j]
             else:
-                arrays[r] = given[j] = line_aligned_empty(shape, dt)
+                arrays[r] = given[j] = line_aligned(shape, dt)
         if flat is not None:
             flat.run(self.binding.rebound(steps, arrays))
         else:

@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from dsl.opgraph.spec import VerifyError, describe
+from dsl.runtime.cache_lines import address, line_aligned
 from dsl.runtime.kernel import Kernel
 
 
@@ -227,7 +228,7 @@ class ScratchPool:
         key = (owner, index, shape, dtype.str)
         buf = self._bufs.get(key)
         if buf is None:
-            buf = self._bufs[key] = _line_zeros(shape, dtype)
+            buf = self._bufs[key] = line_aligned(shape, dtype, zero=True)
             if init is not None:
                 buf.reshape(-1).view(np.uint8)[:] = init
         return buf
@@ -265,22 +266,8 @@ def bind_plan(launches: Sequence[Launch], ins: Sequence, outs: Sequence, scratch
     return bound
 
 
-def _line_zeros(shape, dtype) -> np.ndarray:
-    """np.zeros(shape, dtype) starting on a 64-byte line."""
-    dtype = np.dtype(dtype)
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    raw = np.zeros(nbytes + 64, np.uint8)
-    start = -address(raw) % 64
-    return raw[start:start + nbytes].view(dtype).reshape(shape)
-
-
 def owner(a: np.ndarray) -> np.ndarray:
     """The array owning ``a``'s memory, through every level of views."""
     while isinstance(a.base, np.ndarray):
         a = a.base
     return a
-
-
-def address(a: np.ndarray) -> int:
-    """The address of ``a``'s first element."""
-    return a.__array_interface__["data"][0]

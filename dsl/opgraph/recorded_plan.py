@@ -27,7 +27,8 @@ from typing import List, Optional
 
 import numpy as np
 
-from dsl.opgraph.launch_plan import Launch, Ref, Scratch, address, owner
+from dsl.opgraph.launch_plan import Launch, Ref, Scratch, owner
+from dsl.runtime.cache_lines import address
 from dsl.opgraph.op import run_op
 from dsl.runtime.kernel import Kernel, watching_launches
 
