@@ -76,7 +76,8 @@ G_N, G_C, G_M, G_ROWS, G_COLS, G_STEP_ROW, G_STEP_COL = range(7)  # output rows 
 G_SXN, G_SXB, G_SXC, G_SXP = range(7, 11)  # x strides: image, 16-channel block, channel, pixel
 G_BLOCKED_OUT = 11
 G_ROWS_TILE = 12  # 1: plain x and y, stride 1: the pixel-vector tile (run_rows)
-G_PAIR = 13  # 1: NCHWc16 x, stride 1, items of 2P pixels at constant offsets
+G_PAIR = 13  # 1 (PAIR_BLOCKED) / 2 (PAIR_PLAIN): x NCHWc16 / plain, stride 1, items of 2P pixels at constant offsets
+PAIR_BLOCKED, PAIR_PLAIN = 1, 2
 G_OUT_W = 14  # output pixels per row of x's grid: the flattened tiles' running (row, column) wraps here
 G_GATHER = 15  # 1: this launch only copies the pixels x's tiles read into y, NCHWc16 (gather_pixels)
 GEOM = 16
@@ -251,7 +252,7 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
     if blocked_out == 1:  # every lane of the last block is written, zero past m_out
         ocg_n = (mb * BLOCK + OCT - 1) // OCT
         m_written = mb * BLOCK
-    tp = P * (1 + pair)  # pixels per item
+    tp = P * (1 + min(pair, 1))  # pixels per item
     row_tiles = (cols + tp - 1) // tp
     at_t = dsl.thread_id() * SCRATCH
     lo, hi = dsl.split(ocg_n * n_img * rows * row_tiles, grid=True)
@@ -278,7 +279,7 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
             pf_at += pf_duty * c_in * BLOCK
         one_vector = NV > 1 and g * OCT + V >= m_written
         c_first = t * tp  # first pixel of the row this item stores
-        if PAIRS == 1 and pair == 1 and cols - c_first > P:
+        if PAIRS == 1 and pair >= 1 and cols - c_first > P:
             # 2P consecutive pixels 16 floats apart in x (NCHWc16, stride 1): their offsets are
             # constants from one base, so the 2P·NV accumulators leave the integer registers free;
             # the last tile of a row overlaps the one before and stores only its new pixels.  A
@@ -286,7 +287,7 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
             # 13x13 images: 12 items of 14 and a lone pixel, which cost a whole item)
             c0 = min(c_first, cols - 2 * P)
             npix = 2 * P
-            xb = nb * sxn + (orow * step_row + c0) * BLOCK
+            xb = nb * sxn + (orow * step_row + c0) * sxp
             acc2 = dsl.local((2 * P, NV), dsl.simd(f32, V))
             for p in dsl.static_range(2 * P):
                 for j in dsl.static_range(NV):
@@ -299,6 +300,19 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                         xc2 = xb + icb * sxb + ci
                         for p in dsl.static_range(2 * P):
                             acc2[p, 0] = dsl.fma(dsl.splat(x.flat[xc2 + p * BLOCK], V), wv2, acc2[p, 0])
+            elif pair == PAIR_PLAIN:
+                # plain x: the 2P pixels are consecutive floats of each input channel's row
+                for ci in range(c_in):
+                    wv4 = dsl.local((NV,), dsl.simd(f32, V))
+                    for j in dsl.static_range(NV):
+                        wv4[j] = w.vload(wg + ci * OCT + j * V, V)
+                    if pf_w == 1:
+                        dsl.prefetch(w, pf_at + ci * BLOCK)
+                    xc4 = xb + ci * sxc
+                    for p in dsl.static_range(2 * P):
+                        xv4 = dsl.splat(x.flat[xc4 + p], V)
+                        for j in dsl.static_range(NV):
+                            acc2[p, j] = dsl.fma(xv4, wv4[j], acc2[p, j])
             else:
                 for icb in range(cb):
                     cn3 = min(BLOCK, c_in - icb * BLOCK)
@@ -565,10 +579,13 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
         geom[[G_SXN, G_SXB, G_SXC, G_SXP]] = (c * h * wd, BLOCK * h * wd, h * wd, 1)
     flat_res = np.zeros(1, np.float32) if res is None else res.reshape(-1)
     ocg = oc_groups(m, cfg.OCT, blocked_out)
-    if blocked and tuple(strides) == (1, 1) and oh * ow >= 2 * cfg.P and pairs:
-        geom[G_PAIR] = 1  # tiles of 2P pixels, x read at constant offsets (AVX-512's 32 registers)
-    items = ocg * n * geom[G_ROWS] * -(-geom[G_COLS] // (cfg.P * (1 + geom[G_PAIR])))
-    item_fmas = c * cfg.P * (1 + geom[G_PAIR]) * cfg.NV
+    if tuple(strides) == (1, 1) and oh * ow >= 2 * cfg.P and pairs and (blocked or m % cfg.OCT == 0 or m % cfg.OCT > cfg.V):
+        # tiles of 2P pixels, x read at constant offsets (AVX-512's 32 registers); plain x has no
+        # one-vector variant (a last group of at most V channels)
+        geom[G_PAIR] = PAIR_BLOCKED if blocked else PAIR_PLAIN
+    tp = cfg.P * (2 if geom[G_PAIR] else 1)
+    items = ocg * n * geom[G_ROWS] * -(-geom[G_COLS] // tp)
+    item_fmas = c * tp * cfg.NV
     # pixel-vector tile: measured (benchmarks/RESULTS.md, CPU time) 10-20 % faster than the
     # channel-vector tile on plain tensors with up to 128 input channels (56x56 and 28x28 layers)
     # and 10-50 % slower with more (each input channel's 48 pixels are another row of x); the
