@@ -559,11 +559,15 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
     strided = tuple(strides) != (1, 1)
     # PAIRS is a const: the gather launch passes the convolution's, or it compiles a second specialization
     pairs = int(2 * cfg.P * cfg.OCT <= SCRATCH and register_tiles.fits(2 * cfg.P * cfg.NV, cfg.NV, backend or "numba"))
-    plain_gather = not blocked and c >= BLOCK and m >= GATHER_PLAIN_MIN_M and (blocked_out or strided)
+    pair = pair_mode(blocked, strided, oh * ow, m, cfg, pairs)
+    # a plain x read in place by pair items beat the gather and NCHWc16 pairs (one core, AVX-512,
+    # NCHWc16 y: ResNet's 64>256 56x56 0.91x, 1024>256 14x14 0.78x)
+    plain_gather = not blocked and c >= BLOCK and m >= GATHER_PLAIN_MIN_M and (blocked_out or strided) and not pair
     if (blocked and strided) or plain_gather:
         x = gather_pixels(impl, x, c, blocked, strides, (oh, ow), backend, (cfg, rr, rnv, pairs))
         strides, blocked = (1, 1), True
         h, wd = oh, ow
+        pair = pair_mode(True, False, oh * ow, m, cfg, pairs)
     wp, bp = packed_weights(w, bias, cfg, backend)
     geom = np.zeros(GEOM, np.int64)
     # tiles run over the flattened output image; a strided one's pixels step through x by rows of
@@ -579,10 +583,7 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
         geom[[G_SXN, G_SXB, G_SXC, G_SXP]] = (c * h * wd, BLOCK * h * wd, h * wd, 1)
     flat_res = np.zeros(1, np.float32) if res is None else res.reshape(-1)
     ocg = oc_groups(m, cfg.OCT, blocked_out)
-    if tuple(strides) == (1, 1) and oh * ow >= 2 * cfg.P and pairs and (blocked or m % cfg.OCT == 0 or m % cfg.OCT > cfg.V):
-        # tiles of 2P pixels, x read at constant offsets (AVX-512's 32 registers); plain x has no
-        # one-vector variant (a last group of at most V channels)
-        geom[G_PAIR] = PAIR_BLOCKED if blocked else PAIR_PLAIN
+    geom[G_PAIR] = pair
     tp = cfg.P * (2 if geom[G_PAIR] else 1)
     items = ocg * n * geom[G_ROWS] * -(-geom[G_COLS] // tp)
     item_fmas = c * tp * cfg.NV
@@ -602,6 +603,18 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
     impl(x.reshape(-1), wp, bp, flat_res, y.reshape(-1), geom, add_res=int(res is not None), act=act,
          act_lo=float(lo), act_hi=float(hi), pf=prefetch_mode(c, m), V=cfg.V, NV=cfg.NV, P=cfg.P, RR=rr, RNV=rnv,
          PAIRS=pairs, backend=backend, grid=grid)
+
+
+def pair_mode(blocked: bool, strided: bool, pixels: int, m: int, cfg: DirectConfig, pairs: int) -> int:
+    """``geom[G_PAIR]``: items of 2P pixels at constant offsets from one base (``pairs``: the
+    target's registers hold 2P·NV accumulators) on a stride-1 image of 2P pixels or more, NCHWc16
+    (PAIR_BLOCKED) or plain (PAIR_PLAIN, which has no one-vector variant: not with a last group of
+    at most V channels); else 0."""
+    if strided or pixels < 2 * cfg.P or not pairs:
+        return 0
+    if blocked:
+        return PAIR_BLOCKED
+    return PAIR_PLAIN if m % cfg.OCT == 0 or m % cfg.OCT > cfg.V else 0
 
 
 def gather_pixels(impl, x, c: int, blocked: bool, strides, out_hw, backend, tile) -> np.ndarray:
