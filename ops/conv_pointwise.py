@@ -19,7 +19,8 @@ either format.
 * **Weights** are reordered once into ``[oc group][ic][OCT oc]`` (ops/conv_direct.py's
   ``pack_conv_weights`` with a 1-tap window, kept per constant array by ``packed_weights``).
 * **Pixels**: tiles run along the flattened output image and read consecutive NCHWc16 pixels.
-  A strided NCHWc16 x, and a plain x of 16 channels or more feeding an NCHWc16 y or a strided
+  A strided NCHWc16 x, and a plain x of 16 channels or more feeding an NCHWc16 y (unless plain
+  pair items run, below) or a strided
   convolution of ``GATHER_PLAIN_MIN_M`` output channels or more, is first copied into a
   compact NCHWc16 image of the output's size (``gather_pixels``, oneDNN's "reduce to unit
   stride"; in place, ResNet's projections ran ~0.7x as fast).  Any other strided plain x is
@@ -33,7 +34,11 @@ either format.
   P pixels are left (7×7 images: 3 items and 7 pixels), runs the P-pixel tile.  Whole groups
   under Relu, with or without a residual, are stored straight from the registers.  Measured on one core
   (benchmarks/bench_pointwise.py): squeezenet's 1×1 layers 10-25 % faster, the 1000-class head
-  and ResNet's stride-1 1×1 layers ~10 %.
+  and ResNet's stride-1 1×1 layers ~10 %.  A plain x with stride 1 (``PAIR_PLAIN``, ``pair_mode``)
+  runs them too where the pixel-vector tile does not: the 2P pixels are consecutive floats of
+  each input channel's row, so the offsets are constants again (a run-time pixel step cost 5-10 %
+  on every pair layer); one core, AVX-512: ResNet's plain 1024>256 14×14 0.80x the time of the
+  7-pixel tile, and into NCHWc16 0.78-0.91x the time of the gather and NCHWc16 pairs.
 * **Work split**: items are (oc group, image, row, tile), oc group outermost, split evenly
   over the team and the grid, so a thread's consecutive tiles reuse one group's weights
   (C·OCT·4 bytes, 128 KB at C = 1024) from L2; the pixel-vector tile's items run the row
