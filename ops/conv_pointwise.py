@@ -503,9 +503,12 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                     for px in range(first, npix):
                         v = tile[dsl.thread_id(), px * OCT + o] + res.flat[at + px]
                         y.flat[at + px] = activation(v, act, act_lo, act_hi)
+                elif first == 0 and npix == 2 * P:  # a whole pair item: the copy unrolled
+                    for px2 in dsl.static_range(2 * P):
+                        y.flat[at + px2] = tile.flat[at_t + px2 * OCT + o]
                 else:
                     for px in range(first, npix):
-                        y.flat[at + px] = tile[dsl.thread_id(), px * OCT + o]
+                        y.flat[at + px] = tile.flat[at_t + px * OCT + o]
         t += 1
         qw += tp
         while qw >= out_w:

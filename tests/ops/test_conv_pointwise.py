@@ -377,17 +377,18 @@ def test_pointwise_blocked_pixel_pairs(backend, act, m):
 @pytest.mark.parametrize("m, res", [(64, False), (56, True)])
 def test_pointwise_plain_pixel_pairs(backend, monkeypatch, fmt_out, m, res):
     """Plain x, stride 1, too few pixels for the pixel-vector tile: items of 2P consecutive pixels
-    of each channel row on AVX-512 (30 = two whole items, then 2 pixels on the P-pixel tile), with
-    a batch of two, a last group of 24 channels (56), a residual and Relu, and the next group's
-    weight prefetches forced on."""
+    of each channel row on AVX-512 (30 = two whole items, then 2 pixels on the P-pixel tile; 25 =
+    a whole item and one overlapping it by 3), with a batch of two, a last group of 24 channels
+    (56), a residual and Relu, and the next group's weight prefetches forced on."""
     monkeypatch.setattr(pw, "PREFETCH_MIN_BYTES", 0)
-    x, w, b = data(2, 40, 5, 6, m)
-    z = RNG.standard_normal((2, m, 5, 6)).astype(np.float32)
-    want = np.maximum(pointwise_ref(x, w, b) + (z if res else 0), 0)
-    y = np.full(F.physical_shape((2, m, 5, 6), fmt_out), np.nan, np.float32)
-    zi = None if not res else F.to_nchwc16_ref(z) if fmt_out == "nchwc16" else z
-    launch_conv_pointwise(conv_pointwise, x, w, b, y, zi, (1, 1), False, backend, 1, 0.0, 0.0)
-    np.testing.assert_allclose(F.to_plain_ref(y, m) if fmt_out == "nchwc16" else y, want, rtol=1e-4, atol=1e-4)
+    for h, wd in ((5, 6), (5, 5)):
+        x, w, b = data(2, 40, h, wd, m)
+        z = RNG.standard_normal((2, m, h, wd)).astype(np.float32)
+        want = np.maximum(pointwise_ref(x, w, b) + (z if res else 0), 0)
+        y = np.full(F.physical_shape((2, m, h, wd), fmt_out), np.nan, np.float32)
+        zi = None if not res else F.to_nchwc16_ref(z) if fmt_out == "nchwc16" else z
+        launch_conv_pointwise(conv_pointwise, x, w, b, y, zi, (1, 1), False, backend, 1, 0.0, 0.0)
+        np.testing.assert_allclose(F.to_plain_ref(y, m) if fmt_out == "nchwc16" else y, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("fmt_in, fmt_out, m", [("nchwc16", "nchwc16", 48), ("nchwc16", "plain", 40),
