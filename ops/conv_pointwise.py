@@ -292,7 +292,7 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
             # 13x13 images: 12 items of 14 and a lone pixel, which cost a whole item)
             c0 = min(c_first, cols - 2 * P)
             npix = 2 * P
-            xb = nb * sxn + (orow * step_row + c0) * sxp
+            xb = nb * sxn + (orow * step_row + c0) * BLOCK
             acc2 = dsl.local((2 * P, NV), dsl.simd(f32, V))
             for p in dsl.static_range(2 * P):
                 for j in dsl.static_range(NV):
@@ -313,7 +313,7 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                         wv4[j] = w.vload(wg + ci * OCT + j * V, V)
                     if pf_w == 1:
                         dsl.prefetch(w, pf_at + ci * BLOCK)
-                    xc4 = xb + ci * sxc
+                    xc4 = nb * sxn + c0 + ci * sxc  # plain x: pixel c0 of channel ci's row
                     for p in dsl.static_range(2 * P):
                         xv4 = dsl.splat(x.flat[xc4 + p], V)
                         for j in dsl.static_range(NV):
