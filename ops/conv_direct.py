@@ -9,6 +9,9 @@ broadcasts one input value per pixel: P·NV fused multiply-adds for NV + P loads
 
 * **Loop order**: a full 16-channel block of a blocked image read at dilation 1 runs the kw
   taps of a kernel row as one loop of kw·16 input channels (contiguous in x and in the weights).
+  A full block at unit channel stride steps U channels at a time (``DirectConfig.U``, unrolled:
+  constant displacements for the U weight rows and input channels, the walk's counters once per
+  step); other blocks (partial ones, plain unpadded images) step one channel.
 * **Weights** are reordered once into ``[oc group][ic block][kh][kw][16 ic][OCT oc]``
   (``pack_conv_weights``, OCT = NV·V, zero-padded), so the NV weight vectors of one input
   channel are contiguous.  Constant weights (read-only arrays: graph constants, BN-folded ones)
@@ -113,11 +116,14 @@ def direct_config(backend: str = "numba", m: int = 0) -> DirectConfig:
     as 7×32 or up to ~15 % faster on one thread (benchmarks/RESULTS.md, ninth session); groups of up
     to 12 tiles share a pass over the weights (a 7×7 image's 9 tiles one pass, not 8 + 1; 14×14's
     33 three, not five: 3-8 % less time on ResNet-50's deep 3×3 layers, eighteenth session).
-    AVX2: 12 of 16 registers (6 pixels × 16 channels), groups of up to 8 tiles."""
+    Full blocks are walked 4 channels a step with AVX-512 (serial kernel, ResNet-50's 3×3
+    layers: 0.95-0.99 of the one-channel loop's time, +0.3-0.5 s compile; 8 a step was no faster
+    and compiles longer; benchmarks/RESULTS.md, twentieth session, slice pw2).
+    AVX2: 12 of 16 registers (6 pixels × 16 channels), groups of up to 8 tiles, one channel a step."""
     if "avx512f" in dsl.target(backend).features:
         if m and m % 64 == 0:
-            return DirectConfig(V=16, NV=4, P=6, TG=12, U=8)
-        return DirectConfig(V=16, NV=2, P=7, U=8)
+            return DirectConfig(V=16, NV=4, P=6, TG=12, U=4)
+        return DirectConfig(V=16, NV=2, P=7, U=4)
     return DirectConfig(V=8, NV=2, P=6)
 
 

@@ -298,12 +298,12 @@ def test_a_model_packs_its_constant_weights_once(monkeypatch):
 
 def test_avx512_tile_is_seven_pixels_by_two_vectors():
     """7 pixels × 32 channels with AVX-512 (ResNet's widths 112/56/28/14/7 tile exactly, the
-    pixel offsets stay in registers), 8 channels a step of the unrolled walk; 6 × 16 with
+    pixel offsets stay in registers), 4 channels a step of the unrolled walk; 6 × 16 with
     narrower vectors, one channel a step (AVX2's loop as it was)."""
     cfg = direct_config("numba")
     if "avx512f" in dsl.target("numba").features:
-        assert (cfg.P, cfg.NV, cfg.V, cfg.U) == (7, 2, 16, 8)
-        assert direct_config("numba", 64).U == 8
+        assert (cfg.P, cfg.NV, cfg.V, cfg.U) == (7, 2, 16, 4)
+        assert direct_config("numba", 64).U == 4
     else:
         assert (cfg.P, cfg.NV, cfg.V, cfg.U) == (6, 2, 8, 1)
 
@@ -316,8 +316,8 @@ def test_unrolled_walk_takes_a_divisor_of_the_block():
 def test_blocked_full_blocks_64_channels(backend):
     """NCHWc16 input of two full blocks (the kw taps run as one loop) into 64 output channels
     (the 6 px × 64 ch tile on AVX-512), dilation 1 and 2 (2: tap by tap), the full blocks walked
-    several channels a step on every backend: AVX-512's tile takes 8, the tiles that keep one
-    channel a step by default (AVX2's, OpenCL's) take 4 here."""
+    4 channels a step on every backend (AVX-512's own tile does; the tiles that keep one channel
+    a step by default, AVX2's and OpenCL's, are given U = 4 here)."""
     x = RNG.standard_normal((1, 32, 7, 9)).astype(np.float32)
     w = RNG.standard_normal((64, 32, 3, 3)).astype(np.float32) * 0.2
     b = RNG.standard_normal(64).astype(np.float32)
