@@ -9,6 +9,9 @@ broadcasts one input value per pixel: P·NV fused multiply-adds for NV + P loads
 
 * **Loop order**: a full 16-channel block of a blocked image read at dilation 1 runs the kw
   taps of a kernel row as one loop of kw·16 input channels (contiguous in x and in the weights).
+  A full block at unit channel stride steps U channels at a time (``DirectConfig.U``, unrolled:
+  constant displacements for the U weight rows and input channels, the walk's counters once per
+  step); other blocks (partial ones, plain unpadded images) step one channel.
 * **Weights** are reordered once into ``[oc group][ic block][kh][kw][16 ic][OCT oc]``
   (``pack_conv_weights``, OCT = NV·V, zero-padded), so the NV weight vectors of one input
   channel are contiguous.  Constant weights (read-only arrays: graph constants, BN-folded ones)
@@ -87,11 +90,15 @@ class DirectConfig:
     NV: int
     P: int
     TG: int = 8  # tiles sharing one pass over the weights
+    U: int = 1  # input channels a step of the tile loop over a full block at unit channel stride (1: no unrolled walk)
 
     def __post_init__(self):
         if self.V not in (2, 4, 8, 16):
             raise ValueError(f"DirectConfig V={self.V}: lanes must be 2, 4, 8 or 16 (a divisor of the "
                              f"NCHWc16 block)")
+        if self.U not in (1, 2, 4, 8):
+            raise ValueError(f"DirectConfig U={self.U}: the unrolled walk takes 1, 2, 4 or 8 channels a step "
+                             f"(a divisor of the 16-channel block)")
         if self.NV < 1 or self.P < 1 or self.TG < 1:
             raise ValueError(f"DirectConfig NV={self.NV}, P={self.P}, TG={self.TG}: the tile needs at least "
                              f"one vector, one pixel and one tile per group")
@@ -110,11 +117,14 @@ def direct_config(backend: str = "numba", m: int = 0) -> DirectConfig:
     as 7×32 or up to ~15 % faster on one thread (benchmarks/RESULTS.md, ninth session); groups of up
     to 12 tiles share a pass over the weights (a 7×7 image's 9 tiles one pass, not 8 + 1; 14×14's
     33 three, not five: 3-8 % less time on ResNet-50's deep 3×3 layers, eighteenth session).
-    AVX2: 12 of 16 registers (6 pixels × 16 channels), groups of up to 8 tiles."""
+    Full blocks are walked 4 channels a step with AVX-512 (serial kernel, ResNet-50's 3×3
+    layers: 0.95-0.99 of the one-channel loop's time, +0.3-0.5 s compile; 8 a step was no faster
+    and compiles longer; benchmarks/RESULTS.md, twentieth session, slice pw2).
+    AVX2: 12 of 16 registers (6 pixels × 16 channels), groups of up to 8 tiles, one channel a step."""
     if "avx512f" in dsl.target(backend).features:
         if m and m % 64 == 0:
-            return DirectConfig(V=16, NV=4, P=6, TG=12)
-        return DirectConfig(V=16, NV=2, P=7)
+            return DirectConfig(V=16, NV=4, P=6, TG=12, U=4)
+        return DirectConfig(V=16, NV=2, P=7, U=4)
     return DirectConfig(V=8, NV=2, P=6)
 
 
@@ -151,7 +161,7 @@ def pack_conv_weights(w: In[f32], b: In[f32], wp: Out[f32], bp: Out[f32], m: i64
 def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], xp: InOut[f32],
                 pix: In[i64], tinfo: In[i64], geom: dsl.Vec[i64, 24], phase: i32, blocked_out: i32, add_res: i32, act: i32,
                 act_lo: f32, act_hi: f32, V: dsl.const[i64], NV: dsl.const[i64], P: dsl.const[i64],
-                TG: dsl.const[i64]):
+                TG: dsl.const[i64], U: dsl.const[i64]):
     """PHASE_PAD: xp = x with a zero border (geom's H, W, PT, PL, HP, WP, LANES).  PHASE_CONV:
     y = act(conv(x, w) + bias [+ res]) with x read through geom's strides, ``w``/``bias`` from
     pack_conv_weights, y (and res) NCHWc16 when ``blocked_out`` else plain; the tiles' pixels
@@ -312,7 +322,33 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                     xrow = xo
                     left = run
                     kleft = kw_steps
-                    for r in range(nkh * kw_steps * run):
+                    steps = nkh * kw_steps * run
+                    if U > 1 and cn == BLOCK and sxc == 1:
+                        steps = 0  # the unrolled walk below takes the whole block
+                        for r in range(nkh * kw_steps * (run // U)):
+                            for u in dsl.static_range(U):
+                                uv = dsl.local((NV,), dsl.simd(f32, V))
+                                for j in dsl.static_range(NV):
+                                    uv[j] = w.vload(wo + u * OCT + j * V, V)
+                                for p in dsl.static_range(P):
+                                    ux = dsl.splat(x.flat[xo + off[p] + u], V)
+                                    for j in dsl.static_range(NV):
+                                        acc[p, j] = dsl.fma(ux, uv[j], acc[p, j])
+                            wo += U * OCT
+                            xo += U
+                            left -= U
+                            if left == 0:
+                                left = run
+                                wo += w_skip
+                                kleft -= 1
+                                if kleft == 0:
+                                    kleft = kw_steps
+                                    wo += row_skip
+                                    xrow += tap_h
+                                    xo = xrow
+                                else:
+                                    xo += x_skip
+                    for r in range(steps):
                         wv = dsl.local((NV,), dsl.simd(f32, V))
                         for j in dsl.static_range(NV):
                             wv[j] = w.vload(wo + j * V, V)
@@ -576,7 +612,8 @@ def launch_conv_direct(impl, x, w, bias, y, res, strides, dil, begin, blocked: b
     flat_y = y.reshape(-1)
     flat_res = np.zeros(1, np.float32) if res is None else res.reshape(-1)
     kw_args = dict(blocked_out=int(blocked), add_res=int(res is not None), act=act, act_lo=float(lo),
-                   act_hi=float(hi), V=cfg.V, NV=cfg.NV, P=cfg.P, TG=cfg.TG, backend=backend)
+                   act_hi=float(hi), V=cfg.V, NV=cfg.NV, P=cfg.P, TG=cfg.TG, U=cfg.U,
+                   backend=backend)
     ocg = oc_groups(m, cfg.OCT, blocked)
     items = -(-(tinfo.size // 4) // cfg.TG) * n * ocg
     grid = balanced_grid(items)

@@ -19,7 +19,8 @@ either format.
 * **Weights** are reordered once into ``[oc group][ic][OCT oc]`` (ops/conv_direct.py's
   ``pack_conv_weights`` with a 1-tap window, kept per constant array by ``packed_weights``).
 * **Pixels**: tiles run along the flattened output image and read consecutive NCHWc16 pixels.
-  A strided NCHWc16 x, and a plain x of 16 channels or more feeding an NCHWc16 y or a strided
+  A strided NCHWc16 x, and a plain x of 16 channels or more feeding an NCHWc16 y (unless plain
+  pair items run, below) or a strided
   convolution of ``GATHER_PLAIN_MIN_M`` output channels or more, is first copied into a
   compact NCHWc16 image of the output's size (``gather_pixels``, oneDNN's "reduce to unit
   stride"; in place, ResNet's projections ran ~0.7x as fast).  Any other strided plain x is
@@ -33,7 +34,11 @@ either format.
   P pixels are left (7×7 images: 3 items and 7 pixels), runs the P-pixel tile.  Whole groups
   under Relu, with or without a residual, are stored straight from the registers.  Measured on one core
   (benchmarks/bench_pointwise.py): squeezenet's 1×1 layers 10-25 % faster, the 1000-class head
-  and ResNet's stride-1 1×1 layers ~10 %.
+  and ResNet's stride-1 1×1 layers ~10 %.  A plain x with stride 1 (``PAIR_PLAIN``, ``pair_mode``)
+  runs them too where the pixel-vector tile does not: the 2P pixels are consecutive floats of
+  each input channel's row, so the offsets are constants again (a run-time pixel step cost 5-10 %
+  on every pair layer); one core, AVX-512: ResNet's plain 1024>256 14×14 0.80x the time of the
+  7-pixel tile, and into NCHWc16 0.78-0.91x the time of the gather and NCHWc16 pairs.
 * **Work split**: items are (oc group, image, row, tile), oc group outermost, split evenly
   over the team and the grid, so a thread's consecutive tiles reuse one group's weights
   (C·OCT·4 bytes, 128 KB at C = 1024) from L2; the pixel-vector tile's items run the row
@@ -77,7 +82,8 @@ G_N, G_C, G_M, G_ROWS, G_COLS, G_STEP_ROW, G_STEP_COL = range(7)  # output rows 
 G_SXN, G_SXB, G_SXC, G_SXP = range(7, 11)  # x strides: image, 16-channel block, channel, pixel
 G_BLOCKED_OUT = 11
 G_ROWS_TILE = 12  # 1: plain x and y, stride 1: the pixel-vector tile (run_rows)
-G_PAIR = 13  # 1: NCHWc16 x, stride 1, items of 2P pixels at constant offsets
+G_PAIR = 13  # 1 (PAIR_BLOCKED) / 2 (PAIR_PLAIN): x NCHWc16 / plain, stride 1, items of 2P pixels at constant offsets
+PAIR_BLOCKED, PAIR_PLAIN = 1, 2
 G_OUT_W = 14  # output pixels per row of x's grid: the flattened tiles' running (row, column) wraps here
 G_GATHER = 15  # 1: this launch only copies the pixels x's tiles read into y, NCHWc16 (gather_pixels)
 GEOM = 16
@@ -252,7 +258,7 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
     if blocked_out == 1:  # every lane of the last block is written, zero past m_out
         ocg_n = (mb * BLOCK + OCT - 1) // OCT
         m_written = mb * BLOCK
-    tp = P * (1 + pair)  # pixels per item
+    tp = P * (1 + min(pair, 1))  # pixels per item
     row_tiles = (cols + tp - 1) // tp
     at_t = dsl.thread_id() * SCRATCH
     lo, hi = dsl.split(ocg_n * n_img * rows * row_tiles, grid=True)
@@ -279,7 +285,7 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
             pf_at += pf_duty * c_in * BLOCK
         one_vector = NV > 1 and g * OCT + V >= m_written
         c_first = t * tp  # first pixel of the row this item stores
-        if PAIRS == 1 and pair == 1 and cols - c_first > P:
+        if PAIRS == 1 and pair >= 1 and cols - c_first > P:
             # 2P consecutive pixels 16 floats apart in x (NCHWc16, stride 1): their offsets are
             # constants from one base, so the 2P·NV accumulators leave the integer registers free;
             # the last tile of a row overlaps the one before and stores only its new pixels.  A
@@ -300,6 +306,19 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                         xc2 = xb + icb * sxb + ci
                         for p in dsl.static_range(2 * P):
                             acc2[p, 0] = dsl.fma(dsl.splat(x.flat[xc2 + p * BLOCK], V), wv2, acc2[p, 0])
+            elif pair == PAIR_PLAIN:
+                # plain x: the 2P pixels are consecutive floats of each input channel's row
+                for ci in range(c_in):
+                    wv4 = dsl.local((NV,), dsl.simd(f32, V))
+                    for j in dsl.static_range(NV):
+                        wv4[j] = w.vload(wg + ci * OCT + j * V, V)
+                    if pf_w == 1:
+                        dsl.prefetch(w, pf_at + ci * BLOCK)
+                    xc4 = nb * sxn + c0 + ci * sxc  # plain x: pixel c0 of channel ci's row
+                    for p in dsl.static_range(2 * P):
+                        xv4 = dsl.splat(x.flat[xc4 + p], V)
+                        for j in dsl.static_range(NV):
+                            acc2[p, j] = dsl.fma(xv4, wv4[j], acc2[p, j])
             else:
                 for icb in range(cb):
                     cn3 = min(BLOCK, c_in - icb * BLOCK)
@@ -485,9 +504,12 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                     for px in range(first, npix):
                         v = tile[dsl.thread_id(), px * OCT + o] + res.flat[at + px]
                         y.flat[at + px] = activation(v, act, act_lo, act_hi)
+                elif first == 0 and npix == 2 * P:  # a whole pair item: the copy unrolled
+                    for px2 in dsl.static_range(2 * P):
+                        y.flat[at + px2] = tile.flat[at_t + px2 * OCT + o]
                 else:
                     for px in range(first, npix):
-                        y.flat[at + px] = tile[dsl.thread_id(), px * OCT + o]
+                        y.flat[at + px] = tile.flat[at_t + px * OCT + o]
         t += 1
         qw += tp
         while qw >= out_w:
@@ -546,11 +568,15 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
     strided = tuple(strides) != (1, 1)
     # PAIRS is a const: the gather launch passes the convolution's, or it compiles a second specialization
     pairs = int(2 * cfg.P * cfg.OCT <= SCRATCH and register_tiles.fits(2 * cfg.P * cfg.NV, cfg.NV, backend or "numba"))
-    plain_gather = not blocked and c >= BLOCK and m >= GATHER_PLAIN_MIN_M and (blocked_out or strided)
+    pair = pair_mode(blocked, strided, oh * ow, m, cfg, pairs)
+    # a plain x read in place by pair items beat the gather and NCHWc16 pairs (one core, AVX-512,
+    # NCHWc16 y: ResNet's 64>256 56x56 0.91x, 1024>256 14x14 0.78x)
+    plain_gather = not blocked and c >= BLOCK and m >= GATHER_PLAIN_MIN_M and (blocked_out or strided) and not pair
     if (blocked and strided) or plain_gather:
         x = gather_pixels(impl, x, c, blocked, strides, (oh, ow), backend, (cfg, rr, rnv, pairs))
         strides, blocked = (1, 1), True
         h, wd = oh, ow
+        pair = pair_mode(True, False, oh * ow, m, cfg, pairs)
     wp, bp = packed_weights(w, bias, cfg, backend)
     geom = np.zeros(GEOM, np.int64)
     # tiles run over the flattened output image; a strided one's pixels step through x by rows of
@@ -566,10 +592,10 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
         geom[[G_SXN, G_SXB, G_SXC, G_SXP]] = (c * h * wd, BLOCK * h * wd, h * wd, 1)
     flat_res = np.zeros(1, np.float32) if res is None else res.reshape(-1)
     ocg = oc_groups(m, cfg.OCT, blocked_out)
-    if blocked and tuple(strides) == (1, 1) and oh * ow >= 2 * cfg.P and pairs:
-        geom[G_PAIR] = 1  # tiles of 2P pixels, x read at constant offsets (AVX-512's 32 registers)
-    items = ocg * n * geom[G_ROWS] * -(-geom[G_COLS] // (cfg.P * (1 + geom[G_PAIR])))
-    item_fmas = c * cfg.P * (1 + geom[G_PAIR]) * cfg.NV
+    geom[G_PAIR] = pair
+    tp = cfg.P * (2 if geom[G_PAIR] else 1)
+    items = ocg * n * geom[G_ROWS] * -(-geom[G_COLS] // tp)
+    item_fmas = c * tp * cfg.NV
     # pixel-vector tile: measured (benchmarks/RESULTS.md, CPU time) 10-20 % faster than the
     # channel-vector tile on plain tensors with up to 128 input channels (56x56 and 28x28 layers)
     # and 10-50 % slower with more (each input channel's 48 pixels are another row of x); the
@@ -586,6 +612,18 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
     impl(x.reshape(-1), wp, bp, flat_res, y.reshape(-1), geom, add_res=int(res is not None), act=act,
          act_lo=float(lo), act_hi=float(hi), pf=prefetch_mode(c, m), V=cfg.V, NV=cfg.NV, P=cfg.P, RR=rr, RNV=rnv,
          PAIRS=pairs, backend=backend, grid=grid)
+
+
+def pair_mode(blocked: bool, strided: bool, pixels: int, m: int, cfg: DirectConfig, pairs: int) -> int:
+    """``geom[G_PAIR]``: items of 2P pixels at constant offsets from one base (``pairs``: the
+    target's registers hold 2P·NV accumulators) on a stride-1 image of 2P pixels or more, NCHWc16
+    (PAIR_BLOCKED) or plain (PAIR_PLAIN, which has no one-vector variant: not with a last group of
+    at most V channels); else 0."""
+    if strided or pixels < 2 * cfg.P or not pairs:
+        return 0
+    if blocked:
+        return PAIR_BLOCKED
+    return PAIR_PLAIN if m % cfg.OCT == 0 or m % cfg.OCT > cfg.V else 0
 
 
 def gather_pixels(impl, x, c: int, blocked: bool, strides, out_hw, backend, tile) -> np.ndarray:

@@ -2,6 +2,8 @@
 odd sizes, padding, stride 2, dilation, channel counts that are not multiples of 16, batch,
 1-D, plain and NCHWc16 layouts, the fused epilogues; weights packed once per constant; the
 kernel choice of Conv.select."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -211,10 +213,12 @@ def test_blocked_chain_needs_no_reorder_between_convs(backend):
 
 
 @pytest.mark.parametrize("cfg", [DirectConfig(V=4, NV=2, P=3, TG=2), DirectConfig(V=8, NV=1, P=5),
-                                 DirectConfig(V=16, NV=2, P=14), DirectConfig(V=16, NV=4, P=6)], ids=str)
+                                 DirectConfig(V=16, NV=2, P=14), DirectConfig(V=16, NV=4, P=6),
+                                 DirectConfig(V=4, NV=2, P=3, TG=2, U=2), DirectConfig(V=16, NV=4, P=6, U=8)], ids=str)
 def test_other_register_tiles(cfg):
     """Tiles of other targets (narrower vectors, one vector per group, several groups of tiles
-    whose partial sums wait between input-channel blocks) compute the same."""
+    whose partial sums wait between input-channel blocks, U channels a step over the full
+    first block and one at a time over the partial second) compute the same."""
     x = RNG.standard_normal((1, 18, 6, 7)).astype(np.float32)
     w = RNG.standard_normal((11, 18, 3, 2)).astype(np.float32)
     b = RNG.standard_normal(11).astype(np.float32)
@@ -294,24 +298,36 @@ def test_a_model_packs_its_constant_weights_once(monkeypatch):
 
 def test_avx512_tile_is_seven_pixels_by_two_vectors():
     """7 pixels × 32 channels with AVX-512 (ResNet's widths 112/56/28/14/7 tile exactly, the
-    pixel offsets stay in registers); 6 × 16 with narrower vectors."""
+    pixel offsets stay in registers), 4 channels a step of the unrolled walk; 6 × 16 with
+    narrower vectors, one channel a step (AVX2's loop as it was)."""
     cfg = direct_config("numba")
     if "avx512f" in dsl.target("numba").features:
-        assert (cfg.P, cfg.NV, cfg.V) == (7, 2, 16)
+        assert (cfg.P, cfg.NV, cfg.V, cfg.U) == (7, 2, 16, 4)
+        assert direct_config("numba", 64).U == 4
     else:
-        assert (cfg.P, cfg.NV, cfg.V) == (6, 2, 8)
+        assert (cfg.P, cfg.NV, cfg.V, cfg.U) == (6, 2, 8, 1)
+
+
+def test_unrolled_walk_takes_a_divisor_of_the_block():
+    with pytest.raises(ValueError, match=r"DirectConfig U=3.*1, 2, 4 or 8"):
+        DirectConfig(V=16, NV=4, P=6, U=3)
 
 
 def test_blocked_full_blocks_64_channels(backend):
     """NCHWc16 input of two full blocks (the kw taps run as one loop) into 64 output channels
-    (the 6 px × 64 ch tile on AVX-512), dilation 1 and 2 (2: tap by tap)."""
+    (the 6 px × 64 ch tile on AVX-512), dilation 1 and 2 (2: tap by tap), the full blocks walked
+    4 channels a step on every backend (AVX-512's own tile does; the tiles that keep one channel
+    a step by default, AVX2's and OpenCL's, are given U = 4 here)."""
     x = RNG.standard_normal((1, 32, 7, 9)).astype(np.float32)
     w = RNG.standard_normal((64, 32, 3, 3)).astype(np.float32) * 0.2
     b = RNG.standard_normal(64).astype(np.float32)
+    cfg = direct_config(backend, 64)
+    if cfg.U == 1:
+        cfg = dataclasses.replace(cfg, U=4)
     for dil in (1, 2):
         oh, ow = 7 + 2 - 2 * dil, 9 + 2 - 2 * dil
         yb = np.empty(F.physical_shape((1, 64, oh, ow), "nchwc16"), np.float32)
         launch_conv_direct(conv_direct, F.to_nchwc16_ref(x), w, b, yb, None, (1, 1), (dil, dil), (1, 1), True,
-                           backend, act=1, lo=0.0, hi=0.0)
+                           backend, act=1, lo=0.0, hi=0.0, cfg=cfg)
         want = np.maximum(conv_ref(x, w, b, dil=(dil, dil), pads=(1, 1, 1, 1)), 0)
         np.testing.assert_allclose(F.to_plain_ref(yb, 64), want, rtol=1e-4, atol=1e-4)

@@ -159,11 +159,11 @@ def test_conv_chain_stays_blocked(backend):
 
 
 def test_gathered_inputs_in_a_model(backend):
-    """A plain input of 20 channels into 128 (gathered into NCHWc16 first), then a stride-2 1×1 on
-    that NCHWc16 tensor (its pixels gathered): the model's plan replays both gathers, right on a
-    second input too."""
-    x, w1, b1 = data(1, 20, 9, 7, 128)
-    _, w2, b2 = data(1, 128, 1, 1, 16)
+    """A plain input of 20 channels into 130 (gathered into NCHWc16 first: a last group of 2 channels
+    has no plain pair items), then a stride-2 1×1 on that NCHWc16 tensor (its pixels gathered): the
+    model's plan replays both gathers, right on a second input too."""
+    x, w1, b1 = data(1, 20, 9, 7, 130)
+    _, w2, b2 = data(1, 130, 1, 1, 16)
     g = dsl.Graph("gathers")
     xi = g.input("x", x.shape, dsl.f32)
     a = ops.Relu(ops.Conv(xi, g.constant("w1", w1), g.constant("b1", b1)))
@@ -253,7 +253,9 @@ def test_pointwise_launch_passes_a_plain_int_grid(blocked):
     (20, 16, "nchwc16", "nchwc16", 2, True),   # strided NCHWc16
     (20, 16, "nchwc16", "nchwc16", 1, False),  # already consecutive
     (20, 128, "plain", "plain", 2, True),      # strided plain
-    (20, 128, "plain", "nchwc16", 1, True),    # plain into NCHWc16 (ResNet's projection after the stem)
+    (20, 128, "plain", "nchwc16", 1, "no pairs"),  # plain into NCHWc16 (ResNet's projection after the stem):
+    # read in place by plain pair items where the target has them (AVX-512), else gathered
+    (20, 130, "plain", "nchwc16", 1, True),    # the same with a last group of 2 channels: no plain pairs
     (20, 16, "plain", "nchwc16", 1, False),    # too few output channels to pay for the copy
     (20, 128, "plain", "plain", 1, False),     # plain to plain: the pixel-vector tile reads x in place
     (12, 128, "plain", "nchwc16", 2, False),   # fewer than 16 input channels: read in place
@@ -261,7 +263,8 @@ def test_pointwise_launch_passes_a_plain_int_grid(blocked):
 def test_pixels_are_gathered_first_when_they_are_not_consecutive(c, m, fmt_in, fmt_out, s, gathers):
     """gather_pixels: a first launch copies x's pixels into a compact NCHWc16 image that the
     convolution then reads at stride 1; x already NCHWc16 at stride 1, plain x of few channels or
-    for few output channels, or plain to plain, run the one launch."""
+    for few output channels, plain x at stride 1 on a target with pair items, or plain to plain, run
+    the one launch."""
     seen = []
     x, w, b = data(1, c, 9, 7, m)
     xi = F.to_nchwc16_ref(x) if fmt_in == "nchwc16" else x
@@ -273,6 +276,9 @@ def test_pixels_are_gathered_first_when_they_are_not_consecutive(c, m, fmt_in, f
         seen.append(a)
         consts.append({k: kw.get(k) for k in ("V", "NV", "P", "RR", "RNV", "PAIRS")})
     launch_conv_pointwise(record, xi, w, b, y, None, (s, s), fmt_in == "nchwc16", "numba", 0, 0.0, 0.0)
+    if gathers == "no pairs":
+        gathers = consts[-1]["PAIRS"] == 0
+        assert seen[-1][5][pw.G_PAIR] == (0 if gathers else pw.PAIR_PLAIN)
     assert [int(a[5][pw.G_GATHER]) for a in seen] == ([1, 0] if gathers else [0])
     assert all(k == consts[-1] for k in consts)  # the gather shares the convolution's specialization
     if gathers:  # the gather writes (N, C/16, OH, OW, 16), the convolution reads it at stride 1
@@ -365,6 +371,24 @@ def test_pointwise_blocked_pixel_pairs(backend, act, m):
     launch_conv_pointwise(conv_pointwise, F.to_nchwc16_ref(x), w, b, yb, None, (1, 1), True, backend, act, 0.0, 0.0)
     np.testing.assert_allclose(F.to_plain_ref(yb, m), want, rtol=1e-4, atol=1e-4)
     assert (F.to_plain_ref(yb, 64)[:, m:] == 0).all()
+
+
+@pytest.mark.parametrize("fmt_out", ["plain", "nchwc16"])
+@pytest.mark.parametrize("m, res", [(64, False), (56, True)])
+def test_pointwise_plain_pixel_pairs(backend, monkeypatch, fmt_out, m, res):
+    """Plain x, stride 1, too few pixels for the pixel-vector tile: items of 2P consecutive pixels
+    of each channel row on AVX-512 (30 = two whole items, then 2 pixels on the P-pixel tile; 25 =
+    a whole item and one overlapping it by 3), with a batch of two, a last group of 24 channels
+    (56), a residual and Relu, and the next group's weight prefetches forced on."""
+    monkeypatch.setattr(pw, "PREFETCH_MIN_BYTES", 0)
+    for h, wd in ((5, 6), (5, 5)):
+        x, w, b = data(2, 40, h, wd, m)
+        z = RNG.standard_normal((2, m, h, wd)).astype(np.float32)
+        want = np.maximum(pointwise_ref(x, w, b) + (z if res else 0), 0)
+        y = np.full(F.physical_shape((2, m, h, wd), fmt_out), np.nan, np.float32)
+        zi = None if not res else F.to_nchwc16_ref(z) if fmt_out == "nchwc16" else z
+        launch_conv_pointwise(conv_pointwise, x, w, b, y, zi, (1, 1), False, backend, 1, 0.0, 0.0)
+        np.testing.assert_allclose(F.to_plain_ref(y, m) if fmt_out == "nchwc16" else y, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("fmt_in, fmt_out, m", [("nchwc16", "nchwc16", 48), ("nchwc16", "plain", 40),
