@@ -416,6 +416,13 @@ def launched(kernel, launch=None):
     return kernel if launch is None else launch(kernel)
 
 
+def whole_planes(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous (N, C, H, W) array as a view (N, C, 1, H·W): a 1×1 stride-1 convolution is a
+    GEMM on the pixels, so its image packs and its output stores as one row a channel, by whole
+    vectors (ResNet's 14-pixel rows packed as a vector of 8 and an overlapping one each)."""
+    return a.reshape(a.shape[0], a.shape[1], 1, a.shape[2] * a.shape[3])
+
+
 MAX_TAPS = 16  # KH·KW the kernel unrolls: 25 (5×5) passed the compiler's unroll budget
 
 
@@ -460,6 +467,9 @@ def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=Non
                          f"ops.conv_int8.conv_int8, which takes any 2-D convolution")
     tile = tile or direct_tile(backend)
     kh, kw, sh, sw, pt, pl = (int(g) for g in geom[:6])
+    x = np.ascontiguousarray(x)
+    if kh == 1 and kw == 1 and sh == 1 and sw == 1 and y.flags.c_contiguous:
+        x, y = whole_planes(x), whole_planes(y)
     n, c = x.shape[:2]
     m, oh, ow = y.shape[1:]
     nr = tile.NR
@@ -486,7 +496,7 @@ def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=Non
         wpk, wsum = widened_weights(w, tile)
     xp = np.empty((n, c4 * (1 + split), hs, wp_n), np.int32)
     xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
-    launched(pack_nchw4c_int8, launch)(np.ascontiguousarray(x), xz, xp, np.asarray(pack_geom, np.int64),
+    launched(pack_nchw4c_int8, launch)(x, xz, xp, np.asarray(pack_geom, np.int64),
                      0x80 if x.dtype == np.int8 else 0, V=pack_lanes(tile.V, x.shape[3]), S=split, backend=backend)
     zx = (int(xz[0]) & 0xFF) ^ (0x80 if x.dtype == np.int8 else 0)
     requantize = mult is not None
