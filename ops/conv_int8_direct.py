@@ -149,7 +149,8 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
     and 1, 3 as i16 halves (``pack_nchw4c_int8`` with S = 1), so the loop widens nothing.
     Work items: per image, (block of ``rb`` row tiles, panel of 2·V positions), panels of one
     block consecutive; a block's row tiles run in turn on its panel (their weights stay in L1, the
-    panel's words too)."""
+    panel's words too).  A 1×1 kernel's last panel whose second vector holds no output position
+    (ResNet's 14×14: 196 positions, 6.5 panels) runs one vector of products (dot4 only)."""
     NR = 2 * V
     n_img = y.shape[0]
     m_out = y.shape[1]
@@ -208,7 +209,14 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
             xs = dsl.local((2,), dsl.simd(i32, V))
             ones = dsl.splat(i32(0x01010101), V)
             ones16 = dsl.splat(i32(0x00010001), V)
-            for c4 in range(c4_n):
+            # a 1×1 kernel's last panel holding the image's last V positions or fewer: one vector of products
+            half = KH == 1 and KW == 1 and SAT == 0 and ZW == 0 and p0 + V >= oh_n * wp_n
+            if half:
+                for c4 in range(c4_n):
+                    b0 = xp.vload(xb + c4 * plane, V)
+                    for i in dsl.static_range(MR):
+                        acc[2 * i] = dsl.dot4(acc[2 * i], b0, dsl.splat(wp.flat[wb + c4 * MR + i], V))
+            for c4 in range(0 if half else c4_n):
                 xo = xb + c4 * ws * plane
                 wo = wb + c4 * (KH * KW * MR * ws)
                 for kh in dsl.static_range(KH):
