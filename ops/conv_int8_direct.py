@@ -427,7 +427,9 @@ def launched(kernel, launch=None):
 def whole_planes(a: np.ndarray) -> np.ndarray:
     """A C-contiguous (N, C, H, W) array as a view (N, C, 1, H·W): a 1×1 stride-1 convolution is a
     GEMM on the pixels, so its image packs and its output stores as one row a channel, by whole
-    vectors (ResNet's 14-pixel rows packed as a vector of 8 and an overlapping one each)."""
+    vectors (ResNet's 14-pixel rows packed as a vector of 8 and an overlapping one each), the
+    packed row padded to whole panels of 2·V words and no more (no rows for the last panel's
+    loads: 64×56×56 packed 2 × 3136 words a plane that way)."""
     return a.reshape(a.shape[0], a.shape[1], 1, a.shape[2] * a.shape[3])
 
 
@@ -476,13 +478,16 @@ def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=Non
     tile = tile or direct_tile(backend)
     kh, kw, sh, sw, pt, pl = (int(g) for g in geom[:6])
     x = np.ascontiguousarray(x)
-    if kh == 1 and kw == 1 and sh == 1 and sw == 1 and y.flags.c_contiguous:
+    whole = kh == 1 and kw == 1 and sh == 1 and sw == 1 and y.flags.c_contiguous
+    if whole:
         x, y = whole_planes(x), whole_planes(y)
     n, c = x.shape[:2]
     m, oh, ow = y.shape[1:]
     nr = tile.NR
     if kh == 1 and kw == 1:  # a GEMM on the (subsampled) image: rows of OW words, no padding
         hp, wp_n = oh, ow
+        if whole:  # the row as whole panels: the last one's loads end where the plane does
+            wp_n = -(-ow // nr) * nr
         pack_geom = [sh, sw, 0, 0, hp]
     else:
         wp_n = ow + kw - 1
@@ -490,7 +495,7 @@ def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=Non
         pack_geom = [1, 1, pt, pl, hp]
     positions = -(-(oh * wp_n) // nr) * nr
     reach = positions + (kh - 1) * wp_n + kw - 1 + 2 * tile.V  # words the last panel's loads reach
-    hs = max(hp, -(-reach // wp_n))
+    hs = 1 if whole else max(hp, -(-reach // wp_n))
     c4 = -(-c // 4)
     wpk, wsum, fits = packed_weights(w, tile)
     if products is None:
