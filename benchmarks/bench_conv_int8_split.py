@@ -9,6 +9,9 @@ holds the filter, each built twice, before and after the implicit GEMM (ops/conv
 the "before" model is built and planned with it switched off), run alternately with
 onnxruntime, one thread a side, best process CPU time of each.
 
+``direct-models REV``: bench_int8's one-node models planned with REV's direct kernel and with
+this tree's, against onnxruntime (``direct_models_ab``).
+
 ``direct REV`` / ``implicit REV``: ops/conv_int8_direct.py's ``conv_int8_direct`` (or
 ops/conv_int8_implicit.py's ``conv_int8_implicit``) as this tree has it against the same file at
 git revision REV (loaded as another module, so its kernels compile apart), alternated on the 3×3
@@ -19,6 +22,7 @@ one thread, best CPU time of each.
 Usage: PYTHONPATH=. python benchmarks/bench_conv_int8_split.py [rounds] [shape-filter]
        PYTHONPATH=. python benchmarks/bench_conv_int8_split.py models [rounds] [case-filter] [threads]
        PYTHONPATH=. python benchmarks/bench_conv_int8_split.py direct|implicit REV [rounds]
+       PYTHONPATH=. python benchmarks/bench_conv_int8_split.py direct-models REV [rounds] [pause] [case,filters]
 """
 import os
 import sys
@@ -147,7 +151,56 @@ def old_new_ab(rev: str, rounds: int, which: str) -> None:
                   f"{best['new'] * 1e3:.3f} ms | new/old {best['new'] / best['old']:.3f} | {same} |", flush=True)
 
 
+def direct_models_ab(rev: str, rounds: int, pause: float, picks: str) -> None:
+    """``direct-models REV``: bench_int8's cases whose name holds one of the comma-separated
+    ``picks``, each built twice, the "before" model with REV's ``conv_int8_direct`` in
+    ops/conv_int8.py while it plans, alternated with onnxruntime, one thread, ``pause`` seconds
+    before each side.  The plan cache is switched off: two models of the same bytes in one
+    process would otherwise share its entry, the second reading the first one's launches."""
+    os.environ["OPDSL_PLAN_CACHE"] = "0"
+    import dsl
+    from benchmarks import bench_int8
+    import ops.conv_int8 as conv_int8
+    old = module_at(rev, "ops/conv_int8_direct.py")
+    numba.set_num_threads(1)
+    print(f"one thread a side, load average {os.getloadavg()[0]:.1f}, best of {rounds} rounds, {pause} s pauses, "
+          f"process CPU ms; {rev}'s conv_int8_direct against this tree's")
+    for name, make in bench_int8.CASES.items():
+        if not any(p in name for p in picks.split(",")):
+            continue
+        proto, feeds = make()
+        sess = bench_int8.ort_session(proto, 1)
+        want = sess.run(None, feeds)[0]
+        runs = {}
+        for side in ("before", "after"):
+            keep = conv_int8.conv_int8_direct
+            if side == "before":
+                conv_int8.conv_int8_direct = old.conv_int8_direct
+            try:
+                model = dsl.load_onnx(proto, backend="numba")
+                same = np.array_equal(list(model.run(feeds).values())[0], want)
+            finally:
+                conv_int8.conv_int8_direct = keep
+            runs[side] = lambda model=model: model.run(feeds)
+        runs["onnxruntime"] = lambda: sess.run(None, feeds)
+        best = dict.fromkeys(runs, float("inf"))
+        for _ in range(rounds):
+            for side, run in runs.items():
+                if pause:
+                    time.sleep(pause)
+                t = time.process_time()
+                run()
+                best[side] = min(best[side], time.process_time() - t)
+        b, a, o = best["before"], best["after"], best["onnxruntime"]
+        print(f"| {name} | {b * 1e3:.3f} | {a * 1e3:.3f} | {o * 1e3:.3f} | {b / o:.2f}x | {a / o:.2f}x | "
+              f"after/before {a / b:.2f} | {'equal to ort' if same else 'DIFFERS from ort'} |", flush=True)
+
+
 def main(argv):
+    if argv and argv[0] == "direct-models":
+        direct_models_ab(argv[1], int(argv[2]) if len(argv) > 2 else 30, float(argv[3]) if len(argv) > 3 else 0.0,
+                         argv[4] if len(argv) > 4 else "1x1/1")
+        return
     if argv and argv[0] in ("direct", "implicit"):
         old_new_ab(argv[1], int(argv[2]) if len(argv) > 2 else 20, argv[0])
         return

@@ -149,7 +149,8 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
     and 1, 3 as i16 halves (``pack_nchw4c_int8`` with S = 1), so the loop widens nothing.
     Work items: per image, (block of ``rb`` row tiles, panel of 2·V positions), panels of one
     block consecutive; a block's row tiles run in turn on its panel (their weights stay in L1, the
-    panel's words too)."""
+    panel's words too).  A 1×1 kernel's last panel whose second vector holds no output position
+    (ResNet's 14×14: 196 positions, 6.5 panels) runs one vector of products (dot4 only)."""
     NR = 2 * V
     n_img = y.shape[0]
     m_out = y.shape[1]
@@ -208,7 +209,14 @@ def qconv_direct_int8(xp: In[i32, 4], wp: In[i32, 2], wsum: In[i32, 2], mult: In
             xs = dsl.local((2,), dsl.simd(i32, V))
             ones = dsl.splat(i32(0x01010101), V)
             ones16 = dsl.splat(i32(0x00010001), V)
-            for c4 in range(c4_n):
+            # a 1×1 kernel's last panel holding the image's last V positions or fewer: one vector of products
+            half = KH == 1 and KW == 1 and SAT == 0 and ZW == 0 and p0 + V >= oh_n * wp_n
+            if half:
+                for c4 in range(c4_n):
+                    b0 = xp.vload(xb + c4 * plane, V)
+                    for i in dsl.static_range(MR):
+                        acc[2 * i] = dsl.dot4(acc[2 * i], b0, dsl.splat(wp.flat[wb + c4 * MR + i], V))
+            for c4 in range(0 if half else c4_n):
                 xo = xb + c4 * ws * plane
                 wo = wb + c4 * (KH * KW * MR * ws)
                 for kh in dsl.static_range(KH):
@@ -416,6 +424,15 @@ def launched(kernel, launch=None):
     return kernel if launch is None else launch(kernel)
 
 
+def whole_planes(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous (N, C, H, W) array as a view (N, C, 1, H·W): a 1×1 stride-1 convolution is a
+    GEMM on the pixels, so its image packs and its output stores as one row a channel, by whole
+    vectors (ResNet's 14-pixel rows packed as a vector of 8 and an overlapping one each), the
+    packed row padded to whole panels of 2·V words and no more (no rows for the last panel's
+    loads: 64×56×56 packed 2 × 3136 words a plane that way)."""
+    return a.reshape(a.shape[0], a.shape[1], 1, a.shape[2] * a.shape[3])
+
+
 MAX_TAPS = 16  # KH·KW the kernel unrolls: 25 (5×5) passed the compiler's unroll budget
 
 
@@ -460,11 +477,17 @@ def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=Non
                          f"ops.conv_int8.conv_int8, which takes any 2-D convolution")
     tile = tile or direct_tile(backend)
     kh, kw, sh, sw, pt, pl = (int(g) for g in geom[:6])
+    x = np.ascontiguousarray(x)
+    whole = kh == 1 and kw == 1 and sh == 1 and sw == 1 and y.flags.c_contiguous
+    if whole:
+        x, y = whole_planes(x), whole_planes(y)
     n, c = x.shape[:2]
     m, oh, ow = y.shape[1:]
     nr = tile.NR
     if kh == 1 and kw == 1:  # a GEMM on the (subsampled) image: rows of OW words, no padding
         hp, wp_n = oh, ow
+        if whole:  # the row as whole panels: the last one's loads end where the plane does
+            wp_n = -(-ow // nr) * nr
         pack_geom = [sh, sw, 0, 0, hp]
     else:
         wp_n = ow + kw - 1
@@ -472,7 +495,7 @@ def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=Non
         pack_geom = [1, 1, pt, pl, hp]
     positions = -(-(oh * wp_n) // nr) * nr
     reach = positions + (kh - 1) * wp_n + kw - 1 + 2 * tile.V  # words the last panel's loads reach
-    hs = max(hp, -(-reach // wp_n))
+    hs = 1 if whole else max(hp, -(-reach // wp_n))
     c4 = -(-c // 4)
     wpk, wsum, fits = packed_weights(w, tile)
     if products is None:
@@ -486,7 +509,7 @@ def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=Non
         wpk, wsum = widened_weights(w, tile)
     xp = np.empty((n, c4 * (1 + split), hs, wp_n), np.int32)
     xz = np.zeros(1, x.dtype) if x_zp is None else np.asarray(x_zp, x.dtype).reshape(1)
-    launched(pack_nchw4c_int8, launch)(np.ascontiguousarray(x), xz, xp, np.asarray(pack_geom, np.int64),
+    launched(pack_nchw4c_int8, launch)(x, xz, xp, np.asarray(pack_geom, np.int64),
                      0x80 if x.dtype == np.int8 else 0, V=pack_lanes(tile.V, x.shape[3]), S=split, backend=backend)
     zx = (int(xz[0]) & 0xFF) ^ (0x80 if x.dtype == np.int8 else 0)
     requantize = mult is not None

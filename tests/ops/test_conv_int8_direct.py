@@ -94,6 +94,29 @@ def test_direct_conv_stores_rows_that_cross_a_vector(backend, h, wd, k, pad, ydt
     np.testing.assert_array_equal(y, want)
 
 
+@pytest.mark.parametrize("backend", ["interpreter", "opencl", pytest.param("numba", marks=pytest.mark.slow)],
+                         indirect=True)
+@pytest.mark.parametrize("ydt", [np.uint8, np.int32])
+def test_pointwise_conv_runs_whole_planes_and_a_half_last_panel(backend, ydt):
+    """A 1×1 stride-1 convolution packs and stores each channel's H·W pixels as one row
+    (``whole_planes``); 5×7 = 35 positions leave a last panel whose second vector holds none (with
+    4, 8 or 16 lanes), which runs one vector of products: every position kept, requantized or i32,
+    two images, channels not a multiple of 4, a row-tile tail."""
+    x, w = data(np.uint8, (2, 9, 5, 7), 255), data(np.int8, (5, 9, 1, 1), -128)
+    _, _, geom = geometry(5, 7, 1, 1, 0)
+    acc = conv_exact(x, w, 11, 0, (1, 1), (0,) * 4, (1, 1))
+    y = np.full((2, 5, 5, 7), 77, ydt)
+    if ydt == np.int32:
+        conv_int8_direct(x, w, y, np.array([11], np.uint8), geom, backend=backend, tile=tile_for(backend))
+        np.testing.assert_array_equal(y, acc)
+        return
+    mult = RNG.uniform(1e-4, 2e-3, 5).astype(np.float32)
+    conv_int8_direct(x, w, y, np.array([11], np.uint8), geom, mult, None, y_zp=128, backend=backend,
+                     tile=tile_for(backend))
+    want = np.stack([np.stack([requantized(acc[n, i], mult[i], 0, 128, np.uint8) for i in range(5)]) for n in range(2)])
+    np.testing.assert_array_equal(y, want)
+
+
 def test_direct_conv_names_the_geometry_it_does_not_take():
     x, w = data(np.uint8, (1, 4, 9, 9)), data(np.int8, (2, 4, 3, 3))
     y = np.zeros((1, 2, 4, 4), np.int32)
