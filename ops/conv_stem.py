@@ -175,11 +175,22 @@ def conv_stem(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], 
                         wv = dsl.splat(w.flat[wg + t * NO + j], V)
                         for rr in dsl.static_range(R):
                             acc[rr, j] = dsl.fma(xr[rr], wv, acc[rr, j])
+                npx = min(V, ow_n - ow0)
+                if blocked_out == 0 and nr == R and npx == V and (g + 1) * NO <= m_pad:
+                    # a whole tile of plain rows: stored from the registers, one vector each
+                    for j in dsl.static_range(NO):
+                        b_j = bias.flat[g * NO + j]
+                        for rr in dsl.static_range(R):
+                            at = ((nb * m_out + g * NO + j) * oh_n + oh0 + rr) * ow_n + ow0
+                            vec = acc[rr, j] + b_j
+                            if add_res == 1:
+                                vec = vec + res.vload(at, V)
+                            y.vstore(at, activation(vec, act, act_lo, act_hi))
+                    continue
                 for rr in dsl.static_range(R):
                     for j in dsl.static_range(NO):
                         tile.vstore(at_s + (rr * NO + j) * V, acc[rr, j])
-                # the epilogue at run time: one compiled copy of it, not R × NO unrolled ones
-                npx = min(V, ow_n - ow0)
+                # edges and NCHWc16: the epilogue at run time, one compiled copy of it
                 for jo in range(min(NO, m_pad - g * NO)):
                     oc = g * NO + jo
                     for ri in range(nr):
