@@ -31,6 +31,7 @@ import dsl
 from dsl import In, InOut, Out, f32, i32, i64
 from ops.conv_direct import BLOCK, balanced_grid, cached_pack
 from ops.gemm_packed import activation
+from ops.register_tiles import fits
 
 THREADS = 4
 # Conv.select's rule, measured (benchmarks/RESULTS.md, CPU time against ops/conv_direct.py):
@@ -64,10 +65,12 @@ class StemConfig:
 
 
 def stem_config(backend: str = "numba") -> StemConfig:
-    """AVX-512: 2 rows × 8 channels of 16 pixels (16 accumulators; measured in
-    benchmarks/RESULTS.md); AVX2 and narrower: 8-pixel vectors."""
+    """AVX-512: 3 rows × 8 channels of 16 pixels (24 accumulators, 3 input vectors and a
+    broadcast of 32 registers: per tap 11 loads for 24 FMAs, 0.94-0.96x the time of 2 × 8 on
+    ResNet-50's plain stem; benchmarks/RESULTS.md, twentieth session, slice stem); 16 registers
+    (AVX2): 2 rows × 6 channels of 8 pixels."""
     if "avx512f" in dsl.target(backend).features:
-        return StemConfig(V=16, R=2, NO=8)
+        return StemConfig(V=16, R=3, NO=8) if fits(24, 3, backend) else StemConfig(V=16, R=2, NO=8)
     return StemConfig(V=8, R=2, NO=6)
 
 

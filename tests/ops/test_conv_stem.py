@@ -146,9 +146,12 @@ def test_stem_launch_rejects_what_it_cannot_run():
         StemConfig(R=0)
 
 
-def test_avx512_tile_is_two_rows_by_eight_channels():
+@pytest.mark.parametrize("features, tile", [({"avx512f", "avx2"}, (16, 3, 8)), ({"avx2", "fma"}, (8, 2, 6))],
+                         ids=["avx512", "avx2"])
+def test_tile_per_kind_of_cpu(monkeypatch, features, tile):
+    """AVX-512 (32 registers): 3 rows × 8 channels of 16 pixels; AVX2 (16): 2 × 6 of 8."""
+    import dataclasses
+    real = dsl.target("numba")
+    monkeypatch.setattr(dsl, "target", lambda backend=None: dataclasses.replace(real, features=frozenset(features)))
     cfg = stem_config("numba")
-    if "avx512f" in dsl.target("numba").features:
-        assert (cfg.V, cfg.R, cfg.NO) == (16, 2, 8)
-    else:
-        assert cfg.V == 8
+    assert (cfg.V, cfg.R, cfg.NO) == tile
