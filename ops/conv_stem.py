@@ -155,8 +155,13 @@ def conv_stem(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], 
     ckk = c_in * kh_n * kw_n
     tile = dsl.scratch((THREADS, R * NO * V), f32)
     at_s = dsl.thread_id() * R * NO * V
-    base = (dsl.tile_id() * THREADS + dsl.thread_id()) * c_in * plane  # this worker's rows in xp
-    lo, hi = dsl.split(geom[G_N] * items, grid=True)
+    worker = dsl.tile_id() * THREADS + dsl.thread_id()
+    base = worker * c_in * plane  # this worker's rows in xp
+    # an even share per worker: split's ceil chunks put both of two items on the first OS thread's
+    # workers (the parallel entry hands each thread a contiguous run of workers)
+    workers = dsl.num_tiles() * THREADS
+    lo = worker * (geom[G_N] * items) // workers
+    hi = (worker + 1) * (geom[G_N] * items) // workers
     for item in range(lo, hi):
         oh_b = (item % items) * item_rows
         nb = item // items
