@@ -7,19 +7,21 @@ that epilogue was half of squeezenet's 3×3/2 stem.  Here a SIMD value holds ``V
 consecutive output pixels of one row and one output channel, so plain rows are stored with
 vector stores and a tap's weights are scalars broadcast from a small packed array:
 
-* **Padding copy**: a work item (R output rows of one image, every column and output
-  channel) first copies the input rows it reads into its worker's slice of ``xp``, zero-bordered
-  and split by column phase: padded column ``q·SW + s`` at ``s·WQ + q``, so the ``V`` input
-  columns one tap needs for ``V`` consecutive output pixels are consecutive for any stride (one
-  vector load), and each row is long enough for a whole last vector (lanes past the image read
-  zeros and are not stored).  One launch, no image-sized buffer: the rows are still in L1
-  when the tile loop reads them.
+* **Padding copy**: a work item (a band of row tiles of one image, every column and output
+  channel: one band a core, ``stem_band``) first copies the input rows it reads into its
+  worker's slice of ``xp``, zero-bordered and split by column phase: padded column ``q·SW + s``
+  at ``s·WQ + q``, so the ``V`` input columns one tap needs for ``V`` consecutive output pixels
+  are consecutive for any stride (one vector load), and each row is long enough for a whole
+  last vector (lanes past the image read zeros and are not stored).  One launch, no
+  image-sized buffer (a band's copy stays under MAX_ITEM_BYTES).
 * **Register tile**: ``R`` output rows × ``NO`` output channels of one ``V``-pixel vector
   (``R·NO`` accumulators); per tap (input channel, kh, kw) it loads ``R`` input vectors and
-  broadcasts ``NO`` weights, packed ``[oc group][ic][kh][kw][NO]`` (zero past M).
-* **Epilogue**: the tile goes through per-thread scratch, then bias, the residual and the
-  activation are applied per vector at run time and stored as one vector (plain rows; a
-  partial last vector lane by lane) or per pixel (NCHWc16 output, zero channels past M).
+  broadcasts ``NO`` weights, packed ``[oc group][ic][kh][kw][NO]`` (zero past M).  Each oc
+  group walks the band's row tiles, so its channels' output rows are written front to back.
+* **Epilogue**: a whole plain tile is stored from the registers, bias, the residual and the
+  activation applied per vector; edge tiles (a partial last vector or row tile) and NCHWc16
+  output go through per-thread scratch and a run-time loop (one compiled copy): plain rows a
+  vector at a time (a partial last vector lane by lane), NCHWc16 per pixel (zero past M).
 """
 from __future__ import annotations
 
