@@ -88,6 +88,21 @@ def test_other_register_tiles(cfg):
     np.testing.assert_allclose(y, conv_ref(x, w, b, strides=(2, 2), pads=(1, 1, 1, 1)), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("band", [1, 2, 3, 50])
+def test_work_items_of_several_row_tiles(backend, band):
+    """Items of ``band`` row tiles (the last one short, rows past the image, 11 rows of 2-row
+    tiles in 6 tiles), two images, a residual: the same output whatever the split."""
+    x = RNG.standard_normal((2, 3, 21, 19)).astype(np.float32)
+    w = RNG.standard_normal((10, 3, 5, 5)).astype(np.float32) * 0.3
+    b = RNG.standard_normal(10).astype(np.float32)
+    z = RNG.standard_normal((2, 10, 11, 10)).astype(np.float32)
+    y = np.full((2, 10, 11, 10), np.nan, np.float32)
+    launch_conv_stem(conv_stem, x, w, b, y, z, (2, 2), (1, 1), (2, 2), False, backend, act=1, lo=0.0, hi=0.0,
+                     cfg=StemConfig(V=8, R=2, NO=4), band=band)
+    want = np.maximum(conv_ref(x, w, b, strides=(2, 2), pads=(2, 2, 2, 2)) + z, 0)
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
 def test_a_model_packs_its_constant_weights_once(monkeypatch):
     import ops.conv_stem as cs
     packs = []
@@ -140,15 +155,33 @@ def test_stem_launch_rejects_what_it_cannot_run():
                          "interpreter", 0, 0, 0)
     with pytest.raises(ValueError, match=r"y has shape \(1, 3, 2, 2\), expected NCHWc16"):
         launch_conv_stem(conv_stem, x, w, None, y, None, *args, True, "interpreter", 0, 0, 0)
+    with pytest.raises(ValueError, match=r"conv_stem band=0: a work item needs at least one row tile"):
+        launch_conv_stem(conv_stem, x, w, None, y, None, *args, False, "interpreter", 0, 0, 0, band=0)
     with pytest.raises(ValueError, match=r"StemConfig V=3: lanes must be 4, 8 or 16"):
         StemConfig(V=3)
     with pytest.raises(ValueError, match=r"StemConfig R=0, NO=8: the tile needs at least one row"):
         StemConfig(R=0)
 
 
-def test_avx512_tile_is_two_rows_by_eight_channels():
+@pytest.mark.parametrize("cores, images, tiles, band", [(2, 1, 38, 19), (1, 1, 38, 38), (8, 1, 38, 5), (2, 4, 38, 38),
+                                                      (2, 1, 400, 100)])
+def test_stem_band_gives_each_core_one_item(monkeypatch, cores, images, tiles, band):
+    """One item a core (a whole image a core), halved while an item would copy more than
+    MAX_ITEM_BYTES of input rows (here 10 KB a row tile: 400 tiles on 2 cores -> 200 -> 100)."""
+    import dataclasses
+    from ops.conv_stem import MAX_ITEM_BYTES, stem_band
+    real = dsl.target("numba")
+    monkeypatch.setattr(dsl, "target", lambda backend=None: dataclasses.replace(real, compute_units=cores))
+    assert stem_band(images, tiles, lambda t: t * 10 * 1024) == band
+    assert band * 10 * 1024 <= MAX_ITEM_BYTES or band == 38
+
+
+@pytest.mark.parametrize("features, tile", [({"avx512f", "avx2"}, (16, 3, 8)), ({"avx2", "fma"}, (8, 2, 6))],
+                         ids=["avx512", "avx2"])
+def test_tile_per_kind_of_cpu(monkeypatch, features, tile):
+    """AVX-512 (32 registers): 3 rows × 8 channels of 16 pixels; AVX2 (16): 2 × 6 of 8."""
+    import dataclasses
+    real = dsl.target("numba")
+    monkeypatch.setattr(dsl, "target", lambda backend=None: dataclasses.replace(real, features=frozenset(features)))
     cfg = stem_config("numba")
-    if "avx512f" in dsl.target("numba").features:
-        assert (cfg.V, cfg.R, cfg.NO) == (16, 2, 8)
-    else:
-        assert cfg.V == 8
+    assert (cfg.V, cfg.R, cfg.NO) == tile
