@@ -513,7 +513,7 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                                 vec = vec + res.vload(at, V)
                             store_last_block(y, tile, at_t + px * OCT + jv * V, at,
                                              activation(vec, act, act_lo, act_hi), m_out - o0, V)
-        elif blocked_out == POOLED:
+        elif blocked_out == POOLED and npix > 0:
             # global pooling: each vector's activated pixels summed into the item's own partial row
             # (no two items share one, so no races), summed per image by the REDUCE launch
             pslot = ((nb * rows + orow) * row_tiles + t) * (ocg_n * OCT)
