@@ -80,15 +80,13 @@ BLOCK = 16  # channels per NCHWc16 block
 # geometry vector (``geom``) slots
 G_N, G_C, G_M, G_ROWS, G_COLS, G_STEP_ROW, G_STEP_COL = range(7)  # output rows × cols, input steps
 G_SXN, G_SXB, G_SXC, G_SXP = range(7, 11)  # x strides: image, 16-channel block, channel, pixel
-G_BLOCKED_OUT = 11  # 0: plain y, 1: NCHWc16 y, POOLED: y = per-item partial sums (global pooling)
+G_BLOCKED_OUT = 11  # 0: plain y, 1: NCHWc16 y, POOLED: y = the plain (N, M) global average (pooled)
 POOLED = 2
 G_ROWS_TILE = 12  # 1: plain x and y, stride 1: the pixel-vector tile (run_rows)
 G_PAIR = 13  # 1 (PAIR_BLOCKED) / 2 (PAIR_PLAIN): x NCHWc16 / plain, stride 1, items of 2P pixels at constant offsets
 PAIR_BLOCKED, PAIR_PLAIN = 1, 2
 G_OUT_W = 14  # output pixels per row of x's grid: the flattened tiles' running (row, column) wraps here
-G_GATHER = 15  # 1: this launch only copies the pixels x's tiles read into y, NCHWc16 (gather_pixels);
-# REDUCE: it only sums a pooled launch's partial rows into y (reduce_partials)
-REDUCE = 2
+G_GATHER = 15  # 1: this launch only copies the pixels x's tiles read into y, NCHWc16 (gather_pixels)
 GEOM = 16
 ROWS_MAX_C = 128  # input channels up to which plain stride-1 convolutions run the pixel-vector tile
 # output channels from which a plain x is gathered into NCHWc16 first: the copy (16 scalar loads and
@@ -165,29 +163,6 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                         y.flat[g_dst + g_col * BLOCK + g_pad] = f32(0)
         return
     tile = dsl.scratch((THREADS, SCRATCH), f32)  # one tile's sums for the run-time epilogue
-    if geom[G_GATHER] == REDUCE:
-        # y[n, m] = act_lo · Σ_t x[n, t, m]: a pooled launch's partial rows (G_COLS of G_OUT_W floats
-        # per image) summed, V channels a step, the last vector of a row through the scratch
-        r_m = geom[G_M]
-        r_rows = geom[G_COLS]
-        r_width = geom[G_OUT_W]
-        r_vecs = (r_m + V - 1) // V
-        r_lo, r_hi = dsl.split(geom[G_N] * r_vecs, grid=True)
-        for r_item in range(r_lo, r_hi):
-            r_img = r_item // r_vecs
-            r_m0 = (r_item % r_vecs) * V
-            r_src = r_img * r_rows * r_width + r_m0
-            r_sum = dsl.splat(f32(0), V)
-            for r_row in range(r_rows):
-                r_sum += x.vload(r_src + r_row * r_width, V)
-            r_sum = r_sum * dsl.splat(act_lo, V)
-            if r_m0 + V <= r_m:
-                y.vstore(r_img * r_m + r_m0, r_sum)
-            else:
-                tile.vstore(dsl.thread_id() * SCRATCH, r_sum)
-                for r_lane in range(r_m - r_m0):
-                    y.flat[r_img * r_m + r_m0 + r_lane] = tile[dsl.thread_id(), r_lane]
-        return
     if geom[G_ROWS_TILE] == 1:
         # plain x and y, stride 1: Y[oc rows, px] = W · X[ic, px], a GEMM on x in place; a tile of
         # RR output channels × RNV vectors of V consecutive pixels, per input channel RNV
@@ -287,7 +262,14 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
     tp = P * (1 + min(pair, 1))  # pixels per item
     row_tiles = (cols + tp - 1) // tp
     at_t = dsl.thread_id() * SCRATCH
-    lo, hi = dsl.split(ocg_n * n_img * rows * row_tiles, grid=True)
+    if blocked_out == POOLED:
+        # whole (oc group, image) runs per thread: their pooled sums stay in its scratch (no races,
+        # no second pass over partial sums)
+        run_lo, run_hi = dsl.split(ocg_n * n_img, grid=True)
+        lo = run_lo * rows * row_tiles
+        hi = run_hi * rows * row_tiles
+    else:
+        lo, hi = dsl.split(ocg_n * n_img * rows * row_tiles, grid=True)
     # item = (oc group, image, output row, tile of tp pixels), decoded once, then counted up (per
     # item divisions cost as much as the sums of a tile with 16 input channels)
     t = lo % row_tiles
@@ -513,18 +495,25 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                                 vec = vec + res.vload(at, V)
                             store_last_block(y, tile, at_t + px * OCT + jv * V, at,
                                              activation(vec, act, act_lo, act_hi), m_out - o0, V)
-        elif blocked_out == POOLED and npix > 0:
-            # global pooling: each vector's activated pixels summed into the item's own partial row
-            # (no two items share one, so no races), summed per image by the REDUCE launch
-            pslot = ((nb * rows + orow) * row_tiles + t) * (ocg_n * OCT)
+        elif blocked_out == POOLED:
+            # global average: each vector's activated pixels added to the (group, image)'s sums, kept in
+            # the scratch after the tile's rows; its last item scales them by 1 / (H·W) into y
+            pacc = at_t + 2 * P * OCT
+            if t == 0 and orow == 0:
+                for pj in range(NV):
+                    tile.vstore(pacc + pj * V, dsl.splat(f32(0), V))
             for pj in range(NV):
                 po = g * OCT + pj * V
                 if po < m_out:
                     pbv = bias.vload(po, V)
-                    psum = dsl.splat(f32(0), V)
+                    psum = tile.vload(pacc + pj * V, V)
                     for ppx in range(first, npix):
                         psum += activation(tile.vload(at_t + ppx * OCT + pj * V, V) + pbv, act, act_lo, act_hi)
-                    y.vstore(pslot + po, psum)
+                    tile.vstore(pacc + pj * V, psum)
+            if t == row_tiles - 1 and orow == rows - 1:
+                pinv = f32(1.0) / f32(ohw)
+                for pl in range(min(OCT, m_out - g * OCT)):
+                    y.flat[nb * m_out + g * OCT + pl] = tile[dsl.thread_id(), 2 * P * OCT + pl] * pinv
         else:  # plain y: per output channel, the tile's pixels are consecutive in y
             # bias (padded to whole groups) and, without a residual, the activation on whole
             # vectors in the scratch, then a plain copy: a scalar activation per element cost
@@ -581,13 +570,13 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
     y is 5-D, else plain.  ``w`` is (M, C, 1, 1).  Plain x and y with stride 1 run the
     pixel-vector tile (``run_rows``) unless ``rows`` is False.  ``pooled``: y is the plain
     (N, M, 1, 1) global average of the activated convolution, which never goes to memory
-    (``launch_pooled``; no ``res``)."""
+    (FusedConvGlobalPool, ops/conv_global_pool.py; no ``res``)."""
     cfg = cfg or pointwise_config(backend or "numba")
     rr, rnv = row_tile(backend or "numba") if row_shape is None else row_shape
     if cfg.OCT % rr:
         raise ValueError(f"conv_pointwise pixel-vector tile of {rr} output channels: it must divide the "
                          f"{cfg.OCT} channels of a packed weight group ({cfg})")
-    if cfg.P * cfg.OCT > SCRATCH or rr * rnv * cfg.V > SCRATCH:
+    if cfg.P * cfg.OCT > SCRATCH or rr * rnv * cfg.V > SCRATCH or (pooled and (2 * cfg.P + 1) * cfg.OCT > SCRATCH):
         raise ValueError(f"conv_pointwise tile {cfg} needs more than {SCRATCH} floats of scratch per thread")
     for name, a in (("x", x), ("w", w), ("y", y), ("B", bias), ("Z", res)):
         if a is not None and a.dtype != np.float32:
@@ -653,28 +642,11 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
     # OpenCL: many work-groups, which PoCL hands to its threads as they free up
     grid = work_split.worker_grid(int(items), int(item_fmas), THREADS, "numba") \
         if (backend or "numba") == "numba" else balanced_grid(int(items))
-    consts = dict(V=cfg.V, NV=cfg.NV, P=cfg.P, RR=rr, RNV=rnv, PAIRS=pairs, backend=backend)
     if pooled:
         geom[G_BLOCKED_OUT] = POOLED
-        partials = line_aligned(n * (items // (ocg * n)) * ocg * cfg.OCT)
-        impl(x.reshape(-1), wp, bp, flat_res, partials, geom, add_res=0, act=act, act_lo=float(lo),
-             act_hi=float(hi), pf=prefetch_mode(c, m), grid=grid, **consts)
-        reduce_partials(impl, partials, y, items // (ocg * n), ocg * cfg.OCT, 1.0 / (oh * ow), consts)
-        return
     impl(x.reshape(-1), wp, bp, flat_res, y.reshape(-1), geom, add_res=int(res is not None), act=act,
-         act_lo=float(lo), act_hi=float(hi), pf=prefetch_mode(c, m), grid=grid, **consts)
-
-
-def reduce_partials(impl, partials, y, rows: int, width: int, scale: float, consts) -> None:
-    """y[n, m] = scale · Σ_r partials[n, r, m] (rows of ``width`` floats, one per item of a
-    pooled launch): ``impl``'s REDUCE launch, so a pooled model compiles no other kernel."""
-    n, m = y.shape[:2]
-    geom = np.zeros(GEOM, np.int64)
-    geom[[G_GATHER, G_N, G_M, G_COLS, G_OUT_W]] = (REDUCE, n, m, rows, width)
-    none = np.zeros(1, np.float32)
-    vecs = n * -(-m // consts["V"])
-    impl(partials, none, none, none, y.reshape(-1), geom, add_res=0, act=0, act_lo=float(scale), act_hi=0.0,
-         pf=0, grid=max(1, min(balanced_grid(vecs), vecs // 64)), **consts)
+         act_lo=float(lo), act_hi=float(hi), pf=prefetch_mode(c, m), V=cfg.V, NV=cfg.NV, P=cfg.P, RR=rr, RNV=rnv,
+         PAIRS=pairs, backend=backend, grid=grid)
 
 
 def pair_mode(blocked: bool, strided: bool, pixels: int, m: int, cfg: DirectConfig, pairs: int) -> int:
