@@ -5,8 +5,9 @@ replaces, alternated in one process, CPU time, best of N (the machine is shared)
   + Relu: conv_pointwise into NCHWc16 then global_pool_blocked, against one pooled launch.
 * ``models``: squeezenet and resnet50 compiled with the rewrite and without it (its rule
   removed), and onnxruntime, on one thread a side.
+* ``nodes``: squeezenet's head nodes in both models, best of N single-run profiles.
 
-    NUMBA_NUM_THREADS=1 PYTHONPATH=. python -m benchmarks.bench_conv_global_pool head|models [--reps 200]
+    NUMBA_NUM_THREADS=1 PYTHONPATH=. python -m benchmarks.bench_conv_global_pool head|models|nodes [--reps 200]
 """
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ import numpy as np
 
 
 def best_cpu_ms(runs: dict, reps: int) -> dict:
-    """{name: (best CPU ms, median CPU ms)} of ``runs`` (name -> callable), called in turn."""
+    """{name: (best CPU ms, median CPU ms)} of ``runs`` (name -> callable), called in turn, the
+    order rotated every round (whoever runs after onnxruntime finds colder caches)."""
     t = {k: [] for k in runs}
-    for _ in range(reps):
-        for k, f in runs.items():
+    order = list(runs)
+    for rep in range(reps):
+        for k in order[rep % len(order):] + order[:rep % len(order)]:
             t0 = time.process_time()
-            f()
+            runs[k]()
             t[k].append(time.process_time() - t0)
     return {k: (min(v) * 1e3, float(np.median(v)) * 1e3) for k, v in t.items()}
 
@@ -68,26 +71,12 @@ def models_(reps: int, names=("squeezenet", "resnet50")) -> None:
     import onnx
     import onnxruntime as ort
 
-    import dsl.opgraph.fusion as fusion
-    from dsl.onnx.load import to_graph
-    import ops.conv_global_pool as cgp
     from benchmarks import models
-
-    def compile_(path, fuse: bool):
-        saved = {k: list(v) for k, v in fusion._RULES.items()}
-        if not fuse:
-            for k in fusion._RULES:
-                fusion._RULES[k] = [f for f in fusion._RULES[k] if f is not cgp.fuse_global_pool]
-        try:
-            return to_graph(path).compile(backend="numba")  # not load_onnx: its plan cache knows no rule
-        finally:
-            fusion._RULES.clear()
-            fusion._RULES.update(saved)
 
     for name in names:
         path = str(models.light_model_path(name))
         feeds = models.random_feeds(onnx.load(path))
-        fused, plain = compile_(path, True), compile_(path, False)
+        fused, plain = _compile(path, True), _compile(path, False)
         so = ort.SessionOptions()
         so.intra_op_num_threads, so.inter_op_num_threads, so.log_severity_level = 1, 1, 3
         sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
@@ -108,12 +97,58 @@ def models_(reps: int, names=("squeezenet", "resnet50")) -> None:
               f"(median {res['unfused'][1] / ort_m:.3f}x)")
 
 
+def nodes(reps: int, name: str = "squeezenet") -> None:
+    """The head's nodes of ``name`` fused and unfused, each node at its best of ``reps`` single-run
+    profiles (``Model.profile``), the two models alternated."""
+    import onnx
+
+    from benchmarks import models
+    path = str(models.light_model_path(name))
+    feeds = models.random_feeds(onnx.load(path))
+    fused, plain = _compile(path, True), _compile(path, False)
+    best = {}
+    for _ in range(reps):
+        for side, model in (("fused", fused), ("unfused", plain)):
+            for r in model.profile(feeds, repeat=1, warmup=0).rows:
+                if r.op_type.endswith(("FusedConvGlobalPool", "GlobalAveragePool")) or (
+                        r.op_type.endswith("FusedConv") and r.name == _head_conv(plain)):
+                    key = (side, r.name, r.op_type, r.impl, tuple(r.shape))
+                    best[key] = min(best.get(key, float("inf")), r.mean_s * 1e3)
+    for key, ms in sorted(best.items()):
+        print(f"  {key[0]:8s} {key[1]:6s} {key[2]:32s} {key[3]:10s} {str(key[4]):20s} {ms:.3f} ms")
+    for side in ("fused", "unfused"):
+        print(f"  {side}: head {sum(v for k, v in best.items() if k[0] == side):.3f} ms")
+
+
+def _head_conv(model) -> str:
+    """The name of the node the (unfused) GlobalAveragePool reads."""
+    pool = next(n for n in model.graph.nodes if n.op_type == "GlobalAveragePool")
+    return next(n.name for n in model.graph.nodes if n.outputs[0] is pool.inputs[0])
+
+
+def _compile(path, fuse: bool):
+    """``path`` compiled for numba with or without the FusedConvGlobalPool rule (not by
+    load_onnx: its plan cache would hand back the other's plan)."""
+    import dsl.opgraph.fusion as fusion
+    import ops.conv_global_pool as cgp
+    from dsl.onnx.load import to_graph
+    saved = {k: list(v) for k, v in fusion._RULES.items()}
+    if not fuse:
+        for k in fusion._RULES:
+            fusion._RULES[k] = [f for f in fusion._RULES[k] if f is not cgp.fuse_global_pool]
+    try:
+        return to_graph(path).compile(backend="numba")
+    finally:
+        fusion._RULES.clear()
+        fusion._RULES.update(saved)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("head", "models"))
+    ap.add_argument("what", choices=("head", "models", "nodes"))
     ap.add_argument("--reps", type=int, default=200)
     a = ap.parse_args(argv)
-    head(a.reps) if a.what == "head" else models_(a.reps)
+    {"head": head, "models": models_, "nodes": nodes}[a.what](a.reps)
 
 
 if __name__ == "__main__":

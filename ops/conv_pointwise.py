@@ -61,6 +61,11 @@ either format.
   checks per vector or lane.  A whole tile into NCHWc16 under Relu (every squeezenet layer,
   ResNet's but the projections) skips the scratch: bias, residual and Relu on the registers
   (AVX2, one core: squeezenet's 16>64 expand 0.8x, ResNet's 64>256 0.9x).
+* **Pooled** (``pooled``, geom[G_BLOCKED_OUT] = POOLED; ops/conv_global_pool.py): y is the plain
+  (N, M) global average.  Items are split over the team in whole (oc group, image) runs, so one
+  thread adds a run's activated pixels into sums kept in its scratch after the tile and writes
+  them, scaled by 1 / (H·W), at the run's last item: no races, no partial rows, no second pass.
+  The sums go through the scratch: summing on the registers ran squeezenet's head 5-8 % slower.
 """
 from __future__ import annotations
 
