@@ -500,26 +500,7 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                                 vec = vec + res.vload(at, V)
                             store_last_block(y, tile, at_t + px * OCT + jv * V, at,
                                              activation(vec, act, act_lo, act_hi), m_out - o0, V)
-        elif blocked_out == POOLED:
-            # global average: each vector's activated pixels added to the (group, image)'s sums, kept in
-            # the scratch after the tile's rows; its last item scales them by 1 / (H·W) into y
-            pacc = at_t + 2 * P * OCT
-            if t == 0 and orow == 0:
-                for pj in range(NV):
-                    tile.vstore(pacc + pj * V, dsl.splat(f32(0), V))
-            for pj in range(NV):
-                po = g * OCT + pj * V
-                if po < m_out:
-                    pbv = bias.vload(po, V)
-                    psum = tile.vload(pacc + pj * V, V)
-                    for ppx in range(first, npix):
-                        psum += activation(tile.vload(at_t + ppx * OCT + pj * V, V) + pbv, act, act_lo, act_hi)
-                    tile.vstore(pacc + pj * V, psum)
-            if t == row_tiles - 1 and orow == rows - 1:
-                pinv = f32(1.0) / f32(ohw)
-                for pl in range(min(OCT, m_out - g * OCT)):
-                    y.flat[nb * m_out + g * OCT + pl] = tile[dsl.thread_id(), 2 * P * OCT + pl] * pinv
-        else:  # plain y: per output channel, the tile's pixels are consecutive in y
+        else:  # plain y, or pooled: per output channel, the tile's pixels are consecutive in y
             # bias (padded to whole groups) and, without a residual, the activation on whole
             # vectors in the scratch, then a plain copy: a scalar activation per element cost
             # more than the sums of a 64-channel layer on AVX2 (as in ops/conv_direct.py)
@@ -530,18 +511,37 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                         if add_res == 0:
                             pvec = activation(pvec, act, act_lo, act_hi)
                         tile.vstore(at_t + px * OCT + jv * V, pvec)
-            for o in range(min(OCT, m_out - g * OCT)):
-                at = (nb * m_out + g * OCT + o) * ohw + q0
-                if add_res == 1:
-                    for px in range(first, npix):
-                        v = tile[dsl.thread_id(), px * OCT + o] + res.flat[at + px]
-                        y.flat[at + px] = activation(v, act, act_lo, act_hi)
-                elif first == 0 and npix == 2 * P:  # a whole pair item: the copy unrolled
-                    for px2 in dsl.static_range(2 * P):
-                        y.flat[at + px2] = tile.flat[at_t + px2 * OCT + o]
-                else:
-                    for px in range(first, npix):
-                        y.flat[at + px] = tile.flat[at_t + px * OCT + o]
+            if blocked_out == POOLED:
+                # global average: the activated pixels added to the (group, image) run's sums, kept in
+                # the scratch after the tile (this thread owns the run); its last item writes them
+                # scaled by 1 / (H·W).  The activation above is shared: a second copy here cost ~0.9 s
+                # more compile CPU
+                pacc = at_t + 2 * P * OCT
+                if t == 0 and orow == 0:
+                    for pj in range(NV):
+                        tile.vstore(pacc + pj * V, dsl.splat(f32(0), V))
+                for pj in range(NV):
+                    psum = tile.vload(pacc + pj * V, V)
+                    for ppx in range(first, npix):
+                        psum += tile.vload(at_t + ppx * OCT + pj * V, V)
+                    tile.vstore(pacc + pj * V, psum)
+                if t == row_tiles - 1 and orow == rows - 1:
+                    pinv = f32(1.0) / f32(ohw)
+                    for pl in range(min(OCT, m_out - g * OCT)):
+                        y.flat[nb * m_out + g * OCT + pl] = tile[dsl.thread_id(), 2 * P * OCT + pl] * pinv
+            else:
+                for o in range(min(OCT, m_out - g * OCT)):
+                    at = (nb * m_out + g * OCT + o) * ohw + q0
+                    if add_res == 1:
+                        for px in range(first, npix):
+                            v = tile[dsl.thread_id(), px * OCT + o] + res.flat[at + px]
+                            y.flat[at + px] = activation(v, act, act_lo, act_hi)
+                    elif first == 0 and npix == 2 * P:  # a whole pair item: the copy unrolled
+                        for px2 in dsl.static_range(2 * P):
+                            y.flat[at + px2] = tile.flat[at_t + px2 * OCT + o]
+                    else:
+                        for px in range(first, npix):
+                            y.flat[at + px] = tile.flat[at_t + px * OCT + o]
         t += 1
         qw += tp
         while qw >= out_w:
