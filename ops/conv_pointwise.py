@@ -503,28 +503,25 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
         else:  # plain y, or pooled: per output channel, the tile's pixels are consecutive in y
             # bias (padded to whole groups) and, without a residual, the activation on whole
             # vectors in the scratch, then a plain copy: a scalar activation per element cost
-            # more than the sums of a 64-channel layer on AVX2 (as in ops/conv_direct.py)
+            # more than the sums of a 64-channel layer on AVX2 (as in ops/conv_direct.py).
+            # Pooled: the activated pixels are added to the (group, image) run's sums instead, kept
+            # in the scratch after the tile (this thread owns the run); its last item writes them
+            # scaled by 1 / (H·W)
+            pacc = at_t + 2 * P * OCT
+            if blocked_out == POOLED and t == 0 and orow == 0:
+                for pj in range(NV):
+                    tile.vstore(pacc + pj * V, dsl.splat(f32(0), V))
             for px in range(first, npix):
                 for jv in range(NV):
                     if g * OCT + jv * V < m_out:
                         pvec = tile.vload(at_t + px * OCT + jv * V, V) + bias.vload(g * OCT + jv * V, V)
                         if add_res == 0:
                             pvec = activation(pvec, act, act_lo, act_hi)
-                        tile.vstore(at_t + px * OCT + jv * V, pvec)
+                        if blocked_out == POOLED:
+                            tile.vstore(pacc + jv * V, tile.vload(pacc + jv * V, V) + pvec)
+                        else:
+                            tile.vstore(at_t + px * OCT + jv * V, pvec)
             if blocked_out == POOLED:
-                # global average: the activated pixels added to the (group, image) run's sums, kept in
-                # the scratch after the tile (this thread owns the run); its last item writes them
-                # scaled by 1 / (H·W).  The activation above is shared: a second copy here cost ~0.9 s
-                # more compile CPU
-                pacc = at_t + 2 * P * OCT
-                if t == 0 and orow == 0:
-                    for pj in range(NV):
-                        tile.vstore(pacc + pj * V, dsl.splat(f32(0), V))
-                for pj in range(NV):
-                    psum = tile.vload(pacc + pj * V, V)
-                    for ppx in range(first, npix):
-                        psum += tile.vload(at_t + ppx * OCT + pj * V, V)
-                    tile.vstore(pacc + pj * V, psum)
                 if t == row_tiles - 1 and orow == rows - 1:
                     pinv = f32(1.0) / f32(ohw)
                     for pl in range(min(OCT, m_out - g * OCT)):
