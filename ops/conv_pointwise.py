@@ -267,14 +267,14 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
     tp = P * (1 + min(pair, 1))  # pixels per item
     row_tiles = (cols + tp - 1) // tp
     at_t = dsl.thread_id() * SCRATCH
-    # split in runs of ``run`` items: pooled, whole (oc group, image) runs per thread, whose sums stay
-    # in its scratch (no races, no second pass over partial sums); else single items
-    run = 1
+    lo, hi = dsl.split(ocg_n * n_img * rows * row_tiles, grid=True)
     if blocked_out == POOLED:
+        # whole (oc group, image) runs per thread, whose sums stay in its scratch (no races, no second
+        # pass over partial sums): every boundary rounded up to a run's start, so the ranges still
+        # tile the items
         run = rows * row_tiles
-    run_lo, run_hi = dsl.split(ocg_n * n_img * rows * row_tiles // run, grid=True)
-    lo = run_lo * run
-    hi = run_hi * run
+        lo = (lo + run - 1) // run * run
+        hi = (hi + run - 1) // run * run
     # item = (oc group, image, output row, tile of tp pixels), decoded once, then counted up (per
     # item divisions cost as much as the sums of a tile with 16 input channels)
     t = lo % row_tiles
