@@ -10,7 +10,7 @@ squeezenet's head 0.92-0.97x the time of the two nodes; benchmarks/RESULTS.md, s
 
 The rule fuses Conv or FusedConv (activation, no residual Z) -> GlobalAveragePool where the
 Conv is one the 1×1 kernel takes (f32, one group, 2-D, 1×1, unpadded).  A residual before the
-pool (ResNet-50's head: Conv -> Add -> Relu -> GlobalAveragePool) is not fused.  The op writes
+pool (ResNet heads: Conv -> Add -> Relu -> pool) is not fused.  The op writes
 back to standard ONNX as Conv [+ activation] + GlobalAveragePool, so a compiled model's export
 runs in onnxruntime.
 """
