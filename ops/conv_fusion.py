@@ -11,6 +11,8 @@ done by the Conv itself, so it costs no extra pass over memory.
 * A stem Conv or FusedConv (ops/conv_stem.py's kernel, no Z) -> a 2-D MaxPool without
   dilations or Indices: a FusedConvPool (ops/conv_stem_pool.py), whose convolution output
   never goes to memory.
+* A 1×1 Conv or FusedConv (no Z) -> GlobalAveragePool: ops/conv_global_pool.py's
+  FusedConvGlobalPool (SqueezeNet's head), whose convolution output never goes to memory.
 
 The graph compiler applies the rules (dsl/opgraph/fusion.py) only where the Conv's output
 has no other reader and is not a graph output.  ``FusedConv`` is also an op of its own

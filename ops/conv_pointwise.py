@@ -61,6 +61,11 @@ either format.
   checks per vector or lane.  A whole tile into NCHWc16 under Relu (every squeezenet layer,
   ResNet's but the projections) skips the scratch: bias, residual and Relu on the registers
   (AVX2, one core: squeezenet's 16>64 expand 0.8x, ResNet's 64>256 0.9x).
+* **Pooled** (``pooled``, geom[G_BLOCKED_OUT] = POOLED; ops/conv_global_pool.py): y is the plain
+  (N, M) global average.  Items are split over the team in whole (oc group, image) runs, so one
+  thread adds a run's activated pixels into sums kept in its scratch after the tile and writes
+  them, scaled by 1 / (H·W), at the run's last item: no races, no partial rows, no second pass.
+  The sums go through the scratch: summing on the registers ran squeezenet's head 5-8 % slower.
 """
 from __future__ import annotations
 
@@ -80,7 +85,8 @@ BLOCK = 16  # channels per NCHWc16 block
 # geometry vector (``geom``) slots
 G_N, G_C, G_M, G_ROWS, G_COLS, G_STEP_ROW, G_STEP_COL = range(7)  # output rows × cols, input steps
 G_SXN, G_SXB, G_SXC, G_SXP = range(7, 11)  # x strides: image, 16-channel block, channel, pixel
-G_BLOCKED_OUT = 11
+G_BLOCKED_OUT = 11  # 0: plain y, 1: NCHWc16 y, POOLED: y = the plain (N, M) global average (pooled)
+POOLED = 2
 G_ROWS_TILE = 12  # 1: plain x and y, stride 1: the pixel-vector tile (run_rows)
 G_PAIR = 13  # 1 (PAIR_BLOCKED) / 2 (PAIR_PLAIN): x NCHWc16 / plain, stride 1, items of 2P pixels at constant offsets
 PAIR_BLOCKED, PAIR_PLAIN = 1, 2
@@ -262,6 +268,13 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
     row_tiles = (cols + tp - 1) // tp
     at_t = dsl.thread_id() * SCRATCH
     lo, hi = dsl.split(ocg_n * n_img * rows * row_tiles, grid=True)
+    if blocked_out == POOLED:
+        # whole (oc group, image) runs per thread, whose sums stay in its scratch (no races, no second
+        # pass over partial sums): every boundary rounded up to a run's start, so the ranges still
+        # tile the items
+        run = rows * row_tiles
+        lo = (lo + run - 1) // run * run
+        hi = (hi + run - 1) // run * run
     # item = (oc group, image, output row, tile of tp pixels), decoded once, then counted up (per
     # item divisions cost as much as the sums of a tile with 16 input channels)
     t = lo % row_tiles
@@ -487,29 +500,45 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                                 vec = vec + res.vload(at, V)
                             store_last_block(y, tile, at_t + px * OCT + jv * V, at,
                                              activation(vec, act, act_lo, act_hi), m_out - o0, V)
-        else:  # plain y: per output channel, the tile's pixels are consecutive in y
+        else:  # plain y, or pooled: per output channel, the tile's pixels are consecutive in y
             # bias (padded to whole groups) and, without a residual, the activation on whole
             # vectors in the scratch, then a plain copy: a scalar activation per element cost
-            # more than the sums of a 64-channel layer on AVX2 (as in ops/conv_direct.py)
+            # more than the sums of a 64-channel layer on AVX2 (as in ops/conv_direct.py).
+            # Pooled: the activated pixels are added to the (group, image) run's sums instead, kept
+            # in the scratch after the tile (this thread owns the run); its last item writes them
+            # scaled by 1 / (H·W)
+            pacc = at_t + 2 * P * OCT
+            if blocked_out == POOLED and t == 0 and orow == 0:
+                for pj in range(NV):
+                    tile.vstore(pacc + pj * V, dsl.splat(f32(0), V))
             for px in range(first, npix):
                 for jv in range(NV):
                     if g * OCT + jv * V < m_out:
                         pvec = tile.vload(at_t + px * OCT + jv * V, V) + bias.vload(g * OCT + jv * V, V)
                         if add_res == 0:
                             pvec = activation(pvec, act, act_lo, act_hi)
-                        tile.vstore(at_t + px * OCT + jv * V, pvec)
-            for o in range(min(OCT, m_out - g * OCT)):
-                at = (nb * m_out + g * OCT + o) * ohw + q0
-                if add_res == 1:
-                    for px in range(first, npix):
-                        v = tile[dsl.thread_id(), px * OCT + o] + res.flat[at + px]
-                        y.flat[at + px] = activation(v, act, act_lo, act_hi)
-                elif first == 0 and npix == 2 * P:  # a whole pair item: the copy unrolled
-                    for px2 in dsl.static_range(2 * P):
-                        y.flat[at + px2] = tile.flat[at_t + px2 * OCT + o]
-                else:
-                    for px in range(first, npix):
-                        y.flat[at + px] = tile.flat[at_t + px * OCT + o]
+                        if blocked_out == POOLED:
+                            tile.vstore(pacc + jv * V, tile.vload(pacc + jv * V, V) + pvec)
+                        else:
+                            tile.vstore(at_t + px * OCT + jv * V, pvec)
+            if blocked_out == POOLED:
+                if t == row_tiles - 1 and orow == rows - 1:
+                    pinv = f32(1.0) / f32(ohw)
+                    for pl in range(min(OCT, m_out - g * OCT)):
+                        y.flat[nb * m_out + g * OCT + pl] = tile[dsl.thread_id(), 2 * P * OCT + pl] * pinv
+            else:
+                for o in range(min(OCT, m_out - g * OCT)):
+                    at = (nb * m_out + g * OCT + o) * ohw + q0
+                    if add_res == 1:
+                        for px in range(first, npix):
+                            v = tile[dsl.thread_id(), px * OCT + o] + res.flat[at + px]
+                            y.flat[at + px] = activation(v, act, act_lo, act_hi)
+                    elif first == 0 and npix == 2 * P:  # a whole pair item: the copy unrolled
+                        for px2 in dsl.static_range(2 * P):
+                            y.flat[at + px2] = tile.flat[at_t + px2 * OCT + o]
+                    else:
+                        for px in range(first, npix):
+                            y.flat[at + px] = tile.flat[at_t + px * OCT + o]
         t += 1
         qw += tp
         while qw >= out_w:
@@ -536,17 +565,20 @@ def pointwise_supported(x, w, group: int, kernel, strides, dilations, pads, auto
 
 
 def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, backend, act: int, lo: float,
-                          hi: float, cfg: DirectConfig = None, rows: bool = True, row_shape: tuple = None) -> None:
+                          hi: float, cfg: DirectConfig = None, rows: bool = True, row_shape: tuple = None,
+                          pooled: bool = False) -> None:
     """Run ``impl`` (conv_pointwise, or a model's recorder of it) on 4-D arrays: x (N, C, H, W)
     plain, or its NCHWc16 array (N, C/16, H, W, 16) when ``blocked``; y and res are NCHWc16 when
     y is 5-D, else plain.  ``w`` is (M, C, 1, 1).  Plain x and y with stride 1 run the
-    pixel-vector tile (``run_rows``) unless ``rows`` is False."""
+    pixel-vector tile (``run_rows``) unless ``rows`` is False.  ``pooled``: y is the plain
+    (N, M, 1, 1) global average of the activated convolution, which never goes to memory
+    (FusedConvGlobalPool, ops/conv_global_pool.py; no ``res``)."""
     cfg = cfg or pointwise_config(backend or "numba")
     rr, rnv = row_tile(backend or "numba") if row_shape is None else row_shape
     if cfg.OCT % rr:
         raise ValueError(f"conv_pointwise pixel-vector tile of {rr} output channels: it must divide the "
                          f"{cfg.OCT} channels of a packed weight group ({cfg})")
-    if cfg.P * cfg.OCT > SCRATCH or rr * rnv * cfg.V > SCRATCH:
+    if cfg.P * cfg.OCT > SCRATCH or rr * rnv * cfg.V > SCRATCH or (pooled and (2 * cfg.P + 1) * cfg.OCT > SCRATCH):
         raise ValueError(f"conv_pointwise tile {cfg} needs more than {SCRATCH} floats of scratch per thread")
     for name, a in (("x", x), ("w", w), ("y", y), ("B", bias), ("Z", res)):
         if a is not None and a.dtype != np.float32:
@@ -561,7 +593,10 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
                          f"the input has {channels if not blocked else f'up to {channels}'} channels")
     blocked_out = y.ndim == 5
     n, h, wd = x.shape[0], x.shape[2], x.shape[3]
-    oh, ow = y.shape[2], y.shape[3]
+    oh, ow = ((h - 1) // strides[0] + 1, (wd - 1) // strides[1] + 1) if pooled else (y.shape[2], y.shape[3])
+    if pooled and (res is not None or y.shape != (n, m, 1, 1)):
+        raise ValueError(f"conv_pointwise pooled output must be plain ({n}, {m}, 1, 1) without a residual, "
+                         f"got {tuple(y.shape)}{' and a residual' if res is not None else ''}")
     if oh != (h - 1) // strides[0] + 1 or ow != (wd - 1) // strides[1] + 1:
         raise ValueError(f"conv_pointwise output {oh}x{ow} does not match input {h}x{wd} with strides "
                          f"{tuple(strides)}")
@@ -600,8 +635,8 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
     # channel-vector tile on plain tensors with up to 128 input channels (56x56 and 28x28 layers)
     # and 10-50 % slower with more (each input channel's 48 pixels are another row of x); the
     # tile's shape follows the target's register count (``row_tile``)
-    if rows and not blocked and not blocked_out and tuple(strides) == (1, 1) and oh * ow >= rnv * cfg.V \
-            and c <= ROWS_MAX_C:
+    if rows and not pooled and not blocked and not blocked_out and tuple(strides) == (1, 1) \
+            and oh * ow >= rnv * cfg.V and c <= ROWS_MAX_C:
         geom[G_ROWS_TILE] = 1
         items = -(-m // rr) * n * -(-(oh * ow) // (rnv * cfg.V))
         item_fmas = c * rr * rnv
@@ -609,6 +644,8 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
     # OpenCL: many work-groups, which PoCL hands to its threads as they free up
     grid = work_split.worker_grid(int(items), int(item_fmas), THREADS, "numba") \
         if (backend or "numba") == "numba" else balanced_grid(int(items))
+    if pooled:
+        geom[G_BLOCKED_OUT] = POOLED
     impl(x.reshape(-1), wp, bp, flat_res, y.reshape(-1), geom, add_res=int(res is not None), act=act,
          act_lo=float(lo), act_hi=float(hi), pf=prefetch_mode(c, m), V=cfg.V, NV=cfg.NV, P=cfg.P, RR=rr, RNV=rnv,
          PAIRS=pairs, backend=backend, grid=grid)

@@ -35,6 +35,7 @@ with _builtin_library():  # what registers here is built-in: user ops take prece
     from ops.norm import (BatchNormalization, BatchNormalizationV6, Softmax, LogSoftmax, Hardmax, LpNormalization,  # noqa: F401
                           LayerNormalization, RMSNormalization, InstanceNormalization, GroupNormalization, LRN)
     from ops.conv_fusion import FusedConv  # noqa: F401
+    from ops.conv_global_pool import FusedConvGlobalPool  # noqa: F401
     from ops import qdq_fusion  # noqa: F401  (QDQ MatMul/Conv -> QLinearMatMul/QLinearConv)
     from ops.quant_conv_fused import FusedQLinearConv  # noqa: F401
     from ops.quant_concat import QLinearConcat  # noqa: F401
