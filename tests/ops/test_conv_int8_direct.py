@@ -80,17 +80,25 @@ def test_direct_conv_stores_rows_that_cross_a_vector(backend, h, wd, k, pad, ydt
     than the vector); its lanes are picked in place, with no lane lost or written twice wrong,
     requantized or as i32."""
     x, w = data(np.uint8, (2, 6, h, wd), 255), data(np.int8, (8, 6, k, k), -128)
-    oh, ow, geom = geometry(h, wd, k, 1, pad)
-    acc = conv_exact(x, w, 9, 0, (1, 1), (pad,) * 4, (1, 1))
-    y = np.full((2, 8, oh, ow), 77, ydt)
+    check_two_images(backend, x, w, 9, pad, ydt)
+
+
+def check_two_images(backend, x, w, x_zp, pad, ydt):
+    """conv_int8_direct of two images at stride 1 against the exact sums, as i32 or requantized
+    to u8 (zero point 128) with per-channel multipliers."""
+    oc, k = w.shape[0], w.shape[2]
+    oh, ow, geom = geometry(x.shape[2], x.shape[3], k, 1, pad)
+    acc = conv_exact(x, w, x_zp, 0, (1, 1), (pad,) * 4, (1, 1))
+    y = np.full((2, oc, oh, ow), 77, ydt)
     if ydt == np.int32:
-        conv_int8_direct(x, w, y, np.array([9], np.uint8), geom, backend=backend, tile=tile_for(backend))
+        conv_int8_direct(x, w, y, np.array([x_zp], np.uint8), geom, backend=backend, tile=tile_for(backend))
         np.testing.assert_array_equal(y, acc)
         return
-    mult = RNG.uniform(1e-4, 2e-3, 8).astype(np.float32)
-    conv_int8_direct(x, w, y, np.array([9], np.uint8), geom, mult, None, y_zp=128, backend=backend,
+    mult = RNG.uniform(1e-4, 2e-3, oc).astype(np.float32)
+    conv_int8_direct(x, w, y, np.array([x_zp], np.uint8), geom, mult, None, y_zp=128, backend=backend,
                      tile=tile_for(backend))
-    want = np.stack([np.stack([requantized(acc[n, i], mult[i], 0, 128, np.uint8) for i in range(8)]) for n in range(2)])
+    want = np.stack([np.stack([requantized(acc[n, i], mult[i], 0, 128, np.uint8) for i in range(oc)])
+                     for n in range(2)])
     np.testing.assert_array_equal(y, want)
 
 
@@ -103,18 +111,7 @@ def test_pointwise_conv_runs_whole_planes_and_a_half_last_panel(backend, ydt):
     4, 8 or 16 lanes), which runs one vector of products: every position kept, requantized or i32,
     two images, channels not a multiple of 4, a row-tile tail."""
     x, w = data(np.uint8, (2, 9, 5, 7), 255), data(np.int8, (5, 9, 1, 1), -128)
-    _, _, geom = geometry(5, 7, 1, 1, 0)
-    acc = conv_exact(x, w, 11, 0, (1, 1), (0,) * 4, (1, 1))
-    y = np.full((2, 5, 5, 7), 77, ydt)
-    if ydt == np.int32:
-        conv_int8_direct(x, w, y, np.array([11], np.uint8), geom, backend=backend, tile=tile_for(backend))
-        np.testing.assert_array_equal(y, acc)
-        return
-    mult = RNG.uniform(1e-4, 2e-3, 5).astype(np.float32)
-    conv_int8_direct(x, w, y, np.array([11], np.uint8), geom, mult, None, y_zp=128, backend=backend,
-                     tile=tile_for(backend))
-    want = np.stack([np.stack([requantized(acc[n, i], mult[i], 0, 128, np.uint8) for i in range(5)]) for n in range(2)])
-    np.testing.assert_array_equal(y, want)
+    check_two_images(backend, x, w, 11, 0, ydt)
 
 
 def test_direct_conv_names_the_geometry_it_does_not_take():
