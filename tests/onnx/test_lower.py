@@ -37,7 +37,7 @@ def test_first_com_opdsl_lookup_loads_the_library():
 def test_each_own_op_registers_its_lowering():
     import ops  # noqa: F401
     from dsl.onnx import lower
-    for op_type in ("FullyConnected", "DataConvert", "FusedConv", "FusedMatMul", "FusedElementwise", "Reorder",
-                    "RecurrentScan"):
+    for op_type in ("FullyConnected", "DataConvert", "FusedConv", "FusedConvPool", "FusedConvGlobalPool",
+                    "FusedMatMul", "FusedElementwise", "Reorder", "RecurrentScan"):
         fn, _ = lower._LOWERINGS[("com.opdsl", op_type)]
         assert not fn.__module__.startswith("dsl.onnx"), (op_type, fn.__module__)
