@@ -35,8 +35,8 @@ def test_first_com_opdsl_lookup_loads_the_library():
 
 
 def test_each_own_op_registers_its_lowering():
-    import ops  # noqa: F401
     from dsl.onnx import lower
+    lower.registry.load_builtin_library()  # as a com.opdsl lookup does: the own ops register on loading
     for op_type in ("FullyConnected", "DataConvert", "FusedConv", "FusedConvPool", "FusedConvGlobalPool",
                     "FusedMatMul", "FusedElementwise", "Reorder", "RecurrentScan"):
         fn, _ = lower._LOWERINGS[("com.opdsl", op_type)]
