@@ -34,6 +34,7 @@ from dsl import In, InOut, Out, f32, i32, i64
 from ops.conv_direct import BLOCK, balanced_grid, cached_pack
 from ops.gemm_packed import activation
 from ops.register_tiles import fits
+from ops.work_split import rows_per_core
 
 THREADS = 4
 # Conv.select's rule, measured (benchmarks/RESULTS.md, CPU time against ops/conv_direct.py):
@@ -260,8 +261,7 @@ def stem_band(images: int, row_tiles: int, item_bytes, backend: str = "numba") -
     after the other: on ResNet-50's plain stem (one core) items of 19 row tiles took 0.86-0.89x
     the time of one-tile items, whose stores went to 64 channel planes at once
     (benchmarks/RESULTS.md, twentieth session, slice stem)."""
-    cores = max(1, dsl.target(backend).compute_units or 1)
-    band = -(-row_tiles // -(-cores // max(1, images)))
+    band = rows_per_core(row_tiles, images, backend)
     while band > 1 and item_bytes(band) > MAX_ITEM_BYTES:
         band = -(-band // 2)
     return max(1, band)

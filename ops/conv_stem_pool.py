@@ -38,6 +38,7 @@ from ops.conv_direct import balanced_grid
 from ops.conv_stem import stem_weights
 from ops.gemm_packed import activation
 from ops.register_tiles import fits
+from ops.work_split import rows_per_core
 
 THREADS = 4
 # fewest pooled rows per work item: a band of B pooled rows of a 3-wide stride-2 pool computes
@@ -96,9 +97,7 @@ def stem_band(images: int, pooled_rows: int, backend: str = "numba") -> int:
     row again and starts its worker's buffers cold: on the 2-core Xeon squeezenet's stem + pool
     took 0.91x the time with bands of 28 rows instead of 7, ResNet-50's 0.83x (one core, caches
     swept; benchmarks/RESULTS.md, twentieth session, slice sq)."""
-    cores = max(1, dsl.target(backend).compute_units or 1)
-    per_image = -(-cores // max(1, images))
-    return max(min(MIN_BAND, pooled_rows), min(MAX_BAND, -(-pooled_rows // per_image)))
+    return max(min(MIN_BAND, pooled_rows), min(MAX_BAND, rows_per_core(pooled_rows, images, backend)))
 
 
 @dataclass(frozen=True)

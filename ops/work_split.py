@@ -30,6 +30,14 @@ def worker_grid(items: int, item_fmas: int, team: int, backend: str = "numba", m
                       max(1, dsl.target(backend).compute_units or 1), most)
 
 
+def rows_per_core(rows: int, images: int, backend: str = "numba") -> int:
+    """Rows of an image per work item so that each of ``backend``'s cores gets one item: an image
+    is split into ⌈cores / images⌉ bands (one band an image where images cover the cores).  The
+    stems' banding (ops/conv_stem.py, ops/conv_stem_pool.py ``stem_band``) starts from this."""
+    cores = max(1, dsl.target(backend).compute_units or 1)
+    return -(-rows // -(-cores // max(1, images)))
+
+
 @functools.lru_cache(maxsize=4096)
 def _best_grid(items: int, item_fmas: int, team: int, cores: int, most: int) -> int:
     """``worker_grid`` for known cores (memoized: a model launches the same shapes every run)."""
