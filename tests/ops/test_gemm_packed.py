@@ -85,19 +85,12 @@ def test_packed_gemm_half_storage(backend, dtype):
     np.testing.assert_allclose(y.astype(np.float32), ref, rtol=tol, atol=tol)
 
 
-def test_target_tile_past_one_k_block():
-    """The numba target's own tile (16 or 8 lanes) with K over one KC block and ragged edges."""
-    cfg = tile_config("numba")
-    m, k, n = 3 * cfg.MR + 1, cfg.KC + 37, 2 * cfg.NR + 5
-    a, b = rand(1, m, k), rand(1, k, n)
-    y = np.empty((1, m, n), np.float32)
-    packed_gemm(a, b, np.zeros((1, 1), np.float32), y, backend="numba")
-    np.testing.assert_allclose(y, reference(a, b, np.zeros((1, 1)), 0, 0, 1.0, 0.0), rtol=1e-4, atol=1e-3)
-
-
-def test_target_tile_prefetching_y(monkeypatch):
-    """The same with every tile prefetching its rows of y (what 1024³ runs)."""
-    monkeypatch.setattr(gemm_packed, "PREFETCH_Y_BYTES", 0)
+@pytest.mark.parametrize("prefetching_y", [False, True])
+def test_target_tile_past_one_k_block(monkeypatch, prefetching_y):
+    """The numba target's own tile (16 or 8 lanes) with K over one KC block and ragged edges,
+    also with every tile prefetching its rows of y (what 1024³ runs)."""
+    if prefetching_y:
+        monkeypatch.setattr(gemm_packed, "PREFETCH_Y_BYTES", 0)
     cfg = tile_config("numba")
     m, k, n = 3 * cfg.MR + 1, cfg.KC + 37, 2 * cfg.NR + 5
     a, b = rand(1, m, k), rand(1, k, n)
