@@ -32,7 +32,7 @@ import numpy as np
 import dsl
 from dsl import In, Out, i32, i64
 from ops import packed_constants
-from ops.gemm_int8 import THREADS, Int8Tile, int8_tile, pairs_fit_i16, saturating_pairs_pay
+from ops.gemm_int8 import THREADS, Int8Tile, int8_tile, output_range, pairs_fit_i16, saturating_pairs_pay
 
 X = dsl.TypeVar("X")
 Y = dsl.TypeVar("Y")
@@ -514,9 +514,7 @@ def conv_int8_direct(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=Non
     zx = (int(xz[0]) & 0xFF) ^ (0x80 if x.dtype == np.int8 else 0)
     requantize = mult is not None
     if requantize:
-        info = np.iinfo(y.dtype)
-        lo = float(info.min) if q_lo is None else max(float(info.min), float(q_lo))
-        hi = float(info.max) if q_hi is None else min(float(info.max), float(q_hi))
+        lo, hi = output_range(y.dtype, q_lo, q_hi)
         mult = np.asarray(mult, np.float32).reshape(1, -1)
     else:
         lo = hi = 0.0

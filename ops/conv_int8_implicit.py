@@ -27,7 +27,7 @@ import numpy as np
 import dsl
 from dsl import In, Out, i32, i64
 from ops import packed_constants
-from ops.gemm_int8 import THREADS
+from ops.gemm_int8 import THREADS, output_range
 
 X = dsl.TypeVar("X")
 Y = dsl.TypeVar("Y")
@@ -272,9 +272,7 @@ def conv_int8_implicit(x, w, y, x_zp, geom, mult=None, bias=None, y_zp=0, q_lo=N
     lo = hi = 0.0
     if requantize:
         mults[:m] = np.broadcast_to(np.asarray(mult, np.float32).reshape(-1), (m,))
-        info = np.iinfo(y.dtype)
-        lo = float(info.min) if q_lo is None else max(float(info.min), float(q_lo))
-        hi = float(info.max) if q_hi is None else min(float(info.max), float(q_hi))
+        lo, hi = output_range(y.dtype, q_lo, q_hi)
     launched(qconv_amx_implicit, launch)(xq, wb, corr.astype(np.int32), mults, y.reshape(n, m, oh * ow),
                                          np.asarray([kh, kw, wo, oh, ow, st], np.int64), int(requantize), float(y_zp),
                                          lo, hi, backend=backend)

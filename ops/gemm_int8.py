@@ -296,6 +296,15 @@ def packed_b(b3: np.ndarray, bzp2: np.ndarray, tile: Int8Tile, backend) -> tuple
     return packed_constants.once_per_array(b3, key, lambda: _pack_b(b3, bzp2, tile, backend))
 
 
+def output_range(dtype, q_lo=None, q_hi=None) -> tuple:
+    """(lo, hi) a requantized output is clamped to: ``dtype``'s range, narrowed by a fused
+    Relu/Clip's ``q_lo``/``q_hi`` (None: not narrowed)."""
+    info = np.iinfo(dtype)
+    lo = float(info.min) if q_lo is None else max(float(info.min), float(q_lo))
+    hi = float(info.max) if q_hi is None else min(float(info.max), float(q_hi))
+    return lo, hi
+
+
 def epilogue_args(y3: np.ndarray, mult, bias, q_lo, q_hi, per_row: bool, m: int, np_cols: int,
                   a_scale=None) -> tuple:
     """What an int8 GEMM's epilogue reads, shared by the dot4 and tile GEMMs: (mult, i32 bias,
@@ -305,12 +314,7 @@ def epilogue_args(y3: np.ndarray, mult, bias, q_lo, q_hi, per_row: bool, m: int,
     fused Relu/Clip (lo, hi)."""
     to_float = y3.dtype == np.float32
     mode = FLOAT_OUT if to_float else int(mult is not None)
-    if mode == 1:
-        info = np.iinfo(y3.dtype)
-        lo = float(info.min) if q_lo is None else max(float(info.min), float(q_lo))
-        hi = float(info.max) if q_hi is None else min(float(info.max), float(q_hi))
-    else:
-        lo = hi = 0.0
+    lo, hi = output_range(y3.dtype, q_lo, q_hi) if mode == 1 else (0.0, 0.0)
     width = m if per_row else y3.shape[2]
     cols = m if per_row else np_cols
     return (_per_column(mult, width, cols, np.float32, 1.0),
