@@ -404,9 +404,7 @@ LINED_MIN = 1 << 16  # floats (256 KB): smaller buffers skip the ~3 µs of linin
 
 def lined(rows: int, cols: int) -> np.ndarray:
     """An empty (rows, cols) f32 packing buffer, on a cache line from ``LINED_MIN`` floats up."""
-    if rows * cols < LINED_MIN:
-        return np.empty((rows, cols), np.float32)
-    return line_aligned((rows, cols), np.float32)
+    return line_aligned((rows, cols), np.float32, min_bytes=4 * LINED_MIN)
 
 
 NO_GEOMETRY = np.zeros(11, np.int64)
