@@ -18,6 +18,8 @@ step).  CPU time (``time.process_time``): other processes' time slices are not c
 
     NUMBA_NUM_THREADS=1 python -m benchmarks.bench_plan_steps steps squeezenet [--reps 40]
     NUMBA_NUM_THREADS=1 python -m benchmarks.bench_plan_steps ablate squeezenet [--reps 100]
+
+The model is a light CNN's name (squeezenet, resnet50...), ``bert``, or an .onnx file.
 """
 from __future__ import annotations
 
@@ -34,13 +36,20 @@ import numpy as np  # noqa: E402
 from benchmarks import models  # noqa: E402
 
 
+def model_path(name: str) -> str:
+    """An .onnx file as it is, ``bert``: the BERT layer, else a light CNN of the onnx wheel."""
+    if name.endswith(".onnx"):
+        return name
+    return str(models.bert_layer() if name == "bert" else models.light_model_path(name))
+
+
 def compiled_plan(name: str):
-    """squeezenet / resnet50 (light CNNs) or bert compiled for numba, run until its steps are
-    prepared; returns (model, feeds, [(label, kind, step)] in run order)."""
+    """``name`` (``model_path``) compiled for numba, run until its steps are prepared; returns
+    (model, feeds, [(label, kind, step)] in run order)."""
     import onnx
 
     import dsl
-    path = str(models.bert_layer() if name == "bert" else models.light_model_path(name))
+    path = model_path(name)
     feeds = models.random_feeds(onnx.load(path))
     model = dsl.load_onnx(path, backend="numba")
     for _ in range(3):
@@ -126,7 +135,7 @@ def ablate(name: str, reps: int) -> None:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=("steps", "ablate"))
-    ap.add_argument("model", help="squeezenet, resnet50 (light CNNs) or bert")
+    ap.add_argument("model", help="squeezenet, resnet50 (light CNNs), bert or an .onnx file")
     ap.add_argument("--reps", type=int, default=None, help="rounds (steps: 40, ablate: 100)")
     a = ap.parse_args(argv)
     if a.what == "steps":
