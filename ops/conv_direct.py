@@ -246,9 +246,6 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
         g = r // n_img
         t_lo = tg * tg_size
         t_hi = min(tiles, t_lo + tg_size)
-        # each tile's share of the next block's weights (the lines it prefetches while it runs)
-        pf_share = ((wblock // BLOCK + (t_hi - t_lo) - 1) // (t_hi - t_lo)) * BLOCK
-        pf_next_g = ((item + 1) // tgroups) // n_img  # the oc group of this worker's next item
         # NCHWc16 y under Relu (one unrolled copy: a second, for no activation, cost ~3 s more
         # compile CPU per specialization), every vector of the group all real channels or
         # past the last block: whole tiles are stored from the registers after the last block
@@ -337,11 +334,13 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                         # the weights of the next input block (or the next item's group) are on
                         # their way while this block runs: two lines a step, when ``pf`` (a
                         # stride of 0 prefetches one line of this tile's own weights again)
-                        pf_at = g * wgroup + (icb + 1) * wblock + (t - t_lo) * pf_share
-                        if icb == cb - 1:
-                            pf_at = pf_next_g * wgroup + (t - t_lo) * pf_share
-                        if pf == 0:
-                            pf_at = wo
+                        pf_at = wo
+                        if pf > 0:  # each tile its share of the next block's lines
+                            pf_at = (t - t_lo) * ((wblock // BLOCK + (t_hi - t_lo) - 1) // (t_hi - t_lo)) * BLOCK
+                            if icb < cb - 1:
+                                pf_at += g * wgroup + (icb + 1) * wblock
+                            else:  # the oc group of this worker's next item
+                                pf_at += (((item + 1) // tgroups) // n_img) * wgroup
                         for r in range(nkh * kw_steps * (run // U)):
                             dsl.prefetch(w, pf_at)
                             dsl.prefetch(w, pf_at + BLOCK)
