@@ -569,7 +569,7 @@ def oc_groups(m: int, oct_: int, blocked: bool = True) -> int:
     return -(-channels // oct_)
 
 
-PREFETCH_MIN_BYTES = 1 << 18  # packed weights from which a block prefetches the next one's (L2 holds smaller ones)
+PREFETCH_MIN_BYTES = 1 << 18  # packed weights from which a block prefetches the next one's (as conv_pointwise's)
 
 
 def prefetch_stride(weight_bytes: int) -> int:
