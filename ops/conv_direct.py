@@ -34,6 +34,11 @@ broadcasts one input value per pixel: P·NV fused multiply-adds for NV + P loads
   size: 9 tiles at TG = 8 are 5 + 4, not 8 + 1); per input-channel
   block (kh·kw·16·OCT weights, 18 KB for 3×3) every tile of the group runs, its partial sums
   waiting in scratch, so the deep layers' weights are streamed from L2 once per TG tiles.
+* **Prefetch**: in a model every layer's weights arrive cold (from L3 or memory), and the first
+  tile of each input-channel block waited on its 36 KB (3×3, 64 channels); so the unrolled walk
+  prefetches two lines a step of the next block (after a group's last block, the worker's next
+  item's group), each tile of the group its share (``pf``, from PREFETCH_MIN_BYTES of packed
+  weights on: ResNet-50's 64-channel layers, 147 KB, gained nothing in the model).
 * **Epilogue**: bias, the residual and Relu / Clip / LeakyRelu are applied to the tile before
   its one store (what ops/conv_fusion.py's FusedConv asks for); whole NCHWc16 tiles under Relu
   are stored from the registers after the last input block, the others go
@@ -160,7 +165,7 @@ def pack_conv_weights(w: In[f32], b: In[f32], wp: Out[f32], bp: Out[f32], m: i64
 @dsl.kernel(threads=THREADS)
 def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], xp: InOut[f32],
                 pix: In[i64], tinfo: In[i64], geom: dsl.Vec[i64, 24], phase: i32, blocked_out: i32, add_res: i32, act: i32,
-                act_lo: f32, act_hi: f32, V: dsl.const[i64], NV: dsl.const[i64], P: dsl.const[i64],
+                act_lo: f32, act_hi: f32, pf: i64, V: dsl.const[i64], NV: dsl.const[i64], P: dsl.const[i64],
                 TG: dsl.const[i64], U: dsl.const[i64]):
     """PHASE_PAD: xp = x with a zero border (geom's H, W, PT, PL, HP, WP, LANES).  PHASE_CONV:
     y = act(conv(x, w) + bias [+ res]) with x read through geom's strides, ``w``/``bias`` from
@@ -227,7 +232,8 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
     if blocked_out == 1:  # every lane of the last block is written, zero past m_out
         ocg_n = (mb * BLOCK + OCT - 1) // OCT
     tiles = tinfo.size // 4
-    wgroup = cb * kh_n * kw_n * BLOCK * OCT  # packed weights of one oc group
+    wblock = kh_n * kw_n * BLOCK * OCT  # packed weights of one input-channel block of an oc group
+    wgroup = cb * wblock  # packed weights of one oc group
     tgroups = (tiles + TG - 1) // TG
     tg_size = (tiles + tgroups - 1) // max(1, tgroups)  # groups of even size, at most TG tiles (9 = 5 + 4, not 8 + 1)
     tile = dsl.scratch((THREADS, TG * P * NV * V), f32)  # the group's partial sums, then its results
@@ -325,7 +331,20 @@ def conv_direct(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32]
                     steps = nkh * kw_steps * run
                     if U > 1 and cn == BLOCK and sxc == 1:
                         steps = 0  # the unrolled walk below takes the whole block
+                        # the weights of the next input block (or the next item's group) are on
+                        # their way while this block runs: two lines a step, when ``pf`` (a
+                        # stride of 0 prefetches one line of this tile's own weights again)
+                        pf_at = wo
+                        if pf > 0:  # each tile its share of the next block's lines
+                            pf_at = (t - t_lo) * ((wblock // BLOCK + (t_hi - t_lo) - 1) // (t_hi - t_lo)) * BLOCK
+                            if icb < cb - 1:
+                                pf_at += g * wgroup + (icb + 1) * wblock
+                            else:  # the oc group of this worker's next item
+                                pf_at += (((item + 1) // tgroups) // n_img) * wgroup
                         for r in range(nkh * kw_steps * (run // U)):
+                            dsl.prefetch(w, pf_at)
+                            dsl.prefetch(w, pf_at + BLOCK)
+                            pf_at += pf
                             for u in dsl.static_range(U):
                                 uv = dsl.local((NV,), dsl.simd(f32, V))
                                 for j in dsl.static_range(NV):
@@ -550,6 +569,16 @@ def oc_groups(m: int, oct_: int, blocked: bool = True) -> int:
     return -(-channels // oct_)
 
 
+PREFETCH_MIN_BYTES = 1 << 18  # packed weights from which a block prefetches the next one's (as conv_pointwise's)
+
+
+def prefetch_stride(weight_bytes: int) -> int:
+    """``pf`` for conv_direct: elements the prefetch address moves a step of the unrolled walk
+    (two lines: the interior tiles of a group cover the next block's weights), 0 when the packed
+    weights are under PREFETCH_MIN_BYTES."""
+    return 2 * BLOCK if weight_bytes >= PREFETCH_MIN_BYTES else 0
+
+
 def direct_supported(x, w, group: int) -> bool:
     """Shapes and dtypes the direct kernel takes: f32, one group, 1-D or 2-D images."""
     return x.dtype == dsl.f32 and group == 1 and x.ndim in (3, 4) and w.ndim == x.ndim
@@ -612,7 +641,7 @@ def launch_conv_direct(impl, x, w, bias, y, res, strides, dil, begin, blocked: b
     flat_y = y.reshape(-1)
     flat_res = np.zeros(1, np.float32) if res is None else res.reshape(-1)
     kw_args = dict(blocked_out=int(blocked), add_res=int(res is not None), act=act, act_lo=float(lo),
-                   act_hi=float(hi), V=cfg.V, NV=cfg.NV, P=cfg.P, TG=cfg.TG, U=cfg.U,
+                   act_hi=float(hi), pf=prefetch_stride(wp.nbytes), V=cfg.V, NV=cfg.NV, P=cfg.P, TG=cfg.TG, U=cfg.U,
                    backend=backend)
     ocg = oc_groups(m, cfg.OCT, blocked)
     items = -(-(tinfo.size // 4) // cfg.TG) * n * ocg

@@ -11,8 +11,9 @@ import dsl
 import ops
 from dsl.opgraph import formats as F
 from dsl.opgraph.spec import TensorSpec
+from ops import conv_direct as cd
 from ops.conv_direct import (PHASE_PAD, THREADS, DirectConfig, balanced_grid, conv_direct, direct_config,
-                              launch_conv_direct, packed_weights)
+                              launch_conv_direct, packed_weights, prefetch_stride)
 from ops.conv_fusion import FusedConv
 
 RNG = np.random.default_rng(7)
@@ -331,3 +332,30 @@ def test_blocked_full_blocks_64_channels(backend):
                            backend, act=1, lo=0.0, hi=0.0, cfg=cfg)
         want = np.maximum(conv_ref(x, w, b, dil=(dil, dil), pads=(1, 1, 1, 1)), 0)
         np.testing.assert_allclose(F.to_plain_ref(yb, 64), want, rtol=1e-4, atol=1e-4)
+
+
+def test_prefetching_walk_keeps_results(backend, monkeypatch):
+    """The unrolled walk prefetching the next block's weights (and, after a group's last block,
+    the next item's group: past the array for the last) changes no result: three full blocks,
+    two 64-channel groups or more, two tile groups, a residual; ``pf`` is two lines a step from
+    PREFETCH_MIN_BYTES of packed weights on, 0 below."""
+    assert prefetch_stride(cd.PREFETCH_MIN_BYTES) == 32 and prefetch_stride(cd.PREFETCH_MIN_BYTES - 1) == 0
+    monkeypatch.setattr(cd, "PREFETCH_MIN_BYTES", 0)
+    x = RNG.standard_normal((1, 48, 12, 13)).astype(np.float32)
+    w = RNG.standard_normal((128, 48, 3, 3)).astype(np.float32) * 0.2
+    b = RNG.standard_normal(128).astype(np.float32)
+    z = RNG.standard_normal((1, 128, 12, 13)).astype(np.float32)
+    cfg = direct_config(backend, 128)  # read in place: 31 tiles in border regions at P = 6, three groups
+    if cfg.U == 1:
+        cfg = dataclasses.replace(cfg, U=4)
+    strides = []
+
+    def impl(*args, **kw):
+        strides.append(kw["pf"])
+        conv_direct(*args, **kw)
+    yb = np.full(F.physical_shape((1, 128, 12, 13), "nchwc16"), np.nan, np.float32)
+    launch_conv_direct(impl, F.to_nchwc16_ref(x), w, b, yb, F.to_nchwc16_ref(z), (1, 1), (1, 1), (1, 1), True,
+                       backend, act=1, lo=0.0, hi=0.0, cfg=cfg)
+    assert strides == [32]  # one launch: no padding copy
+    want = np.maximum(conv_ref(x, w, b, pads=(1, 1, 1, 1)) + z, 0)
+    np.testing.assert_allclose(F.to_plain_ref(yb, 128), want, rtol=1e-4, atol=1e-4)
