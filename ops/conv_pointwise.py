@@ -101,7 +101,9 @@ ROWS_MAX_C = 128  # input channels up to which plain stride-1 convolutions run t
 GATHER_PLAIN_MIN_M = 128
 SCRATCH = 512  # floats per thread for a tile's sums: P·NV·V and RR·RNV·V must fit
 PF_WEIGHTS = 1  # prefetch_mode's bit: the next group's weights
+PF_X = 2  # prefetch_mode's bit: pair items prefetch the next 16-channel block's pixel lines
 PREFETCH_MIN_BYTES = 1 << 18  # packed weights from which the next group's are prefetched
+PREFETCH_X_MIN_C = 128  # input channels from which the next block's pixel lines are prefetched (PF_X)
 BAND_BYTES = 1 << 20  # x bytes a pixel band holds (``pixel_band``): half a core's L2 here
 
 
@@ -109,7 +111,7 @@ def prefetch_mode(c: int, m: int) -> int:
     """What the tiles prefetch (``pf``): the next oc group's packed weights once the layer's
     weights (C·M·4 bytes) are too big to stay in L2 from one run of a model to the next (with
     every layer prefetching, squeezenet and ResNet-50 ran 0.97-1.00x: no gain below this)."""
-    return PF_WEIGHTS if c * m * 4 >= PREFETCH_MIN_BYTES else 0
+    return (PF_X if c >= PREFETCH_X_MIN_C else 0) | (PF_WEIGHTS if c * m * 4 >= PREFETCH_MIN_BYTES else 0)
 
 
 def pointwise_config(backend: str = "numba") -> DirectConfig:
@@ -310,6 +312,9 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
             pf_w = 1
             pf_at += pf_duty * c_in * BLOCK
         one_vector = NV > 1 and g * OCT + V >= m_written
+        pf_x = 0
+        if (pf & PF_X) != 0 and sxc == 1:
+            pf_x = 1
         c_first = t * tp  # first pixel of the row this item stores
         if PAIRS == 1 and pair >= 1 and cols - c_first > P:
             # 2P consecutive pixels 16 floats apart in x (NCHWc16, stride 1): their offsets are
@@ -348,12 +353,15 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
             else:
                 for icb in range(cb):
                     cn3 = min(BLOCK, c_in - icb * BLOCK)
+                    xn3 = xb + (icb + 1) * sxb  # the next block's pixel lines
                     for ci in range(cn3):
                         wv3 = dsl.local((NV,), dsl.simd(f32, V))
                         for j in dsl.static_range(NV):
                             wv3[j] = w.vload(wg + (icb * BLOCK + ci) * OCT + j * V, V)
                         if pf_w == 1:
                             dsl.prefetch(w, pf_at + (icb * BLOCK + ci) * BLOCK)
+                        if pf_x == 1:
+                            dsl.prefetch(x, xn3 + ci * BLOCK)
                         xc3 = xb + icb * sxb + ci
                         for p in dsl.static_range(2 * P):
                             xv3 = dsl.splat(x.flat[xc3 + p * BLOCK], V)
@@ -423,6 +431,8 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                             wv[j] = w.vload(wg + (icb * BLOCK + ci) * OCT + j * V, V)
                         if pf_w == 1:
                             dsl.prefetch(w, pf_at + (icb * BLOCK + ci) * BLOCK)
+                        if pf_x == 1:
+                            dsl.prefetch(x, off[0] + (icb + 1) * sxb + ci * BLOCK)
                         xc = icb * sxb + ci * sxc
                         for p in dsl.static_range(P):
                             xv = dsl.splat(x.flat[xc + off[p]], V)
