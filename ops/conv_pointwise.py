@@ -92,8 +92,7 @@ G_PAIR = 13  # 1 (PAIR_BLOCKED) / 2 (PAIR_PLAIN): x NCHWc16 / plain, stride 1, i
 PAIR_BLOCKED, PAIR_PLAIN = 1, 2
 G_OUT_W = 14  # output pixels per row of x's grid: the flattened tiles' running (row, column) wraps here
 G_GATHER = 15  # 1: this launch only copies the pixels x's tiles read into y, NCHWc16 (gather_pixels)
-G_BAND = 16  # tiles per pixel band: items run band by band, every oc group over one band (pixel_band)
-GEOM = 17
+GEOM = 16
 ROWS_MAX_C = 128  # input channels up to which plain stride-1 convolutions run the pixel-vector tile
 # output channels from which a plain x is gathered into NCHWc16 first: the copy (16 scalar loads and
 # stores per pixel and block) against the convolution's M FMAs per input value; one core: M = 16
@@ -101,10 +100,9 @@ ROWS_MAX_C = 128  # input channels up to which plain stride-1 convolutions run t
 GATHER_PLAIN_MIN_M = 128
 SCRATCH = 512  # floats per thread for a tile's sums: P·NV·V and RR·RNV·V must fit
 PF_WEIGHTS = 1  # prefetch_mode's bit: the next group's weights
-PF_X = 2  # prefetch_mode's bit: pair items prefetch the next 16-channel block's pixel lines
+PF_X = 2  # prefetch_mode's bit: tiles on NCHWc16 x prefetch the next 16-channel block's pixel lines
 PREFETCH_MIN_BYTES = 1 << 18  # packed weights from which the next group's are prefetched
 PREFETCH_X_MIN_C = 128  # input channels from which the next block's pixel lines are prefetched (PF_X)
-BAND_BYTES = 1 << 20  # x bytes a pixel band holds (``pixel_band``): half a core's L2 here
 
 
 def prefetch_mode(c: int, m: int) -> int:
@@ -134,7 +132,7 @@ def row_tile(backend: str = "numba") -> tuple:
 
 
 @dsl.kernel(threads=THREADS)
-def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], geom: dsl.Vec[i64, 17],
+def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], geom: dsl.Vec[i64, 16],
                    add_res: i32, act: i32, act_lo: f32, act_hi: f32, pf: i32, V: dsl.const[i64], NV: dsl.const[i64],
                    P: dsl.const[i64], RR: dsl.const[i64], RNV: dsl.const[i64], PAIRS: dsl.const[i64] = 1):
     """y = act(Σ_ic w[oc, ic] · x[ic, pixel·s] + bias [+ res]); x read through geom's strides
@@ -279,35 +277,24 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
         run = rows * row_tiles
         lo = (lo + run - 1) // run * run
         hi = (hi + run - 1) // run * run
-    # item = (pixel band, oc group, image, output row, tile of tp pixels), a band being geom[G_BAND]
-    # tiles (every tile: one band), decoded once, then counted up (per item divisions cost as much
-    # as the sums of a tile with 16 input channels)
-    band = geom[G_BAND]
-    if band <= 0 or band > row_tiles:
-        band = row_tiles
-    band_items = ocg_n * n_img * rows * band
-    b0 = (lo // band_items) * band  # the band's first tile
-    bt = min(band, row_tiles - b0)  # its tiles (the last band may be short)
-    rest = lo - (lo // band_items) * band_items
-    tb = rest % bt  # tile within the band
-    orow = (rest // bt) % rows
-    nb = (rest // bt // rows) % n_img
-    g = rest // bt // rows // n_img
-    t = b0 + tb
+    # item = (oc group, image, output row, tile of tp pixels), decoded once, then counted up (per
+    # item divisions cost as much as the sums of a tile with 16 input channels)
+    t = lo % row_tiles
+    orow = (lo // row_tiles) % rows
+    nb = (lo // row_tiles // rows) % n_img
+    g = lo // row_tiles // rows // n_img
     # the (row, column) of the item's first pixel on the output grid (strided x: tiles run over the
     # flattened image and wrap rows, so a 7x7 output is 9 tiles of 6, not 7 rows of 6 + 1)
     qh = (t * tp) // out_w
     qw = t * tp - qh * out_w
-    w_lines = OCT // BLOCK  # 64-byte lines per packed weight row: the last w_lines items of a group's
-    # run in a band each prefetch one line per input channel of the next group's weights (after the
-    # last group, the first one's, for the next band)
+    ipg = n_img * rows * row_tiles  # items per oc group
+    w_lines = OCT // BLOCK  # 64-byte lines per packed weight row: the last w_lines items of a group
+    # each prefetch one line per input channel of the next group's weights
     for item in range(lo, hi):
         wg = g * cb * BLOCK * OCT
-        pf_duty = w_lines - (n_img * rows * bt - ((nb * rows + orow) * bt + tb))  # 0..w_lines-1 on duty
+        pf_duty = w_lines - (ipg - ((nb * rows + orow) * row_tiles + t))  # 0..w_lines-1 on duty
         pf_w = 0
         pf_at = wg + cb * BLOCK * OCT  # the next group's weights
-        if g + 1 == ocg_n and b0 + bt < row_tiles:
-            pf_at = 0
         if (pf & PF_WEIGHTS) != 0 and pf_duty >= 0:
             pf_w = 1
             pf_at += pf_duty * c_in * BLOCK
@@ -563,13 +550,14 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                         for px in range(first, npix):
                             y.flat[at + px] = tile.flat[at_t + px * OCT + o]
         t += 1
-        tb += 1
         qw += tp
         while qw >= out_w:
             qw -= out_w
             qh += 1
-        if tb == bt:  # back to the band's first tile: next row, image, group or band
-            tb = 0
+        if t == row_tiles:
+            t = 0
+            qh = 0
+            qw = 0
             orow += 1
             if orow == rows:
                 orow = 0
@@ -577,13 +565,6 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                 if nb == n_img:
                     nb = 0
                     g += 1
-                    if g == ocg_n:
-                        g = 0
-                        b0 += band
-                        bt = min(band, row_tiles - b0)
-            t = b0
-            qh = (t * tp) // out_w
-            qw = t * tp - qh * out_w
 
 
 def pointwise_supported(x, w, group: int, kernel, strides, dilations, pads, auto_pad: str) -> bool:
@@ -675,21 +656,9 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
         if (backend or "numba") == "numba" else balanced_grid(int(items))
     if pooled:
         geom[G_BLOCKED_OUT] = POOLED
-    else:
-        geom[G_BAND] = pixel_band(n * geom[G_SXN] // (h * wd), oh * ow, tp)
     impl(x.reshape(-1), wp, bp, flat_res, y.reshape(-1), geom, add_res=int(res is not None), act=act,
          act_lo=float(lo), act_hi=float(hi), pf=prefetch_mode(c, m), V=cfg.V, NV=cfg.NV, P=cfg.P, RR=rr, RNV=rnv,
          PAIRS=pairs, backend=backend, grid=grid)
-
-
-def pixel_band(x_floats_per_pixel: int, pixels: int, tp: int) -> int:
-    """Tiles of ``tp`` pixels per band (``geom[G_BAND]``): every oc group runs over one band of
-    pixels before the next band, so the band's x (``x_floats_per_pixel`` floats a pixel, all
-    images) is read from L2 by every group instead of the whole image from L3 once it outgrows
-    L2 (ResNet-50's 256-channel 56×56 and 512-channel 28×28 inputs are 3.2 and 1.6 MB)."""
-    per_band = BAND_BYTES // (4 * max(1, x_floats_per_pixel))
-    tiles = -(-pixels // tp)
-    return max(1, min(tiles, per_band // tp))
 
 
 def pair_mode(blocked: bool, strided: bool, pixels: int, m: int, cfg: DirectConfig, pairs: int) -> int:
