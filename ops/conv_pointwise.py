@@ -299,9 +299,13 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
             pf_w = 1
             pf_at += pf_duty * c_in * BLOCK
         one_vector = NV > 1 and g * OCT + V >= m_written
-        pf_x = 0
-        if (pf & PF_X) != 0 and sxc == 1:
-            pf_x = 1
+        pf_x = 0  # NCHWc16 x
+        pf_xp = 0  # plain x
+        if (pf & PF_X) != 0:
+            if sxc == 1:
+                pf_x = 1
+            else:
+                pf_xp = 1
         c_first = t * tp  # first pixel of the row this item stores
         if PAIRS == 1 and pair >= 1 and cols - c_first > P:
             # 2P consecutive pixels 16 floats apart in x (NCHWc16, stride 1): their offsets are
@@ -333,6 +337,9 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                     if pf_w == 1:
                         dsl.prefetch(w, pf_at + ci * BLOCK)
                     xc4 = nb * sxn + c0 + ci * sxc  # plain x: pixel c0 of channel ci's row
+                    if pf_xp == 1:  # the row BLOCK channels ahead: its first and last pixel's lines
+                        dsl.prefetch(x, xc4 + BLOCK * sxc)
+                        dsl.prefetch(x, xc4 + BLOCK * sxc + 2 * P - 1)
                     for p in dsl.static_range(2 * P):
                         xv4 = dsl.splat(x.flat[xc4 + p], V)
                         for j in dsl.static_range(NV):

@@ -444,14 +444,16 @@ def test_residual_buffer_takes_the_pointwise_output(backend):
 
 
 @pytest.mark.parametrize("tile", ["target", "avx2"])
-@pytest.mark.parametrize("n, c, h, wd, m", [(2, 40, 7, 7, 80), (1, 150, 5, 9, 48)])
-def test_pointwise_prefetches_change_nothing(backend, monkeypatch, tile, n, c, h, wd, m):
+@pytest.mark.parametrize("n, c, h, wd, m, fmt_in", [(2, 40, 7, 7, 80, "nchwc16"), (1, 150, 5, 9, 48, "nchwc16"),
+                                                    (1, 150, 5, 9, 56, "plain")])
+def test_pointwise_prefetches_change_nothing(backend, monkeypatch, tile, n, c, h, wd, m, fmt_in):
     """Both prefetches (``prefetch_mode``) forced on for small layers with a residual: the next oc
-    group's weights and, NCHWc16 x, the next input block's pixel lines (past x's end from the last
-    block). numpy's result, with pair items, a 7-pixel tile, three oc groups (the last group
-    prefetches past the weights) and a batch of two; 150 input channels (a last block of 6) on 45
-    pixels (pairs, an overlapping pair and a 3-pixel tile) into 48 outputs (a one-vector last
-    group); AVX-512's two weight lines per input channel and AVX2's one (its tile passed explicitly)."""
+    group's weights and the next input block's pixel lines (NCHWc16 x; plain x: the rows 16
+    channels ahead), past x's end from the last block. numpy's result, with pair items, a 7-pixel
+    tile, three oc groups (the last group prefetches past the weights) and a batch of two; 150
+    input channels (a last block of 6) on 45 pixels (pairs, an overlapping pair and a 3-pixel tile)
+    into 48 outputs (a one-vector last group) or, from plain x, 56 (plain pairs); AVX-512's two
+    weight lines per input channel and AVX2's one (its tile passed explicitly)."""
     monkeypatch.setattr(pw, "PREFETCH_MIN_BYTES", 0)
     monkeypatch.setattr(pw, "PREFETCH_X_MIN_C", 0)
     assert pw.prefetch_mode(c, m) == pw.PF_WEIGHTS | pw.PF_X
@@ -459,8 +461,9 @@ def test_pointwise_prefetches_change_nothing(backend, monkeypatch, tile, n, c, h
     x, w, b = data(n, c, h, wd, m)
     z = RNG.standard_normal((n, m, h, wd)).astype(np.float32)
     yb = np.full(F.physical_shape((n, m, h, wd), "nchwc16"), np.nan, np.float32)
-    launch_conv_pointwise(conv_pointwise, F.to_nchwc16_ref(x), w, b, yb, F.to_nchwc16_ref(z), (1, 1), True, backend,
-                          1, 0.0, 0.0, cfg=cfg, row_shape=rows)
+    blocked = fmt_in == "nchwc16"
+    launch_conv_pointwise(conv_pointwise, F.to_nchwc16_ref(x) if blocked else x, w, b, yb, F.to_nchwc16_ref(z), (1, 1),
+                          blocked, backend, 1, 0.0, 0.0, cfg=cfg, row_shape=rows)
     np.testing.assert_allclose(F.to_plain_ref(yb, m), np.maximum(pointwise_ref(x, w, b) + z, 0), rtol=1e-4, atol=1e-4)
 
 
