@@ -6,7 +6,8 @@ out, bias + Relu), on the parallel entry: best and median µs per layer, and the
     python -m benchmarks.bench_pointwise [--base /tmp/old_pw.py] [--rounds 30] [--only sq] [--serial] [--cpu] [--res]
                                          [--evict 64]
 
-``--res`` adds a residual before the Relu (ResNet's expanding 1×1 layers: FusedConv with Add).
+``--res`` adds a residual before the Relu (ResNet's expanding 1×1 layers: FusedConv with Add);
+``--no-act`` leaves the Relu out (ResNet's projections, a Conv whose output a Sum reads).
 """
 from __future__ import annotations
 
@@ -90,7 +91,8 @@ def setup(layer):
         res_plain = rng.standard_normal(ref.shape).astype(np.float32)
         ref = ref + res_plain
         res = blocked(res_plain) if by else res_plain
-    ref = np.maximum(ref, 0)
+    if ACT == ACT_RELU:
+        ref = np.maximum(ref, 0)
     xi = blocked(x) if bx else x
     wt.setflags(write=False)  # a graph constant: packed once
     b.setflags(write=False)
@@ -117,7 +119,7 @@ def bound(mod, args):
     """A no-argument function running ``mod``'s kernel on ``args`` as the model would."""
     xi, wt, b, y, _, bx, st, res = args
     rec = Recorder(mod.conv_pointwise)
-    mod.launch_conv_pointwise(rec, xi, wt, b, y, res, st, bx, "numba", ACT_RELU, 0.0, 0.0)
+    mod.launch_conv_pointwise(rec, xi, wt, b, y, res, st, bx, "numba", ACT, 0.0, 0.0)
     if SERIAL:
         runs = [(launcher._run, launcher._serial, values, g) for launcher, values, g in rec.launches]
         return lambda: [run(entry, values, g) for run, entry, values, g in runs]
@@ -127,6 +129,7 @@ def bound(mod, args):
 
 SERIAL = False
 RES = False
+ACT = ACT_RELU
 
 
 def check(args):
@@ -216,9 +219,10 @@ def ab_layers(layers: dict, mods: list, opts, setup, bind, check, calls: int, mf
 def main():
     ap = argparse.ArgumentParser(parents=[ab_arguments(rounds=30)])
     ap.add_argument("--res", action="store_true", help="a residual added before the Relu")
+    ap.add_argument("--no-act", action="store_true", help="no Relu (ResNet's projections)")
     a = ap.parse_args()
-    global SERIAL, RES
-    SERIAL, RES = a.serial, a.res
+    global SERIAL, RES, ACT
+    SERIAL, RES, ACT = a.serial, a.res, 0 if a.no_act else ACT_RELU
     numba_backend.SERIAL_MAX_ELEMENTS = 0  # every launch on the parallel entry
     mods = [("new", pw)] + ([("base", load_module(a.base, "pw_base"))] if a.base else [])
     ab_layers(LAYERS, mods, a, setup, bound, check, calls=5, mflop=work, width=20)

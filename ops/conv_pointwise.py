@@ -69,6 +69,8 @@ either format.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 import dsl
@@ -77,7 +79,7 @@ from dsl.runtime.cache_lines import line_aligned
 from ops import register_tiles, work_split
 from ops.conv_direct import (DirectConfig, balanced_grid, oc_groups, packed_weights,
                               store_last_block)
-from ops.gemm_packed import ACT_RELU, activation
+from ops.gemm_packed import ACT_NONE, ACT_RELU, activation
 
 THREADS = 4
 BLOCK = 16  # channels per NCHWc16 block
@@ -98,6 +100,7 @@ ROWS_MAX_C = 128  # input channels up to which plain stride-1 convolutions run t
 # stores per pixel and block) against the convolution's M FMAs per input value; one core: M = 16
 # 1.7x slower with it (squeezenet's first squeeze), M = 64 even, M = 128 0.95x, M = 256 0.77x
 GATHER_PLAIN_MIN_M = 128
+NO_FLOOR = -math.inf  # the register store's floor without an activation: max(v, -inf) is v
 SCRATCH = 512  # floats per thread for a tile's sums: P·NV·V and RR·RNV·V must fit
 PF_WEIGHTS = 1  # prefetch_mode's bit: the next group's weights
 PF_X = 2  # prefetch_mode's bit: tiles on NCHWc16 x prefetch the next 16-channel block's pixel lines
@@ -290,6 +293,14 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
     ipg = n_img * rows * row_tiles  # items per oc group
     w_lines = OCT // BLOCK  # 64-byte lines per packed weight row: the last w_lines items of a group
     # each prefetch one line per input channel of the next group's weights
+    # whole tiles into NCHWc16 under Relu or no activation are stored from the registers: max(v, floor)
+    reg_store = 0
+    floor = f32(0)
+    if act == ACT_RELU:
+        reg_store = 1
+    if act == ACT_NONE:
+        reg_store = 1
+        floor = f32(NO_FLOOR)
     for item in range(lo, hi):
         wg = g * cb * BLOCK * OCT
         pf_duty = w_lines - (ipg - ((nb * rows + orow) * row_tiles + t))  # 0..w_lines-1 on duty
@@ -361,7 +372,7 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                             xv3 = dsl.splat(x.flat[xc3 + p * BLOCK], V)
                             for j in dsl.static_range(NV):
                                 acc2[p, j] = dsl.fma(xv3, wv3[j], acc2[p, j])
-            if blocked_out == 1 and act == ACT_RELU and c0 == c_first and V == BLOCK \
+            if blocked_out == 1 and reg_store == 1 and c0 == c_first and V == BLOCK \
                     and (g * OCT + OCT <= m_out or (g * OCT + V <= m_out and m_out == mb * BLOCK)):
                 # the common case (every vector of the group whole channels or past the last block)
                 # stored straight from the registers, no scratch round trip, one activation
@@ -375,7 +386,7 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                             ra = acc2[p, j] + rb
                             if add_res == 1:
                                 ra = ra + res.vload(ya + p * BLOCK, V)
-                            y.vstore(ya + p * BLOCK, dsl.where(ra <= 0, 0.0, ra))
+                            y.vstore(ya + p * BLOCK, dsl.where(ra <= floor, floor, ra))
                 npix = 0  # nothing left for the epilogue below
             else:
                 for p in dsl.static_range(2 * P):
@@ -432,7 +443,7 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                             xv = dsl.splat(x.flat[xc + off[p]], V)
                             for j in dsl.static_range(NV):
                                 acc[p, j] = dsl.fma(xv, wv[j], acc[p, j])
-            if blocked_out == 1 and npix == P and act == ACT_RELU and (
+            if blocked_out == 1 and npix == P and reg_store == 1 and (
                     g * OCT + OCT <= m_out or (m_out == mb * BLOCK and (m_out - g * OCT) % V == 0)):
                 # a whole tile into NCHWc16 under Relu, every vector all real channels or past the
                 # last block: bias, residual and Relu straight from the registers (the scratch round
@@ -448,7 +459,7 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                             dv = acc[p, j] + dbv
                             if add_res == 1:
                                 dv = dv + res.vload(dya + p * BLOCK, V)
-                            y.vstore(dya + p * BLOCK, dsl.where(dv <= 0, 0.0, dv))
+                            y.vstore(dya + p * BLOCK, dsl.where(dv <= floor, floor, dv))
                 npix = 0  # nothing left for the epilogue below
             else:
                 for p in dsl.static_range(P):

@@ -361,10 +361,13 @@ def test_dropout_between_blocked_convs_needs_no_reorder(backend, with_mask):
 @pytest.mark.parametrize("m", [16, 40, 48, 64])
 def test_pointwise_blocked_pixel_pairs(backend, act, m):
     """NCHWc16 in and out, stride 1: items of 2P pixels (30 = two whole ones, then 2 pixels on the
-    P-pixel tile on AVX-512), the one-vector groups (16, 48), Relu stored from the registers and
-    the scratch epilogue (no activation, the partial block of 40)."""
+    P-pixel tile on AVX-512), the one-vector groups (16, 48), Relu and no activation stored from
+    the registers (a -inf bias stays -inf without one, a NaN stays NaN) and the scratch epilogue
+    (the partial block of 40)."""
     x, w, b = data(1, 40, 5, 6, m)
-    want = pointwise_ref(x, w, b)
+    b[1], b[2] = -np.inf, np.nan
+    with np.errstate(invalid="ignore"):
+        want = pointwise_ref(x, w, b)
     if act == 1:
         want = np.maximum(want, 0)
     yb = np.full(F.physical_shape((1, m, 5, 6), "nchwc16"), np.nan, np.float32)
