@@ -53,14 +53,21 @@ either format.
   channel, in layers of ``PREFETCH_MIN_BYTES`` of weights or more.  One core, L2 swept: ResNet's
   7×7 layers 0.74-0.81x the time, 14×14 0.92-0.96x, hot ±3 %; the whole ResNet-50 0.92-1.01x
   (the gain grows with the other processes' load on the shared L3).  Prefetching the residual's
-  lines did not pay (0.9-1.1x, noise) and was dropped.
+  lines did not pay (0.9-1.1x, noise) and was dropped.  From ``PREFETCH_X_MIN_C`` input channels
+  (``PF_X``) a tile also prefetches x one 16-channel block ahead, one line per input channel: on
+  NCHWc16 x the next block's pixel lines (a 14-pixel item's x, 56 KB at C = 1024, does not stay in
+  L1, and each block of it is 12.5 KB past the last, beyond the hardware prefetchers' page), on
+  plain x the row 16 channels ahead.  One core, alternated: ResNet's C ≥ 256 layers 0.92-0.97x the
+  time, the plain 1024>256 row 0.90x, light_resnet50 0.94-0.96x; at C ≤ 64 it was 1.00-1.02x.
 * **Epilogue**: bias, a residual (``res``, in y's format) and Relu / Clip / LeakyRelu while
   storing, the sums read back from scratch by a run-time loop (one compiled copy of the
   activation, not P × NV: ~2 s less compile CPU per specialization): whole tiles into NCHWc16 as whole
   vectors; partial tiles, the last block (channels past M written as 0) and plain y with
   checks per vector or lane.  A whole tile into NCHWc16 under Relu (every squeezenet layer,
-  ResNet's but the projections) skips the scratch: bias, residual and Relu on the registers
-  (AVX2, one core: squeezenet's 16>64 expand 0.8x, ResNet's 64>256 0.9x).
+  ResNet's) skips the scratch: bias, residual and Relu on the registers (AVX2, one core:
+  squeezenet's 16>64 expand 0.8x, ResNet's 64>256 0.9x); so does one without an activation
+  (ResNet's projections), the store being max(v, floor) with floor 0 or -inf (64>256 0.90x,
+  the strided projections 0.95-0.98x).
 * **Pooled** (``pooled``, geom[G_BLOCKED_OUT] = POOLED; ops/conv_global_pool.py): y is the plain
   (N, M) global average.  Items are split over the team in whole (oc group, image) runs, so one
   thread adds a run's activated pixels into sums kept in its scratch after the tile and writes
@@ -111,7 +118,8 @@ PREFETCH_X_MIN_C = 128  # input channels from which the next block's pixel lines
 def prefetch_mode(c: int, m: int) -> int:
     """What the tiles prefetch (``pf``): the next oc group's packed weights once the layer's
     weights (C·M·4 bytes) are too big to stay in L2 from one run of a model to the next (with
-    every layer prefetching, squeezenet and ResNet-50 ran 0.97-1.00x: no gain below this)."""
+    every layer prefetching, squeezenet and ResNet-50 ran 0.97-1.00x: no gain below this), and
+    (``PF_X``) x one 16-channel block ahead from 128 input channels (at 16-64, 0.99-1.02x)."""
     return (PF_X if c >= PREFETCH_X_MIN_C else 0) | (PF_WEIGHTS if c * m * 4 >= PREFETCH_MIN_BYTES else 0)
 
 
