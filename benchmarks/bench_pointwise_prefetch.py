@@ -1,11 +1,11 @@
 """The 1×1 kernel's weight prefetches (ops/conv_pointwise.py ``prefetch_mode``) on against off, on a
 shared machine: CPU time, one thread, the sides alternated in one process, best and median.
 
-    NUMBA_NUM_THREADS=1 python -m benchmarks.bench_pointwise_prefetch layers [--rounds 31] [--sweep 64] [--bit x]
-    NUMBA_NUM_THREADS=1 python -m benchmarks.bench_pointwise_prefetch model [--rounds 40] [--only resnet50] [--bit x]
+    NUMBA_NUM_THREADS=1 python -m benchmarks.bench_pointwise_prefetch layers [--rounds 31] [--sweep 64] [--bit x|y|weights]
+    NUMBA_NUM_THREADS=1 python -m benchmarks.bench_pointwise_prefetch model [--rounds 40] [--only resnet50] [--bit x|y|weights]
 
 ``--bit`` switches one kind of prefetch off on the "off" side (``weights``: PF_WEIGHTS, ``x``:
-PF_X), the other kinds as ``prefetch_mode`` chooses on both sides; without it "off" prefetches nothing.
+PF_X, ``y``: PF_Y), the other kinds as ``prefetch_mode`` chooses on both sides; without it "off" prefetches nothing.
 
 ``layers``: ResNet-50's deep 1×1 layers alone (NCHWc16, bias + Relu, a residual where the model has
 one), ``--sweep`` MB of other data read before every call (0: hot) so the weights come from L3 as
@@ -35,7 +35,7 @@ LAYERS = {"2048>512 7": (2048, 7, 512, False), "1024>256 14": (1024, 14, 256, Fa
           "64>256 56 res": (64, 56, 256, True), "256>64 56": (256, 56, 64, False)}
 
 
-BITS = {"weights": pw.PF_WEIGHTS, "x": pw.PF_X}
+BITS = {"weights": pw.PF_WEIGHTS, "x": pw.PF_X, "y": pw.PF_Y}
 
 
 def switched(on: bool, bit: str, mode):

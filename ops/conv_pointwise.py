@@ -111,16 +111,21 @@ NO_FLOOR = -math.inf  # the register store's floor without an activation: max(v,
 SCRATCH = 512  # floats per thread for a tile's sums: P·NV·V and RR·RNV·V must fit
 PF_WEIGHTS = 1  # prefetch_mode's bit: the next group's weights
 PF_X = 2  # prefetch_mode's bit: tiles on NCHWc16 x prefetch the next 16-channel block's pixel lines
+PF_Y = 4  # prefetch_mode's bit: NCHWc16 pair items prefetch the next item's lines of y (and of res, in place)
 PREFETCH_MIN_BYTES = 1 << 18  # packed weights from which the next group's are prefetched
 PREFETCH_X_MIN_C = 128  # input channels from which the next block's pixel lines are prefetched (PF_X)
+PREFETCH_Y_MAX_C = 128  # input channels up to which the next item's y lines are prefetched (PF_Y)
 
 
 def prefetch_mode(c: int, m: int) -> int:
     """What the tiles prefetch (``pf``): the next oc group's packed weights once the layer's
     weights (C·M·4 bytes) are too big to stay in L2 from one run of a model to the next (with
-    every layer prefetching, squeezenet and ResNet-50 ran 0.97-1.00x: no gain below this), and
-    (``PF_X``) x one 16-channel block ahead from 128 input channels (at 16-64, 0.99-1.02x)."""
-    return (PF_X if c >= PREFETCH_X_MIN_C else 0) | (PF_WEIGHTS if c * m * 4 >= PREFETCH_MIN_BYTES else 0)
+    every layer prefetching, squeezenet and ResNet-50 ran 0.97-1.00x: no gain below this),
+    (``PF_X``) x one 16-channel block ahead from 128 input channels (at 16-64, 0.99-1.02x), and
+    (``PF_Y``) the next pair item's output lines up to 128 input channels, where an item's few
+    FMAs cannot hide its stores' misses (from 256, 1.0-1.1x)."""
+    return ((PF_X if c >= PREFETCH_X_MIN_C else 0) | (PF_Y if c <= PREFETCH_Y_MAX_C else 0)
+            | (PF_WEIGHTS if c * m * 4 >= PREFETCH_MIN_BYTES else 0))
 
 
 def pointwise_config(backend: str = "numba") -> DirectConfig:
@@ -318,6 +323,9 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
             pf_w = 1
             pf_at += pf_duty * c_in * BLOCK
         one_vector = NV > 1 and g * OCT + V >= m_written
+        pf_y = 0
+        if (pf & PF_Y) != 0 and blocked_out == 1:
+            pf_y = 1
         pf_x = 0  # NCHWc16 x
         pf_xp = 0  # plain x
         if (pf & PF_X) != 0:
@@ -367,6 +375,11 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                 for icb in range(cb):
                     cn3 = min(BLOCK, c_in - icb * BLOCK)
                     xn3 = xb + (icb + 1) * sxb  # the next block's pixel lines
+                    if pf_y == 1 and icb < 4:  # the next item's y lines, 4 pixels of each block a step
+                        yn3 = ((nb * mb + g * NV) * ohw + orow * cols + c0 + 2 * P + icb * 4) * BLOCK
+                        for yq in dsl.static_range(4):
+                            for j in dsl.static_range(NV):
+                                dsl.prefetch(y, yn3 + j * ohw * BLOCK + yq * BLOCK)
                     for ci in range(cn3):
                         wv3 = dsl.local((NV,), dsl.simd(f32, V))
                         for j in dsl.static_range(NV):

@@ -450,16 +450,18 @@ def test_residual_buffer_takes_the_pointwise_output(backend):
 @pytest.mark.parametrize("n, c, h, wd, m, fmt_in", [(2, 40, 7, 7, 80, "nchwc16"), (1, 150, 5, 9, 48, "nchwc16"),
                                                     (1, 150, 5, 9, 56, "plain")])
 def test_pointwise_prefetches_change_nothing(backend, monkeypatch, tile, n, c, h, wd, m, fmt_in):
-    """Both prefetches (``prefetch_mode``) forced on for small layers with a residual: the next oc
-    group's weights and the next input block's pixel lines (NCHWc16 x; plain x: the rows 16
-    channels ahead), past x's end from the last block. numpy's result, with pair items, a 7-pixel
+    """Every prefetch (``prefetch_mode``) forced on for small layers with a residual: the next oc
+    group's weights, the next input block's pixel lines (NCHWc16 x; plain x: the rows 16
+    channels ahead), past x's end from the last block, and the next pair item's y lines (past y's
+    end from the last item). numpy's result, with pair items, a 7-pixel
     tile, three oc groups (the last group prefetches past the weights) and a batch of two; 150
     input channels (a last block of 6) on 45 pixels (pairs, an overlapping pair and a 3-pixel tile)
     into 48 outputs (a one-vector last group) or, from plain x, 56 (plain pairs); AVX-512's two
     weight lines per input channel and AVX2's one (its tile passed explicitly)."""
     monkeypatch.setattr(pw, "PREFETCH_MIN_BYTES", 0)
     monkeypatch.setattr(pw, "PREFETCH_X_MIN_C", 0)
-    assert pw.prefetch_mode(c, m) == pw.PF_WEIGHTS | pw.PF_X
+    monkeypatch.setattr(pw, "PREFETCH_Y_MAX_C", 1 << 20)
+    assert pw.prefetch_mode(c, m) == pw.PF_WEIGHTS | pw.PF_X | pw.PF_Y
     cfg, rows = (None, None) if tile == "target" else (pw.DirectConfig(V=8, NV=2, P=6), (4, 3))
     x, w, b = data(n, c, h, wd, m)
     z = RNG.standard_normal((n, m, h, wd)).astype(np.float32)
@@ -471,10 +473,11 @@ def test_pointwise_prefetches_change_nothing(backend, monkeypatch, tile, n, c, h
 
 
 def test_prefetch_mode_by_layer():
-    """The next block's pixel lines from 128 input channels, the next group's weights from 256 KB of
-    them: ResNet-50's 64→256 neither, 128→512 the lines, 1024→256 both."""
-    assert pw.prefetch_mode(64, 256) == 0
-    assert pw.prefetch_mode(128, 512) == pw.PF_X | pw.PF_WEIGHTS
-    assert pw.prefetch_mode(128, 32) == pw.PF_X
+    """The next block's x lines from 128 input channels, the next item's y lines up to 128, the next
+    group's weights from 256 KB of them: ResNet-50's 64→256 the y lines, 128→512 all three,
+    1024→256 x and weights."""
+    assert pw.prefetch_mode(64, 256) == pw.PF_Y
+    assert pw.prefetch_mode(128, 512) == pw.PF_X | pw.PF_Y | pw.PF_WEIGHTS
+    assert pw.prefetch_mode(128, 32) == pw.PF_X | pw.PF_Y
     assert pw.prefetch_mode(1024, 256) == pw.PF_X | pw.PF_WEIGHTS
-    assert pw.prefetch_mode(64, 1024) == pw.PF_WEIGHTS
+    assert pw.prefetch_mode(64, 1024) == pw.PF_Y | pw.PF_WEIGHTS
