@@ -1,11 +1,11 @@
 """The 1×1 kernel's weight prefetches (ops/conv_pointwise.py ``prefetch_mode``) on against off, on a
 shared machine: CPU time, one thread, the sides alternated in one process, best and median.
 
-    NUMBA_NUM_THREADS=1 python -m benchmarks.bench_pointwise_prefetch layers [--rounds 31] [--sweep 64] [--bit x|y|weights]
+    NUMBA_NUM_THREADS=1 python -m benchmarks.bench_pointwise_prefetch layers [--rounds 31] [--sweep 64] [--bit x,y]
     NUMBA_NUM_THREADS=1 python -m benchmarks.bench_pointwise_prefetch model [--rounds 40] [--only resnet50] [--bit x|y|weights]
 
-``--bit`` switches one kind of prefetch off on the "off" side (``weights``: PF_WEIGHTS, ``x``:
-PF_X, ``y``: PF_Y), the other kinds as ``prefetch_mode`` chooses on both sides; without it "off" prefetches nothing.
+``--bit`` switches kinds of prefetch off on the "off" side (``weights``: PF_WEIGHTS, ``x``:
+PF_X, ``y``: PF_Y; comma-separated), the other kinds as ``prefetch_mode`` chooses on both sides; without it "off" prefetches nothing.
 
 ``layers``: ResNet-50's deep 1×1 layers alone (NCHWc16, bias + Relu, a residual where the model has
 one), ``--sweep`` MB of other data read before every call (0: hot) so the weights come from L3 as
@@ -42,7 +42,8 @@ def switched(on: bool, bit: str, mode):
     """``mode`` (prefetch_mode) as it is, or without ``bit`` (without any prefetch when no bit is named)."""
     if on:
         return mode
-    return (lambda c, m: mode(c, m) & ~BITS[bit]) if bit else (lambda c, m: 0)
+    mask = sum(BITS[b] for b in bit.split(",")) if bit else 0
+    return (lambda c, m: mode(c, m) & ~mask) if bit else (lambda c, m: 0)
 
 
 def bench_layers(rounds: int, sweep_mb: int, bit: str = "") -> None:
@@ -104,7 +105,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=0)
     ap.add_argument("--sweep", type=int, default=64, help="MB read before each layer call (0: hot)")
     ap.add_argument("--only", default="resnet50", help="the model (light_<name>)")
-    ap.add_argument("--bit", choices=sorted(BITS), default="", help="switch only this prefetch off")
+    ap.add_argument("--bit", default="", help=f"switch only these prefetches off: {', '.join(sorted(BITS))} (comma-separated)")
     args = ap.parse_args()
     if args.what == "layers":
         bench_layers(args.rounds or 31, args.sweep, args.bit)
