@@ -58,7 +58,11 @@ either format.
   NCHWc16 x the next block's pixel lines (a 14-pixel item's x, 56 KB at C = 1024, does not stay in
   L1, and each block of it is 12.5 KB past the last, beyond the hardware prefetchers' page), on
   plain x the row 16 channels ahead.  One core, alternated: ResNet's C ≥ 256 layers 0.92-0.97x the
-  time, the plain 1024>256 row 0.90x, light_resnet50 0.94-0.96x; at C ≤ 64 it was 1.00-1.02x.
+  time, the plain 1024>256 row 0.90x; at C ≤ 64 it was 1.00-1.02x.  Up to ``PREFETCH_Y_MAX_C``
+  input channels (``PF_Y``) pair items prefetch the next item's output lines (the residual's,
+  where y is written over it): an item of 64 channels is too short to hide its 28 stores' misses
+  (L2 evicted: ResNet's 64>64 and 64>256 + residual 0.86-0.89x; from 256 channels 1.0-1.1x).
+  light_resnet50 with both against neither, 150 alternated rounds: 0.995x (no gain shown).
 * **Epilogue**: bias, a residual (``res``, in y's format) and Relu / Clip / LeakyRelu while
   storing, the sums read back from scratch by a run-time loop (one compiled copy of the
   activation, not P × NV: ~2 s less compile CPU per specialization): whole tiles into NCHWc16 as whole
@@ -376,10 +380,10 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                     cn3 = min(BLOCK, c_in - icb * BLOCK)
                     xn3 = xb + (icb + 1) * sxb  # the next block's pixel lines
                     if pf_y == 1 and icb < 4:  # the next item's y lines, 4 pixels of each block a step
-                        yn3 = ((nb * mb + g * NV) * ohw + orow * cols + c0 + 2 * P + icb * 4) * BLOCK
+                        yn3 = ((nb * mb + g * OCT // BLOCK) * ohw + orow * cols + c0 + 2 * P + icb * 4) * BLOCK
                         for yq in dsl.static_range(4):
-                            for j in dsl.static_range(NV):
-                                dsl.prefetch(y, yn3 + j * ohw * BLOCK + yq * BLOCK)
+                            for yblk in dsl.static_range(V * NV // BLOCK):
+                                dsl.prefetch(y, yn3 + yblk * ohw * BLOCK + yq * BLOCK)
                     for ci in range(cn3):
                         wv3 = dsl.local((NV,), dsl.simd(f32, V))
                         for j in dsl.static_range(NV):
