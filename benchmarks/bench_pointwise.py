@@ -4,8 +4,10 @@ out, bias + Relu), on the parallel entry: best and median µs per layer, and the
 ``git show HEAD:ops/conv_pointwise.py``) alternating with this one, for A/B on a noisy machine.
 
     python -m benchmarks.bench_pointwise [--base /tmp/old_pw.py] [--rounds 30] [--only sq] [--serial] [--cpu] [--res]
+                                         [--evict 64]
 
-``--res`` adds a residual before the Relu (ResNet's expanding 1×1 layers: FusedConv with Add).
+``--res`` adds a residual before the Relu (ResNet's expanding 1×1 layers: FusedConv with Add);
+``--no-act`` leaves the Relu out (ResNet's projections, a Conv whose output a Sum reads).
 """
 from __future__ import annotations
 
@@ -42,6 +44,13 @@ LAYERS = {
     "r50 64>256 56": (64, 56, 56, 256, 1, True, True),
     "r50 64>256 56 plain x": (64, 56, 56, 256, 1, False, True),  # the projection after the plain stem
     "r50 256>64 56": (256, 56, 56, 64, 1, True, True),
+    "r50 64>64 56": (64, 56, 56, 64, 1, True, True),
+    "r50 256>128 56": (256, 56, 56, 128, 1, True, True),
+    "r50 512>128 28": (512, 28, 28, 128, 1, True, True),
+    "r50 128>512 28": (128, 28, 28, 512, 1, True, True),
+    "r50 512>256 28": (512, 28, 28, 256, 1, True, True),
+    "r50 256>1024 14": (256, 14, 14, 1024, 1, True, True),
+    "r50 1024>512 14": (1024, 14, 14, 512, 1, True, True),
     "r50 256>512 s2": (256, 56, 56, 512, 2, True, True),
     "r50 512>1024 s2": (512, 28, 28, 1024, 2, True, True),
     "r50 1024>2048 s2": (1024, 14, 14, 2048, 2, True, True),
@@ -82,7 +91,8 @@ def setup(layer):
         res_plain = rng.standard_normal(ref.shape).astype(np.float32)
         ref = ref + res_plain
         res = blocked(res_plain) if by else res_plain
-    ref = np.maximum(ref, 0)
+    if ACT == ACT_RELU:
+        ref = np.maximum(ref, 0)
     xi = blocked(x) if bx else x
     wt.setflags(write=False)  # a graph constant: packed once
     b.setflags(write=False)
@@ -109,7 +119,7 @@ def bound(mod, args):
     """A no-argument function running ``mod``'s kernel on ``args`` as the model would."""
     xi, wt, b, y, _, bx, st, res = args
     rec = Recorder(mod.conv_pointwise)
-    mod.launch_conv_pointwise(rec, xi, wt, b, y, res, st, bx, "numba", ACT_RELU, 0.0, 0.0)
+    mod.launch_conv_pointwise(rec, xi, wt, b, y, res, st, bx, "numba", ACT, 0.0, 0.0)
     if SERIAL:
         runs = [(launcher._run, launcher._serial, values, g) for launcher, values, g in rec.launches]
         return lambda: [run(entry, values, g) for run, entry, values, g in runs]
@@ -119,6 +129,7 @@ def bound(mod, args):
 
 SERIAL = False
 RES = False
+ACT = ACT_RELU
 
 
 def check(args):
@@ -127,12 +138,14 @@ def check(args):
     return float(np.abs(got - ref).max())
 
 
-def alternate(fns, times: dict, rounds: int, clock, calls: int) -> None:
+def alternate(fns, times: dict, rounds: int, clock, calls: int, before=None) -> None:
     """Append to ``times[name]`` the µs a call of each (name, fn) of ``fns`` takes, ``calls`` calls a
     sample, the sides taking turns in an order that flips each round (so neither always runs right
-    after the other's cache traffic)."""
+    after the other's cache traffic); ``before()``, untimed, precedes each sample."""
     for r in range(rounds):
         for k, fn in (fns if r % 2 == 0 else fns[::-1]):
+            if before is not None:
+                before()
             t0 = clock()
             for _ in range(calls):
                 fn()
@@ -161,7 +174,21 @@ def ab_arguments(rounds: int) -> argparse.ArgumentParser:
     ap.add_argument("--only", default="", help="the layers whose name contains this")
     ap.add_argument("--serial", action="store_true", help="time the serial entry (one core)")
     ap.add_argument("--cpu", action="store_true", help="CPU time (time.process_time): on a shared machine")
+    ap.add_argument("--evict", type=int, default=0, metavar="MB",
+                    help="write MB of other data, then read x, before every call (one call a sample): the "
+                         "weights come from L3 and x from L2, as in a model run")
     return ap
+
+
+def evictor(mb: int, x: np.ndarray):
+    """``before`` for ``alternate``: ``mb`` MB written a line at a time (the layer's weights and
+    output leave L2), then ``x`` read (the previous layer just wrote it)."""
+    junk = np.zeros((mb << 20) // 4, np.float32)
+
+    def evict():
+        junk[::16] += 1
+        x.sum()
+    return evict
 
 
 def ab_layers(layers: dict, mods: list, opts, setup, bind, check, calls: int, mflop, width: int) -> None:
@@ -184,16 +211,18 @@ def ab_layers(layers: dict, mods: list, opts, setup, bind, check, calls: int, mf
                 print(f"  {name} {k}: max error {err}")
             fns.append((k, fn))
         times = {k: [] for k, _ in mods}
-        alternate(fns, times, opts.rounds, clock, calls)
+        evict = getattr(opts, "evict", 0)
+        alternate(fns, times, opts.rounds, clock, 1 if evict else calls, evictor(evict, args[0]) if evict else None)
         report(f"{name:{width}s}", times, mflop(layer))
 
 
 def main():
     ap = argparse.ArgumentParser(parents=[ab_arguments(rounds=30)])
     ap.add_argument("--res", action="store_true", help="a residual added before the Relu")
+    ap.add_argument("--no-act", action="store_true", help="no Relu (ResNet's projections)")
     a = ap.parse_args()
-    global SERIAL, RES
-    SERIAL, RES = a.serial, a.res
+    global SERIAL, RES, ACT
+    SERIAL, RES, ACT = a.serial, a.res, 0 if a.no_act else ACT_RELU
     numba_backend.SERIAL_MAX_ELEMENTS = 0  # every launch on the parallel entry
     mods = [("new", pw)] + ([("base", load_module(a.base, "pw_base"))] if a.base else [])
     ab_layers(LAYERS, mods, a, setup, bound, check, calls=5, mflop=work, width=20)

@@ -1,8 +1,11 @@
 """The 1×1 kernel's weight prefetches (ops/conv_pointwise.py ``prefetch_mode``) on against off, on a
 shared machine: CPU time, one thread, the sides alternated in one process, best and median.
 
-    NUMBA_NUM_THREADS=1 python -m benchmarks.bench_pointwise_prefetch layers [--rounds 31] [--sweep 64]
-    NUMBA_NUM_THREADS=1 python -m benchmarks.bench_pointwise_prefetch model [--rounds 40] [--only resnet50]
+    NUMBA_NUM_THREADS=1 python -m benchmarks.bench_pointwise_prefetch layers [--rounds 31] [--sweep 64] [--bit x,y]
+    NUMBA_NUM_THREADS=1 python -m benchmarks.bench_pointwise_prefetch model [--rounds 40] [--only resnet50] [--bit x|y|weights]
+
+``--bit`` switches kinds of prefetch off on the "off" side (``weights``: PF_WEIGHTS, ``x``:
+PF_X, ``y``: PF_Y; comma-separated), the other kinds as ``prefetch_mode`` chooses on both sides; without it "off" prefetches nothing.
 
 ``layers``: ResNet-50's deep 1×1 layers alone (NCHWc16, bias + Relu, a residual where the model has
 one), ``--sweep`` MB of other data read before every call (0: hot) so the weights come from L3 as
@@ -32,12 +35,18 @@ LAYERS = {"2048>512 7": (2048, 7, 512, False), "1024>256 14": (1024, 14, 256, Fa
           "64>256 56 res": (64, 56, 256, True), "256>64 56": (256, 56, 64, False)}
 
 
-def switched(on: bool):
-    """prefetch_mode as it is, or never prefetching."""
-    return pw.prefetch_mode if on else (lambda c, m: 0)
+BITS = {"weights": pw.PF_WEIGHTS, "x": pw.PF_X, "y": pw.PF_Y}
 
 
-def bench_layers(rounds: int, sweep_mb: int) -> None:
+def switched(on: bool, bit: str, mode):
+    """``mode`` (prefetch_mode) as it is, or without ``bit`` (without any prefetch when no bit is named)."""
+    if on:
+        return mode
+    mask = sum(BITS[b] for b in bit.split(",")) if bit else 0
+    return (lambda c, m: mode(c, m) & ~mask) if bit else (lambda c, m: 0)
+
+
+def bench_layers(rounds: int, sweep_mb: int, bit: str = "") -> None:
     sweep = np.ones(max(1, (sweep_mb << 20) // 8))
     mode = pw.prefetch_mode
     rng = np.random.default_rng(0)
@@ -52,7 +61,7 @@ def bench_layers(rounds: int, sweep_mb: int) -> None:
         try:
             for r in range(rounds):
                 for on in ((True, False) if r % 2 == 0 else (False, True)):
-                    pw.prefetch_mode = mode if on else switched(False)
+                    pw.prefetch_mode = mode if on else switched(False, bit, mode)
                     if sweep_mb:
                         sweep.sum()
                     t0 = time.process_time()
@@ -64,7 +73,7 @@ def bench_layers(rounds: int, sweep_mb: int) -> None:
               f"{min(t[True]) / min(t[False]):.3f}, median {np.median(t[True]) / np.median(t[False]):.3f}", flush=True)
 
 
-def bench_model(name: str, rounds: int) -> None:
+def bench_model(name: str, rounds: int, bit: str = "") -> None:
     import onnx
     import dsl
     from benchmarks import models
@@ -74,7 +83,7 @@ def bench_model(name: str, rounds: int) -> None:
     copies = []
     try:
         for i, on in enumerate((True, False, False, True)):
-            pw.prefetch_mode = mode if on else switched(False)
+            pw.prefetch_mode = mode if on else switched(False, bit, mode)
             model = dsl.load_onnx(path, backend="numba", max_tensor_bytes=(4 << 30) - 1 - i)
             model.run(feeds)
             copies.append((on, model))
@@ -96,11 +105,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=0)
     ap.add_argument("--sweep", type=int, default=64, help="MB read before each layer call (0: hot)")
     ap.add_argument("--only", default="resnet50", help="the model (light_<name>)")
+    ap.add_argument("--bit", default="", help=f"switch only these prefetches off: {', '.join(sorted(BITS))} (comma-separated)")
     args = ap.parse_args()
     if args.what == "layers":
-        bench_layers(args.rounds or 31, args.sweep)
+        bench_layers(args.rounds or 31, args.sweep, args.bit)
     else:
-        bench_model(args.only, args.rounds or 40)
+        bench_model(args.only, args.rounds or 40, args.bit)
 
 
 if __name__ == "__main__":

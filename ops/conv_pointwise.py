@@ -53,14 +53,25 @@ either format.
   channel, in layers of ``PREFETCH_MIN_BYTES`` of weights or more.  One core, L2 swept: ResNet's
   7×7 layers 0.74-0.81x the time, 14×14 0.92-0.96x, hot ±3 %; the whole ResNet-50 0.92-1.01x
   (the gain grows with the other processes' load on the shared L3).  Prefetching the residual's
-  lines did not pay (0.9-1.1x, noise) and was dropped.
+  lines did not pay (0.9-1.1x, noise) and was dropped.  From ``PREFETCH_X_MIN_C`` input channels
+  (``PF_X``) a tile also prefetches x one 16-channel block ahead, one line per input channel: on
+  NCHWc16 x the next block's pixel lines (a 14-pixel item's x, 56 KB at C = 1024, does not stay in
+  L1, and each block of it is 12.5 KB past the last, beyond the hardware prefetchers' page), on
+  plain x the row 16 channels ahead.  One core, alternated: ResNet's C ≥ 256 layers 0.92-0.97x the
+  time, the plain 1024>256 row 0.90x; at C ≤ 64 it was 1.00-1.02x.  Up to ``PREFETCH_Y_MAX_C``
+  input channels (``PF_Y``) pair items prefetch the next item's output lines (the residual's,
+  where y is written over it): an item of 64 channels is too short to hide its 28 stores' misses
+  (L2 evicted: ResNet's 64>64 and 64>256 + residual 0.86-0.89x; from 256 channels 1.0-1.1x).
+  light_resnet50 with both against neither, 150 alternated rounds: 0.995x (no gain shown).
 * **Epilogue**: bias, a residual (``res``, in y's format) and Relu / Clip / LeakyRelu while
   storing, the sums read back from scratch by a run-time loop (one compiled copy of the
   activation, not P × NV: ~2 s less compile CPU per specialization): whole tiles into NCHWc16 as whole
   vectors; partial tiles, the last block (channels past M written as 0) and plain y with
   checks per vector or lane.  A whole tile into NCHWc16 under Relu (every squeezenet layer,
-  ResNet's but the projections) skips the scratch: bias, residual and Relu on the registers
-  (AVX2, one core: squeezenet's 16>64 expand 0.8x, ResNet's 64>256 0.9x).
+  ResNet's) skips the scratch: bias, residual and Relu on the registers (AVX2, one core:
+  squeezenet's 16>64 expand 0.8x, ResNet's 64>256 0.9x); so does one without an activation
+  (ResNet's projections), the store being max(v, floor) with floor 0 or -inf (64>256 0.90x,
+  the strided projections 0.95-0.98x).
 * **Pooled** (``pooled``, geom[G_BLOCKED_OUT] = POOLED; ops/conv_global_pool.py): y is the plain
   (N, M) global average.  Items are split over the team in whole (oc group, image) runs, so one
   thread adds a run's activated pixels into sums kept in its scratch after the tile and writes
@@ -68,6 +79,8 @@ either format.
   The sums go through the scratch: summing on the registers ran squeezenet's head 5-8 % slower.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -77,7 +90,7 @@ from dsl.runtime.cache_lines import line_aligned
 from ops import register_tiles, work_split
 from ops.conv_direct import (DirectConfig, balanced_grid, oc_groups, packed_weights,
                               store_last_block)
-from ops.gemm_packed import ACT_RELU, activation
+from ops.gemm_packed import ACT_NONE, ACT_RELU, activation
 
 THREADS = 4
 BLOCK = 16  # channels per NCHWc16 block
@@ -98,16 +111,25 @@ ROWS_MAX_C = 128  # input channels up to which plain stride-1 convolutions run t
 # stores per pixel and block) against the convolution's M FMAs per input value; one core: M = 16
 # 1.7x slower with it (squeezenet's first squeeze), M = 64 even, M = 128 0.95x, M = 256 0.77x
 GATHER_PLAIN_MIN_M = 128
+NO_FLOOR = -math.inf  # the register store's floor without an activation: max(v, -inf) is v
 SCRATCH = 512  # floats per thread for a tile's sums: P·NV·V and RR·RNV·V must fit
 PF_WEIGHTS = 1  # prefetch_mode's bit: the next group's weights
+PF_X = 2  # prefetch_mode's bit: tiles on NCHWc16 x prefetch the next 16-channel block's pixel lines
+PF_Y = 4  # prefetch_mode's bit: NCHWc16 pair items prefetch the next item's lines of y (and of res, in place)
 PREFETCH_MIN_BYTES = 1 << 18  # packed weights from which the next group's are prefetched
+PREFETCH_X_MIN_C = 128  # input channels from which the next block's pixel lines are prefetched (PF_X)
+PREFETCH_Y_MAX_C = 128  # input channels up to which the next item's y lines are prefetched (PF_Y)
 
 
 def prefetch_mode(c: int, m: int) -> int:
     """What the tiles prefetch (``pf``): the next oc group's packed weights once the layer's
     weights (C·M·4 bytes) are too big to stay in L2 from one run of a model to the next (with
-    every layer prefetching, squeezenet and ResNet-50 ran 0.97-1.00x: no gain below this)."""
-    return PF_WEIGHTS if c * m * 4 >= PREFETCH_MIN_BYTES else 0
+    every layer prefetching, squeezenet and ResNet-50 ran 0.97-1.00x: no gain below this),
+    (``PF_X``) x one 16-channel block ahead from 128 input channels (at 16-64, 0.99-1.02x), and
+    (``PF_Y``) the next pair item's output lines up to 128 input channels, where an item's few
+    FMAs cannot hide its stores' misses (from 256, 1.0-1.1x)."""
+    return ((PF_X if c >= PREFETCH_X_MIN_C else 0) | (PF_Y if c <= PREFETCH_Y_MAX_C else 0)
+            | (PF_WEIGHTS if c * m * 4 >= PREFETCH_MIN_BYTES else 0))
 
 
 def pointwise_config(backend: str = "numba") -> DirectConfig:
@@ -288,6 +310,14 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
     ipg = n_img * rows * row_tiles  # items per oc group
     w_lines = OCT // BLOCK  # 64-byte lines per packed weight row: the last w_lines items of a group
     # each prefetch one line per input channel of the next group's weights
+    # whole tiles into NCHWc16 under Relu or no activation are stored from the registers: max(v, floor)
+    reg_store = 0
+    floor = f32(0)
+    if act == ACT_RELU:
+        reg_store = 1
+    if act == ACT_NONE:
+        reg_store = 1
+        floor = f32(NO_FLOOR)
     for item in range(lo, hi):
         wg = g * cb * BLOCK * OCT
         pf_duty = w_lines - (ipg - ((nb * rows + orow) * row_tiles + t))  # 0..w_lines-1 on duty
@@ -297,6 +327,16 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
             pf_w = 1
             pf_at += pf_duty * c_in * BLOCK
         one_vector = NV > 1 and g * OCT + V >= m_written
+        pf_y = 0
+        if (pf & PF_Y) != 0 and blocked_out == 1:
+            pf_y = 1
+        pf_x = 0  # NCHWc16 x
+        pf_xp = 0  # plain x
+        if (pf & PF_X) != 0:
+            if sxc == 1:
+                pf_x = 1
+            else:
+                pf_xp = 1
         c_first = t * tp  # first pixel of the row this item stores
         if PAIRS == 1 and pair >= 1 and cols - c_first > P:
             # 2P consecutive pixels 16 floats apart in x (NCHWc16, stride 1): their offsets are
@@ -328,6 +368,9 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                     if pf_w == 1:
                         dsl.prefetch(w, pf_at + ci * BLOCK)
                     xc4 = nb * sxn + c0 + ci * sxc  # plain x: pixel c0 of channel ci's row
+                    if pf_xp == 1:  # the row BLOCK channels ahead: its first and last pixel's lines
+                        dsl.prefetch(x, xc4 + BLOCK * sxc)
+                        dsl.prefetch(x, xc4 + BLOCK * sxc + 2 * P - 1)
                     for p in dsl.static_range(2 * P):
                         xv4 = dsl.splat(x.flat[xc4 + p], V)
                         for j in dsl.static_range(NV):
@@ -335,18 +378,26 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
             else:
                 for icb in range(cb):
                     cn3 = min(BLOCK, c_in - icb * BLOCK)
+                    xn3 = xb + (icb + 1) * sxb  # the next block's pixel lines
+                    if pf_y == 1 and icb < 4:  # the next item's y lines, 4 pixels of each block a step
+                        yn3 = ((nb * mb + g * OCT // BLOCK) * ohw + orow * cols + c0 + 2 * P + icb * 4) * BLOCK
+                        for yq in dsl.static_range(4):
+                            for yblk in dsl.static_range(V * NV // BLOCK):
+                                dsl.prefetch(y, yn3 + yblk * ohw * BLOCK + yq * BLOCK)
                     for ci in range(cn3):
                         wv3 = dsl.local((NV,), dsl.simd(f32, V))
                         for j in dsl.static_range(NV):
                             wv3[j] = w.vload(wg + (icb * BLOCK + ci) * OCT + j * V, V)
                         if pf_w == 1:
                             dsl.prefetch(w, pf_at + (icb * BLOCK + ci) * BLOCK)
+                        if pf_x == 1:
+                            dsl.prefetch(x, xn3 + ci * BLOCK)
                         xc3 = xb + icb * sxb + ci
                         for p in dsl.static_range(2 * P):
                             xv3 = dsl.splat(x.flat[xc3 + p * BLOCK], V)
                             for j in dsl.static_range(NV):
                                 acc2[p, j] = dsl.fma(xv3, wv3[j], acc2[p, j])
-            if blocked_out == 1 and act == ACT_RELU and c0 == c_first and V == BLOCK \
+            if blocked_out == 1 and reg_store == 1 and c0 == c_first and V == BLOCK \
                     and (g * OCT + OCT <= m_out or (g * OCT + V <= m_out and m_out == mb * BLOCK)):
                 # the common case (every vector of the group whole channels or past the last block)
                 # stored straight from the registers, no scratch round trip, one activation
@@ -360,7 +411,7 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                             ra = acc2[p, j] + rb
                             if add_res == 1:
                                 ra = ra + res.vload(ya + p * BLOCK, V)
-                            y.vstore(ya + p * BLOCK, dsl.where(ra <= 0, 0.0, ra))
+                            y.vstore(ya + p * BLOCK, dsl.where(ra <= floor, floor, ra))
                 npix = 0  # nothing left for the epilogue below
             else:
                 for p in dsl.static_range(2 * P):
@@ -410,12 +461,14 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                             wv[j] = w.vload(wg + (icb * BLOCK + ci) * OCT + j * V, V)
                         if pf_w == 1:
                             dsl.prefetch(w, pf_at + (icb * BLOCK + ci) * BLOCK)
+                        if pf_x == 1:
+                            dsl.prefetch(x, off[0] + (icb + 1) * sxb + ci * BLOCK)
                         xc = icb * sxb + ci * sxc
                         for p in dsl.static_range(P):
                             xv = dsl.splat(x.flat[xc + off[p]], V)
                             for j in dsl.static_range(NV):
                                 acc[p, j] = dsl.fma(xv, wv[j], acc[p, j])
-            if blocked_out == 1 and npix == P and act == ACT_RELU and (
+            if blocked_out == 1 and npix == P and reg_store == 1 and (
                     g * OCT + OCT <= m_out or (m_out == mb * BLOCK and (m_out - g * OCT) % V == 0)):
                 # a whole tile into NCHWc16 under Relu, every vector all real channels or past the
                 # last block: bias, residual and Relu straight from the registers (the scratch round
@@ -431,7 +484,7 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                             dv = acc[p, j] + dbv
                             if add_res == 1:
                                 dv = dv + res.vload(dya + p * BLOCK, V)
-                            y.vstore(dya + p * BLOCK, dsl.where(dv <= 0, 0.0, dv))
+                            y.vstore(dya + p * BLOCK, dsl.where(dv <= floor, floor, dv))
                 npix = 0  # nothing left for the epilogue below
             else:
                 for p in dsl.static_range(P):

@@ -361,10 +361,13 @@ def test_dropout_between_blocked_convs_needs_no_reorder(backend, with_mask):
 @pytest.mark.parametrize("m", [16, 40, 48, 64])
 def test_pointwise_blocked_pixel_pairs(backend, act, m):
     """NCHWc16 in and out, stride 1: items of 2P pixels (30 = two whole ones, then 2 pixels on the
-    P-pixel tile on AVX-512), the one-vector groups (16, 48), Relu stored from the registers and
-    the scratch epilogue (no activation, the partial block of 40)."""
+    P-pixel tile on AVX-512), the one-vector groups (16, 48), Relu and no activation stored from
+    the registers (a -inf bias stays -inf without one, a NaN stays NaN) and the scratch epilogue
+    (the partial block of 40)."""
     x, w, b = data(1, 40, 5, 6, m)
-    want = pointwise_ref(x, w, b)
+    b[1], b[2] = -np.inf, np.nan
+    with np.errstate(invalid="ignore"):
+        want = pointwise_ref(x, w, b)
     if act == 1:
         want = np.maximum(want, 0)
     yb = np.full(F.physical_shape((1, m, 5, 6), "nchwc16"), np.nan, np.float32)
@@ -444,17 +447,37 @@ def test_residual_buffer_takes_the_pointwise_output(backend):
 
 
 @pytest.mark.parametrize("tile", ["target", "avx2"])
-def test_pointwise_prefetches_change_nothing(backend, monkeypatch, tile):
-    """The next oc group's weight prefetches (``prefetch_mode``) forced on for a small layer with a
-    residual: numpy's result, with pair items, a 7-pixel tile, three oc groups (the last group
-    prefetches past the weights) and a batch of two; AVX-512's two weight lines per input channel
-    and AVX2's one (its tile passed explicitly)."""
+@pytest.mark.parametrize("n, c, h, wd, m, fmt_in", [(2, 40, 7, 7, 80, "nchwc16"), (1, 150, 5, 9, 48, "nchwc16"),
+                                                    (1, 150, 5, 9, 56, "plain")])
+def test_pointwise_prefetches_change_nothing(backend, monkeypatch, tile, n, c, h, wd, m, fmt_in):
+    """Every prefetch (``prefetch_mode``) forced on for small layers with a residual: the next oc
+    group's weights, the next input block's pixel lines (NCHWc16 x; plain x: the rows 16
+    channels ahead), past x's end from the last block, and the next pair item's y lines (past y's
+    end from the last item). numpy's result, with pair items, a 7-pixel
+    tile, three oc groups (the last group prefetches past the weights) and a batch of two; 150
+    input channels (a last block of 6) on 45 pixels (pairs, an overlapping pair and a 3-pixel tile)
+    into 48 outputs (a one-vector last group) or, from plain x, 56 (plain pairs); AVX-512's two
+    weight lines per input channel and AVX2's one (its tile passed explicitly)."""
     monkeypatch.setattr(pw, "PREFETCH_MIN_BYTES", 0)
-    assert pw.prefetch_mode(40, 80) == pw.PF_WEIGHTS
+    monkeypatch.setattr(pw, "PREFETCH_X_MIN_C", 0)
+    monkeypatch.setattr(pw, "PREFETCH_Y_MAX_C", 1 << 20)
+    assert pw.prefetch_mode(c, m) == pw.PF_WEIGHTS | pw.PF_X | pw.PF_Y
     cfg, rows = (None, None) if tile == "target" else (pw.DirectConfig(V=8, NV=2, P=6), (4, 3))
-    x, w, b = data(2, 40, 7, 7, 80)
-    z = RNG.standard_normal((2, 80, 7, 7)).astype(np.float32)
-    yb = np.full(F.physical_shape((2, 80, 7, 7), "nchwc16"), np.nan, np.float32)
-    launch_conv_pointwise(conv_pointwise, F.to_nchwc16_ref(x), w, b, yb, F.to_nchwc16_ref(z), (1, 1), True, backend,
-                          1, 0.0, 0.0, cfg=cfg, row_shape=rows)
-    np.testing.assert_allclose(F.to_plain_ref(yb, 80), np.maximum(pointwise_ref(x, w, b) + z, 0), rtol=1e-4, atol=1e-4)
+    x, w, b = data(n, c, h, wd, m)
+    z = RNG.standard_normal((n, m, h, wd)).astype(np.float32)
+    yb = np.full(F.physical_shape((n, m, h, wd), "nchwc16"), np.nan, np.float32)
+    blocked = fmt_in == "nchwc16"
+    launch_conv_pointwise(conv_pointwise, F.to_nchwc16_ref(x) if blocked else x, w, b, yb, F.to_nchwc16_ref(z), (1, 1),
+                          blocked, backend, 1, 0.0, 0.0, cfg=cfg, row_shape=rows)
+    np.testing.assert_allclose(F.to_plain_ref(yb, m), np.maximum(pointwise_ref(x, w, b) + z, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_prefetch_mode_by_layer():
+    """The next block's x lines from 128 input channels, the next item's y lines up to 128, the next
+    group's weights from 256 KB of them: ResNet-50's 64→256 the y lines, 128→512 all three,
+    1024→256 x and weights."""
+    assert pw.prefetch_mode(64, 256) == pw.PF_Y
+    assert pw.prefetch_mode(128, 512) == pw.PF_X | pw.PF_Y | pw.PF_WEIGHTS
+    assert pw.prefetch_mode(128, 32) == pw.PF_X | pw.PF_Y
+    assert pw.prefetch_mode(1024, 256) == pw.PF_X | pw.PF_WEIGHTS
+    assert pw.prefetch_mode(64, 1024) == pw.PF_Y | pw.PF_WEIGHTS
