@@ -84,6 +84,12 @@ def timed_block(fn, calls: int, pause: float):
     return times, (time.process_time() - c0) / calls
 
 
+def _every_core() -> None:
+    """The numpy child's CPU mask: every core, not the parent's (OMP_PROC_BIND binds its launching
+    thread; OpenBLAS starts its threads with the mask numpy is imported under)."""
+    os.sched_setaffinity(0, range(os.cpu_count() or 1))
+
+
 def numpy_child(a_shape, b_shape) -> None:
     """Serve numpy's timed blocks: a line "calls pause" in, a JSON [times, cpu per call] line out."""
     rng = np.random.default_rng(1)
@@ -107,6 +113,7 @@ def batched(rounds: int, calls: int, pause: float, a_shape=(4, 128, 128), b_shap
     child = subprocess.Popen([sys.executable, "-m", "benchmarks.bench_spin", "numpy-child",
                               ",".join(map(str, a_shape)), ",".join(map(str, b_shape))],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=clean_blas_env(),
+                             preexec_fn=_every_core if hasattr(os, "sched_setaffinity") else None,
                              cwd=str(Path(__file__).resolve().parent.parent))
 
     def numpy_side(n, p):
