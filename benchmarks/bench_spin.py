@@ -13,6 +13,10 @@ which runs in a child process of its own with OpenBLAS's overrides removed (so n
 spins in the other's process), each side back to back and after a pause:
 
     for s in 3000 300 0; do GOMP_SPINCOUNT=$s python -m benchmarks.bench_spin batched --rounds 8; done
+    for off in 1 0; do OPDSL_WORKERS_ANY_CORE=$off python -m benchmarks.bench_spin batched; done
+
+(the second compares the workers placed by the OS with the workers kept off the launching
+thread's core, backends/numba/worker_cores.py).
 
 Timing script, not a test; results go to benchmarks/RESULTS.md by hand.
 """
@@ -145,9 +149,9 @@ def batched(rounds: int, calls: int, pause: float, a_shape=(4, 128, 128), b_shap
                 cpu[mode, name].append(c)
     child.stdin.close()
     child.wait()
-    print("| mode | side | best µs | median µs | round bests, µs (min-max) | CPU µs a call | "
+    print("| mode | side | best µs | median µs | mean µs | round bests, µs (min-max) | CPU µs a call | "
           "opdsl / numpy, best (round ratios min-max) |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for mode in modes:
         ref = per_round[mode, "numpy, 2 threads"]
         for name in sides:
@@ -159,6 +163,7 @@ def batched(rounds: int, calls: int, pause: float, a_shape=(4, 128, 128), b_shap
                 ratios = [min(x) / min(y) for x, y in zip(ref, rs)]  # time ratio = speed ratio opdsl/numpy
                 ratio = f"{min(t for r in ref for t in r) / every[0]:.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
             print(f"| {mode} | {name} | {every[0] * 1e6:.1f} | {statistics.median(every) * 1e6:.1f} | "
+                  f"{statistics.fmean(every) * 1e6:.1f} | "
                   f"{min(bests):.1f}-{max(bests):.1f} | {statistics.median(cpu[mode, name]) * 1e6:.1f} | {ratio} |")
     print(f"load at end {load_text()}", flush=True)
 
