@@ -57,6 +57,8 @@ DEFAULT_REPEAT = 10
 # targets of the issue: fraction of the reference's GFLOP/s (higher is better) ...
 GEMM_TARGETS = {1024: 0.70, 256: 0.50}
 BATCHED_TARGET = 1.0
+BATCHED_MIN_REPEAT = 200  # timed calls a side of the batched rows (40-120 µs products) ...
+BATCHED_BLOCK = 25  # ... in blocks of this many, each after 0.1 s of untimed calls
 HALF_TARGET = 0.50
 # ... and opdsl time over onnxruntime time (lower is better)
 CONV_TARGET = 1.5
@@ -260,7 +262,8 @@ def _linear_model(a_shape: Sequence[int], w: np.ndarray):
                             [numpy_helper.from_array(w, "w")])
 
 
-def _bench_products(title: str, shapes, repeat: int, backend: str, constant_b: bool, target: Optional[float]) -> Table:
+def _bench_products(title: str, shapes, repeat: int, backend: str, constant_b: bool, target: Optional[float],
+                    block: int = 5) -> Table:
     """Products A @ B of the given shapes: opdsl (load_onnx, and eager for batched ones) vs numpy
     (child process) and onnxruntime; with ``constant_b`` B is the model's initializer."""
     table = Table(title, ["A @ B", "opdsl (load_onnx)", "opdsl (ops.MatMul eager)", "numpy matmul", "onnxruntime",
@@ -283,7 +286,7 @@ def _bench_products(title: str, shapes, repeat: int, backend: str, constant_b: b
             cases["onnxruntime"] = op_models.ort_runner(op_models.matmul_model(sa, sb), {"a": a, "b": b})
         cases = checked_cases(table, cases, want, name)
         _progress(f"{name}: timing, interleaved")
-        timed_by_shape[name] = dict(measure_interleaved(cases, repeat=repeat, warmup=2))
+        timed_by_shape[name] = dict(measure_interleaved(cases, repeat=repeat, warmup=2, block=block))
         del cases
     _progress(f"{title}: numpy in a child process, second run")
     numpy_times.again()
@@ -308,9 +311,13 @@ def _bench_products(title: str, shapes, repeat: int, backend: str, constant_b: b
 
 
 def bench_batched(shapes=ATTENTION_SHAPES, repeat: int = DEFAULT_REPEAT, backend: str = "numba") -> Table:
-    """Attention-shaped batched MatMul: opdsl vs numpy (child process) and onnxruntime."""
-    return _bench_products("batched MatMul f32 (attention shapes), GFLOP/s: best (median)", shapes, repeat, backend,
-                           constant_b=False, target=BATCHED_TARGET)
+    """Attention-shaped batched MatMul: opdsl vs numpy (child process) and onnxruntime.  A product
+    takes 40-120 µs, so each side gets at least ``BATCHED_MIN_REPEAT`` samples in blocks of
+    ``BATCHED_BLOCK``: with 10 a two-thread side's best was a draw of the machine's moment
+    (benchmarks/RESULTS.md, issue 29, twenty-first session, slice attn)."""
+    return _bench_products("batched MatMul f32 (attention shapes), GFLOP/s: best (median)", shapes,
+                           max(repeat, BATCHED_MIN_REPEAT) if repeat > 1 else repeat, backend,
+                           constant_b=False, target=BATCHED_TARGET, block=BATCHED_BLOCK)
 
 
 def bench_linear(shapes=LINEAR_SHAPES, repeat: int = DEFAULT_REPEAT, backend: str = "numba") -> Table:

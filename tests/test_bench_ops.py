@@ -86,3 +86,12 @@ def test_batched_entries_bench_runs(capsys):
     assert bench_batched_entries.main(["--a", "2,64,64", "--b", "2,64,64", "--rounds", "1", "--repeat", "2"]) == 0
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 0 |")]
     assert len(rows) == 1 and rows[0].count("|") == 6 and "nan" not in rows[0]
+
+
+def test_spin_bench_batched_mode_runs(capsys):
+    """benchmarks/bench_spin.py batched: every side of both modes gets a row (Model.run's result is
+    checked against numpy inside; numpy runs in its own child process)."""
+    from benchmarks import bench_spin
+    bench_spin.batched(1, 2, 0.001, a_shape=(2, 16, 16), b_shape=(2, 16, 16))
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("| back to back", "| after"))]
+    assert len(rows) == 6 and all(row.count("|") == 9 and "nan" not in row for row in rows)

@@ -37,7 +37,7 @@ from backends.numba import entry_choice
 from backends.numba import frozen as frz
 from backends.numba import launch_work
 from backends.numba import link_once, parallel_compile
-from backends.numba import deferred_module, warm_bytecode
+from backends.numba import deferred_module, warm_bytecode, worker_cores
 from backends.numba.regions import Program
 
 # A launch runs serially when its tensors hold fewer elements than this in total and the
@@ -594,6 +594,7 @@ class NumbaLauncher(Launcher):
     def _run_parallel(self, args: Sequence, grid: int) -> None:
         which = "launch_team" if grid == 1 and "launch_team" in self._entries else "launch_parallel"
         fn = self._entry(which, args, grid)
+        worker_cores.before_parallel_launch()  # its workers off this thread's core
         if _serialize_parallel:
             with _parallel_lock:
                 self._run(fn, args, grid)
@@ -608,6 +609,8 @@ class NumbaLauncher(Launcher):
         fn = self._ready.get(which) or self._compile_lazily(which)
         gx, gy, gz = shape
         nd_args = (*args, gx, gy)  # the _nd entries take gx, gy, gz where the others take the team count
+        if not serial:
+            worker_cores.before_parallel_launch()
         if _serialize_parallel and not serial:
             with _parallel_lock:
                 self._run(fn, nd_args, gz, args)
