@@ -35,6 +35,7 @@ import numpy as np
 from dsl import files
 from dsl.lang.errors import Error
 from dsl.opgraph import artifact_checksum
+from dsl.runtime import huge_pages
 
 MAGIC = b"\x89OPDSL-ARTIFACT\n"
 FORMAT = 3          # the container and its sections' layout (2: per-section checks; 3: lazy sections)
@@ -202,26 +203,23 @@ class Artifact:
         return [weights[at:at + size] for at, size in spans]
 
 
-HUGE_BUFFER_BYTES = 8 << 20  # from here on the read buffer asks for 2 MiB pages
+HUGE_BUFFER_BYTES = huge_pages.HUGE_PAGE  # from here on the read buffer is on 2 MiB pages
 
 
 def private_buffer(size: int) -> memoryview:
     """A writable buffer of ``size`` bytes that the file is read into (the weights are views of it).
 
-    The read's cost is mostly the kernel faulting in (and zeroing) the buffer's pages: readv of
-    a page-cached 206 MB file took 0.06 s of CPU into an anonymous private mapping advised as
-    2 MiB pages, 0.13-0.50 s into ``np.empty`` (fresh processes, both orders, loaded machine).
-    Where the kernel has no transparent huge pages the advice is ignored and the mapping
-    behaves as ``np.empty`` (neither is zero-filled by a pass of ours)."""
-    advice = getattr(mmap, "MADV_HUGEPAGE", None)
-    if size >= HUGE_BUFFER_BYTES and advice is not None:
+    From one huge page up, an anonymous private mapping advised as 2 MiB pages
+    (huge_pages.mapping): the read's cost is mostly the kernel faulting in and zeroing the
+    pages -- readv of a page-cached 206 MB file took 0.06 s of CPU into such a mapping,
+    0.13-0.50 s into ``np.empty`` (fresh processes, both orders, loaded machine) -- and every run
+    then streams the weights through 2 MiB pages: light_squeezenet's 5 MB ran 3-4 % faster
+    there than on numpy's 4 KiB pages (benchmarks/bench_pages.py).  Smaller buffers, and every
+    buffer where the kernel has no transparent huge pages or with OPDSL_HUGE_PAGES=0, are on
+    4 KiB pages (neither is zero-filled by a pass of ours)."""
+    if size >= HUGE_BUFFER_BYTES:
         try:
-            region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-            try:
-                region.madvise(advice)
-            except OSError:  # no transparent huge pages here: 4 KiB pages, as np.empty
-                pass
-            return memoryview(region)
+            return memoryview(huge_pages.mapping(size))[:size]
         except (OSError, ValueError, AttributeError):
             pass
     return memoryview(np.empty(size, np.uint8))
