@@ -1,0 +1,108 @@
+"""A model's memory on 2 MiB pages (dsl/runtime/huge_pages.py): the plan's arena is one block
+with every buffer on a page, advised as huge pages unless OPDSL_HUGE_PAGES=0; plan-cache hits
+and artifacts read their weights into such a mapping.  Results are the same either way."""
+import mmap
+
+import numpy as np
+import pytest
+
+import dsl
+import ops
+from dsl.opgraph import artifact_format
+from dsl.runtime import huge_pages
+from dsl.runtime.cache_lines import LINE, address
+
+RNG = np.random.default_rng(21)
+
+
+class Recording(mmap.mmap):
+    """mmap.mmap that records its madvise calls (and can refuse them, as a kernel without THP)."""
+    advised: list = []
+    refuse = False
+
+    def madvise(self, *args):
+        Recording.advised.append(args)
+        if Recording.refuse:
+            raise OSError(22, "Invalid argument")
+        return super().madvise(*args)
+
+
+@pytest.fixture
+def recording(monkeypatch):
+    monkeypatch.setattr(huge_pages.mmap, "mmap", Recording)
+    monkeypatch.setattr(Recording, "advised", [])
+    monkeypatch.setattr(Recording, "refuse", False)
+    monkeypatch.delenv("OPDSL_HUGE_PAGES", raising=False)
+    return Recording
+
+
+@pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"), reason="no MADV_HUGEPAGE on this platform")
+def test_a_mapping_of_a_huge_page_or_more_is_advised_and_rounded_up(recording, monkeypatch):
+    small = huge_pages.mapping(huge_pages.HUGE_PAGE - 1)
+    assert len(small) == huge_pages.HUGE_PAGE - 1 and recording.advised == []
+    big = huge_pages.mapping(huge_pages.HUGE_PAGE + 5)
+    assert len(big) == 2 * huge_pages.HUGE_PAGE  # its tail gets a whole huge page too
+    assert recording.advised == [(mmap.MADV_HUGEPAGE,)]
+    monkeypatch.setenv("OPDSL_HUGE_PAGES", "0")
+    off = huge_pages.mapping(huge_pages.HUGE_PAGE + 5)
+    assert len(off) == huge_pages.HUGE_PAGE + 5 and len(recording.advised) == 1  # not advised
+    monkeypatch.delenv("OPDSL_HUGE_PAGES")
+    recording.refuse = True  # a kernel without transparent huge pages: still a mapping
+    refused = huge_pages.anonymous(huge_pages.HUGE_PAGE)
+    assert refused.size == huge_pages.HUGE_PAGE and not refused.any()
+    refused[-1] = 3
+    assert refused[-1] == 3
+
+
+@pytest.mark.parametrize("total", ["under a huge page", "a huge page or more"])
+def test_carved_buffers_are_zeroed_apart_and_aligned(total):
+    sizes = [5000, 1, 123457] if total == "under a huge page" else [huge_pages.HUGE_PAGE, 70001, 3]
+    bufs = huge_pages.carve(sizes)
+    align = huge_pages.ALIGN if sum(sizes) >= huge_pages.HUGE_PAGE else LINE
+    assert [b.size for b in bufs] == sizes
+    spans = sorted((address(b), address(b) + b.size) for b in bufs)
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))  # no two overlap
+    for i, b in enumerate(bufs):
+        assert address(b) % align == 0 and b.dtype == np.uint8 and b.flags.writeable and not b.any()
+        b[:] = i + 1
+    assert [int(b[0]) for b in bufs] == [1, 2, 3]  # each write stayed in its own buffer
+
+
+def chain():
+    """x -> Exp -> Neg -> Add(., x) -> Sigmoid -> Abs: four intermediates in the arena."""
+    g = dsl.Graph("pages")
+    x = g.input("x", (8, 64), dsl.f32)
+    g.output(ops.Abs(ops.Sigmoid(ops.Add(ops.Neg(ops.Exp(x)), x))), "y")
+    return g
+
+
+@pytest.mark.parametrize("huge", ["1", "0"])
+def test_a_model_runs_on_its_page_aligned_arena(backend, monkeypatch, huge):
+    """The plan's intermediates live in one carved block (a huge page made small here, so this
+    small model takes the mapping path), each buffer on a page; the results equal numpy's on
+    every backend, with the advice and without it."""
+    monkeypatch.setattr(huge_pages, "HUGE_PAGE", 4096)
+    monkeypatch.setenv("OPDSL_HUGE_PAGES", huge)
+    carved, carve = [], huge_pages.carve
+    monkeypatch.setattr(huge_pages, "carve", lambda sizes: carved.append(carve(sizes)) or carved[-1])
+    model = chain().compile(backend=backend, fuse=False)
+    x = RNG.standard_normal((8, 64)).astype(np.float32)
+    want = np.abs(1 / (1 + np.exp(np.exp(x) - x)))
+    for _ in range(2):  # the second run reuses the arena
+        np.testing.assert_allclose(model.run({"x": x})["y"], want, rtol=1e-5, atol=1e-6)
+    assert len(carved) == 1 and carved[0]
+    roots = set()
+    for buf in carved[0]:
+        assert address(buf) % 4096 == 0
+        roots.add(id(buf.base))
+    assert len(roots) == 1  # one block
+
+
+def test_a_large_read_buffer_is_an_advised_mapping(recording):
+    """artifact_format.private_buffer (artifacts and plan-cache hits read into it): from one
+    huge page up an advised anonymous mapping of exactly the size asked, numpy's buffer below."""
+    buf = artifact_format.private_buffer(huge_pages.HUGE_PAGE + 1)
+    assert isinstance(buf.obj, Recording) and len(buf) == huge_pages.HUGE_PAGE + 1 and not buf.readonly
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        assert recording.advised == [(mmap.MADV_HUGEPAGE,)]
+    assert isinstance(artifact_format.private_buffer(huge_pages.HUGE_PAGE - 1).obj, np.ndarray)
