@@ -310,6 +310,37 @@ def test_a_hit_asks_no_op_for_its_plan_and_reads_its_arrays_in_place(plans_dir, 
     assert memoryview(root).nbytes > w.nbytes  # a view of the whole entry's buffer, not a copy
 
 
+def _root(a):
+    while isinstance(a, np.ndarray) and a.base is not None:
+        a = a.base
+    return a.obj if isinstance(a, memoryview) else a
+
+
+@pytest.mark.parametrize("huge", ["1", "0"])
+def test_a_miss_runs_on_the_weights_a_hit_would_have(backend, plans_dir, tmp_path, monkeypatch, huge):
+    """On a miss the model returned is the one the drafted entry restores, its weights copied
+    into one huge-page buffer (as a hit reads them), not the arrays the build packed; with
+    OPDSL_HUGE_PAGES=0 it is the built model.  Results equal numpy's either way (``_load``)."""
+    import mmap
+
+    from dsl.opgraph import artifact_format
+    monkeypatch.setattr(artifact_format, "HUGE_BUFFER_BYTES", 1)  # this model's few bytes count as big
+    monkeypatch.setenv("OPDSL_HUGE_PAGES", huge)
+    restored, real = [], plan_cache.on_huge_pages
+    monkeypatch.setattr(plan_cache, "on_huge_pages", lambda draft: restored.append(real(draft)) or restored[-1])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_model_bytes())
+    model = _load(path, backend)
+    assert plan_cache.stats["misses"] == 1
+    w = next(v for v in model.graph.constants.values() if v.size == 8 and np.all(v == 2.0))
+    if huge == "1":
+        assert restored == [model] and isinstance(_root(w), mmap.mmap)
+    else:
+        assert restored == [] and not isinstance(_root(w), mmap.mmap)
+    plan_cache.wait_for_writes()
+    assert str(_load(path, backend)) == str(model) and plan_cache.stats["hits"] == 1
+
+
 def test_the_background_import_is_quiet_and_done_once(monkeypatch):
     """cached_load starts importing numba beside reading the model: a module already imported
     starts nothing, a failing import leaves its error to the caller's own import."""
