@@ -122,6 +122,19 @@ def test_a_fresh_process_reads_the_plan(plans_dir, tmp_path):
     assert seen == ["{'hits': 0, 'misses': 1, 'stores': 1}", "{'hits': 1, 'misses': 0, 'stores': 0}"]
 
 
+def test_the_library_identity_is_a_built_in_however_it_is_imported():
+    """ops.shape registers the Identity class of dsl.opgraph.graph: imported outside the ops
+    package's own import (as unpickling a plan-cache entry imports it) it still counts as a
+    built-in, so an entry a process writes after reading one does not name it as a user op
+    (fresh processes could not read such an entry: a miss every time)."""
+    script = ("import ops.shape\nfrom dsl.opgraph import registry\n"
+              "print(registry.is_builtin(ops.shape.Identity))\n")
+    out = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "True"
+
+
 @pytest.mark.parametrize("change", ["model", "op code", "toolchain", "cpu", "options"])
 def test_a_change_is_a_miss(plans_dir, tmp_path, monkeypatch, change):
     path = tmp_path / "m.onnx"
