@@ -1,7 +1,8 @@
 """A model's speed against the pages its memory sits on, in one process: the same model loaded
 twice from the plan cache -- once as before session 21 (weights mapped from the cache file,
-activation buffers separate ``np.empty`` arrays on 4 KiB pages), once as now (weights read into
-2 MiB pages, the buffers carved from one huge-page mapping: dsl/runtime/huge_pages.py) --
+activation buffers separate ``np.empty`` arrays on 4 KiB pages), once as now (the buffers
+carved from one huge-page mapping, dsl/runtime/huge_pages.py; weights read into 2 MiB pages
+from entries up to plan_cache.READ_BYTES, mapped from bigger ones) --
 a third time as a plan-cache miss ("built": its plan built and its weights packed in this
 process, as in the process that compiled the model; a miss runs what a hit would give, see
 plan_cache.on_huge_pages), and onnxruntime, all four alternated round by round in
