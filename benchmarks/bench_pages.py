@@ -1,12 +1,12 @@
 """A model's speed against the pages its memory sits on, in one process: the same model loaded
-twice from the plan cache -- once as before session 21 (weights mapped from the cache file,
-activation buffers separate ``np.empty`` arrays on 4 KiB pages), once as now (the buffers
-carved from one huge-page mapping, dsl/runtime/huge_pages.py; weights read into 2 MiB pages
-from entries up to plan_cache.READ_BYTES, mapped from bigger ones) --
-a third time as a plan-cache miss ("built": its plan built and its weights packed in this
-process, as in the process that compiled the model; a miss runs what a hit would give, see
-plan_cache.on_huge_pages), and onnxruntime, all four alternated round by round in
-blocks, CPU time, one core:
+twice from the plan cache -- once as before session 21 (activation buffers separate ``np.empty``
+arrays on 4 KiB pages; weights mapped without the huge-page advice, though from the same entry,
+which is now written in whole huge pages: the page cache may hold it as 2 MiB folios all the
+same), once as now (the buffers carved from one huge-page mapping, dsl/runtime/huge_pages.py;
+the entry mapped with the advice) -- a third time as a plan-cache miss ("built": its plan
+built and its weights packed in this process, as in the process that compiled the model; a
+miss runs the model restored with its weights on huge pages, plan_cache.on_huge_pages), and
+onnxruntime, all four alternated round by round in blocks, CPU time, one core:
 
     NUMBA_NUM_THREADS=1 python -m benchmarks.bench_pages [resnet50|squeezenet] [--reps 10] [--blocks 5]
 

@@ -7,10 +7,9 @@ kernel selection and asking each op for its plan.
 The entry lives in the compile cache's ``plans`` folder under the same trust rules (backends/
 cache.py, docs/cache.md: a private folder, checksummed entries written atomically).  It is an
 ``.opdsl`` container (artifact_format.py) of up to three sections: the pickled graph and plans
-(sha256), their arrays raw on 64-byte boundaries (CRC-32), used where they are read on a
-hit (into 2 MiB pages up to ``READ_BYTES``, mapped from the file above) -- packed weights
-included, so a hit does not pack them; a miss returns the model as a hit would have it
-(``on_huge_pages``) -- and, as in an artifact
+(sha256), their arrays raw on 64-byte boundaries (CRC-32), mapped in place on a hit (as
+2 MiB pages: artifact_format.PageWriter) -- packed weights included, so a hit neither copies
+nor packs them; a miss returns the model restored as a hit would be (``on_huge_pages``) -- and, as in an artifact
 (artifact_save.py), the graph constants only those packed copies stand for, in a lazy section a
 hit does not read (lazy_constants.py: read and checked on first use).  Its key is
 the sha256 of the model's bytes, the load options, the backend, the settings read from the
@@ -352,19 +351,6 @@ def wait_for_writes() -> None:
         writer.join()
 
 
-# Entries up to this many bytes are read into 2 MiB pages on a hit, bigger ones mapped from the file.
-# The weights every run streams then sit on huge pages rather than on the page cache's pages (4 KiB
-# or 2 MiB as it happens to hold them): light_squeezenet (a 10 MB entry) ran 5 % faster, for ~20 ms
-# more load; light_resnet50 (200 MB) 2 % faster, for ~250 ms more load (fresh processes: faulting
-# in 100 MB of huge pages), which 200 runs would not win back (benchmarks/RESULTS.md, session 21).
-READ_BYTES = 64 << 20
-
-
-def read_into_huge_pages(entry_bytes: int) -> bool:
-    """Whether a hit reads an entry of ``entry_bytes`` into huge pages (not with OPDSL_HUGE_PAGES=0)."""
-    return config.huge_pages() and entry_bytes <= READ_BYTES
-
-
 def _read(name: str) -> Optional[Model]:
     with _LOCK:
         writer = _WRITING.pop(name, None)
@@ -378,9 +364,10 @@ def _read(name: str) -> Optional[Model]:
     if not existed:
         return None
     try:
-        # checked and trusted (this user's private folder) or ArtifactError.  A small entry is read
-        # into 2 MiB pages, a big one mapped (no copy; the entry is only ever replaced by a rename)
-        art = artifact_format.read(p, mapped=not read_into_huge_pages(p.stat().st_size))
+        # checked and trusted (this user's private folder) or ArtifactError; mapped, not copied: the
+        # entry is only ever replaced by a rename.  Written in whole huge pages and mapped with the
+        # huge-page advice (artifact_format.PageWriter), its weights are mapped as 2 MiB pages
+        art = artifact_format.read(p, mapped=True)
         if art.header.get("key") != name:
             why = "it is the entry of another key (a swapped or copied file)"
         else:

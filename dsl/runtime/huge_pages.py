@@ -2,11 +2,11 @@
 
 Most kernels ship transparent huge pages in ``madvise`` mode: only memory advised
 ``MADV_HUGEPAGE`` gets 2 MiB pages.  numpy advises its own allocations of 4 MiB or more, so a
-model's activation buffers (light_resnet50's largest is 3.2 MB) sat on 4 KiB pages, each on a
-line 16 bytes in, and weights mapped from the plan cache on whatever pages the page cache held.
-One run of light_resnet50 walks ~100 MB of weights and ~10 MB of activations: on 4 KiB pages
-that is ~27,000 TLB misses a run.  Weights on 4 KiB pages ran it 8-12 % slower than on huge
-pages, in one process, alternated (benchmarks/RESULTS.md, twenty-first session, slice proc).
+model's activation buffers (light_resnet50's largest is 3.2 MB) sat on 4 KiB pages, 16 bytes
+past a line.  One run of light_resnet50 walks ~100 MB of weights and ~10 MB of activations:
+its packed weights on 4 KiB pages ran it 5-16 % slower than on huge pages, and its arena
+carved from one advised mapping 2-4 % faster than as numpy arrays, in one process, alternated
+(benchmarks/bench_pages.py; RESULTS.md, twenty-first session, slice proc).
 
 ``OPDSL_HUGE_PAGES=0`` turns the advice off (the buffers are still one mapping, on 4 KiB
 pages); where the kernel has no transparent huge pages the advice is ignored."""

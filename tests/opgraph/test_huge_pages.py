@@ -106,3 +106,40 @@ def test_a_large_read_buffer_is_an_advised_mapping(recording):
     if hasattr(mmap, "MADV_HUGEPAGE"):
         assert recording.advised == [(mmap.MADV_HUGEPAGE,)]
     assert isinstance(artifact_format.private_buffer(huge_pages.HUGE_PAGE - 1).obj, np.ndarray)
+
+
+def test_the_page_writer_writes_whole_huge_pages():
+    """Every write reaching the file is one huge page at a huge-page offset (the last shorter),
+    whatever the chunks' sizes, and the bytes are the chunks' in order."""
+    class Raw:
+        def __init__(self):
+            self.writes, self.data = [], bytearray()
+
+        def write(self, b):
+            n = min(len(b), 700_000)  # a short write now and then, as os.write may make
+            self.writes.append((len(self.data), n))
+            self.data += bytes(b[:n])
+            return n
+    raw, chunks = Raw(), [RNG.integers(0, 255, size, dtype=np.uint8).tobytes() for size in (3, 2_500_000, 64, 1_900_001)]
+    with artifact_format.PageWriter(raw) as f:
+        for c in chunks:
+            f.write(c)
+        assert f.tell() == sum(map(len, chunks))
+    assert bytes(raw.data) == b"".join(chunks)
+    ends = [at + n for at, n in raw.writes]
+    flushed = sorted({e for e in ends if e % huge_pages.HUGE_PAGE == 0})
+    assert flushed == [huge_pages.HUGE_PAGE, 2 * huge_pages.HUGE_PAGE]  # whole pages, then the tail
+    assert all(at // huge_pages.HUGE_PAGE == (at + n - 1) // huge_pages.HUGE_PAGE for at, n in raw.writes)
+
+
+@pytest.mark.skipif(not hasattr(mmap, "MADV_HUGEPAGE"), reason="no MADV_HUGEPAGE on this platform")
+@pytest.mark.parametrize("huge", ["1", "0"])
+def test_a_mapped_read_is_advised_as_huge_pages(tmp_path, recording, monkeypatch, huge):
+    """read(mapped=True) (plan-cache hits, load_model(mmap=True)) advises the file mapping, so
+    pages the page cache does not hold are read ahead as 2 MiB folios; not with OPDSL_HUGE_PAGES=0."""
+    monkeypatch.setenv("OPDSL_HUGE_PAGES", huge)
+    path = artifact_format.write(tmp_path / "a.opdsl", {"key": "x"}, {"graph": b"g" * 100, "weights": [b"w" * 5000]},
+                                 fast=("weights",), mode=0o600)
+    art = artifact_format.read(path, trusted=True, mapped=True)
+    assert bytes(art.section("weights")) == b"w" * 5000
+    assert recording.advised == ([(mmap.MADV_HUGEPAGE,)] if huge == "1" else [])

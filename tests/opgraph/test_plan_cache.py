@@ -354,23 +354,6 @@ def test_a_miss_runs_on_the_weights_a_hit_would_have(backend, plans_dir, tmp_pat
     assert str(_load(path, backend)) == str(model) and plan_cache.stats["hits"] == 1
 
 
-@pytest.mark.parametrize("read_bytes, huge, mapped", [(64 << 20, "1", False), (0, "1", True), (64 << 20, "0", True)])
-def test_a_hit_reads_a_small_entry_and_maps_a_big_one(plans_dir, tmp_path, monkeypatch, read_bytes, huge, mapped):
-    """Up to READ_BYTES a hit reads the entry into a private buffer (huge pages from 2 MiB up);
-    a bigger entry, or any with OPDSL_HUGE_PAGES=0, is mapped from the file."""
-    from dsl.opgraph import artifact_format
-    path = tmp_path / "m.onnx"
-    path.write_bytes(_model_bytes())
-    _load(path)
-    monkeypatch.setattr(plan_cache, "READ_BYTES", read_bytes)
-    monkeypatch.setenv("OPDSL_HUGE_PAGES", huge)
-    seen, real = [], artifact_format.read
-    monkeypatch.setattr(artifact_format, "read", lambda p, trusted=False, mapped=False: seen.append(mapped) or
-                        real(p, trusted, mapped=mapped))
-    _load(path)
-    assert plan_cache.stats["hits"] == 1 and seen == [mapped]
-
-
 def test_the_background_import_is_quiet_and_done_once(monkeypatch):
     """cached_load starts importing numba beside reading the model: a module already imported
     starts nothing, a failing import leaves its error to the caller's own import."""
