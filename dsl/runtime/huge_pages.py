@@ -43,8 +43,12 @@ def mapping(nbytes: int) -> mmap.mmap:
 
 
 def anonymous(nbytes: int) -> np.ndarray:
-    """A zero-filled writable uint8 array of ``nbytes`` on its own ``mapping``."""
-    return np.frombuffer(mapping(nbytes), np.uint8, max(int(nbytes), 1))
+    """A zero-filled writable uint8 array of ``nbytes`` on its own ``mapping`` (on a cache line
+    of a numpy array where anonymous private mappings do not exist, as on Windows)."""
+    try:
+        return np.frombuffer(mapping(nbytes), np.uint8, max(int(nbytes), 1))
+    except (AttributeError, OSError, ValueError, TypeError):
+        return line_aligned(max(int(nbytes), 1), np.uint8, zero=True)
 
 
 def carve(sizes: Sequence[int]) -> List[np.ndarray]:

@@ -52,6 +52,9 @@ def test_a_mapping_of_a_huge_page_or_more_is_advised_and_rounded_up(recording, m
     assert refused.size == huge_pages.HUGE_PAGE and not refused.any()
     refused[-1] = 3
     assert refused[-1] == 3
+    monkeypatch.delattr(huge_pages.mmap, "MAP_ANONYMOUS")  # no anonymous mappings (Windows): numpy's memory
+    plain = huge_pages.anonymous(huge_pages.HUGE_PAGE + 5)
+    assert plain.size == huge_pages.HUGE_PAGE + 5 and address(plain) % LINE == 0 and not plain.any()
 
 
 @pytest.mark.parametrize("total", ["under a huge page", "a huge page or more"])
