@@ -98,12 +98,14 @@ CHECKS = ("sha256", artifact_checksum.NAME)
 
 
 class PageWriter:
-    """Writes a file in whole huge pages: every write reaching the file is 2 MiB at a 2 MiB
-    offset (the last one shorter).  The page cache then holds the file in 2 MiB folios where the
-    filesystem allows (ext4, xfs with large folios), and a mapping of it -- a plan cache entry's
-    weights (plan_cache.py) -- is mapped with 2 MiB pages.  Written chunk by chunk (a weight
-    array each, at any length), the same file was held in folios of every size: 8-62 MB of
-    light_resnet50's 190 MB entry mapped as huge pages, varying from one entry to the next."""
+    """Writes a file in whole huge pages: every write reaching the file starts at a 2 MiB offset
+    and covers whole 2 MiB pages (the last one shorter); chunks are staged in a 2 MiB buffer up to
+    a page boundary, whole pages of a big chunk are written from it directly.  The page cache
+    then holds the file in 2 MiB folios where the filesystem allows (ext4, xfs with large
+    folios), and a mapping of it -- a plan cache entry's weights (plan_cache.py) -- is mapped
+    with 2 MiB pages.  Written chunk by chunk (a weight array each, at any length), the same file
+    was held in folios of every size: 8-62 MB of light_resnet50's 190 MB entry mapped as huge
+    pages, varying from one entry to the next."""
 
     def __init__(self, raw):
         self._raw, self._buf, self._used, self._at = raw, bytearray(huge_pages.HUGE_PAGE), 0, 0
@@ -112,18 +114,25 @@ class PageWriter:
         return self._at + self._used
 
     def write(self, data) -> None:
-        view = memoryview(data).cast("B")
+        view, page = memoryview(data).cast("B"), len(self._buf)
         while len(view):
-            n = min(len(view), len(self._buf) - self._used)
+            if self._used == 0 and len(view) >= page:  # on a page boundary: whole pages, no copy
+                n = len(view) // page * page
+                self._write_all(view[:n])
+                self._at, view = self._at + n, view[n:]
+                continue
+            n = min(len(view), page - self._used)
             self._buf[self._used:self._used + n] = view[:n]
             self._used, view = self._used + n, view[n:]
-            if self._used == len(self._buf):
+            if self._used == page:
                 self._flush()
 
-    def _flush(self) -> None:
-        out = memoryview(self._buf)[:self._used]
+    def _write_all(self, out: memoryview) -> None:
         while len(out):
             out = out[self._raw.write(out):]
+
+    def _flush(self) -> None:
+        self._write_all(memoryview(self._buf)[:self._used])
         self._at, self._used = self._at + self._used, 0
 
     def __enter__(self):
