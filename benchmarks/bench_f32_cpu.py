@@ -4,10 +4,21 @@ does not count descheduling.  The two sides alternate in one process and each ke
 median; outputs are checked equal first.
 
     NUMBA_NUM_THREADS=1 python -m benchmarks.bench_f32_cpu models [--reps 25] [--only resnet50]
+    NUMBA_NUM_THREADS=1 python -m benchmarks.bench_f32_cpu models --reps 10 --blocks 5 [--processes 3]
     NUMBA_NUM_THREADS=1 python -m benchmarks.bench_f32_cpu convs [--reps 15]
     NUMBA_NUM_THREADS=1 python -m benchmarks.bench_f32_cpu kernels [--reps 400] [--base DIR]
     NUMBA_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
         python -m benchmarks.bench_f32_cpu gemms [--reps 50] [--base DIR] [--evict] [--copies 2] [--only 1024]
+
+``models`` prints one line per model: opdsl's and onnxruntime's best and median over every
+round, and their ratios (the figure RESULTS.md has always quoted).  One such reading of
+light_resnet50 moved 0.73-1.21x between runs of the same tree, so ``--blocks B`` repeats the
+alternation B times and adds each block's best-to-best ratio, their median, range and spread
+(range over median): a difference between two trees counts only where it exceeds that spread.
+``--processes P`` runs the blocks in P fresh processes in turn (each loads the model from the
+caches) and adds the range over blocks of every process and over the processes' own bests --
+where a process's memory lands moves a model more than a block does.  The first line keeps
+the present figure (best of every round of every block and process).
 
 ``kernels`` times the BERT layer's small kernels alone on the serial entry (the launch bound once,
 no Python per call): the row softmax (random and causally masked rows), the head transposes and the attention and linear GEMMs;
@@ -71,7 +82,12 @@ def line(label: str, a: np.ndarray, b: np.ndarray, unit: float, name: str) -> st
             f"med {np.median(a) / np.median(b):.2f}x")
 
 
-def run_models(reps: int, only: str) -> None:
+def run_models(reps: int, only: str, blocks: int = 1, as_json: bool = False) -> None:
+    """Each model against onnxruntime: ``blocks`` blocks of ``reps`` alternated rounds.  The first
+    line per model is the present figure (best and median of every round); with more than one
+    block, each block's best ratio follows, and their median and range (``spread``)."""
+    import json
+
     import onnx
     import onnxruntime as ort
 
@@ -92,8 +108,52 @@ def run_models(reps: int, only: str) -> None:
         got = np.asarray(next(iter(got.values())) if isinstance(got, dict) else got[0])
         if not np.allclose(got, want, rtol=1e-3, atol=1e-3):
             raise SystemExit(f"{name}: opdsl and onnxruntime differ by {float(np.abs(got - want).max())}")
-        a, b = alternate(lambda: model.run(feeds), lambda: sess.run(None, feeds), reps, clock)
-        print(line(f"{name} ({n} thread{'s' * (n > 1)}, {'CPU' if n == 1 else 'wall'})", a, b, 1e3, "ms"),
+        runs = [alternate(lambda: model.run(feeds), lambda: sess.run(None, feeds), reps, clock) for _ in range(blocks)]
+        a, b = np.concatenate([r[0] for r in runs]), np.concatenate([r[1] for r in runs])
+        label = f"{name} ({n} thread{'s' * (n > 1)}, {'CPU' if n == 1 else 'wall'})"
+        if as_json:
+            print(json.dumps({"model": name, "label": label, "opdsl": [r[0].tolist() for r in runs],
+                              "onnxruntime": [r[1].tolist() for r in runs]}), flush=True)
+            continue
+        print(line(label, a, b, 1e3, "ms"), flush=True)
+        if blocks > 1:
+            print(spread(name, [(r[0].min(), r[1].min()) for r in runs], f"{blocks} blocks of {reps} rounds"), flush=True)
+
+
+def spread(name: str, bests, what: str) -> str:
+    """One line: each block's best-to-best ratio, their median and range; ``bests``: per block
+    (opdsl best, onnxruntime best) in seconds."""
+    ratios = np.array([ours / theirs for ours, theirs in bests])
+    med = float(np.median(ratios))
+    return (f"  {name}, {what}: ratio per block " + " ".join(f"{r:.2f}" for r in ratios)
+            + f" | median {med:.2f}x, range {ratios.min():.2f}-{ratios.max():.2f}x "
+            f"(spread {(ratios.max() - ratios.min()) / med * 100:.0f} %) | opdsl best per block "
+            f"{min(o for o, _ in bests) * 1e3:.2f}-{max(o for o, _ in bests) * 1e3:.2f} ms, onnxruntime "
+            f"{min(t for _, t in bests) * 1e3:.2f}-{max(t for _, t in bests) * 1e3:.2f} ms")
+
+
+def run_models_in_processes(reps: int, only: str, blocks: int, processes: int) -> None:
+    """``processes`` fresh processes one after the other, each running ``blocks`` blocks: where
+    a process's memory lands (pages, cache sets) moves a model by more than a block does, so
+    the range over processes is the one a single reading can be off by."""
+    import json
+    import subprocess
+    per_model: dict = {}
+    for p in range(processes):
+        cmd = [sys.executable, "-m", "benchmarks.bench_f32_cpu", "models", "--reps", str(reps),
+               "--blocks", str(blocks), "--json"] + (["--only", only] if only else [])
+        out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True,
+                             cwd=str(Path(__file__).resolve().parent.parent)).stdout
+        for row in (json.loads(x) for x in out.splitlines() if x.startswith("{")):
+            per_model.setdefault(row["model"], (row["label"], []))[1].append(row)
+    for name, (label, rows) in per_model.items():
+        a = np.concatenate([np.concatenate([np.array(b) for b in r["opdsl"]]) for r in rows])
+        b = np.concatenate([np.concatenate([np.array(x) for x in r["onnxruntime"]]) for r in rows])
+        print(line(label, a, b, 1e3, "ms"), flush=True)
+        blocks_all = [(min(o), min(t)) for r in rows for o, t in zip(r["opdsl"], r["onnxruntime"])]
+        print(spread(name, blocks_all, f"{processes} processes x {blocks} blocks of {reps} rounds"), flush=True)
+        procs = [(min(min(o) for o in r["opdsl"]), min(min(t) for t in r["onnxruntime"])) for r in rows]
+        print(spread(name, procs, f"best of each of {processes} processes").replace("per block", "per process"),
               flush=True)
 
 
@@ -271,9 +331,14 @@ def main(argv=None) -> None:
     ap.add_argument("--base", default="", help="kernels, gemms: a tree whose kernels run alternately with these")
     ap.add_argument("--evict", action="store_true", help="gemms: evict L2 before every call")
     ap.add_argument("--copies", type=int, default=1, help="gemms: copies of each side, each with its own buffers")
+    ap.add_argument("--blocks", type=int, default=1, help="models: blocks of --reps rounds; per-block ratios and their spread")
+    ap.add_argument("--processes", type=int, default=0, help="models: run the blocks in this many fresh processes in turn")
+    ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # a --processes child's report
     a = ap.parse_args(argv)
-    if a.what == "models":
-        run_models(a.reps, a.only)
+    if a.what == "models" and a.processes:
+        run_models_in_processes(a.reps, a.only, a.blocks, a.processes)
+    elif a.what == "models":
+        run_models(a.reps, a.only, a.blocks, a.json)
     elif a.what == "kernels":
         run_kernels(a.reps, a.base)
     elif a.what == "gemms":

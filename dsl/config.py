@@ -23,6 +23,8 @@ OPDSL_INPLACE_ALL   set to 1 to let models run every op that declares ``inplace`
 OPDSL_CPU           zen4 | avx2-vnni | avx2 | host: compile and choose kernels as if on that kind of CPU
                     (this host's features less what it lacks; read at import by backends/cpu_kind.py,
                     which fills numba's NUMBA_CPU_NAME/NUMBA_CPU_FEATURES); see docs/ops.md
+OPDSL_HUGE_PAGES    set to 0 to keep a model's buffers and plan-cache weights off 2 MiB pages (no
+                    MADV_HUGEPAGE advice; dsl/runtime/huge_pages.py); read when the memory is allocated
 OPDSL_COMPILE_WORKERS  processes that compile a model's numba kernels side by side (default: the core
                     count, at most 4); 0 compiles every kernel in the calling process
 """
@@ -171,6 +173,11 @@ def max_tensor_bytes() -> int:
         raise ValueError(f"OPDSL_MAX_TENSOR_BYTES={raw!r}; accepted: a positive number of bytes, optionally "
                          "with a K, M, G or T suffix (e.g. 512M)")
     return int(digits) * scale
+
+
+def huge_pages() -> bool:
+    """Whether a model's buffers and weights are advised onto 2 MiB pages (OPDSL_HUGE_PAGES=0: not)."""
+    return os.environ.get("OPDSL_HUGE_PAGES", "").strip().lower() not in ("0", "false", "no", "off")
 
 
 def compile_workers() -> int:

@@ -24,6 +24,7 @@ import numpy as np
 
 import dsl
 from dsl import In, Out, i64
+from dsl.opgraph import registry
 from dsl.opgraph.graph import Identity
 from dsl.opgraph.spec import TensorSpec, VerifyError
 
@@ -241,8 +242,12 @@ class ReshapeV1(dsl.Op):
 
 
 # The one Identity op lives beside dsl.Graph, which emits it for repeated outputs; registering
-# it here makes it the ONNX Identity (ops.Identity).
-Identity = dsl.op("Identity", since=1)(Identity)
+# it here makes it the ONNX Identity (ops.Identity).  A built-in however this module is imported:
+# its class's module is not in ``ops``, so imported by an unpickled plan-cache entry (outside
+# the library's own import) it counted as a user op, and the entry a later miss of that process
+# wrote named it -- no fresh process could read that entry (a miss every time).
+with registry.builtin_library():
+    Identity = dsl.op("Identity", since=1)(Identity)
 
 
 # --------------------------------------------------------------------------- Transpose

@@ -112,7 +112,7 @@ def _input_slots(values):
 
 def draft_sections(model, wrap=None) -> dict:
     """``graph``, ``weights`` and ``constants`` sections of ``model`` and the spans of the
-    weights and of the constants (header fields).  ``wrap(state)``: what to pickle instead of
+    weights and of the constants (header fields); ``lazy``: the constants the graph refers to.  ``wrap(state)``: what to pickle instead of
     the model state itself (the plan cache adds its own fields)."""
     buffers = []
     state = model_state.state_of(model)
@@ -129,7 +129,7 @@ def draft_sections(model, wrap=None) -> dict:
     const_pieces, const_spans = artifact_format.pack_chunks(raws)
     table = [[at, size, artifact_checksum.crc32_digest(raw)] for (at, size), raw in zip(const_spans, raws)]
     return {"graph": f.getvalue(), "weights": pieces, "spans": spans, "constants": const_pieces,
-            "constant_spans": table}
+            "constant_spans": table, "lazy": lazy}
 
 
 def save(model, path: Union[str, os.PathLike], source: Optional[Union[str, os.PathLike, bytes]] = None,

@@ -54,6 +54,7 @@ from dsl.opgraph.spec import TensorSpec, VerifyError, describe
 from dsl.opgraph import tiling as tiles
 from dsl.opgraph.values import shape_values
 from backends import compile_batch
+from dsl.runtime import huge_pages
 from dsl.runtime.kernel import inplace_launches
 
 _DYNAMIC = object()      # plan marker: shapes depend on run-time values
@@ -361,7 +362,7 @@ class Model:
         views = concat_views(g.nodes, layout, specs, g.outputs) if self.concat_inplace else {}
         memory = plan_memory(g.nodes, layout, g.outputs, views, self.inplace_all,
                              free_inplace=lambda n: self._free_inplace(n, specs))
-        arena = [np.empty(max(size, 1), np.uint8) for size in memory.sizes]
+        arena = huge_pages.carve(memory.sizes)  # one block, each buffer on a page, 2 MiB pages
         arrays: Dict[str, np.ndarray] = dict(g.constants)
         for t in g.inputs:
             arrays[t.name] = np.empty(*layout[t.name])

@@ -7,8 +7,9 @@ kernel selection and asking each op for its plan.
 The entry lives in the compile cache's ``plans`` folder under the same trust rules (backends/
 cache.py, docs/cache.md: a private folder, checksummed entries written atomically).  It is an
 ``.opdsl`` container (artifact_format.py) of up to three sections: the pickled graph and plans
-(sha256), their arrays raw on 64-byte boundaries (CRC-32), read in place on a hit --
-packed weights included, so a hit neither copies nor packs them -- and, as in an artifact
+(sha256), their arrays raw on 64-byte boundaries (CRC-32), mapped in place on a hit (as
+2 MiB pages: artifact_format.PageWriter) -- packed weights included, so a hit neither copies
+nor packs them; a miss returns the model restored as a hit would be (``on_huge_pages``) -- and, as in an artifact
 (artifact_save.py), the graph constants only those packed copies stand for, in a lazy section a
 hit does not read (lazy_constants.py: read and checked on first use).  Its key is
 the sha256 of the model's bytes, the load options, the backend, the settings read from the
@@ -253,8 +254,34 @@ def cached_load(model, options: dict, base_dir: Optional[str], build: Callable[[
         return model_obj
     stats["misses"] += 1
     built = build()
-    _write(name, built, data)
+    draft = _write(name, built, data)
+    if draft is not None and config.huge_pages():
+        return on_huge_pages(draft) or built
     return built
+
+
+def on_huge_pages(draft: dict) -> Optional[Model]:
+    """The model of a miss restored from the entry just drafted, as a hit restores it, its packed
+    weights copied into one buffer on 2 MiB pages (artifact_format.private_buffer; ~0.1-0.4 s
+    for light_resnet50's 100 MB, beside a cold load's ~13 s of compiling).
+    Built, they were numpy's arrays, those under 4 MiB on 4 KiB pages: the process that
+    compiled light_resnet50 ran it 4-11 % slower than one that loaded it from the cache
+    (benchmarks/bench_pages.py, "built").  None under one huge page of weights (nothing to gain)
+    or if the draft does not restore (the built model is used)."""
+    size = artifact_format.size_of(draft["weights"])
+    if size < artifact_format.HUGE_BUFFER_BYTES:
+        return None
+    try:
+        buf, at = artifact_format.private_buffer(size), 0
+        for piece in draft["weights"]:
+            n = memoryview(piece).nbytes
+            buf[at:at + n] = memoryview(piece).cast("B")
+            at += n
+        unpickler = pickle.Unpickler(io.BytesIO(draft["graph"]), buffers=[buf[a:a + n] for a, n in draft["spans"]])
+        unpickler.persistent_load = lambda pid: draft["lazy"][pid[1]]  # ("constant", index, shape, dtype)
+        return model_state.restore(unpickler.load()["state"], Model)
+    except Exception:  # noqa: BLE001  (a state that does not restore: keep the built model)
+        return None
 
 
 def _start_importing(module: str) -> None:
@@ -274,17 +301,19 @@ def _start_importing(module: str) -> None:
 
 # --------------------------------------------------------------------------- the entry
 
-def _write(name: str, model: Model, data: bytes) -> None:
+def _write(name: str, model: Model, data: bytes) -> Optional[dict]:
+    """Store ``model``'s entry (in the background when it is big); its draft (artifact_save), or
+    None when the model is not cached."""
     names = model_op_names(data)
     ops = None if names is None else registry_digest(names)
     if ops is None:  # an op without a source file: its code is not known, nothing is cached
-        return
+        return None
     try:  # every launch plan, packed weights included: a hit packs nothing; arrays out of band, the
         # constants only the packed copies stand for in a lazy section (read on first use)
         draft = artifact_save.draft_sections(model, lambda state: {"ops": sorted(names), "ops_digest": ops,
                                                                     "state": state})
     except Exception:  # an op or kernel that does not pickle: this model is not cached
-        return
+        return None
     sections = {"graph": draft["graph"], "weights": draft["weights"]}
     if draft["constant_spans"]:
         sections["constants"] = draft["constants"]
@@ -303,13 +332,14 @@ def _write(name: str, model: Model, data: bytes) -> None:
 
     if sum(artifact_format.size_of(chunks) for chunks in sections.values()) < BACKGROUND_BYTES:
         store()
-        return
+        return draft
     # the sections hold the packed weights and constants themselves, which nothing changes after
     # the build: the file is written beside the caller's first run, not before it
     writer = threading.Thread(target=store, name=f"opdsl-plan-cache-{name[:12]}")  # joined at exit (not a daemon)
     with _LOCK:
         _WRITING[name] = writer
     writer.start()
+    return draft
 
 
 def wait_for_writes() -> None:
@@ -335,7 +365,8 @@ def _read(name: str) -> Optional[Model]:
         return None
     try:
         # checked and trusted (this user's private folder) or ArtifactError; mapped, not copied: the
-        # entry is only ever replaced by a rename
+        # entry is only ever replaced by a rename.  Written in whole huge pages and mapped with the
+        # huge-page advice (artifact_format.PageWriter), its weights are mapped as 2 MiB pages
         art = artifact_format.read(p, mapped=True)
         if art.header.get("key") != name:
             why = "it is the entry of another key (a swapped or copied file)"

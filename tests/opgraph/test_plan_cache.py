@@ -122,6 +122,19 @@ def test_a_fresh_process_reads_the_plan(plans_dir, tmp_path):
     assert seen == ["{'hits': 0, 'misses': 1, 'stores': 1}", "{'hits': 1, 'misses': 0, 'stores': 0}"]
 
 
+def test_the_library_identity_is_a_built_in_however_it_is_imported():
+    """ops.shape registers the Identity class of dsl.opgraph.graph: imported outside the ops
+    package's own import (as unpickling a plan-cache entry imports it) it still counts as a
+    built-in, so an entry a process writes after reading one does not name it as a user op
+    (fresh processes could not read such an entry: a miss every time)."""
+    script = ("import ops.shape\nfrom dsl.opgraph import registry\n"
+              "print(registry.is_builtin(ops.shape.Identity))\n")
+    out = subprocess.run([sys.executable, "-c", script], env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "True"
+
+
 @pytest.mark.parametrize("change", ["model", "op code", "toolchain", "cpu", "options"])
 def test_a_change_is_a_miss(plans_dir, tmp_path, monkeypatch, change):
     path = tmp_path / "m.onnx"
@@ -308,6 +321,37 @@ def test_a_hit_asks_no_op_for_its_plan_and_reads_its_arrays_in_place(plans_dir, 
     if isinstance(root, memoryview):
         root = root.obj
     assert memoryview(root).nbytes > w.nbytes  # a view of the whole entry's buffer, not a copy
+
+
+def _root(a):
+    while isinstance(a, np.ndarray) and a.base is not None:
+        a = a.base
+    return a.obj if isinstance(a, memoryview) else a
+
+
+@pytest.mark.parametrize("huge", ["1", "0"])
+def test_a_miss_runs_on_the_weights_a_hit_would_have(backend, plans_dir, tmp_path, monkeypatch, huge):
+    """On a miss the model returned is the one the drafted entry restores, its weights copied
+    into one huge-page buffer (as a hit reads them), not the arrays the build packed; with
+    OPDSL_HUGE_PAGES=0 it is the built model.  Results equal numpy's either way (``_load``)."""
+    import mmap
+
+    from dsl.opgraph import artifact_format
+    monkeypatch.setattr(artifact_format, "HUGE_BUFFER_BYTES", 1)  # this model's few bytes count as big
+    monkeypatch.setenv("OPDSL_HUGE_PAGES", huge)
+    restored, real = [], plan_cache.on_huge_pages
+    monkeypatch.setattr(plan_cache, "on_huge_pages", lambda draft: restored.append(real(draft)) or restored[-1])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_model_bytes())
+    model = _load(path, backend)
+    assert plan_cache.stats["misses"] == 1
+    w = next(v for v in model.graph.constants.values() if v.size == 8 and np.all(v == 2.0))
+    if huge == "1":
+        assert restored == [model] and isinstance(_root(w), mmap.mmap)
+    else:
+        assert restored == [] and not isinstance(_root(w), mmap.mmap)
+    plan_cache.wait_for_writes()
+    assert str(_load(path, backend)) == str(model) and plan_cache.stats["hits"] == 1
 
 
 def test_the_background_import_is_quiet_and_done_once(monkeypatch):
