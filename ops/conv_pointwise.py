@@ -105,8 +105,7 @@ G_PAIR = 13  # 1 (PAIR_BLOCKED) / 2 (PAIR_PLAIN): x NCHWc16 / plain, stride 1, i
 PAIR_BLOCKED, PAIR_PLAIN = 1, 2
 G_OUT_W = 14  # output pixels per row of x's grid: the flattened tiles' running (row, column) wraps here
 G_GATHER = 15  # 1: this launch only copies the pixels x's tiles read into y, NCHWc16 (gather_pixels)
-G_PIXEL_MAJOR = 16  # 1: items run the oc groups innermost (a tile's x stays in L1 for every group)
-GEOM = 17
+GEOM = 16
 ROWS_MAX_C = 128  # input channels up to which plain stride-1 convolutions run the pixel-vector tile
 # output channels from which a plain x is gathered into NCHWc16 first: the copy (16 scalar loads and
 # stores per pixel and block) against the convolution's M FMAs per input value; one core: M = 16
@@ -120,7 +119,6 @@ PF_Y = 4  # prefetch_mode's bit: NCHWc16 pair items prefetch the next item's lin
 PREFETCH_MIN_BYTES = 1 << 18  # packed weights from which the next group's are prefetched
 PREFETCH_X_MIN_C = 128  # input channels from which the next block's pixel lines are prefetched (PF_X)
 PREFETCH_Y_MAX_C = 128  # input channels up to which the next item's y lines are prefetched (PF_Y)
-PIXEL_MAJOR_MAX_C = 64  # input channels up to which items run the oc groups innermost (G_PIXEL_MAJOR)
 
 
 def prefetch_mode(c: int, m: int) -> int:
@@ -154,7 +152,7 @@ def row_tile(backend: str = "numba") -> tuple:
 
 
 @dsl.kernel(threads=THREADS)
-def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], geom: dsl.Vec[i64, 17],
+def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f32], geom: dsl.Vec[i64, 16],
                    add_res: i32, act: i32, act_lo: f32, act_hi: f32, pf: i32, V: dsl.const[i64], NV: dsl.const[i64],
                    P: dsl.const[i64], RR: dsl.const[i64], RNV: dsl.const[i64], PAIRS: dsl.const[i64] = 1):
     """y = act(Σ_ic w[oc, ic] · x[ic, pixel·s] + bias [+ res]); x read through geom's strides
@@ -301,17 +299,10 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
         hi = (hi + run - 1) // run * run
     # item = (oc group, image, output row, tile of tp pixels), decoded once, then counted up (per
     # item divisions cost as much as the sums of a tile with 16 input channels)
-    pixel_major = geom[G_PIXEL_MAJOR]
-    lo_px = lo  # the item's pixel run (image, row, tile) counted without its group
-    g = 0
-    if pixel_major == 1:
-        g = lo % ocg_n
-        lo_px = lo // ocg_n
-    t = lo_px % row_tiles
-    orow = (lo_px // row_tiles) % rows
-    nb = (lo_px // row_tiles // rows) % n_img
-    if pixel_major == 0:
-        g = lo // row_tiles // rows // n_img
+    t = lo % row_tiles
+    orow = (lo // row_tiles) % rows
+    nb = (lo // row_tiles // rows) % n_img
+    g = lo // row_tiles // rows // n_img
     # the (row, column) of the item's first pixel on the output grid (strided x: tiles run over the
     # flattened image and wrap rows, so a 7x7 output is 9 tiles of 6, not 7 rows of 6 + 1)
     qh = (t * tp) // out_w
@@ -339,13 +330,6 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
         pf_y = 0
         if (pf & PF_Y) != 0 and blocked_out == 1:
             pf_y = 1
-        y_group = g  # the next item's output: the next pixels of this group, or this item's pixels of the next
-        y_ahead = 2 * P
-        if pixel_major == 1 and g + 1 < ocg_n:
-            y_group = g + 1
-            y_ahead = 0
-        elif pixel_major == 1:
-            y_group = 0
         pf_x = 0  # NCHWc16 x
         pf_xp = 0  # plain x
         if (pf & PF_X) != 0:
@@ -396,7 +380,7 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                     cn3 = min(BLOCK, c_in - icb * BLOCK)
                     xn3 = xb + (icb + 1) * sxb  # the next block's pixel lines
                     if pf_y == 1 and icb < 4:  # the next item's y lines, 4 pixels of each block a step
-                        yn3 = ((nb * mb + y_group * OCT // BLOCK) * ohw + orow * cols + c0 + y_ahead + icb * 4) * BLOCK
+                        yn3 = ((nb * mb + g * OCT // BLOCK) * ohw + orow * cols + c0 + 2 * P + icb * 4) * BLOCK
                         for yq in dsl.static_range(4):
                             for yblk in dsl.static_range(V * NV // BLOCK):
                                 dsl.prefetch(y, yn3 + yblk * ohw * BLOCK + yq * BLOCK)
@@ -608,30 +592,22 @@ def conv_pointwise(x: In[f32], w: In[f32], bias: In[f32], res: In[f32], y: Out[f
                     else:
                         for px in range(first, npix):
                             y.flat[at + px] = tile.flat[at_t + px * OCT + o]
-        next_px = 1  # pixel-major: the pixels advance after the last group
-        if pixel_major == 1:
-            g += 1
-            if g == ocg_n:
-                g = 0
-            else:
-                next_px = 0
-        if next_px == 1:
-            t += 1
-            qw += tp
-            while qw >= out_w:
-                qw -= out_w
-                qh += 1
-            if t == row_tiles:
-                t = 0
-                qh = 0
-                qw = 0
-                orow += 1
-                if orow == rows:
-                    orow = 0
-                    nb += 1
-                    if nb == n_img and pixel_major == 0:
-                        nb = 0
-                        g += 1
+        t += 1
+        qw += tp
+        while qw >= out_w:
+            qw -= out_w
+            qh += 1
+        if t == row_tiles:
+            t = 0
+            qh = 0
+            qw = 0
+            orow += 1
+            if orow == rows:
+                orow = 0
+                nb += 1
+                if nb == n_img:
+                    nb = 0
+                    g += 1
 
 
 def pointwise_supported(x, w, group: int, kernel, strides, dilations, pads, auto_pad: str) -> bool:
@@ -721,25 +697,11 @@ def launch_conv_pointwise(impl, x, w, bias, y, res, strides, blocked: bool, back
     # OpenCL: many work-groups, which PoCL hands to its threads as they free up
     grid = work_split.worker_grid(int(items), int(item_fmas), THREADS, "numba") \
         if (backend or "numba") == "numba" else balanced_grid(int(items))
-    pf = prefetch_mode(c, m)
     if pooled:
         geom[G_BLOCKED_OUT] = POOLED
-    elif pixel_major(c, pair, ocg):
-        geom[G_PIXEL_MAJOR] = 1
-        pf &= ~PF_WEIGHTS  # its duty counts items of one group
     impl(x.reshape(-1), wp, bp, flat_res, y.reshape(-1), geom, add_res=int(res is not None), act=act,
-         act_lo=float(lo), act_hi=float(hi), pf=pf, V=cfg.V, NV=cfg.NV, P=cfg.P, RR=rr, RNV=rnv,
+         act_lo=float(lo), act_hi=float(hi), pf=prefetch_mode(c, m), V=cfg.V, NV=cfg.NV, P=cfg.P, RR=rr, RNV=rnv,
          PAIRS=pairs, backend=backend, grid=grid)
-
-
-def pixel_major(c: int, pair: int, groups: int) -> bool:
-    """``geom[G_PIXEL_MAJOR]``: items run the oc groups innermost, so an item's x (14 pixels × C
-    ≤ 64 channels, 3.5 KB) stays in L1 for every group instead of the whole image being read
-    again per group, and all groups' weights (≤ 64 KB at ResNet's 64→256) cycle through L2.  Only
-    NCHWc16 pair items (AVX-512): one core, L2 evicted, ResNet's 64→64 and 64→256 + residual
-    0.91-0.98x the time (hot 0.91-0.93x); AVX2's 6×16 tiles, 16 groups' weights each item, ran
-    64→256 1.06x slower; from 128 channels (256 KB of weights) 0.98-1.04x and, with 1024, 1.3x."""
-    return pair == PAIR_BLOCKED and c <= PIXEL_MAJOR_MAX_C and groups > 1
 
 
 def pair_mode(blocked: bool, strided: bool, pixels: int, m: int, cfg: DirectConfig, pairs: int) -> int:

@@ -472,40 +472,6 @@ def test_pointwise_prefetches_change_nothing(backend, monkeypatch, tile, n, c, h
     np.testing.assert_allclose(F.to_plain_ref(yb, m), np.maximum(pointwise_ref(x, w, b) + z, 0), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("grid", [1, 3])
-@pytest.mark.parametrize("act", [0, 1])
-def test_pointwise_pixel_major_order(backend, monkeypatch, grid, act):
-    """Up to PIXEL_MAJOR_MAX_C input channels NCHWc16 pair items run the oc groups innermost
-    (``G_PIXEL_MAJOR``), their y prefetches aimed at the next group's lines: numpy's result on 40
-    input channels (a partial block) of 2 images of 5×9 (pairs, an overlapping pair, a 3-pixel
-    tile) into 80 outputs (two whole groups and a one-vector one), with a residual, Relu or none,
-    and workers starting mid-run; forced on where the rule says no (OpenCL's and AVX2's tiles of
-    P pixels), and off."""
-    monkeypatch.setattr(pw.work_split, "worker_grid", lambda *a, **k: grid)
-    monkeypatch.setattr(pw, "balanced_grid", lambda *a, **k: grid)
-    seen = []
-
-    def record(*a, **kw):
-        seen.append((a[5].copy(), kw["pf"], kw["PAIRS"]))
-        return conv_pointwise(*a, **kw)
-    x, w, b = data(2, 40, 5, 9, 80)
-    z = RNG.standard_normal((2, 80, 5, 9)).astype(np.float32)
-    want = pointwise_ref(x, w, b) + z
-    if act == 1:
-        want = np.maximum(want, 0)
-    rule = pw.pixel_major
-    for forced in (None, True, False):  # the rule (no pairs on OpenCL: group-major), forced on, off
-        monkeypatch.setattr(pw, "pixel_major", rule if forced is None else lambda *a: forced)
-        yb = np.full(F.physical_shape((2, 80, 5, 9), "nchwc16"), np.nan, np.float32)
-        launch_conv_pointwise(record, F.to_nchwc16_ref(x), w, b, yb, F.to_nchwc16_ref(z), (1, 1), True, backend,
-                              act, 0.0, 0.0)
-        np.testing.assert_allclose(F.to_plain_ref(yb, 80), want, rtol=1e-4, atol=1e-4)
-        geom, pf, pairs = seen[-1]
-        assert geom[pw.G_PIXEL_MAJOR] == int(pairs == 1 if forced is None else forced)
-        assert pf & pw.PF_Y
-    assert not rule(128, pw.PAIR_BLOCKED, 16) and not rule(64, 0, 16) and not rule(64, pw.PAIR_BLOCKED, 1)
-
-
 def test_prefetch_mode_by_layer():
     """The next block's x lines from 128 input channels, the next item's y lines up to 128, the next
     group's weights from 256 KB of them: ResNet-50's 64→256 the y lines, 128→512 all three,
