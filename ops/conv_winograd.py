@@ -1,0 +1,308 @@
+"""Winograd F(2×2, 3×3) convolution on NCHWc16 images: 16 multiplies per 2×2 outputs, not 36.
+
+Why: the direct 3×3 kernel (ops/conv_direct.py) already runs near the FMA peak, so more speed on
+a 3×3 layer needs fewer multiplies.  F(2×2, 3×3) (Lavin & Gray's minimal filtering) computes a
+2×2 block of output pixels from a 4×4 block of input pixels as
+
+    Y = Aᵀ [ (G g Gᵀ) ⊙ (Bᵀ d B) ] A,      summed over the input channels,
+
+so per 4×4 tile and transform point ξ (16 of them) the channel sum is a GEMM: M[ξ] (tiles × M)
+= V[ξ] (tiles × C) · U[ξ] (C × M), 2.25x fewer multiply-adds than the direct kernel.
+
+* **Weights**: U[ξ] = (G g Gᵀ)[ξ] is made once per constant weight array (``pack_winograd_weights``,
+  kept as the direct kernel keeps its packed weights) in the order the GEMM reads it:
+  ``[ξ][oc group][ic][OCT oc]`` (zero past M and C), so a register tile's NV vectors of one input
+  channel are contiguous.
+* **One fused work item** is a block of ``TB`` tiles of one image: its input transform (the 16
+  vectors of 16 channels of each 4×4 tile, zero outside the image: padding read in place) into
+  the thread's V scratch ``[ξ][tile][C]``, the 16 GEMMs on an MR × NV·V register tile into its
+  M scratch ``[ξ][tile][M]``, and the output transform with the conv epilogue (bias, residual,
+  Relu / Clip / LeakyRelu) storing the 2×2 pixels (the odd last row / column dropped).  The block
+  is sized so that V and M (16·TB·(C + M) floats) stay in L2 (``tiles_per_block``).
+* **Output**: NCHWc16 like the input, every lane of the last block written (zero past M, as the
+  blocked kernels keep the padding channels), so a Concat's half written in place (a view of the
+  Concat's buffer, dsl/opgraph/concat_inplace.py) needs nothing more.
+* **Accuracy**: the transforms add and subtract at most 9 products' worth of terms and scale by
+  1/2 and 1/4 exactly; the measured error is in docs/ops.md.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+import dsl
+from dsl import In, InOut, Out, f32, i32, i64
+from dsl.runtime.cache_lines import line_aligned
+from ops.conv_direct import balanced_grid, cached_pack
+from ops.gemm_packed import activation
+
+THREADS = 4
+BLOCK = 16  # channels per NCHWc16 block
+XI = 16  # transform points of F(2×2, 3×3): a 4×4 tile
+L2_BUDGET = 1 << 18  # bytes of V and M scratch a work item may fill (a quarter of Zen 4's L2)
+
+# geometry vector (``geom``) slots
+G_N, G_CB, G_H, G_W, G_PT, G_PL, G_OH, G_OW, G_MB, G_TB, G_KP, G_MP = range(12)
+GEOM = 12
+
+
+@dataclass(frozen=True)
+class WinogradConfig:
+    """GEMM register tile of one target: MR tiles × NV vectors of V lanes (OCT = NV·V channels)."""
+
+    V: int
+    NV: int
+    MR: int
+
+    @property
+    def OCT(self) -> int:
+        return self.V * self.NV
+
+
+def winograd_config(backend: str = "numba", m: int = 0) -> WinogradConfig:
+    """AVX-512: 6 tiles × 64 channels (24 accumulators) when M fills 64-channel groups, else
+    8 × 32 (16); AVX2: 6 × 16 (12 of 16 registers), as the direct kernel's tiles."""
+    if "avx512f" in dsl.target(backend).features:
+        if m and m % 64 == 0:
+            return WinogradConfig(V=16, NV=4, MR=6)
+        return WinogradConfig(V=16, NV=2, MR=8)
+    return WinogradConfig(V=8, NV=2, MR=6)
+
+
+@dsl.func
+def g_coef(a, i):
+    """G[a][i] of F(2×2, 3×3): rows (1 0 0), (½ ½ ½), (½ -½ ½), (0 0 1)."""
+    v = f32(0)
+    if a == 0:
+        if i == 0:
+            v = f32(1)
+    elif a == 3:
+        if i == 2:
+            v = f32(1)
+    else:
+        v = f32(0.5)
+        if a == 2 and i == 1:
+            v = f32(-0.5)
+    return v
+
+
+@dsl.kernel
+def pack_winograd_weights(w: In[f32], b: In[f32], u: Out[f32], bp: Out[f32], m: i64, c: i64, kp: i64,
+                          OCT: dsl.const[i64]):
+    """u[ξ, g, ic, o] = (G w[g·OCT + o, ic] Gᵀ)[ξ] (0 past m and c), bp[o] = b[o] (0 past m)."""
+    groups = bp.size // OCT
+    lo, hi = dsl.split(u.size)
+    for e in range(lo, hi):
+        o = e % OCT
+        r = e // OCT
+        ic = r % kp
+        r = r // kp
+        g = r % groups
+        xi = r // groups
+        oc = g * OCT + o
+        v = f32(0)
+        if oc < m and ic < c:
+            a = xi // 4
+            bb = xi % 4
+            base = (oc * c + ic) * 9
+            for i in range(3):
+                ga = g_coef(a, i)
+                if ga != 0:
+                    for j in range(3):
+                        v += ga * w.flat[base + i * 3 + j] * g_coef(bb, j)
+        u.flat[e] = v
+    lo, hi = dsl.split(bp.size)
+    for i in range(lo, hi):
+        v = f32(0)
+        if i < m:
+            v = b.flat[i]
+        bp.flat[i] = v
+
+
+@dsl.kernel(threads=THREADS)
+def conv_winograd(x: In[f32], u: In[f32], bias: In[f32], res: In[f32], y: Out[f32], vs: InOut[f32],
+                  ms: InOut[f32], geom: dsl.Vec[i64, 12], add_res: i32, act: i32, act_lo: f32, act_hi: f32,
+                  V: dsl.const[i64], NV: dsl.const[i64], MR: dsl.const[i64]):
+    """y = act(conv3×3(x, w) + bias [+ res]), stride 1, x, y and res NCHWc16; ``u``/``bias`` from
+    pack_winograd_weights; ``vs``/``ms`` the threads' V and M scratch (16·TB·KP and 16·TB·MP
+    floats a thread), geom's slots the G_* above."""
+    OCT = V * NV
+    n_img = geom[G_N]
+    cb = geom[G_CB]
+    h = geom[G_H]
+    w = geom[G_W]
+    pt = geom[G_PT]
+    pl = geom[G_PL]
+    oh = geom[G_OH]
+    ow = geom[G_OW]
+    mb = geom[G_MB]
+    tb = geom[G_TB]
+    kp = geom[G_KP]
+    mp = geom[G_MP]
+    th = (oh + 1) // 2
+    tw = (ow + 1) // 2
+    tiles = th * tw
+    tblocks = (tiles + tb - 1) // tb
+    groups = mp // OCT
+    own = dsl.tile_id() * THREADS + dsl.thread_id()
+    vrow = own * XI * tb * kp
+    mrow = own * XI * tb * mp
+    lo, hi = dsl.split(n_img * tblocks, grid=True)
+    for item in range(lo, hi):
+        nb = item // tblocks
+        t0 = (item % tblocks) * tb
+        nt = min(tb, tiles - t0)
+        # input transform: V[ξ][tile][ic] = (Bᵀ d B)[ξ] of the tile's 4×4 pixels, V lanes at a time
+        for tl in range(nt):
+            t = t0 + tl
+            iy0 = (t // tw) * 2 - pt
+            ix0 = (t % tw) * 2 - pl
+            inside = iy0 >= 0 and ix0 >= 0 and iy0 + 4 <= h and ix0 + 4 <= w
+            for cv in range(cb * (BLOCK // V)):
+                base = ((nb * cb + cv // (BLOCK // V)) * h * w) * BLOCK + (cv % (BLOCK // V)) * V
+                d = dsl.local((16,), dsl.simd(f32, V))
+                for i in dsl.static_range(4):
+                    for j in dsl.static_range(4):
+                        iy = iy0 + i
+                        ix = ix0 + j
+                        if inside or (iy >= 0 and iy < h and ix >= 0 and ix < w):
+                            d[i * 4 + j] = x.vload(base + (iy * w + ix) * BLOCK, V)
+                        else:
+                            d[i * 4 + j] = dsl.splat(0.0, V, f32)
+                tr = dsl.local((16,), dsl.simd(f32, V))
+                for j in dsl.static_range(4):  # Bᵀ d: rows d0 - d2, d1 + d2, d2 - d1, d1 - d3
+                    tr[j] = d[j] - d[8 + j]
+                    tr[4 + j] = d[4 + j] + d[8 + j]
+                    tr[8 + j] = d[8 + j] - d[4 + j]
+                    tr[12 + j] = d[4 + j] - d[12 + j]
+                at = vrow + tl * kp + cv * V
+                step = tb * kp  # from one ξ's matrix to the next
+                for i in dsl.static_range(4):  # (Bᵀ d) B: the same on the columns
+                    vs.vstore(at + (i * 4) * step, tr[i * 4] - tr[i * 4 + 2])
+                    vs.vstore(at + (i * 4 + 1) * step, tr[i * 4 + 1] + tr[i * 4 + 2])
+                    vs.vstore(at + (i * 4 + 2) * step, tr[i * 4 + 2] - tr[i * 4 + 1])
+                    vs.vstore(at + (i * 4 + 3) * step, tr[i * 4 + 1] - tr[i * 4 + 3])
+        # the 16 products M[ξ] = V[ξ] · U[ξ], MR tiles × OCT channels a register tile (rows past
+        # nt repeat the last tile; their results are not stored)
+        for xi in range(XI):
+            for g in range(groups):
+                wo = (xi * groups + g) * kp * OCT
+                for r0 in range(0, nt, MR):
+                    rows = dsl.local((MR,), i64)
+                    for r in dsl.static_range(MR):
+                        rows[r] = vrow + (xi * tb + min(r0 + r, nt - 1)) * kp
+                    acc = dsl.local((MR, NV), dsl.simd(f32, V))
+                    for k in range(kp):
+                        wv = dsl.local((NV,), dsl.simd(f32, V))
+                        for j in dsl.static_range(NV):
+                            wv[j] = u.vload(wo + k * OCT + j * V, V)
+                        for r in dsl.static_range(MR):
+                            av = dsl.splat(vs.flat[rows[r] + k], V)
+                            for j in dsl.static_range(NV):
+                                acc[r, j] = dsl.fma(av, wv[j], acc[r, j])
+                    for r in dsl.static_range(MR):
+                        if r0 + r < nt:
+                            at = mrow + (xi * tb + r0 + r) * mp + g * OCT
+                            for j in dsl.static_range(NV):
+                                ms.vstore(at + j * V, acc[r, j])
+        # output transform Aᵀ M A (rows m0 + m1 + m2, m1 - m2 - m3) and the epilogue, per tile and
+        # vector of output channels; every lane of y's blocks is written (zero past M: bias and
+        # U are zero there)
+        for tl in range(nt):
+            t = t0 + tl
+            oy0 = (t // tw) * 2
+            ox0 = (t % tw) * 2
+            for o0 in range(0, mb * BLOCK, V):
+                at = mrow + tl * mp + o0
+                step = tb * mp
+                s = dsl.local((8,), dsl.simd(f32, V))
+                for j in dsl.static_range(4):  # Aᵀ M: two rows of four
+                    m0 = ms.vload(at + j * step, V)
+                    m1 = ms.vload(at + (4 + j) * step, V)
+                    m2 = ms.vload(at + (8 + j) * step, V)
+                    m3 = ms.vload(at + (12 + j) * step, V)
+                    s[j] = m0 + m1 + m2
+                    s[4 + j] = m1 - m2 - m3
+                bv = bias.vload(o0, V)
+                ybase = ((nb * mb + o0 // BLOCK) * oh) * ow * BLOCK + o0 % BLOCK
+                for i in dsl.static_range(2):
+                    for j in dsl.static_range(2):
+                        if oy0 + i < oh and ox0 + j < ow:
+                            vec = bv
+                            if j == 0:
+                                vec = vec + s[i * 4] + s[i * 4 + 1] + s[i * 4 + 2]
+                            else:
+                                vec = vec + s[i * 4 + 1] - s[i * 4 + 2] - s[i * 4 + 3]
+                            ya = ybase + ((oy0 + i) * ow + ox0 + j) * BLOCK
+                            if add_res == 1:
+                                vec = vec + res.vload(ya, V)
+                            y.vstore(ya, activation(vec, act, act_lo, act_hi))
+
+
+# --------------------------------------------------------------------------- weights and launch
+
+
+def winograd_supported(x, w, group: int, k, strides, dil) -> bool:
+    """Shapes the Winograd kernel takes: f32 2-D images, one group, a 3×3 kernel at stride 1,
+    dilation 1 (any padding; the image NCHWc16 when it runs)."""
+    return (x.dtype == dsl.f32 and group == 1 and x.ndim == 4 and w.ndim == 4 and tuple(k) == (3, 3)
+            and tuple(strides) == (1, 1) and tuple(dil) == (1, 1))
+
+
+def packed_winograd_weights(w: np.ndarray, b, cfg: WinogradConfig, kp: int, backend: str):
+    """(U, bias) in conv_winograd's order, once per constant weight array, config and ``kp``
+    (input channels padded to whole blocks)."""
+    def pack():
+        m, c = w.shape[0], w.shape[1]
+        groups = -(-(-(-m // BLOCK) * BLOCK) // cfg.OCT)
+        u = line_aligned(XI * groups * kp * cfg.OCT)
+        bp = line_aligned(groups * cfg.OCT)
+        bias = np.zeros(m, np.float32) if b is None else b.reshape(-1)
+        pack_winograd_weights(np.ascontiguousarray(w).reshape(-1), bias, u, bp, m, c, kp, OCT=cfg.OCT,
+                              backend=backend)
+        return u, bp
+    return cached_pack(w, b, ("winograd", cfg, kp), pack)
+
+
+def tiles_per_block(tiles: int, kp: int, mp: int, mr: int, threads: int = 2) -> int:
+    """Tiles a work item transforms and multiplies: as many as keep its V and M scratch
+    (16·TB·(KP + MP) floats) within ``L2_BUDGET``, a multiple of ``mr``, and few enough that
+    every thread gets a block."""
+    fit = max(mr, L2_BUDGET // (XI * 4 * (kp + mp)) // mr * mr)
+    share = -(-(-(-tiles // threads)) // mr) * mr
+    return max(mr, min(fit, share))
+
+
+def launch_conv_winograd(impl, x, w, bias, y, res, begin, backend, act: int, lo: float, hi: float,
+                         cfg: WinogradConfig = None, tb: int = None) -> None:
+    """Run ``impl`` (conv_winograd, or a model's recorder of it) on NCHWc16 x (N, CB, H, W, 16),
+    y and res (N, MB, OH, OW, 16), weights (M, C, 3, 3) plain; ``begin`` the top and left
+    padding.  ``tb`` overrides the tiles a work item takes (tests reach several blocks)."""
+    cfg = cfg or winograd_config(backend or "numba", w.shape[0])
+    for name, a in (("x", x), ("w", w), ("y", y), ("B", bias), ("Z", res)):
+        if a is not None and a.dtype != np.float32:
+            raise ValueError(f"conv_winograd computes f32; {name} is {a.dtype}")
+    if x.ndim != 5 or y.ndim != 5 or w.shape[2:] != (3, 3):
+        raise ValueError(f"conv_winograd takes NCHWc16 images and 3×3 weights; got x {x.shape}, w {w.shape}, "
+                         f"y {y.shape}")
+    m, c = w.shape[0], w.shape[1]
+    n, cb, h, wd = x.shape[:4]
+    if c > cb * BLOCK or y.shape[1] * BLOCK < m:
+        raise ValueError(f"conv_winograd: weights {tuple(w.shape)} need at most {cb * BLOCK} input channels "
+                         f"(x {x.shape}) and y blocks for {m} output channels (y {y.shape})")
+    oh, ow = y.shape[2], y.shape[3]
+    kp = cb * BLOCK
+    u, bp = packed_winograd_weights(w, bias, cfg, kp, backend)
+    mp = bp.size
+    tiles = -(-oh // 2) * -(-ow // 2)
+    tb = tb or tiles_per_block(tiles, kp, mp, cfg.MR, dsl.target(backend or "numba").compute_units)
+    grid = balanced_grid(n * -(-tiles // tb))
+    geom = np.zeros(GEOM, np.int64)
+    geom[:] = (n, cb, h, wd, begin[0], begin[1], oh, ow, y.shape[1], tb, kp, mp)
+    workers = grid * THREADS
+    vs = line_aligned(workers * XI * tb * kp)
+    ms = line_aligned(workers * XI * tb * mp)
+    flat_res = np.zeros(1, np.float32) if res is None else res.reshape(-1)
+    impl(x.reshape(-1), u, bp, flat_res, y.reshape(-1), vs, ms, geom, add_res=int(res is not None), act=act,
+         act_lo=float(lo), act_hi=float(hi), V=cfg.V, NV=cfg.NV, MR=cfg.MR, backend=backend, grid=grid)
