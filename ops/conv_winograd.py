@@ -15,10 +15,11 @@ so per 4×4 tile and transform point ξ (16 of them) the channel sum is a GEMM: 
   channel are contiguous.
 * **One fused work item** is a block of ``TB`` tiles of one image: its input transform (the 16
   vectors of 16 channels of each 4×4 tile, zero outside the image: padding read in place) into
-  the thread's V scratch ``[ξ][tile][C]``, the 16 GEMMs on an MR × NV·V register tile into its
-  M scratch ``[ξ][tile][M]``, and the output transform with the conv epilogue (bias, residual,
-  Relu / Clip / LeakyRelu) storing the 2×2 pixels (the odd last row / column dropped).  The block
-  is sized so that V and M (16·TB·(C + M) floats) stay in L2 (``tiles_per_block``).
+  the thread's V scratch ``[ξ][tile][C]`` (sized to stay in L2: ``tiles_per_block``); then per
+  MR tiles and OCT output channels the 16 GEMMs on an MR × NV·V register tile into its small M
+  scratch ``[ξ][MR][OCT]`` (in L1) and at once the output transform with the conv epilogue
+  (bias, residual, Relu / Clip / LeakyRelu) storing the 2×2 pixels (the odd last row / column
+  dropped).
 * **Output**: NCHWc16 like the input, every lane of the last block written (zero past M, as the
   blocked kernels keep the padding channels), so a Concat's half written in place (a view of the
   Concat's buffer, dsl/opgraph/concat_inplace.py) needs nothing more.
@@ -40,7 +41,7 @@ from ops.gemm_packed import activation
 THREADS = 4
 BLOCK = 16  # channels per NCHWc16 block
 XI = 16  # transform points of F(2×2, 3×3): a 4×4 tile
-L2_BUDGET = 1 << 18  # bytes of V and M scratch a work item may fill (a quarter of Zen 4's L2)
+L2_BUDGET = 1 << 20  # bytes of V and M scratch a work item may fill (Zen 4's L2; half of this Xeon's)
 
 # geometry vector (``geom``) slots
 G_N, G_CB, G_H, G_W, G_PT, G_PL, G_OH, G_OW, G_MB, G_TB, G_KP, G_MP = range(12)
@@ -125,7 +126,7 @@ def conv_winograd(x: In[f32], u: In[f32], bias: In[f32], res: In[f32], y: Out[f3
                   ms: InOut[f32], geom: dsl.Vec[i64, 12], add_res: i32, act: i32, act_lo: f32, act_hi: f32,
                   V: dsl.const[i64], NV: dsl.const[i64], MR: dsl.const[i64]):
     """y = act(conv3×3(x, w) + bias [+ res]), stride 1, x, y and res NCHWc16; ``u``/``bias`` from
-    pack_winograd_weights; ``vs``/``ms`` the threads' V and M scratch (16·TB·KP and 16·TB·MP
+    pack_winograd_weights; ``vs``/``ms`` the threads' V and M scratch (16·TB·KP and 16·MR·OCT
     floats a thread), geom's slots the G_* above."""
     OCT = V * NV
     n_img = geom[G_N]
@@ -147,7 +148,7 @@ def conv_winograd(x: In[f32], u: In[f32], bias: In[f32], res: In[f32], y: Out[f3
     groups = mp // OCT
     own = dsl.tile_id() * THREADS + dsl.thread_id()
     vrow = own * XI * tb * kp
-    mrow = own * XI * tb * mp
+    mrow = own * XI * MR * OCT
     lo, hi = dsl.split(n_img * tblocks, grid=True)
     for item in range(lo, hi):
         nb = item // tblocks
@@ -161,15 +162,18 @@ def conv_winograd(x: In[f32], u: In[f32], bias: In[f32], res: In[f32], y: Out[f3
             inside = iy0 >= 0 and ix0 >= 0 and iy0 + 4 <= h and ix0 + 4 <= w
             for cv in range(cb * (BLOCK // V)):
                 base = ((nb * cb + cv // (BLOCK // V)) * h * w) * BLOCK + (cv % (BLOCK // V)) * V
-                d = dsl.local((16,), dsl.simd(f32, V))
-                for i in dsl.static_range(4):
-                    for j in dsl.static_range(4):
-                        iy = iy0 + i
-                        ix = ix0 + j
-                        if inside or (iy >= 0 and iy < h and ix >= 0 and ix < w):
-                            d[i * 4 + j] = x.vload(base + (iy * w + ix) * BLOCK, V)
-                        else:
-                            d[i * 4 + j] = dsl.splat(0.0, V, f32)
+                d = dsl.local((16,), dsl.simd(f32, V))  # zero: the padding
+                if inside:  # no border test a pixel
+                    for i in dsl.static_range(4):
+                        for j in dsl.static_range(4):
+                            d[i * 4 + j] = x.vload(base + ((iy0 + i) * w + ix0 + j) * BLOCK, V)
+                else:
+                    for i in dsl.static_range(4):
+                        for j in dsl.static_range(4):
+                            iy = iy0 + i
+                            ix = ix0 + j
+                            if iy >= 0 and iy < h and ix >= 0 and ix < w:
+                                d[i * 4 + j] = x.vload(base + (iy * w + ix) * BLOCK, V)
                 tr = dsl.local((16,), dsl.simd(f32, V))
                 for j in dsl.static_range(4):  # Bᵀ d: rows d0 - d2, d1 + d2, d2 - d1, d1 - d3
                     tr[j] = d[j] - d[8 + j]
@@ -183,61 +187,62 @@ def conv_winograd(x: In[f32], u: In[f32], bias: In[f32], res: In[f32], y: Out[f3
                     vs.vstore(at + (i * 4 + 1) * step, tr[i * 4 + 1] + tr[i * 4 + 2])
                     vs.vstore(at + (i * 4 + 2) * step, tr[i * 4 + 2] - tr[i * 4 + 1])
                     vs.vstore(at + (i * 4 + 3) * step, tr[i * 4 + 1] - tr[i * 4 + 3])
-        # the 16 products M[ξ] = V[ξ] · U[ξ], MR tiles × OCT channels a register tile (rows past
-        # nt repeat the last tile; their results are not stored)
-        for xi in range(XI):
+        # per MR tiles and OCT output channels: the 16 products M[ξ] = V[ξ] · U[ξ] on an MR × NV·V
+        # register tile (rows past nt repeat the last tile, their results unused) into the
+        # thread's M scratch (16·MR·OCT floats: L1), then at once the output transform Aᵀ M A
+        # (rows m0 + m1 + m2, m1 - m2 - m3) and the epilogue; every lane of y's blocks is
+        # written (zero past M: bias and U are zero there)
+        for r0 in range(0, nt, MR):
+            rows = dsl.local((MR,), i64)
+            for r in dsl.static_range(MR):
+                rows[r] = vrow + min(r0 + r, nt - 1) * kp
             for g in range(groups):
-                wo = (xi * groups + g) * kp * OCT
-                for r0 in range(0, nt, MR):
-                    rows = dsl.local((MR,), i64)
-                    for r in dsl.static_range(MR):
-                        rows[r] = vrow + (xi * tb + min(r0 + r, nt - 1)) * kp
+                for xi in range(XI):
+                    wo = (xi * groups + g) * kp * OCT
+                    vo = xi * tb * kp
                     acc = dsl.local((MR, NV), dsl.simd(f32, V))
                     for k in range(kp):
                         wv = dsl.local((NV,), dsl.simd(f32, V))
                         for j in dsl.static_range(NV):
                             wv[j] = u.vload(wo + k * OCT + j * V, V)
                         for r in dsl.static_range(MR):
-                            av = dsl.splat(vs.flat[rows[r] + k], V)
+                            av = dsl.splat(vs.flat[rows[r] + vo + k], V)
                             for j in dsl.static_range(NV):
                                 acc[r, j] = dsl.fma(av, wv[j], acc[r, j])
                     for r in dsl.static_range(MR):
-                        if r0 + r < nt:
-                            at = mrow + (xi * tb + r0 + r) * mp + g * OCT
-                            for j in dsl.static_range(NV):
-                                ms.vstore(at + j * V, acc[r, j])
-        # output transform Aᵀ M A (rows m0 + m1 + m2, m1 - m2 - m3) and the epilogue, per tile and
-        # vector of output channels; every lane of y's blocks is written (zero past M: bias and
-        # U are zero there)
-        for tl in range(nt):
-            t = t0 + tl
-            oy0 = (t // tw) * 2
-            ox0 = (t % tw) * 2
-            for o0 in range(0, mb * BLOCK, V):
-                at = mrow + tl * mp + o0
-                step = tb * mp
-                s = dsl.local((8,), dsl.simd(f32, V))
-                for j in dsl.static_range(4):  # Aᵀ M: two rows of four
-                    m0 = ms.vload(at + j * step, V)
-                    m1 = ms.vload(at + (4 + j) * step, V)
-                    m2 = ms.vload(at + (8 + j) * step, V)
-                    m3 = ms.vload(at + (12 + j) * step, V)
-                    s[j] = m0 + m1 + m2
-                    s[4 + j] = m1 - m2 - m3
-                bv = bias.vload(o0, V)
-                ybase = ((nb * mb + o0 // BLOCK) * oh) * ow * BLOCK + o0 % BLOCK
-                for i in dsl.static_range(2):
-                    for j in dsl.static_range(2):
-                        if oy0 + i < oh and ox0 + j < ow:
-                            vec = bv
-                            if j == 0:
-                                vec = vec + s[i * 4] + s[i * 4 + 1] + s[i * 4 + 2]
-                            else:
-                                vec = vec + s[i * 4 + 1] - s[i * 4 + 2] - s[i * 4 + 3]
-                            ya = ybase + ((oy0 + i) * ow + ox0 + j) * BLOCK
-                            if add_res == 1:
-                                vec = vec + res.vload(ya, V)
-                            y.vstore(ya, activation(vec, act, act_lo, act_hi))
+                        for j in dsl.static_range(NV):
+                            ms.vstore(mrow + (xi * MR + r) * OCT + j * V, acc[r, j])
+                for q in range(min(MR, nt - r0)):
+                    t = t0 + r0 + q
+                    oy0 = (t // tw) * 2
+                    ox0 = (t % tw) * 2
+                    for jv in range(NV):
+                        o0 = g * OCT + jv * V
+                        if o0 < mb * BLOCK:
+                            at = mrow + q * OCT + jv * V
+                            step = MR * OCT  # from one ξ's results to the next
+                            s = dsl.local((8,), dsl.simd(f32, V))
+                            for j in dsl.static_range(4):  # Aᵀ M: two rows of four
+                                m0 = ms.vload(at + j * step, V)
+                                m1 = ms.vload(at + (4 + j) * step, V)
+                                m2 = ms.vload(at + (8 + j) * step, V)
+                                m3 = ms.vload(at + (12 + j) * step, V)
+                                s[j] = m0 + m1 + m2
+                                s[4 + j] = m1 - m2 - m3
+                            bv = bias.vload(o0, V)
+                            ybase = ((nb * mb + o0 // BLOCK) * oh) * ow * BLOCK + o0 % BLOCK
+                            for i in dsl.static_range(2):
+                                for j in dsl.static_range(2):
+                                    if oy0 + i < oh and ox0 + j < ow:
+                                        vec = bv
+                                        if j == 0:
+                                            vec = vec + s[i * 4] + s[i * 4 + 1] + s[i * 4 + 2]
+                                        else:
+                                            vec = vec + s[i * 4 + 1] - s[i * 4 + 2] - s[i * 4 + 3]
+                                        ya = ybase + ((oy0 + i) * ow + ox0 + j) * BLOCK
+                                        if add_res == 1:
+                                            vec = vec + res.vload(ya, V)
+                                        y.vstore(ya, activation(vec, act, act_lo, act_hi))
 
 
 # --------------------------------------------------------------------------- weights and launch
@@ -265,11 +270,11 @@ def packed_winograd_weights(w: np.ndarray, b, cfg: WinogradConfig, kp: int, back
     return cached_pack(w, b, ("winograd", cfg, kp), pack)
 
 
-def tiles_per_block(tiles: int, kp: int, mp: int, mr: int, threads: int = 2) -> int:
-    """Tiles a work item transforms and multiplies: as many as keep its V and M scratch
-    (16·TB·(KP + MP) floats) within ``L2_BUDGET``, a multiple of ``mr``, and few enough that
+def tiles_per_block(tiles: int, kp: int, mr: int, threads: int = 2) -> int:
+    """Tiles a work item transforms and multiplies: as many as keep its V scratch (16·TB·KP
+    floats) within ``L2_BUDGET``, a multiple of ``mr``, and few enough that
     every thread gets a block."""
-    fit = max(mr, L2_BUDGET // (XI * 4 * (kp + mp)) // mr * mr)
+    fit = max(mr, L2_BUDGET // (XI * 4 * kp) // mr * mr)
     share = -(-(-(-tiles // threads)) // mr) * mr
     return max(mr, min(fit, share))
 
@@ -296,13 +301,13 @@ def launch_conv_winograd(impl, x, w, bias, y, res, begin, backend, act: int, lo:
     u, bp = packed_winograd_weights(w, bias, cfg, kp, backend)
     mp = bp.size
     tiles = -(-oh // 2) * -(-ow // 2)
-    tb = tb or tiles_per_block(tiles, kp, mp, cfg.MR, dsl.target(backend or "numba").compute_units)
+    tb = tb or tiles_per_block(tiles, kp, cfg.MR, dsl.target(backend or "numba").compute_units)
     grid = balanced_grid(n * -(-tiles // tb))
     geom = np.zeros(GEOM, np.int64)
     geom[:] = (n, cb, h, wd, begin[0], begin[1], oh, ow, y.shape[1], tb, kp, mp)
     workers = grid * THREADS
     vs = line_aligned(workers * XI * tb * kp)
-    ms = line_aligned(workers * XI * tb * mp)
+    ms = line_aligned(workers * XI * cfg.MR * cfg.OCT)
     flat_res = np.zeros(1, np.float32) if res is None else res.reshape(-1)
     impl(x.reshape(-1), u, bp, flat_res, y.reshape(-1), vs, ms, geom, add_res=int(res is not None), act=act,
          act_lo=float(lo), act_hi=float(hi), V=cfg.V, NV=cfg.NV, MR=cfg.MR, backend=backend, grid=grid)
