@@ -15,7 +15,7 @@ so per 4×4 tile and transform point ξ (16 of them) the channel sum is a GEMM: 
   channel are contiguous.
 * **One fused work item** is a block of ``TB`` tiles of one image: its input transform (the 16
   vectors of 16 channels of each 4×4 tile, zero outside the image: padding read in place) into
-  the thread's V scratch ``[ξ][tile][C]`` (sized to stay in L2: ``tiles_per_block``); then per
+  the thread's V scratch ``[ξ][tile][C]`` (sized to stay in L2: ``work_split``); then per
   MR tiles and OCT output channels the 16 GEMMs on an MR × NV·V register tile into its small M
   scratch ``[ξ][MR][OCT]`` (in L1) and at once the output transform with the conv epilogue
   (bias, residual, Relu / Clip / LeakyRelu) storing the 2×2 pixels (the odd last row / column
@@ -44,8 +44,8 @@ XI = 16  # transform points of F(2×2, 3×3): a 4×4 tile
 L2_BUDGET = 1 << 20  # bytes of V and M scratch a work item may fill (Zen 4's L2; half of this Xeon's)
 
 # geometry vector (``geom``) slots
-G_N, G_CB, G_H, G_W, G_PT, G_PL, G_OH, G_OW, G_MB, G_TB, G_KP, G_MP = range(12)
-GEOM = 12
+G_N, G_CB, G_H, G_W, G_PT, G_PL, G_OH, G_OW, G_MB, G_TB, G_KP, G_MP, G_RB, G_PARTS = range(14)
+GEOM = 14
 
 
 @dataclass(frozen=True)
@@ -123,10 +123,10 @@ def pack_winograd_weights(w: In[f32], b: In[f32], u: Out[f32], bp: Out[f32], m: 
 
 @dsl.kernel(threads=THREADS)
 def conv_winograd(x: In[f32], u: In[f32], bias: In[f32], res: In[f32], y: Out[f32], vs: InOut[f32],
-                  ms: InOut[f32], geom: dsl.Vec[i64, 12], add_res: i32, act: i32, act_lo: f32, act_hi: f32,
+                  ms: InOut[f32], geom: dsl.Vec[i64, 14], add_res: i32, act: i32, act_lo: f32, act_hi: f32,
                   V: dsl.const[i64], NV: dsl.const[i64], MR: dsl.const[i64]):
     """y = act(conv3×3(x, w) + bias [+ res]), stride 1, x, y and res NCHWc16; ``u``/``bias`` from
-    pack_winograd_weights; ``vs``/``ms`` the threads' V and M scratch (16·TB·KP and 16·MR·OCT
+    pack_winograd_weights; ``vs``/``ms`` the threads' V and M scratch (16·TB·KP and 16·RB·OCT
     floats a thread), geom's slots the G_* above."""
     OCT = V * NV
     n_img = geom[G_N]
@@ -141,6 +141,8 @@ def conv_winograd(x: In[f32], u: In[f32], bias: In[f32], res: In[f32], y: Out[f3
     tb = geom[G_TB]
     kp = geom[G_KP]
     mp = geom[G_MP]
+    rb = geom[G_RB]
+    parts = geom[G_PARTS]  # work items per tile block, each for its share of the oc groups
     th = (oh + 1) // 2
     tw = (ow + 1) // 2
     tiles = th * tw
@@ -148,11 +150,14 @@ def conv_winograd(x: In[f32], u: In[f32], bias: In[f32], res: In[f32], y: Out[f3
     groups = mp // OCT
     own = dsl.tile_id() * THREADS + dsl.thread_id()
     vrow = own * XI * tb * kp
-    mrow = own * XI * MR * OCT
-    lo, hi = dsl.split(n_img * tblocks, grid=True)
+    mrow = own * XI * rb * OCT
+    lo, hi = dsl.split(n_img * tblocks * parts, grid=True)
     for item in range(lo, hi):
-        nb = item // tblocks
-        t0 = (item % tblocks) * tb
+        part = item % parts
+        nb = item // (tblocks * parts)
+        t0 = ((item // parts) % tblocks) * tb
+        g_lo = groups * part // parts
+        g_hi = groups * (part + 1) // parts
         nt = min(tb, tiles - t0)
         # input transform: V[ξ][tile][ic] = (Bᵀ d B)[ξ] of the tile's 4×4 pixels, V lanes at a time
         for tl in range(nt):
@@ -187,40 +192,43 @@ def conv_winograd(x: In[f32], u: In[f32], bias: In[f32], res: In[f32], y: Out[f3
                     vs.vstore(at + (i * 4 + 1) * step, tr[i * 4 + 1] + tr[i * 4 + 2])
                     vs.vstore(at + (i * 4 + 2) * step, tr[i * 4 + 2] - tr[i * 4 + 1])
                     vs.vstore(at + (i * 4 + 3) * step, tr[i * 4 + 1] - tr[i * 4 + 3])
-        # per MR tiles and OCT output channels: the 16 products M[ξ] = V[ξ] · U[ξ] on an MR × NV·V
-        # register tile (rows past nt repeat the last tile, their results unused) into the
-        # thread's M scratch (16·MR·OCT floats: L1), then at once the output transform Aᵀ M A
+        # per chunk of RB tiles and OCT output channels: the 16 products M[ξ] = V[ξ] · U[ξ] on
+        # MR × NV·V register tiles (rows past nt repeat the last tile, their results unused)
+        # into the thread's M scratch (16·RB·OCT floats), then the output transform Aᵀ M A
         # (rows m0 + m1 + m2, m1 - m2 - m3) and the epilogue; every lane of y's blocks is
-        # written (zero past M: bias and U are zero there)
-        for r0 in range(0, nt, MR):
-            rows = dsl.local((MR,), i64)
-            for r in dsl.static_range(MR):
-                rows[r] = vrow + min(r0 + r, nt - 1) * kp
-            for g in range(groups):
+        # written (zero past M: bias and U are zero there).  U[ξ]'s OCT columns (KP·OCT floats)
+        # are read once a chunk, M once a product: few input channels want small chunks (M in
+        # L1), many want long ones (U from L2 fewer times; ``chunk_tiles``)
+        for c0 in range(0, nt, rb):
+            cn = min(rb, nt - c0)
+            for g in range(g_lo, g_hi):
                 for xi in range(XI):
                     wo = (xi * groups + g) * kp * OCT
-                    vo = xi * tb * kp
-                    acc = dsl.local((MR, NV), dsl.simd(f32, V))
-                    for k in range(kp):
-                        wv = dsl.local((NV,), dsl.simd(f32, V))
-                        for j in dsl.static_range(NV):
-                            wv[j] = u.vload(wo + k * OCT + j * V, V)
+                    for r0 in range(c0, c0 + cn, MR):
+                        rows = dsl.local((MR,), i64)
                         for r in dsl.static_range(MR):
-                            av = dsl.splat(vs.flat[rows[r] + vo + k], V)
+                            rows[r] = vrow + (xi * tb + min(r0 + r, nt - 1)) * kp
+                        acc = dsl.local((MR, NV), dsl.simd(f32, V))
+                        for k in range(kp):
+                            wv = dsl.local((NV,), dsl.simd(f32, V))
                             for j in dsl.static_range(NV):
-                                acc[r, j] = dsl.fma(av, wv[j], acc[r, j])
-                    for r in dsl.static_range(MR):
-                        for j in dsl.static_range(NV):
-                            ms.vstore(mrow + (xi * MR + r) * OCT + j * V, acc[r, j])
-                for q in range(min(MR, nt - r0)):
-                    t = t0 + r0 + q
+                                wv[j] = u.vload(wo + k * OCT + j * V, V)
+                            for r in dsl.static_range(MR):
+                                av = dsl.splat(vs.flat[rows[r] + k], V)
+                                for j in dsl.static_range(NV):
+                                    acc[r, j] = dsl.fma(av, wv[j], acc[r, j])
+                        for r in dsl.static_range(MR):
+                            for j in dsl.static_range(NV):
+                                ms.vstore(mrow + (xi * rb + r0 - c0 + r) * OCT + j * V, acc[r, j])
+                for q in range(cn):
+                    t = t0 + c0 + q
                     oy0 = (t // tw) * 2
                     ox0 = (t % tw) * 2
                     for jv in range(NV):
                         o0 = g * OCT + jv * V
                         if o0 < mb * BLOCK:
                             at = mrow + q * OCT + jv * V
-                            step = MR * OCT  # from one ξ's results to the next
+                            step = rb * OCT  # from one ξ's results to the next
                             s = dsl.local((8,), dsl.simd(f32, V))
                             for j in dsl.static_range(4):  # Aᵀ M: two rows of four
                                 m0 = ms.vload(at + j * step, V)
@@ -270,20 +278,38 @@ def packed_winograd_weights(w: np.ndarray, b, cfg: WinogradConfig, kp: int, back
     return cached_pack(w, b, ("winograd", cfg, kp), pack)
 
 
-def tiles_per_block(tiles: int, kp: int, mr: int, threads: int = 2) -> int:
-    """Tiles a work item transforms and multiplies: as many as keep its V scratch (16·TB·KP
-    floats) within ``L2_BUDGET``, a multiple of ``mr``, and few enough that
-    every thread gets a block."""
+def work_split(tiles: int, kp: int, mp: int, mr: int, threads: int = 2) -> tuple:
+    """(TB, parts): the tiles of a work item's block and the work items per block, each for
+    its share of the output channels.  Blocks as large as keep the V scratch (16·TB·KP floats)
+    within ``L2_BUDGET``, a multiple of MR.  Where U (16·KP·MP floats) outweighs the image's V
+    (deep layers on small images: ResNet-50's 256 @14, 512 @7) the threads split the output
+    channels of one block (each reads its share of U once) rather than the tiles (each would
+    read all of U); elsewhere the tiles, every thread a block."""
     fit = max(mr, L2_BUDGET // (XI * 4 * kp) // mr * mr)
+    if mp > tiles and fit >= tiles:
+        return tiles, max(1, min(threads, mp // 64))
     share = -(-(-(-tiles // threads)) // mr) * mr
-    return max(mr, min(fit, share))
+    return max(mr, min(fit, share)), 1
+
+
+def chunk_tiles(kp: int, mr: int) -> int:
+    """Tiles whose 16 products are made before their output transform: 2·MR for up to 64 input
+    channels (their M, 16·2·MR·OCT floats, stays in L1 and is a large share of the traffic
+    when a product is only KP long), else the whole block (U's columns from L2 once a block).
+    One thread, this Xeon (benchmarks/RESULTS.md, slice wino): 256->256 @14 1.05 ms with the
+    whole block of 30 tiles against 1.77 ms with chunks of 6; 16->64 @55 0.39 ms with chunks of
+    6 or 12 against 0.45 ms with the block."""
+    return 2 * mr if kp <= 64 else 1 << 20
 
 
 def launch_conv_winograd(impl, x, w, bias, y, res, begin, backend, act: int, lo: float, hi: float,
-                         cfg: WinogradConfig = None, tb: int = None) -> None:
+                         cfg: WinogradConfig = None, tb: int = None, rb: int = None,
+                         parts: int = None) -> None:
     """Run ``impl`` (conv_winograd, or a model's recorder of it) on NCHWc16 x (N, CB, H, W, 16),
     y and res (N, MB, OH, OW, 16), weights (M, C, 3, 3) plain; ``begin`` the top and left
-    padding.  ``tb`` overrides the tiles a work item takes (tests reach several blocks)."""
+    padding.  ``tb``/``rb``/``parts`` override the tiles a work item takes, the tiles of one M
+    chunk and the work items a block's output channels are split into (tests reach several
+    blocks, chunks and parts; benchmarks compare them)."""
     cfg = cfg or winograd_config(backend or "numba", w.shape[0])
     for name, a in (("x", x), ("w", w), ("y", y), ("B", bias), ("Z", res)):
         if a is not None and a.dtype != np.float32:
@@ -301,13 +327,17 @@ def launch_conv_winograd(impl, x, w, bias, y, res, begin, backend, act: int, lo:
     u, bp = packed_winograd_weights(w, bias, cfg, kp, backend)
     mp = bp.size
     tiles = -(-oh // 2) * -(-ow // 2)
-    tb = tb or tiles_per_block(tiles, kp, cfg.MR, dsl.target(backend or "numba").compute_units)
-    grid = balanced_grid(n * -(-tiles // tb))
+    cores = dsl.target(backend or "numba").compute_units
+    tb_auto, parts_auto = work_split(tiles, kp, mp, cfg.MR, cores)
+    tb = tb or tb_auto
+    parts = min(parts or parts_auto, mp // cfg.OCT)
+    rb = min(rb or chunk_tiles(kp, cfg.MR), -(-tb // cfg.MR) * cfg.MR)
+    grid = balanced_grid(n * -(-tiles // tb) * parts)
     geom = np.zeros(GEOM, np.int64)
-    geom[:] = (n, cb, h, wd, begin[0], begin[1], oh, ow, y.shape[1], tb, kp, mp)
+    geom[:] = (n, cb, h, wd, begin[0], begin[1], oh, ow, y.shape[1], tb, kp, mp, rb, parts)
     workers = grid * THREADS
     vs = line_aligned(workers * XI * tb * kp)
-    ms = line_aligned(workers * XI * cfg.MR * cfg.OCT)
+    ms = line_aligned(workers * XI * rb * cfg.OCT)
     flat_res = np.zeros(1, np.float32) if res is None else res.reshape(-1)
     impl(x.reshape(-1), u, bp, flat_res, y.reshape(-1), vs, ms, geom, add_res=int(res is not None), act=act,
          act_lo=float(lo), act_hi=float(hi), V=cfg.V, NV=cfg.NV, MR=cfg.MR, backend=backend, grid=grid)
