@@ -3,7 +3,11 @@ squeezenet's and ResNet-50's 3×3 layers (NCHWc16 in and out, pad 1, bias + Relu
 and alternated in one process: CPU ms best of ``reps`` per side, the ratio winograd / direct, and
 Winograd's max error relative to the largest output of a float64 reference.
 Usage: NUMBA_NUM_THREADS=1 PYTHONPATH=. python -m benchmarks.bench_winograd [reps] [sq|rn|sqrn]
-(OPDSL_CPU=zen4 / avx2 compile for another CPU kind, docs/ops.md)."""
+(OPDSL_CPU=zen4 / avx2 compile for another CPU kind, docs/ops.md).
+
+``models [reps] [name]``: light_squeezenet and light_resnet50 built twice in one process, with
+Conv.select's Winograd rule off (old: the direct kernel) and on (new), and onnxruntime, the three
+alternated, CPU time best and median of each (outputs checked within 1e-3 of onnxruntime's)."""
 import sys
 import time
 
@@ -53,7 +57,62 @@ def winograd(x, w, b, y):
     cw.launch_conv_winograd(cw.conv_winograd, x, w, b, y, None, (1, 1), "numba", ACT_RELU, 0.0, 0.0)
 
 
+def build(path, winograd: bool):
+    """The model planned and run once with Conv.select's Winograd rule on or off; how many
+    convolutions ran Winograd."""
+    import dsl
+    from benchmarks import models
+    from ops import nn
+    import onnx
+    feeds = models.random_feeds(onnx.load(path))
+    calls = []
+    launch, rule = nn.launch_conv_winograd, nn.Conv._winograd
+    nn.launch_conv_winograd = lambda *a, **k: (calls.append(1), launch(*a, **k))
+    if not winograd:
+        nn.Conv._winograd = lambda self, x, w, backend: False
+    try:
+        model = dsl.load_onnx(path, backend="numba")
+        out = model.run(feeds)
+    finally:
+        nn.launch_conv_winograd, nn.Conv._winograd = launch, rule
+    return model, feeds, out, len(calls)
+
+
+def run_models(reps: int, only: str) -> None:
+    import onnxruntime as ort
+    from benchmarks import models
+    for name in ("squeezenet", "resnet50"):
+        if only and only != name:
+            continue
+        path = str(models.light_model_path(name))
+        old, feeds, out_old, _ = build(path, False)
+        new, _, out_new, n_wino = build(path, True)
+        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        ref = sess.run(None, feeds)
+        for got in (out_old, out_new):
+            got = list(got.values()) if isinstance(got, dict) else list(got)
+            err = max(float(np.abs(g - r).max() / max(1e-30, np.abs(r).max())) for g, r in zip(got, ref))
+            assert err < 1e-3, (name, err)
+        sides = {"old": lambda: old.run(feeds), "new": lambda: new.run(feeds), "ort": lambda: sess.run(None, feeds)}
+        times = {k: [] for k in sides}
+        for r in range(reps):
+            for k in (list(sides) if r % 2 == 0 else list(sides)[::-1]):
+                t0 = time.process_time()
+                sides[k]()
+                times[k].append(time.process_time() - t0)
+        b = {k: min(v) * 1e3 for k, v in times.items()}
+        med = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
+        print(f"light_{name} ({n_wino} Winograd convs, new output rel err {err:.1e}): old best {b['old']:.2f} "
+              f"med {med['old']:.2f} ms | new best {b['new']:.2f} med {med['new']:.2f} ms | ort best {b['ort']:.2f} "
+              f"med {med['ort']:.2f} ms | new/old best {b['new'] / b['old']:.3f} med {med['new'] / med['old']:.3f} | "
+              f"new/ort best {b['new'] / b['ort']:.3f} med {med['new'] / med['ort']:.3f} | old/ort best "
+              f"{b['old'] / b['ort']:.3f}", flush=True)
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "models":
+        run_models(int(sys.argv[2]) if len(sys.argv) > 2 else 25, sys.argv[3] if len(sys.argv) > 3 else "")
+        return
     reps = int(sys.argv[1]) if len(sys.argv) > 1 else 15
     which = sys.argv[2] if len(sys.argv) > 2 else "sqrn"
     layers = (SQUEEZE if "sq" in which else []) + (RESNET if "rn" in which else [])

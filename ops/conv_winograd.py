@@ -35,13 +35,15 @@ import numpy as np
 import dsl
 from dsl import In, InOut, Out, f32, i32, i64
 from dsl.runtime.cache_lines import line_aligned
-from ops.conv_direct import balanced_grid, cached_pack
+from ops.conv_direct import cached_pack
 from ops.gemm_packed import activation
 
 THREADS = 4
 BLOCK = 16  # channels per NCHWc16 block
 XI = 16  # transform points of F(2×2, 3×3): a 4×4 tile
-L2_BUDGET = 1 << 20  # bytes of V and M scratch a work item may fill (Zen 4's L2; half of this Xeon's)
+L2_BUDGET = 1 << 20  # bytes of V scratch a work item may fill (Zen 4's L2; half of this Xeon's)
+U_CACHED = 1 << 20  # transformed weights up to this many bytes are read from L2 again cheaply
+SMALL_BLOCK = 4  # register tiles of MR tiles a block where U is cached
 
 # geometry vector (``geom``) slots
 G_N, G_CB, G_H, G_W, G_PT, G_PL, G_OH, G_OW, G_MB, G_TB, G_KP, G_MP, G_RB, G_PARTS = range(14)
@@ -263,6 +265,26 @@ def winograd_supported(x, w, group: int, k, strides, dil) -> bool:
             and tuple(strides) == (1, 1) and tuple(dil) == (1, 1))
 
 
+MIN_CHANNELS = 32  # fewer input channels: products 16 long, the transforms dominate
+
+
+def winograd_chosen(x, w, group: int, k, strides, dil, out_hw) -> bool:
+    """Whether Conv.select takes this kernel over the direct one (on NCHWc16 input, numba): the
+    supported shapes with at least ``MIN_CHANNELS`` input channels and at least as many 2×2
+    output tiles as output channels.  In a model (one core, this Xeon; benchmarks/RESULTS.md,
+    slice wino) those ran at 0.67-0.73 of the direct kernel's time (ResNet-50's 64 @56 and
+    128 @28) and 0.93-0.96 (SqueezeNet's 32->128 @27); the others lost: 16 input channels
+    (SqueezeNet's 16->64 @55, 1.05-1.07) and deep layers on small images, whose transformed
+    weights (16/9 of the direct kernel's bytes, cold in a model) outweigh the image (13×13
+    expands 1.25, ResNet-50's 256 @14 1.07-1.21, 512 @7 1.4)."""
+    c, m = x.shape[1], w.shape[0]
+    if not winograd_supported(x, w, group, k, strides, dil) or c is None or m is None or c < MIN_CHANNELS:
+        return False
+    if any(s is None for s in out_hw):
+        return False
+    return -(-out_hw[0] // 2) * -(-out_hw[1] // 2) >= m
+
+
 def packed_winograd_weights(w: np.ndarray, b, cfg: WinogradConfig, kp: int, backend: str):
     """(U, bias) in conv_winograd's order, once per constant weight array, config and ``kp``
     (input channels padded to whole blocks)."""
@@ -278,18 +300,25 @@ def packed_winograd_weights(w: np.ndarray, b, cfg: WinogradConfig, kp: int, back
     return cached_pack(w, b, ("winograd", cfg, kp), pack)
 
 
-def work_split(tiles: int, kp: int, mp: int, mr: int, threads: int = 2) -> tuple:
+def work_split(tiles: int, kp: int, mp: int, mr: int, oct_: int, workers: int) -> tuple:
     """(TB, parts): the tiles of a work item's block and the work items per block, each for
-    its share of the output channels.  Blocks as large as keep the V scratch (16·TB·KP floats)
-    within ``L2_BUDGET``, a multiple of MR.  Where U (16·KP·MP floats) outweighs the image's V
-    (deep layers on small images: ResNet-50's 256 @14, 512 @7) the threads split the output
-    channels of one block (each reads its share of U once) rather than the tiles (each would
-    read all of U); elsewhere the tiles, every thread a block."""
+    its share of the output channels, for ``workers`` workers of which each OS thread runs a
+    contiguous run (so the items come in multiples of ``workers`` where they can).
+
+    Where U (16·KP·MP floats) outweighs the image's V (deep layers on small images: ResNet-50's
+    256 @14, 512 @7) the workers split the output channels of one block (each reads its share
+    of U once) rather than the tiles (each would read all of U); elsewhere the tiles.  Where U
+    fits in L2 (``U_CACHED``) it is read again cheaply and blocks are short (``SMALL_BLOCK``
+    register tiles): a worker's V scratch then stays in cache from one block to the next
+    instead of being written cold; else blocks as large as keep V within ``L2_BUDGET``."""
+    groups = mp // oct_
     fit = max(mr, L2_BUDGET // (XI * 4 * kp) // mr * mr)
-    if mp > tiles and fit >= tiles:
-        return tiles, max(1, min(threads, mp // 64))
-    share = -(-(-(-tiles // threads)) // mr) * mr
-    return max(mr, min(fit, share)), 1
+    if mp > tiles and fit >= tiles and groups > 1:
+        return tiles, min(groups, workers)
+    if XI * 4 * kp * mp <= U_CACHED:
+        fit = min(fit, SMALL_BLOCK * mr)
+    blocks = -(-(-(-tiles // fit)) // workers) * workers
+    return max(mr, -(-(-(-tiles // blocks)) // mr) * mr), 1
 
 
 def chunk_tiles(kp: int, mr: int) -> int:
@@ -327,15 +356,14 @@ def launch_conv_winograd(impl, x, w, bias, y, res, begin, backend, act: int, lo:
     u, bp = packed_winograd_weights(w, bias, cfg, kp, backend)
     mp = bp.size
     tiles = -(-oh // 2) * -(-ow // 2)
-    cores = dsl.target(backend or "numba").compute_units
-    tb_auto, parts_auto = work_split(tiles, kp, mp, cfg.MR, cores)
+    grid = max(1, -(-dsl.target(backend or "numba").compute_units // THREADS))  # teams: a core's share of workers
+    workers = grid * THREADS
+    tb_auto, parts_auto = work_split(tiles, kp, mp, cfg.MR, cfg.OCT, workers)
     tb = tb or tb_auto
     parts = min(parts or parts_auto, mp // cfg.OCT)
     rb = min(rb or chunk_tiles(kp, cfg.MR), -(-tb // cfg.MR) * cfg.MR)
-    grid = balanced_grid(n * -(-tiles // tb) * parts)
     geom = np.zeros(GEOM, np.int64)
     geom[:] = (n, cb, h, wd, begin[0], begin[1], oh, ow, y.shape[1], tb, kp, mp, rb, parts)
-    workers = grid * THREADS
     vs = line_aligned(workers * XI * tb * kp)
     ms = line_aligned(workers * XI * rb * cfg.OCT)
     flat_res = np.zeros(1, np.float32) if res is None else res.reshape(-1)
