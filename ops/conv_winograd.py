@@ -361,7 +361,7 @@ def launch_conv_winograd(impl, x, w, bias, y, res, begin, backend, act: int, lo:
     tb_auto, parts_auto = work_split(tiles, kp, mp, cfg.MR, cfg.OCT, workers)
     tb = tb or tb_auto
     parts = min(parts or parts_auto, mp // cfg.OCT)
-    rb = min(rb or chunk_tiles(kp, cfg.MR), -(-tb // cfg.MR) * cfg.MR)
+    rb = -(-min(rb or chunk_tiles(kp, cfg.MR), tb) // cfg.MR) * cfg.MR  # whole register tiles
     geom = np.zeros(GEOM, np.int64)
     geom[:] = (n, cb, h, wd, begin[0], begin[1], oh, ow, y.shape[1], tb, kp, mp, rb, parts)
     vs = line_aligned(workers * XI * tb * kp)
