@@ -5,7 +5,7 @@ Winograd's max error relative to the largest output of a float64 reference.
 Usage: NUMBA_NUM_THREADS=1 PYTHONPATH=. python -m benchmarks.bench_winograd [reps] [sq|rn|sqrn]
 (OPDSL_CPU=zen4 / avx2 compile for another CPU kind, docs/ops.md).
 
-``models [reps] [name]``: light_squeezenet and light_resnet50 built twice in one process, with
+``models [reps] [name] [new-first]``: light_squeezenet and light_resnet50 built twice in one process, with
 Conv.select's Winograd rule off (old: the direct kernel) and on (new), and onnxruntime, the three
 alternated, CPU time best and median of each (outputs checked within 1e-3 of onnxruntime's)."""
 import sys
@@ -78,15 +78,19 @@ def build(path, winograd: bool):
     return model, feeds, out, len(calls)
 
 
-def run_models(reps: int, only: str) -> None:
+def run_models(reps: int, only: str, new_first: bool = False) -> None:
     import onnxruntime as ort
     from benchmarks import models
     for name in ("squeezenet", "resnet50"):
         if only and only != name:
             continue
         path = str(models.light_model_path(name))
-        old, feeds, out_old, _ = build(path, False)
-        new, _, out_new, n_wino = build(path, True)
+        if new_first:  # the second model built may sit differently in memory: both orders are run
+            new, feeds, out_new, n_wino = build(path, True)
+            old, _, out_old, _ = build(path, False)
+        else:
+            old, feeds, out_old, _ = build(path, False)
+            new, _, out_new, n_wino = build(path, True)
         sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
         ref = sess.run(None, feeds)
         for got in (out_old, out_new):
@@ -102,7 +106,7 @@ def run_models(reps: int, only: str) -> None:
                 times[k].append(time.process_time() - t0)
         b = {k: min(v) * 1e3 for k, v in times.items()}
         med = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
-        print(f"light_{name} ({n_wino} Winograd convs, new output rel err {err:.1e}): old best {b['old']:.2f} "
+        print(f"light_{name} ({'new' if new_first else 'old'} built first; {n_wino} Winograd convs, new output rel err {err:.1e}): old best {b['old']:.2f} "
               f"med {med['old']:.2f} ms | new best {b['new']:.2f} med {med['new']:.2f} ms | ort best {b['ort']:.2f} "
               f"med {med['ort']:.2f} ms | new/old best {b['new'] / b['old']:.3f} med {med['new'] / med['old']:.3f} | "
               f"new/ort best {b['new'] / b['ort']:.3f} med {med['new'] / med['ort']:.3f} | old/ort best "
@@ -111,7 +115,8 @@ def run_models(reps: int, only: str) -> None:
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "models":
-        run_models(int(sys.argv[2]) if len(sys.argv) > 2 else 25, sys.argv[3] if len(sys.argv) > 3 else "")
+        run_models(int(sys.argv[2]) if len(sys.argv) > 2 else 25, sys.argv[3] if len(sys.argv) > 3 else "",
+                   "new-first" in sys.argv[4:])
         return
     reps = int(sys.argv[1]) if len(sys.argv) > 1 else 15
     which = sys.argv[2] if len(sys.argv) > 2 else "sqrn"

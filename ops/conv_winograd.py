@@ -42,7 +42,7 @@ THREADS = 4
 BLOCK = 16  # channels per NCHWc16 block
 XI = 16  # transform points of F(2×2, 3×3): a 4×4 tile
 L2_BUDGET = 1 << 20  # bytes of V scratch a work item may fill (Zen 4's L2; half of this Xeon's)
-U_CACHED = 1 << 20  # transformed weights up to this many bytes are read from L2 again cheaply
+U_CACHED = 1 << 19  # transformed weights up to this many bytes are read from L2 again cheaply
 SMALL_BLOCK = 4  # register tiles of MR tiles a block where U is cached
 
 # geometry vector (``geom``) slots
