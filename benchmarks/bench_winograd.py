@@ -2,7 +2,9 @@
 squeezenet's and ResNet-50's 3×3 layers (NCHWc16 in and out, pad 1, bias + Relu), launched directly
 and alternated in one process: CPU ms best of ``reps`` per side, the ratio winograd / direct, and
 Winograd's max error relative to the largest output of a float64 reference.
-Usage: NUMBA_NUM_THREADS=1 PYTHONPATH=. python -m benchmarks.bench_winograd [reps] [sq|rn|sqrn]
+Usage: NUMBA_NUM_THREADS=1 PYTHONPATH=. python -m benchmarks.bench_winograd [reps] [sq|rn|sqrn] [evict]
+(evict: 64 MB streamed before every call, untimed, so weights and scratch come from L3 or memory as
+in a model)
 (OPDSL_CPU=zen4 / avx2 compile for another CPU kind, docs/ops.md).
 
 ``models [reps] [name] [new-first]``: light_squeezenet and light_resnet50 built twice in one process, with
@@ -121,6 +123,7 @@ def main():
     reps = int(sys.argv[1]) if len(sys.argv) > 1 else 15
     which = sys.argv[2] if len(sys.argv) > 2 else "sqrn"
     layers = (SQUEEZE if "sq" in which else []) + (RESNET if "rn" in which else [])
+    junk = np.ones(16 << 20, np.float32) if "evict" in sys.argv[3:] else None
     rng = np.random.default_rng(0)
     print(f"{'layer':>16} {'direct ms':>10} {'winograd ms':>12} {'wino/direct':>12} {'max rel err':>12}")
     for c, h, m in layers:
@@ -135,6 +138,8 @@ def main():
         err = float(np.abs(y - ref).max() / np.abs(ref).max())
         for r in range(reps):
             for name in (list(sides) if r % 2 == 0 else list(sides)[::-1]):
+                if junk is not None:
+                    junk += 1
                 t0 = time.process_time()
                 sides[name](x, w, b, y)
                 best[name] = min(best[name], time.process_time() - t0)
