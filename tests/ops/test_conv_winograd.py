@@ -10,8 +10,8 @@ import dsl
 import ops
 from dsl.opgraph import formats as F
 from dsl.opgraph.spec import TensorSpec
-from ops.conv_winograd import (conv_winograd, launch_conv_winograd, packed_winograd_weights, winograd_config,
-                               work_split)
+from ops.conv_winograd import (WinogradConfig, conv_winograd, launch_conv_winograd, packed_winograd_weights,
+                               winograd_config, work_split)
 from ops.gemm_packed import ACT_CLIP, ACT_LEAKY_RELU, ACT_NONE, ACT_RELU
 
 RNG = np.random.default_rng(29)
@@ -58,6 +58,18 @@ def test_winograd_kernel_matches_numpy(backend, case):
                          (pad, pad), backend, act, lo, hi, tb=tb, rb=rb, parts=parts)
     np.testing.assert_allclose(F.to_plain_ref(y, m), ref, rtol=1e-5, atol=1e-5)
     assert (F.to_plain_ref(y, y.shape[1] * 16)[:, m:] == 0).all()  # the last block's padding lanes
+
+
+def test_avx2_register_tile_on_numba():
+    """The AVX2 tile (6 tiles × 2 vectors of 8 lanes) on whatever CPU runs the tests."""
+    x = RNG.standard_normal((1, 24, 9, 6)).astype(np.float32)
+    w = (RNG.standard_normal((40, 24, 3, 3)) * 0.1).astype(np.float32)
+    b = RNG.standard_normal(40).astype(np.float32)
+    y = np.full(F.physical_shape((1, 40, 9, 6), "nchwc16"), np.nan, np.float32)
+    launch_conv_winograd(conv_winograd, F.to_nchwc16_ref(x), w, b, y, None, (1, 1), "numba", ACT_RELU, 0.0, 0.0,
+                         cfg=WinogradConfig(V=8, NV=2, MR=6), tb=12)
+    np.testing.assert_allclose(F.to_plain_ref(y, 40), np.maximum(conv_ref(x, w, b, 1), 0), rtol=1e-5, atol=1e-5)
+    assert (F.to_plain_ref(y, 48)[:, 40:] == 0).all()
 
 
 def test_winograd_writes_its_half_of_a_concat_buffer(backend):
