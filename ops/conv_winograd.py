@@ -41,7 +41,7 @@ from ops.gemm_packed import activation
 THREADS = 4
 BLOCK = 16  # channels per NCHWc16 block
 XI = 16  # transform points of F(2×2, 3×3): a 4×4 tile
-L2_BUDGET = 1 << 20  # bytes of V scratch a work item may fill (Zen 4's L2; half of this Xeon's)
+L2_BUDGET = 1 << 20  # bytes of V scratch all workers together may fill (Zen 4's L2; half of this Xeon's)
 U_CACHED = 1 << 19  # transformed weights up to this many bytes are read from L2 again cheaply
 SMALL_BLOCK = 4  # register tiles of MR tiles a block where U is cached
 
@@ -312,9 +312,9 @@ def work_split(tiles: int, kp: int, mp: int, mr: int, oct_: int, workers: int) -
     register tiles): a worker's V scratch then stays in cache from one block to the next
     instead of being written cold; else blocks as large as keep V within ``L2_BUDGET``."""
     groups = mp // oct_
-    fit = max(mr, L2_BUDGET // (XI * 4 * kp) // mr * mr)
-    if mp > tiles and fit >= tiles and groups > 1:
+    if mp > tiles and L2_BUDGET // (XI * 4 * kp) >= tiles and groups > 1:
         return tiles, min(groups, workers)
+    fit = max(mr, L2_BUDGET // workers // (XI * 4 * kp) // mr * mr)  # all workers' V: one thread may run them all
     if XI * 4 * kp * mp <= U_CACHED:
         fit = min(fit, SMALL_BLOCK * mr)
     blocks = -(-(-(-tiles // fit)) // workers) * workers

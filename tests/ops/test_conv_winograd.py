@@ -164,8 +164,8 @@ def test_work_split_keeps_the_workers_busy():
     tb, parts = work_split(784, 64, 64, 6, 64, 4)
     assert parts == 1 and tb % 6 == 0 and tb <= 24 and -(-784 // tb) >= 4 * 8
     assert work_split(49, 256, 256, 6, 64, 4) == (49, 4)  # U outweighs V: one block, oc parts
-    tb, parts = work_split(196, 512, 128, 6, 64, 4)        # 4 MB of U: blocks as large as L2_BUDGET allows
-    assert parts == 1 and tb == 30
+    tb, parts = work_split(196, 128, 128, 6, 64, 4)        # 1 MB of U: the 4 workers' V within L2_BUDGET
+    assert parts == 1 and tb == 30 and 4 * 16 * tb * 128 * 4 <= 1 << 20
 
 
 def test_launch_rejects_what_it_cannot_run():
