@@ -60,24 +60,28 @@ def winograd(x, w, b, y):
 
 
 def build(path, winograd: bool):
-    """The model planned and run once with Conv.select's Winograd rule on or off; how many
-    convolutions ran Winograd."""
+    """The model planned and run once with Conv.select's Winograd rule on or off (the plan cache
+    off: its key does not see the rule, so a second load would read the first one's plan); how
+    many of its nodes run Winograd."""
+    import os
+
+    import onnx
+
     import dsl
     from benchmarks import models
     from ops import nn
-    import onnx
+    os.environ["OPDSL_PLAN_CACHE"] = "0"
     feeds = models.random_feeds(onnx.load(path))
-    calls = []
-    launch, rule = nn.launch_conv_winograd, nn.Conv._winograd
-    nn.launch_conv_winograd = lambda *a, **k: (calls.append(1), launch(*a, **k))
+    rule = nn.Conv._winograd
     if not winograd:
         nn.Conv._winograd = lambda self, x, w, backend: False
     try:
         model = dsl.load_onnx(path, backend="numba")
         out = model.run(feeds)
+        chosen = sum(k == "winograd" for k in model.selected(feeds).values())
     finally:
-        nn.launch_conv_winograd, nn.Conv._winograd = launch, rule
-    return model, feeds, out, len(calls)
+        nn.Conv._winograd = rule
+    return model, feeds, out, chosen
 
 
 def run_models(reps: int, only: str, new_first: bool = False) -> None:
@@ -89,10 +93,11 @@ def run_models(reps: int, only: str, new_first: bool = False) -> None:
         path = str(models.light_model_path(name))
         if new_first:  # the second model built may sit differently in memory: both orders are run
             new, feeds, out_new, n_wino = build(path, True)
-            old, _, out_old, _ = build(path, False)
+            old, _, out_old, n_old = build(path, False)
         else:
-            old, feeds, out_old, _ = build(path, False)
+            old, feeds, out_old, n_old = build(path, False)
             new, _, out_new, n_wino = build(path, True)
+        assert n_old == 0 < n_wino, (n_old, n_wino)
         sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
         ref = sess.run(None, feeds)
         for got in (out_old, out_new):
