@@ -8,8 +8,8 @@ in a model)
 (OPDSL_CPU=zen4 / avx2 compile for another CPU kind, docs/ops.md).
 
 ``models [reps] [name] [new-first]``: light_squeezenet and light_resnet50 built twice in one process, with
-Conv.select's Winograd rule off (old: the direct kernel) and on (new), and onnxruntime, the three
-alternated, CPU time best and median of each (outputs checked within 1e-3 of onnxruntime's)."""
+Conv.select's Winograd rule off (old: the direct kernel) and on (new), old and new alternated, then
+new and onnxruntime alternated, CPU time best and median of each (outputs checked within 1e-3 of onnxruntime's)."""
 import sys
 import time
 
@@ -105,19 +105,25 @@ def run_models(reps: int, only: str, new_first: bool = False) -> None:
             err = max(float(np.abs(g - r).max() / max(1e-30, np.abs(r).max())) for g, r in zip(got, ref))
             assert err < 1e-3, (name, err)
         sides = {"old": lambda: old.run(feeds), "new": lambda: new.run(feeds), "ort": lambda: sess.run(None, feeds)}
-        times = {k: [] for k in sides}
-        for r in range(reps):
-            for k in (list(sides) if r % 2 == 0 else list(sides)[::-1]):
-                t0 = time.process_time()
-                sides[k]()
-                times[k].append(time.process_time() - t0)
-        b = {k: min(v) * 1e3 for k, v in times.items()}
-        med = {k: float(np.median(v)) * 1e3 for k, v in times.items()}
-        print(f"light_{name} ({'new' if new_first else 'old'} built first; {n_wino} Winograd convs, new output rel err {err:.1e}): old best {b['old']:.2f} "
-              f"med {med['old']:.2f} ms | new best {b['new']:.2f} med {med['new']:.2f} ms | ort best {b['ort']:.2f} "
-              f"med {med['ort']:.2f} ms | new/old best {b['new'] / b['old']:.3f} med {med['new'] / med['old']:.3f} | "
-              f"new/ort best {b['new'] / b['ort']:.3f} med {med['new'] / med['ort']:.3f} | old/ort best "
-              f"{b['old'] / b['ort']:.3f}", flush=True)
+        # old and new strictly alternated (each always runs right after the other), then new and
+        # onnxruntime the same way: a side never runs twice in a row (warm from itself) and never
+        # more often than the other right after onnxruntime (whose arena evicts the caches)
+        phases = []
+        for pair in (("old", "new"), ("new", "ort")):
+            times = {k: [] for k in pair}
+            for r in range(reps):
+                for k in pair:
+                    t0 = time.process_time()
+                    sides[k]()
+                    times[k].append(time.process_time() - t0)
+            phases.append(({k: min(v) * 1e3 for k, v in times.items()},
+                           {k: float(np.median(v)) * 1e3 for k, v in times.items()}))
+        (b, med), (b2, med2) = phases
+        print(f"light_{name} ({'new' if new_first else 'old'} built first; {n_wino} Winograd convs, new output rel err "
+              f"{err:.1e}): old best {b['old']:.2f} med {med['old']:.2f} ms | new best {b['new']:.2f} med "
+              f"{med['new']:.2f} ms | new/old best {b['new'] / b['old']:.3f} med {med['new'] / med['old']:.3f} || "
+              f"new best {b2['new']:.2f} med {med2['new']:.2f} ms | ort best {b2['ort']:.2f} med {med2['ort']:.2f} ms | "
+              f"new/ort best {b2['new'] / b2['ort']:.3f} med {med2['new'] / med2['ort']:.3f}", flush=True)
 
 
 def main():
