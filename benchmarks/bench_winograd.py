@@ -98,7 +98,9 @@ def run_models(reps: int, only: str, new_first: bool = False) -> None:
             old, feeds, out_old, n_old = build(path, False)
             new, _, out_new, n_wino = build(path, True)
         assert n_old == 0 < n_wino, (n_old, n_wino)
-        sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        so = ort.SessionOptions()
+        so.intra_op_num_threads, so.inter_op_num_threads = 1, 1  # one core a side, as bench_f32_cpu
+        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
         ref = sess.run(None, feeds)
         for got in (out_old, out_new):
             got = list(got.values()) if isinstance(got, dict) else list(got)
