@@ -14,7 +14,8 @@ convolutions run the SIMD register-tile kernel of ops/conv_direct.py instead (``
 "direct"), except unpadded 1×1 ones: 2-D ones run ops/conv_pointwise.py ("pointwise", which
 also turns a CNN's tensors NCHWc16, see ``select_format``), 1-D ones on numba are GEMMs; plain
 images of few channels run ops/conv_stem.py's pixel-vector kernel ("stem": a CNN's first layer;
-``stem_supported``).
+``stem_supported``), and 3×3 stride-1 ones on NCHWc16 images on numba Winograd F(2×2, 3×3)
+(ops/conv_winograd.py, "winograd": ``winograd_chosen``).
 
 Both kernels end in an *epilogue* applied while storing: an optional residual tensor
 added (``add_res``) and an activation (``conv_epilogue``: none, Relu, Clip, LeakyRelu).
@@ -31,6 +32,7 @@ import dsl
 from dsl import In, InOut, Out, bool_, i32, i64, f16, bf16, f32, f64
 from dsl.opgraph.spec import TensorSpec, VerifyError
 from ops.conv_direct import conv_direct, direct_supported, launch_conv_direct
+from ops.conv_winograd import conv_winograd, launch_conv_winograd, winograd_chosen
 from ops.conv_stem import conv_stem, launch_conv_stem, stem_supported
 from ops.conv_pointwise import conv_pointwise, launch_conv_pointwise, pointwise_supported
 from ops.elementwise import require_dtype, same_dtype
@@ -231,7 +233,7 @@ class Conv(ConvAttributes):
     formats = ("plain", "nchwc16")
     keeps_padding = True  # conv_nchwc16 writes zeros into padding channels
     kernels = {"plain": conv_nchw, "nchwc16": conv_nchwc16, "gemm": gemm_packed, "direct": conv_direct,
-               "stem": conv_stem, "pointwise": conv_pointwise}
+               "stem": conv_stem, "pointwise": conv_pointwise, "winograd": conv_winograd}
 
     def verify(self, x, w, b=None):
         same_dtype("Conv", x, w, b)
@@ -316,6 +318,10 @@ class Conv(ConvAttributes):
             # the packed GEMM on all eleven ResNet-50 / SqueezeNet 1x1 shapes even plain -> plain
             # (benchmarks/RESULTS.md, c1x1 slice), and only it reads and writes NCHWc16
             return "pointwise"
+        if x.format == "nchwc16" and self._winograd(x, w, backend):
+            # 3×3 stride 1 on NCHWc16, numba, wide images of 32+ channels: F(2×2, 3×3) took
+            # 0.67-0.96 of the direct kernel's time there (ops/conv_winograd.py)
+            return "winograd"
         if self._direct(x, w) and (x.format == "nchwc16" or self._direct_faster(x, w, backend)):
             # plain images of few channels (a CNN's first layer, squeezenet's 16-channel expands):
             # vectors of output pixels store plain rows directly (ops/conv_stem.py)
@@ -326,6 +332,12 @@ class Conv(ConvAttributes):
                 and x.dtype in PACKED_TYPES and x.ndim <= 4:
             return "gemm"
         return "plain"
+
+    def _winograd(self, x, w, backend) -> bool:
+        if w is None or not dsl.target(backend).packed_kernels:
+            return False
+        k, strides, dil, _ = self._attrs(w)
+        return winograd_chosen(x, w, self.group, k, strides, dil, Conv.infer(self, x, w).shape[2:])
 
     def _direct_faster(self, x, w, backend) -> bool:
         """Direct unless an unpadded 1×1 convolution on numba (2-D ones took "pointwise"
@@ -391,6 +403,9 @@ def launch_conv(conv: Conv, impl, x, w, b, y, backend, res=None, act: int = ACT_
         return
     if impl == conv_pointwise:
         launch_conv_pointwise(impl, x, w, b, y, res, strides, x.ndim == 5, backend, act, lo, hi)
+        return
+    if impl == conv_winograd:
+        launch_conv_winograd(impl, x, w, b, y, res, begin, backend, act, lo, hi)
         return
     if impl == conv_direct:
         launch_conv_direct(impl, x, w, b, y, res, strides, dil, begin, x.ndim == 5, backend, act, lo, hi)
