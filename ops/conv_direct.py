@@ -133,6 +133,18 @@ def direct_config(backend: str = "numba", m: int = 0) -> DirectConfig:
     return DirectConfig(V=8, NV=2, P=6)
 
 
+@dsl.func
+def pad_bias(b, bp, m):
+    """bp = b, zero past its ``m`` channels: the packed bias every conv packing kernel writes
+    (bp's length is its output channels rounded up to whole register-tile groups)."""
+    lo, hi = dsl.split(bp.size)
+    for i in range(lo, hi):
+        v = f32(0)
+        if i < m:
+            v = b.flat[i]
+        bp.flat[i] = v
+
+
 @dsl.kernel
 def pack_conv_weights(w: In[f32], b: In[f32], wp: Out[f32], bp: Out[f32], m: i64, c: i64, khw: i64,
                       OCT: dsl.const[i64]):
@@ -154,12 +166,7 @@ def pack_conv_weights(w: In[f32], b: In[f32], wp: Out[f32], bp: Out[f32], m: i64
         if oc < m and ic < c:
             v = w.flat[(oc * c + ic) * khw + k]
         wp.flat[i] = v
-    lo, hi = dsl.split(bp.size)
-    for i in range(lo, hi):
-        v = f32(0)
-        if i < m:
-            v = b.flat[i]
-        bp.flat[i] = v
+    pad_bias(b, bp, m)
 
 
 @dsl.kernel(threads=THREADS)

@@ -31,7 +31,7 @@ import numpy as np
 
 import dsl
 from dsl import In, InOut, Out, f32, i32, i64
-from ops.conv_direct import BLOCK, balanced_grid, cached_pack
+from ops.conv_direct import BLOCK, balanced_grid, cached_pack, pad_bias
 from ops.gemm_packed import activation
 from ops.register_tiles import fits
 from ops.work_split import rows_per_core
@@ -91,12 +91,7 @@ def pack_stem_weights(w: In[f32], b: In[f32], wp: Out[f32], bp: Out[f32], m: i64
         if oc < m:
             v = w.flat[oc * ckk + r]
         wp.flat[i] = v
-    lo, hi = dsl.split(bp.size)
-    for i in range(lo, hi):
-        v = f32(0)
-        if i < m:
-            v = b.flat[i]
-        bp.flat[i] = v
+    pad_bias(b, bp, m)
 
 
 @dsl.func

@@ -37,7 +37,7 @@ import numpy as np
 import dsl
 from dsl import In, InOut, Out, f32, i32, i64
 from dsl.runtime.cache_lines import line_aligned
-from ops.conv_direct import cached_pack
+from ops.conv_direct import cached_pack, pad_bias
 from ops.gemm_packed import activation
 
 THREADS = 4
@@ -117,12 +117,7 @@ def pack_winograd_weights(w: In[f32], b: In[f32], u: Out[f32], bp: Out[f32], m: 
                     for j in range(3):
                         v += ga * w.flat[base + i * 3 + j] * g_coef(bb, j)
         u.flat[e] = v
-    lo, hi = dsl.split(bp.size)
-    for i in range(lo, hi):
-        v = f32(0)
-        if i < m:
-            v = b.flat[i]
-        bp.flat[i] = v
+    pad_bias(b, bp, m)
 
 
 @dsl.kernel(threads=THREADS)
