@@ -198,7 +198,10 @@ def conv_winograd(x: In[f32], u: In[f32], bias: In[f32], res: In[f32], y: Out[f3
         # written (zero past M: bias and U are zero there).  U[ξ]'s OCT columns (KP·OCT floats)
         # are read once a chunk, M once a product: few input channels want small chunks (M in
         # L1), many want long ones (U from L2 fewer times; ``chunk_tiles``)
-        for c0 in range(0, nt, rb):
+        # counted chunks: a range step known only at run time gets an error record
+        # (backends/bounds.py), and a launcher with one keeps no warm-start record
+        for chunk in range((nt + rb - 1) // rb):
+            c0 = chunk * rb
             cn = min(rb, nt - c0)
             for g in range(g_lo, g_hi):
                 for xi in range(XI):

@@ -72,6 +72,14 @@ def test_avx2_register_tile_on_numba():
     assert (F.to_plain_ref(y, 48)[:, 40:] == 0).all()
 
 
+def test_numba_launchers_keep_a_warm_start_record():
+    """No run-time checked step or align in the kernel: a launcher with an error record keeps no
+    front-end record, and every warm load of a model then ran the front end again (+0.3 s for
+    light_resnet50)."""
+    test_avx2_register_tile_on_numba()
+    launchers = [v for (be, _), v in conv_winograd._variants.items() if be == "numba"]
+    assert launchers and all(launcher._sites is None for launcher in launchers)
+
 def test_winograd_writes_its_half_of_a_concat_buffer(backend):
     """y a contiguous view of a larger NCHWc16 buffer (what the memory plan hands a producer
     whose output is placed in a Concat's): only its blocks change."""
