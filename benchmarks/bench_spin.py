@@ -13,7 +13,7 @@ which runs in a child process of its own with OpenBLAS's overrides removed (so n
 spins in the other's process), each side back to back and after a pause:
 
     for s in 3000 300 0; do GOMP_SPINCOUNT=$s python -m benchmarks.bench_spin batched --rounds 8; done
-    for off in 1 0; do OPDSL_WORKERS_ANY_CORE=$off python -m benchmarks.bench_spin batched; done
+    for on in 0 1; do OPDSL_WORKERS_OFF_LAUNCH_CORE=$on python -m benchmarks.bench_spin batched; done
 
 (the second compares the workers placed by the OS with the workers kept off the launching
 thread's core, backends/numba/worker_cores.py).

@@ -15,8 +15,10 @@ launch), each worker of its team is allowed every core of the launching thread's
 current one (``sched_setaffinity``, one call a worker).  The launching thread itself is never
 bound.  Each thread that launches has its own libgomp pool: its workers' thread ids are read
 once, by a ``GOMP_parallel`` region as wide as numba's widest.  Linux with numba's OpenMP layer
-and two or more allowed cores only; anywhere else, with ``OPDSL_WORKERS_ANY_CORE=1``, or on any
-failure, it does nothing.
+and two or more allowed cores only, and only where ``OPDSL_WORKERS_OFF_LAUNCH_CORE=1`` asks for it:
+on a quiet machine it gained nothing (back to back 1.10-1.14x numpy's best either way) and
+made the after-idle medians worse (300-317 µs against 183-204), so it is for machines whose
+cores are all busy.  Anywhere else, or on any failure, it does nothing.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import os
 import threading
 from typing import Dict, NamedTuple, Optional
 
-ENV_OFF = "OPDSL_WORKERS_ANY_CORE"
+ENV_ON = "OPDSL_WORKERS_OFF_LAUNCH_CORE"
 
 
 class Team(NamedTuple):
@@ -38,7 +40,7 @@ class Team(NamedTuple):
 
 
 _local = threading.local()  # .team: this launching thread's Team
-_off = [os.environ.get(ENV_OFF) == "1"]
+_off = [os.environ.get(ENV_ON) != "1"]
 _libs: list = []  # [(libgomp, sched_getcpu, region callback type) or None], once known
 _getcpu = [lambda: -1]  # libc's sched_getcpu once loaded
 
@@ -130,7 +132,7 @@ def current_team() -> Optional[Team]:
 
 
 def enable(on: bool = True) -> None:
-    """Turn the keeping on or off for this process (``OPDSL_WORKERS_ANY_CORE=1`` starts it off);
+    """Turn the keeping on or off for this process (``OPDSL_WORKERS_OFF_LAUNCH_CORE=1`` starts it on);
     off gives this thread's workers back every core they were kept within."""
     team = current_team()
     if not on and team is not None and team.pid == os.getpid():

@@ -1,6 +1,6 @@
 """backends/numba/worker_cores.py: a parallel launch keeps numba's OpenMP workers off the core of
 the thread that launched it (each worker allowed every other core of that thread's mask), per
-launching thread, and can be turned off.  No timing: the masks are what is checked."""
+launching thread, when turned on (off by default).  No timing: the masks are what is checked."""
 import os
 import threading
 
@@ -53,7 +53,7 @@ def kept():
     if numba.threading_layer() != "omp":
         pytest.skip(f"numba's threading layer is {numba.threading_layer()}, not OpenMP")
     yield wc.current_team()
-    wc.enable(os.environ.get(wc.ENV_OFF) != "1")
+    wc.enable(os.environ.get(wc.ENV_ON) == "1")
 
 
 def _masks(team):
